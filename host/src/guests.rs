@@ -1,0 +1,6 @@
+//! Job components built from this workspace's `examples/` by `build.rs` and
+//! embedded in the binary, so `cohort demo` needs nothing on disk.
+
+/// The `mandelbrot` example: renders one tile of the Mandelbrot set as PNG.
+pub const MANDELBROT: &[u8] =
+    include_bytes!(concat!(env!("COHORT_GUESTS_DIR"), "/mandelbrot.wasm"));

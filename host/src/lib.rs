@@ -1,0 +1,13 @@
+//! cohort: a job coordinator that runs WebAssembly jobs on a cluster.
+//!
+//! This crate is the `cohort` binary and its library. Modules:
+//!
+//! * [`runtime`] — the sandboxed wasmtime runtime that runs job modules.
+//! * [`exec`] — `cohort exec`: run one module locally, no cluster.
+//! * [`demo`] — `cohort demo`: render a picture from many mandelbrot jobs.
+//! * [`guests`] — the example job components built into this binary.
+
+pub mod demo;
+pub mod exec;
+pub mod guests;
+pub mod runtime;

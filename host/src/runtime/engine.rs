@@ -1,0 +1,386 @@
+//! The job runtime: one wasmtime engine per process, shared by every job.
+//!
+//! # Design
+//!
+//! * **One engine, one linker, one ticker.** The [`Runtime`] owns a single
+//!   `Engine` (component model, epoch interruption, pooling allocator), a
+//!   `Linker` holding WASI p2 plus cohort's `host` interface, and one thread
+//!   that advances the engine's epoch every [`EPOCH_TICK`]. Creating these is
+//!   expensive; running a job is not.
+//! * **Validate before accept.** [`Runtime::load`] checks the preamble,
+//!   compiles the component and pre-instantiates it against the linker and
+//!   the job world's exports; a module that would not run is refused here,
+//!   with [`ModuleError::code`] saying why, and never reaches a worker slot.
+//! * **Compile once.** Loaded modules are cached in memory (bounded LRU) and
+//!   on disk (see [`module`](super::module)); a job instantiates from a
+//!   pre-linked `InstancePre` into a pooled slot, which takes microseconds.
+//! * **Isolation.** Each attempt gets its own `Store`; the pooling allocator
+//!   hands it a fresh memory slot; the job's limits are enforced by a
+//!   resource limiter and deadlines (see [`job`](super::job)). A guest can
+//!   trap, loop, allocate or print without bound and the worst outcome is its
+//!   own failure: the runtime and other jobs carry on.
+//! * **Bounded concurrency.** A semaphore sized to the instance pool keeps
+//!   jobs from failing on pool exhaustion: excess jobs wait for a slot.
+//!
+//! # Not here
+//!
+//! Fetching modules from other nodes, queueing, retries and where a job runs
+//! belong to the worker and the master; this module runs what it is given.
+
+use super::bindings::{Job, JobPre};
+use super::job::{self, EPOCH_TICK, JobReport, JobRequest, JobState};
+use super::limits::{JobLimits, MEMORY_BYTES_CEILING};
+use super::module::{self, Digest, DiskCache, MODULE_BYTES_MAX, Module, ModuleError, ModuleInner};
+use lru::LruCache;
+use std::hash::{Hash, Hasher};
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::Semaphore;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// Default number of jobs that may run at once in one runtime.
+pub const CONCURRENT_JOBS_DEFAULT: u32 = 64;
+/// Default number of compiled modules kept in memory.
+pub const MODULE_CACHE_LEN_DEFAULT: usize = 64;
+/// Core instances one job component may create. Components built by Rust for
+/// wasm32-wasip2 use a few (the program plus adapter shims).
+const CORE_INSTANCES_PER_COMPONENT_MAX: u32 = 16;
+/// Linear memories and tables one job component may define.
+const MEMORIES_PER_COMPONENT_MAX: u32 = 4;
+const TABLES_PER_COMPONENT_MAX: u32 = 8;
+/// Largest component/core instance metadata; generous for big Rust programs.
+const INSTANCE_METADATA_BYTES_MAX: usize = 1 << 20;
+/// Table elements per table (function pointers of big programs).
+const TABLE_ELEMENTS_MAX: usize = 100_000;
+/// Bytes of a freed linear memory kept paged-in for the next job, so that
+/// small jobs do not pay for page faults and `madvise` on every run.
+const MEMORY_KEEP_RESIDENT_BYTES: usize = 1 << 20;
+
+/// How to build a [`Runtime`].
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Where compiled modules are cached on disk (`<dir>/compiled/...`);
+    /// `None` keeps them in memory only.
+    pub data_dir: Option<PathBuf>,
+    /// Jobs that may run at once; more wait for a free slot. Also sizes the
+    /// instance pool.
+    pub concurrent_jobs: u32,
+    /// Compiled modules kept in memory.
+    pub module_cache_len: usize,
+    /// The largest memory limit any job may be given.
+    pub memory_bytes_max: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: None,
+            concurrent_jobs: CONCURRENT_JOBS_DEFAULT,
+            module_cache_len: MODULE_CACHE_LEN_DEFAULT,
+            memory_bytes_max: MEMORY_BYTES_CEILING,
+        }
+    }
+}
+
+/// The runtime could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The configuration is out of range.
+    #[error("invalid runtime configuration: {0}")]
+    Config(String),
+    /// wasmtime refused the engine configuration or the linker setup.
+    #[error("cannot create the WebAssembly engine: {0}")]
+    Engine(String),
+    /// The compiled-module cache directory cannot be created.
+    #[error("cannot create the module cache under {path}: {source}")]
+    Cache {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Runs job modules. Cheap to clone; all clones share one engine.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    linker: Linker<JobState>,
+    memory_cache: Mutex<LruCache<Digest, Module>>,
+    disk_cache: Option<DiskCache>,
+    /// One permit per pooled instance slot.
+    slots: Semaphore,
+    memory_bytes_max: u64,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime").finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Builds the engine, linker, caches and epoch ticker.
+    pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        if config.concurrent_jobs == 0 || config.concurrent_jobs > 10_000 {
+            return Err(RuntimeError::Config(
+                "concurrent_jobs must be 1..=10000".into(),
+            ));
+        }
+        if config.memory_bytes_max == 0 || config.memory_bytes_max > MEMORY_BYTES_CEILING {
+            return Err(RuntimeError::Config(format!(
+                "memory_bytes_max must be 1..={MEMORY_BYTES_CEILING}"
+            )));
+        }
+        let engine = build_engine(&config).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        let mut linker = Linker::<JobState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        Job::add_to_linker::<_, HasSelf<JobState>>(&mut linker, |state| state)
+            .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+
+        let disk_cache = match &config.data_dir {
+            None => None,
+            Some(dir) => {
+                let fingerprint = engine_fingerprint(&engine);
+                Some(
+                    DiskCache::open(dir, &fingerprint).map_err(|source| RuntimeError::Cache {
+                        path: dir.clone(),
+                        source,
+                    })?,
+                )
+            }
+        };
+        let cache_len = NonZeroUsize::new(config.module_cache_len.max(1)).expect("at least 1");
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        spawn_epoch_ticker(engine.weak(), ticker_stop.clone());
+        Ok(Self {
+            inner: Arc::new(Inner {
+                engine,
+                linker,
+                memory_cache: Mutex::new(LruCache::new(cache_len)),
+                disk_cache,
+                slots: Semaphore::new(config.concurrent_jobs as usize),
+                memory_bytes_max: config.memory_bytes_max,
+                ticker_stop,
+            }),
+        })
+    }
+
+    /// The largest memory limit a job may be given on this runtime.
+    pub fn memory_bytes_max(&self) -> u64 {
+        self.inner.memory_bytes_max
+    }
+
+    /// Validates and compiles `wasm` (or finds it in a cache) and returns it
+    /// ready to run.
+    pub async fn load(&self, wasm: &[u8]) -> Result<Module, ModuleError> {
+        if wasm.len() > MODULE_BYTES_MAX {
+            return Err(ModuleError::TooLarge {
+                size: wasm.len(),
+                limit: MODULE_BYTES_MAX,
+            });
+        }
+        let digest = Digest::of(wasm);
+        if let Some(module) = self.cached(&digest).await {
+            return Ok(module);
+        }
+        module::check_preamble(wasm)?;
+        let this = self.clone();
+        let wasm = wasm.to_vec();
+        tokio::task::spawn_blocking(move || this.compile(digest, &wasm))
+            .await
+            .map_err(|e| ModuleError::Internal(format!("compiler thread failed: {e}")))?
+    }
+
+    /// The module with this digest if it was loaded before (in memory or in
+    /// the disk cache), without its bytes.
+    pub async fn cached(&self, digest: &Digest) -> Option<Module> {
+        if let Some(module) = self.lock_cache().get(digest) {
+            return Some(module.clone());
+        }
+        let disk = self.inner.disk_cache.as_ref()?;
+        let path = disk.path(digest);
+        if !path.exists() {
+            return None;
+        }
+        let this = self.clone();
+        let digest = *digest;
+        tokio::task::spawn_blocking(move || this.load_artifact(digest, path))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Runs one attempt of `module` on `request`, waiting for a free slot if
+    /// all are busy. The job's limits are clamped to this runtime's ceilings.
+    pub async fn run(&self, module: &Module, mut request: JobRequest) -> JobReport {
+        request.limits.memory_bytes = request.limits.memory_bytes.min(self.inner.memory_bytes_max);
+        let _slot = self
+            .inner
+            .slots
+            .acquire()
+            .await
+            .expect("the slot semaphore is never closed");
+        job::execute(&self.inner.engine, module, request).await
+    }
+
+    /// Runs `module` with default limits on `input`; a convenience for tests
+    /// and tools.
+    pub async fn run_input(&self, module: &Module, input: Vec<u8>) -> JobReport {
+        let request = JobRequest {
+            input,
+            limits: JobLimits::default(),
+            ..JobRequest::default()
+        };
+        self.run(module, request).await
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, LruCache<Digest, Module>> {
+        self.inner
+            .memory_cache
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Compiles, links and caches. Runs on a blocking thread.
+    fn compile(&self, digest: Digest, wasm: &[u8]) -> Result<Module, ModuleError> {
+        let component = Component::new(&self.inner.engine, wasm)
+            .map_err(|e| ModuleError::Invalid(format!("{e:#}")))?;
+        let module = self.link(digest, &component)?;
+        if let Some(disk) = &self.inner.disk_cache {
+            // A cache write failure costs a recompile later, nothing more.
+            match component.serialize() {
+                Ok(artifact) => {
+                    if let Err(error) = disk.store(&digest, &artifact) {
+                        tracing::warn!(%digest, %error, "cannot write compiled module to the disk cache");
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%digest, error = %format!("{error:#}"), "cannot serialize compiled module")
+                }
+            }
+        }
+        self.lock_cache().put(digest, module.clone());
+        Ok(module)
+    }
+
+    /// Loads a compiled artifact from the disk cache; deletes it if it does
+    /// not load or link (it will be recompiled from the module's bytes).
+    fn load_artifact(&self, digest: Digest, path: PathBuf) -> Option<Module> {
+        // Read into memory rather than `deserialize_file`, which maps the
+        // file: anything truncating a mapped file would crash the process.
+        let module = std::fs::read(&path)
+            .map_err(|e| ModuleError::Internal(e.to_string()))
+            .and_then(|artifact| {
+                // SAFETY: files in the disk cache are written only by
+                // `DiskCache::store` from `Component::serialize` of this engine
+                // configuration (the directory name is the engine's
+                // fingerprint), atomically; wasmtime also checks the header.
+                unsafe { Component::deserialize(&self.inner.engine, &artifact) }
+                    .map_err(|e| ModuleError::Internal(format!("{e:#}")))
+            })
+            .and_then(|component| self.link(digest, &component));
+        match module {
+            Ok(module) => {
+                self.lock_cache().put(digest, module.clone());
+                Some(module)
+            }
+            Err(error) => {
+                tracing::warn!(%digest, %error, "discarding unusable compiled module from the disk cache");
+                let _ = std::fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// Resolves the component's imports and checks its exports against the
+    /// job world.
+    fn link(&self, digest: Digest, component: &Component) -> Result<Module, ModuleError> {
+        let instance_pre = self.inner.linker.instantiate_pre(component).map_err(|e| {
+            ModuleError::WrongWorld(format!(
+                "it imports something cohort does not provide: {e:#}"
+            ))
+        })?;
+        let pre = JobPre::new(instance_pre).map_err(|e| {
+            ModuleError::WrongWorld(format!("it does not export the job world's `run`: {e:#}"))
+        })?;
+        Ok(Module {
+            inner: Arc::new(ModuleInner { digest, pre }),
+        })
+    }
+}
+
+fn build_engine(config: &RuntimeConfig) -> wasmtime::Result<Engine> {
+    let mut pool = PoolingAllocationConfig::default();
+    let slots = config.concurrent_jobs;
+    pool.total_component_instances(slots)
+        .total_core_instances(slots * CORE_INSTANCES_PER_COMPONENT_MAX)
+        .total_memories(slots * MEMORIES_PER_COMPONENT_MAX)
+        .total_tables(slots * TABLES_PER_COMPONENT_MAX)
+        .total_stacks(slots)
+        .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT_MAX)
+        .max_memories_per_component(MEMORIES_PER_COMPONENT_MAX)
+        .max_tables_per_component(TABLES_PER_COMPONENT_MAX)
+        .max_memories_per_module(1)
+        .max_tables_per_module(TABLES_PER_COMPONENT_MAX)
+        .max_component_instance_size(INSTANCE_METADATA_BYTES_MAX)
+        .max_core_instance_size(INSTANCE_METADATA_BYTES_MAX)
+        .table_elements(TABLE_ELEMENTS_MAX)
+        .max_memory_size(usize::try_from(config.memory_bytes_max).unwrap_or(usize::MAX))
+        .linear_memory_keep_resident(MEMORY_KEEP_RESIDENT_BYTES);
+
+    let mut wasm = Config::new();
+    wasm.wasm_component_model(true)
+        .epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    Engine::new(&wasm)
+}
+
+/// A stable name for the engine's code-generation settings: compiled
+/// artifacts are only reused by an engine with the same fingerprint.
+fn engine_fingerprint(engine: &Engine) -> String {
+    struct Sha256Hasher(sha2::Sha256);
+    impl Hasher for Sha256Hasher {
+        fn write(&mut self, bytes: &[u8]) {
+            sha2::Digest::update(&mut self.0, bytes);
+        }
+        fn finish(&self) -> u64 {
+            unreachable!("only the full digest is read")
+        }
+    }
+    let mut hasher = Sha256Hasher(<sha2::Sha256 as sha2::Digest>::new());
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let digest = sha2::Digest::finalize(hasher.0);
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Advances the engine's epoch every tick until the runtime is dropped.
+fn spawn_epoch_ticker(engine: wasmtime::EngineWeak, stop: Arc<AtomicBool>) {
+    std::thread::Builder::new()
+        .name("cohort-epoch".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                match engine.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => break,
+                }
+            }
+        })
+        .expect("can spawn the epoch ticker thread");
+}

@@ -1,0 +1,548 @@
+//! Running one attempt of a job: its store, its host functions, its limits,
+//! and how every way it can end is told apart.
+//!
+//! Each attempt gets a fresh `Store` (so nothing leaks between jobs) built
+//! around a [`JobState`]: a WASI context with no filesystem, no sockets, no
+//! environment and stdout/stderr wired into the job's bounded log; a resource
+//! limiter that caps linear memory and table growth; and the job's latest
+//! progress and checkpoint.
+//!
+//! Time is bounded twice, because each mechanism alone has a hole:
+//!
+//! * the engine's epoch ticks every [`EPOCH_TICK`]; on each tick the store's
+//!   deadline callback either yields to the async executor (so a CPU-bound
+//!   job never starves the node's other tasks for longer than one tick) or,
+//!   past the job's deadline, stops the guest with a trap;
+//! * epochs are not checked while the guest is blocked inside a host call
+//!   (e.g. a WASI sleep), so the whole attempt also runs under
+//!   `tokio::time::timeout`, with a little grace so the epoch normally wins.
+//!
+//! A job can end in exactly one [`JobReport::outcome`]; failures carry a
+//! stable code ([`JobFailure::code`]). Flags set by the limiter and the
+//! deadline callback, not error-message matching, decide which limit was hit.
+
+use super::bindings::Job;
+use super::bindings::cohort::job::{host, types};
+use super::limits::JobLimits;
+use super::log::{JobLog, SharedLog};
+use super::module::Module;
+use super::observer::JobObserver;
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use wasmtime::component::ResourceTable;
+use wasmtime::{Engine, ResourceLimiter, Store, Trap, UpdateDeadline, WasmBacktrace};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+/// How often the engine's epoch advances: the granularity of deadlines and
+/// the longest a job runs before yielding to the executor.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Extra time the host-side timeout allows beyond the job's deadline, so that
+/// the epoch deadline (which stops the guest cleanly) fires first.
+const HOST_TIMEOUT_GRACE: Duration = Duration::from_millis(100);
+/// Longest progress message kept, in bytes.
+const PROGRESS_MESSAGE_BYTES_MAX: usize = 256;
+/// Longest job-error code kept, in bytes.
+const ERROR_CODE_BYTES_MAX: usize = 64;
+/// Longest job-error message kept, in bytes.
+const ERROR_MESSAGE_BYTES_MAX: usize = 4096;
+/// Most tables and table elements a job instance may have.
+const TABLE_ELEMENTS_MAX: usize = 100_000;
+
+/// What to run: the input and the conditions of this attempt.
+#[derive(Debug, Default)]
+pub struct JobRequest {
+    /// The job's input bytes.
+    pub input: Vec<u8>,
+    /// Resource limits of this attempt.
+    pub limits: JobLimits,
+    /// The checkpoint saved by an earlier attempt, offered to the guest.
+    pub resume_state: Option<Vec<u8>>,
+    /// Who to tell about logs, progress and checkpoints as they happen.
+    pub observer: Option<Arc<dyn JobObserver>>,
+}
+
+/// The latest progress report of a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Progress {
+    /// How far along, in `[0, 1]`.
+    pub fraction: f32,
+    /// What the job says it is doing.
+    pub message: String,
+}
+
+/// How one attempt of a job ended, and what it left behind.
+#[derive(Debug)]
+pub struct JobReport {
+    /// The output, or why there is none.
+    pub outcome: Result<Vec<u8>, JobFailure>,
+    /// The job's log (stdout, stderr and log lines), possibly truncated.
+    pub log: Vec<u8>,
+    /// Log bytes dropped because the log limit was reached.
+    pub log_dropped_bytes: u64,
+    /// The last progress report, if any.
+    pub progress: Option<Progress>,
+    /// The last checkpoint, if any.
+    pub checkpoint: Option<Vec<u8>>,
+    /// Wall-clock time from instantiation to the end of the call.
+    pub duration: Duration,
+    /// The most linear memory the instance held at once, in bytes.
+    pub memory_peak_bytes: u64,
+}
+
+/// Why a job attempt produced no output. See [`code`](Self::code).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum JobFailure {
+    /// The job ran to completion and returned an error of its own.
+    #[error("the job failed: {code}: {message}")]
+    JobError {
+        /// The job's own error code.
+        code: String,
+        /// The job's own message.
+        message: String,
+    },
+    /// The guest trapped (a panic, `unreachable`, an out-of-bounds access...).
+    #[error("the job trapped: {message}{}", backtrace.as_deref().map(|b| format!("\n{b}")).unwrap_or_default())]
+    Trap {
+        /// What trapped.
+        message: String,
+        /// The Wasm call stack at the trap, when available.
+        backtrace: Option<String>,
+    },
+    /// The attempt ran past its time limit.
+    #[error("the job ran longer than its {limit_ms} ms time limit")]
+    Timeout {
+        /// The limit, in milliseconds.
+        limit_ms: u64,
+    },
+    /// The job tried to grow its memory past its limit.
+    #[error(
+        "the job tried to use {requested_bytes} bytes of memory; its limit is {limit_bytes} bytes"
+    )]
+    MemoryLimit {
+        /// The total it asked for.
+        requested_bytes: u64,
+        /// The limit.
+        limit_bytes: u64,
+    },
+    /// The job returned more output than allowed.
+    #[error("the job returned {size_bytes} bytes of output; the limit is {limit_bytes} bytes")]
+    OutputTooLarge {
+        /// Its output size.
+        size_bytes: u64,
+        /// The limit.
+        limit_bytes: u64,
+    },
+    /// The job saved a checkpoint larger than allowed.
+    #[error("the job saved a {size_bytes}-byte checkpoint; the limit is {limit_bytes} bytes")]
+    CheckpointTooLarge {
+        /// The checkpoint's size.
+        size_bytes: u64,
+        /// The limit.
+        limit_bytes: u64,
+    },
+    /// The host could not run the job (e.g. instantiation failed).
+    #[error("internal error: {message}")]
+    Internal {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl JobFailure {
+    /// The stable, machine-readable code of this failure.
+    pub fn code(&self) -> &'static str {
+        match self {
+            JobFailure::JobError { .. } => "job_error",
+            JobFailure::Trap { .. } => "trap",
+            JobFailure::Timeout { .. } => "timeout",
+            JobFailure::MemoryLimit { .. } => "memory_limit",
+            JobFailure::OutputTooLarge { .. } => "output_too_large",
+            JobFailure::CheckpointTooLarge { .. } => "checkpoint_too_large",
+            JobFailure::Internal { .. } => "internal",
+        }
+    }
+
+    /// Whether a resource limit (time, memory, output, checkpoint) was hit.
+    pub fn is_limit(&self) -> bool {
+        matches!(
+            self,
+            JobFailure::Timeout { .. }
+                | JobFailure::MemoryLimit { .. }
+                | JobFailure::OutputTooLarge { .. }
+                | JobFailure::CheckpointTooLarge { .. }
+        )
+    }
+}
+
+/// Caps a job instance's memories and tables, and remembers what it refused.
+#[derive(Debug)]
+struct JobLimiter {
+    memory_bytes_max: u64,
+    /// Sum of the current sizes of all the instance's linear memories.
+    memory_bytes: u64,
+    memory_peak_bytes: u64,
+    /// Set when a growth was refused: the total that was asked for.
+    memory_refused_bytes: Option<u64>,
+}
+
+impl ResourceLimiter for JobLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let total = self.memory_bytes - current as u64 + desired as u64;
+        if total > self.memory_bytes_max {
+            self.memory_refused_bytes = Some(total);
+            // An error (rather than `Ok(false)`) stops the guest right here
+            // instead of letting it limp on after a failed allocation.
+            return Err(wasmtime::format_err!(
+                "memory limit of {} bytes reached",
+                self.memory_bytes_max
+            ));
+        }
+        self.memory_bytes = total;
+        self.memory_peak_bytes = self.memory_peak_bytes.max(total);
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= TABLE_ELEMENTS_MAX)
+    }
+}
+
+/// Everything a running job's store holds.
+pub struct JobState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: JobLimiter,
+    log: SharedLog,
+    latest: Arc<Mutex<Latest>>,
+    resume_state: Option<Vec<u8>>,
+    checkpoint_bytes_max: u64,
+    observer: Option<Arc<dyn JobObserver>>,
+    deadline: Instant,
+    timed_out: bool,
+    checkpoint_refused_bytes: Option<u64>,
+}
+
+/// Progress and checkpoint, kept outside the store so that they survive an
+/// attempt that is cut off by the host-side timeout.
+#[derive(Debug, Default)]
+struct Latest {
+    progress: Option<Progress>,
+    checkpoint: Option<Vec<u8>>,
+}
+
+impl WasiView for JobState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl types::Host for JobState {}
+
+impl host::Host for JobState {
+    fn log(&mut self, level: types::Level, message: String) -> wasmtime::Result<()> {
+        let level = match level {
+            types::Level::Trace => "TRACE",
+            types::Level::Debug => "DEBUG",
+            types::Level::Info => "INFO",
+            types::Level::Warn => "WARN",
+            types::Level::Error => "ERROR",
+        };
+        let mut line = Vec::with_capacity(level.len() + message.len() + 2);
+        line.extend_from_slice(level.as_bytes());
+        line.push(b' ');
+        line.extend_from_slice(message.as_bytes());
+        line.push(b'\n');
+        self.log.append(&line);
+        Ok(())
+    }
+
+    fn progress(&mut self, fraction: f32, message: String) -> wasmtime::Result<()> {
+        let fraction = if fraction.is_nan() {
+            0.0
+        } else {
+            fraction.clamp(0.0, 1.0)
+        };
+        let message = truncate_utf8(message, PROGRESS_MESSAGE_BYTES_MAX);
+        if let Some(observer) = &self.observer {
+            observer.progress(fraction, &message);
+        }
+        lock(&self.latest).progress = Some(Progress { fraction, message });
+        Ok(())
+    }
+
+    fn checkpoint(&mut self, state: Vec<u8>) -> wasmtime::Result<()> {
+        if state.len() as u64 > self.checkpoint_bytes_max {
+            self.checkpoint_refused_bytes = Some(state.len() as u64);
+            return Err(wasmtime::format_err!(
+                "checkpoint limit of {} bytes exceeded",
+                self.checkpoint_bytes_max
+            ));
+        }
+        if let Some(observer) = &self.observer {
+            observer.checkpoint(&state);
+        }
+        lock(&self.latest).checkpoint = Some(state);
+        Ok(())
+    }
+
+    fn resume_state(&mut self) -> wasmtime::Result<Option<Vec<u8>>> {
+        Ok(self.resume_state.clone())
+    }
+}
+
+fn lock(latest: &Mutex<Latest>) -> std::sync::MutexGuard<'_, Latest> {
+    latest
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn truncate_utf8(mut text: String, bytes_max: usize) -> String {
+    if text.len() > bytes_max {
+        let mut cut = bytes_max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    text
+}
+
+/// Runs one attempt of `module` on `request` and reports how it ended.
+/// Never panics on anything the guest does.
+pub(crate) async fn execute(engine: &Engine, module: &Module, request: JobRequest) -> JobReport {
+    let JobRequest {
+        input,
+        limits,
+        resume_state,
+        observer,
+    } = request;
+    let log = SharedLog::new(JobLog::new(
+        usize::try_from(limits.log_bytes).unwrap_or(usize::MAX),
+        observer.clone(),
+    ));
+    let latest = Arc::new(Mutex::new(Latest::default()));
+    let wasi = WasiCtxBuilder::new()
+        .stdout(log.clone())
+        .stderr(log.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build();
+    let started = Instant::now();
+    let state = JobState {
+        wasi,
+        table: ResourceTable::new(),
+        limiter: JobLimiter {
+            memory_bytes_max: limits.memory_bytes,
+            memory_bytes: 0,
+            memory_peak_bytes: 0,
+            memory_refused_bytes: None,
+        },
+        log: log.clone(),
+        latest: latest.clone(),
+        resume_state,
+        checkpoint_bytes_max: limits.checkpoint_bytes,
+        observer,
+        deadline: started + limits.timeout(),
+        timed_out: false,
+        checkpoint_refused_bytes: None,
+    };
+    let mut store = Store::new(engine, state);
+    store.limiter(|state| &mut state.limiter);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|mut ctx| {
+        let state = ctx.data_mut();
+        if Instant::now() >= state.deadline {
+            state.timed_out = true;
+            return Err(wasmtime::format_err!("job deadline exceeded"));
+        }
+        Ok(UpdateDeadline::Yield(1))
+    });
+
+    let call = call_run(&mut store, module, &input);
+    let result = tokio::time::timeout(limits.timeout() + HOST_TIMEOUT_GRACE, call).await;
+    let duration = started.elapsed();
+
+    let state = store.data();
+    let outcome = match result {
+        Err(_elapsed) => Err(JobFailure::Timeout {
+            limit_ms: limits.timeout_ms,
+        }),
+        Ok(Ok(Ok(output))) if output.len() as u64 > limits.output_bytes => {
+            Err(JobFailure::OutputTooLarge {
+                size_bytes: output.len() as u64,
+                limit_bytes: limits.output_bytes,
+            })
+        }
+        Ok(Ok(Ok(output))) => Ok(output),
+        Ok(Ok(Err(job_error))) => Err(JobFailure::JobError {
+            code: truncate_utf8(job_error.code, ERROR_CODE_BYTES_MAX),
+            message: truncate_utf8(job_error.message, ERROR_MESSAGE_BYTES_MAX),
+        }),
+        Ok(Err(CallError::Instantiate(error))) => Err(JobFailure::Internal {
+            message: format!("cannot instantiate the module: {error:#}"),
+        }),
+        Ok(Err(CallError::Run(error))) => Err(classify(state, &limits, &error)),
+    };
+    let latest = std::mem::take(&mut *lock(&latest));
+    let memory_peak_bytes = state.limiter.memory_peak_bytes;
+    drop(store);
+    JobReport {
+        outcome,
+        log_dropped_bytes: log.dropped_bytes(),
+        log: log.take(),
+        progress: latest.progress,
+        checkpoint: latest.checkpoint,
+        duration,
+        memory_peak_bytes,
+    }
+}
+
+enum CallError {
+    Instantiate(wasmtime::Error),
+    Run(wasmtime::Error),
+}
+
+async fn call_run(
+    store: &mut Store<JobState>,
+    module: &Module,
+    input: &[u8],
+) -> Result<Result<Vec<u8>, types::JobError>, CallError> {
+    let instance: Job = module
+        .inner
+        .pre
+        .instantiate_async(&mut *store)
+        .await
+        .map_err(CallError::Instantiate)?;
+    instance
+        .call_run(&mut *store, input)
+        .await
+        .map_err(CallError::Run)
+}
+
+/// Names the failure of a call that returned an error, using the flags the
+/// limiter and the host functions set (which are exact) before falling back
+/// to the trap code in the error.
+fn classify(state: &JobState, limits: &JobLimits, error: &wasmtime::Error) -> JobFailure {
+    if let Some(requested_bytes) = state.limiter.memory_refused_bytes {
+        return JobFailure::MemoryLimit {
+            requested_bytes,
+            limit_bytes: limits.memory_bytes,
+        };
+    }
+    if state.timed_out {
+        return JobFailure::Timeout {
+            limit_ms: limits.timeout_ms,
+        };
+    }
+    if let Some(size_bytes) = state.checkpoint_refused_bytes {
+        return JobFailure::CheckpointTooLarge {
+            size_bytes,
+            limit_bytes: limits.checkpoint_bytes,
+        };
+    }
+    let message = match error.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => format!("{:#}", error.root_cause()),
+    };
+    let backtrace = error
+        .downcast_ref::<WasmBacktrace>()
+        .map(|bt| bt.to_string())
+        .filter(|bt| !bt.trim().is_empty());
+    JobFailure::Trap { message, backtrace }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_codes_are_stable() {
+        let cases = [
+            (
+                JobFailure::JobError {
+                    code: "x".into(),
+                    message: "y".into(),
+                },
+                "job_error",
+            ),
+            (
+                JobFailure::Trap {
+                    message: "m".into(),
+                    backtrace: None,
+                },
+                "trap",
+            ),
+            (JobFailure::Timeout { limit_ms: 1 }, "timeout"),
+            (
+                JobFailure::MemoryLimit {
+                    requested_bytes: 2,
+                    limit_bytes: 1,
+                },
+                "memory_limit",
+            ),
+            (
+                JobFailure::OutputTooLarge {
+                    size_bytes: 2,
+                    limit_bytes: 1,
+                },
+                "output_too_large",
+            ),
+            (
+                JobFailure::CheckpointTooLarge {
+                    size_bytes: 2,
+                    limit_bytes: 1,
+                },
+                "checkpoint_too_large",
+            ),
+            (
+                JobFailure::Internal {
+                    message: "m".into(),
+                },
+                "internal",
+            ),
+        ];
+        for (failure, code) in cases {
+            assert_eq!(failure.code(), code);
+            let json = serde_json::to_value(&failure).unwrap();
+            assert_eq!(json["kind"], code, "serialized tag matches the code");
+        }
+    }
+
+    #[test]
+    fn limiter_counts_all_memories_and_refuses_past_the_limit() {
+        let mut limiter = JobLimiter {
+            memory_bytes_max: 100,
+            memory_bytes: 0,
+            memory_peak_bytes: 0,
+            memory_refused_bytes: None,
+        };
+        assert!(limiter.memory_growing(0, 60, None).unwrap());
+        assert!(limiter.memory_growing(0, 30, None).unwrap()); // a second memory
+        assert!(limiter.memory_growing(60, 70, None).unwrap());
+        assert!(limiter.memory_growing(70, 80, None).is_err());
+        assert_eq!(limiter.memory_refused_bytes, Some(110));
+        assert_eq!(limiter.memory_peak_bytes, 100);
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        assert_eq!(truncate_utf8("héllo".into(), 2), "h");
+        assert_eq!(truncate_utf8("abc".into(), 10), "abc");
+    }
+}

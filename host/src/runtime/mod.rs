@@ -1,0 +1,17 @@
+//! The sandboxed WebAssembly runtime that runs job modules.
+//!
+//! See [`engine`] for the design notes.
+
+pub mod bindings;
+pub mod engine;
+pub mod job;
+pub mod limits;
+pub mod log;
+pub mod module;
+pub mod observer;
+
+pub use engine::{Runtime, RuntimeConfig, RuntimeError};
+pub use job::{JobFailure, JobReport, JobRequest, Progress};
+pub use limits::JobLimits;
+pub use module::{Digest, Module, ModuleError};
+pub use observer::JobObserver;

@@ -1,0 +1,253 @@
+//! Job modules: content addresses, validation against the job world, and the
+//! two-level cache of compiled components.
+//!
+//! A module is named by the sha256 of its bytes ([`Digest`]), so the same
+//! bytes are the same module on every machine. Compiling is the expensive
+//! step (tens of milliseconds to seconds); it happens once per module per
+//! engine configuration:
+//!
+//! * in memory, an LRU of ready-to-instantiate modules ([`Module`], holding
+//!   an `InstancePre` that already resolved every import);
+//! * on disk, `<data-dir>/compiled/<engine-fingerprint>/<digest>.cwasm`,
+//!   written atomically (temp file + rename), so a restarted node or a second
+//!   runtime on the same data dir skips compilation. The fingerprint covers
+//!   the wasmtime version and every codegen setting, so an upgraded binary
+//!   never loads an artifact it cannot run.
+//!
+//! Invariant: the on-disk cache holds only files this process family wrote
+//! (deserializing compiled code is `unsafe` in wasmtime for that reason); a
+//! file that fails to load is deleted and recompiled, never trusted.
+
+use super::bindings::JobPre;
+use super::job::JobState;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// Largest module accepted, in bytes.
+pub const MODULE_BYTES_MAX: usize = 64 << 20;
+
+/// The sha256 of a module's bytes: its name everywhere in cohort.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct Digest([u8; 32]);
+
+impl Digest {
+    /// The digest of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        Self(Sha256::digest(bytes).into())
+    }
+
+    /// The raw 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for byte in self.0 {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Digest({self})")
+    }
+}
+
+/// A string that is not 64 lowercase or uppercase hex digits.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("a module digest is 64 hex digits (a sha256), got `{0}`")]
+pub struct DigestParseError(String);
+
+impl FromStr for Digest {
+    type Err = DigestParseError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.strip_prefix("sha256:").unwrap_or(text);
+        let bad = || DigestParseError(text.chars().take(80).collect());
+        if text.len() != 64 || !text.is_ascii() {
+            return Err(bad());
+        }
+        let mut out = [0u8; 32];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(Self(out))
+    }
+}
+
+impl From<Digest> for String {
+    fn from(d: Digest) -> String {
+        d.to_string()
+    }
+}
+
+impl TryFrom<String> for Digest {
+    type Error = DigestParseError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+/// Why a module was refused. Every variant has a stable [`code`](Self::code).
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleError {
+    /// Larger than [`MODULE_BYTES_MAX`].
+    #[error("module is {size} bytes; the limit is {limit} bytes")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Not a WebAssembly component: garbage, a core module, or a component
+    /// that does not validate or compile.
+    #[error("invalid module: {0}")]
+    Invalid(String),
+    /// A valid component, but not of the `cohort:job/job` world.
+    #[error("module is not a cohort job: {0}")]
+    WrongWorld(String),
+    /// The host failed while compiling or caching (disk, threads).
+    #[error("internal error while loading the module: {0}")]
+    Internal(String),
+}
+
+impl ModuleError {
+    /// The stable, machine-readable code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ModuleError::TooLarge { .. } => "module_too_large",
+            ModuleError::Invalid(_) => "module_invalid",
+            ModuleError::WrongWorld(_) => "module_wrong_world",
+            ModuleError::Internal(_) => "internal",
+        }
+    }
+}
+
+/// A compiled job module, validated against the job world and ready to be
+/// instantiated. Cheap to clone.
+#[derive(Clone)]
+pub struct Module {
+    pub(crate) inner: Arc<ModuleInner>,
+}
+
+pub(crate) struct ModuleInner {
+    pub(crate) digest: Digest,
+    pub(crate) pre: JobPre<JobState>,
+}
+
+impl Module {
+    /// The module's content address.
+    pub fn digest(&self) -> Digest {
+        self.inner.digest
+    }
+}
+
+impl fmt::Debug for Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Module")
+            .field("digest", &self.inner.digest)
+            .finish()
+    }
+}
+
+/// Checks the 8-byte preamble, so that garbage and core modules get a clear
+/// message instead of a parser error deep inside the component.
+pub(crate) fn check_preamble(bytes: &[u8]) -> Result<(), ModuleError> {
+    const MAGIC: &[u8; 4] = b"\0asm";
+    const CORE_VERSION: [u8; 4] = [1, 0, 0, 0];
+    const COMPONENT_VERSION: [u8; 4] = [0x0d, 0, 1, 0];
+    if bytes.len() < 8 || &bytes[..4] != MAGIC {
+        return Err(ModuleError::Invalid(
+            "not a WebAssembly binary (it does not start with \\0asm)".into(),
+        ));
+    }
+    match bytes[4..8].try_into().expect("4 bytes") {
+        COMPONENT_VERSION => Ok(()),
+        CORE_VERSION => Err(ModuleError::Invalid(
+            "this is a core WebAssembly module, not a component; build the job for the \
+             wasm32-wasip2 target (cargo build --target wasm32-wasip2) so it is a component"
+                .into(),
+        )),
+        other => Err(ModuleError::Invalid(format!(
+            "unsupported WebAssembly version/layer {other:02x?}"
+        ))),
+    }
+}
+
+/// The on-disk cache of compiled components for one engine configuration.
+#[derive(Debug)]
+pub(crate) struct DiskCache {
+    dir: PathBuf,
+}
+
+impl DiskCache {
+    /// A cache under `data_dir/compiled/<fingerprint>/`, created if missing.
+    pub(crate) fn open(data_dir: &Path, fingerprint: &str) -> std::io::Result<Self> {
+        let dir = data_dir.join("compiled").join(fingerprint);
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self { dir })
+    }
+
+    pub(crate) fn path(&self, digest: &Digest) -> PathBuf {
+        self.dir.join(format!("{digest}.cwasm"))
+    }
+
+    /// Writes `artifact` for `digest` atomically: readers see the whole file
+    /// or none.
+    pub(crate) fn store(&self, digest: &Digest, artifact: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut file = tempfile::NamedTempFile::new_in(&self.dir)?;
+        file.write_all(artifact)?;
+        file.as_file().sync_data()?;
+        file.persist(self.path(digest)).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_round_trips_through_hex() {
+        let d = Digest::of(b"hello");
+        let hex = d.to_string();
+        assert_eq!(
+            hex,
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
+        assert_eq!(hex.parse::<Digest>().unwrap(), d);
+        assert_eq!(format!("sha256:{hex}").parse::<Digest>().unwrap(), d);
+        assert_eq!(hex.to_uppercase().parse::<Digest>().unwrap(), d);
+    }
+
+    #[test]
+    fn bad_digests_are_rejected() {
+        for bad in ["", "abc", &"g".repeat(64), &"é".repeat(32), &"a".repeat(65)] {
+            assert!(bad.parse::<Digest>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn preamble_tells_garbage_core_and_component_apart() {
+        assert_eq!(
+            check_preamble(b"garbage!").unwrap_err().code(),
+            "module_invalid"
+        );
+        let core = check_preamble(b"\0asm\x01\0\0\0").unwrap_err();
+        assert!(
+            core.to_string().contains("core WebAssembly module"),
+            "{core}"
+        );
+        check_preamble(b"\0asm\x0d\0\x01\0").unwrap();
+    }
+}

@@ -1,0 +1,16 @@
+//! Live notifications from a running job, for whoever started it: the CLI
+//! prints them, a worker forwards them to the master.
+
+/// Receives a running job's log bytes, progress and checkpoints as they
+/// happen. Every method has a do-nothing default; implement what you need.
+/// Methods are called on the job's thread and must return quickly.
+pub trait JobObserver: Send + Sync + std::fmt::Debug {
+    /// Bytes appended to the job's log (only bytes that were kept).
+    fn log(&self, _bytes: &[u8]) {}
+
+    /// A progress report, `fraction` already clamped to `[0, 1]`.
+    fn progress(&self, _fraction: f32, _message: &str) {}
+
+    /// A new checkpoint, replacing the previous one.
+    fn checkpoint(&self, _state: &[u8]) {}
+}
