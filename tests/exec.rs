@@ -1,1 +1,239 @@
+//! End-to-end tests of the `cohort` binary's local commands: `exec` on every
+//! example and fixture (exit codes, stdout, stderr) and a small `demo`.
 
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// No test process may run longer than this.
+const PROCESS_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn guest(name: &str) -> PathBuf {
+    Path::new(env!("COHORT_GUESTS_DIR")).join(format!("{name}.wasm"))
+}
+
+/// Runs `cohort` with `args` and `stdin`, killing it if it overruns.
+fn cohort(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cohort starts");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    // Drain both pipes while waiting, or a chatty child blocks on a full pipe.
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).map(|_| bytes)
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > PROCESS_TIMEOUT {
+            child.kill().unwrap();
+            panic!("cohort {args:?} ran longer than {PROCESS_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap().unwrap(),
+        stderr: stderr.join().unwrap().unwrap(),
+    }
+}
+
+fn exec(module: &str, extra: &[&str], stdin: &[u8]) -> (i32, Vec<u8>, String) {
+    let path = guest(module);
+    let mut args = vec!["exec", path.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let out = cohort(&args, stdin);
+    (
+        out.status.code().expect("exited normally"),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn exec_runs_a_job_from_a_file_and_from_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.json");
+    std::fs::write(&input, br#"{"limit": 100000}"#).unwrap();
+    let (code, stdout, stderr) = exec("primes", &["--input", input.to_str().unwrap()], b"");
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, br#"{"limit":100000,"count":9592}"#);
+    assert!(stderr.contains("[cohort] ok"), "{stderr}");
+
+    let (code, stdout, _) = exec("wordcount", &["-i", "-"], b"to be or not to be");
+    assert_eq!(code, 0);
+    let counts: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
+    assert_eq!(counts["words"], 6);
+}
+
+#[test]
+fn exec_saves_and_resumes_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let checkpoint = dir.path().join("primes.ckpt");
+    let (code, _, stderr) = exec(
+        "primes",
+        &["-i", "-", "--save-checkpoint", checkpoint.to_str().unwrap()],
+        br#"{"limit": 500000}"#,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&checkpoint).unwrap()).unwrap();
+    assert_eq!(saved["next"], 500000);
+
+    // Resuming from a finished checkpoint does no work and keeps its count.
+    std::fs::write(
+        &checkpoint,
+        br#"{"limit": 500000, "next": 500000, "count": 7}"#,
+    )
+    .unwrap();
+    let (code, stdout, stderr) = exec(
+        "primes",
+        &["-i", "-", "--resume", checkpoint.to_str().unwrap()],
+        br#"{"limit": 500000}"#,
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, br#"{"limit":500000,"count":7}"#);
+    assert!(stderr.contains("resuming at 500000"), "{stderr}");
+}
+
+#[test]
+fn exec_exit_codes_tell_how_the_job_ended() {
+    // (module, extra args, stdin, expected exit code, expected in stderr)
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [u8], i32, &'a str);
+    let cases: &[Case] = &[
+        (
+            "wordcount",
+            &["-i", "-"],
+            &[0xff, 0xfe],
+            1,
+            "error[job_error]",
+        ),
+        ("fixture_trap", &[], b"", 3, "error[trap]"),
+        (
+            "fixture_spin",
+            &["--timeout", "300ms"],
+            b"",
+            4,
+            "error[timeout]",
+        ),
+        (
+            "fixture_hog",
+            &["--memory", "32MiB"],
+            b"",
+            4,
+            "error[memory_limit]",
+        ),
+        (
+            "fixture_bigout",
+            &["-i", "-"],
+            b"20",
+            4,
+            "error[output_too_large]",
+        ),
+        ("fixture_wrong_world", &[], b"", 2, "[module_wrong_world]"),
+        (
+            "fixture_echo",
+            &["--memory", "9GiB"],
+            b"",
+            2,
+            "memory_bytes must be between",
+        ),
+        (
+            "fixture_echo",
+            &["--timeout", "soon"],
+            b"",
+            2,
+            "not a duration",
+        ),
+    ];
+    for (module, args, stdin, code, needle) in cases {
+        let (got, stdout, stderr) = exec(module, args, stdin);
+        assert_eq!(got, *code, "{module} {args:?}: {stderr}");
+        assert!(
+            stderr.contains(needle),
+            "{module} {args:?}: expected `{needle}` in {stderr}"
+        );
+        assert!(stdout.is_empty(), "{module}: no output on failure");
+    }
+}
+
+#[test]
+fn exec_refuses_files_that_are_not_job_components() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, b"definitely not wasm").unwrap();
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    for (path, needle) in [
+        (garbage.to_str().unwrap(), "[module_invalid]"),
+        (core.to_str().unwrap(), "core WebAssembly module"),
+        ("/nonexistent/job.wasm", "cannot read /nonexistent/job.wasm"),
+    ] {
+        let out = cohort(&["exec", path], b"");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{path}: {stderr}");
+        assert!(stderr.contains(needle), "{path}: {stderr}");
+    }
+}
+
+#[test]
+fn exec_bounds_a_flood_of_output_in_the_log() {
+    let (code, stdout, stderr) = exec("fixture_flood", &["-i", "-", "--log-limit", "64KiB"], b"8");
+    assert_eq!(code, 0, "{}", &stderr[stderr.len().saturating_sub(500)..]);
+    assert_eq!(stdout, b"flooded");
+    assert!(
+        stderr.len() < 128 << 10,
+        "stderr is bounded: {} bytes",
+        stderr.len()
+    );
+    assert!(
+        stderr.contains("log truncated"),
+        "{}",
+        &stderr[stderr.len() - 300..]
+    );
+}
+
+#[test]
+fn demo_renders_a_picture_from_tile_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.png");
+    let run = cohort(
+        &[
+            "demo",
+            "--width",
+            "200",
+            "--height",
+            "120",
+            "--tile",
+            "50",
+            "--iterations",
+            "100",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        b"",
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("12 jobs"), "{stdout}");
+    let reader = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&out).unwrap()))
+        .read_info()
+        .unwrap();
+    assert_eq!((reader.info().width, reader.info().height), (200, 120));
+}

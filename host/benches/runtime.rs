@@ -1,1 +1,167 @@
-fn main() {}
+//! Runtime benchmarks: `cargo bench --bench runtime`.
+//!
+//! 1. Per-job overhead of an empty job (the echo fixture with empty input):
+//!    instantiate from the pre-linked module, call `run`, drop the store,
+//!    one job at a time; p50/p99 in µs.
+//! 2. Throughput of empty jobs with one task per core.
+//! 3. `primes` as a Wasm job against the same sieve compiled natively.
+//!
+//! Numbers go to stdout as Markdown, ready for BENCHMARKS.md.
+
+use cohort::runtime::{JobLimits, JobRequest, Runtime, RuntimeConfig};
+use hdrhistogram::Histogram;
+use std::time::{Duration, Instant};
+
+const OVERHEAD_WARMUP: u32 = 2_000;
+const OVERHEAD_SAMPLES: u32 = 20_000;
+const THROUGHPUT_DURATION: Duration = Duration::from_secs(3);
+const PRIMES_LIMIT: u64 = 50_000_000;
+const PRIMES_RUNS: u32 = 5;
+
+fn guest(name: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/{name}.wasm", env!("COHORT_GUESTS_DIR")))
+        .expect("guest built by build.rs")
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; filters are not supported.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("machine: {cores} cores ({})", std::env::consts::ARCH);
+    overhead();
+    throughput(cores);
+    primes();
+}
+
+fn empty_request() -> JobRequest {
+    JobRequest {
+        input: Vec::new(),
+        limits: JobLimits::default(),
+        ..JobRequest::default()
+    }
+}
+
+fn overhead() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let runtime = Runtime::new(RuntimeConfig {
+        concurrent_jobs: 4,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let module = rt.block_on(runtime.load(&guest("fixture_echo"))).unwrap();
+    let mut histogram = Histogram::<u64>::new(3).unwrap();
+    rt.block_on(async {
+        for i in 0..OVERHEAD_WARMUP + OVERHEAD_SAMPLES {
+            let started = Instant::now();
+            let report = runtime.run(&module, empty_request()).await;
+            let nanos = started.elapsed().as_nanos() as u64;
+            assert!(report.outcome.is_ok());
+            if i >= OVERHEAD_WARMUP {
+                histogram.record(nanos).unwrap();
+            }
+        }
+    });
+    let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
+    println!(
+        "\n## Empty-job overhead (instantiate + call + drop), one at a time, {OVERHEAD_SAMPLES} jobs"
+    );
+    println!("| p50 | p90 | p99 | p99.9 | mean |");
+    println!("|---|---|---|---|---|");
+    println!(
+        "| {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs | {:.1} µs |",
+        us(0.5),
+        us(0.9),
+        us(0.99),
+        us(0.999),
+        histogram.mean() / 1000.0
+    );
+}
+
+fn throughput(cores: usize) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cores)
+        .enable_all()
+        .build()
+        .unwrap();
+    let runtime = Runtime::new(RuntimeConfig {
+        concurrent_jobs: 64,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let module = rt.block_on(runtime.load(&guest("fixture_echo"))).unwrap();
+    let started = Instant::now();
+    let total: u64 = rt.block_on(async {
+        let tasks: Vec<_> = (0..cores)
+            .map(|_| {
+                let (runtime, module) = (runtime.clone(), module.clone());
+                tokio::spawn(async move {
+                    let mut done = 0u64;
+                    while started.elapsed() < THROUGHPUT_DURATION {
+                        assert!(runtime.run(&module, empty_request()).await.outcome.is_ok());
+                        done += 1;
+                    }
+                    done
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for task in tasks {
+            total += task.await.unwrap();
+        }
+        total
+    });
+    let secs = started.elapsed().as_secs_f64();
+    println!("\n## Empty-job throughput, {cores} tasks on {cores} threads for {secs:.1} s");
+    println!("| jobs | jobs/s |");
+    println!("|---|---|");
+    println!("| {total} | {:.0} |", total as f64 / secs);
+}
+
+fn primes() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let runtime = Runtime::new(RuntimeConfig {
+        concurrent_jobs: 2,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let module = rt.block_on(runtime.load(&guest("primes"))).unwrap();
+    let input = format!(r#"{{"limit": {PRIMES_LIMIT}}}"#).into_bytes();
+    let expected = primes::count_primes(PRIMES_LIMIT);
+
+    let mut wasm_best = Duration::MAX;
+    let mut native_best = Duration::MAX;
+    for _ in 0..PRIMES_RUNS {
+        let started = Instant::now();
+        let report = rt.block_on(runtime.run(
+            &module,
+            JobRequest {
+                input: input.clone(),
+                ..empty_request()
+            },
+        ));
+        wasm_best = wasm_best.min(started.elapsed());
+        let out: serde_json::Value = serde_json::from_slice(&report.outcome.unwrap()).unwrap();
+        assert_eq!(out["count"], expected);
+
+        let started = Instant::now();
+        assert_eq!(
+            std::hint::black_box(primes::count_primes(std::hint::black_box(PRIMES_LIMIT))),
+            expected
+        );
+        native_best = native_best.min(started.elapsed());
+    }
+    println!("\n## primes below {PRIMES_LIMIT}: Wasm job vs native, best of {PRIMES_RUNS}");
+    println!("| Wasm (job, incl. progress + checkpoints) | native | ratio |");
+    println!("|---|---|---|");
+    println!(
+        "| {:.1} ms | {:.1} ms | {:.2}x |",
+        wasm_best.as_secs_f64() * 1000.0,
+        native_best.as_secs_f64() * 1000.0,
+        wasm_best.as_secs_f64() / native_best.as_secs_f64()
+    );
+}

@@ -1,1 +1,220 @@
-pub fn y() {}
+//! `cohort exec`: run one job module locally, in-process, with no cluster.
+//!
+//! This is how job authors try a module: the output goes to stdout (raw
+//! bytes, so it can be piped), the job's log and progress to stderr, and the
+//! exit code says how the job ended (see [`ExitStatus`]). The limits are the
+//! same ones a cluster node enforces.
+
+use crate::runtime::limits::{self, JobLimits};
+use crate::runtime::{JobFailure, JobObserver, JobReport, JobRequest, Runtime, RuntimeConfig};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Arguments of `cohort exec`.
+#[derive(Debug, clap::Args)]
+pub struct ExecArgs {
+    /// The job module: a WebAssembly component of the `cohort:job` world.
+    pub module: PathBuf,
+    /// The input: a file, or `-` for stdin. Empty when omitted.
+    #[arg(long, short)]
+    pub input: Option<String>,
+    /// Wall-clock limit, e.g. `500ms`, `30s`, `5m`.
+    #[arg(long, value_parser = limits::parse_duration, default_value = "60s")]
+    pub timeout: Duration,
+    /// Linear-memory limit, e.g. `64MiB`, `1GiB`.
+    #[arg(long, value_parser = limits::parse_bytes, default_value = "256MiB")]
+    pub memory: u64,
+    /// Largest output accepted.
+    #[arg(long, value_parser = limits::parse_bytes, default_value = "16MiB")]
+    pub output_limit: u64,
+    /// Log bytes kept; the rest is dropped with a marker.
+    #[arg(long, value_parser = limits::parse_bytes, default_value = "1MiB")]
+    pub log_limit: u64,
+    /// A checkpoint file to resume from (as saved by `--save-checkpoint`).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Where to write the job's last checkpoint, if it made one.
+    #[arg(long)]
+    pub save_checkpoint: Option<PathBuf>,
+    /// Write the output to this file instead of stdout.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    /// Cache compiled modules in this directory between runs.
+    #[arg(long, env = "COHORT_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// How `cohort exec` exits. Stable: scripts may rely on these numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ExitStatus {
+    /// The job succeeded; its output was written.
+    Success = 0,
+    /// The job returned an error of its own.
+    JobError = 1,
+    /// Bad invocation: unreadable files, an invalid module, bad limits.
+    Usage = 2,
+    /// The job trapped.
+    Trap = 3,
+    /// The job hit a limit: time, memory, output or checkpoint size.
+    Limit = 4,
+    /// The host failed.
+    Internal = 5,
+}
+
+impl ExitStatus {
+    /// The exit status for a job's outcome.
+    pub fn of(outcome: &Result<Vec<u8>, JobFailure>) -> Self {
+        match outcome {
+            Ok(_) => ExitStatus::Success,
+            Err(JobFailure::JobError { .. }) => ExitStatus::JobError,
+            Err(JobFailure::Trap { .. }) => ExitStatus::Trap,
+            Err(failure) if failure.is_limit() => ExitStatus::Limit,
+            Err(_) => ExitStatus::Internal,
+        }
+    }
+}
+
+impl From<ExitStatus> for ExitCode {
+    fn from(status: ExitStatus) -> ExitCode {
+        ExitCode::from(status as u8)
+    }
+}
+
+/// Runs `cohort exec`.
+pub async fn run(args: ExecArgs) -> ExitStatus {
+    match exec(args).await {
+        Ok(status) => status,
+        Err((status, message)) => {
+            eprintln!("error: {message}");
+            status
+        }
+    }
+}
+
+async fn exec(args: ExecArgs) -> Result<ExitStatus, (ExitStatus, String)> {
+    let usage = |message: String| (ExitStatus::Usage, message);
+    let limits = JobLimits {
+        memory_bytes: args.memory,
+        timeout_ms: u64::try_from(args.timeout.as_millis()).unwrap_or(u64::MAX),
+        output_bytes: args.output_limit,
+        log_bytes: args.log_limit,
+        ..JobLimits::default()
+    };
+    limits.validate().map_err(|e| usage(e.to_string()))?;
+    let wasm = std::fs::read(&args.module)
+        .map_err(|e| usage(format!("cannot read {}: {e}", args.module.display())))?;
+    let input = read_input(args.input.as_deref()).map_err(usage)?;
+    let resume_state = match &args.resume {
+        Some(path) => Some(
+            std::fs::read(path)
+                .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+
+    let runtime = Runtime::new(RuntimeConfig {
+        data_dir: args.cache_dir.clone(),
+        concurrent_jobs: 1,
+        ..RuntimeConfig::default()
+    })
+    .map_err(|e| (ExitStatus::Internal, e.to_string()))?;
+    let module = runtime
+        .load(&wasm)
+        .await
+        .map_err(|e| usage(format!("[{}] {e}", e.code())))?;
+
+    let bar = ProgressBar::new(1000).with_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {percent:>3}% {msg}",
+        )
+        .expect("a valid template"),
+    );
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+    let observer = std::sync::Arc::new(StderrObserver { bar: bar.clone() });
+    let request = JobRequest {
+        input,
+        limits,
+        resume_state,
+        observer: Some(observer),
+    };
+    let report = runtime.run(&module, request).await;
+    bar.finish_and_clear();
+    finish(&args, report)
+}
+
+fn finish(args: &ExecArgs, report: JobReport) -> Result<ExitStatus, (ExitStatus, String)> {
+    if let (Some(path), Some(checkpoint)) = (&args.save_checkpoint, &report.checkpoint) {
+        std::fs::write(path, checkpoint).map_err(|e| {
+            (
+                ExitStatus::Internal,
+                format!("cannot write {}: {e}", path.display()),
+            )
+        })?;
+    }
+    if report.log_dropped_bytes > 0 {
+        eprintln!(
+            "[cohort] log truncated: {} bytes dropped",
+            report.log_dropped_bytes
+        );
+    }
+    let status = ExitStatus::of(&report.outcome);
+    match report.outcome {
+        Ok(output) => {
+            let written = match &args.output {
+                Some(path) => std::fs::write(path, &output)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display())),
+                None => std::io::stdout()
+                    .lock()
+                    .write_all(&output)
+                    .and_then(|()| std::io::stdout().flush())
+                    .map_err(|e| format!("cannot write the output: {e}")),
+            };
+            written.map_err(|message| (ExitStatus::Internal, message))?;
+            eprintln!(
+                "[cohort] ok: {} bytes out in {:.1} ms, peak memory {} KiB",
+                output.len(),
+                report.duration.as_secs_f64() * 1000.0,
+                report.memory_peak_bytes >> 10
+            );
+        }
+        Err(failure) => eprintln!("error[{}]: {failure}", failure.code()),
+    }
+    Ok(status)
+}
+
+fn read_input(input: Option<&str>) -> Result<Vec<u8>, String> {
+    match input {
+        None => Ok(Vec::new()),
+        Some("-") => {
+            let mut bytes = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut bytes)
+                .map_err(|e| format!("cannot read stdin: {e}"))?;
+            Ok(bytes)
+        }
+        Some(path) => std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}")),
+    }
+}
+
+/// Shows the job's log and progress on stderr as they happen.
+#[derive(Debug)]
+struct StderrObserver {
+    bar: ProgressBar,
+}
+
+impl JobObserver for StderrObserver {
+    fn log(&self, bytes: &[u8]) {
+        self.bar.suspend(|| {
+            let _ = std::io::stderr().lock().write_all(bytes);
+        });
+    }
+
+    fn progress(&self, fraction: f32, message: &str) {
+        self.bar.set_position((fraction * 1000.0) as u64);
+        self.bar.set_message(message.to_string());
+    }
+}
