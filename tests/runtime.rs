@@ -192,14 +192,15 @@ async fn a_panic_is_a_trap_with_the_message_in_the_log() {
     assert_healthy(&rt).await;
 }
 
-#[tokio::test]
-async fn an_endless_loop_hits_the_timeout() {
+/// Runs the spin fixture with `input` under a 300 ms limit and checks that
+/// it is stopped, promptly, as a timeout.
+async fn assert_times_out(input: &[u8]) {
     let rt = runtime();
     let limits = JobLimits {
         timeout_ms: 300,
         ..JobLimits::default()
     };
-    let report = run(&rt, "fixture_spin", b"", limits).await;
+    let report = run(&rt, "fixture_spin", input, limits).await;
     assert_eq!(failure(&report), &JobFailure::Timeout { limit_ms: 300 });
     assert!(
         report.duration < Duration::from_secs(5),
@@ -210,20 +211,13 @@ async fn an_endless_loop_hits_the_timeout() {
 }
 
 #[tokio::test]
+async fn an_endless_loop_hits_the_timeout() {
+    assert_times_out(b"").await;
+}
+
+#[tokio::test]
 async fn a_job_blocked_in_a_host_call_still_times_out() {
-    let rt = runtime();
-    let limits = JobLimits {
-        timeout_ms: 300,
-        ..JobLimits::default()
-    };
-    let report = run(&rt, "fixture_spin", b"sleep", limits).await;
-    assert_eq!(failure(&report), &JobFailure::Timeout { limit_ms: 300 });
-    assert!(
-        report.duration < Duration::from_secs(5),
-        "stopped promptly: {:?}",
-        report.duration
-    );
-    assert_healthy(&rt).await;
+    assert_times_out(b"sleep").await;
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@
 //!
 //! Numbers go to stdout as Markdown, ready for BENCHMARKS.md.
 
-use cohort::runtime::{JobLimits, JobRequest, Runtime, RuntimeConfig};
+use cohort::runtime::{JobLimits, JobRequest, Module, Runtime, RuntimeConfig};
 use hdrhistogram::Histogram;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,17 @@ fn main() {
     primes();
 }
 
+/// A runtime with `concurrent_jobs` slots and the guest `name` loaded in it.
+fn load(rt: &tokio::runtime::Runtime, concurrent_jobs: u32, name: &str) -> (Runtime, Module) {
+    let runtime = Runtime::new(RuntimeConfig {
+        concurrent_jobs,
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let module = rt.block_on(runtime.load(&guest(name))).unwrap();
+    (runtime, module)
+}
+
 fn empty_request() -> JobRequest {
     JobRequest {
         input: Vec::new(),
@@ -45,12 +56,7 @@ fn overhead() {
         .enable_all()
         .build()
         .unwrap();
-    let runtime = Runtime::new(RuntimeConfig {
-        concurrent_jobs: 4,
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
-    let module = rt.block_on(runtime.load(&guest("fixture_echo"))).unwrap();
+    let (runtime, module) = load(&rt, 4, "fixture_echo");
     let mut histogram = Histogram::<u64>::new(3).unwrap();
     rt.block_on(async {
         for i in 0..OVERHEAD_WARMUP + OVERHEAD_SAMPLES {
@@ -85,12 +91,7 @@ fn throughput(cores: usize) {
         .enable_all()
         .build()
         .unwrap();
-    let runtime = Runtime::new(RuntimeConfig {
-        concurrent_jobs: 64,
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
-    let module = rt.block_on(runtime.load(&guest("fixture_echo"))).unwrap();
+    let (runtime, module) = load(&rt, 64, "fixture_echo");
     let started = Instant::now();
     let total: u64 = rt.block_on(async {
         let tasks: Vec<_> = (0..cores)
@@ -124,12 +125,7 @@ fn primes() {
         .enable_all()
         .build()
         .unwrap();
-    let runtime = Runtime::new(RuntimeConfig {
-        concurrent_jobs: 2,
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
-    let module = rt.block_on(runtime.load(&guest("primes"))).unwrap();
+    let (runtime, module) = load(&rt, 2, "primes");
     let input = format!(r#"{{"limit": {PRIMES_LIMIT}}}"#).into_bytes();
     let expected = primes::count_primes(PRIMES_LIMIT);
 

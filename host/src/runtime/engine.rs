@@ -57,7 +57,7 @@ const INSTANCE_METADATA_BYTES_MAX: usize = 1 << 20;
 const TABLE_ELEMENTS_MAX: usize = 100_000;
 /// Bytes of a freed linear memory kept paged-in for the next job, so that
 /// small jobs do not pay for page faults and `madvise` on every run.
-const MEMORY_KEEP_RESIDENT_BYTES: usize = 1 << 20;
+const MEMORY_KEEP_RESIDENT_BYTES: usize = 64 << 10;
 
 /// How to build a [`Runtime`].
 #[derive(Debug, Clone)]

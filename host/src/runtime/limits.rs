@@ -99,15 +99,9 @@ impl JobLimits {
 
 /// Parses a byte size such as `512`, `64k`, `256MiB` or `2G` (binary units).
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size (try 512, 64KiB, 256MiB, 2GiB)"))?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+    let (number, unit) = split_number(text)
+        .ok_or_else(|| format!("`{text}` is not a size (try 512, 64KiB, 256MiB, 2GiB)"))?;
+    let shift = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
         "m" | "mb" | "mib" => 20,
@@ -122,15 +116,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 /// Parses a duration such as `500ms`, `30s`, `5m` or `2h`; a bare number is
 /// seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let number: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration (try 500ms, 30s, 5m)"))?;
-    let millis = match unit.trim() {
+    let (number, unit) = split_number(text)
+        .ok_or_else(|| format!("`{text}` is not a duration (try 500ms, 30s, 5m)"))?;
+    let millis = match unit {
         "ms" => Some(number),
         "" | "s" => number.checked_mul(1000),
         "m" | "min" => number.checked_mul(60_000),
@@ -144,6 +132,16 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     millis
         .map(Duration::from_millis)
         .ok_or_else(|| format!("`{text}` is too long"))
+}
+
+/// Splits `"  64 MiB "` into `(64, "MiB")`; `None` without leading digits.
+fn split_number(text: &str) -> Option<(u64, &str)> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    Some((digits.parse().ok()?, unit.trim()))
 }
 
 #[cfg(test)]
