@@ -6,8 +6,11 @@
 //! * [`exec`] — `cohort exec`: run one module locally, no cluster.
 //! * [`demo`] — `cohort demo`: render a picture from many mandelbrot jobs.
 //! * [`guests`] — the example job components built into this binary.
+//! * [`journal`] — the append-only, checksummed journal the master will
+//!   event-source its state into.
 
 pub mod demo;
 pub mod exec;
 pub mod guests;
+pub mod journal;
 pub mod runtime;

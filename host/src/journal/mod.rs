@@ -1,0 +1,10 @@
+//! The master's journal: durable, append-only, framed and checksummed.
+//!
+//! See [`log`] for the design notes.
+
+pub mod frame;
+pub mod log;
+pub mod storage;
+
+pub use log::{Entry, Journal, JournalError, Recovered};
+pub use storage::{FsStorage, MemStorage, Storage};
