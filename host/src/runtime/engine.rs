@@ -12,11 +12,11 @@
 //!   the job world's exports; a module that would not run is refused here,
 //!   with [`ModuleError::code`] saying why, and never reaches a worker slot.
 //! * **Compile once.** Loaded modules are cached in memory (bounded LRU) and
-//!   on disk (see [`module`](super::module)); a job instantiates from a
+//!   on disk (see [`super::module`]); a job instantiates from a
 //!   pre-linked `InstancePre` into a pooled slot, which takes microseconds.
 //! * **Isolation.** Each attempt gets its own `Store`; the pooling allocator
 //!   hands it a fresh memory slot; the job's limits are enforced by a
-//!   resource limiter and deadlines (see [`job`](super::job)). A guest can
+//!   resource limiter and deadlines (see [`super::job`]). A guest can
 //!   trap, loop, allocate or print without bound and the worst outcome is its
 //!   own failure: the runtime and other jobs carry on.
 //! * **Bounded concurrency.** A semaphore sized to the instance pool keeps
