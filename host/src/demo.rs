@@ -19,6 +19,8 @@ use tokio::task::JoinSet;
 
 /// Largest picture side the demo draws, in pixels.
 const SIDE_MAX: u32 = 16_384;
+/// Most tile jobs the demo runs at once.
+const PARALLEL_MAX: u32 = 256;
 
 /// Arguments of `cohort demo`.
 #[derive(Debug, clap::Args)]
@@ -67,7 +69,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<DemoSummary> {
     let parallel = args
         .parallel
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get() as u32))
-        .clamp(1, 256);
+        .clamp(1, PARALLEL_MAX);
     let runtime = Runtime::new(RuntimeConfig {
         concurrent_jobs: parallel,
         ..RuntimeConfig::default()

@@ -28,7 +28,7 @@
 //! belong to the worker and the master; this module runs what it is given.
 
 use super::bindings::{Job, JobPre};
-use super::job::{self, EPOCH_TICK, JobReport, JobRequest, JobState};
+use super::job::{self, EPOCH_TICK, JobReport, JobRequest, JobState, TABLE_ELEMENTS_MAX};
 use super::limits::{JobLimits, MEMORY_BYTES_CEILING};
 use super::module::{self, Digest, DiskCache, MODULE_BYTES_MAX, Module, ModuleError, ModuleInner};
 use lru::LruCache;
@@ -43,6 +43,10 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 /// Default number of jobs that may run at once in one runtime.
 pub const CONCURRENT_JOBS_DEFAULT: u32 = 64;
+/// Most jobs one runtime may run at once: each slot reserves address space
+/// for its memories (4 GiB + guard each), and 10,000 slots stay well inside
+/// a 64-bit process's 128 TiB.
+pub const CONCURRENT_JOBS_MAX: u32 = 10_000;
 /// Default number of compiled modules kept in memory.
 pub const MODULE_CACHE_LEN_DEFAULT: usize = 64;
 /// Core instances one job component may create. Components built by Rust for
@@ -53,8 +57,6 @@ const MEMORIES_PER_COMPONENT_MAX: u32 = 4;
 const TABLES_PER_COMPONENT_MAX: u32 = 8;
 /// Largest component/core instance metadata; generous for big Rust programs.
 const INSTANCE_METADATA_BYTES_MAX: usize = 1 << 20;
-/// Table elements per table (function pointers of big programs).
-const TABLE_ELEMENTS_MAX: usize = 100_000;
 /// Bytes of a freed linear memory that are zeroed in place (instead of
 /// returned to the OS) for the next job. Measured on the empty-job benchmark:
 /// 1 MiB costs more in zeroing than it saves (p50 32 µs), none costs page
@@ -138,10 +140,10 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// Builds the engine, linker, caches and epoch ticker.
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
-        if config.concurrent_jobs == 0 || config.concurrent_jobs > 10_000 {
-            return Err(RuntimeError::Config(
-                "concurrent_jobs must be 1..=10000".into(),
-            ));
+        if config.concurrent_jobs == 0 || config.concurrent_jobs > CONCURRENT_JOBS_MAX {
+            return Err(RuntimeError::Config(format!(
+                "concurrent_jobs must be 1..={CONCURRENT_JOBS_MAX}"
+            )));
         }
         if config.memory_bytes_max == 0 || config.memory_bytes_max > MEMORY_BYTES_CEILING {
             return Err(RuntimeError::Config(format!(

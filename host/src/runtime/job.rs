@@ -46,8 +46,9 @@ const PROGRESS_MESSAGE_BYTES_MAX: usize = 256;
 const ERROR_CODE_BYTES_MAX: usize = 64;
 /// Longest job-error message kept, in bytes.
 const ERROR_MESSAGE_BYTES_MAX: usize = 4096;
-/// Most tables and table elements a job instance may have.
-const TABLE_ELEMENTS_MAX: usize = 100_000;
+/// Most elements one table of a job instance may grow to (function pointers
+/// of big programs); also sizes the instance pool's tables.
+pub(crate) const TABLE_ELEMENTS_MAX: usize = 100_000;
 
 /// What to run: the input and the conditions of this attempt.
 #[derive(Debug, Default)]
