@@ -393,3 +393,37 @@ async fn more_jobs_than_slots_wait_for_a_slot() {
         assert_eq!(report.outcome.unwrap(), (i as u32).to_le_bytes());
     }
 }
+
+/// A CPU-bound job must not monopolize its thread: on a single-threaded
+/// runtime, another task keeps running while the job spins. Without the
+/// epoch yield, the ticker below could not run at all until the job ended.
+#[tokio::test(flavor = "current_thread")]
+async fn a_spinning_job_yields_to_other_tasks() {
+    let rt = runtime();
+    let module = load(&rt, "fixture_spin").await;
+    let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let ticker = {
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    };
+    let request = JobRequest {
+        limits: JobLimits {
+            timeout_ms: 500,
+            ..JobLimits::default()
+        },
+        ..JobRequest::default()
+    };
+    let report = rt.run(&module, request).await;
+    ticker.abort();
+    assert_eq!(failure(&report).code(), "timeout");
+    let ticks = ticks.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        ticks >= 10,
+        "the other task ran only {ticks} times during a 500 ms job"
+    );
+}
