@@ -13,7 +13,7 @@
 use crate::guests;
 use crate::runtime::{JobLimits, JobRequest, Runtime, RuntimeConfig};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
@@ -21,6 +21,13 @@ use tokio::task::JoinSet;
 const SIDE_MAX: u32 = 16_384;
 /// Most tile jobs the demo runs at once.
 const PARALLEL_MAX: u32 = 256;
+/// Tile sides the demo accepts; the upper bound is the mandelbrot example's
+/// own limit on one tile.
+const TILE_SIDE_MIN: u32 = 16;
+const TILE_SIDE_MAX: u32 = 1024;
+/// Tile jobs queued per running one: enough to keep every slot busy, few
+/// enough that a huge picture does not hold all its tasks at once.
+const QUEUED_PER_SLOT: usize = 2;
 
 /// Arguments of `cohort demo`.
 #[derive(Debug, clap::Args)]
@@ -45,26 +52,15 @@ pub struct DemoArgs {
     pub parallel: Option<u32>,
 }
 
-/// What a finished demo did.
-#[derive(Debug)]
-pub struct DemoSummary {
-    /// Tile jobs that ran.
-    pub jobs: usize,
-    /// Wall-clock time of the whole render.
-    pub elapsed: Duration,
-    /// Sum of the jobs' own run times.
-    pub job_time: Duration,
-}
-
 /// Runs the demo, printing progress and a summary.
-pub async fn run(args: DemoArgs) -> anyhow::Result<DemoSummary> {
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         (1..=SIDE_MAX).contains(&args.width) && (1..=SIDE_MAX).contains(&args.height),
         "width and height must be 1..={SIDE_MAX}"
     );
     anyhow::ensure!(
-        (16..=1024).contains(&args.tile),
-        "tile must be 16..=1024 pixels"
+        (TILE_SIDE_MIN..=TILE_SIDE_MAX).contains(&args.tile),
+        "tile must be {TILE_SIDE_MIN}..={TILE_SIDE_MAX} pixels"
     );
     let parallel = args
         .parallel
@@ -91,27 +87,24 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<DemoSummary> {
         .expect("a valid template"),
     );
     let started = Instant::now();
+    let mut pending = tiles.iter().copied();
     let mut running = JoinSet::new();
-    for tile in tiles.iter().copied() {
-        let (runtime, module) = (runtime.clone(), module.clone());
-        let input = serde_json::to_vec(&serde_json::json!({
-            "width": args.width, "height": args.height,
-            "x": tile.x, "y": tile.y, "w": tile.w, "h": tile.h,
-            "iterations": args.iterations,
-        }))?;
-        running.spawn(async move {
+    let mut canvas = vec![0u8; (args.width * args.height * 3) as usize];
+    let mut job_time = Duration::ZERO;
+    loop {
+        while running.len() < parallel as usize * QUEUED_PER_SLOT {
+            let Some(tile) = pending.next() else { break };
             let request = JobRequest {
-                input,
+                input: tile_input(&args, tile)?,
                 limits: JobLimits::default(),
                 ..JobRequest::default()
             };
-            (tile, runtime.run(&module, request).await)
-        });
-    }
-
-    let mut canvas = vec![0u8; (args.width * args.height * 3) as usize];
-    let mut job_time = Duration::ZERO;
-    while let Some(joined) = running.join_next().await {
+            let (runtime, module) = (runtime.clone(), module.clone());
+            running.spawn(async move { (tile, runtime.run(&module, request).await) });
+        }
+        let Some(joined) = running.join_next().await else {
+            break;
+        };
         let (tile, report) = joined?;
         job_time += report.duration;
         let png = report.outcome.map_err(|failure| {
@@ -129,23 +122,28 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<DemoSummary> {
     let elapsed = started.elapsed();
     write_png(&args.out, args.width, args.height, &canvas)?;
 
-    let summary = DemoSummary {
-        jobs: tiles.len(),
-        elapsed,
-        job_time,
-    };
+    let jobs = tiles.len() as f64;
     println!(
         "wrote {} ({}x{}): {} jobs in {:.2} s = {:.0} jobs/s; mean job {:.1} ms; {:.1}x parallel speed-up",
         args.out.display(),
         args.width,
         args.height,
-        summary.jobs,
+        tiles.len(),
         elapsed.as_secs_f64(),
-        summary.jobs as f64 / elapsed.as_secs_f64(),
-        job_time.as_secs_f64() * 1000.0 / summary.jobs as f64,
+        jobs / elapsed.as_secs_f64(),
+        job_time.as_secs_f64() * 1000.0 / jobs,
         job_time.as_secs_f64() / elapsed.as_secs_f64(),
     );
-    Ok(summary)
+    Ok(())
+}
+
+/// The mandelbrot example's input for one tile of the picture.
+fn tile_input(args: &DemoArgs, tile: Tile) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec(&serde_json::json!({
+        "width": args.width, "height": args.height,
+        "x": tile.x, "y": tile.y, "w": tile.w, "h": tile.h,
+        "iterations": args.iterations,
+    }))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -196,7 +194,7 @@ fn paste(canvas: &mut [u8], width: u32, tile: Tile, png_bytes: &[u8]) -> anyhow:
     Ok(())
 }
 
-fn write_png(path: &PathBuf, width: u32, height: u32, rgb: &[u8]) -> anyhow::Result<()> {
+fn write_png(path: &Path, width: u32, height: u32, rgb: &[u8]) -> anyhow::Result<()> {
     let file = std::io::BufWriter::new(std::fs::File::create(path)?);
     let mut encoder = png::Encoder::new(file, width, height);
     encoder.set_color(png::ColorType::Rgb);

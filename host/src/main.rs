@@ -44,7 +44,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Exec(args) => cohort::exec::run(args).await.into(),
             Command::Demo(args) => match cohort::demo::run(args).await {
-                Ok(_) => ExitCode::SUCCESS,
+                Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     eprintln!("error: {error:#}");
                     ExitCode::FAILURE
