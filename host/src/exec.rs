@@ -6,7 +6,9 @@
 //! same ones a cluster node enforces.
 
 use crate::runtime::limits::{self, JobLimits};
-use crate::runtime::{JobFailure, JobObserver, JobReport, JobRequest, Runtime, RuntimeConfig};
+use crate::runtime::{
+    JobFailure, JobObserver, JobReport, JobRequest, ModuleError, Runtime, RuntimeConfig,
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -21,18 +23,20 @@ pub struct ExecArgs {
     /// The input: a file, or `-` for stdin. Empty when omitted.
     #[arg(long, short)]
     pub input: Option<String>,
-    /// Wall-clock limit, e.g. `500ms`, `30s`, `5m`.
-    #[arg(long, value_parser = limits::parse_duration, default_value = "60s")]
-    pub timeout: Duration,
-    /// Linear-memory limit, e.g. `64MiB`, `1GiB`.
-    #[arg(long, value_parser = limits::parse_bytes, default_value = "256MiB")]
-    pub memory: u64,
-    /// Largest output accepted.
-    #[arg(long, value_parser = limits::parse_bytes, default_value = "16MiB")]
-    pub output_limit: u64,
-    /// Log bytes kept; the rest is dropped with a marker.
-    #[arg(long, value_parser = limits::parse_bytes, default_value = "1MiB")]
-    pub log_limit: u64,
+    // Limits left out take the values of `JobLimits::default()`, the same
+    // defaults a node applies; the numbers in the help text are for people.
+    /// Wall-clock limit, e.g. `500ms`, `30s`, `5m` [default: 60s].
+    #[arg(long, value_parser = limits::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Linear-memory limit, e.g. `64MiB`, `1GiB` [default: 256MiB].
+    #[arg(long, value_parser = limits::parse_bytes)]
+    pub memory: Option<u64>,
+    /// Largest output accepted [default: 16MiB].
+    #[arg(long, value_parser = limits::parse_bytes)]
+    pub output_limit: Option<u64>,
+    /// Log bytes kept; the rest is dropped with a marker [default: 1MiB].
+    #[arg(long, value_parser = limits::parse_bytes)]
+    pub log_limit: Option<u64>,
     /// A checkpoint file to resume from (as saved by `--save-checkpoint`).
     #[arg(long)]
     pub resume: Option<PathBuf>,
@@ -97,12 +101,15 @@ pub async fn run(args: ExecArgs) -> ExitStatus {
 
 async fn exec(args: ExecArgs) -> Result<ExitStatus, (ExitStatus, String)> {
     let usage = |message: String| (ExitStatus::Usage, message);
+    let defaults = JobLimits::default();
     let limits = JobLimits {
-        memory_bytes: args.memory,
-        timeout_ms: u64::try_from(args.timeout.as_millis()).unwrap_or(u64::MAX),
-        output_bytes: args.output_limit,
-        log_bytes: args.log_limit,
-        ..JobLimits::default()
+        memory_bytes: args.memory.unwrap_or(defaults.memory_bytes),
+        timeout_ms: args.timeout.map_or(defaults.timeout_ms, |timeout| {
+            u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)
+        }),
+        output_bytes: args.output_limit.unwrap_or(defaults.output_bytes),
+        log_bytes: args.log_limit.unwrap_or(defaults.log_bytes),
+        ..defaults
     };
     limits.validate().map_err(|e| usage(e.to_string()))?;
     let wasm = std::fs::read(&args.module)
@@ -122,10 +129,14 @@ async fn exec(args: ExecArgs) -> Result<ExitStatus, (ExitStatus, String)> {
         ..RuntimeConfig::default()
     })
     .map_err(|e| (ExitStatus::Internal, e.to_string()))?;
-    let module = runtime
-        .load(&wasm)
-        .await
-        .map_err(|e| usage(format!("[{}] {e}", e.code())))?;
+    let module = runtime.load(&wasm).await.map_err(|e| {
+        // A module the runtime refuses is the caller's; a host fault is not.
+        let status = match e {
+            ModuleError::Internal(_) => ExitStatus::Internal,
+            _ => ExitStatus::Usage,
+        };
+        (status, format!("[{}] {e}", e.code()))
+    })?;
 
     let bar = ProgressBar::new(1000).with_style(
         ProgressStyle::with_template(
@@ -216,5 +227,47 @@ impl JobObserver for StderrObserver {
     fn progress(&self, fraction: f32, message: &str) {
         self.bar.set_position((fraction * 1000.0) as u64);
         self.bar.set_message(message.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Args;
+
+    /// The `[default: ...]` in a flag's help, parsed with `parse`.
+    fn help_default<T>(name: &str, parse: fn(&str) -> Result<T, String>) -> T {
+        let command = ExecArgs::augment_args(clap::Command::new("exec"));
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_id() == name)
+            .expect("flag exists");
+        let help = arg.get_help().expect("flag has help").to_string();
+        let text = help
+            .split("[default: ")
+            .nth(1)
+            .and_then(|t| t.strip_suffix(']'));
+        parse(text.unwrap_or_else(|| panic!("no default in `{help}`"))).unwrap()
+    }
+
+    #[test]
+    fn help_text_defaults_match_the_runtime_defaults() {
+        let defaults = JobLimits::default();
+        assert_eq!(
+            help_default("timeout", limits::parse_duration),
+            defaults.timeout()
+        );
+        assert_eq!(
+            help_default("memory", limits::parse_bytes),
+            defaults.memory_bytes
+        );
+        assert_eq!(
+            help_default("output_limit", limits::parse_bytes),
+            defaults.output_bytes
+        );
+        assert_eq!(
+            help_default("log_limit", limits::parse_bytes),
+            defaults.log_bytes
+        );
     }
 }
