@@ -49,6 +49,10 @@ pub const CONCURRENT_JOBS_DEFAULT: u32 = 64;
 pub const CONCURRENT_JOBS_MAX: u32 = 10_000;
 /// Default number of compiled modules kept in memory.
 pub const MODULE_CACHE_LEN_DEFAULT: usize = 64;
+/// Modules compiled at once. Each compilation already uses every core
+/// (Cranelift compiles functions in parallel), so more would only multiply
+/// memory use; further loads wait their turn.
+const COMPILES_CONCURRENT_MAX: usize = 2;
 /// Core instances one job component may create. Components built by Rust for
 /// wasm32-wasip2 use a few (the program plus adapter shims).
 const CORE_INSTANCES_PER_COMPONENT_MAX: u32 = 16;
@@ -121,6 +125,8 @@ struct Inner {
     disk_cache: Option<DiskCache>,
     /// One permit per pooled instance slot.
     slots: Semaphore,
+    /// Bounds compilations in flight (see [`COMPILES_CONCURRENT_MAX`]).
+    compiles: Semaphore,
     memory_bytes_max: u64,
     ticker_stop: Arc<AtomicBool>,
 }
@@ -179,6 +185,7 @@ impl Runtime {
                 memory_cache: Mutex::new(LruCache::new(cache_len)),
                 disk_cache,
                 slots: Semaphore::new(config.concurrent_jobs as usize),
+                compiles: Semaphore::new(COMPILES_CONCURRENT_MAX),
                 memory_bytes_max: config.memory_bytes_max,
                 ticker_stop,
             }),
@@ -204,6 +211,16 @@ impl Runtime {
             return Ok(module);
         }
         module::check_preamble(wasm)?;
+        let _compiling = self
+            .inner
+            .compiles
+            .acquire()
+            .await
+            .expect("the compile semaphore is never closed");
+        // Someone may have compiled it while this load waited.
+        if let Some(module) = self.cached(&digest).await {
+            return Ok(module);
+        }
         let this = self.clone();
         let wasm = wasm.to_vec();
         tokio::task::spawn_blocking(move || this.compile(digest, &wasm))
