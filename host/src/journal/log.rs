@@ -202,12 +202,11 @@ impl<S: Storage> Journal<S> {
             self.segment_bytes = 0;
         }
         let index = self.next_index;
-        let mut payload = Vec::with_capacity(ENTRY_HEADER_BYTES + data.len());
-        payload.extend_from_slice(&index.to_le_bytes());
-        payload.extend_from_slice(&epoch.to_le_bytes());
-        payload.extend_from_slice(data);
+        let mut header = [0u8; ENTRY_HEADER_BYTES];
+        header[..8].copy_from_slice(&index.to_le_bytes());
+        header[8..].copy_from_slice(&epoch.to_le_bytes());
         self.buffer.clear();
-        frame::encode(&payload, &mut self.buffer);
+        frame::encode(&[&header, data], &mut self.buffer);
         self.storage.append(self.segment, &self.buffer)?;
         self.segment_bytes += self.buffer.len() as u64;
         self.next_index += 1;
@@ -322,12 +321,12 @@ mod tests {
         }
         journal.sync().unwrap();
         let mut storage = journal.into_storage();
-        // Each entry's frame is 8 + 16 + 10 = 34 bytes; flip a bit in entry 1.
-        storage.corrupt(0, 34 + 20);
+        // Each entry's frame is 12 + 16 + 10 = 38 bytes; flip a bit in entry 1.
+        storage.corrupt(0, 38 + 20);
         match Journal::open(storage) {
             Err(JournalError::Corrupt {
                 segment: 0,
-                offset: 34,
+                offset: 38,
                 ..
             }) => {}
             other => panic!("expected corruption at entry 1, got {other:?}"),
