@@ -8,7 +8,7 @@
 //!
 //! Numbers go to stdout as Markdown, ready for BENCHMARKS.md.
 
-use cohort::runtime::{JobLimits, JobRequest, Module, Runtime, RuntimeConfig};
+use cohort::runtime::{JobRequest, Module, Runtime, RuntimeConfig};
 use hdrhistogram::Histogram;
 use std::time::{Duration, Instant};
 
@@ -43,25 +43,23 @@ fn load(rt: &tokio::runtime::Runtime, concurrent_jobs: u32, name: &str) -> (Runt
     (runtime, module)
 }
 
-fn empty_request() -> JobRequest {
-    JobRequest {
-        input: Vec::new(),
-        limits: JobLimits::default(),
-        ..JobRequest::default()
-    }
+/// A single-threaded async runtime, so one-at-a-time numbers are not
+/// blurred by work stealing.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn overhead() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let (runtime, module) = load(&rt, 4, "fixture_echo");
     let mut histogram = Histogram::<u64>::new(3).unwrap();
     rt.block_on(async {
         for i in 0..OVERHEAD_WARMUP + OVERHEAD_SAMPLES {
             let started = Instant::now();
-            let report = runtime.run(&module, empty_request()).await;
+            let report = runtime.run(&module, JobRequest::default()).await;
             let nanos = started.elapsed().as_nanos() as u64;
             assert!(report.outcome.is_ok());
             if i >= OVERHEAD_WARMUP {
@@ -100,7 +98,13 @@ fn throughput(cores: usize) {
                 tokio::spawn(async move {
                     let mut done = 0u64;
                     while started.elapsed() < THROUGHPUT_DURATION {
-                        assert!(runtime.run(&module, empty_request()).await.outcome.is_ok());
+                        assert!(
+                            runtime
+                                .run(&module, JobRequest::default())
+                                .await
+                                .outcome
+                                .is_ok()
+                        );
                         done += 1;
                     }
                     done
@@ -121,10 +125,7 @@ fn throughput(cores: usize) {
 }
 
 fn primes() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = current_thread();
     let (runtime, module) = load(&rt, 2, "primes");
     let input = format!(r#"{{"limit": {PRIMES_LIMIT}}}"#).into_bytes();
     let expected = primes::count_primes(PRIMES_LIMIT);
@@ -137,7 +138,7 @@ fn primes() {
             &module,
             JobRequest {
                 input: input.clone(),
-                ..empty_request()
+                ..JobRequest::default()
             },
         ));
         wasm_best = wasm_best.min(started.elapsed());
