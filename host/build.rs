@@ -17,6 +17,7 @@ const TARGET: &str = "wasm32-wasip2";
 
 /// Guest packages to build, as named in their Cargo.toml.
 const GUESTS: &[&str] = &[
+    "cohort-master",
     "wordcount",
     "primes",
     "mandelbrot",
@@ -51,6 +52,7 @@ fn main() {
         .to_path_buf();
     for watched in [
         "wit",
+        "host/master",
         "guest-sdk",
         "examples",
         "tests/fixtures",

@@ -1,0 +1,85 @@
+//! cohort's master: the job scheduler as a pure, deterministic state machine.
+//!
+//! The same code runs two ways. Built for `wasm32-wasip2` it is the master
+//! component (`wit/master.wit`) that the `cohort` host embeds and runs on the
+//! node that hosts the master; linked natively it gives the host the message
+//! types and lets the scheduling logic be unit-tested without Wasm.
+//!
+//! * [`protocol`] — commands, events, effects, replies, queries, answers and
+//!   their versioned postcard encoding.
+//! * [`master`] — the state and its `decide`/`apply`/`query`/`snapshot`.
+//! * [`Machine`] — the byte-level face of the master, exactly what the
+//!   component exports; the host's native backend calls it directly, so a
+//!   scenario replayed natively and through Wasm must give identical bytes.
+
+pub mod master;
+pub mod protocol;
+pub mod scenarios;
+
+#[cfg(test)]
+mod tests;
+
+pub use master::Master;
+pub use protocol::*;
+
+#[cfg(target_arch = "wasm32")]
+mod component;
+
+/// The master as the component exports it: versioned bytes in and out.
+#[derive(Debug, Default)]
+pub struct Machine {
+    master: Master,
+}
+
+impl Machine {
+    /// Starts empty or from a snapshot.
+    pub fn init(snapshot: Option<&[u8]>) -> Result<Self, Rejection> {
+        let master = match snapshot {
+            Some(bytes) => Master::restore(bytes)?,
+            None => Master::new(),
+        };
+        Ok(Self { master })
+    }
+
+    /// Decides an encoded [`Command`]: encoded events and reply.
+    pub fn decide(
+        &self,
+        now: Millis,
+        command: &[u8],
+    ) -> Result<(Vec<Vec<u8>>, Vec<u8>), Rejection> {
+        let command: Command = decode(command)?;
+        let decision = self.master.decide(now, &command)?;
+        let events = decision.events.iter().map(encode).collect();
+        Ok((events, encode(&decision.reply)))
+    }
+
+    /// Applies encoded events in order; encoded effects. Every event is
+    /// decoded before any is applied, so a bad one changes nothing.
+    pub fn apply<B: AsRef<[u8]>>(&mut self, events: &[B]) -> Result<Vec<Vec<u8>>, Rejection> {
+        let events = events
+            .iter()
+            .map(|bytes| decode::<Event>(bytes.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut effects = Vec::new();
+        for event in &events {
+            effects.extend(self.master.apply(event).iter().map(encode));
+        }
+        Ok(effects)
+    }
+
+    /// The whole state.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.master.snapshot()
+    }
+
+    /// Answers an encoded [`Query`].
+    pub fn query(&self, now: Millis, query: &[u8]) -> Result<Vec<u8>, Rejection> {
+        let query: Query = decode(query)?;
+        Ok(encode(&self.master.query(now, &query)?))
+    }
+
+    /// The state machine itself.
+    pub fn master(&self) -> &Master {
+        &self.master
+    }
+}

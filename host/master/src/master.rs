@@ -1,0 +1,897 @@
+//! The scheduler's state and its two functions: `decide` and `apply`.
+//!
+//! `decide(now, command)` reads the state and returns the events the command
+//! leads to (or a rejection); it never changes anything. `apply(event)`
+//! changes the state and returns effects for the host. Only `apply` mutates,
+//! and it reads nothing but the state and the event (the event carries its
+//! decision time), so replaying a journal rebuilds exactly the state the live
+//! master had. Every collection is ordered (`BTreeMap`/`BTreeSet`), so the
+//! same events give the same choices on every machine and in every build.
+//!
+//! # Job lifecycle
+//!
+//! `queued -> running -> succeeded | failed | cancelled | dead`. A failed
+//! attempt whose code is in [`RETRYABLE_CODES`] goes back to `queued` after
+//! an exponential backoff until `max_attempts` attempts have been made; then
+//! the job is `dead` (dead-lettered). Any other failure (the job's own
+//! `job_error`, an oversized result) makes it `failed` at once. A running
+//! attempt holds a lease of `timeout_ms + lease_grace_ms`; when it lapses, or
+//! its worker is lost, the attempt fails with `lease_expired` / `worker_lost`.
+//! Only the report of the current attempt from the worker that holds it is
+//! recorded, so each job has exactly one outcome.
+//!
+//! # Bounds
+//!
+//! Queued jobs are bounded by `queue_max` (`queue_full` beyond it); inputs,
+//! results, checkpoints and log tails have size limits; finished jobs are
+//! purged after `retention_ms`, beyond `finished_max`, or when their results
+//! exceed `results_bytes_total_max`, oldest first. `Tick` emits at most
+//! [`TICK_EVENTS_MAX`] events so no single batch is unbounded.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::*;
+
+/// Most events one `Tick` produces; the rest wait for the next tick.
+pub const TICK_EVENTS_MAX: usize = 4096;
+/// Bytes of an attempt's log kept (its end).
+pub const LOG_TAIL_BYTES_MAX: usize = 4096;
+/// Longest idempotency key.
+pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
+/// Longest worker id.
+pub const WORKER_ID_BYTES_MAX: usize = 256;
+/// Most jobs one listing returns.
+pub const LIST_LIMIT_MAX: u32 = 1000;
+/// Most jobs one listing looks at (a filtered listing returns a cursor to
+/// continue rather than scanning everything).
+pub const LIST_SCAN_MAX: usize = 100_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Job {
+    spec: JobSpec,
+    state: JobState,
+    submitted_at: Millis,
+    finished_at: Option<Millis>,
+    not_before: Option<Millis>,
+    lease_until: Option<Millis>,
+    /// Position in the FIFO of its priority.
+    seq: u64,
+    attempts: Vec<Attempt>,
+    error: Option<Failure>,
+    result: Option<Vec<u8>>,
+    checkpoint: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Worker {
+    slots: u32,
+    last_seen: Millis,
+    running: BTreeSet<JobId>,
+}
+
+/// The master's whole state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Master {
+    config: Config,
+    next_id: JobId,
+    next_seq: u64,
+    jobs: BTreeMap<JobId, Job>,
+    workers: BTreeMap<String, Worker>,
+    submitted_total: u64,
+    attempts_total: u64,
+    retries_total: u64,
+    // Indexes, rebuilt from `jobs` on restore (not in snapshots).
+    #[serde(skip)]
+    index: Index,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Index {
+    /// Runnable jobs: (-priority, seq, id).
+    ready: BTreeSet<(i64, u64, JobId)>,
+    /// Jobs backing off: (not_before, id).
+    delayed: BTreeSet<(Millis, JobId)>,
+    /// Running attempts: (lease_until, id).
+    leases: BTreeSet<(Millis, JobId)>,
+    /// Finished jobs: (finished_at, id).
+    finished: BTreeSet<(Millis, JobId)>,
+    keys: BTreeMap<String, JobId>,
+    counts: [u64; 6],
+    result_bytes: u64,
+}
+
+impl Default for Master {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn reject<T>(code: &str, message: impl Into<String>) -> Result<T, Rejection> {
+    Err(Rejection::new(code, message))
+}
+
+impl Master {
+    /// An empty master with the default [`Config`].
+    pub fn new() -> Self {
+        Self {
+            config: Config::default(),
+            next_id: 1,
+            next_seq: 0,
+            jobs: BTreeMap::new(),
+            workers: BTreeMap::new(),
+            submitted_total: 0,
+            attempts_total: 0,
+            retries_total: 0,
+            index: Index::default(),
+        }
+    }
+
+    /// The whole state as versioned bytes.
+    pub fn snapshot(&self) -> Vec<u8> {
+        encode(self)
+    }
+
+    /// A master from [`snapshot`](Self::snapshot) bytes.
+    pub fn restore(bytes: &[u8]) -> Result<Self, Rejection> {
+        let mut master: Master = decode(bytes)?;
+        master.rebuild_index();
+        Ok(master)
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn rebuild_index(&mut self) {
+        let mut index = Index::default();
+        for (&id, job) in &self.jobs {
+            index.counts[job.state as usize] += 1;
+            if let Some(key) = &job.spec.idempotency_key {
+                index.keys.insert(key.clone(), id);
+            }
+            match job.state {
+                JobState::Queued => match job.not_before {
+                    Some(at) => {
+                        index.delayed.insert((at, id));
+                    }
+                    None => {
+                        index.ready.insert(ready_key(job, id));
+                    }
+                },
+                JobState::Running => {
+                    if let Some(until) = job.lease_until {
+                        index.leases.insert((until, id));
+                    }
+                }
+                _ => {
+                    index.finished.insert((job.finished_at.unwrap_or(0), id));
+                    index.result_bytes += job.result.as_ref().map_or(0, |r| r.len() as u64);
+                }
+            }
+        }
+        self.index = index;
+    }
+
+    fn queued(&self) -> u64 {
+        (self.index.ready.len() + self.index.delayed.len()) as u64
+    }
+
+    fn job(&self, id: JobId) -> Result<&Job, Rejection> {
+        match self.jobs.get(&id) {
+            Some(job) => Ok(job),
+            None if id > 0 && id < self.next_id => reject(
+                codes::JOB_EXPIRED,
+                format!("job {id} finished and its record was removed after the retention time"),
+            ),
+            None => reject(codes::JOB_NOT_FOUND, format!("no job {id}")),
+        }
+    }
+
+    /// What `command` at time `now` leads to; changes nothing.
+    pub fn decide(&self, now: Millis, command: &Command) -> Result<Decision, Rejection> {
+        let event = |kind| Event { at: now, kind };
+        let done = |events| {
+            Ok(Decision {
+                events,
+                reply: Reply::Done,
+            })
+        };
+        match command {
+            Command::Configure(config) => {
+                validate_config(config)?;
+                if *config == self.config {
+                    return done(Vec::new());
+                }
+                done(vec![event(EventKind::Configured(config.clone()))])
+            }
+            Command::Submit(spec) => self.decide_submit(now, spec),
+            Command::Cancel { id } => {
+                let job = self.job(*id)?;
+                if job.state.is_terminal() {
+                    return reject(
+                        codes::JOB_FINISHED,
+                        format!("job {id} already finished: {}", job.state.name()),
+                    );
+                }
+                done(vec![event(EventKind::Cancelled { id: *id })])
+            }
+            Command::Poll {
+                worker,
+                slots,
+                free,
+            } => {
+                if worker.is_empty() || worker.len() > WORKER_ID_BYTES_MAX {
+                    return reject(codes::INVALID_JOB, "worker ids are 1 to 256 bytes");
+                }
+                let mut events = Vec::new();
+                let seen = match self.workers.get(worker) {
+                    None => true,
+                    Some(known) => {
+                        known.slots != *slots
+                            || now >= known.last_seen + self.config.worker_ttl_ms / 4
+                    }
+                };
+                if seen {
+                    events.push(event(EventKind::WorkerSeen {
+                        worker: worker.clone(),
+                        slots: *slots,
+                    }));
+                }
+                for &(_, _, id) in self.index.ready.iter().take(*free as usize) {
+                    let job = &self.jobs[&id];
+                    events.push(event(EventKind::Assigned {
+                        id,
+                        attempt: job.attempts.len() as u32 + 1,
+                        worker: worker.clone(),
+                        lease_until: now + job.spec.timeout_ms + self.config.lease_grace_ms,
+                    }));
+                }
+                done(events)
+            }
+            Command::Checkpoint { id, attempt, data } => {
+                if let Err(reason) = self.current_attempt(*id, *attempt, None) {
+                    return Ok(ignored(reason));
+                }
+                if data.len() as u64 > self.config.checkpoint_bytes_max {
+                    return reject(
+                        "checkpoint_too_large",
+                        format!(
+                            "checkpoint of {} bytes, the limit is {}",
+                            data.len(),
+                            self.config.checkpoint_bytes_max
+                        ),
+                    );
+                }
+                done(vec![event(EventKind::Checkpointed {
+                    id: *id,
+                    attempt: *attempt,
+                    data: data.clone(),
+                })])
+            }
+            Command::Finish {
+                id,
+                attempt,
+                worker,
+                outcome,
+                duration_ms,
+                log_tail,
+            } => {
+                if let Err(reason) = self.current_attempt(*id, *attempt, Some(worker)) {
+                    return Ok(ignored(reason));
+                }
+                let outcome = match outcome {
+                    Outcome::Succeeded(result)
+                        if result.len() as u64 > self.config.result_bytes_max =>
+                    {
+                        Outcome::Failed(Failure {
+                            code: "output_too_large".into(),
+                            message: format!(
+                                "result of {} bytes, the master keeps at most {}",
+                                result.len(),
+                                self.config.result_bytes_max
+                            ),
+                        })
+                    }
+                    other => other.clone(),
+                };
+                done(vec![event(EventKind::Finished {
+                    id: *id,
+                    attempt: *attempt,
+                    outcome,
+                    duration_ms: *duration_ms,
+                    log_tail: tail(log_tail, LOG_TAIL_BYTES_MAX).into(),
+                })])
+            }
+            Command::WorkerGone { worker } => {
+                if self.workers.contains_key(worker) {
+                    done(vec![event(EventKind::WorkerLost {
+                        worker: worker.clone(),
+                    })])
+                } else {
+                    done(Vec::new())
+                }
+            }
+            Command::Tick => done(self.decide_tick(now)),
+        }
+    }
+
+    fn decide_submit(&self, now: Millis, spec: &JobSpec) -> Result<Decision, Rejection> {
+        let config = &self.config;
+        if spec.max_attempts == 0 || spec.max_attempts > config.attempts_max {
+            return reject(
+                codes::INVALID_JOB,
+                format!("max_attempts must be 1 to {}", config.attempts_max),
+            );
+        }
+        if spec.timeout_ms == 0 || spec.timeout_ms > config.timeout_ms_max {
+            return reject(
+                codes::INVALID_JOB,
+                format!("timeout_ms must be 1 to {}", config.timeout_ms_max),
+            );
+        }
+        if spec.input.len() as u64 > config.input_bytes_max {
+            return reject(
+                "input_too_large",
+                format!(
+                    "input of {} bytes, the limit is {}",
+                    spec.input.len(),
+                    config.input_bytes_max
+                ),
+            );
+        }
+        if let Some(key) = &spec.idempotency_key {
+            if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
+                return reject(
+                    codes::INVALID_JOB,
+                    format!("idempotency keys are 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes"),
+                );
+            }
+            if let Some(&id) = self.index.keys.get(key) {
+                let job = &self.jobs[&id];
+                if job.spec.module != spec.module || job.spec.input != spec.input {
+                    return reject(
+                        codes::IDEMPOTENCY_CONFLICT,
+                        format!(
+                            "idempotency key {key:?} belongs to job {id}, which has a different module or input"
+                        ),
+                    );
+                }
+                return Ok(Decision {
+                    events: Vec::new(),
+                    reply: Reply::Submitted { id, existing: true },
+                });
+            }
+        }
+        if self.queued() >= config.queue_max {
+            return reject(
+                codes::QUEUE_FULL,
+                format!(
+                    "{} jobs are waiting, the limit is {}",
+                    self.queued(),
+                    config.queue_max
+                ),
+            );
+        }
+        let id = self.next_id;
+        Ok(Decision {
+            events: vec![Event {
+                at: now,
+                kind: EventKind::Submitted {
+                    id,
+                    spec: spec.clone(),
+                },
+            }],
+            reply: Reply::Submitted {
+                id,
+                existing: false,
+            },
+        })
+    }
+
+    /// Whether `attempt` is the running attempt of job `id` (held by
+    /// `worker`, when given); otherwise why not.
+    fn current_attempt(&self, id: JobId, attempt: u32, worker: Option<&str>) -> Result<(), String> {
+        let Some(job) = self.jobs.get(&id) else {
+            return Err(format!("no job {id}"));
+        };
+        if job.state != JobState::Running {
+            return Err(format!("job {id} is {}", job.state.name()));
+        }
+        let current = job.attempts.last().expect("a running job has an attempt");
+        if current.number != attempt {
+            return Err(format!(
+                "attempt {attempt} of job {id} was superseded by attempt {}",
+                current.number
+            ));
+        }
+        if let Some(worker) = worker
+            && current.worker != worker
+        {
+            return Err(format!(
+                "attempt {attempt} of job {id} is not held by {worker}"
+            ));
+        }
+        Ok(())
+    }
+
+    fn decide_tick(&self, now: Millis) -> Vec<Event> {
+        let mut kinds = Vec::new();
+        let room = |kinds: &Vec<EventKind>| kinds.len() < TICK_EVENTS_MAX;
+        for &(until, id) in &self.index.leases {
+            if until > now || !room(&kinds) {
+                break;
+            }
+            let attempt = self.jobs[&id].attempts.last().map_or(0, |a| a.number);
+            kinds.push(EventKind::Expired {
+                id,
+                attempt,
+                code: "lease_expired".into(),
+            });
+        }
+        for &(at, id) in &self.index.delayed {
+            if at > now || !room(&kinds) {
+                break;
+            }
+            kinds.push(EventKind::Released { id });
+        }
+        for (worker, state) in &self.workers {
+            if !room(&kinds) {
+                break;
+            }
+            if now >= state.last_seen + self.config.worker_ttl_ms {
+                kinds.push(EventKind::WorkerLost {
+                    worker: worker.clone(),
+                });
+            }
+        }
+        // Finished jobs, oldest first: past retention, or beyond the count
+        // and result-bytes bounds.
+        let mut excess =
+            (self.index.finished.len() as u64).saturating_sub(self.config.finished_max);
+        let mut bytes = self.index.result_bytes;
+        for &(finished_at, id) in &self.index.finished {
+            if !room(&kinds) {
+                break;
+            }
+            let expired = finished_at + self.config.retention_ms <= now;
+            let over = excess > 0 || bytes > self.config.results_bytes_total_max;
+            if !expired && !over {
+                break;
+            }
+            kinds.push(EventKind::Purged { id });
+            excess = excess.saturating_sub(1);
+            bytes -= self.jobs[&id].result.as_ref().map_or(0, |r| r.len() as u64);
+        }
+        kinds
+            .into_iter()
+            .map(|kind| Event { at: now, kind })
+            .collect()
+    }
+
+    /// Applies one event; returns what the host must do about it.
+    pub fn apply(&mut self, event: &Event) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        let at = event.at;
+        match &event.kind {
+            EventKind::Configured(config) => self.config = config.clone(),
+            EventKind::Submitted { id, spec } => {
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                let job = Job {
+                    spec: spec.clone(),
+                    state: JobState::Queued,
+                    submitted_at: at,
+                    finished_at: None,
+                    not_before: None,
+                    lease_until: None,
+                    seq,
+                    attempts: Vec::new(),
+                    error: None,
+                    result: None,
+                    checkpoint: None,
+                };
+                self.index.ready.insert(ready_key(&job, *id));
+                if let Some(key) = &spec.idempotency_key {
+                    self.index.keys.insert(key.clone(), *id);
+                }
+                self.index.counts[JobState::Queued as usize] += 1;
+                self.jobs.insert(*id, job);
+                self.next_id = self.next_id.max(id + 1);
+                self.submitted_total += 1;
+                effects.push(Effect::WorkAvailable);
+            }
+            EventKind::Assigned {
+                id,
+                attempt,
+                worker,
+                lease_until,
+            } => {
+                let Some(job) = self.jobs.get_mut(id) else {
+                    return effects;
+                };
+                if job.state != JobState::Queued {
+                    return effects;
+                }
+                self.index.ready.remove(&ready_key(job, *id));
+                set_state(&mut self.index.counts, job, JobState::Running);
+                job.lease_until = Some(*lease_until);
+                job.attempts.push(Attempt {
+                    number: *attempt,
+                    worker: worker.clone(),
+                    started_at: at,
+                    ended_at: None,
+                    outcome: None,
+                    message: None,
+                    duration_ms: None,
+                    log_tail: String::new(),
+                });
+                self.index.leases.insert((*lease_until, *id));
+                let entry = self.workers.entry(worker.clone()).or_insert(Worker {
+                    slots: 0,
+                    last_seen: at,
+                    running: BTreeSet::new(),
+                });
+                entry.running.insert(*id);
+                entry.last_seen = entry.last_seen.max(at);
+                self.attempts_total += 1;
+                effects.push(Effect::Assign(Assignment {
+                    id: *id,
+                    attempt: *attempt,
+                    worker: worker.clone(),
+                    module: job.spec.module,
+                    input: job.spec.input.clone(),
+                    timeout_ms: job.spec.timeout_ms,
+                    memory_bytes: job.spec.memory_bytes,
+                    checkpoint: job.checkpoint.clone(),
+                }));
+            }
+            EventKind::Checkpointed { id, attempt, data } => {
+                if let Some(job) = self.jobs.get_mut(id)
+                    && job.state == JobState::Running
+                    && job.attempts.last().map(|a| a.number) == Some(*attempt)
+                {
+                    job.checkpoint = Some(data.clone());
+                }
+            }
+            EventKind::Finished {
+                id,
+                attempt,
+                outcome,
+                duration_ms,
+                log_tail,
+            } => {
+                if !self.end_attempt(*id, *attempt, at) {
+                    return effects;
+                }
+                let job = self.jobs.get_mut(id).expect("checked by end_attempt");
+                let current = job.attempts.last_mut().expect("checked by end_attempt");
+                current.duration_ms = Some(*duration_ms);
+                current.log_tail = log_tail.clone();
+                match outcome {
+                    Outcome::Succeeded(result) => {
+                        current.outcome = Some("succeeded".into());
+                        self.index.result_bytes += result.len() as u64;
+                        job.result = Some(result.clone());
+                        self.settle(*id, JobState::Succeeded, at, &mut effects);
+                    }
+                    Outcome::Failed(failure) => {
+                        self.fail_attempt(*id, failure.clone(), at, &mut effects)
+                    }
+                }
+            }
+            EventKind::Expired { id, attempt, code } => {
+                if self.end_attempt(*id, *attempt, at) {
+                    let message = match code.as_str() {
+                        "worker_lost" => "the worker running the attempt was lost",
+                        _ => "the attempt's lease expired without a report",
+                    };
+                    self.fail_attempt(
+                        *id,
+                        Failure {
+                            code: code.clone(),
+                            message: message.into(),
+                        },
+                        at,
+                        &mut effects,
+                    );
+                }
+            }
+            EventKind::Cancelled { id } => {
+                let Some(job) = self.jobs.get(id) else {
+                    return effects;
+                };
+                match job.state {
+                    JobState::Running => {
+                        let attempt = job.attempts.last().expect("running has an attempt");
+                        let (worker, number) = (attempt.worker.clone(), attempt.number);
+                        self.end_attempt(*id, number, at);
+                        let job = self.jobs.get_mut(id).expect("present");
+                        let current = job.attempts.last_mut().expect("present");
+                        current.outcome = Some("cancelled".into());
+                        effects.push(Effect::Stop {
+                            worker,
+                            id: *id,
+                            attempt: number,
+                        });
+                    }
+                    JobState::Queued => self.unqueue(*id),
+                    _ => return effects,
+                }
+                self.settle(*id, JobState::Cancelled, at, &mut effects);
+            }
+            EventKind::Released { id } => {
+                let Some(job) = self.jobs.get_mut(id) else {
+                    return effects;
+                };
+                if let Some(not_before) = job.not_before.take() {
+                    self.index.delayed.remove(&(not_before, *id));
+                    job.seq = self.next_seq;
+                    self.next_seq += 1;
+                    self.index.ready.insert(ready_key(job, *id));
+                    effects.push(Effect::WorkAvailable);
+                }
+            }
+            EventKind::WorkerSeen { worker, slots } => {
+                let entry = self.workers.entry(worker.clone()).or_insert(Worker {
+                    slots: *slots,
+                    last_seen: at,
+                    running: BTreeSet::new(),
+                });
+                entry.slots = *slots;
+                entry.last_seen = entry.last_seen.max(at);
+            }
+            EventKind::WorkerLost { worker } => {
+                if let Some(state) = self.workers.remove(worker) {
+                    for id in state.running {
+                        let Some(attempt) = self.jobs[&id].attempts.last().map(|a| a.number) else {
+                            continue;
+                        };
+                        if self.end_attempt(id, attempt, at) {
+                            self.fail_attempt(
+                                id,
+                                Failure {
+                                    code: "worker_lost".into(),
+                                    message: format!("worker {worker} was lost"),
+                                },
+                                at,
+                                &mut effects,
+                            );
+                        }
+                    }
+                }
+            }
+            EventKind::Purged { id } => {
+                if let Some(job) = self.jobs.get(id)
+                    && job.state.is_terminal()
+                {
+                    let job = self.jobs.remove(id).expect("present");
+                    self.index.counts[job.state as usize] -= 1;
+                    self.index
+                        .finished
+                        .remove(&(job.finished_at.unwrap_or(0), *id));
+                    self.index.result_bytes -= job.result.as_ref().map_or(0, |r| r.len() as u64);
+                    if let Some(key) = &job.spec.idempotency_key {
+                        self.index.keys.remove(key);
+                    }
+                }
+            }
+        }
+        effects
+    }
+
+    /// Closes the running attempt `attempt` of job `id` (lease and worker
+    /// bookkeeping); false if that is not the running attempt.
+    fn end_attempt(&mut self, id: JobId, attempt: u32, at: Millis) -> bool {
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return false;
+        };
+        if job.state != JobState::Running {
+            return false;
+        }
+        let Some(current) = job.attempts.last_mut() else {
+            return false;
+        };
+        if current.number != attempt {
+            return false;
+        }
+        current.ended_at = Some(at);
+        if let Some(until) = job.lease_until.take() {
+            self.index.leases.remove(&(until, id));
+        }
+        if let Some(worker) = self.workers.get_mut(&current.worker) {
+            worker.running.remove(&id);
+        }
+        true
+    }
+
+    /// After an ended attempt failed: retry after a backoff, or fail the job.
+    fn fail_attempt(&mut self, id: JobId, failure: Failure, at: Millis, effects: &mut Vec<Effect>) {
+        let config = &self.config;
+        let job = self.jobs.get_mut(&id).expect("caller checked");
+        if let Some(current) = job.attempts.last_mut() {
+            current.outcome = Some(failure.code.clone());
+            current.message = Some(failure.message.clone());
+        }
+        let made = job.attempts.len() as u32;
+        let retryable = RETRYABLE_CODES.contains(&failure.code.as_str());
+        if retryable && made < job.spec.max_attempts {
+            let backoff = config
+                .backoff_base_ms
+                .saturating_mul(1u64 << (made - 1).min(32))
+                .min(config.backoff_max_ms);
+            let not_before = at + backoff;
+            set_state(&mut self.index.counts, job, JobState::Queued);
+            job.not_before = Some(not_before);
+            self.index.delayed.insert((not_before, id));
+            self.retries_total += 1;
+            return;
+        }
+        job.error = Some(failure);
+        let state = if retryable {
+            JobState::Dead
+        } else {
+            JobState::Failed
+        };
+        self.settle(id, state, at, effects);
+    }
+
+    /// Moves a job to a terminal state.
+    fn settle(&mut self, id: JobId, state: JobState, at: Millis, effects: &mut Vec<Effect>) {
+        let job = self.jobs.get_mut(&id).expect("caller checked");
+        set_state(&mut self.index.counts, job, state);
+        job.finished_at = Some(at);
+        job.checkpoint = None;
+        self.index.finished.insert((at, id));
+        effects.push(Effect::Settled { id, state });
+    }
+
+    /// Removes a queued job from the ready or delayed set.
+    fn unqueue(&mut self, id: JobId) {
+        let job = self.jobs.get_mut(&id).expect("caller checked");
+        match job.not_before.take() {
+            Some(at) => {
+                self.index.delayed.remove(&(at, id));
+            }
+            None => {
+                self.index.ready.remove(&ready_key(job, id));
+            }
+        }
+    }
+
+    /// Answers a read-only query.
+    pub fn query(&self, _now: Millis, query: &Query) -> Result<Answer, Rejection> {
+        match query {
+            Query::Job { id } => Ok(Answer::Job(self.view(*id, self.job(*id)?))),
+            Query::Result { id } => {
+                let job = self.job(*id)?;
+                match (&job.result, job.state) {
+                    (Some(result), _) => Ok(Answer::Result(result.clone())),
+                    (None, state) if !state.is_terminal() => reject(
+                        codes::JOB_NOT_FINISHED,
+                        format!("job {id} is {}", state.name()),
+                    ),
+                    (None, state) => reject(
+                        "job_not_succeeded",
+                        format!("job {id} is {} and has no result", state.name()),
+                    ),
+                }
+            }
+            Query::Jobs {
+                state,
+                after,
+                limit,
+            } => {
+                let limit = (*limit).clamp(1, LIST_LIMIT_MAX) as usize;
+                let start = after.map_or(0, |a| a.saturating_add(1));
+                let mut jobs = Vec::new();
+                let mut next = None;
+                for (scanned, (&id, job)) in self.jobs.range(start..).enumerate() {
+                    if jobs.len() == limit || scanned == LIST_SCAN_MAX {
+                        next = Some(id - 1);
+                        break;
+                    }
+                    if state.is_none_or(|s| s == job.state) {
+                        jobs.push(JobSummary {
+                            id,
+                            state: job.state,
+                            attempts: job.attempts.len() as u32,
+                            submitted_at: job.submitted_at,
+                        });
+                    }
+                }
+                Ok(Answer::Jobs { jobs, next })
+            }
+            Query::Stats => Ok(Answer::Stats(self.stats())),
+            Query::Workers => Ok(Answer::Workers(
+                self.workers
+                    .iter()
+                    .map(|(id, w)| WorkerView {
+                        id: id.clone(),
+                        slots: w.slots,
+                        running: w.running.len() as u32,
+                        last_seen: w.last_seen,
+                    })
+                    .collect(),
+            )),
+        }
+    }
+
+    /// Counters over the whole state.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            jobs: self.index.counts,
+            submitted_total: self.submitted_total,
+            attempts_total: self.attempts_total,
+            retries_total: self.retries_total,
+            workers: self.workers.len() as u64,
+            result_bytes: self.index.result_bytes,
+        }
+    }
+
+    fn view(&self, id: JobId, job: &Job) -> JobView {
+        JobView {
+            id,
+            module: job.spec.module,
+            state: job.state,
+            priority: job.spec.priority,
+            max_attempts: job.spec.max_attempts,
+            timeout_ms: job.spec.timeout_ms,
+            idempotency_key: job.spec.idempotency_key.clone(),
+            submitted_at: job.submitted_at,
+            finished_at: job.finished_at,
+            not_before: job.not_before,
+            attempts: job.attempts.clone(),
+            error: job.error.clone(),
+            result_bytes: job.result.as_ref().map(|r| r.len() as u64),
+            input_bytes: job.spec.input.len() as u64,
+            has_checkpoint: job.checkpoint.is_some(),
+        }
+    }
+}
+
+fn ready_key(job: &Job, id: JobId) -> (i64, u64, JobId) {
+    (-(job.spec.priority as i64), job.seq, id)
+}
+
+fn set_state(counts: &mut [u64; 6], job: &mut Job, state: JobState) {
+    counts[job.state as usize] -= 1;
+    counts[state as usize] += 1;
+    job.state = state;
+}
+
+fn ignored(reason: String) -> Decision {
+    Decision {
+        events: Vec::new(),
+        reply: Reply::Ignored { reason },
+    }
+}
+
+/// The last `max` bytes of `text`, cut at a character boundary.
+fn tail(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+fn validate_config(config: &Config) -> Result<(), Rejection> {
+    let positive = [
+        ("queue_max", config.queue_max),
+        ("timeout_ms_max", config.timeout_ms_max),
+        ("worker_ttl_ms", config.worker_ttl_ms),
+        ("attempts_max", config.attempts_max as u64),
+    ];
+    for (name, value) in positive {
+        if value == 0 {
+            return reject(codes::INVALID_JOB, format!("{name} must be positive"));
+        }
+    }
+    Ok(())
+}

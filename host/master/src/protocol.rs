@@ -1,0 +1,609 @@
+//! The master's messages: commands in, events and replies out, effects for
+//! the host, queries and answers, and the versioned bytes they travel as.
+//!
+//! Every message crosses the Wasm boundary (and the journal, for events) as
+//! `[FORMAT_VERSION] ++ postcard(value)`. A reader refuses a version it does
+//! not know instead of misreading it; a future format change bumps the byte
+//! and keeps a decoder for the old one, so old journals stay replayable.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Version byte in front of every encoded message, event and snapshot.
+pub const FORMAT_VERSION: u8 = 1;
+
+/// A job's id: dense, assigned by the master from 1.
+pub type JobId = u64;
+
+/// A module's sha256.
+pub type Digest = [u8; 32];
+
+/// Milliseconds since the Unix epoch, as passed in by the host.
+pub type Millis = u64;
+
+/// Encodes `value` as versioned postcard.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.push(FORMAT_VERSION);
+    // Serializing plain data into a Vec cannot fail.
+    postcard::to_extend(value, out).expect("postcard encoding into a Vec")
+}
+
+/// Decodes versioned postcard bytes written by [`encode`].
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Rejection> {
+    match bytes.split_first() {
+        Some((&FORMAT_VERSION, body)) => postcard::from_bytes(body)
+            .map_err(|error| Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))),
+        Some((version, _)) => Err(Rejection::new(
+            codes::UNKNOWN_VERSION,
+            format!("format version {version}, this master reads {FORMAT_VERSION}"),
+        )),
+        None => Err(Rejection::new(codes::UNDECODABLE, "empty message")),
+    }
+}
+
+/// Stable rejection codes.
+pub mod codes {
+    /// The job queue is at its bound.
+    pub const QUEUE_FULL: &str = "queue_full";
+    /// No job has this id (and none ever had).
+    pub const JOB_NOT_FOUND: &str = "job_not_found";
+    /// The job existed but its record was removed after the retention time.
+    pub const JOB_EXPIRED: &str = "job_expired";
+    /// The job is already in a terminal state.
+    pub const JOB_FINISHED: &str = "job_finished";
+    /// The job has not finished, so there is no result yet.
+    pub const JOB_NOT_FINISHED: &str = "job_not_finished";
+    /// The idempotency key belongs to a job with a different module or input.
+    pub const IDEMPOTENCY_CONFLICT: &str = "idempotency_conflict";
+    /// A job spec or configuration field is out of range.
+    pub const INVALID_JOB: &str = "invalid_job";
+    /// Bytes that are not a message of this format.
+    pub const UNDECODABLE: &str = "undecodable";
+    /// A message or snapshot of a format version this master does not read.
+    pub const UNKNOWN_VERSION: &str = "unknown_version";
+}
+
+/// Failure codes that mean "try again" (up to `max_attempts`): the attempt
+/// failed for a reason that may not recur elsewhere or later. Any other code
+/// (for example the job's own `job_error`) fails the job at once.
+pub const RETRYABLE_CODES: &[&str] = &[
+    "trap",
+    "timeout",
+    "internal",
+    "lease_expired",
+    "worker_lost",
+    "module_unavailable",
+];
+
+/// Why the master refused a command or query.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    /// Stable machine-readable code (see [`codes`]).
+    pub code: String,
+    /// Explanation for people.
+    pub message: String,
+}
+
+impl Rejection {
+    /// A rejection with `code` and `message`.
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl core::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+/// Tunables of the master. They are part of its state (set by the
+/// [`Command::Configure`] event), so replay uses the values that were in
+/// force when each event happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// Most jobs waiting to run (queued or backing off) at once.
+    pub queue_max: u64,
+    /// Largest job input accepted.
+    pub input_bytes_max: u64,
+    /// Largest job result kept.
+    pub result_bytes_max: u64,
+    /// Largest checkpoint kept.
+    pub checkpoint_bytes_max: u64,
+    /// How long a finished job stays queryable.
+    pub retention_ms: u64,
+    /// Most finished jobs kept; the oldest are removed first beyond it.
+    pub finished_max: u64,
+    /// Most result bytes kept over all finished jobs.
+    pub results_bytes_total_max: u64,
+    /// Delay before the first retry; doubles with each further attempt.
+    pub backoff_base_ms: u64,
+    /// Longest delay between attempts.
+    pub backoff_max_ms: u64,
+    /// A running attempt's lease is its timeout plus this.
+    pub lease_grace_ms: u64,
+    /// A worker not heard from for this long is declared lost.
+    pub worker_ttl_ms: u64,
+    /// Largest `timeout_ms` a job may ask for.
+    pub timeout_ms_max: u64,
+    /// Largest `max_attempts` a job may ask for.
+    pub attempts_max: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            queue_max: 1_000_000,
+            input_bytes_max: 4 << 20,
+            result_bytes_max: 16 << 20,
+            checkpoint_bytes_max: 16 << 20,
+            retention_ms: 60 * 60 * 1000,
+            finished_max: 1_000_000,
+            results_bytes_total_max: 1 << 30,
+            backoff_base_ms: 500,
+            backoff_max_ms: 60_000,
+            lease_grace_ms: 5_000,
+            worker_ttl_ms: 10_000,
+            timeout_ms_max: 3_600_000,
+            attempts_max: 100,
+        }
+    }
+}
+
+/// What a client asks to run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// sha256 of the job module (stored by the host before submission).
+    pub module: Digest,
+    /// Bytes passed to the job's `run`.
+    pub input: Vec<u8>,
+    /// Wall-clock limit of one attempt.
+    pub timeout_ms: u64,
+    /// Memory limit of one attempt (`None`: the worker's default).
+    pub memory_bytes: Option<u64>,
+    /// Attempts before the job is dead-lettered (at least 1).
+    pub max_attempts: u32,
+    /// Higher runs first; FIFO within a priority.
+    pub priority: i32,
+    /// Submissions with the same key return the same job.
+    pub idempotency_key: Option<String>,
+}
+
+/// How an attempt ended, as reported by its worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// The job returned this output.
+    Succeeded(Vec<u8>),
+    /// The attempt failed.
+    Failed(Failure),
+}
+
+/// A failed attempt: a stable code and a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// Stable code (`job_error`, `trap`, `timeout`, `lease_expired`, ...).
+    pub code: String,
+    /// Explanation.
+    pub message: String,
+}
+
+/// Input to [`decide`](crate::Master::decide).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Replace the configuration.
+    Configure(Config),
+    /// Queue a job.
+    Submit(JobSpec),
+    /// Cancel a job that has not finished.
+    Cancel {
+        /// The job.
+        id: JobId,
+    },
+    /// A worker is alive and can take up to `free` more jobs.
+    Poll {
+        /// The worker's id (unique in the cluster).
+        worker: String,
+        /// Its total slots.
+        slots: u32,
+        /// Jobs it can start now.
+        free: u32,
+    },
+    /// A running attempt saved a checkpoint.
+    Checkpoint {
+        /// The job.
+        id: JobId,
+        /// The attempt number (from 1).
+        attempt: u32,
+        /// The state to resume from.
+        data: Vec<u8>,
+    },
+    /// A worker reports how an attempt ended.
+    Finish {
+        /// The job.
+        id: JobId,
+        /// The attempt number.
+        attempt: u32,
+        /// The reporting worker.
+        worker: String,
+        /// The result or failure.
+        outcome: Outcome,
+        /// How long the attempt ran.
+        duration_ms: u64,
+        /// The end of the attempt's log.
+        log_tail: String,
+    },
+    /// A worker is known to be gone (membership, shutdown): re-queue its work.
+    WorkerGone {
+        /// The worker.
+        worker: String,
+    },
+    /// Time passed: expire leases and workers, release backoffs, purge.
+    Tick,
+}
+
+/// Something that happened, in the journal. `at` is the decision time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// When it was decided.
+    pub at: Millis,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+/// The kinds of [`Event`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventKind {
+    /// The configuration changed.
+    Configured(Config),
+    /// A job was accepted.
+    Submitted {
+        /// Its new id.
+        id: JobId,
+        /// What to run.
+        spec: JobSpec,
+    },
+    /// An attempt started on a worker.
+    Assigned {
+        /// The job.
+        id: JobId,
+        /// Attempt number (from 1).
+        attempt: u32,
+        /// The worker.
+        worker: String,
+        /// When the attempt is presumed lost if not finished.
+        lease_until: Millis,
+    },
+    /// A running attempt saved state.
+    Checkpointed {
+        /// The job.
+        id: JobId,
+        /// Its attempt.
+        attempt: u32,
+        /// The state.
+        data: Vec<u8>,
+    },
+    /// The current attempt ended with a report from its worker.
+    Finished {
+        /// The job.
+        id: JobId,
+        /// Its attempt.
+        attempt: u32,
+        /// Result or failure.
+        outcome: Outcome,
+        /// How long it ran.
+        duration_ms: u64,
+        /// End of its log.
+        log_tail: String,
+    },
+    /// The current attempt was given up on without a report.
+    Expired {
+        /// The job.
+        id: JobId,
+        /// Its attempt.
+        attempt: u32,
+        /// `lease_expired` or `worker_lost`.
+        code: String,
+    },
+    /// A job was cancelled.
+    Cancelled {
+        /// The job.
+        id: JobId,
+    },
+    /// A job's retry backoff ended: it is runnable again.
+    Released {
+        /// The job.
+        id: JobId,
+    },
+    /// A worker was heard from.
+    WorkerSeen {
+        /// The worker.
+        worker: String,
+        /// Its slots.
+        slots: u32,
+    },
+    /// A worker is gone; its attempts are re-queued.
+    WorkerLost {
+        /// The worker.
+        worker: String,
+    },
+    /// A finished job's record was removed (retention).
+    Purged {
+        /// The job.
+        id: JobId,
+    },
+}
+
+/// The reply to a command's sender, sent once its events are durable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// Done; nothing to report.
+    Done,
+    /// A job was accepted; `existing` when the idempotency key matched one.
+    Submitted {
+        /// The job's id.
+        id: JobId,
+        /// True if no new job was created.
+        existing: bool,
+    },
+    /// The report was not recorded (for example a superseded attempt).
+    Ignored {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A job's assignment to a worker: everything needed to run one attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The job.
+    pub id: JobId,
+    /// The attempt number (from 1).
+    pub attempt: u32,
+    /// The worker it is for.
+    pub worker: String,
+    /// The module to run.
+    pub module: Digest,
+    /// Its input.
+    pub input: Vec<u8>,
+    /// Wall-clock limit.
+    pub timeout_ms: u64,
+    /// Memory limit (`None`: worker default).
+    pub memory_bytes: Option<u64>,
+    /// The last checkpoint of an earlier attempt, to resume from.
+    pub checkpoint: Option<Vec<u8>>,
+}
+
+/// What the host must do after events are applied and durable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Effect {
+    /// Hand this attempt to its worker.
+    Assign(Assignment),
+    /// Stop a running attempt (cancelled or superseded).
+    Stop {
+        /// The worker running it.
+        worker: String,
+        /// The job.
+        id: JobId,
+        /// The attempt.
+        attempt: u32,
+    },
+    /// Jobs became runnable: waiting workers should poll again.
+    WorkAvailable,
+    /// A job reached a terminal state.
+    Settled {
+        /// The job.
+        id: JobId,
+        /// Its final state.
+        state: JobState,
+    },
+}
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum JobState {
+    /// Waiting for a worker (possibly backing off before a retry).
+    Queued,
+    /// An attempt is running.
+    Running,
+    /// Finished with a result.
+    Succeeded,
+    /// Finished with the job's own error, or a failure that is not retried.
+    Failed,
+    /// Cancelled by a client.
+    Cancelled,
+    /// Dead-lettered: every allowed attempt failed.
+    Dead,
+}
+
+impl JobState {
+    /// True for states a job never leaves.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, JobState::Queued | JobState::Running)
+    }
+
+    /// The state's name in the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Dead => "dead",
+        }
+    }
+
+    /// Parses [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            JobState::Queued,
+            JobState::Running,
+            JobState::Succeeded,
+            JobState::Failed,
+            JobState::Cancelled,
+            JobState::Dead,
+        ]
+        .into_iter()
+        .find(|state| state.name() == name)
+    }
+}
+
+/// A read-only question for [`query`](crate::Master::query).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Query {
+    /// One job's record.
+    Job {
+        /// The job.
+        id: JobId,
+    },
+    /// One job's result bytes.
+    Result {
+        /// The job.
+        id: JobId,
+    },
+    /// Jobs by ascending id, after `after`, optionally in one state.
+    Jobs {
+        /// Only jobs in this state.
+        state: Option<JobState>,
+        /// Start after this id.
+        after: Option<JobId>,
+        /// Most jobs to return.
+        limit: u32,
+    },
+    /// Counters.
+    Stats,
+    /// Known workers.
+    Workers,
+}
+
+/// One attempt of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Number, from 1.
+    pub number: u32,
+    /// The worker that ran it.
+    pub worker: String,
+    /// When it started.
+    pub started_at: Millis,
+    /// When it ended (if it has).
+    pub ended_at: Option<Millis>,
+    /// How it ended: `succeeded`, or a failure code.
+    pub outcome: Option<String>,
+    /// Failure message, if any.
+    pub message: Option<String>,
+    /// Run time reported by the worker.
+    pub duration_ms: Option<u64>,
+    /// End of its log.
+    pub log_tail: String,
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobView {
+    /// Id.
+    pub id: JobId,
+    /// Module digest.
+    pub module: Digest,
+    /// State.
+    pub state: JobState,
+    /// Priority.
+    pub priority: i32,
+    /// Attempt limit.
+    pub max_attempts: u32,
+    /// Per-attempt timeout.
+    pub timeout_ms: u64,
+    /// Idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Submission time.
+    pub submitted_at: Millis,
+    /// Time of the terminal state.
+    pub finished_at: Option<Millis>,
+    /// Earliest start of the next attempt while backing off.
+    pub not_before: Option<Millis>,
+    /// Attempts so far.
+    pub attempts: Vec<Attempt>,
+    /// Why it failed (terminal failures).
+    pub error: Option<Failure>,
+    /// Size of the result, once succeeded.
+    pub result_bytes: Option<u64>,
+    /// Input size.
+    pub input_bytes: u64,
+    /// Whether a checkpoint is stored.
+    pub has_checkpoint: bool,
+}
+
+/// Short form of a job for listings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSummary {
+    /// Id.
+    pub id: JobId,
+    /// State.
+    pub state: JobState,
+    /// Attempts so far.
+    pub attempts: u32,
+    /// Submission time.
+    pub submitted_at: Millis,
+}
+
+/// Counters over the whole master.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Jobs per state, indexed like [`JobState`]'s declaration order.
+    pub jobs: [u64; 6],
+    /// Jobs ever submitted.
+    pub submitted_total: u64,
+    /// Attempts ever started.
+    pub attempts_total: u64,
+    /// Attempts re-queued after a failure or expiry.
+    pub retries_total: u64,
+    /// Known workers.
+    pub workers: u64,
+    /// Bytes of results held.
+    pub result_bytes: u64,
+}
+
+/// A known worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerView {
+    /// Id.
+    pub id: String,
+    /// Total slots.
+    pub slots: u32,
+    /// Attempts it is running.
+    pub running: u32,
+    /// When it was last heard from.
+    pub last_seen: Millis,
+}
+
+/// The answer to a [`Query`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Answer {
+    /// For [`Query::Job`].
+    Job(JobView),
+    /// For [`Query::Result`].
+    Result(Vec<u8>),
+    /// For [`Query::Jobs`]: a page, and the cursor for the next one.
+    Jobs {
+        /// The page.
+        jobs: Vec<JobSummary>,
+        /// Pass as `after` to continue; `None` at the end.
+        next: Option<JobId>,
+    },
+    /// For [`Query::Stats`].
+    Stats(Stats),
+    /// For [`Query::Workers`].
+    Workers(Vec<WorkerView>),
+}
+
+/// What [`decide`](crate::Master::decide) returns for an accepted command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Events to journal and apply, in order.
+    pub events: Vec<Event>,
+    /// The reply, once the events are durable.
+    pub reply: Reply,
+}

@@ -1,0 +1,234 @@
+//! Scripted command sequences that exercise every transition of the master.
+//!
+//! The unit tests run them natively; the host's tests replay the same steps
+//! through the Wasm build and require byte-identical events, effects,
+//! replies, answers and snapshots. A step is `(now, command)`.
+
+use crate::protocol::*;
+
+/// A named sequence of `(now, command)` steps.
+pub struct Scenario {
+    /// What it exercises.
+    pub name: &'static str,
+    /// The steps, in order.
+    pub steps: Vec<(Millis, Command)>,
+}
+
+/// A job spec with test defaults: module `[n; 32]`, 1 s timeout, 3 attempts.
+pub fn spec(n: u8, input: &[u8]) -> JobSpec {
+    JobSpec {
+        module: [n; 32],
+        input: input.to_vec(),
+        timeout_ms: 1_000,
+        memory_bytes: None,
+        max_attempts: 3,
+        priority: 0,
+        idempotency_key: None,
+    }
+}
+
+/// A `Poll` from worker `w` with `free` free slots out of 4.
+pub fn poll(w: &str, free: u32) -> Command {
+    Command::Poll {
+        worker: w.into(),
+        slots: 4,
+        free,
+    }
+}
+
+/// A report of `outcome` for attempt `attempt` of job `id` by worker `w`.
+pub fn finish(id: JobId, attempt: u32, w: &str, outcome: Outcome) -> Command {
+    Command::Finish {
+        id,
+        attempt,
+        worker: w.into(),
+        outcome,
+        duration_ms: 5,
+        log_tail: "done\n".into(),
+    }
+}
+
+/// A failure outcome with `code`.
+pub fn failed(code: &str) -> Outcome {
+    Outcome::Failed(Failure {
+        code: code.into(),
+        message: format!("{code} happened"),
+    })
+}
+
+/// Every scenario.
+pub fn all() -> Vec<Scenario> {
+    let t = 1_000_000;
+    let mut keyed = spec(1, b"k");
+    keyed.idempotency_key = Some("key-1".into());
+    let mut other = keyed.clone();
+    other.input = b"different".to_vec();
+    let mut slow = spec(1, b"slow");
+    slow.timeout_ms = 60_000;
+    let mut high = spec(2, b"high");
+    high.priority = 5;
+    vec![
+        Scenario {
+            name: "success",
+            steps: vec![
+                (t, Command::Submit(spec(1, b"a"))),
+                (t + 1, poll("w1", 4)),
+                (t + 2, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec()))),
+            ],
+        },
+        Scenario {
+            name: "priority and fifo",
+            steps: vec![
+                (t, Command::Submit(spec(1, b"1"))),
+                (t, Command::Submit(spec(1, b"2"))),
+                (t, Command::Submit(high)),
+                (t + 1, poll("w1", 2)),
+                (t + 2, poll("w2", 2)),
+            ],
+        },
+        Scenario {
+            name: "retry with backoff, then dead",
+            steps: vec![
+                (t, Command::Submit(spec(1, b"x"))),
+                (t + 1, poll("w1", 1)),
+                (t + 2, finish(1, 1, "w1", failed("trap"))),
+                (t + 3, poll("w1", 1)),
+                (t + 600, Command::Tick),
+                (t + 601, poll("w1", 1)),
+                (t + 602, finish(1, 2, "w1", failed("timeout"))),
+                (t + 2_000, Command::Tick),
+                (t + 2_001, poll("w1", 1)),
+                (t + 2_002, finish(1, 3, "w1", failed("internal"))),
+            ],
+        },
+        Scenario {
+            name: "job error fails at once",
+            steps: vec![
+                (t, Command::Submit(spec(1, b"x"))),
+                (t + 1, poll("w1", 1)),
+                (t + 2, finish(1, 1, "w1", failed("job_error"))),
+            ],
+        },
+        Scenario {
+            name: "lease expiry, late result ignored",
+            steps: vec![
+                (t, Command::Submit(spec(1, b"x"))),
+                (t + 1, poll("w1", 1)),
+                (t + 1 + 6_001, Command::Tick),
+                (t + 8_000, Command::Tick),
+                (t + 8_001, poll("w2", 1)),
+                (
+                    t + 8_002,
+                    finish(1, 1, "w1", Outcome::Succeeded(b"late".to_vec())),
+                ),
+                (
+                    t + 8_003,
+                    finish(1, 2, "w2", Outcome::Succeeded(b"on time".to_vec())),
+                ),
+                (
+                    t + 8_004,
+                    finish(1, 2, "w2", Outcome::Succeeded(b"twice".to_vec())),
+                ),
+            ],
+        },
+        Scenario {
+            name: "cancel queued, running and finished",
+            steps: vec![
+                (t, Command::Submit(spec(1, b"q"))),
+                (t, Command::Submit(spec(1, b"r"))),
+                (t + 1, Command::Cancel { id: 1 }),
+                (t + 2, poll("w1", 4)),
+                (t + 3, Command::Cancel { id: 2 }),
+                (
+                    t + 4,
+                    finish(2, 1, "w1", Outcome::Succeeded(b"late".to_vec())),
+                ),
+                (t + 5, Command::Cancel { id: 2 }),
+                (t + 6, Command::Cancel { id: 99 }),
+            ],
+        },
+        Scenario {
+            name: "idempotency keys",
+            steps: vec![
+                (t, Command::Submit(keyed.clone())),
+                (t + 1, Command::Submit(keyed)),
+                (t + 2, Command::Submit(other)),
+            ],
+        },
+        Scenario {
+            name: "bounded queue",
+            steps: vec![
+                (
+                    t,
+                    Command::Configure(Config {
+                        queue_max: 2,
+                        ..Config::default()
+                    }),
+                ),
+                (t, Command::Submit(spec(1, b"1"))),
+                (t, Command::Submit(spec(1, b"2"))),
+                (t, Command::Submit(spec(1, b"3"))),
+                (t + 1, poll("w1", 1)),
+                (t + 2, Command::Submit(spec(1, b"4"))),
+            ],
+        },
+        Scenario {
+            name: "worker lost by silence and by membership",
+            steps: vec![
+                (t, Command::Submit(slow.clone())),
+                (t, Command::Submit(slow)),
+                (t + 1, poll("w1", 1)),
+                (t + 1, poll("w2", 1)),
+                (
+                    t + 500,
+                    Command::WorkerGone {
+                        worker: "w2".into(),
+                    },
+                ),
+                (t + 10_001, Command::Tick),
+                (t + 10_002, Command::Tick),
+            ],
+        },
+        Scenario {
+            name: "checkpoint carried to the retry",
+            steps: vec![
+                (t, Command::Submit(spec(1, b"long"))),
+                (t + 1, poll("w1", 1)),
+                (
+                    t + 2,
+                    Command::Checkpoint {
+                        id: 1,
+                        attempt: 1,
+                        data: b"half".to_vec(),
+                    },
+                ),
+                (
+                    t + 3,
+                    Command::WorkerGone {
+                        worker: "w1".into(),
+                    },
+                ),
+                (
+                    t + 4,
+                    Command::Checkpoint {
+                        id: 1,
+                        attempt: 1,
+                        data: b"stale".to_vec(),
+                    },
+                ),
+                (t + 600, Command::Tick),
+                (t + 601, poll("w2", 1)),
+            ],
+        },
+        Scenario {
+            name: "retention purges finished jobs",
+            steps: vec![
+                (t, Command::Submit(spec(1, b"a"))),
+                (t + 1, poll("w1", 1)),
+                (t + 2, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec()))),
+                (t + 3_600_001, Command::Tick),
+                (t + 3_600_003, Command::Tick),
+            ],
+        },
+    ]
+}

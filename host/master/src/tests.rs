@@ -1,0 +1,476 @@
+//! Unit tests of the scheduling logic, natively.
+
+use crate::scenarios::{self, failed, finish, poll, spec};
+use crate::*;
+
+/// Drives a master the way the host does: decide, then apply each event.
+struct Sim {
+    master: Master,
+    effects: Vec<Effect>,
+    events: Vec<Event>,
+}
+
+impl Sim {
+    fn new() -> Self {
+        Self {
+            master: Master::new(),
+            effects: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    fn run(&mut self, now: Millis, command: Command) -> Result<Reply, Rejection> {
+        let decision = self.master.decide(now, &command)?;
+        for event in decision.events {
+            self.effects.extend(self.master.apply(&event));
+            self.events.push(event);
+        }
+        Ok(decision.reply)
+    }
+
+    fn ok(&mut self, now: Millis, command: Command) -> Reply {
+        self.run(now, command).expect("accepted")
+    }
+
+    fn scenario(name: &str) -> Self {
+        let scenario = scenarios::all()
+            .into_iter()
+            .find(|s| s.name == name)
+            .expect("scenario exists");
+        let mut sim = Self::new();
+        for (now, command) in scenario.steps {
+            let _ = sim.run(now, command);
+        }
+        sim
+    }
+
+    fn job(&self, id: JobId) -> JobView {
+        match self.master.query(0, &Query::Job { id }) {
+            Ok(Answer::Job(view)) => view,
+            other => panic!("job {id}: {other:?}"),
+        }
+    }
+
+    fn assigned(&self) -> Vec<(JobId, u32, String)> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Assign(a) => Some((a.id, a.attempt, a.worker.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn settled(&self) -> Vec<(JobId, JobState)> {
+        self.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Settled { id, state } => Some((*id, *state)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+const T: Millis = 1_000_000;
+
+#[test]
+fn a_job_runs_and_keeps_its_result() {
+    let sim = Sim::scenario("success");
+    assert_eq!(sim.assigned(), vec![(1, 1, "w1".to_string())]);
+    assert_eq!(sim.settled(), vec![(1, JobState::Succeeded)]);
+    let job = sim.job(1);
+    assert_eq!(job.attempts.len(), 1);
+    assert_eq!(job.attempts[0].outcome.as_deref(), Some("succeeded"));
+    assert_eq!(job.attempts[0].log_tail, "done\n");
+    assert_eq!(
+        sim.master.query(0, &Query::Result { id: 1 }),
+        Ok(Answer::Result(b"A".to_vec()))
+    );
+}
+
+#[test]
+fn higher_priority_first_then_fifo() {
+    let sim = Sim::scenario("priority and fifo");
+    let order: Vec<JobId> = sim.assigned().iter().map(|a| a.0).collect();
+    assert_eq!(order, vec![3, 1, 2]);
+}
+
+#[test]
+fn retryable_failures_back_off_then_dead_letter() {
+    let mut sim = Sim::new();
+    sim.ok(T, Command::Submit(spec(1, b"x")));
+    sim.ok(T + 1, poll("w1", 1));
+    sim.ok(T + 2, finish(1, 1, "w1", failed("trap")));
+    let job = sim.job(1);
+    assert_eq!(job.state, JobState::Queued);
+    assert_eq!(job.not_before, Some(T + 2 + 500));
+    // Still backing off: a poll gets nothing, an early tick releases nothing.
+    sim.ok(T + 3, poll("w1", 1));
+    sim.ok(T + 501, Command::Tick);
+    assert_eq!(sim.assigned().len(), 1);
+    sim.ok(T + 502, Command::Tick);
+    sim.ok(T + 503, poll("w1", 1));
+    assert_eq!(sim.assigned().len(), 2);
+    sim.ok(T + 504, finish(1, 2, "w1", failed("timeout")));
+    // The second backoff doubles.
+    assert_eq!(sim.job(1).not_before, Some(T + 504 + 1_000));
+    sim.ok(T + 1_504, Command::Tick);
+    sim.ok(T + 1_505, poll("w1", 1));
+    sim.ok(T + 1_506, finish(1, 3, "w1", failed("internal")));
+    let job = sim.job(1);
+    assert_eq!(job.state, JobState::Dead);
+    assert_eq!(
+        job.error.as_ref().map(|e| e.code.as_str()),
+        Some("internal")
+    );
+    assert_eq!(sim.settled(), vec![(1, JobState::Dead)]);
+    assert_eq!(sim.master.stats().retries_total, 2);
+}
+
+#[test]
+fn the_same_scenario_dead_letters_after_three_attempts() {
+    let sim = Sim::scenario("retry with backoff, then dead");
+    assert_eq!(sim.job(1).state, JobState::Dead);
+    assert_eq!(sim.job(1).attempts.len(), 3);
+}
+
+#[test]
+fn a_job_error_is_not_retried() {
+    let sim = Sim::scenario("job error fails at once");
+    let job = sim.job(1);
+    assert_eq!(job.state, JobState::Failed);
+    assert_eq!(job.attempts.len(), 1);
+    assert_eq!(
+        sim.master
+            .query(0, &Query::Result { id: 1 })
+            .unwrap_err()
+            .code,
+        "job_not_succeeded"
+    );
+}
+
+#[test]
+fn an_expired_lease_is_retried_and_a_late_result_ignored() {
+    let mut sim = Sim::new();
+    sim.ok(T, Command::Submit(spec(1, b"x")));
+    sim.ok(T + 1, poll("w1", 1));
+    // Lease: 1 s timeout + 5 s grace. One ms before it: nothing.
+    sim.ok(T + 6_000, Command::Tick);
+    assert_eq!(sim.job(1).state, JobState::Running);
+    sim.ok(T + 6_001, Command::Tick);
+    let job = sim.job(1);
+    assert_eq!(job.state, JobState::Queued);
+    assert_eq!(job.attempts[0].outcome.as_deref(), Some("lease_expired"));
+    sim.ok(T + 7_000, Command::Tick);
+    sim.ok(T + 7_001, poll("w2", 1));
+    let late = sim.ok(
+        T + 7_002,
+        finish(1, 1, "w1", Outcome::Succeeded(b"late".to_vec())),
+    );
+    assert!(matches!(late, Reply::Ignored { .. }), "{late:?}");
+    sim.ok(
+        T + 7_003,
+        finish(1, 2, "w2", Outcome::Succeeded(b"mine".to_vec())),
+    );
+    let twice = sim.ok(
+        T + 7_004,
+        finish(1, 2, "w2", Outcome::Succeeded(b"again".to_vec())),
+    );
+    assert!(matches!(twice, Reply::Ignored { .. }));
+    assert_eq!(sim.settled(), vec![(1, JobState::Succeeded)]);
+    assert_eq!(
+        sim.master.query(0, &Query::Result { id: 1 }),
+        Ok(Answer::Result(b"mine".to_vec()))
+    );
+}
+
+#[test]
+fn a_report_from_a_worker_that_does_not_hold_the_attempt_is_ignored() {
+    let mut sim = Sim::new();
+    sim.ok(T, Command::Submit(spec(1, b"x")));
+    sim.ok(T + 1, poll("w1", 1));
+    let reply = sim.ok(T + 2, finish(1, 1, "w2", Outcome::Succeeded(vec![])));
+    assert!(matches!(reply, Reply::Ignored { .. }));
+    assert_eq!(sim.job(1).state, JobState::Running);
+}
+
+#[test]
+fn cancel_queued_running_and_finished() {
+    let sim = Sim::scenario("cancel queued, running and finished");
+    assert_eq!(sim.job(1).state, JobState::Cancelled);
+    assert_eq!(sim.job(2).state, JobState::Cancelled);
+    // Job 1 was cancelled before the poll, so only job 2 ran.
+    assert_eq!(sim.assigned(), vec![(2, 1, "w1".to_string())]);
+    assert!(sim.effects.contains(&Effect::Stop {
+        worker: "w1".into(),
+        id: 2,
+        attempt: 1
+    }));
+    assert_eq!(
+        sim.settled(),
+        vec![(1, JobState::Cancelled), (2, JobState::Cancelled)]
+    );
+    let mut sim = sim;
+    assert_eq!(
+        sim.run(T, Command::Cancel { id: 2 }).unwrap_err().code,
+        codes::JOB_FINISHED
+    );
+    assert_eq!(
+        sim.run(T, Command::Cancel { id: 99 }).unwrap_err().code,
+        codes::JOB_NOT_FOUND
+    );
+}
+
+#[test]
+fn an_idempotency_key_returns_the_same_job() {
+    let mut sim = Sim::new();
+    let mut keyed = spec(1, b"k");
+    keyed.idempotency_key = Some("key".into());
+    assert_eq!(
+        sim.ok(T, Command::Submit(keyed.clone())),
+        Reply::Submitted {
+            id: 1,
+            existing: false
+        }
+    );
+    assert_eq!(
+        sim.ok(T + 1, Command::Submit(keyed.clone())),
+        Reply::Submitted {
+            id: 1,
+            existing: true
+        }
+    );
+    assert_eq!(sim.master.stats().submitted_total, 1);
+    keyed.input = b"other".to_vec();
+    assert_eq!(
+        sim.run(T + 2, Command::Submit(keyed)).unwrap_err().code,
+        codes::IDEMPOTENCY_CONFLICT
+    );
+}
+
+#[test]
+fn the_queue_is_bounded() {
+    let mut sim = Sim::scenario("bounded queue");
+    // Jobs 1 and 2 were queued, 3 refused; after one ran, 4 fit.
+    assert_eq!(sim.master.stats().submitted_total, 3);
+    assert_eq!(
+        sim.run(T + 3, Command::Submit(spec(1, b"5")))
+            .unwrap_err()
+            .code,
+        codes::QUEUE_FULL
+    );
+}
+
+#[test]
+fn lost_workers_have_their_attempts_retried() {
+    let sim = Sim::scenario("worker lost by silence and by membership");
+    for id in [1, 2] {
+        let job = sim.job(id);
+        assert_eq!(job.state, JobState::Queued, "job {id}");
+        assert_eq!(job.attempts[0].outcome.as_deref(), Some("worker_lost"));
+    }
+    assert!(sim.master.query(0, &Query::Workers) == Ok(Answer::Workers(vec![])));
+}
+
+#[test]
+fn a_checkpoint_is_handed_to_the_retry_and_stale_ones_ignored() {
+    let sim = Sim::scenario("checkpoint carried to the retry");
+    let retry = sim
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Assign(a) if a.attempt == 2 => Some(a.clone()),
+            _ => None,
+        })
+        .next()
+        .expect("a second attempt");
+    assert_eq!(retry.checkpoint.as_deref(), Some(&b"half"[..]));
+}
+
+#[test]
+fn finished_jobs_are_purged_after_retention() {
+    let mut sim = Sim::scenario("retention purges finished jobs");
+    let error = sim.master.query(0, &Query::Job { id: 1 }).unwrap_err();
+    assert_eq!(error.code, codes::JOB_EXPIRED);
+    assert_eq!(
+        sim.master.query(0, &Query::Job { id: 2 }).unwrap_err().code,
+        codes::JOB_NOT_FOUND
+    );
+    assert_eq!(sim.master.stats().jobs, [0; 6]);
+    // Purging is idempotent across ticks: the second tick had nothing to do.
+    let purges = sim
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Purged { .. }))
+        .count();
+    assert_eq!(purges, 1);
+    sim.ok(T + 3_600_005, Command::Tick);
+}
+
+#[test]
+fn finished_jobs_beyond_the_count_bound_are_purged_oldest_first() {
+    let mut sim = Sim::new();
+    sim.ok(
+        T,
+        Command::Configure(Config {
+            finished_max: 2,
+            ..Config::default()
+        }),
+    );
+    for n in 0..4u8 {
+        sim.ok(T + n as u64, Command::Submit(spec(1, &[n])));
+        sim.ok(T + n as u64, Command::Cancel { id: n as u64 + 1 });
+    }
+    sim.ok(T + 10, Command::Tick);
+    assert_eq!(sim.job(4).state, JobState::Cancelled);
+    assert_eq!(sim.job(3).state, JobState::Cancelled);
+    assert_eq!(
+        sim.master.query(0, &Query::Job { id: 1 }).unwrap_err().code,
+        codes::JOB_EXPIRED
+    );
+}
+
+#[test]
+fn an_oversized_result_fails_the_job() {
+    let mut sim = Sim::new();
+    sim.ok(
+        T,
+        Command::Configure(Config {
+            result_bytes_max: 4,
+            ..Config::default()
+        }),
+    );
+    sim.ok(T, Command::Submit(spec(1, b"x")));
+    sim.ok(T, poll("w1", 1));
+    sim.ok(T, finish(1, 1, "w1", Outcome::Succeeded(vec![0; 5])));
+    let job = sim.job(1);
+    assert_eq!(job.state, JobState::Failed);
+    assert_eq!(job.error.unwrap().code, "output_too_large");
+}
+
+#[test]
+fn invalid_specs_are_rejected() {
+    let mut sim = Sim::new();
+    let mut bad = spec(1, b"");
+    bad.max_attempts = 0;
+    assert_eq!(
+        sim.run(T, Command::Submit(bad)).unwrap_err().code,
+        codes::INVALID_JOB
+    );
+    let mut bad = spec(1, b"");
+    bad.timeout_ms = 0;
+    assert_eq!(
+        sim.run(T, Command::Submit(bad)).unwrap_err().code,
+        codes::INVALID_JOB
+    );
+    let big = spec(1, &vec![0; (4 << 20) + 1]);
+    assert_eq!(
+        sim.run(T, Command::Submit(big)).unwrap_err().code,
+        "input_too_large"
+    );
+    assert_eq!(sim.master.stats().submitted_total, 0);
+}
+
+#[test]
+fn listing_pages_with_a_cursor_and_filters_by_state() {
+    let mut sim = Sim::new();
+    for n in 0..5u8 {
+        sim.ok(T, Command::Submit(spec(1, &[n])));
+    }
+    sim.ok(T, Command::Cancel { id: 2 });
+    let page = |after, state, limit| match sim.master.query(
+        0,
+        &Query::Jobs {
+            state,
+            after,
+            limit,
+        },
+    ) {
+        Ok(Answer::Jobs { jobs, next }) => (jobs.iter().map(|j| j.id).collect::<Vec<_>>(), next),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(page(None, None, 2), (vec![1, 2], Some(2)));
+    assert_eq!(page(Some(2), None, 2), (vec![3, 4], Some(4)));
+    assert_eq!(page(Some(4), None, 2), (vec![5], None));
+    assert_eq!(
+        page(None, Some(JobState::Queued), 10),
+        (vec![1, 3, 4, 5], None)
+    );
+}
+
+#[test]
+fn workers_are_journaled_only_when_they_change_or_go_quiet() {
+    let mut sim = Sim::new();
+    sim.ok(T, poll("w1", 0));
+    sim.ok(T + 100, poll("w1", 0));
+    assert_eq!(sim.events.len(), 1);
+    sim.ok(T + 2_500, poll("w1", 0));
+    assert_eq!(sim.events.len(), 2);
+}
+
+#[test]
+fn a_snapshot_restores_the_same_state_and_future() {
+    for scenario in scenarios::all() {
+        let half = scenario.steps.len() / 2;
+        let mut live = Sim::new();
+        for (now, command) in &scenario.steps[..half] {
+            let _ = live.run(*now, command.clone());
+        }
+        let mut restored = Sim {
+            master: Master::restore(&live.master.snapshot()).expect("restores"),
+            effects: live.effects.clone(),
+            events: live.events.clone(),
+        };
+        assert_eq!(restored.master, live.master, "{}", scenario.name);
+        for (now, command) in &scenario.steps[half..] {
+            assert_eq!(
+                live.run(*now, command.clone()),
+                restored.run(*now, command.clone()),
+                "{}",
+                scenario.name
+            );
+        }
+        assert_eq!(live.events, restored.events, "{}", scenario.name);
+        assert_eq!(live.effects, restored.effects, "{}", scenario.name);
+        assert_eq!(live.master.snapshot(), restored.master.snapshot());
+    }
+}
+
+#[test]
+fn replaying_the_events_rebuilds_the_state() {
+    for scenario in scenarios::all() {
+        let mut live = Sim::new();
+        for (now, command) in scenario.steps {
+            let _ = live.run(now, command);
+        }
+        let mut replayed = Master::new();
+        let mut effects = Vec::new();
+        for event in &live.events {
+            effects.extend(replayed.apply(event));
+        }
+        assert_eq!(replayed, live.master, "{}", scenario.name);
+        assert_eq!(effects, live.effects, "{}", scenario.name);
+    }
+}
+
+#[test]
+fn unknown_versions_and_garbage_are_refused() {
+    let mut bytes = encode(&Command::Tick);
+    assert_eq!(decode::<Command>(&bytes), Ok(Command::Tick));
+    bytes[0] = 9;
+    assert_eq!(
+        decode::<Command>(&bytes).unwrap_err().code,
+        codes::UNKNOWN_VERSION
+    );
+    assert_eq!(
+        decode::<Command>(&[FORMAT_VERSION, 200, 1])
+            .unwrap_err()
+            .code,
+        codes::UNDECODABLE
+    );
+    assert_eq!(decode::<Command>(&[]).unwrap_err().code, codes::UNDECODABLE);
+    let mut machine = Machine::default();
+    assert!(machine.apply(&[vec![FORMAT_VERSION, 99]]).is_err());
+    assert!(Machine::init(Some(&[7])).is_err());
+}
