@@ -4,3 +4,6 @@
 /// The `mandelbrot` example: renders one tile of the Mandelbrot set as PNG.
 pub const MANDELBROT: &[u8] =
     include_bytes!(concat!(env!("COHORT_GUESTS_DIR"), "/mandelbrot.wasm"));
+
+/// The master component (`host/master`, world `cohort:master/master`).
+pub const MASTER: &[u8] = include_bytes!(concat!(env!("COHORT_GUESTS_DIR"), "/cohort_master.wasm"));

@@ -13,4 +13,5 @@ pub mod demo;
 pub mod exec;
 pub mod guests;
 pub mod journal;
+pub mod master;
 pub mod runtime;

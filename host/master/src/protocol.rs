@@ -95,6 +95,8 @@ impl Rejection {
     }
 }
 
+impl std::error::Error for Rejection {}
+
 impl core::fmt::Display for Rejection {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "{}: {}", self.code, self.message)

@@ -1,0 +1,241 @@
+//! Where the master's logic runs: in its Wasm component (production) or
+//! linked natively (to compare the two in tests).
+//!
+//! Both backends speak the byte-level interface of `wit/master.wit`, so the
+//! service above them cannot tell them apart, and a scenario replayed
+//! through each must give identical bytes.
+//!
+//! The component runs in its own engine (no pooling, no epoch interruption:
+//! it is trusted code built with this binary, and its calls are short). It
+//! must stay pure, so every import it declares is linked to a trap: the
+//! first attempt to read a clock, a file or randomness would fail loudly.
+
+use cohort_master::{Machine, Millis, Rejection};
+use std::path::Path;
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, Store};
+
+use super::bindings;
+
+/// A master call either returns the master's answer (possibly a rejection),
+/// or fails because the backend itself failed (a trap: a bug in the master).
+pub type CoreResult<T> = anyhow::Result<Result<T, Rejection>>;
+
+/// The master's byte-level interface (see `wit/master.wit`).
+pub trait Core: Send {
+    /// `decide`: encoded events and encoded reply.
+    fn decide(&mut self, now: Millis, command: &[u8]) -> CoreResult<(Vec<Vec<u8>>, Vec<u8>)>;
+    /// `apply`: encoded effects.
+    fn apply(&mut self, events: &[Vec<u8>]) -> CoreResult<Vec<Vec<u8>>>;
+    /// `snapshot`.
+    fn snapshot(&mut self) -> anyhow::Result<Vec<u8>>;
+    /// `query`: the encoded answer.
+    fn query(&mut self, now: Millis, query: &[u8]) -> CoreResult<Vec<u8>>;
+}
+
+/// Which backend runs the master.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CoreKind {
+    /// The embedded Wasm component (the default).
+    Wasm,
+    /// The same logic linked natively (for comparison and debugging).
+    Native,
+}
+
+/// The master linked natively.
+#[derive(Debug)]
+pub struct NativeCore(Machine);
+
+impl NativeCore {
+    /// A native master, empty or from a snapshot.
+    pub fn new(snapshot: Option<&[u8]>) -> Result<Self, Rejection> {
+        Machine::init(snapshot).map(Self)
+    }
+}
+
+impl Core for NativeCore {
+    fn decide(&mut self, now: Millis, command: &[u8]) -> CoreResult<(Vec<Vec<u8>>, Vec<u8>)> {
+        Ok(self.0.decide(now, command))
+    }
+    fn apply(&mut self, events: &[Vec<u8>]) -> CoreResult<Vec<Vec<u8>>> {
+        Ok(self.0.apply(events))
+    }
+    fn snapshot(&mut self) -> anyhow::Result<Vec<u8>> {
+        Ok(self.0.snapshot())
+    }
+    fn query(&mut self, now: Millis, query: &[u8]) -> CoreResult<Vec<u8>> {
+        Ok(self.0.query(now, query))
+    }
+}
+
+/// The compiled master component, ready to instantiate.
+#[derive(Clone)]
+pub struct MasterComponent {
+    engine: Engine,
+    component: Component,
+    linker: Linker<()>,
+}
+
+impl std::fmt::Debug for MasterComponent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MasterComponent").finish_non_exhaustive()
+    }
+}
+
+impl MasterComponent {
+    /// Compiles the embedded master component, reusing a compiled artifact
+    /// under `cache_dir` when one matches this engine and component.
+    pub fn load(cache_dir: Option<&Path>) -> anyhow::Result<Self> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        let engine = Engine::new(&config)?;
+        let component = match cache_dir {
+            Some(dir) => load_cached(&engine, dir)?,
+            None => Component::new(&engine, crate::guests::MASTER)?,
+        };
+        let mut linker = Linker::new(&engine);
+        linker.define_unknown_imports_as_traps(&component)?;
+        Ok(Self {
+            engine,
+            component,
+            linker,
+        })
+    }
+
+    /// A new instance, initialized empty or from a snapshot.
+    pub fn instantiate(&self, snapshot: Option<&[u8]>) -> CoreResult<WasmCore> {
+        let mut store = Store::new(&self.engine, ());
+        let master = bindings::Master::instantiate(&mut store, &self.component, &self.linker)?;
+        match master.call_init(&mut store, snapshot)? {
+            Ok(()) => Ok(Ok(WasmCore { store, master })),
+            Err(r) => Ok(Err(rejection(r))),
+        }
+    }
+}
+
+/// Compiled master components are cached as
+/// `<dir>/master-<hash of engine settings and component>.cwasm`.
+fn load_cached(engine: &Engine, dir: &Path) -> anyhow::Result<Component> {
+    use sha2::{Digest as _, Sha256};
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    let engine_hash = hasher.finish();
+    let component_hash = Sha256::digest(crate::guests::MASTER);
+    let name = format!(
+        "master-{engine_hash:016x}-{}.cwasm",
+        component_hash[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    let path = dir.join(name);
+    if let Ok(bytes) = std::fs::read(&path) {
+        // SAFETY: the file was written by `precompile_component` below, under
+        // a name that encodes this engine's compatibility hash.
+        if let Ok(component) = unsafe { Component::deserialize(engine, &bytes) } {
+            return Ok(component);
+        }
+    }
+    let bytes = engine.precompile_component(crate::guests::MASTER)?;
+    std::fs::create_dir_all(dir)?;
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut file, &bytes)?;
+    file.persist(&path)?;
+    // SAFETY: just produced by this engine.
+    Ok(unsafe { Component::deserialize(engine, &bytes)? })
+}
+
+/// The master running in its Wasm component.
+pub struct WasmCore {
+    store: Store<()>,
+    master: bindings::Master,
+}
+
+fn rejection(r: bindings::cohort::master::types::Rejection) -> Rejection {
+    Rejection {
+        code: r.code,
+        message: r.message,
+    }
+}
+
+impl Core for WasmCore {
+    fn decide(&mut self, now: Millis, command: &[u8]) -> CoreResult<(Vec<Vec<u8>>, Vec<u8>)> {
+        Ok(self
+            .master
+            .call_decide(&mut self.store, now, &command.to_vec())?
+            .map(|d| (d.events, d.reply))
+            .map_err(rejection))
+    }
+    fn apply(&mut self, events: &[Vec<u8>]) -> CoreResult<Vec<Vec<u8>>> {
+        Ok(self
+            .master
+            .call_apply(&mut self.store, events)?
+            .map_err(rejection))
+    }
+    fn snapshot(&mut self) -> anyhow::Result<Vec<u8>> {
+        Ok(self.master.call_snapshot(&mut self.store)?)
+    }
+    fn query(&mut self, now: Millis, query: &[u8]) -> CoreResult<Vec<u8>> {
+        Ok(self
+            .master
+            .call_query(&mut self.store, now, &query.to_vec())?
+            .map_err(rejection))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cohort_master::{encode, scenarios};
+
+    /// Everything a core says during a scenario, as bytes.
+    fn transcript(core: &mut dyn Core) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        for scenario in scenarios::all() {
+            for (now, command) in scenario.steps {
+                match core.decide(now, &encode(&command)).unwrap() {
+                    Ok((events, reply)) => {
+                        out.push(reply);
+                        out.extend(events.iter().cloned());
+                        out.extend(core.apply(&events).unwrap().unwrap());
+                    }
+                    Err(rejection) => out.push(rejection.code.into_bytes()),
+                }
+                for id in 0..4 {
+                    let query = cohort_master::Query::Job { id };
+                    match core.query(now, &encode(&query)).unwrap() {
+                        Ok(answer) => out.push(answer),
+                        Err(rejection) => out.push(rejection.code.into_bytes()),
+                    }
+                }
+            }
+            out.push(core.snapshot().unwrap());
+        }
+        out
+    }
+
+    #[test]
+    fn the_wasm_master_matches_the_native_one_byte_for_byte() {
+        let component = MasterComponent::load(None).unwrap();
+        // One instance per scenario set, as in production; scenarios share
+        // state, which makes the comparison stricter.
+        let mut wasm = component.instantiate(None).unwrap().unwrap();
+        let mut native = NativeCore::new(None).unwrap();
+        let (wasm, native) = (transcript(&mut wasm), transcript(&mut native));
+        assert_eq!(wasm.len(), native.len());
+        assert!(wasm == native, "the transcripts differ");
+        // And a snapshot taken in Wasm restores natively, and vice versa.
+        let snapshot = wasm.last().unwrap();
+        let mut from_wasm = NativeCore::new(Some(snapshot)).unwrap();
+        assert_eq!(&from_wasm.snapshot().unwrap(), snapshot);
+        let mut from_native = component.instantiate(Some(snapshot)).unwrap().unwrap();
+        assert_eq!(&from_native.snapshot().unwrap(), snapshot);
+    }
+
+    #[test]
+    fn a_snapshot_of_an_unknown_version_is_refused() {
+        let component = MasterComponent::load(None).unwrap();
+        assert!(component.instantiate(Some(&[9, 9])).unwrap().is_err());
+    }
+}

@@ -1,0 +1,778 @@
+//! The master service: the master component on its own thread, feeding a
+//! group-committing journal writer on another.
+//!
+//! # Data flow
+//!
+//! ```text
+//! callers ──Request──▶ master thread ──Batch{events, completions}──▶ writer thread
+//!  (HTTP, worker)       decide → apply                                append…, fsync,
+//!      ▲                                                              then completions
+//!      └──────────────────────────── replies, assignments, wake-ups ◀──┘
+//! ```
+//!
+//! * The master thread owns the component. It takes every request waiting
+//!   in its channel (up to [`BATCH_REQUESTS_MAX`]), runs each through
+//!   `decide` and at once `apply`, so the next decision sees the previous
+//!   one's effects, and hands the batch's events to the writer together with
+//!   the *completions*: replies, assignments, answers and wake-ups that must
+//!   not leave the process before those events are durable.
+//! * The writer appends every batch waiting for it and fsyncs once (group
+//!   commit: under load one fsync covers many batches), then runs their
+//!   completions in order. An HTTP `202` therefore means "on disk", and a
+//!   read never shows state that a crash could take back.
+//! * While the writer syncs, the master thread already decides the next
+//!   batch: the two overlap, which is where the throughput comes from.
+//! * A failed write or sync stops the service: the in-memory state is then
+//!   ahead of the journal, so the only safe continuation is a restart that
+//!   recovers from disk. Every waiting caller gets `master_unavailable`.
+//! * Every [`SNAPSHOT_EVERY_DEFAULT`] events (and on clean shutdown) the
+//!   master thread takes a snapshot; the writer stores it after the events
+//!   before it are durable and deletes the journal segments it covers.
+//!
+//! # Waiting
+//!
+//! Workers long-poll: a poll that finds no work is parked until jobs become
+//! runnable (the `WorkAvailable` effect) or its wait ends. Clients may wait
+//! for a job to settle; the watch fires on its `Settled` effect.
+
+use super::core::{Core, CoreKind, MasterComponent, NativeCore};
+use super::store::{self, Recovery, Snapshot, StoreError};
+use crate::journal::{FsStorage, Journal};
+use cohort_master::{
+    Answer, Assignment, Command, Config, Effect, JobId, Millis, Query, Rejection, Reply, decode,
+    encode,
+};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot};
+
+/// Requests one batch takes from the channel at most.
+pub const BATCH_REQUESTS_MAX: usize = 4096;
+/// Batches one fsync covers at most, so replies are never starved.
+const GROUP_COMMIT_MESSAGES_MAX: usize = 256;
+/// Requests that may wait for the master thread; senders wait beyond it.
+const CHANNEL_CAPACITY: usize = 16_384;
+/// How often time is passed to the master (`Tick`): lease expiry, backoff
+/// release, retention.
+pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
+/// Default number of events between snapshots.
+pub const SNAPSHOT_EVERY_DEFAULT: u64 = 200_000;
+/// Events applied per call while replaying the journal.
+const REPLAY_CHUNK: usize = 4096;
+/// The epoch a single node's master writes with.
+const EPOCH_SINGLE_NODE: u64 = 1;
+
+/// How to start the master.
+#[derive(Debug, Clone)]
+pub struct MasterOptions {
+    /// Where the journal and snapshots live.
+    pub data_dir: PathBuf,
+    /// The master's tunables.
+    pub config: Config,
+    /// Which backend runs the logic.
+    pub core: CoreKind,
+    /// Events between snapshots.
+    pub snapshot_every: u64,
+}
+
+/// Why a request to the master failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MasterError {
+    /// The master refused it.
+    #[error("{0}")]
+    Rejected(Rejection),
+    /// The master is stopping, stopped or failed.
+    #[error("the master is not available: {0}")]
+    Unavailable(String),
+}
+
+/// Why the master could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The journal or a snapshot is damaged or unreadable.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The master component failed to load or to replay.
+    #[error("master: {0:#}")]
+    Core(anyhow::Error),
+}
+
+/// What startup found and did.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    /// Index of the snapshot restored, if any.
+    pub snapshot_index: Option<u64>,
+    /// Journal events replayed after it.
+    pub events_replayed: u64,
+    /// Bytes of a torn final write cut from the journal.
+    pub torn_bytes: u64,
+    /// Time from opening the journal to serving.
+    pub duration: Duration,
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct MasterCounters {
+    /// Events made durable.
+    pub events: AtomicU64,
+    /// Journal fsyncs.
+    pub syncs: AtomicU64,
+    /// Nanoseconds spent in fsync.
+    pub sync_nanos: AtomicU64,
+    /// Commands decided.
+    pub commands: AtomicU64,
+    /// Snapshots written.
+    pub snapshots: AtomicU64,
+}
+
+type Completion = Box<dyn FnOnce() + Send>;
+type Respond<T> = oneshot::Sender<Result<T, MasterError>>;
+
+enum Request {
+    Command(Command, Respond<Reply>),
+    Query(Query, Respond<Answer>),
+    Poll {
+        worker: String,
+        slots: u32,
+        free: u32,
+        until: Instant,
+        respond: Respond<Vec<Assignment>>,
+    },
+    Watch(JobId, oneshot::Sender<()>),
+    Stops(String, mpsc::UnboundedSender<(JobId, u32)>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// A cheap, cloneable way to talk to the master.
+#[derive(Clone)]
+pub struct MasterHandle {
+    tx: mpsc::Sender<Request>,
+    counters: Arc<MasterCounters>,
+    failed: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for MasterHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MasterHandle").finish_non_exhaustive()
+    }
+}
+
+fn gone() -> MasterError {
+    MasterError::Unavailable("the master stopped".into())
+}
+
+impl MasterHandle {
+    async fn ask<T>(&self, make: impl FnOnce(Respond<T>) -> Request) -> Result<T, MasterError> {
+        let (respond, answer) = oneshot::channel();
+        self.tx.send(make(respond)).await.map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+
+    /// Runs a command; the reply comes once its events are durable.
+    pub async fn command(&self, command: Command) -> Result<Reply, MasterError> {
+        self.ask(|respond| Request::Command(command, respond)).await
+    }
+
+    /// Answers a query from durable state.
+    pub async fn query(&self, query: Query) -> Result<Answer, MasterError> {
+        self.ask(|respond| Request::Query(query, respond)).await
+    }
+
+    /// Asks for up to `free` jobs for `worker`, waiting up to `wait` for
+    /// work to appear. Also the worker's heartbeat.
+    pub async fn poll(
+        &self,
+        worker: &str,
+        slots: u32,
+        free: u32,
+        wait: Duration,
+    ) -> Result<Vec<Assignment>, MasterError> {
+        let until = Instant::now() + wait;
+        self.ask(|respond| Request::Poll {
+            worker: worker.into(),
+            slots,
+            free,
+            until,
+            respond,
+        })
+        .await
+    }
+
+    /// Waits until job `id` is in a terminal state (or unknown), at most
+    /// `wait`. Returns whether it settled.
+    pub async fn wait_settled(&self, id: JobId, wait: Duration) -> Result<bool, MasterError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Watch(id, tx))
+            .await
+            .map_err(|_| gone())?;
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(())) => Ok(true),
+            Ok(Err(_)) => Err(gone()),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// Registers where `Stop` orders for `worker` go.
+    pub async fn register_stops(
+        &self,
+        worker: &str,
+        stops: mpsc::UnboundedSender<(JobId, u32)>,
+    ) -> Result<(), MasterError> {
+        self.tx
+            .send(Request::Stops(worker.into(), stops))
+            .await
+            .map_err(|_| gone())
+    }
+
+    /// Flushes, snapshots and stops the master.
+    pub async fn shutdown(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Request::Shutdown(tx)).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// The service's counters.
+    pub fn counters(&self) -> &MasterCounters {
+        &self.counters
+    }
+
+    /// Whether the service stopped because of a failure.
+    pub fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> Millis {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Recovers the master from `options.data_dir` and starts its threads. Call
+/// from within a tokio runtime (blocking: recovery reads the whole journal).
+pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), StartError> {
+    let started = Instant::now();
+    let Recovery {
+        journal,
+        snapshot,
+        entries,
+        torn_bytes,
+    } = store::recover(&options.data_dir)?;
+    let state = snapshot.as_ref().map(|s| s.state.as_slice());
+    let mut core: Box<dyn Core> = match options.core {
+        CoreKind::Wasm => {
+            let component = MasterComponent::load(Some(&options.data_dir.join("compiled")))
+                .map_err(StartError::Core)?;
+            Box::new(
+                component
+                    .instantiate(state)
+                    .map_err(StartError::Core)?
+                    .map_err(|r| StartError::Core(anyhow::anyhow!("snapshot refused: {r}")))?,
+            )
+        }
+        CoreKind::Native => Box::new(
+            NativeCore::new(state)
+                .map_err(|r| StartError::Core(anyhow::anyhow!("snapshot refused: {r}")))?,
+        ),
+    };
+    let mut replay = Vec::with_capacity(REPLAY_CHUNK);
+    let events_replayed = entries.len() as u64;
+    for entry in entries {
+        replay.push(entry.data);
+        if replay.len() == REPLAY_CHUNK {
+            replay_chunk(core.as_mut(), &mut replay)?;
+        }
+    }
+    replay_chunk(core.as_mut(), &mut replay)?;
+    let epoch = journal
+        .last_epoch()
+        .max(snapshot.as_ref().map_or(0, |s| s.epoch))
+        .max(EPOCH_SINGLE_NODE);
+    let report = RecoveryReport {
+        snapshot_index: snapshot.map(|s| s.index),
+        events_replayed,
+        torn_bytes,
+        duration: started.elapsed(),
+    };
+
+    let counters = Arc::new(MasterCounters::default());
+    let failed = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let (writer_tx, writer_rx) = std::sync::mpsc::channel();
+    let next_index = journal.next_index();
+    let writer = Writer {
+        journal,
+        epoch,
+        data_dir: options.data_dir.clone(),
+        counters: counters.clone(),
+        failed: failed.clone(),
+    };
+    std::thread::Builder::new()
+        .name("cohort-journal".into())
+        .spawn(move || writer.run(writer_rx))
+        .map_err(|e| StartError::Core(e.into()))?;
+    let mut master = MasterLoop {
+        core,
+        rx,
+        writer: writer_tx,
+        runtime: tokio::runtime::Handle::current(),
+        next_index,
+        epoch,
+        snapshot_every: options.snapshot_every.max(1),
+        events_since_snapshot: 0,
+        parked: Vec::new(),
+        watchers: HashMap::new(),
+        stops: HashMap::new(),
+        batch: Batch::default(),
+        counters: counters.clone(),
+        failed: failed.clone(),
+    };
+    // Before serving: the configuration in force, and every worker the
+    // journal knows is from before this start, so its attempts are lost.
+    master
+        .startup(options.config)
+        .map_err(|e| StartError::Core(e.context("starting the master")))?;
+    std::thread::Builder::new()
+        .name("cohort-master".into())
+        .spawn(move || master.run())
+        .map_err(|e| StartError::Core(e.into()))?;
+    Ok((
+        MasterHandle {
+            tx,
+            counters,
+            failed,
+        },
+        report,
+    ))
+}
+
+fn replay_chunk(core: &mut dyn Core, chunk: &mut Vec<Vec<u8>>) -> Result<(), StartError> {
+    if chunk.is_empty() {
+        return Ok(());
+    }
+    core.apply(chunk).map_err(StartError::Core)?.map_err(|r| {
+        StartError::Core(anyhow::anyhow!("the master refused a journal entry: {r}"))
+    })?;
+    chunk.clear();
+    Ok(())
+}
+
+#[derive(Default)]
+struct Batch {
+    events: Vec<Vec<u8>>,
+    completions: Vec<Completion>,
+    work_available: bool,
+}
+
+struct Parked {
+    worker: String,
+    slots: u32,
+    free: u32,
+    until: Instant,
+    respond: Respond<Vec<Assignment>>,
+}
+
+enum WriterMessage {
+    Batch(Vec<Vec<u8>>, Vec<Completion>),
+    Snapshot(Snapshot),
+    Stop(oneshot::Sender<()>),
+}
+
+struct MasterLoop {
+    core: Box<dyn Core>,
+    rx: mpsc::Receiver<Request>,
+    writer: std::sync::mpsc::Sender<WriterMessage>,
+    runtime: tokio::runtime::Handle,
+    next_index: u64,
+    epoch: u64,
+    snapshot_every: u64,
+    events_since_snapshot: u64,
+    parked: Vec<Parked>,
+    watchers: HashMap<JobId, Vec<oneshot::Sender<()>>>,
+    stops: HashMap<String, mpsc::UnboundedSender<(JobId, u32)>>,
+    batch: Batch,
+    counters: Arc<MasterCounters>,
+    failed: Arc<AtomicBool>,
+}
+
+impl MasterLoop {
+    fn startup(&mut self, config: Config) -> anyhow::Result<()> {
+        self.execute(now_ms(), &Command::Configure(config))?
+            .map_err(|r| anyhow::anyhow!("configuration refused: {r}"))?;
+        if let Answer::Workers(workers) = self.query(now_ms(), &Query::Workers)?? {
+            for worker in workers {
+                self.execute(now_ms(), &Command::WorkerGone { worker: worker.id })??;
+            }
+        }
+        self.flush()
+    }
+
+    fn run(mut self) {
+        let mut next_tick = Instant::now() + TICK_INTERVAL;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            let first = self
+                .runtime
+                .block_on(async { tokio::time::timeout(wait, self.rx.recv()).await });
+            let result = match first {
+                Ok(None) => return self.stop(None),
+                Ok(Some(Request::Shutdown(done))) => return self.stop(Some(done)),
+                Ok(Some(request)) => self.serve_batch(request),
+                Err(_elapsed) => Ok(None),
+            };
+            let result = result.and_then(|shutdown| {
+                if Instant::now() >= next_tick {
+                    next_tick = Instant::now() + TICK_INTERVAL;
+                    self.execute(now_ms(), &Command::Tick)??;
+                    self.expire_parked();
+                }
+                self.wake_parked()?;
+                self.flush()?;
+                Ok(shutdown)
+            });
+            match result {
+                Ok(None) => {}
+                Ok(Some(done)) => return self.stop(Some(done)),
+                Err(error) => {
+                    tracing::error!("the master failed and stops: {error:#}");
+                    self.failed.store(true, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Serves `first` and whatever else is waiting; returns a shutdown
+    /// request if one arrived (it is served after the batch).
+    fn serve_batch(&mut self, first: Request) -> anyhow::Result<Option<oneshot::Sender<()>>> {
+        self.serve(first)?;
+        for _ in 1..BATCH_REQUESTS_MAX {
+            match self.rx.try_recv() {
+                Ok(Request::Shutdown(done)) => return Ok(Some(done)),
+                Ok(request) => self.serve(request)?,
+                Err(_) => break,
+            }
+        }
+        Ok(None)
+    }
+
+    fn serve(&mut self, request: Request) -> anyhow::Result<()> {
+        let now = now_ms();
+        match request {
+            Request::Command(command, respond) => {
+                let result = self.execute(now, &command)?;
+                self.complete(move || {
+                    let _ = respond.send(
+                        result
+                            .map(|(reply, _)| reply)
+                            .map_err(MasterError::Rejected),
+                    );
+                });
+            }
+            Request::Query(query, respond) => {
+                let answer = self.query(now, &query)?.map_err(MasterError::Rejected);
+                self.complete(move || {
+                    let _ = respond.send(answer);
+                });
+            }
+            Request::Poll {
+                worker,
+                slots,
+                free,
+                until,
+                respond,
+            } => {
+                let parked = Parked {
+                    worker,
+                    slots,
+                    free,
+                    until,
+                    respond,
+                };
+                if let Some(parked) = self.poll(now, parked)? {
+                    self.parked.push(parked);
+                }
+            }
+            Request::Watch(id, notify) => {
+                let settled = match self.query(now, &Query::Job { id })? {
+                    Ok(Answer::Job(view)) => view.state.is_terminal(),
+                    _ => true,
+                };
+                if settled {
+                    self.complete(move || {
+                        let _ = notify.send(());
+                    });
+                } else {
+                    self.watchers.entry(id).or_default().push(notify);
+                }
+            }
+            Request::Stops(worker, stops) => {
+                self.stops.insert(worker, stops);
+            }
+            Request::Shutdown(_) => unreachable!("handled by the caller"),
+        }
+        Ok(())
+    }
+
+    /// Runs a poll; returns it back if it found no work and may wait.
+    fn poll(&mut self, now: Millis, parked: Parked) -> anyhow::Result<Option<Parked>> {
+        let command = Command::Poll {
+            worker: parked.worker.clone(),
+            slots: parked.slots,
+            free: parked.free,
+        };
+        match self.execute(now, &command)? {
+            Err(rejection) => {
+                let _ = parked.respond.send(Err(MasterError::Rejected(rejection)));
+                Ok(None)
+            }
+            Ok((_, assigned))
+                if assigned.is_empty() && parked.free > 0 && parked.until > Instant::now() =>
+            {
+                Ok(Some(parked))
+            }
+            Ok((_, assigned)) => {
+                self.complete(move || {
+                    let _ = parked.respond.send(Ok(assigned));
+                });
+                Ok(None)
+            }
+        }
+    }
+
+    fn wake_parked(&mut self) -> anyhow::Result<()> {
+        if !std::mem::take(&mut self.batch.work_available) || self.parked.is_empty() {
+            return Ok(());
+        }
+        let now = now_ms();
+        for parked in std::mem::take(&mut self.parked) {
+            if parked.respond.is_closed() {
+                continue;
+            }
+            if let Some(parked) = self.poll(now, parked)? {
+                self.parked.push(parked);
+            }
+        }
+        Ok(())
+    }
+
+    fn expire_parked(&mut self) {
+        let now = Instant::now();
+        let (expired, waiting) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|p| p.until <= now || p.respond.is_closed());
+        self.parked = waiting;
+        for parked in expired {
+            let _ = parked.respond.send(Ok(Vec::new()));
+        }
+        self.watchers.retain(|_, watchers| {
+            watchers.retain(|w| !w.is_closed());
+            !watchers.is_empty()
+        });
+    }
+
+    fn complete(&mut self, completion: impl FnOnce() + Send + 'static) {
+        self.batch.completions.push(Box::new(completion));
+    }
+
+    fn query(&mut self, now: Millis, query: &Query) -> anyhow::Result<Result<Answer, Rejection>> {
+        Ok(match self.core.query(now, &encode(query))? {
+            Ok(bytes) => Ok(decode(&bytes).map_err(|r| anyhow::anyhow!("bad answer: {r}"))?),
+            Err(rejection) => Err(rejection),
+        })
+    }
+
+    /// Decides `command`, applies its events and routes their effects;
+    /// returns the reply and any assignments. The events join the batch.
+    #[allow(clippy::type_complexity)]
+    fn execute(
+        &mut self,
+        now: Millis,
+        command: &Command,
+    ) -> anyhow::Result<Result<(Reply, Vec<Assignment>), Rejection>> {
+        self.counters.commands.fetch_add(1, Ordering::Relaxed);
+        let (events, reply) = match self.core.decide(now, &encode(command))? {
+            Ok(decision) => decision,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
+        let reply: Reply = decode(&reply).map_err(|r| anyhow::anyhow!("bad reply: {r}"))?;
+        let mut assigned = Vec::new();
+        if events.is_empty() {
+            return Ok(Ok((reply, assigned)));
+        }
+        let effects = self
+            .core
+            .apply(&events)?
+            .map_err(|r| anyhow::anyhow!("the master refused its own events: {r}"))?;
+        self.events_since_snapshot += events.len() as u64;
+        self.next_index += events.len() as u64;
+        self.batch.events.extend(events);
+        for effect in effects {
+            match decode(&effect).map_err(|r| anyhow::anyhow!("bad effect: {r}"))? {
+                Effect::Assign(assignment) => assigned.push(assignment),
+                Effect::Stop {
+                    worker,
+                    id,
+                    attempt,
+                } => {
+                    if let Some(stops) = self.stops.get(&worker).cloned() {
+                        self.complete(move || {
+                            let _ = stops.send((id, attempt));
+                        });
+                    }
+                }
+                Effect::WorkAvailable => self.batch.work_available = true,
+                Effect::Settled { id, .. } => {
+                    if let Some(watchers) = self.watchers.remove(&id) {
+                        self.complete(move || {
+                            for watcher in watchers {
+                                let _ = watcher.send(());
+                            }
+                        });
+                    }
+                }
+            }
+        }
+        Ok(Ok((reply, assigned)))
+    }
+
+    /// Hands the batch to the writer, and a snapshot when one is due.
+    fn flush(&mut self) -> anyhow::Result<()> {
+        let batch = std::mem::take(&mut self.batch);
+        if !batch.events.is_empty() || !batch.completions.is_empty() {
+            self.writer
+                .send(WriterMessage::Batch(batch.events, batch.completions))
+                .map_err(|_| anyhow::anyhow!("the journal writer stopped"))?;
+        }
+        self.batch.work_available = batch.work_available;
+        if self.events_since_snapshot >= self.snapshot_every {
+            self.snapshot()?;
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> anyhow::Result<()> {
+        let state = self.core.snapshot()?;
+        self.events_since_snapshot = 0;
+        self.writer
+            .send(WriterMessage::Snapshot(Snapshot {
+                index: self.next_index,
+                epoch: self.epoch,
+                state,
+            }))
+            .map_err(|_| anyhow::anyhow!("the journal writer stopped"))
+    }
+
+    fn stop(mut self, done: Option<oneshot::Sender<()>>) {
+        for parked in std::mem::take(&mut self.parked) {
+            let _ = parked.respond.send(Ok(Vec::new()));
+        }
+        let result = self.flush().and_then(|()| {
+            if self.events_since_snapshot > 0 {
+                self.snapshot()?;
+            }
+            Ok(())
+        });
+        if let Err(error) = result {
+            tracing::error!("the master could not flush while stopping: {error:#}");
+        }
+        let (tx, rx) = oneshot::channel();
+        if self.writer.send(WriterMessage::Stop(tx)).is_ok() {
+            let _ = rx.blocking_recv();
+        }
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
+    }
+}
+
+struct Writer {
+    journal: Journal<FsStorage>,
+    epoch: u64,
+    data_dir: PathBuf,
+    counters: Arc<MasterCounters>,
+    failed: Arc<AtomicBool>,
+}
+
+impl Writer {
+    fn run(mut self, rx: std::sync::mpsc::Receiver<WriterMessage>) {
+        let mut completions: Vec<Completion> = Vec::new();
+        while let Ok(first) = rx.recv() {
+            let mut next = Some(first);
+            let mut taken = 0;
+            while let Some(message) = next.take().or_else(|| {
+                taken += 1;
+                (taken < GROUP_COMMIT_MESSAGES_MAX)
+                    .then(|| rx.try_recv().ok())
+                    .flatten()
+            }) {
+                let result = match message {
+                    WriterMessage::Batch(events, done) => {
+                        completions.extend(done);
+                        self.append(&events)
+                    }
+                    WriterMessage::Snapshot(snapshot) => self
+                        .sync(&mut completions)
+                        .and_then(|()| self.store_snapshot(&snapshot)),
+                    WriterMessage::Stop(done) => {
+                        if let Err(error) = self.sync(&mut completions) {
+                            tracing::error!("journal: {error:#}");
+                        }
+                        let _ = done.send(());
+                        return;
+                    }
+                };
+                if let Err(error) = result {
+                    return self.fail(error);
+                }
+            }
+            if let Err(error) = self.sync(&mut completions) {
+                return self.fail(error);
+            }
+        }
+    }
+
+    fn append(&mut self, events: &[Vec<u8>]) -> anyhow::Result<()> {
+        for event in events {
+            self.journal.append(self.epoch, event)?;
+        }
+        self.counters
+            .events
+            .fetch_add(events.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Makes everything appended durable, then releases what waited on it.
+    fn sync(&mut self, completions: &mut Vec<Completion>) -> anyhow::Result<()> {
+        let started = Instant::now();
+        self.journal.sync()?;
+        self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .sync_nanos
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        for completion in completions.drain(..) {
+            completion();
+        }
+        Ok(())
+    }
+
+    fn store_snapshot(&mut self, snapshot: &Snapshot) -> anyhow::Result<()> {
+        store::write_snapshot(&self.data_dir, snapshot)?;
+        self.journal.compact(snapshot.index)?;
+        self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn fail(self, error: anyhow::Error) {
+        // Completions are dropped unsent: their callers see the master as
+        // unavailable, and nothing unsynced is ever acknowledged.
+        tracing::error!("journal write failed; the master stops: {error:#}");
+        self.failed.store(true, Ordering::Relaxed);
+    }
+}
