@@ -9,9 +9,16 @@
 //! * [`journal`] — the append-only, checksummed journal the master will
 //!   event-source its state into.
 
+pub mod api;
+pub mod cli;
+pub mod client;
 pub mod demo;
 pub mod exec;
 pub mod guests;
 pub mod journal;
 pub mod master;
+pub mod metrics;
+pub mod modules;
+pub mod node;
 pub mod runtime;
+pub mod worker;

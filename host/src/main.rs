@@ -19,6 +19,21 @@ enum Command {
     Exec(cohort::exec::ExecArgs),
     /// Draw the Mandelbrot set from many small jobs and write a PNG.
     Demo(cohort::demo::DemoArgs),
+    /// Run a node: the master, a worker and the HTTP API (until SIGTERM or
+    /// Ctrl-C).
+    Node(cohort::node::NodeArgs),
+    /// Submit a job (uploading its module if given a file).
+    Submit(cohort::cli::SubmitArgs),
+    /// Show a job's state, attempts, progress and log tail.
+    Status(cohort::cli::JobArgs),
+    /// Print (or save) a finished job's result.
+    Result(cohort::cli::JobArgs),
+    /// List jobs.
+    Jobs(cohort::cli::JobsArgs),
+    /// Cancel a job that has not finished.
+    Cancel(cohort::cli::JobArgs),
+    /// Show the cluster: nodes, the master, workers.
+    Cluster(cohort::cli::ServerArg),
 }
 
 fn main() -> ExitCode {
@@ -43,13 +58,24 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Command::Exec(args) => cohort::exec::run(args).await.into(),
-            Command::Demo(args) => match cohort::demo::run(args).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    eprintln!("error: {error:#}");
-                    ExitCode::FAILURE
-                }
-            },
+            Command::Demo(args) => report(cohort::demo::run(args).await),
+            Command::Node(args) => report(cohort::node::run(args).await),
+            Command::Submit(args) => cohort::cli::submit(args).await,
+            Command::Status(args) => cohort::cli::status(args).await,
+            Command::Result(args) => cohort::cli::result(args).await,
+            Command::Jobs(args) => cohort::cli::jobs(args).await,
+            Command::Cancel(args) => cohort::cli::cancel(args).await,
+            Command::Cluster(args) => cohort::cli::cluster(args).await,
         }
     })
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -150,6 +150,7 @@ enum Request {
 #[derive(Clone)]
 pub struct MasterHandle {
     tx: mpsc::Sender<Request>,
+    epoch: u64,
     counters: Arc<MasterCounters>,
     failed: Arc<AtomicBool>,
 }
@@ -234,6 +235,11 @@ impl MasterHandle {
         if self.tx.send(Request::Shutdown(tx)).await.is_ok() {
             let _ = rx.await;
         }
+    }
+
+    /// The epoch this master incarnation writes with.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The service's counters.
@@ -345,6 +351,7 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
     Ok((
         MasterHandle {
             tx,
+            epoch,
             counters,
             failed,
         },

@@ -1,0 +1,207 @@
+//! The JSON bodies of the HTTP API, shared by the server and the client.
+
+use cohort_master::{Attempt, JobId, Millis};
+use serde::{Deserialize, Serialize};
+
+/// Every error: a stable code and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Stable machine-readable code.
+    pub code: String,
+    /// Explanation.
+    pub message: String,
+}
+
+/// `POST /v1/jobs`: what to run. At most one of `input`, `input_base64`,
+/// `input_json` (none: empty input).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    /// The module's sha256 (from `POST /v1/modules`).
+    pub module: String,
+    /// Input as UTF-8 text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// Input as base64 (standard alphabet, padded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_base64: Option<String>,
+    /// Input as a JSON value (passed to the job serialized).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_json: Option<serde_json::Value>,
+    /// Wall-clock limit of one attempt (default: the node's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Memory limit of one attempt (default: the node's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// Attempts before the job is dead-lettered (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// Higher runs first (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// Submissions with the same key get the same job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+}
+
+/// `202` to a submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitResponse {
+    /// The job's id.
+    pub id: JobId,
+    /// True if the idempotency key matched an existing job.
+    pub existing: bool,
+}
+
+/// `POST /v1/jobs/batch`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    /// The jobs, each as for `POST /v1/jobs`.
+    pub jobs: Vec<SubmitRequest>,
+}
+
+/// One job's fate in a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum BatchItem {
+    /// Accepted.
+    Accepted(SubmitResponse),
+    /// Refused, with why.
+    Refused(ErrorBody),
+}
+
+/// `202` to a batch: one item per job, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchResponse {
+    /// Per job.
+    pub results: Vec<BatchItem>,
+}
+
+/// A running job's latest progress report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgressBody {
+    /// In `[0, 1]`.
+    pub fraction: f32,
+    /// What it is doing.
+    pub message: String,
+}
+
+/// `GET /v1/jobs/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobResponse {
+    /// Id.
+    pub id: JobId,
+    /// Module sha256.
+    pub module: String,
+    /// `queued`, `running`, `succeeded`, `failed`, `cancelled` or `dead`.
+    pub state: String,
+    /// Priority.
+    pub priority: i32,
+    /// Attempt limit.
+    pub max_attempts: u32,
+    /// Per-attempt timeout.
+    pub timeout_ms: u64,
+    /// Idempotency key.
+    pub idempotency_key: Option<String>,
+    /// Submission time (ms since the Unix epoch).
+    pub submitted_at: Millis,
+    /// Time it reached its terminal state.
+    pub finished_at: Option<Millis>,
+    /// Earliest next attempt while backing off.
+    pub not_before: Option<Millis>,
+    /// Every attempt so far.
+    pub attempts: Vec<Attempt>,
+    /// Why it failed, when it did.
+    pub error: Option<ErrorBody>,
+    /// Result size once succeeded.
+    pub result_bytes: Option<u64>,
+    /// Input size.
+    pub input_bytes: u64,
+    /// Whether a checkpoint is stored for a retry to resume from.
+    pub has_checkpoint: bool,
+    /// Latest progress while running.
+    pub progress: Option<ProgressBody>,
+}
+
+/// A job in a listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSummaryBody {
+    /// Id.
+    pub id: JobId,
+    /// State name.
+    pub state: String,
+    /// Attempts so far.
+    pub attempts: u32,
+    /// Submission time.
+    pub submitted_at: Millis,
+}
+
+/// `GET /v1/jobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobListResponse {
+    /// A page of jobs, by ascending id.
+    pub jobs: Vec<JobSummaryBody>,
+    /// Pass as `cursor` for the next page; absent at the end.
+    pub next_cursor: Option<String>,
+}
+
+/// A stored module.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleBody {
+    /// sha256.
+    pub digest: String,
+    /// Size.
+    pub bytes: u64,
+}
+
+/// `GET /v1/modules`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleListResponse {
+    /// Every stored module.
+    pub modules: Vec<ModuleBody>,
+}
+
+/// A node in `GET /v1/cluster`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeBody {
+    /// Node id.
+    pub id: String,
+    /// HTTP address.
+    pub http: String,
+    /// Roles.
+    pub roles: Vec<String>,
+    /// Start time (ms since the Unix epoch).
+    pub started_at: Millis,
+    /// Whether it hosts the master.
+    pub master: bool,
+    /// Worker slots.
+    pub slots: u32,
+}
+
+/// A worker in `GET /v1/cluster`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerBody {
+    /// Worker id.
+    pub id: String,
+    /// Slots.
+    pub slots: u32,
+    /// Attempts running.
+    pub running: u32,
+    /// Last heard from.
+    pub last_seen: Millis,
+}
+
+/// `GET /v1/cluster`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterResponse {
+    /// Members.
+    pub nodes: Vec<NodeBody>,
+    /// Node hosting the master.
+    pub master_node: String,
+    /// The master's epoch.
+    pub master_epoch: u64,
+    /// Workers the master knows.
+    pub workers: Vec<WorkerBody>,
+}

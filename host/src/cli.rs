@@ -1,0 +1,510 @@
+//! The client commands of the `cohort` CLI: `submit`, `status`, `result`,
+//! `jobs`, `cancel`, `cluster`. Human output by default, `--json` for
+//! scripts. Exit code 0 on success, 1 when the server refused or a waited-for
+//! job did not succeed, 2 for usage errors (from the argument parser).
+
+use crate::api::types::*;
+use crate::client::{Client, ClientError};
+use crate::runtime::limits;
+use cohort_master::JobId;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Jobs per batch request of `submit --many`.
+const SUBMIT_BATCH: usize = 1000;
+/// Jobs waited for at once by `submit --many --wait`.
+const WAITS_IN_FLIGHT: usize = 64;
+/// One long-poll of a waiting command.
+const WAIT_MS: u64 = 30_000;
+
+/// Where the server is.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerArg {
+    /// The cohort server's URL.
+    #[arg(long, env = "COHORT_SERVER", default_value = "http://127.0.0.1:7070")]
+    pub server: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `cohort submit`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SubmitArgs {
+    /// A job module file (`.wasm`, uploaded first) or the sha256 of a module
+    /// already uploaded.
+    pub module: String,
+    /// Input file, or `-` for stdin [default: empty input].
+    #[arg(long, short)]
+    pub input: Option<PathBuf>,
+    /// Submit this many jobs with the same input.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub many: u32,
+    /// Wait until the job finishes and print its result (with --many: show
+    /// a progress bar and a summary).
+    #[arg(long)]
+    pub wait: bool,
+    /// Time limit of one attempt, e.g. `30s` [default: the node's].
+    #[arg(long, value_parser = limits::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Memory limit of one attempt, e.g. `64MiB` [default: the node's].
+    #[arg(long, value_parser = limits::parse_bytes)]
+    pub memory: Option<u64>,
+    /// Attempts before the job is dead-lettered [default: the node's].
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// Higher runs first.
+    #[arg(long, allow_hyphen_values = true)]
+    pub priority: Option<i32>,
+    /// Resubmitting with the same key returns the same job (with --many,
+    /// `-<n>` is appended for each job).
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+}
+
+/// `cohort status` / `cohort result` / `cohort cancel`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct JobArgs {
+    /// The job id.
+    pub id: JobId,
+    /// Wait for the job to finish first.
+    #[arg(long)]
+    pub wait: bool,
+    /// Write the result here instead of stdout (`result` only).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+}
+
+/// `cohort jobs`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct JobsArgs {
+    /// Only jobs in this state (queued, running, succeeded, failed,
+    /// cancelled, dead).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Most jobs to list.
+    #[arg(long, default_value_t = 100)]
+    pub limit: u32,
+    /// Continue after this cursor (printed by the previous page).
+    #[arg(long)]
+    pub cursor: Option<String>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+}
+
+fn fail(error: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {error}");
+    ExitCode::FAILURE
+}
+
+fn print_json<T: serde::Serialize>(value: &T) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).expect("serializes")
+    );
+}
+
+async fn wait_terminal(client: &Client, id: JobId) -> Result<JobResponse, ClientError> {
+    loop {
+        let job = client.job(id, WAIT_MS).await?;
+        if !matches!(job.state.as_str(), "queued" | "running") {
+            return Ok(job);
+        }
+    }
+}
+
+fn read_input(input: &Option<PathBuf>) -> std::io::Result<Vec<u8>> {
+    match input {
+        None => Ok(Vec::new()),
+        Some(path) if path.as_os_str() == "-" => {
+            let mut bytes = Vec::new();
+            std::io::stdin().read_to_end(&mut bytes)?;
+            Ok(bytes)
+        }
+        Some(path) => std::fs::read(path),
+    }
+}
+
+/// `cohort submit`.
+pub async fn submit(args: SubmitArgs) -> ExitCode {
+    let client = Client::new(&args.server.server);
+    let digest = if std::path::Path::new(&args.module).is_file() {
+        let wasm = match std::fs::read(&args.module) {
+            Ok(wasm) => wasm,
+            Err(error) => return fail(format!("cannot read {}: {error}", args.module)),
+        };
+        match client.upload(wasm).await {
+            Ok(digest) => digest,
+            Err(error) => return fail(format!("uploading {}: {error}", args.module)),
+        }
+    } else {
+        args.module.clone()
+    };
+    let input = match read_input(&args.input) {
+        Ok(input) => input,
+        Err(error) => return fail(format!("cannot read the input: {error}")),
+    };
+    let request = |n: Option<u32>| SubmitRequest {
+        module: digest.clone(),
+        input_base64: (!input.is_empty()).then(|| {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD.encode(&input)
+        }),
+        timeout_ms: args.timeout.map(|t| t.as_millis() as u64),
+        memory_bytes: args.memory,
+        max_attempts: args.max_attempts,
+        priority: args.priority,
+        idempotency_key: match (&args.idempotency_key, n) {
+            (Some(key), Some(n)) => Some(format!("{key}-{n}")),
+            (key, _) => key.clone(),
+        },
+        ..SubmitRequest::default()
+    };
+    if args.many == 1 {
+        let accepted = match client.submit(&request(None)).await {
+            Ok(accepted) => accepted,
+            Err(error) => return fail(error),
+        };
+        if !args.wait {
+            if args.server.json {
+                print_json(&accepted);
+            } else {
+                println!("{}", accepted.id);
+            }
+            return ExitCode::SUCCESS;
+        }
+        return finish_one(&client, accepted.id, None, args.server.json).await;
+    }
+    submit_many(&client, args.many, request, args.wait, args.server.json).await
+}
+
+async fn finish_one(client: &Client, id: JobId, output: Option<&PathBuf>, json: bool) -> ExitCode {
+    let job = match wait_terminal(client, id).await {
+        Ok(job) => job,
+        Err(error) => return fail(error),
+    };
+    if job.state != "succeeded" {
+        if json {
+            print_json(&job);
+        }
+        let why = job
+            .error
+            .map(|e| format!(": {}: {}", e.code, e.message))
+            .unwrap_or_default();
+        return fail(format!("job {id} {}{why}", job.state));
+    }
+    write_result(client, id, output, json).await
+}
+
+async fn write_result(
+    client: &Client,
+    id: JobId,
+    output: Option<&PathBuf>,
+    json: bool,
+) -> ExitCode {
+    let result = match client.result(id).await {
+        Ok(result) => result,
+        Err(error) => return fail(error),
+    };
+    if json && output.is_none() {
+        use base64::Engine as _;
+        print_json(&serde_json::json!({
+            "id": id,
+            "result_base64": base64::engine::general_purpose::STANDARD.encode(&result),
+        }));
+        return ExitCode::SUCCESS;
+    }
+    let written = match output {
+        Some(path) => std::fs::write(path, &result),
+        None => std::io::stdout()
+            .write_all(&result)
+            .and_then(|()| std::io::stdout().flush()),
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => fail(format!("cannot write the result: {error}")),
+    }
+}
+
+async fn submit_many(
+    client: &Client,
+    many: u32,
+    request: impl Fn(Option<u32>) -> SubmitRequest,
+    wait: bool,
+    json: bool,
+) -> ExitCode {
+    let started = Instant::now();
+    let mut ids = Vec::with_capacity(many as usize);
+    let mut refused = Vec::new();
+    let all: Vec<u32> = (0..many).collect();
+    for chunk in all.chunks(SUBMIT_BATCH) {
+        let batch = BatchRequest {
+            jobs: chunk.iter().map(|&n| request(Some(n))).collect(),
+        };
+        match client.submit_batch(&batch).await {
+            Ok(response) => {
+                for item in response.results {
+                    match item {
+                        BatchItem::Accepted(accepted) => ids.push(accepted.id),
+                        BatchItem::Refused(error) => refused.push(error),
+                    }
+                }
+            }
+            Err(error) => return fail(error),
+        }
+    }
+    let submitted = started.elapsed();
+    if !refused.is_empty() {
+        eprintln!(
+            "{} of {many} jobs refused; first: {}: {}",
+            refused.len(),
+            refused[0].code,
+            refused[0].message
+        );
+    }
+    if !wait {
+        if json {
+            print_json(&serde_json::json!({"ids": ids, "refused": refused}));
+        } else {
+            for id in &ids {
+                println!("{id}");
+            }
+        }
+        return if refused.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    let bar = ProgressBar::new(ids.len() as u64);
+    if json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} jobs finished  {per_sec}  eta {eta}")
+            .expect("a valid template"),
+    );
+    let mut states: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut waits = tokio::task::JoinSet::new();
+    let mut pending = ids.iter().copied();
+    let mut failed = None;
+    loop {
+        while waits.len() < WAITS_IN_FLIGHT {
+            let Some(id) = pending.next() else { break };
+            let client = client.clone();
+            waits.spawn(async move { (id, wait_terminal(&client, id).await) });
+        }
+        let Some(joined) = waits.join_next().await else {
+            break;
+        };
+        match joined {
+            Ok((_, Ok(job))) => {
+                *states.entry(job.state).or_default() += 1;
+                bar.inc(1);
+            }
+            Ok((id, Err(error))) => {
+                failed = Some(format!("job {id}: {error}"));
+                break;
+            }
+            Err(error) => {
+                failed = Some(error.to_string());
+                break;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    if let Some(error) = failed {
+        return fail(error);
+    }
+    let elapsed = started.elapsed();
+    let succeeded = states.get("succeeded").copied().unwrap_or(0);
+    if json {
+        print_json(&serde_json::json!({
+            "jobs": ids.len(),
+            "states": states,
+            "refused": refused.len(),
+            "submit_seconds": submitted.as_secs_f64(),
+            "total_seconds": elapsed.as_secs_f64(),
+        }));
+    } else {
+        let summary: Vec<String> = states.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        println!(
+            "{} jobs: {} in {:.2?} ({:.0} jobs/s; submitted in {:.2?})",
+            ids.len(),
+            summary.join(", "),
+            elapsed,
+            ids.len() as f64 / elapsed.as_secs_f64(),
+            submitted
+        );
+    }
+    if succeeded == ids.len() as u64 && refused.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `cohort status`.
+pub async fn status(args: JobArgs) -> ExitCode {
+    let client = Client::new(&args.server.server);
+    let job = if args.wait {
+        wait_terminal(&client, args.id).await
+    } else {
+        client.job(args.id, 0).await
+    };
+    let job = match job {
+        Ok(job) => job,
+        Err(error) => return fail(error),
+    };
+    if args.server.json {
+        print_json(&job);
+        return ExitCode::SUCCESS;
+    }
+    println!("job {}: {}", job.id, job.state);
+    println!("  module      {}", job.module);
+    println!(
+        "  attempts    {} of {} (timeout {} ms, priority {})",
+        job.attempts.len(),
+        job.max_attempts,
+        job.timeout_ms,
+        job.priority
+    );
+    for attempt in &job.attempts {
+        println!(
+            "    #{} on {}: {}{}{}",
+            attempt.number,
+            attempt.worker,
+            attempt.outcome.as_deref().unwrap_or("running"),
+            attempt
+                .duration_ms
+                .map(|d| format!(" after {d} ms"))
+                .unwrap_or_default(),
+            attempt
+                .message
+                .as_deref()
+                .map(|m| format!(" ({m})"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(progress) = &job.progress {
+        println!(
+            "  progress    {:.0}% {}",
+            progress.fraction * 100.0,
+            progress.message
+        );
+    }
+    if let Some(bytes) = job.result_bytes {
+        println!("  result      {bytes} bytes (cohort result {})", job.id);
+    }
+    if let Some(error) = &job.error {
+        println!("  error       {}: {}", error.code, error.message);
+    }
+    if let Some(last) = job.attempts.last()
+        && !last.log_tail.is_empty()
+    {
+        println!("  log (end of the last attempt's):");
+        for line in last.log_tail.lines() {
+            println!("    {line}");
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `cohort result`.
+pub async fn result(args: JobArgs) -> ExitCode {
+    let client = Client::new(&args.server.server);
+    if args.wait {
+        return finish_one(&client, args.id, args.output.as_ref(), args.server.json).await;
+    }
+    write_result(&client, args.id, args.output.as_ref(), args.server.json).await
+}
+
+/// `cohort cancel`.
+pub async fn cancel(args: JobArgs) -> ExitCode {
+    let client = Client::new(&args.server.server);
+    match client.cancel(args.id).await {
+        Ok(job) if args.server.json => {
+            print_json(&job);
+            ExitCode::SUCCESS
+        }
+        Ok(job) => {
+            println!("job {}: {}", job.id, job.state);
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(error),
+    }
+}
+
+/// `cohort jobs`.
+pub async fn jobs(args: JobsArgs) -> ExitCode {
+    let client = Client::new(&args.server.server);
+    let page = match client
+        .jobs(args.state.as_deref(), args.limit, args.cursor.as_deref())
+        .await
+    {
+        Ok(page) => page,
+        Err(error) => return fail(error),
+    };
+    if args.server.json {
+        print_json(&page);
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "{:>10}  {:<10}  {:>8}  SUBMITTED (ms)",
+        "ID", "STATE", "ATTEMPTS"
+    );
+    for job in &page.jobs {
+        println!(
+            "{:>10}  {:<10}  {:>8}  {}",
+            job.id, job.state, job.attempts, job.submitted_at
+        );
+    }
+    if let Some(cursor) = page.next_cursor {
+        println!("more: cohort jobs --cursor {cursor}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// `cohort cluster`.
+pub async fn cluster(args: ServerArg) -> ExitCode {
+    let client = Client::new(&args.server);
+    let cluster = match client.cluster().await {
+        Ok(cluster) => cluster,
+        Err(error) => return fail(error),
+    };
+    if args.json {
+        print_json(&cluster);
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "master on {} (epoch {})",
+        cluster.master_node, cluster.master_epoch
+    );
+    for node in &cluster.nodes {
+        println!(
+            "  {}  {}  roles {}  slots {}{}",
+            node.id,
+            node.http,
+            node.roles.join(","),
+            node.slots,
+            if node.master { "  [master]" } else { "" }
+        );
+    }
+    for worker in &cluster.workers {
+        println!(
+            "  worker {}: {}/{} slots busy",
+            worker.id, worker.running, worker.slots
+        );
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,98 @@
+//! `GET /metrics`: Prometheus/OpenMetrics text, rendered per scrape from
+//! the master's counters and state (prometheus-client does the encoding).
+
+use crate::master::service::MasterCounters;
+use cohort_master::{JobState, Stats};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+type Labels = Vec<(String, String)>;
+
+fn counter(value: u64) -> Counter<u64, AtomicU64> {
+    let counter = Counter::<u64, AtomicU64>::default();
+    counter.inc_by(value);
+    counter
+}
+
+/// Renders every metric.
+pub fn render(
+    stats: &Stats,
+    counters: &MasterCounters,
+    responses: &Family<Labels, Counter<u64, AtomicU64>>,
+) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::with_prefix("cohort");
+    let jobs = Family::<Labels, Gauge>::default();
+    for state in [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Dead,
+    ] {
+        jobs.get_or_create(&vec![("state".into(), state.name().into())])
+            .set(stats.jobs[state as usize] as i64);
+    }
+    registry.register("jobs", "Jobs known to the master, by state", jobs);
+    registry.register(
+        "jobs_submitted",
+        "Jobs accepted since the journal began",
+        counter(stats.submitted_total),
+    );
+    registry.register(
+        "attempts",
+        "Attempts started since the journal began",
+        counter(stats.attempts_total),
+    );
+    registry.register(
+        "retries",
+        "Attempts re-queued after a failure or expiry",
+        counter(stats.retries_total),
+    );
+    let workers = Gauge::<i64>::default();
+    workers.set(stats.workers as i64);
+    registry.register("workers", "Workers known to the master", workers);
+    let results = Gauge::<i64>::default();
+    results.set(stats.result_bytes as i64);
+    registry.register("result_bytes", "Bytes of job results held", results);
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    registry.register(
+        "journal_events",
+        "Events made durable by this process",
+        counter(load(&counters.events)),
+    );
+    registry.register(
+        "journal_syncs",
+        "Journal fsyncs by this process",
+        counter(load(&counters.syncs)),
+    );
+    let sync_seconds = Counter::<f64, AtomicU64>::default();
+    sync_seconds.inc_by(load(&counters.sync_nanos) as f64 / 1e9);
+    registry.register(
+        "journal_sync_seconds",
+        "Time spent in journal fsync",
+        sync_seconds,
+    );
+    registry.register(
+        "master_commands",
+        "Commands decided by the master",
+        counter(load(&counters.commands)),
+    );
+    registry.register(
+        "snapshots",
+        "Master snapshots written",
+        counter(load(&counters.snapshots)),
+    );
+    registry.register(
+        "http_responses",
+        "HTTP responses by status",
+        responses.clone(),
+    );
+    let mut out = String::new();
+    encode(&mut out, &registry)?;
+    Ok(out)
+}

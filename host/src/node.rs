@@ -1,0 +1,285 @@
+//! `cohort node`: one machine's cohort process.
+//!
+//! A node opens its data directory (one node per directory, enforced with a
+//! lock file), recovers the master from the journal, starts a worker with
+//! its slots and serves the HTTP API. On SIGTERM or Ctrl-C it stops in
+//! order: no new connections, running attempts finish within the grace
+//! period (the rest are stopped and re-queued), the journal is flushed and
+//! a snapshot written, so the next start replays almost nothing.
+//!
+//! Single machine for now: the node hosts the master and has every role.
+
+use crate::api::{self, Api, JobDefaults, NodeInfo};
+use crate::master::{self, CoreKind, MasterOptions};
+use crate::modules::ModuleStore;
+use crate::runtime::limits::{self, JobLimits};
+use crate::runtime::{Runtime, RuntimeConfig};
+use crate::worker::{ProgressBoard, Worker, WorkerOptions};
+use anyhow::Context;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Options of `cohort node`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NodeArgs {
+    /// Directory for the journal, snapshots, modules and compiled code.
+    #[arg(long, env = "COHORT_DATA_DIR", default_value = "cohort-data")]
+    pub data_dir: PathBuf,
+    /// HTTP address to listen on (port 0 picks a free port; the address is
+    /// printed on stdout).
+    #[arg(long, env = "COHORT_LISTEN", default_value = "127.0.0.1:7070")]
+    pub listen: SocketAddr,
+    /// This node's id in the cluster [default: <hostname>-<port>].
+    #[arg(long, env = "COHORT_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Jobs this node runs at once; 0 runs none [default: number of CPUs].
+    #[arg(long, env = "COHORT_SLOTS")]
+    pub slots: Option<u32>,
+    /// Time limit of an attempt when a job does not set one.
+    #[arg(long, value_parser = limits::parse_duration, default_value = "60s")]
+    pub job_timeout: Duration,
+    /// Memory limit of an attempt when a job does not set one.
+    #[arg(long, value_parser = limits::parse_bytes, default_value = "256MiB")]
+    pub job_memory: u64,
+    /// Largest memory limit a job may ask for on this node.
+    #[arg(long, value_parser = limits::parse_bytes, default_value = "4GiB")]
+    pub job_memory_max: u64,
+    /// Attempts of a job that does not set `max_attempts`.
+    #[arg(long, default_value_t = 3)]
+    pub max_attempts: u32,
+    /// Most jobs waiting to run; beyond, submissions get 429 `queue_full`.
+    #[arg(long, default_value_t = cohort_master::Config::default().queue_max)]
+    pub queue_max: u64,
+    /// How long finished jobs (and their results) stay queryable.
+    #[arg(long, value_parser = limits::parse_duration, default_value = "1h")]
+    pub retention: Duration,
+    /// How long running attempts may take to finish when the node stops.
+    #[arg(long, value_parser = limits::parse_duration, default_value = "10s")]
+    pub shutdown_grace: Duration,
+    /// Events between master snapshots.
+    #[arg(long, default_value_t = master::service::SNAPSHOT_EVERY_DEFAULT)]
+    pub snapshot_every: u64,
+    /// Run the master's logic natively instead of in its Wasm component
+    /// (for comparisons).
+    #[arg(long, value_enum, default_value = "wasm", hide = true)]
+    pub master_core: CoreKind,
+}
+
+/// Runs a node until SIGTERM/Ctrl-C (clean stop) or a master failure.
+pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
+    let data_dir = args.data_dir.clone();
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
+    let _lock = lock_data_dir(&data_dir)?;
+    let slots = args
+        .slots
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32));
+    let runtime = Runtime::new(RuntimeConfig {
+        data_dir: Some(data_dir.clone()),
+        concurrent_jobs: slots.max(1),
+        memory_bytes_max: args.job_memory_max,
+        ..RuntimeConfig::default()
+    })?;
+    let modules = Arc::new(
+        ModuleStore::open(&data_dir, runtime.clone())
+            .with_context(|| format!("cannot open the module store in {}", data_dir.display()))?,
+    );
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let node_id = args
+        .node_id
+        .clone()
+        .unwrap_or_else(|| default_node_id(addr));
+
+    let options = MasterOptions {
+        data_dir: data_dir.clone(),
+        config: cohort_master::Config {
+            queue_max: args.queue_max,
+            retention_ms: args.retention.as_millis() as u64,
+            ..cohort_master::Config::default()
+        },
+        core: args.master_core,
+        snapshot_every: args.snapshot_every,
+    };
+    let (master, report) = tokio::task::spawn_blocking(move || master::start(options))
+        .await
+        .context("the recovery thread failed")?
+        .context("cannot start the master")?;
+    eprintln!(
+        "recovered the master in {:.1?}: snapshot {}, {} journal events replayed{}",
+        report.duration,
+        report
+            .snapshot_index
+            .map_or("none".to_string(), |i| format!("at {i}")),
+        report.events_replayed,
+        if report.torn_bytes > 0 {
+            format!(
+                ", {} bytes of an unfinished write cut from the journal's end",
+                report.torn_bytes
+            )
+        } else {
+            String::new()
+        },
+    );
+
+    let progress = ProgressBoard::default();
+    let worker = if slots > 0 {
+        let options = WorkerOptions {
+            id: node_id.clone(),
+            slots,
+            limits: JobLimits {
+                memory_bytes: args.job_memory,
+                ..JobLimits::default()
+            },
+        };
+        Some(
+            Worker::start(
+                options,
+                master.clone(),
+                modules.clone(),
+                runtime.clone(),
+                progress.clone(),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    let api = Arc::new(Api {
+        master: master.clone(),
+        modules,
+        progress,
+        node: NodeInfo {
+            id: node_id.clone(),
+            http: format!("http://{addr}"),
+            roles: ["back-end", "worker", "front-end"]
+                .into_iter()
+                .filter(|role| *role != "worker" || slots > 0)
+                .map(String::from)
+                .collect(),
+            started_at: master::now_ms(),
+            slots,
+        },
+        defaults: JobDefaults {
+            timeout_ms: args.job_timeout.as_millis() as u64,
+            max_attempts: args.max_attempts,
+            memory_bytes_max: args.job_memory_max,
+        },
+        responses: Default::default(),
+    });
+    let (stop_serving, serving) = watch::channel(false);
+    let server = tokio::spawn(api::serve(listener, api, serving));
+    println!("cohort node {node_id} listening on http://{addr}");
+    std::io::stdout().flush()?;
+
+    let failed = tokio::select! {
+        signal = stop_signal() => {
+            eprintln!("{signal}: stopping (grace {:?} for running jobs)", args.shutdown_grace);
+            false
+        }
+        () = watch_failure(&master) => true,
+    };
+    let _ = stop_serving.send(true);
+    let _ = server.await;
+    if let Some(worker) = worker {
+        worker.shutdown(args.shutdown_grace).await;
+    }
+    master.shutdown().await;
+    if failed {
+        anyhow::bail!(
+            "the master failed (see the log above); restart the node to recover from its journal"
+        );
+    }
+    eprintln!("stopped cleanly");
+    Ok(())
+}
+
+/// Holds `<data>/LOCK` locked for the node's lifetime.
+fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another cohort node is using {}; give each node its own --data-dir",
+            dir.display()
+        ),
+        Err(std::fs::TryLockError::Error(error)) => {
+            Err(error).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
+}
+
+fn default_node_id(addr: SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "node".into());
+    format!("{host}-{}", addr.port())
+}
+
+async fn stop_signal() -> &'static str {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => tokio::select! {
+                _ = terminate.recv() => "SIGTERM",
+                _ = tokio::signal::ctrl_c() => "interrupt",
+            },
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                "interrupt"
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "interrupt"
+    }
+}
+
+async fn watch_failure(master: &master::MasterHandle) {
+    while !master.has_failed() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        node: NodeArgs,
+    }
+
+    #[test]
+    fn defaults_match_the_runtime_constants() {
+        let args = Cli::parse_from(["node"]).node;
+        assert_eq!(
+            args.job_timeout.as_millis() as u64,
+            limits::TIMEOUT_MS_DEFAULT
+        );
+        assert_eq!(args.job_memory, limits::MEMORY_BYTES_DEFAULT);
+        assert_eq!(args.listen.to_string(), "127.0.0.1:7070");
+        assert_eq!(args.data_dir, PathBuf::from("cohort-data"));
+    }
+}

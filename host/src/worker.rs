@@ -1,0 +1,334 @@
+//! The worker: pulls attempts from the master and runs them in the runtime.
+//!
+//! # Loop
+//!
+//! The worker long-polls the master with its free slot count; the poll is
+//! also its heartbeat, so it polls at least every [`POLL_WAIT`] even when
+//! every slot is busy (with `free = 0`). Each assignment runs in its own
+//! task holding one slot: the module is fetched from the module store
+//! (compiled once, cached), run with the attempt's timeout and memory limit
+//! and the checkpoint of an earlier attempt, and the outcome is reported with
+//! the attempt's `(job id, attempt)`, so a report that arrives after the
+//! master gave up on the attempt is ignored there.
+//!
+//! * **Checkpoints** go to the master while the job runs, latest first: a
+//!   `watch` channel keeps only the newest, so a job that checkpoints in a
+//!   loop cannot queue up memory; the last one is sent before the outcome.
+//! * **Progress** goes to a [`ProgressBoard`] that the API reads; it is
+//!   volatile (not journaled) by design.
+//! * **Stop** orders (a cancelled job) drop the attempt's future, which
+//!   stops the guest at its next yield point.
+//! * **Shutdown**: stop polling, let running attempts finish within a grace
+//!   period, stop the rest, then tell the master this worker is gone so its
+//!   unfinished attempts are re-queued at once rather than at lease expiry.
+
+use crate::master::{MasterError, MasterHandle};
+use crate::modules::ModuleStore;
+use crate::runtime::{Digest, JobFailure, JobLimits, JobObserver, JobRequest, Progress, Runtime};
+use cohort_master::{Assignment, Command, Failure, JobId, Outcome};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+
+/// Longest a poll waits for work; also the heartbeat period.
+pub const POLL_WAIT: Duration = Duration::from_secs(1);
+/// Pause after a failed poll before the next.
+const POLL_RETRY: Duration = Duration::from_millis(200);
+/// Bytes of the end of an attempt's log sent with its outcome.
+const LOG_TAIL_BYTES: usize = cohort_master::master::LOG_TAIL_BYTES_MAX;
+
+/// Live progress of attempts running on this node, for the API.
+#[derive(Debug, Clone, Default)]
+pub struct ProgressBoard(Arc<Mutex<HashMap<JobId, Progress>>>);
+
+impl ProgressBoard {
+    /// The latest progress of job `id`, if it is running here and reported.
+    pub fn get(&self, id: JobId) -> Option<Progress> {
+        self.lock().get(&id).cloned()
+    }
+
+    fn set(&self, id: JobId, progress: Progress) {
+        self.lock().insert(id, progress);
+    }
+
+    fn clear(&self, id: JobId) {
+        self.lock().remove(&id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, Progress>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Its id in the cluster.
+    pub id: String,
+    /// Attempts it runs at once.
+    pub slots: u32,
+    /// Limits for what an attempt does not set (memory, output, log,
+    /// checkpoint); the attempt's own timeout and memory limit win.
+    pub limits: JobLimits,
+}
+
+/// A running worker.
+#[derive(Debug)]
+pub struct Worker {
+    stop_polling: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    options: WorkerOptions,
+    master: MasterHandle,
+    modules: Arc<ModuleStore>,
+    runtime: Runtime,
+    progress: ProgressBoard,
+    slots: Arc<Semaphore>,
+    running: Mutex<HashMap<(JobId, u32), oneshot::Sender<()>>>,
+}
+
+impl Shared {
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<(JobId, u32), oneshot::Sender<()>>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Worker {
+    /// Starts polling `master` for work.
+    pub async fn start(
+        options: WorkerOptions,
+        master: MasterHandle,
+        modules: Arc<ModuleStore>,
+        runtime: Runtime,
+        progress: ProgressBoard,
+    ) -> Result<Self, MasterError> {
+        let (stops_tx, mut stops_rx) = mpsc::unbounded_channel();
+        master.register_stops(&options.id, stops_tx).await?;
+        let shared = Arc::new(Shared {
+            slots: Arc::new(Semaphore::new(options.slots as usize)),
+            options,
+            master,
+            modules,
+            runtime,
+            progress,
+            running: Mutex::new(HashMap::new()),
+        });
+        let stopper = shared.clone();
+        tokio::spawn(async move {
+            while let Some(key) = stops_rx.recv().await {
+                if let Some(stop) = stopper.running().remove(&key) {
+                    let _ = stop.send(());
+                }
+            }
+        });
+        let (stop_polling, stopped) = watch::channel(false);
+        let task = tokio::spawn(poll_loop(shared.clone(), stopped));
+        Ok(Self {
+            stop_polling,
+            task,
+            shared,
+        })
+    }
+
+    /// Stops taking work, waits up to `grace` for running attempts, stops
+    /// the rest and reports this worker gone so they are re-queued.
+    pub async fn shutdown(self, grace: Duration) {
+        let _ = self.stop_polling.send(true);
+        let _ = self.task.await;
+        let shared = &self.shared;
+        let all = shared.options.slots;
+        let drained = tokio::time::timeout(grace, shared.slots.acquire_many(all)).await;
+        if drained.is_err() {
+            let stops: Vec<_> = shared.running().drain().collect();
+            tracing::warn!(
+                "{} attempts still running after the {grace:?} grace period; stopping them",
+                stops.len()
+            );
+            for (_, stop) in stops {
+                let _ = stop.send(());
+            }
+        }
+        let gone = Command::WorkerGone {
+            worker: shared.options.id.clone(),
+        };
+        if let Err(error) = shared.master.command(gone).await {
+            tracing::warn!("could not report this worker gone: {error}");
+        }
+    }
+}
+
+async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
+    let options = &shared.options;
+    loop {
+        if *stopped.borrow() {
+            return;
+        }
+        if shared.slots.available_permits() == 0 {
+            // Wait for a slot, but come back in time for the heartbeat.
+            tokio::select! {
+                permit = shared.slots.acquire() => drop(permit),
+                _ = tokio::time::sleep(POLL_WAIT) => {}
+                _ = stopped.changed() => return,
+            }
+        }
+        let free = shared.slots.available_permits() as u32;
+        let polled = tokio::select! {
+            polled = shared.master.poll(&options.id, options.slots, free, POLL_WAIT) => polled,
+            _ = stopped.changed() => return,
+        };
+        match polled {
+            Ok(assignments) => {
+                for assignment in assignments {
+                    let Ok(permit) = shared.slots.clone().try_acquire_owned() else {
+                        // Cannot happen (only this loop takes slots), but if it
+                        // did, the lease would bring the attempt back.
+                        tracing::error!("assigned more attempts than free slots");
+                        break;
+                    };
+                    let (stop, stopped) = oneshot::channel();
+                    shared
+                        .running()
+                        .insert((assignment.id, assignment.attempt), stop);
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        run_attempt(&shared, assignment, stopped).await;
+                        drop(permit);
+                    });
+                }
+            }
+            Err(MasterError::Unavailable(reason)) => {
+                tracing::info!("worker stops polling: {reason}");
+                return;
+            }
+            Err(MasterError::Rejected(rejection)) => {
+                tracing::warn!("poll refused: {rejection}");
+                tokio::time::sleep(POLL_RETRY).await;
+            }
+        }
+    }
+}
+
+/// Forwards a running job's progress and checkpoints.
+#[derive(Debug)]
+struct Forwarder {
+    id: JobId,
+    progress: ProgressBoard,
+    checkpoint: watch::Sender<Option<Vec<u8>>>,
+}
+
+impl JobObserver for Forwarder {
+    fn progress(&self, fraction: f32, message: &str) {
+        self.progress.set(
+            self.id,
+            Progress {
+                fraction,
+                message: message.into(),
+            },
+        );
+    }
+
+    fn checkpoint(&self, state: &[u8]) {
+        self.checkpoint.send_replace(Some(state.to_vec()));
+    }
+}
+
+async fn run_attempt(shared: &Shared, assignment: Assignment, stopped: oneshot::Receiver<()>) {
+    let Assignment {
+        id,
+        attempt,
+        module,
+        input,
+        timeout_ms,
+        memory_bytes,
+        checkpoint,
+        ..
+    } = assignment;
+    let digest = Digest::from(module);
+    let (outcome, duration_ms, log) = match shared.modules.get(&digest).await {
+        Err(error) => (
+            Outcome::Failed(Failure {
+                code: "module_unavailable".into(),
+                message: format!("module {digest}: {error}"),
+            }),
+            0,
+            Vec::new(),
+        ),
+        Ok(compiled) => {
+            let (checkpoints, mut latest) = watch::channel(None);
+            let forwarder = Arc::new(Forwarder {
+                id,
+                progress: shared.progress.clone(),
+                checkpoint: checkpoints,
+            });
+            let master = shared.master.clone();
+            let sender = tokio::spawn(async move {
+                while latest.changed().await.is_ok() {
+                    let data = latest.borrow_and_update().clone();
+                    if let Some(data) = data {
+                        let command = Command::Checkpoint { id, attempt, data };
+                        if let Err(error) = master.command(command).await {
+                            tracing::warn!("job {id}: checkpoint not recorded: {error}");
+                        }
+                    }
+                }
+            });
+            let limits = JobLimits {
+                timeout_ms,
+                memory_bytes: memory_bytes.unwrap_or(shared.options.limits.memory_bytes),
+                ..shared.options.limits
+            };
+            let request = JobRequest {
+                input,
+                limits,
+                resume_state: checkpoint,
+                observer: Some(forwarder),
+            };
+            let report = tokio::select! {
+                report = shared.runtime.run(&compiled, request) => Some(report),
+                Ok(()) = stopped => None,
+            };
+            // The observer is gone with the attempt: the sender drains the
+            // last checkpoint and ends, before the outcome is reported.
+            let _ = sender.await;
+            shared.progress.clear(id);
+            let Some(report) = report else {
+                tracing::debug!("job {id} attempt {attempt} stopped");
+                return;
+            };
+            let outcome = match report.outcome {
+                Ok(output) => Outcome::Succeeded(output),
+                Err(failure) => Outcome::Failed(failure_of(&failure)),
+            };
+            (outcome, report.duration.as_millis() as u64, report.log)
+        }
+    };
+    shared.running().remove(&(id, attempt));
+    let start = log.len().saturating_sub(LOG_TAIL_BYTES);
+    let command = Command::Finish {
+        id,
+        attempt,
+        worker: shared.options.id.clone(),
+        outcome,
+        duration_ms,
+        log_tail: String::from_utf8_lossy(&log[start..]).into_owned(),
+    };
+    if let Err(error) = shared.master.command(command).await {
+        tracing::warn!("job {id} attempt {attempt}: outcome not recorded: {error}");
+    }
+}
+
+fn failure_of(failure: &JobFailure) -> Failure {
+    let message = match failure {
+        JobFailure::JobError { code, message } => format!("{code}: {message}"),
+        other => other.to_string(),
+    };
+    Failure {
+        code: failure.code().into(),
+        message,
+    }
+}
