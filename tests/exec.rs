@@ -1,54 +1,9 @@
 //! End-to-end tests of the `cohort` binary's local commands: `exec` on every
 //! example and fixture (exit codes, stdout, stderr) and a small `demo`.
 
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod support;
 
-/// No test process may run longer than this.
-const PROCESS_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn guest(name: &str) -> PathBuf {
-    Path::new(env!("COHORT_GUESTS_DIR")).join(format!("{name}.wasm"))
-}
-
-/// Runs `cohort` with `args` and `stdin`, killing it if it overruns.
-fn cohort(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cohort starts");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    // Drain both pipes while waiting, or a chatty child blocks on a full pipe.
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            pipe.read_to_end(&mut bytes).map(|_| bytes)
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().unwrap()));
-    let stderr = drain(Box::new(child.stderr.take().unwrap()));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > PROCESS_TIMEOUT {
-            child.kill().unwrap();
-            panic!("cohort {args:?} ran longer than {PROCESS_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: stdout.join().unwrap().unwrap(),
-        stderr: stderr.join().unwrap().unwrap(),
-    }
-}
+use support::{cohort, guest};
 
 fn exec(module: &str, extra: &[&str], stdin: &[u8]) -> (i32, Vec<u8>, String) {
     let path = guest(module);

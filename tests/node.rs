@@ -1,0 +1,587 @@
+//! End-to-end tests of `cohort node`: real processes on loopback, driven
+//! over HTTP and through the CLI, killed and restarted on their data dirs.
+
+mod support;
+
+use cohort::api::types::*;
+use cohort::client::{Client, ClientError};
+use hyper::Method;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::{Node, guest};
+
+/// Longest any single job in these tests may take to settle.
+const SETTLE: Duration = Duration::from_secs(60);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn upload(client: &Client, name: &str) -> String {
+    client
+        .upload(std::fs::read(guest(name)).unwrap())
+        .await
+        .unwrap()
+}
+
+fn job(module: &str, input: &str) -> SubmitRequest {
+    SubmitRequest {
+        module: module.into(),
+        input: Some(input.into()),
+        ..SubmitRequest::default()
+    }
+}
+
+async fn settle(client: &Client, id: u64) -> JobResponse {
+    let started = Instant::now();
+    loop {
+        let job = client.job(id, 5_000).await.unwrap();
+        if !matches!(job.state.as_str(), "queued" | "running") {
+            return job;
+        }
+        assert!(
+            started.elapsed() < SETTLE,
+            "job {id} did not settle: {job:?}"
+        );
+    }
+}
+
+async fn api_error(result: Result<impl std::fmt::Debug, ClientError>) -> (u16, String) {
+    match result {
+        Err(ClientError::Api { status, code, .. }) => (status, code),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+#[test]
+fn examples_run_through_the_cli_and_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &["--slots", "2"]);
+
+    // CLI: upload + submit + wait prints the job's output.
+    let input = dir.path().join("words.txt");
+    std::fs::write(&input, "the cat saw the dog").unwrap();
+    let wordcount = guest("wordcount");
+    let out = node.cli(
+        &[
+            "submit",
+            wordcount.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "--wait",
+        ],
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let counted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(counted["words"], 5);
+    assert_eq!(counted["unique"], 4);
+
+    // Input from stdin, id printed, then status/result/jobs.
+    let out = node.cli(
+        &["submit", wordcount.to_str().unwrap(), "-i", "-"],
+        b"a b a",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let out = node.cli(&["result", &id, "--wait"], b"");
+    assert!(out.status.success(), "{out:?}");
+    let counted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(counted["words"], 3);
+    let out = node.cli(&["status", &id], b"");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("succeeded"), "{text}");
+    assert!(
+        text.contains("counted 3 words"),
+        "the log tail is shown: {text}"
+    );
+    let out = node.cli(&["jobs", "--json"], b"");
+    let page: JobListResponse = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(page.jobs.len(), 2);
+    let out = node.cli(&["cluster"], b"");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("master on"),
+        "{out:?}"
+    );
+
+    // Many jobs with a progress bar and a summary.
+    let echo = guest("fixture_echo");
+    let out = node.cli(
+        &["submit", echo.to_str().unwrap(), "--many", "200", "--wait"],
+        b"",
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("200 jobs: 200 succeeded"),
+        "{out:?}"
+    );
+
+    // The API: JSON and base64 inputs, priorities, the raw result.
+    runtime().block_on(async {
+        let client = Client::new(&node.url);
+        let echo = upload(&client, "fixture_echo").await;
+        let mut request = job(&echo, "");
+        request.input = None;
+        request.input_json = Some(serde_json::json!({"n": 7}));
+        let accepted = client.submit(&request).await.unwrap();
+        assert_eq!(settle(&client, accepted.id).await.state, "succeeded");
+        assert_eq!(
+            &client.result(accepted.id).await.unwrap()[..],
+            br#"{"n":7}"#
+        );
+        request.input_json = None;
+        request.input_base64 = Some("AAEC/w==".into());
+        let accepted = client.submit(&request).await.unwrap();
+        settle(&client, accepted.id).await;
+        assert_eq!(
+            &client.result(accepted.id).await.unwrap()[..],
+            &[0, 1, 2, 255]
+        );
+        let metrics = client
+            .call(Method::GET, "/metrics", "text/plain", Default::default())
+            .await
+            .unwrap()
+            .1;
+        let metrics = String::from_utf8_lossy(&metrics);
+        assert!(
+            metrics.contains("cohort_jobs{state=\"succeeded\"} 204"),
+            "{metrics}"
+        );
+        assert!(metrics.contains("cohort_journal_syncs_total"), "{metrics}");
+    });
+}
+
+/// Sends `request` as raw bytes and reads the response status and body.
+fn raw_exchange(url: &str, request: &str) -> (u16, String) {
+    use std::io::Read;
+    let addr = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0u8; 4096];
+    // The server closes after refusing a body it did not read.
+    while let Ok(n) = stream.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        response.extend_from_slice(&buf[..n]);
+        if String::from_utf8_lossy(&response).contains("}") {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+#[test]
+fn bad_input_gets_a_stable_code_and_the_node_carries_on() {
+    let dir = tempfile::tempdir().unwrap();
+    // No worker: jobs stay queued, so queue and cancel behaviour is exact.
+    let node = Node::start(dir.path(), &["--slots", "0", "--queue-max", "3"]);
+    runtime().block_on(async {
+        let client = Client::new(&node.url);
+        let raw = |method: Method, path: &'static str, body: Vec<u8>| {
+            let client = client.clone();
+            async move {
+                client
+                    .call(method, path, "application/json", body.into())
+                    .await
+            }
+        };
+        let cases: Vec<(Method, &str, Vec<u8>, u16, &str)> = vec![
+            (
+                Method::POST,
+                "/v1/modules",
+                b"garbage".to_vec(),
+                422,
+                "module_invalid",
+            ),
+            (
+                Method::POST,
+                "/v1/modules",
+                b"\0asm\x01\0\0\0".to_vec(),
+                422,
+                "module_invalid",
+            ),
+            (
+                Method::POST,
+                "/v1/modules",
+                std::fs::read(guest("fixture_wrong_world")).unwrap(),
+                422,
+                "module_wrong_world",
+            ),
+            (Method::POST, "/v1/jobs", b"{bad".to_vec(), 400, "bad_json"),
+            (
+                Method::POST,
+                "/v1/jobs",
+                br#"{"module": "00", "surprise": 1}"#.to_vec(),
+                400,
+                "bad_json",
+            ),
+            (
+                Method::POST,
+                "/v1/jobs",
+                format!(r#"{{"module": "{}"}}"#, "ab".repeat(32)).into_bytes(),
+                422,
+                "module_not_found",
+            ),
+            (Method::GET, "/v1/jobs/999", vec![], 404, "job_not_found"),
+            (Method::GET, "/v1/jobs/abc", vec![], 400, "bad_request"),
+            (
+                Method::GET,
+                "/v1/jobs?state=sleepy",
+                vec![],
+                400,
+                "bad_request",
+            ),
+            (Method::GET, "/v1/nothing", vec![], 404, "not_found"),
+            (Method::PUT, "/v1/jobs", vec![], 405, "method_not_allowed"),
+        ];
+        for (method, path, body, status, code) in cases {
+            let got = api_error(raw(method.clone(), path, body).await).await;
+            assert_eq!(got, (status, code.to_string()), "{method} {path}");
+        }
+
+        // An oversized body is refused from its declared length, unread.
+        let (status, body) = raw_exchange(
+            &node.url,
+            "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 7340032\r\n\r\n",
+        );
+        assert_eq!(status, 413, "{body}");
+        assert!(body.contains("body_too_large"), "{body}");
+
+        let echo = upload(&client, "fixture_echo").await;
+        let mut bad = job(&echo, "x");
+        bad.max_attempts = Some(0);
+        assert_eq!(
+            api_error(client.submit(&bad).await).await,
+            (422, "invalid_job".into())
+        );
+        let mut both = job(&echo, "x");
+        both.input_base64 = Some("eA==".into());
+        assert_eq!(
+            api_error(client.submit(&both).await).await,
+            (400, "bad_request".into())
+        );
+
+        // Idempotency: the same key is the same job; another input conflicts.
+        let mut keyed = job(&echo, "once");
+        keyed.idempotency_key = Some("k1".into());
+        let first = client.submit(&keyed).await.unwrap();
+        let again = client.submit(&keyed).await.unwrap();
+        assert_eq!((again.id, again.existing), (first.id, true));
+        keyed.input = Some("twice".into());
+        assert_eq!(
+            api_error(client.submit(&keyed).await).await,
+            (409, "idempotency_conflict".into())
+        );
+
+        // The queue holds three; the fourth is refused with 429.
+        let second = client.submit(&job(&echo, "2")).await.unwrap();
+        client.submit(&job(&echo, "3")).await.unwrap();
+        assert_eq!(
+            api_error(client.submit(&job(&echo, "4")).await).await,
+            (429, "queue_full".into())
+        );
+
+        // Cancel a queued job; it is then finished; it has no result.
+        let cancelled = client.cancel(second.id).await.unwrap();
+        assert_eq!(cancelled.state, "cancelled");
+        assert_eq!(
+            api_error(client.cancel(second.id).await).await,
+            (409, "job_finished".into())
+        );
+        assert_eq!(
+            api_error(client.result(second.id).await).await,
+            (409, "job_not_succeeded".into())
+        );
+        assert_eq!(
+            api_error(client.result(first.id).await).await,
+            (409, "job_not_finished".into())
+        );
+        // With room again, submissions are accepted.
+        client.submit(&job(&echo, "5")).await.unwrap();
+        let health = client
+            .call(Method::GET, "/healthz", "text/plain", Default::default())
+            .await
+            .unwrap();
+        assert_eq!(health.0, 200);
+    });
+}
+
+#[test]
+fn failing_jobs_end_with_their_code_and_do_not_disturb_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &["--slots", "4"]);
+    runtime().block_on(async {
+        let client = Client::new(&node.url);
+        let once = |module: &str, input: &str, timeout_ms: Option<u64>, memory: Option<u64>| {
+            let mut request = job(module, input);
+            request.max_attempts = Some(1);
+            request.timeout_ms = timeout_ms;
+            request.memory_bytes = memory;
+            request
+        };
+        let trap = upload(&client, "fixture_trap").await;
+        let spin = upload(&client, "fixture_spin").await;
+        let hog = upload(&client, "fixture_hog").await;
+        let bigout = upload(&client, "fixture_bigout").await;
+        let wordcount = upload(&client, "wordcount").await;
+        let echo = upload(&client, "fixture_echo").await;
+        let mut not_utf8 = once(&wordcount, "", None, None);
+        not_utf8.input = None;
+        not_utf8.input_base64 = Some("//79".into());
+        let cases = vec![
+            (once(&trap, "", None, None), "dead", "trap"),
+            (once(&spin, "", Some(300), None), "dead", "timeout"),
+            (once(&spin, "sleep", Some(300), None), "dead", "timeout"),
+            (
+                once(&hog, "", None, Some(32 << 20)),
+                "failed",
+                "memory_limit",
+            ),
+            (
+                once(&bigout, "32", None, None),
+                "failed",
+                "output_too_large",
+            ),
+            (not_utf8, "failed", "job_error"),
+        ];
+        let mut ids = Vec::new();
+        for (request, _, _) in &cases {
+            ids.push(client.submit(request).await.unwrap().id);
+        }
+        let fine = client.submit(&job(&echo, "still here")).await.unwrap();
+        for (id, (_, state, code)) in ids.into_iter().zip(&cases) {
+            let job = settle(&client, id).await;
+            assert_eq!(job.state, *state, "{job:?}");
+            assert_eq!(job.error.as_ref().unwrap().code, *code, "{job:?}");
+        }
+        assert_eq!(settle(&client, fine.id).await.state, "succeeded");
+
+        // A retryable failure is retried with backoff, then dead-lettered.
+        let mut retried = job(&trap, "");
+        retried.max_attempts = Some(2);
+        let id = client.submit(&retried).await.unwrap().id;
+        let dead = settle(&client, id).await;
+        assert_eq!(dead.state, "dead");
+        assert_eq!(dead.attempts.len(), 2);
+        assert!(dead.attempts[1].started_at >= dead.attempts[0].ended_at.unwrap() + 500);
+
+        // A running job is cancelled: the attempt stops and frees its slot.
+        let mut long = job(&spin, "");
+        long.timeout_ms = Some(600_000);
+        let id = client.submit(&long).await.unwrap().id;
+        let started = Instant::now();
+        while client.job(id, 0).await.unwrap().state != "running" {
+            assert!(started.elapsed() < SETTLE);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(client.cancel(id).await.unwrap().state, "cancelled");
+        let cluster = client.cluster().await.unwrap();
+        let started = Instant::now();
+        let mut busy = cluster.workers[0].running;
+        while busy > 0 {
+            assert!(
+                started.elapsed() < SETTLE,
+                "the cancelled attempt still runs"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            busy = client.cluster().await.unwrap().workers[0].running;
+        }
+    });
+}
+
+/// Submits echo jobs from `writers` tasks until the node stops answering;
+/// returns every acknowledged `(id, input)`.
+async fn burst(url: &str, module: &str, writers: usize) -> Vec<(u64, String)> {
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for writer in 0..writers {
+        let client = Client::new(url);
+        let module = module.to_string();
+        let acked = acked.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0.. {
+                let input = format!("writer {writer} job {n}");
+                match client.submit(&job(&module, &input)).await {
+                    Ok(accepted) => acked.lock().unwrap().push((accepted.id, input)),
+                    Err(_) => return,
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    Arc::try_unwrap(acked).unwrap().into_inner().unwrap()
+}
+
+/// Every acknowledged job is present after the restart, succeeds with its
+/// own input as output, and records exactly one successful attempt.
+async fn check_every_acked_job(client: &Client, acked: &[(u64, String)]) {
+    let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+    for (id, input) in acked {
+        let job = settle(client, *id).await;
+        assert_eq!(job.state, "succeeded", "job {id}: {job:?}");
+        let successes = job
+            .attempts
+            .iter()
+            .filter(|a| a.outcome.as_deref() == Some("succeeded"))
+            .count();
+        assert_eq!(successes, 1, "job {id} recorded one outcome: {job:?}");
+        for attempt in &job.attempts {
+            *outcomes
+                .entry(attempt.outcome.clone().unwrap_or_default())
+                .or_default() += 1;
+        }
+        let result = client.result(*id).await.unwrap();
+        assert_eq!(&result[..], input.as_bytes(), "job {id}");
+    }
+    eprintln!("attempt outcomes: {outcomes:?}");
+}
+
+#[test]
+fn kill_9_during_a_burst_loses_no_acknowledged_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Node::start(dir.path(), &["--slots", "2"]);
+    let rt = runtime();
+    let echo = rt.block_on(upload(&Client::new(&node.url), "fixture_echo"));
+    let url = node.url.clone();
+    let submitting = rt.spawn(async move { burst(&url, &echo, 8).await });
+    std::thread::sleep(Duration::from_millis(800));
+    node.kill();
+    let acked = rt.block_on(submitting).unwrap();
+    assert!(
+        acked.len() > 50,
+        "the burst got going: {} acked",
+        acked.len()
+    );
+
+    let node = Node::start(dir.path(), &["--slots", "2"]);
+    node.wait_stderr("journal events replayed");
+    rt.block_on(async {
+        let client = Client::new(&node.url);
+        check_every_acked_job(&client, &acked).await;
+        // Nothing acknowledged is missing from the listing either.
+        let mut listed = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = client.jobs(None, 1000, cursor.as_deref()).await.unwrap();
+            listed.extend(page.jobs.iter().map(|j| j.id));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        for (id, _) in &acked {
+            assert!(listed.binary_search(id).is_ok(), "job {id} is listed");
+        }
+    });
+}
+
+fn newest_segment(data_dir: &Path) -> std::path::PathBuf {
+    let mut segments: Vec<_> = std::fs::read_dir(data_dir.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segments.sort();
+    segments.pop().expect("a journal segment")
+}
+
+#[test]
+fn a_torn_tail_is_cut_and_a_corrupt_middle_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Node::start(dir.path(), &["--slots", "2"]);
+    let rt = runtime();
+    let acked: Vec<(u64, String)> = rt.block_on(async {
+        let client = Client::new(&node.url);
+        let echo = upload(&client, "fixture_echo").await;
+        let mut acked = Vec::new();
+        for n in 0..20 {
+            let input = format!("job {n}");
+            let id = client.submit(&job(&echo, &input)).await.unwrap().id;
+            settle(&client, id).await;
+            acked.push((id, input));
+        }
+        acked
+    });
+    node.kill();
+
+    // A crash in the middle of a write: half a frame at the end.
+    let segment = newest_segment(dir.path());
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&segment)
+        .unwrap();
+    file.write_all(&[40, 0, 0, 0, 1, 2, 3]).unwrap();
+    drop(file);
+    let mut node = Node::start(dir.path(), &["--slots", "2"]);
+    node.wait_stderr("7 bytes of an unfinished write cut");
+    rt.block_on(check_every_acked_job(&Client::new(&node.url), &acked));
+    node.kill();
+
+    // Damage in the middle is refused with where it is, never skipped.
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[100] ^= 0x55;
+    std::fs::write(&segment, bytes).unwrap();
+    let stderr = match Node::try_start(dir.path(), &["--slots", "2"]) {
+        Ok(_) => panic!("a node started on a corrupt journal"),
+        Err(stderr) => stderr,
+    };
+    assert!(stderr.contains("corrupt"), "{stderr}");
+    assert!(stderr.contains("segment 0"), "{stderr}");
+}
+
+#[test]
+fn sigterm_stops_cleanly_and_the_restart_replays_from_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Node::start(dir.path(), &["--slots", "2"]);
+    let rt = runtime();
+    let acked = rt.block_on(async {
+        let client = Client::new(&node.url);
+        let echo = upload(&client, "fixture_echo").await;
+        let mut acked = Vec::new();
+        for n in 0..30 {
+            let input = format!("job {n}");
+            acked.push((client.submit(&job(&echo, &input)).await.unwrap().id, input));
+        }
+        acked
+    });
+    let status = node.terminate();
+    assert!(status.success(), "{status:?}: {}", node.stderr());
+    node.wait_stderr("stopped cleanly");
+
+    let node = Node::start(dir.path(), &["--slots", "2"]);
+    let stderr = node.wait_stderr("journal events replayed");
+    assert!(stderr.contains("snapshot at"), "{stderr}");
+    assert!(stderr.contains(" 0 journal events replayed"), "{stderr}");
+    rt.block_on(check_every_acked_job(&Client::new(&node.url), &acked));
+}
+
+#[test]
+fn two_nodes_cannot_share_a_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let _node = Node::start(dir.path(), &["--slots", "0"]);
+    let stderr = match Node::try_start(dir.path(), &["--slots", "0"]) {
+        Ok(_) => panic!("a second node started on the same data dir"),
+        Err(stderr) => stderr,
+    };
+    assert!(stderr.contains("another cohort node is using"), "{stderr}");
+}

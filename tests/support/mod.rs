@@ -1,0 +1,191 @@
+//! Helpers shared by the end-to-end tests: paths to the built guests, a
+//! bounded runner for `cohort` commands, and real `cohort node` processes.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// No test process may run longer than this.
+pub const PROCESS_TIMEOUT: Duration = Duration::from_secs(120);
+/// A node must print its address within this.
+const NODE_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Path of a guest component built by `host/build.rs`.
+pub fn guest(name: &str) -> PathBuf {
+    Path::new(env!("COHORT_GUESTS_DIR")).join(format!("{name}.wasm"))
+}
+
+fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
+}
+
+/// Waits for `child`, killing it past `timeout`.
+fn wait_bounded(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} ran longer than {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `cohort` with `args` and `stdin`, killing it if it overruns.
+pub fn cohort(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cohort starts");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    // Drain both pipes while waiting, or a chatty child blocks on a full pipe.
+    let stdout = drain(child.stdout.take().unwrap());
+    let stderr = drain(child.stderr.take().unwrap());
+    let status = wait_bounded(&mut child, PROCESS_TIMEOUT, &format!("cohort {args:?}"));
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+/// A `cohort node` process on loopback; killed when dropped.
+pub struct Node {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Node {
+    /// Starts a node on an ephemeral port with `data_dir` and `extra` flags.
+    pub fn start(data_dir: &Path, extra: &[&str]) -> Node {
+        match Self::try_start(data_dir, extra) {
+            Ok(node) => node,
+            Err(stderr) => panic!("the node did not start:\n{stderr}"),
+        }
+    }
+
+    /// Like [`start`](Self::start), but returns the node's stderr if it
+    /// exits instead of serving.
+    pub fn try_start(data_dir: &Path, extra: &[&str]) -> Result<Node, String> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(["node", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .args(extra)
+            .env("COHORT_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cohort node starts");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let sink = stderr.clone();
+        let mut pipe = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(url) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(url.trim().to_string());
+                }
+            }
+        });
+        let started = Instant::now();
+        loop {
+            if let Ok(url) = rx.recv_timeout(Duration::from_millis(50)) {
+                return Ok(Node {
+                    child,
+                    url,
+                    data_dir: data_dir.to_path_buf(),
+                    stderr,
+                });
+            }
+            if let Some(_status) = child.try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(100));
+                return Err(String::from_utf8_lossy(&stderr.lock().unwrap()).into_owned());
+            }
+            if started.elapsed() > NODE_START_TIMEOUT {
+                let _ = child.kill();
+                panic!("the node printed no address within {NODE_START_TIMEOUT:?}");
+            }
+        }
+    }
+
+    /// Everything the node wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    /// Waits (bounded) until the node's stderr contains `text`; returns it.
+    pub fn wait_stderr(&self, text: &str) -> String {
+        let started = Instant::now();
+        loop {
+            let stderr = self.stderr();
+            if stderr.contains(text) {
+                return stderr;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the node never wrote {text:?}; its stderr:\n{stderr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits (bounded) for the node to exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        wait_bounded(&mut self.child, Duration::from_secs(30), "a stopping node")
+    }
+
+    /// Runs a `cohort` client command against this node.
+    pub fn cli(&self, args: &[&str], stdin: &[u8]) -> Output {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--server", &self.url]);
+        cohort(&all, stdin)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
