@@ -29,12 +29,15 @@ use cohort_master::{Assignment, Command, Failure, JobId, Outcome};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 
 /// Longest a poll waits for work; also the heartbeat period.
 pub const POLL_WAIT: Duration = Duration::from_secs(1);
 /// Pause after a failed poll before the next.
 const POLL_RETRY: Duration = Duration::from_millis(200);
+/// Attempts whose outcome may be on its way to the master at once (slots
+/// are freed before the report is acknowledged).
+const REPORTING_MAX: usize = 1 << 20;
 /// Bytes of the end of an attempt's log sent with its outcome.
 const LOG_TAIL_BYTES: usize = cohort_master::master::LOG_TAIL_BYTES_MAX;
 
@@ -89,6 +92,8 @@ struct Shared {
     runtime: Runtime,
     progress: ProgressBoard,
     slots: Arc<Semaphore>,
+    /// One permit per attempt whose outcome is not yet acknowledged.
+    reporting: Arc<Semaphore>,
     running: Mutex<HashMap<(JobId, u32), oneshot::Sender<()>>>,
 }
 
@@ -111,6 +116,7 @@ impl Worker {
         master.register_stops(&options.id, stops_tx).await?;
         let shared = Arc::new(Shared {
             slots: Arc::new(Semaphore::new(options.slots as usize)),
+            reporting: Arc::new(Semaphore::new(REPORTING_MAX)),
             options,
             master,
             modules,
@@ -141,8 +147,8 @@ impl Worker {
         let _ = self.stop_polling.send(true);
         let _ = self.task.await;
         let shared = &self.shared;
-        let all = shared.options.slots;
-        let drained = tokio::time::timeout(grace, shared.slots.acquire_many(all)).await;
+        let drained =
+            tokio::time::timeout(grace, shared.reporting.acquire_many(REPORTING_MAX as u32)).await;
         if drained.is_err() {
             let stops: Vec<_> = shared.running().drain().collect();
             tracing::warn!(
@@ -194,10 +200,15 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
                     shared
                         .running()
                         .insert((assignment.id, assignment.attempt), stop);
+                    let report = shared
+                        .reporting
+                        .clone()
+                        .try_acquire_owned()
+                        .expect("reporting permits outnumber slots");
                     let shared = shared.clone();
                     tokio::spawn(async move {
-                        run_attempt(&shared, assignment, stopped).await;
-                        drop(permit);
+                        run_attempt(&shared, assignment, stopped, permit).await;
+                        drop(report);
                     });
                 }
             }
@@ -237,7 +248,15 @@ impl JobObserver for Forwarder {
     }
 }
 
-async fn run_attempt(shared: &Shared, assignment: Assignment, stopped: oneshot::Receiver<()>) {
+/// Runs one attempt and reports it. The slot is freed as soon as the job
+/// stops running, before the report is acknowledged, so the next poll
+/// overlaps the journal sync of this outcome.
+async fn run_attempt(
+    shared: &Shared,
+    assignment: Assignment,
+    stopped: oneshot::Receiver<()>,
+    slot: OwnedSemaphorePermit,
+) {
     let Assignment {
         id,
         attempt,
@@ -308,6 +327,7 @@ async fn run_attempt(shared: &Shared, assignment: Assignment, stopped: oneshot::
         }
     };
     shared.running().remove(&(id, attempt));
+    drop(slot);
     let start = log.len().saturating_sub(LOG_TAIL_BYTES);
     let command = Command::Finish {
         id,

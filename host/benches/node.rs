@@ -1,0 +1,331 @@
+//! Benchmarks of a single `cohort node` and of the master's journal.
+//!
+//! ```text
+//! cargo bench --bench node                 # everything
+//! cargo bench --bench node -- throughput   # one section: throughput,
+//!                                          # latency, commit, recovery
+//! ```
+//!
+//! * throughput: a real node process (release build, all CPUs as slots);
+//!   trivial jobs submitted in batches of 1000 by 4 clients; the clock stops
+//!   when the node's metrics count every job succeeded.
+//! * latency: one job at a time on an idle node: submit (acknowledged after
+//!   fsync), then a long-poll for its result.
+//! * commit: the master service in-process, 256 concurrent submitters; events
+//!   made durable per second and events per fsync (group commit).
+//! * recovery: a journal of 1M submissions written directly; the time for
+//!   the master to recover it, and the process's resident memory with 1M
+//!   queued jobs in the master component.
+
+use cohort::api::types::{BatchItem, BatchRequest, SubmitRequest};
+use cohort::client::Client;
+use cohort::journal::{FsStorage, Journal};
+use cohort::master::{self, CoreKind, MasterOptions};
+use cohort_master::{Command, Config, Event, EventKind, JobSpec, encode};
+use hdrhistogram::Histogram;
+use hyper::Method;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command as Process, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+fn main() {
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("machine: {cpus} CPUs");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    if wanted("throughput") {
+        rt.block_on(throughput());
+    }
+    if wanted("latency") {
+        rt.block_on(latency());
+    }
+    if wanted("commit") {
+        for core in [CoreKind::Wasm, CoreKind::Native] {
+            rt.block_on(commit(core));
+        }
+    }
+    if wanted("recovery") {
+        for core in [CoreKind::Wasm, CoreKind::Native] {
+            rt.block_on(recovery(core));
+        }
+    }
+}
+
+struct NodeProcess {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_node(extra: &[&str]) -> NodeProcess {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Process::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["node", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let url = loop {
+        let line = lines.next().expect("the node prints its address").unwrap();
+        if let Some(url) = line.split("listening on ").nth(1) {
+            break url.trim().to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    NodeProcess {
+        child,
+        url,
+        _dir: dir,
+    }
+}
+
+fn echo_wasm() -> Vec<u8> {
+    std::fs::read(format!("{}/fixture_echo.wasm", env!("COHORT_GUESTS_DIR"))).unwrap()
+}
+
+async fn succeeded(client: &Client) -> u64 {
+    let (_, body) = client
+        .call(Method::GET, "/metrics", "text/plain", Default::default())
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&body);
+    text.lines()
+        .find_map(|l| l.strip_prefix("cohort_jobs{state=\"succeeded\"} "))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn throughput() {
+    const JOBS: usize = 100_000;
+    const BATCH: usize = 1000;
+    const CLIENTS: usize = 4;
+    let node = start_node(&[]);
+    let client = Client::new(&node.url);
+    let module = client.upload(echo_wasm()).await.unwrap();
+    // Warm up: compile caches, connections.
+    let warm = BatchRequest {
+        jobs: vec![
+            SubmitRequest {
+                module: module.clone(),
+                ..SubmitRequest::default()
+            };
+            BATCH
+        ],
+    };
+    client.submit_batch(&warm).await.unwrap();
+    while succeeded(&client).await < BATCH as u64 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let client = Client::new(&node.url);
+        let module = module.clone();
+        tasks.push(tokio::spawn(async move {
+            for b in (c..JOBS / BATCH).step_by(CLIENTS) {
+                let batch = BatchRequest {
+                    jobs: (0..BATCH)
+                        .map(|n| SubmitRequest {
+                            module: module.clone(),
+                            input: Some(format!("{}", b * BATCH + n)),
+                            ..SubmitRequest::default()
+                        })
+                        .collect(),
+                };
+                let response = client.submit_batch(&batch).await.unwrap();
+                assert!(
+                    response
+                        .results
+                        .iter()
+                        .all(|r| matches!(r, BatchItem::Accepted(_)))
+                );
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let submitted = started.elapsed();
+    while succeeded(&client).await < (JOBS + BATCH) as u64 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "throughput: {JOBS} trivial jobs submitted in {:.2?} ({:.0}/s), all succeeded after {:.2?}: {:.0} jobs/s submit->result",
+        submitted,
+        JOBS as f64 / submitted.as_secs_f64(),
+        elapsed,
+        JOBS as f64 / elapsed.as_secs_f64()
+    );
+}
+
+async fn latency() {
+    const JOBS: usize = 2000;
+    let node = start_node(&[]);
+    let client = Client::new(&node.url);
+    let module = client.upload(echo_wasm()).await.unwrap();
+    let mut total = Histogram::<u64>::new(3).unwrap();
+    let mut acked = Histogram::<u64>::new(3).unwrap();
+    for n in 0..JOBS + 100 {
+        let started = Instant::now();
+        let request = SubmitRequest {
+            module: module.clone(),
+            input: Some(n.to_string()),
+            ..SubmitRequest::default()
+        };
+        let id = client.submit(&request).await.unwrap().id;
+        let ack = started.elapsed();
+        let path = format!("/v1/jobs/{id}/result?wait_ms=10000");
+        client
+            .call(Method::GET, &path, "text/plain", Default::default())
+            .await
+            .unwrap();
+        if n >= 100 {
+            total.record(started.elapsed().as_micros() as u64).unwrap();
+            acked.record(ack.as_micros() as u64).unwrap();
+        }
+    }
+    println!(
+        "latency (idle node, {JOBS} jobs one at a time): submit->result p50 {} µs p99 {} µs; submit->202 p50 {} µs p99 {} µs",
+        total.value_at_quantile(0.5),
+        total.value_at_quantile(0.99),
+        acked.value_at_quantile(0.5),
+        acked.value_at_quantile(0.99),
+    );
+}
+
+fn spec(n: u64) -> JobSpec {
+    JobSpec {
+        module: [7; 32],
+        input: n.to_le_bytes().to_vec(),
+        timeout_ms: 60_000,
+        memory_bytes: None,
+        max_attempts: 3,
+        priority: 0,
+        idempotency_key: None,
+    }
+}
+
+async fn commit(core: CoreKind) {
+    const EVENTS: u64 = 200_000;
+    const SUBMITTERS: u64 = 256;
+    let dir = tempfile::tempdir().unwrap();
+    let options = MasterOptions {
+        data_dir: dir.path().to_path_buf(),
+        config: Config::default(),
+        core,
+        snapshot_every: u64::MAX,
+    };
+    let (handle, _) = tokio::task::spawn_blocking(move || master::start(options))
+        .await
+        .unwrap()
+        .unwrap();
+    let syncs_before = handle.counters().syncs.load(Ordering::Relaxed);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for s in 0..SUBMITTERS {
+        let handle = handle.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in (s..EVENTS).step_by(SUBMITTERS as usize) {
+                handle.command(Command::Submit(spec(n))).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let syncs = handle.counters().syncs.load(Ordering::Relaxed) - syncs_before;
+    println!(
+        "commit ({core:?} master, {SUBMITTERS} concurrent submitters): {EVENTS} events durable in {elapsed:.2?}: {:.0} events/s, {syncs} fsyncs ({:.0} events per fsync)",
+        EVENTS as f64 / elapsed.as_secs_f64(),
+        EVENTS as f64 / syncs.max(1) as f64
+    );
+    drop(handle);
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+async fn recovery(core: CoreKind) {
+    const EVENTS: u64 = 1_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let written = Instant::now();
+    {
+        let storage = FsStorage::open(&dir.path().join("journal")).unwrap();
+        let (mut journal, _) = Journal::open(storage).unwrap();
+        for n in 0..EVENTS {
+            let event = Event {
+                at: 1_800_000_000_000 + n,
+                kind: EventKind::Submitted {
+                    id: n + 1,
+                    spec: spec(n),
+                },
+            };
+            journal.append(1, &encode(&event)).unwrap();
+        }
+        journal.sync().unwrap();
+    }
+    let journal_bytes: u64 = std::fs::read_dir(dir.path().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    println!(
+        "recovery: wrote {EVENTS} submission events ({} MiB) in {:.2?}",
+        journal_bytes >> 20,
+        written.elapsed()
+    );
+    let rss_before = rss_bytes();
+    let options = MasterOptions {
+        data_dir: dir.path().to_path_buf(),
+        config: Config::default(),
+        core,
+        snapshot_every: u64::MAX,
+    };
+    let started = Instant::now();
+    let (handle, report) = tokio::task::spawn_blocking(move || master::start(options))
+        .await
+        .unwrap()
+        .unwrap();
+    let elapsed = started.elapsed();
+    let rss_after = rss_bytes();
+    let stats = match handle.query(cohort_master::Query::Stats).await.unwrap() {
+        cohort_master::Answer::Stats(stats) => stats,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(stats.jobs[0], EVENTS, "every job is queued");
+    println!(
+        "recovery ({core:?} master): {} events replayed in {elapsed:.2?} (includes loading the component); resident memory grew {} MiB with {} queued jobs",
+        report.events_replayed,
+        rss_after.saturating_sub(rss_before) >> 20,
+        stats.jobs[0]
+    );
+    drop(handle);
+}
