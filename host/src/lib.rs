@@ -3,11 +3,18 @@
 //! This crate is the `cohort` binary and its library. Modules:
 //!
 //! * [`runtime`] — the sandboxed wasmtime runtime that runs job modules.
-//! * [`exec`] — `cohort exec`: run one module locally, no cluster.
+//! * [`master`] — the host side of the master: its component, the
+//!   group-committing journal writer, snapshots and recovery.
+//! * [`journal`] — the append-only, checksummed journal of master events.
+//! * [`worker`] — pulls attempts from the master and runs them.
+//! * [`modules`] — uploaded job modules, content-addressed on disk.
+//! * [`api`] — the HTTP API; [`client`] and [`cli`] — its client and the
+//!   CLI commands built on it; [`metrics`] — `/metrics`.
+//! * [`node`] — `cohort node`: everything above in one process.
+//! * [`exec`] — `cohort exec`: run one module locally, no server.
 //! * [`demo`] — `cohort demo`: render a picture from many mandelbrot jobs.
-//! * [`guests`] — the example job components built into this binary.
-//! * [`journal`] — the append-only, checksummed journal the master will
-//!   event-source its state into.
+//! * [`guests`] — the components built into this binary (the master and the
+//!   mandelbrot example).
 
 pub mod api;
 pub mod cli;
