@@ -34,7 +34,8 @@ pub struct NodeArgs {
     /// printed on stdout).
     #[arg(long, env = "COHORT_LISTEN", default_value = "127.0.0.1:7070")]
     pub listen: SocketAddr,
-    /// This node's id in the cluster [default: <hostname>-<port>].
+    /// This node's id in the cluster (default: the host name, a dash and the
+    /// HTTP port).
     #[arg(long, env = "COHORT_NODE_ID")]
     pub node_id: Option<String>,
     /// Jobs this node runs at once; 0 runs none [default: 8 per CPU, at

@@ -165,8 +165,7 @@ fn newest_snapshot(dir: &Path) -> Result<Option<Snapshot>, StoreError> {
         state: state.to_vec(),
     }))
 }
-/// Writes a snapshot durably and removes all but the newest
-/// [`SNAPSHOTS_KEPT`].
+/// Writes a snapshot durably and removes all but the newest two.
 pub fn write_snapshot(data_dir: &Path, snapshot: &Snapshot) -> Result<(), StoreError> {
     let dir = data_dir.join("snapshots");
     fs::create_dir_all(&dir).map_err(io_error(&dir))?;
