@@ -542,7 +542,11 @@ fn a_torn_tail_is_cut_and_a_corrupt_middle_is_refused() {
     bytes[100] ^= 0x55;
     std::fs::write(&segment, bytes).unwrap();
     let stderr = match Node::try_start(dir.path(), &["--slots", "2"]) {
-        Ok(_) => panic!("a node started on a corrupt journal"),
+        Ok(mut node) => {
+            let (status, stderr) = node.wait_exit();
+            assert!(!status.success(), "a node ran on a corrupt journal");
+            stderr
+        }
         Err(stderr) => stderr,
     };
     assert!(stderr.contains("corrupt"), "{stderr}");

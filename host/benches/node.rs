@@ -234,6 +234,7 @@ async fn commit(core: CoreKind) {
         config: Config::default(),
         core,
         snapshot_every: u64::MAX,
+        live_workers: Vec::new(),
     };
     let (handle, _) = tokio::task::spawn_blocking(move || master::start(options))
         .await
@@ -308,6 +309,7 @@ async fn recovery(core: CoreKind) {
         config: Config::default(),
         core,
         snapshot_every: u64::MAX,
+        live_workers: Vec::new(),
     };
     let started = Instant::now();
     let (handle, report) = tokio::task::spawn_blocking(move || master::start(options))

@@ -19,6 +19,7 @@
 pub mod api;
 pub mod cli;
 pub mod client;
+pub mod cluster;
 pub mod demo;
 pub mod exec;
 pub mod guests;

@@ -1,21 +1,29 @@
 //! `cohort node`: one machine's cohort process.
 //!
 //! A node opens its data directory (one node per directory, enforced with a
-//! lock file), recovers the master from the journal, starts a worker with
-//! its slots and serves the HTTP API. On SIGTERM or Ctrl-C it stops in
+//! lock file), joins the cluster, hosts the master if it is the oldest
+//! back-end node (recovering it from its journal), starts a worker with its
+//! slots and serves the HTTP API. On SIGTERM or Ctrl-C it stops in
 //! order: no new connections, running attempts finish within the grace
 //! period (the rest are stopped and re-queued), the journal is flushed and
 //! a snapshot written, so the next start replays almost nothing.
 //!
-//! Single machine for now: the node hosts the master and has every role.
+//! Nodes find each other by gossip (`--seed`); the master runs on the
+//! oldest live back-end node (see [`crate::cluster`]); every node reaches it
+//! through the singleton proxy. With no seeds a node is a cluster of one.
 
 use crate::api::{self, Api, JobDefaults, NodeInfo};
+use crate::cluster::link::MasterLink;
+use crate::cluster::membership::{self, Membership, MembershipConfig, Roles, keys};
+use crate::cluster::modules::ModuleFetcher;
+use crate::cluster::singleton;
 use crate::master::{self, CoreKind, MasterOptions};
 use crate::modules::ModuleStore;
 use crate::runtime::limits::{self, JobLimits};
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::worker::{ProgressBoard, Worker, WorkerOptions};
 use anyhow::Context;
+use cohort_master::Command;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,6 +46,22 @@ pub struct NodeArgs {
     /// HTTP port).
     #[arg(long, env = "COHORT_NODE_ID")]
     pub node_id: Option<String>,
+    /// What this node does: any of back-end (may host the master, keeps a
+    /// journal), worker (runs jobs), front-end (serves the API).
+    #[arg(long, env = "COHORT_ROLES", default_value = "back-end,worker,front-end", value_parser = Roles::parse)]
+    pub roles: Roles,
+    /// UDP address to gossip on (default: the HTTP address's IP and port).
+    #[arg(long, env = "COHORT_GOSSIP")]
+    pub gossip: Option<SocketAddr>,
+    /// Gossip address other nodes reach this one at (default: --gossip).
+    #[arg(long, env = "COHORT_ADVERTISE")]
+    pub advertise: Option<SocketAddr>,
+    /// Gossip address of a node to join through (repeat for several).
+    #[arg(long = "seed", env = "COHORT_SEEDS", value_delimiter = ',')]
+    pub seeds: Vec<String>,
+    /// Only nodes with the same cluster id form a cluster.
+    #[arg(long, env = "COHORT_CLUSTER_ID", default_value = "cohort")]
+    pub cluster_id: String,
     /// Jobs this node runs at once; 0 runs none [default: 8 per CPU, at
     /// least 16].
     #[arg(long, env = "COHORT_SLOTS")]
@@ -78,7 +102,12 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
     let _lock = lock_data_dir(&data_dir)?;
-    let slots = args.slots.unwrap_or_else(default_slots);
+    let roles = args.roles;
+    let slots = if roles.worker {
+        args.slots.unwrap_or_else(default_slots)
+    } else {
+        0
+    };
     let runtime = Runtime::new(RuntimeConfig {
         data_dir: Some(data_dir.clone()),
         concurrent_jobs: slots.max(1),
@@ -97,73 +126,61 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         .node_id
         .clone()
         .unwrap_or_else(|| default_node_id(addr));
+    let http = format!("http://{addr}");
 
-    let options = MasterOptions {
-        data_dir: data_dir.clone(),
-        config: cohort_master::Config {
-            queue_max: args.queue_max,
-            retention_ms: args.retention.as_millis() as u64,
-            ..cohort_master::Config::default()
+    let gossip_listen = args.gossip.unwrap_or(addr);
+    let generation = membership::new_generation();
+    let membership = Membership::gossip(
+        MembershipConfig {
+            node_id: node_id.clone(),
+            cluster_id: args.cluster_id.clone(),
+            gossip_listen,
+            gossip_advertise: args.advertise.unwrap_or(gossip_listen),
+            seeds: args.seeds.clone(),
+            keys: vec![
+                (keys::ROLES.into(), roles.to_string()),
+                (keys::HTTP.into(), http.clone()),
+                (keys::SLOTS.into(), slots.to_string()),
+                (keys::VERSION.into(), env!("CARGO_PKG_VERSION").into()),
+            ],
         },
-        core: args.master_core,
-        snapshot_every: args.snapshot_every,
-    };
-    let (master, report) = tokio::task::spawn_blocking(move || master::start(options))
-        .await
-        .context("the recovery thread failed")?
-        .context("cannot start the master")?;
-    eprintln!(
-        "recovered the master in {:.1?}: snapshot {}, {} journal events replayed{}",
-        report.duration,
-        report
-            .snapshot_index
-            .map_or("none".to_string(), |i| format!("at {i}")),
-        report.events_replayed,
-        if report.torn_bytes > 0 {
-            format!(
-                ", {} bytes of an unfinished write cut from the journal's end",
-                report.torn_bytes
-            )
-        } else {
-            String::new()
-        },
-    );
+        generation,
+    )
+    .await
+    .with_context(|| format!("cannot gossip on {gossip_listen} (UDP)"))?;
+    let view = membership.view();
+    let (local_master, local_rx) = watch::channel(None);
+    let link = MasterLink::new(local_rx, view.clone());
+    let fetcher = ModuleFetcher::new(view.clone());
 
     let progress = ProgressBoard::default();
-    let worker = if slots > 0 {
-        let options = WorkerOptions {
-            id: node_id.clone(),
-            slots,
-            limits: JobLimits {
-                memory_bytes: args.job_memory,
-                ..JobLimits::default()
+    let worker = (slots > 0).then(|| {
+        Worker::start(
+            WorkerOptions {
+                id: node_id.clone(),
+                slots,
+                limits: JobLimits {
+                    memory_bytes: args.job_memory,
+                    ..JobLimits::default()
+                },
             },
-        };
-        Some(
-            Worker::start(
-                options,
-                master.clone(),
-                modules.clone(),
-                runtime.clone(),
-                progress.clone(),
-            )
-            .await?,
+            link.clone(),
+            modules.clone(),
+            fetcher.clone(),
+            runtime.clone(),
+            progress.clone(),
         )
-    } else {
-        None
-    };
+    });
     let api = Arc::new(Api {
-        master: master.clone(),
+        master: link.clone(),
+        fetcher,
+        view: view.clone(),
         modules,
         progress,
         node: NodeInfo {
             id: node_id.clone(),
-            http: format!("http://{addr}"),
-            roles: ["back-end", "worker", "front-end"]
-                .into_iter()
-                .filter(|role| *role != "worker" || slots > 0)
-                .map(String::from)
-                .collect(),
+            http: http.clone(),
+            roles,
             started_at: master::now_ms(),
             slots,
         },
@@ -176,29 +193,140 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     });
     let (stop_serving, serving) = watch::channel(false);
     let server = tokio::spawn(api::serve(listener, api, serving));
-    println!("cohort node {node_id} listening on http://{addr}");
+    println!("cohort node {node_id} ({roles}) gossiping on {gossip_listen}, listening on {http}");
     std::io::stdout().flush()?;
 
-    let failed = tokio::select! {
+    // The singleton manager, on back-end nodes: hosts the master while this
+    // is the oldest live back-end node.
+    let membership = Arc::new(membership);
+    let (stop_singleton, singleton_stopped) = watch::channel(false);
+    let singleton = roles.back_end.then(|| {
+        let membership = membership.clone();
+        let mut host = LocalMaster {
+            options: MasterOptions {
+                data_dir: data_dir.clone(),
+                config: cohort_master::Config {
+                    queue_max: args.queue_max,
+                    retention_ms: args.retention.as_millis() as u64,
+                    ..cohort_master::Config::default()
+                },
+                core: args.master_core,
+                snapshot_every: args.snapshot_every,
+                live_workers: Vec::new(),
+            },
+            local: local_master,
+            running: None,
+        };
+        let settle = if args.seeds.is_empty() {
+            Duration::ZERO
+        } else {
+            JOIN_SETTLE
+        };
+        tokio::spawn(async move {
+            singleton::run(&membership, &mut host, settle, singleton_stopped).await
+        })
+    });
+
+    let mut singleton = singleton;
+    let failure = tokio::select! {
         signal = stop_signal() => {
             eprintln!("{signal}: stopping (grace {:?} for running jobs)", args.shutdown_grace);
-            false
+            None
         }
-        () = watch_failure(&master) => true,
+        () = watch_failure(&link) => Some(anyhow::anyhow!(
+            "the master failed (see the log above); restart the node to recover from its journal"
+        )),
+        result = async { singleton.as_mut().expect("guarded").await }, if singleton.is_some() => {
+            singleton = None;
+            Some(match result {
+                Ok(Ok(())) => anyhow::anyhow!("the singleton manager stopped"),
+                Ok(Err(error)) => error.context("cannot run the master"),
+                Err(error) => anyhow::anyhow!("the singleton manager failed: {error}"),
+            })
+        }
     };
-    let _ = stop_serving.send(true);
-    let _ = server.await;
+    // Stop in order: take no new work, let running attempts finish (their
+    // outcomes still reach the master), stop the master if hosted (flush and
+    // snapshot), stop serving, leave the cluster.
+    membership.publish(keys::STATUS, Some("leaving")).await;
     if let Some(worker) = worker {
         worker.shutdown(args.shutdown_grace).await;
     }
-    master.shutdown().await;
-    if failed {
-        anyhow::bail!(
-            "the master failed (see the log above); restart the node to recover from its journal"
-        );
+    let _ = stop_singleton.send(true);
+    if let Some(singleton) = singleton {
+        let _ = singleton.await;
+    }
+    let _ = stop_serving.send(true);
+    let _ = server.await;
+    if let Ok(membership) = Arc::try_unwrap(membership) {
+        membership.leave().await;
+    }
+    if let Some(error) = failure {
+        return Err(error);
     }
     eprintln!("stopped cleanly");
     Ok(())
+}
+
+/// How long a node that joins through seeds listens to gossip before it
+/// decides whether it hosts the master, so it first hears of older nodes.
+const JOIN_SETTLE: Duration = Duration::from_secs(1);
+
+/// The master on this node, started and stopped by the singleton manager.
+struct LocalMaster {
+    options: MasterOptions,
+    local: watch::Sender<Option<master::MasterHandle>>,
+    running: Option<master::MasterHandle>,
+}
+
+impl singleton::Host for LocalMaster {
+    async fn start(&mut self, live_workers: Vec<String>) -> anyhow::Result<u64> {
+        let mut options = self.options.clone();
+        options.live_workers = live_workers;
+        let (handle, report) = tokio::task::spawn_blocking(move || master::start(options))
+            .await
+            .context("the recovery thread failed")?
+            .context("cannot start the master")?;
+        eprintln!(
+            "hosting the master (epoch {}); recovered in {:.1?}: snapshot {}, {} journal events replayed{}",
+            handle.epoch(),
+            report.duration,
+            report
+                .snapshot_index
+                .map_or("none".to_string(), |i| format!("at {i}")),
+            report.events_replayed,
+            if report.torn_bytes > 0 {
+                format!(
+                    ", {} bytes of an unfinished write cut from the journal's end",
+                    report.torn_bytes
+                )
+            } else {
+                String::new()
+            },
+        );
+        let epoch = handle.epoch();
+        self.local.send_replace(Some(handle.clone()));
+        self.running = Some(handle);
+        Ok(epoch)
+    }
+
+    async fn stop(&mut self) {
+        self.local.send_replace(None);
+        if let Some(handle) = self.running.take() {
+            handle.shutdown().await;
+            eprintln!("stopped hosting the master");
+        }
+    }
+
+    async fn workers_gone(&mut self, workers: Vec<String>) {
+        let Some(handle) = &self.running else { return };
+        for worker in workers {
+            eprintln!("worker {worker} left the cluster; its attempts are re-queued");
+            if let Err(error) = handle.command(Command::WorkerGone { worker }).await {
+                tracing::warn!("could not re-queue a lost worker's attempts: {error}");
+            }
+        }
+    }
 }
 
 /// Slots when none are given. Jobs run on the async runtime's threads (one
@@ -269,8 +397,8 @@ async fn stop_signal() -> &'static str {
     }
 }
 
-async fn watch_failure(master: &master::MasterHandle) {
-    while !master.has_failed() {
+async fn watch_failure(link: &MasterLink) {
+    while !link.local().is_some_and(|m| m.has_failed()) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

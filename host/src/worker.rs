@@ -5,8 +5,9 @@
 //! The worker long-polls the master with its free slot count; the poll is
 //! also its heartbeat, so it polls at least every [`POLL_WAIT`] even when
 //! every slot is busy (with `free = 0`). Each assignment runs in its own
-//! task holding one slot: the module is fetched from the module store
-//! (compiled once, cached), run with the attempt's timeout and memory limit
+//! task holding one slot: the module comes from the local module store, or
+//! is fetched from a back-end node (sha256 checked) and stored there first;
+//! it is compiled once and cached; it is run with the attempt's timeout and memory limit
 //! and the checkpoint of an earlier attempt, and the outcome is reported with
 //! the attempt's `(job id, attempt)`, so a report that arrives after the
 //! master gave up on the attempt is ignored there.
@@ -22,17 +23,22 @@
 //!   period, stop the rest, then tell the master this worker is gone so its
 //!   unfinished attempts are re-queued at once rather than at lease expiry.
 
-use crate::master::{MasterError, MasterHandle};
+use crate::cluster::link::MasterLink;
+use crate::cluster::modules::ModuleFetcher;
+use crate::master::MasterError;
+use crate::master::service::PollResult;
 use crate::modules::ModuleStore;
 use crate::runtime::{Digest, JobFailure, JobLimits, JobObserver, JobRequest, Progress, Runtime};
 use cohort_master::{Assignment, Command, Failure, JobId, Outcome};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
 /// Longest a poll waits for work; also the heartbeat period.
 pub const POLL_WAIT: Duration = Duration::from_secs(1);
+/// Longest a stopping worker tries to tell the master it is gone.
+const GONE_REPORT_WAIT: Duration = Duration::from_secs(2);
 /// Pause after a failed poll before the next.
 const POLL_RETRY: Duration = Duration::from_millis(200);
 /// Attempts whose outcome may be on its way to the master at once (slots
@@ -87,8 +93,9 @@ pub struct Worker {
 #[derive(Debug)]
 struct Shared {
     options: WorkerOptions,
-    master: MasterHandle,
+    master: MasterLink,
     modules: Arc<ModuleStore>,
+    fetcher: ModuleFetcher,
     runtime: Runtime,
     progress: ProgressBoard,
     slots: Arc<Semaphore>,
@@ -105,40 +112,32 @@ impl Shared {
 
 impl Worker {
     /// Starts polling `master` for work.
-    pub async fn start(
+    pub fn start(
         options: WorkerOptions,
-        master: MasterHandle,
+        master: MasterLink,
         modules: Arc<ModuleStore>,
+        fetcher: ModuleFetcher,
         runtime: Runtime,
         progress: ProgressBoard,
-    ) -> Result<Self, MasterError> {
-        let (stops_tx, mut stops_rx) = mpsc::unbounded_channel();
-        master.register_stops(&options.id, stops_tx).await?;
+    ) -> Self {
         let shared = Arc::new(Shared {
             slots: Arc::new(Semaphore::new(options.slots as usize)),
             reporting: Arc::new(Semaphore::new(REPORTING_MAX)),
             options,
             master,
             modules,
+            fetcher,
             runtime,
             progress,
             running: Mutex::new(HashMap::new()),
         });
-        let stopper = shared.clone();
-        tokio::spawn(async move {
-            while let Some(key) = stops_rx.recv().await {
-                if let Some(stop) = stopper.running().remove(&key) {
-                    let _ = stop.send(());
-                }
-            }
-        });
         let (stop_polling, stopped) = watch::channel(false);
         let task = tokio::spawn(poll_loop(shared.clone(), stopped));
-        Ok(Self {
+        Self {
             stop_polling,
             task,
             shared,
-        })
+        }
     }
 
     /// Stops taking work, waits up to `grace` for running attempts, stops
@@ -162,8 +161,12 @@ impl Worker {
         let gone = Command::WorkerGone {
             worker: shared.options.id.clone(),
         };
-        if let Err(error) = shared.master.command(gone).await {
-            tracing::warn!("could not report this worker gone: {error}");
+        match tokio::time::timeout(GONE_REPORT_WAIT, shared.master.command(gone)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!("could not report this worker gone: {error}"),
+            Err(_) => tracing::warn!(
+                "no master took this worker's leave within {GONE_REPORT_WAIT:?}; its attempts will be re-queued when it is seen gone"
+            ),
         }
     }
 }
@@ -188,7 +191,12 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
             _ = stopped.changed() => return,
         };
         match polled {
-            Ok(assignments) => {
+            Ok(PollResult { assignments, stops }) => {
+                for key in stops {
+                    if let Some(stop) = shared.running().remove(&key) {
+                        let _ = stop.send(());
+                    }
+                }
                 for assignment in assignments {
                     let Ok(permit) = shared.slots.clone().try_acquire_owned() else {
                         // Cannot happen (only this loop takes slots), but if it
@@ -213,8 +221,13 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
                 }
             }
             Err(MasterError::Unavailable(reason)) => {
-                tracing::info!("worker stops polling: {reason}");
-                return;
+                // The master is moving or stopping: keep trying until told
+                // to stop.
+                tracing::debug!("poll failed: {reason}");
+                tokio::select! {
+                    _ = tokio::time::sleep(POLL_RETRY) => {}
+                    _ = stopped.changed() => return,
+                }
             }
             Err(MasterError::Rejected(rejection)) => {
                 tracing::warn!("poll refused: {rejection}");
@@ -268,7 +281,7 @@ async fn run_attempt(
         ..
     } = assignment;
     let digest = Digest::from(module);
-    let (outcome, duration_ms, log) = match shared.modules.get(&digest).await {
+    let (outcome, duration_ms, log) = match shared.fetcher.get(&shared.modules, &digest).await {
         Err(error) => (
             Outcome::Failed(Failure {
                 code: "module_unavailable".into(),

@@ -160,6 +160,14 @@ impl Node {
         }
     }
 
+    /// Waits (bounded) for the node to exit by itself; returns its status
+    /// and stderr.
+    pub fn wait_exit(&mut self) -> (ExitStatus, String) {
+        let status = wait_bounded(&mut self.child, Duration::from_secs(30), "a failing node");
+        std::thread::sleep(Duration::from_millis(100));
+        (status, self.stderr())
+    }
+
     /// SIGKILL, as a crash would.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

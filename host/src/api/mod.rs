@@ -14,7 +14,10 @@
 
 pub mod types;
 
-use crate::master::{MasterError, MasterHandle};
+use crate::cluster::link::{self, MasterLink};
+use crate::cluster::membership::{Roles, View};
+use crate::cluster::modules::ModuleFetcher;
+use crate::master::MasterError;
 use crate::modules::ModuleStore;
 use crate::runtime::{Digest, ModuleError};
 use crate::worker::ProgressBoard;
@@ -68,7 +71,7 @@ pub struct NodeInfo {
     /// HTTP address.
     pub http: String,
     /// Roles.
-    pub roles: Vec<String>,
+    pub roles: Roles,
     /// Start time.
     pub started_at: u64,
     /// Worker slots.
@@ -78,8 +81,12 @@ pub struct NodeInfo {
 /// Everything a request handler needs.
 #[derive(Debug)]
 pub struct Api {
-    /// The master.
-    pub master: MasterHandle,
+    /// The master, wherever it runs.
+    pub master: MasterLink,
+    /// Fetches and replicates modules between nodes.
+    pub fetcher: ModuleFetcher,
+    /// The cluster as this node sees it.
+    pub view: watch::Receiver<View>,
     /// Uploaded modules.
     pub modules: Arc<ModuleStore>,
     /// Live progress of local attempts.
@@ -151,7 +158,10 @@ pub fn status_for(code: &str) -> StatusCode {
             StatusCode::UNPROCESSABLE_ENTITY
         }
         "queue_full" => StatusCode::TOO_MANY_REQUESTS,
-        "master_unavailable" | "shutting_down" => StatusCode::SERVICE_UNAVAILABLE,
+        "master_unavailable" | "shutting_down" | "replication_failed" => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        "not_front_end" => StatusCode::FORBIDDEN,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -316,12 +326,45 @@ impl Api {
         let path = request.uri().path().to_string();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let method = request.method().clone();
+        let open_to_all = matches!(
+            segments.as_slice(),
+            ["healthz" | "metrics"] | ["internal", ..] | ["v1", "cluster"] | ["v1", "modules", _]
+        );
+        if !self.node.roles.front_end && !open_to_all {
+            return Err(ApiError::new(
+                "not_front_end",
+                format!(
+                    "node {} has no front-end role; send API requests to a front-end node",
+                    self.node.id
+                ),
+            ));
+        }
         match (&method, segments.as_slice()) {
+            (&Method::POST, ["internal", "v1", "master"]) => {
+                let body = read_body(request, BATCH_BODY_BYTES_MAX).await?;
+                let answer = link::serve_wire(self.master.local(), &body).await;
+                Ok(bytes("application/x-postcard", answer))
+            }
+            (&Method::POST, ["internal", "v1", "modules"]) => {
+                let body = read_body(request, crate::runtime::module::MODULE_BYTES_MAX).await?;
+                let (digest, _) = self.modules.put(&body).await?;
+                Ok(json(
+                    StatusCode::OK,
+                    &ModuleBody {
+                        digest: digest.to_string(),
+                        bytes: body.len() as u64,
+                    },
+                ))
+            }
             (&Method::GET, ["healthz"]) => self.health(),
             (&Method::GET, ["metrics"]) => self.metrics().await,
             (&Method::POST, ["v1", "modules"]) => {
                 let body = read_body(request, crate::runtime::module::MODULE_BYTES_MAX).await?;
                 let (digest, new) = self.modules.put(&body).await?;
+                self.fetcher
+                    .replicate(&body)
+                    .await
+                    .map_err(|e| ApiError::new("replication_failed", e.to_string()))?;
                 let status = if new {
                     StatusCode::CREATED
                 } else {
@@ -418,7 +461,7 @@ impl Api {
     }
 
     fn health(&self) -> Result<Reply200, ApiError> {
-        if self.master.has_failed() {
+        if self.master.local().is_some_and(|m| m.has_failed()) {
             return Err(ApiError::new(
                 "master_unavailable",
                 "the master stopped after a failure; see the node's log",
@@ -439,8 +482,20 @@ impl Api {
         Ok(())
     }
 
-    fn spec(&self, submit: SubmitRequest) -> Result<JobSpec, ApiError> {
-        let digest = self.stored_digest(&submit.module, "module_not_found")?;
+    async fn spec(&self, submit: SubmitRequest) -> Result<JobSpec, ApiError> {
+        let digest: Digest =
+            submit
+                .module
+                .parse()
+                .map_err(|e: crate::runtime::module::DigestParseError| {
+                    ApiError::new("module_not_found", e.to_string())
+                })?;
+        if !self.fetcher.ensure(&self.modules, &digest).await? {
+            return Err(ApiError::new(
+                "module_not_found",
+                format!("no module {digest} is stored; upload it with POST /v1/modules"),
+            ));
+        }
         let inputs = [
             submit.input.is_some(),
             submit.input_base64.is_some(),
@@ -486,7 +541,7 @@ impl Api {
     }
 
     async fn submit(&self, submit: SubmitRequest) -> Result<SubmitResponse, ApiError> {
-        let spec = self.spec(submit)?;
+        let spec = self.spec(submit).await?;
         match self.master.command(Command::Submit(spec)).await? {
             Reply::Submitted { id, existing } => Ok(SubmitResponse { id, existing }),
             other => Err(ApiError::new(
@@ -507,7 +562,7 @@ impl Api {
         // in as few journal syncs as possible.
         let mut pending = Vec::with_capacity(batch.jobs.len());
         for submit in batch.jobs {
-            pending.push(match self.spec(submit) {
+            pending.push(match self.spec(submit).await {
                 Ok(spec) => {
                     let master = self.master.clone();
                     Ok(tokio::spawn(async move {
@@ -612,20 +667,39 @@ impl Api {
         let Answer::Workers(workers) = self.master.query(Query::Workers).await? else {
             return Err(ApiError::new("internal", "unexpected answer"));
         };
-        let node = &self.node;
+        let busy = |id: &str| workers.iter().find(|w| w.id == id).map_or(0, |w| w.running);
+        let (master_node, master_epoch) = self.master.host().unwrap_or_default();
+        let view = self.view.borrow().clone();
+        let mut nodes: Vec<NodeBody> = view
+            .members
+            .iter()
+            .map(|m| NodeBody {
+                id: m.node_id.clone(),
+                http: m.http.clone(),
+                roles: m.roles.names().into_iter().map(String::from).collect(),
+                generation: m.generation,
+                status: if m.leaving { "leaving" } else { "live" }.into(),
+                master: m.node_id == master_node,
+                slots: m.slots,
+                busy: busy(&m.node_id),
+            })
+            .collect();
+        nodes.extend(view.dead.iter().map(|id| NodeBody {
+            id: id.clone(),
+            http: String::new(),
+            roles: Vec::new(),
+            generation: 0,
+            status: "dead".into(),
+            master: false,
+            slots: 0,
+            busy: 0,
+        }));
         Ok(json(
             StatusCode::OK,
             &ClusterResponse {
-                nodes: vec![NodeBody {
-                    id: node.id.clone(),
-                    http: node.http.clone(),
-                    roles: node.roles.clone(),
-                    started_at: node.started_at,
-                    master: true,
-                    slots: node.slots,
-                }],
-                master_node: node.id.clone(),
-                master_epoch: self.master.epoch(),
+                nodes,
+                master_node,
+                master_epoch,
                 workers: workers
                     .into_iter()
                     .map(|w| WorkerBody {
@@ -643,7 +717,10 @@ impl Api {
         let Answer::Stats(stats) = self.master.query(Query::Stats).await? else {
             return Err(ApiError::new("internal", "unexpected answer"));
         };
-        let text = crate::metrics::render(&stats, self.master.counters(), &self.responses)
+        let local = self.master.local();
+        let idle = crate::master::service::MasterCounters::default();
+        let counters = local.as_ref().map_or(&idle, |m| m.counters());
+        let text = crate::metrics::render(&stats, counters, &self.responses)
             .map_err(|e| ApiError::new("internal", e.to_string()))?;
         Ok(bytes(
             "application/openmetrics-text; version=1.0.0; charset=utf-8",

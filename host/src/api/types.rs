@@ -163,7 +163,7 @@ pub struct ModuleListResponse {
     pub modules: Vec<ModuleBody>,
 }
 
-/// A node in `GET /v1/cluster`.
+/// A node in `GET /v1/cluster`, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeBody {
     /// Node id.
@@ -172,12 +172,16 @@ pub struct NodeBody {
     pub http: String,
     /// Roles.
     pub roles: Vec<String>,
-    /// Start time (ms since the Unix epoch).
-    pub started_at: Millis,
+    /// Start time in ns since the Unix epoch: the age order.
+    pub generation: u64,
+    /// `live`, `leaving` or `dead`.
+    pub status: String,
     /// Whether it hosts the master.
     pub master: bool,
     /// Worker slots.
     pub slots: u32,
+    /// Slots running an attempt, as the master sees it.
+    pub busy: u32,
 }
 
 /// A worker in `GET /v1/cluster`.

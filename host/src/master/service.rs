@@ -76,10 +76,27 @@ pub struct MasterOptions {
     pub core: CoreKind,
     /// Events between snapshots.
     pub snapshot_every: u64,
+    /// Workers known to be alive now: their running attempts are kept.
+    /// Every other worker the journal knows is declared gone at start, and
+    /// its attempts re-queued.
+    pub live_workers: Vec<String>,
 }
 
+/// What a worker's poll brings back.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PollResult {
+    /// Attempts to start.
+    pub assignments: Vec<Assignment>,
+    /// Attempts to stop (cancelled jobs): `(job, attempt)`.
+    pub stops: Vec<(JobId, u32)>,
+}
+
+/// Stop orders kept per worker until its next poll; a worker that never
+/// polls again is lost anyway, so older orders beyond this are dropped.
+const STOPS_PER_WORKER_MAX: usize = 10_000;
+
 /// Why a request to the master failed.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum MasterError {
     /// The master refused it.
     #[error("{0}")]
@@ -139,10 +156,9 @@ enum Request {
         slots: u32,
         free: u32,
         until: Instant,
-        respond: Respond<Vec<Assignment>>,
+        respond: Respond<PollResult>,
     },
     Watch(JobId, oneshot::Sender<()>),
-    Stops(String, mpsc::UnboundedSender<(JobId, u32)>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -190,7 +206,7 @@ impl MasterHandle {
         slots: u32,
         free: u32,
         wait: Duration,
-    ) -> Result<Vec<Assignment>, MasterError> {
+    ) -> Result<PollResult, MasterError> {
         let until = Instant::now() + wait;
         self.ask(|respond| Request::Poll {
             worker: worker.into(),
@@ -215,18 +231,6 @@ impl MasterHandle {
             Ok(Err(_)) => Err(gone()),
             Err(_) => Ok(false),
         }
-    }
-
-    /// Registers where `Stop` orders for `worker` go.
-    pub async fn register_stops(
-        &self,
-        worker: &str,
-        stops: mpsc::UnboundedSender<(JobId, u32)>,
-    ) -> Result<(), MasterError> {
-        self.tx
-            .send(Request::Stops(worker.into(), stops))
-            .await
-            .map_err(|_| gone())
     }
 
     /// Flushes, snapshots and stops the master.
@@ -340,9 +344,9 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
         failed: failed.clone(),
     };
     // Before serving: the configuration in force, and every worker the
-    // journal knows is from before this start, so its attempts are lost.
+    // journal knows that is not known alive has lost its attempts.
     master
-        .startup(options.config)
+        .startup(options.config, &options.live_workers)
         .map_err(|e| StartError::Core(e.context("starting the master")))?;
     std::thread::Builder::new()
         .name("cohort-master".into())
@@ -382,7 +386,7 @@ struct Parked {
     slots: u32,
     free: u32,
     until: Instant,
-    respond: Respond<Vec<Assignment>>,
+    respond: Respond<PollResult>,
 }
 
 enum WriterMessage {
@@ -402,18 +406,21 @@ struct MasterLoop {
     events_since_snapshot: u64,
     parked: Vec<Parked>,
     watchers: HashMap<JobId, Vec<oneshot::Sender<()>>>,
-    stops: HashMap<String, mpsc::UnboundedSender<(JobId, u32)>>,
+    stops: HashMap<String, Vec<(JobId, u32)>>,
     batch: Batch,
     counters: Arc<MasterCounters>,
     failed: Arc<AtomicBool>,
 }
 
 impl MasterLoop {
-    fn startup(&mut self, config: Config) -> anyhow::Result<()> {
+    fn startup(&mut self, config: Config, live_workers: &[String]) -> anyhow::Result<()> {
         self.execute(now_ms(), &Command::Configure(config))?
             .map_err(|r| anyhow::anyhow!("configuration refused: {r}"))?;
         if let Answer::Workers(workers) = self.query(now_ms(), &Query::Workers)?? {
-            for worker in workers {
+            for worker in workers
+                .into_iter()
+                .filter(|w| !live_workers.contains(&w.id))
+            {
                 self.execute(now_ms(), &Command::WorkerGone { worker: worker.id })??;
             }
         }
@@ -519,47 +526,51 @@ impl MasterLoop {
                     self.watchers.entry(id).or_default().push(notify);
                 }
             }
-            Request::Stops(worker, stops) => {
-                self.stops.insert(worker, stops);
-            }
             Request::Shutdown(_) => unreachable!("handled by the caller"),
         }
         Ok(())
     }
 
-    /// Runs a poll; returns it back if it found no work and may wait.
+    /// Runs a poll; returns it back if it found nothing and may wait.
     fn poll(&mut self, now: Millis, parked: Parked) -> anyhow::Result<Option<Parked>> {
         let command = Command::Poll {
             worker: parked.worker.clone(),
             slots: parked.slots,
             free: parked.free,
         };
-        match self.execute(now, &command)? {
+        let assignments = match self.execute(now, &command)? {
             Err(rejection) => {
                 let _ = parked.respond.send(Err(MasterError::Rejected(rejection)));
-                Ok(None)
+                return Ok(None);
             }
-            Ok((_, assigned))
-                if assigned.is_empty() && parked.free > 0 && parked.until > Instant::now() =>
-            {
-                Ok(Some(parked))
-            }
-            Ok((_, assigned)) => {
-                self.complete(move || {
-                    let _ = parked.respond.send(Ok(assigned));
-                });
-                Ok(None)
-            }
+            Ok((_, assignments)) => assignments,
+        };
+        let stops = self.stops.remove(&parked.worker).unwrap_or_default();
+        if assignments.is_empty()
+            && stops.is_empty()
+            && parked.free > 0
+            && parked.until > Instant::now()
+        {
+            return Ok(Some(parked));
         }
+        self.complete(move || {
+            let _ = parked.respond.send(Ok(PollResult { assignments, stops }));
+        });
+        Ok(None)
     }
 
     fn wake_parked(&mut self) -> anyhow::Result<()> {
-        if !std::mem::take(&mut self.batch.work_available) || self.parked.is_empty() {
+        let work = std::mem::take(&mut self.batch.work_available);
+        if self.parked.is_empty() || (!work && self.stops.is_empty()) {
             return Ok(());
         }
         let now = now_ms();
         for parked in std::mem::take(&mut self.parked) {
             if parked.respond.is_closed() {
+                continue;
+            }
+            if !work && !self.stops.contains_key(&parked.worker) {
+                self.parked.push(parked);
                 continue;
             }
             if let Some(parked) = self.poll(now, parked)? {
@@ -576,7 +587,7 @@ impl MasterLoop {
             .partition(|p| p.until <= now || p.respond.is_closed());
         self.parked = waiting;
         for parked in expired {
-            let _ = parked.respond.send(Ok(Vec::new()));
+            let _ = parked.respond.send(Ok(PollResult::default()));
         }
         self.watchers.retain(|_, watchers| {
             watchers.retain(|w| !w.is_closed());
@@ -628,11 +639,11 @@ impl MasterLoop {
                     id,
                     attempt,
                 } => {
-                    if let Some(stops) = self.stops.get(&worker).cloned() {
-                        self.complete(move || {
-                            let _ = stops.send((id, attempt));
-                        });
+                    let stops = self.stops.entry(worker).or_default();
+                    if stops.len() == STOPS_PER_WORKER_MAX {
+                        stops.remove(0);
                     }
+                    stops.push((id, attempt));
                 }
                 Effect::WorkAvailable => self.batch.work_available = true,
                 Effect::Settled { id, .. } => {
@@ -678,7 +689,7 @@ impl MasterLoop {
 
     fn stop(mut self, done: Option<oneshot::Sender<()>>) {
         for parked in std::mem::take(&mut self.parked) {
-            let _ = parked.respond.send(Ok(Vec::new()));
+            let _ = parked.respond.send(Ok(PollResult::default()));
         }
         let result = self.flush().and_then(|()| {
             if self.events_since_snapshot > 0 {

@@ -1,0 +1,314 @@
+//! The singleton proxy: how any node reaches the master without knowing
+//! where it runs.
+//!
+//! [`MasterLink`] offers the master's operations (command, query, poll,
+//! wait). If this node hosts the master, a call goes straight to the local
+//! [`MasterHandle`]; otherwise it is sent to the node that membership says
+//! hosts it, as one postcard-encoded request over HTTP/1.1 keep-alive
+//! (`POST /internal/v1/master`).
+//!
+//! While no master is reachable (none elected yet, a move in progress, the
+//! host just died), a call waits and retries as the view changes, for at
+//! most [`PROXY_WAIT`]; at most [`PROXY_WAITING_MAX`] calls wait at once.
+//! Beyond either bound the call fails with `master_unavailable`, which the
+//! API answers as `503` with `Retry-After`: requests never hang and never
+//! pile up without bound.
+
+use super::membership::View;
+use crate::master::service::PollResult;
+use crate::master::{MasterError, MasterHandle};
+use bytes::Bytes;
+use cohort_master::{Answer, Command, JobId, Query, Reply, decode, encode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+
+/// Longest a call waits for a reachable master.
+pub const PROXY_WAIT: Duration = Duration::from_secs(10);
+/// Most calls waiting for a master at once.
+pub const PROXY_WAITING_MAX: usize = 1024;
+/// Pause between attempts while no master answers.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// Extra time allowed on the wire beyond a call's own wait.
+const WIRE_SLACK: Duration = Duration::from_secs(10);
+/// The internal route.
+pub const MASTER_PATH: &str = "/internal/v1/master";
+
+/// A master operation on the wire.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum WireRequest {
+    /// `MasterHandle::command`.
+    Command(Command),
+    /// `MasterHandle::query`.
+    Query(Query),
+    /// `MasterHandle::poll`.
+    Poll {
+        /// Worker id.
+        worker: String,
+        /// Its slots.
+        slots: u32,
+        /// Free slots.
+        free: u32,
+        /// Longest wait for work.
+        wait_ms: u64,
+    },
+    /// `MasterHandle::wait_settled`.
+    Wait {
+        /// The job.
+        id: JobId,
+        /// Longest wait.
+        wait_ms: u64,
+    },
+}
+
+impl WireRequest {
+    fn wait(&self) -> Duration {
+        match self {
+            WireRequest::Poll { wait_ms, .. } | WireRequest::Wait { wait_ms, .. } => {
+                Duration::from_millis(*wait_ms)
+            }
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// A master operation's result on the wire.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum WireResponse {
+    /// For a command.
+    Reply(Reply),
+    /// For a query.
+    Answer(Answer),
+    /// For a poll.
+    Poll(PollResult),
+    /// For a wait: whether the job settled.
+    Settled(bool),
+}
+
+/// Serves a wire request with the local master.
+pub async fn serve_local(
+    master: &MasterHandle,
+    request: WireRequest,
+) -> Result<WireResponse, MasterError> {
+    Ok(match request {
+        WireRequest::Command(command) => WireResponse::Reply(master.command(command).await?),
+        WireRequest::Query(query) => WireResponse::Answer(master.query(query).await?),
+        WireRequest::Poll {
+            worker,
+            slots,
+            free,
+            wait_ms,
+        } => WireResponse::Poll(
+            master
+                .poll(&worker, slots, free, Duration::from_millis(wait_ms))
+                .await?,
+        ),
+        WireRequest::Wait { id, wait_ms } => WireResponse::Settled(
+            master
+                .wait_settled(id, Duration::from_millis(wait_ms))
+                .await?,
+        ),
+    })
+}
+
+/// The answer to `POST /internal/v1/master`: postcard of
+/// `Result<WireResponse, MasterError>`.
+pub async fn serve_wire(local: Option<MasterHandle>, body: &[u8]) -> Vec<u8> {
+    let result = match (local, decode::<WireRequest>(body)) {
+        (_, Err(rejection)) => Err(MasterError::Rejected(rejection)),
+        (None, Ok(_)) => Err(MasterError::Unavailable(
+            "this node does not host the master".into(),
+        )),
+        (Some(master), Ok(request)) => serve_local(&master, request).await,
+    };
+    encode(&result)
+}
+
+/// Reaches the master wherever it runs. Cheap to clone.
+#[derive(Clone)]
+pub struct MasterLink {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    local: watch::Receiver<Option<MasterHandle>>,
+    view: watch::Receiver<View>,
+    http: HttpClient<HttpConnector, Full<Bytes>>,
+    waiting: Semaphore,
+}
+
+impl std::fmt::Debug for MasterLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MasterLink").finish_non_exhaustive()
+    }
+}
+
+impl MasterLink {
+    /// A link that uses `local` when this node hosts the master and the
+    /// node named by `view` otherwise.
+    pub fn new(local: watch::Receiver<Option<MasterHandle>>, view: watch::Receiver<View>) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        Self {
+            inner: Arc::new(Inner {
+                local,
+                view,
+                http: HttpClient::builder(TokioExecutor::new()).build(connector),
+                waiting: Semaphore::new(PROXY_WAITING_MAX),
+            }),
+        }
+    }
+
+    /// The master hosted on this node, if it is.
+    pub fn local(&self) -> Option<MasterHandle> {
+        self.inner.local.borrow().clone()
+    }
+
+    /// The node hosting the master and its epoch, as this node sees it.
+    pub fn host(&self) -> Option<(String, u64)> {
+        if let Some(local) = self.local() {
+            return Some((self.inner.view.borrow().me.clone(), local.epoch()));
+        }
+        let view = self.inner.view.borrow();
+        view.master_host()
+            .map(|m| (m.node_id.clone(), m.master_epoch.unwrap_or(0)))
+    }
+
+    /// Runs a command.
+    pub async fn command(&self, command: Command) -> Result<Reply, MasterError> {
+        match self.call(WireRequest::Command(command)).await? {
+            WireResponse::Reply(reply) => Ok(reply),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Answers a query.
+    pub async fn query(&self, query: Query) -> Result<Answer, MasterError> {
+        match self.call(WireRequest::Query(query)).await? {
+            WireResponse::Answer(answer) => Ok(answer),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A worker's poll (see [`MasterHandle::poll`]).
+    pub async fn poll(
+        &self,
+        worker: &str,
+        slots: u32,
+        free: u32,
+        wait: Duration,
+    ) -> Result<PollResult, MasterError> {
+        let request = WireRequest::Poll {
+            worker: worker.into(),
+            slots,
+            free,
+            wait_ms: wait.as_millis() as u64,
+        };
+        match self.call(request).await? {
+            WireResponse::Poll(result) => Ok(result),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Waits for a job to settle (see [`MasterHandle::wait_settled`]).
+    pub async fn wait_settled(&self, id: JobId, wait: Duration) -> Result<bool, MasterError> {
+        let request = WireRequest::Wait {
+            id,
+            wait_ms: wait.as_millis() as u64,
+        };
+        match self.call(request).await? {
+            WireResponse::Settled(settled) => Ok(settled),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn call(&self, request: WireRequest) -> Result<WireResponse, MasterError> {
+        let deadline = Instant::now() + PROXY_WAIT;
+        let mut local = self.inner.local.clone();
+        let mut view = self.inner.view.clone();
+        let mut _waiting = None;
+        let mut last_error = String::from("no node hosts the master yet");
+        loop {
+            let here = local.borrow_and_update().clone();
+            let there = {
+                let view = view.borrow_and_update();
+                view.master_host()
+                    .filter(|host| host.node_id != view.me)
+                    .map(|host| host.http.clone())
+            };
+            let result = match (here, there) {
+                (Some(master), _) => Some(serve_local(&master, request.clone()).await),
+                (None, Some(url)) => Some(self.remote(&url, &request).await),
+                (None, None) => None,
+            };
+            match result {
+                Some(Err(MasterError::Unavailable(reason))) => last_error = reason,
+                Some(done) => return done,
+                None => {}
+            }
+            if Instant::now() >= deadline {
+                return Err(MasterError::Unavailable(format!(
+                    "no master reachable within {PROXY_WAIT:?}: {last_error}"
+                )));
+            }
+            if _waiting.is_none() {
+                _waiting = Some(self.inner.waiting.try_acquire().map_err(|_| {
+                    MasterError::Unavailable(format!(
+                        "{PROXY_WAITING_MAX} requests are already waiting for the master"
+                    ))
+                })?);
+            }
+            tokio::select! {
+                _ = local.changed() => {}
+                _ = view.changed() => {}
+                _ = tokio::time::sleep(RETRY_PAUSE) => {}
+            }
+        }
+    }
+
+    /// One request to the master on another node; transport failures come
+    /// back as `Unavailable` so the caller retries.
+    async fn remote(&self, url: &str, request: &WireRequest) -> Result<WireResponse, MasterError> {
+        let unavailable = |reason: String| MasterError::Unavailable(reason);
+        let http_request = hyper::Request::builder()
+            .method(hyper::Method::POST)
+            .uri(format!("{url}{MASTER_PATH}"))
+            .header(hyper::header::CONTENT_TYPE, "application/x-postcard")
+            .body(Full::new(Bytes::from(encode(request))))
+            .map_err(|e| unavailable(e.to_string()))?;
+        let exchange = async {
+            let response = self
+                .inner
+                .http
+                .request(http_request)
+                .await
+                .map_err(|e| unavailable(format!("{url}: {e}")))?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| unavailable(format!("{url}: {e}")))?
+                .to_bytes();
+            if !status.is_success() {
+                return Err(unavailable(format!("{url} answered {status}")));
+            }
+            decode::<Result<WireResponse, MasterError>>(&body)
+                .map_err(|r| unavailable(format!("{url}: {r}")))?
+        };
+        match tokio::time::timeout(request.wait() + WIRE_SLACK, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(unavailable(format!("{url} did not answer in time"))),
+        }
+    }
+}
+
+fn unexpected(response: WireResponse) -> MasterError {
+    MasterError::Unavailable(format!("unexpected answer from the master: {response:?}"))
+}

@@ -1,0 +1,249 @@
+//! The singleton manager: the master runs on exactly one node, the oldest
+//! live back-end node, and nowhere else.
+//!
+//! Every back-end node runs [`run`]. It watches the membership view and,
+//! once the view has settled after joining (so a node does not claim the
+//! master before it has heard of older nodes), starts the master when this
+//! node is the oldest live back-end node that is not leaving, and stops it
+//! when it no longer is. A younger node joining never changes who is oldest,
+//! so it never moves the master; a restarted node has a new generation and
+//! is the youngest. The hosting node publishes `master_epoch` in gossip, so
+//! every node's proxy knows where to send master requests.
+//!
+//! While hosting, the manager also tells the master about worker nodes that
+//! membership declared dead, so their attempts are re-queued at once rather
+//! than when their leases run out.
+//!
+//! The decision itself is [`should_host`], a pure function of the view; the
+//! master is behind the [`Host`] trait, so both are unit-tested with the
+//! in-memory membership twin.
+
+use super::membership::{Membership, View, keys};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Whether this node (`view.me`) should host the master.
+pub fn should_host(view: &View, settled: bool) -> bool {
+    settled
+        && view
+            .oldest_back_end()
+            .is_some_and(|oldest| oldest.node_id == view.me)
+}
+
+/// The master as the manager drives it.
+pub trait Host: Send {
+    /// Starts the master; `live_workers` are alive now (their attempts are
+    /// kept). Returns its epoch.
+    fn start(
+        &mut self,
+        live_workers: Vec<String>,
+    ) -> impl std::future::Future<Output = anyhow::Result<u64>> + Send;
+    /// Stops the master (flushing it).
+    fn stop(&mut self) -> impl std::future::Future<Output = ()> + Send;
+    /// Tells the master these workers are gone.
+    fn workers_gone(
+        &mut self,
+        workers: Vec<String>,
+    ) -> impl std::future::Future<Output = ()> + Send;
+}
+
+fn live_workers(view: &View) -> BTreeSet<String> {
+    view.members
+        .iter()
+        .filter(|m| m.roles.worker && m.node_id != view.me)
+        .map(|m| m.node_id.clone())
+        .collect()
+}
+
+/// Runs the manager until `stop` turns true (then stops a hosted master).
+/// Fails if the master cannot start (for example a corrupt journal).
+pub async fn run<H: Host>(
+    membership: &Membership,
+    host: &mut H,
+    settle: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let mut views = membership.view();
+    let settled_at = Instant::now() + settle;
+    let mut hosting = false;
+    let mut workers = BTreeSet::new();
+    loop {
+        let view = views.borrow_and_update().clone();
+        let settled = Instant::now() >= settled_at;
+        let should = should_host(&view, settled);
+        let alive = live_workers(&view);
+        if should && !hosting {
+            let epoch = host.start(alive.iter().cloned().collect()).await?;
+            membership
+                .publish(keys::MASTER_EPOCH, Some(&epoch.to_string()))
+                .await;
+            hosting = true;
+        } else if !should && hosting && settled {
+            membership.publish(keys::MASTER_EPOCH, None).await;
+            host.stop().await;
+            hosting = false;
+        } else if hosting {
+            let gone: Vec<String> = workers.difference(&alive).cloned().collect();
+            if !gone.is_empty() {
+                host.workers_gone(gone).await;
+            }
+        }
+        workers = alive;
+        tokio::select! {
+            changed = views.changed() => if changed.is_err() { break },
+            _ = tokio::time::sleep_until(settled_at), if !settled => {}
+            _ = stop.changed() => break,
+        }
+    }
+    if hosting {
+        membership.publish(keys::MASTER_EPOCH, None).await;
+        host.stop().await;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::membership::MemCluster;
+    use super::super::membership::tests::member;
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<String>>>);
+
+    impl Recorder {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut self.0.lock().unwrap())
+        }
+    }
+
+    impl Host for Recorder {
+        async fn start(&mut self, live: Vec<String>) -> anyhow::Result<u64> {
+            self.0.lock().unwrap().push(format!("start {live:?}"));
+            Ok(1)
+        }
+        async fn stop(&mut self) {
+            self.0.lock().unwrap().push("stop".into());
+        }
+        async fn workers_gone(&mut self, workers: Vec<String>) {
+            self.0.lock().unwrap().push(format!("gone {workers:?}"));
+        }
+    }
+
+    /// Lets the managers react to a membership change.
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    struct Node {
+        log: Recorder,
+        stop: watch::Sender<bool>,
+        task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    }
+
+    fn spawn(cluster: &Arc<MemCluster>, id: &str, generation: u64, roles: &str) -> Node {
+        let membership = cluster.join(member(id, generation, roles));
+        let log = Recorder::default();
+        let (stop, stopped) = watch::channel(false);
+        let mut host = log.clone();
+        let task =
+            tokio::spawn(async move { run(&membership, &mut host, Duration::ZERO, stopped).await });
+        Node { log, stop, task }
+    }
+
+    #[tokio::test]
+    async fn the_oldest_back_end_hosts_and_a_younger_joiner_does_not_move_it() {
+        let cluster = MemCluster::new();
+        let a = spawn(&cluster, "a", 10, "back-end,worker");
+        settle().await;
+        assert_eq!(a.log.take(), ["start []"]);
+        let b = spawn(&cluster, "b", 20, "back-end,worker");
+        let w = spawn(&cluster, "w", 5, "worker,front-end");
+        settle().await;
+        assert!(a.log.take().is_empty(), "the master stays on a");
+        assert!(b.log.take().is_empty(), "b is younger");
+        assert!(w.log.take().is_empty(), "w is older but not a back-end");
+        // The hosting node's view shows itself as master host.
+        assert_eq!(
+            cluster
+                .join(member("x", 99, "front-end"))
+                .view()
+                .borrow()
+                .master_host()
+                .unwrap()
+                .node_id,
+            "a"
+        );
+        drop((b, w));
+    }
+
+    #[tokio::test]
+    async fn an_older_generation_back_end_takes_the_role_and_a_restart_is_youngest() {
+        let cluster = MemCluster::new();
+        let b = spawn(&cluster, "b", 20, "back-end");
+        settle().await;
+        assert_eq!(b.log.take(), ["start []"]);
+        // A node that started earlier but joined later is older: it hosts.
+        let a = spawn(&cluster, "a", 10, "back-end");
+        settle().await;
+        assert_eq!(a.log.take(), ["start []"]);
+        assert_eq!(b.log.take(), ["stop"]);
+        // a restarts: new generation, the youngest; b is oldest again.
+        cluster.remove("a");
+        let a2 = spawn(&cluster, "a", 30, "back-end");
+        settle().await;
+        assert_eq!(b.log.take(), ["start []"]);
+        assert!(a2.log.take().is_empty());
+        drop(a);
+    }
+
+    #[tokio::test]
+    async fn death_or_leave_of_the_host_moves_the_role_to_the_next_oldest() {
+        let cluster = MemCluster::new();
+        let a = spawn(&cluster, "a", 1, "back-end");
+        let b = spawn(&cluster, "b", 2, "back-end");
+        settle().await;
+        assert_eq!(a.log.take(), ["start []"]);
+        cluster.remove("a");
+        settle().await;
+        assert_eq!(b.log.take(), ["start []"]);
+        // b leaves gracefully: its own manager stops the master.
+        let c = spawn(&cluster, "c", 3, "back-end");
+        settle().await;
+        b.stop.send(true).unwrap();
+        b.task.await.unwrap().unwrap();
+        assert_eq!(b.log.take(), ["stop"]);
+        cluster.remove("b");
+        settle().await;
+        assert_eq!(c.log.take(), ["start []"]);
+    }
+
+    #[tokio::test]
+    async fn dead_workers_are_reported_by_the_host() {
+        let cluster = MemCluster::new();
+        let w1 = spawn(&cluster, "w1", 1, "worker");
+        let a = spawn(&cluster, "a", 2, "back-end,worker");
+        settle().await;
+        assert_eq!(a.log.take(), ["start [\"w1\"]"]);
+        let _w2 = spawn(&cluster, "w2", 3, "worker");
+        settle().await;
+        cluster.remove("w1");
+        settle().await;
+        assert_eq!(a.log.take(), ["gone [\"w1\"]"]);
+        drop(w1);
+    }
+
+    #[test]
+    fn nothing_is_decided_before_the_view_settles() {
+        let cluster = MemCluster::new();
+        let membership = cluster.join(member("a", 1, "back-end"));
+        let view = membership.view().borrow().clone();
+        assert!(!should_host(&view, false));
+        assert!(should_host(&view, true));
+    }
+}
