@@ -154,23 +154,26 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let fetcher = ModuleFetcher::new(view.clone());
 
     let progress = ProgressBoard::default();
-    let worker = (slots > 0).then(|| {
-        Worker::start(
-            WorkerOptions {
-                id: node_id.clone(),
-                slots,
-                limits: JobLimits {
-                    memory_bytes: args.job_memory,
-                    ..JobLimits::default()
+    let worker = (slots > 0)
+        .then(|| {
+            Worker::start(
+                WorkerOptions {
+                    id: node_id.clone(),
+                    slots,
+                    limits: JobLimits {
+                        memory_bytes: args.job_memory,
+                        ..JobLimits::default()
+                    },
                 },
-            },
-            link.clone(),
-            modules.clone(),
-            fetcher.clone(),
-            runtime.clone(),
-            progress.clone(),
-        )
-    });
+                link.clone(),
+                modules.clone(),
+                fetcher.clone(),
+                runtime.clone(),
+                progress.clone(),
+            )
+        })
+        .transpose()
+        .context("cannot start the job threads")?;
     let api = Arc::new(Api {
         master: link.clone(),
         fetcher,

@@ -19,6 +19,13 @@
 //!   volatile (not journaled) by design.
 //! * **Stop** orders (a cancelled job) drop the attempt's future, which
 //!   stops the guest at its next yield point.
+//! * **Guest code runs on its own threads** (a separate async runtime, one
+//!   thread per CPU). A CPU-bound job yields only every epoch tick, and an
+//!   async runtime whose tasks are always runnable polls its timers and
+//!   sockets only every few dozen task polls: sharing threads with jobs
+//!   delayed gossip heartbeats by most of a second, enough for the failure
+//!   detector to declare busy workers dead. The node's control plane
+//!   (gossip, HTTP, master calls) keeps its own threads.
 //! * **Shutdown**: stop polling, let running attempts finish within a grace
 //!   period, stop the rest, then tell the master this worker is gone so its
 //!   unfinished attempts are re-queued at once rather than at lease expiry.
@@ -88,6 +95,16 @@ pub struct Worker {
     stop_polling: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     shared: Arc<Shared>,
+    /// Where guest code runs (see the module docs); shut down with the worker.
+    jobs: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(jobs) = self.jobs.take() {
+            jobs.shutdown_background();
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -97,6 +114,8 @@ struct Shared {
     modules: Arc<ModuleStore>,
     fetcher: ModuleFetcher,
     runtime: Runtime,
+    /// The job threads' runtime.
+    jobs: tokio::runtime::Handle,
     progress: ProgressBoard,
     slots: Arc<Semaphore>,
     /// One permit per attempt whose outcome is not yet acknowledged.
@@ -119,8 +138,15 @@ impl Worker {
         fetcher: ModuleFetcher,
         runtime: Runtime,
         progress: ProgressBoard,
-    ) -> Self {
+    ) -> std::io::Result<Self> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let jobs = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("cohort-job")
+            .enable_time()
+            .build()?;
         let shared = Arc::new(Shared {
+            jobs: jobs.handle().clone(),
             slots: Arc::new(Semaphore::new(options.slots as usize)),
             reporting: Arc::new(Semaphore::new(REPORTING_MAX)),
             options,
@@ -133,18 +159,19 @@ impl Worker {
         });
         let (stop_polling, stopped) = watch::channel(false);
         let task = tokio::spawn(poll_loop(shared.clone(), stopped));
-        Self {
+        Ok(Self {
             stop_polling,
             task,
             shared,
-        }
+            jobs: Some(jobs),
+        })
     }
 
     /// Stops taking work, waits up to `grace` for running attempts, stops
     /// the rest and reports this worker gone so they are re-queued.
-    pub async fn shutdown(self, grace: Duration) {
+    pub async fn shutdown(mut self, grace: Duration) {
         let _ = self.stop_polling.send(true);
-        let _ = self.task.await;
+        let _ = (&mut self.task).await;
         let shared = &self.shared;
         let drained =
             tokio::time::timeout(grace, shared.reporting.acquire_many(REPORTING_MAX as u32)).await;
@@ -167,6 +194,9 @@ impl Worker {
             Err(_) => tracing::warn!(
                 "no master took this worker's leave within {GONE_REPORT_WAIT:?}; its attempts will be re-queued when it is seen gone"
             ),
+        }
+        if let Some(jobs) = self.jobs.take() {
+            jobs.shutdown_background();
         }
     }
 }
@@ -320,9 +350,22 @@ async fn run_attempt(
                 resume_state: checkpoint,
                 observer: Some(forwarder),
             };
+            let runtime = shared.runtime.clone();
+            let mut running = shared
+                .jobs
+                .spawn(async move { runtime.run(&compiled, request).await });
             let report = tokio::select! {
-                report = shared.runtime.run(&compiled, request) => Some(report),
-                Ok(()) = stopped => None,
+                report = &mut running => match report {
+                    Ok(report) => Some(report),
+                    Err(error) => {
+                        tracing::error!("job {id} attempt {attempt}: the job task failed: {error}");
+                        None
+                    }
+                },
+                Ok(()) = stopped => {
+                    running.abort();
+                    None
+                }
             };
             // The observer is gone with the attempt: the sender drains the
             // last checkpoint and ends, before the outcome is reported.

@@ -1,0 +1,229 @@
+//! End-to-end tests of a cluster: several `cohort node` processes on
+//! loopback that find each other by gossip, elect where the master runs and
+//! spread jobs over their workers.
+
+mod support;
+
+use cohort::api::types::*;
+use cohort::client::Client;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+use support::{Node, guest};
+
+/// Longest a cluster may take to agree on a view in these tests.
+const CONVERGE: Duration = Duration::from_secs(30);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The node's gossip address (the same port as its HTTP one, over UDP).
+fn gossip(node: &Node) -> String {
+    node.url.trim_start_matches("http://").to_string()
+}
+
+fn start(dir: &tempfile::TempDir, name: &str, roles: &str, seed: Option<&Node>) -> Node {
+    let path = dir.path().join(name);
+    let mut args = vec!["--node-id", name, "--roles", roles, "--slots", "4"];
+    let seed = seed.map(gossip);
+    if let Some(seed) = &seed {
+        args.extend(["--seed", seed]);
+    }
+    Node::start(&path, &args)
+}
+
+/// Waits until `node` sees a cluster that satisfies `done`; returns it.
+async fn converge(
+    node: &Node,
+    what: &str,
+    done: impl Fn(&ClusterResponse) -> bool,
+) -> ClusterResponse {
+    let client = Client::new(&node.url);
+    let started = Instant::now();
+    loop {
+        if let Ok(cluster) = client.cluster().await
+            && done(&cluster)
+        {
+            return cluster;
+        }
+        assert!(
+            started.elapsed() < CONVERGE,
+            "{} never saw {what}: {:?}",
+            node.url,
+            client.cluster().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn live(cluster: &ClusterResponse) -> Vec<&str> {
+    cluster
+        .nodes
+        .iter()
+        .filter(|n| n.status == "live")
+        .map(|n| n.id.as_str())
+        .collect()
+}
+
+async fn settle(client: &Client, id: u64) -> JobResponse {
+    let started = Instant::now();
+    loop {
+        let job = client.job(id, 5_000).await.unwrap();
+        if !matches!(job.state.as_str(), "queued" | "running") {
+            return job;
+        }
+        assert!(started.elapsed() < Duration::from_secs(90), "{job:?}");
+    }
+}
+
+#[test]
+fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
+    let dir = tempfile::tempdir().unwrap();
+    // n1: back-end without a worker, so every job runs on another node.
+    let n1 = start(&dir, "n1", "back-end,front-end", None);
+    let n2 = start(&dir, "n2", "back-end,worker", Some(&n1));
+    let n3 = start(&dir, "n3", "worker,front-end", Some(&n1));
+    let rt = runtime();
+    rt.block_on(async {
+        for node in [&n1, &n2, &n3] {
+            let cluster = converge(node, "3 live nodes and the master on n1", |c| {
+                live(c).len() == 3 && c.master_node == "n1"
+            })
+            .await;
+            // Oldest first, and exactly one node says it hosts the master.
+            assert_eq!(live(&cluster), ["n1", "n2", "n3"]);
+            let hosts: Vec<_> = cluster.nodes.iter().filter(|n| n.master).collect();
+            assert_eq!(hosts.len(), 1);
+            assert_eq!(hosts[0].id, "n1");
+            assert_eq!(cluster.master_epoch, 1);
+        }
+
+        // Jobs submitted to any front-end run on the other nodes' workers.
+        let via_n3 = Client::new(&n3.url);
+        let via_n1 = Client::new(&n1.url);
+        // Uploaded through n3 (not a back-end): stored on n1 and n2 first.
+        let echo = via_n3
+            .upload(std::fs::read(guest("fixture_echo")).unwrap())
+            .await
+            .unwrap();
+        let mut ids = Vec::new();
+        for n in 0..40 {
+            let client = if n % 2 == 0 { &via_n3 } else { &via_n1 };
+            let request = SubmitRequest {
+                module: echo.clone(),
+                input: Some(format!("job {n}")),
+                ..SubmitRequest::default()
+            };
+            ids.push((
+                client.submit(&request).await.unwrap().id,
+                format!("job {n}"),
+            ));
+        }
+        let mut workers = BTreeSet::new();
+        for (id, input) in &ids {
+            let job = settle(&via_n1, *id).await;
+            assert_eq!(job.state, "succeeded", "{job:?}");
+            workers.insert(job.attempts[0].worker.clone());
+            assert_eq!(&via_n3.result(*id).await.unwrap()[..], input.as_bytes());
+        }
+        assert!(!workers.contains("n1"), "n1 has no worker: {workers:?}");
+        assert_eq!(
+            workers,
+            BTreeSet::from(["n2".to_string(), "n3".to_string()]),
+            "both workers took jobs"
+        );
+        // A front-end-less node refuses public API calls with a clear code.
+        let via_n2 = Client::new(&n2.url);
+        let refused = via_n2.jobs(None, 1, None).await.unwrap_err();
+        assert_eq!(refused.code(), Some("not_front_end"));
+    });
+
+    // A younger back-end joining does not move the master.
+    let n4 = start(&dir, "n4", "back-end,worker,front-end", Some(&n2));
+    rt.block_on(async {
+        let cluster = converge(&n4, "4 live nodes", |c| live(c).len() == 4).await;
+        assert_eq!(cluster.master_node, "n1");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        for node in [&n1, &n4] {
+            let cluster = Client::new(&node.url).cluster().await.unwrap();
+            assert_eq!(cluster.master_node, "n1");
+            assert_eq!(cluster.nodes.iter().filter(|n| n.master).count(), 1);
+        }
+        // n3 (no back-end role) never hosted the master.
+        assert!(!n3.stderr().contains("hosting the master"));
+        assert!(!n4.stderr().contains("hosting the master"));
+        assert!(n1.stderr().contains("hosting the master"));
+    });
+}
+
+#[test]
+fn jobs_of_a_killed_worker_run_again_elsewhere_with_one_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let n1 = start(&dir, "n1", "back-end,front-end", None);
+    let mut n2 = start(&dir, "n2", "worker", Some(&n1));
+    let n3 = start(&dir, "n3", "worker", Some(&n1));
+    runtime().block_on(async {
+        converge(&n1, "both workers", |c| c.workers.len() == 2).await;
+        let client = Client::new(&n1.url);
+        let primes = client
+            .upload(std::fs::read(guest("primes")).unwrap())
+            .await
+            .unwrap();
+        // Long enough (seconds) to be caught running; four keep both workers busy.
+        let mut ids = Vec::new();
+        for _ in 0..4 {
+            let request = SubmitRequest {
+                module: primes.clone(),
+                input: Some(r#"{"limit": 300000000}"#.into()),
+                ..SubmitRequest::default()
+            };
+            ids.push(client.submit(&request).await.unwrap().id);
+        }
+        let started = Instant::now();
+        loop {
+            let cluster = client.cluster().await.unwrap();
+            if cluster
+                .workers
+                .iter()
+                .any(|w| w.id == "n2" && w.running > 0)
+            {
+                break;
+            }
+            assert!(started.elapsed() < CONVERGE, "n2 never ran a job");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        n2.kill();
+        let mut rerun = 0;
+        for id in &ids {
+            let job = settle(&client, *id).await;
+            assert_eq!(job.state, "succeeded", "{job:?}");
+            let outcomes: Vec<_> = job
+                .attempts
+                .iter()
+                .map(|a| (a.worker.as_str(), a.outcome.as_deref().unwrap_or("")))
+                .collect();
+            let successes = outcomes.iter().filter(|(_, o)| *o == "succeeded").count();
+            assert_eq!(successes, 1, "one outcome: {outcomes:?}");
+            if outcomes
+                .iter()
+                .any(|(w, o)| *w == "n2" && *o == "worker_lost")
+            {
+                rerun += 1;
+                assert_eq!(outcomes.last().unwrap().0, "n3", "{outcomes:?}");
+            }
+            let result = client.result(*id).await.unwrap();
+            assert_eq!(&result[..], br#"{"limit":300000000,"count":16252325}"#);
+        }
+        assert!(rerun > 0, "some job was running on n2 when it died");
+        // Membership, not the lease (timeout + 5 s), noticed: n1 says so.
+        assert!(
+            n1.wait_stderr("worker n2 left the cluster")
+                .contains("re-queued")
+        );
+        drop(n3);
+    });
+}
