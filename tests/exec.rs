@@ -1,5 +1,6 @@
 //! End-to-end tests of the `cohort` binary's local commands: `exec` on every
-//! example and fixture (exit codes, stdout, stderr) and a small `demo`.
+//! example and fixture (exit codes, stdout, stderr) and a small `demo` (which
+//! starts a 3-node local cluster of its own).
 
 mod support;
 
@@ -186,7 +187,9 @@ fn demo_renders_a_picture_from_tile_jobs() {
         "{stdout}{}",
         String::from_utf8_lossy(&run.stderr)
     );
+    assert!(stdout.contains("3-node cluster"), "{stdout}");
     assert!(stdout.contains("12 jobs"), "{stdout}");
+    assert!(stdout.contains("run by"), "{stdout}");
     let reader = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&out).unwrap()))
         .read_info()
         .unwrap();

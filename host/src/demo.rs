@@ -1,33 +1,45 @@
-//! `cohort demo`: draws the Mandelbrot set from many small jobs.
+//! `cohort demo`: a local cluster draws the Mandelbrot set from many jobs.
 //!
-//! The picture is cut into tiles; each tile is one run of the `mandelbrot`
-//! example job (embedded in this binary), with its own input, limits and
-//! output. The tiles are stitched back into one PNG and a summary says how
-//! many jobs ran and how fast.
+//! The demo starts a cluster of `cohort node` processes (children of this
+//! one) on loopback, each with its own temporary data directory, the first
+//! as the seed of the others. It uploads the `mandelbrot` example (embedded
+//! in this binary) through one node, submits one job per tile of the picture
+//! through every node's API in turn, waits for the tiles with a progress
+//! bar, stitches them into one PNG, and says how many jobs each node ran.
+//! Every child is stopped (SIGTERM, then SIGKILL) and every temporary
+//! directory removed on the way out, including on error and on Ctrl-C.
 //!
-//! Today every tile runs on this process's runtime, on all cores: this shows
-//! the job contract and the sandbox end to end. When cohort nodes form a
-//! cluster, the same demo starts a local cluster and spreads the tiles over
-//! its workers.
+//! Nothing outside loopback is used: no network, no external service.
 
+use crate::api::types::{BatchItem, BatchRequest, ClusterResponse, SubmitRequest};
+use crate::client::Client;
 use crate::guests;
-use crate::runtime::{JobLimits, JobRequest, Runtime, RuntimeConfig};
+use base64::Engine as _;
 use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 /// Largest picture side the demo draws, in pixels.
 const SIDE_MAX: u32 = 16_384;
-/// Most tile jobs the demo runs at once.
-const PARALLEL_MAX: u32 = 256;
 /// Tile sides the demo accepts; the upper bound is the mandelbrot example's
 /// own limit on one tile.
 const TILE_SIDE_MIN: u32 = 16;
 const TILE_SIDE_MAX: u32 = 1024;
-/// Tile jobs queued per running one: enough to keep every slot busy, few
-/// enough that a huge picture does not hold all its tasks at once.
-const QUEUED_PER_SLOT: usize = 2;
+/// Nodes the demo cluster may have.
+const NODES_MAX: u32 = 9;
+/// Tiles waited for at once.
+const WAITS_IN_FLIGHT: usize = 64;
+/// A node must print its address within this, and the cluster form within
+/// it too.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Time each child gets to stop after SIGTERM before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Jobs per submission request.
+const SUBMIT_BATCH: usize = 1000;
 
 /// Arguments of `cohort demo`.
 #[derive(Debug, clap::Args)]
@@ -47,12 +59,107 @@ pub struct DemoArgs {
     /// Iteration budget per pixel.
     #[arg(long, default_value_t = 2000)]
     pub iterations: u32,
-    /// Jobs run at once (default: one per core).
-    #[arg(long)]
-    pub parallel: Option<u32>,
+    /// Nodes in the local cluster (each with every role).
+    #[arg(long, default_value_t = 3)]
+    pub nodes: u32,
 }
 
-/// Runs the demo, printing progress and a summary.
+/// A child `cohort node`, stopped when dropped.
+struct ChildNode {
+    name: String,
+    child: Child,
+    url: String,
+    log: PathBuf,
+}
+
+impl ChildNode {
+    fn start(exe: &Path, root: &Path, name: &str, seed: Option<&str>) -> anyhow::Result<Self> {
+        let data = root.join(name);
+        let log = root.join(format!("{name}.log"));
+        let mut command = Command::new(exe);
+        command
+            .args([
+                "node",
+                "--listen",
+                "127.0.0.1:0",
+                "--node-id",
+                name,
+                "--data-dir",
+            ])
+            .arg(&data)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log)?);
+        if let Some(seed) = seed {
+            command.args(["--seed", seed]);
+        }
+        let mut child = command.spawn()?;
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(url) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(url.trim().to_string());
+                }
+            }
+        });
+        let mut node = ChildNode {
+            name: name.into(),
+            child,
+            url: String::new(),
+            log,
+        };
+        match rx.recv_timeout(START_TIMEOUT) {
+            Ok(url) => {
+                node.url = url;
+                Ok(node)
+            }
+            Err(_) => anyhow::bail!("node {name} did not start:\n{}", node.log_tail()),
+        }
+    }
+
+    /// The gossip address: the HTTP port, over UDP.
+    fn gossip(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl ChildNode {
+    /// Asks the node to stop (SIGTERM) without waiting.
+    fn terminate(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+        }
+    }
+}
+
+impl Drop for ChildNode {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.terminate();
+            let deadline = Instant::now() + STOP_GRACE;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the demo, printing progress and a summary; stops on Ctrl-C.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         (1..=SIDE_MAX).contains(&args.width) && (1..=SIDE_MAX).contains(&args.height),
@@ -62,23 +169,69 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         (TILE_SIDE_MIN..=TILE_SIDE_MAX).contains(&args.tile),
         "tile must be {TILE_SIDE_MIN}..={TILE_SIDE_MAX} pixels"
     );
-    let parallel = args
-        .parallel
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get() as u32))
-        .clamp(1, PARALLEL_MAX);
-    let runtime = Runtime::new(RuntimeConfig {
-        concurrent_jobs: parallel,
-        ..RuntimeConfig::default()
-    })?;
-    let module = runtime.load(guests::MANDELBROT).await?;
+    anyhow::ensure!(
+        (1..=NODES_MAX).contains(&args.nodes),
+        "nodes must be 1..={NODES_MAX}"
+    );
+    let root = tempfile::Builder::new().prefix("cohort-demo-").tempdir()?;
+    let exe = std::env::current_exe()?;
+    // Dropped (children stopped) before `root` is removed: declared after it.
+    let mut nodes: Vec<ChildNode> = Vec::new();
+    let (result, interrupted) = tokio::select! {
+        result = demo(&args, &exe, root.path(), &mut nodes) => (result, false),
+        _ = tokio::signal::ctrl_c() => (Err(anyhow::anyhow!("interrupted; the demo cluster is stopped")), true),
+    };
+    if result.is_err() && !interrupted {
+        for node in &nodes {
+            eprintln!("--- log of {} ---\n{}", node.name, node.log_tail());
+        }
+    }
+    // Stop them all at once, then wait for each.
+    for node in &mut nodes {
+        node.terminate();
+    }
+    drop(nodes);
+    result
+}
 
-    let tiles = tiles(&args);
+async fn demo(
+    args: &DemoArgs,
+    exe: &Path,
+    root: &Path,
+    nodes: &mut Vec<ChildNode>,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    for n in 1..=args.nodes {
+        let seed = nodes.first().map(|first| first.gossip().to_string());
+        let name = format!("demo-{n}");
+        let exe = exe.to_path_buf();
+        let root = root.to_path_buf();
+        let node = tokio::task::spawn_blocking(move || {
+            ChildNode::start(&exe, &root, &name, seed.as_deref())
+        })
+        .await??;
+        nodes.push(node);
+    }
+    let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.url)).collect();
+    let cluster = wait_for_cluster(&clients[0], args.nodes as usize).await?;
     println!(
-        "cohort demo: {}x{} Mandelbrot in {} tile jobs, {parallel} at a time (module sha256:{})",
+        "cohort demo: a {}-node cluster on loopback is up in {:.1} s; the master runs on {}",
+        args.nodes,
+        started.elapsed().as_secs_f64(),
+        cluster.master_node
+    );
+
+    // Upload through the last node: it stores the module on every back-end.
+    let module = clients[clients.len() - 1]
+        .upload(guests::MANDELBROT.to_vec())
+        .await?;
+    let tiles = tiles(args);
+    println!(
+        "rendering {}x{} in {} tile jobs of `mandelbrot` (sha256:{}), submitted through every node",
         args.width,
         args.height,
         tiles.len(),
-        &module.digest().to_string()[..12]
+        &module[..12]
     );
     let bar = ProgressBar::new(tiles.len() as u64).with_style(
         ProgressStyle::with_template(
@@ -86,55 +239,121 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         )
         .expect("a valid template"),
     );
-    let started = Instant::now();
-    let mut pending = tiles.iter().copied();
-    let mut running = JoinSet::new();
-    let mut canvas = vec![0u8; (args.width * args.height * 3) as usize];
-    let mut job_time = Duration::ZERO;
-    loop {
-        while running.len() < parallel as usize * QUEUED_PER_SLOT {
-            let Some(tile) = pending.next() else { break };
-            let request = JobRequest {
-                input: tile_input(&args, tile)?,
-                limits: JobLimits::default(),
-                ..JobRequest::default()
-            };
-            let (runtime, module) = (runtime.clone(), module.clone());
-            running.spawn(async move { (tile, runtime.run(&module, request).await) });
+    let render_started = Instant::now();
+    let mut ids = Vec::with_capacity(tiles.len());
+    for (n, chunk) in tiles.chunks(SUBMIT_BATCH).enumerate() {
+        let client = &clients[n % clients.len()];
+        let batch = BatchRequest {
+            jobs: chunk
+                .iter()
+                .map(|&tile| {
+                    Ok(SubmitRequest {
+                        module: module.clone(),
+                        input_base64: Some(
+                            base64::engine::general_purpose::STANDARD
+                                .encode(tile_input(args, tile)?),
+                        ),
+                        ..SubmitRequest::default()
+                    })
+                })
+                .collect::<serde_json::Result<_>>()?,
+        };
+        for (tile, item) in chunk.iter().zip(client.submit_batch(&batch).await?.results) {
+            match item {
+                BatchItem::Accepted(accepted) => ids.push((*tile, accepted.id)),
+                BatchItem::Refused(error) => {
+                    anyhow::bail!("a tile was refused: {}: {}", error.code, error.message)
+                }
+            }
         }
-        let Some(joined) = running.join_next().await else {
+    }
+
+    let mut canvas = vec![0u8; (args.width * args.height * 3) as usize];
+    let mut per_node: BTreeMap<String, u64> = BTreeMap::new();
+    let mut pending = ids.into_iter().enumerate();
+    let mut waiting = JoinSet::new();
+    loop {
+        while waiting.len() < WAITS_IN_FLIGHT {
+            let Some((n, (tile, id))) = pending.next() else {
+                break;
+            };
+            let client = clients[n % clients.len()].clone();
+            waiting.spawn(async move { (tile, tile_result(&client, id).await) });
+        }
+        let Some(joined) = waiting.join_next().await else {
             break;
         };
-        let (tile, report) = joined?;
-        job_time += report.duration;
-        let png = report.outcome.map_err(|failure| {
-            anyhow::anyhow!(
-                "tile at ({}, {}) failed: [{}] {failure}",
-                tile.x,
-                tile.y,
-                failure.code()
-            )
-        })?;
+        let (tile, outcome) = joined?;
+        let (worker, png) = outcome?;
         paste(&mut canvas, args.width, tile, &png)?;
+        *per_node.entry(worker).or_default() += 1;
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let elapsed = started.elapsed();
+    let elapsed = render_started.elapsed();
     write_png(&args.out, args.width, args.height, &canvas)?;
-
-    let jobs = tiles.len() as f64;
+    let jobs = tiles.len();
+    let spread: Vec<String> = per_node
+        .iter()
+        .map(|(node, count)| format!("{node}: {count}"))
+        .collect();
     println!(
-        "wrote {} ({}x{}): {} jobs in {:.2} s = {:.0} jobs/s; mean job {:.1} ms; {:.1}x parallel speed-up",
+        "wrote {} ({}x{}): {jobs} jobs in {:.2} s = {:.0} jobs/s, run by {} ({})",
         args.out.display(),
         args.width,
         args.height,
-        tiles.len(),
         elapsed.as_secs_f64(),
-        jobs / elapsed.as_secs_f64(),
-        job_time.as_secs_f64() * 1000.0 / jobs,
-        job_time.as_secs_f64() / elapsed.as_secs_f64(),
+        jobs as f64 / elapsed.as_secs_f64(),
+        if per_node.len() == 1 {
+            "1 node".to_string()
+        } else {
+            format!("{} nodes", per_node.len())
+        },
+        spread.join(", ")
     );
     Ok(())
+}
+
+async fn wait_for_cluster(client: &Client, nodes: usize) -> anyhow::Result<ClusterResponse> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(cluster) = client.cluster().await
+            && cluster.nodes.iter().filter(|n| n.status == "live").count() == nodes
+            && !cluster.master_node.is_empty()
+            && cluster.workers.len() == nodes
+        {
+            return Ok(cluster);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the demo cluster did not form within {START_TIMEOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits for tile job `id`; returns the node that ran it and its PNG.
+async fn tile_result(client: &Client, id: u64) -> anyhow::Result<(String, Vec<u8>)> {
+    loop {
+        let job = client.job(id, 30_000).await?;
+        match job.state.as_str() {
+            "queued" | "running" => continue,
+            "succeeded" => {
+                let worker = job
+                    .attempts
+                    .last()
+                    .map(|a| a.worker.clone())
+                    .unwrap_or_default();
+                return Ok((worker, client.result(id).await?.to_vec()));
+            }
+            state => anyhow::bail!(
+                "tile job {id} {state}: {}",
+                job.error
+                    .map(|e| format!("{}: {}", e.code, e.message))
+                    .unwrap_or_default()
+            ),
+        }
+    }
 }
 
 /// The mandelbrot example's input for one tile of the picture.
@@ -217,7 +436,7 @@ mod tests {
             height: 130,
             tile: 100,
             iterations: 10,
-            parallel: None,
+            nodes: 3,
         };
         let tiles = tiles(&args);
         assert_eq!(tiles.len(), 3 * 2);
