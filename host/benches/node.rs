@@ -16,6 +16,11 @@
 //! * recovery: a journal of 1M submissions written directly; the time for
 //!   the master to recover it, and the process's resident memory with 1M
 //!   queued jobs in the master component.
+//! * cluster: three nodes (every role) on loopback on this one machine:
+//!   throughput with submissions spread over the three front-ends, latency
+//!   of one job through a node that does not host the master (one proxy
+//!   hop), and the time from `kill -9` of a node until the master's node
+//!   no longer lists it as live (failure detection with default settings).
 
 use cohort::api::types::{BatchItem, BatchRequest, SubmitRequest};
 use cohort::client::Client;
@@ -41,7 +46,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    if wanted("throughput") {
+    if wanted("throughput") && !filter.iter().any(|f| f == "cluster") {
         rt.block_on(throughput());
     }
     if wanted("latency") {
@@ -51,6 +56,9 @@ fn main() {
         for core in [CoreKind::Wasm, CoreKind::Native] {
             rt.block_on(commit(core));
         }
+    }
+    if wanted("cluster") {
+        rt.block_on(cluster());
     }
     if wanted("recovery") {
         for core in [CoreKind::Wasm, CoreKind::Native] {
@@ -330,4 +338,116 @@ async fn recovery(core: CoreKind) {
         stats.jobs[0]
     );
     drop(handle);
+}
+
+fn gossip_of(node: &NodeProcess) -> String {
+    node.url.trim_start_matches("http://").to_string()
+}
+
+async fn live_nodes(client: &Client) -> Vec<String> {
+    client
+        .cluster()
+        .await
+        .map(|c| {
+            c.nodes
+                .into_iter()
+                .filter(|n| n.status == "live")
+                .map(|n| n.id)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn cluster() {
+    const JOBS: usize = 60_000;
+    const BATCH: usize = 1000;
+    let n1 = start_node(&["--node-id", "n1"]);
+    let seed = gossip_of(&n1);
+    let n2 = start_node(&["--node-id", "n2", "--seed", &seed]);
+    let mut n3 = start_node(&["--node-id", "n3", "--seed", &seed]);
+    let clients: Vec<Client> = [&n1, &n2, &n3]
+        .iter()
+        .map(|n| Client::new(&n.url))
+        .collect();
+    while clients[0]
+        .cluster()
+        .await
+        .map_or(true, |c| c.workers.len() < 3)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let module = clients[2].upload(echo_wasm()).await.unwrap();
+
+    // Throughput: batches through all three front-ends.
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (c, client) in clients.iter().enumerate() {
+        let client = client.clone();
+        let module = module.clone();
+        tasks.push(tokio::spawn(async move {
+            for b in (c..JOBS / BATCH).step_by(3) {
+                let batch = BatchRequest {
+                    jobs: (0..BATCH)
+                        .map(|n| SubmitRequest {
+                            module: module.clone(),
+                            input: Some(format!("{}", b * BATCH + n)),
+                            ..SubmitRequest::default()
+                        })
+                        .collect(),
+                };
+                client.submit_batch(&batch).await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    while succeeded(&clients[0]).await < JOBS as u64 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "cluster throughput (3 nodes on one 2-CPU machine): {JOBS} trivial jobs in {elapsed:.2?}: {:.0} jobs/s submit->result",
+        JOBS as f64 / elapsed.as_secs_f64()
+    );
+
+    // Latency through n3 (the master is on n1): one proxy hop each way.
+    let mut total = Histogram::<u64>::new(3).unwrap();
+    for n in 0..1100 {
+        let started = Instant::now();
+        let request = SubmitRequest {
+            module: module.clone(),
+            input: Some(n.to_string()),
+            ..SubmitRequest::default()
+        };
+        let id = clients[2].submit(&request).await.unwrap().id;
+        let path = format!("/v1/jobs/{id}/result?wait_ms=10000");
+        clients[2]
+            .call(Method::GET, &path, "text/plain", Default::default())
+            .await
+            .unwrap();
+        if n >= 100 {
+            total.record(started.elapsed().as_micros() as u64).unwrap();
+        }
+    }
+    println!(
+        "cluster latency (1000 jobs one at a time through a node that does not host the master): submit->result p50 {} µs p99 {} µs",
+        total.value_at_quantile(0.5),
+        total.value_at_quantile(0.99)
+    );
+
+    // Failure detection: kill -9 n3, time until n1 stops listing it live.
+    let mut detections = Vec::new();
+    let _ = n2;
+    let killed = Instant::now();
+    let _ = n3.child.kill();
+    let _ = n3.child.wait();
+    while live_nodes(&clients[0]).await.iter().any(|n| n == "n3") {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    detections.push(killed.elapsed());
+    println!(
+        "failure detection (defaults: gossip every 100 ms, phi threshold 8): a killed node left the live set after {:.2?}",
+        detections[0]
+    );
 }

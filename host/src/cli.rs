@@ -490,20 +490,19 @@ pub async fn cluster(args: ServerArg) -> ExitCode {
         "master on {} (epoch {})",
         cluster.master_node, cluster.master_epoch
     );
+    println!(
+        "{:<20} {:<8} {:<28} {:<26} {:>9}",
+        "NODE (oldest first)", "STATUS", "HTTP", "ROLES", "BUSY"
+    );
     for node in &cluster.nodes {
         println!(
-            "  {}  {}  roles {}  slots {}{}",
+            "{:<20} {:<8} {:<28} {:<26} {:>9}{}",
             node.id,
+            node.status,
             node.http,
             node.roles.join(","),
-            node.slots,
-            if node.master { "  [master]" } else { "" }
-        );
-    }
-    for worker in &cluster.workers {
-        println!(
-            "  worker {}: {}/{} slots busy",
-            worker.id, worker.running, worker.slots
+            format!("{}/{}", node.busy, node.slots),
+            if node.master { "  master" } else { "" }
         );
     }
     ExitCode::SUCCESS
