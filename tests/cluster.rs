@@ -227,3 +227,85 @@ fn jobs_of_a_killed_worker_run_again_elsewhere_with_one_outcome() {
         drop(n3);
     });
 }
+
+#[test]
+fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let mut n1 = start(&dir, "n1", "back-end,worker,front-end", None);
+    let n2 = start(&dir, "n2", "back-end,worker,front-end", Some(&n1));
+    let rt = runtime();
+    let via_n2 = Client::new(&n2.url);
+    let echo = rt.block_on(async {
+        converge(&n2, "2 live nodes, master on n1", |c| {
+            live(c).len() == 2 && c.master_node == "n1" && c.workers.len() == 2
+        })
+        .await;
+        via_n2
+            .upload(std::fs::read(guest("fixture_echo")).unwrap())
+            .await
+            .unwrap()
+    });
+    // Clients keep submitting through n2 while n1, the master, stops.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut submitters = Vec::new();
+    for writer in 0..4 {
+        let (client, echo, stop) = (via_n2.clone(), echo.clone(), stop.clone());
+        submitters.push(rt.spawn(async move {
+            let mut acked = Vec::new();
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let input = format!("writer {writer} job {n}");
+                let request = SubmitRequest {
+                    module: echo.clone(),
+                    input: Some(input.clone()),
+                    ..SubmitRequest::default()
+                };
+                match client.submit(&request).await {
+                    Ok(accepted) => acked.push((accepted.id, input)),
+                    Err(error) => return Err(format!("{input}: {error}")),
+                }
+                n += 1;
+            }
+            Ok(acked)
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    let status = n1.terminate();
+    assert!(status.success(), "{}", n1.stderr());
+    std::thread::sleep(Duration::from_millis(800));
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = Vec::new();
+    for submitter in submitters {
+        match rt.block_on(submitter).unwrap() {
+            Ok(mut jobs) => acked.append(&mut jobs),
+            Err(error) => panic!("a client request failed during the hand-over: {error}"),
+        }
+    }
+    assert!(
+        n1.stderr().contains("handed the master over to n2"),
+        "{}",
+        n1.stderr()
+    );
+    assert!(
+        n2.wait_stderr("received the master from n1")
+            .contains("epoch 2")
+    );
+    rt.block_on(async {
+        let cluster = converge(&n2, "the master on n2", |c| c.master_node == "n2").await;
+        assert_eq!(cluster.master_epoch, 2);
+        for (id, input) in &acked {
+            let job = settle(&via_n2, *id).await;
+            assert_eq!(job.state, "succeeded", "{job:?}");
+            let successes = job
+                .attempts
+                .iter()
+                .filter(|a| a.outcome.as_deref() == Some("succeeded"))
+                .count();
+            assert_eq!(successes, 1, "{job:?}");
+            assert_eq!(&via_n2.result(*id).await.unwrap()[..], input.as_bytes());
+        }
+    });
+    assert!(acked.len() > 20, "submissions flowed: {}", acked.len());
+}

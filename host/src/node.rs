@@ -16,7 +16,7 @@ use crate::api::{self, Api, JobDefaults, NodeInfo};
 use crate::cluster::link::MasterLink;
 use crate::cluster::membership::{self, Membership, MembershipConfig, Roles, keys};
 use crate::cluster::modules::ModuleFetcher;
-use crate::cluster::singleton;
+use crate::cluster::{handover, singleton};
 use crate::master::{self, CoreKind, MasterOptions};
 use crate::modules::ModuleStore;
 use crate::runtime::limits::{self, JobLimits};
@@ -153,6 +153,9 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let link = MasterLink::new(local_rx, view.clone());
     let fetcher = ModuleFetcher::new(view.clone());
 
+    let inbox = roles
+        .back_end
+        .then(|| handover::Inbox::new(data_dir.clone()));
     let progress = ProgressBoard::default();
     let worker = (slots > 0)
         .then(|| {
@@ -178,6 +181,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         master: link.clone(),
         fetcher,
         view: view.clone(),
+        handover: inbox.clone(),
         modules,
         progress,
         node: NodeInfo {
@@ -199,6 +203,17 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     println!("cohort node {node_id} ({roles}) gossiping on {gossip_listen}, listening on {http}");
     std::io::stdout().flush()?;
 
+    // Back-end nodes compile the master component now, so taking the master
+    // over (hand-over or first start) does not wait for the compiler.
+    if roles.back_end {
+        let cache = data_dir.join("compiled");
+        tokio::task::spawn_blocking(move || {
+            if let Err(error) = master::core::MasterComponent::load(Some(&cache)) {
+                tracing::warn!("cannot precompile the master component: {error:#}");
+            }
+        });
+    }
+
     // The singleton manager, on back-end nodes: hosts the master while this
     // is the oldest live back-end node.
     let membership = Arc::new(membership);
@@ -219,6 +234,9 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             },
             local: local_master,
             running: None,
+            view: view.clone(),
+            inbox: inbox.clone().expect("back-end nodes have an inbox"),
+            adopted: 0,
         };
         let settle = if args.seeds.is_empty() {
             Duration::ZERO
@@ -248,16 +266,31 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             })
         }
     };
-    // Stop in order: take no new work, let running attempts finish (their
-    // outcomes still reach the master), stop the master if hosted (flush and
-    // snapshot), stop serving, leave the cluster.
+    // Stop in order. Announce the leave. If this node hosts the master and
+    // another back-end node can take it, hand it over first (flush,
+    // snapshot, send), so the cluster keeps a master while this node drains
+    // its worker; with no successor, drain first so the running attempts'
+    // outcomes still reach the master here. Then stop serving and leave.
     membership.publish(keys::STATUS, Some("leaving")).await;
-    if let Some(worker) = worker {
+    let successor = {
+        let view = view.borrow();
+        view.members
+            .iter()
+            .any(|m| m.roles.back_end && !m.leaving && m.node_id != view.me)
+    };
+    let mut worker = worker;
+    if link.local().is_some()
+        && !successor
+        && let Some(worker) = worker.take()
+    {
         worker.shutdown(args.shutdown_grace).await;
     }
     let _ = stop_singleton.send(true);
     if let Some(singleton) = singleton {
         let _ = singleton.await;
+    }
+    if let Some(worker) = worker {
+        worker.shutdown(args.shutdown_grace).await;
     }
     let _ = stop_serving.send(true);
     let _ = server.await;
@@ -280,10 +313,99 @@ struct LocalMaster {
     options: MasterOptions,
     local: watch::Sender<Option<master::MasterHandle>>,
     running: Option<master::MasterHandle>,
+    view: watch::Receiver<membership::View>,
+    inbox: Arc<handover::Inbox>,
+    /// The epoch of the last hand-over already started from.
+    adopted: u64,
+}
+
+impl LocalMaster {
+    /// If another node still advertises the master, waits (bounded) for its
+    /// hand-over, or for it to vanish (a crash).
+    async fn await_handover(&mut self) {
+        let other_host = |view: &membership::View| {
+            view.master_host()
+                .filter(|host| host.node_id != view.me)
+                .map(|host| host.node_id.clone())
+        };
+        let mut adopted = self.inbox.subscribe();
+        let arrived = *adopted.borrow_and_update();
+        if arrived > self.adopted {
+            // It arrived before this start began.
+            self.adopted = arrived;
+            return;
+        }
+        let mut view = self.view.clone();
+        let Some(old) = other_host(&view.borrow_and_update()) else {
+            return;
+        };
+        eprintln!("waiting for {old} to hand the master over");
+        let deadline = tokio::time::Instant::now() + handover::HANDOVER_WAIT;
+        loop {
+            tokio::select! {
+                _ = adopted.changed() => {
+                    self.adopted = *adopted.borrow_and_update();
+                    return;
+                }
+                changed = view.changed() => {
+                    if changed.is_err() || other_host(&view.borrow_and_update()).is_none() {
+                        eprintln!("{old} stopped advertising the master without a hand-over; starting from this node's journal");
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    eprintln!("no hand-over from {old} within {:?}; starting from this node's journal", handover::HANDOVER_WAIT);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends the stopped master's last snapshot to the back-end node that
+    /// should host it next, if there is one.
+    async fn hand_over(&self, epoch: u64) {
+        let target = {
+            let view = self.view.borrow();
+            view.members
+                .iter()
+                .filter(|m| m.roles.back_end && !m.leaving && m.node_id != view.me)
+                .min_by(|a, b| a.age().cmp(&b.age()))
+                .map(|m| (m.node_id.clone(), m.http.clone(), view.me.clone()))
+        };
+        let Some((node, url, me)) = target else {
+            return;
+        };
+        let started = std::time::Instant::now();
+        let data_dir = self.options.data_dir.clone();
+        let snapshot =
+            match tokio::task::spawn_blocking(move || master::store::latest_snapshot(&data_dir))
+                .await
+            {
+                Ok(Ok(Some(snapshot))) => snapshot,
+                other => {
+                    eprintln!("cannot hand the master over: no snapshot ({other:?})");
+                    return;
+                }
+            };
+        let handover = handover::Handover {
+            epoch: epoch.max(snapshot.epoch) + 1,
+            from: me,
+            state: snapshot.state,
+        };
+        match handover::send(&url, &handover).await {
+            Ok(()) => eprintln!(
+                "handed the master over to {node} (epoch {}) in {:.1?}",
+                handover.epoch,
+                started.elapsed()
+            ),
+            Err(error) => eprintln!("hand-over to {node} failed: {error}"),
+        }
+    }
 }
 
 impl singleton::Host for LocalMaster {
     async fn start(&mut self, live_workers: Vec<String>) -> anyhow::Result<u64> {
+        self.await_handover().await;
         let mut options = self.options.clone();
         options.live_workers = live_workers;
         let (handle, report) = tokio::task::spawn_blocking(move || master::start(options))
@@ -316,8 +438,10 @@ impl singleton::Host for LocalMaster {
     async fn stop(&mut self) {
         self.local.send_replace(None);
         if let Some(handle) = self.running.take() {
+            let epoch = handle.epoch();
             handle.shutdown().await;
             eprintln!("stopped hosting the master");
+            self.hand_over(epoch).await;
         }
     }
 

@@ -87,6 +87,8 @@ pub struct Api {
     pub fetcher: ModuleFetcher,
     /// The cluster as this node sees it.
     pub view: watch::Receiver<View>,
+    /// Where a leaving master's state arrives (back-end nodes only).
+    pub handover: Option<Arc<crate::cluster::handover::Inbox>>,
     /// Uploaded modules.
     pub modules: Arc<ModuleStore>,
     /// Live progress of local attempts.
@@ -148,9 +150,11 @@ pub fn status_for(code: &str) -> StatusCode {
             StatusCode::NOT_FOUND
         }
         "method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
-        "job_finished" | "job_not_finished" | "job_not_succeeded" | "idempotency_conflict" => {
-            StatusCode::CONFLICT
-        }
+        "job_finished"
+        | "job_not_finished"
+        | "job_not_succeeded"
+        | "idempotency_conflict"
+        | "already_master" => StatusCode::CONFLICT,
         "body_too_large" | "input_too_large" | "module_too_large" | "checkpoint_too_large" => {
             StatusCode::PAYLOAD_TOO_LARGE
         }
@@ -344,6 +348,26 @@ impl Api {
                 let body = read_body(request, BATCH_BODY_BYTES_MAX).await?;
                 let answer = link::serve_wire(self.master.local(), &body).await;
                 Ok(bytes("application/x-postcard", answer))
+            }
+            (&Method::POST, ["internal", "v1", "handover"]) => {
+                let Some(inbox) = &self.handover else {
+                    return Err(ApiError::new(
+                        "bad_request",
+                        "this node is not a back-end node",
+                    ));
+                };
+                if self.master.local().is_some() {
+                    return Err(ApiError::new(
+                        "already_master",
+                        "this node already hosts the master",
+                    ));
+                }
+                let body = read_body(request, crate::cluster::handover::HANDOVER_BYTES_MAX).await?;
+                let epoch = inbox
+                    .accept(&body)
+                    .await
+                    .map_err(|e| ApiError::new("internal", e))?;
+                Ok(json(StatusCode::OK, &serde_json::json!({ "epoch": epoch })))
             }
             (&Method::POST, ["internal", "v1", "modules"]) => {
                 let body = read_body(request, crate::runtime::module::MODULE_BYTES_MAX).await?;

@@ -5,10 +5,13 @@
 //!   an in-memory twin for tests); age order decides who hosts the master.
 //! * [`singleton`] — starts the master on the oldest live back-end node and
 //!   nowhere else.
+//! * [`handover`] — moving the master's state to the next back-end node
+//!   when its host leaves.
 //! * [`link`] — the singleton proxy every node uses to reach the master.
 //! * [`modules`] — uploads replicated to every back-end node; fetch on
 //!   first use elsewhere.
 
+pub mod handover;
 pub mod link;
 pub mod membership;
 pub mod modules;

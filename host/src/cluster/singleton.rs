@@ -40,7 +40,8 @@ pub trait Host: Send {
         &mut self,
         live_workers: Vec<String>,
     ) -> impl std::future::Future<Output = anyhow::Result<u64>> + Send;
-    /// Stops the master (flushing it).
+    /// Stops the master (flushing it, and handing it over to the node that
+    /// should host it next).
     fn stop(&mut self) -> impl std::future::Future<Output = ()> + Send;
     /// Tells the master these workers are gone.
     fn workers_gone(
@@ -81,8 +82,10 @@ pub async fn run<H: Host>(
                 .await;
             hosting = true;
         } else if !should && hosting && settled {
-            membership.publish(keys::MASTER_EPOCH, None).await;
+            // Stop (and hand over) before un-advertising, so the next host
+            // waits for the hand-over instead of starting without it.
             host.stop().await;
+            membership.publish(keys::MASTER_EPOCH, None).await;
             hosting = false;
         } else if hosting {
             let gone: Vec<String> = workers.difference(&alive).cloned().collect();
@@ -98,8 +101,8 @@ pub async fn run<H: Host>(
         }
     }
     if hosting {
-        membership.publish(keys::MASTER_EPOCH, None).await;
         host.stop().await;
+        membership.publish(keys::MASTER_EPOCH, None).await;
     }
     Ok(())
 }

@@ -691,12 +691,8 @@ impl MasterLoop {
         for parked in std::mem::take(&mut self.parked) {
             let _ = parked.respond.send(Ok(PollResult::default()));
         }
-        let result = self.flush().and_then(|()| {
-            if self.events_since_snapshot > 0 {
-                self.snapshot()?;
-            }
-            Ok(())
-        });
+        // Always snapshot: the snapshot is what a hand-over sends.
+        let result = self.flush().and_then(|()| self.snapshot());
         if let Err(error) = result {
             tracing::error!("the master could not flush while stopping: {error:#}");
         }

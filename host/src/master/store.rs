@@ -165,6 +165,33 @@ fn newest_snapshot(dir: &Path) -> Result<Option<Snapshot>, StoreError> {
         state: state.to_vec(),
     }))
 }
+/// The newest snapshot in `data_dir`, if any (for handing the master over).
+pub fn latest_snapshot(data_dir: &Path) -> Result<Option<Snapshot>, StoreError> {
+    newest_snapshot(&data_dir.join("snapshots"))
+}
+
+/// Adopts a master's state handed over by another node: stores it as this
+/// node's newest snapshot, at the end of this node's journal, so the next
+/// start of the master here begins from it (older entries of this journal
+/// are below the snapshot and never replayed). `epoch` is the epoch the
+/// master will run with here. Returns the snapshot's index.
+pub fn adopt_handover(data_dir: &Path, epoch: u64, state: Vec<u8>) -> Result<u64, StoreError> {
+    let journal_dir = data_dir.join("journal");
+    let storage = FsStorage::open(&journal_dir).map_err(io_error(&journal_dir))?;
+    let (journal, _) = Journal::open(storage)?;
+    let index = journal.next_index();
+    drop(journal);
+    write_snapshot(
+        data_dir,
+        &Snapshot {
+            index,
+            epoch,
+            state,
+        },
+    )?;
+    Ok(index)
+}
+
 /// Writes a snapshot durably and removes all but the newest two.
 pub fn write_snapshot(data_dir: &Path, snapshot: &Snapshot) -> Result<(), StoreError> {
     let dir = data_dir.join("snapshots");
@@ -214,6 +241,26 @@ mod tests {
         assert_eq!(
             snapshot_files(&dir.path().join("snapshots")).unwrap().len(),
             SNAPSHOTS_KEPT
+        );
+    }
+
+    #[test]
+    fn an_adopted_handover_is_what_recovery_starts_from() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let storage = FsStorage::open(&dir.path().join("journal")).unwrap();
+            let (mut journal, _) = Journal::open(storage).unwrap();
+            journal.append(1, b"old").unwrap();
+            journal.sync().unwrap();
+        }
+        assert_eq!(adopt_handover(dir.path(), 2, b"state".to_vec()).unwrap(), 1);
+        let recovery = recover(dir.path()).unwrap();
+        let snapshot = recovery.snapshot.unwrap();
+        assert_eq!((snapshot.index, snapshot.epoch), (1, 2));
+        assert_eq!(snapshot.state, b"state");
+        assert!(
+            recovery.entries.is_empty(),
+            "older entries are not replayed"
         );
     }
 

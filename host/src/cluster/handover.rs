@@ -1,0 +1,113 @@
+//! Graceful hand-over of the master between back-end nodes.
+//!
+//! When the node hosting the master leaves (SIGTERM) or stops being the
+//! oldest back-end node, it stops taking commands (proxies everywhere hold
+//! and retry requests meanwhile), flushes its journal, takes a snapshot and
+//! sends it to the back-end node that should host the master next. That
+//! node stores it as its newest snapshot ([`store::adopt_handover`]) and
+//! starts the master from it with the next epoch. Only then does the old
+//! node stop advertising the master.
+//!
+//! The next node waits for the hand-over at most [`HANDOVER_WAIT`] while
+//! the old host is still in the view; if the old host vanishes (a crash) or
+//! the wait runs out, it starts from its own journal instead. Without
+//! journal replication that journal may lack the old master's latest jobs:
+//! crash take-over with no loss needs replication, which is not built.
+//!
+//! [`store::adopt_handover`]: crate::master::store::adopt_handover
+
+use crate::master::store;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::rt::TokioExecutor;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The internal route that receives a hand-over.
+pub const HANDOVER_PATH: &str = "/internal/v1/handover";
+/// Largest hand-over accepted (the master's whole state).
+pub const HANDOVER_BYTES_MAX: usize = 1 << 30;
+/// Longest the next master waits for a hand-over from a live old host.
+pub const HANDOVER_WAIT: Duration = Duration::from_secs(10);
+/// Longest a hand-over transfer may take.
+const TRANSFER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What travels from the old master's node to the next one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Handover {
+    /// The epoch the next master runs with (the old one's plus one).
+    pub epoch: u64,
+    /// The old host's node id.
+    pub from: String,
+    /// The master's snapshot.
+    pub state: Vec<u8>,
+}
+
+/// Where this node receives hand-overs.
+#[derive(Debug)]
+pub struct Inbox {
+    data_dir: PathBuf,
+    adopted: watch::Sender<u64>,
+}
+
+impl Inbox {
+    /// An inbox storing into `data_dir`.
+    pub fn new(data_dir: PathBuf) -> Arc<Self> {
+        Arc::new(Self {
+            data_dir,
+            adopted: watch::channel(0).0,
+        })
+    }
+
+    /// Stores a hand-over (postcard bytes); returns its epoch.
+    pub async fn accept(&self, body: &[u8]) -> Result<u64, String> {
+        let handover: Handover = cohort_master::decode(body).map_err(|r| r.to_string())?;
+        let (epoch, from) = (handover.epoch, handover.from);
+        let data_dir = self.data_dir.clone();
+        let index = tokio::task::spawn_blocking(move || {
+            store::adopt_handover(&data_dir, epoch, handover.state)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        eprintln!("received the master from {from} (epoch {epoch}, journal index {index})");
+        self.adopted.send_replace(epoch);
+        Ok(epoch)
+    }
+
+    /// Changes when a hand-over has been stored.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.adopted.subscribe()
+    }
+}
+
+/// Sends a hand-over to the node at `url`.
+pub async fn send(url: &str, handover: &Handover) -> Result<(), String> {
+    let http: HttpClient<_, Full<Bytes>> = HttpClient::builder(TokioExecutor::new()).build_http();
+    let request = hyper::Request::post(format!("{url}{HANDOVER_PATH}"))
+        .header(hyper::header::CONTENT_TYPE, "application/x-postcard")
+        .body(Full::new(Bytes::from(cohort_master::encode(handover))))
+        .map_err(|e| e.to_string())?;
+    let exchange = async {
+        let response = http.request(request).await.map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("{status}: {}", String::from_utf8_lossy(&body)))
+        }
+    };
+    tokio::time::timeout(TRANSFER_TIMEOUT, exchange)
+        .await
+        .map_err(|_| format!("no answer within {TRANSFER_TIMEOUT:?}"))?
+}
