@@ -143,7 +143,7 @@ fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
     });
 
     // A younger back-end joining does not move the master.
-    let n4 = start(&dir, "n4", "back-end,worker,front-end", Some(&n2));
+    let mut n4 = start(&dir, "n4", "back-end,worker,front-end", Some(&n2));
     rt.block_on(async {
         let cluster = converge(&n4, "4 live nodes", |c| live(c).len() == 4).await;
         assert_eq!(cluster.master_node, "n1");
@@ -158,10 +158,20 @@ fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
         assert!(!n4.stderr().contains("hosting the master"));
         assert!(n1.stderr().contains("hosting the master"));
     });
+
+    // `cohort leave` stops a node gracefully; the others see it go.
+    let out = n4.cli(&["leave"], b"");
+    assert!(out.status.success(), "{out:?}");
+    let (status, stderr) = n4.wait_exit();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("asked to leave"), "{stderr}");
+    rt.block_on(async {
+        converge(&n1, "n4 gone", |c| !live(c).contains(&"n4")).await;
+    });
 }
 
 #[test]
-fn jobs_of_a_killed_worker_run_again_elsewhere_with_one_outcome() {
+fn jobs_of_a_killed_worker_resume_elsewhere_from_their_checkpoints_with_one_outcome() {
     let dir = tempfile::tempdir().unwrap();
     let n1 = start(&dir, "n1", "back-end,front-end", None);
     let mut n2 = start(&dir, "n2", "worker", Some(&n1));
@@ -183,19 +193,19 @@ fn jobs_of_a_killed_worker_run_again_elsewhere_with_one_outcome() {
             };
             ids.push(client.submit(&request).await.unwrap().id);
         }
+        // Kill n2 once one of its attempts has saved a checkpoint.
         let started = Instant::now();
-        loop {
-            let cluster = client.cluster().await.unwrap();
-            if cluster
-                .workers
-                .iter()
-                .any(|w| w.id == "n2" && w.running > 0)
-            {
-                break;
+        let checkpointed = 'found: loop {
+            for id in &ids {
+                let job = client.job(*id, 0).await.unwrap();
+                let on_n2 = job.attempts.last().is_some_and(|a| a.worker == "n2");
+                if job.state == "running" && on_n2 && job.has_checkpoint {
+                    break 'found *id;
+                }
             }
-            assert!(started.elapsed() < CONVERGE, "n2 never ran a job");
+            assert!(started.elapsed() < CONVERGE, "no job checkpointed on n2");
             tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        };
         n2.kill();
         let mut rerun = 0;
         for id in &ids {
@@ -219,6 +229,11 @@ fn jobs_of_a_killed_worker_run_again_elsewhere_with_one_outcome() {
             assert_eq!(&result[..], br#"{"limit":300000000,"count":16252325}"#);
         }
         assert!(rerun > 0, "some job was running on n2 when it died");
+        // The checkpointed job resumed on n3 from its checkpoint.
+        let job = client.job(checkpointed, 0).await.unwrap();
+        let last = job.attempts.last().unwrap();
+        assert_eq!(last.worker, "n3");
+        assert!(last.log_tail.contains("resuming at"), "{job:?}");
         // Membership, not the lease (timeout + 5 s), noticed: n1 says so.
         assert!(
             n1.wait_stderr("worker n2 left the cluster")

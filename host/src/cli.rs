@@ -507,3 +507,30 @@ pub async fn cluster(args: ServerArg) -> ExitCode {
     }
     ExitCode::SUCCESS
 }
+
+/// `cohort leave`.
+pub async fn leave(args: ServerArg) -> ExitCode {
+    let client = Client::new(&args.server);
+    match client
+        .call(
+            hyper::Method::POST,
+            "/v1/node/leave",
+            "application/json",
+            Default::default(),
+        )
+        .await
+    {
+        Ok((_, body)) if args.json => {
+            println!("{}", String::from_utf8_lossy(&body));
+            ExitCode::SUCCESS
+        }
+        Ok(_) => {
+            println!(
+                "{} is leaving: it hands the master over if it hosts it, finishes its running jobs and stops",
+                client.server()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(error),
+    }
+}

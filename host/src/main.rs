@@ -34,6 +34,8 @@ enum Command {
     Cancel(cohort::cli::JobArgs),
     /// Show the cluster: nodes, the master, workers.
     Cluster(cohort::cli::ServerArg),
+    /// Ask a node to leave the cluster gracefully (as SIGTERM does).
+    Leave(cohort::cli::ServerArg),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
             Command::Jobs(args) => cohort::cli::jobs(args).await,
             Command::Cancel(args) => cohort::cli::cancel(args).await,
             Command::Cluster(args) => cohort::cli::cluster(args).await,
+            Command::Leave(args) => cohort::cli::leave(args).await,
         }
     })
 }

@@ -156,6 +156,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let inbox = roles
         .back_end
         .then(|| handover::Inbox::new(data_dir.clone()));
+    let leave = Arc::new(tokio::sync::Notify::new());
     let progress = ProgressBoard::default();
     let worker = (slots > 0)
         .then(|| {
@@ -182,6 +183,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         fetcher,
         view: view.clone(),
         handover: inbox.clone(),
+        leave: leave.clone(),
         modules,
         progress,
         node: NodeInfo {
@@ -252,6 +254,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let failure = tokio::select! {
         signal = stop_signal() => {
             eprintln!("{signal}: stopping (grace {:?} for running jobs)", args.shutdown_grace);
+            None
+        }
+        () = leave.notified() => {
+            eprintln!("asked to leave: stopping (grace {:?} for running jobs)", args.shutdown_grace);
             None
         }
         () = watch_failure(&link) => Some(anyhow::anyhow!(

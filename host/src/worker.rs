@@ -12,9 +12,10 @@
 //! the attempt's `(job id, attempt)`, so a report that arrives after the
 //! master gave up on the attempt is ignored there.
 //!
-//! * **Checkpoints** go to the master while the job runs, latest first: a
-//!   `watch` channel keeps only the newest, so a job that checkpoints in a
-//!   loop cannot queue up memory; the last one is sent before the outcome.
+//! * **Checkpoints** go to the master while the job runs, at most one per
+//!   [`CHECKPOINT_INTERVAL`]: a `watch` channel keeps only the newest, so a
+//!   job that checkpoints in a loop neither queues up memory nor floods the
+//!   journal.
 //! * **Progress** goes to a [`ProgressBoard`] that the API reads; it is
 //!   volatile (not journaled) by design.
 //! * **Stop** orders (a cancelled job) drop the attempt's future, which
@@ -44,6 +45,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
 /// Longest a poll waits for work; also the heartbeat period.
 pub const POLL_WAIT: Duration = Duration::from_secs(1);
+/// Least time between two checkpoints of one attempt sent to the master:
+/// a job may checkpoint after every slice of work, and each recorded one is
+/// a journal write.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 /// Longest a stopping worker tries to tell the master it is gone.
 const GONE_REPORT_WAIT: Duration = Duration::from_secs(2);
 /// Pause after a failed poll before the next.
@@ -336,6 +341,9 @@ async fn run_attempt(
                         if let Err(error) = master.command(command).await {
                             tracing::warn!("job {id}: checkpoint not recorded: {error}");
                         }
+                        // At most one checkpoint per interval reaches the
+                        // journal; newer ones replace older ones meanwhile.
+                        tokio::time::sleep(CHECKPOINT_INTERVAL).await;
                     }
                 }
             });
@@ -367,9 +375,10 @@ async fn run_attempt(
                     None
                 }
             };
-            // The observer is gone with the attempt: the sender drains the
-            // last checkpoint and ends, before the outcome is reported.
-            let _ = sender.await;
+            // The attempt is over: its outcome matters now, not a checkpoint
+            // still waiting for its interval (one that races the outcome is
+            // ignored by the master, whose attempt has ended).
+            sender.abort();
             shared.progress.clear(id);
             let Some(report) = report else {
                 tracing::debug!("job {id} attempt {attempt} stopped");

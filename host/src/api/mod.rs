@@ -89,6 +89,8 @@ pub struct Api {
     pub view: watch::Receiver<View>,
     /// Where a leaving master's state arrives (back-end nodes only).
     pub handover: Option<Arc<crate::cluster::handover::Inbox>>,
+    /// Asks the node to leave the cluster (as SIGTERM does).
+    pub leave: Arc<tokio::sync::Notify>,
     /// Uploaded modules.
     pub modules: Arc<ModuleStore>,
     /// Live progress of local attempts.
@@ -332,7 +334,11 @@ impl Api {
         let method = request.method().clone();
         let open_to_all = matches!(
             segments.as_slice(),
-            ["healthz" | "metrics"] | ["internal", ..] | ["v1", "cluster"] | ["v1", "modules", _]
+            ["healthz" | "metrics"]
+                | ["internal", ..]
+                | ["v1", "cluster"]
+                | ["v1", "modules", _]
+                | ["v1", "node", "leave"]
         );
         if !self.node.roles.front_end && !open_to_all {
             return Err(ApiError::new(
@@ -381,6 +387,13 @@ impl Api {
                 ))
             }
             (&Method::GET, ["healthz"]) => self.health(),
+            (&Method::POST, ["v1", "node", "leave"]) => {
+                self.leave.notify_one();
+                Ok(json(
+                    StatusCode::ACCEPTED,
+                    &serde_json::json!({ "node": self.node.id, "status": "leaving" }),
+                ))
+            }
             (&Method::GET, ["metrics"]) => self.metrics().await,
             (&Method::POST, ["v1", "modules"]) => {
                 let body = read_body(request, crate::runtime::module::MODULE_BYTES_MAX).await?;
