@@ -21,6 +21,14 @@
 //!   of one job through a node that does not host the master (one proxy
 //!   hop), and the time from `kill -9` of a node until the master's node
 //!   no longer lists it as live (failure detection with default settings).
+//! * handover: two back-end nodes; one client submits one job at a time
+//!   through the younger while the older, hosting the master, gets SIGTERM;
+//!   the longest submission round trip around the hand-over is the pause
+//!   clients see.
+//!
+//! `COHORT_BENCH_VERBOSE=1` prints the slow submissions of the hand-over;
+//! `COHORT_BENCH_NODE_LOGS=DIR` keeps the nodes' stderr in `DIR` (set
+//! `COHORT_LOG` too for their debug logs).
 
 use cohort::api::types::{BatchItem, BatchRequest, SubmitRequest};
 use cohort::client::Client;
@@ -60,6 +68,9 @@ fn main() {
     if wanted("cluster") {
         rt.block_on(cluster());
     }
+    if wanted("handover") {
+        rt.block_on(handover());
+    }
     if wanted("recovery") {
         for core in [CoreKind::Wasm, CoreKind::Native] {
             rt.block_on(recovery(core));
@@ -87,7 +98,13 @@ fn start_node(extra: &[&str]) -> NodeProcess {
         .arg(dir.path())
         .args(extra)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(match std::env::var_os("COHORT_BENCH_NODE_LOGS") {
+            Some(dir) => {
+                let name = format!("node-{}.log", extra.get(1).unwrap_or(&"x"));
+                Stdio::from(std::fs::File::create(std::path::Path::new(&dir).join(name)).unwrap())
+            }
+            None => Stdio::null(),
+        })
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -449,5 +466,71 @@ async fn cluster() {
     println!(
         "failure detection (defaults: gossip every 100 ms, phi threshold 8): a killed node left the live set after {:.2?}",
         detections[0]
+    );
+}
+
+async fn handover() {
+    let mut pauses = Vec::new();
+    for _ in 0..3 {
+        let mut n1 = start_node(&["--node-id", "n1"]);
+        let seed = gossip_of(&n1);
+        let n2 = start_node(&["--node-id", "n2", "--seed", &seed]);
+        let client = Client::new(&n2.url);
+        while client
+            .cluster()
+            .await
+            .map_or(true, |c| c.workers.len() < 2 || c.master_node != "n1")
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let module = client.upload(echo_wasm()).await.unwrap();
+        let request = SubmitRequest {
+            module,
+            ..SubmitRequest::default()
+        };
+        // A joining node decides nothing in its first second; start later.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Warm up, then stop n1 while submitting one job at a time.
+        for _ in 0..200 {
+            client.submit(&request).await.unwrap();
+        }
+        let mut normal = Histogram::<u64>::new(3).unwrap();
+        for _ in 0..200 {
+            let started = Instant::now();
+            client.submit(&request).await.unwrap();
+            normal.record(started.elapsed().as_micros() as u64).unwrap();
+        }
+        let _ = Process::new("kill")
+            .args(["-TERM", &n1.child.id().to_string()])
+            .status();
+        let mut longest = Duration::ZERO;
+        let sigterm = Instant::now();
+        let until = sigterm + Duration::from_secs(3);
+        let mut slow = Vec::new();
+        while Instant::now() < until {
+            let started = Instant::now();
+            client.submit(&request).await.unwrap();
+            let took = started.elapsed();
+            if took > Duration::from_millis(10) {
+                slow.push((started - sigterm, took));
+            }
+            longest = longest.max(took);
+        }
+        if std::env::var_os("COHORT_BENCH_VERBOSE").is_some() {
+            println!("slow submissions (since SIGTERM, took): {slow:?}");
+        }
+        let _ = n1.child.wait();
+        let master = client.cluster().await.unwrap().master_node;
+        assert_eq!(master, "n2");
+        println!(
+            "handover: longest submission during the hand-over {longest:.1?} (normal p99 {} µs); master now on {master}",
+            normal.value_at_quantile(0.99)
+        );
+        pauses.push(longest);
+    }
+    pauses.sort();
+    println!(
+        "handover: over 3 runs, the pause clients saw was {:.1?} to {:.1?} (median {:.1?})",
+        pauses[0], pauses[2], pauses[1]
     );
 }

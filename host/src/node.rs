@@ -246,7 +246,8 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             JOIN_SETTLE
         };
         tokio::spawn(async move {
-            singleton::run(&membership, &mut host, settle, singleton_stopped).await
+            let departed = host.inbox.departed();
+            singleton::run(&membership, &mut host, settle, departed, singleton_stopped).await
         })
     });
 
@@ -376,10 +377,15 @@ impl LocalMaster {
                 .iter()
                 .filter(|m| m.roles.back_end && !m.leaving && m.node_id != view.me)
                 .min_by(|a, b| a.age().cmp(&b.age()))
-                .map(|m| (m.node_id.clone(), m.http.clone(), view.me.clone()))
+                .map(|m| (m.node_id.clone(), m.http.clone()))
         };
-        let Some((node, url, me)) = target else {
+        let Some((node, url)) = target else {
             return;
+        };
+        let (me, generation) = {
+            let view = self.view.borrow();
+            let generation = view.member(&view.me).map_or(0, |m| m.generation);
+            (view.me.clone(), generation)
         };
         let started = std::time::Instant::now();
         let data_dir = self.options.data_dir.clone();
@@ -396,6 +402,7 @@ impl LocalMaster {
         let handover = handover::Handover {
             epoch: epoch.max(snapshot.epoch) + 1,
             from: me,
+            generation,
             state: snapshot.state,
         };
         match handover::send(&url, &handover).await {
@@ -445,8 +452,12 @@ impl singleton::Host for LocalMaster {
         self.local.send_replace(None);
         if let Some(handle) = self.running.take() {
             let epoch = handle.epoch();
+            let started = std::time::Instant::now();
             handle.shutdown().await;
-            eprintln!("stopped hosting the master");
+            eprintln!(
+                "stopped hosting the master (flushed and snapshotted in {:.1?})",
+                started.elapsed()
+            );
             self.hand_over(epoch).await;
         }
     }

@@ -22,6 +22,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +44,9 @@ pub struct Handover {
     pub epoch: u64,
     /// The old host's node id.
     pub from: String,
+    /// The old host's generation (it is leaving: the next node treats it as
+    /// gone at once, without waiting for gossip to say so).
+    pub generation: u64,
     /// The master's snapshot.
     pub state: Vec<u8>,
 }
@@ -52,6 +56,7 @@ pub struct Handover {
 pub struct Inbox {
     data_dir: PathBuf,
     adopted: watch::Sender<u64>,
+    departed: watch::Sender<BTreeSet<(String, u64)>>,
 }
 
 impl Inbox {
@@ -60,13 +65,14 @@ impl Inbox {
         Arc::new(Self {
             data_dir,
             adopted: watch::channel(0).0,
+            departed: watch::channel(BTreeSet::new()).0,
         })
     }
 
     /// Stores a hand-over (postcard bytes); returns its epoch.
     pub async fn accept(&self, body: &[u8]) -> Result<u64, String> {
         let handover: Handover = cohort_master::decode(body).map_err(|r| r.to_string())?;
-        let (epoch, from) = (handover.epoch, handover.from);
+        let (epoch, from, generation) = (handover.epoch, handover.from, handover.generation);
         let data_dir = self.data_dir.clone();
         let index = tokio::task::spawn_blocking(move || {
             store::adopt_handover(&data_dir, epoch, handover.state)
@@ -75,8 +81,17 @@ impl Inbox {
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
         eprintln!("received the master from {from} (epoch {epoch}, journal index {index})");
+        self.departed.send_modify(|departed| {
+            departed.insert((from, generation));
+        });
         self.adopted.send_replace(epoch);
         Ok(epoch)
+    }
+
+    /// Nodes (id, generation) that handed the master over here: they are
+    /// leaving.
+    pub fn departed(&self) -> watch::Receiver<BTreeSet<(String, u64)>> {
+        self.departed.subscribe()
     }
 
     /// Changes when a hand-over has been stored.

@@ -34,7 +34,7 @@ pub const PROXY_WAIT: Duration = Duration::from_secs(10);
 /// Most calls waiting for a master at once.
 pub const PROXY_WAITING_MAX: usize = 1024;
 /// Pause between attempts while no master answers.
-const RETRY_PAUSE: Duration = Duration::from_millis(50);
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// Extra time allowed on the wire beyond a call's own wait.
 const WIRE_SLACK: Duration = Duration::from_secs(10);
 /// The internal route.
@@ -234,7 +234,10 @@ impl MasterLink {
         let mut view = self.inner.view.clone();
         let mut _waiting = None;
         let mut last_error = String::from("no node hosts the master yet");
+        let started = Instant::now();
+        let mut tries = 0u32;
         loop {
+            tries += 1;
             let here = local.borrow_and_update().clone();
             let there = {
                 let view = view.borrow_and_update();
@@ -249,9 +252,18 @@ impl MasterLink {
             };
             match result {
                 Some(Err(MasterError::Unavailable(reason))) => last_error = reason,
-                Some(done) => return done,
+                Some(done) => {
+                    if tries > 1 {
+                        tracing::info!(
+                            "reached the master after {tries} tries in {:.1?}",
+                            started.elapsed()
+                        );
+                    }
+                    return done;
+                }
                 None => {}
             }
+            tracing::debug!("master not reachable (try {tries}): {last_error}");
             if Instant::now() >= deadline {
                 return Err(MasterError::Unavailable(format!(
                     "no master reachable within {PROXY_WAIT:?}: {last_error}"
@@ -264,9 +276,11 @@ impl MasterLink {
                     ))
                 })?);
             }
+            // A closed channel (the node is stopping) must not wake the loop
+            // at once, or it would spin: only real changes and the pause do.
             tokio::select! {
-                _ = local.changed() => {}
-                _ = view.changed() => {}
+                Ok(()) = local.changed() => {}
+                Ok(()) = view.changed() => {}
                 _ = tokio::time::sleep(RETRY_PAUSE) => {}
             }
         }

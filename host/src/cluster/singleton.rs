@@ -60,10 +60,14 @@ fn live_workers(view: &View) -> BTreeSet<String> {
 
 /// Runs the manager until `stop` turns true (then stops a hosted master).
 /// Fails if the master cannot start (for example a corrupt journal).
+///
+/// `departed` names nodes, by id and generation, known to be leaving before
+/// gossip says so (they handed the master over to this node).
 pub async fn run<H: Host>(
     membership: &Membership,
     host: &mut H,
     settle: Duration,
+    mut departed: watch::Receiver<BTreeSet<(String, u64)>>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let mut views = membership.view();
@@ -71,8 +75,19 @@ pub async fn run<H: Host>(
     let mut hosting = false;
     let mut workers = BTreeSet::new();
     loop {
-        let view = views.borrow_and_update().clone();
-        let settled = Instant::now() >= settled_at;
+        let mut view = views.borrow_and_update().clone();
+        let handed_over = {
+            let departed = departed.borrow_and_update();
+            for member in &mut view.members {
+                if departed.contains(&(member.node_id.clone(), member.generation)) {
+                    member.leaving = true;
+                }
+            }
+            !departed.is_empty()
+        };
+        // A hand-over means the old host chose this node: no need to wait
+        // for the view to settle.
+        let settled = handed_over || Instant::now() >= settled_at;
         let should = should_host(&view, settled);
         let alive = live_workers(&view);
         if should && !hosting {
@@ -96,6 +111,7 @@ pub async fn run<H: Host>(
         workers = alive;
         tokio::select! {
             changed = views.changed() => if changed.is_err() { break },
+            Ok(()) = departed.changed() => {}
             _ = tokio::time::sleep_until(settled_at), if !settled => {}
             _ = stop.changed() => break,
         }
@@ -154,8 +170,10 @@ mod tests {
         let log = Recorder::default();
         let (stop, stopped) = watch::channel(false);
         let mut host = log.clone();
-        let task =
-            tokio::spawn(async move { run(&membership, &mut host, Duration::ZERO, stopped).await });
+        let task = tokio::spawn(async move {
+            let (_hints, departed) = watch::channel(BTreeSet::new());
+            run(&membership, &mut host, Duration::ZERO, departed, stopped).await
+        });
         Node { log, stop, task }
     }
 
