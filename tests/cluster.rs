@@ -101,6 +101,13 @@ fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
             assert_eq!(hosts[0].id, "n1");
             assert_eq!(cluster.master_epoch, 1);
         }
+        // Every node publishes the same belief about the master.
+        for node in [&n1, &n2, &n3] {
+            converge(node, "every node seeing n1@1", |c| {
+                c.nodes.iter().all(|n| n.master_seen == "n1@1")
+            })
+            .await;
+        }
 
         // Jobs submitted to any front-end run on the other nodes' workers.
         let via_n3 = Client::new(&n3.url);

@@ -219,6 +219,28 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     // The singleton manager, on back-end nodes: hosts the master while this
     // is the oldest live back-end node.
     let membership = Arc::new(membership);
+    // Publish where this node believes the master runs, as the view changes.
+    {
+        let membership = membership.clone();
+        let mut view = view.clone();
+        tokio::spawn(async move {
+            let mut published = None;
+            loop {
+                let seen = view
+                    .borrow_and_update()
+                    .master_host()
+                    .map(|m| format!("{}@{}", m.node_id, m.master_epoch.unwrap_or(0)))
+                    .unwrap_or_default();
+                if published.as_ref() != Some(&seen) {
+                    membership.publish(keys::MASTER_SEEN, Some(&seen)).await;
+                    published = Some(seen);
+                }
+                if view.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
     let (stop_singleton, singleton_stopped) = watch::channel(false);
     let singleton = roles.back_end.then(|| {
         let membership = membership.clone();

@@ -719,6 +719,7 @@ impl Api {
                 master: m.node_id == master_node,
                 slots: m.slots,
                 busy: busy(&m.node_id),
+                master_seen: m.master_seen.clone(),
             })
             .collect();
         nodes.extend(view.dead.iter().map(|id| NodeBody {
@@ -730,6 +731,7 @@ impl Api {
             master: false,
             slots: 0,
             busy: 0,
+            master_seen: String::new(),
         }));
         Ok(json(
             StatusCode::OK,

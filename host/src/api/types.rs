@@ -182,6 +182,8 @@ pub struct NodeBody {
     pub slots: u32,
     /// Slots running an attempt, as the master sees it.
     pub busy: u32,
+    /// Where this node believes the master runs (`node@epoch`).
+    pub master_seen: String,
 }
 
 /// A worker in `GET /v1/cluster`.

@@ -55,6 +55,9 @@ pub mod keys {
     pub const MASTER_EPOCH: &str = "master_epoch";
     /// `ready` or `leaving`.
     pub const STATUS: &str = "status";
+    /// Where this node believes the master runs: `<node>@<epoch>` (empty
+    /// when it knows of none), so disagreements are visible in gossip.
+    pub const MASTER_SEEN: &str = "master_seen";
 }
 
 /// What a node does.
@@ -137,6 +140,8 @@ pub struct Member {
     pub master_epoch: Option<u64>,
     /// True once it announced it is leaving.
     pub leaving: bool,
+    /// Where this member believes the master runs (`node@epoch`).
+    pub master_seen: String,
 }
 
 impl Member {
@@ -156,6 +161,7 @@ impl Member {
             version: state.get(keys::VERSION).unwrap_or("").to_string(),
             master_epoch: state.get(keys::MASTER_EPOCH).and_then(|e| e.parse().ok()),
             leaving: state.get(keys::STATUS) == Some("leaving"),
+            master_seen: state.get(keys::MASTER_SEEN).unwrap_or("").to_string(),
         })
     }
 }
@@ -406,6 +412,7 @@ impl MemCluster {
             match key {
                 keys::MASTER_EPOCH => member.master_epoch = value.and_then(|v| v.parse().ok()),
                 keys::STATUS => member.leaving = value == Some("leaving"),
+                keys::MASTER_SEEN => member.master_seen = value.unwrap_or("").into(),
                 _ => {}
             }
         }
@@ -443,6 +450,7 @@ pub(crate) mod tests {
             version: "test".into(),
             master_epoch: None,
             leaving: false,
+            master_seen: String::new(),
         }
     }
 
