@@ -331,3 +331,39 @@ fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
     });
     assert!(acked.len() > 20, "submissions flowed: {}", acked.len());
 }
+
+/// What a crash of the master's node does today (no journal replication):
+/// the next back-end node takes the role with a higher epoch, warns that the
+/// crashed master's jobs are not in its journal, and serves new jobs.
+#[test]
+fn a_crashed_master_is_replaced_with_a_higher_epoch_and_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n1 = start(&dir, "n1", "back-end,front-end", None);
+    let n2 = start(&dir, "n2", "back-end,worker,front-end", Some(&n1));
+    let rt = runtime();
+    let via_n2 = Client::new(&n2.url);
+    rt.block_on(async {
+        converge(&n2, "the master on n1 and a worker", |c| {
+            c.master_node == "n1" && c.workers.len() == 1
+        })
+        .await;
+    });
+    n1.kill();
+    rt.block_on(async {
+        let cluster = converge(&n2, "the master on n2", |c| c.master_node == "n2").await;
+        assert_eq!(cluster.master_epoch, 2, "epochs only grow");
+        let echo = via_n2
+            .upload(std::fs::read(guest("fixture_echo")).unwrap())
+            .await
+            .unwrap();
+        let request = SubmitRequest {
+            module: echo,
+            input: Some("after the crash".into()),
+            ..SubmitRequest::default()
+        };
+        let id = via_n2.submit(&request).await.unwrap().id;
+        assert_eq!(settle(&via_n2, id).await.state, "succeeded");
+    });
+    let stderr = n2.wait_stderr("took the master over without a hand-over");
+    assert!(stderr.contains("reached epoch 1"), "{stderr}");
+}

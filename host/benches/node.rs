@@ -260,6 +260,7 @@ async fn commit(core: CoreKind) {
         core,
         snapshot_every: u64::MAX,
         live_workers: Vec::new(),
+        min_epoch: 0,
     };
     let (handle, _) = tokio::task::spawn_blocking(move || master::start(options))
         .await
@@ -335,6 +336,7 @@ async fn recovery(core: CoreKind) {
         core,
         snapshot_every: u64::MAX,
         live_workers: Vec::new(),
+        min_epoch: 0,
     };
     let started = Instant::now();
     let (handle, report) = tokio::task::spawn_blocking(move || master::start(options))

@@ -28,6 +28,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -219,18 +220,25 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     // The singleton manager, on back-end nodes: hosts the master while this
     // is the oldest live back-end node.
     let membership = Arc::new(membership);
-    // Publish where this node believes the master runs, as the view changes.
+    // Publish where this node believes the master runs, as the view changes,
+    // and remember the highest master epoch seen (a new master runs above it).
+    let epoch_seen = Arc::new(AtomicU64::new(0));
     {
         let membership = membership.clone();
         let mut view = view.clone();
+        let epoch_seen = epoch_seen.clone();
         tokio::spawn(async move {
             let mut published = None;
             loop {
-                let seen = view
-                    .borrow_and_update()
-                    .master_host()
-                    .map(|m| format!("{}@{}", m.node_id, m.master_epoch.unwrap_or(0)))
-                    .unwrap_or_default();
+                let seen = {
+                    let view = view.borrow_and_update();
+                    for epoch in view.members.iter().filter_map(|m| m.master_epoch) {
+                        epoch_seen.fetch_max(epoch, Ordering::Relaxed);
+                    }
+                    view.master_host()
+                        .map(|m| format!("{}@{}", m.node_id, m.master_epoch.unwrap_or(0)))
+                        .unwrap_or_default()
+                };
                 if published.as_ref() != Some(&seen) {
                     membership.publish(keys::MASTER_SEEN, Some(&seen)).await;
                     published = Some(seen);
@@ -255,12 +263,14 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 core: args.master_core,
                 snapshot_every: args.snapshot_every,
                 live_workers: Vec::new(),
+                min_epoch: 0,
             },
             local: local_master,
             running: None,
             view: view.clone(),
             inbox: inbox.clone().expect("back-end nodes have an inbox"),
             adopted: 0,
+            epoch_seen: epoch_seen.clone(),
         };
         let settle = if args.seeds.is_empty() {
             Duration::ZERO
@@ -346,12 +356,15 @@ struct LocalMaster {
     inbox: Arc<handover::Inbox>,
     /// The epoch of the last hand-over already started from.
     adopted: u64,
+    /// The highest master epoch this node has seen in gossip.
+    epoch_seen: Arc<AtomicU64>,
 }
 
 impl LocalMaster {
     /// If another node still advertises the master, waits (bounded) for its
-    /// hand-over, or for it to vanish (a crash).
-    async fn await_handover(&mut self) {
+    /// hand-over, or for it to vanish (a crash). Returns whether a hand-over
+    /// arrived.
+    async fn await_handover(&mut self) -> bool {
         let other_host = |view: &membership::View| {
             view.master_host()
                 .filter(|host| host.node_id != view.me)
@@ -362,11 +375,11 @@ impl LocalMaster {
         if arrived > self.adopted {
             // It arrived before this start began.
             self.adopted = arrived;
-            return;
+            return true;
         }
         let mut view = self.view.clone();
         let Some(old) = other_host(&view.borrow_and_update()) else {
-            return;
+            return false;
         };
         eprintln!("waiting for {old} to hand the master over");
         let deadline = tokio::time::Instant::now() + handover::HANDOVER_WAIT;
@@ -374,17 +387,17 @@ impl LocalMaster {
             tokio::select! {
                 _ = adopted.changed() => {
                     self.adopted = *adopted.borrow_and_update();
-                    return;
+                    return true;
                 }
                 changed = view.changed() => {
                     if changed.is_err() || other_host(&view.borrow_and_update()).is_none() {
                         eprintln!("{old} stopped advertising the master without a hand-over; starting from this node's journal");
-                        return;
+                        return false;
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => {
                     eprintln!("no hand-over from {old} within {:?}; starting from this node's journal", handover::HANDOVER_WAIT);
-                    return;
+                    return false;
                 }
             }
         }
@@ -440,9 +453,11 @@ impl LocalMaster {
 
 impl singleton::Host for LocalMaster {
     async fn start(&mut self, live_workers: Vec<String>) -> anyhow::Result<u64> {
-        self.await_handover().await;
+        let handed_over = self.await_handover().await;
         let mut options = self.options.clone();
         options.live_workers = live_workers;
+        let seen = self.epoch_seen.load(Ordering::Relaxed);
+        options.min_epoch = seen + 1;
         let (handle, report) = tokio::task::spawn_blocking(move || master::start(options))
             .await
             .context("the recovery thread failed")?
@@ -464,6 +479,12 @@ impl singleton::Host for LocalMaster {
                 String::new()
             },
         );
+        if !handed_over && seen > report.journal_epoch {
+            eprintln!(
+                "WARNING: took the master over without a hand-over; this node's journal ends at epoch {} but the cluster's master reached epoch {seen}: jobs acknowledged by that master are not here (journal replication is not built yet)",
+                report.journal_epoch
+            );
+        }
         let epoch = handle.epoch();
         self.local.send_replace(Some(handle.clone()));
         self.running = Some(handle);

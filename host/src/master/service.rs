@@ -62,8 +62,8 @@ pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 pub const SNAPSHOT_EVERY_DEFAULT: u64 = 200_000;
 /// Events applied per call while replaying the journal.
 const REPLAY_CHUNK: usize = 4096;
-/// The epoch a single node's master writes with.
-const EPOCH_SINGLE_NODE: u64 = 1;
+/// The epoch of the first master incarnation.
+const EPOCH_FIRST: u64 = 1;
 
 /// How to start the master.
 #[derive(Debug, Clone)]
@@ -80,6 +80,8 @@ pub struct MasterOptions {
     /// Every other worker the journal knows is declared gone at start, and
     /// its attempts re-queued.
     pub live_workers: Vec<String>,
+    /// The least epoch to run with (above any the cluster has seen).
+    pub min_epoch: u64,
 }
 
 /// What a worker's poll brings back.
@@ -120,6 +122,8 @@ pub enum StartError {
 /// What startup found and did.
 #[derive(Debug, Clone, Default)]
 pub struct RecoveryReport {
+    /// Epoch of the newest journal entry found (0: none).
+    pub journal_epoch: u64,
     /// Index of the snapshot restored, if any.
     pub snapshot_index: Option<u64>,
     /// Journal events replayed after it.
@@ -300,11 +304,16 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
         }
     }
     replay_chunk(core.as_mut(), &mut replay)?;
-    let epoch = journal
-        .last_epoch()
+    // Every start is a new incarnation: above the journal's last epoch, at
+    // least the epoch a hand-over assigned (the snapshot's), and above any
+    // epoch the caller knows the cluster has seen.
+    let journal_epoch = journal.last_epoch();
+    let epoch = (journal_epoch + 1)
         .max(snapshot.as_ref().map_or(0, |s| s.epoch))
-        .max(EPOCH_SINGLE_NODE);
+        .max(options.min_epoch)
+        .max(EPOCH_FIRST);
     let report = RecoveryReport {
+        journal_epoch,
         snapshot_index: snapshot.map(|s| s.index),
         events_replayed,
         torn_bytes,
