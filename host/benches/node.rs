@@ -456,19 +456,17 @@ async fn cluster() {
     );
 
     // Failure detection: kill -9 n3, time until n1 stops listing it live.
-    let mut detections = Vec::new();
-    let _ = n2;
     let killed = Instant::now();
     let _ = n3.child.kill();
     let _ = n3.child.wait();
     while live_nodes(&clients[0]).await.iter().any(|n| n == "n3") {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    detections.push(killed.elapsed());
     println!(
         "failure detection (defaults: gossip every 100 ms, phi threshold 8): a killed node left the live set after {:.2?}",
-        detections[0]
+        killed.elapsed()
     );
+    drop(n2);
 }
 
 async fn handover() {
