@@ -202,18 +202,31 @@ fn jobs_of_a_killed_worker_resume_elsewhere_from_their_checkpoints_with_one_outc
         }
         // Kill n2 once one of its attempts has saved a checkpoint.
         let started = Instant::now();
+        let mut progress_seen = false;
         let checkpointed = 'found: loop {
             for id in &ids {
                 let job = client.job(*id, 0).await.unwrap();
+                // n1 runs no worker: progress reaches it through the polls.
+                progress_seen |= job
+                    .progress
+                    .as_ref()
+                    .is_some_and(|p| p.message == "sieving");
                 let on_n2 = job.attempts.last().is_some_and(|a| a.worker == "n2");
-                if job.state == "running" && on_n2 && job.has_checkpoint {
+                if job.state == "running" && on_n2 && job.has_checkpoint && progress_seen {
                     break 'found *id;
                 }
             }
-            assert!(started.elapsed() < CONVERGE, "no job checkpointed on n2");
+            assert!(
+                started.elapsed() < CONVERGE,
+                "no job checkpointed on n2 (progress seen on n1: {progress_seen})"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         n2.kill();
+        assert!(
+            progress_seen,
+            "progress of jobs on other nodes is visible on n1"
+        );
         let mut rerun = 0;
         for id in &ids {
             let job = settle(&client, *id).await;

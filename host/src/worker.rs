@@ -16,8 +16,9 @@
 //!   [`CHECKPOINT_INTERVAL`]: a `watch` channel keeps only the newest, so a
 //!   job that checkpoints in a loop neither queues up memory nor floods the
 //!   journal.
-//! * **Progress** goes to a [`ProgressBoard`] that the API reads; it is
-//!   volatile (not journaled) by design.
+//! * **Progress** goes to a [`ProgressBoard`] on this node and rides on the
+//!   next poll to the master's node (at least every [`POLL_WAIT`]), so any
+//!   front-end can show it; it is volatile (not journaled) by design.
 //! * **Stop** orders (a cancelled job) drop the attempt's future, which
 //!   stops the guest at its next yield point.
 //! * **Guest code runs on its own threads** (a separate async runtime, one
@@ -34,7 +35,7 @@
 use crate::cluster::link::MasterLink;
 use crate::cluster::modules::ModuleFetcher;
 use crate::master::MasterError;
-use crate::master::service::PollResult;
+use crate::master::service::{PollResult, ProgressReport};
 use crate::modules::ModuleStore;
 use crate::runtime::{Digest, JobFailure, JobLimits, JobObserver, JobRequest, Progress, Runtime};
 use cohort_master::{Assignment, Command, Failure, JobId, Outcome};
@@ -129,6 +130,22 @@ struct Shared {
 }
 
 impl Shared {
+    /// The latest progress of every running attempt, for the next poll.
+    fn progress_reports(&self) -> Vec<ProgressReport> {
+        let running: Vec<(JobId, u32)> = self.running().keys().copied().collect();
+        running
+            .into_iter()
+            .filter_map(|(id, attempt)| {
+                self.progress.get(id).map(|p| ProgressReport {
+                    id,
+                    attempt,
+                    fraction: p.fraction,
+                    message: p.message,
+                })
+            })
+            .collect()
+    }
+
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<(JobId, u32), oneshot::Sender<()>>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -221,8 +238,9 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
             }
         }
         let free = shared.slots.available_permits() as u32;
+        let progress = shared.progress_reports();
         let polled = tokio::select! {
-            polled = shared.master.poll(&options.id, options.slots, free, POLL_WAIT) => polled,
+            polled = shared.master.poll(&options.id, options.slots, free, POLL_WAIT, progress) => polled,
             _ = stopped.changed() => return,
         };
         match polled {

@@ -452,7 +452,21 @@ impl Api {
                 let Answer::Job(view) = self.master.query(Query::Job { id }).await? else {
                     return Err(ApiError::new("internal", "unexpected answer"));
                 };
-                Ok(json(StatusCode::OK, &self.job_response(view)))
+                let mut response = self.job_response(view);
+                if response.state == "running" && response.progress.is_none() {
+                    // Running on another node: its worker's last poll brought it.
+                    let current = response.attempts.last().map(|a| a.number);
+                    response.progress = self
+                        .master
+                        .progress(id)
+                        .await?
+                        .filter(|p| Some(p.attempt) == current)
+                        .map(|p| ProgressBody {
+                            fraction: p.fraction,
+                            message: p.message,
+                        });
+                }
+                Ok(json(StatusCode::OK, &response))
             }
             (&Method::DELETE, ["v1", "jobs", id]) => {
                 let id = job_id(id)?;

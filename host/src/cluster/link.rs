@@ -15,7 +15,7 @@
 //! pile up without bound.
 
 use super::membership::View;
-use crate::master::service::PollResult;
+use crate::master::service::{PollResult, ProgressReport};
 use crate::master::{MasterError, MasterHandle};
 use bytes::Bytes;
 use cohort_master::{Answer, Command, JobId, Query, Reply, decode, encode};
@@ -57,6 +57,13 @@ pub enum WireRequest {
         free: u32,
         /// Longest wait for work.
         wait_ms: u64,
+        /// Progress of the worker's running attempts.
+        progress: Vec<ProgressReport>,
+    },
+    /// `MasterHandle::progress`.
+    Progress {
+        /// The job.
+        id: JobId,
     },
     /// `MasterHandle::wait_settled`.
     Wait {
@@ -89,6 +96,8 @@ pub enum WireResponse {
     Poll(PollResult),
     /// For a wait: whether the job settled.
     Settled(bool),
+    /// For a progress request.
+    Progress(Option<ProgressReport>),
 }
 
 /// Serves a wire request with the local master.
@@ -104,11 +113,19 @@ pub async fn serve_local(
             slots,
             free,
             wait_ms,
+            progress,
         } => WireResponse::Poll(
             master
-                .poll(&worker, slots, free, Duration::from_millis(wait_ms))
+                .poll(
+                    &worker,
+                    slots,
+                    free,
+                    Duration::from_millis(wait_ms),
+                    progress,
+                )
                 .await?,
         ),
+        WireRequest::Progress { id } => WireResponse::Progress(master.progress(id).await?),
         WireRequest::Wait { id, wait_ms } => WireResponse::Settled(
             master
                 .wait_settled(id, Duration::from_millis(wait_ms))
@@ -203,15 +220,25 @@ impl MasterLink {
         slots: u32,
         free: u32,
         wait: Duration,
+        progress: Vec<ProgressReport>,
     ) -> Result<PollResult, MasterError> {
         let request = WireRequest::Poll {
             worker: worker.into(),
             slots,
             free,
             wait_ms: wait.as_millis() as u64,
+            progress,
         };
         match self.call(request).await? {
             WireResponse::Poll(result) => Ok(result),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The latest progress of a running job, wherever it runs.
+    pub async fn progress(&self, id: JobId) -> Result<Option<ProgressReport>, MasterError> {
+        match self.call(WireRequest::Progress { id }).await? {
+            WireResponse::Progress(progress) => Ok(progress),
             other => Err(unexpected(other)),
         }
     }

@@ -84,6 +84,25 @@ pub struct MasterOptions {
     pub min_epoch: u64,
 }
 
+/// A running attempt's latest progress, carried by its worker's polls. It
+/// is volatile (not journaled): the master's node keeps the newest per job
+/// so any front-end can show it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ProgressReport {
+    /// The job.
+    pub id: JobId,
+    /// The attempt reporting.
+    pub attempt: u32,
+    /// In `[0, 1]`.
+    pub fraction: f32,
+    /// What it is doing.
+    pub message: String,
+}
+
+/// Most progress reports kept (one per running job); beyond, new ones are
+/// dropped until jobs settle.
+const PROGRESS_KEPT_MAX: usize = 1_000_000;
+
 /// What a worker's poll brings back.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PollResult {
@@ -160,8 +179,10 @@ enum Request {
         slots: u32,
         free: u32,
         until: Instant,
+        progress: Vec<ProgressReport>,
         respond: Respond<PollResult>,
     },
+    Progress(JobId, oneshot::Sender<Option<ProgressReport>>),
     Watch(JobId, oneshot::Sender<()>),
     Shutdown(oneshot::Sender<()>),
 }
@@ -210,6 +231,7 @@ impl MasterHandle {
         slots: u32,
         free: u32,
         wait: Duration,
+        progress: Vec<ProgressReport>,
     ) -> Result<PollResult, MasterError> {
         let until = Instant::now() + wait;
         self.ask(|respond| Request::Poll {
@@ -217,9 +239,20 @@ impl MasterHandle {
             slots,
             free,
             until,
+            progress,
             respond,
         })
         .await
+    }
+
+    /// The latest progress a worker reported for job `id`, if running.
+    pub async fn progress(&self, id: JobId) -> Result<Option<ProgressReport>, MasterError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Progress(id, tx))
+            .await
+            .map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())
     }
 
     /// Waits until job `id` is in a terminal state (or unknown), at most
@@ -348,6 +381,7 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
         parked: Vec::new(),
         watchers: HashMap::new(),
         stops: HashMap::new(),
+        progress: HashMap::new(),
         batch: Batch::default(),
         counters: counters.clone(),
         failed: failed.clone(),
@@ -416,6 +450,7 @@ struct MasterLoop {
     parked: Vec<Parked>,
     watchers: HashMap<JobId, Vec<oneshot::Sender<()>>>,
     stops: HashMap<String, Vec<(JobId, u32)>>,
+    progress: HashMap<JobId, ProgressReport>,
     batch: Batch,
     counters: Arc<MasterCounters>,
     failed: Arc<AtomicBool>,
@@ -509,8 +544,16 @@ impl MasterLoop {
                 slots,
                 free,
                 until,
+                progress,
                 respond,
             } => {
+                for report in progress {
+                    if self.progress.len() < PROGRESS_KEPT_MAX
+                        || self.progress.contains_key(&report.id)
+                    {
+                        self.progress.insert(report.id, report);
+                    }
+                }
                 let parked = Parked {
                     worker,
                     slots,
@@ -521,6 +564,9 @@ impl MasterLoop {
                 if let Some(parked) = self.poll(now, parked)? {
                     self.parked.push(parked);
                 }
+            }
+            Request::Progress(id, respond) => {
+                let _ = respond.send(self.progress.get(&id).cloned());
             }
             Request::Watch(id, notify) => {
                 let settled = match self.query(now, &Query::Job { id })? {
@@ -656,6 +702,7 @@ impl MasterLoop {
                 }
                 Effect::WorkAvailable => self.batch.work_available = true,
                 Effect::Settled { id, .. } => {
+                    self.progress.remove(&id);
                     if let Some(watchers) = self.watchers.remove(&id) {
                         self.complete(move || {
                             for watcher in watchers {
