@@ -521,7 +521,8 @@ impl singleton::Host for LocalMaster {
 /// slots than CPUs keep short jobs flowing while others wait on the master
 /// (each handoff waits for a journal sync), at the price of more memory in
 /// use at once. Measured on 2 CPUs with 50,000 trivial jobs: 2 slots ran
-/// 3.1k jobs/s, 8 ran 9.5k, 16 ran 14k, 32 ran 19k (BENCHMARKS.md).
+/// 3.1k jobs/s, 8 ran 9.5k, 16 ran 14k, 32 ran 19k (BENCHMARKS.md; measured
+/// while jobs still shared the control plane's threads).
 fn default_slots() -> u32 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
     (cpus * SLOTS_PER_CPU).max(SLOTS_MIN)
