@@ -215,13 +215,15 @@ impl<S: Storage> Journal<S> {
         Ok(index)
     }
 
-    /// Makes every appended entry durable. Cheap when nothing is pending.
-    pub fn sync(&mut self) -> Result<(), JournalError> {
-        if self.dirty {
-            self.storage.sync(self.segment)?;
-            self.dirty = false;
+    /// Makes every appended entry durable. Cheap when nothing is pending;
+    /// returns whether there was something to sync.
+    pub fn sync(&mut self) -> Result<bool, JournalError> {
+        if !self.dirty {
+            return Ok(false);
         }
-        Ok(())
+        self.storage.sync(self.segment)?;
+        self.dirty = false;
+        Ok(true)
     }
 
     /// Deletes whole segments whose entries all lie below `index` (they are

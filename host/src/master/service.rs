@@ -51,6 +51,10 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Requests one batch takes from the channel at most.
 pub const BATCH_REQUESTS_MAX: usize = 4096;
+/// Batches waiting for the writer at most. Beyond, the master thread waits
+/// for the disk, its request channel fills, and callers wait in turn: a slow
+/// disk slows clients down instead of growing memory.
+const WRITER_QUEUE_MAX: usize = 64;
 /// Batches one fsync covers at most, so replies are never starved.
 const GROUP_COMMIT_MESSAGES_MAX: usize = 256;
 /// Requests that may wait for the master thread; senders wait beyond it.
@@ -356,7 +360,7 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
     let counters = Arc::new(MasterCounters::default());
     let failed = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let (writer_tx, writer_rx) = std::sync::mpsc::channel();
+    let (writer_tx, writer_rx) = std::sync::mpsc::sync_channel(WRITER_QUEUE_MAX);
     let next_index = journal.next_index();
     let writer = Writer {
         journal,
@@ -441,7 +445,7 @@ enum WriterMessage {
 struct MasterLoop {
     core: Box<dyn Core>,
     rx: mpsc::Receiver<Request>,
-    writer: std::sync::mpsc::Sender<WriterMessage>,
+    writer: std::sync::mpsc::SyncSender<WriterMessage>,
     runtime: tokio::runtime::Handle,
     next_index: u64,
     epoch: u64,
@@ -821,11 +825,12 @@ impl Writer {
     /// Makes everything appended durable, then releases what waited on it.
     fn sync(&mut self, completions: &mut Vec<Completion>) -> anyhow::Result<()> {
         let started = Instant::now();
-        self.journal.sync()?;
-        self.counters.syncs.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .sync_nanos
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if self.journal.sync()? {
+            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .sync_nanos
+                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
         for completion in completions.drain(..) {
             completion();
         }
