@@ -261,6 +261,7 @@ async fn commit(core: CoreKind) {
         snapshot_every: u64::MAX,
         live_workers: Vec::new(),
         min_epoch: 0,
+        component: None,
     };
     let (handle, _) = tokio::task::spawn_blocking(move || master::start(options))
         .await
@@ -337,6 +338,7 @@ async fn recovery(core: CoreKind) {
         snapshot_every: u64::MAX,
         live_workers: Vec::new(),
         min_epoch: 0,
+        component: None,
     };
     let started = Instant::now();
     let (handle, report) = tokio::task::spawn_blocking(move || master::start(options))

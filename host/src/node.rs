@@ -17,6 +17,7 @@ use crate::cluster::link::MasterLink;
 use crate::cluster::membership::{self, Membership, MembershipConfig, Roles, keys};
 use crate::cluster::modules::ModuleFetcher;
 use crate::cluster::{handover, singleton};
+use crate::master::core::MasterComponent;
 use crate::master::{self, CoreKind, MasterOptions};
 use crate::modules::ModuleStore;
 use crate::runtime::limits::{self, JobLimits};
@@ -31,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{OnceCell, watch};
 
 /// Options of `cohort node`.
 #[derive(Debug, Clone, clap::Args)]
@@ -206,12 +207,15 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     println!("cohort node {node_id} ({roles}) gossiping on {gossip_listen}, listening on {http}");
     std::io::stdout().flush()?;
 
-    // Back-end nodes compile the master component now, so taking the master
-    // over (hand-over or first start) does not wait for the compiler.
+    // Back-end nodes compile the master component once, now, so taking the
+    // master over (hand-over or first start) does not wait for the compiler
+    // or compile it a second time.
+    let component = Arc::new(OnceCell::new());
     if roles.back_end {
+        let component = component.clone();
         let cache = data_dir.join("compiled");
-        tokio::task::spawn_blocking(move || {
-            if let Err(error) = master::core::MasterComponent::load(Some(&cache)) {
+        tokio::spawn(async move {
+            if let Err(error) = master_component(&component, cache).await {
                 tracing::warn!("cannot precompile the master component: {error:#}");
             }
         });
@@ -264,6 +268,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 snapshot_every: args.snapshot_every,
                 live_workers: Vec::new(),
                 min_epoch: 0,
+                component: None,
             },
             local: local_master,
             running: None,
@@ -271,6 +276,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             inbox: inbox.clone().expect("back-end nodes have an inbox"),
             adopted: 0,
             epoch_seen: epoch_seen.clone(),
+            component,
         };
         let settle = if args.seeds.is_empty() {
             Duration::ZERO
@@ -343,6 +349,20 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The node's master component: compiled (or loaded from `cache`) by the
+/// first caller, shared by every later one.
+async fn master_component(
+    cell: &OnceCell<MasterComponent>,
+    cache: PathBuf,
+) -> anyhow::Result<&MasterComponent> {
+    cell.get_or_try_init(|| async move {
+        tokio::task::spawn_blocking(move || MasterComponent::load(Some(&cache)))
+            .await
+            .context("the compiler thread failed")?
+    })
+    .await
+}
+
 /// How long a node that joins through seeds listens to gossip before it
 /// decides whether it hosts the master, so it first hears of older nodes.
 const JOIN_SETTLE: Duration = Duration::from_secs(1);
@@ -358,6 +378,8 @@ struct LocalMaster {
     adopted: u64,
     /// The highest master epoch this node has seen in gossip.
     epoch_seen: Arc<AtomicU64>,
+    /// The master component, compiled once per node.
+    component: Arc<OnceCell<MasterComponent>>,
 }
 
 impl LocalMaster {
@@ -458,6 +480,10 @@ impl singleton::Host for LocalMaster {
         options.live_workers = live_workers;
         let seen = self.epoch_seen.load(Ordering::Relaxed);
         options.min_epoch = seen + 1;
+        if options.core == CoreKind::Wasm {
+            let cache = options.data_dir.join("compiled");
+            options.component = Some(master_component(&self.component, cache).await?.clone());
+        }
         let (handle, report) = tokio::task::spawn_blocking(move || master::start(options))
             .await
             .context("the recovery thread failed")?

@@ -86,6 +86,9 @@ pub struct MasterOptions {
     pub live_workers: Vec<String>,
     /// The least epoch to run with (above any the cluster has seen).
     pub min_epoch: u64,
+    /// The master component already compiled (`None`: compile it, or load
+    /// it from `<data_dir>/compiled`).
+    pub component: Option<MasterComponent>,
 }
 
 /// A running attempt's latest progress, carried by its worker's polls. It
@@ -318,8 +321,11 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
     let state = snapshot.as_ref().map(|s| s.state.as_slice());
     let mut core: Box<dyn Core> = match options.core {
         CoreKind::Wasm => {
-            let component = MasterComponent::load(Some(&options.data_dir.join("compiled")))
-                .map_err(StartError::Core)?;
+            let component = match &options.component {
+                Some(component) => component.clone(),
+                None => MasterComponent::load(Some(&options.data_dir.join("compiled")))
+                    .map_err(StartError::Core)?,
+            };
             Box::new(
                 component
                     .instantiate(state)
