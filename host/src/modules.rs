@@ -27,7 +27,7 @@ pub struct ModuleInfo {
 pub struct ModuleStore {
     dir: PathBuf,
     runtime: Runtime,
-    index: Mutex<BTreeMap<String, ModuleInfo>>,
+    index: Mutex<BTreeMap<Digest, ModuleInfo>>,
 }
 
 impl ModuleStore {
@@ -47,7 +47,7 @@ impl ModuleStore {
                 continue;
             };
             let bytes = entry.metadata()?.len();
-            index.insert(digest.to_string(), ModuleInfo { digest, bytes });
+            index.insert(digest, ModuleInfo { digest, bytes });
         }
         Ok(Self {
             dir,
@@ -84,13 +84,13 @@ impl ModuleStore {
             digest,
             bytes: wasm.len() as u64,
         };
-        self.lock().insert(digest.to_string(), info);
+        self.lock().insert(digest, info);
         Ok((digest, true))
     }
 
     /// Whether the module is stored here.
     pub fn contains(&self, digest: &Digest) -> bool {
-        self.lock().contains_key(&digest.to_string())
+        self.lock().contains_key(digest)
     }
 
     /// Every stored module, by digest.
@@ -123,7 +123,7 @@ impl ModuleStore {
         self.runtime.load(&bytes).await
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ModuleInfo>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Digest, ModuleInfo>> {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
