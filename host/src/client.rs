@@ -1,13 +1,16 @@
 //! A client of the HTTP API, used by the CLI, the tests and the benchmarks.
 
 use crate::api::types::*;
+use crate::peer::Peer;
 use bytes::Bytes;
 use cohort_master::JobId;
-use http_body_util::{BodyExt, Full};
-use hyper::{Method, Request, StatusCode};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper::{Method, StatusCode};
+use std::time::Duration;
+
+/// Longest one call may take: a long-poll waits up to
+/// [`WAIT_MS_MAX`](crate::api::WAIT_MS_MAX) (60 s) on the server, and a
+/// module upload may be 64 MiB.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -49,17 +52,15 @@ impl ClientError {
 #[derive(Debug, Clone)]
 pub struct Client {
     server: String,
-    http: HttpClient<HttpConnector, Full<Bytes>>,
+    peer: Peer,
 }
 
 impl Client {
     /// A client of `server` (e.g. `http://127.0.0.1:7070`).
     pub fn new(server: &str) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
         Self {
             server: server.trim_end_matches('/').to_string(),
-            http: HttpClient::builder(TokioExecutor::new()).build(connector),
+            peer: Peer::default(),
         }
     }
 
@@ -77,28 +78,15 @@ impl Client {
         content_type: &str,
         body: Bytes,
     ) -> Result<(StatusCode, Bytes), ClientError> {
-        let transport = |reason: String| ClientError::Transport {
-            server: self.server.clone(),
-            reason,
-        };
-        let request = Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.server))
-            .header(hyper::header::CONTENT_TYPE, content_type)
-            .body(Full::new(body))
-            .map_err(|e| transport(e.to_string()))?;
-        let response = self
-            .http
-            .request(request)
+        let url = format!("{}{path}", self.server);
+        let (status, body) = self
+            .peer
+            .exchange(method, &url, content_type, body, REQUEST_TIMEOUT)
             .await
-            .map_err(|e| transport(format!("{e:?}")))?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| transport(e.to_string()))?
-            .to_bytes();
+            .map_err(|reason| ClientError::Transport {
+                server: self.server.clone(),
+                reason,
+            })?;
         if status.is_success() {
             return Ok((status, body));
         }

@@ -11,6 +11,7 @@
 //! * [`api`] — the HTTP API; [`client`] and [`cli`] — its client and the
 //!   CLI commands built on it; [`metrics`] — `/metrics`.
 //! * [`node`] — `cohort node`: everything above in one process.
+//! * [`peer`] — bounded HTTP exchanges with other cohort processes.
 //! * [`exec`] — `cohort exec`: run one module locally, no server.
 //! * [`demo`] — `cohort demo`: render a picture from many mandelbrot jobs.
 //! * [`guests`] — the components built into this binary (the master and the
@@ -28,5 +29,6 @@ pub mod master;
 pub mod metrics;
 pub mod modules;
 pub mod node;
+pub mod peer;
 pub mod runtime;
 pub mod worker;

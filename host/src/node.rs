@@ -20,6 +20,7 @@ use crate::cluster::{handover, singleton};
 use crate::master::core::MasterComponent;
 use crate::master::{self, CoreKind, MasterOptions};
 use crate::modules::ModuleStore;
+use crate::peer::Peer;
 use crate::runtime::limits::{self, JobLimits};
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::worker::{ProgressBoard, Worker, WorkerOptions};
@@ -462,7 +463,7 @@ impl LocalMaster {
             generation,
             state: snapshot.state,
         };
-        match handover::send(&url, &handover).await {
+        match handover::send(&Peer::default(), &url, &handover).await {
             Ok(()) => eprintln!(
                 "handed the master over to {node} (epoch {}) in {:.1?}",
                 handover.epoch,

@@ -17,10 +17,8 @@
 //! [`store::adopt_handover`]: crate::master::store::adopt_handover
 
 use crate::master::store;
+use crate::peer::Peer;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -101,28 +99,19 @@ impl Inbox {
 }
 
 /// Sends a hand-over to the node at `url`.
-pub async fn send(url: &str, handover: &Handover) -> Result<(), String> {
-    let http: HttpClient<_, Full<Bytes>> = HttpClient::builder(TokioExecutor::new()).build_http();
-    let request = hyper::Request::post(format!("{url}{HANDOVER_PATH}"))
-        .header(hyper::header::CONTENT_TYPE, "application/x-postcard")
-        .body(Full::new(Bytes::from(cohort_master::encode(handover))))
-        .map_err(|e| e.to_string())?;
-    let exchange = async {
-        let response = http.request(request).await.map_err(|e| e.to_string())?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(format!("{status}: {}", String::from_utf8_lossy(&body)))
-        }
-    };
-    tokio::time::timeout(TRANSFER_TIMEOUT, exchange)
-        .await
-        .map_err(|_| format!("no answer within {TRANSFER_TIMEOUT:?}"))?
+pub async fn send(peer: &Peer, url: &str, handover: &Handover) -> Result<(), String> {
+    let (status, body) = peer
+        .exchange(
+            hyper::Method::POST,
+            &format!("{url}{HANDOVER_PATH}"),
+            "application/x-postcard",
+            Bytes::from(cohort_master::encode(handover)),
+            TRANSFER_TIMEOUT,
+        )
+        .await?;
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!("{status}: {}", String::from_utf8_lossy(&body)))
+    }
 }

@@ -17,12 +17,9 @@
 use super::membership::View;
 use crate::master::service::{PollResult, ProgressReport};
 use crate::master::{MasterError, MasterHandle};
+use crate::peer::Peer;
 use bytes::Bytes;
 use cohort_master::{Answer, Command, JobId, Query, Reply, decode, encode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::Duration;
@@ -156,7 +153,7 @@ pub struct MasterLink {
 struct Inner {
     local: watch::Receiver<Option<MasterHandle>>,
     view: watch::Receiver<View>,
-    http: HttpClient<HttpConnector, Full<Bytes>>,
+    peer: Peer,
     waiting: Semaphore,
 }
 
@@ -170,13 +167,11 @@ impl MasterLink {
     /// A link that uses `local` when this node hosts the master and the
     /// node named by `view` otherwise.
     pub fn new(local: watch::Receiver<Option<MasterHandle>>, view: watch::Receiver<View>) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
         Self {
             inner: Arc::new(Inner {
                 local,
                 view,
-                http: HttpClient::builder(TokioExecutor::new()).build(connector),
+                peer: Peer::default(),
                 waiting: Semaphore::new(PROXY_WAITING_MAX),
             }),
         }
@@ -316,37 +311,23 @@ impl MasterLink {
     /// One request to the master on another node; transport failures come
     /// back as `Unavailable` so the caller retries.
     async fn remote(&self, url: &str, request: &WireRequest) -> Result<WireResponse, MasterError> {
-        let unavailable = |reason: String| MasterError::Unavailable(reason);
-        let http_request = hyper::Request::builder()
-            .method(hyper::Method::POST)
-            .uri(format!("{url}{MASTER_PATH}"))
-            .header(hyper::header::CONTENT_TYPE, "application/x-postcard")
-            .body(Full::new(Bytes::from(encode(request))))
-            .map_err(|e| unavailable(e.to_string()))?;
-        let exchange = async {
-            let response = self
-                .inner
-                .http
-                .request(http_request)
-                .await
-                .map_err(|e| unavailable(format!("{url}: {e}")))?;
-            let status = response.status();
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| unavailable(format!("{url}: {e}")))?
-                .to_bytes();
-            if !status.is_success() {
-                return Err(unavailable(format!("{url} answered {status}")));
-            }
-            decode::<Result<WireResponse, MasterError>>(&body)
-                .map_err(|r| unavailable(format!("{url}: {r}")))?
-        };
-        match tokio::time::timeout(request.wait() + WIRE_SLACK, exchange).await {
-            Ok(result) => result,
-            Err(_) => Err(unavailable(format!("{url} did not answer in time"))),
+        let (status, body) = self
+            .inner
+            .peer
+            .exchange(
+                hyper::Method::POST,
+                &format!("{url}{MASTER_PATH}"),
+                "application/x-postcard",
+                Bytes::from(encode(request)),
+                request.wait() + WIRE_SLACK,
+            )
+            .await
+            .map_err(MasterError::Unavailable)?;
+        if !status.is_success() {
+            return Err(MasterError::Unavailable(format!("{url} answered {status}")));
         }
+        decode::<Result<WireResponse, MasterError>>(&body)
+            .map_err(|r| MasterError::Unavailable(format!("{url}: {r}")))?
     }
 }
 

@@ -5,12 +5,9 @@
 
 use super::membership::View;
 use crate::modules::ModuleStore;
+use crate::peer::Peer;
 use crate::runtime::{Digest, Module, ModuleError};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -23,7 +20,7 @@ const TRANSFER_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Clone)]
 pub struct ModuleFetcher {
     view: watch::Receiver<View>,
-    http: HttpClient<HttpConnector, Full<Bytes>>,
+    peer: Peer,
 }
 
 impl std::fmt::Debug for ModuleFetcher {
@@ -41,7 +38,7 @@ impl ModuleFetcher {
     pub fn new(view: watch::Receiver<View>) -> Self {
         Self {
             view,
-            http: HttpClient::builder(TokioExecutor::new()).build(HttpConnector::new()),
+            peer: Peer::default(),
         }
     }
 
@@ -54,30 +51,6 @@ impl ModuleFetcher {
             .collect()
     }
 
-    async fn exchange(
-        &self,
-        request: hyper::Request<Full<Bytes>>,
-    ) -> Result<(hyper::StatusCode, Bytes), String> {
-        let exchange = async {
-            let response = self
-                .http
-                .request(request)
-                .await
-                .map_err(|e| e.to_string())?;
-            let status = response.status();
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| e.to_string())?
-                .to_bytes();
-            Ok((status, body))
-        };
-        tokio::time::timeout(TRANSFER_TIMEOUT, exchange)
-            .await
-            .map_err(|_| format!("no answer within {TRANSFER_TIMEOUT:?}"))?
-    }
-
     /// Makes sure `digest` is in the local store, fetching it if needed.
     /// `Ok(false)`: no live back-end node has it.
     pub async fn ensure(&self, store: &ModuleStore, digest: &Digest) -> Result<bool, ModuleError> {
@@ -86,10 +59,17 @@ impl ModuleFetcher {
         }
         let mut errors = Vec::new();
         for (node, url) in self.other_back_ends() {
-            let request = hyper::Request::get(format!("{url}/v1/modules/{digest}"))
-                .body(Full::new(Bytes::new()))
-                .map_err(|e| internal(e.to_string()))?;
-            match self.exchange(request).await {
+            let fetched = self
+                .peer
+                .exchange(
+                    hyper::Method::GET,
+                    &format!("{url}/v1/modules/{digest}"),
+                    "application/wasm",
+                    Bytes::new(),
+                    TRANSFER_TIMEOUT,
+                )
+                .await;
+            match fetched {
                 Ok((status, body)) if status.is_success() => {
                     if Digest::of(&body) != *digest {
                         errors.push(format!("{node} sent bytes with another sha256"));
@@ -128,11 +108,17 @@ impl ModuleFetcher {
     pub async fn replicate(&self, wasm: &Bytes) -> Result<(), ModuleError> {
         let mut errors = Vec::new();
         for (node, url) in self.other_back_ends() {
-            let request = hyper::Request::post(format!("{url}{MODULES_PATH}"))
-                .header(hyper::header::CONTENT_TYPE, "application/wasm")
-                .body(Full::new(wasm.clone()))
-                .map_err(|e| internal(e.to_string()))?;
-            match self.exchange(request).await {
+            let stored = self
+                .peer
+                .exchange(
+                    hyper::Method::POST,
+                    &format!("{url}{MODULES_PATH}"),
+                    "application/wasm",
+                    wasm.clone(),
+                    TRANSFER_TIMEOUT,
+                )
+                .await;
+            match stored {
                 Ok((status, _)) if status.is_success() => {}
                 Ok((status, body)) => errors.push(format!(
                     "{node} answered {status}: {}",

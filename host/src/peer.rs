@@ -1,0 +1,72 @@
+//! HTTP/1.1 exchanges with other cohort processes (node to node, and the
+//! CLI to a node): one pooled keep-alive client, and every exchange bounded
+//! in time, so a peer that stops answering never holds a caller forever.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use std::time::Duration;
+
+/// A pooled HTTP client. Cheap to clone.
+#[derive(Clone)]
+pub struct Peer {
+    http: HttpClient<HttpConnector, Full<Bytes>>,
+}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peer").finish_non_exhaustive()
+    }
+}
+
+impl Default for Peer {
+    fn default() -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        Self {
+            http: HttpClient::builder(TokioExecutor::new()).build(connector),
+        }
+    }
+}
+
+impl Peer {
+    /// Sends `body` with `method` to `url` and reads the whole answer,
+    /// failing past `timeout`. Transport failures are messages that name
+    /// the URL; any HTTP status is returned for the caller to judge.
+    pub async fn exchange(
+        &self,
+        method: Method,
+        url: &str,
+        content_type: &str,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), String> {
+        let request = Request::builder()
+            .method(method)
+            .uri(url)
+            .header(hyper::header::CONTENT_TYPE, content_type)
+            .body(Full::new(body))
+            .map_err(|e| format!("{url}: {e}"))?;
+        let exchange = async {
+            let response = self
+                .http
+                .request(request)
+                .await
+                .map_err(|e| format!("{url}: {e}"))?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| format!("{url}: {e}"))?
+                .to_bytes();
+            Ok((status, body))
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| format!("{url} did not answer within {timeout:?}"))?
+    }
+}
