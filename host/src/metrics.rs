@@ -26,14 +26,7 @@ pub fn render(
 ) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::with_prefix("cohort");
     let jobs = Family::<Labels, Gauge>::default();
-    for state in [
-        JobState::Queued,
-        JobState::Running,
-        JobState::Succeeded,
-        JobState::Failed,
-        JobState::Cancelled,
-        JobState::Dead,
-    ] {
+    for state in JobState::ALL {
         jobs.get_or_create(&vec![("state".into(), state.name().into())])
             .set(stats.jobs[state as usize] as i64);
     }

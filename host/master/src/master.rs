@@ -98,7 +98,7 @@ struct Index {
     /// Finished jobs: (finished_at, id).
     finished: BTreeSet<(Millis, JobId)>,
     keys: BTreeMap<String, JobId>,
-    counts: [u64; 6],
+    counts: [u64; JobState::COUNT],
     result_bytes: u64,
 }
 
@@ -856,7 +856,7 @@ fn ready_key(job: &Job, id: JobId) -> (i64, u64, JobId) {
     (-(job.spec.priority as i64), job.seq, id)
 }
 
-fn set_state(counts: &mut [u64; 6], job: &mut Job, state: JobState) {
+fn set_state(counts: &mut [u64; JobState::COUNT], job: &mut Job, state: JobState) {
     counts[job.state as usize] -= 1;
     counts[state as usize] += 1;
     job.state = state;

@@ -422,6 +422,19 @@ pub enum JobState {
 }
 
 impl JobState {
+    /// Every state, in declaration order (the order of [`Stats::jobs`]).
+    pub const ALL: [JobState; 6] = [
+        JobState::Queued,
+        JobState::Running,
+        JobState::Succeeded,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Dead,
+    ];
+
+    /// How many states there are.
+    pub const COUNT: usize = Self::ALL.len();
+
     /// True for states a job never leaves.
     pub fn is_terminal(self) -> bool {
         !matches!(self, JobState::Queued | JobState::Running)
@@ -441,16 +454,7 @@ impl JobState {
 
     /// Parses [`name`](Self::name).
     pub fn from_name(name: &str) -> Option<Self> {
-        [
-            JobState::Queued,
-            JobState::Running,
-            JobState::Succeeded,
-            JobState::Failed,
-            JobState::Cancelled,
-            JobState::Dead,
-        ]
-        .into_iter()
-        .find(|state| state.name() == name)
+        Self::ALL.into_iter().find(|state| state.name() == name)
     }
 }
 
@@ -555,7 +559,7 @@ pub struct JobSummary {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stats {
     /// Jobs per state, indexed like [`JobState`]'s declaration order.
-    pub jobs: [u64; 6],
+    pub jobs: [u64; JobState::COUNT],
     /// Jobs ever submitted.
     pub submitted_total: u64,
     /// Attempts ever started.
