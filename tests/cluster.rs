@@ -8,18 +8,10 @@ use cohort::api::types::*;
 use cohort::client::Client;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
-use support::{Node, guest};
+use support::{Node, job, runtime, settle, upload};
 
 /// Longest a cluster may take to agree on a view in these tests.
 const CONVERGE: Duration = Duration::from_secs(30);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// The node's gossip address (the same port as its HTTP one, over UDP).
 fn gossip(node: &Node) -> String {
@@ -69,17 +61,6 @@ fn live(cluster: &ClusterResponse) -> Vec<&str> {
         .collect()
 }
 
-async fn settle(client: &Client, id: u64) -> JobResponse {
-    let started = Instant::now();
-    loop {
-        let job = client.job(id, 5_000).await.unwrap();
-        if !matches!(job.state.as_str(), "queued" | "running") {
-            return job;
-        }
-        assert!(started.elapsed() < Duration::from_secs(90), "{job:?}");
-    }
-}
-
 #[test]
 fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
     let dir = tempfile::tempdir().unwrap();
@@ -113,18 +94,11 @@ fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
         let via_n3 = Client::new(&n3.url);
         let via_n1 = Client::new(&n1.url);
         // Uploaded through n3 (not a back-end): stored on n1 and n2 first.
-        let echo = via_n3
-            .upload(std::fs::read(guest("fixture_echo")).unwrap())
-            .await
-            .unwrap();
+        let echo = upload(&via_n3, "fixture_echo").await;
         let mut ids = Vec::new();
         for n in 0..40 {
             let client = if n % 2 == 0 { &via_n3 } else { &via_n1 };
-            let request = SubmitRequest {
-                module: echo.clone(),
-                input: Some(format!("job {n}")),
-                ..SubmitRequest::default()
-            };
+            let request = job(&echo, &format!("job {n}"));
             ids.push((
                 client.submit(&request).await.unwrap().id,
                 format!("job {n}"),
@@ -186,18 +160,11 @@ fn jobs_of_a_killed_worker_resume_elsewhere_from_their_checkpoints_with_one_outc
     runtime().block_on(async {
         converge(&n1, "both workers", |c| c.workers.len() == 2).await;
         let client = Client::new(&n1.url);
-        let primes = client
-            .upload(std::fs::read(guest("primes")).unwrap())
-            .await
-            .unwrap();
+        let primes = upload(&client, "primes").await;
         // Long enough (seconds) to be caught running; four keep both workers busy.
         let mut ids = Vec::new();
         for _ in 0..4 {
-            let request = SubmitRequest {
-                module: primes.clone(),
-                input: Some(r#"{"limit": 300000000}"#.into()),
-                ..SubmitRequest::default()
-            };
+            let request = job(&primes, r#"{"limit": 300000000}"#);
             ids.push(client.submit(&request).await.unwrap().id);
         }
         // Kill n2 once one of its attempts has saved a checkpoint.
@@ -277,10 +244,7 @@ fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
             live(c).len() == 2 && c.master_node == "n1" && c.workers.len() == 2
         })
         .await;
-        via_n2
-            .upload(std::fs::read(guest("fixture_echo")).unwrap())
-            .await
-            .unwrap()
+        upload(&via_n2, "fixture_echo").await
     });
     // Clients keep submitting through n2 while n1, the master, stops.
     let stop = Arc::new(AtomicBool::new(false));
@@ -292,11 +256,7 @@ fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) {
                 let input = format!("writer {writer} job {n}");
-                let request = SubmitRequest {
-                    module: echo.clone(),
-                    input: Some(input.clone()),
-                    ..SubmitRequest::default()
-                };
+                let request = job(&echo, &input);
                 match client.submit(&request).await {
                     Ok(accepted) => acked.push((accepted.id, input)),
                     Err(error) => return Err(format!("{input}: {error}")),
@@ -365,15 +325,8 @@ fn a_crashed_master_is_replaced_with_a_higher_epoch_and_a_warning() {
     rt.block_on(async {
         let cluster = converge(&n2, "the master on n2", |c| c.master_node == "n2").await;
         assert_eq!(cluster.master_epoch, 2, "epochs only grow");
-        let echo = via_n2
-            .upload(std::fs::read(guest("fixture_echo")).unwrap())
-            .await
-            .unwrap();
-        let request = SubmitRequest {
-            module: echo,
-            input: Some("after the crash".into()),
-            ..SubmitRequest::default()
-        };
+        let echo = upload(&via_n2, "fixture_echo").await;
+        let request = job(&echo, "after the crash");
         let id = via_n2.submit(&request).await.unwrap().id;
         assert_eq!(settle(&via_n2, id).await.state, "succeeded");
     });

@@ -11,47 +11,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{Node, guest};
-
-/// Longest any single job in these tests may take to settle.
-const SETTLE: Duration = Duration::from_secs(60);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-async fn upload(client: &Client, name: &str) -> String {
-    client
-        .upload(std::fs::read(guest(name)).unwrap())
-        .await
-        .unwrap()
-}
-
-fn job(module: &str, input: &str) -> SubmitRequest {
-    SubmitRequest {
-        module: module.into(),
-        input: Some(input.into()),
-        ..SubmitRequest::default()
-    }
-}
-
-async fn settle(client: &Client, id: u64) -> JobResponse {
-    let started = Instant::now();
-    loop {
-        let job = client.job(id, 5_000).await.unwrap();
-        if !matches!(job.state.as_str(), "queued" | "running") {
-            return job;
-        }
-        assert!(
-            started.elapsed() < SETTLE,
-            "job {id} did not settle: {job:?}"
-        );
-    }
-}
+use support::{Node, SETTLE, guest, job, runtime, settle, upload};
 
 async fn api_error(result: Result<impl std::fmt::Debug, ClientError>) -> (u16, String) {
     match result {

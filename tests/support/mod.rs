@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+use cohort::api::types::{JobResponse, SubmitRequest};
+use cohort::client::Client;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -13,6 +15,51 @@ use std::time::{Duration, Instant};
 pub const PROCESS_TIMEOUT: Duration = Duration::from_secs(120);
 /// A node must print its address within this.
 const NODE_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest any single job in these tests may take to settle.
+pub const SETTLE: Duration = Duration::from_secs(90);
+
+/// The async runtime a test drives its HTTP clients with.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Uploads the guest `name`; returns its digest.
+pub async fn upload(client: &Client, name: &str) -> String {
+    client
+        .upload(std::fs::read(guest(name)).unwrap())
+        .await
+        .unwrap()
+}
+
+/// A submission of `module` with a text input and default settings.
+pub fn job(module: &str, input: &str) -> SubmitRequest {
+    SubmitRequest {
+        module: module.into(),
+        input: Some(input.into()),
+        ..SubmitRequest::default()
+    }
+}
+
+/// Waits (bounded by [`SETTLE`]) until job `id` is no longer queued or
+/// running; returns it.
+pub async fn settle(client: &Client, id: u64) -> JobResponse {
+    let started = Instant::now();
+    loop {
+        let job = client.job(id, 5_000).await.unwrap();
+        if !matches!(job.state.as_str(), "queued" | "running") {
+            return job;
+        }
+        assert!(
+            started.elapsed() < SETTLE,
+            "job {id} did not settle: {job:?}"
+        );
+    }
+}
 
 /// Path of a guest component built by `host/build.rs`.
 pub fn guest(name: &str) -> PathBuf {
