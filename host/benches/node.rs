@@ -54,7 +54,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    if wanted("throughput") && !filter.iter().any(|f| f == "cluster") {
+    if wanted("throughput") {
         rt.block_on(throughput());
     }
     if wanted("latency") {

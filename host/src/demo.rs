@@ -38,6 +38,10 @@ const WAITS_IN_FLIGHT: usize = 64;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Time each child gets to stop after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How often a stopping child is checked for exit, and the forming
+/// cluster for its members.
+const CHILD_EXIT_POLL: Duration = Duration::from_millis(20);
+const CLUSTER_POLL: Duration = Duration::from_millis(100);
 /// Jobs per submission request.
 const SUBMIT_BATCH: usize = 1000;
 
@@ -151,7 +155,7 @@ impl Drop for ChildNode {
                 if let Ok(Some(_)) = self.child.try_wait() {
                     return;
                 }
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(CHILD_EXIT_POLL);
             }
             let _ = self.child.kill();
         }
@@ -328,7 +332,7 @@ async fn wait_for_cluster(client: &Client, nodes: usize) -> anyhow::Result<Clust
             Instant::now() < deadline,
             "the demo cluster did not form within {START_TIMEOUT:?}"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(CLUSTER_POLL).await;
     }
 }
 

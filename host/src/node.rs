@@ -612,9 +612,12 @@ async fn stop_signal() -> &'static str {
     }
 }
 
+/// How often the node checks whether its master stopped after a failure.
+const FAILURE_CHECK_INTERVAL: Duration = Duration::from_millis(200);
+
 async fn watch_failure(link: &MasterLink) {
     while !link.local().is_some_and(|m| m.has_failed()) {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(FAILURE_CHECK_INTERVAL).await;
     }
 }
 

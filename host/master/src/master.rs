@@ -42,6 +42,9 @@ pub const LOG_TAIL_BYTES_MAX: usize = 4096;
 pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
 /// Longest worker id.
 pub const WORKER_ID_BYTES_MAX: usize = 256;
+/// A polling worker is journaled as seen this many times per worker TTL
+/// (not on every poll), so it is never lost while it polls.
+pub const WORKER_SEEN_PER_TTL: u64 = 4;
 /// Most jobs one listing returns.
 pub const LIST_LIMIT_MAX: u32 = 1000;
 /// Most jobs one listing looks at (a filtered listing returns a cursor to
@@ -231,7 +234,8 @@ impl Master {
                     None => true,
                     Some(known) => {
                         known.slots != *slots
-                            || now >= known.last_seen + self.config.worker_ttl_ms / 4
+                            || now
+                                >= known.last_seen + self.config.worker_ttl_ms / WORKER_SEEN_PER_TTL
                     }
                 };
                 if seen {

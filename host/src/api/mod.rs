@@ -47,6 +47,10 @@ pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
 pub const BATCH_JOBS_MAX: usize = 10_000;
 /// Longest `wait_ms` honoured.
 pub const WAIT_MS_MAX: u64 = 60_000;
+/// Jobs per page of `GET /v1/jobs` when `limit` is not given.
+pub const LIST_LIMIT_DEFAULT: u32 = 100;
+/// Pause after a failed `accept` (out of file descriptors and the like).
+const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// Time given to open connections to finish when the node stops.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// A client must send its request headers within this.
@@ -220,7 +224,7 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, mut shutdown: watch::Re
                     Err(error) => {
                         // Out of file descriptors and the like: back off.
                         tracing::warn!("accept failed: {error}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        tokio::time::sleep(ACCEPT_RETRY_PAUSE).await;
                         continue;
                     }
                 };
@@ -662,7 +666,7 @@ impl Api {
         let query = Query::Jobs {
             state,
             after: number(params, "cursor")?,
-            limit: number(params, "limit")?.unwrap_or(100),
+            limit: number(params, "limit")?.unwrap_or(LIST_LIMIT_DEFAULT),
         };
         let Answer::Jobs { jobs, next } = self.master.query(query).await? else {
             return Err(ApiError::new("internal", "unexpected answer"));

@@ -38,6 +38,13 @@ pub const GOSSIP_INTERVAL: Duration = Duration::from_millis(100);
 pub const PHI_THRESHOLD: f64 = 8.0;
 /// How long dead nodes are remembered (shown as dead) before being dropped.
 pub const DEAD_NODE_GRACE: Duration = Duration::from_secs(60);
+/// Heartbeat intervals the failure detector averages over.
+const HEARTBEAT_SAMPLES: usize = 1000;
+/// Longer silences are not counted as intervals (a paused process).
+const HEARTBEAT_INTERVAL_MAX: Duration = Duration::from_secs(10);
+/// How long deleted keys are remembered (so late peers learn of the
+/// deletion) before they are garbage-collected.
+const DELETED_KEY_GRACE: Duration = Duration::from_secs(3600);
 /// Gossip rounds a leaving node waits so the others hear it is leaving.
 const LEAVE_ROUNDS: u32 = 3;
 
@@ -269,12 +276,12 @@ impl Membership {
             seed_nodes: config.seeds,
             failure_detector_config: FailureDetectorConfig {
                 phi_threshold: PHI_THRESHOLD,
-                sampling_window_size: 1000,
-                max_interval: Duration::from_secs(10),
+                sampling_window_size: HEARTBEAT_SAMPLES,
+                max_interval: HEARTBEAT_INTERVAL_MAX,
                 initial_interval: GOSSIP_INTERVAL,
                 dead_node_grace_period: DEAD_NODE_GRACE,
             },
-            marked_for_deletion_grace_period: Duration::from_secs(3600),
+            marked_for_deletion_grace_period: DELETED_KEY_GRACE,
             catchup_callback: None,
             extra_liveness_predicate: None,
             protocol_version: ProtocolVersion::V0,
