@@ -81,6 +81,12 @@ fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
             assert_eq!(hosts.len(), 1);
             assert_eq!(hosts[0].id, "n1");
             assert_eq!(cluster.master_epoch, 1);
+            assert!(
+                cluster
+                    .nodes
+                    .iter()
+                    .all(|n| n.version == env!("CARGO_PKG_VERSION"))
+            );
         }
         // Every node publishes the same belief about the master.
         for node in [&n1, &n2, &n3] {

@@ -191,10 +191,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         progress,
         node: NodeInfo {
             id: node_id.clone(),
-            http: http.clone(),
             roles,
-            started_at: master::now_ms(),
-            slots,
         },
         defaults: JobDefaults {
             timeout_ms: args.job_timeout.as_millis() as u64,

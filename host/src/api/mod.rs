@@ -72,14 +72,8 @@ pub struct JobDefaults {
 pub struct NodeInfo {
     /// Node id (also its worker id).
     pub id: String,
-    /// HTTP address.
-    pub http: String,
-    /// Roles.
+    /// Roles (a node without `front-end` refuses the public API).
     pub roles: Roles,
-    /// Start time.
-    pub started_at: u64,
-    /// Worker slots.
-    pub slots: u32,
 }
 
 /// Everything a request handler needs.
@@ -737,6 +731,7 @@ impl Api {
                 master: m.node_id == master_node,
                 slots: m.slots,
                 busy: busy(&m.node_id),
+                version: m.version.clone(),
                 master_seen: m.master_seen.clone(),
             })
             .collect();
@@ -749,6 +744,7 @@ impl Api {
             master: false,
             slots: 0,
             busy: 0,
+            version: String::new(),
             master_seen: String::new(),
         }));
         Ok(json(

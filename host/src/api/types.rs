@@ -182,6 +182,8 @@ pub struct NodeBody {
     pub slots: u32,
     /// Slots running an attempt, as the master sees it.
     pub busy: u32,
+    /// The cohort version it runs (rolling upgrades mix versions).
+    pub version: String,
     /// Where this node believes the master runs (`node@epoch`).
     pub master_seen: String,
 }

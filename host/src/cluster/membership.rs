@@ -333,11 +333,6 @@ impl Membership {
         })
     }
 
-    /// This node's id.
-    pub fn me(&self) -> &str {
-        &self.me
-    }
-
     /// The live view, updated as the cluster changes.
     pub fn view(&self) -> watch::Receiver<View> {
         self.view.clone()
