@@ -35,7 +35,7 @@
 use crate::cluster::link::MasterLink;
 use crate::cluster::modules::ModuleFetcher;
 use crate::master::MasterError;
-use crate::master::service::{PollResult, ProgressReport};
+use crate::master::service::{Poll, PollResult, ProgressReport};
 use crate::modules::ModuleStore;
 use crate::runtime::{Digest, JobFailure, JobLimits, JobObserver, JobRequest, Progress, Runtime};
 use cohort_master::{Assignment, Command, Failure, JobId, Outcome};
@@ -238,9 +238,15 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
             }
         }
         let free = shared.slots.available_permits() as u32;
-        let progress = shared.progress_reports();
+        let poll = Poll {
+            worker: options.id.clone(),
+            slots: options.slots,
+            free,
+            wait_ms: POLL_WAIT.as_millis() as u64,
+            progress: shared.progress_reports(),
+        };
         let polled = tokio::select! {
-            polled = shared.master.poll(&options.id, options.slots, free, POLL_WAIT, progress) => polled,
+            polled = shared.master.poll(poll) => polled,
             _ = stopped.changed() => return,
         };
         match polled {

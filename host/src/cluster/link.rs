@@ -15,7 +15,7 @@
 //! pile up without bound.
 
 use super::membership::View;
-use crate::master::service::{PollResult, ProgressReport};
+use crate::master::service::{Poll, PollResult, ProgressReport};
 use crate::master::{MasterError, MasterHandle};
 use crate::peer::Peer;
 use bytes::Bytes;
@@ -45,18 +45,7 @@ pub enum WireRequest {
     /// `MasterHandle::query`.
     Query(Query),
     /// `MasterHandle::poll`.
-    Poll {
-        /// Worker id.
-        worker: String,
-        /// Its slots.
-        slots: u32,
-        /// Free slots.
-        free: u32,
-        /// Longest wait for work.
-        wait_ms: u64,
-        /// Progress of the worker's running attempts.
-        progress: Vec<ProgressReport>,
-    },
+    Poll(Poll),
     /// `MasterHandle::progress`.
     Progress {
         /// The job.
@@ -74,7 +63,7 @@ pub enum WireRequest {
 impl WireRequest {
     fn wait(&self) -> Duration {
         match self {
-            WireRequest::Poll { wait_ms, .. } | WireRequest::Wait { wait_ms, .. } => {
+            WireRequest::Poll(Poll { wait_ms, .. }) | WireRequest::Wait { wait_ms, .. } => {
                 Duration::from_millis(*wait_ms)
             }
             _ => Duration::ZERO,
@@ -105,23 +94,7 @@ pub async fn serve_local(
     Ok(match request {
         WireRequest::Command(command) => WireResponse::Reply(master.command(command).await?),
         WireRequest::Query(query) => WireResponse::Answer(master.query(query).await?),
-        WireRequest::Poll {
-            worker,
-            slots,
-            free,
-            wait_ms,
-            progress,
-        } => WireResponse::Poll(
-            master
-                .poll(
-                    &worker,
-                    slots,
-                    free,
-                    Duration::from_millis(wait_ms),
-                    progress,
-                )
-                .await?,
-        ),
+        WireRequest::Poll(poll) => WireResponse::Poll(master.poll(poll).await?),
         WireRequest::Progress { id } => WireResponse::Progress(master.progress(id).await?),
         WireRequest::Wait { id, wait_ms } => WireResponse::Settled(
             master
@@ -209,22 +182,8 @@ impl MasterLink {
     }
 
     /// A worker's poll (see [`MasterHandle::poll`]).
-    pub async fn poll(
-        &self,
-        worker: &str,
-        slots: u32,
-        free: u32,
-        wait: Duration,
-        progress: Vec<ProgressReport>,
-    ) -> Result<PollResult, MasterError> {
-        let request = WireRequest::Poll {
-            worker: worker.into(),
-            slots,
-            free,
-            wait_ms: wait.as_millis() as u64,
-            progress,
-        };
-        match self.call(request).await? {
+    pub async fn poll(&self, poll: Poll) -> Result<PollResult, MasterError> {
+        match self.call(WireRequest::Poll(poll)).await? {
             WireResponse::Poll(result) => Ok(result),
             other => Err(unexpected(other)),
         }

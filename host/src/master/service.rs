@@ -110,6 +110,22 @@ pub struct ProgressReport {
 /// dropped until jobs settle.
 const PROGRESS_KEPT_MAX: usize = 1_000_000;
 
+/// A worker's poll: who it is, how much it can take, how long it may wait
+/// for work, and the progress of what it runs. Also its heartbeat.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Poll {
+    /// Worker id.
+    pub worker: String,
+    /// Its total slots.
+    pub slots: u32,
+    /// Jobs it can start now.
+    pub free: u32,
+    /// Longest wait for work, in milliseconds.
+    pub wait_ms: u64,
+    /// Progress of its running attempts.
+    pub progress: Vec<ProgressReport>,
+}
+
 /// What a worker's poll brings back.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PollResult {
@@ -181,14 +197,7 @@ type Respond<T> = oneshot::Sender<Result<T, MasterError>>;
 enum Request {
     Command(Command, Respond<Reply>),
     Query(Query, Respond<Answer>),
-    Poll {
-        worker: String,
-        slots: u32,
-        free: u32,
-        until: Instant,
-        progress: Vec<ProgressReport>,
-        respond: Respond<PollResult>,
-    },
+    Poll(Poll, Instant, Respond<PollResult>),
     Progress(JobId, oneshot::Sender<Option<ProgressReport>>),
     Watch(JobId, oneshot::Sender<()>),
     Shutdown(oneshot::Sender<()>),
@@ -230,26 +239,12 @@ impl MasterHandle {
         self.ask(|respond| Request::Query(query, respond)).await
     }
 
-    /// Asks for up to `free` jobs for `worker`, waiting up to `wait` for
-    /// work to appear. Also the worker's heartbeat.
-    pub async fn poll(
-        &self,
-        worker: &str,
-        slots: u32,
-        free: u32,
-        wait: Duration,
-        progress: Vec<ProgressReport>,
-    ) -> Result<PollResult, MasterError> {
-        let until = Instant::now() + wait;
-        self.ask(|respond| Request::Poll {
-            worker: worker.into(),
-            slots,
-            free,
-            until,
-            progress,
-            respond,
-        })
-        .await
+    /// Asks for up to `poll.free` jobs, waiting up to `poll.wait_ms` for
+    /// work to appear.
+    pub async fn poll(&self, poll: Poll) -> Result<PollResult, MasterError> {
+        let until = Instant::now() + Duration::from_millis(poll.wait_ms);
+        self.ask(|respond| Request::Poll(poll, until, respond))
+            .await
     }
 
     /// The latest progress a worker reported for job `id`, if running.
@@ -549,14 +544,17 @@ impl MasterLoop {
                     let _ = respond.send(answer);
                 });
             }
-            Request::Poll {
-                worker,
-                slots,
-                free,
+            Request::Poll(
+                Poll {
+                    worker,
+                    slots,
+                    free,
+                    progress,
+                    ..
+                },
                 until,
-                progress,
                 respond,
-            } => {
+            ) => {
                 for report in progress {
                     if self.progress.len() < PROGRESS_KEPT_MAX
                         || self.progress.contains_key(&report.id)
