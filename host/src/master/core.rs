@@ -24,13 +24,13 @@ pub type CoreResult<T> = anyhow::Result<Result<T, Rejection>>;
 /// The master's byte-level interface (see `wit/master.wit`).
 pub trait Core: Send {
     /// `decide`: encoded events and encoded reply.
-    fn decide(&mut self, now: Millis, command: &[u8]) -> CoreResult<(Vec<Vec<u8>>, Vec<u8>)>;
+    fn decide(&mut self, now: Millis, command: Vec<u8>) -> CoreResult<(Vec<Vec<u8>>, Vec<u8>)>;
     /// `apply`: encoded effects.
     fn apply(&mut self, events: &[Vec<u8>]) -> CoreResult<Vec<Vec<u8>>>;
     /// `snapshot`.
     fn snapshot(&mut self) -> anyhow::Result<Vec<u8>>;
     /// `query`: the encoded answer.
-    fn query(&mut self, now: Millis, query: &[u8]) -> CoreResult<Vec<u8>>;
+    fn query(&mut self, now: Millis, query: Vec<u8>) -> CoreResult<Vec<u8>>;
 }
 
 /// Which backend runs the master.
@@ -54,8 +54,8 @@ impl NativeCore {
 }
 
 impl Core for NativeCore {
-    fn decide(&mut self, now: Millis, command: &[u8]) -> CoreResult<(Vec<Vec<u8>>, Vec<u8>)> {
-        Ok(self.0.decide(now, command))
+    fn decide(&mut self, now: Millis, command: Vec<u8>) -> CoreResult<(Vec<Vec<u8>>, Vec<u8>)> {
+        Ok(self.0.decide(now, &command))
     }
     fn apply(&mut self, events: &[Vec<u8>]) -> CoreResult<Vec<Vec<u8>>> {
         Ok(self.0.apply(events))
@@ -63,8 +63,8 @@ impl Core for NativeCore {
     fn snapshot(&mut self) -> anyhow::Result<Vec<u8>> {
         Ok(self.0.snapshot())
     }
-    fn query(&mut self, now: Millis, query: &[u8]) -> CoreResult<Vec<u8>> {
-        Ok(self.0.query(now, query))
+    fn query(&mut self, now: Millis, query: Vec<u8>) -> CoreResult<Vec<u8>> {
+        Ok(self.0.query(now, &query))
     }
 }
 
@@ -160,10 +160,10 @@ fn rejection(r: bindings::cohort::master::types::Rejection) -> Rejection {
 }
 
 impl Core for WasmCore {
-    fn decide(&mut self, now: Millis, command: &[u8]) -> CoreResult<(Vec<Vec<u8>>, Vec<u8>)> {
+    fn decide(&mut self, now: Millis, command: Vec<u8>) -> CoreResult<(Vec<Vec<u8>>, Vec<u8>)> {
         Ok(self
             .master
-            .call_decide(&mut self.store, now, &command.to_vec())?
+            .call_decide(&mut self.store, now, &command)?
             .map(|d| (d.events, d.reply))
             .map_err(rejection))
     }
@@ -176,10 +176,10 @@ impl Core for WasmCore {
     fn snapshot(&mut self) -> anyhow::Result<Vec<u8>> {
         Ok(self.master.call_snapshot(&mut self.store)?)
     }
-    fn query(&mut self, now: Millis, query: &[u8]) -> CoreResult<Vec<u8>> {
+    fn query(&mut self, now: Millis, query: Vec<u8>) -> CoreResult<Vec<u8>> {
         Ok(self
             .master
-            .call_query(&mut self.store, now, &query.to_vec())?
+            .call_query(&mut self.store, now, &query)?
             .map_err(rejection))
     }
 }
@@ -194,7 +194,7 @@ mod tests {
         let mut out = Vec::new();
         for scenario in scenarios::all() {
             for (now, command) in scenario.steps {
-                match core.decide(now, &encode(&command)).unwrap() {
+                match core.decide(now, encode(&command)).unwrap() {
                     Ok((events, reply)) => {
                         out.push(reply);
                         out.extend(events.iter().cloned());
@@ -204,7 +204,7 @@ mod tests {
                 }
                 for id in 0..4 {
                     let query = cohort_master::Query::Job { id };
-                    match core.query(now, &encode(&query)).unwrap() {
+                    match core.query(now, encode(&query)).unwrap() {
                         Ok(answer) => out.push(answer),
                         Err(rejection) => out.push(rejection.code.into_bytes()),
                     }

@@ -663,7 +663,7 @@ impl MasterLoop {
     }
 
     fn query(&mut self, now: Millis, query: &Query) -> anyhow::Result<Result<Answer, Rejection>> {
-        Ok(match self.core.query(now, &encode(query))? {
+        Ok(match self.core.query(now, encode(query))? {
             Ok(bytes) => Ok(decode(&bytes).map_err(|r| anyhow::anyhow!("bad answer: {r}"))?),
             Err(rejection) => Err(rejection),
         })
@@ -678,7 +678,7 @@ impl MasterLoop {
         command: &Command,
     ) -> anyhow::Result<Result<(Reply, Vec<Assignment>), Rejection>> {
         self.counters.commands.fetch_add(1, Ordering::Relaxed);
-        let (events, reply) = match self.core.decide(now, &encode(command))? {
+        let (events, reply) = match self.core.decide(now, encode(command))? {
             Ok(decision) => decision,
             Err(rejection) => return Ok(Err(rejection)),
         };
