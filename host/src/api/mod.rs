@@ -11,6 +11,8 @@
 //!   journal fsync that covers the job (see [`crate::master::service`]).
 //! * **Waiting** (`?wait_ms=`) is a watch on the job, not a poll loop, and is
 //!   capped at [`WAIT_MS_MAX`].
+//! * **Connections are bounded** ([`CONNECTIONS_MAX`]); beyond, clients wait
+//!   to be accepted, so waits and bodies in flight are bounded too.
 
 pub mod types;
 
@@ -53,6 +55,8 @@ pub const LIST_LIMIT_DEFAULT: u32 = 100;
 const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// Time given to open connections to finish when the node stops.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Connections served at once (each may hold a long-poll and a body).
+pub const CONNECTIONS_MAX: usize = 4096;
 /// A client must send its request headers within this.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -210,7 +214,12 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, mut shutdown: watch::Re
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
+    let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
     loop {
+        // At the bound, new connections wait in the kernel's accept queue.
+        let Ok(slot) = connections.clone().acquire_owned().await else {
+            break;
+        };
         tokio::select! {
             accepted = listener.accept() => {
                 let stream = match accepted {
@@ -235,6 +244,7 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, mut shutdown: watch::Re
                     if let Err(error) = connection.await {
                         tracing::debug!("connection ended: {error}");
                     }
+                    drop(slot);
                 });
             }
             _ = shutdown.changed() => break,
