@@ -315,12 +315,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     // its worker; with no successor, drain first so the running attempts'
     // outcomes still reach the master here. Then stop serving and leave.
     membership.publish(keys::STATUS, Some("leaving")).await;
-    let successor = {
-        let view = view.borrow();
-        view.members
-            .iter()
-            .any(|m| m.roles.back_end && !m.leaving && m.node_id != view.me)
-    };
+    let successor = view.borrow().successor().is_some();
     let mut worker = worker;
     if link.local().is_some()
         && !successor
@@ -428,10 +423,7 @@ impl LocalMaster {
     async fn hand_over(&self, epoch: u64) {
         let target = {
             let view = self.view.borrow();
-            view.members
-                .iter()
-                .filter(|m| m.roles.back_end && !m.leaving && m.node_id != view.me)
-                .min_by(|a, b| a.age().cmp(&b.age()))
+            view.successor()
                 .map(|m| (m.node_id.clone(), m.http.clone()))
         };
         let Some((node, url)) = target else {

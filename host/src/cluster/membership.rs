@@ -194,6 +194,15 @@ impl View {
             .min_by(|a, b| a.age().cmp(&b.age()))
     }
 
+    /// Where the master goes when this node gives it up: the oldest live
+    /// back-end member other than this node that is not leaving.
+    pub fn successor(&self) -> Option<&Member> {
+        self.members
+            .iter()
+            .filter(|m| m.roles.back_end && !m.leaving && m.node_id != self.me)
+            .min_by(|a, b| a.age().cmp(&b.age()))
+    }
+
     /// The member that says it hosts the master (the highest epoch if,
     /// briefly, two do).
     pub fn master_host(&self) -> Option<&Member> {
@@ -495,6 +504,20 @@ pub(crate) mod tests {
         b.master_epoch = Some(4);
         let v = view(vec![a, b, member("c", 3, "worker")]);
         assert_eq!(v.master_host().unwrap().node_id, "b");
+    }
+
+    #[test]
+    fn the_successor_is_the_oldest_other_back_end_not_leaving() {
+        let mut b = member("b", 2, "back-end");
+        b.leaving = true;
+        let v = view(vec![
+            member("a", 1, "back-end"),
+            b,
+            member("w", 0, "worker"),
+            member("c", 3, "back-end"),
+        ]);
+        assert_eq!(v.me, "a");
+        assert_eq!(v.successor().unwrap().node_id, "c");
     }
 
     #[test]
