@@ -320,6 +320,20 @@ async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, Ap
     }
 }
 
+/// A module digest from a request; a malformed one is reported with `code`,
+/// like a module that does not exist.
+fn parse_digest(text: &str, code: &str) -> Result<Digest, ApiError> {
+    text.parse()
+        .map_err(|e: crate::runtime::module::DigestParseError| ApiError::new(code, e.to_string()))
+}
+
+fn not_stored(code: &str, digest: &Digest) -> ApiError {
+    ApiError::new(
+        code,
+        format!("no module {digest} is stored; upload it with POST /v1/modules"),
+    )
+}
+
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::new("bad_json", e.to_string()))
 }
@@ -438,7 +452,10 @@ impl Api {
                 },
             )),
             (&Method::GET, ["v1", "modules", digest]) => {
-                let digest = self.stored_digest(digest, "module_not_stored")?;
+                let digest = parse_digest(digest, "module_not_stored")?;
+                if !self.modules.contains(&digest) {
+                    return Err(not_stored("module_not_stored", &digest));
+                }
                 let wasm = self.modules.read(&digest).await?;
                 Ok(bytes("application/wasm", wasm))
             }
@@ -504,21 +521,6 @@ impl Api {
         }
     }
 
-    fn stored_digest(&self, text: &str, missing: &str) -> Result<Digest, ApiError> {
-        let digest: Digest =
-            text.parse()
-                .map_err(|e: crate::runtime::module::DigestParseError| {
-                    ApiError::new(missing, e.to_string())
-                })?;
-        if !self.modules.contains(&digest) {
-            return Err(ApiError::new(
-                missing,
-                format!("no module {digest} is stored; upload it with POST /v1/modules"),
-            ));
-        }
-        Ok(digest)
-    }
-
     fn health(&self) -> Result<Reply200, ApiError> {
         if self.master.local().is_some_and(|m| m.has_failed()) {
             return Err(ApiError::new(
@@ -542,18 +544,9 @@ impl Api {
     }
 
     async fn spec(&self, submit: SubmitRequest) -> Result<JobSpec, ApiError> {
-        let digest: Digest =
-            submit
-                .module
-                .parse()
-                .map_err(|e: crate::runtime::module::DigestParseError| {
-                    ApiError::new("module_not_found", e.to_string())
-                })?;
+        let digest = parse_digest(&submit.module, "module_not_found")?;
         if !self.fetcher.ensure(&self.modules, &digest).await? {
-            return Err(ApiError::new(
-                "module_not_found",
-                format!("no module {digest} is stored; upload it with POST /v1/modules"),
-            ));
+            return Err(not_stored("module_not_found", &digest));
         }
         let inputs = [
             submit.input.is_some(),
