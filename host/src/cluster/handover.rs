@@ -32,6 +32,8 @@ pub const HANDOVER_PATH: &str = "/internal/v1/handover";
 pub const HANDOVER_BYTES_MAX: usize = 1 << 30;
 /// Longest the next master waits for a hand-over from a live old host.
 pub const HANDOVER_WAIT: Duration = Duration::from_secs(10);
+/// Senders of hand-overs remembered (as leaving) at most.
+const DEPARTED_KEPT_MAX: usize = 64;
 /// Longest a hand-over transfer may take.
 const TRANSFER_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -80,6 +82,11 @@ impl Inbox {
         .map_err(|e| e.to_string())?;
         eprintln!("received the master from {from} (epoch {epoch}, journal index {index})");
         self.departed.send_modify(|departed| {
+            // A departed generation never comes back; old ones only matter
+            // while their node is still leaving, so a few are enough.
+            if departed.len() >= DEPARTED_KEPT_MAX {
+                departed.pop_first();
+            }
             departed.insert((from, generation));
         });
         self.adopted.send_replace(epoch);
