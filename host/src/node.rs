@@ -211,9 +211,9 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let component = Arc::new(OnceCell::new());
     if roles.back_end {
         let component = component.clone();
-        let cache = data_dir.join("compiled");
+        let data_dir = data_dir.clone();
         tokio::spawn(async move {
-            if let Err(error) = master_component(&component, cache).await {
+            if let Err(error) = master_component(&component, data_dir).await {
                 tracing::warn!("cannot precompile the master component: {error:#}");
             }
         });
@@ -342,14 +342,14 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The node's master component: compiled (or loaded from `cache`) by the
-/// first caller, shared by every later one.
+/// The node's master component: compiled (or loaded from the compile cache
+/// in `data_dir`) by the first caller, shared by every later one.
 async fn master_component(
     cell: &OnceCell<MasterComponent>,
-    cache: PathBuf,
+    data_dir: PathBuf,
 ) -> anyhow::Result<&MasterComponent> {
     cell.get_or_try_init(|| async move {
-        tokio::task::spawn_blocking(move || MasterComponent::load(Some(&cache)))
+        tokio::task::spawn_blocking(move || MasterComponent::load(Some(&data_dir)))
             .await
             .context("the compiler thread failed")?
     })
@@ -471,8 +471,8 @@ impl singleton::Host for LocalMaster {
         let seen = self.epoch_seen.load(Ordering::Relaxed);
         options.min_epoch = seen + 1;
         if options.core == CoreKind::Wasm {
-            let cache = options.data_dir.join("compiled");
-            options.component = Some(master_component(&self.component, cache).await?.clone());
+            let data_dir = options.data_dir.clone();
+            options.component = Some(master_component(&self.component, data_dir).await?.clone());
         }
         let (handle, report) = tokio::task::spawn_blocking(move || master::start(options))
             .await

@@ -10,6 +10,9 @@
 //! must stay pure, so every import it declares is linked to a trap: the
 //! first attempt to read a clock, a file or randomness would fail loudly.
 
+use crate::runtime::Digest;
+use crate::runtime::engine::engine_fingerprint;
+use crate::runtime::module::DiskCache;
 use cohort_master::{Machine, Millis, Rejection};
 use std::path::Path;
 use wasmtime::component::{Component, Linker};
@@ -84,12 +87,12 @@ impl std::fmt::Debug for MasterComponent {
 
 impl MasterComponent {
     /// Compiles the embedded master component, reusing a compiled artifact
-    /// under `cache_dir` when one matches this engine and component.
-    pub fn load(cache_dir: Option<&Path>) -> anyhow::Result<Self> {
+    /// from `data_dir`'s compile cache when one matches this engine.
+    pub fn load(data_dir: Option<&Path>) -> anyhow::Result<Self> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         let engine = Engine::new(&config)?;
-        let component = match cache_dir {
+        let component = match data_dir {
             Some(dir) => load_cached(&engine, dir)?,
             None => Component::new(&engine, crate::guests::MASTER)?,
         };
@@ -113,35 +116,21 @@ impl MasterComponent {
     }
 }
 
-/// Compiled master components are cached as
-/// `<dir>/master-<hash of engine settings and component>.cwasm`.
-fn load_cached(engine: &Engine, dir: &Path) -> anyhow::Result<Component> {
-    use sha2::{Digest as _, Sha256};
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    engine.precompile_compatibility_hash().hash(&mut hasher);
-    let engine_hash = hasher.finish();
-    let component_hash = Sha256::digest(crate::guests::MASTER);
-    let name = format!(
-        "master-{engine_hash:016x}-{}.cwasm",
-        component_hash[..8]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    );
-    let path = dir.join(name);
-    if let Ok(bytes) = std::fs::read(&path) {
-        // SAFETY: the file was written by `precompile_component` below, under
-        // a name that encodes this engine's compatibility hash.
+/// The compiled master, from the node's compile cache (the same one job
+/// modules use: `<data>/compiled/<engine fingerprint>/<sha256>.cwasm`), or
+/// compiled now and stored there.
+fn load_cached(engine: &Engine, data_dir: &Path) -> anyhow::Result<Component> {
+    let cache = DiskCache::open(data_dir, &engine_fingerprint(engine))?;
+    let digest = Digest::of(crate::guests::MASTER);
+    if let Ok(bytes) = std::fs::read(cache.path(&digest)) {
+        // SAFETY: the cache holds only artifacts this code precompiled, under
+        // a directory named by the engine's compatibility fingerprint.
         if let Ok(component) = unsafe { Component::deserialize(engine, &bytes) } {
             return Ok(component);
         }
     }
     let bytes = engine.precompile_component(crate::guests::MASTER)?;
-    std::fs::create_dir_all(dir)?;
-    let mut file = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut file, &bytes)?;
-    file.persist(&path)?;
+    cache.store(&digest, &bytes)?;
     // SAFETY: just produced by this engine.
     Ok(unsafe { Component::deserialize(engine, &bytes)? })
 }

@@ -318,8 +318,7 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
         CoreKind::Wasm => {
             let component = match &options.component {
                 Some(component) => component.clone(),
-                None => MasterComponent::load(Some(&options.data_dir.join("compiled")))
-                    .map_err(StartError::Core)?,
+                None => MasterComponent::load(Some(&options.data_dir)).map_err(StartError::Core)?,
             };
             Box::new(
                 component

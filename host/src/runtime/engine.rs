@@ -374,7 +374,7 @@ fn build_engine(config: &RuntimeConfig) -> wasmtime::Result<Engine> {
 
 /// A stable name for the engine's code-generation settings: compiled
 /// artifacts are only reused by an engine with the same fingerprint.
-fn engine_fingerprint(engine: &Engine) -> String {
+pub(crate) fn engine_fingerprint(engine: &Engine) -> String {
     struct Sha256Hasher(sha2::Sha256);
     impl Hasher for Sha256Hasher {
         fn write(&mut self, bytes: &[u8]) {
