@@ -23,6 +23,18 @@
 //! Once a snapshot covers every entry below some index, [`Journal::compact`]
 //! deletes the segments that hold only such entries, so recovery time stays
 //! bounded by the snapshot interval rather than the journal's age.
+//!
+//! # Replicas
+//!
+//! Back-end nodes keep copies of the master's journal (see
+//! `cluster::replica`). Two journals are compared by their [`Shape`]: the
+//! range of entries they hold and the epoch of each run of entries. Two
+//! entries with the same index and epoch are the same entry (one master
+//! per epoch wrote it, and replicas only take entries in order), so the
+//! first index where the epochs differ is where two journals diverge. A
+//! replica drops its entries from there on ([`Journal::truncate_from`]) and
+//! takes the master's; a replica too far behind gets a snapshot instead and
+//! restarts its journal at the snapshot's index ([`Journal::reset_to`]).
 
 use super::frame::{self, Tail};
 use super::storage::Storage;
@@ -78,6 +90,61 @@ pub enum JournalError {
     },
 }
 
+/// Which entries a journal holds and which epochs wrote them: enough to
+/// find where two journals diverge without reading them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Shape {
+    /// Index of the oldest entry held (entries below were compacted into a
+    /// snapshot).
+    pub first: u64,
+    /// Index the next entry gets.
+    pub next: u64,
+    /// `(first index, epoch)` of each run of entries written by one epoch,
+    /// ascending; a run lasts until the next one starts (the last until
+    /// `next`).
+    pub runs: Vec<(u64, u64)>,
+    /// Epoch of the newest entry (or, for an empty journal, of the snapshot
+    /// it starts from).
+    pub last_epoch: u64,
+}
+
+impl Shape {
+    /// The epoch that wrote entry `index`, if held.
+    pub fn epoch_at(&self, index: u64) -> Option<u64> {
+        if index < self.first || index >= self.next {
+            return None;
+        }
+        let run = self.runs.partition_point(|&(start, _)| start <= index);
+        run.checked_sub(1).map(|run| self.runs[run].1)
+    }
+
+    /// The first index from which `other` differs from this journal:
+    /// entries below it are the same in both (or compacted in one of them).
+    /// Entries of `other` from there on must be dropped and replaced by
+    /// this journal's.
+    pub fn divergence(&self, other: &Shape) -> u64 {
+        let low = self.first.max(other.first);
+        let high = self.next.min(other.next);
+        if low >= high {
+            return high.min(other.next);
+        }
+        // Epochs are constant between run starts: compare at each start.
+        let mut points: Vec<u64> = self
+            .runs
+            .iter()
+            .chain(&other.runs)
+            .map(|&(start, _)| start)
+            .filter(|&start| start > low && start < high)
+            .collect();
+        points.push(low);
+        points.sort_unstable();
+        points
+            .into_iter()
+            .find(|&index| self.epoch_at(index) != other.epoch_at(index))
+            .unwrap_or(high)
+    }
+}
+
 /// An open journal. See the module docs.
 #[derive(Debug)]
 pub struct Journal<S: Storage> {
@@ -87,6 +154,10 @@ pub struct Journal<S: Storage> {
     segment_bytes: u64,
     next_index: u64,
     last_epoch: u64,
+    /// Index of the oldest entry held.
+    first_index: u64,
+    /// Runs of entries by epoch, as in [`Shape::runs`].
+    runs: Vec<(u64, u64)>,
     segment_bytes_max: u64,
     /// Whether anything was appended since the last sync.
     dirty: bool,
@@ -108,8 +179,10 @@ impl<S: Storage> Journal<S> {
     ) -> Result<(Self, Recovered), JournalError> {
         let segments = storage.segments()?;
         let mut recovered = Recovered::default();
-        let mut next_index = segments.first().copied().unwrap_or(0);
+        let first_index = segments.first().copied().unwrap_or(0);
+        let mut next_index = first_index;
         let mut last_epoch = 0;
+        let mut runs: Vec<(u64, u64)> = Vec::new();
         let mut segment_bytes = 0;
         for (position, &segment) in segments.iter().enumerate() {
             let is_newest = position + 1 == segments.len();
@@ -143,6 +216,9 @@ impl<S: Storage> Journal<S> {
                     ));
                 }
                 offset += frame::FRAME_HEADER_BYTES + payload.len();
+                if runs.last().is_none_or(|&(_, epoch)| epoch != entry.epoch) {
+                    runs.push((entry.index, entry.epoch));
+                }
                 next_index += 1;
                 last_epoch = entry.epoch;
                 recovered.entries.push(entry);
@@ -169,6 +245,8 @@ impl<S: Storage> Journal<S> {
             segment_bytes,
             next_index,
             last_epoch,
+            first_index,
+            runs,
             segment_bytes_max,
             dirty: false,
             buffer: Vec::new(),
@@ -184,6 +262,91 @@ impl<S: Storage> Journal<S> {
     /// Epoch of the newest entry (0 for an empty journal).
     pub fn last_epoch(&self) -> u64 {
         self.last_epoch
+    }
+
+    /// Which entries the journal holds, by epoch.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            first: self.first_index,
+            next: self.next_index,
+            runs: self.runs.clone(),
+            last_epoch: self.last_epoch,
+        }
+    }
+
+    /// Drops every entry from `index` on, durably (a replica's entries that
+    /// the master's journal does not have). Entries below the oldest held
+    /// cannot be dropped this way: use [`reset_to`](Self::reset_to).
+    pub fn truncate_from(&mut self, index: u64) -> Result<(), JournalError> {
+        if index >= self.next_index {
+            return Ok(());
+        }
+        if index < self.first_index {
+            return Err(JournalError::Corrupt {
+                segment: self.first_index,
+                offset: 0,
+                reason: format!(
+                    "cannot cut the journal at {index}: it starts at {}",
+                    self.first_index
+                ),
+            });
+        }
+        self.sync()?;
+        let segments = self.storage.segments()?;
+        let holder = segments
+            .iter()
+            .copied()
+            .filter(|&segment| segment <= index)
+            .max()
+            .unwrap_or(self.first_index);
+        // Find the byte offset of entry `index` in its segment.
+        let bytes = self.storage.read(holder)?;
+        let mut offset = 0u64;
+        for payload in frame::scan(&bytes).payloads {
+            if decode_entry(payload).is_some_and(|entry| entry.index >= index) {
+                break;
+            }
+            offset += (frame::FRAME_HEADER_BYTES + payload.len()) as u64;
+        }
+        self.storage.truncate(holder, offset)?;
+        for &later in segments.iter().filter(|&&segment| segment > holder) {
+            self.storage.remove(later)?;
+        }
+        self.segment = holder;
+        self.segment_bytes = offset;
+        self.next_index = index;
+        self.runs.retain(|&(start, _)| start < index);
+        // With no entry left, anything older was compacted: any epoch may
+        // follow.
+        self.last_epoch = self.runs.last().map_or(0, |&(_, epoch)| epoch);
+        Ok(())
+    }
+
+    /// Drops every entry and continues at `index`, as if entries below it
+    /// had been written by `epoch` and compacted: for a replica that took a
+    /// snapshot at `index` because it lacked the entries before it.
+    pub fn reset_to(&mut self, index: u64, epoch: u64) -> Result<(), JournalError> {
+        for segment in self.storage.segments()? {
+            self.storage.remove(segment)?;
+        }
+        // An empty segment named `index` records where the journal starts.
+        self.storage.append(index, &[])?;
+        self.storage.sync(index)?;
+        self.segment = index;
+        self.segment_bytes = 0;
+        self.next_index = index;
+        self.first_index = index;
+        self.runs.clear();
+        self.last_epoch = epoch;
+        self.dirty = false;
+        Ok(())
+    }
+
+    /// Entries from `from` on, at most about `bytes_max` of data (at least
+    /// one entry if there is one), read from storage. Empty if `from` is
+    /// below the oldest entry held or at the end.
+    pub fn read_from(&self, from: u64, bytes_max: usize) -> Result<Vec<Entry>, JournalError> {
+        read_entries(&self.storage, from, bytes_max)
     }
 
     /// Appends an entry written by `epoch`; returns its index. Not durable
@@ -210,6 +373,9 @@ impl<S: Storage> Journal<S> {
         self.storage.append(self.segment, &self.buffer)?;
         self.segment_bytes += self.buffer.len() as u64;
         self.next_index += 1;
+        if self.runs.last().is_none_or(|&(_, last)| last != epoch) {
+            self.runs.push((index, epoch));
+        }
         self.last_epoch = epoch;
         self.dirty = true;
         Ok(index)
@@ -237,7 +403,17 @@ impl<S: Storage> Journal<S> {
             if pair[1] <= index {
                 self.storage.remove(pair[0])?;
                 removed += 1;
+                self.first_index = pair[1];
             }
+        }
+        // Runs wholly below the oldest entry are gone with their segments.
+        let first = self.first_index;
+        let keep_from = self.runs.partition_point(|&(start, _)| start <= first);
+        if keep_from > 1 {
+            self.runs.drain(..keep_from - 1);
+        }
+        if let Some(run) = self.runs.first_mut() {
+            run.0 = run.0.max(first);
         }
         Ok(removed)
     }
@@ -251,6 +427,49 @@ impl<S: Storage> Journal<S> {
     pub fn into_storage(self) -> S {
         self.storage
     }
+}
+
+/// Entries from `from` on in `storage`, at most about `bytes_max` of data
+/// (see [`Journal::read_from`]). Safe to call on storage another handle
+/// appends to: an entry being written shows up as a torn tail and is not
+/// returned.
+pub fn read_entries<S: Storage + ?Sized>(
+    storage: &S,
+    from: u64,
+    bytes_max: usize,
+) -> Result<Vec<Entry>, JournalError> {
+    let segments = storage.segments()?;
+    let start = segments.iter().rposition(|&segment| segment <= from);
+    let mut entries = Vec::new();
+    let mut bytes = 0;
+    let Some(start) = start else {
+        return Ok(entries);
+    };
+    for &segment in &segments[start..] {
+        let content = match storage.read(segment) {
+            Ok(content) => content,
+            // Compacted meanwhile: what is left starts later.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => break,
+            Err(error) => return Err(error.into()),
+        };
+        for payload in frame::scan(&content).payloads {
+            let Some(entry) = decode_entry(payload) else {
+                break;
+            };
+            if entry.index < from {
+                continue;
+            }
+            if entry.index != from + entries.len() as u64 {
+                return Ok(entries);
+            }
+            bytes += entry.data.len();
+            entries.push(entry);
+            if bytes >= bytes_max {
+                return Ok(entries);
+            }
+        }
+    }
+    Ok(entries)
 }
 
 fn decode_entry(payload: &[u8]) -> Option<Entry> {
@@ -361,6 +580,71 @@ mod tests {
         );
     }
 
+    fn append_epochs(journal: &mut Journal<MemStorage>, epochs: &[u64]) {
+        for &epoch in epochs {
+            journal.append(epoch, &[epoch as u8]).unwrap();
+        }
+        journal.sync().unwrap();
+    }
+
+    #[test]
+    fn shapes_find_where_journals_diverge() {
+        let (mut master, _) = open(MemStorage::new());
+        append_epochs(&mut master, &[1, 1, 1, 2, 2, 4, 4]);
+        let (mut same_prefix, _) = open(MemStorage::new());
+        append_epochs(&mut same_prefix, &[1, 1, 1, 2]);
+        let (mut diverged, _) = open(MemStorage::new());
+        append_epochs(&mut diverged, &[1, 1, 1, 2, 3, 3, 3, 3]);
+        let (empty, _) = open(MemStorage::new());
+        let shape = master.shape();
+        assert_eq!(shape.runs, vec![(0, 1), (3, 2), (5, 4)]);
+        assert_eq!(shape.epoch_at(4), Some(2));
+        assert_eq!(shape.epoch_at(7), None);
+        // Behind but agreeing: diverges at its end.
+        assert_eq!(shape.divergence(&same_prefix.shape()), 4);
+        // Wrote entries of epoch 3 that the master never had.
+        assert_eq!(shape.divergence(&diverged.shape()), 4);
+        assert_eq!(shape.divergence(&empty.shape()), 0);
+        assert_eq!(shape.divergence(&shape), 7);
+        // Cut the diverged one there and copy the master's entries.
+        diverged.truncate_from(4).unwrap();
+        for entry in master.read_from(4, usize::MAX).unwrap() {
+            diverged.append(entry.epoch, &entry.data).unwrap();
+        }
+        diverged.sync().unwrap();
+        assert_eq!(diverged.shape(), shape);
+        let (reopened, recovered) = open(diverged.into_storage());
+        assert_eq!(reopened.shape(), shape);
+        assert_eq!(recovered.entries.len(), 7);
+    }
+
+    #[test]
+    fn a_reset_journal_starts_at_its_snapshot_index() {
+        let (mut journal, _) = open(MemStorage::new());
+        append_epochs(&mut journal, &[1, 1, 2]);
+        journal.reset_to(10, 3).unwrap();
+        assert_eq!((journal.next_index(), journal.last_epoch()), (10, 3));
+        let (mut journal, recovered) = open(journal.into_storage());
+        assert!(recovered.entries.is_empty());
+        assert_eq!(journal.next_index(), 10);
+        assert_eq!(journal.append(3, b"x").unwrap(), 10);
+        journal.sync().unwrap();
+        assert_eq!(journal.read_from(10, 1).unwrap()[0].data, b"x");
+        assert!(journal.read_from(3, 1).unwrap().is_empty());
+    }
+
+    #[test]
+    fn reads_stop_at_the_byte_budget_but_return_at_least_one_entry() {
+        let (mut journal, _) = open(MemStorage::new());
+        for _ in 0..10 {
+            journal.append(1, &[0; 100]).unwrap();
+        }
+        journal.sync().unwrap();
+        assert_eq!(journal.read_from(2, 250).unwrap().len(), 3);
+        assert_eq!(journal.read_from(2, 1).unwrap().len(), 1);
+        assert_eq!(journal.read_from(9, usize::MAX).unwrap().len(), 1);
+    }
+
     #[test]
     fn segments_roll_and_compaction_drops_covered_ones() {
         let dir = tempfile::tempdir().unwrap();
@@ -382,6 +666,8 @@ mod tests {
         assert_eq!(journal.next_index(), 10);
         let first = recovered.entries.first().unwrap().index;
         assert!(first <= 8 && first > 0, "kept from {first}");
+        assert_eq!(journal.shape().first, first);
+        assert_eq!(journal.shape().runs, vec![(first, 1)]);
         assert_eq!(recovered.entries.last().unwrap().index, 9);
     }
 }

@@ -6,5 +6,5 @@ pub mod frame;
 pub mod log;
 pub mod storage;
 
-pub use log::{Entry, Journal, JournalError, Recovered};
+pub use log::{Entry, Journal, JournalError, Recovered, Shape};
 pub use storage::{FsStorage, MemStorage, Storage};
