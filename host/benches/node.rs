@@ -262,6 +262,7 @@ async fn commit(core: CoreKind) {
         live_workers: Vec::new(),
         min_epoch: 0,
         component: None,
+        replication: None,
     };
     let (handle, _) = tokio::task::spawn_blocking(move || master::start(options))
         .await
@@ -339,6 +340,7 @@ async fn recovery(core: CoreKind) {
         live_workers: Vec::new(),
         min_epoch: 0,
         component: None,
+        replication: None,
     };
     let started = Instant::now();
     let (handle, report) = tokio::task::spawn_blocking(move || master::start(options))

@@ -16,7 +16,9 @@ use crate::api::{self, Api, JobDefaults, NodeInfo};
 use crate::cluster::link::MasterLink;
 use crate::cluster::membership::{self, Membership, MembershipConfig, Roles, keys};
 use crate::cluster::modules::ModuleFetcher;
-use crate::cluster::{handover, singleton};
+use crate::cluster::replica::Replica;
+use crate::cluster::{handover, singleton, takeover};
+use crate::master::replicate::ReplicationOptions;
 use crate::master::core::MasterComponent;
 use crate::master::{self, CoreKind, MasterOptions};
 use crate::modules::ModuleStore;
@@ -93,6 +95,11 @@ pub struct NodeArgs {
     /// Events between master snapshots.
     #[arg(long, default_value_t = master::service::SNAPSHOT_EVERY_DEFAULT)]
     pub snapshot_every: u64,
+    /// Other back-end nodes that must hold a journal batch before the
+    /// master acknowledges it [default: 1 once this node has seen another
+    /// back-end node, 0 before].
+    #[arg(long, env = "COHORT_MIN_REPLICAS")]
+    pub min_replicas: Option<usize>,
     /// Run the master's logic natively instead of in its Wasm component
     /// (for comparisons).
     #[arg(long, value_enum, default_value = "wasm", hide = true)]
@@ -156,9 +163,12 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let link = MasterLink::new(local_rx, view.clone());
     let fetcher = ModuleFetcher::new(view.clone());
 
-    let inbox = roles
+    let replica = roles
         .back_end
-        .then(|| handover::Inbox::new(data_dir.clone()));
+        .then(|| Replica::open(data_dir.clone()))
+        .transpose()
+        .with_context(|| format!("cannot open the journal replica in {}", data_dir.display()))?;
+    let inbox = replica.clone().map(handover::Inbox::new);
     let leave = Arc::new(tokio::sync::Notify::new());
     let progress = ProgressBoard::default();
     let worker = (slots > 0)
@@ -186,6 +196,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         fetcher,
         view: view.clone(),
         handover: inbox.clone(),
+        replica: replica.clone(),
         leave: leave.clone(),
         modules,
         progress,
@@ -267,7 +278,11 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 live_workers: Vec::new(),
                 min_epoch: 0,
                 component: None,
+                replication: None,
             },
+            min_replicas: args.min_replicas,
+            replica: replica.clone().expect("back-end nodes have a replica"),
+            peer: Peer::default(),
             local: local_master,
             running: None,
             view: view.clone(),
@@ -283,7 +298,16 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         };
         tokio::spawn(async move {
             let departed = host.inbox.departed();
-            singleton::run(&membership, &mut host, settle, departed, singleton_stopped).await
+            let deposed = host.replica.superseded();
+            singleton::run(
+                &membership,
+                &mut host,
+                settle,
+                departed,
+                deposed,
+                singleton_stopped,
+            )
+            .await
         })
     });
 
@@ -360,9 +384,18 @@ async fn master_component(
 /// decides whether it hosts the master, so it first hears of older nodes.
 const JOIN_SETTLE: Duration = Duration::from_secs(1);
 
+/// Marks a data directory whose node has seen another back-end node: from
+/// then on its master needs a replica by default, even after a restart
+/// that finds it alone (it may be the stale one).
+const REPLICATED_MARKER: &str = "replicated";
+
 /// The master on this node, started and stopped by the singleton manager.
 struct LocalMaster {
     options: MasterOptions,
+    /// `--min-replicas`, if given.
+    min_replicas: Option<usize>,
+    replica: Arc<Replica>,
+    peer: Peer,
     local: watch::Sender<Option<master::MasterHandle>>,
     running: Option<master::MasterHandle>,
     view: watch::Receiver<membership::View>,
@@ -376,6 +409,25 @@ struct LocalMaster {
 }
 
 impl LocalMaster {
+    /// Replicas a batch needs: `--min-replicas`, or 1 once this node has
+    /// seen another back-end node (remembered in the data directory), else
+    /// 0.
+    fn min_replicas(&self, view: &membership::View) -> usize {
+        if let Some(min_replicas) = self.min_replicas {
+            return min_replicas;
+        }
+        let marker = self.options.data_dir.join(REPLICATED_MARKER);
+        if view.back_ends().any(|m| m.node_id != view.me) {
+            if !marker.exists()
+                && let Err(error) = std::fs::write(&marker, b"")
+            {
+                tracing::warn!("cannot write {}: {error}", marker.display());
+            }
+            return 1;
+        }
+        usize::from(marker.exists())
+    }
+
     /// If another node still advertises the master, waits (bounded) for its
     /// hand-over, or for it to vanish (a crash). Returns whether a hand-over
     /// arrived.
@@ -447,14 +499,14 @@ impl LocalMaster {
                 }
             };
         let handover = handover::Handover {
-            epoch: epoch.max(snapshot.epoch) + 1,
+            epoch: epoch.max(snapshot.epoch),
             from: me,
             generation,
-            state: snapshot.state,
+            snapshot,
         };
-        match handover::send(&Peer::default(), &url, &handover).await {
+        match handover::send(&self.peer, &url, &handover).await {
             Ok(()) => eprintln!(
-                "handed the master over to {node} (epoch {}) in {:.1?}",
+                "handed the master over to {node} (from epoch {}) in {:.1?}",
                 handover.epoch,
                 started.elapsed()
             ),
@@ -464,23 +516,55 @@ impl LocalMaster {
 }
 
 impl singleton::Host for LocalMaster {
-    async fn start(&mut self, live_workers: Vec<String>) -> anyhow::Result<u64> {
-        let handed_over = self.await_handover().await;
+    async fn start(&mut self, live_workers: Vec<String>) -> anyhow::Result<Option<u64>> {
+        self.await_handover().await;
+        let view = self.view.borrow().clone();
+        let min_replicas = self.min_replicas(&view);
+        let floor = self.epoch_seen.load(Ordering::Relaxed) + 1;
+        let prepared =
+            match takeover::prepare(&self.replica, &self.peer, &view, floor, min_replicas).await? {
+                Ok(prepared) => prepared,
+                Err(reason) => {
+                    eprintln!(
+                        "cannot take the master over yet: {reason}; retrying in {:?}",
+                        singleton::START_RETRY
+                    );
+                    return Ok(None);
+                }
+            };
+        if let Some((node, entries)) = &prepared.adopted {
+            eprintln!("adopted {entries} journal entries from {node}, whose journal was ahead");
+        }
         let mut options = self.options.clone();
         options.live_workers = live_workers;
-        let seen = self.epoch_seen.load(Ordering::Relaxed);
-        options.min_epoch = seen + 1;
+        options.min_epoch = prepared.epoch;
+        options.replication = Some(ReplicationOptions {
+            min_replicas,
+            view: self.view.clone(),
+            peer: self.peer.clone(),
+        });
         if options.core == CoreKind::Wasm {
             let data_dir = options.data_dir.clone();
             options.component = Some(master_component(&self.component, data_dir).await?.clone());
         }
-        let (handle, report) = tokio::task::spawn_blocking(move || master::start(options))
+        self.replica.host(prepared.epoch)?;
+        let started = tokio::task::spawn_blocking(move || master::start(options))
             .await
-            .context("the recovery thread failed")?
-            .context("cannot start the master")?;
+            .context("the recovery thread failed")
+            .and_then(|started| started.context("cannot start the master"));
+        let (handle, report) = match started {
+            Ok(started) => started,
+            Err(error) => {
+                self.replica.unhost();
+                return Err(error);
+            }
+        };
         eprintln!(
-            "hosting the master (epoch {}); recovered in {:.1?}: snapshot {}, {} journal events replayed{}",
+            "hosting the master (epoch {}, {} of {} back-end replicas needed answered: [{}]); recovered in {:.1?}: snapshot {}, {} journal events replayed{}",
             handle.epoch(),
+            prepared.reached.len(),
+            min_replicas,
+            prepared.reached.join(", "),
             report.duration,
             report
                 .snapshot_index
@@ -495,16 +579,21 @@ impl singleton::Host for LocalMaster {
                 String::new()
             },
         );
-        if !handed_over && seen > report.journal_epoch {
-            eprintln!(
-                "WARNING: took the master over without a hand-over; this node's journal ends at epoch {} but the cluster's master reached epoch {seen}: jobs acknowledged by that master are not here (journal replication is not built yet)",
-                report.journal_epoch
-            );
-        }
+        // A replica refusing this master for a newer epoch deposes it.
+        let mut superseded = handle.superseded();
+        let replica = self.replica.clone();
+        tokio::spawn(async move {
+            while superseded.changed().await.is_ok() {
+                let newer = *superseded.borrow_and_update();
+                if let Some(epoch) = newer {
+                    replica.note_superseded(epoch);
+                }
+            }
+        });
         let epoch = handle.epoch();
         self.local.send_replace(Some(handle.clone()));
         self.running = Some(handle);
-        Ok(epoch)
+        Ok(Some(epoch))
     }
 
     async fn stop(&mut self) {
@@ -513,11 +602,22 @@ impl singleton::Host for LocalMaster {
             let epoch = handle.epoch();
             let started = std::time::Instant::now();
             handle.shutdown().await;
+            handle.stopped().await;
+            self.replica.unhost();
             eprintln!(
                 "stopped hosting the master (flushed and snapshotted in {:.1?})",
                 started.elapsed()
             );
             self.hand_over(epoch).await;
+        }
+    }
+
+    async fn step_down(&mut self) {
+        self.local.send_replace(None);
+        if let Some(handle) = self.running.take() {
+            handle.shutdown().await;
+            handle.stopped().await;
+            self.replica.unhost();
         }
     }
 

@@ -279,9 +279,9 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
                     });
                 }
             }
-            Err(MasterError::Unavailable(reason)) => {
-                // The master is moving or stopping: keep trying until told
-                // to stop.
+            Err(MasterError::Unavailable(reason) | MasterError::Unreplicated(reason)) => {
+                // The master is moving, stopping or waiting for replicas:
+                // keep trying until told to stop.
                 tracing::debug!("poll failed: {reason}");
                 tokio::select! {
                     _ = tokio::time::sleep(POLL_RETRY) => {}

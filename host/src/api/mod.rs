@@ -91,6 +91,8 @@ pub struct Api {
     pub view: watch::Receiver<View>,
     /// Where a leaving master's state arrives (back-end nodes only).
     pub handover: Option<Arc<crate::cluster::handover::Inbox>>,
+    /// This node's journal replica (back-end nodes).
+    pub replica: Option<Arc<crate::cluster::replica::Replica>>,
     /// Asks the node to leave the cluster (as SIGTERM does).
     pub leave: Arc<tokio::sync::Notify>,
     /// Uploaded modules.
@@ -136,6 +138,7 @@ impl From<MasterError> for ApiError {
         match error {
             MasterError::Rejected(r) => r.into(),
             MasterError::Unavailable(reason) => Self::new("master_unavailable", reason),
+            MasterError::Unreplicated(reason) => Self::new("replicas_unavailable", reason),
         }
     }
 }
@@ -166,7 +169,7 @@ pub fn status_for(code: &str) -> StatusCode {
             StatusCode::UNPROCESSABLE_ENTITY
         }
         "queue_full" => StatusCode::TOO_MANY_REQUESTS,
-        "master_unavailable" | "shutting_down" | "replication_failed" => {
+        "master_unavailable" | "replicas_unavailable" | "shutting_down" | "replication_failed" => {
             StatusCode::SERVICE_UNAVAILABLE
         }
         "not_front_end" => StatusCode::FORBIDDEN,
@@ -396,6 +399,19 @@ impl Api {
                     .await
                     .map_err(|e| ApiError::new("internal", e))?;
                 Ok(json(StatusCode::OK, &serde_json::json!({ "epoch": epoch })))
+            }
+            (&Method::POST, ["internal", "v1", "replica"]) => {
+                let Some(replica) = &self.replica else {
+                    return Err(ApiError::new(
+                        "bad_request",
+                        "this node is not a back-end node",
+                    ));
+                };
+                let body = read_body(request, crate::cluster::replica::REPLICA_BYTES_MAX).await?;
+                Ok(bytes(
+                    "application/x-postcard",
+                    replica.serve_wire(&body).await,
+                ))
             }
             (&Method::POST, ["internal", "v1", "modules"]) => {
                 let body = read_body(request, crate::runtime::module::MODULE_BYTES_MAX).await?;

@@ -4,24 +4,21 @@
 //! oldest back-end node, it stops taking commands (proxies everywhere hold
 //! and retry requests meanwhile), flushes its journal, takes a snapshot and
 //! sends it to the back-end node that should host the master next. That
-//! node stores it as its newest snapshot ([`store::adopt_handover`]) and
-//! starts the master from it with the next epoch. Only then does the old
-//! node stop advertising the master.
+//! node installs it in its replica (as its newest snapshot, with the
+//! journal lined up behind it) and takes the master over from it with the
+//! next epoch. Only then does the old node stop advertising the master.
 //!
 //! The next node waits for the hand-over at most [`HANDOVER_WAIT`] while
 //! the old host is still in the view; if the old host vanishes (a crash) or
-//! the wait runs out, it starts from its own journal instead. Without
-//! journal replication that journal may lack the old master's latest jobs:
-//! crash take-over with no loss needs replication, which is not built.
-//!
-//! [`store::adopt_handover`]: crate::master::store::adopt_handover
+//! the wait runs out, it takes over from the replicated journal instead
+//! (`cluster::takeover`): the hand-over only makes the move faster.
 
-use crate::master::store;
+use super::replica::{Replica, ReplicaRequest, ReplicaResponse};
+use crate::master::store::Snapshot;
 use crate::peer::Peer;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -40,30 +37,30 @@ const TRANSFER_TIMEOUT: Duration = Duration::from_secs(60);
 /// What travels from the old master's node to the next one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Handover {
-    /// The epoch the next master runs with (the old one's plus one).
+    /// The old master's epoch (the next one runs above it).
     pub epoch: u64,
     /// The old host's node id.
     pub from: String,
     /// The old host's generation (it is leaving: the next node treats it as
     /// gone at once, without waiting for gossip to say so).
     pub generation: u64,
-    /// The master's snapshot.
-    pub state: Vec<u8>,
+    /// The master's last snapshot.
+    pub snapshot: Snapshot,
 }
 
 /// Where this node receives hand-overs.
 #[derive(Debug)]
 pub struct Inbox {
-    data_dir: PathBuf,
+    replica: Arc<Replica>,
     adopted: watch::Sender<u64>,
     departed: watch::Sender<BTreeSet<(String, u64)>>,
 }
 
 impl Inbox {
-    /// An inbox storing into `data_dir`.
-    pub fn new(data_dir: PathBuf) -> Arc<Self> {
+    /// An inbox installing into `replica`.
+    pub fn new(replica: Arc<Replica>) -> Arc<Self> {
         Arc::new(Self {
-            data_dir,
+            replica,
             adopted: watch::channel(0).0,
             departed: watch::channel(BTreeSet::new()).0,
         })
@@ -73,13 +70,15 @@ impl Inbox {
     pub async fn accept(&self, body: &[u8]) -> Result<u64, String> {
         let handover: Handover = cohort_master::decode(body).map_err(|r| r.to_string())?;
         let (epoch, from, generation) = (handover.epoch, handover.from, handover.generation);
-        let data_dir = self.data_dir.clone();
-        let index = tokio::task::spawn_blocking(move || {
-            store::adopt_handover(&data_dir, epoch, handover.state)
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        let index = handover.snapshot.index;
+        let install = ReplicaRequest::Install {
+            epoch,
+            snapshot: handover.snapshot,
+        };
+        match self.replica.call_local(install).await {
+            ReplicaResponse::Shape(_) => {}
+            other => return Err(format!("cannot install the hand-over: {other:?}")),
+        }
         eprintln!("received the master from {from} (epoch {epoch}, journal index {index})");
         self.departed.send_modify(|departed| {
             // A departed generation never comes back; old ones only matter

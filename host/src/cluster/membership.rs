@@ -186,11 +186,15 @@ pub struct View {
 
 impl View {
     /// The oldest live back-end member that is not leaving: where the
-    /// master belongs.
+    /// master belongs. A member still advertising a master epoch below the
+    /// newest advertised one was superseded and is about to rejoin as the
+    /// youngest: it does not count.
     pub fn oldest_back_end(&self) -> Option<&Member> {
+        let newest = self.members.iter().filter_map(|m| m.master_epoch).max();
         self.members
             .iter()
             .filter(|m| m.roles.back_end && !m.leaving)
+            .filter(|m| m.master_epoch.is_none_or(|epoch| Some(epoch) >= newest))
             .min_by(|a, b| a.age().cmp(&b.age()))
     }
 
@@ -246,8 +250,16 @@ pub struct MembershipConfig {
     pub keys: Vec<(String, String)>,
 }
 
+struct Gossip {
+    config: MembershipConfig,
+    /// Every key this node publishes now (restored after a rejoin).
+    keys: std::sync::Mutex<BTreeMap<String, String>>,
+    handle: tokio::sync::Mutex<Option<ChitchatHandle>>,
+    view: Arc<watch::Sender<View>>,
+}
+
 enum Backend {
-    Gossip(ChitchatHandle),
+    Gossip(Box<Gossip>),
     Memory(Arc<MemCluster>),
 }
 
@@ -273,72 +285,96 @@ pub fn new_generation() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// Starts chitchat as `generation` with `keys`, feeding `view`.
+async fn spawn_gossip(
+    config: &MembershipConfig,
+    generation: u64,
+    keys: Vec<(String, String)>,
+    view: Arc<watch::Sender<View>>,
+) -> anyhow::Result<ChitchatHandle> {
+    let id = ChitchatId::new(config.node_id.clone(), generation, config.gossip_advertise);
+    let chitchat_config = ChitchatConfig {
+        chitchat_id: id,
+        cluster_id: config.cluster_id.clone(),
+        gossip_interval: GOSSIP_INTERVAL,
+        listen_addr: config.gossip_listen,
+        seed_nodes: config.seeds.clone(),
+        failure_detector_config: FailureDetectorConfig {
+            phi_threshold: PHI_THRESHOLD,
+            sampling_window_size: HEARTBEAT_SAMPLES,
+            max_interval: HEARTBEAT_INTERVAL_MAX,
+            initial_interval: GOSSIP_INTERVAL,
+            dead_node_grace_period: DEAD_NODE_GRACE,
+        },
+        marked_for_deletion_grace_period: DELETED_KEY_GRACE,
+        catchup_callback: None,
+        extra_liveness_predicate: None,
+        protocol_version: ProtocolVersion::V0,
+    };
+    let handle = spawn_chitchat(chitchat_config, keys, &UdpTransport).await?;
+    let chitchat = handle.chitchat();
+    let mut live = chitchat.lock().await.live_nodes_watcher();
+    let me = config.node_id.clone();
+    tokio::spawn(async move {
+        loop {
+            let members: Vec<Member> = live
+                .borrow_and_update()
+                .iter()
+                .filter_map(|(id, state)| Member::from_state(id, state))
+                .collect();
+            let dead = chitchat
+                .lock()
+                .await
+                .dead_nodes()
+                .map(|id| id.node_id.to_string())
+                .collect();
+            let next = View {
+                me: me.clone(),
+                members,
+                dead,
+            }
+            .sorted();
+            view.send_if_modified(|old| {
+                let changed = *old != next;
+                *old = next;
+                changed
+            });
+            // Ends when this chitchat instance stops (leave or rejoin).
+            if live.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(handle)
+}
+
 impl Membership {
     /// Joins the cluster over UDP gossip.
     pub async fn gossip(config: MembershipConfig, generation: u64) -> anyhow::Result<Self> {
-        let id = ChitchatId::new(config.node_id.clone(), generation, config.gossip_advertise);
-        let chitchat_config = ChitchatConfig {
-            chitchat_id: id,
-            cluster_id: config.cluster_id,
-            gossip_interval: GOSSIP_INTERVAL,
-            listen_addr: config.gossip_listen,
-            seed_nodes: config.seeds,
-            failure_detector_config: FailureDetectorConfig {
-                phi_threshold: PHI_THRESHOLD,
-                sampling_window_size: HEARTBEAT_SAMPLES,
-                max_interval: HEARTBEAT_INTERVAL_MAX,
-                initial_interval: GOSSIP_INTERVAL,
-                dead_node_grace_period: DEAD_NODE_GRACE,
-            },
-            marked_for_deletion_grace_period: DELETED_KEY_GRACE,
-            catchup_callback: None,
-            extra_liveness_predicate: None,
-            protocol_version: ProtocolVersion::V0,
-        };
-        let mut keys = config.keys;
-        keys.push((keys::STATUS.into(), "ready".into()));
-        let handle = spawn_chitchat(chitchat_config, keys, &UdpTransport).await?;
-        let chitchat = handle.chitchat();
-        let mut live = chitchat.lock().await.live_nodes_watcher();
-        let me = config.node_id;
+        let mut keys: BTreeMap<String, String> = config.keys.iter().cloned().collect();
+        keys.insert(keys::STATUS.into(), "ready".into());
+        let me = config.node_id.clone();
         let (tx, view) = watch::channel(View {
             me: me.clone(),
             ..View::default()
         });
-        let me_for_task = me.clone();
-        tokio::spawn(async move {
-            loop {
-                let members: Vec<Member> = live
-                    .borrow_and_update()
-                    .iter()
-                    .filter_map(|(id, state)| Member::from_state(id, state))
-                    .collect();
-                let dead = chitchat
-                    .lock()
-                    .await
-                    .dead_nodes()
-                    .map(|id| id.node_id.to_string())
-                    .collect();
-                let view = View {
-                    me: me_for_task.clone(),
-                    members,
-                    dead,
-                }
-                .sorted();
-                tx.send_if_modified(|old| {
-                    let changed = *old != view;
-                    *old = view;
-                    changed
-                });
-                if live.changed().await.is_err() {
-                    return;
-                }
-            }
-        });
+        let tx = Arc::new(tx);
+        let handle = spawn_gossip(
+            &config,
+            generation,
+            keys.clone().into_iter().collect(),
+            tx.clone(),
+        )
+        .await?;
         Ok(Self {
             me,
             view,
-            backend: Backend::Gossip(handle),
+            backend: Backend::Gossip(Box::new(Gossip {
+                config,
+                keys: std::sync::Mutex::new(keys),
+                handle: tokio::sync::Mutex::new(Some(handle)),
+                view: tx,
+            })),
         })
     }
 
@@ -350,19 +386,55 @@ impl Membership {
     /// Sets (or with `None` deletes) one of this node's keys.
     pub async fn publish(&self, key: &str, value: Option<&str>) {
         match &self.backend {
-            Backend::Gossip(handle) => {
-                handle
-                    .with_chitchat(|chitchat| {
-                        let state = chitchat.self_node_state();
-                        match value {
-                            Some(value) => state.set(key, value),
-                            None => state.delete(key),
-                        }
-                    })
-                    .await;
+            Backend::Gossip(gossip) => {
+                {
+                    let mut keys = gossip.keys.lock().unwrap_or_else(|e| e.into_inner());
+                    match value {
+                        Some(value) => keys.insert(key.into(), value.into()),
+                        None => keys.remove(key),
+                    };
+                }
+                if let Some(handle) = gossip.handle.lock().await.as_ref() {
+                    handle
+                        .with_chitchat(|chitchat| {
+                            let state = chitchat.self_node_state();
+                            match value {
+                                Some(value) => state.set(key, value),
+                                None => state.delete(key),
+                            }
+                        })
+                        .await;
+                }
             }
             Backend::Memory(cluster) => cluster.publish(&self.me, key, value),
         }
+    }
+
+    /// Leaves and joins again with a new generation, so this node becomes
+    /// the youngest member (a master that was superseded does this, so the
+    /// master does not move back to it). Keys are kept, except
+    /// `master_epoch`.
+    pub async fn rejoin(&self) -> anyhow::Result<()> {
+        let generation = new_generation();
+        match &self.backend {
+            Backend::Gossip(gossip) => {
+                let mut handle = gossip.handle.lock().await;
+                if let Some(old) = handle.take()
+                    && let Err(error) = old.shutdown().await
+                {
+                    tracing::debug!("gossip stopped: {error}");
+                }
+                let keys: Vec<(String, String)> = {
+                    let mut keys = gossip.keys.lock().unwrap_or_else(|e| e.into_inner());
+                    keys.remove(keys::MASTER_EPOCH);
+                    keys.clone().into_iter().collect()
+                };
+                *handle =
+                    Some(spawn_gossip(&gossip.config, generation, keys, gossip.view.clone()).await?);
+            }
+            Backend::Memory(cluster) => cluster.rejoin(&self.me, generation),
+        }
+        Ok(())
     }
 
     /// Announces that this node is leaving, gives gossip a few rounds to
@@ -370,9 +442,11 @@ impl Membership {
     pub async fn leave(self) {
         self.publish(keys::STATUS, Some("leaving")).await;
         match self.backend {
-            Backend::Gossip(handle) => {
+            Backend::Gossip(gossip) => {
                 tokio::time::sleep(GOSSIP_INTERVAL * LEAVE_ROUNDS).await;
-                if let Err(error) = handle.shutdown().await {
+                if let Some(handle) = gossip.handle.into_inner()
+                    && let Err(error) = handle.shutdown().await
+                {
                     tracing::debug!("gossip stopped: {error}");
                 }
             }
@@ -412,13 +486,22 @@ impl MemCluster {
         }
     }
 
+    /// Gives a member a new generation, as a rejoin does.
+    pub fn rejoin(&self, node_id: &str, generation: u64) {
+        if let Some(member) = self.lock().get_mut(node_id) {
+            member.generation = generation;
+            member.master_epoch = None;
+        }
+        self.broadcast();
+    }
+
     /// Removes a member, as a crash detected by the failure detector would.
     pub fn remove(&self, node_id: &str) {
         self.lock().remove(node_id);
         self.broadcast();
     }
 
-    fn publish(&self, node_id: &str, key: &str, value: Option<&str>) {
+    pub(crate) fn publish(&self, node_id: &str, key: &str, value: Option<&str>) {
         if let Some(member) = self.lock().get_mut(node_id) {
             match key {
                 keys::MASTER_EPOCH => member.master_epoch = value.and_then(|v| v.parse().ok()),

@@ -15,4 +15,6 @@ pub mod handover;
 pub mod link;
 pub mod membership;
 pub mod modules;
+pub mod replica;
 pub mod singleton;
+pub mod takeover;

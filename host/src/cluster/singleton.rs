@@ -14,6 +14,14 @@
 //! membership declared dead, so their attempts are re-queued at once rather
 //! than when their leases run out.
 //!
+//! A hosting node whose master was superseded (a replica refused it for a
+//! newer epoch, or gossip shows a master with a newer epoch elsewhere:
+//! this node was paused or cut off long enough for another to take over)
+//! steps down at once, without a hand-over, and rejoins membership with a
+//! new generation, so it is the youngest and the master does not move back
+//! to it. A start that cannot happen yet (too few replicas answer) is
+//! retried every [`START_RETRY`].
+//!
 //! The decision itself is [`should_host`], a pure function of the view; the
 //! master is behind the [`Host`] trait, so both are unit-tested with the
 //! in-memory membership twin.
@@ -23,6 +31,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+/// Pause before trying again to start a master that could not start yet.
+pub const START_RETRY: Duration = Duration::from_secs(1);
 
 /// Whether this node (`view.me`) should host the master.
 pub fn should_host(view: &View, settled: bool) -> bool {
@@ -35,14 +46,16 @@ pub fn should_host(view: &View, settled: bool) -> bool {
 /// The master as the manager drives it.
 pub trait Host: Send {
     /// Starts the master; `live_workers` are alive now (their attempts are
-    /// kept). Returns its epoch.
+    /// kept). Returns its epoch, or `None` if it cannot start yet.
     fn start(
         &mut self,
         live_workers: Vec<String>,
-    ) -> impl std::future::Future<Output = anyhow::Result<u64>> + Send;
+    ) -> impl std::future::Future<Output = anyhow::Result<Option<u64>>> + Send;
     /// Stops the master (flushing it, and handing it over to the node that
     /// should host it next).
     fn stop(&mut self) -> impl std::future::Future<Output = ()> + Send;
+    /// Stops a superseded master: no hand-over, nothing more committed.
+    fn step_down(&mut self) -> impl std::future::Future<Output = ()> + Send;
     /// Tells the master these workers are gone.
     fn workers_gone(
         &mut self,
@@ -62,17 +75,20 @@ fn live_workers(view: &View) -> BTreeSet<String> {
 /// Fails if the master cannot start (for example a corrupt journal).
 ///
 /// `departed` names nodes, by id and generation, known to be leaving before
-/// gossip says so (they handed the master over to this node).
+/// gossip says so (they handed the master over to this node). `deposed`
+/// carries the newest epoch known to have superseded this node's master.
 pub async fn run<H: Host>(
     membership: &Membership,
     host: &mut H,
     settle: Duration,
     mut departed: watch::Receiver<BTreeSet<(String, u64)>>,
+    mut deposed: watch::Receiver<u64>,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let mut views = membership.view();
     let settled_at = Instant::now() + settle;
-    let mut hosting = false;
+    let mut hosting: Option<u64> = None;
+    let mut retry_at: Option<Instant> = None;
     let mut workers = BTreeSet::new();
     loop {
         let mut view = views.borrow_and_update().clone();
@@ -90,19 +106,43 @@ pub async fn run<H: Host>(
         let settled = handed_over || Instant::now() >= settled_at;
         let should = should_host(&view, settled);
         let alive = live_workers(&view);
-        if should && !hosting {
-            let epoch = host.start(alive.iter().cloned().collect()).await?;
-            membership
-                .publish(keys::MASTER_EPOCH, Some(&epoch.to_string()))
-                .await;
-            hosting = true;
-        } else if !should && hosting && settled {
+        let superseded = hosting.and_then(|epoch| {
+            let newer_elsewhere = view
+                .master_host()
+                .filter(|m| m.node_id != view.me)
+                .and_then(|m| m.master_epoch)
+                .filter(|&other| other > epoch);
+            let refused = Some(*deposed.borrow_and_update()).filter(|&other| other > epoch);
+            newer_elsewhere.max(refused)
+        });
+        let retry_due = retry_at.is_none_or(|at| Instant::now() >= at);
+        if let Some(newer) = superseded {
+            eprintln!(
+                "this node's master (epoch {}) was superseded by epoch {newer}: stepping down and rejoining as the youngest node",
+                hosting.unwrap_or(0)
+            );
+            host.step_down().await;
+            membership.publish(keys::MASTER_EPOCH, None).await;
+            hosting = None;
+            membership.rejoin().await?;
+        } else if should && hosting.is_none() && retry_due {
+            match host.start(alive.iter().cloned().collect()).await? {
+                Some(epoch) => {
+                    membership
+                        .publish(keys::MASTER_EPOCH, Some(&epoch.to_string()))
+                        .await;
+                    hosting = Some(epoch);
+                    retry_at = None;
+                }
+                None => retry_at = Some(Instant::now() + START_RETRY),
+            }
+        } else if !should && hosting.is_some() && settled {
             // Stop (and hand over) before un-advertising, so the next host
             // waits for the hand-over instead of starting without it.
             host.stop().await;
             membership.publish(keys::MASTER_EPOCH, None).await;
-            hosting = false;
-        } else if hosting {
+            hosting = None;
+        } else if hosting.is_some() {
             let gone: Vec<String> = workers.difference(&alive).cloned().collect();
             if !gone.is_empty() {
                 host.workers_gone(gone).await;
@@ -112,11 +152,13 @@ pub async fn run<H: Host>(
         tokio::select! {
             changed = views.changed() => if changed.is_err() { break },
             Ok(()) = departed.changed() => {}
+            Ok(()) = deposed.changed() => {}
             _ = tokio::time::sleep_until(settled_at), if !settled => {}
+            _ = tokio::time::sleep_until(retry_at.unwrap_or(settled_at)), if retry_at.is_some() => {}
             _ = stop.changed() => break,
         }
     }
-    if hosting {
+    if hosting.is_some() {
         host.stop().await;
         membership.publish(keys::MASTER_EPOCH, None).await;
     }
@@ -140,12 +182,15 @@ mod tests {
     }
 
     impl Host for Recorder {
-        async fn start(&mut self, live: Vec<String>) -> anyhow::Result<u64> {
+        async fn start(&mut self, live: Vec<String>) -> anyhow::Result<Option<u64>> {
             self.0.lock().unwrap().push(format!("start {live:?}"));
-            Ok(1)
+            Ok(Some(1))
         }
         async fn stop(&mut self) {
             self.0.lock().unwrap().push("stop".into());
+        }
+        async fn step_down(&mut self) {
+            self.0.lock().unwrap().push("step down".into());
         }
         async fn workers_gone(&mut self, workers: Vec<String>) {
             self.0.lock().unwrap().push(format!("gone {workers:?}"));
@@ -172,7 +217,16 @@ mod tests {
         let mut host = log.clone();
         let task = tokio::spawn(async move {
             let (_hints, departed) = watch::channel(BTreeSet::new());
-            run(&membership, &mut host, Duration::ZERO, departed, stopped).await
+            let (_deposed, deposed) = watch::channel(0);
+            run(
+                &membership,
+                &mut host,
+                Duration::ZERO,
+                departed,
+                deposed,
+                stopped,
+            )
+            .await
         });
         Node { log, stop, task }
     }
@@ -257,6 +311,38 @@ mod tests {
         settle().await;
         assert_eq!(a.log.take(), ["gone [\"w1\"]"]);
         drop(w1);
+    }
+
+    #[tokio::test]
+    async fn a_superseded_master_steps_down_and_rejoins_as_the_youngest() {
+        let cluster = MemCluster::new();
+        let a = spawn(&cluster, "a", 1, "back-end");
+        let b = spawn(&cluster, "b", 2, "back-end");
+        settle().await;
+        assert_eq!(a.log.take(), ["start []"]);
+        // b took over while a was cut off, and advertises a newer epoch.
+        let b_membership = cluster.join(member("b", 2, "back-end"));
+        b_membership.publish(keys::MASTER_EPOCH, Some("7")).await;
+        settle().await;
+        assert_eq!(a.log.take(), ["step down"]);
+        let view = b_membership.view().borrow().clone();
+        let a_now = view.member("a").unwrap();
+        assert!(a_now.generation > 2, "a rejoined younger than b");
+        assert_eq!(a_now.master_epoch, None);
+        assert_eq!(view.oldest_back_end().unwrap().node_id, "b");
+        drop(b);
+    }
+
+    #[test]
+    fn a_member_advertising_an_old_epoch_is_not_where_the_master_belongs() {
+        let cluster = MemCluster::new();
+        let a = cluster.join(member("a", 1, "back-end"));
+        let _b = cluster.join(member("b", 2, "back-end"));
+        cluster.publish("a", keys::MASTER_EPOCH, Some("3"));
+        cluster.publish("b", keys::MASTER_EPOCH, Some("4"));
+        let view = a.view().borrow().clone();
+        assert_eq!(view.oldest_back_end().unwrap().node_id, "b");
+        assert_eq!(view.master_host().unwrap().node_id, "b");
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub const SEGMENT_BYTES_MAX: u64 = 64 << 20;
 const ENTRY_HEADER_BYTES: usize = 16;
 
 /// One journal entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Entry {
     /// Position in the journal, dense from 0.
     pub index: u64,

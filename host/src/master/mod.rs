@@ -9,6 +9,7 @@
 
 mod bindings;
 pub mod core;
+pub mod replicate;
 pub mod service;
 pub mod store;
 

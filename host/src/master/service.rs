@@ -25,6 +25,10 @@
 //! * A failed write or sync stops the service: the in-memory state is then
 //!   ahead of the journal, so the only safe continuation is a restart that
 //!   recovers from disk. Every waiting caller gets `master_unavailable`.
+//! * With replication ([`super::replicate`]) the writer hands the synced
+//!   batch's completions to the commit gate instead, which runs them once
+//!   enough replicas hold the batch too; a `202` then means "on disk here
+//!   and on `min_replicas` other back-end nodes".
 //! * Every [`SNAPSHOT_EVERY_DEFAULT`] events (and on clean shutdown) the
 //!   master thread takes a snapshot; the writer stores it after the events
 //!   before it are durable and deletes the journal segments it covers.
@@ -36,6 +40,7 @@
 //! for a job to settle; the watch fires on its `Settled` effect.
 
 use super::core::{Core, CoreKind, MasterComponent, NativeCore};
+use super::replicate::{Completion, Replication, ReplicationOptions};
 use super::store::{self, Recovery, Snapshot, StoreError};
 use crate::journal::{FsStorage, Journal};
 use cohort_master::{
@@ -47,7 +52,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// Requests one batch takes from the channel at most.
 pub const BATCH_REQUESTS_MAX: usize = 4096;
@@ -89,6 +94,9 @@ pub struct MasterOptions {
     /// The master component already compiled (`None`: compile it, or load
     /// it from `<data_dir>/compiled`).
     pub component: Option<MasterComponent>,
+    /// Replicate the journal to the other back-end nodes (`None`: a lone
+    /// node, committing on its own fsync).
+    pub replication: Option<ReplicationOptions>,
 }
 
 /// A running attempt's latest progress, carried by its worker's polls. It
@@ -148,6 +156,11 @@ pub enum MasterError {
     /// The master is stopping, stopped or failed.
     #[error("the master is not available: {0}")]
     Unavailable(String),
+    /// Too few replicas hold the journal: the request was refused, or its
+    /// outcome is not known to be durable (retry with the same
+    /// idempotency key).
+    #[error("not enough replicas: {0}")]
+    Unreplicated(String),
 }
 
 /// Why the master could not start.
@@ -191,7 +204,6 @@ pub struct MasterCounters {
     pub snapshots: AtomicU64,
 }
 
-type Completion = Box<dyn FnOnce() + Send>;
 type Respond<T> = oneshot::Sender<Result<T, MasterError>>;
 
 enum Request {
@@ -210,6 +222,8 @@ pub struct MasterHandle {
     epoch: u64,
     counters: Arc<MasterCounters>,
     failed: Arc<AtomicBool>,
+    superseded: watch::Receiver<Option<u64>>,
+    writer_done: watch::Receiver<bool>,
 }
 
 impl std::fmt::Debug for MasterHandle {
@@ -294,6 +308,19 @@ impl MasterHandle {
     pub fn has_failed(&self) -> bool {
         self.failed.load(Ordering::Relaxed)
     }
+
+    /// Changes to the newer epoch when a replica says this master was
+    /// superseded (it then commits nothing more and stops).
+    pub fn superseded(&self) -> watch::Receiver<Option<u64>> {
+        self.superseded.clone()
+    }
+
+    /// Waits until the journal writer has exited: nothing in this process
+    /// writes the journal any more.
+    pub async fn stopped(&self) {
+        let mut done = self.writer_done.clone();
+        let _ = done.wait_for(|done| *done).await;
+    }
 }
 
 /// Milliseconds since the Unix epoch.
@@ -362,16 +389,35 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let (writer_tx, writer_rx) = std::sync::mpsc::sync_channel(WRITER_QUEUE_MAX);
     let next_index = journal.next_index();
+    let replication = options.replication.clone().map(|replication_options| {
+        let replication = Replication::new(
+            epoch,
+            replication_options.min_replicas,
+            options.data_dir.clone(),
+            journal.shape(),
+        );
+        replication.spawn(replication_options);
+        replication
+    });
+    let superseded = match &replication {
+        Some(replication) => replication.superseded(),
+        None => watch::channel(None).1,
+    };
+    let (writer_done_tx, writer_done) = watch::channel(false);
     let writer = Writer {
         journal,
         epoch,
         data_dir: options.data_dir.clone(),
         counters: counters.clone(),
         failed: failed.clone(),
+        replication: replication.clone(),
     };
     std::thread::Builder::new()
         .name("cohort-journal".into())
-        .spawn(move || writer.run(writer_rx))
+        .spawn(move || {
+            writer.run(writer_rx);
+            writer_done_tx.send_replace(true);
+        })
         .map_err(|e| StartError::Core(e.into()))?;
     let mut master = MasterLoop {
         core,
@@ -389,6 +435,8 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
         batch: Batch::default(),
         counters: counters.clone(),
         failed: failed.clone(),
+        replication,
+        superseded: superseded.clone(),
     };
     // Before serving: the configuration in force, and every worker the
     // journal knows that is not known alive has lost its attempts.
@@ -405,6 +453,8 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
             epoch,
             counters,
             failed,
+            superseded,
+            writer_done,
         },
         report,
     ))
@@ -458,6 +508,8 @@ struct MasterLoop {
     batch: Batch,
     counters: Arc<MasterCounters>,
     failed: Arc<AtomicBool>,
+    replication: Option<Arc<Replication>>,
+    superseded: watch::Receiver<Option<u64>>,
 }
 
 impl MasterLoop {
@@ -482,6 +534,11 @@ impl MasterLoop {
             let first = self
                 .runtime
                 .block_on(async { tokio::time::timeout(wait, self.rx.recv()).await });
+            let superseded = *self.superseded.borrow();
+            if let Some(epoch) = superseded {
+                tracing::warn!("superseded by epoch {epoch}: the master stops");
+                return self.stop(None);
+            }
             let result = match first {
                 Ok(None) => return self.stop(None),
                 Ok(Some(Request::Shutdown(done))) => return self.stop(Some(done)),
@@ -524,23 +581,42 @@ impl MasterLoop {
         Ok(None)
     }
 
+    /// Whether requests may be decided now (see [`Replication::ready`]).
+    fn ready(&self) -> Result<(), MasterError> {
+        self.replication.as_ref().map_or(Ok(()), |r| r.ready())
+    }
+
     fn serve(&mut self, request: Request) -> anyhow::Result<()> {
         let now = now_ms();
+        if let Err(error) = self.ready() {
+            // Refuse instead of deciding what could not be committed.
+            match request {
+                Request::Command(_, respond) => drop(respond.send(Err(error))),
+                Request::Query(_, respond) => drop(respond.send(Err(error))),
+                Request::Poll(_, _, respond) => drop(respond.send(Err(error))),
+                Request::Watch(..) => {}
+                Request::Progress(id, respond) => {
+                    let _ = respond.send(self.progress.get(&id).cloned());
+                }
+                Request::Shutdown(_) => unreachable!("handled by the caller"),
+            }
+            return Ok(());
+        }
         match request {
             Request::Command(command, respond) => {
                 let result = self.execute(now, &command)?;
-                self.complete(move || {
-                    let _ = respond.send(
+                self.complete(move |outcome| {
+                    let _ = respond.send(outcome.and_then(|()| {
                         result
                             .map(|(reply, _)| reply)
-                            .map_err(MasterError::Rejected),
-                    );
+                            .map_err(MasterError::Rejected)
+                    }));
                 });
             }
             Request::Query(query, respond) => {
                 let answer = self.query(now, &query)?.map_err(MasterError::Rejected);
-                self.complete(move || {
-                    let _ = respond.send(answer);
+                self.complete(move |outcome| {
+                    let _ = respond.send(outcome.and(answer));
                 });
             }
             Request::Poll(
@@ -581,8 +657,10 @@ impl MasterLoop {
                     _ => true,
                 };
                 if settled {
-                    self.complete(move || {
-                        let _ = notify.send(());
+                    self.complete(move |outcome| {
+                        if outcome.is_ok() {
+                            let _ = notify.send(());
+                        }
                     });
                 } else {
                     self.watchers.entry(id).or_default().push(notify);
@@ -615,8 +693,10 @@ impl MasterLoop {
         {
             return Ok(Some(parked));
         }
-        self.complete(move || {
-            let _ = parked.respond.send(Ok(PollResult { assignments, stops }));
+        self.complete(move |outcome| {
+            let _ = parked
+                .respond
+                .send(outcome.map(|()| PollResult { assignments, stops }));
         });
         Ok(None)
     }
@@ -657,7 +737,10 @@ impl MasterLoop {
         });
     }
 
-    fn complete(&mut self, completion: impl FnOnce() + Send + 'static) {
+    fn complete(
+        &mut self,
+        completion: impl FnOnce(Result<(), MasterError>) + Send + 'static,
+    ) {
         self.batch.completions.push(Box::new(completion));
     }
 
@@ -711,9 +794,11 @@ impl MasterLoop {
                 Effect::Settled { id, .. } => {
                     self.progress.remove(&id);
                     if let Some(watchers) = self.watchers.remove(&id) {
-                        self.complete(move || {
-                            for watcher in watchers {
-                                let _ = watcher.send(());
+                        self.complete(move |outcome| {
+                            if outcome.is_ok() {
+                                for watcher in watchers {
+                                    let _ = watcher.send(());
+                                }
                             }
                         });
                     }
@@ -754,8 +839,12 @@ impl MasterLoop {
         for parked in std::mem::take(&mut self.parked) {
             let _ = parked.respond.send(Ok(PollResult::default()));
         }
-        // Always snapshot: the snapshot is what a hand-over sends.
-        let result = self.flush().and_then(|()| self.snapshot());
+        // Always snapshot (it is what a hand-over sends), unless superseded:
+        // then this node's state is not the cluster's any more.
+        let superseded = self.superseded.borrow().is_some();
+        let result = self
+            .flush()
+            .and_then(|()| if superseded { Ok(()) } else { self.snapshot() });
         if let Err(error) = result {
             tracing::error!("the master could not flush while stopping: {error:#}");
         }
@@ -775,6 +864,7 @@ struct Writer {
     data_dir: PathBuf,
     counters: Arc<MasterCounters>,
     failed: Arc<AtomicBool>,
+    replication: Option<Arc<Replication>>,
 }
 
 impl Writer {
@@ -792,7 +882,7 @@ impl Writer {
                 let result = match message {
                     WriterMessage::Batch(events, done) => {
                         completions.extend(done);
-                        self.append(&events)
+                        self.append(events)
                     }
                     WriterMessage::Snapshot(snapshot) => self
                         .sync(&mut completions)
@@ -800,6 +890,9 @@ impl Writer {
                     WriterMessage::Stop(done) => {
                         if let Err(error) = self.sync(&mut completions) {
                             tracing::error!("journal: {error:#}");
+                        }
+                        if let Some(replication) = &self.replication {
+                            replication.close(gone());
                         }
                         let _ = done.send(());
                         return;
@@ -815,13 +908,17 @@ impl Writer {
         }
     }
 
-    fn append(&mut self, events: &[Vec<u8>]) -> anyhow::Result<()> {
-        for event in events {
+    fn append(&mut self, events: Vec<Vec<u8>>) -> anyhow::Result<()> {
+        let first = self.journal.next_index();
+        for event in &events {
             self.journal.append(self.epoch, event)?;
         }
         self.counters
             .events
             .fetch_add(events.len() as u64, Ordering::Relaxed);
+        if let Some(replication) = &self.replication {
+            replication.appended(first, events);
+        }
         Ok(())
     }
 
@@ -834,8 +931,15 @@ impl Writer {
                 .sync_nanos
                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
-        for completion in completions.drain(..) {
-            completion();
+        match &self.replication {
+            Some(replication) => {
+                replication.durable(self.journal.next_index(), std::mem::take(completions))
+            }
+            None => {
+                for completion in completions.drain(..) {
+                    completion(Ok(()));
+                }
+            }
         }
         Ok(())
     }
@@ -844,6 +948,9 @@ impl Writer {
         store::write_snapshot(&self.data_dir, snapshot)?;
         self.journal.compact(snapshot.index)?;
         self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
+        if let Some(replication) = &self.replication {
+            replication.snapshot_stored(snapshot.index);
+        }
         Ok(())
     }
 
@@ -852,5 +959,8 @@ impl Writer {
         // unavailable, and nothing unsynced is ever acknowledged.
         tracing::error!("journal write failed; the master stops: {error:#}");
         self.failed.store(true, Ordering::Relaxed);
+        if let Some(replication) = &self.replication {
+            replication.close(gone());
+        }
     }
 }

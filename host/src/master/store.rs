@@ -3,6 +3,7 @@
 //! ```text
 //! <data>/journal/<first index:020>.seg     framed (index, epoch, event)
 //! <data>/snapshots/<index:020>.snap        index, epoch, len, crc32, state
+//! <data>/promise                           the highest master epoch accepted
 //! ```
 //!
 //! A snapshot at index `i` holds the state after applying every event below
@@ -21,8 +22,8 @@ const SNAPSHOTS_KEPT: usize = 2;
 /// index u64, epoch u64, state length u64, state crc32.
 const SNAPSHOT_HEADER_BYTES: usize = 28;
 
-/// The newest snapshot found at startup.
-#[derive(Debug)]
+/// A snapshot of the master's state.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Snapshot {
     /// Journal index the snapshot covers up to (exclusive).
     pub index: u64,
@@ -86,11 +87,19 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
     }
 }
 
-/// Opens (creating if needed) the journal and snapshots under `data_dir`.
-pub fn recover(data_dir: &Path) -> Result<Recovery, StoreError> {
+/// Opens (creating if needed) the journal under `data_dir`, cutting a torn
+/// tail; returns it with what it holds.
+pub fn open_journal(
+    data_dir: &Path,
+) -> Result<(Journal<FsStorage>, crate::journal::Recovered), StoreError> {
     let journal_dir = data_dir.join("journal");
     let storage = FsStorage::open(&journal_dir).map_err(io_error(&journal_dir))?;
-    let (journal, recovered) = Journal::open(storage)?;
+    Ok(Journal::open(storage)?)
+}
+
+/// Opens (creating if needed) the journal and snapshots under `data_dir`.
+pub fn recover(data_dir: &Path) -> Result<Recovery, StoreError> {
+    let (journal, recovered) = open_journal(data_dir)?;
     let snapshot = newest_snapshot(&data_dir.join("snapshots"))?;
     let start = snapshot.as_ref().map_or(0, |s| s.index);
     let journal_start = recovered
@@ -170,26 +179,80 @@ pub fn latest_snapshot(data_dir: &Path) -> Result<Option<Snapshot>, StoreError> 
     newest_snapshot(&data_dir.join("snapshots"))
 }
 
-/// Adopts a master's state handed over by another node: stores it as this
-/// node's newest snapshot, at the end of this node's journal, so the next
-/// start of the master here begins from it (older entries of this journal
-/// are below the snapshot and never replayed). `epoch` is the epoch the
-/// master will run with here. Returns the snapshot's index.
-pub fn adopt_handover(data_dir: &Path, epoch: u64, state: Vec<u8>) -> Result<u64, StoreError> {
-    let journal_dir = data_dir.join("journal");
-    let storage = FsStorage::open(&journal_dir).map_err(io_error(&journal_dir))?;
-    let (journal, _) = Journal::open(storage)?;
-    let index = journal.next_index();
-    drop(journal);
-    write_snapshot(
-        data_dir,
-        &Snapshot {
-            index,
-            epoch,
-            state,
-        },
-    )?;
-    Ok(index)
+/// Stores a snapshot of the master's state made elsewhere (a hand-over, or
+/// a replica catching up) as this node's newest, and lines the journal up
+/// behind it: a journal that ends before the snapshot restarts at its
+/// index; entries already below it are compacted away; entries after it
+/// stay (the master's replication replaces them if they differ).
+pub fn install_snapshot(
+    data_dir: &Path,
+    journal: &mut Journal<FsStorage>,
+    snapshot: &Snapshot,
+) -> Result<(), StoreError> {
+    write_snapshot(data_dir, snapshot)?;
+    let shape = journal.shape();
+    if shape.next < snapshot.index || shape.first > snapshot.index {
+        journal.reset_to(snapshot.index, snapshot.epoch)?;
+    } else {
+        journal.compact(snapshot.index)?;
+    }
+    Ok(())
+}
+
+/// Drops the journal's entries from `index` on, and every snapshot that
+/// covers any of them (a replica's divergent, never committed tail). If
+/// what is left cannot be recovered on its own (entries below were
+/// compacted into a snapshot now dropped), the journal is emptied instead:
+/// the master then sends a snapshot.
+pub fn truncate_journal(
+    data_dir: &Path,
+    journal: &mut Journal<FsStorage>,
+    index: u64,
+) -> Result<(), StoreError> {
+    let dir = data_dir.join("snapshots");
+    for (snapshot, path) in snapshot_files(&dir)? {
+        if snapshot > index {
+            fs::remove_file(&path).map_err(io_error(&path))?;
+        }
+    }
+    let base = snapshot_files(&dir)?.last().map_or(0, |(i, _)| *i);
+    if index < journal.shape().first || journal.shape().first > base {
+        for (_, path) in snapshot_files(&dir)? {
+            fs::remove_file(&path).map_err(io_error(&path))?;
+        }
+        journal.reset_to(0, 0)?;
+    } else {
+        journal.truncate_from(index)?;
+    }
+    Ok(())
+}
+
+/// The highest master epoch this node has promised to accept (0: none).
+pub fn read_promise(data_dir: &Path) -> Result<u64, StoreError> {
+    let path = data_dir.join("promise");
+    match fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().map_err(|_| StoreError::Snapshot {
+            path: path.clone(),
+            reason: format!("not an epoch: {text:?}"),
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(error) => Err(io_error(&path)(error)),
+    }
+}
+
+/// Durably records the promise to refuse master epochs below `epoch`.
+pub fn write_promise(data_dir: &Path, epoch: u64) -> Result<(), StoreError> {
+    let path = data_dir.join("promise");
+    let mut file = tempfile::NamedTempFile::new_in(data_dir).map_err(io_error(data_dir))?;
+    file.write_all(epoch.to_string().as_bytes())
+        .map_err(io_error(&path))?;
+    file.as_file().sync_all().map_err(io_error(&path))?;
+    file.persist(&path)
+        .map_err(|e| e.error)
+        .map_err(io_error(&path))?;
+    fs::File::open(data_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error(data_dir))
 }
 
 /// Writes a snapshot durably and removes all but the newest two.
@@ -244,24 +307,67 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_adopted_handover_is_what_recovery_starts_from() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let storage = FsStorage::open(&dir.path().join("journal")).unwrap();
-            let (mut journal, _) = Journal::open(storage).unwrap();
-            journal.append(1, b"old").unwrap();
-            journal.sync().unwrap();
+    fn journal_with(dir: &Path, epochs: &[u64]) -> Journal<FsStorage> {
+        let (mut journal, _) = open_journal(dir).unwrap();
+        for &epoch in epochs {
+            journal.append(epoch, b"e").unwrap();
         }
-        assert_eq!(adopt_handover(dir.path(), 2, b"state".to_vec()).unwrap(), 1);
+        journal.sync().unwrap();
+        journal
+    }
+
+    fn snapshot(index: u64, epoch: u64) -> Snapshot {
+        Snapshot {
+            index,
+            epoch,
+            state: b"state".to_vec(),
+        }
+    }
+
+    #[test]
+    fn an_installed_snapshot_is_what_recovery_starts_from() {
+        // Behind the snapshot: the journal restarts at its index.
+        let dir = tempfile::tempdir().unwrap();
+        let mut journal = journal_with(dir.path(), &[1]);
+        install_snapshot(dir.path(), &mut journal, &snapshot(5, 2)).unwrap();
+        drop(journal);
         let recovery = recover(dir.path()).unwrap();
-        let snapshot = recovery.snapshot.unwrap();
-        assert_eq!((snapshot.index, snapshot.epoch), (1, 2));
-        assert_eq!(snapshot.state, b"state");
-        assert!(
-            recovery.entries.is_empty(),
-            "older entries are not replayed"
-        );
+        let found = recovery.snapshot.unwrap();
+        assert_eq!((found.index, found.epoch), (5, 2));
+        assert_eq!(found.state, b"state");
+        assert!(recovery.entries.is_empty());
+        assert_eq!(recovery.journal.next_index(), 5);
+        // Ahead of it: the entries after the snapshot are kept.
+        let dir = tempfile::tempdir().unwrap();
+        let mut journal = journal_with(dir.path(), &[1, 1, 1, 1]);
+        install_snapshot(dir.path(), &mut journal, &snapshot(2, 1)).unwrap();
+        drop(journal);
+        let recovery = recover(dir.path()).unwrap();
+        assert_eq!(recovery.snapshot.unwrap().index, 2);
+        assert_eq!(recovery.entries.len(), 2);
+    }
+
+    #[test]
+    fn a_truncated_tail_takes_the_snapshots_covering_it_along() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut journal = journal_with(dir.path(), &[1, 1, 1, 1, 1]);
+        write_snapshot(dir.path(), &snapshot(2, 1)).unwrap();
+        write_snapshot(dir.path(), &snapshot(4, 1)).unwrap();
+        truncate_journal(dir.path(), &mut journal, 3).unwrap();
+        drop(journal);
+        let recovery = recover(dir.path()).unwrap();
+        assert_eq!(recovery.snapshot.unwrap().index, 2);
+        assert_eq!(recovery.entries.len(), 1);
+        assert_eq!(recovery.journal.next_index(), 3);
+    }
+
+    #[test]
+    fn promises_persist() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_promise(dir.path()).unwrap(), 0);
+        write_promise(dir.path(), 7).unwrap();
+        write_promise(dir.path(), 9).unwrap();
+        assert_eq!(read_promise(dir.path()).unwrap(), 9);
     }
 
     #[test]
