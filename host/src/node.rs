@@ -240,11 +240,17 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         let membership = membership.clone();
         let mut view = view.clone();
         let epoch_seen = epoch_seen.clone();
+        let marker = roles.back_end.then(|| data_dir.join(REPLICATED_MARKER));
         tokio::spawn(async move {
             let mut published = None;
             loop {
                 let seen = {
                     let view = view.borrow_and_update();
+                    if let Some(marker) = &marker
+                        && view.back_ends().any(|m| m.node_id != view.me)
+                    {
+                        remember_replicated(marker);
+                    }
                     for epoch in view.members.iter().filter_map(|m| m.master_epoch) {
                         epoch_seen.fetch_max(epoch, Ordering::Relaxed);
                     }
@@ -389,6 +395,15 @@ const JOIN_SETTLE: Duration = Duration::from_secs(1);
 /// that finds it alone (it may be the stale one).
 const REPLICATED_MARKER: &str = "replicated";
 
+/// Writes the [`REPLICATED_MARKER`] (once).
+fn remember_replicated(marker: &std::path::Path) {
+    if !marker.exists()
+        && let Err(error) = std::fs::File::create(marker).and_then(|f| f.sync_all())
+    {
+        tracing::warn!("cannot write {}: {error}", marker.display());
+    }
+}
+
 /// The master on this node, started and stopped by the singleton manager.
 struct LocalMaster {
     options: MasterOptions,
@@ -418,11 +433,7 @@ impl LocalMaster {
         }
         let marker = self.options.data_dir.join(REPLICATED_MARKER);
         if view.back_ends().any(|m| m.node_id != view.me) {
-            if !marker.exists()
-                && let Err(error) = std::fs::write(&marker, b"")
-            {
-                tracing::warn!("cannot write {}: {error}", marker.display());
-            }
+            remember_replicated(&marker);
             return 1;
         }
         usize::from(marker.exists())
@@ -540,6 +551,7 @@ impl singleton::Host for LocalMaster {
         options.min_epoch = prepared.epoch;
         options.replication = Some(ReplicationOptions {
             min_replicas,
+            auto: self.min_replicas.is_none(),
             view: self.view.clone(),
             peer: self.peer.clone(),
         });

@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
-use cohort::api::types::{JobResponse, SubmitRequest};
+pub mod faults;
+
+use cohort::api::types::{ClusterResponse, JobResponse, SubmitRequest};
 use cohort::client::Client;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -221,6 +223,15 @@ impl Node {
         let _ = self.child.wait();
     }
 
+    /// Sends `signal` (`STOP`, `CONT`...) to the node.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+
     /// SIGTERM, then waits (bounded) for the node to exit.
     pub fn terminate(&mut self) -> ExitStatus {
         let status = Command::new("kill")
@@ -241,6 +252,66 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- stderr of the node at {} ({}):\n{}",
+                self.url,
+                self.data_dir.display(),
+                self.stderr()
+            );
+        }
         self.kill();
     }
 }
+
+/// Longest a cluster may take to agree on a view in these tests.
+pub const CONVERGE: Duration = Duration::from_secs(30);
+
+/// The node's gossip address (the same port as its HTTP one, over UDP).
+pub fn gossip(node: &Node) -> String {
+    node.url.trim_start_matches("http://").to_string()
+}
+
+pub fn start(dir: &tempfile::TempDir, name: &str, roles: &str, seed: Option<&Node>) -> Node {
+    let path = dir.path().join(name);
+    let mut args = vec!["--node-id", name, "--roles", roles, "--slots", "4"];
+    let seed = seed.map(gossip);
+    if let Some(seed) = &seed {
+        args.extend(["--seed", seed]);
+    }
+    Node::start(&path, &args)
+}
+
+/// Waits until `node` sees a cluster that satisfies `done`; returns it.
+pub async fn converge(
+    node: &Node,
+    what: &str,
+    done: impl Fn(&ClusterResponse) -> bool,
+) -> ClusterResponse {
+    let client = Client::new(&node.url);
+    let started = Instant::now();
+    loop {
+        if let Ok(cluster) = client.cluster().await
+            && done(&cluster)
+        {
+            return cluster;
+        }
+        assert!(
+            started.elapsed() < CONVERGE,
+            "{} never saw {what}: {:?}",
+            node.url,
+            client.cluster().await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn live(cluster: &ClusterResponse) -> Vec<&str> {
+    cluster
+        .nodes
+        .iter()
+        .filter(|n| n.status == "live")
+        .map(|n| n.id.as_str())
+        .collect()
+}
+

@@ -429,8 +429,17 @@ impl Membership {
                     keys.remove(keys::MASTER_EPOCH);
                     keys.clone().into_iter().collect()
                 };
-                *handle =
-                    Some(spawn_gossip(&gossip.config, generation, keys, gossip.view.clone()).await?);
+                // Rejoin through every member known now, not only the
+                // configured seeds (the first node of a cluster has none).
+                let mut config = gossip.config.clone();
+                let known = self.view.borrow().members.clone();
+                config.seeds.extend(
+                    known
+                        .iter()
+                        .filter(|m| m.node_id != self.me)
+                        .map(|m| m.gossip.to_string()),
+                );
+                *handle = Some(spawn_gossip(&config, generation, keys, gossip.view.clone()).await?);
             }
             Backend::Memory(cluster) => cluster.rejoin(&self.me, generation),
         }

@@ -34,6 +34,9 @@ use tokio::time::Instant;
 
 /// Pause before trying again to start a master that could not start yet.
 pub const START_RETRY: Duration = Duration::from_secs(1);
+/// How long a node that rejoined listens to gossip before deciding again
+/// (its fresh view first shows only itself).
+const REJOIN_SETTLE: Duration = Duration::from_secs(1);
 
 /// Whether this node (`view.me`) should host the master.
 pub fn should_host(view: &View, settled: bool) -> bool {
@@ -86,7 +89,7 @@ pub async fn run<H: Host>(
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let mut views = membership.view();
-    let settled_at = Instant::now() + settle;
+    let mut settled_at = Instant::now() + settle;
     let mut hosting: Option<u64> = None;
     let mut retry_at: Option<Instant> = None;
     let mut workers = BTreeSet::new();
@@ -122,9 +125,13 @@ pub async fn run<H: Host>(
                 hosting.unwrap_or(0)
             );
             host.step_down().await;
-            membership.publish(keys::MASTER_EPOCH, None).await;
             hosting = None;
+            // The old identity keeps advertising its old epoch until it is
+            // declared dead, so nobody mistakes it for a master-less oldest
+            // node; the new one advertises nothing.
             membership.rejoin().await?;
+            settled_at = Instant::now() + REJOIN_SETTLE;
+            continue;
         } else if should && hosting.is_none() && retry_due {
             match host.start(alive.iter().cloned().collect()).await? {
                 Some(epoch) => {

@@ -42,6 +42,7 @@ use crate::journal::{FsStorage, Shape, log::read_entries};
 use crate::peer::Peer;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -75,6 +76,9 @@ pub struct ReplicationOptions {
     /// Replicas (besides this node) that must hold a batch before it is
     /// committed.
     pub min_replicas: usize,
+    /// Raise `min_replicas` to 1 as soon as another back-end node appears
+    /// (the default for a master that started alone).
+    pub auto: bool,
     /// The membership view: replicas are the other live back-end nodes.
     pub view: watch::Receiver<View>,
     /// The HTTP client for replica requests.
@@ -113,7 +117,7 @@ struct Inner {
 /// thread and the sessions.
 pub struct Replication {
     epoch: u64,
-    min_replicas: usize,
+    min_replicas: AtomicUsize,
     data_dir: PathBuf,
     /// The journal as it was when this master started.
     start: Shape,
@@ -130,7 +134,7 @@ impl Replication {
         let next = start.next;
         Arc::new(Self {
             epoch,
-            min_replicas,
+            min_replicas: AtomicUsize::new(min_replicas),
             data_dir,
             inner: Mutex::new(Inner {
                 window_first: next,
@@ -205,10 +209,10 @@ impl Replication {
             return Err(error.clone());
         }
         let healthy = inner.followers.values().filter(|f| f.healthy).count();
-        if healthy < self.min_replicas {
+        let needed = self.min_replicas();
+        if healthy < needed {
             return Err(MasterError::Unreplicated(format!(
-                "{healthy} of the {} replicas needed answer",
-                self.min_replicas
+                "{healthy} of the {needed} replicas needed answer"
             )));
         }
         Ok(())
@@ -231,11 +235,16 @@ impl Replication {
         }
     }
 
+    /// Replicas a batch needs now.
+    pub fn min_replicas(&self) -> usize {
+        self.min_replicas.load(Ordering::Relaxed)
+    }
+
     /// Recomputes the commit index and runs what it releases.
     fn advance(&self, mut inner: std::sync::MutexGuard<'_, Inner>) {
         let mut acks: Vec<u64> = inner.followers.values().map(|f| f.acked).collect();
         acks.sort_unstable_by(|a, b| b.cmp(a));
-        let replicated = match self.min_replicas {
+        let replicated = match self.min_replicas() {
             0 => u64::MAX,
             r => acks.get(r - 1).copied().unwrap_or(0),
         };
@@ -290,12 +299,21 @@ impl Replication {
         }
         let error = MasterError::Unreplicated(format!(
             "not committed within {COMMIT_WAIT:?}: {healthy} of the {} replicas needed answer",
-            self.min_replicas
+            self.min_replicas()
         ));
         tracing::warn!("{error}");
         for batch in expired {
             fail(batch.completions, &error);
         }
+    }
+
+    /// The index below which entries are known committed. Entries adopted
+    /// from older epochs count only once one of this epoch's own entries
+    /// is committed after them (before that, a replica holding them is no
+    /// proof: a newer journal may still replace them).
+    fn committed(&self) -> u64 {
+        let commit = self.lock().commit;
+        if commit > self.start.next { commit } else { 0 }
     }
 
     /// This master's journal: the start shape plus this epoch's entries.
@@ -393,6 +411,12 @@ impl Replication {
                     .map(|m| (m.node_id.clone(), m.http.clone()))
                     .collect()
             };
+            if options.auto && !targets.is_empty() && self.min_replicas() == 0 {
+                // From now on every batch needs a second copy: this node is
+                // no longer alone, and losing it must not lose work.
+                tracing::info!("another back-end node joined: batches now need 1 replica");
+                self.min_replicas.store(1, Ordering::Relaxed);
+            }
             sessions.retain(|node, task| {
                 let keep = targets.contains_key(node) && !task.is_finished();
                 if !keep {
@@ -470,7 +494,7 @@ impl Replication {
                                 epoch: self.epoch,
                                 first: from,
                                 entries,
-                                commit: self.lock().commit,
+                                commit: self.committed(),
                             },
                             Ok(None) => match self.install_request().await {
                                 Some(request) => request,

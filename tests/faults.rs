@@ -1,0 +1,179 @@
+//! Fault tests: a cluster of real `cohort node` processes on loopback,
+//! broken in one way or another while clients keep submitting, then checked
+//! with the same invariants ([`support::faults`]): every acknowledged job
+//! settles exactly once with its own result, and every back-end node's
+//! journal ends up a prefix of the newest epoch's.
+
+mod support;
+
+use cohort::client::Client;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use support::faults::{Ledger, burst, check_journals, check_jobs};
+use support::{Node, converge, live, runtime, start, upload};
+
+const ALL: &str = "back-end,worker,front-end";
+
+/// Three back-end nodes, all also workers and front-ends, with the master
+/// on n1; returns them and the echo module's digest.
+fn three(dir: &tempfile::TempDir, rt: &tokio::runtime::Runtime) -> (Node, Node, Node, String) {
+    let n1 = start(dir, "n1", ALL, None);
+    let n2 = start(dir, "n2", ALL, Some(&n1));
+    let n3 = start(dir, "n3", ALL, Some(&n1));
+    let echo = rt.block_on(async {
+        for node in [&n1, &n2, &n3] {
+            converge(node, "3 live nodes, the master on n1, 3 workers", |c| {
+                live(c).len() == 3 && c.master_node == "n1" && c.workers.len() == 3
+            })
+            .await;
+        }
+        upload(&Client::new(&n2.url), "fixture_echo").await
+    });
+    (n1, n2, n3, echo)
+}
+
+/// Stops the submitters and waits for them.
+fn finish(rt: &tokio::runtime::Runtime, stop: &AtomicBool, tasks: Vec<tokio::task::JoinHandle<()>>) {
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        rt.block_on(task).unwrap();
+    }
+}
+
+#[test]
+fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let (mut n1, n2, n3, echo) = three(&dir, &rt);
+    let clients = [Client::new(&n2.url), Client::new(&n3.url)];
+    let (stop, ledger) = (Arc::new(AtomicBool::new(false)), Arc::new(Ledger::default()));
+    let tasks = burst(&rt, &clients, &echo, 2, &stop, &ledger);
+    std::thread::sleep(Duration::from_millis(800));
+    let status = n1.terminate();
+    assert!(status.success(), "{}", n1.stderr());
+    std::thread::sleep(Duration::from_millis(800));
+    finish(&rt, &stop, tasks);
+    assert_eq!(
+        ledger.failed.load(Ordering::Relaxed),
+        0,
+        "a client request failed during the hand-over: {:?}",
+        ledger.first_error.lock().unwrap()
+    );
+    assert!(
+        n1.stderr().contains("handed the master over to n2"),
+        "{}",
+        n1.stderr()
+    );
+    n2.wait_stderr("received the master from n1");
+    rt.block_on(async {
+        let cluster = converge(&n2, "the master on n2", |c| c.master_node == "n2").await;
+        assert_eq!(cluster.master_epoch, 2);
+        check_jobs(&clients[0], &ledger).await;
+    });
+    assert!(ledger.len() > 20, "submissions flowed: {}", ledger.len());
+    // n1 comes back as the youngest node and catches up.
+    let n1 = start(&dir, "n1", ALL, Some(&n2));
+    check_journals(&[&n1, &n2, &n3]);
+}
+
+#[test]
+fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let (mut n1, n2, n3, echo) = three(&dir, &rt);
+    let clients = [Client::new(&n2.url), Client::new(&n3.url)];
+    let (stop, ledger) = (Arc::new(AtomicBool::new(false)), Arc::new(Ledger::default()));
+    let tasks = burst(&rt, &clients, &echo, 2, &stop, &ledger);
+    std::thread::sleep(Duration::from_millis(1000));
+    let before = ledger.len();
+    let killed = Instant::now();
+    n1.kill();
+    rt.block_on(converge(&n2, "the master on n2", |c| {
+        c.master_node == "n2" && c.master_epoch == 2
+    }));
+    std::thread::sleep(Duration::from_millis(1000));
+    finish(&rt, &stop, tasks);
+    let resumed = ledger
+        .first_ack_after(killed)
+        .expect("submissions resumed after the crash");
+    eprintln!(
+        "{before} jobs acknowledged before the crash, {} in all; first acknowledgement {:?} after SIGKILL",
+        ledger.len(),
+        resumed - killed
+    );
+    let stderr = n2.wait_stderr("hosting the master (epoch 2");
+    assert!(!stderr.contains("WARNING"), "{stderr}");
+    rt.block_on(check_jobs(&clients[0], &ledger));
+    // The crashed node restarts as the youngest and its journal is lined
+    // up with the new master's (an uncommitted tail is cut).
+    let n1 = start(&dir, "n1", ALL, Some(&n2));
+    rt.block_on(converge(&n2, "n1 back as the youngest", |c| {
+        live(c) == ["n2", "n3", "n1"] && c.master_node == "n2"
+    }));
+    check_journals(&[&n1, &n2, &n3]);
+}
+
+#[test]
+fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let (n1, n2, n3, echo) = three(&dir, &rt);
+    let clients = [Client::new(&n3.url)];
+    let (stop, ledger) = (Arc::new(AtomicBool::new(false)), Arc::new(Ledger::default()));
+    let tasks = burst(&rt, &clients, &echo, 2, &stop, &ledger);
+    std::thread::sleep(Duration::from_millis(500));
+    // Paused longer than failure detection: n2 takes over.
+    n1.signal("STOP");
+    rt.block_on(converge(&n2, "the master on n2", |c| {
+        c.master_node == "n2" && c.master_epoch == 2
+    }));
+    std::thread::sleep(Duration::from_millis(500));
+    n1.signal("CONT");
+    // n1's master learns it was superseded: it steps down rather than
+    // commit, and n1 rejoins as the youngest node.
+    let stderr = n1.wait_stderr("was superseded by epoch 2: stepping down");
+    assert!(stderr.contains("epoch 1"), "{stderr}");
+    rt.block_on(async {
+        for node in [&n1, &n2, &n3] {
+            converge(node, "n1 back as the youngest, the master on n2", |c| {
+                live(c) == ["n2", "n3", "n1"] && c.master_node == "n2" && c.master_epoch == 2
+            })
+            .await;
+        }
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    finish(&rt, &stop, tasks);
+    rt.block_on(check_jobs(&clients[0], &ledger));
+    check_journals(&[&n1, &n2, &n3]);
+}
+
+#[test]
+fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let (mut n1, mut n2, mut n3, echo) = three(&dir, &rt);
+    let clients = [Client::new(&n2.url), Client::new(&n3.url)];
+    let (stop, ledger) = (Arc::new(AtomicBool::new(false)), Arc::new(Ledger::default()));
+    let tasks = burst(&rt, &clients, &echo, 2, &stop, &ledger);
+    std::thread::sleep(Duration::from_millis(1000));
+    for node in [&mut n1, &mut n2, &mut n3] {
+        node.kill();
+    }
+    finish(&rt, &stop, tasks);
+    // Back in another order: n3 first. Alone it must not serve a journal
+    // that may be stale: it waits for another back-end node.
+    let n3 = start(&dir, "n3", ALL, None);
+    n3.wait_stderr("cannot take the master over yet");
+    let n1 = start(&dir, "n1", ALL, Some(&n3));
+    let n2 = start(&dir, "n2", ALL, Some(&n3));
+    let client = Client::new(&n1.url);
+    rt.block_on(async {
+        converge(&n1, "3 live nodes with a master", |c| {
+            live(c).len() == 3 && !c.master_node.is_empty()
+        })
+        .await;
+        check_jobs(&client, &ledger).await;
+    });
+    check_journals(&[&n1, &n2, &n3]);
+}

@@ -1,0 +1,199 @@
+//! What every fault test checks, whatever it broke: the invariants of
+//! cohort's fault tolerance.
+//!
+//! * Every job that got a `202` reaches a terminal state, exactly once:
+//!   here every job is an echo, so it must have succeeded, with exactly one
+//!   succeeded attempt, and its result must be its own input.
+//! * After the run, the journal of every back-end node is a prefix of the
+//!   newest epoch's journal: where two journals both hold an entry, it is
+//!   the same entry, and none is longer than the newest.
+
+use super::{Node, job, settle};
+use cohort::client::Client;
+use cohort::journal::{FsStorage, Shape, log::read_entries};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Longest journals may take to line up after the last fault.
+const JOURNALS_AGREE: Duration = Duration::from_secs(30);
+/// Pause of a submitter after a refused request.
+const ERROR_PAUSE: Duration = Duration::from_millis(20);
+
+/// Jobs acknowledged to clients, and how many requests failed.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    /// `(id, input)` of every job that got a `202`.
+    pub acked: Mutex<Vec<(u64, String)>>,
+    /// Requests that got an error (allowed during a crash: they were never
+    /// acknowledged, and a client would retry them).
+    pub failed: AtomicU64,
+    /// When each `202` arrived, in order.
+    pub acked_at: Mutex<Vec<Instant>>,
+    /// The first error seen.
+    pub first_error: Mutex<Option<String>>,
+}
+
+impl Ledger {
+    /// Number of jobs acknowledged so far.
+    pub fn len(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    /// The first acknowledgement after `instant`.
+    pub fn first_ack_after(&self, instant: Instant) -> Option<Instant> {
+        self.acked_at
+            .lock()
+            .unwrap()
+            .iter()
+            .copied()
+            .find(|&at| at > instant)
+    }
+}
+
+/// Submitters writing echo jobs through `clients` until `stop`, one task
+/// per client and `per_client` tasks each.
+pub fn burst(
+    rt: &tokio::runtime::Runtime,
+    clients: &[Client],
+    module: &str,
+    per_client: usize,
+    stop: &Arc<AtomicBool>,
+    ledger: &Arc<Ledger>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for (c, client) in clients.iter().enumerate() {
+        for w in 0..per_client {
+            let (client, stop, ledger) = (client.clone(), stop.clone(), ledger.clone());
+            let module = module.to_string();
+            tasks.push(rt.spawn(async move {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let input = format!("client {c} writer {w} job {n}");
+                    n += 1;
+                    match client.submit(&job(&module, &input)).await {
+                        Ok(accepted) => {
+                            ledger.acked.lock().unwrap().push((accepted.id, input));
+                            ledger.acked_at.lock().unwrap().push(Instant::now());
+                        }
+                        Err(error) => {
+                            ledger.failed.fetch_add(1, Ordering::Relaxed);
+                            ledger
+                                .first_error
+                                .lock()
+                                .unwrap()
+                                .get_or_insert(error.to_string());
+                            tokio::time::sleep(ERROR_PAUSE).await;
+                        }
+                    }
+                }
+            }));
+        }
+    }
+    tasks
+}
+
+/// Checks that every acknowledged job settled exactly once with its own
+/// input as result, asking `client`.
+pub async fn check_jobs(client: &Client, ledger: &Ledger) {
+    let acked = ledger.acked.lock().unwrap().clone();
+    assert!(!acked.is_empty(), "no job was acknowledged");
+    for (id, input) in &acked {
+        let job = settle(client, *id).await;
+        assert_eq!(job.state, "succeeded", "acknowledged job {id}: {job:?}");
+        let successes = job
+            .attempts
+            .iter()
+            .filter(|a| a.outcome.as_deref() == Some("succeeded"))
+            .count();
+        assert_eq!(successes, 1, "one outcome for job {id}: {job:?}");
+        let result = client.result(*id).await.unwrap();
+        assert_eq!(&result[..], input.as_bytes(), "job {id}'s result");
+    }
+}
+
+/// A back-end node's journal, read without writing to it.
+struct Read {
+    node: String,
+    shape: Shape,
+    entries: Vec<(u64, u64, Vec<u8>)>,
+}
+
+fn read_journal(node: &str, data_dir: &Path) -> Read {
+    let storage = FsStorage::open(&data_dir.join("journal")).unwrap();
+    let first = {
+        use cohort::journal::Storage;
+        storage.segments().unwrap().first().copied().unwrap_or(0)
+    };
+    let entries: Vec<_> = read_entries(&storage, first, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.index, e.epoch, e.data))
+        .collect();
+    let mut shape = Shape {
+        first,
+        next: first + entries.len() as u64,
+        runs: Vec::new(),
+        last_epoch: 0,
+    };
+    for (index, epoch, _) in &entries {
+        if shape.runs.last().is_none_or(|&(_, e)| e != *epoch) {
+            shape.runs.push((*index, *epoch));
+        }
+        shape.last_epoch = *epoch;
+    }
+    Read {
+        node: node.into(),
+        shape,
+        entries,
+    }
+}
+
+/// Why the journals in `nodes` are not prefixes of the newest, if they
+/// are not.
+fn journals_disagree(nodes: &[&Node]) -> Option<String> {
+    let journals: Vec<Read> = nodes
+        .iter()
+        .map(|node| read_journal(&node.url, &node.data_dir))
+        .collect();
+    let newest = journals
+        .iter()
+        .max_by_key(|j| (j.shape.last_epoch, j.shape.next))?;
+    for journal in &journals {
+        if journal.shape.next > newest.shape.next {
+            return Some(format!(
+                "{} holds entries up to {} beyond the newest journal ({}, up to {})",
+                journal.node, journal.shape.next, newest.node, newest.shape.next
+            ));
+        }
+        for (index, epoch, data) in &journal.entries {
+            if *index < newest.shape.first {
+                continue;
+            }
+            let (_, newest_epoch, newest_data) = &newest.entries[(index - newest.shape.first) as usize];
+            if newest_epoch != epoch || newest_data != data {
+                return Some(format!(
+                    "{} entry {index} (epoch {epoch}) differs from {}'s (epoch {newest_epoch})",
+                    journal.node, newest.node
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Waits (bounded) until every back-end node's journal is a prefix of the
+/// newest epoch's journal.
+pub fn check_journals(nodes: &[&Node]) {
+    let started = Instant::now();
+    loop {
+        match journals_disagree(nodes) {
+            None => return,
+            Some(reason) if started.elapsed() > JOURNALS_AGREE => {
+                panic!("journals disagree after {JOURNALS_AGREE:?}: {reason}")
+            }
+            Some(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
