@@ -225,9 +225,34 @@ impl Worker {
 
 async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
     let options = &shared.options;
+    // A worker that starts runs nothing: whatever the master believes this
+    // worker id runs (a previous process that crashed and came back before
+    // membership noticed) is lost, and is re-queued now rather than when
+    // its leases run out.
+    let mut announced = false;
     loop {
         if *stopped.borrow() {
             return;
+        }
+        if !announced {
+            let fresh = Command::WorkerGone {
+                worker: options.id.clone(),
+            };
+            let told = tokio::select! {
+                told = shared.master.command(fresh) => told,
+                _ = stopped.changed() => return,
+            };
+            match told {
+                Ok(_) | Err(MasterError::Rejected(_)) => announced = true,
+                Err(error) => {
+                    tracing::debug!("cannot announce the worker yet: {error}");
+                    tokio::select! {
+                        _ = tokio::time::sleep(POLL_RETRY) => {}
+                        _ = stopped.changed() => return,
+                    }
+                    continue;
+                }
+            }
         }
         if shared.slots.available_permits() == 0 {
             // Wait for a slot, but come back in time for the heartbeat.
