@@ -4,11 +4,10 @@
 
 mod support;
 
-use cohort::api::types::*;
 use cohort::client::Client;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
-use support::{Node, converge, job, live, runtime, settle, start, upload};
+use support::{CONVERGE, converge, job, live, runtime, settle, start, upload};
 
 #[test]
 fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {

@@ -242,7 +242,14 @@ impl Replica {
             state.promise = epoch;
         }
         if state.journal.is_none() {
-            state.journal = Some(store::open_journal(&self.data_dir)?.0);
+            let (journal, recovered) = store::open_journal(&self.data_dir)?;
+            if recovered.torn_bytes > 0 {
+                eprintln!(
+                    "journal: {} bytes of an unfinished write cut from the journal's end",
+                    recovered.torn_bytes
+                );
+            }
+            state.journal = Some(journal);
         }
         let journal = state.journal.as_mut().expect("opened above");
         Ok(match request {
