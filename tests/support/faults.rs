@@ -52,25 +52,37 @@ impl Ledger {
     }
 }
 
-/// Submitters writing echo jobs through `clients` until `stop`, one task
-/// per client and `per_client` tasks each.
+/// The front-ends submitters send to; tests swap them as nodes restart on
+/// new ports.
+pub type Targets = Arc<Mutex<Vec<Client>>>;
+
+/// Targets for `nodes`.
+pub fn targets(nodes: &[&Node]) -> Targets {
+    Arc::new(Mutex::new(nodes.iter().map(|n| Client::new(&n.url)).collect()))
+}
+
+/// `tasks` submitters writing echo jobs, each request to the next of
+/// `targets`, until `stop`.
 pub fn burst(
     rt: &tokio::runtime::Runtime,
-    clients: &[Client],
+    targets: &Targets,
     module: &str,
-    per_client: usize,
+    tasks: usize,
     stop: &Arc<AtomicBool>,
     ledger: &Arc<Ledger>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = Vec::new();
-    for (c, client) in clients.iter().enumerate() {
-        for w in 0..per_client {
-            let (client, stop, ledger) = (client.clone(), stop.clone(), ledger.clone());
+    (0..tasks)
+        .map(|w| {
+            let (targets, stop, ledger) = (targets.clone(), stop.clone(), ledger.clone());
             let module = module.to_string();
-            tasks.push(rt.spawn(async move {
+            rt.spawn(async move {
                 let mut n = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    let input = format!("client {c} writer {w} job {n}");
+                    let input = format!("writer {w} job {n}");
+                    let client = {
+                        let targets = targets.lock().unwrap();
+                        targets[n % targets.len()].clone()
+                    };
                     n += 1;
                     match client.submit(&job(&module, &input)).await {
                         Ok(accepted) => {
@@ -88,10 +100,9 @@ pub fn burst(
                         }
                     }
                 }
-            }));
-        }
-    }
-    tasks
+            })
+        })
+        .collect()
 }
 
 /// Checks that every acknowledged job settled exactly once with its own
