@@ -10,8 +10,8 @@ use cohort::client::Client;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use support::faults::{Ledger, burst, check_journals, check_jobs, targets};
-use support::{Node, converge, live, runtime, start, upload};
+use support::faults::{Ledger, burst, check_jobs, check_journals, targets};
+use support::{Node, converge, cut_off, live, runtime, start, upload};
 
 const ALL: &str = "back-end,worker,front-end";
 
@@ -34,7 +34,11 @@ fn three(dir: &tempfile::TempDir, rt: &tokio::runtime::Runtime) -> (Node, Node, 
 }
 
 /// Stops the submitters and waits for them.
-fn finish(rt: &tokio::runtime::Runtime, stop: &AtomicBool, tasks: Vec<tokio::task::JoinHandle<()>>) {
+fn finish(
+    rt: &tokio::runtime::Runtime,
+    stop: &AtomicBool,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) {
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         rt.block_on(task).unwrap();
@@ -47,7 +51,10 @@ fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
     let rt = runtime();
     let (mut n1, n2, n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n2.url), Client::new(&n3.url)];
-    let (stop, ledger) = (Arc::new(AtomicBool::new(false)), Arc::new(Ledger::default()));
+    let (stop, ledger) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(Ledger::default()),
+    );
     let tasks = burst(&rt, &targets(&[&n2, &n3]), &echo, 4, &stop, &ledger);
     std::thread::sleep(Duration::from_millis(800));
     let status = n1.terminate();
@@ -83,7 +90,10 @@ fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
     let rt = runtime();
     let (mut n1, n2, n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n2.url), Client::new(&n3.url)];
-    let (stop, ledger) = (Arc::new(AtomicBool::new(false)), Arc::new(Ledger::default()));
+    let (stop, ledger) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(Ledger::default()),
+    );
     let tasks = burst(&rt, &targets(&[&n2, &n3]), &echo, 4, &stop, &ledger);
     std::thread::sleep(Duration::from_millis(1000));
     let before = ledger.len();
@@ -120,7 +130,10 @@ fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
     let rt = runtime();
     let (n1, n2, n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n3.url)];
-    let (stop, ledger) = (Arc::new(AtomicBool::new(false)), Arc::new(Ledger::default()));
+    let (stop, ledger) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(Ledger::default()),
+    );
     let tasks = burst(&rt, &targets(&[&n3]), &echo, 2, &stop, &ledger);
     std::thread::sleep(Duration::from_millis(500));
     // Paused longer than failure detection: n2 takes over.
@@ -154,7 +167,10 @@ fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
     let rt = runtime();
     let (mut n1, mut n2, mut n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n2.url), Client::new(&n3.url)];
-    let (stop, ledger) = (Arc::new(AtomicBool::new(false)), Arc::new(Ledger::default()));
+    let (stop, ledger) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(Ledger::default()),
+    );
     let tasks = burst(&rt, &targets(&[&n2, &n3]), &echo, 4, &stop, &ledger);
     std::thread::sleep(Duration::from_millis(1000));
     for node in [&mut n1, &mut n2, &mut n3] {
@@ -175,6 +191,53 @@ fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
         .await;
         check_jobs(&client, &ledger).await;
     });
+    check_journals(&[&n1, &n2, &n3]);
+}
+
+#[test]
+fn a_master_cut_off_from_the_others_cannot_commit_and_steps_down_on_healing() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let (n1, n2, n3, echo) = three(&dir, &rt);
+    let (stop, ledger) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(Ledger::default()),
+    );
+    // Clients on both sides of the cut.
+    let tasks = burst(&rt, &targets(&[&n1, &n3]), &echo, 4, &stop, &ledger);
+    std::thread::sleep(Duration::from_millis(500));
+    cut_off(&dir, "n1", &[&n2, &n3]);
+    cut_off(&dir, "n2", &[&n1]);
+    cut_off(&dir, "n3", &[&n1]);
+    rt.block_on(async {
+        converge(&n3, "the master on n2", |c| {
+            c.master_node == "n2" && c.master_epoch == 2
+        })
+        .await;
+        // n1 still believes it hosts the master, but with no replica it
+        // refuses instead of deciding what it could not commit.
+        let refused = Client::new(&n1.url)
+            .submit(&support::job(&echo, "on the cut-off side"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("replicas_unavailable"), "{refused}");
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    for name in ["n1", "n2", "n3"] {
+        cut_off(&dir, name, &[]);
+    }
+    n1.wait_stderr("was superseded by epoch 2: stepping down");
+    rt.block_on(async {
+        for node in [&n1, &n2, &n3] {
+            converge(node, "healed: n1 the youngest, the master on n2", |c| {
+                live(c) == ["n2", "n3", "n1"] && c.master_node == "n2"
+            })
+            .await;
+        }
+    });
+    finish(&rt, &stop, tasks);
+    rt.block_on(check_jobs(&Client::new(&n3.url), &ledger));
     check_journals(&[&n1, &n2, &n3]);
 }
 
@@ -230,9 +293,15 @@ fn random_fault_schedules_keep_the_invariants() {
             nodes.iter().flatten().map(|n| n.url.clone()).collect()
         };
         let targets = Arc::new(std::sync::Mutex::new(
-            running(&nodes).iter().map(|u| Client::new(u)).collect::<Vec<_>>(),
+            running(&nodes)
+                .iter()
+                .map(|u| Client::new(u))
+                .collect::<Vec<_>>(),
         ));
-        let (stop, ledger) = (Arc::new(AtomicBool::new(false)), Arc::new(Ledger::default()));
+        let (stop, ledger) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(Ledger::default()),
+        );
         let tasks = burst(&rt, &targets, &echo, 4, &stop, &ledger);
         for _ in 0..FAULTS_PER_SCHEDULE {
             std::thread::sleep(rng.millis(300, 1000));

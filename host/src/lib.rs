@@ -23,6 +23,7 @@ pub mod client;
 pub mod cluster;
 pub mod demo;
 pub mod exec;
+pub mod fault;
 pub mod guests;
 pub mod journal;
 pub mod master;

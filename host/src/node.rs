@@ -18,8 +18,8 @@ use crate::cluster::membership::{self, Membership, MembershipConfig, Roles, keys
 use crate::cluster::modules::ModuleFetcher;
 use crate::cluster::replica::Replica;
 use crate::cluster::{handover, singleton, takeover};
-use crate::master::replicate::ReplicationOptions;
 use crate::master::core::MasterComponent;
+use crate::master::replicate::ReplicationOptions;
 use crate::master::{self, CoreKind, MasterOptions};
 use crate::modules::ModuleStore;
 use crate::peer::Peer;
@@ -104,6 +104,10 @@ pub struct NodeArgs {
     /// (for comparisons).
     #[arg(long, value_enum, default_value = "wasm", hide = true)]
     pub master_core: CoreKind,
+    /// Fault injection for tests: a file listing addresses this node is cut
+    /// off from (see `cohort::fault`).
+    #[arg(long, hide = true)]
+    pub fault_partition: Option<PathBuf>,
 }
 
 /// Runs a node until SIGTERM/Ctrl-C (clean stop) or a master failure.
@@ -112,6 +116,9 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
     let _lock = lock_data_dir(&data_dir)?;
+    if let Some(file) = &args.fault_partition {
+        crate::fault::install(file.clone());
+    }
     let roles = args.roles;
     let slots = if roles.worker {
         args.slots.unwrap_or_else(default_slots)

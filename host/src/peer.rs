@@ -44,6 +44,9 @@ impl Peer {
         body: Bytes,
         timeout: Duration,
     ) -> Result<(StatusCode, Bytes), String> {
+        if crate::fault::blocks_url(url) {
+            return Err(format!("{url}: cut off by fault injection"));
+        }
         let request = Request::builder()
             .method(method)
             .uri(url)

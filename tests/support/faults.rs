@@ -58,7 +58,9 @@ pub type Targets = Arc<Mutex<Vec<Client>>>;
 
 /// Targets for `nodes`.
 pub fn targets(nodes: &[&Node]) -> Targets {
-    Arc::new(Mutex::new(nodes.iter().map(|n| Client::new(&n.url)).collect()))
+    Arc::new(Mutex::new(
+        nodes.iter().map(|n| Client::new(&n.url)).collect(),
+    ))
 }
 
 /// `tasks` submitters writing echo jobs, each request to the next of
@@ -182,7 +184,8 @@ fn journals_disagree(nodes: &[&Node]) -> Option<String> {
             if *index < newest.shape.first {
                 continue;
             }
-            let (_, newest_epoch, newest_data) = &newest.entries[(index - newest.shape.first) as usize];
+            let (_, newest_epoch, newest_data) =
+                &newest.entries[(index - newest.shape.first) as usize];
             if newest_epoch != epoch || newest_data != data {
                 return Some(format!(
                     "{} entry {index} (epoch {epoch}) differs from {}'s (epoch {newest_epoch})",

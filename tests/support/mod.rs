@@ -274,7 +274,18 @@ pub fn gossip(node: &Node) -> String {
 
 pub fn start(dir: &tempfile::TempDir, name: &str, roles: &str, seed: Option<&Node>) -> Node {
     let path = dir.path().join(name);
-    let mut args = vec!["--node-id", name, "--roles", roles, "--slots", "4"];
+    let cut = partition_file(dir, name);
+    let cut = cut.to_str().unwrap();
+    let mut args = vec![
+        "--node-id",
+        name,
+        "--roles",
+        roles,
+        "--slots",
+        "4",
+        "--fault-partition",
+        cut,
+    ];
     let seed = seed.map(gossip);
     if let Some(seed) = &seed {
         args.extend(["--seed", seed]);
@@ -315,3 +326,19 @@ pub fn live(cluster: &ClusterResponse) -> Vec<&str> {
         .collect()
 }
 
+/// The file listing the addresses node `name` is cut off from (see
+/// `cohort::fault`).
+pub fn partition_file(dir: &tempfile::TempDir, name: &str) -> PathBuf {
+    dir.path().join(format!("{name}.cut"))
+}
+
+/// Cuts `name` off from `others` (one direction; call both ways for a
+/// symmetric partition), or heals it with no others.
+pub fn cut_off(dir: &tempfile::TempDir, name: &str, others: &[&Node]) {
+    let lines: Vec<&str> = others.iter().map(|n| gossip_of(n)).collect();
+    std::fs::write(partition_file(dir, name), lines.join("\n")).unwrap();
+}
+
+fn gossip_of(node: &Node) -> &str {
+    node.url.trim_start_matches("http://")
+}

@@ -21,7 +21,6 @@
 //! `status=leaving` and gossips it for a few rounds, so the others stop
 //! counting on it before the detector would notice.
 
-use chitchat::transport::UdpTransport;
 use chitchat::{
     ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState, ProtocolVersion,
     spawn_chitchat,
@@ -311,7 +310,7 @@ async fn spawn_gossip(
         extra_liveness_predicate: None,
         protocol_version: ProtocolVersion::V0,
     };
-    let handle = spawn_chitchat(chitchat_config, keys, &UdpTransport).await?;
+    let handle = spawn_chitchat(chitchat_config, keys, &crate::fault::PartitionTransport).await?;
     let chitchat = handle.chitchat();
     let mut live = chitchat.lock().await.live_nodes_watcher();
     let me = config.node_id.clone();

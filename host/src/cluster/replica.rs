@@ -434,7 +434,10 @@ mod tests {
         assert_eq!(after.next, 4);
         // Nothing may cut below the commit index (3 now).
         let refused = replica.handle(append(4, 2, &[4], 0));
-        assert!(matches!(refused, ReplicaResponse::Refused(_)), "{refused:?}");
+        assert!(
+            matches!(refused, ReplicaResponse::Refused(_)),
+            "{refused:?}"
+        );
         // A gap is answered with the shape, nothing written.
         assert_eq!(shape(replica.handle(append(4, 9, &[4], 0))).next, 4);
     }
@@ -474,10 +477,7 @@ mod tests {
             ReplicaResponse::Fenced { promised: 5 }
         ));
         let superseded = replica.superseded();
-        assert!(matches!(
-            replica.handle(fence(6)),
-            ReplicaResponse::Busy(_)
-        ));
+        assert!(matches!(replica.handle(fence(6)), ReplicaResponse::Busy(_)));
         assert_eq!(*superseded.borrow(), 6);
         replica.unhost();
         shape(replica.handle(fence(6)));

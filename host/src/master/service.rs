@@ -737,10 +737,7 @@ impl MasterLoop {
         });
     }
 
-    fn complete(
-        &mut self,
-        completion: impl FnOnce(Result<(), MasterError>) + Send + 'static,
-    ) {
+    fn complete(&mut self, completion: impl FnOnce(Result<(), MasterError>) + Send + 'static) {
         self.batch.completions.push(Box::new(completion));
     }
 
