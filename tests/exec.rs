@@ -162,7 +162,7 @@ fn exec_bounds_a_flood_of_output_in_the_log() {
 }
 
 #[test]
-fn demo_renders_a_picture_from_tile_jobs() {
+fn demo_renders_a_picture_from_tile_jobs_while_the_master_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("m.png");
     let run = cohort(
@@ -190,6 +190,12 @@ fn demo_renders_a_picture_from_tile_jobs() {
     assert!(stdout.contains("3-node cluster"), "{stdout}");
     assert!(stdout.contains("12 jobs"), "{stdout}");
     assert!(stdout.contains("run by"), "{stdout}");
+    // The chaos: the master's node is killed and another takes over.
+    assert!(stdout.contains("chaos: killed demo-1"), "{stdout}");
+    assert!(
+        stdout.contains("took the master over (epoch 2)"),
+        "{stdout}"
+    );
     let reader = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&out).unwrap()))
         .read_info()
         .unwrap();

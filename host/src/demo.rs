@@ -6,6 +6,11 @@
 //! in this binary) through one node, submits one job per tile of the picture
 //! through every node's API in turn, waits for the tiles with a progress
 //! bar, stitches them into one PNG, and says how many jobs each node ran.
+//!
+//! With three nodes or more the demo also shows fault tolerance (unless
+//! `--no-chaos`): a third of the way through, it kills the node hosting the
+//! master with SIGKILL, reports which node took the master over and how
+//! long that took, and the picture still completes from the survivors.
 //! Every child is stopped (SIGTERM, then SIGKILL) and every temporary
 //! directory removed on the way out, including on error and on Ctrl-C.
 //!
@@ -66,7 +71,18 @@ pub struct DemoArgs {
     /// Nodes in the local cluster (each with every role).
     #[arg(long, default_value_t = 3)]
     pub nodes: u32,
+    /// Do not kill the master's node during the render (it is killed by
+    /// default when the cluster has 3 nodes or more).
+    #[arg(long)]
+    pub no_chaos: bool,
 }
+
+/// Fraction of the tiles done when the chaos kills the master's node.
+const CHAOS_AT: f64 = 1.0 / 3.0;
+/// Tries of a tile's status, moving to the next node after each failure.
+const WAIT_TRIES_MAX: usize = 100;
+/// Pause between those tries.
+const WAIT_RETRY: Duration = Duration::from_millis(100);
 
 /// A child `cohort node`, stopped when dropped.
 struct ChildNode {
@@ -276,13 +292,17 @@ async fn demo(
     let mut per_node: BTreeMap<String, u64> = BTreeMap::new();
     let mut pending = ids.into_iter().enumerate();
     let mut waiting = JoinSet::new();
+    let clients = std::sync::Arc::new(clients);
+    let mut chaos =
+        (args.nodes >= 3 && !args.no_chaos).then(|| (tiles.len() as f64 * CHAOS_AT) as u64);
+    let mut takeover = None;
     loop {
         while waiting.len() < WAITS_IN_FLIGHT {
             let Some((n, (tile, id))) = pending.next() else {
                 break;
             };
-            let client = clients[n % clients.len()].clone();
-            waiting.spawn(async move { (tile, tile_result(&client, id).await) });
+            let clients = clients.clone();
+            waiting.spawn(async move { (tile, tile_result(&clients, n, id).await) });
         }
         let Some(joined) = waiting.join_next().await else {
             break;
@@ -292,6 +312,13 @@ async fn demo(
         paste(&mut canvas, args.width, tile, &png)?;
         *per_node.entry(worker).or_default() += 1;
         bar.inc(1);
+        if chaos.is_some_and(|at| bar.position() >= at) {
+            chaos = None;
+            takeover = Some(kill_the_master(nodes, &clients, &bar).await?);
+        }
+    }
+    if let Some(takeover) = takeover {
+        takeover.await??;
     }
     bar.finish_and_clear();
     let elapsed = render_started.elapsed();
@@ -336,10 +363,93 @@ async fn wait_for_cluster(client: &Client, nodes: usize) -> anyhow::Result<Clust
     }
 }
 
-/// Waits for tile job `id`; returns the node that ran it and its PNG.
-async fn tile_result(client: &Client, id: u64) -> anyhow::Result<(String, Vec<u8>)> {
+/// Kills the node hosting the master (SIGKILL) and returns a task that
+/// reports, above the progress bar, which node took the master over and
+/// how long it took.
+async fn kill_the_master(
+    nodes: &mut [ChildNode],
+    clients: &[Client],
+    bar: &ProgressBar,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    let cluster = clients[0].cluster().await?;
+    let (old, epoch) = (cluster.master_node.clone(), cluster.master_epoch);
+    let Some(victim) = nodes.iter_mut().position(|n| n.name == old) else {
+        anyhow::bail!("no demo node hosts the master (it is on {old:?})");
+    };
+    let killed = Instant::now();
+    nodes[victim].child.kill()?;
+    say(
+        bar,
+        format!(
+            "chaos: killed {old} with SIGKILL: it hosted the master (epoch {epoch}) and ran jobs"
+        ),
+    );
+    let survivor = clients[(victim + 1) % clients.len()].clone();
+    let bar = bar.clone();
+    Ok(tokio::spawn(async move {
+        let deadline = killed + START_TIMEOUT;
+        loop {
+            if let Ok(cluster) = survivor.cluster().await
+                && cluster.master_epoch > epoch
+                && cluster.master_node != old
+            {
+                say(
+                    &bar,
+                    format!(
+                        "chaos: {} took the master over (epoch {}) {:.2} s after the kill; the render goes on",
+                        cluster.master_node,
+                        cluster.master_epoch,
+                        killed.elapsed().as_secs_f64()
+                    ),
+                );
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "no node took the master over within {START_TIMEOUT:?}"
+            );
+            tokio::time::sleep(CLUSTER_POLL).await;
+        }
+    }))
+}
+
+/// Prints a line above the progress bar (or plainly, without a terminal).
+fn say(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        println!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
+
+/// Waits for tile job `id` through node `n` (or the next ones, if a node
+/// does not answer); returns the node that ran it and its PNG.
+async fn tile_result(clients: &[Client], n: usize, id: u64) -> anyhow::Result<(String, Vec<u8>)> {
+    let mut failures = 0;
+    let mut at = n;
     loop {
-        let job = client.job(id, 30_000).await?;
+        let client = &clients[at % clients.len()];
+        let polled = async {
+            let job = client.job(id, 30_000).await?;
+            let png = match job.state.as_str() {
+                "succeeded" => Some(client.result(id).await?.to_vec()),
+                _ => None,
+            };
+            anyhow::Ok((job, png))
+        };
+        let (job, png) = match polled.await {
+            Ok(polled) => polled,
+            Err(error) => {
+                failures += 1;
+                anyhow::ensure!(
+                    failures < WAIT_TRIES_MAX,
+                    "tile job {id}: no node answered: {error}"
+                );
+                at += 1;
+                tokio::time::sleep(WAIT_RETRY).await;
+                continue;
+            }
+        };
         match job.state.as_str() {
             "queued" | "running" => continue,
             "succeeded" => {
@@ -348,7 +458,7 @@ async fn tile_result(client: &Client, id: u64) -> anyhow::Result<(String, Vec<u8
                     .last()
                     .map(|a| a.worker.clone())
                     .unwrap_or_default();
-                return Ok((worker, client.result(id).await?.to_vec()));
+                return Ok((worker, png.unwrap_or_default()));
             }
             state => anyhow::bail!(
                 "tile job {id} {state}: {}",
@@ -441,6 +551,7 @@ mod tests {
             tile: 100,
             iterations: 10,
             nodes: 3,
+            no_chaos: false,
         };
         let tiles = tiles(&args);
         assert_eq!(tiles.len(), 3 * 2);
