@@ -17,14 +17,21 @@
 //!   the master to recover it, and the process's resident memory with 1M
 //!   queued jobs in the master component.
 //! * cluster: three nodes (every role) on loopback on this one machine:
-//!   throughput with submissions spread over the three front-ends, latency
-//!   of one job through a node that does not host the master (one proxy
-//!   hop), and the time from `kill -9` of a node until the master's node
-//!   no longer lists it as live (failure detection with default settings).
-//! * handover: two back-end nodes; one client submits one job at a time
-//!   through the younger while the older, hosting the master, gets SIGTERM;
-//!   the longest submission round trip around the hand-over is the pause
-//!   clients see.
+//!   throughput with submissions spread over the three front-ends, with the
+//!   journal replicated (the default: every batch on 2 nodes before it is
+//!   acknowledged) and without (`--min-replicas 0`, which still sends the
+//!   entries but waits for no replica), latency of one job through a node
+//!   that does not host the master (one proxy hop), and the time from
+//!   `kill -9` of a node until the master's node no longer lists it as live
+//!   (failure detection with default settings).
+//! * handover: three back-end nodes; one client submits one job at a time
+//!   through the youngest while the oldest, hosting the master, gets
+//!   SIGTERM; the longest submission round trip around the hand-over is the
+//!   pause clients see.
+//! * takeover: three back-end nodes; one client submits one job at a time
+//!   through the youngest while the oldest, hosting the master, gets
+//!   SIGKILL; the time from the kill until the first submission is
+//!   acknowledged by the new master.
 //!
 //! `COHORT_BENCH_VERBOSE=1` prints the slow submissions of the hand-over;
 //! `COHORT_BENCH_NODE_LOGS=DIR` keeps the nodes' stderr in `DIR` (set
@@ -70,6 +77,9 @@ fn main() {
     }
     if wanted("handover") {
         rt.block_on(handover());
+    }
+    if wanted("takeover") {
+        rt.block_on(takeover());
     }
     if wanted("recovery") {
         for core in [CoreKind::Wasm, CoreKind::Native] {
@@ -394,27 +404,93 @@ async fn live_nodes(client: &Client) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn cluster() {
-    const JOBS: usize = 60_000;
-    const BATCH: usize = 1000;
-    let n1 = start_node(&["--node-id", "n1"]);
+/// Three nodes with every role (and `extra` flags), n1 the oldest, once
+/// all three workers are known to the master.
+async fn three_nodes(extra: &[&str]) -> [NodeProcess; 3] {
+    let with = |name: &'static str, seed: Option<&str>| {
+        let mut args = vec!["--node-id", name];
+        if let Some(seed) = seed {
+            args.extend(["--seed", seed]);
+        }
+        args.extend(extra);
+        start_node(&args)
+    };
+    let n1 = with("n1", None);
     let seed = gossip_of(&n1);
-    let n2 = start_node(&["--node-id", "n2", "--seed", &seed]);
-    let mut n3 = start_node(&["--node-id", "n3", "--seed", &seed]);
-    let clients: Vec<Client> = [&n1, &n2, &n3]
-        .iter()
-        .map(|n| Client::new(&n.url))
-        .collect();
-    while clients[0]
+    let n2 = with("n2", Some(&seed));
+    let n3 = with("n3", Some(&seed));
+    let client = Client::new(&n3.url);
+    while client
         .cluster()
         .await
-        .map_or(true, |c| c.workers.len() < 3)
+        .map_or(true, |c| c.workers.len() < 3 || c.master_node != "n1")
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let module = clients[2].upload(echo_wasm()).await.unwrap();
+    [n1, n2, n3]
+}
 
-    // Throughput: batches through all three front-ends.
+async fn cluster() {
+    for extra in [&[][..], &["--min-replicas", "0"][..]] {
+        let nodes = three_nodes(extra).await;
+        let rate = cluster_throughput(&nodes).await;
+        println!(
+            "cluster throughput (3 nodes on one 2-CPU machine, {}): {rate:.0} jobs/s submit->result",
+            if extra.is_empty() {
+                "journal replicated, 1 replica needed"
+            } else {
+                "--min-replicas 0"
+            }
+        );
+    }
+    let [n1, _n2, mut n3] = three_nodes(&[]).await;
+    let clients: Vec<Client> = [&n1, &n3].iter().map(|n| Client::new(&n.url)).collect();
+    let module = clients[1].upload(echo_wasm()).await.unwrap();
+
+    // Latency through n3 (the master is on n1): one proxy hop each way.
+    let mut total = Histogram::<u64>::new(3).unwrap();
+    for n in 0..1100 {
+        let started = Instant::now();
+        let request = SubmitRequest {
+            module: module.clone(),
+            input: Some(n.to_string()),
+            ..SubmitRequest::default()
+        };
+        let id = clients[1].submit(&request).await.unwrap().id;
+        let path = format!("/v1/jobs/{id}/result?wait_ms=10000");
+        clients[1]
+            .call(Method::GET, &path, "text/plain", Default::default())
+            .await
+            .unwrap();
+        if n >= 100 {
+            total.record(started.elapsed().as_micros() as u64).unwrap();
+        }
+    }
+    println!(
+        "cluster latency (1000 jobs one at a time through a node that does not host the master): submit->result p50 {} µs p99 {} µs",
+        total.value_at_quantile(0.5),
+        total.value_at_quantile(0.99)
+    );
+
+    // Failure detection: kill -9 n3, time until n1 stops listing it live.
+    let killed = Instant::now();
+    let _ = n3.child.kill();
+    let _ = n3.child.wait();
+    while live_nodes(&clients[0]).await.iter().any(|n| n == "n3") {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!(
+        "failure detection (defaults: gossip every 100 ms, phi threshold 8): a killed node left the live set after {:.2?}",
+        killed.elapsed()
+    );
+}
+
+/// Jobs per second submit->result, batches through all three front-ends.
+async fn cluster_throughput(nodes: &[NodeProcess; 3]) -> f64 {
+    const JOBS: usize = 60_000;
+    const BATCH: usize = 1000;
+    let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.url)).collect();
+    let module = clients[2].upload(echo_wasm()).await.unwrap();
     let started = Instant::now();
     let mut tasks = Vec::new();
     for (c, client) in clients.iter().enumerate() {
@@ -441,65 +517,14 @@ async fn cluster() {
     while succeeded(&clients[0]).await < JOBS as u64 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let elapsed = started.elapsed();
-    println!(
-        "cluster throughput (3 nodes on one 2-CPU machine): {JOBS} trivial jobs in {elapsed:.2?}: {:.0} jobs/s submit->result",
-        JOBS as f64 / elapsed.as_secs_f64()
-    );
-
-    // Latency through n3 (the master is on n1): one proxy hop each way.
-    let mut total = Histogram::<u64>::new(3).unwrap();
-    for n in 0..1100 {
-        let started = Instant::now();
-        let request = SubmitRequest {
-            module: module.clone(),
-            input: Some(n.to_string()),
-            ..SubmitRequest::default()
-        };
-        let id = clients[2].submit(&request).await.unwrap().id;
-        let path = format!("/v1/jobs/{id}/result?wait_ms=10000");
-        clients[2]
-            .call(Method::GET, &path, "text/plain", Default::default())
-            .await
-            .unwrap();
-        if n >= 100 {
-            total.record(started.elapsed().as_micros() as u64).unwrap();
-        }
-    }
-    println!(
-        "cluster latency (1000 jobs one at a time through a node that does not host the master): submit->result p50 {} µs p99 {} µs",
-        total.value_at_quantile(0.5),
-        total.value_at_quantile(0.99)
-    );
-
-    // Failure detection: kill -9 n3, time until n1 stops listing it live.
-    let killed = Instant::now();
-    let _ = n3.child.kill();
-    let _ = n3.child.wait();
-    while live_nodes(&clients[0]).await.iter().any(|n| n == "n3") {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    println!(
-        "failure detection (defaults: gossip every 100 ms, phi threshold 8): a killed node left the live set after {:.2?}",
-        killed.elapsed()
-    );
-    drop(n2);
+    JOBS as f64 / started.elapsed().as_secs_f64()
 }
 
 async fn handover() {
     let mut pauses = Vec::new();
     for _ in 0..3 {
-        let mut n1 = start_node(&["--node-id", "n1"]);
-        let seed = gossip_of(&n1);
-        let n2 = start_node(&["--node-id", "n2", "--seed", &seed]);
-        let client = Client::new(&n2.url);
-        while client
-            .cluster()
-            .await
-            .map_or(true, |c| c.workers.len() < 2 || c.master_node != "n1")
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let [mut n1, _n2, n3] = three_nodes(&[]).await;
+        let client = Client::new(&n3.url);
         let module = client.upload(echo_wasm()).await.unwrap();
         let request = SubmitRequest {
             module,
@@ -539,6 +564,7 @@ async fn handover() {
         let _ = n1.child.wait();
         let master = client.cluster().await.unwrap().master_node;
         assert_eq!(master, "n2");
+        drop(n3);
         println!(
             "handover: longest submission during the hand-over {longest:.1?} (normal p99 {} µs); master now on {master}",
             normal.value_at_quantile(0.99)
@@ -549,5 +575,44 @@ async fn handover() {
     println!(
         "handover: over 3 runs, the pause clients saw was {:.1?} to {:.1?} (median {:.1?})",
         pauses[0], pauses[2], pauses[1]
+    );
+}
+
+async fn takeover() {
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let [mut n1, _n2, n3] = three_nodes(&[]).await;
+        let client = Client::new(&n3.url);
+        let module = client.upload(echo_wasm()).await.unwrap();
+        let request = SubmitRequest {
+            module,
+            ..SubmitRequest::default()
+        };
+        // A joining node decides nothing in its first second; start later.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        for _ in 0..200 {
+            client.submit(&request).await.unwrap();
+        }
+        let killed = Instant::now();
+        let _ = n1.child.kill();
+        let _ = n1.child.wait();
+        // One at a time, as a client would; a submission in flight when the
+        // master died waits in the proxy and completes on the new one.
+        let taken_over = loop {
+            if client.submit(&request).await.is_ok() {
+                break killed.elapsed();
+            }
+        };
+        let cluster = client.cluster().await.unwrap();
+        println!(
+            "takeover: first submission acknowledged {taken_over:.2?} after kill -9 of the master; master now on {} (epoch {})",
+            cluster.master_node, cluster.master_epoch
+        );
+        times.push(taken_over);
+    }
+    times.sort();
+    println!(
+        "takeover: over 3 runs, SIGKILL to the first acknowledged submission took {:.2?} to {:.2?} (median {:.2?})",
+        times[0], times[2], times[1]
     );
 }

@@ -296,6 +296,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             min_replicas: args.min_replicas,
             replica: replica.clone().expect("back-end nodes have a replica"),
             peer: Peer::default(),
+            link: link.clone(),
             local: local_master,
             running: None,
             view: view.clone(),
@@ -418,6 +419,8 @@ struct LocalMaster {
     min_replicas: Option<usize>,
     replica: Arc<Replica>,
     peer: Peer,
+    /// This node's proxy: told where the master went after a hand-over.
+    link: MasterLink,
     local: watch::Sender<Option<master::MasterHandle>>,
     running: Option<master::MasterHandle>,
     view: watch::Receiver<membership::View>,
@@ -523,11 +526,14 @@ impl LocalMaster {
             snapshot,
         };
         match handover::send(&self.peer, &url, &handover).await {
-            Ok(()) => eprintln!(
-                "handed the master over to {node} (from epoch {}) in {:.1?}",
-                handover.epoch,
-                started.elapsed()
-            ),
+            Ok(()) => {
+                self.link.set_moved(Some(url.clone()));
+                eprintln!(
+                    "handed the master over to {node} (from epoch {}) in {:.1?}",
+                    handover.epoch,
+                    started.elapsed()
+                )
+            }
             Err(error) => eprintln!("hand-over to {node} failed: {error}"),
         }
     }
@@ -536,6 +542,7 @@ impl LocalMaster {
 impl singleton::Host for LocalMaster {
     async fn start(&mut self, live_workers: Vec<String>) -> anyhow::Result<Option<u64>> {
         self.await_handover().await;
+        let began = std::time::Instant::now();
         let view = self.view.borrow().clone();
         let min_replicas = self.min_replicas(&view);
         let floor = self.epoch_seen.load(Ordering::Relaxed) + 1;
@@ -550,6 +557,7 @@ impl singleton::Host for LocalMaster {
                     return Ok(None);
                 }
             };
+        let prepared_in = began.elapsed();
         if let Some((node, entries)) = &prepared.adopted {
             eprintln!("adopted {entries} journal entries from {node}, whose journal was ahead");
         }
@@ -579,11 +587,13 @@ impl singleton::Host for LocalMaster {
             }
         };
         eprintln!(
-            "hosting the master (epoch {}, {} of {} back-end replicas needed answered: [{}]); recovered in {:.1?}: snapshot {}, {} journal events replayed{}",
+            "hosting the master (epoch {}, {} of {} back-end replicas needed answered: [{}]) after {:.1?} (fencing and journal comparison {:.1?}); recovered in {:.1?}: snapshot {}, {} journal events replayed{}",
             handle.epoch(),
             prepared.reached.len(),
             min_replicas,
             prepared.reached.join(", "),
+            began.elapsed(),
+            prepared_in,
             report.duration,
             report
                 .snapshot_index
@@ -610,6 +620,7 @@ impl singleton::Host for LocalMaster {
             }
         });
         let epoch = handle.epoch();
+        self.link.set_moved(None);
         self.local.send_replace(Some(handle.clone()));
         self.running = Some(handle);
         Ok(Some(epoch))

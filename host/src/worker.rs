@@ -304,7 +304,11 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
                     });
                 }
             }
-            Err(MasterError::Unavailable(reason) | MasterError::Unreplicated(reason)) => {
+            Err(
+                MasterError::Unavailable(reason)
+                | MasterError::Unreplicated(reason)
+                | MasterError::Moved(reason),
+            ) => {
                 // The master is moving, stopping or waiting for replicas:
                 // keep trying until told to stop.
                 tracing::debug!("poll failed: {reason}");

@@ -139,6 +139,9 @@ impl From<MasterError> for ApiError {
             MasterError::Rejected(r) => r.into(),
             MasterError::Unavailable(reason) => Self::new("master_unavailable", reason),
             MasterError::Unreplicated(reason) => Self::new("replicas_unavailable", reason),
+            MasterError::Moved(url) => {
+                Self::new("master_unavailable", format!("the master moved to {url}"))
+            }
         }
     }
 }
@@ -377,7 +380,7 @@ impl Api {
         match (&method, segments.as_slice()) {
             (&Method::POST, ["internal", "v1", "master"]) => {
                 let body = read_body(request, BATCH_BODY_BYTES_MAX).await?;
-                let answer = link::serve_wire(self.master.local(), &body).await;
+                let answer = link::serve_wire(&self.master, &body).await;
                 Ok(bytes("application/x-postcard", answer))
             }
             (&Method::POST, ["internal", "v1", "handover"]) => {

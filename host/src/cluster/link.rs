@@ -105,13 +105,16 @@ pub async fn serve_local(
 }
 
 /// The answer to `POST /internal/v1/master`: postcard of
-/// `Result<WireResponse, MasterError>`.
-pub async fn serve_wire(local: Option<MasterHandle>, body: &[u8]) -> Vec<u8> {
-    let result = match (local, decode::<WireRequest>(body)) {
+/// `Result<WireResponse, MasterError>`. A node that just handed the master
+/// over answers `Moved` with where to, so proxies need not wait for gossip
+/// to tell them.
+pub async fn serve_wire(link: &MasterLink, body: &[u8]) -> Vec<u8> {
+    let result = match (link.local(), decode::<WireRequest>(body)) {
         (_, Err(rejection)) => Err(MasterError::Rejected(rejection)),
-        (None, Ok(_)) => Err(MasterError::Unavailable(
-            "this node does not host the master".into(),
-        )),
+        (None, Ok(_)) => Err(match link.moved() {
+            Some(url) => MasterError::Moved(url),
+            None => MasterError::Unavailable("this node does not host the master".into()),
+        }),
         (Some(master), Ok(request)) => serve_local(&master, request).await,
     };
     encode(&result)
@@ -128,6 +131,8 @@ struct Inner {
     view: watch::Receiver<View>,
     peer: Peer,
     waiting: Semaphore,
+    /// Where this node handed the master over to, until it hosts again.
+    moved: std::sync::Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for MasterLink {
@@ -146,8 +151,23 @@ impl MasterLink {
                 view,
                 peer: Peer::default(),
                 waiting: Semaphore::new(PROXY_WAITING_MAX),
+                moved: std::sync::Mutex::new(None),
             }),
         }
+    }
+
+    /// Records where this node handed the master over to (`None` once it
+    /// hosts it again).
+    pub fn set_moved(&self, url: Option<String>) {
+        *self.inner.moved.lock().unwrap_or_else(|e| e.into_inner()) = url;
+    }
+
+    fn moved(&self) -> Option<String> {
+        self.inner
+            .moved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The master hosted on this node, if it is.
@@ -217,21 +237,31 @@ impl MasterLink {
         let mut last_error = String::from("no node hosts the master yet");
         let started = Instant::now();
         let mut tries = 0u32;
+        let mut redirect: Option<String> = None;
         loop {
             tries += 1;
             let here = local.borrow_and_update().clone();
-            let there = {
+            let there = redirect.take().or_else(|| {
                 let view = view.borrow_and_update();
                 view.master_host()
                     .filter(|host| host.node_id != view.me)
                     .map(|host| host.http.clone())
-            };
+            });
+            let tried = there.clone();
             let result = match (here, there) {
                 (Some(master), _) => Some(serve_local(&master, request.clone()).await),
                 (None, Some(url)) => Some(self.remote(&url, &request).await),
                 (None, None) => None,
             };
             match result {
+                Some(Err(MasterError::Moved(url))) => {
+                    last_error = format!("the master moved to {url}");
+                    if tried.as_ref() != Some(&url) && Instant::now() < deadline {
+                        // Follow the hint at once instead of waiting for gossip.
+                        redirect = Some(url);
+                        continue;
+                    }
+                }
                 Some(Err(MasterError::Unavailable(reason))) => last_error = reason,
                 Some(done) => {
                     if tries > 1 {

@@ -73,13 +73,10 @@ pub async fn prepare(
     let mut epoch = floor.max(replica.promise() + 1);
     for _ in 0..CLAIM_ROUNDS_MAX {
         let claim = ReplicaRequest::Fence { epoch, claim: true };
-        let mine = match replica.call_local(claim.clone()).await {
-            ReplicaResponse::Shape(shape) => shape,
-            ReplicaResponse::Fenced { promised } => {
-                epoch = promised + 1;
-                continue;
-            }
-            other => anyhow::bail!("this node's replica refused the claim: {other:?}"),
+        // Claimed here and elsewhere at once: each claim is an fsync.
+        let local = {
+            let (replica, claim) = (replica.clone(), claim.clone());
+            tokio::spawn(async move { replica.call_local(claim).await })
         };
         let mut calls = JoinSet::new();
         for (node, url) in others.clone() {
@@ -104,6 +101,14 @@ pub async fn prepare(
                 Err(error) => tracing::info!("{node} did not answer the fence: {error}"),
             }
         }
+        let mine = match local.await? {
+            ReplicaResponse::Shape(shape) => shape,
+            ReplicaResponse::Fenced { promised } => {
+                higher = higher.max(Some(promised));
+                Shape::default()
+            }
+            other => anyhow::bail!("this node's replica refused the claim: {other:?}"),
+        };
         if let Some(promised) = higher {
             epoch = promised + 1;
             continue;

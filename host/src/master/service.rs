@@ -161,6 +161,9 @@ pub enum MasterError {
     /// idempotency key).
     #[error("not enough replicas: {0}")]
     Unreplicated(String),
+    /// This node handed the master over to the node at this URL.
+    #[error("the master moved to {0}")]
+    Moved(String),
 }
 
 /// Why the master could not start.
