@@ -166,7 +166,6 @@ fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime();
     let (mut n1, mut n2, mut n3, echo) = three(&dir, &rt);
-    let clients = [Client::new(&n2.url), Client::new(&n3.url)];
     let (stop, ledger) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(Ledger::default()),

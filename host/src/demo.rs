@@ -294,7 +294,7 @@ async fn demo(
     let mut waiting = JoinSet::new();
     let clients = std::sync::Arc::new(clients);
     let mut chaos =
-        (args.nodes >= 3 && !args.no_chaos).then(|| (tiles.len() as f64 * CHAOS_AT) as u64);
+        (args.nodes >= 3 && !args.no_chaos).then_some((tiles.len() as f64 * CHAOS_AT) as u64);
     let mut takeover = None;
     loop {
         while waiting.len() < WAITS_IN_FLIGHT {
