@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use support::faults::{Ledger, burst, check_jobs, check_journals, targets};
-use support::{Node, converge, cut_off, live, runtime, start, upload};
+use support::{Node, converge, cut_off, live, runtime, start, start_with, upload};
 
 const ALL: &str = "back-end,worker,front-end";
 
@@ -190,6 +190,45 @@ fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
         .await;
         check_jobs(&client, &ledger).await;
     });
+    check_journals(&[&n1, &n2, &n3]);
+}
+
+#[test]
+fn back_ends_joining_after_compaction_catch_up_from_a_snapshot_and_take_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    // A small snapshot interval: the lone master compacts its journal long
+    // before the others join, so they can only catch up from a snapshot.
+    let often = ["--snapshot-every", "40"];
+    let mut n1 = start_with(&dir, "n1", ALL, None, &often);
+    let (stop, ledger) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(Ledger::default()),
+    );
+    let echo = rt.block_on(upload(&Client::new(&n1.url), "fixture_echo"));
+    let tasks = burst(&rt, &targets(&[&n1]), &echo, 2, &stop, &ledger);
+    while ledger.len() < 300 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let n2 = start_with(&dir, "n2", ALL, Some(&n1), &often);
+    let n3 = start_with(&dir, "n3", ALL, Some(&n1), &often);
+    rt.block_on(converge(&n1, "3 live nodes", |c| live(c).len() == 3));
+    // Acknowledged from now on means on a replica too.
+    let joined = ledger.len();
+    while ledger.len() < joined + 300 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    n1.kill();
+    rt.block_on(converge(&n2, "the master on n2", |c| {
+        c.master_node == "n2" && c.master_epoch == 2
+    }));
+    // n2 recovered from a snapshot it was sent, not from a full journal.
+    let stderr = n2.wait_stderr("hosting the master (epoch 2");
+    let hosting = stderr.lines().find(|l| l.contains("epoch 2")).unwrap();
+    assert!(hosting.contains("snapshot at"), "{hosting}");
+    finish(&rt, &stop, tasks);
+    rt.block_on(check_jobs(&Client::new(&n2.url), &ledger));
+    let n1 = start_with(&dir, "n1", ALL, Some(&n2), &often);
     check_journals(&[&n1, &n2, &n3]);
 }
 

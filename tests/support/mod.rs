@@ -273,6 +273,17 @@ pub fn gossip(node: &Node) -> String {
 }
 
 pub fn start(dir: &tempfile::TempDir, name: &str, roles: &str, seed: Option<&Node>) -> Node {
+    start_with(dir, name, roles, seed, &[])
+}
+
+/// [`start`] with `extra` flags.
+pub fn start_with(
+    dir: &tempfile::TempDir,
+    name: &str,
+    roles: &str,
+    seed: Option<&Node>,
+    extra: &[&str],
+) -> Node {
     let path = dir.path().join(name);
     let cut = partition_file(dir, name);
     let cut = cut.to_str().unwrap();
@@ -290,6 +301,7 @@ pub fn start(dir: &tempfile::TempDir, name: &str, roles: &str, seed: Option<&Nod
     if let Some(seed) = &seed {
         args.extend(["--seed", seed]);
     }
+    args.extend(extra);
     Node::start(&path, &args)
 }
 

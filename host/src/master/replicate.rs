@@ -64,6 +64,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Bytes of entries kept in memory for sessions; beyond, lagging replicas
 /// read from the journal files.
 const WINDOW_BYTES_MAX: usize = 256 << 20;
+/// How often a stopping master checks that its last batches committed.
+const DRAIN_POLL: Duration = Duration::from_millis(1);
 /// How often waiting batches are checked against [`COMMIT_WAIT`].
 const EXPIRY_CHECK: Duration = Duration::from_millis(100);
 
@@ -222,6 +224,20 @@ impl Replication {
     /// superseded.
     pub fn superseded(&self) -> watch::Receiver<Option<u64>> {
         self.superseded.subscribe()
+    }
+
+    /// Waits (blocking, at most [`COMMIT_WAIT`]) until every batch handed
+    /// over so far is committed or failed: a master stopping for a
+    /// hand-over lets its last batches reach the replicas first, so their
+    /// callers get their answer instead of an error they would retry.
+    pub fn drain(&self) {
+        let started = Instant::now();
+        while !self.lock().pending.is_empty() && started.elapsed() < COMMIT_WAIT {
+            if self.lock().closed.is_some() {
+                return;
+            }
+            std::thread::sleep(DRAIN_POLL);
+        }
     }
 
     /// Fails everything waiting and everything to come (the master stops).

@@ -892,6 +892,7 @@ impl Writer {
                             tracing::error!("journal: {error:#}");
                         }
                         if let Some(replication) = &self.replication {
+                            replication.drain();
                             replication.close(gone());
                         }
                         let _ = done.send(());
