@@ -114,7 +114,22 @@ fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
     );
     let stderr = n2.wait_stderr("hosting the master (epoch 2");
     assert!(!stderr.contains("WARNING"), "{stderr}");
-    rt.block_on(check_jobs(&clients[0], &ledger));
+    rt.block_on(async {
+        check_jobs(&clients[0], &ledger).await;
+        // The new master replicates to the one back-end node left.
+        let (_, metrics) = clients[0]
+            .call(
+                hyper::Method::GET,
+                "/metrics",
+                "text/plain",
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let metrics = String::from_utf8_lossy(&metrics);
+        assert!(metrics.contains("cohort_replicas_needed 1"), "{metrics}");
+        assert!(metrics.contains("cohort_replicas_healthy 1"), "{metrics}");
+    });
     // The crashed node restarts as the youngest and its journal is lined
     // up with the new master's (an uncommitted tail is cut).
     let n1 = start(&dir, "n1", ALL, Some(&n2));

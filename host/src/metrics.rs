@@ -80,6 +80,31 @@ pub fn render(
         "Master snapshots written",
         counter(load(&counters.snapshots)),
     );
+    let gauge = |a: &AtomicU64| {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(load(a) as i64);
+        gauge
+    };
+    registry.register(
+        "replicas_needed",
+        "Other back-end nodes that must hold a journal batch before it is acknowledged",
+        gauge(&counters.replicas_needed),
+    );
+    registry.register(
+        "replicas_healthy",
+        "Replicas whose last exchange with the master succeeded",
+        gauge(&counters.replicas_healthy),
+    );
+    registry.register(
+        "journal_uncommitted_entries",
+        "Journal entries appended on the master's node, not yet on enough replicas",
+        gauge(&counters.uncommitted),
+    );
+    registry.register(
+        "unreplicated_batches",
+        "Batches whose callers were told replicas_unavailable",
+        counter(load(&counters.unreplicated_batches)),
+    );
     registry.register(
         "http_responses",
         "HTTP responses by status",

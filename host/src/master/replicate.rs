@@ -34,7 +34,7 @@
 //!   master: this one can commit nothing more. It fails everything pending
 //!   and reports it, and the node steps down.
 
-use super::service::MasterError;
+use super::service::{MasterCounters, MasterError};
 use super::store;
 use crate::cluster::membership::View;
 use crate::cluster::replica::{self, ReplicaRequest, ReplicaResponse};
@@ -127,13 +127,23 @@ pub struct Replication {
     appended: watch::Sender<u64>,
     snapshot: watch::Sender<u64>,
     superseded: watch::Sender<Option<u64>>,
+    counters: Arc<MasterCounters>,
 }
 
 impl Replication {
     /// Replication for a master with `epoch` whose journal (in `data_dir`)
-    /// has shape `start`.
-    pub fn new(epoch: u64, min_replicas: usize, data_dir: PathBuf, start: Shape) -> Arc<Self> {
+    /// has shape `start`; it keeps the replication gauges of `counters`.
+    pub fn new(
+        epoch: u64,
+        min_replicas: usize,
+        data_dir: PathBuf,
+        start: Shape,
+        counters: Arc<MasterCounters>,
+    ) -> Arc<Self> {
         let next = start.next;
+        counters
+            .replicas_needed
+            .store(min_replicas as u64, Ordering::Relaxed);
         Arc::new(Self {
             epoch,
             min_replicas: AtomicUsize::new(min_replicas),
@@ -149,6 +159,7 @@ impl Replication {
             appended: watch::channel(next).0,
             snapshot: watch::channel(0).0,
             superseded: watch::channel(None).0,
+            counters,
         })
     }
 
@@ -266,6 +277,13 @@ impl Replication {
         };
         let commit = inner.durable.min(replicated).max(inner.commit);
         inner.commit = commit;
+        let healthy = inner.followers.values().filter(|f| f.healthy).count();
+        self.counters
+            .replicas_healthy
+            .store(healthy as u64, Ordering::Relaxed);
+        self.counters
+            .uncommitted
+            .store(inner.appended.saturating_sub(commit), Ordering::Relaxed);
         let mut released = Vec::new();
         while inner.pending.front().is_some_and(|p| p.index <= commit) {
             released.push(inner.pending.pop_front().expect("checked"));
@@ -318,6 +336,9 @@ impl Replication {
             self.min_replicas()
         ));
         tracing::warn!("{error}");
+        self.counters
+            .unreplicated_batches
+            .fetch_add(expired.len() as u64, Ordering::Relaxed);
         for batch in expired {
             fail(batch.completions, &error);
         }
@@ -360,9 +381,11 @@ impl Replication {
     }
 
     fn unhealthy(&self, node: &str) {
-        if let Some(follower) = self.lock().followers.get_mut(node) {
+        let mut inner = self.lock();
+        if let Some(follower) = inner.followers.get_mut(node) {
             follower.healthy = false;
         }
+        self.advance(inner);
     }
 
     fn supersede(&self, epoch: u64) {
@@ -432,6 +455,7 @@ impl Replication {
                 // no longer alone, and losing it must not lose work.
                 tracing::info!("another back-end node joined: batches now need 1 replica");
                 self.min_replicas.store(1, Ordering::Relaxed);
+                self.counters.replicas_needed.store(1, Ordering::Relaxed);
             }
             sessions.retain(|node, task| {
                 let keep = targets.contains_key(node) && !task.is_finished();
@@ -618,7 +642,8 @@ mod tests {
 
     #[test]
     fn a_batch_is_released_once_durable_here_and_on_enough_replicas() {
-        let replication = Replication::new(2, 1, PathBuf::new(), Shape::default());
+        let replication =
+            Replication::new(2, 1, PathBuf::new(), Shape::default(), Default::default());
         let (done, completion) = counter();
         replication.set_follower("b", follower(0));
         replication.set_follower("c", follower(0));
@@ -640,7 +665,8 @@ mod tests {
 
     #[test]
     fn too_few_replicas_refuse_and_a_fence_closes_everything() {
-        let replication = Replication::new(2, 2, PathBuf::new(), Shape::default());
+        let replication =
+            Replication::new(2, 2, PathBuf::new(), Shape::default(), Default::default());
         replication.set_follower("b", follower(0));
         assert!(matches!(
             replication.ready(),
@@ -670,7 +696,8 @@ mod tests {
 
     #[test]
     fn the_window_keeps_what_some_replica_still_needs() {
-        let replication = Replication::new(1, 1, PathBuf::new(), Shape::default());
+        let replication =
+            Replication::new(1, 1, PathBuf::new(), Shape::default(), Default::default());
         replication.set_follower("b", follower(0));
         replication.appended(0, vec![vec![1], vec![2], vec![3]]);
         replication.durable(3, Vec::new());
@@ -688,7 +715,7 @@ mod tests {
             runs: vec![(0, 1), (2, 3)],
             last_epoch: 3,
         };
-        let replication = Replication::new(5, 1, PathBuf::new(), start);
+        let replication = Replication::new(5, 1, PathBuf::new(), start, Default::default());
         replication.appended(4, vec![vec![0], vec![0]]);
         let shape = replication.shape();
         assert_eq!(shape.runs, vec![(0, 1), (2, 3), (4, 5)]);

@@ -205,6 +205,14 @@ pub struct MasterCounters {
     pub commands: AtomicU64,
     /// Snapshots written.
     pub snapshots: AtomicU64,
+    /// Replicas a batch needs now.
+    pub replicas_needed: AtomicU64,
+    /// Replicas whose last exchange succeeded.
+    pub replicas_healthy: AtomicU64,
+    /// Journal entries appended here but not yet committed.
+    pub uncommitted: AtomicU64,
+    /// Batches whose callers were told `replicas_unavailable`.
+    pub unreplicated_batches: AtomicU64,
 }
 
 type Respond<T> = oneshot::Sender<Result<T, MasterError>>;
@@ -398,6 +406,7 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
             replication_options.min_replicas,
             options.data_dir.clone(),
             journal.shape(),
+            counters.clone(),
         );
         replication.spawn(replication_options);
         replication
