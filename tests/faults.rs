@@ -8,9 +8,9 @@ mod support;
 
 use cohort::client::Client;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use support::faults::{Ledger, burst, check_jobs, check_journals, targets};
+use support::faults::{Burst, check_jobs, check_journals, targets};
 use support::{Node, converge, cut_off, live, runtime, start, start_with, upload};
 
 const ALL: &str = "back-end,worker,front-end";
@@ -33,34 +33,19 @@ fn three(dir: &tempfile::TempDir, rt: &tokio::runtime::Runtime) -> (Node, Node, 
     (n1, n2, n3, echo)
 }
 
-/// Stops the submitters and waits for them.
-fn finish(
-    rt: &tokio::runtime::Runtime,
-    stop: &AtomicBool,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-) {
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        rt.block_on(task).unwrap();
-    }
-}
-
 #[test]
 fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime();
     let (mut n1, n2, n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n2.url), Client::new(&n3.url)];
-    let (stop, ledger) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(Ledger::default()),
-    );
-    let tasks = burst(&rt, &targets(&[&n2, &n3]), &echo, 4, &stop, &ledger);
+    let burst = Burst::start(&rt, &targets(&[&n2, &n3]), &echo, 4);
+    let ledger = burst.ledger.clone();
     std::thread::sleep(Duration::from_millis(800));
     let status = n1.terminate();
     assert!(status.success(), "{}", n1.stderr());
     std::thread::sleep(Duration::from_millis(800));
-    finish(&rt, &stop, tasks);
+    burst.finish(&rt);
     assert_eq!(
         ledger.failed.load(Ordering::Relaxed),
         0,
@@ -90,11 +75,8 @@ fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
     let rt = runtime();
     let (mut n1, n2, n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n2.url), Client::new(&n3.url)];
-    let (stop, ledger) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(Ledger::default()),
-    );
-    let tasks = burst(&rt, &targets(&[&n2, &n3]), &echo, 4, &stop, &ledger);
+    let burst = Burst::start(&rt, &targets(&[&n2, &n3]), &echo, 4);
+    let ledger = burst.ledger.clone();
     std::thread::sleep(Duration::from_millis(1000));
     let before = ledger.len();
     let killed = Instant::now();
@@ -103,7 +85,7 @@ fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
         c.master_node == "n2" && c.master_epoch == 2
     }));
     std::thread::sleep(Duration::from_millis(1000));
-    finish(&rt, &stop, tasks);
+    burst.finish(&rt);
     let resumed = ledger
         .first_ack_after(killed)
         .expect("submissions resumed after the crash");
@@ -145,11 +127,8 @@ fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
     let rt = runtime();
     let (n1, n2, n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n3.url)];
-    let (stop, ledger) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(Ledger::default()),
-    );
-    let tasks = burst(&rt, &targets(&[&n3]), &echo, 2, &stop, &ledger);
+    let burst = Burst::start(&rt, &targets(&[&n3]), &echo, 2);
+    let ledger = burst.ledger.clone();
     std::thread::sleep(Duration::from_millis(500));
     // Paused longer than failure detection: n2 takes over.
     n1.signal("STOP");
@@ -171,7 +150,7 @@ fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
         }
     });
     std::thread::sleep(Duration::from_millis(500));
-    finish(&rt, &stop, tasks);
+    burst.finish(&rt);
     rt.block_on(check_jobs(&clients[0], &ledger));
     check_journals(&[&n1, &n2, &n3]);
 }
@@ -181,16 +160,13 @@ fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime();
     let (mut n1, mut n2, mut n3, echo) = three(&dir, &rt);
-    let (stop, ledger) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(Ledger::default()),
-    );
-    let tasks = burst(&rt, &targets(&[&n2, &n3]), &echo, 4, &stop, &ledger);
+    let burst = Burst::start(&rt, &targets(&[&n2, &n3]), &echo, 4);
+    let ledger = burst.ledger.clone();
     std::thread::sleep(Duration::from_millis(1000));
     for node in [&mut n1, &mut n2, &mut n3] {
         node.kill();
     }
-    finish(&rt, &stop, tasks);
+    burst.finish(&rt);
     // Back in another order: n3 first. Alone it must not serve a journal
     // that may be stale: it waits for another back-end node.
     let n3 = start(&dir, "n3", ALL, None);
@@ -216,12 +192,9 @@ fn back_ends_joining_after_compaction_catch_up_from_a_snapshot_and_take_over() {
     // before the others join, so they can only catch up from a snapshot.
     let often = ["--snapshot-every", "40"];
     let mut n1 = start_with(&dir, "n1", ALL, None, &often);
-    let (stop, ledger) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(Ledger::default()),
-    );
     let echo = rt.block_on(upload(&Client::new(&n1.url), "fixture_echo"));
-    let tasks = burst(&rt, &targets(&[&n1]), &echo, 2, &stop, &ledger);
+    let burst = Burst::start(&rt, &targets(&[&n1]), &echo, 2);
+    let ledger = burst.ledger.clone();
     while ledger.len() < 300 {
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -241,7 +214,7 @@ fn back_ends_joining_after_compaction_catch_up_from_a_snapshot_and_take_over() {
     let stderr = n2.wait_stderr("hosting the master (epoch 2");
     let hosting = stderr.lines().find(|l| l.contains("epoch 2")).unwrap();
     assert!(hosting.contains("snapshot at"), "{hosting}");
-    finish(&rt, &stop, tasks);
+    burst.finish(&rt);
     rt.block_on(check_jobs(&Client::new(&n2.url), &ledger));
     let n1 = start_with(&dir, "n1", ALL, Some(&n2), &often);
     check_journals(&[&n1, &n2, &n3]);
@@ -252,12 +225,9 @@ fn a_master_cut_off_from_the_others_cannot_commit_and_steps_down_on_healing() {
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime();
     let (n1, n2, n3, echo) = three(&dir, &rt);
-    let (stop, ledger) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(Ledger::default()),
-    );
     // Clients on both sides of the cut.
-    let tasks = burst(&rt, &targets(&[&n1, &n3]), &echo, 4, &stop, &ledger);
+    let burst = Burst::start(&rt, &targets(&[&n1, &n3]), &echo, 4);
+    let ledger = burst.ledger.clone();
     std::thread::sleep(Duration::from_millis(500));
     cut_off(&dir, "n1", &[&n2, &n3]);
     cut_off(&dir, "n2", &[&n1]);
@@ -289,7 +259,7 @@ fn a_master_cut_off_from_the_others_cannot_commit_and_steps_down_on_healing() {
             .await;
         }
     });
-    finish(&rt, &stop, tasks);
+    burst.finish(&rt);
     rt.block_on(check_jobs(&Client::new(&n3.url), &ledger));
     check_journals(&[&n1, &n2, &n3]);
 }
@@ -351,11 +321,8 @@ fn random_fault_schedules_keep_the_invariants() {
                 .map(|u| Client::new(u))
                 .collect::<Vec<_>>(),
         ));
-        let (stop, ledger) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(Ledger::default()),
-        );
-        let tasks = burst(&rt, &targets, &echo, 4, &stop, &ledger);
+        let burst = Burst::start(&rt, &targets, &echo, 4);
+        let ledger = burst.ledger.clone();
         for _ in 0..FAULTS_PER_SCHEDULE {
             std::thread::sleep(rng.millis(300, 1000));
             let victim = rng.below(3) as usize;
@@ -402,7 +369,7 @@ fn random_fault_schedules_keep_the_invariants() {
                         .all(|n| n.master_seen == format!("{}@{}", c.master_node, c.master_epoch))
             }));
         }
-        finish(&rt, &stop, tasks);
+        burst.finish(&rt);
         let client = Client::new(&nodes[0].as_ref().unwrap().url);
         rt.block_on(check_jobs(&client, &ledger));
         let all: Vec<&Node> = nodes.iter().flatten().collect();

@@ -133,6 +133,19 @@ fn start_node(extra: &[&str]) -> NodeProcess {
     }
 }
 
+/// Batch `b` of `size` trivial jobs, each with its own number as input.
+fn echo_batch(module: &str, b: usize, size: usize) -> BatchRequest {
+    BatchRequest {
+        jobs: (0..size)
+            .map(|n| SubmitRequest {
+                module: module.to_string(),
+                input: Some(format!("{}", b * size + n)),
+                ..SubmitRequest::default()
+            })
+            .collect(),
+    }
+}
+
 fn echo_wasm() -> Vec<u8> {
     std::fs::read(format!("{}/fixture_echo.wasm", env!("COHORT_GUESTS_DIR"))).unwrap()
 }
@@ -177,15 +190,7 @@ async fn throughput() {
         let module = module.clone();
         tasks.push(tokio::spawn(async move {
             for b in (c..JOBS / BATCH).step_by(CLIENTS) {
-                let batch = BatchRequest {
-                    jobs: (0..BATCH)
-                        .map(|n| SubmitRequest {
-                            module: module.clone(),
-                            input: Some(format!("{}", b * BATCH + n)),
-                            ..SubmitRequest::default()
-                        })
-                        .collect(),
-                };
+                let batch = echo_batch(&module, b, BATCH);
                 let response = client.submit_batch(&batch).await.unwrap();
                 assert!(
                     response
@@ -498,15 +503,7 @@ async fn cluster_throughput(nodes: &[NodeProcess; 3]) -> f64 {
         let module = module.clone();
         tasks.push(tokio::spawn(async move {
             for b in (c..JOBS / BATCH).step_by(3) {
-                let batch = BatchRequest {
-                    jobs: (0..BATCH)
-                        .map(|n| SubmitRequest {
-                            module: module.clone(),
-                            input: Some(format!("{}", b * BATCH + n)),
-                            ..SubmitRequest::default()
-                        })
-                        .collect(),
-                };
+                let batch = echo_batch(&module, b, BATCH);
                 client.submit_batch(&batch).await.unwrap();
             }
         }));
@@ -520,22 +517,29 @@ async fn cluster_throughput(nodes: &[NodeProcess; 3]) -> f64 {
     JOBS as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Three nodes with the master on n1, a client of n3 (the youngest) and a
+/// trivial job it has submitted 200 times, one at a time, to warm up.
+async fn warm_three() -> ([NodeProcess; 3], Client, SubmitRequest) {
+    let nodes = three_nodes(&[]).await;
+    let client = Client::new(&nodes[2].url);
+    let module = client.upload(echo_wasm()).await.unwrap();
+    let request = SubmitRequest {
+        module,
+        ..SubmitRequest::default()
+    };
+    // A joining node decides nothing in its first second; start later.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for _ in 0..200 {
+        client.submit(&request).await.unwrap();
+    }
+    (nodes, client, request)
+}
+
 async fn handover() {
     let mut pauses = Vec::new();
     for _ in 0..3 {
-        let [mut n1, _n2, n3] = three_nodes(&[]).await;
-        let client = Client::new(&n3.url);
-        let module = client.upload(echo_wasm()).await.unwrap();
-        let request = SubmitRequest {
-            module,
-            ..SubmitRequest::default()
-        };
-        // A joining node decides nothing in its first second; start later.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        // Warm up, then stop n1 while submitting one job at a time.
-        for _ in 0..200 {
-            client.submit(&request).await.unwrap();
-        }
+        let ([mut n1, _n2, n3], client, request) = warm_three().await;
+        // Stop n1 while submitting one job at a time.
         let mut normal = Histogram::<u64>::new(3).unwrap();
         for _ in 0..200 {
             let started = Instant::now();
@@ -581,18 +585,7 @@ async fn handover() {
 async fn takeover() {
     let mut times = Vec::new();
     for _ in 0..3 {
-        let [mut n1, _n2, n3] = three_nodes(&[]).await;
-        let client = Client::new(&n3.url);
-        let module = client.upload(echo_wasm()).await.unwrap();
-        let request = SubmitRequest {
-            module,
-            ..SubmitRequest::default()
-        };
-        // A joining node decides nothing in its first second; start later.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        for _ in 0..200 {
-            client.submit(&request).await.unwrap();
-        }
+        let ([mut n1, _n2, _n3], client, request) = warm_three().await;
         let killed = Instant::now();
         let _ = n1.child.kill();
         let _ = n1.child.wait();

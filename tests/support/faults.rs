@@ -63,48 +63,73 @@ pub fn targets(nodes: &[&Node]) -> Targets {
     ))
 }
 
-/// `tasks` submitters writing echo jobs, each request to the next of
-/// `targets`, until `stop`.
-pub fn burst(
-    rt: &tokio::runtime::Runtime,
-    targets: &Targets,
-    module: &str,
-    tasks: usize,
-    stop: &Arc<AtomicBool>,
-    ledger: &Arc<Ledger>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..tasks)
-        .map(|w| {
-            let (targets, stop, ledger) = (targets.clone(), stop.clone(), ledger.clone());
-            let module = module.to_string();
-            rt.spawn(async move {
-                let mut n = 0;
-                while !stop.load(Ordering::Relaxed) {
-                    let input = format!("writer {w} job {n}");
-                    let client = {
-                        let targets = targets.lock().unwrap();
-                        targets[n % targets.len()].clone()
-                    };
-                    n += 1;
-                    match client.submit(&job(&module, &input)).await {
-                        Ok(accepted) => {
-                            ledger.acked.lock().unwrap().push((accepted.id, input));
-                            ledger.acked_at.lock().unwrap().push(Instant::now());
-                        }
-                        Err(error) => {
-                            ledger.failed.fetch_add(1, Ordering::Relaxed);
-                            ledger
-                                .first_error
-                                .lock()
-                                .unwrap()
-                                .get_or_insert(error.to_string());
-                            tokio::time::sleep(ERROR_PAUSE).await;
+/// Submitters writing echo jobs, each request to the next of the targets,
+/// until [`finish`](Self::finish).
+pub struct Burst {
+    /// What they were told.
+    pub ledger: Arc<Ledger>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Burst {
+    /// Starts `tasks` submitters of `module` to `targets`.
+    pub fn start(
+        rt: &tokio::runtime::Runtime,
+        targets: &Targets,
+        module: &str,
+        tasks: usize,
+    ) -> Burst {
+        let (stop, ledger) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(Ledger::default()),
+        );
+        let tasks = (0..tasks)
+            .map(|w| {
+                let (targets, stop, ledger) = (targets.clone(), stop.clone(), ledger.clone());
+                let module = module.to_string();
+                rt.spawn(async move {
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let input = format!("writer {w} job {n}");
+                        let client = {
+                            let targets = targets.lock().unwrap();
+                            targets[n % targets.len()].clone()
+                        };
+                        n += 1;
+                        match client.submit(&job(&module, &input)).await {
+                            Ok(accepted) => {
+                                ledger.acked.lock().unwrap().push((accepted.id, input));
+                                ledger.acked_at.lock().unwrap().push(Instant::now());
+                            }
+                            Err(error) => {
+                                ledger.failed.fetch_add(1, Ordering::Relaxed);
+                                ledger
+                                    .first_error
+                                    .lock()
+                                    .unwrap()
+                                    .get_or_insert(error.to_string());
+                                tokio::time::sleep(ERROR_PAUSE).await;
+                            }
                         }
                     }
-                }
+                })
             })
-        })
-        .collect()
+            .collect();
+        Burst {
+            ledger,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Stops the submitters and waits for them.
+    pub fn finish(self, rt: &tokio::runtime::Runtime) {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            rt.block_on(task).unwrap();
+        }
+    }
 }
 
 /// Checks that every acknowledged job settled exactly once with its own
