@@ -9,6 +9,7 @@
 //!   the same entry, and none is longer than the newest.
 
 use super::{Node, job, settle};
+use cohort::api::types::JobResponse;
 use cohort::client::Client;
 use cohort::journal::{FsStorage, Shape, log::read_entries};
 use std::path::Path;
@@ -138,17 +139,24 @@ pub async fn check_jobs(client: &Client, ledger: &Ledger) {
     let acked = ledger.acked.lock().unwrap().clone();
     assert!(!acked.is_empty(), "no job was acknowledged");
     for (id, input) in &acked {
-        let job = settle(client, *id).await;
-        assert_eq!(job.state, "succeeded", "acknowledged job {id}: {job:?}");
-        let successes = job
-            .attempts
-            .iter()
-            .filter(|a| a.outcome.as_deref() == Some("succeeded"))
-            .count();
-        assert_eq!(successes, 1, "one outcome for job {id}: {job:?}");
-        let result = client.result(*id).await.unwrap();
-        assert_eq!(&result[..], input.as_bytes(), "job {id}'s result");
+        check_job(client, *id, input.as_bytes()).await;
     }
+}
+
+/// Checks that acknowledged job `id` settles, succeeded exactly once and
+/// returned `expected`; returns it.
+pub async fn check_job(client: &Client, id: u64, expected: &[u8]) -> JobResponse {
+    let job = settle(client, id).await;
+    assert_eq!(job.state, "succeeded", "acknowledged job {id}: {job:?}");
+    let successes = job
+        .attempts
+        .iter()
+        .filter(|a| a.outcome.as_deref() == Some("succeeded"))
+        .count();
+    assert_eq!(successes, 1, "one outcome for job {id}: {job:?}");
+    let result = client.result(id).await.unwrap();
+    assert_eq!(&result[..], expected, "job {id}'s result");
+    job
 }
 
 /// A back-end node's journal, read without writing to it.
