@@ -6,6 +6,8 @@
 //! * [`store`] — journal segments and snapshots on disk; recovery.
 //! * [`service`] — the master thread and the group-committing writer; the
 //!   [`MasterHandle`] every caller uses.
+//! * [`replicate`] — sends the journal to the other back-end nodes and
+//!   releases replies once enough of them hold it.
 
 mod bindings;
 pub mod core;
