@@ -111,6 +111,10 @@ fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
         let metrics = String::from_utf8_lossy(&metrics);
         assert!(metrics.contains("cohort_replicas_needed 1"), "{metrics}");
         assert!(metrics.contains("cohort_replicas_healthy 1"), "{metrics}");
+        assert!(
+            metrics.contains("cohort_replica_behind_entries{node=\"n3\"}"),
+            "{metrics}"
+        );
     });
     // The crashed node restarts as the youngest and its journal is lined
     // up with the new master's (an uncommitted tail is cut).

@@ -100,6 +100,22 @@ pub fn render(
         "Journal entries appended on the master's node, not yet on enough replicas",
         gauge(&counters.uncommitted),
     );
+    let behind = Family::<Labels, Gauge>::default();
+    for (node, entries) in counters
+        .replica_behind
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+    {
+        behind
+            .get_or_create(&vec![("node".into(), node.clone())])
+            .set(*entries as i64);
+    }
+    registry.register(
+        "replica_behind_entries",
+        "Journal entries each replica lacks",
+        behind,
+    );
     registry.register(
         "unreplicated_batches",
         "Batches whose callers were told replicas_unavailable",

@@ -284,6 +284,15 @@ impl Replication {
         self.counters
             .uncommitted
             .store(inner.appended.saturating_sub(commit), Ordering::Relaxed);
+        *self
+            .counters
+            .replica_behind
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = inner
+            .followers
+            .iter()
+            .map(|(node, f)| (node.clone(), inner.appended.saturating_sub(f.acked)))
+            .collect();
         let mut released = Vec::new();
         while inner.pending.front().is_some_and(|p| p.index <= commit) {
             released.push(inner.pending.pop_front().expect("checked"));

@@ -213,6 +213,8 @@ pub struct MasterCounters {
     pub uncommitted: AtomicU64,
     /// Batches whose callers were told `replicas_unavailable`.
     pub unreplicated_batches: AtomicU64,
+    /// Entries each replica (by node id) lacks of this journal.
+    pub replica_behind: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 type Respond<T> = oneshot::Sender<Result<T, MasterError>>;
