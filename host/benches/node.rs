@@ -551,6 +551,9 @@ async fn handover() {
             .status();
         let mut longest = Duration::ZERO;
         let sigterm = Instant::now();
+        let sigterm_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         let until = sigterm + Duration::from_secs(3);
         let mut slow = Vec::new();
         while Instant::now() < until {
@@ -563,7 +566,10 @@ async fn handover() {
             longest = longest.max(took);
         }
         if std::env::var_os("COHORT_BENCH_VERBOSE").is_some() {
-            println!("slow submissions (since SIGTERM, took): {slow:?}");
+            println!(
+                "SIGTERM at {:?} (Unix time); slow submissions (since SIGTERM, took): {slow:?}",
+                sigterm_at
+            );
         }
         let _ = n1.child.wait();
         let master = client.cluster().await.unwrap().master_node;
