@@ -293,7 +293,11 @@ impl Replica {
                 for (entry_epoch, data) in entries {
                     journal.append(entry_epoch, &data)?;
                 }
+                let syncing = std::time::Instant::now();
                 journal.sync()?;
+                if syncing.elapsed() > crate::journal::SLOW_SYNC {
+                    tracing::info!("replica: a journal fsync took {:.1?}", syncing.elapsed());
+                }
                 let shape = journal.shape();
                 state.commit = state.commit.max(commit.min(shape.next));
                 ReplicaResponse::Shape(shape)

@@ -938,6 +938,9 @@ impl Writer {
     fn sync(&mut self, completions: &mut Vec<Completion>) -> anyhow::Result<()> {
         let started = Instant::now();
         if self.journal.sync()? {
+            if started.elapsed() > crate::journal::SLOW_SYNC {
+                tracing::info!("journal: an fsync took {:.1?}", started.elapsed());
+            }
             self.counters.syncs.fetch_add(1, Ordering::Relaxed);
             self.counters
                 .sync_nanos
