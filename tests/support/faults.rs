@@ -154,7 +154,7 @@ pub async fn check_job(client: &Client, id: u64, expected: &[u8]) -> JobResponse
         .filter(|a| a.outcome.as_deref() == Some("succeeded"))
         .count();
     assert_eq!(successes, 1, "one outcome for job {id}: {job:?}");
-    let result = client.result(id).await.unwrap();
+    let result = super::retrying(Instant::now(), || client.result(id)).await;
     assert_eq!(&result[..], expected, "job {id}'s result");
     job
 }

@@ -6,7 +6,7 @@
 pub mod faults;
 
 use cohort::api::types::{ClusterResponse, JobResponse, SubmitRequest};
-use cohort::client::Client;
+use cohort::client::{Client, ClientError};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -52,7 +52,7 @@ pub fn job(module: &str, input: &str) -> SubmitRequest {
 pub async fn settle(client: &Client, id: u64) -> JobResponse {
     let started = Instant::now();
     loop {
-        let job = client.job(id, 5_000).await.unwrap();
+        let job = retrying(started, || client.job(id, 5_000)).await;
         if !matches!(job.state.as_str(), "queued" | "running") {
             return job;
         }
@@ -60,6 +60,28 @@ pub async fn settle(client: &Client, id: u64) -> JobResponse {
             started.elapsed() < SETTLE,
             "job {id} did not settle: {job:?}"
         );
+    }
+}
+
+/// Runs `call` until it succeeds, retrying (within [`SETTLE`] of
+/// `started`) while the cluster answers that it cannot serve yet: `503`s
+/// are what a cluster says right after a fault, and a client retries them.
+pub async fn retrying<T, F: std::future::Future<Output = Result<T, ClientError>>>(
+    started: Instant,
+    mut call: impl FnMut() -> F,
+) -> T {
+    loop {
+        match call().await {
+            Ok(value) => return value,
+            Err(error)
+                if error.code().is_some_and(|code| {
+                    code == "master_unavailable" || code == "replicas_unavailable"
+                }) && started.elapsed() < SETTLE =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("{error}"),
+        }
     }
 }
 

@@ -445,7 +445,9 @@ impl Replication {
     }
 
     async fn supervise(self: Arc<Self>, mut options: ReplicationOptions) {
-        let mut sessions: BTreeMap<String, tokio::task::JoinHandle<()>> = BTreeMap::new();
+        // By node id: the URL it had when the session started (a node that
+        // restarts keeps its id but may get another address).
+        let mut sessions: BTreeMap<String, (String, tokio::task::JoinHandle<()>)> = BTreeMap::new();
         let mut superseded = self.superseded();
         let mut expiry = tokio::time::interval(EXPIRY_CHECK);
         loop {
@@ -466,8 +468,8 @@ impl Replication {
                 self.min_replicas.store(1, Ordering::Relaxed);
                 self.counters.replicas_needed.store(1, Ordering::Relaxed);
             }
-            sessions.retain(|node, task| {
-                let keep = targets.contains_key(node) && !task.is_finished();
+            sessions.retain(|node, (url, task)| {
+                let keep = targets.get(node) == Some(url) && !task.is_finished();
                 if !keep {
                     task.abort();
                     self.set_follower(node, None);
@@ -487,10 +489,13 @@ impl Replication {
                 );
                 let replication = self.clone();
                 let peer = options.peer.clone();
-                let name = node.clone();
+                let (name, address) = (node.clone(), url.clone());
                 sessions.insert(
                     node,
-                    tokio::spawn(async move { replication.session(peer, name, url).await }),
+                    (
+                        url,
+                        tokio::spawn(async move { replication.session(peer, name, address).await }),
+                    ),
                 );
             }
             tokio::select! {
@@ -499,7 +504,7 @@ impl Replication {
                 _ = expiry.tick() => self.expire(),
             }
         }
-        for (_, task) in sessions {
+        for (_, (_, task)) in sessions {
             task.abort();
         }
     }
