@@ -54,6 +54,8 @@ const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 const GONE_REPORT_WAIT: Duration = Duration::from_secs(2);
 /// Pause after a failed poll before the next.
 const POLL_RETRY: Duration = Duration::from_millis(200);
+/// Longest an attempt's outcome report is retried while no master takes it.
+const REPORT_RETRY_WAIT: Duration = Duration::from_secs(30);
 /// Attempts whose outcome may be on its way to the master at once (slots
 /// are freed before the report is acknowledged).
 const REPORTING_MAX: usize = 1 << 20;
@@ -455,8 +457,34 @@ async fn run_attempt(
         duration_ms,
         log_tail: String::from_utf8_lossy(&log[start..]).into_owned(),
     };
-    if let Err(error) = shared.master.command(command).await {
-        tracing::warn!("job {id} attempt {attempt}: outcome not recorded: {error}");
+    report_outcome(shared, command, id, attempt).await;
+}
+
+/// Reports an attempt's outcome, retrying while no master can take it (it
+/// is moving, or waiting for replicas) for at most [`REPORT_RETRY_WAIT`].
+/// Giving up early would leave the attempt running in the master's eyes
+/// until its lease ran out. A report that did land before an error is
+/// answered as stale on the retry: never recorded twice.
+async fn report_outcome(shared: &Shared, command: Command, id: JobId, attempt: u32) {
+    let started = tokio::time::Instant::now();
+    loop {
+        match shared.master.command(command.clone()).await {
+            Ok(_) => return,
+            Err(MasterError::Rejected(rejection)) => {
+                tracing::debug!("job {id} attempt {attempt}: outcome refused: {rejection}");
+                return;
+            }
+            Err(error) if started.elapsed() < REPORT_RETRY_WAIT => {
+                tracing::debug!("job {id} attempt {attempt}: outcome not recorded yet: {error}");
+                tokio::time::sleep(POLL_RETRY).await;
+            }
+            Err(error) => {
+                tracing::warn!(
+                    "job {id} attempt {attempt}: outcome not recorded within {REPORT_RETRY_WAIT:?}: {error}"
+                );
+                return;
+            }
+        }
     }
 }
 
