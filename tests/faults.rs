@@ -10,7 +10,7 @@ use cohort::client::Client;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use support::faults::{Burst, check_jobs, check_journals, targets};
+use support::faults::{Burst, check_jobs, check_journals, exclusive, targets};
 use support::{Node, converge, cut_off, live, runtime, start, start_with, upload};
 
 const ALL: &str = "back-end,worker,front-end";
@@ -35,6 +35,7 @@ fn three(dir: &tempfile::TempDir, rt: &tokio::runtime::Runtime) -> (Node, Node, 
 
 #[test]
 fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
+    let _turn = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime();
     let (mut n1, n2, n3, echo) = three(&dir, &rt);
@@ -71,6 +72,7 @@ fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
 
 #[test]
 fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
+    let _turn = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime();
     let (mut n1, n2, n3, echo) = three(&dir, &rt);
@@ -127,6 +129,7 @@ fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
 
 #[test]
 fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
+    let _turn = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime();
     let (n1, n2, n3, echo) = three(&dir, &rt);
@@ -161,6 +164,7 @@ fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
 
 #[test]
 fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
+    let _turn = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime();
     let (mut n1, mut n2, mut n3, echo) = three(&dir, &rt);
@@ -190,6 +194,7 @@ fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
 
 #[test]
 fn back_ends_joining_after_compaction_catch_up_from_a_snapshot_and_take_over() {
+    let _turn = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime();
     // A small snapshot interval: the lone master compacts its journal long
@@ -226,6 +231,7 @@ fn back_ends_joining_after_compaction_catch_up_from_a_snapshot_and_take_over() {
 
 #[test]
 fn a_master_cut_off_from_the_others_cannot_commit_and_steps_down_on_healing() {
+    let _turn = exclusive();
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime();
     let (n1, n2, n3, echo) = three(&dir, &rt);
@@ -299,6 +305,7 @@ const FAULTS_PER_SCHEDULE: usize = 3;
 /// steady burst, and checks the invariants after each.
 #[test]
 fn random_fault_schedules_keep_the_invariants() {
+    let _turn = exclusive();
     let seed = std::env::var("COHORT_FAULT_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

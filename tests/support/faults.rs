@@ -17,6 +17,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Fault tests take turns: each runs three or more nodes whose failure
+/// detection and timeouts are part of what is tested, and a 2-CPU machine
+/// running every scenario's nodes at once measures the machine instead.
+static EXCLUSIVE: Mutex<()> = Mutex::new(());
+
+/// Holds the machine for one fault test (released when dropped, even if
+/// the test failed).
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    EXCLUSIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Longest journals may take to line up after the last fault.
 const JOURNALS_AGREE: Duration = Duration::from_secs(30);
 /// Pause of a submitter after a refused request.
