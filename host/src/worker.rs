@@ -39,7 +39,7 @@ use crate::master::service::{Poll, PollResult, ProgressReport};
 use crate::modules::ModuleStore;
 use crate::runtime::{Digest, JobFailure, JobLimits, JobObserver, JobRequest, Progress, Runtime};
 use cohort_master::{Assignment, Command, Failure, JobId, Outcome};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
@@ -129,9 +129,24 @@ struct Shared {
     /// One permit per attempt whose outcome is not yet acknowledged.
     reporting: Arc<Semaphore>,
     running: Mutex<HashMap<(JobId, u32), oneshot::Sender<()>>>,
+    /// Finished attempts whose outcome is being reported.
+    unreported: Mutex<HashSet<(JobId, u32)>>,
 }
 
 impl Shared {
+    /// Every attempt this worker holds: running or still being reported.
+    fn held(&self) -> Vec<(JobId, u32)> {
+        let mut held: Vec<(JobId, u32)> = self.running().keys().copied().collect();
+        held.extend(
+            self.unreported
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .copied(),
+        );
+        held
+    }
+
     /// The latest progress of every running attempt, for the next poll.
     fn progress_reports(&self) -> Vec<ProgressReport> {
         let running: Vec<(JobId, u32)> = self.running().keys().copied().collect();
@@ -173,6 +188,7 @@ impl Worker {
             jobs: jobs.handle().clone(),
             slots: Arc::new(Semaphore::new(options.slots as usize)),
             reporting: Arc::new(Semaphore::new(REPORTING_MAX)),
+            unreported: Mutex::default(),
             options,
             master,
             modules,
@@ -271,6 +287,7 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
             free,
             wait_ms: POLL_WAIT.as_millis() as u64,
             progress: shared.progress_reports(),
+            held: shared.held(),
         };
         let polled = tokio::select! {
             polled = shared.master.poll(poll) => polled,
@@ -446,6 +463,12 @@ async fn run_attempt(
             (outcome, report.duration.as_millis() as u64, report.log)
         }
     };
+    // Held until reported: moved from running to unreported at once.
+    shared
+        .unreported
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert((id, attempt));
     shared.running().remove(&(id, attempt));
     drop(slot);
     let start = log.len().saturating_sub(LOG_TAIL_BYTES);
@@ -458,6 +481,11 @@ async fn run_attempt(
         log_tail: String::from_utf8_lossy(&log[start..]).into_owned(),
     };
     report_outcome(shared, command, id, attempt).await;
+    shared
+        .unreported
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&(id, attempt));
 }
 
 /// Reports an attempt's outcome, retrying while no master can take it (it

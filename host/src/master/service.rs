@@ -44,10 +44,10 @@ use super::replicate::{Completion, Replication, ReplicationOptions};
 use super::store::{self, Recovery, Snapshot, StoreError};
 use crate::journal::{FsStorage, Journal};
 use cohort_master::{
-    Answer, Assignment, Command, Config, Effect, JobId, Millis, Query, Rejection, Reply, decode,
-    encode,
+    Answer, Assignment, Command, Config, Effect, Failure, JobId, JobState, Millis, Outcome, Query,
+    Rejection, Reply, decode, encode,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -132,6 +132,13 @@ pub struct Poll {
     pub wait_ms: u64,
     /// Progress of its running attempts.
     pub progress: Vec<ProgressReport>,
+    /// Every attempt `(job, attempt)` it holds: running, or finished with
+    /// its outcome not yet acknowledged. A master that just took over
+    /// compares it, once per worker, with the attempts it believes the
+    /// worker runs: one missing was assigned by the old master in an
+    /// answer that never arrived, and is re-queued at once instead of at
+    /// its lease's end.
+    pub held: Vec<(JobId, u32)>,
 }
 
 /// What a worker's poll brings back.
@@ -451,6 +458,7 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
         failed: failed.clone(),
         replication,
         superseded: superseded.clone(),
+        believed: HashMap::new(),
     };
     // Before serving: the configuration in force, and every worker the
     // journal knows that is not known alive has lost its attempts.
@@ -524,6 +532,9 @@ struct MasterLoop {
     failed: Arc<AtomicBool>,
     replication: Option<Arc<Replication>>,
     superseded: watch::Receiver<Option<u64>>,
+    /// The attempts each worker ran when this master started, until that
+    /// worker's first poll compares them with what it holds.
+    believed: HashMap<String, Vec<(JobId, u32)>>,
 }
 
 impl MasterLoop {
@@ -538,6 +549,7 @@ impl MasterLoop {
                 self.execute(now_ms(), &Command::WorkerGone { worker: worker.id })??;
             }
         }
+        self.believed = self.running_attempts(now_ms())?;
         self.flush()
     }
 
@@ -639,11 +651,15 @@ impl MasterLoop {
                     slots,
                     free,
                     progress,
+                    held,
                     ..
                 },
                 until,
                 respond,
             ) => {
+                if let Some(believed) = self.believed.remove(&worker) {
+                    self.reconcile(now, &worker, believed, &held)?;
+                }
                 for report in progress {
                     if self.progress.len() < PROGRESS_KEPT_MAX
                         || self.progress.contains_key(&report.id)
@@ -681,6 +697,72 @@ impl MasterLoop {
                 }
             }
             Request::Shutdown(_) => unreachable!("handled by the caller"),
+        }
+        Ok(())
+    }
+
+    /// Which worker runs which attempt, from the state this master started
+    /// with (one pass over the running jobs).
+    fn running_attempts(
+        &mut self,
+        now: Millis,
+    ) -> anyhow::Result<HashMap<String, Vec<(JobId, u32)>>> {
+        let mut believed: HashMap<String, Vec<(JobId, u32)>> = HashMap::new();
+        let mut after = None;
+        loop {
+            let page = Query::Jobs {
+                state: Some(JobState::Running),
+                after,
+                limit: cohort_master::master::LIST_LIMIT_MAX,
+            };
+            let Ok(Answer::Jobs { jobs, next }) = self.query(now, &page)? else {
+                break;
+            };
+            for job in jobs {
+                if let Ok(Answer::Job(view)) = self.query(now, &Query::Job { id: job.id })?
+                    && let Some(attempt) = view.attempts.last()
+                    && attempt.ended_at.is_none()
+                {
+                    believed
+                        .entry(attempt.worker.clone())
+                        .or_default()
+                        .push((job.id, attempt.number));
+                }
+            }
+            match next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        Ok(believed)
+    }
+
+    /// Fails, as `worker_lost`, every attempt of `believed` (what this
+    /// master started believing `worker` runs) that the worker does not
+    /// hold (see [`Poll::held`]). One that ended since is left alone: the
+    /// master ignores a report for an attempt that is not current.
+    fn reconcile(
+        &mut self,
+        now: Millis,
+        worker: &str,
+        believed: Vec<(JobId, u32)>,
+        held: &[(JobId, u32)],
+    ) -> anyhow::Result<()> {
+        let held: HashSet<(JobId, u32)> = held.iter().copied().collect();
+        for (id, attempt) in believed.into_iter().filter(|a| !held.contains(a)) {
+            tracing::info!("job {id} attempt {attempt}: never reached worker {worker}; re-queued");
+            let command = Command::Finish {
+                id,
+                attempt,
+                worker: worker.to_string(),
+                outcome: Outcome::Failed(Failure {
+                    code: "worker_lost".into(),
+                    message: "the assignment never reached the worker (the master changed)".into(),
+                }),
+                duration_ms: 0,
+                log_tail: String::new(),
+            };
+            let _ = self.execute(now, &command)?;
         }
         Ok(())
     }
@@ -977,5 +1059,97 @@ impl Writer {
         if let Some(replication) = &self.replication {
             replication.close(gone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cohort_master::JobSpec;
+
+    fn options(dir: &std::path::Path, live_workers: &[&str]) -> MasterOptions {
+        MasterOptions {
+            data_dir: dir.to_path_buf(),
+            config: Config::default(),
+            core: CoreKind::Native,
+            snapshot_every: SNAPSHOT_EVERY_DEFAULT,
+            live_workers: live_workers.iter().map(|w| w.to_string()).collect(),
+            min_epoch: 0,
+            component: None,
+            replication: None,
+        }
+    }
+
+    async fn start_in(options: MasterOptions) -> MasterHandle {
+        tokio::task::spawn_blocking(move || start(options))
+            .await
+            .unwrap()
+            .unwrap()
+            .0
+    }
+
+    fn poll(held: Vec<(JobId, u32)>) -> Poll {
+        Poll {
+            worker: "w".into(),
+            slots: 4,
+            free: 4,
+            wait_ms: 0,
+            progress: Vec::new(),
+            held,
+        }
+    }
+
+    async fn last_attempt(master: &MasterHandle, id: JobId) -> (JobState, Option<String>) {
+        let Answer::Job(view) = master.query(Query::Job { id }).await.unwrap() else {
+            panic!("not a job");
+        };
+        let outcome = view.attempts.last().and_then(|a| a.outcome.clone());
+        (view.state, outcome)
+    }
+
+    /// An assignment whose poll answer never reached the worker (the master
+    /// died first) is re-queued by the next master at the worker's first
+    /// poll, not at its lease's end; one the worker holds is kept.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_new_master_requeues_assignments_the_worker_never_got() {
+        let dir = tempfile::tempdir().unwrap();
+        let master = start_in(options(dir.path(), &[])).await;
+        let mut ids = Vec::new();
+        for n in 0..2u8 {
+            let spec = JobSpec {
+                module: [7; 32],
+                input: vec![n],
+                timeout_ms: 60_000,
+                memory_bytes: None,
+                max_attempts: 3,
+                priority: 0,
+                idempotency_key: None,
+            };
+            let Reply::Submitted { id, .. } = master.command(Command::Submit(spec)).await.unwrap()
+            else {
+                panic!("not submitted");
+            };
+            ids.push(id);
+        }
+        let assigned = master.poll(poll(Vec::new())).await.unwrap().assignments;
+        assert_eq!(assigned.len(), 2);
+        master.shutdown().await;
+        master.stopped().await;
+
+        // The next incarnation; the worker got only the first assignment.
+        let master = start_in(options(dir.path(), &["w"])).await;
+        master.poll(poll(vec![(ids[0], 1)])).await.unwrap();
+        assert_eq!(
+            last_attempt(&master, ids[0]).await,
+            (JobState::Running, None)
+        );
+        assert_eq!(
+            last_attempt(&master, ids[1]).await,
+            (JobState::Queued, Some("worker_lost".into()))
+        );
+        // Only the first poll of each worker is compared.
+        master.poll(poll(Vec::new())).await.unwrap();
+        assert_eq!(last_attempt(&master, ids[0]).await.0, JobState::Running);
+        master.shutdown().await;
     }
 }
