@@ -44,32 +44,66 @@ impl Peer {
         body: Bytes,
         timeout: Duration,
     ) -> Result<(StatusCode, Bytes), String> {
+        self.exchange_once(method, url, content_type, body, timeout)
+            .await
+            .map_err(|e| e.message)
+    }
+
+    /// [`exchange`](Self::exchange), telling a failure before the request
+    /// left (nothing reached the peer: safe to send again anywhere) from
+    /// one after (the peer may have acted on it).
+    pub async fn exchange_once(
+        &self,
+        method: Method,
+        url: &str,
+        content_type: &str,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), PeerError> {
+        let unsent = |message: String| PeerError {
+            message,
+            unsent: true,
+        };
         if crate::fault::blocks_url(url) {
-            return Err(format!("{url}: cut off by fault injection"));
+            return Err(unsent(format!("{url}: cut off by fault injection")));
         }
         let request = Request::builder()
             .method(method)
             .uri(url)
             .header(hyper::header::CONTENT_TYPE, content_type)
             .body(Full::new(body))
-            .map_err(|e| format!("{url}: {e}"))?;
+            .map_err(|e| unsent(format!("{url}: {e}")))?;
         let exchange = async {
-            let response = self
-                .http
-                .request(request)
-                .await
-                .map_err(|e| format!("{url}: {e}"))?;
+            let response = self.http.request(request).await.map_err(|e| PeerError {
+                message: format!("{url}: {e}"),
+                unsent: e.is_connect(),
+            })?;
             let status = response.status();
             let body = response
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| format!("{url}: {e}"))?
+                .map_err(|e| PeerError {
+                    message: format!("{url}: {e}"),
+                    unsent: false,
+                })?
                 .to_bytes();
             Ok((status, body))
         };
         tokio::time::timeout(timeout, exchange)
             .await
-            .map_err(|_| format!("{url} did not answer within {timeout:?}"))?
+            .map_err(|_| PeerError {
+                message: format!("{url} did not answer within {timeout:?}"),
+                unsent: false,
+            })?
     }
+}
+
+/// Why an exchange failed.
+#[derive(Debug, Clone)]
+pub struct PeerError {
+    /// What happened, naming the URL.
+    pub message: String,
+    /// True if the request never reached the peer (it could not connect).
+    pub unsent: bool,
 }

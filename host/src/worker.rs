@@ -326,7 +326,8 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
             Err(
                 MasterError::Unavailable(reason)
                 | MasterError::Unreplicated(reason)
-                | MasterError::Moved(reason),
+                | MasterError::Moved(reason)
+                | MasterError::Indeterminate(reason),
             ) => {
                 // The master is moving, stopping or waiting for replicas:
                 // keep trying until told to stop.

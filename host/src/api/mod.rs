@@ -142,6 +142,9 @@ impl From<MasterError> for ApiError {
             MasterError::Moved(url) => {
                 Self::new("master_unavailable", format!("the master moved to {url}"))
             }
+            error @ MasterError::Indeterminate(_) => {
+                Self::new("outcome_unknown", error.to_string())
+            }
         }
     }
 }
@@ -172,9 +175,11 @@ pub fn status_for(code: &str) -> StatusCode {
             StatusCode::UNPROCESSABLE_ENTITY
         }
         "queue_full" => StatusCode::TOO_MANY_REQUESTS,
-        "master_unavailable" | "replicas_unavailable" | "shutting_down" | "replication_failed" => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        "master_unavailable"
+        | "replicas_unavailable"
+        | "outcome_unknown"
+        | "shutting_down"
+        | "replication_failed" => StatusCode::SERVICE_UNAVAILABLE,
         "not_front_end" => StatusCode::FORBIDDEN,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }

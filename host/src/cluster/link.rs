@@ -61,6 +61,16 @@ pub enum WireRequest {
 }
 
 impl WireRequest {
+    /// Whether sending it twice has the effect of sending it once: every
+    /// request but a submission without an idempotency key (reports of a
+    /// finished attempt count once, cancels and reads repeat freely).
+    fn repeatable(&self) -> bool {
+        match self {
+            WireRequest::Command(Command::Submit(spec)) => spec.idempotency_key.is_some(),
+            _ => true,
+        }
+    }
+
     fn wait(&self) -> Duration {
         match self {
             WireRequest::Poll(Poll { wait_ms, .. }) | WireRequest::Wait { wait_ms, .. } => {
@@ -303,7 +313,7 @@ impl MasterLink {
         let (status, body) = self
             .inner
             .peer
-            .exchange(
+            .exchange_once(
                 hyper::Method::POST,
                 &format!("{url}{MASTER_PATH}"),
                 "application/x-postcard",
@@ -311,7 +321,16 @@ impl MasterLink {
                 request.wait() + WIRE_SLACK,
             )
             .await
-            .map_err(MasterError::Unavailable)?;
+            .map_err(|error| {
+                if error.unsent || request.repeatable() {
+                    MasterError::Unavailable(error.message)
+                } else {
+                    // It may have been decided: sending it again could
+                    // create a second job. The client decides (with an
+                    // idempotency key, a retry is safe).
+                    MasterError::Indeterminate(error.message)
+                }
+            })?;
         if !status.is_success() {
             return Err(MasterError::Unavailable(format!("{url} answered {status}")));
         }
@@ -322,4 +341,27 @@ impl MasterLink {
 
 fn unexpected(response: WireResponse) -> MasterError {
     MasterError::Unavailable(format!("unexpected answer from the master: {response:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cohort_master::JobSpec;
+
+    #[test]
+    fn only_a_submission_without_a_key_is_not_sent_twice() {
+        let spec = |key: Option<&str>| JobSpec {
+            module: [0; 32],
+            input: Vec::new(),
+            timeout_ms: 1000,
+            memory_bytes: None,
+            max_attempts: 1,
+            priority: 0,
+            idempotency_key: key.map(String::from),
+        };
+        assert!(!WireRequest::Command(Command::Submit(spec(None))).repeatable());
+        assert!(WireRequest::Command(Command::Submit(spec(Some("k")))).repeatable());
+        assert!(WireRequest::Command(Command::Cancel { id: 1 }).repeatable());
+        assert!(WireRequest::Query(Query::Stats).repeatable());
+    }
 }

@@ -171,6 +171,10 @@ pub enum MasterError {
     /// This node handed the master over to the node at this URL.
     #[error("the master moved to {0}")]
     Moved(String),
+    /// The master stopped answering in the middle of a request that must
+    /// not be sent twice: it may or may not have taken effect.
+    #[error("the master stopped answering mid-request; it may or may not have taken effect: {0}")]
+    Indeterminate(String),
 }
 
 /// Why the master could not start.
