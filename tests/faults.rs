@@ -15,6 +15,16 @@ use support::{Node, converge, cut_off, live, runtime, start, start_with, upload}
 
 const ALL: &str = "back-end,worker,front-end";
 
+/// What every fault test starts with: its turn on the machine, a
+/// directory for its nodes, and a runtime for its clients.
+fn scenario() -> (
+    std::sync::MutexGuard<'static, ()>,
+    tempfile::TempDir,
+    tokio::runtime::Runtime,
+) {
+    (exclusive(), tempfile::tempdir().unwrap(), runtime())
+}
+
 /// Three back-end nodes, all also workers and front-ends, with the master
 /// on n1; returns them and the echo module's digest.
 fn three(dir: &tempfile::TempDir, rt: &tokio::runtime::Runtime) -> (Node, Node, Node, String) {
@@ -35,9 +45,7 @@ fn three(dir: &tempfile::TempDir, rt: &tokio::runtime::Runtime) -> (Node, Node, 
 
 #[test]
 fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
-    let _turn = exclusive();
-    let dir = tempfile::tempdir().unwrap();
-    let rt = runtime();
+    let (_turn, dir, rt) = scenario();
     let (mut n1, n2, n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n2.url), Client::new(&n3.url)];
     let burst = Burst::start(&rt, &targets(&[&n2, &n3]), &echo, 4);
@@ -72,9 +80,7 @@ fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
 
 #[test]
 fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
-    let _turn = exclusive();
-    let dir = tempfile::tempdir().unwrap();
-    let rt = runtime();
+    let (_turn, dir, rt) = scenario();
     let (mut n1, n2, n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n2.url), Client::new(&n3.url)];
     let burst = Burst::start(&rt, &targets(&[&n2, &n3]), &echo, 4);
@@ -129,9 +135,7 @@ fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
 
 #[test]
 fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
-    let _turn = exclusive();
-    let dir = tempfile::tempdir().unwrap();
-    let rt = runtime();
+    let (_turn, dir, rt) = scenario();
     let (n1, n2, n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n3.url)];
     let burst = Burst::start(&rt, &targets(&[&n3]), &echo, 2);
@@ -164,9 +168,7 @@ fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
 
 #[test]
 fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
-    let _turn = exclusive();
-    let dir = tempfile::tempdir().unwrap();
-    let rt = runtime();
+    let (_turn, dir, rt) = scenario();
     let (mut n1, mut n2, mut n3, echo) = three(&dir, &rt);
     let burst = Burst::start(&rt, &targets(&[&n2, &n3]), &echo, 4);
     let ledger = burst.ledger.clone();
@@ -194,9 +196,7 @@ fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
 
 #[test]
 fn back_ends_joining_after_compaction_catch_up_from_a_snapshot_and_take_over() {
-    let _turn = exclusive();
-    let dir = tempfile::tempdir().unwrap();
-    let rt = runtime();
+    let (_turn, dir, rt) = scenario();
     // A small snapshot interval: the lone master compacts its journal long
     // before the others join, so they can only catch up from a snapshot.
     let often = ["--snapshot-every", "40"];
@@ -231,9 +231,7 @@ fn back_ends_joining_after_compaction_catch_up_from_a_snapshot_and_take_over() {
 
 #[test]
 fn a_master_cut_off_from_the_others_cannot_commit_and_steps_down_on_healing() {
-    let _turn = exclusive();
-    let dir = tempfile::tempdir().unwrap();
-    let rt = runtime();
+    let (_turn, dir, rt) = scenario();
     let (n1, n2, n3, echo) = three(&dir, &rt);
     // Clients on both sides of the cut.
     let burst = Burst::start(&rt, &targets(&[&n1, &n3]), &echo, 4);
