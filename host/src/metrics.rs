@@ -1,6 +1,7 @@
 //! `GET /metrics`: Prometheus/OpenMetrics text, rendered per scrape from
 //! the master's counters and state (prometheus-client does the encoding).
 
+use crate::master::replicate::ReplicationStatus;
 use crate::master::service::MasterCounters;
 use cohort_master::{JobState, Stats};
 use prometheus_client::encoding::text::encode;
@@ -22,6 +23,7 @@ fn counter(value: u64) -> Counter<u64, AtomicU64> {
 pub fn render(
     stats: &Stats,
     counters: &MasterCounters,
+    replication: &ReplicationStatus,
     responses: &Family<Labels, Counter<u64, AtomicU64>>,
 ) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::with_prefix("cohort");
@@ -80,33 +82,28 @@ pub fn render(
         "Master snapshots written",
         counter(load(&counters.snapshots)),
     );
-    let gauge = |a: &AtomicU64| {
+    let gauge = |value: u64| {
         let gauge = Gauge::<i64>::default();
-        gauge.set(load(a) as i64);
+        gauge.set(value as i64);
         gauge
     };
     registry.register(
         "replicas_needed",
         "Other back-end nodes that must hold a journal batch before it is acknowledged",
-        gauge(&counters.replicas_needed),
+        gauge(replication.needed as u64),
     );
     registry.register(
         "replicas_healthy",
         "Replicas whose last exchange with the master succeeded",
-        gauge(&counters.replicas_healthy),
+        gauge(replication.healthy as u64),
     );
     registry.register(
         "journal_uncommitted_entries",
         "Journal entries appended on the master's node, not yet on enough replicas",
-        gauge(&counters.uncommitted),
+        gauge(replication.uncommitted),
     );
     let behind = Family::<Labels, Gauge>::default();
-    for (node, entries) in counters
-        .replica_behind
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-    {
+    for (node, entries) in &replication.behind {
         behind
             .get_or_create(&vec![("node".into(), node.clone())])
             .set(*entries as i64);

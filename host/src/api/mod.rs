@@ -800,7 +800,11 @@ impl Api {
         let local = self.master.local();
         let idle = crate::master::service::MasterCounters::default();
         let counters = local.as_ref().map_or(&idle, |m| m.counters());
-        let text = crate::metrics::render(&stats, counters, &self.responses)
+        let replication = local
+            .as_ref()
+            .and_then(|m| m.replication_status())
+            .unwrap_or_default();
+        let text = crate::metrics::render(&stats, counters, &replication, &self.responses)
             .map_err(|e| ApiError::new("internal", e.to_string()))?;
         Ok(bytes(
             "application/openmetrics-text; version=1.0.0; charset=utf-8",

@@ -87,6 +87,19 @@ pub struct ReplicationOptions {
     pub peer: Peer,
 }
 
+/// How replication stands, as `/metrics` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicationStatus {
+    /// Replicas a batch needs now.
+    pub needed: usize,
+    /// Replicas whose last exchange succeeded.
+    pub healthy: usize,
+    /// Entries appended here but not yet committed.
+    pub uncommitted: u64,
+    /// Entries each replica (by node id) lacks.
+    pub behind: Vec<(String, u64)>,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Follower {
     /// The replica's journal holds every entry below this (durably).
@@ -132,7 +145,7 @@ pub struct Replication {
 
 impl Replication {
     /// Replication for a master with `epoch` whose journal (in `data_dir`)
-    /// has shape `start`; it keeps the replication gauges of `counters`.
+    /// has shape `start`; it counts refused batches in `counters`.
     pub fn new(
         epoch: u64,
         min_replicas: usize,
@@ -141,9 +154,6 @@ impl Replication {
         counters: Arc<MasterCounters>,
     ) -> Arc<Self> {
         let next = start.next;
-        counters
-            .replicas_needed
-            .store(min_replicas as u64, Ordering::Relaxed);
         Arc::new(Self {
             epoch,
             min_replicas: AtomicUsize::new(min_replicas),
@@ -221,7 +231,7 @@ impl Replication {
         if let Some(error) = &inner.closed {
             return Err(error.clone());
         }
-        let healthy = inner.followers.values().filter(|f| f.healthy).count();
+        let healthy = healthy(&inner);
         let needed = self.min_replicas();
         if healthy < needed {
             return Err(MasterError::Unreplicated(format!(
@@ -229,6 +239,21 @@ impl Replication {
             )));
         }
         Ok(())
+    }
+
+    /// How replication stands now (for `/metrics`; computed per scrape).
+    pub fn status(&self) -> ReplicationStatus {
+        let inner = self.lock();
+        ReplicationStatus {
+            needed: self.min_replicas(),
+            healthy: healthy(&inner),
+            uncommitted: inner.appended.saturating_sub(inner.commit),
+            behind: inner
+                .followers
+                .iter()
+                .map(|(node, f)| (node.clone(), inner.appended.saturating_sub(f.acked)))
+                .collect(),
+        }
     }
 
     /// Changes to the newer epoch once a replica says this master was
@@ -277,22 +302,6 @@ impl Replication {
         };
         let commit = inner.durable.min(replicated).max(inner.commit);
         inner.commit = commit;
-        let healthy = inner.followers.values().filter(|f| f.healthy).count();
-        self.counters
-            .replicas_healthy
-            .store(healthy as u64, Ordering::Relaxed);
-        self.counters
-            .uncommitted
-            .store(inner.appended.saturating_sub(commit), Ordering::Relaxed);
-        *self
-            .counters
-            .replica_behind
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = inner
-            .followers
-            .iter()
-            .map(|(node, f)| (node.clone(), inner.appended.saturating_sub(f.acked)))
-            .collect();
         let mut released = Vec::new();
         while inner.pending.front().is_some_and(|p| p.index <= commit) {
             released.push(inner.pending.pop_front().expect("checked"));
@@ -335,7 +344,7 @@ impl Replication {
         {
             expired.push(inner.pending.pop_front().expect("checked"));
         }
-        let healthy = inner.followers.values().filter(|f| f.healthy).count();
+        let healthy = healthy(&inner);
         drop(inner);
         if expired.is_empty() {
             return;
@@ -466,7 +475,6 @@ impl Replication {
                 // no longer alone, and losing it must not lose work.
                 tracing::info!("another back-end node joined: batches now need 1 replica");
                 self.min_replicas.store(1, Ordering::Relaxed);
-                self.counters.replicas_needed.store(1, Ordering::Relaxed);
             }
             sessions.retain(|node, (url, task)| {
                 let keep = targets.get(node) == Some(url) && !task.is_finished();
@@ -621,6 +629,11 @@ impl Replication {
             }
         }
     }
+}
+
+/// Replicas whose last exchange succeeded.
+fn healthy(inner: &Inner) -> usize {
+    inner.followers.values().filter(|f| f.healthy).count()
 }
 
 fn fail(completions: Vec<Completion>, error: &MasterError) {

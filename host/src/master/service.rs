@@ -40,7 +40,7 @@
 //! for a job to settle; the watch fires on its `Settled` effect.
 
 use super::core::{Core, CoreKind, MasterComponent, NativeCore};
-use super::replicate::{Completion, Replication, ReplicationOptions};
+use super::replicate::{Completion, Replication, ReplicationOptions, ReplicationStatus};
 use super::store::{self, Recovery, Snapshot, StoreError};
 use crate::journal::{FsStorage, Journal};
 use cohort_master::{
@@ -216,16 +216,8 @@ pub struct MasterCounters {
     pub commands: AtomicU64,
     /// Snapshots written.
     pub snapshots: AtomicU64,
-    /// Replicas a batch needs now.
-    pub replicas_needed: AtomicU64,
-    /// Replicas whose last exchange succeeded.
-    pub replicas_healthy: AtomicU64,
-    /// Journal entries appended here but not yet committed.
-    pub uncommitted: AtomicU64,
     /// Batches whose callers were told `replicas_unavailable`.
     pub unreplicated_batches: AtomicU64,
-    /// Entries each replica (by node id) lacks of this journal.
-    pub replica_behind: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 type Respond<T> = oneshot::Sender<Result<T, MasterError>>;
@@ -248,6 +240,7 @@ pub struct MasterHandle {
     failed: Arc<AtomicBool>,
     superseded: watch::Receiver<Option<u64>>,
     writer_done: watch::Receiver<bool>,
+    replication: Option<Arc<Replication>>,
 }
 
 impl std::fmt::Debug for MasterHandle {
@@ -331,6 +324,11 @@ impl MasterHandle {
     /// Whether the service stopped because of a failure.
     pub fn has_failed(&self) -> bool {
         self.failed.load(Ordering::Relaxed)
+    }
+
+    /// How replication stands (`None` for a master that does not replicate).
+    pub fn replication_status(&self) -> Option<ReplicationStatus> {
+        self.replication.as_ref().map(|r| r.status())
     }
 
     /// Changes to the newer epoch when a replica says this master was
@@ -424,6 +422,7 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
         replication.spawn(replication_options);
         replication
     });
+    let master_replication = replication.clone();
     let superseded = match &replication {
         Some(replication) => replication.superseded(),
         None => watch::channel(None).1,
@@ -481,6 +480,7 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
             failed,
             superseded,
             writer_done,
+            replication: master_replication,
         },
         report,
     ))
