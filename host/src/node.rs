@@ -247,16 +247,15 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         let membership = membership.clone();
         let mut view = view.clone();
         let epoch_seen = epoch_seen.clone();
-        let marker = roles.back_end.then(|| data_dir.join(REPLICATED_MARKER));
+        // Written once, the first time another back-end node shows up.
+        let mut marker = roles.back_end.then(|| data_dir.join(REPLICATED_MARKER));
         tokio::spawn(async move {
             let mut published = None;
             loop {
                 let seen = {
                     let view = view.borrow_and_update();
-                    if let Some(marker) = &marker
-                        && view.back_ends().any(|m| m.node_id != view.me)
-                    {
-                        remember_replicated(marker);
+                    if marker.is_some() && view.back_ends().any(|m| m.node_id != view.me) {
+                        remember_replicated(&marker.take().expect("checked"));
                     }
                     for epoch in view.members.iter().filter_map(|m| m.master_epoch) {
                         epoch_seen.fetch_max(epoch, Ordering::Relaxed);
@@ -441,12 +440,8 @@ impl LocalMaster {
         if let Some(min_replicas) = self.min_replicas {
             return min_replicas;
         }
-        let marker = self.options.data_dir.join(REPLICATED_MARKER);
-        if view.back_ends().any(|m| m.node_id != view.me) {
-            remember_replicated(&marker);
-            return 1;
-        }
-        usize::from(marker.exists())
+        let others = view.back_ends().any(|m| m.node_id != view.me);
+        usize::from(others || self.options.data_dir.join(REPLICATED_MARKER).exists())
     }
 
     /// If another node still advertises the master, waits (bounded) for its
