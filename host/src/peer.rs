@@ -49,9 +49,39 @@ impl Peer {
             .map_err(|e| e.message)
     }
 
-    /// [`exchange`](Self::exchange), telling a failure before the request
-    /// left (nothing reached the peer: safe to send again anywhere) from
-    /// one after (the peer may have acted on it).
+    /// Posts `message` (postcard) to a cohort internal route at `url` and
+    /// returns the answer's body; an HTTP error status is a failure the
+    /// peer did not act on.
+    pub async fn post_postcard<T: serde::Serialize>(
+        &self,
+        url: &str,
+        message: &T,
+        timeout: Duration,
+    ) -> Result<Bytes, PeerError> {
+        let (status, body) = self
+            .exchange_once(
+                Method::POST,
+                url,
+                "application/x-postcard",
+                Bytes::from(cohort_master::encode(message)),
+                timeout,
+            )
+            .await?;
+        if !status.is_success() {
+            return Err(PeerError {
+                message: format!(
+                    "{url} answered {status}: {}",
+                    String::from_utf8_lossy(&body)
+                ),
+                not_acted_on: true,
+            });
+        }
+        Ok(body)
+    }
+
+    /// [`exchange`](Self::exchange), telling a failure the peer cannot have
+    /// acted on (safe to send again anywhere) from one after which it may
+    /// have.
     pub async fn exchange_once(
         &self,
         method: Method,
@@ -62,7 +92,7 @@ impl Peer {
     ) -> Result<(StatusCode, Bytes), PeerError> {
         let unsent = |message: String| PeerError {
             message,
-            unsent: true,
+            not_acted_on: true,
         };
         if crate::fault::blocks_url(url) {
             return Err(unsent(format!("{url}: cut off by fault injection")));
@@ -76,7 +106,7 @@ impl Peer {
         let exchange = async {
             let response = self.http.request(request).await.map_err(|e| PeerError {
                 message: format!("{url}: {e}"),
-                unsent: e.is_connect(),
+                not_acted_on: e.is_connect(),
             })?;
             let status = response.status();
             let body = response
@@ -85,7 +115,7 @@ impl Peer {
                 .await
                 .map_err(|e| PeerError {
                     message: format!("{url}: {e}"),
-                    unsent: false,
+                    not_acted_on: false,
                 })?
                 .to_bytes();
             Ok((status, body))
@@ -94,7 +124,7 @@ impl Peer {
             .await
             .map_err(|_| PeerError {
                 message: format!("{url} did not answer within {timeout:?}"),
-                unsent: false,
+                not_acted_on: false,
             })?
     }
 }
@@ -104,6 +134,7 @@ impl Peer {
 pub struct PeerError {
     /// What happened, naming the URL.
     pub message: String,
-    /// True if the request never reached the peer (it could not connect).
-    pub unsent: bool,
+    /// True if the peer cannot have acted on the request: it could not be
+    /// reached, or it refused the request with an HTTP error status.
+    pub not_acted_on: bool,
 }

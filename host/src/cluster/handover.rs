@@ -16,7 +16,6 @@
 use super::replica::{Replica, ReplicaRequest, ReplicaResponse};
 use crate::master::store::Snapshot;
 use crate::peer::Peer;
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -106,18 +105,8 @@ impl Inbox {
 
 /// Sends a hand-over to the node at `url`.
 pub async fn send(peer: &Peer, url: &str, handover: &Handover) -> Result<(), String> {
-    let (status, body) = peer
-        .exchange(
-            hyper::Method::POST,
-            &format!("{url}{HANDOVER_PATH}"),
-            "application/x-postcard",
-            Bytes::from(cohort_master::encode(handover)),
-            TRANSFER_TIMEOUT,
-        )
-        .await?;
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(format!("{status}: {}", String::from_utf8_lossy(&body)))
-    }
+    peer.post_postcard(&format!("{url}{HANDOVER_PATH}"), handover, TRANSFER_TIMEOUT)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.message)
 }

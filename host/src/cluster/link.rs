@@ -18,7 +18,6 @@ use super::membership::View;
 use crate::master::service::{Poll, PollResult, ProgressReport};
 use crate::master::{MasterError, MasterHandle};
 use crate::peer::Peer;
-use bytes::Bytes;
 use cohort_master::{Answer, Command, JobId, Query, Reply, decode, encode};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -310,19 +309,17 @@ impl MasterLink {
     /// One request to the master on another node; transport failures come
     /// back as `Unavailable` so the caller retries.
     async fn remote(&self, url: &str, request: &WireRequest) -> Result<WireResponse, MasterError> {
-        let (status, body) = self
+        let body = self
             .inner
             .peer
-            .exchange_once(
-                hyper::Method::POST,
+            .post_postcard(
                 &format!("{url}{MASTER_PATH}"),
-                "application/x-postcard",
-                Bytes::from(encode(request)),
+                request,
                 request.wait() + WIRE_SLACK,
             )
             .await
             .map_err(|error| {
-                if error.unsent || request.repeatable() {
+                if error.not_acted_on || request.repeatable() {
                     MasterError::Unavailable(error.message)
                 } else {
                     // It may have been decided: sending it again could
@@ -331,9 +328,6 @@ impl MasterLink {
                     MasterError::Indeterminate(error.message)
                 }
             })?;
-        if !status.is_success() {
-            return Err(MasterError::Unavailable(format!("{url} answered {status}")));
-        }
         decode::<Result<WireResponse, MasterError>>(&body)
             .map_err(|r| MasterError::Unavailable(format!("{url}: {r}")))?
     }

@@ -36,7 +36,6 @@
 use crate::journal::{Entry, FsStorage, Journal, Shape};
 use crate::master::store::{self, Snapshot};
 use crate::peer::Peer;
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -327,12 +326,7 @@ impl Replica {
     /// Serves a request from the network (postcard in, postcard out).
     pub async fn serve_wire(self: &Arc<Self>, body: &[u8]) -> Vec<u8> {
         let response = match cohort_master::decode::<ReplicaRequest>(body) {
-            Ok(request) => {
-                let replica = self.clone();
-                tokio::task::spawn_blocking(move || replica.handle(request))
-                    .await
-                    .unwrap_or_else(|e| ReplicaResponse::Refused(e.to_string()))
-            }
+            Ok(request) => self.call_local(request).await,
             Err(rejection) => ReplicaResponse::Refused(rejection.to_string()),
         };
         cohort_master::encode(&response)
@@ -354,18 +348,10 @@ pub async fn call(
     request: &ReplicaRequest,
     timeout: Duration,
 ) -> Result<ReplicaResponse, String> {
-    let (status, body) = peer
-        .exchange(
-            hyper::Method::POST,
-            &format!("{url}{REPLICA_PATH}"),
-            "application/x-postcard",
-            Bytes::from(cohort_master::encode(request)),
-            timeout,
-        )
-        .await?;
-    if !status.is_success() {
-        return Err(format!("{url} answered {status}"));
-    }
+    let body = peer
+        .post_postcard(&format!("{url}{REPLICA_PATH}"), request, timeout)
+        .await
+        .map_err(|e| e.message)?;
     cohort_master::decode(&body).map_err(|r| format!("{url}: {r}"))
 }
 
