@@ -217,6 +217,13 @@ fn journals_disagree(nodes: &[&Node]) -> Option<String> {
     let newest = journals
         .iter()
         .max_by_key(|j| (j.shape.last_epoch, j.shape.next))?;
+    if newest.entries.is_empty() {
+        // Nothing to compare would make every journal a "prefix".
+        return Some(format!(
+            "the newest journal ({}) holds no entries",
+            newest.node
+        ));
+    }
     for journal in &journals {
         if journal.shape.next > newest.shape.next {
             return Some(format!(
