@@ -10,6 +10,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
+/// Longest a bulk transfer between nodes may take: a module, a snapshot
+/// of the master's state, a hand-over, a page of journal entries.
+pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A pooled HTTP client. Cheap to clone.
 #[derive(Clone)]
 pub struct Peer {

@@ -15,7 +15,7 @@
 
 use super::replica::{Replica, ReplicaRequest, ReplicaResponse};
 use crate::master::store::Snapshot;
-use crate::peer::Peer;
+use crate::peer::{Peer, TRANSFER_TIMEOUT};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -30,8 +30,6 @@ pub const HANDOVER_BYTES_MAX: usize = 1 << 30;
 pub const HANDOVER_WAIT: Duration = Duration::from_secs(10);
 /// Senders of hand-overs remembered (as leaving) at most.
 const DEPARTED_KEPT_MAX: usize = 64;
-/// Longest a hand-over transfer may take.
-const TRANSFER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What travels from the old master's node to the next one.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -5,16 +5,13 @@
 
 use super::membership::View;
 use crate::modules::ModuleStore;
-use crate::peer::Peer;
+use crate::peer::{Peer, TRANSFER_TIMEOUT};
 use crate::runtime::{Digest, Module, ModuleError};
 use bytes::Bytes;
-use std::time::Duration;
 use tokio::sync::watch;
 
 /// The internal route that stores a module on this node only.
 pub const MODULES_PATH: &str = "/internal/v1/modules";
-/// Longest one module transfer may take.
-const TRANSFER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Fetches and replicates modules between nodes.
 #[derive(Clone)]

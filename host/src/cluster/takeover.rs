@@ -29,15 +29,13 @@
 use super::membership::View;
 use super::replica::{self, Replica, ReplicaRequest, ReplicaResponse};
 use crate::journal::Shape;
-use crate::peer::Peer;
+use crate::peer::{Peer, TRANSFER_TIMEOUT};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
 
 /// Longest a replica may take to answer a fence.
 pub const FENCE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Longest one read of another replica's journal may take.
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// Entry data per read.
 const READ_BYTES_MAX: u64 = 8 << 20;
 /// Claims tried before giving up for now (each above a refusal's promise).
@@ -159,7 +157,7 @@ async fn copy(
             from,
             bytes_max: READ_BYTES_MAX,
         };
-        let local = match replica::call(peer, url, &read, READ_TIMEOUT)
+        let local = match replica::call(peer, url, &read, TRANSFER_TIMEOUT)
             .await
             .map_err(anyhow::Error::msg)?
         {

@@ -39,7 +39,7 @@ use super::store;
 use crate::cluster::membership::View;
 use crate::cluster::replica::{self, ReplicaRequest, ReplicaResponse};
 use crate::journal::{FsStorage, Shape, log::read_entries};
-use crate::peer::Peer;
+use crate::peer::{Peer, TRANSFER_TIMEOUT};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,8 +54,6 @@ pub const COMMIT_WAIT: Duration = Duration::from_secs(5);
 const APPEND_BYTES_MAX: usize = 4 << 20;
 /// Longest an append may take before the replica counts as unreachable.
 const APPEND_TIMEOUT: Duration = Duration::from_secs(2);
-/// Longest a snapshot transfer may take.
-const INSTALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// An idle session sends an empty append this often (keeps the replica's
 /// health and commit index fresh).
 const HEARTBEAT: Duration = Duration::from_millis(500);
@@ -572,7 +570,7 @@ impl Replication {
                 }
             };
             let timeout = match request {
-                ReplicaRequest::Install { .. } => INSTALL_TIMEOUT,
+                ReplicaRequest::Install { .. } => TRANSFER_TIMEOUT,
                 _ => APPEND_TIMEOUT,
             };
             let response = replica::call(&peer, &url, &request, timeout).await;
