@@ -600,11 +600,14 @@ impl MasterLoop {
     /// Serves `first` and whatever else is waiting; returns a shutdown
     /// request if one arrived (it is served after the batch).
     fn serve_batch(&mut self, first: Request) -> anyhow::Result<Option<oneshot::Sender<()>>> {
-        self.serve(first)?;
+        // Checked once per batch, not per request: the replication state is
+        // shared with the sessions.
+        let ready = self.ready();
+        self.serve(first, &ready)?;
         for _ in 1..BATCH_REQUESTS_MAX {
             match self.rx.try_recv() {
                 Ok(Request::Shutdown(done)) => return Ok(Some(done)),
-                Ok(request) => self.serve(request)?,
+                Ok(request) => self.serve(request, &ready)?,
                 Err(_) => break,
             }
         }
@@ -616,9 +619,9 @@ impl MasterLoop {
         self.replication.as_ref().map_or(Ok(()), |r| r.ready())
     }
 
-    fn serve(&mut self, request: Request) -> anyhow::Result<()> {
+    fn serve(&mut self, request: Request, ready: &Result<(), MasterError>) -> anyhow::Result<()> {
         let now = now_ms();
-        if let Err(error) = self.ready() {
+        if let Err(error) = ready.clone() {
             // Refuse instead of deciding what could not be committed.
             match request {
                 Request::Command(_, respond) => drop(respond.send(Err(error))),
