@@ -43,7 +43,7 @@ use crate::peer::{Peer, TRANSFER_TIMEOUT};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -62,8 +62,6 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Bytes of entries kept in memory for sessions; beyond, lagging replicas
 /// read from the journal files.
 const WINDOW_BYTES_MAX: usize = 256 << 20;
-/// How often a stopping master checks that its last batches committed.
-const DRAIN_POLL: Duration = Duration::from_millis(1);
 /// How often waiting batches are checked against [`COMMIT_WAIT`].
 const EXPIRY_CHECK: Duration = Duration::from_millis(100);
 
@@ -135,6 +133,8 @@ pub struct Replication {
     /// The journal as it was when this master started.
     start: Shape,
     inner: Mutex<Inner>,
+    /// Notified whenever waiting batches leave `Inner::pending`.
+    settled: Condvar,
     appended: watch::Sender<u64>,
     snapshot: watch::Sender<u64>,
     superseded: watch::Sender<Option<u64>>,
@@ -164,6 +164,7 @@ impl Replication {
                 ..Inner::default()
             }),
             start,
+            settled: Condvar::new(),
             appended: watch::channel(next).0,
             snapshot: watch::channel(0).0,
             superseded: watch::channel(None).0,
@@ -265,13 +266,12 @@ impl Replication {
     /// hand-over lets its last batches reach the replicas first, so their
     /// callers get their answer instead of an error they would retry.
     pub fn drain(&self) {
-        let started = Instant::now();
-        while !self.lock().pending.is_empty() && started.elapsed() < COMMIT_WAIT {
-            if self.lock().closed.is_some() {
-                return;
-            }
-            std::thread::sleep(DRAIN_POLL);
-        }
+        let inner = self.lock();
+        let _ = self
+            .settled
+            .wait_timeout_while(inner, COMMIT_WAIT, |inner| {
+                !inner.pending.is_empty() && inner.closed.is_none()
+            });
     }
 
     /// Fails everything waiting and everything to come (the master stops).
@@ -280,6 +280,7 @@ impl Replication {
         inner.closed.get_or_insert(error.clone());
         let pending: Vec<Pending> = inner.pending.drain(..).collect();
         drop(inner);
+        self.settled.notify_all();
         for batch in pending {
             fail(batch.completions, &error);
         }
@@ -306,6 +307,9 @@ impl Replication {
         }
         self.trim(&mut inner);
         drop(inner);
+        if !released.is_empty() {
+            self.settled.notify_all();
+        }
         for batch in released {
             for completion in batch.completions {
                 completion(Ok(()));
@@ -347,6 +351,7 @@ impl Replication {
         if expired.is_empty() {
             return;
         }
+        self.settled.notify_all();
         let error = MasterError::Unreplicated(format!(
             "not committed within {COMMIT_WAIT:?}: {healthy} of the {} replicas needed answer",
             self.min_replicas()
@@ -717,6 +722,30 @@ mod tests {
             replication.ready(),
             Err(MasterError::Unavailable(_))
         ));
+    }
+
+    #[test]
+    fn a_drain_returns_once_the_last_batch_is_committed() {
+        let replication =
+            Replication::new(2, 1, PathBuf::new(), Shape::default(), Default::default());
+        let (done, completion) = counter();
+        replication.set_follower("b", follower(0));
+        replication.appended(0, vec![b"a".to_vec()]);
+        replication.durable(1, vec![completion()]);
+        let acking = replication.clone();
+        let ack = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            acking.set_follower("b", follower(1));
+        });
+        let started = Instant::now();
+        replication.drain();
+        assert_eq!(
+            done.load(Ordering::Relaxed),
+            1,
+            "committed before the drain ended"
+        );
+        assert!(started.elapsed() < COMMIT_WAIT, "woken, not timed out");
+        ack.join().unwrap();
     }
 
     #[test]
