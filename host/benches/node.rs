@@ -588,6 +588,9 @@ async fn handover() {
     );
 }
 
+/// The take-over bench fails rather than wait longer than this.
+const TAKEOVER_GIVE_UP: Duration = Duration::from_secs(30);
+
 async fn takeover() {
     let mut times = Vec::new();
     for _ in 0..3 {
@@ -601,6 +604,10 @@ async fn takeover() {
             if client.submit(&request).await.is_ok() {
                 break killed.elapsed();
             }
+            assert!(
+                killed.elapsed() < TAKEOVER_GIVE_UP,
+                "no submission acknowledged within {TAKEOVER_GIVE_UP:?} of the kill"
+            );
         };
         let cluster = client.cluster().await.unwrap();
         println!(
