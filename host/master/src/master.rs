@@ -47,6 +47,19 @@ pub const WORKER_ID_BYTES_MAX: usize = 256;
 pub const WORKER_SEEN_PER_TTL: u64 = 4;
 /// Most jobs one listing returns.
 pub const LIST_LIMIT_MAX: u32 = 1000;
+/// Most API tokens kept.
+pub const TOKENS_MAX: usize = 10_000;
+/// Longest token id.
+pub const TOKEN_ID_BYTES_MAX: usize = 64;
+/// Longest token name.
+pub const TOKEN_NAME_BYTES_MAX: usize = 256;
+/// The scopes a token may carry.
+pub const TOKEN_SCOPES: [&str; 3] = ["read", "submit", "admin"];
+/// Version byte of snapshots that carry API tokens after the rest of the
+/// state ([`FORMAT_VERSION`] snapshots, written before tokens existed, are
+/// still read: they have none).
+pub const SNAPSHOT_VERSION: u8 = 2;
+
 /// Most jobs one listing looks at (a filtered listing returns a cursor to
 /// continue rather than scanning everything).
 pub const LIST_SCAN_MAX: usize = 100_000;
@@ -85,6 +98,10 @@ pub struct Master {
     submitted_total: u64,
     attempts_total: u64,
     retries_total: u64,
+    /// API tokens by id; written after the rest in a snapshot (see
+    /// [`SNAPSHOT_VERSION`]).
+    #[serde(skip)]
+    tokens: BTreeMap<String, TokenRecord>,
     // Indexes, rebuilt from `jobs` on restore (not in snapshots).
     #[serde(skip)]
     index: Index,
@@ -127,18 +144,41 @@ impl Master {
             submitted_total: 0,
             attempts_total: 0,
             retries_total: 0,
+            tokens: BTreeMap::new(),
             index: Index::default(),
         }
     }
 
-    /// The whole state as versioned bytes.
+    /// The whole state as versioned bytes:
+    /// `[SNAPSHOT_VERSION] ++ postcard(state) ++ postcard(tokens)`.
     pub fn snapshot(&self) -> Vec<u8> {
-        encode(self)
+        let mut out = vec![SNAPSHOT_VERSION];
+        out = postcard::to_extend(self, out).expect("postcard encoding into a Vec");
+        postcard::to_extend(&self.tokens, out).expect("postcard encoding into a Vec")
     }
 
-    /// A master from [`snapshot`](Self::snapshot) bytes.
+    /// A master from [`snapshot`](Self::snapshot) bytes (or a snapshot of
+    /// the first format, which had no tokens).
     pub fn restore(bytes: &[u8]) -> Result<Self, Rejection> {
-        let mut master: Master = decode(bytes)?;
+        let undecodable = |error: postcard::Error| {
+            Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
+        };
+        let mut master: Master = match bytes.split_first() {
+            Some((&SNAPSHOT_VERSION, body)) => {
+                let (mut master, rest): (Master, _) =
+                    postcard::take_from_bytes(body).map_err(undecodable)?;
+                let (tokens, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
+                if !rest.is_empty() {
+                    return Err(Rejection::new(
+                        codes::UNDECODABLE,
+                        format!("{} bytes after the snapshot", rest.len()),
+                    ));
+                }
+                master.tokens = tokens;
+                master
+            }
+            _ => decode(bytes)?,
+        };
         master.rebuild_index();
         Ok(master)
     }
@@ -319,6 +359,31 @@ impl Master {
                 }
             }
             Command::Tick => done(self.decide_tick(now)),
+            Command::CreateToken(record) => {
+                validate_token(record)?;
+                if self.tokens.contains_key(&record.id) {
+                    return reject(
+                        codes::TOKEN_EXISTS,
+                        format!("a token with id {} exists", record.id),
+                    );
+                }
+                if self.tokens.len() >= TOKENS_MAX {
+                    return reject(
+                        codes::INVALID_TOKEN,
+                        format!("at most {TOKENS_MAX} tokens; revoke some first"),
+                    );
+                }
+                done(vec![event(EventKind::TokenCreated(TokenRecord {
+                    created_at: now,
+                    ..record.clone()
+                }))])
+            }
+            Command::RevokeToken { id } => {
+                if !self.tokens.contains_key(id) {
+                    return reject(codes::TOKEN_NOT_FOUND, format!("no token with id {id}"));
+                }
+                done(vec![event(EventKind::TokenRevoked { id: id.clone() })])
+            }
         }
     }
 
@@ -481,6 +546,12 @@ impl Master {
         let at = event.at;
         match &event.kind {
             EventKind::Configured(config) => self.config = config.clone(),
+            EventKind::TokenCreated(record) => {
+                self.tokens.insert(record.id.clone(), record.clone());
+            }
+            EventKind::TokenRevoked { id } => {
+                self.tokens.remove(id);
+            }
             EventKind::Submitted { id, spec } => {
                 let seq = self.next_seq;
                 self.next_seq += 1;
@@ -820,6 +891,7 @@ impl Master {
                     })
                     .collect(),
             )),
+            Query::Tokens => Ok(Answer::Tokens(self.tokens.values().cloned().collect())),
         }
     }
 
@@ -885,6 +957,40 @@ fn tail(text: &str, max: usize) -> &str {
     &text[start..]
 }
 
+fn validate_token(record: &TokenRecord) -> Result<(), Rejection> {
+    let id_ok = !record.id.is_empty()
+        && record.id.len() <= TOKEN_ID_BYTES_MAX
+        && record
+            .id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if !id_ok {
+        return reject(
+            codes::INVALID_TOKEN,
+            format!("a token id is 1 to {TOKEN_ID_BYTES_MAX} letters, digits or dashes"),
+        );
+    }
+    if record.name.len() > TOKEN_NAME_BYTES_MAX {
+        return reject(
+            codes::INVALID_TOKEN,
+            format!("a token name is at most {TOKEN_NAME_BYTES_MAX} bytes"),
+        );
+    }
+    let mut seen = BTreeSet::new();
+    for scope in &record.scopes {
+        if !TOKEN_SCOPES.contains(&scope.as_str()) || !seen.insert(scope) {
+            return reject(
+                codes::INVALID_TOKEN,
+                format!("unknown or repeated scope {scope:?}: use read, submit or admin"),
+            );
+        }
+    }
+    if seen.is_empty() {
+        return reject(codes::INVALID_TOKEN, "a token needs at least one scope");
+    }
+    Ok(())
+}
+
 fn validate_config(config: &Config) -> Result<(), Rejection> {
     let positive = [
         ("queue_max", config.queue_max),
@@ -898,4 +1004,97 @@ fn validate_config(config: &Config) -> Result<(), Rejection> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod token_tests {
+    //! Tokens are journaled state: created and revoked by events, kept in
+    //! snapshots, and the first snapshot format (no tokens) still restores.
+    use super::*;
+    use crate::scenarios::token;
+
+    fn run(master: &mut Master, now: Millis, command: Command) -> Result<(), Rejection> {
+        let decision = master.decide(now, &command)?;
+        for event in &decision.events {
+            master.apply(event);
+        }
+        Ok(())
+    }
+
+    fn tokens(master: &Master) -> Vec<TokenRecord> {
+        match master.query(0, &Query::Tokens).unwrap() {
+            Answer::Tokens(tokens) => tokens,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn create_revoke_and_snapshot() {
+        let mut master = Master::new();
+        run(&mut master, 5, Command::CreateToken(token("a", &["read"]))).unwrap();
+        run(
+            &mut master,
+            6,
+            Command::CreateToken(token("b", &["admin", "submit"])),
+        )
+        .unwrap();
+        let exists = run(&mut master, 7, Command::CreateToken(token("a", &["read"])));
+        assert_eq!(exists.unwrap_err().code, codes::TOKEN_EXISTS);
+        let listed = tokens(&master);
+        assert_eq!(listed.len(), 2);
+        assert_eq!(
+            listed[0].created_at, 5,
+            "the master's decision time, not the caller's"
+        );
+        let restored = Master::restore(&master.snapshot()).unwrap();
+        assert_eq!(tokens(&restored), listed);
+        run(&mut master, 8, Command::RevokeToken { id: "a".into() }).unwrap();
+        assert_eq!(tokens(&master).len(), 1);
+        let gone = run(&mut master, 9, Command::RevokeToken { id: "a".into() });
+        assert_eq!(gone.unwrap_err().code, codes::TOKEN_NOT_FOUND);
+    }
+
+    #[test]
+    fn invalid_tokens_are_refused_with_a_reason() {
+        let master = Master::new();
+        for record in [
+            token("", &["read"]),
+            token("has space", &["read"]),
+            token(&"x".repeat(TOKEN_ID_BYTES_MAX + 1), &["read"]),
+            token("a", &[]),
+            token("a", &["read", "read"]),
+            token("a", &["root"]),
+            TokenRecord {
+                name: "n".repeat(TOKEN_NAME_BYTES_MAX + 1),
+                ..token("a", &["read"])
+            },
+        ] {
+            let error = master
+                .decide(0, &Command::CreateToken(record.clone()))
+                .unwrap_err();
+            assert_eq!(error.code, codes::INVALID_TOKEN, "{record:?}");
+        }
+    }
+
+    #[test]
+    fn first_format_snapshots_still_restore_without_tokens() {
+        let mut master = Master::new();
+        run(
+            &mut master,
+            1,
+            Command::Submit(crate::scenarios::spec(1, b"x")),
+        )
+        .unwrap();
+        let old_format = encode(&master);
+        assert_eq!(old_format[0], FORMAT_VERSION);
+        let restored = Master::restore(&old_format).unwrap();
+        assert_eq!(restored.stats(), master.stats());
+        assert!(tokens(&restored).is_empty());
+        let mut trailing = master.snapshot();
+        trailing.push(0);
+        assert_eq!(
+            Master::restore(&trailing).unwrap_err().code,
+            codes::UNDECODABLE
+        );
+    }
 }

@@ -62,6 +62,12 @@ pub mod codes {
     pub const UNDECODABLE: &str = "undecodable";
     /// A message or snapshot of a format version this master does not read.
     pub const UNKNOWN_VERSION: &str = "unknown_version";
+    /// A token with this id already exists.
+    pub const TOKEN_EXISTS: &str = "token_exists";
+    /// No token has this id.
+    pub const TOKEN_NOT_FOUND: &str = "token_not_found";
+    /// A token's id, name or scopes are out of range.
+    pub const INVALID_TOKEN: &str = "invalid_token";
 }
 
 /// Failure codes that mean "try again" (up to `max_attempts`): the attempt
@@ -245,6 +251,28 @@ pub enum Command {
     },
     /// Time passed: expire leases and workers, release backoffs, purge.
     Tick,
+    /// Record a new API token (its hash, never the token).
+    CreateToken(TokenRecord),
+    /// Revoke an API token.
+    RevokeToken {
+        /// The token's id.
+        id: String,
+    },
+}
+
+/// An API token as the master keeps it: only the SHA-256 of its secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    /// Public id (the token's second part).
+    pub id: String,
+    /// What it is for, for people.
+    pub name: String,
+    /// `read`, `submit`, `admin`.
+    pub scopes: Vec<String>,
+    /// SHA-256 of the token's secret part.
+    pub hash: [u8; 32],
+    /// When it was created (set by the master when it decides).
+    pub created_at: Millis,
 }
 
 /// Something that happened, in the journal. `at` is the decision time.
@@ -336,6 +364,13 @@ pub enum EventKind {
     Purged {
         /// The job.
         id: JobId,
+    },
+    /// An API token was created.
+    TokenCreated(TokenRecord),
+    /// An API token was revoked.
+    TokenRevoked {
+        /// Its id.
+        id: String,
     },
 }
 
@@ -484,6 +519,8 @@ pub enum Query {
     Stats,
     /// Known workers.
     Workers,
+    /// API tokens (hashes only), by id.
+    Tokens,
 }
 
 /// One attempt of a job.
@@ -603,6 +640,8 @@ pub enum Answer {
     Stats(Stats),
     /// For [`Query::Workers`].
     Workers(Vec<WorkerView>),
+    /// For [`Query::Tokens`].
+    Tokens(Vec<TokenRecord>),
 }
 
 /// What [`decide`](crate::Master::decide) returns for an accepted command.

@@ -230,5 +230,29 @@ pub fn all() -> Vec<Scenario> {
                 (t + 3_600_003, Command::Tick),
             ],
         },
+        Scenario {
+            name: "API tokens are created, refused when invalid or taken, and revoked",
+            steps: vec![
+                (t, Command::CreateToken(token("ci", &["submit", "read"]))),
+                (t + 1, Command::CreateToken(token("ci", &["read"]))),
+                (t + 2, Command::CreateToken(token("bad id!", &["read"]))),
+                (t + 3, Command::CreateToken(token("x", &["root"]))),
+                (t + 4, Command::CreateToken(token("y", &[]))),
+                (t + 5, Command::CreateToken(token("ops", &["admin"]))),
+                (t + 6, Command::RevokeToken { id: "ci".into() }),
+                (t + 7, Command::RevokeToken { id: "ci".into() }),
+            ],
+        },
     ]
+}
+
+/// A token record with `id` and `scopes` (hash `[7; 32]`).
+pub fn token(id: &str, scopes: &[&str]) -> TokenRecord {
+    TokenRecord {
+        id: id.into(),
+        name: format!("{id} token"),
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        hash: [7; 32],
+        created_at: 0,
+    }
 }
