@@ -1,5 +1,5 @@
 //! The client commands of the `cohort` CLI: `submit`, `status`, `result`,
-//! `jobs`, `cancel`, `cluster`. Human output by default, `--json` for
+//! `jobs`, `cancel`, `cluster`, `leave`, `keygen` and `token`. Human output by default, `--json` for
 //! scripts. Exit code 0 on success, 1 when the server refused or a waited-for
 //! job did not succeed, 2 for usage errors (from the argument parser).
 
@@ -29,6 +29,20 @@ pub struct ServerArg {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// API token (`cohort token create` prints one).
+    #[arg(long, env = "COHORT_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// PEM CA certificate to trust for an `https://` server [default: the
+    /// system's roots].
+    #[arg(long, env = "COHORT_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+}
+
+impl ServerArg {
+    /// A client of the server with the token and TLS settings.
+    pub fn client(&self) -> anyhow::Result<Client> {
+        Client::with_options(&self.server, self.token.as_deref(), self.ca_cert.as_deref())
+    }
 }
 
 /// `cohort submit`.
@@ -137,14 +151,21 @@ fn read_input(input: &Option<PathBuf>) -> std::io::Result<Vec<u8>> {
 
 /// `cohort submit`.
 pub async fn submit(args: SubmitArgs) -> ExitCode {
-    let client = Client::new(&args.server.server);
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(format!("{error:#}")),
+    };
     let digest = if std::path::Path::new(&args.module).is_file() {
         let wasm = match std::fs::read(&args.module) {
             Ok(wasm) => wasm,
             Err(error) => return fail(format!("cannot read {}: {error}", args.module)),
         };
+        let digest = crate::runtime::Digest::of(&wasm).to_string();
         match client.upload(wasm).await {
             Ok(digest) => digest,
+            // Uploads need an admin token; a submit token may still run a
+            // module that is already stored (the submission says if not).
+            Err(error) if error.code() == Some("forbidden") => digest,
             Err(error) => return fail(format!("uploading {}: {error}", args.module)),
         }
     } else {
@@ -356,7 +377,10 @@ async fn submit_many(
 
 /// `cohort status`.
 pub async fn status(args: JobArgs) -> ExitCode {
-    let client = Client::new(&args.server.server);
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(format!("{error:#}")),
+    };
     let job = if args.wait {
         wait_terminal(&client, args.id).await
     } else {
@@ -422,7 +446,10 @@ pub async fn status(args: JobArgs) -> ExitCode {
 
 /// `cohort result`.
 pub async fn result(args: JobArgs) -> ExitCode {
-    let client = Client::new(&args.server.server);
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(format!("{error:#}")),
+    };
     if args.wait {
         return finish_one(&client, args.id, args.output.as_ref(), args.server.json).await;
     }
@@ -431,7 +458,10 @@ pub async fn result(args: JobArgs) -> ExitCode {
 
 /// `cohort cancel`.
 pub async fn cancel(args: JobArgs) -> ExitCode {
-    let client = Client::new(&args.server.server);
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(format!("{error:#}")),
+    };
     match client.cancel(args.id).await {
         Ok(job) if args.server.json => {
             print_json(&job);
@@ -447,7 +477,10 @@ pub async fn cancel(args: JobArgs) -> ExitCode {
 
 /// `cohort jobs`.
 pub async fn jobs(args: JobsArgs) -> ExitCode {
-    let client = Client::new(&args.server.server);
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(format!("{error:#}")),
+    };
     let page = match client
         .jobs(args.state.as_deref(), args.limit, args.cursor.as_deref())
         .await
@@ -477,7 +510,10 @@ pub async fn jobs(args: JobsArgs) -> ExitCode {
 
 /// `cohort cluster`.
 pub async fn cluster(args: ServerArg) -> ExitCode {
-    let client = Client::new(&args.server);
+    let client = match args.client() {
+        Ok(client) => client,
+        Err(error) => return fail(format!("{error:#}")),
+    };
     let cluster = match client.cluster().await {
         Ok(cluster) => cluster,
         Err(error) => return fail(error),
@@ -510,7 +546,10 @@ pub async fn cluster(args: ServerArg) -> ExitCode {
 
 /// `cohort leave`.
 pub async fn leave(args: ServerArg) -> ExitCode {
-    let client = Client::new(&args.server);
+    let client = match args.client() {
+        Ok(client) => client,
+        Err(error) => return fail(format!("{error:#}")),
+    };
     match client
         .call(
             hyper::Method::POST,
@@ -533,4 +572,197 @@ pub async fn leave(args: ServerArg) -> ExitCode {
         }
         Err(error) => fail(error),
     }
+}
+
+/// `cohort keygen FILE`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct KeygenArgs {
+    /// Where to write the new key (never overwritten; readable by its owner
+    /// only).
+    pub file: PathBuf,
+}
+
+/// `cohort keygen`: writes a new cluster key file.
+pub fn keygen(args: KeygenArgs) -> ExitCode {
+    match crate::security::key::write_new(&args.file) {
+        Ok(()) => {
+            println!(
+                "wrote a new cluster key to {}: give every node the same file (--cluster-key)",
+                args.file.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(error),
+    }
+}
+
+/// `cohort token ...`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum TokenCommand {
+    /// Make a token and print it (once: only its hash is kept).
+    Create(TokenCreateArgs),
+    /// List tokens (ids, names, scopes; never the tokens).
+    List(TokenAuth),
+    /// Revoke a token by id: every node refuses it within a second.
+    Revoke(TokenRevokeArgs),
+}
+
+/// How a token command proves it may manage tokens.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TokenAuth {
+    #[command(flatten)]
+    server: ServerArg,
+    /// Prove the cluster key instead of sending an admin token (how the
+    /// first token is made).
+    #[arg(long, env = "COHORT_CLUSTER_KEY_FILE")]
+    cluster_key: Option<PathBuf>,
+    /// The cluster's id (with --cluster-key).
+    #[arg(long, env = "COHORT_CLUSTER_ID", default_value = "cohort")]
+    cluster_id: String,
+}
+
+/// `cohort token create`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TokenCreateArgs {
+    #[command(flatten)]
+    auth: TokenAuth,
+    /// Scopes: read, submit, admin (comma-separated or repeated).
+    #[arg(long = "scope", required = true, value_delimiter = ',')]
+    scopes: Vec<String>,
+    /// What the token is for.
+    #[arg(long, default_value = "")]
+    name: String,
+}
+
+/// `cohort token revoke`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TokenRevokeArgs {
+    #[command(flatten)]
+    auth: TokenAuth,
+    /// The token's id (`cohort token list`).
+    id: String,
+}
+
+/// `cohort token`.
+pub async fn token(command: TokenCommand) -> ExitCode {
+    use crate::api::auth::{TokenCreateRequest, TokenOp};
+    use crate::security::token::{Scope, mint};
+    let (auth, op, minted) = match command {
+        TokenCommand::Create(args) => {
+            let mut scopes = Vec::new();
+            for name in &args.scopes {
+                match Scope::parse(name.trim()) {
+                    Some(scope) => scopes.push(scope),
+                    None => {
+                        return fail(format!("unknown scope {name:?}: use read, submit or admin"));
+                    }
+                }
+            }
+            let minted = mint(&args.name, &scopes);
+            let op = TokenOp::Create(TokenCreateRequest {
+                id: minted.record.id.clone(),
+                name: minted.record.name.clone(),
+                scopes: minted.record.scopes.clone(),
+                sha256: crate::security::key::encode_hex(&minted.record.hash),
+            });
+            (args.auth, op, Some(minted.token))
+        }
+        TokenCommand::List(auth) => (auth, TokenOp::List, None),
+        TokenCommand::Revoke(args) => (args.auth, TokenOp::Revoke(args.id), None),
+    };
+    let answer = match token_call(&auth, &op).await {
+        Ok(answer) => answer,
+        Err(error) => return fail(format!("{error:#}")),
+    };
+    if auth.server.json {
+        println!("{}", String::from_utf8_lossy(&answer));
+    }
+    match (op, minted) {
+        (TokenOp::Create(request), Some(token)) => {
+            if !auth.server.json {
+                eprintln!(
+                    "token {} ({}) created; it is shown only now:",
+                    request.id,
+                    request.scopes.join(",")
+                );
+                println!("{token}");
+            } else {
+                eprintln!("token: {token}");
+            }
+        }
+        (TokenOp::List, _) if !auth.server.json => {
+            match serde_json::from_slice::<crate::api::auth::TokenListResponse>(&answer) {
+                Ok(list) => {
+                    println!("{:<14} {:<20} {:<20} CREATED", "ID", "SCOPES", "NAME");
+                    for token in list.tokens {
+                        println!(
+                            "{:<14} {:<20} {:<20} {}",
+                            token.id,
+                            token.scopes.join(","),
+                            token.name,
+                            token.created_at
+                        );
+                    }
+                }
+                Err(error) => return fail(format!("unexpected answer: {error}")),
+            }
+        }
+        (TokenOp::Revoke(id), _) if !auth.server.json => println!("token {id} revoked"),
+        _ => {}
+    }
+    ExitCode::SUCCESS
+}
+
+/// Sends a token operation: sealed with the cluster key to the internal
+/// route, or with the admin token to the public one.
+async fn token_call(
+    auth: &TokenAuth,
+    op: &crate::api::auth::TokenOp,
+) -> anyhow::Result<bytes::Bytes> {
+    use crate::api::auth::TokenOp;
+    let Some(key_file) = &auth.cluster_key else {
+        let client = auth.server.client()?;
+        let (method, path, body) = match op {
+            TokenOp::List => (hyper::Method::GET, "/v1/tokens".to_string(), Vec::new()),
+            TokenOp::Create(request) => (
+                hyper::Method::POST,
+                "/v1/tokens".to_string(),
+                serde_json::to_vec(request)?,
+            ),
+            TokenOp::Revoke(id) => (
+                hyper::Method::DELETE,
+                format!("/v1/tokens/{id}"),
+                Vec::new(),
+            ),
+        };
+        let (_, answer) = client
+            .call(method, &path, "application/json", body.into())
+            .await?;
+        return Ok(answer);
+    };
+    let keys = crate::security::Keyring::load(key_file)?;
+    let sealer = std::sync::Arc::new(crate::security::Sealer::new(keys, &auth.cluster_id));
+    let peer = crate::peer::Peer::node(Some(sealer));
+    // Node-to-node routes are plain HTTP with sealed bodies, on TLS nodes too.
+    let base = auth.server.server.trim_end_matches('/');
+    let base = match base.strip_prefix("https://") {
+        Some(rest) => format!("http://{rest}"),
+        None => base.to_string(),
+    };
+    let (status, answer) = peer
+        .post_internal(
+            &format!("{base}/internal/v1/tokens"),
+            cohort_master::encode(op).into(),
+            std::time::Duration::from_secs(30),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    if !status.is_success() {
+        let error: ErrorBody = serde_json::from_slice(&answer).unwrap_or(ErrorBody {
+            code: "http_error".into(),
+            message: String::from_utf8_lossy(&answer).into(),
+        });
+        anyhow::bail!("{}: {} (HTTP {status})", error.code, error.message);
+    }
+    Ok(answer)
 }

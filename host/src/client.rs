@@ -64,6 +64,24 @@ impl Client {
         }
     }
 
+    /// A client of `server` that sends `token` and trusts the PEM CA
+    /// certificate `ca_cert` (or the system's roots) for `https://`.
+    pub fn with_options(
+        server: &str,
+        token: Option<&str>,
+        ca_cert: Option<&std::path::Path>,
+    ) -> anyhow::Result<Self> {
+        let tls = if server.starts_with("https://") {
+            Some(crate::security::tls::client_config(ca_cert)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            server: server.trim_end_matches('/').to_string(),
+            peer: Peer::new(tls, None, token)?,
+        })
+    }
+
     /// The server URL.
     pub fn server(&self) -> &str {
         &self.server

@@ -3,17 +3,13 @@
 //! A node started with the hidden `--fault-partition FILE` flag reads FILE
 //! every [`POLL`]: each line names an address (`host:port`, the HTTP and
 //! gossip address of another node). While an address is listed, this node
-//! drops gossip to and from it and fails its own node-to-node HTTP requests
+//! drops gossip to and from it (in [`crate::security::gossip`]) and fails its own node-to-node HTTP requests
 //! to it at once, as if the network between them were cut. Listing each
 //! side in the other's file makes a symmetric partition; emptying the files
 //! heals it. Without the flag nothing is ever blocked and the check is one
 //! atomic load.
 
-use async_trait::async_trait;
-use chitchat::ChitchatEnvelope;
-use chitchat::transport::{RecvOutcome, SendOutcome, Socket, Transport, UdpTransport};
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{OnceLock, RwLock};
 use std::time::Duration;
@@ -48,7 +44,8 @@ pub fn install(file: PathBuf) {
     });
 }
 
-fn blocked(address: &str) -> bool {
+/// Whether traffic to and from `address` (`host:port`) is cut off.
+pub fn blocked(address: &str) -> bool {
     BLOCKED.get().is_some_and(|blocked| {
         blocked
             .read()
@@ -62,46 +59,4 @@ pub fn blocks_url(url: &str) -> bool {
     let rest = url.strip_prefix("http://").unwrap_or(url);
     let authority = rest.split('/').next().unwrap_or(rest);
     blocked(authority)
-}
-
-/// UDP gossip that drops datagrams to and from cut-off addresses.
-#[derive(Debug, Default)]
-pub struct PartitionTransport;
-
-struct PartitionSocket(Box<dyn Socket>);
-
-#[async_trait]
-impl Transport for PartitionTransport {
-    async fn open(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
-        Ok(Box::new(PartitionSocket(
-            UdpTransport.open(listen_addr).await?,
-        )))
-    }
-}
-
-#[async_trait]
-impl Socket for PartitionSocket {
-    fn local_addr(&self) -> anyhow::Result<SocketAddr> {
-        self.0.local_addr()
-    }
-
-    async fn send(
-        &mut self,
-        to: SocketAddr,
-        envelope: ChitchatEnvelope,
-    ) -> anyhow::Result<SendOutcome> {
-        if blocked(&to.to_string()) {
-            return Ok(SendOutcome { num_bytes_sent: 0 });
-        }
-        self.0.send(to, envelope).await
-    }
-
-    async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
-        loop {
-            let received = self.0.recv().await?;
-            if !blocked(&received.from_addr.to_string()) {
-                return Ok(received);
-            }
-        }
-    }
 }

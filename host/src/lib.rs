@@ -12,6 +12,8 @@
 //!   CLI commands built on it; [`metrics`] — `/metrics`.
 //! * [`node`] — `cohort node`: everything above in one process.
 //! * [`peer`] — bounded HTTP exchanges with other cohort processes.
+//! * [`security`] — the cluster key (sealed gossip and node-to-node
+//!   bodies), API tokens and TLS.
 //! * [`exec`] — `cohort exec`: run one module locally, no server.
 //! * [`demo`] — `cohort demo`: render a picture from many mandelbrot jobs.
 //! * [`guests`] — the components built into this binary (the master and the
@@ -32,4 +34,5 @@ pub mod modules;
 pub mod node;
 pub mod peer;
 pub mod runtime;
+pub mod security;
 pub mod worker;

@@ -36,6 +36,11 @@ enum Command {
     Cluster(cohort::cli::ServerArg),
     /// Ask a node to leave the cluster gracefully (as SIGTERM does).
     Leave(cohort::cli::ServerArg),
+    /// Write a new cluster key file (give every node the same one).
+    Keygen(cohort::cli::KeygenArgs),
+    /// Create, list or revoke API tokens.
+    #[command(subcommand)]
+    Token(cohort::cli::TokenCommand),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +74,8 @@ fn main() -> ExitCode {
             Command::Cancel(args) => cohort::cli::cancel(args).await,
             Command::Cluster(args) => cohort::cli::cluster(args).await,
             Command::Leave(args) => cohort::cli::leave(args).await,
+            Command::Keygen(args) => cohort::cli::keygen(args),
+            Command::Token(command) => cohort::cli::token(command).await,
         }
     })
 }

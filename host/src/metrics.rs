@@ -123,6 +123,20 @@ pub fn render(
         "HTTP responses by status",
         responses.clone(),
     );
+    let refused = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    for ((what, reason), count) in crate::security::counters::snapshot() {
+        refused
+            .get_or_create(&vec![
+                ("what".into(), what.into()),
+                ("reason".into(), reason.into()),
+            ])
+            .inc_by(count);
+    }
+    registry.register(
+        "security_refused",
+        "Gossip datagrams dropped, requests and connections refused, by what and why",
+        refused,
+    );
     let mut out = String::new();
     encode(&mut out, &registry)?;
     Ok(out)

@@ -104,10 +104,76 @@ pub struct NodeArgs {
     /// (for comparisons).
     #[arg(long, value_enum, default_value = "wasm", hide = true)]
     pub master_core: CoreKind,
+    /// The cluster key file (`cohort keygen FILE`), the same on every node:
+    /// seals gossip and node-to-node requests, and makes the public API
+    /// require tokens. Required to listen beyond loopback.
+    #[arg(long, env = "COHORT_CLUSTER_KEY_FILE")]
+    pub cluster_key: Option<PathBuf>,
+    /// PEM certificate chain: serve the public API over TLS (with --tls-key).
+    #[arg(long, env = "COHORT_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "COHORT_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Listen beyond loopback without a cluster key: anyone who can reach
+    /// the ports can use, join or disrupt the cluster. Not recommended.
+    #[arg(long, env = "COHORT_INSECURE")]
+    pub insecure: bool,
     /// Fault injection for tests: a file listing addresses this node is cut
     /// off from (see `cohort::fault`).
     #[arg(long, hide = true)]
     pub fault_partition: Option<PathBuf>,
+}
+
+/// The node's security from its flags; refuses to expose an unprotected
+/// node beyond loopback unless `--insecure` says so.
+fn security_settings(args: &NodeArgs) -> anyhow::Result<api::Security> {
+    let sealer = args
+        .cluster_key
+        .as_ref()
+        .map(|path| {
+            crate::security::Keyring::load(path)
+                .map(|keys| Arc::new(crate::security::Sealer::new(keys, &args.cluster_id)))
+        })
+        .transpose()?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(crate::security::tls::server_config(cert, key)?),
+        _ => None,
+    };
+    let exposed: Vec<SocketAddr> = [Some(args.listen), args.gossip, args.advertise]
+        .into_iter()
+        .flatten()
+        .filter(|addr| !addr.ip().is_loopback())
+        .collect();
+    if sealer.is_none() && !exposed.is_empty() {
+        if !args.insecure {
+            anyhow::bail!(
+                "refusing to listen on {} without a cluster key: anyone who reaches it could join, \
+                 read every job and fence the master. Make a key with `cohort keygen cluster.key`, \
+                 give every node the same file with --cluster-key cluster.key, and create API \
+                 tokens with `cohort token create --cluster-key cluster.key --scope ...`; \
+                 or pass --insecure to run unprotected",
+                exposed
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        tracing::warn!(
+            "--insecure: listening on {exposed:?} without a cluster key; gossip, node-to-node \
+             requests and the API are open to anyone who reaches them"
+        );
+        eprintln!("WARNING: --insecure: this node is open to anyone who reaches {exposed:?}");
+    }
+    Ok(api::Security {
+        tokens: sealer
+            .is_some()
+            .then(|| Arc::new(crate::security::token::TokenTable::default())),
+        sealer,
+        tls,
+        insecure: args.insecure && !exposed.is_empty(),
+    })
 }
 
 /// Runs a node until SIGTERM/Ctrl-C (clean stop) or a master failure.
@@ -116,6 +182,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
     let _lock = lock_data_dir(&data_dir)?;
+    let security = security_settings(&args)?;
     if let Some(file) = &args.fault_partition {
         crate::fault::install(file.clone());
     }
@@ -160,6 +227,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 (keys::SLOTS.into(), slots.to_string()),
                 (keys::VERSION.into(), env!("CARGO_PKG_VERSION").into()),
             ],
+            sealer: security.sealer.clone(),
         },
         generation,
     )
@@ -167,8 +235,18 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     .with_context(|| format!("cannot gossip on {gossip_listen} (UDP)"))?;
     let view = membership.view();
     let (local_master, local_rx) = watch::channel(None);
-    let link = MasterLink::new(local_rx, view.clone());
-    let fetcher = ModuleFetcher::new(view.clone());
+    let peer = Peer::node(security.sealer.clone());
+    let link = MasterLink::new(local_rx, view.clone(), peer.clone());
+    let fetcher = ModuleFetcher::new(view.clone(), peer.clone());
+    if let Some(table) = security.tokens.clone() {
+        let link = link.clone();
+        tokio::spawn(async move {
+            loop {
+                api::refresh_tokens(&link, &table).await;
+                tokio::time::sleep(crate::security::token::REFRESH_EVERY).await;
+            }
+        });
+    }
 
     let replica = roles
         .back_end
@@ -217,6 +295,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             memory_bytes_max: args.job_memory_max,
         },
         responses: Default::default(),
+        security,
     });
     let (stop_serving, serving) = watch::channel(false);
     let server = tokio::spawn(api::serve(listener, api, serving));
@@ -294,7 +373,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             },
             min_replicas: args.min_replicas,
             replica: replica.clone().expect("back-end nodes have a replica"),
-            peer: Peer::default(),
+            peer: peer.clone(),
             link: link.clone(),
             local: local_master,
             running: None,

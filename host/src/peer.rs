@@ -1,42 +1,175 @@
-//! HTTP/1.1 exchanges with other cohort processes (node to node, and the
-//! CLI to a node): one pooled keep-alive client, and every exchange bounded
-//! in time, so a peer that stops answering never holds a caller forever.
+//! HTTP exchanges with other cohort processes (node to node, and the CLI
+//! to a node): one pooled keep-alive client, and every exchange bounded in
+//! time, so a peer that stops answering never holds a caller forever.
+//!
+//! Node-to-node requests ([`Peer::post_internal`], [`Peer::post_postcard`])
+//! are sealed with the cluster key when the node has one
+//! ([`crate::security::seal`]): the body of the request is bound to its
+//! method and path, the answer to the request's nonce and its status, so
+//! neither can be read, altered, replayed or moved by anyone without the
+//! key. Requests to the public API carry the caller's token and may use
+//! TLS (`https://` URLs).
 
+use crate::security::Sealer;
+use crate::security::key::Purpose;
+use crate::security::seal::Freshness;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::header::{AUTHORIZATION, HeaderValue};
 use hyper::{Method, Request, StatusCode};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Longest a bulk transfer between nodes may take: a module, a snapshot
 /// of the master's state, a hand-over, a page of journal entries.
 pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Content type of a sealed node-to-node body.
+pub const SEALED_CONTENT_TYPE: &str = "application/x-cohort-sealed";
+
+/// The sealing context of a node-to-node request.
+pub fn request_context<'a>(method: &'a [u8], path: &'a [u8]) -> [&'a [u8]; 3] {
+    [b"request", method, path]
+}
+
+/// The sealing context of the answer to the request sealed with `nonce`.
+pub fn answer_context<'a>(nonce: &'a [u8; 24], status: &'a [u8; 2]) -> [&'a [u8]; 3] {
+    [b"answer", nonce, status]
+}
+
 /// A pooled HTTP client. Cheap to clone.
 #[derive(Clone)]
 pub struct Peer {
-    http: HttpClient<HttpConnector, Full<Bytes>>,
+    http: HttpClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    sealer: Option<Arc<Sealer>>,
+    token: Option<HeaderValue>,
 }
 
 impl std::fmt::Debug for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Peer").finish_non_exhaustive()
+        f.debug_struct("Peer")
+            .field("sealed", &self.sealer.is_some())
+            .field("token", &self.token.is_some())
+            .finish_non_exhaustive()
     }
 }
 
 impl Default for Peer {
     fn default() -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        Self {
-            http: HttpClient::builder(TokioExecutor::new()).build(connector),
-        }
+        Self::new(None, None, None).expect("a client without TLS roots or token")
     }
 }
 
 impl Peer {
+    /// A client. `tls`: how to trust `https://` servers (`None`: trust
+    /// none, for nodes, which talk plain HTTP with sealed bodies);
+    /// `sealer`: seals node-to-node requests; `token`: sent as a bearer
+    /// token with every public request.
+    pub fn new(
+        tls: Option<rustls::ClientConfig>,
+        sealer: Option<Arc<Sealer>>,
+        token: Option<&str>,
+    ) -> anyhow::Result<Self> {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.enforce_http(false);
+        let tls = match tls {
+            Some(config) => config,
+            None => crate::security::tls::client_config_trusting_nothing()?,
+        };
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .enable_http2()
+            .wrap_connector(connector);
+        let token = token
+            .map(|t| {
+                HeaderValue::from_str(&format!("Bearer {t}"))
+                    .map_err(|_| anyhow::anyhow!("the token has characters a header cannot carry"))
+            })
+            .transpose()?;
+        Ok(Self {
+            http: HttpClient::builder(TokioExecutor::new()).build(https),
+            sealer,
+            token,
+        })
+    }
+
+    /// A node's client for other nodes.
+    pub fn node(sealer: Option<Arc<Sealer>>) -> Self {
+        Self::new(None, sealer, None).expect("a client without TLS roots or token")
+    }
+
+    /// Posts `body` to a node-to-node route at `url`, sealed when this node
+    /// has a cluster key, and returns the answer, opened. A `401` means the
+    /// peer refused our key: it did not act.
+    pub async fn post_internal(
+        &self,
+        url: &str,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), PeerError> {
+        let Some(sealer) = &self.sealer else {
+            return self
+                .exchange_once(Method::POST, url, "application/octet-stream", body, timeout)
+                .await;
+        };
+        let path = url
+            .parse::<hyper::Uri>()
+            .map(|uri| uri.path().to_string())
+            .map_err(|e| PeerError {
+                message: format!("{url}: {e}"),
+                not_acted_on: true,
+            })?;
+        let (sealed, nonce) = sealer.seal(
+            Purpose::Http,
+            &request_context(b"POST", path.as_bytes()),
+            &body,
+        );
+        let (status, answer) = self
+            .exchange_once(
+                Method::POST,
+                url,
+                SEALED_CONTENT_TYPE,
+                Bytes::from(sealed),
+                timeout,
+            )
+            .await?;
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(PeerError {
+                message: format!(
+                    "{url} refused this node's cluster key: {}",
+                    String::from_utf8_lossy(&answer)
+                ),
+                not_acted_on: true,
+            });
+        }
+        let code = status.as_u16().to_be_bytes();
+        match sealer.open(
+            Purpose::Http,
+            &answer_context(&nonce, &code),
+            &answer,
+            Freshness::Bound,
+        ) {
+            Ok(opened) => Ok((status, Bytes::from(opened.plaintext))),
+            Err(error) => {
+                crate::security::counters::refused(
+                    crate::security::counters::what::ANSWER,
+                    error.reason(),
+                );
+                Err(PeerError {
+                    message: format!("the answer from {url} does not verify: {error}"),
+                    not_acted_on: false,
+                })
+            }
+        }
+    }
+
     /// Sends `body` with `method` to `url` and reads the whole answer,
     /// failing past `timeout`. Transport failures are messages that name
     /// the URL; any HTTP status is returned for the caller to judge.
@@ -63,13 +196,7 @@ impl Peer {
         timeout: Duration,
     ) -> Result<Bytes, PeerError> {
         let (status, body) = self
-            .exchange_once(
-                Method::POST,
-                url,
-                "application/x-postcard",
-                Bytes::from(cohort_master::encode(message)),
-                timeout,
-            )
+            .post_internal(url, Bytes::from(cohort_master::encode(message)), timeout)
             .await?;
         if !status.is_success() {
             return Err(PeerError {
@@ -101,15 +228,19 @@ impl Peer {
         if crate::fault::blocks_url(url) {
             return Err(unsent(format!("{url}: cut off by fault injection")));
         }
-        let request = Request::builder()
+        let mut request = Request::builder()
             .method(method)
             .uri(url)
-            .header(hyper::header::CONTENT_TYPE, content_type)
+            .header(hyper::header::CONTENT_TYPE, content_type);
+        if let Some(token) = &self.token {
+            request = request.header(AUTHORIZATION, token.clone());
+        }
+        let request = request
             .body(Full::new(body))
             .map_err(|e| unsent(format!("{url}: {e}")))?;
         let exchange = async {
             let response = self.http.request(request).await.map_err(|e| PeerError {
-                message: format!("{url}: {e}"),
+                message: format!("{url}: {}", with_causes(&e)),
                 not_acted_on: e.is_connect(),
             })?;
             let status = response.status();
@@ -131,6 +262,19 @@ impl Peer {
                 not_acted_on: false,
             })?
     }
+}
+
+/// An error and its causes, so "client error (Connect)" says why (refused,
+/// an untrusted certificate, ...).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
 }
 
 /// Why an exchange failed.

@@ -12,8 +12,18 @@
 //! * **Waiting** (`?wait_ms=`) is a watch on the job, not a poll loop, and is
 //!   capped at [`WAIT_MS_MAX`].
 //! * **Connections are bounded** ([`CONNECTIONS_MAX`]); beyond, clients wait
-//!   to be accepted, so waits and bodies in flight are bounded too.
+//!   to be accepted, so waits and bodies in flight are bounded too. Headers
+//!   must arrive within [`HEADER_READ_TIMEOUT`] and a body within
+//!   [`body_deadline`] (`408 request_timeout`), so a slow client cannot
+//!   hold a connection for long.
+//! * **Security** ([`auth`], [`crate::security`]): tokens and scopes on the
+//!   public routes once the node has a cluster key; sealed bodies on the
+//!   `/internal/` routes, which this module opens before and seals after
+//!   [`Api::internal_route`] (the routes nodes use to reach each other).
+//!   With TLS on, a connection is TLS if its first byte starts a handshake;
+//!   plain connections may only use the sealed internal routes.
 
+pub mod auth;
 pub mod types;
 
 use crate::cluster::link::{self, MasterLink};
@@ -21,15 +31,22 @@ use crate::cluster::membership::{Roles, View};
 use crate::cluster::modules::ModuleFetcher;
 use crate::master::MasterError;
 use crate::modules::ModuleStore;
+use crate::peer::{SEALED_CONTENT_TYPE, answer_context, request_context};
 use crate::runtime::{Digest, ModuleError};
+use crate::security::Sealer;
+use crate::security::counters::{self, what};
+use crate::security::key::Purpose;
+use crate::security::seal::Freshness;
+use crate::security::token::TokenTable;
 use crate::worker::ProgressBoard;
 use base64::Engine as _;
 use bytes::Bytes;
 use cohort_master::{Answer, Command, JobSpec, JobState, JobView, Query, Rejection, Reply};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::header::{ALLOW, AUTHORIZATION, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use std::collections::HashMap;
@@ -49,6 +66,8 @@ pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
 pub const BATCH_JOBS_MAX: usize = 10_000;
 /// Longest `wait_ms` honoured.
 pub const WAIT_MS_MAX: u64 = 60_000;
+/// Largest token request body (and module fetch request).
+pub const TOKEN_BODY_BYTES_MAX: usize = 64 << 10;
 /// Jobs per page of `GET /v1/jobs` when `limit` is not given.
 pub const LIST_LIMIT_DEFAULT: u32 = 100;
 /// Pause after a failed `accept` (out of file descriptors and the like).
@@ -58,7 +77,21 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Connections served at once (each may hold a long-poll and a body).
 pub const CONNECTIONS_MAX: usize = 4096;
 /// A client must send its request headers within this.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// A TLS handshake must finish within this.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Every body gets this long, plus [`BODY_RATE_MIN`] for its size.
+pub const BODY_READ_BASE: Duration = Duration::from_secs(10);
+/// Slowest body upload waited for, in bytes per second.
+pub const BODY_RATE_MIN: u64 = 1 << 20;
+/// Longest wait for the master's token list when a request names an
+/// unknown token.
+const TOKEN_REFRESH_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a body of at most `bytes` may take to arrive.
+pub fn body_deadline(bytes: u64) -> Duration {
+    BODY_READ_BASE + Duration::from_millis(bytes.saturating_mul(1000) / BODY_RATE_MIN)
+}
 
 /// Defaults applied to submissions that leave a field out.
 #[derive(Debug, Clone, Copy)]
@@ -105,6 +138,22 @@ pub struct Api {
     pub defaults: JobDefaults,
     /// Responses by status, for `/metrics`.
     pub responses: Family<Vec<(String, String)>, Counter<u64, AtomicU64>>,
+    /// How this node protects itself.
+    pub security: Security,
+}
+
+/// A node's security settings, as the API applies them.
+#[derive(Debug, Clone, Default)]
+pub struct Security {
+    /// Seals and opens node-to-node bodies (`None`: the node has no
+    /// cluster key, and its internal routes are open).
+    pub sealer: Option<Arc<Sealer>>,
+    /// The tokens allowed on the public API (`None`: no token needed).
+    pub tokens: Option<Arc<TokenTable>>,
+    /// TLS for the public API.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Started with `--insecure` (listening beyond loopback without a key).
+    pub insecure: bool,
 }
 
 /// An error response.
@@ -112,6 +161,8 @@ pub struct Api {
 pub struct ApiError {
     status: StatusCode,
     body: ErrorBody,
+    /// For `405`: the methods the route allows.
+    allow: Option<&'static str>,
 }
 
 impl ApiError {
@@ -123,6 +174,7 @@ impl ApiError {
                 code: code.into(),
                 message: message.into(),
             },
+            allow: None,
         }
     }
 }
@@ -180,7 +232,12 @@ pub fn status_for(code: &str) -> StatusCode {
         | "outcome_unknown"
         | "shutting_down"
         | "replication_failed" => StatusCode::SERVICE_UNAVAILABLE,
-        "not_front_end" => StatusCode::FORBIDDEN,
+        "not_front_end" | "forbidden" => StatusCode::FORBIDDEN,
+        "unauthorized" => StatusCode::UNAUTHORIZED,
+        "request_timeout" => StatusCode::REQUEST_TIMEOUT,
+        "tls_required" | "invalid_token" => StatusCode::BAD_REQUEST,
+        "token_exists" => StatusCode::CONFLICT,
+        "token_not_found" => StatusCode::NOT_FOUND,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -215,16 +272,35 @@ fn error_response(error: ApiError) -> Reply200 {
             .headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from_static("1"));
     }
+    if error.status == StatusCode::REQUEST_TIMEOUT {
+        // The rest of a slow body is not worth waiting for.
+        response
+            .headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    if let Some(allow) = error.allow {
+        response
+            .headers_mut()
+            .insert(ALLOW, HeaderValue::from_static(allow));
+    }
     response
 }
 
 /// Serves `api` on `listener` until `shutdown` turns true, then lets open
 /// requests finish for a few seconds.
 pub async fn serve(listener: TcpListener, api: Arc<Api>, mut shutdown: watch::Receiver<bool>) {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(hyper_util::rt::TokioTimer::new())
+    let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    http.http1()
+        .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
+    http.http2().timer(hyper_util::rt::TokioTimer::new());
+    let http = Arc::new(http);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let tls = api
+        .security
+        .tls
+        .clone()
+        .map(tokio_rustls::TlsAcceptor::from);
     let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
     loop {
         // At the bound, new connections wait in the kernel's accept queue.
@@ -243,18 +319,9 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, mut shutdown: watch::Re
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                let api = api.clone();
-                let service = hyper::service::service_fn(move |request| {
-                    let api = api.clone();
-                    async move { Ok::<_, Infallible>(api.handle(request).await) }
-                });
-                let connection = graceful.watch(
-                    http.serve_connection(hyper_util::rt::TokioIo::new(stream), service),
-                );
+                let (api, http, watcher, tls) = (api.clone(), http.clone(), graceful.watcher(), tls.clone());
                 tokio::spawn(async move {
-                    if let Err(error) = connection.await {
-                        tracing::debug!("connection ended: {error}");
-                    }
+                    serve_connection(stream, api, &http, watcher, tls).await;
                     drop(slot);
                 });
             }
@@ -267,6 +334,70 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, mut shutdown: watch::Re
         .is_err()
     {
         tracing::info!("closing HTTP connections still open after {SHUTDOWN_GRACE:?}");
+    }
+}
+
+/// Serves one connection: TLS if TLS is on and the client starts a
+/// handshake, plain HTTP otherwise.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    api: Arc<Api>,
+    http: &hyper_util::server::conn::auto::Builder<TokioExecutor>,
+    graceful: hyper_util::server::graceful::Watcher,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
+    let service = |secure: bool| {
+        let api = api.clone();
+        hyper::service::service_fn(move |request| {
+            let api = api.clone();
+            async move { Ok::<_, Infallible>(api.handle(request, secure).await) }
+        })
+    };
+    let Some(acceptor) = tls else {
+        let connection = graceful.watch(
+            http.serve_connection(TokioIo::new(stream), service(false))
+                .into_owned(),
+        );
+        if let Err(error) = connection.await {
+            tracing::debug!("connection ended: {error}");
+        }
+        return;
+    };
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1)) => {}
+        _ => return,
+    }
+    if first[0] != crate::security::tls::HANDSHAKE_BYTE {
+        // Plain HTTP on a TLS node: sealed internal routes only (the
+        // handler answers `tls_required` to anything else).
+        let connection = graceful.watch(
+            http.serve_connection(TokioIo::new(stream), service(false))
+                .into_owned(),
+        );
+        if let Err(error) = connection.await {
+            tracing::debug!("connection ended: {error}");
+        }
+        return;
+    }
+    let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            counters::refused(what::CONNECTION, "tls_handshake");
+            tracing::debug!("TLS handshake failed: {error}");
+            return;
+        }
+        Err(_) => {
+            counters::refused(what::CONNECTION, "tls_handshake_timeout");
+            return;
+        }
+    };
+    let connection = graceful.watch(
+        http.serve_connection(TokioIo::new(stream), service(true))
+            .into_owned(),
+    );
+    if let Err(error) = connection.await {
+        tracing::debug!("connection ended: {error}");
     }
 }
 
@@ -307,9 +438,19 @@ fn job_id(text: &str) -> Result<u64, ApiError> {
 }
 
 async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
+    read_body_as(request, limit, "body_too_large").await
+}
+
+/// Reads a body of at most `limit` bytes (beyond: `too_large_code`) within
+/// [`body_deadline`].
+async fn read_body_as(
+    request: Request<Incoming>,
+    limit: usize,
+    too_large_code: &str,
+) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
-            "body_too_large",
+            too_large_code,
             format!("the body limit here is {limit} bytes"),
         )
     };
@@ -321,7 +462,17 @@ async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, Ap
     if declared.is_some_and(|len| len > limit as u64) {
         return Err(too_large());
     }
-    match Limited::new(request.into_body(), limit).collect().await {
+    let deadline = body_deadline(declared.unwrap_or(limit as u64));
+    let collected =
+        tokio::time::timeout(deadline, Limited::new(request.into_body(), limit).collect());
+    let Ok(collected) = collected.await else {
+        counters::refused(what::CONNECTION, "slow_body");
+        return Err(ApiError::new(
+            "request_timeout",
+            format!("the body did not arrive within {deadline:?}"),
+        ));
+    };
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
         Err(error) => Err(ApiError::new(
@@ -345,13 +496,42 @@ fn not_stored(code: &str, digest: &Digest) -> ApiError {
     )
 }
 
+/// `405` with the allowed methods for a known route, `404` otherwise.
+fn no_route(method: &Method, path: &str, segments: &[&str]) -> ApiError {
+    match auth::allowed_methods(segments) {
+        Some(allow) => ApiError {
+            allow: Some(allow),
+            ..ApiError::new(
+                "method_not_allowed",
+                format!("{method} is not allowed on {path} (allowed: {allow})"),
+            )
+        },
+        None => ApiError::new("not_found", format!("no route {path}")),
+    }
+}
+
+/// Refreshes `table` from the master's token records.
+pub async fn refresh_tokens(master: &MasterLink, table: &TokenTable) {
+    match master.query(Query::Tokens).await {
+        Ok(Answer::Tokens(records)) => table.replace(&records),
+        Ok(_) => {}
+        Err(error) => tracing::debug!("cannot refresh the tokens: {error}"),
+    }
+}
+
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::new("bad_json", e.to_string()))
 }
 
 impl Api {
-    async fn handle(&self, request: Request<Incoming>) -> Reply200 {
-        let response = self.route(request).await.unwrap_or_else(error_response);
+    async fn handle(&self, request: Request<Incoming>, secure: bool) -> Reply200 {
+        let response = if request.uri().path().starts_with("/internal/") {
+            self.internal(request).await
+        } else {
+            self.public(request, secure)
+                .await
+                .unwrap_or_else(error_response)
+        };
         self.responses
             .get_or_create(&vec![(
                 "status".to_string(),
@@ -361,14 +541,66 @@ impl Api {
         response
     }
 
-    async fn route(&self, request: Request<Incoming>) -> Result<Reply200, ApiError> {
+    /// The scopes of the request's token; refreshes the node's copy of the
+    /// tokens once if the token is unknown here (it may be new).
+    async fn authenticate(
+        &self,
+        table: &TokenTable,
+        request: &Request<Incoming>,
+    ) -> Result<crate::security::token::Scopes, ApiError> {
+        use crate::security::token::{Refusal, bearer};
+        let header = request
+            .headers()
+            .get(AUTHORIZATION)
+            .map(|v| v.to_str().unwrap_or(""));
+        let refuse = |refusal: Refusal| {
+            counters::refused(what::TOKEN, refusal.reason());
+            ApiError::new("unauthorized", refusal.message())
+        };
+        let token = bearer(header).map_err(refuse)?;
+        match table.check(token) {
+            Err(Refusal::Unknown) => {
+                // Perhaps made a moment ago on another node.
+                let refresh = table.refresh_after_miss(
+                    std::time::Instant::now(),
+                    refresh_tokens(&self.master, table),
+                );
+                let _ = tokio::time::timeout(TOKEN_REFRESH_WAIT, refresh).await;
+                table.check(token).map_err(refuse)
+            }
+            checked => checked.map_err(refuse),
+        }
+    }
+
+    async fn public(&self, request: Request<Incoming>, secure: bool) -> Result<Reply200, ApiError> {
+        if self.security.tls.is_some() && !secure {
+            counters::refused(what::CONNECTION, "plain_http_on_tls");
+            return Err(ApiError::new(
+                "tls_required",
+                "this node serves its API over TLS: use https://",
+            ));
+        }
         let path = request.uri().path().to_string();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let method = request.method().clone();
+        if let Some(table) = &self.security.tokens
+            && let Some(scope) = auth::needed_scope(&method, &segments)
+        {
+            let scopes = self.authenticate(table, &request).await?;
+            if !scopes.allow(scope) {
+                counters::refused(what::TOKEN, "scope");
+                return Err(ApiError::new(
+                    "forbidden",
+                    format!(
+                        "{method} {path} needs a token with the {} scope",
+                        scope.name()
+                    ),
+                ));
+            }
+        }
         let open_to_all = matches!(
             segments.as_slice(),
             ["healthz" | "metrics"]
-                | ["internal", ..]
                 | ["v1", "cluster"]
                 | ["v1", "modules", _]
                 | ["v1", "node", "leave"]
@@ -383,55 +615,6 @@ impl Api {
             ));
         }
         match (&method, segments.as_slice()) {
-            (&Method::POST, ["internal", "v1", "master"]) => {
-                let body = read_body(request, BATCH_BODY_BYTES_MAX).await?;
-                let answer = link::serve_wire(&self.master, &body).await;
-                Ok(bytes("application/x-postcard", answer))
-            }
-            (&Method::POST, ["internal", "v1", "handover"]) => {
-                let Some(inbox) = &self.handover else {
-                    return Err(ApiError::new(
-                        "bad_request",
-                        "this node is not a back-end node",
-                    ));
-                };
-                if self.master.local().is_some() {
-                    return Err(ApiError::new(
-                        "already_master",
-                        "this node already hosts the master",
-                    ));
-                }
-                let body = read_body(request, crate::cluster::handover::HANDOVER_BYTES_MAX).await?;
-                let epoch = inbox
-                    .accept(&body)
-                    .await
-                    .map_err(|e| ApiError::new("internal", e))?;
-                Ok(json(StatusCode::OK, &serde_json::json!({ "epoch": epoch })))
-            }
-            (&Method::POST, ["internal", "v1", "replica"]) => {
-                let Some(replica) = &self.replica else {
-                    return Err(ApiError::new(
-                        "bad_request",
-                        "this node is not a back-end node",
-                    ));
-                };
-                let body = read_body(request, crate::cluster::replica::REPLICA_BYTES_MAX).await?;
-                Ok(bytes(
-                    "application/x-postcard",
-                    replica.serve_wire(&body).await,
-                ))
-            }
-            (&Method::POST, ["internal", "v1", "modules"]) => {
-                let body = read_body(request, crate::runtime::module::MODULE_BYTES_MAX).await?;
-                let (digest, _) = self.modules.put(&body).await?;
-                Ok(json(
-                    StatusCode::OK,
-                    &ModuleBody {
-                        digest: digest.to_string(),
-                        bytes: body.len() as u64,
-                    },
-                ))
-            }
             (&Method::GET, ["healthz"]) => self.health(),
             (&Method::POST, ["v1", "node", "leave"]) => {
                 self.leave.notify_one();
@@ -442,7 +625,12 @@ impl Api {
             }
             (&Method::GET, ["metrics"]) => self.metrics().await,
             (&Method::POST, ["v1", "modules"]) => {
-                let body = read_body(request, crate::runtime::module::MODULE_BYTES_MAX).await?;
+                let body = read_body_as(
+                    request,
+                    crate::runtime::module::MODULE_BYTES_MAX,
+                    "module_too_large",
+                )
+                .await?;
                 let (digest, new) = self.modules.put(&body).await?;
                 self.fetcher
                     .replicate(&body)
@@ -534,14 +722,231 @@ impl Api {
                 }
             }
             (&Method::GET, ["v1", "cluster"]) => self.cluster().await,
-            (_, ["healthz" | "metrics"])
-            | (_, ["v1", "modules" | "jobs" | "cluster"])
-            | (_, ["v1", "modules" | "jobs", _])
-            | (_, ["v1", "jobs", _, "result"]) => Err(ApiError::new(
-                "method_not_allowed",
-                format!("{method} is not allowed on {path}"),
-            )),
-            _ => Err(ApiError::new("not_found", format!("no route {path}"))),
+            (&Method::GET, ["v1", "tokens"]) => self.tokens(auth::TokenOp::List).await,
+            (&Method::POST, ["v1", "tokens"]) => {
+                let body = read_body(request, TOKEN_BODY_BYTES_MAX).await?;
+                self.tokens(auth::TokenOp::Create(parse_json(&body)?)).await
+            }
+            (&Method::DELETE, ["v1", "tokens", id]) => {
+                self.tokens(auth::TokenOp::Revoke(id.to_string())).await
+            }
+            _ => Err(no_route(&method, &path, &segments)),
+        }
+    }
+
+    /// A node-to-node request: opened with the cluster key (if the node has
+    /// one), routed, and its answer sealed bound to the request.
+    async fn internal(&self, request: Request<Incoming>) -> Reply200 {
+        let path = request.uri().path().to_string();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let method = request.method().clone();
+        let limit = match segments.as_slice() {
+            _ if method != Method::POST => {
+                return error_response(no_route(&method, &path, &segments));
+            }
+            ["internal", "v1", "master"] => BATCH_BODY_BYTES_MAX,
+            ["internal", "v1", "handover"] => crate::cluster::handover::HANDOVER_BYTES_MAX,
+            ["internal", "v1", "replica"] => crate::cluster::replica::REPLICA_BYTES_MAX,
+            ["internal", "v1", "modules"] => crate::runtime::module::MODULE_BYTES_MAX,
+            ["internal", "v1", "modules", "fetch"] | ["internal", "v1", "tokens"] => {
+                TOKEN_BODY_BYTES_MAX
+            }
+            _ => return error_response(no_route(&method, &path, &segments)),
+        };
+        let sealed = request
+            .headers()
+            .get(CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes() == SEALED_CONTENT_TYPE.as_bytes());
+        let unauthorized = |reason: &'static str, message: String| {
+            counters::refused(what::INTERNAL, reason);
+            error_response(ApiError::new("unauthorized", message))
+        };
+        let Some(sealer) = &self.security.sealer else {
+            if sealed {
+                return unauthorized(
+                    "no_key_here",
+                    format!(
+                        "node {} has no cluster key; start every node with the same --cluster-key",
+                        self.node.id
+                    ),
+                );
+            }
+            let body = match read_body(request, limit).await {
+                Ok(body) => body,
+                Err(error) => return error_response(error),
+            };
+            return self
+                .internal_route(&segments, body)
+                .await
+                .unwrap_or_else(error_response);
+        };
+        if !sealed {
+            return unauthorized(
+                "unsealed",
+                format!(
+                    "node {} only takes node-to-node requests sealed with its cluster key",
+                    self.node.id
+                ),
+            );
+        }
+        let body = match read_body(request, limit + crate::security::seal::OVERHEAD).await {
+            Ok(body) => body,
+            Err(error) => return error_response(error),
+        };
+        let opened = match sealer.open(
+            Purpose::Http,
+            &request_context(b"POST", path.as_bytes()),
+            &body,
+            Freshness::Once,
+        ) {
+            Ok(opened) => opened,
+            Err(error) => return unauthorized(error.reason(), format!("refused: {error}")),
+        };
+        let answer = self
+            .internal_route(&segments, Bytes::from(opened.plaintext))
+            .await
+            .unwrap_or_else(error_response);
+        let (mut parts, body) = answer.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        let code = parts.status.as_u16().to_be_bytes();
+        let (sealed, _) = sealer.seal(Purpose::Http, &answer_context(&opened.nonce, &code), &body);
+        parts
+            .headers
+            .insert(CONTENT_TYPE, HeaderValue::from_static(SEALED_CONTENT_TYPE));
+        Response::from_parts(parts, Full::new(Bytes::from(sealed)))
+    }
+
+    /// The routes other nodes (and `cohort token --cluster-key`) call, with
+    /// their bodies already opened.
+    async fn internal_route(&self, segments: &[&str], body: Bytes) -> Result<Reply200, ApiError> {
+        match segments {
+            ["internal", "v1", "master"] => {
+                let answer = link::serve_wire(&self.master, &body).await;
+                Ok(bytes("application/x-postcard", answer))
+            }
+            ["internal", "v1", "handover"] => {
+                let Some(inbox) = &self.handover else {
+                    return Err(ApiError::new(
+                        "bad_request",
+                        "this node is not a back-end node",
+                    ));
+                };
+                if self.master.local().is_some() {
+                    return Err(ApiError::new(
+                        "already_master",
+                        "this node already hosts the master",
+                    ));
+                }
+                let epoch = inbox
+                    .accept(&body)
+                    .await
+                    .map_err(|e| ApiError::new("internal", e))?;
+                Ok(json(StatusCode::OK, &serde_json::json!({ "epoch": epoch })))
+            }
+            ["internal", "v1", "replica"] => {
+                let Some(replica) = &self.replica else {
+                    return Err(ApiError::new(
+                        "bad_request",
+                        "this node is not a back-end node",
+                    ));
+                };
+                Ok(bytes(
+                    "application/x-postcard",
+                    replica.serve_wire(&body).await,
+                ))
+            }
+            ["internal", "v1", "modules"] => {
+                let (digest, _) = self.modules.put(&body).await?;
+                Ok(json(
+                    StatusCode::OK,
+                    &ModuleBody {
+                        digest: digest.to_string(),
+                        bytes: body.len() as u64,
+                    },
+                ))
+            }
+            ["internal", "v1", "modules", "fetch"] => {
+                let text = std::str::from_utf8(&body).unwrap_or_default();
+                let digest = parse_digest(text, "module_not_stored")?;
+                if !self.modules.contains(&digest) {
+                    return Err(not_stored("module_not_stored", &digest));
+                }
+                Ok(bytes("application/wasm", self.modules.read(&digest).await?))
+            }
+            ["internal", "v1", "tokens"] => {
+                let op = cohort_master::decode::<auth::TokenOp>(&body)?;
+                self.tokens(op).await
+            }
+            _ => Err(ApiError::new("not_found", "no such internal route")),
+        }
+    }
+
+    /// Creates, revokes or lists tokens through the master.
+    async fn tokens(&self, op: auth::TokenOp) -> Result<Reply200, ApiError> {
+        match op {
+            auth::TokenOp::List => {
+                let Answer::Tokens(records) = self.master.query(Query::Tokens).await? else {
+                    return Err(ApiError::new("internal", "unexpected answer"));
+                };
+                Ok(json(
+                    StatusCode::OK,
+                    &auth::TokenListResponse {
+                        tokens: records
+                            .into_iter()
+                            .map(|r| auth::TokenBody {
+                                id: r.id,
+                                name: r.name,
+                                scopes: r.scopes,
+                                created_at: r.created_at,
+                            })
+                            .collect(),
+                    },
+                ))
+            }
+            auth::TokenOp::Create(request) => {
+                let hash =
+                    crate::security::key::decode_hex::<32>(&request.sha256).ok_or_else(|| {
+                        ApiError::new("invalid_token", "sha256 must be 64 hex digits")
+                    })?;
+                let record = cohort_master::TokenRecord {
+                    id: request.id,
+                    name: request.name,
+                    scopes: request.scopes,
+                    hash,
+                    created_at: 0,
+                };
+                self.master
+                    .command(Command::CreateToken(record.clone()))
+                    .await?;
+                if let Some(table) = &self.security.tokens {
+                    table.insert(&record);
+                }
+                Ok(json(
+                    StatusCode::CREATED,
+                    &auth::TokenBody {
+                        id: record.id,
+                        name: record.name,
+                        scopes: record.scopes,
+                        created_at: 0,
+                    },
+                ))
+            }
+            auth::TokenOp::Revoke(id) => {
+                self.master
+                    .command(Command::RevokeToken { id: id.clone() })
+                    .await?;
+                if let Some(table) = &self.security.tokens {
+                    table.remove(&id);
+                }
+                Ok(json(
+                    StatusCode::OK,
+                    &serde_json::json!({ "id": id, "revoked": true }),
+                ))
+            }
         }
     }
 
@@ -789,6 +1194,18 @@ impl Api {
                         last_seen: w.last_seen,
                     })
                     .collect(),
+                security: SecurityBody {
+                    cluster_key: self.security.sealer.is_some(),
+                    key_ids: self
+                        .security
+                        .sealer
+                        .as_ref()
+                        .map(|s| s.keyring().ids())
+                        .unwrap_or_default(),
+                    tokens: self.security.tokens.is_some(),
+                    tls: self.security.tls.is_some(),
+                    insecure: self.security.insecure,
+                },
             },
         ))
     }

@@ -212,4 +212,22 @@ pub struct ClusterResponse {
     pub master_epoch: u64,
     /// Workers the master knows.
     pub workers: Vec<WorkerBody>,
+    /// How the answering node protects itself.
+    #[serde(default)]
+    pub security: SecurityBody,
+}
+
+/// A node's security settings, in `GET /v1/cluster`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecurityBody {
+    /// Gossip and node-to-node requests are sealed with a cluster key.
+    pub cluster_key: bool,
+    /// The ids of the keys it holds (the sealing key first); never the keys.
+    pub key_ids: Vec<String>,
+    /// The public API needs tokens.
+    pub tokens: bool,
+    /// The public API is served over TLS.
+    pub tls: bool,
+    /// Started with `--insecure`: reachable beyond loopback with no key.
+    pub insecure: bool,
 }

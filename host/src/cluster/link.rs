@@ -152,13 +152,17 @@ impl std::fmt::Debug for MasterLink {
 
 impl MasterLink {
     /// A link that uses `local` when this node hosts the master and the
-    /// node named by `view` otherwise.
-    pub fn new(local: watch::Receiver<Option<MasterHandle>>, view: watch::Receiver<View>) -> Self {
+    /// node named by `view` otherwise, reached through `peer`.
+    pub fn new(
+        local: watch::Receiver<Option<MasterHandle>>,
+        view: watch::Receiver<View>,
+        peer: Peer,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 local,
                 view,
-                peer: Peer::default(),
+                peer,
                 waiting: Semaphore::new(PROXY_WAITING_MAX),
                 moved: std::sync::Mutex::new(None),
             }),

@@ -247,6 +247,8 @@ pub struct MembershipConfig {
     pub seeds: Vec<String>,
     /// This node's published keys (roles, http, slots, version...).
     pub keys: Vec<(String, String)>,
+    /// Seals gossip with the cluster key (`None`: plain gossip).
+    pub sealer: Option<std::sync::Arc<crate::security::Sealer>>,
 }
 
 struct Gossip {
@@ -310,7 +312,12 @@ async fn spawn_gossip(
         extra_liveness_predicate: None,
         protocol_version: ProtocolVersion::V0,
     };
-    let handle = spawn_chitchat(chitchat_config, keys, &crate::fault::PartitionTransport).await?;
+    let handle = spawn_chitchat(
+        chitchat_config,
+        keys,
+        &crate::security::gossip::GossipTransport::new(config.sealer.clone()),
+    )
+    .await?;
     let chitchat = handle.chitchat();
     let mut live = chitchat.lock().await.live_nodes_watcher();
     let me = config.node_id.clone();

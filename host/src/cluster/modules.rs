@@ -12,6 +12,8 @@ use tokio::sync::watch;
 
 /// The internal route that stores a module on this node only.
 pub const MODULES_PATH: &str = "/internal/v1/modules";
+/// The internal route that sends a stored module (body: its digest).
+pub const MODULE_FETCH_PATH: &str = "/internal/v1/modules/fetch";
 
 /// Fetches and replicates modules between nodes.
 #[derive(Clone)]
@@ -31,12 +33,10 @@ fn internal(message: String) -> ModuleError {
 }
 
 impl ModuleFetcher {
-    /// A fetcher that finds back-end nodes in `view`.
-    pub fn new(view: watch::Receiver<View>) -> Self {
-        Self {
-            view,
-            peer: Peer::default(),
-        }
+    /// A fetcher that finds back-end nodes in `view` and reaches them
+    /// through `peer`.
+    pub fn new(view: watch::Receiver<View>, peer: Peer) -> Self {
+        Self { view, peer }
     }
 
     /// HTTP addresses of the other live back-end nodes, oldest first.
@@ -58,14 +58,13 @@ impl ModuleFetcher {
         for (node, url) in self.other_back_ends() {
             let fetched = self
                 .peer
-                .exchange(
-                    hyper::Method::GET,
-                    &format!("{url}/v1/modules/{digest}"),
-                    "application/wasm",
-                    Bytes::new(),
+                .post_internal(
+                    &format!("{url}{MODULE_FETCH_PATH}"),
+                    Bytes::from(digest.to_string()),
                     TRANSFER_TIMEOUT,
                 )
-                .await;
+                .await
+                .map_err(|e| e.message);
             match fetched {
                 Ok((status, body)) if status.is_success() => {
                     if Digest::of(&body) != *digest {
@@ -107,14 +106,13 @@ impl ModuleFetcher {
         for (node, url) in self.other_back_ends() {
             let stored = self
                 .peer
-                .exchange(
-                    hyper::Method::POST,
+                .post_internal(
                     &format!("{url}{MODULES_PATH}"),
-                    "application/wasm",
                     wasm.clone(),
                     TRANSFER_TIMEOUT,
                 )
-                .await;
+                .await
+                .map_err(|e| e.message);
             match stored {
                 Ok((status, _)) if status.is_success() => {}
                 Ok((status, body)) => errors.push(format!(
