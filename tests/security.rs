@@ -793,3 +793,65 @@ fn the_cluster_key_rotates_under_load_without_losing_a_job() {
         burst.len()
     );
 }
+
+#[test]
+fn one_client_address_holds_a_bounded_number_of_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(&dir.path().join("n"), &[]);
+    let addr: std::net::SocketAddr = node.url.trim_start_matches("http://").parse().unwrap();
+    // The node's own address (127.0.0.1) belongs to the cluster and is not
+    // counted; another loopback address is an ordinary client.
+    let connect = || {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket
+            .bind(&std::net::SocketAddr::from(([127, 0, 0, 2], 0)).into())
+            .unwrap();
+        socket.connect(&addr.into()).unwrap();
+        std::net::TcpStream::from(socket)
+    };
+    let mut held: Vec<std::net::TcpStream> = (0..cohort::api::CONNECTIONS_PER_CLIENT_MAX)
+        .map(|_| connect())
+        .collect();
+    // Each of those is served: the last one answers a request.
+    let last = held.last_mut().unwrap();
+    last.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = [0u8; 12];
+    last.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    // One more is refused with a JSON 429.
+    let mut extra = connect();
+    extra.set_read_timeout(Some(OBSERVE)).unwrap();
+    let mut refused = String::new();
+    let _ = extra.read_to_string(&mut refused);
+    assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+    assert!(
+        refused.contains(r#""code":"too_many_connections""#),
+        "{refused}"
+    );
+    // Closing one makes room again.
+    held.truncate(held.len() - 1);
+    let started = Instant::now();
+    loop {
+        let mut again = connect();
+        again.set_read_timeout(Some(OBSERVE)).unwrap();
+        again
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        let _ = again.read_to_string(&mut answer);
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            started.elapsed() < OBSERVE,
+            "no room after a close: {answer}"
+        );
+    }
+    // The node's own address is not counted.
+    let cluster = runtime()
+        .block_on(Client::new(&node.url).cluster())
+        .unwrap();
+    assert_eq!(live(&cluster).len(), 1);
+}

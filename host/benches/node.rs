@@ -32,6 +32,10 @@
 //!   through the youngest while the oldest, hosting the master, gets
 //!   SIGKILL; the time from the kill until the first submission is
 //!   acknowledged by the new master.
+//! * security: the cluster throughput and the proxied one-at-a-time
+//!   latency above, on three nodes without a key and on three nodes with a
+//!   cluster key (sealed gossip and node-to-node bodies, clients with a
+//!   token), alternated twice in one run.
 //!
 //! `COHORT_BENCH_VERBOSE=1` prints the slow submissions of the hand-over;
 //! `COHORT_BENCH_NODE_LOGS=DIR` keeps the nodes' stderr in `DIR` (set
@@ -80,6 +84,9 @@ fn main() {
     }
     if wanted("takeover") {
         rt.block_on(takeover());
+    }
+    if wanted("security") {
+        rt.block_on(security());
     }
     if wanted("recovery") {
         for core in [CoreKind::Wasm, CoreKind::Native] {
@@ -412,6 +419,13 @@ async fn live_nodes(client: &Client) -> Vec<String> {
 /// Three nodes with every role (and `extra` flags), n1 the oldest, once
 /// all three workers are known to the master.
 async fn three_nodes(extra: &[&str]) -> [NodeProcess; 3] {
+    let nodes = start_three(extra);
+    wait_three(&Client::new(&nodes[2].url)).await;
+    nodes
+}
+
+/// Starts three nodes with every role (and `extra` flags), n1 the oldest.
+fn start_three(extra: &[&str]) -> [NodeProcess; 3] {
     let with = |name: &'static str, seed: Option<&str>| {
         let mut args = vec!["--node-id", name];
         if let Some(seed) = seed {
@@ -424,7 +438,11 @@ async fn three_nodes(extra: &[&str]) -> [NodeProcess; 3] {
     let seed = gossip_of(&n1);
     let n2 = with("n2", Some(&seed));
     let n3 = with("n3", Some(&seed));
-    let client = Client::new(&n3.url);
+    [n1, n2, n3]
+}
+
+/// Waits until `client`'s node sees three workers and the master on n1.
+async fn wait_three(client: &Client) {
     while client
         .cluster()
         .await
@@ -432,13 +450,13 @@ async fn three_nodes(extra: &[&str]) -> [NodeProcess; 3] {
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    [n1, n2, n3]
 }
 
 async fn cluster() {
     for extra in [&[][..], &["--min-replicas", "0"][..]] {
         let nodes = three_nodes(extra).await;
-        let rate = cluster_throughput(&nodes).await;
+        let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.url)).collect();
+        let rate = cluster_throughput(&clients).await;
         println!(
             "cluster throughput (3 nodes on one 2-CPU machine, {}): {rate:.0} jobs/s submit->result",
             if extra.is_empty() {
@@ -453,24 +471,7 @@ async fn cluster() {
     let module = clients[1].upload(echo_wasm()).await.unwrap();
 
     // Latency through n3 (the master is on n1): one proxy hop each way.
-    let mut total = Histogram::<u64>::new(3).unwrap();
-    for n in 0..1100 {
-        let started = Instant::now();
-        let request = SubmitRequest {
-            module: module.clone(),
-            input: Some(n.to_string()),
-            ..SubmitRequest::default()
-        };
-        let id = clients[1].submit(&request).await.unwrap().id;
-        let path = format!("/v1/jobs/{id}/result?wait_ms=10000");
-        clients[1]
-            .call(Method::GET, &path, "text/plain", Default::default())
-            .await
-            .unwrap();
-        if n >= 100 {
-            total.record(started.elapsed().as_micros() as u64).unwrap();
-        }
-    }
+    let total = one_at_a_time(&clients[1], &module).await;
     println!(
         "cluster latency (1000 jobs one at a time through a node that does not host the master): submit->result p50 {} µs p99 {} µs",
         total.value_at_quantile(0.5),
@@ -490,11 +491,106 @@ async fn cluster() {
     );
 }
 
+/// Submit->result of 1000 jobs one at a time through `client` (after 100
+/// to warm up), in µs.
+async fn one_at_a_time(client: &Client, module: &str) -> Histogram<u64> {
+    let mut total = Histogram::<u64>::new(3).unwrap();
+    for n in 0..1100 {
+        let started = Instant::now();
+        let request = SubmitRequest {
+            module: module.to_string(),
+            input: Some(n.to_string()),
+            ..SubmitRequest::default()
+        };
+        let id = client.submit(&request).await.unwrap().id;
+        let path = format!("/v1/jobs/{id}/result?wait_ms=10000");
+        client
+            .call(Method::GET, &path, "text/plain", Default::default())
+            .await
+            .unwrap();
+        if n >= 100 {
+            total.record(started.elapsed().as_micros() as u64).unwrap();
+        }
+    }
+    total
+}
+
+/// The same cluster measures with and without a cluster key.
+async fn security() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("cluster.key");
+    cohort::security::key::write_new(&key).unwrap();
+    let key_arg = key.to_str().unwrap();
+    for round in 1..=2 {
+        for secured in [false, true] {
+            let extra: &[&str] = if secured {
+                &["--cluster-key", key_arg]
+            } else {
+                &[]
+            };
+            let nodes = start_three(extra);
+            let token = secured.then(|| {
+                cohort::security::token::mint("bench", &[cohort::security::token::Scope::Admin])
+            });
+            if let Some(minted) = &token {
+                add_token(&nodes[0].url, &key, &minted.record).await;
+            }
+            let token_text = token.as_ref().map(|m| m.token.as_str());
+            let clients: Vec<Client> = nodes
+                .iter()
+                .map(|n| Client::with_options(&n.url, token_text, None).unwrap())
+                .collect();
+            wait_three(&clients[2]).await;
+            let rate = cluster_throughput(&clients).await;
+            let module = clients[2].upload(echo_wasm()).await.unwrap();
+            let latency = one_at_a_time(&clients[2], &module).await;
+            println!(
+                "security round {round}, {}: cluster throughput {rate:.0} jobs/s; one at a time through a proxy p50 {} µs p99 {} µs",
+                if secured {
+                    "cluster key + token"
+                } else {
+                    "no key"
+                },
+                latency.value_at_quantile(0.5),
+                latency.value_at_quantile(0.99),
+            );
+        }
+    }
+}
+
+/// Records `record` through the sealed internal route of the node at
+/// `url` (retried until its master answers).
+async fn add_token(url: &str, key: &std::path::Path, record: &cohort_master::TokenRecord) {
+    use cohort::api::auth::{TokenCreateRequest, TokenOp};
+    let keys = cohort::security::Keyring::load(key).unwrap();
+    let peer = cohort::peer::Peer::node(Some(std::sync::Arc::new(cohort::security::Sealer::new(
+        keys, "cohort",
+    ))));
+    let op = TokenOp::Create(TokenCreateRequest {
+        id: record.id.clone(),
+        name: record.name.clone(),
+        scopes: record.scopes.clone(),
+        sha256: record.hash.iter().map(|b| format!("{b:02x}")).collect(),
+    });
+    loop {
+        let answer = peer
+            .post_internal(
+                &format!("{url}/internal/v1/tokens"),
+                encode(&op).into(),
+                Duration::from_secs(10),
+            )
+            .await;
+        if answer.is_ok_and(|(status, _)| status.is_success()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Jobs per second submit->result, batches through all three front-ends.
-async fn cluster_throughput(nodes: &[NodeProcess; 3]) -> f64 {
+async fn cluster_throughput(clients: &[Client]) -> f64 {
     const JOBS: usize = 60_000;
     const BATCH: usize = 1000;
-    let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.url)).collect();
     let module = clients[2].upload(echo_wasm()).await.unwrap();
     let started = Instant::now();
     let mut tasks = Vec::new();

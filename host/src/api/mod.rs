@@ -25,6 +25,7 @@
 
 pub mod auth;
 pub mod types;
+pub mod wire;
 
 use crate::cluster::link::{self, MasterLink};
 use crate::cluster::membership::{Roles, View};
@@ -76,6 +77,10 @@ const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(50);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Connections served at once (each may hold a long-poll and a body).
 pub const CONNECTIONS_MAX: usize = 4096;
+/// Connections one client address may hold at once. The cluster's own
+/// nodes are not counted: a node forwarding to the master holds one
+/// connection per request in flight.
+pub const CONNECTIONS_PER_CLIENT_MAX: usize = 256;
 /// A client must send its request headers within this.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// A TLS handshake must finish within this.
@@ -226,7 +231,7 @@ pub fn status_for(code: &str) -> StatusCode {
         "invalid_job" | "module_invalid" | "module_wrong_world" | "module_not_found" => {
             StatusCode::UNPROCESSABLE_ENTITY
         }
-        "queue_full" => StatusCode::TOO_MANY_REQUESTS,
+        "queue_full" | "too_many_connections" => StatusCode::TOO_MANY_REQUESTS,
         "master_unavailable"
         | "replicas_unavailable"
         | "outcome_unknown"
@@ -302,6 +307,7 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, mut shutdown: watch::Re
         .clone()
         .map(tokio_rustls::TlsAcceptor::from);
     let connections = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    let per_client = PerClient::default();
     loop {
         // At the bound, new connections wait in the kernel's accept queue.
         let Ok(slot) = connections.clone().acquire_owned().await else {
@@ -319,10 +325,17 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, mut shutdown: watch::Re
                     }
                 };
                 let _ = stream.set_nodelay(true);
+                let Some(held) = per_client.admit(&api, &stream) else {
+                    counters::refused(what::CONNECTION, "too_many_connections");
+                    if api.security.tls.is_none() {
+                        tokio::spawn(refuse_connection(stream));
+                    }
+                    continue;
+                };
                 let (api, http, watcher, tls) = (api.clone(), http.clone(), graceful.watcher(), tls.clone());
                 tokio::spawn(async move {
                     serve_connection(stream, api, &http, watcher, tls).await;
-                    drop(slot);
+                    drop((slot, held));
                 });
             }
             _ = shutdown.changed() => break,
@@ -335,6 +348,69 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, mut shutdown: watch::Re
     {
         tracing::info!("closing HTTP connections still open after {SHUTDOWN_GRACE:?}");
     }
+}
+
+/// Connections held per client address.
+#[derive(Debug, Clone, Default)]
+struct PerClient(Arc<std::sync::Mutex<HashMap<std::net::IpAddr, usize>>>);
+
+/// One connection counted against its client; uncounted when dropped.
+struct Held(PerClient, std::net::IpAddr);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut counts = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = counts.get_mut(&self.1) {
+            *count -= 1;
+            if *count == 0 {
+                counts.remove(&self.1);
+            }
+        }
+    }
+}
+
+impl PerClient {
+    /// Counts `stream` against its client address: `None` if that client
+    /// holds [`CONNECTIONS_PER_CLIENT_MAX`] already, `Some(None)` for a
+    /// member of the cluster (not counted), `Some(guard)` otherwise.
+    fn admit(&self, api: &Api, stream: &tokio::net::TcpStream) -> Option<Option<Held>> {
+        let Ok(peer) = stream.peer_addr() else {
+            return Some(None);
+        };
+        let ip = peer.ip();
+        let member = api.view.borrow().members.iter().any(|m| {
+            m.http
+                .trim_start_matches("http://")
+                .parse::<std::net::SocketAddr>()
+                .is_ok_and(|addr| addr.ip() == ip)
+        });
+        if member {
+            return Some(None);
+        }
+        let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let count = counts.entry(ip).or_default();
+        if *count >= CONNECTIONS_PER_CLIENT_MAX {
+            return None;
+        }
+        *count += 1;
+        Some(Some(Held(self.clone(), ip)))
+    }
+}
+
+/// Answers a connection over the per-client bound with a JSON `429` and
+/// closes it.
+async fn refuse_connection(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let body = serde_json::json!({
+        "code": "too_many_connections",
+        "message": format!("at most {CONNECTIONS_PER_CLIENT_MAX} connections per client address"),
+    })
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(answer.as_bytes())).await;
 }
 
 /// Serves one connection: TLS if TLS is on and the client starts a
@@ -355,7 +431,7 @@ async fn serve_connection(
     };
     let Some(acceptor) = tls else {
         let connection = graceful.watch(
-            http.serve_connection(TokioIo::new(stream), service(false))
+            http.serve_connection(TokioIo::new(wire::JsonErrors::new(stream)), service(false))
                 .into_owned(),
         );
         if let Err(error) = connection.await {
@@ -372,7 +448,7 @@ async fn serve_connection(
         // Plain HTTP on a TLS node: sealed internal routes only (the
         // handler answers `tls_required` to anything else).
         let connection = graceful.watch(
-            http.serve_connection(TokioIo::new(stream), service(false))
+            http.serve_connection(TokioIo::new(wire::JsonErrors::new(stream)), service(false))
                 .into_owned(),
         );
         if let Err(error) = connection.await {
@@ -393,7 +469,7 @@ async fn serve_connection(
         }
     };
     let connection = graceful.watch(
-        http.serve_connection(TokioIo::new(stream), service(true))
+        http.serve_connection(TokioIo::new(wire::JsonErrors::new(stream)), service(true))
             .into_owned(),
     );
     if let Err(error) = connection.await {
