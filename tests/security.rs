@@ -231,6 +231,25 @@ fn only_holders_of_the_key_join_and_reach_internal_routes() {
             assert_eq!(status.as_u16(), expected);
         }
         wait_metric(&c1, &refused("internal_request", "replayed"), 1).await;
+        // A token revoked on n1 is refused by n2 within its refresh period.
+        let reader = token(&n1, &k1, "read");
+        let on_n2 = client(&n2, &reader);
+        on_n2.cluster().await.unwrap();
+        let id = reader.split('_').nth(1).unwrap().to_string();
+        let out = n1.cli(&["token", "revoke", &id, "--token", &admin], b"");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let started = Instant::now();
+        while on_n2.cluster().await.is_ok() {
+            assert!(
+                started.elapsed() < OBSERVE,
+                "n2 still takes a revoked token"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         // The members still work together.
         let echo = upload(&c1, "fixture_echo").await;
         let id = client(&n2, &admin)
