@@ -112,16 +112,7 @@ fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
     rt.block_on(async {
         check_jobs(&clients[0], &ledger).await;
         // The new master replicates to the one back-end node left.
-        let (_, metrics) = clients[0]
-            .call(
-                hyper::Method::GET,
-                "/metrics",
-                "text/plain",
-                Default::default(),
-            )
-            .await
-            .unwrap();
-        let metrics = String::from_utf8_lossy(&metrics);
+        let metrics = support::metrics(&clients[0]).await;
         assert!(metrics.contains("cohort_replicas_needed 1"), "{metrics}");
         assert!(metrics.contains("cohort_replicas_healthy 1"), "{metrics}");
         assert!(

@@ -74,16 +74,8 @@ fn client(node: &Node, token: &str) -> Client {
 
 /// The value of the metric line starting with `series` (0 if absent).
 async fn metric(client: &Client, series: &str) -> u64 {
-    let (_, body) = client
-        .call(
-            hyper::Method::GET,
-            "/metrics",
-            "text/plain",
-            Default::default(),
-        )
+    support::metrics(client)
         .await
-        .unwrap();
-    String::from_utf8_lossy(&body)
         .lines()
         .find(|line| line.starts_with(series))
         .and_then(|line| line.rsplit(' ').next())

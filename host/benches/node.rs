@@ -230,27 +230,7 @@ async fn latency() {
     let node = start_node(&[]);
     let client = Client::new(&node.url);
     let module = client.upload(echo_wasm()).await.unwrap();
-    let mut total = Histogram::<u64>::new(3).unwrap();
-    let mut acked = Histogram::<u64>::new(3).unwrap();
-    for n in 0..JOBS + 100 {
-        let started = Instant::now();
-        let request = SubmitRequest {
-            module: module.clone(),
-            input: Some(n.to_string()),
-            ..SubmitRequest::default()
-        };
-        let id = client.submit(&request).await.unwrap().id;
-        let ack = started.elapsed();
-        let path = format!("/v1/jobs/{id}/result?wait_ms=10000");
-        client
-            .call(Method::GET, &path, "text/plain", Default::default())
-            .await
-            .unwrap();
-        if n >= 100 {
-            total.record(started.elapsed().as_micros() as u64).unwrap();
-            acked.record(ack.as_micros() as u64).unwrap();
-        }
-    }
+    let (total, acked) = one_at_a_time(&client, &module, JOBS).await;
     println!(
         "latency (idle node, {JOBS} jobs one at a time): submit->result p50 {} µs p99 {} µs; submit->202 p50 {} µs p99 {} µs",
         total.value_at_quantile(0.5),
@@ -471,7 +451,7 @@ async fn cluster() {
     let module = clients[1].upload(echo_wasm()).await.unwrap();
 
     // Latency through n3 (the master is on n1): one proxy hop each way.
-    let total = one_at_a_time(&clients[1], &module).await;
+    let (total, _) = one_at_a_time(&clients[1], &module, 1000).await;
     println!(
         "cluster latency (1000 jobs one at a time through a node that does not host the master): submit->result p50 {} µs p99 {} µs",
         total.value_at_quantile(0.5),
@@ -491,11 +471,16 @@ async fn cluster() {
     );
 }
 
-/// Submit->result of 1000 jobs one at a time through `client` (after 100
-/// to warm up), in µs.
-async fn one_at_a_time(client: &Client, module: &str) -> Histogram<u64> {
+/// `jobs` jobs one at a time through `client` (after 100 to warm up):
+/// submit->result and submit->202, in µs.
+async fn one_at_a_time(
+    client: &Client,
+    module: &str,
+    jobs: usize,
+) -> (Histogram<u64>, Histogram<u64>) {
     let mut total = Histogram::<u64>::new(3).unwrap();
-    for n in 0..1100 {
+    let mut acked = Histogram::<u64>::new(3).unwrap();
+    for n in 0..jobs + 100 {
         let started = Instant::now();
         let request = SubmitRequest {
             module: module.to_string(),
@@ -503,6 +488,7 @@ async fn one_at_a_time(client: &Client, module: &str) -> Histogram<u64> {
             ..SubmitRequest::default()
         };
         let id = client.submit(&request).await.unwrap().id;
+        let ack = started.elapsed();
         let path = format!("/v1/jobs/{id}/result?wait_ms=10000");
         client
             .call(Method::GET, &path, "text/plain", Default::default())
@@ -510,9 +496,10 @@ async fn one_at_a_time(client: &Client, module: &str) -> Histogram<u64> {
             .unwrap();
         if n >= 100 {
             total.record(started.elapsed().as_micros() as u64).unwrap();
+            acked.record(ack.as_micros() as u64).unwrap();
         }
     }
-    total
+    (total, acked)
 }
 
 /// The same cluster measures with and without a cluster key.
@@ -543,7 +530,7 @@ async fn security() {
             wait_three(&clients[2]).await;
             let rate = cluster_throughput(&clients).await;
             let module = clients[2].upload(echo_wasm()).await.unwrap();
-            let latency = one_at_a_time(&clients[2], &module).await;
+            let (latency, _) = one_at_a_time(&clients[2], &module, 1000).await;
             println!(
                 "security round {round}, {}: cluster throughput {rate:.0} jobs/s; one at a time through a proxy p50 {} µs p99 {} µs",
                 if secured {

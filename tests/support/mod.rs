@@ -85,6 +85,20 @@ pub async fn retrying<T, F: std::future::Future<Output = Result<T, ClientError>>
     }
 }
 
+/// The node's `/metrics` text.
+pub async fn metrics(client: &Client) -> String {
+    let (_, body) = client
+        .call(
+            hyper::Method::GET,
+            "/metrics",
+            "text/plain",
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
 /// Path of a guest component built by `host/build.rs`.
 pub fn guest(name: &str) -> PathBuf {
     Path::new(env!("COHORT_GUESTS_DIR")).join(format!("{name}.wasm"))

@@ -422,22 +422,8 @@ async fn serve_connection(
     graceful: hyper_util::server::graceful::Watcher,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
-    let service = |secure: bool| {
-        let api = api.clone();
-        hyper::service::service_fn(move |request| {
-            let api = api.clone();
-            async move { Ok::<_, Infallible>(api.handle(request, secure).await) }
-        })
-    };
     let Some(acceptor) = tls else {
-        let connection = graceful.watch(
-            http.serve_connection(TokioIo::new(wire::JsonErrors::new(stream)), service(false))
-                .into_owned(),
-        );
-        if let Err(error) = connection.await {
-            tracing::debug!("connection ended: {error}");
-        }
-        return;
+        return serve_io(stream, api, http, graceful, false).await;
     };
     let mut first = [0u8; 1];
     match tokio::time::timeout(HEADER_READ_TIMEOUT, stream.peek(&mut first)).await {
@@ -447,14 +433,7 @@ async fn serve_connection(
     if first[0] != crate::security::tls::HANDSHAKE_BYTE {
         // Plain HTTP on a TLS node: sealed internal routes only (the
         // handler answers `tls_required` to anything else).
-        let connection = graceful.watch(
-            http.serve_connection(TokioIo::new(wire::JsonErrors::new(stream)), service(false))
-                .into_owned(),
-        );
-        if let Err(error) = connection.await {
-            tracing::debug!("connection ended: {error}");
-        }
-        return;
+        return serve_io(stream, api, http, graceful, false).await;
     }
     let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
         Ok(Ok(stream)) => stream,
@@ -468,8 +447,26 @@ async fn serve_connection(
             return;
         }
     };
+    serve_io(stream, api, http, graceful, true).await;
+}
+
+/// Serves HTTP/1.1 or HTTP/2 on `io` until the client or the node closes
+/// it; `secure`: the connection is TLS.
+async fn serve_io<I>(
+    io: I,
+    api: Arc<Api>,
+    http: &hyper_util::server::conn::auto::Builder<TokioExecutor>,
+    graceful: hyper_util::server::graceful::Watcher,
+    secure: bool,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request| {
+        let api = api.clone();
+        async move { Ok::<_, Infallible>(api.handle(request, secure).await) }
+    });
     let connection = graceful.watch(
-        http.serve_connection(TokioIo::new(wire::JsonErrors::new(stream)), service(true))
+        http.serve_connection(TokioIo::new(wire::JsonErrors::new(io)), service)
             .into_owned(),
     );
     if let Err(error) = connection.await {
