@@ -8,7 +8,10 @@
 //! *context* the caller gives (for HTTP: method and path of a request, or
 //! the request's nonce and the status of its answer), so a sealed body
 //! cannot be moved to another route, another cluster or another answer.
-//! Nonces are 24 random bytes (XChaCha20), never reused in practice.
+//! Nonces are 24 bytes (XChaCha20): 16 random bytes drawn once per
+//! [`Sealer`] and a 64-bit counter, so no two messages share one (the
+//! chance that two processes draw the same prefix is 2^-128) and sealing
+//! makes no system call.
 //!
 //! **Freshness.** A message whose sending time is more than [`WINDOW_MS`]
 //! away from the receiver's clock is refused (nodes' clocks must agree
@@ -38,7 +41,7 @@ pub const OVERHEAD: usize = HEADER_BYTES + TAG_BYTES;
 /// Largest difference between a message's sending time and the receiver's
 /// clock, either way.
 pub const WINDOW_MS: u64 = 30_000;
-/// Most nonces one guard remembers (about 48 bytes each). Past it, new
+/// Most nonces one guard remembers (about 64 bytes each). Past it, new
 /// messages are refused rather than remembered badly; at the default window
 /// it allows 33k sealed messages a second per node.
 pub const REPLAY_ENTRIES_MAX: usize = 2_000_000;
@@ -102,6 +105,8 @@ pub struct Opened {
 pub struct Sealer {
     keyring: Keyring,
     cluster_id: String,
+    nonce_prefix: [u8; 16],
+    nonce_counter: std::sync::atomic::AtomicU64,
     gossip_guard: ReplayGuard,
     http_guard: ReplayGuard,
 }
@@ -118,9 +123,13 @@ impl std::fmt::Debug for Sealer {
 impl Sealer {
     /// A sealer for `cluster_id` with `keyring`.
     pub fn new(keyring: Keyring, cluster_id: &str) -> Self {
+        let mut nonce_prefix = [0u8; 16];
+        super::random(&mut nonce_prefix);
         Self {
             keyring,
             cluster_id: cluster_id.into(),
+            nonce_prefix,
+            nonce_counter: std::sync::atomic::AtomicU64::new(0),
             gossip_guard: ReplayGuard::new(REPLAY_ENTRIES_MAX),
             http_guard: ReplayGuard::new(REPLAY_ENTRIES_MAX),
         }
@@ -151,7 +160,11 @@ impl Sealer {
     ) -> (Vec<u8>, [u8; 24]) {
         let key = self.keyring.sealing();
         let mut nonce = [0u8; 24];
-        super::random(&mut nonce);
+        nonce[..16].copy_from_slice(&self.nonce_prefix);
+        let count = self
+            .nonce_counter
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        nonce[16..].copy_from_slice(&count.to_be_bytes());
         let mut out = Vec::with_capacity(OVERHEAD + plaintext.len());
         out.push(VERSION);
         out.extend_from_slice(&key.id());
@@ -240,10 +253,10 @@ pub struct ReplayGuard {
 
 #[derive(Debug, Default)]
 struct GuardInner {
-    seen: HashSet<[u8; 16]>,
+    seen: HashSet<[u8; 24]>,
     /// In order of acceptance, with the sending time: the front is pruned
     /// once it could no longer pass the window.
-    order: VecDeque<(u64, [u8; 16])>,
+    order: VecDeque<(u64, [u8; 24])>,
 }
 
 impl ReplayGuard {
@@ -257,8 +270,7 @@ impl ReplayGuard {
 
     /// Accepts `nonce` (sent at `sent_ms`) once.
     fn admit(&self, sent_ms: u64, nonce: &[u8; 24], now_ms: u64) -> Result<(), SealError> {
-        // 128 random bits are as unique as 192 for this purpose.
-        let short: [u8; 16] = nonce[..16].try_into().expect("16 bytes");
+        let nonce = *nonce;
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(&(sent, old)) = inner.order.front() {
             // Entries behind the front may be older still; they stay a
@@ -269,14 +281,14 @@ impl ReplayGuard {
             inner.order.pop_front();
             inner.seen.remove(&old);
         }
-        if inner.seen.contains(&short) {
+        if inner.seen.contains(&nonce) {
             return Err(SealError::Replayed);
         }
         if inner.seen.len() >= self.entries_max {
             return Err(SealError::GuardFull);
         }
-        inner.seen.insert(short);
-        inner.order.push_back((sent_ms, short));
+        inner.seen.insert(nonce);
+        inner.order.push_back((sent_ms, nonce));
         Ok(())
     }
 
@@ -444,6 +456,17 @@ mod tests {
             Freshness::Bound,
         );
         assert_eq!(wrong.unwrap_err(), SealError::Forged);
+    }
+
+    #[test]
+    fn nonces_never_repeat_within_or_across_sealers() {
+        let key = generate();
+        let (a, b) = (sealer(&key, "c"), sealer(&key, "c"));
+        let mut seen = HashSet::new();
+        for _ in 0..1000 {
+            assert!(seen.insert(a.seal_at(Purpose::Gossip, &[], NOW, b"x").1));
+            assert!(seen.insert(b.seal_at(Purpose::Gossip, &[], NOW, b"x").1));
+        }
     }
 
     #[test]
