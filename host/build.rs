@@ -28,6 +28,7 @@ const GUESTS: &[&str] = &[
     "fixture-flood",
     "fixture-bigout",
     "fixture-wrong-world",
+    "fixture-escape",
 ];
 
 /// Environment that must not leak from the outer build into the guest build:
