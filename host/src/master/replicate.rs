@@ -307,13 +307,15 @@ impl Replication {
         }
         self.trim(&mut inner);
         drop(inner);
-        if !released.is_empty() {
-            self.settled.notify_all();
-        }
+        let any = !released.is_empty();
         for batch in released {
             for completion in batch.completions {
                 completion(Ok(()));
             }
+        }
+        // After the completions: a drain that returns has its replies sent.
+        if any {
+            self.settled.notify_all();
         }
     }
 
