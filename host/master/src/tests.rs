@@ -474,3 +474,7 @@ fn unknown_versions_and_garbage_are_refused() {
     assert!(machine.apply(&[vec![FORMAT_VERSION, 99]]).is_err());
     assert!(Machine::init(Some(&[7])).is_err());
 }
+
+// Properties of the decoders (messages and snapshots from untrusted bytes).
+#[path = "fuzz.rs"]
+mod fuzz;

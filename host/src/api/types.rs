@@ -231,3 +231,154 @@ pub struct SecurityBody {
     /// Started with `--insecure`: reachable beyond loopback with no key.
     pub insecure: bool,
 }
+
+#[cfg(test)]
+mod decode_tests {
+    //! Request bodies are parsed before anything checks them: any bytes
+    //! and any JSON value parse as `SubmitRequest` / `BatchRequest` or fail
+    //! with an error (the API's `bad_json`), never a panic, and nesting
+    //! deeper than serde_json's recursion limit (128) is refused rather
+    //! than overflowing the stack. What parses serializes back to the same
+    //! request. Long run:
+    //! `PROPTEST_CASES=100000 cargo test -p cohort --lib api::types`.
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    fn config() -> ProptestConfig {
+        // `proptest!` lets PROPTEST_CASES override this.
+        ProptestConfig::with_cases(512)
+    }
+
+    const FIELDS: [&str; 10] = [
+        "module",
+        "input",
+        "input_base64",
+        "input_json",
+        "timeout_ms",
+        "memory_bytes",
+        "max_attempts",
+        "priority",
+        "idempotency_key",
+        "jobs",
+    ];
+
+    /// JSON values built mostly from the requests' own field names, so
+    /// generated objects get past `deny_unknown_fields` and reach the
+    /// field types. No floats: serde_json's default float parsing may move
+    /// the last bit, which is not what this is about.
+    fn json() -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            4 => proptest::sample::select(FIELDS.to_vec()).prop_map(String::from),
+            1 => any::<String>(),
+        ];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            prop_oneof![Just(-1i64), Just(0), Just(1), Just(u32::MAX as i64 + 1)]
+                .prop_map(Value::from),
+            any::<String>().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(key.clone(), inner, 0..6)
+                    .prop_map(|fields| Value::Object(fields.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Objects shaped like a submission: a module string and some of the
+    /// other fields with values of any type, so many of them parse.
+    fn submission() -> impl Strategy<Value = Value> {
+        let field = proptest::sample::select(FIELDS[1..9].to_vec()).prop_map(String::from);
+        let value = prop_oneof![
+            2 => any::<u32>().prop_map(Value::from),
+            1 => any::<String>().prop_map(Value::from),
+            1 => json(),
+        ];
+        (
+            any::<String>(),
+            proptest::collection::btree_map(field, value, 0..5),
+        )
+            .prop_map(|(module, mut fields)| {
+                fields.insert("module".into(), Value::from(module));
+                Value::Object(fields.into_iter().collect())
+            })
+    }
+
+    /// Bytes that are mostly JSON tokens, including the awkward ones
+    /// (numbers out of range, lone surrogates, unterminated strings).
+    fn json_ish() -> impl Strategy<Value = Vec<u8>> {
+        let token = prop_oneof![
+            4 => proptest::sample::select(vec![
+                "{", "}", "[", "]", ",", ":", "\"module\"", "\"jobs\"", "\"input_json\"",
+                "\"priority\"", "\"ab\"", "1e999", "-0", "18446744073709551616", "-1",
+                "null", "true", "\"\\ud800\"", "\"", "\\u0000", " ",
+            ])
+            .prop_map(|t| t.as_bytes().to_vec()),
+            1 => proptest::collection::vec(any::<u8>(), 1..4),
+        ];
+        proptest::collection::vec(token, 0..40).prop_map(|tokens| tokens.concat())
+    }
+
+    fn parses_or_fails(bytes: &[u8]) -> Result<(), TestCaseError> {
+        if let Ok(request) = serde_json::from_slice::<SubmitRequest>(bytes) {
+            let again = serde_json::to_vec(&request)?;
+            prop_assert_eq!(serde_json::from_slice::<SubmitRequest>(&again)?, request);
+        }
+        if let Ok(batch) = serde_json::from_slice::<BatchRequest>(bytes) {
+            let again = serde_json::to_vec(&batch)?;
+            prop_assert_eq!(serde_json::from_slice::<BatchRequest>(&again)?, batch);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn any_bytes_parse_or_fail(bytes in prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..256),
+            json_ish(),
+        ]) {
+            // Floats may appear here; only "no panic" is asked of them.
+            let _ = serde_json::from_slice::<SubmitRequest>(&bytes);
+            let _ = serde_json::from_slice::<BatchRequest>(&bytes);
+        }
+
+        #[test]
+        fn any_json_parses_to_a_request_that_round_trips_or_fails(
+            value in prop_oneof![json(), submission()],
+        ) {
+            parses_or_fails(&serde_json::to_vec(&value)?)?;
+            // The same value as a batch's only job.
+            let batch = serde_json::json!({ "jobs": [value] });
+            parses_or_fails(&serde_json::to_vec(&batch)?)?;
+        }
+    }
+
+    #[test]
+    fn a_valid_request_parses() {
+        let body = br#"{"module":"ab","input_json":{"x":[1,2]},"priority":-3}"#;
+        let request: SubmitRequest = serde_json::from_slice(body).unwrap();
+        assert_eq!(request.priority, Some(-3));
+        assert!(serde_json::from_slice::<SubmitRequest>(br#"{"module":"ab","x":1}"#).is_err());
+    }
+
+    /// 100 000 levels of `[` inside `input_json`, alone and in a batch:
+    /// an error at depth 128, not a stack overflow (which would abort the
+    /// node, not fail the request).
+    #[test]
+    fn deep_nesting_is_refused_not_recursed_into() {
+        let deep = "[".repeat(100_000);
+        let submit = format!(r#"{{"module":"ab","input_json":{deep}"#);
+        let error = serde_json::from_str::<SubmitRequest>(&submit).unwrap_err();
+        assert!(error.to_string().contains("recursion limit"), "{error}");
+        let batch = format!(r#"{{"jobs":[{submit}"#);
+        let error = serde_json::from_str::<BatchRequest>(&batch).unwrap_err();
+        assert!(error.to_string().contains("recursion limit"), "{error}");
+    }
+}

@@ -645,3 +645,7 @@ pub(crate) mod tests {
         assert_eq!(a.view().borrow().members.len(), 1);
     }
 }
+
+#[cfg(test)]
+#[path = "membership_tests.rs"]
+mod decode_tests;

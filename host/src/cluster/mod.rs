@@ -22,3 +22,6 @@ pub mod modules;
 pub mod replica;
 pub mod singleton;
 pub mod takeover;
+
+#[cfg(test)]
+mod wire_tests;

@@ -473,3 +473,103 @@ mod tests {
         shape(replica.handle(fence(6)));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    //! A replica serves whatever requests decode from the network: any
+    //! sequence of them is answered without a panic, the promise never goes
+    //! back, and the journal left behind opens again (a request can be
+    //! refused, never leave the replica unable to restart). Each case
+    //! fsyncs, so a few dozen run inside `cargo test`. Long run:
+    //! `PROPTEST_CASES=5000 cargo test -p cohort --lib cluster::replica`.
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// Small (so requests meet the journal's real indexes), or at the end
+    /// of the range.
+    fn n64() -> BoxedStrategy<u64> {
+        prop_oneof![8 => 0..6u64, 1 => Just(u64::MAX), 1 => Just(u64::MAX - 1), 1 => any::<u64>()]
+            .boxed()
+    }
+
+    fn request() -> impl Strategy<Value = ReplicaRequest> {
+        let epoch = || 0..4u64;
+        prop_oneof![
+            1 => (epoch(), any::<bool>())
+                .prop_map(|(epoch, claim)| ReplicaRequest::Fence { epoch, claim }),
+            3 => (epoch(), n64(), vec((epoch(), vec(any::<u8>(), 0..4)), 0..4), n64()).prop_map(
+                |(epoch, first, entries, commit)| ReplicaRequest::Append {
+                    epoch,
+                    first,
+                    entries,
+                    commit,
+                }
+            ),
+            1 => (epoch(), n64(), epoch(), vec(any::<u8>(), 0..4)).prop_map(
+                |(epoch, index, snapshot_epoch, state)| ReplicaRequest::Install {
+                    epoch,
+                    snapshot: Snapshot {
+                        index,
+                        epoch: snapshot_epoch,
+                        state,
+                    },
+                }
+            ),
+            1 => (epoch(), n64(), n64()).prop_map(|(epoch, from, bytes_max)| {
+                ReplicaRequest::Read {
+                    epoch,
+                    from,
+                    bytes_max,
+                }
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        #[test]
+        fn any_requests_are_served_and_the_journal_still_opens(
+            requests in vec(request(), 1..8),
+        ) {
+            let dir = tempfile::tempdir()?;
+            let replica = Replica::open(dir.path().into())?;
+            let mut promise = 0;
+            for request in requests {
+                replica.handle(request);
+                prop_assert!(replica.promise() >= promise);
+                promise = replica.promise();
+            }
+            drop(replica);
+            prop_assert!(store::open_journal(dir.path()).is_ok());
+            prop_assert_eq!(Replica::open(dir.path().into())?.promise(), promise);
+        }
+    }
+
+    /// Found by `any_requests_are_served_...`: a snapshot at the last index
+    /// a `u64` names, then an entry after it, overflowed the journal.
+    #[test]
+    fn an_append_after_a_snapshot_at_the_last_index_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let replica = Replica::open(dir.path().into()).unwrap();
+        let snapshot = Snapshot {
+            index: u64::MAX,
+            epoch: 0,
+            state: Vec::new(),
+        };
+        replica.handle(ReplicaRequest::Install { epoch: 0, snapshot });
+        let append = ReplicaRequest::Append {
+            epoch: 0,
+            first: u64::MAX,
+            entries: vec![(0, Vec::new())],
+            commit: 0,
+        };
+        assert!(matches!(
+            replica.handle(append),
+            ReplicaResponse::Refused(_)
+        ));
+        drop(replica);
+        assert!(store::open_journal(dir.path()).is_ok());
+    }
+}

@@ -71,7 +71,11 @@ impl Storage for FsStorage {
         for entry in std::fs::read_dir(&self.dir)? {
             let name = entry?.file_name();
             let name = name.to_string_lossy();
-            if let Some(id) = name.strip_suffix(".seg").and_then(|id| id.parse().ok()) {
+            // Only the exact name `path` gives: `5.seg` or `+5.seg` would
+            // parse too, and then not be found by `read`.
+            if let Some(id) = name.strip_suffix(".seg").and_then(|id| id.parse().ok())
+                && self.path(id).file_name() == Some(std::ffi::OsStr::new(name.as_ref()))
+            {
                 ids.push(id);
             }
         }
@@ -233,5 +237,63 @@ mod tests {
         assert_eq!(storage.read(0).unwrap(), b"durable");
         torn.crash(2);
         assert_eq!(torn.read(0).unwrap(), b"durable+l");
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    //! A journal directory may hold files cohort did not write (copies,
+    //! editors' backups, a hand-renamed segment): `segments` lists exactly
+    //! the files `read` can open, so a stray name is ignored instead of
+    //! failing recovery with "no such file". Long run:
+    //! `PROPTEST_CASES=100000 cargo test -p cohort --lib journal::storage`.
+    use super::*;
+    use proptest::prelude::*;
+
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (0..30u64).prop_map(|id| format!("{id:020}.seg")),
+            (0..30u64).prop_map(|id| format!("{id}.seg")),
+            (0..30u64).prop_map(|id| format!("+{id:019}.seg")),
+            Just(format!("{}.seg", u64::MAX)),
+            Just("18446744073709551616.seg".to_string()),
+            "[0-9+a-z. -]{0,24}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn every_listed_segment_can_be_read(
+            names in proptest::collection::btree_set(name(), 0..8),
+        ) {
+            let dir = tempfile::tempdir()?;
+            for name in &names {
+                if name.is_empty() || name == "." || name == ".." {
+                    continue;
+                }
+                std::fs::write(dir.path().join(name), name.as_bytes())?;
+            }
+            let storage = FsStorage::open(dir.path())?;
+            let ids = storage.segments()?;
+            for &id in &ids {
+                prop_assert!(storage.read(id).is_ok(), "segment {id} is listed but unreadable");
+            }
+            let mut sorted = ids.clone();
+            sorted.dedup();
+            prop_assert_eq!(sorted, ids);
+        }
+    }
+
+    /// Found by `every_listed_segment_can_be_read`: `0.seg` was listed as
+    /// segment 0, whose file is `00000000000000000000.seg`.
+    #[test]
+    fn a_segment_named_without_its_zeros_is_not_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("0.seg"), b"stray").unwrap();
+        std::fs::write(dir.path().join(format!("{:020}.seg", 3)), b"").unwrap();
+        let storage = FsStorage::open(dir.path()).unwrap();
+        assert_eq!(storage.segments().unwrap(), vec![3]);
     }
 }

@@ -1,0 +1,925 @@
+//! The master's decoders never trust their bytes. Messages (commands,
+//! events, queries, answers, replies, effects) and snapshots arrive from
+//! other nodes and from disk; whatever they hold, decoding gives a value or
+//! a [`Rejection`] coded `undecodable` or `unknown_version`, never a panic,
+//! and it allocates at most [`alloc_bound`] on the way: a few bytes that
+//! claim a vector of 2^40 elements are refused, not believed. Values that
+//! do decode are canonical (encoding them again decodes to the same value),
+//! and every generated value survives an encode/decode round trip.
+//!
+//! Each property runs a few hundred cases inside `cargo test`. The long run
+//! (`PROPTEST_CASES` overrides the count here, see `config`) uses the test
+//! profile on purpose: `--release` turns overflow checks off, and integer
+//! overflows are among what these properties find.
+//!
+//! ```text
+//! PROPTEST_CASES=100000 cargo test -p cohort-master fuzz
+//! ```
+
+use crate::*;
+use proptest::collection::vec;
+use proptest::option;
+use proptest::prelude::*;
+use proptest::sample::Index;
+
+/// Cases per property inside `cargo test`. `proptest!` passes its config
+/// through `contextualize_config`, so `PROPTEST_CASES` still wins.
+const CASES: u32 = 256;
+
+fn config() -> ProptestConfig {
+    ProptestConfig::with_cases(CASES)
+}
+
+/// serde never preallocates more than this for one sequence, whatever
+/// length the input claims (`serde::de::size_hint::cautious`).
+const PREALLOC_BYTES_MAX: usize = 1 << 20;
+/// Sequences that can be open at once while decoding the master's types
+/// (a snapshot's job → its attempts → ..., a token list → its scopes),
+/// with room to spare.
+const OPEN_SEQUENCES_MAX: usize = 4;
+/// What one input byte may grow into once decoded (a one-byte `Attempt`
+/// field becomes part of a ~150-byte struct, a map entry a tree node).
+const GROWTH_PER_INPUT_BYTE: usize = 256;
+
+/// The most a decoder may allocate for `input_bytes` of input, at peak.
+fn alloc_bound(input_bytes: usize) -> usize {
+    OPEN_SEQUENCES_MAX * PREALLOC_BYTES_MAX + GROWTH_PER_INPUT_BYTE * input_bytes
+}
+
+/// Counts the bytes each thread has allocated, so a test can see the peak
+/// of one call while other tests run on other threads.
+mod meter {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    pub struct Meter;
+
+    thread_local! {
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+        static PEAK: Cell<isize> = const { Cell::new(0) };
+    }
+
+    fn note(delta: isize) {
+        // `try_with`: allocations during thread teardown are not counted.
+        let _ = LIVE.try_with(|live| {
+            let now = live.get() + delta;
+            live.set(now);
+            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+        });
+    }
+
+    // SAFETY: every call is forwarded to `System` unchanged; the meter only
+    // adds bookkeeping in thread-locals that never allocate.
+    unsafe impl GlobalAlloc for Meter {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let ptr = unsafe { System.alloc(layout) };
+            if !ptr.is_null() {
+                note(layout.size() as isize);
+            }
+            ptr
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            let ptr = unsafe { System.alloc_zeroed(layout) };
+            if !ptr.is_null() {
+                note(layout.size() as isize);
+            }
+            ptr
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) };
+            note(-(layout.size() as isize));
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            let new = unsafe { System.realloc(ptr, layout, new_size) };
+            if !new.is_null() {
+                note(new_size as isize - layout.size() as isize);
+            }
+            new
+        }
+    }
+
+    /// Runs `f`; returns its result and the most bytes it held at once
+    /// beyond what was live before it.
+    pub fn peak<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        let base = LIVE.with(Cell::get);
+        PEAK.with(|peak| peak.set(base));
+        let value = f();
+        let peak = PEAK.with(Cell::get);
+        (value, (peak - base).max(0) as usize)
+    }
+}
+
+#[global_allocator]
+static METER: meter::Meter = meter::Meter;
+
+// ---- Generators ------------------------------------------------------
+
+/// Mostly small numbers (so ids and attempts collide with real ones), some
+/// anywhere in the range, and the extremes.
+fn n64() -> BoxedStrategy<u64> {
+    prop_oneof![
+        6 => 0..8u64,
+        2 => any::<u64>(),
+        1 => Just(u64::MAX),
+    ]
+    .boxed()
+}
+
+fn n32() -> BoxedStrategy<u32> {
+    prop_oneof![
+        6 => 0..8u32,
+        2 => any::<u32>(),
+        1 => Just(u32::MAX),
+    ]
+    .boxed()
+}
+
+fn text() -> BoxedStrategy<String> {
+    prop_oneof![
+        4 => "w[0-2]",
+        2 => any::<String>(),
+        1 => Just(String::new()),
+    ]
+    .boxed()
+}
+
+fn bytes() -> BoxedStrategy<Vec<u8>> {
+    vec(any::<u8>(), 0..48).boxed()
+}
+
+fn job_state() -> impl Strategy<Value = JobState> {
+    proptest::sample::select(JobState::ALL.to_vec())
+}
+
+prop_compose! {
+    fn config_value()(v in vec(n64(), 12), attempts_max in n32()) -> Config {
+        Config {
+            queue_max: v[0],
+            input_bytes_max: v[1],
+            result_bytes_max: v[2],
+            checkpoint_bytes_max: v[3],
+            retention_ms: v[4],
+            finished_max: v[5],
+            results_bytes_total_max: v[6],
+            backoff_base_ms: v[7],
+            backoff_max_ms: v[8],
+            lease_grace_ms: v[9],
+            worker_ttl_ms: v[10],
+            timeout_ms_max: v[11],
+            attempts_max,
+        }
+    }
+}
+
+prop_compose! {
+    fn job_spec()(
+        module in any::<[u8; 32]>(),
+        input in bytes(),
+        timeout_ms in n64(),
+        memory_bytes in option::of(n64()),
+        max_attempts in n32(),
+        priority in any::<i32>(),
+        idempotency_key in option::of(text()),
+    ) -> JobSpec {
+        JobSpec { module, input, timeout_ms, memory_bytes, max_attempts, priority, idempotency_key }
+    }
+}
+
+prop_compose! {
+    fn failure()(code in text(), message in text()) -> Failure {
+        Failure { code, message }
+    }
+}
+
+fn outcome() -> impl Strategy<Value = Outcome> {
+    prop_oneof![
+        bytes().prop_map(Outcome::Succeeded),
+        failure().prop_map(Outcome::Failed),
+    ]
+}
+
+prop_compose! {
+    fn token()(
+        id in text(),
+        name in text(),
+        scopes in vec(text(), 0..4),
+        hash in any::<[u8; 32]>(),
+        created_at in n64(),
+    ) -> TokenRecord {
+        TokenRecord { id, name, scopes, hash, created_at }
+    }
+}
+
+fn command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        1 => config_value().prop_map(Command::Configure),
+        4 => job_spec().prop_map(Command::Submit),
+        1 => n64().prop_map(|id| Command::Cancel { id }),
+        4 => (text(), n32(), n32())
+            .prop_map(|(worker, slots, free)| Command::Poll { worker, slots, free }),
+        1 => (n64(), n32(), bytes())
+            .prop_map(|(id, attempt, data)| Command::Checkpoint { id, attempt, data }),
+        4 => (n64(), n32(), text(), outcome(), n64(), text()).prop_map(
+            |(id, attempt, worker, outcome, duration_ms, log_tail)| Command::Finish {
+                id,
+                attempt,
+                worker,
+                outcome,
+                duration_ms,
+                log_tail,
+            }
+        ),
+        1 => text().prop_map(|worker| Command::WorkerGone { worker }),
+        2 => Just(Command::Tick),
+        1 => token().prop_map(Command::CreateToken),
+        1 => text().prop_map(|id| Command::RevokeToken { id }),
+    ]
+}
+
+fn event_kind() -> impl Strategy<Value = EventKind> {
+    prop_oneof![
+        config_value().prop_map(EventKind::Configured),
+        (n64(), job_spec()).prop_map(|(id, spec)| EventKind::Submitted { id, spec }),
+        (n64(), n32(), text(), n64()).prop_map(|(id, attempt, worker, lease_until)| {
+            EventKind::Assigned {
+                id,
+                attempt,
+                worker,
+                lease_until,
+            }
+        }),
+        (n64(), n32(), bytes()).prop_map(|(id, attempt, data)| EventKind::Checkpointed {
+            id,
+            attempt,
+            data
+        }),
+        (n64(), n32(), outcome(), n64(), text()).prop_map(
+            |(id, attempt, outcome, duration_ms, log_tail)| EventKind::Finished {
+                id,
+                attempt,
+                outcome,
+                duration_ms,
+                log_tail,
+            }
+        ),
+        (n64(), n32(), text()).prop_map(|(id, attempt, code)| EventKind::Expired {
+            id,
+            attempt,
+            code
+        }),
+        n64().prop_map(|id| EventKind::Cancelled { id }),
+        n64().prop_map(|id| EventKind::Released { id }),
+        (text(), n32()).prop_map(|(worker, slots)| EventKind::WorkerSeen { worker, slots }),
+        text().prop_map(|worker| EventKind::WorkerLost { worker }),
+        n64().prop_map(|id| EventKind::Purged { id }),
+        token().prop_map(EventKind::TokenCreated),
+        text().prop_map(|id| EventKind::TokenRevoked { id }),
+    ]
+}
+
+prop_compose! {
+    fn event()(at in n64(), kind in event_kind()) -> Event {
+        Event { at, kind }
+    }
+}
+
+fn query() -> impl Strategy<Value = Query> {
+    prop_oneof![
+        n64().prop_map(|id| Query::Job { id }),
+        n64().prop_map(|id| Query::Result { id }),
+        (option::of(job_state()), option::of(n64()), n32()).prop_map(|(state, after, limit)| {
+            Query::Jobs {
+                state,
+                after,
+                limit,
+            }
+        }),
+        Just(Query::Stats),
+        Just(Query::Workers),
+        Just(Query::Tokens),
+    ]
+}
+
+fn reply() -> impl Strategy<Value = Reply> {
+    prop_oneof![
+        Just(Reply::Done),
+        (n64(), any::<bool>()).prop_map(|(id, existing)| Reply::Submitted { id, existing }),
+        text().prop_map(|reason| Reply::Ignored { reason }),
+    ]
+}
+
+prop_compose! {
+    fn assignment()(
+        id in n64(),
+        attempt in n32(),
+        worker in text(),
+        module in any::<[u8; 32]>(),
+        input in bytes(),
+        timeout_ms in n64(),
+        memory_bytes in option::of(n64()),
+        checkpoint in option::of(bytes()),
+    ) -> Assignment {
+        Assignment { id, attempt, worker, module, input, timeout_ms, memory_bytes, checkpoint }
+    }
+}
+
+fn effect() -> impl Strategy<Value = Effect> {
+    prop_oneof![
+        assignment().prop_map(Effect::Assign),
+        (text(), n64(), n32()).prop_map(|(worker, id, attempt)| Effect::Stop {
+            worker,
+            id,
+            attempt
+        }),
+        Just(Effect::WorkAvailable),
+        (n64(), job_state()).prop_map(|(id, state)| Effect::Settled { id, state }),
+    ]
+}
+
+prop_compose! {
+    fn attempt()(
+        number in n32(),
+        worker in text(),
+        started_at in n64(),
+        ended_at in option::of(n64()),
+        outcome in option::of(text()),
+        message in option::of(text()),
+        duration_ms in option::of(n64()),
+        log_tail in text(),
+    ) -> Attempt {
+        Attempt { number, worker, started_at, ended_at, outcome, message, duration_ms, log_tail }
+    }
+}
+
+prop_compose! {
+    fn job_view()(
+        (id, module, state, priority, max_attempts, timeout_ms, idempotency_key) in (
+            n64(), any::<[u8; 32]>(), job_state(), any::<i32>(), n32(), n64(), option::of(text()),
+        ),
+        (submitted_at, finished_at, not_before, attempts, error) in (
+            n64(), option::of(n64()), option::of(n64()), vec(attempt(), 0..3), option::of(failure()),
+        ),
+        (result_bytes, input_bytes, has_checkpoint) in (option::of(n64()), n64(), any::<bool>()),
+    ) -> JobView {
+        JobView {
+            id, module, state, priority, max_attempts, timeout_ms, idempotency_key,
+            submitted_at, finished_at, not_before, attempts, error,
+            result_bytes, input_bytes, has_checkpoint,
+        }
+    }
+}
+
+fn answer() -> impl Strategy<Value = Answer> {
+    let summary =
+        (n64(), job_state(), n32(), n64()).prop_map(|(id, state, attempts, submitted_at)| {
+            JobSummary {
+                id,
+                state,
+                attempts,
+                submitted_at,
+            }
+        });
+    let stats = (any::<[u64; JobState::COUNT]>(), vec(n64(), 5)).prop_map(|(jobs, v)| Stats {
+        jobs,
+        submitted_total: v[0],
+        attempts_total: v[1],
+        retries_total: v[2],
+        workers: v[3],
+        result_bytes: v[4],
+    });
+    let worker =
+        (text(), n32(), n32(), n64()).prop_map(|(id, slots, running, last_seen)| WorkerView {
+            id,
+            slots,
+            running,
+            last_seen,
+        });
+    prop_oneof![
+        job_view().prop_map(Answer::Job),
+        bytes().prop_map(Answer::Result),
+        (vec(summary, 0..4), option::of(n64()))
+            .prop_map(|(jobs, next)| Answer::Jobs { jobs, next }),
+        stats.prop_map(Answer::Stats),
+        vec(worker, 0..4).prop_map(Answer::Workers),
+        vec(token(), 0..3).prop_map(Answer::Tokens),
+    ]
+}
+
+/// A command whose configuration, if any, has values an operator would
+/// set: extreme ones make `decide` overflow (see
+/// `extreme_configurations_never_overflow`), which is not what the
+/// snapshot properties are about.
+fn sane_command() -> impl Strategy<Value = Command> {
+    command().prop_map(|command| match command {
+        Command::Configure(config) => Command::Configure(sane(config)),
+        other => other,
+    })
+}
+
+fn sane(config: Config) -> Config {
+    let ms = |value: u64| value % 1_000_000_000;
+    Config {
+        retention_ms: ms(config.retention_ms),
+        backoff_base_ms: ms(config.backoff_base_ms),
+        backoff_max_ms: ms(config.backoff_max_ms),
+        lease_grace_ms: ms(config.lease_grace_ms),
+        worker_ttl_ms: ms(config.worker_ttl_ms),
+        timeout_ms_max: ms(config.timeout_ms_max),
+        ..config
+    }
+}
+
+/// A master with some history: generated commands decided and applied at
+/// increasing times, as the host runs them.
+fn master() -> impl Strategy<Value = Master> {
+    vec((0..5_000u64, sane_command()), 0..40).prop_map(|steps| {
+        let mut master = Master::new();
+        let mut now = 1_000_000;
+        for (pause, command) in steps {
+            now += pause;
+            if let Ok(decision) = master.decide(now, &command) {
+                for event in &decision.events {
+                    master.apply(event);
+                }
+            }
+        }
+        master
+    })
+}
+
+/// Damage as disks and networks do it, at positions relative to the input.
+#[derive(Debug, Clone)]
+enum Damage {
+    Flip(Index, u8),
+    Set(Index, u8),
+    Truncate(Index),
+    Insert(Index, Vec<u8>),
+    Remove(Index, usize),
+}
+
+fn damage() -> impl Strategy<Value = Vec<Damage>> {
+    let one = prop_oneof![
+        4 => (any::<Index>(), 0..8u8).prop_map(|(at, bit)| Damage::Flip(at, bit)),
+        2 => (any::<Index>(), any::<u8>()).prop_map(|(at, byte)| Damage::Set(at, byte)),
+        1 => any::<Index>().prop_map(Damage::Truncate),
+        1 => (any::<Index>(), vec(any::<u8>(), 1..12)).prop_map(|(at, b)| Damage::Insert(at, b)),
+        1 => (any::<Index>(), 1..8usize).prop_map(|(at, n)| Damage::Remove(at, n)),
+    ];
+    vec(one, 1..4)
+}
+
+fn apply_damage(mut bytes: Vec<u8>, damage: &[Damage]) -> Vec<u8> {
+    for d in damage {
+        let len = bytes.len();
+        if len == 0 {
+            break;
+        }
+        match d {
+            Damage::Flip(at, bit) => bytes[at.index(len)] ^= 1 << bit,
+            Damage::Set(at, byte) => bytes[at.index(len)] = *byte,
+            Damage::Truncate(at) => bytes.truncate(at.index(len)),
+            Damage::Insert(at, more) => {
+                let at = at.index(len + 1);
+                bytes.splice(at..at, more.iter().copied());
+            }
+            Damage::Remove(at, n) => {
+                let at = at.index(len);
+                bytes.drain(at..(at + n).min(len));
+            }
+        }
+    }
+    bytes
+}
+
+/// Arbitrary input, mostly behind the right version byte so the postcard
+/// decoder itself is reached.
+fn garbage() -> impl Strategy<Value = Vec<u8>> {
+    let version = prop_oneof![
+        4 => Just(FORMAT_VERSION),
+        4 => Just(crate::master::SNAPSHOT_VERSION),
+        1 => any::<u8>(),
+    ];
+    prop_oneof![
+        1 => vec(any::<u8>(), 0..16),
+        4 => (version, vec(any::<u8>(), 0..256)).prop_map(|(v, mut rest)| {
+            rest.insert(0, v);
+            rest
+        }),
+    ]
+}
+
+// ---- Checks ----------------------------------------------------------
+
+/// The only codes a decoder may refuse with.
+fn is_decode_refusal(rejection: &Rejection) -> bool {
+    rejection.code == codes::UNDECODABLE || rejection.code == codes::UNKNOWN_VERSION
+}
+
+/// `bytes` decode as `T` (within the allocation bound) to a canonical value
+/// or to a decode refusal.
+fn decodes_or_refuses<T>(bytes: &[u8]) -> Result<(), TestCaseError>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + core::fmt::Debug,
+{
+    let (decoded, peak) = meter::peak(|| decode::<T>(bytes));
+    prop_assert!(
+        peak <= alloc_bound(bytes.len()),
+        "{peak} bytes allocated to decode {} bytes as {}",
+        bytes.len(),
+        core::any::type_name::<T>()
+    );
+    match decoded {
+        Ok(value) => prop_assert_eq!(decode::<T>(&encode(&value)), Ok(value)),
+        Err(rejection) => prop_assert!(is_decode_refusal(&rejection), "{rejection:?}"),
+    }
+    Ok(())
+}
+
+/// Every message type and the snapshot decoder, on the same bytes.
+fn every_decoder(bytes: &[u8]) -> Result<(), TestCaseError> {
+    decodes_or_refuses::<Command>(bytes)?;
+    decodes_or_refuses::<Event>(bytes)?;
+    decodes_or_refuses::<Query>(bytes)?;
+    decodes_or_refuses::<Answer>(bytes)?;
+    decodes_or_refuses::<Reply>(bytes)?;
+    decodes_or_refuses::<Effect>(bytes)?;
+    restores_or_refuses(bytes)
+}
+
+/// `bytes` restore (within the allocation bound) to a master whose own
+/// snapshot restores to the same master, or are refused; `Machine::init`
+/// agrees.
+fn restores_or_refuses(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let (restored, peak) = meter::peak(|| Master::restore(bytes));
+    prop_assert!(
+        peak <= alloc_bound(bytes.len()),
+        "{peak} bytes allocated to restore {} bytes",
+        bytes.len()
+    );
+    match &restored {
+        Ok(master) => {
+            prop_assert_eq!(&Master::restore(&master.snapshot()), &restored);
+        }
+        Err(rejection) => prop_assert!(is_decode_refusal(rejection), "{rejection:?}"),
+    }
+    let machine = Machine::init(Some(bytes)).map(|m| m.master().clone());
+    prop_assert_eq!(machine, restored);
+    Ok(())
+}
+
+fn round_trips<T>(value: &T) -> Result<(), TestCaseError>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + core::fmt::Debug,
+{
+    prop_assert_eq!(&decode::<T>(&encode(value))?, value);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn commands_round_trip(value in command()) {
+        round_trips(&value)?;
+    }
+
+    #[test]
+    fn events_round_trip(value in event()) {
+        round_trips(&value)?;
+    }
+
+    #[test]
+    fn queries_answers_replies_and_effects_round_trip(
+        q in query(), a in answer(), r in reply(), e in effect(),
+    ) {
+        round_trips(&q)?;
+        round_trips(&a)?;
+        round_trips(&r)?;
+        round_trips(&e)?;
+    }
+
+    #[test]
+    fn snapshots_round_trip(master in master()) {
+        let snapshot = master.snapshot();
+        prop_assert_eq!(&Master::restore(&snapshot)?, &master);
+        prop_assert_eq!(Machine::init(Some(&snapshot))?.snapshot(), snapshot);
+    }
+
+    #[test]
+    fn arbitrary_bytes_decode_or_are_refused(bytes in garbage()) {
+        every_decoder(&bytes)?;
+    }
+
+    #[test]
+    fn damaged_messages_decode_or_are_refused(
+        command in command(),
+        event in event(),
+        answer in answer(),
+        effect in effect(),
+        damage in damage(),
+    ) {
+        for bytes in [encode(&command), encode(&event), encode(&answer), encode(&effect)] {
+            every_decoder(&apply_damage(bytes, &damage))?;
+        }
+    }
+
+    #[test]
+    fn damaged_snapshots_restore_or_are_refused(master in master(), damage in damage()) {
+        restores_or_refuses(&apply_damage(master.snapshot(), &damage))?;
+    }
+
+    /// A length prefix anywhere in a short message, claiming anything up to
+    /// 2^64 - 1 elements: refused without believing the claim.
+    #[test]
+    fn claimed_lengths_are_not_believed(
+        head in vec(any::<u8>(), 0..40),
+        claim in prop_oneof![any::<u64>(), (32..64u32).prop_map(|bits| 1u64 << bits)],
+        tail in vec(any::<u8>(), 0..8),
+    ) {
+        let mut bytes = vec![FORMAT_VERSION];
+        bytes.extend(&head);
+        bytes.extend(varint(claim));
+        bytes.extend(&tail);
+        every_decoder(&bytes)?;
+        bytes[0] = crate::master::SNAPSHOT_VERSION;
+        restores_or_refuses(&bytes)?;
+    }
+}
+
+/// postcard's unsigned varint (LEB128).
+fn varint(mut value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// A decoder under test, reduced to its refusal (`None`: it accepted).
+type Refuses = fn(&[u8]) -> Option<Rejection>;
+
+/// Hand-made inputs of a few bytes whose length prefix claims 2^40 (a
+/// terabyte) or 2^62 elements, at the first vector of each message.
+#[test]
+fn a_tiny_input_claiming_a_huge_vector_is_refused_at_once() {
+    let v = FORMAT_VERSION;
+    for claim in [1u64 << 40, 1 << 62] {
+        let n = varint(claim);
+        let with = |prefix: &[u8]| [prefix, &n[..]].concat();
+        let submit = with(&[&[v, 1][..], &[0; 32]].concat());
+        let cases: Vec<(&str, Vec<u8>, Refuses)> = vec![
+            ("Command::Submit input", submit, |b| {
+                decode::<Command>(b).err()
+            }),
+            ("Answer::Result", with(&[v, 1]), |b| {
+                decode::<Answer>(b).err()
+            }),
+            ("Answer::Jobs", with(&[v, 2]), |b| decode::<Answer>(b).err()),
+            ("Answer::Workers", with(&[v, 4]), |b| {
+                decode::<Answer>(b).err()
+            }),
+            ("Reply::Ignored reason", with(&[v, 2]), |b| {
+                decode::<Reply>(b).err()
+            }),
+            ("Effect::Stop worker", with(&[v, 1]), |b| {
+                decode::<Effect>(b).err()
+            }),
+            ("Master jobs", snapshot_claiming_jobs(&n), |b| {
+                Master::restore(b).err()
+            }),
+        ];
+        for (what, bytes, decoder) in cases {
+            assert!(bytes.len() <= 64, "{what}: {} bytes", bytes.len());
+            let started = std::time::Instant::now();
+            let (refused, peak) = meter::peak(|| decoder(&bytes));
+            let refused = refused.unwrap_or_else(|| panic!("{what}: claim {claim} accepted"));
+            assert_eq!(refused.code, codes::UNDECODABLE, "{what}");
+            assert!(peak <= alloc_bound(bytes.len()), "{what}: {peak} bytes");
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(1),
+                "{what}"
+            );
+        }
+    }
+}
+
+/// A snapshot of an empty master, cut where its job map starts, with
+/// `claim` as the map's length.
+fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
+    let empty = Master::new().snapshot();
+    // The empty master ends with: job map (0), worker map (0), three
+    // counters (0), token map (0).
+    assert_eq!(empty[empty.len() - 6..], [0; 6]);
+    [&empty[..empty.len() - 6], claim, &[0; 5]].concat()
+}
+
+/// The meter sees what it must, or the bounds above prove nothing.
+#[test]
+fn the_meter_counts_a_large_allocation() {
+    let (buffer, peak) = meter::peak(|| vec![1u8; 8 << 20]);
+    assert!(peak >= 8 << 20, "{peak}");
+    drop(buffer);
+}
+
+// ---- Found here, to be fixed in master.rs ----------------------------
+//
+// These fail today and are ignored so `cargo test` stays green; run them
+// with `cargo test -p cohort-master fuzz -- --ignored`. Each panic is an
+// integer overflow (a trap in the Wasm master; in a release build without
+// overflow checks, a silently wrong time instead).
+
+/// Runs `steps` on a fresh master; the panic message if one panics.
+fn panics(steps: &[(Millis, Command)]) -> Option<String> {
+    std::panic::catch_unwind(|| {
+        let mut master = Master::new();
+        for (now, command) in steps {
+            if let Ok(decision) = master.decide(*now, command) {
+                for event in &decision.events {
+                    master.apply(event);
+                }
+            }
+        }
+    })
+    .err()
+    .map(|panic| {
+        let text = panic.downcast_ref::<&str>().map(|s| s.to_string());
+        text.or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default()
+    })
+}
+
+/// `validate_config` accepts any positive value, but `decide` and `apply`
+/// add times to them unchecked: a `Configure` that any node holding the
+/// cluster key can send through `/internal/v1/master` stops the master.
+#[test]
+#[ignore = "master.rs adds configured durations to times unchecked (reported)"]
+fn extreme_configurations_never_overflow() {
+    use crate::scenarios::{failed, finish, poll, spec};
+    let t = 1_000_000;
+    let configure = |config: Config| (t, Command::Configure(config));
+    let max = u64::MAX;
+    let cases = [
+        // now + timeout_ms + lease_grace_ms (decide, assigning).
+        vec![
+            configure(Config {
+                lease_grace_ms: max,
+                ..Config::default()
+            }),
+            (t, Command::Submit(spec(1, b""))),
+            (t, poll("w1", 1)),
+        ],
+        // last_seen + worker_ttl_ms (decide_tick).
+        vec![
+            configure(Config {
+                worker_ttl_ms: max,
+                ..Config::default()
+            }),
+            (t, poll("w1", 0)),
+            (t, Command::Tick),
+        ],
+        // finished_at + retention_ms (decide_tick).
+        vec![
+            configure(Config {
+                retention_ms: max,
+                ..Config::default()
+            }),
+            (t, Command::Submit(spec(1, b""))),
+            (t, Command::Cancel { id: 1 }),
+            (t, Command::Tick),
+        ],
+        // at + backoff (apply, retrying).
+        vec![
+            configure(Config {
+                backoff_base_ms: max,
+                backoff_max_ms: max,
+                ..Config::default()
+            }),
+            (t, Command::Submit(spec(1, b""))),
+            (t, poll("w1", 1)),
+            (t, finish(1, 1, "w1", failed("trap"))),
+        ],
+    ];
+    let panicked: Vec<_> = cases.iter().filter_map(|steps| panics(steps)).collect();
+    assert!(panicked.is_empty(), "{panicked:?}");
+}
+
+/// A replica's journal holds entries another node sent it; replaying them
+/// must not stop the master that takes over. `Submitted { id: u64::MAX }`
+/// overflows `next_id`.
+#[test]
+#[ignore = "master.rs apply trusts event ids and times (reported)"]
+fn replaying_an_extreme_event_never_panics() {
+    let event = Event {
+        at: 1,
+        kind: EventKind::Submitted {
+            id: u64::MAX,
+            spec: crate::scenarios::spec(1, b""),
+        },
+    };
+    let replayed = std::panic::catch_unwind(|| Master::new().apply(&event));
+    assert!(replayed.is_ok(), "replaying {event:?} panicked");
+}
+
+/// A snapshot that decodes but whose parts disagree (a worker running a
+/// job the snapshot does not hold) must be refused or survive; today it
+/// restores, and the first `Tick` that loses the worker panics
+/// (`self.jobs[&id]` in `apply(WorkerLost)`).
+#[test]
+#[ignore = "Master::restore does not check a snapshot's cross-references (reported)"]
+fn a_snapshot_whose_worker_runs_a_missing_job_is_refused_or_survives() {
+    use std::collections::{BTreeMap, BTreeSet};
+    // The snapshot layout (`Master`'s fields in order), written by hand
+    // because the fields are private.
+    #[derive(serde::Serialize)]
+    struct Worker {
+        slots: u32,
+        last_seen: Millis,
+        running: BTreeSet<JobId>,
+    }
+    let running = BTreeSet::from([5]);
+    let workers = BTreeMap::from([(
+        "w1".to_string(),
+        Worker {
+            slots: 1,
+            last_seen: 0,
+            running,
+        },
+    )]);
+    let jobs: BTreeMap<JobId, ()> = BTreeMap::new();
+    let state = (
+        Config::default(),
+        1u64,
+        0u64,
+        jobs,
+        workers,
+        0u64,
+        0u64,
+        0u64,
+    );
+    let tokens: BTreeMap<String, TokenRecord> = BTreeMap::new();
+    let mut bytes = vec![crate::master::SNAPSHOT_VERSION];
+    bytes = postcard::to_extend(&state, bytes).expect("encodes");
+    bytes = postcard::to_extend(&tokens, bytes).expect("encodes");
+    let Ok(mut master) = Master::restore(&bytes) else {
+        return;
+    };
+    let ticked = std::panic::catch_unwind(move || {
+        let decision = master.decide(1_000_000, &Command::Tick).expect("ticks");
+        for event in &decision.events {
+            master.apply(event);
+        }
+    });
+    assert!(
+        ticked.is_ok(),
+        "a restored master panicked on its first tick"
+    );
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Any sequence of commands, as the wire may carry them: decided and
+    /// applied without a panic.
+    #[test]
+    #[ignore = "master.rs adds configured durations to times unchecked (reported)"]
+    fn any_commands_decide_and_apply_without_panic(
+        steps in vec((0..5_000u64, command()), 0..40),
+    ) {
+        let mut now = 1_000_000;
+        let steps: Vec<_> = steps
+            .into_iter()
+            .map(|(pause, command)| {
+                now += pause;
+                (now, command)
+            })
+            .collect();
+        prop_assert_eq!(panics(&steps), None);
+    }
+
+    /// Any sequence of events, as a replica's journal may hold them:
+    /// applied (with ticks between) without a panic.
+    #[test]
+    #[ignore = "master.rs apply trusts event ids and times (reported)"]
+    fn any_events_replay_without_panic(events in vec(event(), 0..40)) {
+        let replayed = std::panic::catch_unwind(|| {
+            let mut master = Master::new();
+            for event in &events {
+                master.apply(event);
+                if let Ok(decision) = master.decide(event.at, &Command::Tick) {
+                    for event in &decision.events {
+                        master.apply(event);
+                    }
+                }
+            }
+        });
+        prop_assert!(replayed.is_ok());
+    }
+}

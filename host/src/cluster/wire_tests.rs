@@ -1,0 +1,374 @@
+//! Node-to-node bodies are decoded before anything else looks at them, and
+//! the decoders trust none of their bytes. For every postcard message a
+//! node reads from another:
+//!
+//! | message                             | decoded by                                  |
+//! |-------------------------------------|---------------------------------------------|
+//! | `WireRequest`                       | `link::serve_wire` (`/internal/v1/master`)  |
+//! | `Result<WireResponse, MasterError>` | `MasterLink::remote` (the proxy's answer)   |
+//! | `ReplicaRequest`                    | `Replica::serve_wire` (`/internal/v1/replica`) |
+//! | `ReplicaResponse`                   | `replica::call` (`master::replicate`, `takeover`) |
+//! | `Handover`                          | `handover::Inbox::accept` (`/internal/v1/handover`) |
+//!
+//! arbitrary bytes and damaged valid encodings decode to a value or to a
+//! rejection coded `undecodable` or `unknown_version`, never a panic; what
+//! decodes is canonical (re-encoding it decodes to the same bytes); and a
+//! few bytes claiming a vector of 2^62 elements are refused, not believed
+//! (trusting the claim would overflow the capacity and panic). The serving
+//! functions answer garbage with a refusal and change nothing. Long run:
+//! `PROPTEST_CASES=100000 cargo test -p cohort --lib cluster::wire_tests`.
+
+use super::handover::{Handover, Inbox};
+use super::link::{self, MasterLink, WireRequest, WireResponse};
+use super::membership::View;
+use super::replica::{Replica, ReplicaRequest, ReplicaResponse};
+use crate::journal::{Entry, Shape};
+use crate::master::MasterError;
+use crate::master::service::{Poll, PollResult, ProgressReport};
+use crate::master::store::Snapshot;
+use cohort_master::{
+    Answer, Assignment, Command, FORMAT_VERSION, JobSpec, JobState, Outcome, Query, Rejection,
+    Reply, Stats, codes, decode, encode,
+};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::sample::Index;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+fn config() -> ProptestConfig {
+    // `proptest!` lets PROPTEST_CASES override this.
+    ProptestConfig::with_cases(256)
+}
+
+fn spec() -> JobSpec {
+    JobSpec {
+        module: [3; 32],
+        input: b"input".to_vec(),
+        timeout_ms: 1_000,
+        memory_bytes: Some(1 << 20),
+        max_attempts: 3,
+        priority: -2,
+        idempotency_key: Some("key".into()),
+    }
+}
+
+fn snapshot() -> Snapshot {
+    Snapshot {
+        index: 9,
+        epoch: 2,
+        state: b"the master's state".to_vec(),
+    }
+}
+
+/// One value of each variant of every message, encoded: the valid
+/// encodings the damage starts from.
+fn samples() -> Vec<Vec<u8>> {
+    let poll = Poll {
+        worker: "w1".into(),
+        slots: 4,
+        free: 2,
+        wait_ms: 500,
+        progress: vec![ProgressReport {
+            id: 1,
+            attempt: 1,
+            fraction: 0.5,
+            message: "half".into(),
+        }],
+        held: vec![(1, 1), (2, 3)],
+    };
+    let assignment = Assignment {
+        id: 1,
+        attempt: 2,
+        worker: "w1".into(),
+        module: [4; 32],
+        input: b"in".to_vec(),
+        timeout_ms: 1_000,
+        memory_bytes: None,
+        checkpoint: Some(b"cp".to_vec()),
+    };
+    let requests = [
+        WireRequest::Command(Command::Submit(spec())),
+        WireRequest::Command(Command::Finish {
+            id: 1,
+            attempt: 1,
+            worker: "w1".into(),
+            outcome: Outcome::Succeeded(b"out".to_vec()),
+            duration_ms: 7,
+            log_tail: "log".into(),
+        }),
+        WireRequest::Query(Query::Jobs {
+            state: Some(JobState::Running),
+            after: Some(4),
+            limit: 10,
+        }),
+        WireRequest::Poll(poll),
+        WireRequest::Progress { id: 5 },
+        WireRequest::Wait {
+            id: 5,
+            wait_ms: 1_000,
+        },
+    ];
+    let responses: [Result<WireResponse, MasterError>; 9] = [
+        Ok(WireResponse::Reply(Reply::Submitted {
+            id: 1,
+            existing: false,
+        })),
+        Ok(WireResponse::Answer(Answer::Stats(Stats::default()))),
+        Ok(WireResponse::Answer(Answer::Result(b"result".to_vec()))),
+        Ok(WireResponse::Poll(PollResult {
+            assignments: vec![assignment],
+            stops: vec![(3, 1)],
+        })),
+        Ok(WireResponse::Settled(true)),
+        Ok(WireResponse::Progress(None)),
+        Err(MasterError::Rejected(Rejection::new(
+            codes::QUEUE_FULL,
+            "full",
+        ))),
+        Err(MasterError::Moved("http://next:7000".into())),
+        Err(MasterError::Unreplicated("1 of 3".into())),
+    ];
+    let replica_requests = [
+        ReplicaRequest::Fence {
+            epoch: 3,
+            claim: true,
+        },
+        ReplicaRequest::Append {
+            epoch: 3,
+            first: 7,
+            entries: vec![(2, b"event".to_vec()), (3, Vec::new())],
+            commit: 6,
+        },
+        ReplicaRequest::Install {
+            epoch: 3,
+            snapshot: snapshot(),
+        },
+        ReplicaRequest::Read {
+            epoch: 3,
+            from: 2,
+            bytes_max: 1 << 20,
+        },
+    ];
+    let replica_responses = [
+        ReplicaResponse::Shape(Shape {
+            first: 2,
+            next: 9,
+            runs: vec![(2, 1), (5, 2)],
+            last_epoch: 2,
+        }),
+        ReplicaResponse::Entries(vec![Entry {
+            index: 4,
+            epoch: 2,
+            data: b"event".to_vec(),
+        }]),
+        ReplicaResponse::Snapshot(snapshot()),
+        ReplicaResponse::Fenced { promised: 4 },
+        ReplicaResponse::Busy("stepping down".into()),
+        ReplicaResponse::Refused("no".into()),
+    ];
+    let handover = Handover {
+        epoch: 3,
+        from: "node-a".into(),
+        generation: 1_700_000_000_000_000_000,
+        snapshot: snapshot(),
+    };
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    out.extend(requests.iter().map(encode));
+    out.extend(responses.iter().map(encode));
+    out.extend(replica_requests.iter().map(encode));
+    out.extend(replica_responses.iter().map(encode));
+    out.push(encode(&handover));
+    out
+}
+
+/// `bytes` decode as `T` to a value that encodes canonically, or are
+/// refused with a decoding code.
+fn decodes_or_refuses<T: Serialize + DeserializeOwned>(bytes: &[u8]) -> Result<(), TestCaseError> {
+    match decode::<T>(bytes) {
+        Ok(value) => {
+            let again = encode(&value);
+            let twice = encode(&decode::<T>(&again)?);
+            prop_assert_eq!(
+                again,
+                twice,
+                "{} is not canonical",
+                std::any::type_name::<T>()
+            );
+        }
+        Err(rejection) => {
+            let known = [codes::UNDECODABLE, codes::UNKNOWN_VERSION];
+            prop_assert!(known.contains(&rejection.code.as_str()), "{rejection:?}");
+        }
+    }
+    Ok(())
+}
+
+/// Every node-to-node decoder, on the same bytes.
+fn every_decoder(bytes: &[u8]) -> Result<(), TestCaseError> {
+    decodes_or_refuses::<WireRequest>(bytes)?;
+    decodes_or_refuses::<Result<WireResponse, MasterError>>(bytes)?;
+    decodes_or_refuses::<ReplicaRequest>(bytes)?;
+    decodes_or_refuses::<ReplicaResponse>(bytes)?;
+    decodes_or_refuses::<Handover>(bytes)
+}
+
+#[derive(Debug, Clone)]
+enum Damage {
+    Flip(Index, u8),
+    Set(Index, u8),
+    Truncate(Index),
+    Insert(Index, Vec<u8>),
+}
+
+fn damage() -> impl Strategy<Value = Vec<Damage>> {
+    let one = prop_oneof![
+        4 => (any::<Index>(), 0..8u8).prop_map(|(at, bit)| Damage::Flip(at, bit)),
+        2 => (any::<Index>(), any::<u8>()).prop_map(|(at, byte)| Damage::Set(at, byte)),
+        1 => any::<Index>().prop_map(Damage::Truncate),
+        1 => (any::<Index>(), vec(any::<u8>(), 1..12)).prop_map(|(at, b)| Damage::Insert(at, b)),
+    ];
+    vec(one, 1..4)
+}
+
+fn apply_damage(mut bytes: Vec<u8>, damage: &[Damage]) -> Vec<u8> {
+    for d in damage {
+        let len = bytes.len();
+        if len == 0 {
+            break;
+        }
+        match d {
+            Damage::Flip(at, bit) => bytes[at.index(len)] ^= 1 << bit,
+            Damage::Set(at, byte) => bytes[at.index(len)] = *byte,
+            Damage::Truncate(at) => bytes.truncate(at.index(len)),
+            Damage::Insert(at, more) => {
+                let at = at.index(len + 1);
+                bytes.splice(at..at, more.iter().copied());
+            }
+        }
+    }
+    bytes
+}
+
+/// postcard's unsigned varint (LEB128).
+fn varint(mut value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn arbitrary_bodies_decode_or_are_refused(
+        version in prop_oneof![4 => Just(FORMAT_VERSION), 1 => any::<u8>()],
+        rest in vec(any::<u8>(), 0..200),
+    ) {
+        every_decoder(&[&[version][..], &rest].concat())?;
+    }
+
+    #[test]
+    fn damaged_bodies_decode_or_are_refused(
+        sample in proptest::sample::select(samples()),
+        damage in damage(),
+    ) {
+        every_decoder(&apply_damage(sample, &damage))?;
+    }
+
+    /// A length prefix anywhere in a short body, claiming anything.
+    #[test]
+    fn claimed_lengths_are_not_believed(
+        head in vec(any::<u8>(), 0..24),
+        claim in prop_oneof![any::<u64>(), (32..64u32).prop_map(|bits| 1u64 << bits)],
+        tail in vec(any::<u8>(), 0..8),
+    ) {
+        every_decoder(&[&[FORMAT_VERSION][..], &head, &varint(claim), &tail].concat())?;
+    }
+}
+
+/// Hand-made bodies of a few bytes whose first vector claims 2^62
+/// elements, for each message that carries bulk data.
+#[test]
+fn a_tiny_body_claiming_a_huge_vector_is_refused() {
+    let v = FORMAT_VERSION;
+    let huge = varint(1 << 62);
+    let with = |prefix: &[u8]| [prefix, &huge[..]].concat();
+    let refused = |what: &str, result: Result<(), Rejection>| {
+        let rejection = result.expect_err(what);
+        assert_eq!(rejection.code, codes::UNDECODABLE, "{what}");
+    };
+    // Append { epoch 1, first 0, entries: 2^62 }.
+    refused(
+        "ReplicaRequest::Append entries",
+        decode::<ReplicaRequest>(&with(&[v, 1, 1, 0])).map(drop),
+    );
+    // Install { epoch 1, snapshot { index 0, epoch 1, state: 2^62 } }.
+    refused(
+        "ReplicaRequest::Install state",
+        decode::<ReplicaRequest>(&with(&[v, 2, 1, 0, 1])).map(drop),
+    );
+    // Handover { epoch 1, from "", generation 0, snapshot { 0, 1, state } }.
+    refused(
+        "Handover state",
+        decode::<Handover>(&with(&[v, 1, 0, 0, 0, 1])).map(drop),
+    );
+    refused(
+        "ReplicaResponse::Entries",
+        decode::<ReplicaResponse>(&with(&[v, 1])).map(drop),
+    );
+    // Poll { worker "", slots 0, free 0, wait 0, progress: 2^62 }.
+    refused(
+        "WireRequest::Poll progress",
+        decode::<WireRequest>(&with(&[v, 2, 0, 0, 0, 0])).map(drop),
+    );
+    // Ok(Poll(PollResult { assignments: 2^62 })).
+    refused(
+        "WireResponse::Poll assignments",
+        decode::<Result<WireResponse, MasterError>>(&with(&[v, 0, 2])).map(drop),
+    );
+}
+
+/// What the routes answer to garbage: a refusal, and nothing changed.
+#[tokio::test]
+async fn the_serving_functions_refuse_garbage_and_change_nothing() {
+    let garbage: [&[u8]; 4] = [b"", &[FORMAT_VERSION, 200, 1], &[9, 0], b"GET / HTTP/1.1"];
+    let dir = tempfile::tempdir().unwrap();
+    let replica = Replica::open(dir.path().into()).unwrap();
+    let inbox = Inbox::new(replica.clone());
+    let (_local_tx, local) = tokio::sync::watch::channel(None);
+    let (_view_tx, view) = tokio::sync::watch::channel(View::default());
+    let link = MasterLink::new(local, view, crate::peer::Peer::default());
+    for body in garbage {
+        match decode::<ReplicaResponse>(&replica.serve_wire(body).await) {
+            Ok(ReplicaResponse::Refused(reason)) => {
+                assert!(reason.starts_with("undecodable") || reason.starts_with("unknown_version"));
+            }
+            other => panic!("replica answered {body:?} with {other:?}"),
+        }
+        let answer = link::serve_wire(&link, body).await;
+        match decode::<Result<WireResponse, MasterError>>(&answer) {
+            Ok(Err(MasterError::Rejected(rejection))) => {
+                let known = [codes::UNDECODABLE, codes::UNKNOWN_VERSION];
+                assert!(known.contains(&rejection.code.as_str()), "{rejection:?}");
+            }
+            other => panic!("the master route answered {body:?} with {other:?}"),
+        }
+        assert!(inbox.accept(body).await.is_err(), "{body:?}");
+    }
+    // Nothing was promised, written or installed.
+    assert_eq!(replica.promise(), 0);
+    assert_eq!(*inbox.subscribe().borrow(), 0);
+    assert!(
+        crate::master::store::latest_snapshot(dir.path())
+            .unwrap()
+            .is_none()
+    );
+}
