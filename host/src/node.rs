@@ -182,6 +182,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
     let _lock = lock_data_dir(&data_dir)?;
+    anyhow::ensure!(
+        args.retention.as_millis() <= u128::from(cohort_master::master::CONFIG_DURATION_MS_MAX),
+        "--retention is at most 365 days"
+    );
     let security = security_settings(&args)?;
     if let Some(file) = &args.fault_partition {
         crate::fault::install(file.clone());

@@ -729,12 +729,13 @@ fn the_meter_counts_a_large_allocation() {
     drop(buffer);
 }
 
-// ---- Found here, to be fixed in master.rs ----------------------------
+// ---- Found here, fixed in master.rs ----------------------------------
 //
-// These fail today and are ignored so `cargo test` stays green; run them
-// with `cargo test -p cohort-master fuzz -- --ignored`. Each panic is an
-// integer overflow (a trap in the Wasm master; in a release build without
-// overflow checks, a silently wrong time instead).
+// Each of these once panicked on an integer overflow or a dangling
+// reference (a trap in the Wasm master; in a build without overflow
+// checks, a silently wrong time instead): configurations are now bounded,
+// apply saturates times and ids, and restore drops references to jobs a
+// snapshot does not hold.
 
 /// Runs `steps` on a fresh master; the panic message if one panics.
 fn panics(steps: &[(Millis, Command)]) -> Option<String> {
@@ -760,7 +761,7 @@ fn panics(steps: &[(Millis, Command)]) -> Option<String> {
 /// add times to them unchecked: a `Configure` that any node holding the
 /// cluster key can send through `/internal/v1/master` stops the master.
 #[test]
-#[ignore = "master.rs adds configured durations to times unchecked (reported)"]
+
 fn extreme_configurations_never_overflow() {
     use crate::scenarios::{failed, finish, poll, spec};
     let t = 1_000_000;
@@ -815,7 +816,7 @@ fn extreme_configurations_never_overflow() {
 /// must not stop the master that takes over. `Submitted { id: u64::MAX }`
 /// overflows `next_id`.
 #[test]
-#[ignore = "master.rs apply trusts event ids and times (reported)"]
+
 fn replaying_an_extreme_event_never_panics() {
     let event = Event {
         at: 1,
@@ -833,7 +834,7 @@ fn replaying_an_extreme_event_never_panics() {
 /// restores, and the first `Tick` that loses the worker panics
 /// (`self.jobs[&id]` in `apply(WorkerLost)`).
 #[test]
-#[ignore = "Master::restore does not check a snapshot's cross-references (reported)"]
+
 fn a_snapshot_whose_worker_runs_a_missing_job_is_refused_or_survives() {
     use std::collections::{BTreeMap, BTreeSet};
     // The snapshot layout (`Master`'s fields in order), written by hand
@@ -889,7 +890,7 @@ proptest! {
     /// Any sequence of commands, as the wire may carry them: decided and
     /// applied without a panic.
     #[test]
-    #[ignore = "master.rs adds configured durations to times unchecked (reported)"]
+
     fn any_commands_decide_and_apply_without_panic(
         steps in vec((0..5_000u64, command()), 0..40),
     ) {
@@ -907,7 +908,7 @@ proptest! {
     /// Any sequence of events, as a replica's journal may hold them:
     /// applied (with ticks between) without a panic.
     #[test]
-    #[ignore = "master.rs apply trusts event ids and times (reported)"]
+
     fn any_events_replay_without_panic(events in vec(event(), 0..40)) {
         let replayed = std::panic::catch_unwind(|| {
             let mut master = Master::new();

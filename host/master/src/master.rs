@@ -47,6 +47,10 @@ pub const WORKER_ID_BYTES_MAX: usize = 256;
 pub const WORKER_SEEN_PER_TTL: u64 = 4;
 /// Most jobs one listing returns.
 pub const LIST_LIMIT_MAX: u32 = 1000;
+/// Longest duration a configuration may set (a year).
+pub const CONFIG_DURATION_MS_MAX: u64 = 365 * 24 * 3_600_000;
+/// Largest `attempts_max` a configuration may set.
+pub const ATTEMPTS_MAX_MAX: u32 = 10_000;
 /// Most API tokens kept.
 pub const TOKENS_MAX: usize = 10_000;
 /// Longest token id.
@@ -189,6 +193,14 @@ impl Master {
     }
 
     fn rebuild_index(&mut self) {
+        // A snapshot is decoded, not trusted: a worker "running" a job the
+        // snapshot does not hold would make a later event fail. Every node
+        // restoring the same bytes drops the same references, so replicas
+        // stay identical.
+        let jobs = &self.jobs;
+        for worker in self.workers.values_mut() {
+            worker.running.retain(|id| jobs.contains_key(id));
+        }
         let mut index = Index::default();
         for (&id, job) in &self.jobs {
             index.counts[job.state as usize] += 1;
@@ -290,7 +302,9 @@ impl Master {
                         id,
                         attempt: job.attempts.len() as u32 + 1,
                         worker: worker.clone(),
-                        lease_until: now + job.spec.timeout_ms + self.config.lease_grace_ms,
+                        lease_until: now
+                            .saturating_add(job.spec.timeout_ms)
+                            .saturating_add(self.config.lease_grace_ms),
                     }));
                 }
                 done(events)
@@ -510,7 +524,7 @@ impl Master {
             if !room(&kinds) {
                 break;
             }
-            if now >= state.last_seen + self.config.worker_ttl_ms {
+            if now >= state.last_seen.saturating_add(self.config.worker_ttl_ms) {
                 kinds.push(EventKind::WorkerLost {
                     worker: worker.clone(),
                 });
@@ -525,14 +539,15 @@ impl Master {
             if !room(&kinds) {
                 break;
             }
-            let expired = finished_at + self.config.retention_ms <= now;
+            let expired = finished_at.saturating_add(self.config.retention_ms) <= now;
             let over = excess > 0 || bytes > self.config.results_bytes_total_max;
             if !expired && !over {
                 break;
             }
             kinds.push(EventKind::Purged { id });
             excess = excess.saturating_sub(1);
-            bytes -= self.jobs[&id].result.as_ref().map_or(0, |r| r.len() as u64);
+            let held = self.jobs.get(&id).and_then(|j| j.result.as_ref());
+            bytes = bytes.saturating_sub(held.map_or(0, |r| r.len() as u64));
         }
         kinds
             .into_iter()
@@ -574,7 +589,7 @@ impl Master {
                 }
                 self.index.counts[JobState::Queued as usize] += 1;
                 self.jobs.insert(*id, job);
-                self.next_id = self.next_id.max(id + 1);
+                self.next_id = self.next_id.max(id.saturating_add(1));
                 self.submitted_total += 1;
                 effects.push(Effect::WorkAvailable);
             }
@@ -721,7 +736,8 @@ impl Master {
             EventKind::WorkerLost { worker } => {
                 if let Some(state) = self.workers.remove(worker) {
                     for id in state.running {
-                        let Some(attempt) = self.jobs[&id].attempts.last().map(|a| a.number) else {
+                        let current = self.jobs.get(&id).and_then(|j| j.attempts.last());
+                        let Some(attempt) = current.map(|a| a.number) else {
                             continue;
                         };
                         if self.end_attempt(id, attempt, at) {
@@ -797,7 +813,7 @@ impl Master {
                 .backoff_base_ms
                 .saturating_mul(1u64 << (made - 1).min(32))
                 .min(config.backoff_max_ms);
-            let not_before = at + backoff;
+            let not_before = at.saturating_add(backoff);
             set_state(&mut self.index.counts, job, JobState::Queued);
             job.not_before = Some(not_before);
             self.index.delayed.insert((not_before, id));
@@ -1002,6 +1018,29 @@ fn validate_config(config: &Config) -> Result<(), Rejection> {
         if value == 0 {
             return reject(codes::INVALID_JOB, format!("{name} must be positive"));
         }
+    }
+    // Durations are added to times: bounded, they can never overflow one.
+    let durations = [
+        ("timeout_ms_max", config.timeout_ms_max),
+        ("worker_ttl_ms", config.worker_ttl_ms),
+        ("retention_ms", config.retention_ms),
+        ("backoff_base_ms", config.backoff_base_ms),
+        ("backoff_max_ms", config.backoff_max_ms),
+        ("lease_grace_ms", config.lease_grace_ms),
+    ];
+    for (name, value) in durations {
+        if value > CONFIG_DURATION_MS_MAX {
+            return reject(
+                codes::INVALID_JOB,
+                format!("{name} is at most {CONFIG_DURATION_MS_MAX} ms (a year)"),
+            );
+        }
+    }
+    if config.attempts_max > ATTEMPTS_MAX_MAX {
+        return reject(
+            codes::INVALID_JOB,
+            format!("attempts_max is at most {ATTEMPTS_MAX_MAX}"),
+        );
     }
     Ok(())
 }
