@@ -14,7 +14,6 @@
 //! Nothing here is hand-rolled cryptography: the per-purpose keys come from
 //! HKDF-SHA256 and are used by [`super::seal`] with XChaCha20-Poly1305.
 
-use chacha20poly1305::{KeyInit, XChaCha20Poly1305};
 use hkdf::Hkdf;
 use sha2::Sha256;
 use std::path::Path;
@@ -43,8 +42,8 @@ pub enum Purpose {
 /// One key, ready to use.
 pub struct Key {
     id: [u8; 4],
-    gossip: XChaCha20Poly1305,
-    http: XChaCha20Poly1305,
+    gossip: [u8; KEY_BYTES],
+    http: [u8; KEY_BYTES],
 }
 
 impl Key {
@@ -59,8 +58,8 @@ impl Key {
         let id = derive(b"key id");
         Self {
             id: [id[0], id[1], id[2], id[3]],
-            gossip: XChaCha20Poly1305::new(&derive(b"gossip").into()),
-            http: XChaCha20Poly1305::new(&derive(b"http").into()),
+            gossip: derive(b"gossip"),
+            http: derive(b"http"),
         }
     }
 
@@ -69,8 +68,8 @@ impl Key {
         self.id
     }
 
-    /// The cipher for `purpose`.
-    pub(crate) fn cipher(&self, purpose: Purpose) -> &XChaCha20Poly1305 {
+    /// The XChaCha20-Poly1305 key for `purpose`.
+    pub(crate) fn subkey(&self, purpose: Purpose) -> &[u8; KEY_BYTES] {
         match purpose {
             Purpose::Gossip => &self.gossip,
             Purpose::Http => &self.http,

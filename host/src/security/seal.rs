@@ -4,6 +4,10 @@
 //! version u8 = 1 | key id [4] | sent at (ms, u64 BE) | nonce [24] | ciphertext | tag [16]
 //! ```
 //!
+//! The cipher is XChaCha20-Poly1305 (the HChaCha20 subkey by RustCrypto's
+//! `chacha20`, the ChaCha20-Poly1305 under it by `ring`, a test pins the
+//! bytes to RustCrypto's `XChaCha20Poly1305`).
+//!
 //! The associated data is the header itself, the cluster id and a
 //! *context* the caller gives (for HTTP: method and path of a request, or
 //! the request's nonce and the status of its answer), so a sealed body
@@ -24,9 +28,7 @@
 //! replay. Only authenticated messages ever reach the guard, so someone
 //! without the key cannot fill it.
 
-use super::key::{Keyring, Purpose};
-use chacha20poly1305::aead::AeadInPlace;
-use chacha20poly1305::{Tag, XNonce};
+use super::key::{KEY_BYTES, Keyring, Purpose};
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 
@@ -172,11 +174,14 @@ impl Sealer {
         out.extend_from_slice(&nonce);
         let aad = self.aad(&out, context);
         out.extend_from_slice(plaintext);
-        let tag = key
-            .cipher(purpose)
-            .encrypt_in_place_detached(XNonce::from_slice(&nonce), &aad, &mut out[HEADER_BYTES..])
-            .expect("XChaCha20-Poly1305 seals any message under 256 GiB");
-        out.extend_from_slice(&tag);
+        let tag = xchacha(key.subkey(purpose), &nonce)
+            .seal_in_place_separate_tag(
+                ring_nonce(&nonce),
+                ring::aead::Aad::from(&aad),
+                &mut out[HEADER_BYTES..],
+            )
+            .expect("ChaCha20-Poly1305 seals any message under 256 GiB");
+        out.extend_from_slice(tag.as_ref());
         (out, nonce)
     }
 
@@ -209,16 +214,16 @@ impl Sealer {
         let nonce: [u8; 24] = header[13..37].try_into().expect("24 bytes");
         let key = self.keyring.find(key_id).ok_or(SealError::UnknownKey)?;
         let aad = self.aad(header, context);
-        let (body, tag) = message[HEADER_BYTES..].split_at(message.len() - OVERHEAD);
-        let mut plaintext = body.to_vec();
-        key.cipher(purpose)
-            .decrypt_in_place_detached(
-                XNonce::from_slice(&nonce),
-                &aad,
+        let mut plaintext = message[HEADER_BYTES..].to_vec();
+        let opened = xchacha(key.subkey(purpose), &nonce)
+            .open_in_place(
+                ring_nonce(&nonce),
+                ring::aead::Aad::from(&aad),
                 &mut plaintext,
-                Tag::from_slice(tag),
             )
-            .map_err(|_| SealError::Forged)?;
+            .map_err(|_| SealError::Forged)?
+            .len();
+        plaintext.truncate(opened);
         if freshness == Freshness::Once {
             if sent_ms.abs_diff(now_ms) > WINDOW_MS {
                 return Err(SealError::Stale);
@@ -242,6 +247,28 @@ impl Sealer {
         }
         aad
     }
+}
+
+/// XChaCha20-Poly1305 for `nonce`: ChaCha20-Poly1305 under the HChaCha20
+/// subkey of its first 16 bytes (ring does the ChaCha20-Poly1305).
+fn xchacha(key: &[u8; KEY_BYTES], nonce: &[u8; 24]) -> ring::aead::LessSafeKey {
+    use chacha20::cipher::consts::U10;
+    use chacha20::cipher::generic_array::GenericArray;
+    let subkey = chacha20::hchacha::<U10>(
+        GenericArray::from_slice(key),
+        GenericArray::from_slice(&nonce[..16]),
+    );
+    let unbound = ring::aead::UnboundKey::new(&ring::aead::CHACHA20_POLY1305, &subkey)
+        .expect("a 32-byte ChaCha20-Poly1305 key");
+    ring::aead::LessSafeKey::new(unbound)
+}
+
+/// The ChaCha20-Poly1305 nonce of an XChaCha20 `nonce`: four zero bytes and
+/// its last eight.
+fn ring_nonce(nonce: &[u8; 24]) -> ring::aead::Nonce {
+    let mut short = [0u8; 12];
+    short[4..].copy_from_slice(&nonce[16..]);
+    ring::aead::Nonce::assume_unique_for_key(short)
 }
 
 /// Nonces accepted within the freshness window.
@@ -490,6 +517,32 @@ mod tests {
             .admit(NOW + WINDOW_MS + 1, &nonce(4), NOW + WINDOW_MS + 1)
             .unwrap();
         assert_eq!(guard.len(), 1);
+    }
+
+    /// The construction is XChaCha20-Poly1305 to the byte: RustCrypto's
+    /// implementation opens what this seals and seals the same bytes.
+    #[test]
+    fn sealing_is_xchacha20_poly1305() {
+        use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+        let ring = Keyring::parse(&generate()).unwrap();
+        let a = Sealer::new(ring, "c");
+        let key = a.keyring().sealing();
+        let reference = chacha20poly1305::XChaCha20Poly1305::new(key.subkey(Purpose::Http).into());
+        for len in [0usize, 1, 63, 64, 65, 1000] {
+            let plaintext: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let (sealed, nonce) = a.seal_at(Purpose::Http, CTX, NOW, &plaintext);
+            let aad = a.aad(&sealed[..HEADER_BYTES], CTX);
+            let expected = reference
+                .encrypt(
+                    chacha20poly1305::XNonce::from_slice(&nonce),
+                    Payload {
+                        msg: &plaintext,
+                        aad: &aad,
+                    },
+                )
+                .unwrap();
+            assert_eq!(&sealed[HEADER_BYTES..], &expected[..], "{len} bytes");
+        }
     }
 
     proptest! {
