@@ -35,7 +35,7 @@
 //! * security: the cluster throughput and the proxied one-at-a-time
 //!   latency above, on three nodes without a key and on three nodes with a
 //!   cluster key (sealed gossip and node-to-node bodies, clients with a
-//!   token), alternated twice in one run.
+//!   token), alternated in one run (`COHORT_BENCH_ROUNDS`, default 2).
 //!
 //! `COHORT_BENCH_VERBOSE=1` prints the slow submissions of the hand-over;
 //! `COHORT_BENCH_NODE_LOGS=DIR` keeps the nodes' stderr in `DIR` (set
@@ -549,7 +549,11 @@ async fn security() {
         }
     }
     let key_arg = key.to_str().unwrap();
-    for round in 1..=2 {
+    let rounds: u32 = std::env::var("COHORT_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(2);
+    for round in 1..=rounds {
         for secured in [false, true] {
             let extra: &[&str] = if secured {
                 &["--cluster-key", key_arg]
