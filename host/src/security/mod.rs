@@ -7,7 +7,8 @@
 //!   nodes is sealed with it ([`seal`]): every gossip datagram
 //!   ([`gossip`]) and the body of every node-to-node HTTP request and its
 //!   answer (`/internal/v1/...`, sealed by [`crate::peer`], opened by the
-//!   API). Sealing is XChaCha20-Poly1305 (RustCrypto) with a key derived per
+//!   API). Sealing is XChaCha20-Poly1305 (RustCrypto's HChaCha20, ring's
+//!   ChaCha20-Poly1305) with a key derived per
 //!   purpose by HKDF-SHA256 and the cluster id as associated data, so it
 //!   authenticates *and* hides; a timestamp window and a replay guard refuse
 //!   old or repeated messages. A node without the key cannot gossip its way
