@@ -16,11 +16,11 @@
 //! PROPTEST_CASES=100000 cargo test -p cohort-master fuzz
 //! ```
 
+use crate::testing::{apply_damage, damage};
 use crate::*;
 use proptest::collection::vec;
 use proptest::option;
 use proptest::prelude::*;
-use proptest::sample::Index;
 
 /// Cases per property inside `cargo test`. `proptest!` passes its config
 /// through `contextualize_config`, so `PROPTEST_CASES` still wins.
@@ -448,50 +448,6 @@ fn master() -> impl Strategy<Value = Master> {
         }
         master
     })
-}
-
-/// Damage as disks and networks do it, at positions relative to the input.
-#[derive(Debug, Clone)]
-enum Damage {
-    Flip(Index, u8),
-    Set(Index, u8),
-    Truncate(Index),
-    Insert(Index, Vec<u8>),
-    Remove(Index, usize),
-}
-
-fn damage() -> impl Strategy<Value = Vec<Damage>> {
-    let one = prop_oneof![
-        4 => (any::<Index>(), 0..8u8).prop_map(|(at, bit)| Damage::Flip(at, bit)),
-        2 => (any::<Index>(), any::<u8>()).prop_map(|(at, byte)| Damage::Set(at, byte)),
-        1 => any::<Index>().prop_map(Damage::Truncate),
-        1 => (any::<Index>(), vec(any::<u8>(), 1..12)).prop_map(|(at, b)| Damage::Insert(at, b)),
-        1 => (any::<Index>(), 1..8usize).prop_map(|(at, n)| Damage::Remove(at, n)),
-    ];
-    vec(one, 1..4)
-}
-
-fn apply_damage(mut bytes: Vec<u8>, damage: &[Damage]) -> Vec<u8> {
-    for d in damage {
-        let len = bytes.len();
-        if len == 0 {
-            break;
-        }
-        match d {
-            Damage::Flip(at, bit) => bytes[at.index(len)] ^= 1 << bit,
-            Damage::Set(at, byte) => bytes[at.index(len)] = *byte,
-            Damage::Truncate(at) => bytes.truncate(at.index(len)),
-            Damage::Insert(at, more) => {
-                let at = at.index(len + 1);
-                bytes.splice(at..at, more.iter().copied());
-            }
-            Damage::Remove(at, n) => {
-                let at = at.index(len);
-                bytes.drain(at..(at + n).min(len));
-            }
-        }
-    }
-    bytes
 }
 
 /// Arbitrary input, mostly behind the right version byte so the postcard

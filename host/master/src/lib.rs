@@ -19,6 +19,9 @@ pub mod scenarios;
 #[cfg(test)]
 mod tests;
 
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
 pub use master::Master;
 pub use protocol::*;
 

@@ -26,13 +26,13 @@ use crate::journal::{Entry, Shape};
 use crate::master::MasterError;
 use crate::master::service::{Poll, PollResult, ProgressReport};
 use crate::master::store::Snapshot;
+use cohort_master::testing::{apply_damage, damage};
 use cohort_master::{
     Answer, Assignment, Command, FORMAT_VERSION, JobSpec, JobState, Outcome, Query, Rejection,
     Reply, Stats, codes, decode, encode,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
-use proptest::sample::Index;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -211,43 +211,6 @@ fn every_decoder(bytes: &[u8]) -> Result<(), TestCaseError> {
     decodes_or_refuses::<ReplicaRequest>(bytes)?;
     decodes_or_refuses::<ReplicaResponse>(bytes)?;
     decodes_or_refuses::<Handover>(bytes)
-}
-
-#[derive(Debug, Clone)]
-enum Damage {
-    Flip(Index, u8),
-    Set(Index, u8),
-    Truncate(Index),
-    Insert(Index, Vec<u8>),
-}
-
-fn damage() -> impl Strategy<Value = Vec<Damage>> {
-    let one = prop_oneof![
-        4 => (any::<Index>(), 0..8u8).prop_map(|(at, bit)| Damage::Flip(at, bit)),
-        2 => (any::<Index>(), any::<u8>()).prop_map(|(at, byte)| Damage::Set(at, byte)),
-        1 => any::<Index>().prop_map(Damage::Truncate),
-        1 => (any::<Index>(), vec(any::<u8>(), 1..12)).prop_map(|(at, b)| Damage::Insert(at, b)),
-    ];
-    vec(one, 1..4)
-}
-
-fn apply_damage(mut bytes: Vec<u8>, damage: &[Damage]) -> Vec<u8> {
-    for d in damage {
-        let len = bytes.len();
-        if len == 0 {
-            break;
-        }
-        match d {
-            Damage::Flip(at, bit) => bytes[at.index(len)] ^= 1 << bit,
-            Damage::Set(at, byte) => bytes[at.index(len)] = *byte,
-            Damage::Truncate(at) => bytes.truncate(at.index(len)),
-            Damage::Insert(at, more) => {
-                let at = at.index(len + 1);
-                bytes.splice(at..at, more.iter().copied());
-            }
-        }
-    }
-    bytes
 }
 
 /// postcard's unsigned varint (LEB128).

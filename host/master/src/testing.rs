@@ -1,0 +1,58 @@
+//! Property-test helpers shared by the master's tests and the host's
+//! (the host enables them with the `testing` feature; never built into the
+//! master component).
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::sample::Index;
+
+/// Damage as disks and networks do it, at positions relative to the input.
+#[derive(Debug, Clone)]
+pub enum Damage {
+    /// Flip one bit of one byte.
+    Flip(Index, u8),
+    /// Overwrite one byte.
+    Set(Index, u8),
+    /// Cut the bytes short.
+    Truncate(Index),
+    /// Insert bytes.
+    Insert(Index, Vec<u8>),
+    /// Remove up to this many bytes.
+    Remove(Index, usize),
+}
+
+/// One to three kinds of damage.
+pub fn damage() -> impl Strategy<Value = Vec<Damage>> {
+    let one = prop_oneof![
+        4 => (any::<Index>(), 0..8u8).prop_map(|(at, bit)| Damage::Flip(at, bit)),
+        2 => (any::<Index>(), any::<u8>()).prop_map(|(at, byte)| Damage::Set(at, byte)),
+        1 => any::<Index>().prop_map(Damage::Truncate),
+        1 => (any::<Index>(), vec(any::<u8>(), 1..12)).prop_map(|(at, b)| Damage::Insert(at, b)),
+        1 => (any::<Index>(), 1..8usize).prop_map(|(at, n)| Damage::Remove(at, n)),
+    ];
+    vec(one, 1..4)
+}
+
+/// `bytes` after `damage`.
+pub fn apply_damage(mut bytes: Vec<u8>, damage: &[Damage]) -> Vec<u8> {
+    for d in damage {
+        let len = bytes.len();
+        if len == 0 {
+            break;
+        }
+        match d {
+            Damage::Flip(at, bit) => bytes[at.index(len)] ^= 1 << bit,
+            Damage::Set(at, byte) => bytes[at.index(len)] = *byte,
+            Damage::Truncate(at) => bytes.truncate(at.index(len)),
+            Damage::Insert(at, more) => {
+                let at = at.index(len + 1);
+                bytes.splice(at..at, more.iter().copied());
+            }
+            Damage::Remove(at, n) => {
+                let at = at.index(len);
+                bytes.drain(at..(at + n).min(len));
+            }
+        }
+    }
+    bytes
+}
