@@ -866,3 +866,77 @@ fn one_client_address_holds_a_bounded_number_of_connections() {
         .unwrap();
     assert_eq!(live(&cluster).len(), 1);
 }
+
+/// Waits (bounded) until `ledger` holds `count` acknowledgements.
+fn wait_acks(ledger: &support::faults::Ledger, count: usize, what: &str) {
+    let started = Instant::now();
+    while ledger.len() < count {
+        assert!(
+            started.elapsed() < OBSERVE,
+            "{what}: {} acknowledged",
+            ledger.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_sealed_cluster_takes_over_from_a_killed_master_without_losing_a_job() {
+    let _turn = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let key = key_file(dir.path(), "k", &[&generate()]);
+    let mut n1 = secure(&dir, "n1", &key, None);
+    let admin = token(&n1, &key, "admin");
+    let n2 = secure(&dir, "n2", &key, Some(&n1));
+    let n3 = secure(&dir, "n3", &key, Some(&n1));
+    let c2 = client(&n2, &admin);
+    rt.block_on(async {
+        let started = Instant::now();
+        while !c2.cluster().await.is_ok_and(|c| c.workers.len() == 3) {
+            assert!(started.elapsed() < OBSERVE, "three workers never met");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let echo = rt.block_on(upload(&c2, "fixture_echo"));
+    let targets: support::faults::Targets = std::sync::Arc::new(std::sync::Mutex::new(vec![
+        client(&n2, &admin),
+        client(&n3, &admin),
+    ]));
+    let burst = Burst::start(&rt, &targets, &echo, 4);
+    let ledger = burst.ledger.clone();
+    wait_acks(&ledger, 50, "before the crash");
+    let killed = Instant::now();
+    n1.kill();
+    rt.block_on(async {
+        let started = Instant::now();
+        while !c2
+            .cluster()
+            .await
+            .is_ok_and(|c| c.master_node == "n2" && c.master_epoch == 2)
+        {
+            assert!(started.elapsed() < OBSERVE, "n2 never took the master over");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let after = ledger.len();
+    wait_acks(&ledger, after + 50, "after the take-over");
+    burst.finish(&rt);
+    assert!(ledger.first_ack_after(killed).is_some());
+    rt.block_on(check_jobs(&c2, &ledger));
+    // The crashed node comes back with the key, as the youngest, and its
+    // journal lines up with the new master's.
+    let n1 = secure(&dir, "n1", &key, Some(&n2));
+    rt.block_on(async {
+        let started = Instant::now();
+        while !c2
+            .cluster()
+            .await
+            .is_ok_and(|c| live(&c) == ["n2", "n3", "n1"] && c.master_node == "n2")
+        {
+            assert!(started.elapsed() < OBSERVE, "n1 never came back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    check_journals(&[&n1, &n2, &n3]);
+}
