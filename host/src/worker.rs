@@ -13,7 +13,7 @@
 //! master gave up on the attempt is ignored there.
 //!
 //! * **Checkpoints** go to the master while the job runs, at most one per
-//!   [`CHECKPOINT_INTERVAL`]: a `watch` channel keeps only the newest, so a
+//!   `CHECKPOINT_INTERVAL`: a `watch` channel keeps only the newest, so a
 //!   job that checkpoints in a loop neither queues up memory nor floods the
 //!   journal.
 //! * **Progress** goes to a [`ProgressBoard`] on this node and rides on the

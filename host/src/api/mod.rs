@@ -19,7 +19,7 @@
 //! * **Security** ([`auth`], [`crate::security`]): tokens and scopes on the
 //!   public routes once the node has a cluster key; sealed bodies on the
 //!   `/internal/` routes, which this module opens before and seals after
-//!   [`Api::internal_route`] (the routes nodes use to reach each other).
+//!   `Api::internal_route` (the routes nodes use to reach each other).
 //!   With TLS on, a connection is TLS if its first byte starts a handshake;
 //!   plain connections may only use the sealed internal routes.
 
