@@ -31,8 +31,9 @@ pub fn needed_scope(method: &Method, segments: &[&str]) -> Option<Scope> {
     }
 }
 
-/// The methods a known route allows (for `405` and its `Allow` header), or
-/// `None` for an unknown route.
+/// The methods a known public route allows (for `405` and its `Allow`
+/// header), or `None` for an unknown route (the internal routes, all
+/// `POST`, are listed once with their body limits in `api`).
 pub fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
     Some(match segments {
         ["healthz"] | ["metrics"] | ["v1", "cluster"] => "GET",
@@ -41,12 +42,6 @@ pub fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["v1", "jobs", "batch"] | ["v1", "node", "leave"] => "POST",
         ["v1", "jobs", _] => "GET, DELETE",
         ["v1", "tokens", _] => "DELETE",
-        [
-            "internal",
-            "v1",
-            "master" | "handover" | "replica" | "modules" | "tokens",
-        ]
-        | ["internal", "v1", "modules", "fetch"] => "POST",
         _ => return None,
     })
 }

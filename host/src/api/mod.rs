@@ -67,8 +67,9 @@ pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
 pub const BATCH_JOBS_MAX: usize = 10_000;
 /// Longest `wait_ms` honoured.
 pub const WAIT_MS_MAX: u64 = 60_000;
-/// Largest token request body (and module fetch request).
-pub const TOKEN_BODY_BYTES_MAX: usize = 64 << 10;
+/// Largest body of the small control requests (token operations, a module
+/// fetch by digest).
+pub const CONTROL_BODY_BYTES_MAX: usize = 64 << 10;
 /// Jobs per page of `GET /v1/jobs` when `limit` is not given.
 pub const LIST_LIMIT_DEFAULT: u32 = 100;
 /// Pause after a failed `accept` (out of file descriptors and the like).
@@ -569,9 +570,28 @@ fn not_stored(code: &str, digest: &Digest) -> ApiError {
     )
 }
 
+/// The internal routes (all `POST`) and the largest body each takes: the
+/// one list of them that `Api::internal_route` serves.
+fn internal_body_limit(segments: &[&str]) -> Option<usize> {
+    Some(match segments {
+        ["internal", "v1", "master"] => BATCH_BODY_BYTES_MAX,
+        ["internal", "v1", "handover"] => crate::cluster::handover::HANDOVER_BYTES_MAX,
+        ["internal", "v1", "replica"] => crate::cluster::replica::REPLICA_BYTES_MAX,
+        ["internal", "v1", "modules"] => crate::runtime::module::MODULE_BYTES_MAX,
+        ["internal", "v1", "modules", "fetch"] | ["internal", "v1", "tokens"] => {
+            CONTROL_BODY_BYTES_MAX
+        }
+        _ => return None,
+    })
+}
+
 /// `405` with the allowed methods for a known route, `404` otherwise.
 fn no_route(method: &Method, path: &str, segments: &[&str]) -> ApiError {
-    match auth::allowed_methods(segments) {
+    let allowed = match internal_body_limit(segments) {
+        Some(_) => Some("POST"),
+        None => auth::allowed_methods(segments),
+    };
+    match allowed {
         Some(allow) => ApiError {
             allow: Some(allow),
             ..ApiError::new(
@@ -797,7 +817,7 @@ impl Api {
             (&Method::GET, ["v1", "cluster"]) => self.cluster().await,
             (&Method::GET, ["v1", "tokens"]) => self.tokens(auth::TokenOp::List).await,
             (&Method::POST, ["v1", "tokens"]) => {
-                let body = read_body(request, TOKEN_BODY_BYTES_MAX).await?;
+                let body = read_body(request, CONTROL_BODY_BYTES_MAX).await?;
                 self.tokens(auth::TokenOp::Create(parse_json(&body)?)).await
             }
             (&Method::DELETE, ["v1", "tokens", id]) => {
@@ -813,17 +833,8 @@ impl Api {
         let path = request.uri().path().to_string();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let method = request.method().clone();
-        let limit = match segments.as_slice() {
-            _ if method != Method::POST => {
-                return error_response(no_route(&method, &path, &segments));
-            }
-            ["internal", "v1", "master"] => BATCH_BODY_BYTES_MAX,
-            ["internal", "v1", "handover"] => crate::cluster::handover::HANDOVER_BYTES_MAX,
-            ["internal", "v1", "replica"] => crate::cluster::replica::REPLICA_BYTES_MAX,
-            ["internal", "v1", "modules"] => crate::runtime::module::MODULE_BYTES_MAX,
-            ["internal", "v1", "modules", "fetch"] | ["internal", "v1", "tokens"] => {
-                TOKEN_BODY_BYTES_MAX
-            }
+        let limit = match internal_body_limit(&segments) {
+            Some(limit) if method == Method::POST => limit,
             _ => return error_response(no_route(&method, &path, &segments)),
         };
         let sealed = request
@@ -954,7 +965,8 @@ impl Api {
                 let op = cohort_master::decode::<auth::TokenOp>(&body)?;
                 self.tokens(op).await
             }
-            _ => Err(ApiError::new("not_found", "no such internal route")),
+            // internal() routed only what internal_body_limit knows.
+            _ => unreachable!("an internal route without a body limit"),
         }
     }
 
