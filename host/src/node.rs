@@ -160,19 +160,20 @@ fn security_settings(args: &NodeArgs) -> anyhow::Result<api::Security> {
                     .join(", ")
             );
         }
-        tracing::warn!(
-            "--insecure: listening on {exposed:?} without a cluster key; gossip, node-to-node \
-             requests and the API are open to anyone who reaches them"
+        // Printed whatever COHORT_LOG says: an open node must not go unnoticed.
+        eprintln!(
+            "WARNING: --insecure: listening on {exposed:?} without a cluster key; gossip, \
+             node-to-node requests and the API are open to anyone who reaches them"
         );
-        eprintln!("WARNING: --insecure: this node is open to anyone who reaches {exposed:?}");
     }
     Ok(api::Security {
         tokens: sealer
             .is_some()
             .then(|| Arc::new(crate::security::token::TokenTable::default())),
+        // Past the check above, exposed without a key means --insecure.
+        insecure: sealer.is_none() && !exposed.is_empty(),
         sealer,
         tls,
-        insecure: args.insecure && !exposed.is_empty(),
     })
 }
 

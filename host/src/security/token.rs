@@ -205,9 +205,8 @@ struct Entry {
 #[derive(Debug)]
 pub struct TokenTable {
     entries: RwLock<HashMap<String, Entry>>,
-    /// When the last refresh began.
-    last_refresh: std::sync::Mutex<Option<Instant>>,
-    /// Held by the one refresh a miss causes.
+    /// When the last refresh a miss caused began; held while one runs, so
+    /// concurrent misses share it.
     miss_refresh: tokio::sync::Mutex<Option<Instant>>,
 }
 
@@ -215,7 +214,6 @@ impl Default for TokenTable {
     fn default() -> Self {
         Self {
             entries: RwLock::new(HashMap::new()),
-            last_refresh: std::sync::Mutex::new(None),
             miss_refresh: tokio::sync::Mutex::new(None),
         }
     }
@@ -280,17 +278,15 @@ impl TokenTable {
         arrived: Instant,
         refresh: F,
     ) {
-        let mut last_miss = self.miss_refresh.lock().await;
-        let began = *self.last_refresh.lock().unwrap_or_else(|e| e.into_inner());
-        if began.is_some_and(|at| at > arrived) {
-            return;
+        let mut last = self.miss_refresh.lock().await;
+        if let Some(began) = *last {
+            if began > arrived {
+                return;
+            }
+            tokio::time::sleep_until(tokio::time::Instant::from_std(began + MISS_REFRESH_MIN))
+                .await;
         }
-        if let Some(at) = *last_miss {
-            tokio::time::sleep_until(tokio::time::Instant::from_std(at + MISS_REFRESH_MIN)).await;
-        }
-        let now = Instant::now();
-        *last_miss = Some(now);
-        *self.last_refresh.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
+        *last = Some(Instant::now());
         refresh.await;
     }
 }
