@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 const SUBMIT_BATCH: usize = 1000;
 /// Jobs waited for at once by `submit --many --wait`.
 const WAITS_IN_FLIGHT: usize = 64;
+/// Longest a token operation sealed with the cluster key may take (it
+/// waits for the master's journal).
+const TOKEN_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// One long-poll of a waiting command.
 const WAIT_MS: u64 = 30_000;
 
@@ -753,7 +756,7 @@ async fn token_call(
         .post_internal(
             &format!("{base}/internal/v1/tokens"),
             cohort_master::encode(op).into(),
-            std::time::Duration::from_secs(30),
+            TOKEN_CALL_TIMEOUT,
         )
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;

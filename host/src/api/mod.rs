@@ -84,6 +84,8 @@ pub const CONNECTIONS_MAX: usize = 4096;
 pub const CONNECTIONS_PER_CLIENT_MAX: usize = 256;
 /// A client must send its request headers within this.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest spent writing the `429` to a client over its connection bound.
+const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 /// A TLS handshake must finish within this.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Every body gets this long, plus [`BODY_RATE_MIN`] for its size.
@@ -402,16 +404,21 @@ impl PerClient {
 /// closes it.
 async fn refuse_connection(mut stream: tokio::net::TcpStream) {
     use tokio::io::AsyncWriteExt;
-    let body = serde_json::json!({
-        "code": "too_many_connections",
-        "message": format!("at most {CONNECTIONS_PER_CLIENT_MAX} connections per client address"),
-    })
-    .to_string();
+    let error = ApiError::new(
+        "too_many_connections",
+        format!("at most {CONNECTIONS_PER_CLIENT_MAX} connections per client address"),
+    );
+    // Written before hyper sees the connection, so by hand; the body and
+    // status are the API's own.
+    let body = serde_json::to_string(&error.body).expect("API types serialize");
+    let status = error.status;
     let answer = format!(
-        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or(""),
         body.len()
     );
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(answer.as_bytes())).await;
+    let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, stream.write_all(answer.as_bytes())).await;
 }
 
 /// Serves one connection: TLS if TLS is on and the client starts a
