@@ -16,7 +16,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use support::faults::{Burst, check_jobs, check_journals, exclusive};
-use support::{Node, live, runtime, start_with, upload};
+use support::{Node, converge_via, live, runtime, start_with, upload};
 
 /// Longest a security condition may take to show.
 const OBSERVE: Duration = Duration::from_secs(30);
@@ -41,12 +41,19 @@ fn secure(dir: &tempfile::TempDir, name: &str, key: &Path, seed: Option<&Node>) 
 /// A token with `scopes` made through `node` by proving the cluster key
 /// (retried while the master comes up).
 fn token(node: &Node, key: &Path, scopes: &str) -> String {
+    token_at(&node.url, key, scopes)
+}
+
+/// [`token`] through the node at `server` (`http://` or `https://`).
+fn token_at(server: &str, key: &Path, scopes: &str) -> String {
     let started = Instant::now();
     loop {
-        let out = node.cli(
+        let out = support::cohort(
             &[
                 "token",
                 "create",
+                "--server",
+                server,
                 "--cluster-key",
                 key.to_str().unwrap(),
                 "--scope",
@@ -128,14 +135,7 @@ fn only_holders_of_the_key_join_and_reach_internal_routes() {
     let n2 = secure(&dir, "n2", &k1, Some(&n1));
     let admin = token(&n1, &k1, "admin");
     let c1 = client(&n1, &admin);
-    rt.block_on(async {
-        let both = |c: &cohort::api::types::ClusterResponse| live(c).len() == 2;
-        let started = Instant::now();
-        while !c1.cluster().await.is_ok_and(|c| both(&c)) {
-            assert!(started.elapsed() < OBSERVE, "n1 and n2 never met");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
+    rt.block_on(converge_via(&c1, "n1 and n2 live", |c| live(c).len() == 2));
     // Another key, and none: both gossip at n1 and are dropped.
     let n3 = secure(&dir, "n3", &k2, Some(&n1));
     let n4 = start_with(&dir, "n4", "back-end,worker,front-end", Some(&n1), &[]);
@@ -521,31 +521,7 @@ fn tls_serves_http1_and_http2_and_refuses_plain_http_and_garbage() {
     let https = format!("https://{addr}");
     // The first token through the sealed internal route (plain HTTP, an
     // https:// URL is rewritten).
-    let started = Instant::now();
-    let admin = loop {
-        let out = support::cohort(
-            &[
-                "token",
-                "create",
-                "--server",
-                &https,
-                "--cluster-key",
-                key.to_str().unwrap(),
-                "--scope",
-                "admin",
-            ],
-            b"",
-        );
-        if out.status.success() {
-            break String::from_utf8(out.stdout).unwrap().trim().to_string();
-        }
-        assert!(
-            started.elapsed() < OBSERVE,
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let admin = token_at(&https, &key, "admin");
     // The CLI over TLS, trusting the CA.
     let out = support::cohort(
         &[
@@ -744,15 +720,7 @@ fn the_cluster_key_rotates_under_load_without_losing_a_job() {
         rt.block_on(async {
             for node in nodes {
                 let c = client(node, &admin);
-                let started = Instant::now();
-                while !c.cluster().await.is_ok_and(|c| live(&c).len() == 3) {
-                    assert!(
-                        started.elapsed() < OBSERVE,
-                        "{} never saw three live nodes",
-                        node.url
-                    );
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                converge_via(&c, "three live nodes", |c| live(c).len() == 3).await;
             }
         })
     };
@@ -891,13 +859,7 @@ fn a_sealed_cluster_takes_over_from_a_killed_master_without_losing_a_job() {
     let n2 = secure(&dir, "n2", &key, Some(&n1));
     let n3 = secure(&dir, "n3", &key, Some(&n1));
     let c2 = client(&n2, &admin);
-    rt.block_on(async {
-        let started = Instant::now();
-        while !c2.cluster().await.is_ok_and(|c| c.workers.len() == 3) {
-            assert!(started.elapsed() < OBSERVE, "three workers never met");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
+    rt.block_on(converge_via(&c2, "three workers", |c| c.workers.len() == 3));
     let echo = rt.block_on(upload(&c2, "fixture_echo"));
     let targets: support::faults::Targets = std::sync::Arc::new(std::sync::Mutex::new(vec![
         client(&n2, &admin),
@@ -908,17 +870,9 @@ fn a_sealed_cluster_takes_over_from_a_killed_master_without_losing_a_job() {
     wait_acks(&ledger, 50, "before the crash");
     let killed = Instant::now();
     n1.kill();
-    rt.block_on(async {
-        let started = Instant::now();
-        while !c2
-            .cluster()
-            .await
-            .is_ok_and(|c| c.master_node == "n2" && c.master_epoch == 2)
-        {
-            assert!(started.elapsed() < OBSERVE, "n2 never took the master over");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
+    rt.block_on(converge_via(&c2, "the master on n2", |c| {
+        c.master_node == "n2" && c.master_epoch == 2
+    }));
     let after = ledger.len();
     wait_acks(&ledger, after + 50, "after the take-over");
     burst.finish(&rt);
@@ -927,16 +881,8 @@ fn a_sealed_cluster_takes_over_from_a_killed_master_without_losing_a_job() {
     // The crashed node comes back with the key, as the youngest, and its
     // journal lines up with the new master's.
     let n1 = secure(&dir, "n1", &key, Some(&n2));
-    rt.block_on(async {
-        let started = Instant::now();
-        while !c2
-            .cluster()
-            .await
-            .is_ok_and(|c| live(&c) == ["n2", "n3", "n1"] && c.master_node == "n2")
-        {
-            assert!(started.elapsed() < OBSERVE, "n1 never came back");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
+    rt.block_on(converge_via(&c2, "n1 back as the youngest", |c| {
+        live(c) == ["n2", "n3", "n1"] && c.master_node == "n2"
+    }));
     check_journals(&[&n1, &n2, &n3]);
 }

@@ -347,7 +347,15 @@ pub async fn converge(
     what: &str,
     done: impl Fn(&ClusterResponse) -> bool,
 ) -> ClusterResponse {
-    let client = Client::new(&node.url);
+    converge_via(&Client::new(&node.url), what, done).await
+}
+
+/// [`converge`] asking through `client` (one that carries a token, say).
+pub async fn converge_via(
+    client: &Client,
+    what: &str,
+    done: impl Fn(&ClusterResponse) -> bool,
+) -> ClusterResponse {
     let started = Instant::now();
     loop {
         if let Ok(cluster) = client.cluster().await
@@ -358,7 +366,7 @@ pub async fn converge(
         assert!(
             started.elapsed() < CONVERGE,
             "{} never saw {what}: {:?}",
-            node.url,
+            client.server(),
             client.cluster().await
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
