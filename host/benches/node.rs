@@ -602,7 +602,7 @@ async fn add_token(url: &str, key: &std::path::Path, record: &cohort_master::Tok
         id: record.id.clone(),
         name: record.name.clone(),
         scopes: record.scopes.clone(),
-        sha256: record.hash.iter().map(|b| format!("{b:02x}")).collect(),
+        sha256: cohort::runtime::Digest::from(record.hash).to_string(),
     });
     loop {
         let answer = peer

@@ -666,7 +666,7 @@ pub async fn token(command: TokenCommand) -> ExitCode {
                 id: minted.record.id.clone(),
                 name: minted.record.name.clone(),
                 scopes: minted.record.scopes.clone(),
-                sha256: crate::security::key::encode_hex(&minted.record.hash),
+                sha256: crate::runtime::Digest::from(minted.record.hash).to_string(),
             });
             (args.auth, op, Some(minted.token))
         }

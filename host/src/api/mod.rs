@@ -1000,10 +1000,11 @@ impl Api {
                 ))
             }
             auth::TokenOp::Create(request) => {
-                let hash =
-                    crate::security::key::decode_hex::<32>(&request.sha256).ok_or_else(|| {
-                        ApiError::new("invalid_token", "sha256 must be 64 hex digits")
-                    })?;
+                let hash = request
+                    .sha256
+                    .parse::<Digest>()
+                    .map_err(|_| ApiError::new("invalid_token", "sha256 must be 64 hex digits"))?
+                    .to_bytes();
                 let record = cohort_master::TokenRecord {
                     id: request.id,
                     name: request.name,

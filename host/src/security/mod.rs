@@ -45,10 +45,3 @@ pub(crate) fn random(buf: &mut [u8]) {
     // safely: stopping is the only sound answer.
     getrandom::fill(buf).expect("the operating system's random source failed");
 }
-
-/// Milliseconds since the Unix epoch, from the wall clock.
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}

@@ -149,7 +149,12 @@ impl Sealer {
         context: &[&[u8]],
         plaintext: &[u8],
     ) -> (Vec<u8>, [u8; 24]) {
-        self.seal_at(purpose, context, super::now_ms(), plaintext)
+        self.seal_at(
+            purpose,
+            context,
+            crate::master::service::now_ms(),
+            plaintext,
+        )
     }
 
     /// [`seal`](Self::seal) at a given time.
@@ -193,7 +198,13 @@ impl Sealer {
         message: &[u8],
         freshness: Freshness,
     ) -> Result<Opened, SealError> {
-        self.open_at(purpose, context, super::now_ms(), message, freshness)
+        self.open_at(
+            purpose,
+            context,
+            crate::master::service::now_ms(),
+            message,
+            freshness,
+        )
     }
 
     /// [`open`](Self::open) at a given time.

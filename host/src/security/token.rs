@@ -75,13 +75,6 @@ pub struct Scopes {
 }
 
 impl Scopes {
-    /// Every scope (what a caller holding the cluster key has).
-    pub const ALL: Scopes = Scopes {
-        read: true,
-        submit: true,
-        admin: true,
-    };
-
     /// Scopes from names; unknown names are ignored (the master refuses
     /// them when a token is made).
     pub fn from_names<S: AsRef<str>>(names: &[S]) -> Self {
