@@ -16,7 +16,7 @@
 //! PROPTEST_CASES=100000 cargo test -p cohort-master fuzz
 //! ```
 
-use crate::testing::{apply_damage, damage};
+use crate::testing::{apply_damage, damage, varint};
 use crate::*;
 use proptest::collection::vec;
 use proptest::option;
@@ -602,20 +602,6 @@ proptest! {
         every_decoder(&bytes)?;
         bytes[0] = crate::master::SNAPSHOT_VERSION;
         restores_or_refuses(&bytes)?;
-    }
-}
-
-/// postcard's unsigned varint (LEB128).
-fn varint(mut value: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let byte = (value & 0x7f) as u8;
-        value >>= 7;
-        if value == 0 {
-            out.push(byte);
-            return out;
-        }
-        out.push(byte | 0x80);
     }
 }
 

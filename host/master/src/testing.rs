@@ -56,3 +56,17 @@ pub fn apply_damage(mut bytes: Vec<u8>, damage: &[Damage]) -> Vec<u8> {
     }
     bytes
 }
+
+/// postcard's unsigned varint (LEB128).
+pub fn varint(mut value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return out;
+        }
+        out.push(byte | 0x80);
+    }
+}

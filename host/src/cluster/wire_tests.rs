@@ -26,7 +26,7 @@ use crate::journal::{Entry, Shape};
 use crate::master::MasterError;
 use crate::master::service::{Poll, PollResult, ProgressReport};
 use crate::master::store::Snapshot;
-use cohort_master::testing::{apply_damage, damage};
+use cohort_master::testing::{apply_damage, damage, varint};
 use cohort_master::{
     Answer, Assignment, Command, FORMAT_VERSION, JobSpec, JobState, Outcome, Query, Rejection,
     Reply, Stats, codes, decode, encode,
@@ -211,20 +211,6 @@ fn every_decoder(bytes: &[u8]) -> Result<(), TestCaseError> {
     decodes_or_refuses::<ReplicaRequest>(bytes)?;
     decodes_or_refuses::<ReplicaResponse>(bytes)?;
     decodes_or_refuses::<Handover>(bytes)
-}
-
-/// postcard's unsigned varint (LEB128).
-fn varint(mut value: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let byte = (value & 0x7f) as u8;
-        value >>= 7;
-        if value == 0 {
-            out.push(byte);
-            return out;
-        }
-        out.push(byte | 0x80);
-    }
 }
 
 proptest! {
