@@ -236,7 +236,8 @@ struct Peer {
     next: u64,
     /// When the request in flight was sent.
     inflight: Option<u64>,
-    last_sent: u64,
+    /// When the last request was sent (`None`: never, so one is due).
+    last_sent: Option<u64>,
     /// When the node left the view (members only).
     gone_since: Option<u64>,
 }
@@ -634,7 +635,7 @@ impl<S: Storage> Replicator<S> {
                     (node, peer)
                 })
                 .collect(),
-            pending_change: next,
+            pending_change: next - 1,
             removals: BTreeSet::new(),
         });
         self.effect(Effect::Leading { epoch, adopted });
@@ -737,7 +738,10 @@ impl<S: Storage> Replicator<S> {
             .iter()
             .filter(|(_, peer)| {
                 peer.inflight.is_none()
-                    && (peer.next < shape.next || now >= peer.last_sent + self.options.heartbeat_ms)
+                    && (peer.next < shape.next
+                        || peer
+                            .last_sent
+                            .is_none_or(|sent| now >= sent + self.options.heartbeat_ms))
             })
             .map(|(node, _)| node.clone())
             .collect();
@@ -755,7 +759,7 @@ impl<S: Storage> Replicator<S> {
             return;
         };
         peer.inflight = Some(now);
-        peer.last_sent = now;
+        peer.last_sent = Some(now);
         let next = peer.next.min(shape.next);
         let message = if next < shape.first {
             match self.storage.snapshot() {
@@ -1275,5 +1279,244 @@ impl<S: Storage> Replicator<S> {
         if leader.peers.get(from).is_some_and(|p| p.next < shape.next) {
             self.send_append(now, from, &shape);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::MemStorage;
+    use std::collections::VecDeque;
+
+    /// A few replicators and the messages between them, delivered by hand.
+    struct Net {
+        nodes: BTreeMap<NodeId, Replicator<MemStorage>>,
+        queue: VecDeque<(NodeId, NodeId, Message)>,
+        effects: Vec<(NodeId, Effect)>,
+    }
+
+    fn options(id: &str) -> Options {
+        Options {
+            bootstrap: id == "n0",
+            voter_timeout_ms: None,
+            ..Options::new(id)
+        }
+    }
+
+    impl Net {
+        fn new(ids: &[&str]) -> Self {
+            let nodes = ids
+                .iter()
+                .map(|id| {
+                    (
+                        id.to_string(),
+                        Replicator::new(options(id), MemStorage::new()),
+                    )
+                })
+                .collect();
+            Self {
+                nodes,
+                queue: VecDeque::new(),
+                effects: Vec::new(),
+            }
+        }
+
+        fn node(&mut self, id: &str) -> &mut Replicator<MemStorage> {
+            self.nodes.get_mut(id).expect("a node")
+        }
+
+        fn absorb(&mut self, id: &str, output: Output) {
+            for (to, message) in output.sends {
+                self.queue.push_back((id.to_string(), to, message));
+            }
+            for effect in output.effects {
+                self.effects.push((id.to_string(), effect));
+            }
+        }
+
+        /// Delivers until quiet, dropping what is to or from `down`.
+        fn settle(&mut self, now: u64, down: &[&str]) {
+            while let Some((from, to, message)) = self.queue.pop_front() {
+                if down.contains(&from.as_str()) || down.contains(&to.as_str()) {
+                    continue;
+                }
+                let output = self.node(&to).step(now, &from, message);
+                self.absorb(&to, output);
+            }
+        }
+
+        fn members(&mut self, now: u64, members: &[&str]) {
+            let ids: Vec<NodeId> = self.nodes.keys().cloned().collect();
+            for id in ids {
+                let view = members.iter().map(|m| m.to_string());
+                let output = self.node(&id).set_members(now, view);
+                self.absorb(&id, output);
+            }
+        }
+
+        /// n0 bootstraps and adds the others as voters.
+        fn cluster(ids: &[&str]) -> Self {
+            let mut net = Self::new(ids);
+            net.members(0, ids);
+            let output = net.node("n0").take_over(0, false).expect("bootstrap");
+            net.absorb("n0", output);
+            for round in 1..=ids.len() as u64 * 2 {
+                net.settle(round, &[]);
+                net.members(round, ids);
+            }
+            net.settle(100, &[]);
+            assert_eq!(net.node("n0").voters().len(), ids.len());
+            net
+        }
+    }
+
+    #[test]
+    fn a_take_over_proceeds_once_a_majority_answered() {
+        let mut net = Net::cluster(&["n0", "n1", "n2", "n3", "n4"]);
+        // n0 and n4 are gone; n1 claims after the lease.
+        let now = 10_000;
+        let output = net.node("n1").take_over(now, false).expect("claims");
+        net.absorb("n1", output);
+        // n2 and n3 answer; n4 never does: n1 does not wait for it.
+        net.settle(now, &["n0", "n4"]);
+        assert_eq!(net.node("n1").leading(), Some(2));
+        assert!(
+            net.effects
+                .iter()
+                .any(|(id, e)| id == "n1" && matches!(e, Effect::Leading { epoch: 2, .. }))
+        );
+    }
+
+    #[test]
+    fn a_minority_cannot_take_over_and_waits_before_trying_again() {
+        let mut net = Net::cluster(&["n0", "n1", "n2", "n3", "n4"]);
+        let now = 10_000;
+        let output = net.node("n1").take_over(now, false).expect("claims");
+        net.absorb("n1", output);
+        net.settle(now, &["n0", "n2", "n3"]);
+        assert_eq!(net.node("n1").leading(), None);
+        // Not everyone answered: it gives up when the claim times out.
+        let output = net.node("n1").tick(now + 2_000);
+        assert!(matches!(
+            output.effects[..],
+            [Effect::TakeOverFailed {
+                reason: TakeOverError::NoMajority {
+                    answered: 2,
+                    voters: 5
+                },
+                ..
+            }]
+        ));
+        // And it refuses to try again before retry_at.
+        assert!(matches!(
+            net.node("n1").take_over(now + 2_001, false),
+            Err(TakeOverError::TooSoon { .. })
+        ));
+    }
+
+    #[test]
+    fn nodes_that_hear_a_live_master_decline_to_replace_it() {
+        let mut net = Net::cluster(&["n0", "n1", "n2"]);
+        // n2's failure detector is wrong: n0 is busy, not dead, and its
+        // heartbeats arrive.
+        let output = net.node("n0").tick(200);
+        net.absorb("n0", output);
+        net.settle(200, &[]);
+        assert!(matches!(
+            net.node("n2").take_over(300, false),
+            Err(TakeOverError::MasterAlive { epoch: 1 })
+        ));
+        // Even a node that missed the heartbeats is declined by the others
+        // while they hear from the master.
+        let output = net.node("n0").tick(10_000);
+        net.absorb("n0", output);
+        net.settle(10_000, &["n2"]);
+        let output = net.node("n2").take_over(10_100, false).expect("claims");
+        net.absorb("n2", output);
+        net.settle(10_100, &[]);
+        assert_eq!(net.node("n0").leading(), Some(1));
+        assert_eq!(net.node("n2").leading(), None);
+        assert!(net.effects.iter().any(|(id, e)| id == "n2"
+            && matches!(
+                e,
+                Effect::TakeOverFailed {
+                    reason: TakeOverError::NoMajority { .. },
+                    ..
+                }
+            )));
+    }
+
+    #[test]
+    fn an_older_epochs_entry_commits_only_with_one_of_the_leaders_own() {
+        // Raft's "figure 8": an entry of an older epoch on a majority is
+        // not committed by counting; only an entry of the leader's epoch
+        // commits it.
+        let mut net = Net::cluster(&["n0", "n1", "n2"]);
+        let (range, output) = net
+            .node("n0")
+            .propose(1_000, vec![Payload::Data(b"x".to_vec())])
+            .expect("leads");
+        // The entry reaches nobody: n0 crashes.
+        drop(output);
+        let old = range.start;
+        let storage = net.node("n0").storage().crash();
+        let mut n0 = Replicator::new(
+            Options {
+                bytes_max: 1,
+                ..options("n0")
+            },
+            storage,
+        );
+        // n0 takes over again in epoch 2 with n1's answer (n2 is away).
+        let output = n0.take_over(20_000, false).expect("claims");
+        net.nodes.insert("n0".into(), n0);
+        net.absorb("n0", output);
+        net.queue.retain(|(_, to, _)| to != "n2");
+        // Deliver the claim and its answer only.
+        for _ in 0..2 {
+            let (from, to, message) = net.queue.pop_front().expect("a message");
+            let output = net.node(&to).step(20_000, &from, message);
+            net.absorb(&to, output);
+        }
+        assert_eq!(net.node("n0").leading(), Some(2));
+        let commit_before = net.node("n0").commit();
+        assert!(commit_before <= old);
+        // One entry per append: deliver until n1 is sent the old entry
+        // alone.
+        net.queue.retain(|(_, to, _)| to == "n1");
+        let ack = loop {
+            let (from, to, message) = net.queue.pop_front().expect("a message");
+            let old_alone = matches!(&message, Message::Append { entries, first, .. }
+                if entries.len() == 1 && *first == old);
+            let output = net.node(&to).step(20_000, &from, message);
+            if old_alone {
+                break output.sends[0].1.clone();
+            }
+            net.absorb(&to, output);
+            net.queue.retain(|(_, to, _)| to != "n2");
+        };
+        let output = net.node("n0").step(20_000, &"n1".to_string(), ack);
+        // The old entry is on 2 of 3 now, yet not committed by counting.
+        assert_eq!(net.node("n0").commit(), commit_before);
+        net.absorb("n0", output);
+        net.settle(20_000, &["n2"]);
+        assert_eq!(net.node("n0").commit(), old + 2);
+    }
+
+    #[test]
+    fn voters_change_one_at_a_time_and_never_drop_the_leader() {
+        let mut net = Net::cluster(&["n0", "n1", "n2"]);
+        let output = net.node("n0").remove_voter(500, "n0").expect("leads");
+        net.absorb("n0", output);
+        let output = net.node("n0").remove_voter(500, "n1").expect("leads");
+        net.absorb("n0", output);
+        let output = net.node("n0").remove_voter(500, "n2").expect("leads");
+        net.absorb("n0", output);
+        // One change is appended; the next waits for its commit.
+        assert_eq!(net.node("n0").voters(), vec!["n0", "n2"]);
+        net.settle(501, &[]);
+        net.members(502, &["n0"]);
+        net.settle(503, &[]);
+        assert_eq!(net.node("n0").voters(), vec!["n0"]);
     }
 }
