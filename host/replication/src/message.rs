@@ -59,6 +59,9 @@ pub enum Message {
     Fenced { epoch: u64, promised: u64 },
     /// The request failed here (storage); the sender retries later.
     Refused { epoch: u64, reason: String },
+    /// The master of `epoch` stepped down and hands the master over to the
+    /// receiver, whose journal holds everything it wrote.
+    HandOver { epoch: u64 },
 }
 
 impl Message {
@@ -75,7 +78,8 @@ impl Message {
             | Self::Entries { epoch, .. }
             | Self::SnapshotIs { epoch, .. }
             | Self::Fenced { epoch, .. }
-            | Self::Refused { epoch, .. } => *epoch,
+            | Self::Refused { epoch, .. }
+            | Self::HandOver { epoch } => *epoch,
         }
     }
 }

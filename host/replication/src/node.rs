@@ -129,6 +129,9 @@ pub enum Effect {
     },
     /// The voter set changed (appended, not yet committed).
     Voters { voters: Vec<NodeId> },
+    /// The master's node `from` handed the master over to this node: the
+    /// take-over started (`Leading` or `TakeOverFailed` follows).
+    HandedOver { from: NodeId, epoch: u64 },
     /// Something that must never happen did (a bug or a damaged disk).
     Fault { reason: String },
 }
@@ -240,6 +243,8 @@ struct Peer {
     last_sent: Option<u64>,
     /// When the node left the view (members only).
     gone_since: Option<u64>,
+    /// When it last acknowledged an append.
+    acked_at: Option<u64>,
 }
 
 /// One node's replication state machine. See the module docs.
@@ -686,6 +691,39 @@ impl<S: Storage> Replicator<S> {
         self.storage.install(snapshot)
     }
 
+    /// Whether a majority of the voters (this node counting if it is one)
+    /// acknowledged an append within `within_ms` (leader only): while not,
+    /// the master refuses new work rather than let it wait for a commit.
+    pub fn quorum_heard(&self, now: u64, within_ms: u64) -> bool {
+        let Role::Leader(leader) = &self.role else {
+            return false;
+        };
+        let voters = self.storage.voters();
+        let heard = voters
+            .iter()
+            .filter(|voter| {
+                **voter == self.options.id
+                    || leader
+                        .peers
+                        .get(*voter)
+                        .and_then(|peer| peer.acked_at)
+                        .is_some_and(|at| now < at + within_ms)
+            })
+            .count();
+        heard > voters.len() / 2
+    }
+
+    /// Steps down and hands the master over to `to`, which must hold every
+    /// entry ([`caught_up`](Self::caught_up)).
+    pub fn hand_over(&mut self, to: &NodeId) -> Result<Output, ProposeError> {
+        let Some(epoch) = self.leading() else {
+            return Err(ProposeError::NotLeader);
+        };
+        self.stop(epoch, epoch);
+        self.send(to, Message::HandOver { epoch });
+        Ok(self.take())
+    }
+
     /// Steps down voluntarily (before handing the master over).
     pub fn step_down(&mut self) -> Output {
         if let Some(epoch) = self.leading() {
@@ -959,6 +997,24 @@ impl<S: Storage> Replicator<S> {
                 }
             }
             Message::Appended { shape, .. } => self.on_appended(now, from, epoch, shape),
+            Message::HandOver { .. } => {
+                // Only from the master this node follows, of the current
+                // epoch: the claim then goes out as a transfer, which
+                // followers grant although they heard that master lately.
+                let from_master = matches!(&self.role, Role::Follower { leader: Some((node, e, _)) }
+                    if node == from && *e == epoch);
+                if from_master && epoch == self.storage.promise() {
+                    self.retry_at = 0;
+                    self.role = Role::Follower { leader: None };
+                    self.effect(Effect::HandedOver {
+                        from: from.clone(),
+                        epoch,
+                    });
+                    if let Ok(output) = self.take_over(now, true) {
+                        self.out = output;
+                    }
+                }
+            }
             Message::Refused { .. } => {
                 if let Role::Leader(leader) = &mut self.role
                     && leader.epoch == epoch
@@ -1269,6 +1325,7 @@ impl<S: Storage> Replicator<S> {
             return;
         };
         peer.inflight = None;
+        peer.acked_at = Some(now);
         let agreed = shape.divergence(&theirs);
         peer.next = agreed;
         peer.matched = peer.matched.max(agreed.min(theirs.next));

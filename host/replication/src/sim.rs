@@ -174,8 +174,6 @@ enum Packet {
         request: u64,
         job: u64,
     },
-    /// The master hands over to the receiver.
-    HandOver,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -513,13 +511,10 @@ impl Sim {
                             self.replica(target).storage().shape()
                         );
                         self.trace(|| format!("n{leader} hands over to n{target}: {shapes}"));
-                        let output = self.replicator(leader).step_down();
-                        self.apply(leader, output);
-                        self.post(
-                            Address::Node(leader),
-                            Address::Node(target),
-                            Packet::HandOver,
-                        );
+                        let target = Self::name(target);
+                        if let Ok(output) = self.replicator(leader).hand_over(&target) {
+                            self.apply(leader, output);
+                        }
                     }
                 }
             }
@@ -613,11 +608,6 @@ impl Sim {
                     .replicator(node)
                     .step(now, &Self::name(sender), message);
                 self.apply(node, output);
-            }
-            Packet::HandOver => {
-                if let Ok(output) = self.replicator(node).take_over(now, true) {
-                    self.apply(node, output);
-                }
             }
             Packet::Submit {
                 client,
@@ -733,6 +723,7 @@ impl Sim {
                 }
                 Effect::TakeOverFailed { .. } => self.report.failed_takeovers += 1,
                 Effect::Voters { .. } => self.report.voter_changes += 1,
+                Effect::HandedOver { .. } => {}
                 Effect::Fault { reason } => self.violation(format!("n{node}: {reason}")),
             }
         }
