@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod modules;
 pub mod node;
 pub mod peer;
+pub mod replication;
 pub mod runtime;
 pub mod security;
 pub mod worker;

@@ -695,11 +695,17 @@ impl<S: Storage> Replicator<S> {
     /// acknowledged an append within `within_ms` (leader only): while not,
     /// the master refuses new work rather than let it wait for a commit.
     pub fn quorum_heard(&self, now: u64, within_ms: u64) -> bool {
+        self.leading().is_some() && self.heard_voters(now, within_ms) > self.voters().len() / 2
+    }
+
+    /// Voters that acknowledged an append within `within_ms`, this node
+    /// included if it is one (leader only; 0 otherwise).
+    pub fn heard_voters(&self, now: u64, within_ms: u64) -> usize {
         let Role::Leader(leader) = &self.role else {
-            return false;
+            return 0;
         };
         let voters = self.storage.voters();
-        let heard = voters
+        voters
             .iter()
             .filter(|voter| {
                 **voter == self.options.id
@@ -709,8 +715,7 @@ impl<S: Storage> Replicator<S> {
                         .and_then(|peer| peer.acked_at)
                         .is_some_and(|at| now < at + within_ms)
             })
-            .count();
-        heard > voters.len() / 2
+            .count()
     }
 
     /// Steps down and hands the master over to `to`, which must hold every

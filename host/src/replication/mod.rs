@@ -1,0 +1,881 @@
+//! Journal replication on this node: the driver of the replication core.
+//!
+//! The protocol itself (epochs and the fence, replication and commit,
+//! take-over, hand-over, catch-up, step-down, the journaled voter set) is
+//! the sans-IO state machine in the `cohort-replication` crate, checked by
+//! its deterministic simulator. This module runs one instance of it per
+//! back-end node, on a thread of its own ("cohort-replication"):
+//!
+//! ```text
+//! master thread ──propose(events, completions)──▶ ┌──────────────────────┐ ──▶ Transport (sealed HTTP)
+//! HTTP /internal/v1/replication ──deliver(msg)──▶ │ replication thread:  │
+//! singleton: take_over / hand_over / members ───▶ │ Replicator<Journal-  │ ◀── ticks every 20 ms
+//!                                                  │ Storage>             │
+//! completions run once committed ◀──────────────── └──────────────────────┘
+//! ```
+//!
+//! * **Liveness does not wait for the master.** Heartbeats, acknowledgements
+//!   and claims are handled on this thread, never behind the master's
+//!   command loop or a snapshot being written, so a busy master is not
+//!   mistaken for a dead one (followers that hear it decline claims).
+//! * **Group commit.** Every batch waiting when the thread wakes is
+//!   appended, then one fsync covers them all; replicas receive them as one
+//!   append each. The master thread decides the next batches meanwhile; at
+//!   most [`BATCHES_IN_FLIGHT_MAX`] wait, beyond which the master waits for
+//!   the disk.
+//! * **Commit.** A batch's completions (replies, assignments, reads) run
+//!   once the core reports its entries committed: durable on a majority of
+//!   the voters. Batches not committed within [`COMMIT_WAIT`] fail with
+//!   `replicas_unavailable` (the entries may still commit; clients retry
+//!   with their idempotency key).
+//! * **Snapshots** the master takes are compacted into the journal once
+//!   the entries they cover are committed.
+//! * **A master with no host.** A node that leads (after a hand-over) but
+//!   whose node never starts the master within [`UNCLAIMED_MAX`] steps
+//!   down, so the cluster is never held by a leader that serves nothing.
+
+pub mod storage;
+pub mod transport;
+
+use crate::master::service::MasterError;
+use crate::master::store::Snapshot as StoredSnapshot;
+use cohort_replication::{
+    Effect, Message, NodeId, Options, Output, Payload, ProposeError, Replicator, Snapshot,
+    TakeOverError,
+};
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use storage::JournalStorage;
+use tokio::sync::{oneshot, watch};
+pub use transport::Transport;
+
+/// Longest a batch waits to be committed before its callers are told
+/// `replicas_unavailable`.
+pub const COMMIT_WAIT: Duration = Duration::from_secs(5);
+/// Master batches handed over but not yet appended, at most.
+pub const BATCHES_IN_FLIGHT_MAX: usize = 64;
+/// Inputs handled per wake-up at most, before timers run again.
+const INPUTS_PER_WAKE_MAX: usize = 4096;
+/// How often the core's timers run.
+const TICK: Duration = Duration::from_millis(20);
+/// A master refuses new work while no majority of voters acknowledged an
+/// append this recently.
+const QUORUM_SILENCE_MAX_MS: u64 = 3_000;
+/// Longest a node leads without its master started before stepping down.
+const UNCLAIMED_MAX: Duration = Duration::from_secs(5);
+/// Longest a hand-over waits for the successor to catch up.
+const HANDOVER_CATCH_UP_MAX: Duration = Duration::from_secs(10);
+
+/// Something to run once its batch is committed, or failed.
+pub type Completion = Box<dyn FnOnce(Result<(), MasterError>) + Send>;
+
+/// What a master starts from after this node took it over.
+#[derive(Debug)]
+pub struct Started {
+    /// The epoch it runs with.
+    pub epoch: u64,
+    /// The newest snapshot of the master's state.
+    pub snapshot: Option<StoredSnapshot>,
+    /// The master's events after it, in order.
+    pub events: Vec<Vec<u8>>,
+    /// The node whose journal was adopted, if another was ahead.
+    pub adopted: Option<NodeId>,
+}
+
+/// How replication stands, as `/metrics` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicationStatus {
+    /// The epoch this node leads, if it does.
+    pub leading: Option<u64>,
+    /// The voters.
+    pub voters: Vec<NodeId>,
+    /// Voters a commit needs (a majority, this node included).
+    pub needed: usize,
+    /// Voters that acknowledged an append lately (this node included).
+    pub healthy: usize,
+    /// Entries appended here but not committed.
+    pub uncommitted: u64,
+    /// Entries each other node lacks.
+    pub behind: Vec<(NodeId, u64)>,
+    /// Batches whose callers were told `replicas_unavailable`.
+    pub unreplicated_batches: u64,
+    /// Whether this node may host the master (a voter, or the first node).
+    pub eligible: bool,
+    /// Whether a majority of voters answered lately (leader only).
+    pub quorum: bool,
+}
+
+enum Input {
+    Deliver(NodeId, Message),
+    Propose(Vec<Vec<u8>>, Vec<Completion>),
+    Snapshot(Vec<u8>),
+    Members(Vec<NodeId>),
+    TakeOver(oneshot::Sender<Result<Started, String>>),
+    HandOver(NodeId, oneshot::Sender<Result<(), String>>),
+    StepDown(oneshot::Sender<()>),
+    RemoveVoter(NodeId, oneshot::Sender<Result<(), String>>),
+    Flush(oneshot::Sender<()>),
+}
+
+struct Shared {
+    id: NodeId,
+    tx: Mutex<Sender<Input>>,
+    status: Mutex<ReplicationStatus>,
+    superseded: watch::Sender<Option<u64>>,
+    handed_over: watch::Sender<Option<NodeId>>,
+    in_flight: Mutex<usize>,
+    drained: Condvar,
+}
+
+/// This node's replication. Cheap to clone.
+#[derive(Clone)]
+pub struct Replication {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Replication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replication")
+            .field("id", &self.shared.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Timings of the core for a real node.
+pub fn options(id: &str, bootstrap: bool, voter_timeout: Option<Duration>) -> Options {
+    Options {
+        bootstrap,
+        heartbeat_ms: 100,
+        request_timeout_ms: 1_000,
+        lease_ms: 1_500,
+        claim_timeout_ms: 2_000,
+        retry_ms: 1_000,
+        voter_timeout_ms: voter_timeout.map(|t| t.as_millis() as u64),
+        ..Options::new(id)
+    }
+}
+
+impl Replication {
+    /// Opens the journal in `dir` and starts the replication thread.
+    pub fn start(
+        options: Options,
+        dir: &Path,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Self, cohort_replication::StorageError> {
+        let storage = JournalStorage::open(dir)?;
+        if storage.torn_bytes > 0 {
+            tracing::warn!(
+                bytes = storage.torn_bytes,
+                "an unfinished write was cut from the journal's end"
+            );
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let shared = Arc::new(Shared {
+            id: options.id.clone(),
+            tx: Mutex::new(tx),
+            status: Mutex::new(ReplicationStatus::default()),
+            superseded: watch::channel(None).0,
+            handed_over: watch::channel(None).0,
+            in_flight: Mutex::new(0),
+            drained: Condvar::new(),
+        });
+        let replicator = Replicator::new(options, storage);
+        let driver = Driver {
+            replicator,
+            transport,
+            shared: shared.clone(),
+            rx,
+            started: Instant::now(),
+            pending: VecDeque::new(),
+            takeovers: Vec::new(),
+            handover: None,
+            snapshots: VecDeque::new(),
+            claimed: false,
+            leading_since: None,
+            unreplicated: 0,
+        };
+        std::thread::Builder::new()
+            .name("cohort-replication".into())
+            .spawn(move || driver.run())
+            .map_err(|e| cohort_replication::StorageError(e.to_string()))?;
+        Ok(Self { shared })
+    }
+
+    /// A master on its own: the journal in `dir`, no other node; it leads
+    /// at once (starting the voter set with itself if there is none).
+    pub async fn solo(dir: &Path) -> anyhow::Result<(Self, Started)> {
+        let options = Options {
+            bootstrap: true,
+            ..options("solo", true, None)
+        };
+        let replication = Self::start(options, dir, Arc::new(transport::Nowhere))?;
+        let started = replication
+            .take_over()
+            .await
+            .map_err(|reason| anyhow::anyhow!("cannot start the master alone: {reason}"))?;
+        Ok((replication, started))
+    }
+
+    fn send(&self, input: Input) -> bool {
+        self.shared
+            .tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(input)
+            .is_ok()
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// A message from another node.
+    pub fn deliver(&self, from: NodeId, message: Message) {
+        self.send(Input::Deliver(from, message));
+    }
+
+    /// The back-end nodes in the membership view (this one included).
+    pub fn set_members(&self, members: Vec<NodeId>) {
+        self.send(Input::Members(members));
+    }
+
+    /// Appends the master's `events` and runs `completions` once they are
+    /// committed (or failed). Blocks while [`BATCHES_IN_FLIGHT_MAX`]
+    /// batches wait to be appended (call from the master's thread).
+    pub fn propose(&self, events: Vec<Vec<u8>>, completions: Vec<Completion>) {
+        {
+            let mut in_flight = self
+                .shared
+                .in_flight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            while *in_flight >= BATCHES_IN_FLIGHT_MAX {
+                in_flight = self
+                    .shared
+                    .drained
+                    .wait(in_flight)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+            *in_flight += 1;
+        }
+        if !self.send(Input::Propose(events, completions)) {
+            // The thread is gone; the completions were dropped with the
+            // message, so their callers see the master as unavailable.
+            tracing::error!("the replication thread stopped");
+        }
+    }
+
+    /// Compacts the journal under `state`, the master's state after every
+    /// event proposed so far, once those are committed.
+    pub fn snapshot(&self, state: Vec<u8>) {
+        self.send(Input::Snapshot(state));
+    }
+
+    /// Waits until everything proposed so far is appended and synced here.
+    pub async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.send(Input::Flush(tx)) {
+            let _ = rx.await;
+        }
+    }
+
+    /// Takes the master over (or reports the one this node already leads):
+    /// `Err` says why not now.
+    pub async fn take_over(&self) -> Result<Started, String> {
+        let (tx, rx) = oneshot::channel();
+        if !self.send(Input::TakeOver(tx)) {
+            return Err("the replication thread stopped".into());
+        }
+        rx.await
+            .unwrap_or_else(|_| Err("the replication thread stopped".into()))
+    }
+
+    /// Hands the master over to `to` once its journal caught up.
+    pub async fn hand_over(&self, to: NodeId) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        if !self.send(Input::HandOver(to, tx)) {
+            return Err("the replication thread stopped".into());
+        }
+        rx.await
+            .unwrap_or_else(|_| Err("the replication thread stopped".into()))
+    }
+
+    /// Stops leading (the master stopped without a hand-over).
+    pub async fn step_down(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.send(Input::StepDown(tx)) {
+            let _ = rx.await;
+        }
+    }
+
+    /// Removes `node` from the voters (the master's node only).
+    pub async fn remove_voter(&self, node: NodeId) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        if !self.send(Input::RemoveVoter(node, tx)) {
+            return Err("the replication thread stopped".into());
+        }
+        rx.await
+            .unwrap_or_else(|_| Err("the replication thread stopped".into()))
+    }
+
+    /// How replication stands.
+    pub fn status(&self) -> ReplicationStatus {
+        self.shared
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether the master may decide requests now: a majority of voters
+    /// answered lately.
+    pub fn ready(&self) -> Result<(), MasterError> {
+        let status = self.status();
+        if status.leading.is_none() {
+            return Err(MasterError::Unavailable(
+                "this node does not lead the journal".into(),
+            ));
+        }
+        if !status.quorum {
+            return Err(MasterError::Unreplicated(format!(
+                "{} of the {} voters needed answer",
+                status.healthy, status.needed
+            )));
+        }
+        Ok(())
+    }
+
+    /// Changes to the epoch that superseded this node's master.
+    pub fn superseded(&self) -> watch::Receiver<Option<u64>> {
+        self.shared.superseded.subscribe()
+    }
+
+    /// Changes to the node that handed the master over to this one.
+    pub fn handed_over(&self) -> watch::Receiver<Option<NodeId>> {
+        self.shared.handed_over.subscribe()
+    }
+}
+
+struct Driver {
+    replicator: Replicator<JournalStorage>,
+    transport: Arc<dyn Transport>,
+    shared: Arc<Shared>,
+    rx: Receiver<Input>,
+    started: Instant,
+    /// Batches appended, by the index after their last entry.
+    pending: VecDeque<(u64, Instant, Vec<Completion>)>,
+    takeovers: Vec<oneshot::Sender<Result<Started, String>>>,
+    handover: Option<(NodeId, Instant, oneshot::Sender<Result<(), String>>)>,
+    /// Snapshots waiting for their index to commit: `(index, state)`.
+    snapshots: VecDeque<(u64, Vec<u8>)>,
+    /// Whether this node's master was started for the epoch it leads.
+    claimed: bool,
+    leading_since: Option<Instant>,
+    unreplicated: u64,
+}
+
+impl Driver {
+    fn now(&self) -> u64 {
+        // Never 0: the core treats small times like any other.
+        self.started.elapsed().as_millis() as u64 + 1_000_000
+    }
+
+    fn run(mut self) {
+        let mut next_tick = Instant::now();
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            let first = match self.rx.recv_timeout(wait) {
+                Ok(input) => Some(input),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            let mut events = Vec::new();
+            let mut completions = Vec::new();
+            let mut batches = 0;
+            let mut next = first;
+            let mut taken = 0;
+            while let Some(input) = next.take().or_else(|| {
+                taken += 1;
+                // Bounded, so ticks keep their pace under a flood.
+                (taken < INPUTS_PER_WAKE_MAX)
+                    .then(|| self.rx.try_recv().ok())
+                    .flatten()
+            }) {
+                match input {
+                    Input::Propose(more, done) => {
+                        events.extend(more);
+                        completions.push(done);
+                        batches += 1;
+                        if batches >= BATCHES_IN_FLIGHT_MAX {
+                            self.propose(&mut events, &mut completions, &mut batches);
+                        }
+                    }
+                    other => {
+                        // Everything proposed before goes first.
+                        self.propose(&mut events, &mut completions, &mut batches);
+                        self.handle(other);
+                    }
+                }
+            }
+            self.propose(&mut events, &mut completions, &mut batches);
+            if Instant::now() >= next_tick {
+                let output = self.replicator.tick(self.now());
+                self.apply(output);
+                self.housekeeping();
+                next_tick = Instant::now() + TICK;
+            }
+            self.publish();
+        }
+        self.fail_pending(MasterError::Unavailable("replication stopped".into()));
+    }
+
+    fn propose(
+        &mut self,
+        events: &mut Vec<Vec<u8>>,
+        completions: &mut Vec<Vec<Completion>>,
+        batches: &mut usize,
+    ) {
+        if *batches == 0 {
+            return;
+        }
+        let done: Vec<Completion> = completions.drain(..).flatten().collect();
+        let payloads = events.drain(..).map(Payload::Data).collect();
+        {
+            let mut in_flight = self
+                .shared
+                .in_flight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            *in_flight = in_flight.saturating_sub(*batches);
+            self.shared.drained.notify_all();
+        }
+        *batches = 0;
+        match self.replicator.propose(self.now(), payloads) {
+            Ok((range, output)) => {
+                self.pending.push_back((range.end, Instant::now(), done));
+                self.apply(output);
+            }
+            Err(error) => {
+                let error = match error {
+                    ProposeError::NotLeader => {
+                        MasterError::Unavailable("this node no longer leads the journal".into())
+                    }
+                    ProposeError::Storage(reason) => {
+                        MasterError::Unavailable(format!("the journal failed: {reason}"))
+                    }
+                };
+                for completion in done {
+                    completion(Err(error.clone()));
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, input: Input) {
+        let now = self.now();
+        match input {
+            Input::Deliver(from, message) => {
+                let output = self.replicator.step(now, &from, message);
+                self.apply(output);
+            }
+            Input::Propose(..) => unreachable!("batched by run"),
+            Input::Snapshot(state) => {
+                let index = self.replicator.storage().next_index();
+                self.snapshots.push_back((index, state));
+                self.compact();
+            }
+            Input::Members(members) => {
+                let output = self.replicator.set_members(now, members);
+                self.apply(output);
+            }
+            Input::TakeOver(reply) => {
+                if self.replicator.leading().is_some() {
+                    let started = self.started_master(None);
+                    self.claimed = started.is_ok();
+                    let _ = reply.send(started);
+                    return;
+                }
+                match self.replicator.take_over(now, false) {
+                    Ok(output) => {
+                        self.takeovers.push(reply);
+                        self.apply(output);
+                    }
+                    Err(TakeOverError::Busy) => self.takeovers.push(reply),
+                    Err(error) => {
+                        let _ = reply.send(Err(error.to_string()));
+                    }
+                }
+            }
+            Input::HandOver(to, reply) => {
+                if self.replicator.leading().is_none() {
+                    let _ = reply.send(Err("this node does not lead".into()));
+                    return;
+                }
+                self.handover = Some((to, Instant::now(), reply));
+                self.try_hand_over();
+            }
+            Input::StepDown(reply) => {
+                let output = self.replicator.step_down();
+                self.apply(output);
+                self.claimed = false;
+                let _ = reply.send(());
+            }
+            Input::RemoveVoter(node, reply) => {
+                let result = self
+                    .replicator
+                    .remove_voter(now, &node)
+                    .map(|output| self.apply(output))
+                    .map_err(|_| "this node does not host the master".to_string());
+                let _ = reply.send(result);
+            }
+            Input::Flush(reply) => {
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    fn try_hand_over(&mut self) {
+        let Some((to, since, _)) = &self.handover else {
+            return;
+        };
+        let (to, since) = (to.clone(), *since);
+        if self.replicator.caught_up(&to) {
+            let (_, _, reply) = self.handover.take().expect("checked");
+            match self.replicator.hand_over(&to) {
+                Ok(output) => {
+                    self.apply(output);
+                    self.claimed = false;
+                    tracing::info!(to = %to, "handed the master over");
+                    let _ = reply.send(Ok(()));
+                }
+                Err(_) => {
+                    let _ = reply.send(Err("this node no longer leads".into()));
+                }
+            }
+        } else if since.elapsed() > HANDOVER_CATCH_UP_MAX {
+            let (_, _, reply) = self.handover.take().expect("checked");
+            let _ = reply.send(Err(format!(
+                "{to} did not catch up within {HANDOVER_CATCH_UP_MAX:?}"
+            )));
+        }
+    }
+
+    fn started_master(&self, adopted: Option<NodeId>) -> Result<Started, String> {
+        let epoch = self.replicator.leading().ok_or("not leading")?;
+        let (snapshot, events) = self
+            .replicator
+            .storage()
+            .restore()
+            .map_err(|e| format!("cannot read the journal: {e}"))?;
+        Ok(Started {
+            epoch,
+            snapshot,
+            events,
+            adopted,
+        })
+    }
+
+    fn apply(&mut self, output: Output) {
+        for (to, message) in output.sends {
+            self.transport.send(&to, message);
+        }
+        for effect in output.effects {
+            match effect {
+                Effect::Leading { epoch, adopted } => {
+                    tracing::info!(epoch, adopted = ?adopted, "leading the journal");
+                    self.leading_since = Some(Instant::now());
+                    self.claimed = false;
+                    for reply in std::mem::take(&mut self.takeovers) {
+                        let started = self.started_master(adopted.clone());
+                        self.claimed |= started.is_ok();
+                        let _ = reply.send(started);
+                    }
+                }
+                Effect::TakeOverFailed { reason, .. } => {
+                    tracing::info!(%reason, "cannot take the master over yet");
+                    for reply in std::mem::take(&mut self.takeovers) {
+                        let _ = reply.send(Err(reason.to_string()));
+                    }
+                }
+                Effect::SteppedDown { epoch, newer } => {
+                    tracing::info!(epoch, newer, "stepped down");
+                    self.leading_since = None;
+                    self.claimed = false;
+                    self.snapshots.clear();
+                    if newer > epoch {
+                        self.shared.superseded.send_replace(Some(newer));
+                    }
+                    self.fail_pending(MasterError::Unavailable(format!(
+                        "the master of epoch {epoch} stepped down"
+                    )));
+                }
+                Effect::Committed { index } => {
+                    while self.pending.front().is_some_and(|(end, ..)| *end <= index) {
+                        let (_, _, done) = self.pending.pop_front().expect("checked");
+                        for completion in done {
+                            completion(Ok(()));
+                        }
+                    }
+                    self.compact();
+                }
+                Effect::Voters { voters } => tracing::info!(?voters, "voter set changed"),
+                Effect::HandedOver { from, epoch } => {
+                    tracing::info!(from = %from, epoch, "the master is handed over to this node");
+                    self.shared.handed_over.send_replace(Some(from));
+                }
+                Effect::Fault { reason } => tracing::error!(%reason, "replication fault"),
+            }
+        }
+    }
+
+    /// Compacts under the oldest waiting snapshot once it is committed.
+    fn compact(&mut self) {
+        while let Some((index, _)) = self.snapshots.front() {
+            if *index > self.replicator.commit() {
+                return;
+            }
+            let (index, state) = self.snapshots.pop_front().expect("checked");
+            let shape = cohort_replication::Storage::shape(self.replicator.storage());
+            let Some(epoch) = shape.epoch_at(index.saturating_sub(1)) else {
+                continue;
+            };
+            let voters = self.replicator.voters();
+            let snapshot = Snapshot {
+                index,
+                epoch,
+                voters,
+                state,
+            };
+            if let Err(error) = self.replicator.compact(snapshot) {
+                tracing::error!(%error, "cannot store a snapshot");
+            }
+        }
+    }
+
+    fn fail_pending(&mut self, error: MasterError) {
+        for (_, _, done) in self.pending.drain(..) {
+            for completion in done {
+                completion(Err(error.clone()));
+            }
+        }
+    }
+
+    fn housekeeping(&mut self) {
+        // Batches not committed in time: their callers are told.
+        while self
+            .pending
+            .front()
+            .is_some_and(|(_, since, _)| since.elapsed() > COMMIT_WAIT)
+        {
+            let (_, _, done) = self.pending.pop_front().expect("checked");
+            self.unreplicated += 1;
+            for completion in done {
+                completion(Err(MasterError::Unreplicated(format!(
+                    "not committed by a majority of voters within {COMMIT_WAIT:?}"
+                ))));
+            }
+        }
+        self.try_hand_over();
+        // Leading with no master to serve holds the cluster: let go.
+        if self.replicator.leading().is_some()
+            && !self.claimed
+            && self.takeovers.is_empty()
+            && self
+                .leading_since
+                .is_some_and(|since| since.elapsed() > UNCLAIMED_MAX)
+        {
+            tracing::warn!("leading without a master started; stepping down");
+            let output = self.replicator.step_down();
+            self.apply(output);
+        }
+    }
+
+    fn publish(&self) {
+        let now = self.now();
+        let leading = self.replicator.leading();
+        let voters = self.replicator.voters();
+        let storage = self.replicator.storage();
+        let next = storage.next_index();
+        let status = ReplicationStatus {
+            leading,
+            needed: voters.len() / 2 + 1,
+            healthy: self.replicator.heard_voters(now, QUORUM_SILENCE_MAX_MS),
+            uncommitted: next.saturating_sub(self.replicator.commit()),
+            behind: self.replicator.lag(),
+            unreplicated_batches: self.unreplicated,
+            eligible: self.replicator.eligible(),
+            quorum: self.replicator.quorum_heard(now, QUORUM_SILENCE_MAX_MS)
+                || self.leading_since.is_some_and(|since| {
+                    since.elapsed().as_millis() < QUORUM_SILENCE_MAX_MS as u128
+                }),
+            voters,
+        };
+        *self.shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transport::MemNetwork;
+    use super::*;
+
+    struct Node {
+        replication: Replication,
+        _dir: tempfile::TempDir,
+    }
+
+    fn node(network: &Arc<MemNetwork>, id: &str) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let options = options(id, id == "n0", None);
+        let replication =
+            Replication::start(options, dir.path(), network.transport(id)).expect("starts");
+        let target = replication.clone();
+        network.attach(
+            id,
+            Arc::new(move |from, message| target.deliver(from, message)),
+        );
+        Node {
+            replication,
+            _dir: dir,
+        }
+    }
+
+    async fn until(what: &str, mut condition: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !condition() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Proposes one event and waits for its completion.
+    async fn commit(node: &Replication, event: u8) -> Result<(), MasterError> {
+        let (tx, rx) = oneshot::channel();
+        let done: Completion = Box::new(move |result| {
+            let _ = tx.send(result);
+        });
+        let node = node.clone();
+        tokio::task::spawn_blocking(move || node.propose(vec![vec![1, event]], vec![done]))
+            .await
+            .unwrap();
+        rx.await.unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn three_nodes_elect_commit_and_fail_over_when_the_master_is_cut_off() {
+        let network = MemNetwork::new();
+        let nodes: Vec<Node> = ["n0", "n1", "n2"]
+            .iter()
+            .map(|id| node(&network, id))
+            .collect();
+        let ids: Vec<NodeId> = vec!["n0".into(), "n1".into(), "n2".into()];
+        for node in &nodes {
+            node.replication.set_members(ids.clone());
+        }
+        let started = nodes[0]
+            .replication
+            .take_over()
+            .await
+            .expect("n0 bootstraps");
+        assert_eq!(started.epoch, 1);
+        assert!(started.events.is_empty());
+        until("every node is a voter", || {
+            nodes[0].replication.status().voters.len() == 3
+        })
+        .await;
+        commit(&nodes[0].replication, 7).await.expect("committed");
+
+        // n0 is cut off: n1 takes over once its lease on n0 ran out, with
+        // n0's committed event in its journal.
+        network.cut("n0", "n1", true);
+        network.cut("n0", "n2", true);
+        let mut superseded = nodes[0].replication.superseded();
+        let started = loop {
+            match nodes[1].replication.take_over().await {
+                Ok(started) => break started,
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        assert_eq!(started.epoch, 2);
+        assert_eq!(started.events, vec![vec![1, 7]]);
+        // n0 cannot commit alone: its batch fails, it never commits.
+        let lone = commit(&nodes[0].replication, 8).await;
+        assert!(lone.is_err(), "{lone:?}");
+        commit(&nodes[1].replication, 9).await.expect("n1 commits");
+        // Healed, n0 learns it was superseded and follows n1.
+        network.cut("n0", "n1", false);
+        network.cut("n0", "n2", false);
+        tokio::time::timeout(Duration::from_secs(20), superseded.changed())
+            .await
+            .expect("n0 learns it was superseded")
+            .unwrap();
+        assert_eq!(*superseded.borrow(), Some(2));
+        until("n0 follows", || {
+            nodes[0].replication.status().leading.is_none()
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hand_over_moves_the_master_with_everything_committed() {
+        let network = MemNetwork::new();
+        let nodes: Vec<Node> = ["n0", "n1"].iter().map(|id| node(&network, id)).collect();
+        let ids: Vec<NodeId> = vec!["n0".into(), "n1".into()];
+        for node in &nodes {
+            node.replication.set_members(ids.clone());
+        }
+        nodes[0]
+            .replication
+            .take_over()
+            .await
+            .expect("n0 bootstraps");
+        until("n1 is a voter", || {
+            nodes[0].replication.status().voters.len() == 2
+        })
+        .await;
+        for event in 0..10 {
+            commit(&nodes[0].replication, event)
+                .await
+                .expect("committed");
+        }
+        let mut handed = nodes[1].replication.handed_over();
+        nodes[0]
+            .replication
+            .hand_over("n1".into())
+            .await
+            .expect("handed over");
+        tokio::time::timeout(Duration::from_secs(10), handed.changed())
+            .await
+            .expect("n1 hears of it")
+            .unwrap();
+        let started = nodes[1].replication.take_over().await.expect("n1 leads");
+        assert_eq!(started.events.len(), 10);
+        assert_eq!(started.epoch, 2);
+    }
+
+    #[tokio::test]
+    async fn a_solo_master_commits_on_its_own_fsync_and_restarts_from_its_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let (replication, started) = Replication::solo(dir.path()).await.unwrap();
+        assert_eq!(started.epoch, 1);
+        commit(&replication, 1).await.unwrap();
+        replication.snapshot(b"state".to_vec());
+        commit(&replication, 2).await.unwrap();
+        replication.flush().await;
+        drop(replication);
+        // The thread lets go of the journal when the last handle is gone.
+        let started = loop {
+            match Replication::solo(dir.path()).await {
+                Ok((_, started)) => break started,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        assert_eq!(started.epoch, 2);
+        assert_eq!(started.snapshot.unwrap().state, b"state");
+        assert_eq!(started.events, vec![vec![1, 2]]);
+    }
+}

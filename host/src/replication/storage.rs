@@ -1,0 +1,393 @@
+//! The replication core's [`Storage`] over this node's data directory: the
+//! journal files, the snapshot files and the promise file.
+//!
+//! * **Entries.** A journal entry's data is the master's event bytes
+//!   (`[format version] ++ postcard`, the version byte is small) or one of
+//!   the replication core's own entries, told apart by a first byte no
+//!   event starts with: [`TAG_NOOP`] (a new master's first entry) and
+//!   [`TAG_VOTERS`] (`++ postcard` of the voter set). The master never sees
+//!   those two ([`master_events`]).
+//! * **Snapshots.** A snapshot file's state is [`SNAPSHOT_MAGIC`] `++
+//!   postcard(voters, master state)`, so the voter set in force at the
+//!   snapshot survives compaction. A file without the magic byte is the
+//!   master's state alone (written before the voter set was journaled).
+//! * **The core's view.** Entries physically still held below the newest
+//!   snapshot's index (a segment is deleted only once wholly below it) are
+//!   hidden: the shape starts at the snapshot, whose last entry's epoch is
+//!   `base_epoch`.
+
+use crate::journal::{FsStorage, Journal};
+use crate::master::store::{self, Snapshot as StoredSnapshot};
+use cohort_replication::{Entry, NodeId, Payload, Shape, Snapshot, Storage, StorageError};
+use std::path::{Path, PathBuf};
+
+/// First byte of a new master's `Noop` entry.
+pub const TAG_NOOP: u8 = 0xF0;
+/// First byte of a voter-set entry (then postcard of the sorted node ids).
+pub const TAG_VOTERS: u8 = 0xF1;
+/// First byte of a snapshot state that carries the voter set.
+pub const SNAPSHOT_MAGIC: u8 = 0xFA;
+
+/// Encodes a payload as journal entry data.
+pub fn encode_payload(payload: &Payload) -> Vec<u8> {
+    match payload {
+        Payload::Noop => vec![TAG_NOOP],
+        Payload::Voters(voters) => {
+            let mut data = vec![TAG_VOTERS];
+            data.extend(postcard::to_allocvec(voters).expect("strings encode"));
+            data
+        }
+        Payload::Data(data) => {
+            debug_assert!(
+                !matches!(data.first(), Some(&TAG_NOOP | &TAG_VOTERS)),
+                "master events never start with a replication tag"
+            );
+            data.clone()
+        }
+    }
+}
+
+/// Decodes journal entry data (hostile-safe: a damaged voter entry is an
+/// error, not a panic).
+pub fn decode_payload(data: Vec<u8>) -> Result<Payload, StorageError> {
+    match data.first() {
+        Some(&TAG_NOOP) if data.len() == 1 => Ok(Payload::Noop),
+        Some(&TAG_VOTERS) => postcard::from_bytes::<Vec<String>>(&data[1..])
+            .map(Payload::Voters)
+            .map_err(|e| StorageError(format!("a damaged voter-set entry: {e}"))),
+        _ => Ok(Payload::Data(data)),
+    }
+}
+
+/// The master's events among journal entries (the core's own are skipped).
+pub fn master_events(entries: impl IntoIterator<Item = Vec<u8>>) -> Vec<Vec<u8>> {
+    entries
+        .into_iter()
+        .filter(|data| !matches!(data.first(), Some(&TAG_NOOP | &TAG_VOTERS)))
+        .collect()
+}
+
+/// Splits a snapshot file's state into the voter set and the master's
+/// state.
+pub fn split_snapshot_state(state: &[u8]) -> Result<(Vec<NodeId>, Vec<u8>), StorageError> {
+    match state.first() {
+        Some(&SNAPSHOT_MAGIC) => postcard::from_bytes::<(Vec<String>, Vec<u8>)>(&state[1..])
+            .map_err(|e| StorageError(format!("a damaged snapshot: {e}"))),
+        _ => Ok((Vec::new(), state.to_vec())),
+    }
+}
+
+/// The state a snapshot file stores for `voters` and the master's state.
+pub fn join_snapshot_state(voters: &[NodeId], master: &[u8]) -> Vec<u8> {
+    let mut state = vec![SNAPSHOT_MAGIC];
+    state.extend(postcard::to_allocvec(&(voters, master)).expect("encodes"));
+    state
+}
+
+fn error(e: impl std::fmt::Display) -> StorageError {
+    StorageError(format!("{e:#}"))
+}
+
+/// What the newest snapshot covers, kept in memory.
+#[derive(Debug, Clone, Default)]
+struct Base {
+    index: u64,
+    epoch: u64,
+    voters: Vec<NodeId>,
+}
+
+/// The journal, snapshots and promise of one data directory.
+#[derive(Debug)]
+pub struct JournalStorage {
+    dir: PathBuf,
+    journal: Journal<FsStorage>,
+    promise: u64,
+    base: Base,
+    /// Voter-set entries held at or above `base.index`: `(index, voters)`.
+    configs: Vec<(u64, Vec<NodeId>)>,
+    /// Bytes of a torn write cut off when the journal was opened.
+    pub torn_bytes: u64,
+}
+
+impl JournalStorage {
+    /// Opens (creating) the journal in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, StorageError> {
+        let (journal, recovered) = store::open_journal(dir).map_err(error)?;
+        let promise = store::read_promise(dir).map_err(error)?;
+        let base = match store::latest_snapshot(dir).map_err(error)? {
+            Some(snapshot) => Base {
+                index: snapshot.index,
+                epoch: snapshot.epoch,
+                voters: split_snapshot_state(&snapshot.state)?.0,
+            },
+            None => Base::default(),
+        };
+        let mut configs = Vec::new();
+        for entry in recovered.entries {
+            if entry.index >= base.index && entry.data.first() == Some(&TAG_VOTERS) {
+                if let Payload::Voters(voters) = decode_payload(entry.data)? {
+                    configs.push((entry.index, voters));
+                }
+            }
+        }
+        let mut storage = Self {
+            dir: dir.to_path_buf(),
+            journal,
+            promise,
+            base,
+            configs,
+            torn_bytes: recovered.torn_bytes,
+        };
+        // The epoch of the snapshot's last entry, when the journal still
+        // holds it (a snapshot's own epoch is its master's).
+        if let Some(epoch) = storage
+            .journal
+            .shape()
+            .epoch_at(storage.base.index.wrapping_sub(1))
+        {
+            storage.base.epoch = epoch;
+        }
+        Ok(storage)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Index the next entry gets.
+    pub fn next_index(&self) -> u64 {
+        self.journal.next_index()
+    }
+
+    /// The newest snapshot's master state and the master's events after it:
+    /// what a master starts from.
+    pub fn restore(&self) -> Result<(Option<StoredSnapshot>, Vec<Vec<u8>>), StorageError> {
+        let snapshot = match store::latest_snapshot(&self.dir).map_err(error)? {
+            Some(mut snapshot) => {
+                snapshot.state = split_snapshot_state(&snapshot.state)?.1;
+                Some(snapshot)
+            }
+            None => None,
+        };
+        let from = self.base.index;
+        let mut events = Vec::new();
+        let mut next = from.max(self.journal.shape().first);
+        loop {
+            let entries = self.journal.read_from(next, 8 << 20).map_err(error)?;
+            let Some(last) = entries.last() else { break };
+            next = last.index + 1;
+            events.extend(master_events(entries.into_iter().map(|e| e.data)));
+        }
+        Ok((snapshot, events))
+    }
+}
+
+impl Storage for JournalStorage {
+    fn shape(&self) -> Shape {
+        let held = self.journal.shape();
+        let first = held.first.max(self.base.index);
+        let runs: Vec<(u64, u64)> = held
+            .runs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &(start, epoch))| {
+                let end = held.runs.get(i + 1).map_or(held.next, |r| r.0);
+                (end > first).then_some((start.max(first), epoch))
+            })
+            .collect();
+        let last_epoch = runs.last().map_or(self.base.epoch, |&(_, epoch)| epoch);
+        Shape {
+            first,
+            next: held.next.max(first),
+            runs,
+            last_epoch,
+            base_epoch: self.base.epoch,
+        }
+    }
+
+    fn promise(&self) -> u64 {
+        self.promise
+    }
+
+    fn set_promise(&mut self, epoch: u64) -> Result<(), StorageError> {
+        assert!(epoch >= self.promise, "a promise never goes down");
+        if epoch > self.promise {
+            store::write_promise(&self.dir, epoch).map_err(error)?;
+            self.promise = epoch;
+        }
+        Ok(())
+    }
+
+    fn append(&mut self, epoch: u64, payload: Payload) -> Result<(), StorageError> {
+        let index = self.journal.next_index();
+        if let Payload::Voters(voters) = &payload {
+            self.configs.push((index, voters.clone()));
+        }
+        self.journal
+            .append(epoch, &encode_payload(&payload))
+            .map_err(error)?;
+        Ok(())
+    }
+
+    fn truncate(&mut self, index: u64) -> Result<(), StorageError> {
+        store::truncate_journal(&self.dir, &mut self.journal, index).map_err(error)?;
+        self.configs.retain(|(at, _)| *at < index);
+        if self.journal.shape().first == 0 && self.journal.next_index() == 0 {
+            // Emptied (what was left could not stand on its own).
+            self.base = Base::default();
+            self.configs.clear();
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), StorageError> {
+        let started = std::time::Instant::now();
+        self.journal.sync().map_err(error)?;
+        if started.elapsed() > crate::journal::SLOW_SYNC {
+            tracing::info!(elapsed = ?started.elapsed(), "slow journal fsync");
+        }
+        Ok(())
+    }
+
+    fn read(&self, from: u64, bytes_max: usize) -> Result<Vec<Entry>, StorageError> {
+        self.journal
+            .read_from(from, bytes_max)
+            .map_err(error)?
+            .into_iter()
+            .map(|e| {
+                Ok(Entry {
+                    index: e.index,
+                    epoch: e.epoch,
+                    payload: decode_payload(e.data)?,
+                })
+            })
+            .collect()
+    }
+
+    fn snapshot(&self) -> Result<Option<Snapshot>, StorageError> {
+        let Some(stored) = store::latest_snapshot(&self.dir).map_err(error)? else {
+            return Ok(None);
+        };
+        let (voters, state) = split_snapshot_state(&stored.state)?;
+        Ok(Some(Snapshot {
+            index: stored.index,
+            epoch: self.base.epoch,
+            voters,
+            state,
+        }))
+    }
+
+    fn install(&mut self, snapshot: Snapshot) -> Result<(), StorageError> {
+        if snapshot.index <= self.base.index && self.base.index > 0 {
+            return Ok(());
+        }
+        let shape = self.shape();
+        let keeps_tail = snapshot.index > shape.first
+            && shape.epoch_at(snapshot.index - 1) == Some(snapshot.epoch);
+        let stored = StoredSnapshot {
+            index: snapshot.index,
+            epoch: snapshot.epoch,
+            state: join_snapshot_state(&snapshot.voters, &snapshot.state),
+        };
+        if keeps_tail {
+            store::write_snapshot(&self.dir, &stored).map_err(error)?;
+            self.journal.compact(snapshot.index).map_err(error)?;
+        } else {
+            store::write_snapshot(&self.dir, &stored).map_err(error)?;
+            self.journal
+                .reset_to(snapshot.index, snapshot.epoch)
+                .map_err(error)?;
+            self.configs.clear();
+        }
+        self.configs.retain(|(at, _)| *at >= snapshot.index);
+        self.base = Base {
+            index: snapshot.index,
+            epoch: snapshot.epoch,
+            voters: snapshot.voters,
+        };
+        Ok(())
+    }
+
+    fn voters(&self) -> Vec<NodeId> {
+        self.configs
+            .last()
+            .map(|(_, voters)| voters.clone())
+            .unwrap_or_else(|| self.base.voters.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_snapshots_and_the_voter_set_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut storage = JournalStorage::open(dir.path()).unwrap();
+        storage.set_promise(2).unwrap();
+        storage.append(2, Payload::Noop).unwrap();
+        storage
+            .append(2, Payload::Voters(vec!["a".into(), "b".into()]))
+            .unwrap();
+        storage.append(2, Payload::Data(vec![1, 9])).unwrap();
+        storage.sync().unwrap();
+        drop(storage);
+        let mut storage = JournalStorage::open(dir.path()).unwrap();
+        assert_eq!(storage.promise(), 2);
+        assert_eq!(storage.voters(), vec!["a", "b"]);
+        assert_eq!(storage.shape().next, 3);
+        let read = storage.read(0, 1 << 20).unwrap();
+        assert_eq!(read[0].payload, Payload::Noop);
+        assert_eq!(read[2].payload, Payload::Data(vec![1, 9]));
+        // Compact at 3: the snapshot carries the voters.
+        storage
+            .install(Snapshot {
+                index: 3,
+                epoch: 2,
+                voters: vec!["a".into(), "b".into()],
+                state: b"master".to_vec(),
+            })
+            .unwrap();
+        storage.append(2, Payload::Data(vec![1, 10])).unwrap();
+        storage.sync().unwrap();
+        drop(storage);
+        let storage = JournalStorage::open(dir.path()).unwrap();
+        let shape = storage.shape();
+        assert_eq!((shape.first, shape.next, shape.base_epoch), (3, 4, 2));
+        assert_eq!(storage.voters(), vec!["a", "b"]);
+        let (snapshot, events) = storage.restore().unwrap();
+        assert_eq!(snapshot.unwrap().state, b"master");
+        assert_eq!(events, vec![vec![1, 10]]);
+    }
+
+    #[test]
+    fn a_foreign_snapshot_replaces_a_journal_that_does_not_line_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut storage = JournalStorage::open(dir.path()).unwrap();
+        for _ in 0..3 {
+            storage.append(1, Payload::Data(vec![1])).unwrap();
+        }
+        storage.sync().unwrap();
+        storage
+            .install(Snapshot {
+                index: 2,
+                epoch: 3,
+                voters: vec!["x".into()],
+                state: vec![],
+            })
+            .unwrap();
+        let shape = storage.shape();
+        assert_eq!((shape.first, shape.next, shape.last_epoch), (2, 2, 3));
+        assert_eq!(storage.voters(), vec!["x"]);
+    }
+
+    #[test]
+    fn damaged_voter_entries_are_errors() {
+        assert!(decode_payload(vec![TAG_VOTERS, 0xFF, 0xFF]).is_err());
+        assert_eq!(
+            decode_payload(vec![1, 2]).unwrap(),
+            Payload::Data(vec![1, 2])
+        );
+    }
+}
