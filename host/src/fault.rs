@@ -19,29 +19,36 @@ pub const POLL: Duration = Duration::from_millis(100);
 
 static BLOCKED: OnceLock<RwLock<BTreeSet<String>>> = OnceLock::new();
 
-/// Starts following the partition file `file`.
+/// Starts following the partition file `file`. The file is read once
+/// before this returns, so a node started cut off never sends or accepts
+/// a datagram the file forbids (it would learn of the others through it).
 pub fn install(file: PathBuf) {
     let blocked = BLOCKED.get_or_init(Default::default);
+    apply(blocked, &std::fs::read_to_string(&file).unwrap_or_default());
     tokio::spawn(async move {
         loop {
-            let listed: BTreeSet<String> = tokio::fs::read_to_string(&file)
-                .await
-                .unwrap_or_default()
-                .lines()
-                .map(str::trim)
-                .filter(|line| !line.is_empty())
-                .map(String::from)
-                .collect();
-            {
-                let mut current = blocked.write().unwrap_or_else(|e| e.into_inner());
-                if *current != listed {
-                    eprintln!("fault injection: cut off from {listed:?}");
-                    *current = listed;
-                }
-            }
             tokio::time::sleep(POLL).await;
+            apply(
+                blocked,
+                &tokio::fs::read_to_string(&file).await.unwrap_or_default(),
+            );
         }
     });
+}
+
+/// Makes the addresses listed in `text` (one a line) the blocked ones.
+fn apply(blocked: &RwLock<BTreeSet<String>>, text: &str) {
+    let listed: BTreeSet<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .map(String::from)
+        .collect();
+    let mut current = blocked.write().unwrap_or_else(|e| e.into_inner());
+    if *current != listed {
+        eprintln!("fault injection: cut off from {listed:?}");
+        *current = listed;
+    }
 }
 
 /// Whether traffic to and from `address` (`host:port`) is cut off.

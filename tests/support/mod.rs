@@ -224,6 +224,18 @@ impl Node {
         }
     }
 
+    /// The node's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its name: the last part of its data directory.
+    pub fn name(&self) -> String {
+        self.data_dir
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+    }
+
     /// Everything the node wrote to stderr so far.
     pub fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
@@ -397,4 +409,67 @@ pub fn cut_off(dir: &tempfile::TempDir, name: &str, others: &[&Node]) {
 
 fn gossip_of(node: &Node) -> &str {
     node.url.trim_start_matches("http://")
+}
+
+/// Share of one core an idle node may use: far above what gossip, the
+/// master's tick and a worker's long poll cost, far below a thread that
+/// never waits.
+pub const IDLE_CPU_MAX: f64 = 0.2;
+/// Window over which a node's CPU use is measured.
+const IDLE_WINDOW: Duration = Duration::from_secs(2);
+/// Windows measured before a node counts as busy for good: work that
+/// follows a convergence (a replica catching up) may take a window.
+const IDLE_WINDOWS_MAX: usize = 5;
+
+/// CPU time (user and system, all threads) process `pid` has used.
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Field 2, the command, is in parentheses and may hold spaces: count
+    // from after it. `rest` starts at field 3; utime and stime are 14, 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_secs_f64(ticks as f64 / clock_ticks() as f64)
+}
+
+/// Clock ticks per second in `/proc/<pid>/stat` (`USER_HZ`).
+fn clock_ticks() -> u64 {
+    static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
+            .unwrap_or(100)
+    })
+}
+
+/// Waits (bounded) for a window of [`IDLE_WINDOW`] over which every node
+/// in `nodes` used less than [`IDLE_CPU_MAX`] of one core; panics with
+/// what each used otherwise. A bound on resource use, not on speed.
+pub fn assert_idle(nodes: &[&Node]) {
+    let mut windows = Vec::new();
+    for _ in 0..IDLE_WINDOWS_MAX {
+        let before: Vec<Duration> = nodes.iter().map(|n| cpu_time(n.pid())).collect();
+        let started = Instant::now();
+        std::thread::sleep(IDLE_WINDOW);
+        let elapsed = started.elapsed().as_secs_f64();
+        let used: Vec<(String, f64)> = nodes
+            .iter()
+            .zip(before)
+            .map(|(node, before)| {
+                let spent = cpu_time(node.pid()) - before;
+                (node.name(), spent.as_secs_f64() / elapsed)
+            })
+            .collect();
+        eprintln!("CPU use over {elapsed:.1} s, in cores: {used:.3?}");
+        if used.iter().all(|(_, share)| *share < IDLE_CPU_MAX) {
+            return;
+        }
+        windows.push(used);
+    }
+    panic!(
+        "a node stayed busy in each of {IDLE_WINDOWS_MAX} windows of {IDLE_WINDOW:?} (bound {IDLE_CPU_MAX} of a core): {windows:.3?}"
+    );
 }

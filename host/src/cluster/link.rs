@@ -254,6 +254,7 @@ impl MasterLink {
         loop {
             tries += 1;
             let here = local.borrow_and_update().clone();
+            let hinted = redirect.is_some();
             let there = redirect.take().or_else(|| {
                 let view = view.borrow_and_update();
                 view.master_host()
@@ -270,9 +271,14 @@ impl MasterLink {
                 Some(Err(MasterError::Moved(url))) => {
                     last_error = format!("the master moved to {url}");
                     if tried.as_ref() != Some(&url) && Instant::now() < deadline {
-                        // Follow the hint at once instead of waiting for gossip.
+                        // Follow the hint instead of waiting for gossip: at
+                        // once, unless this try already followed one (two
+                        // nodes naming each other would bounce the call
+                        // between them without a pause until the deadline).
                         redirect = Some(url);
-                        continue;
+                        if !hinted {
+                            continue;
+                        }
                     }
                 }
                 Some(Err(MasterError::Unavailable(reason))) => last_error = reason,
@@ -343,8 +349,66 @@ fn unexpected(response: WireResponse) -> MasterError {
 
 #[cfg(test)]
 mod tests {
+    use super::super::membership::tests::member;
     use super::*;
+    use bytes::Bytes;
     use cohort_master::JobSpec;
+    use http_body_util::Full;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A node that answers every master request with `Moved` to `next`,
+    /// counting them in `served`; returns its URL.
+    async fn mover(next: Arc<Mutex<String>>, served: Arc<AtomicUsize>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (next, served) = (next.clone(), served.clone());
+                let service = hyper::service::service_fn(move |_| {
+                    served.fetch_add(1, Ordering::Relaxed);
+                    let moved = next.lock().unwrap().clone();
+                    let answer: Result<WireResponse, MasterError> = Err(MasterError::Moved(moved));
+                    let body = Full::new(Bytes::from(encode(&answer)));
+                    async move { Ok::<_, std::convert::Infallible>(hyper::Response::new(body)) }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+                );
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn two_nodes_naming_each_other_are_not_asked_back_to_back() {
+        let served = Arc::new(AtomicUsize::new(0));
+        let (to_b, to_a) = (Arc::default(), Arc::default());
+        let a = mover(Arc::clone(&to_b), served.clone()).await;
+        let b = mover(Arc::clone(&to_a), served.clone()).await;
+        *to_b.lock().unwrap() = b;
+        *to_a.lock().unwrap() = a.clone();
+        // The view says a hosts the master; a says it moved to b, b to a.
+        let mut host = member("a", 1, "back-end");
+        (host.http, host.master_epoch) = (a, Some(1));
+        let view = View {
+            me: "me".into(),
+            members: vec![host],
+            dead: Vec::new(),
+        };
+        let (_local, local) = watch::channel(None);
+        let (_view, view) = watch::channel(view);
+        let link = MasterLink::new(local, view, Peer::default());
+        let window = Duration::from_millis(500);
+        let answer = tokio::time::timeout(window, link.query(Query::Stats)).await;
+        assert!(answer.is_err(), "no master, no answer: {answer:?}");
+        // Each hint is followed at once only after a pause: about one
+        // request per pause (back to back, they would be hundreds).
+        let asked = served.load(Ordering::Relaxed);
+        let bound = 2 * window.as_millis() / RETRY_PAUSE.as_millis();
+        assert!((asked as u128) < bound, "{asked} requests in {window:?}");
+    }
 
     #[test]
     fn only_a_submission_without_a_key_is_not_sent_twice() {

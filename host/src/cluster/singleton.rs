@@ -20,7 +20,10 @@
 //! steps down at once, without a hand-over, and rejoins membership with a
 //! new generation, so it is the youngest and the master does not move back
 //! to it. A start that cannot happen yet (too few replicas answer) is
-//! retried every [`START_RETRY`].
+//! retried every [`START_RETRY`] while this node still should host, and
+//! forgotten once it should not: every pass of the manager ends waiting for
+//! a change or for an instant still ahead, so a node that hosts nothing
+//! idles.
 //!
 //! The decision itself is [`should_host`], a pure function of the view; the
 //! master is behind the [`Host`] trait, so both are unit-tested with the
@@ -118,6 +121,12 @@ pub async fn run<H: Host>(
             let refused = Some(*deposed.borrow_and_update()).filter(|&other| other > epoch);
             newer_elsewhere.max(refused)
         });
+        if !should || hosting.is_some() {
+            // A retry only means something while this node should start the
+            // master and has not: kept past that, its instant (now in the
+            // past) would make the wait below return at once, forever.
+            retry_at = None;
+        }
         let retry_due = retry_at.is_none_or(|at| Instant::now() >= at);
         if let Some(newer) = superseded {
             eprintln!(
@@ -156,12 +165,19 @@ pub async fn run<H: Host>(
             }
         }
         workers = alive;
+        // Every pass ends waiting for something new: a change (`changed`
+        // marks it seen; a closed channel disables its branch), or an
+        // instant the next pass acts on and then drops (the view settled,
+        // a start is due again).
+        let wake_at = [(!settled).then_some(settled_at), retry_at]
+            .into_iter()
+            .flatten()
+            .min();
         tokio::select! {
             changed = views.changed() => if changed.is_err() { break },
             Ok(()) = departed.changed() => {}
             Ok(()) = deposed.changed() => {}
-            _ = tokio::time::sleep_until(settled_at), if !settled => {}
-            _ = tokio::time::sleep_until(retry_at.unwrap_or(settled_at)), if retry_at.is_some() => {}
+            _ = tokio::time::sleep_until(wake_at.unwrap_or(settled_at)), if wake_at.is_some() => {}
             _ = stop.changed() => break,
         }
     }
@@ -177,19 +193,33 @@ mod tests {
     use super::super::membership::MemCluster;
     use super::super::membership::tests::member;
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
 
+    /// Records what the manager asks; its starts are refused (as when too
+    /// few replicas answer) once told to.
     #[derive(Clone, Default)]
-    struct Recorder(Arc<Mutex<Vec<String>>>);
+    struct Recorder(Arc<Mutex<Vec<String>>>, Arc<AtomicBool>);
 
     impl Recorder {
         fn take(&self) -> Vec<String> {
             std::mem::take(&mut self.0.lock().unwrap())
         }
+
+        fn refuse_starts(&self) {
+            self.1.store(true, Ordering::Relaxed);
+        }
     }
 
     impl Host for Recorder {
         async fn start(&mut self, live: Vec<String>) -> anyhow::Result<Option<u64>> {
+            if self.1.load(Ordering::Relaxed) {
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push(format!("refused start {live:?}"));
+                return Ok(None);
+            }
             self.0.lock().unwrap().push(format!("start {live:?}"));
             Ok(Some(1))
         }
@@ -214,6 +244,8 @@ mod tests {
     struct Node {
         log: Recorder,
         stop: watch::Sender<bool>,
+        /// What this node's replica says about newer masters.
+        deposed: watch::Sender<u64>,
         task: tokio::task::JoinHandle<anyhow::Result<()>>,
     }
 
@@ -221,10 +253,10 @@ mod tests {
         let membership = cluster.join(member(id, generation, roles));
         let log = Recorder::default();
         let (stop, stopped) = watch::channel(false);
+        let (deposed_tx, deposed) = watch::channel(0);
         let mut host = log.clone();
         let task = tokio::spawn(async move {
             let (_hints, departed) = watch::channel(BTreeSet::new());
-            let (_deposed, deposed) = watch::channel(0);
             run(
                 &membership,
                 &mut host,
@@ -235,7 +267,41 @@ mod tests {
             )
             .await
         });
-        Node { log, stop, task }
+        Node {
+            log,
+            stop,
+            deposed: deposed_tx,
+            task,
+        }
+    }
+
+    /// Runs `test` on a paused clock, in a thread of its own bounded by the
+    /// wall clock. A paused clock moves on only while every task waits, so
+    /// a manager that never waits keeps the test's sleeps from ending, and
+    /// the wall-clock bound catches it.
+    fn on_paused_clock<F: std::future::Future<Output = ()>>(
+        test: impl FnOnce() -> F + Send + 'static,
+    ) {
+        let (done, finished) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .unwrap()
+                .block_on(test());
+            let _ = done.send(());
+        });
+        match finished.recv_timeout(Duration::from_secs(10)) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("the clock never reached the test's end: a task kept the runtime busy")
+            }
+            _ => {
+                if let Err(panic) = thread.join() {
+                    std::panic::resume_unwind(panic);
+                }
+            }
+        }
     }
 
     #[tokio::test]
@@ -338,6 +404,53 @@ mod tests {
         assert_eq!(a_now.master_epoch, None);
         assert_eq!(view.oldest_back_end().unwrap().node_id, "b");
         drop(b);
+    }
+
+    #[test]
+    fn a_refused_start_ends_waiting_once_another_node_should_host() {
+        on_paused_clock(|| async {
+            let cluster = MemCluster::new();
+            let a = spawn(&cluster, "a", 20, "back-end");
+            a.log.refuse_starts();
+            settle().await;
+            assert_eq!(a.log.take(), ["refused start []"]);
+            // An older node shows up before the retry is due: it hosts.
+            let b = spawn(&cluster, "b", 10, "back-end");
+            settle().await;
+            assert_eq!(b.log.take(), ["start []"]);
+            // Long past the retry a is no longer due: it waits, idle.
+            tokio::time::sleep(START_RETRY * 10).await;
+            assert!(a.log.take().is_empty());
+            drop((a, b));
+        });
+    }
+
+    #[test]
+    fn a_refused_start_is_retried_after_a_pause() {
+        on_paused_clock(|| async {
+            let cluster = MemCluster::new();
+            let a = spawn(&cluster, "a", 20, "back-end");
+            a.log.refuse_starts();
+            tokio::time::sleep(START_RETRY * 5 / 2).await;
+            assert_eq!(a.log.take(), ["refused start []"; 3]);
+            drop(a);
+        });
+    }
+
+    #[test]
+    fn news_of_a_newer_master_on_a_node_not_hosting_is_waited_past() {
+        on_paused_clock(|| async {
+            let cluster = MemCluster::new();
+            let b = spawn(&cluster, "b", 10, "back-end");
+            let a = spawn(&cluster, "a", 20, "back-end");
+            settle().await;
+            assert_eq!(b.log.take(), ["start []"]);
+            // a's replica hears of a newer master while a hosts nothing.
+            a.deposed.send_replace(5);
+            tokio::time::sleep(START_RETRY * 10).await;
+            assert!(a.log.take().is_empty());
+            drop((a, b));
+        });
     }
 
     #[test]

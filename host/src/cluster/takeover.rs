@@ -10,7 +10,8 @@
 //!    or a higher one already refuses, and the node tries again above it.
 //!    From then on the fenced replicas refuse the old master, so it can
 //!    commit nothing more.
-//! 2. It needs answers from at least `min_replicas` other nodes. A batch
+//! 2. It needs answers from at least `min_replicas` other nodes (if the
+//!    view does not even list that many, it claims nothing). A batch
 //!    the old master committed is on `min_replicas + 1` back-end nodes, so
 //!    as long as there are at most `2 * min_replicas + 1` back-end nodes,
 //!    the answering set includes at least one node holding every committed
@@ -68,6 +69,16 @@ pub async fn prepare(
         .filter(|m| m.node_id != view.me)
         .map(|m| (m.node_id.clone(), m.http.clone()))
         .collect();
+    if others.len() < min_replicas {
+        // Too few could answer even if all did: claim nothing. A claim
+        // would still raise this node's own promise, and once this node
+        // reaches the cluster again its replica would refuse the master
+        // running there, which would step down for nothing.
+        return Ok(Err(format!(
+            "{} of the {min_replicas} other back-end nodes needed are live",
+            others.len()
+        )));
+    }
     let mut epoch = floor.max(replica.promise() + 1);
     for _ in 0..CLAIM_ROUNDS_MAX {
         let claim = ReplicaRequest::Fence { epoch, claim: true };

@@ -34,6 +34,18 @@ use std::time::Duration;
 
 /// Largest UDP payload (IPv4).
 pub const DATAGRAM_BYTES_MAX: usize = 65_507;
+/// Pause after a receive error that is not an ICMP report (one gossip
+/// round).
+const RECV_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// Whether a receive error is the report of an earlier send's ICMP
+/// "unreachable": it comes once per report, not on every call.
+fn is_icmp_report(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset
+    )
+}
 
 /// cohort's gossip transport: UDP, sealed when the node has a key.
 #[derive(Debug, Clone, Default)]
@@ -184,10 +196,17 @@ impl Codec {
                 incoming = self.socket.recv_from(&mut datagram) => {
                     let (len, from_addr) = match incoming {
                         Ok(received) => received,
-                        Err(error) => {
+                        Err(error) if is_icmp_report(&error) => {
                             // An ICMP "unreachable" for an earlier send
-                            // surfaces here; anything else is logged.
+                            // surfaces here, once per report.
                             tracing::debug!("gossip receive failed: {error}");
+                            continue;
+                        }
+                        Err(error) => {
+                            // Anything else may fail every call alike:
+                            // pause rather than spin.
+                            tracing::warn!("gossip receive failed: {error}");
+                            tokio::time::sleep(RECV_ERROR_PAUSE).await;
                             continue;
                         }
                     };
