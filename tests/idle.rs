@@ -29,8 +29,8 @@ fn three(dir: &tempfile::TempDir, rt: &tokio::runtime::Runtime) -> (Node, Node, 
     let n3 = start(dir, "n3", ALL, Some(&n1));
     rt.block_on(async {
         for node in [&n1, &n2, &n3] {
-            converge(node, "3 live nodes, the master on n1", |c| {
-                live(c).len() == 3 && c.master_node == "n1"
+            converge(node, "3 live nodes and voters, the master on n1", |c| {
+                live(c).len() == 3 && c.master_node == "n1" && c.voters.len() == 3
             })
             .await;
         }

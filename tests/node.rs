@@ -115,8 +115,9 @@ fn examples_run_through_the_cli_and_the_api() {
             "{metrics}"
         );
         assert!(metrics.contains("cohort_journal_syncs_total"), "{metrics}");
-        // A lone node waits for no replica.
-        assert!(metrics.contains("cohort_replicas_needed 0"), "{metrics}");
+        // A lone node is the one voter, its own majority.
+        assert!(metrics.contains("cohort_voters 1"), "{metrics}");
+        assert!(metrics.contains("cohort_replicas_needed 1"), "{metrics}");
     });
 }
 

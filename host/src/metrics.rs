@@ -1,8 +1,8 @@
 //! `GET /metrics`: Prometheus/OpenMetrics text, rendered per scrape from
 //! the master's counters and state (prometheus-client does the encoding).
 
-use crate::master::replicate::ReplicationStatus;
 use crate::master::service::MasterCounters;
+use crate::replication::ReplicationStatus;
 use cohort_master::{JobState, Stats};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -63,10 +63,10 @@ pub fn render(
     registry.register(
         "journal_syncs",
         "Journal fsyncs by this process",
-        counter(load(&counters.syncs)),
+        counter(replication.syncs),
     );
     let sync_seconds = Counter::<f64, AtomicU64>::default();
-    sync_seconds.inc_by(load(&counters.sync_nanos) as f64 / 1e9);
+    sync_seconds.inc_by(replication.sync_nanos as f64 / 1e9);
     registry.register(
         "journal_sync_seconds",
         "Time spent in journal fsync",
@@ -89,17 +89,17 @@ pub fn render(
     };
     registry.register(
         "replicas_needed",
-        "Other back-end nodes that must hold a journal batch before it is acknowledged",
+        "Voters (back-end nodes, this one included) that must hold a journal batch before it is acknowledged: a majority",
         gauge(replication.needed as u64),
     );
     registry.register(
         "replicas_healthy",
-        "Replicas whose last exchange with the master succeeded",
+        "Voters that acknowledged the master's appends in the last 3 s (this node included)",
         gauge(replication.healthy as u64),
     );
     registry.register(
         "journal_uncommitted_entries",
-        "Journal entries appended on the master's node, not yet on enough replicas",
+        "Journal entries appended on the master's node, not yet on a majority of the voters",
         gauge(replication.uncommitted),
     );
     let behind = Family::<Labels, Gauge>::default();
@@ -116,7 +116,12 @@ pub fn render(
     registry.register(
         "unreplicated_batches",
         "Batches whose callers were told replicas_unavailable",
-        counter(load(&counters.unreplicated_batches)),
+        counter(replication.unreplicated_batches),
+    );
+    registry.register(
+        "voters",
+        "Back-end nodes in the journaled voter set, as this node's journal has it",
+        gauge(replication.voters.len() as u64),
     );
     registry.register(
         "http_responses",

@@ -16,23 +16,23 @@ use crate::api::{self, Api, JobDefaults, NodeInfo};
 use crate::cluster::link::MasterLink;
 use crate::cluster::membership::{self, Membership, MembershipConfig, Roles, keys};
 use crate::cluster::modules::ModuleFetcher;
-use crate::cluster::replica::Replica;
-use crate::cluster::{handover, singleton, takeover};
+use crate::cluster::singleton;
 use crate::master::core::MasterComponent;
-use crate::master::replicate::ReplicationOptions;
 use crate::master::{self, CoreKind, MasterOptions};
 use crate::modules::ModuleStore;
 use crate::peer::Peer;
+use crate::replication::Replication;
+use crate::replication::transport::HttpTransport;
 use crate::runtime::limits::{self, JobLimits};
 use crate::runtime::{Runtime, RuntimeConfig};
 use crate::worker::{ProgressBoard, Worker, WorkerOptions};
 use anyhow::Context;
 use cohort_master::Command;
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{OnceCell, watch};
@@ -48,7 +48,8 @@ pub struct NodeArgs {
     #[arg(long, env = "COHORT_LISTEN", default_value = "127.0.0.1:7070")]
     pub listen: SocketAddr,
     /// This node's id in the cluster (default: the host name, a dash and the
-    /// HTTP port).
+    /// HTTP port). Kept in the data directory at first start: later starts
+    /// use it, and refuse a different one.
     #[arg(long, env = "COHORT_NODE_ID")]
     pub node_id: Option<String>,
     /// What this node does: any of back-end (may host the master, keeps a
@@ -95,11 +96,15 @@ pub struct NodeArgs {
     /// Events between master snapshots.
     #[arg(long, default_value_t = master::service::SNAPSHOT_EVERY_DEFAULT)]
     pub snapshot_every: u64,
-    /// Other back-end nodes that must hold a journal batch before the
-    /// master acknowledges it [default: 1 once this node has seen another
-    /// back-end node, 0 before].
-    #[arg(long, env = "COHORT_MIN_REPLICAS")]
-    pub min_replicas: Option<usize>,
+    /// Start the cluster's voter set with this node if no back-end node it
+    /// reaches has one [default: when started without --seed]. Give it to
+    /// exactly one node of a new cluster whose nodes all have seeds.
+    #[arg(long, env = "COHORT_BOOTSTRAP")]
+    pub bootstrap: bool,
+    /// A voter gone from the cluster this long is removed from the voter
+    /// set (it is added back once it returns and catches up); `0` never.
+    #[arg(long, env = "COHORT_VOTER_TIMEOUT", value_parser = limits::parse_duration, default_value = "10m")]
+    pub voter_timeout: Duration,
     /// Run the master's logic natively instead of in its Wasm component
     /// (for comparisons).
     #[arg(long, value_enum, default_value = "wasm", hide = true)]
@@ -211,10 +216,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let node_id = args
-        .node_id
-        .clone()
-        .unwrap_or_else(|| default_node_id(addr));
+    let node_id = node_identity(&data_dir, args.node_id.as_deref(), addr)?;
     let http = format!("http://{addr}");
 
     let gossip_listen = args.gossip.unwrap_or(addr);
@@ -253,12 +255,22 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         });
     }
 
-    let replica = roles
-        .back_end
-        .then(|| Replica::open(data_dir.clone()))
-        .transpose()
-        .with_context(|| format!("cannot open the journal replica in {}", data_dir.display()))?;
-    let inbox = replica.clone().map(handover::Inbox::new);
+    // Back-end nodes replicate the master's journal. The first node of a
+    // cluster (started without seeds) may start the voter set.
+    let replication = if roles.back_end {
+        let transport = HttpTransport::new(node_id.clone(), peer.clone(), view.clone());
+        let voter_timeout = (!args.voter_timeout.is_zero()).then_some(args.voter_timeout);
+        let options = crate::replication::options(
+            &node_id,
+            args.bootstrap || args.seeds.is_empty(),
+            voter_timeout,
+        );
+        let replication = Replication::start(options, &data_dir, transport)
+            .with_context(|| format!("cannot open the journal in {}", data_dir.display()))?;
+        Some(replication)
+    } else {
+        None
+    };
     let leave = Arc::new(tokio::sync::Notify::new());
     let progress = ProgressBoard::default();
     let worker = (slots > 0)
@@ -285,8 +297,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         master: link.clone(),
         fetcher,
         view: view.clone(),
-        handover: inbox.clone(),
-        replica: replica.clone(),
+        replication: replication.clone(),
         leave: leave.clone(),
         modules,
         progress,
@@ -324,25 +335,25 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     // The singleton manager, on back-end nodes: hosts the master while this
     // is the oldest live back-end node.
     let membership = Arc::new(membership);
-    // Publish where this node believes the master runs, as the view changes,
-    // and remember the highest master epoch seen (a new master runs above it).
-    let epoch_seen = Arc::new(AtomicU64::new(0));
+    // Publish where this node believes the master runs, as the view changes;
+    // tell replication which back-end nodes are members.
     {
         let membership = membership.clone();
         let mut view = view.clone();
-        let epoch_seen = epoch_seen.clone();
-        // Written once, the first time another back-end node shows up.
-        let mut marker = roles.back_end.then(|| data_dir.join(REPLICATED_MARKER));
+        let replication = replication.clone();
         tokio::spawn(async move {
             let mut published = None;
+            let mut back_ends = Vec::new();
             loop {
                 let seen = {
                     let view = view.borrow_and_update();
-                    if marker.is_some() && view.back_ends().any(|m| m.node_id != view.me) {
-                        remember_replicated(&marker.take().expect("checked"));
-                    }
-                    for epoch in view.members.iter().filter_map(|m| m.master_epoch) {
-                        epoch_seen.fetch_max(epoch, Ordering::Relaxed);
+                    if let Some(replication) = &replication {
+                        let now: Vec<String> =
+                            view.back_ends().map(|m| m.node_id.clone()).collect();
+                        if now != back_ends {
+                            replication.set_members(now.clone());
+                            back_ends = now;
+                        }
                     }
                     view.master_host()
                         .map(|m| format!("{}@{}", m.node_id, m.master_epoch.unwrap_or(0)))
@@ -372,20 +383,13 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 core: args.master_core,
                 snapshot_every: args.snapshot_every,
                 live_workers: Vec::new(),
-                min_epoch: 0,
                 component: None,
-                replication: None,
             },
-            min_replicas: args.min_replicas,
-            replica: replica.clone().expect("back-end nodes have a replica"),
-            peer: peer.clone(),
+            replication: replication.clone().expect("back-end nodes replicate"),
             link: link.clone(),
             local: local_master,
             running: None,
             view: view.clone(),
-            inbox: inbox.clone().expect("back-end nodes have an inbox"),
-            adopted: 0,
-            epoch_seen: epoch_seen.clone(),
             component,
         };
         let settle = if args.seeds.is_empty() {
@@ -394,8 +398,8 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             JOIN_SETTLE
         };
         tokio::spawn(async move {
-            let departed = host.inbox.departed();
-            let deposed = host.replica.superseded();
+            let departed = departures(&host.replication, host.view.clone());
+            let deposed = deposals(&host.replication);
             singleton::run(
                 &membership,
                 &mut host,
@@ -481,97 +485,111 @@ async fn master_component(
 /// decides whether it hosts the master, so it first hears of older nodes.
 const JOIN_SETTLE: Duration = Duration::from_secs(1);
 
-/// Marks a data directory whose node has seen another back-end node: from
-/// then on its master needs a replica by default, even after a restart
-/// that finds it alone (it may be the stale one).
-const REPLICATED_MARKER: &str = "replicated";
-
-/// Writes the [`REPLICATED_MARKER`] (once).
-fn remember_replicated(marker: &std::path::Path) {
-    if !marker.exists()
-        && let Err(error) = std::fs::File::create(marker).and_then(|f| f.sync_all())
-    {
-        tracing::warn!("cannot write {}: {error}", marker.display());
-    }
+/// The node that handed the master over to this one, as the singleton
+/// wants it: `(node id, generation)` of departed hosts, treated as leaving
+/// at once (without waiting for gossip).
+fn departures(
+    replication: &Replication,
+    view: watch::Receiver<membership::View>,
+) -> watch::Receiver<BTreeSet<(String, u64)>> {
+    let (tx, rx) = watch::channel(BTreeSet::new());
+    let mut handed = replication.handed_over();
+    tokio::spawn(async move {
+        while handed.changed().await.is_ok() {
+            let Some(from) = handed.borrow_and_update().clone() else {
+                continue;
+            };
+            eprintln!("received the master from {from}");
+            let generation = view.borrow().member(&from).map(|m| m.generation);
+            if let Some(generation) = generation {
+                tx.send_modify(|departed| {
+                    if departed.len() >= DEPARTED_KEPT_MAX {
+                        departed.pop_first();
+                    }
+                    departed.insert((from, generation));
+                });
+            }
+        }
+    });
+    rx
 }
+
+/// Departed hosts remembered at most.
+const DEPARTED_KEPT_MAX: usize = 64;
+
+/// The epoch that superseded this node's master, for the singleton (0:
+/// none).
+fn deposals(replication: &Replication) -> watch::Receiver<u64> {
+    let (tx, rx) = watch::channel(0);
+    let mut superseded = replication.superseded();
+    tokio::spawn(async move {
+        while superseded.changed().await.is_ok() {
+            let newer = superseded.borrow_and_update().unwrap_or(0);
+            tx.send_if_modified(|seen| {
+                let newer_than_seen = newer > *seen;
+                *seen = (*seen).max(newer);
+                newer_than_seen
+            });
+        }
+    });
+    rx
+}
+
+/// Longest a node that should host the master waits for the node still
+/// advertising it to hand it over.
+const HANDOVER_WAIT: Duration = Duration::from_secs(10);
 
 /// The master on this node, started and stopped by the singleton manager.
 struct LocalMaster {
     options: MasterOptions,
-    /// `--min-replicas`, if given.
-    min_replicas: Option<usize>,
-    replica: Arc<Replica>,
-    peer: Peer,
+    replication: Replication,
     /// This node's proxy: told where the master went after a hand-over.
     link: MasterLink,
     local: watch::Sender<Option<master::MasterHandle>>,
     running: Option<master::MasterHandle>,
     view: watch::Receiver<membership::View>,
-    inbox: Arc<handover::Inbox>,
-    /// The epoch of the last hand-over already started from.
-    adopted: u64,
-    /// The highest master epoch this node has seen in gossip.
-    epoch_seen: Arc<AtomicU64>,
     /// The master component, compiled once per node.
     component: Arc<OnceCell<MasterComponent>>,
 }
 
 impl LocalMaster {
-    /// Replicas a batch needs: `--min-replicas`, or 1 once this node has
-    /// seen another back-end node (remembered in the data directory), else
-    /// 0.
-    fn min_replicas(&self, view: &membership::View) -> usize {
-        if let Some(min_replicas) = self.min_replicas {
-            return min_replicas;
-        }
-        let others = view.back_ends().any(|m| m.node_id != view.me);
-        usize::from(others || self.options.data_dir.join(REPLICATED_MARKER).exists())
-    }
-
     /// If another node still advertises the master, waits (bounded) for its
-    /// hand-over, or for it to vanish (a crash). Returns whether a hand-over
-    /// arrived.
-    async fn await_handover(&mut self) -> bool {
+    /// hand-over, or for it to vanish (a crash).
+    async fn await_handover(&mut self) {
         let other_host = |view: &membership::View| {
             view.master_host()
                 .filter(|host| host.node_id != view.me)
                 .map(|host| host.node_id.clone())
         };
-        let mut adopted = self.inbox.subscribe();
-        let arrived = *adopted.borrow_and_update();
-        if arrived > self.adopted {
-            // It arrived before this start began.
-            self.adopted = arrived;
-            return true;
+        let mut handed = self.replication.handed_over();
+        if handed.borrow_and_update().is_some() && self.replication.status().leading.is_some() {
+            return;
         }
         let mut view = self.view.clone();
         let Some(old) = other_host(&view.borrow_and_update()) else {
-            return false;
+            return;
         };
         eprintln!("waiting for {old} to hand the master over");
-        let deadline = tokio::time::Instant::now() + handover::HANDOVER_WAIT;
+        let deadline = tokio::time::Instant::now() + HANDOVER_WAIT;
         loop {
             tokio::select! {
-                _ = adopted.changed() => {
-                    self.adopted = *adopted.borrow_and_update();
-                    return true;
-                }
+                _ = handed.changed() => return,
                 changed = view.changed() => {
                     if changed.is_err() || other_host(&view.borrow_and_update()).is_none() {
-                        eprintln!("{old} stopped advertising the master without a hand-over; starting from this node's journal");
-                        return false;
+                        eprintln!("{old} stopped advertising the master without a hand-over; taking it over");
+                        return;
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => {
-                    eprintln!("no hand-over from {old} within {:?}; starting from this node's journal", handover::HANDOVER_WAIT);
-                    return false;
+                    eprintln!("no hand-over from {old} within {HANDOVER_WAIT:?}; taking the master over");
+                    return;
                 }
             }
         }
     }
 
-    /// Sends the stopped master's last snapshot to the back-end node that
-    /// should host it next, if there is one.
+    /// Hands the master over to the back-end node that should host it
+    /// next, once its journal caught up; without one, just lets go.
     async fn hand_over(&self, epoch: u64) {
         let target = {
             let view = self.view.borrow();
@@ -579,41 +597,22 @@ impl LocalMaster {
                 .map(|m| (m.node_id.clone(), m.http.clone()))
         };
         let Some((node, url)) = target else {
+            self.replication.step_down().await;
             return;
         };
-        let (me, generation) = {
-            let view = self.view.borrow();
-            let generation = view.member(&view.me).map_or(0, |m| m.generation);
-            (view.me.clone(), generation)
-        };
         let started = std::time::Instant::now();
-        let data_dir = self.options.data_dir.clone();
-        let snapshot =
-            match tokio::task::spawn_blocking(move || master::store::latest_snapshot(&data_dir))
-                .await
-            {
-                Ok(Ok(Some(snapshot))) => snapshot,
-                other => {
-                    eprintln!("cannot hand the master over: no snapshot ({other:?})");
-                    return;
-                }
-            };
-        let handover = handover::Handover {
-            epoch: epoch.max(snapshot.epoch),
-            from: me,
-            generation,
-            snapshot,
-        };
-        match handover::send(&self.peer, &url, &handover).await {
+        match self.replication.hand_over(node.clone()).await {
             Ok(()) => {
                 self.link.set_moved(Some(url.clone()));
                 eprintln!(
-                    "handed the master over to {node} (from epoch {}) in {:.1?}",
-                    handover.epoch,
+                    "handed the master over to {node} (from epoch {epoch}) in {:.1?}",
                     started.elapsed()
                 )
             }
-            Err(error) => eprintln!("hand-over to {node} failed: {error}"),
+            Err(error) => {
+                eprintln!("hand-over to {node} failed: {error}");
+                self.replication.step_down().await;
+            }
         }
     }
 }
@@ -622,82 +621,52 @@ impl singleton::Host for LocalMaster {
     async fn start(&mut self, live_workers: Vec<String>) -> anyhow::Result<Option<u64>> {
         self.await_handover().await;
         let began = std::time::Instant::now();
-        let view = self.view.borrow().clone();
-        let min_replicas = self.min_replicas(&view);
-        let floor = self.epoch_seen.load(Ordering::Relaxed) + 1;
-        let prepared =
-            match takeover::prepare(&self.replica, &self.peer, &view, floor, min_replicas).await? {
-                Ok(prepared) => prepared,
-                Err(reason) => {
-                    eprintln!(
-                        "cannot take the master over yet: {reason}; retrying in {:?}",
-                        singleton::START_RETRY
-                    );
-                    return Ok(None);
-                }
-            };
-        let prepared_in = began.elapsed();
-        if let Some((node, entries)) = &prepared.adopted {
-            eprintln!("adopted {entries} journal entries from {node}, whose journal was ahead");
+        let started = match self.replication.take_over().await {
+            Ok(started) => started,
+            Err(reason) => {
+                eprintln!(
+                    "cannot take the master over yet: {reason}; retrying in {:?}",
+                    singleton::START_RETRY
+                );
+                return Ok(None);
+            }
+        };
+        let claimed_in = began.elapsed();
+        if let Some(node) = &started.adopted {
+            eprintln!("adopted the journal of {node}, which was ahead");
         }
         let mut options = self.options.clone();
         options.live_workers = live_workers;
-        options.min_epoch = prepared.epoch;
-        options.replication = Some(ReplicationOptions {
-            min_replicas,
-            auto: self.min_replicas.is_none(),
-            view: self.view.clone(),
-            peer: self.peer.clone(),
-        });
         if options.core == CoreKind::Wasm {
             let data_dir = options.data_dir.clone();
             options.component = Some(master_component(&self.component, data_dir).await?.clone());
         }
-        self.replica.host(prepared.epoch)?;
-        let started = tokio::task::spawn_blocking(move || master::start(options))
-            .await
-            .context("the recovery thread failed")
-            .and_then(|started| started.context("cannot start the master"));
+        let replication = self.replication.clone();
+        let started =
+            tokio::task::spawn_blocking(move || master::start(options, replication, started))
+                .await
+                .context("the recovery thread failed")
+                .and_then(|started| started.context("cannot start the master"));
         let (handle, report) = match started {
             Ok(started) => started,
             Err(error) => {
-                self.replica.unhost();
+                self.replication.step_down().await;
                 return Err(error);
             }
         };
+        let status = self.replication.status();
         eprintln!(
-            "hosting the master (epoch {}, {} of {} back-end replicas needed answered: [{}]) after {:.1?} (fencing and journal comparison {:.1?}); recovered in {:.1?}: snapshot {}, {} journal events replayed{}",
+            "hosting the master (epoch {}, voters [{}]) after {:.1?} (claim and journal comparison {:.1?}); recovered in {:.1?}: snapshot {}, {} journal events replayed",
             handle.epoch(),
-            prepared.reached.len(),
-            min_replicas,
-            prepared.reached.join(", "),
+            status.voters.join(", "),
             began.elapsed(),
-            prepared_in,
+            claimed_in,
             report.duration,
             report
                 .snapshot_index
                 .map_or("none".to_string(), |i| format!("at {i}")),
             report.events_replayed,
-            if report.torn_bytes > 0 {
-                format!(
-                    ", {} bytes of an unfinished write cut from the journal's end",
-                    report.torn_bytes
-                )
-            } else {
-                String::new()
-            },
         );
-        // A replica refusing this master for a newer epoch deposes it.
-        let mut superseded = handle.superseded();
-        let replica = self.replica.clone();
-        tokio::spawn(async move {
-            while superseded.changed().await.is_ok() {
-                let newer = *superseded.borrow_and_update();
-                if let Some(epoch) = newer {
-                    replica.note_superseded(epoch);
-                }
-            }
-        });
         let epoch = handle.epoch();
         self.link.set_moved(None);
         self.local.send_replace(Some(handle.clone()));
@@ -712,7 +681,6 @@ impl singleton::Host for LocalMaster {
             let started = std::time::Instant::now();
             handle.shutdown().await;
             handle.stopped().await;
-            self.replica.unhost();
             eprintln!(
                 "stopped hosting the master (flushed and snapshotted in {:.1?})",
                 started.elapsed()
@@ -726,8 +694,8 @@ impl singleton::Host for LocalMaster {
         if let Some(handle) = self.running.take() {
             handle.shutdown().await;
             handle.stopped().await;
-            self.replica.unhost();
         }
+        self.replication.step_down().await;
     }
 
     async fn workers_gone(&mut self, workers: Vec<String>) {
@@ -775,6 +743,45 @@ fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
         Err(std::fs::TryLockError::Error(error)) => {
             Err(error).with_context(|| format!("cannot lock {}", path.display()))
         }
+    }
+}
+
+/// The file in the data directory that keeps the node's id.
+const NODE_ID_FILE: &str = "node-id";
+
+/// The node's id: the one its data directory was first used with (the
+/// voter set in the journal names nodes by id, so a data directory keeps
+/// its identity across restarts, whatever port it listens on next), else
+/// `--node-id`, else the default. A different `--node-id` for a data
+/// directory that has one is refused.
+fn node_identity(
+    data_dir: &std::path::Path,
+    given: Option<&str>,
+    addr: SocketAddr,
+) -> anyhow::Result<String> {
+    let path = data_dir.join(NODE_ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(stored) => {
+            let stored = stored.trim().to_string();
+            if let Some(given) = given
+                && given != stored
+            {
+                anyhow::bail!(
+                    "the data directory {} belongs to node {stored:?}, not {given:?}: start it with --node-id {stored} or use another data directory",
+                    data_dir.display()
+                );
+            }
+            Ok(stored)
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let id = given.map_or_else(|| default_node_id(addr), str::to_string);
+            let mut file = tempfile::NamedTempFile::new_in(data_dir)?;
+            file.write_all(id.as_bytes())?;
+            file.as_file().sync_all()?;
+            file.persist(&path).map_err(|e| e.error)?;
+            Ok(id)
+        }
+        Err(error) => Err(error).with_context(|| format!("cannot read {}", path.display())),
     }
 }
 

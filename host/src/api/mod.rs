@@ -130,10 +130,8 @@ pub struct Api {
     pub fetcher: ModuleFetcher,
     /// The cluster as this node sees it.
     pub view: watch::Receiver<View>,
-    /// Where a leaving master's state arrives (back-end nodes only).
-    pub handover: Option<Arc<crate::cluster::handover::Inbox>>,
-    /// This node's journal replica (back-end nodes).
-    pub replica: Option<Arc<crate::cluster::replica::Replica>>,
+    /// This node's journal replication (back-end nodes).
+    pub replication: Option<crate::replication::Replication>,
     /// Asks the node to leave the cluster (as SIGTERM does).
     pub leave: Arc<tokio::sync::Notify>,
     /// Uploaded modules.
@@ -582,8 +580,7 @@ fn not_stored(code: &str, digest: &Digest) -> ApiError {
 fn internal_body_limit(segments: &[&str]) -> Option<usize> {
     Some(match segments {
         ["internal", "v1", "master"] => BATCH_BODY_BYTES_MAX,
-        ["internal", "v1", "handover"] => crate::cluster::handover::HANDOVER_BYTES_MAX,
-        ["internal", "v1", "replica"] => crate::cluster::replica::REPLICA_BYTES_MAX,
+        ["internal", "v1", "replication"] => crate::replication::transport::ENVELOPE_BYTES_MAX,
         ["internal", "v1", "modules"] => crate::runtime::module::MODULE_BYTES_MAX,
         ["internal", "v1", "modules", "fetch"] | ["internal", "v1", "tokens"] => {
             CONTROL_BODY_BYTES_MAX
@@ -919,36 +916,19 @@ impl Api {
                 let answer = link::serve_wire(&self.master, &body).await;
                 Ok(bytes("application/x-postcard", answer))
             }
-            ["internal", "v1", "handover"] => {
-                let Some(inbox) = &self.handover else {
+            ["internal", "v1", "replication"] => {
+                let Some(replication) = &self.replication else {
                     return Err(ApiError::new(
                         "bad_request",
                         "this node is not a back-end node",
                     ));
                 };
-                if self.master.local().is_some() {
-                    return Err(ApiError::new(
-                        "already_master",
-                        "this node already hosts the master",
-                    ));
+                let envelope = crate::replication::transport::decode_envelope(&body)
+                    .map_err(|r| ApiError::new("bad_request", r.to_string()))?;
+                for message in envelope.messages {
+                    replication.deliver(envelope.from.clone(), message);
                 }
-                let epoch = inbox
-                    .accept(&body)
-                    .await
-                    .map_err(|e| ApiError::new("internal", e))?;
-                Ok(json(StatusCode::OK, &serde_json::json!({ "epoch": epoch })))
-            }
-            ["internal", "v1", "replica"] => {
-                let Some(replica) = &self.replica else {
-                    return Err(ApiError::new(
-                        "bad_request",
-                        "this node is not a back-end node",
-                    ));
-                };
-                Ok(bytes(
-                    "application/x-postcard",
-                    replica.serve_wire(&body).await,
-                ))
+                Ok(bytes("application/x-postcard", Vec::new()))
             }
             ["internal", "v1", "modules"] => {
                 let (digest, _) = self.modules.put(&body).await?;
@@ -1287,6 +1267,11 @@ impl Api {
                         last_seen: w.last_seen,
                     })
                     .collect(),
+                voters: self
+                    .replication
+                    .as_ref()
+                    .map(|r| r.status().voters)
+                    .unwrap_or_default(),
                 security: SecurityBody {
                     cluster_key: self.security.sealer.is_some(),
                     key_ids: self
@@ -1310,9 +1295,10 @@ impl Api {
         let local = self.master.local();
         let idle = crate::master::service::MasterCounters::default();
         let counters = local.as_ref().map_or(&idle, |m| m.counters());
-        let replication = local
+        let replication = self
+            .replication
             .as_ref()
-            .and_then(|m| m.replication_status())
+            .map(|r| r.status())
             .unwrap_or_default();
         let text = crate::metrics::render(&stats, counters, &replication, &self.responses)
             .map_err(|e| ApiError::new("internal", e.to_string()))?;

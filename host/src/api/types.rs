@@ -212,6 +212,11 @@ pub struct ClusterResponse {
     pub master_epoch: u64,
     /// Workers the master knows.
     pub workers: Vec<WorkerBody>,
+    /// The back-end nodes whose majority commits the journal (the voter
+    /// set as the answering node's journal has it; empty on a node that is
+    /// not a back-end).
+    #[serde(default)]
+    pub voters: Vec<String>,
     /// How the answering node protects itself.
     #[serde(default)]
     pub security: SecurityBody,

@@ -6,9 +6,7 @@
 //! |-------------------------------------|---------------------------------------------|
 //! | `WireRequest`                       | `link::serve_wire` (`/internal/v1/master`)  |
 //! | `Result<WireResponse, MasterError>` | `MasterLink::remote` (the proxy's answer)   |
-//! | `ReplicaRequest`                    | `Replica::serve_wire` (`/internal/v1/replica`) |
-//! | `ReplicaResponse`                   | `replica::call` (`master::replicate`, `takeover`) |
-//! | `Handover`                          | `handover::Inbox::accept` (`/internal/v1/handover`) |
+//! | `Envelope` (replication `Message`s) | `transport::decode_envelope` (`/internal/v1/replication`) |
 //!
 //! arbitrary bytes and damaged valid encodings decode to a value or to a
 //! rejection coded `undecodable` or `unknown_version`, never a panic; what
@@ -18,19 +16,17 @@
 //! functions answer garbage with a refusal and change nothing. Long run:
 //! `PROPTEST_CASES=100000 cargo test -p cohort --lib cluster::wire_tests`.
 
-use super::handover::{Handover, Inbox};
 use super::link::{self, MasterLink, WireRequest, WireResponse};
 use super::membership::View;
-use super::replica::{Replica, ReplicaRequest, ReplicaResponse};
-use crate::journal::{Entry, Shape};
 use crate::master::MasterError;
 use crate::master::service::{Poll, PollResult, ProgressReport};
-use crate::master::store::Snapshot;
+use crate::replication::transport::{Envelope, decode_envelope};
 use cohort_master::testing::{apply_damage, damage, varint};
 use cohort_master::{
     Answer, Assignment, Command, FORMAT_VERSION, JobSpec, JobState, Outcome, Query, Rejection,
     Reply, Stats, codes, decode, encode,
 };
+use cohort_replication::{Entry, Message, Payload, Shape, Snapshot};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use serde::Serialize;
@@ -57,6 +53,7 @@ fn snapshot() -> Snapshot {
     Snapshot {
         index: 9,
         epoch: 2,
+        voters: vec!["node-a".into()],
         state: b"the master's state".to_vec(),
     }
 }
@@ -129,56 +126,79 @@ fn samples() -> Vec<Vec<u8>> {
         Err(MasterError::Moved("http://next:7000".into())),
         Err(MasterError::Unreplicated("1 of 3".into())),
     ];
-    let replica_requests = [
-        ReplicaRequest::Fence {
+    let shape = Shape {
+        first: 2,
+        next: 9,
+        runs: vec![(2, 1), (5, 2)],
+        last_epoch: 2,
+        base_epoch: 1,
+    };
+    let messages = vec![
+        Message::Claim {
             epoch: 3,
-            claim: true,
+            transfer: true,
         },
-        ReplicaRequest::Append {
+        Message::Claimed {
+            epoch: 3,
+            shape: shape.clone(),
+            voters: vec!["a".into(), "b".into()],
+        },
+        Message::Declined {
+            epoch: 3,
+            leader_epoch: 2,
+        },
+        Message::Append {
             epoch: 3,
             first: 7,
-            entries: vec![(2, b"event".to_vec()), (3, Vec::new())],
+            prev_epoch: Some(2),
+            entries: vec![
+                (2, Payload::Data(b"event".to_vec())),
+                (3, Payload::Noop),
+                (3, Payload::Voters(vec!["a".into()])),
+            ],
             commit: 6,
         },
-        ReplicaRequest::Install {
+        Message::Install {
             epoch: 3,
             snapshot: snapshot(),
         },
-        ReplicaRequest::Read {
+        Message::Appended { epoch: 3, shape },
+        Message::Read {
             epoch: 3,
             from: 2,
             bytes_max: 1 << 20,
         },
+        Message::Entries {
+            epoch: 3,
+            from: 4,
+            entries: vec![Entry {
+                index: 4,
+                epoch: 2,
+                payload: Payload::Data(b"event".to_vec()),
+            }],
+        },
+        Message::SnapshotIs {
+            epoch: 3,
+            snapshot: snapshot(),
+        },
+        Message::Fenced {
+            epoch: 3,
+            promised: 4,
+        },
+        Message::Refused {
+            epoch: 3,
+            reason: "no".into(),
+        },
+        Message::HandOver { epoch: 3 },
     ];
-    let replica_responses = [
-        ReplicaResponse::Shape(Shape {
-            first: 2,
-            next: 9,
-            runs: vec![(2, 1), (5, 2)],
-            last_epoch: 2,
-        }),
-        ReplicaResponse::Entries(vec![Entry {
-            index: 4,
-            epoch: 2,
-            data: b"event".to_vec(),
-        }]),
-        ReplicaResponse::Snapshot(snapshot()),
-        ReplicaResponse::Fenced { promised: 4 },
-        ReplicaResponse::Busy("stepping down".into()),
-        ReplicaResponse::Refused("no".into()),
-    ];
-    let handover = Handover {
-        epoch: 3,
+    let envelope = Envelope {
         from: "node-a".into(),
-        generation: 1_700_000_000_000_000_000,
-        snapshot: snapshot(),
+        messages,
     };
     let mut out: Vec<Vec<u8>> = Vec::new();
     out.extend(requests.iter().map(encode));
     out.extend(responses.iter().map(encode));
-    out.extend(replica_requests.iter().map(encode));
-    out.extend(replica_responses.iter().map(encode));
-    out.push(encode(&handover));
+    out.push(encode(&envelope));
     out
 }
 
@@ -208,9 +228,7 @@ fn decodes_or_refuses<T: Serialize + DeserializeOwned>(bytes: &[u8]) -> Result<(
 fn every_decoder(bytes: &[u8]) -> Result<(), TestCaseError> {
     decodes_or_refuses::<WireRequest>(bytes)?;
     decodes_or_refuses::<Result<WireResponse, MasterError>>(bytes)?;
-    decodes_or_refuses::<ReplicaRequest>(bytes)?;
-    decodes_or_refuses::<ReplicaResponse>(bytes)?;
-    decodes_or_refuses::<Handover>(bytes)
+    decodes_or_refuses::<Envelope>(bytes)
 }
 
 proptest! {
@@ -254,24 +272,20 @@ fn a_tiny_body_claiming_a_huge_vector_is_refused() {
         let rejection = result.expect_err(what);
         assert_eq!(rejection.code, codes::UNDECODABLE, "{what}");
     };
-    // Append { epoch 1, first 0, entries: 2^62 }.
+    // Envelope { from "", messages: 2^62 }.
     refused(
-        "ReplicaRequest::Append entries",
-        decode::<ReplicaRequest>(&with(&[v, 1, 1, 0])).map(drop),
+        "Envelope messages",
+        decode::<Envelope>(&with(&[v, 0])).map(drop),
     );
-    // Install { epoch 1, snapshot { index 0, epoch 1, state: 2^62 } }.
+    // Envelope { from "", [Append { epoch 1, first 0, prev None, entries: 2^62 }] }.
     refused(
-        "ReplicaRequest::Install state",
-        decode::<ReplicaRequest>(&with(&[v, 2, 1, 0, 1])).map(drop),
+        "Message::Append entries",
+        decode::<Envelope>(&with(&[v, 0, 1, 3, 1, 0, 0])).map(drop),
     );
-    // Handover { epoch 1, from "", generation 0, snapshot { 0, 1, state } }.
+    // Envelope { from "", [Install { epoch 1, snapshot { 0, 1, voters: 2^62 } }] }.
     refused(
-        "Handover state",
-        decode::<Handover>(&with(&[v, 1, 0, 0, 0, 1])).map(drop),
-    );
-    refused(
-        "ReplicaResponse::Entries",
-        decode::<ReplicaResponse>(&with(&[v, 1])).map(drop),
+        "Message::Install voters",
+        decode::<Envelope>(&with(&[v, 0, 1, 4, 1, 0, 1])).map(drop),
     );
     // Poll { worker "", slots 0, free 0, wait 0, progress: 2^62 }.
     refused(
@@ -289,18 +303,16 @@ fn a_tiny_body_claiming_a_huge_vector_is_refused() {
 #[tokio::test]
 async fn the_serving_functions_refuse_garbage_and_change_nothing() {
     let garbage: [&[u8]; 4] = [b"", &[FORMAT_VERSION, 200, 1], &[9, 0], b"GET / HTTP/1.1"];
-    let dir = tempfile::tempdir().unwrap();
-    let replica = Replica::open(dir.path().into()).unwrap();
-    let inbox = Inbox::new(replica.clone());
     let (_local_tx, local) = tokio::sync::watch::channel(None);
     let (_view_tx, view) = tokio::sync::watch::channel(View::default());
     let link = MasterLink::new(local, view, crate::peer::Peer::default());
     for body in garbage {
-        match decode::<ReplicaResponse>(&replica.serve_wire(body).await) {
-            Ok(ReplicaResponse::Refused(reason)) => {
-                assert!(reason.starts_with("undecodable") || reason.starts_with("unknown_version"));
+        match decode_envelope(body) {
+            Err(rejection) => {
+                let known = [codes::UNDECODABLE, codes::UNKNOWN_VERSION];
+                assert!(known.contains(&rejection.code.as_str()), "{rejection:?}");
             }
-            other => panic!("replica answered {body:?} with {other:?}"),
+            Ok(envelope) => panic!("{body:?} decoded as {envelope:?}"),
         }
         let answer = link::serve_wire(&link, body).await;
         match decode::<Result<WireResponse, MasterError>>(&answer) {
@@ -310,14 +322,5 @@ async fn the_serving_functions_refuse_garbage_and_change_nothing() {
             }
             other => panic!("the master route answered {body:?} with {other:?}"),
         }
-        assert!(inbox.accept(body).await.is_err(), "{body:?}");
     }
-    // Nothing was promised, written or installed.
-    assert_eq!(replica.promise(), 0);
-    assert_eq!(*inbox.subscribe().borrow(), 0);
-    assert!(
-        crate::master::store::latest_snapshot(dir.path())
-            .unwrap()
-            .is_none()
-    );
 }

@@ -4,14 +4,12 @@
 //! * [`core`] — the component (or the same logic linked natively) behind
 //!   one byte-level interface.
 //! * [`store`] — journal segments and snapshots on disk; recovery.
-//! * [`service`] — the master thread and the group-committing writer; the
-//!   [`MasterHandle`] every caller uses.
-//! * [`replicate`] — sends the journal to the other back-end nodes and
-//!   releases replies once enough of them hold it.
+//! * [`service`] — the master thread, which hands its events to the node's
+//!   replication (`crate::replication`); the [`MasterHandle`] every caller
+//!   uses.
 
 mod bindings;
 pub mod core;
-pub mod replicate;
 pub mod service;
 pub mod store;
 

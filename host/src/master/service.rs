@@ -1,37 +1,35 @@
-//! The master service: the master component on its own thread, feeding a
-//! group-committing journal writer on another.
+//! The master service: the master component on its own thread, feeding
+//! the node's replication thread (`crate::replication`), which journals,
+//! replicates and commits.
 //!
 //! # Data flow
 //!
 //! ```text
-//! callers ──Request──▶ master thread ──Batch{events, completions}──▶ writer thread
-//!  (HTTP, worker)       decide → apply                                append…, fsync,
-//!      ▲                                                              then completions
+//! callers ──Request──▶ master thread ──propose(events, completions)──▶ replication thread
+//!  (HTTP, worker)       decide → apply                                 append…, fsync, replicate,
+//!      ▲                                                               completions once committed
 //!      └──────────────────────────── replies, assignments, wake-ups ◀──┘
 //! ```
 //!
 //! * The master thread owns the component. It takes every request waiting
 //!   in its channel (up to [`BATCH_REQUESTS_MAX`]), runs each through
 //!   `decide` and at once `apply`, so the next decision sees the previous
-//!   one's effects, and hands the batch's events to the writer together with
-//!   the *completions*: replies, assignments, answers and wake-ups that must
-//!   not leave the process before those events are durable.
-//! * The writer appends every batch waiting for it and fsyncs once (group
-//!   commit: under load one fsync covers many batches), then runs their
-//!   completions in order. An HTTP `202` therefore means "on disk", and a
-//!   read never shows state that a crash could take back.
-//! * While the writer syncs, the master thread already decides the next
+//!   one's effects, and hands the batch's events to replication together
+//!   with the *completions*: replies, assignments, answers and wake-ups that
+//!   must not leave the process before those events are committed.
+//! * Replication appends every batch waiting for it and fsyncs once (group
+//!   commit), sends them to the other back-end nodes, and runs their
+//!   completions in order once a majority of the voters holds them durably.
+//!   An HTTP `202` therefore means "on disk on a majority of the voters",
+//!   and a read never shows state that a crash could take back.
+//! * While replication syncs, the master thread already decides the next
 //!   batch: the two overlap, which is where the throughput comes from.
 //! * A failed write or sync stops the service: the in-memory state is then
 //!   ahead of the journal, so the only safe continuation is a restart that
 //!   recovers from disk. Every waiting caller gets `master_unavailable`.
-//! * With replication ([`super::replicate`]) the writer hands the synced
-//!   batch's completions to the commit gate instead, which runs them once
-//!   enough replicas hold the batch too; a `202` then means "on disk here
-//!   and on `min_replicas` other back-end nodes".
 //! * Every [`SNAPSHOT_EVERY_DEFAULT`] events (and on clean shutdown) the
-//!   master thread takes a snapshot; the writer stores it after the events
-//!   before it are durable and deletes the journal segments it covers.
+//!   master thread takes a snapshot; replication compacts the journal under
+//!   it once the events before it are committed.
 //!
 //! # Waiting
 //!
@@ -40,9 +38,8 @@
 //! for a job to settle; the watch fires on its `Settled` effect.
 
 use super::core::{Core, CoreKind, MasterComponent, NativeCore};
-use super::replicate::{Completion, Replication, ReplicationOptions, ReplicationStatus};
-use super::store::{self, Recovery, Snapshot, StoreError};
-use crate::journal::{FsStorage, Journal};
+use super::store::StoreError;
+use crate::replication::{Completion, Replication, ReplicationStatus, Started};
 use cohort_master::{
     Answer, Assignment, Command, Config, Effect, Failure, JobId, JobState, Millis, Outcome, Query,
     Rejection, Reply, decode, encode,
@@ -56,12 +53,6 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 /// Requests one batch takes from the channel at most.
 pub const BATCH_REQUESTS_MAX: usize = 4096;
-/// Batches waiting for the writer at most. Beyond, the master thread waits
-/// for the disk, its request channel fills, and callers wait in turn: a slow
-/// disk slows clients down instead of growing memory.
-const WRITER_QUEUE_MAX: usize = 64;
-/// Batches one fsync covers at most, so replies are never starved.
-const GROUP_COMMIT_MESSAGES_MAX: usize = 256;
 /// Requests that may wait for the master thread; senders wait beyond it.
 const CHANNEL_CAPACITY: usize = 16_384;
 /// How often time is passed to the master (`Tick`): lease expiry, backoff
@@ -71,8 +62,6 @@ pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 pub const SNAPSHOT_EVERY_DEFAULT: u64 = 200_000;
 /// Events applied per call while replaying the journal.
 const REPLAY_CHUNK: usize = 4096;
-/// The epoch of the first master incarnation.
-const EPOCH_FIRST: u64 = 1;
 
 /// How to start the master.
 #[derive(Debug, Clone)]
@@ -89,14 +78,9 @@ pub struct MasterOptions {
     /// Every other worker the journal knows is declared gone at start, and
     /// its attempts re-queued.
     pub live_workers: Vec<String>,
-    /// The least epoch to run with (above any the cluster has seen).
-    pub min_epoch: u64,
     /// The master component already compiled (`None`: compile it, or load
     /// it from `<data_dir>/compiled`).
     pub component: Option<MasterComponent>,
-    /// Replicate the journal to the other back-end nodes (`None`: a lone
-    /// node, committing on its own fsync).
-    pub replication: Option<ReplicationOptions>,
 }
 
 /// A running attempt's latest progress, carried by its worker's polls. It
@@ -208,16 +192,10 @@ pub struct RecoveryReport {
 pub struct MasterCounters {
     /// Events made durable.
     pub events: AtomicU64,
-    /// Journal fsyncs.
-    pub syncs: AtomicU64,
-    /// Nanoseconds spent in fsync.
-    pub sync_nanos: AtomicU64,
     /// Commands decided.
     pub commands: AtomicU64,
     /// Snapshots written.
     pub snapshots: AtomicU64,
-    /// Batches whose callers were told `replicas_unavailable`.
-    pub unreplicated_batches: AtomicU64,
 }
 
 type Respond<T> = oneshot::Sender<Result<T, MasterError>>;
@@ -239,8 +217,8 @@ pub struct MasterHandle {
     counters: Arc<MasterCounters>,
     failed: Arc<AtomicBool>,
     superseded: watch::Receiver<Option<u64>>,
-    writer_done: watch::Receiver<bool>,
-    replication: Option<Arc<Replication>>,
+    done: watch::Receiver<bool>,
+    replication: Replication,
 }
 
 impl std::fmt::Debug for MasterHandle {
@@ -323,12 +301,12 @@ impl MasterHandle {
 
     /// Whether the service stopped because of a failure.
     pub fn has_failed(&self) -> bool {
-        self.failed.load(Ordering::Relaxed)
+        self.failed.load(Ordering::Relaxed) || self.replication.failed()
     }
 
-    /// How replication stands (`None` for a master that does not replicate).
+    /// How replication stands.
     pub fn replication_status(&self) -> Option<ReplicationStatus> {
-        self.replication.as_ref().map(|r| r.status())
+        Some(self.replication.status())
     }
 
     /// Changes to the newer epoch when a replica says this master was
@@ -337,10 +315,10 @@ impl MasterHandle {
         self.superseded.clone()
     }
 
-    /// Waits until the journal writer has exited: nothing in this process
-    /// writes the journal any more.
+    /// Waits until the master thread has exited, everything it proposed
+    /// handed to replication.
     pub async fn stopped(&self) {
-        let mut done = self.writer_done.clone();
+        let mut done = self.done.clone();
         let _ = done.wait_for(|done| *done).await;
     }
 }
@@ -354,14 +332,18 @@ pub fn now_ms() -> Millis {
 
 /// Recovers the master from `options.data_dir` and starts its threads. Call
 /// from within a tokio runtime (blocking: recovery reads the whole journal).
-pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), StartError> {
-    let started = Instant::now();
-    let Recovery {
-        journal,
+pub fn start(
+    options: MasterOptions,
+    replication: Replication,
+    started: Started,
+) -> Result<(MasterHandle, RecoveryReport), StartError> {
+    let began = Instant::now();
+    let Started {
+        epoch,
         snapshot,
-        entries,
-        torn_bytes,
-    } = store::recover(&options.data_dir)?;
+        events,
+        ..
+    } = started;
     let state = snapshot.as_ref().map(|s| s.state.as_slice());
     let mut core: Box<dyn Core> = match options.core {
         CoreKind::Wasm => {
@@ -382,74 +364,32 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
         ),
     };
     let mut replay = Vec::with_capacity(REPLAY_CHUNK);
-    let events_replayed = entries.len() as u64;
-    for entry in entries {
-        replay.push(entry.data);
+    let events_replayed = events.len() as u64;
+    for event in events {
+        replay.push(event);
         if replay.len() == REPLAY_CHUNK {
             replay_chunk(core.as_mut(), &mut replay)?;
         }
     }
     replay_chunk(core.as_mut(), &mut replay)?;
-    // Every start is a new incarnation: above the journal's last epoch, at
-    // least the epoch a hand-over assigned (the snapshot's), and above any
-    // epoch the caller knows the cluster has seen.
-    let journal_epoch = journal.last_epoch();
-    let epoch = (journal_epoch + 1)
-        .max(snapshot.as_ref().map_or(0, |s| s.epoch))
-        .max(options.min_epoch)
-        .max(EPOCH_FIRST);
     let report = RecoveryReport {
-        journal_epoch,
+        journal_epoch: epoch.saturating_sub(1),
         snapshot_index: snapshot.map(|s| s.index),
         events_replayed,
-        torn_bytes,
-        duration: started.elapsed(),
+        torn_bytes: 0,
+        duration: began.elapsed(),
     };
 
     let counters = Arc::new(MasterCounters::default());
     let failed = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-    let (writer_tx, writer_rx) = std::sync::mpsc::sync_channel(WRITER_QUEUE_MAX);
-    let next_index = journal.next_index();
-    let replication = options.replication.clone().map(|replication_options| {
-        let replication = Replication::new(
-            epoch,
-            replication_options.min_replicas,
-            options.data_dir.clone(),
-            journal.shape(),
-            counters.clone(),
-        );
-        replication.spawn(replication_options);
-        replication
-    });
-    let master_replication = replication.clone();
-    let superseded = match &replication {
-        Some(replication) => replication.superseded(),
-        None => watch::channel(None).1,
-    };
-    let (writer_done_tx, writer_done) = watch::channel(false);
-    let writer = Writer {
-        journal,
-        epoch,
-        data_dir: options.data_dir.clone(),
-        counters: counters.clone(),
-        failed: failed.clone(),
-        replication: replication.clone(),
-    };
-    std::thread::Builder::new()
-        .name("cohort-journal".into())
-        .spawn(move || {
-            writer.run(writer_rx);
-            writer_done_tx.send_replace(true);
-        })
-        .map_err(|e| StartError::Core(e.into()))?;
+    let superseded = replication.superseded();
+    let (done_tx, done) = watch::channel(false);
     let mut master = MasterLoop {
         core,
         rx,
-        writer: writer_tx,
+        replication: replication.clone(),
         runtime: tokio::runtime::Handle::current(),
-        next_index,
-        epoch,
         snapshot_every: options.snapshot_every.max(1),
         events_since_snapshot: 0,
         parked: Vec::new(),
@@ -459,9 +399,9 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
         batch: Batch::default(),
         counters: counters.clone(),
         failed: failed.clone(),
-        replication,
         superseded: superseded.clone(),
         believed: HashMap::new(),
+        done: done_tx,
     };
     // Before serving: the configuration in force, and every worker the
     // journal knows that is not known alive has lost its attempts.
@@ -479,8 +419,8 @@ pub fn start(options: MasterOptions) -> Result<(MasterHandle, RecoveryReport), S
             counters,
             failed,
             superseded,
-            writer_done,
-            replication: master_replication,
+            done,
+            replication,
         },
         report,
     ))
@@ -512,19 +452,11 @@ struct Parked {
     respond: Respond<PollResult>,
 }
 
-enum WriterMessage {
-    Batch(Vec<Vec<u8>>, Vec<Completion>),
-    Snapshot(Snapshot),
-    Stop(oneshot::Sender<()>),
-}
-
 struct MasterLoop {
     core: Box<dyn Core>,
     rx: mpsc::Receiver<Request>,
-    writer: std::sync::mpsc::SyncSender<WriterMessage>,
+    replication: Replication,
     runtime: tokio::runtime::Handle,
-    next_index: u64,
-    epoch: u64,
     snapshot_every: u64,
     events_since_snapshot: u64,
     parked: Vec<Parked>,
@@ -534,11 +466,12 @@ struct MasterLoop {
     batch: Batch,
     counters: Arc<MasterCounters>,
     failed: Arc<AtomicBool>,
-    replication: Option<Arc<Replication>>,
     superseded: watch::Receiver<Option<u64>>,
     /// The attempts each worker ran when this master started, until that
     /// worker's first poll compares them with what it holds.
     believed: HashMap<String, Vec<(JobId, u32)>>,
+    /// Set when the thread exits.
+    done: watch::Sender<bool>,
 }
 
 impl MasterLoop {
@@ -591,6 +524,7 @@ impl MasterLoop {
                 Err(error) => {
                     tracing::error!("the master failed and stops: {error:#}");
                     self.failed.store(true, Ordering::Relaxed);
+                    self.done.send_replace(true);
                     return;
                 }
             }
@@ -616,7 +550,7 @@ impl MasterLoop {
 
     /// Whether requests may be decided now (see [`Replication::ready`]).
     fn ready(&self) -> Result<(), MasterError> {
-        self.replication.as_ref().map_or(Ok(()), |r| r.ready())
+        self.replication.ready()
     }
 
     fn serve(&mut self, request: Request, ready: &Result<(), MasterError>) -> anyhow::Result<()> {
@@ -874,7 +808,6 @@ impl MasterLoop {
             .apply(&events)?
             .map_err(|r| anyhow::anyhow!("the master refused its own events: {r}"))?;
         self.events_since_snapshot += events.len() as u64;
-        self.next_index += events.len() as u64;
         self.batch.events.extend(events);
         for effect in effects {
             match decode(&effect).map_err(|r| anyhow::anyhow!("bad effect: {r}"))? {
@@ -908,13 +841,14 @@ impl MasterLoop {
         Ok(Ok((reply, assigned)))
     }
 
-    /// Hands the batch to the writer, and a snapshot when one is due.
+    /// Hands the batch to replication, and a snapshot when one is due.
     fn flush(&mut self) -> anyhow::Result<()> {
         let batch = std::mem::take(&mut self.batch);
         if !batch.events.is_empty() || !batch.completions.is_empty() {
-            self.writer
-                .send(WriterMessage::Batch(batch.events, batch.completions))
-                .map_err(|_| anyhow::anyhow!("the journal writer stopped"))?;
+            self.counters
+                .events
+                .fetch_add(batch.events.len() as u64, Ordering::Relaxed);
+            self.replication.propose(batch.events, batch.completions);
         }
         self.batch.work_available = batch.work_available;
         if self.events_since_snapshot >= self.snapshot_every {
@@ -926,21 +860,17 @@ impl MasterLoop {
     fn snapshot(&mut self) -> anyhow::Result<()> {
         let state = self.core.snapshot()?;
         self.events_since_snapshot = 0;
-        self.writer
-            .send(WriterMessage::Snapshot(Snapshot {
-                index: self.next_index,
-                epoch: self.epoch,
-                state,
-            }))
-            .map_err(|_| anyhow::anyhow!("the journal writer stopped"))
+        self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
+        self.replication.snapshot(state);
+        Ok(())
     }
 
     fn stop(mut self, done: Option<oneshot::Sender<()>>) {
         for parked in std::mem::take(&mut self.parked) {
             let _ = parked.respond.send(Ok(PollResult::default()));
         }
-        // Always snapshot (it is what a hand-over sends), unless superseded:
-        // then this node's state is not the cluster's any more.
+        // Always snapshot (a restart or the next master starts from it),
+        // unless superseded: then this node's state is not the cluster's.
         let superseded = self.superseded.borrow().is_some();
         let result = self
             .flush()
@@ -948,123 +878,10 @@ impl MasterLoop {
         if let Err(error) = result {
             tracing::error!("the master could not flush while stopping: {error:#}");
         }
-        let (tx, rx) = oneshot::channel();
-        if self.writer.send(WriterMessage::Stop(tx)).is_ok() {
-            let _ = rx.blocking_recv();
-        }
+        self.runtime.block_on(self.replication.flush());
+        self.done.send_replace(true);
         if let Some(done) = done {
             let _ = done.send(());
-        }
-    }
-}
-
-struct Writer {
-    journal: Journal<FsStorage>,
-    epoch: u64,
-    data_dir: PathBuf,
-    counters: Arc<MasterCounters>,
-    failed: Arc<AtomicBool>,
-    replication: Option<Arc<Replication>>,
-}
-
-impl Writer {
-    fn run(mut self, rx: std::sync::mpsc::Receiver<WriterMessage>) {
-        let mut completions: Vec<Completion> = Vec::new();
-        while let Ok(first) = rx.recv() {
-            let mut next = Some(first);
-            let mut taken = 0;
-            while let Some(message) = next.take().or_else(|| {
-                taken += 1;
-                (taken < GROUP_COMMIT_MESSAGES_MAX)
-                    .then(|| rx.try_recv().ok())
-                    .flatten()
-            }) {
-                let result = match message {
-                    WriterMessage::Batch(events, done) => {
-                        completions.extend(done);
-                        self.append(events)
-                    }
-                    WriterMessage::Snapshot(snapshot) => self
-                        .sync(&mut completions)
-                        .and_then(|()| self.store_snapshot(&snapshot)),
-                    WriterMessage::Stop(done) => {
-                        if let Err(error) = self.sync(&mut completions) {
-                            tracing::error!("journal: {error:#}");
-                        }
-                        if let Some(replication) = &self.replication {
-                            replication.drain();
-                            replication.close(gone());
-                        }
-                        let _ = done.send(());
-                        return;
-                    }
-                };
-                if let Err(error) = result {
-                    return self.fail(error);
-                }
-            }
-            if let Err(error) = self.sync(&mut completions) {
-                return self.fail(error);
-            }
-        }
-    }
-
-    fn append(&mut self, events: Vec<Vec<u8>>) -> anyhow::Result<()> {
-        let first = self.journal.next_index();
-        for event in &events {
-            self.journal.append(self.epoch, event)?;
-        }
-        self.counters
-            .events
-            .fetch_add(events.len() as u64, Ordering::Relaxed);
-        if let Some(replication) = &self.replication {
-            replication.appended(first, events);
-        }
-        Ok(())
-    }
-
-    /// Makes everything appended durable, then releases what waited on it.
-    fn sync(&mut self, completions: &mut Vec<Completion>) -> anyhow::Result<()> {
-        let started = Instant::now();
-        if self.journal.sync()? {
-            if started.elapsed() > crate::journal::SLOW_SYNC {
-                tracing::info!("journal: an fsync took {:.1?}", started.elapsed());
-            }
-            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
-            self.counters
-                .sync_nanos
-                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        }
-        match &self.replication {
-            Some(replication) => {
-                replication.durable(self.journal.next_index(), std::mem::take(completions))
-            }
-            None => {
-                for completion in completions.drain(..) {
-                    completion(Ok(()));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn store_snapshot(&mut self, snapshot: &Snapshot) -> anyhow::Result<()> {
-        store::write_snapshot(&self.data_dir, snapshot)?;
-        self.journal.compact(snapshot.index)?;
-        self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
-        if let Some(replication) = &self.replication {
-            replication.snapshot_stored(snapshot.index);
-        }
-        Ok(())
-    }
-
-    fn fail(self, error: anyhow::Error) {
-        // Completions are dropped unsent: their callers see the master as
-        // unavailable, and nothing unsynced is ever acknowledged.
-        tracing::error!("journal write failed; the master stops: {error:#}");
-        self.failed.store(true, Ordering::Relaxed);
-        if let Some(replication) = &self.replication {
-            replication.close(gone());
         }
     }
 }
@@ -1081,14 +898,20 @@ mod tests {
             core: CoreKind::Native,
             snapshot_every: SNAPSHOT_EVERY_DEFAULT,
             live_workers: live_workers.iter().map(|w| w.to_string()).collect(),
-            min_epoch: 0,
             component: None,
-            replication: None,
         }
     }
 
     async fn start_in(options: MasterOptions) -> MasterHandle {
-        tokio::task::spawn_blocking(move || start(options))
+        let (replication, started) = loop {
+            // A previous master's replication lets go of the journal
+            // once its last handle is dropped.
+            match Replication::solo(&options.data_dir).await {
+                Ok(solo) => break solo,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        tokio::task::spawn_blocking(move || start(options, replication, started))
             .await
             .unwrap()
             .unwrap()

@@ -106,6 +106,9 @@ pub struct ReplicationStatus {
     pub eligible: bool,
     /// Whether a majority of voters answered lately (leader only).
     pub quorum: bool,
+    /// Journal fsyncs on this node, and the time they took.
+    pub syncs: u64,
+    pub sync_nanos: u64,
 }
 
 enum Input {
@@ -128,6 +131,8 @@ struct Shared {
     handed_over: watch::Sender<Option<NodeId>>,
     in_flight: Mutex<usize>,
     drained: Condvar,
+    /// Set when the journal failed: the master must stop.
+    failed: std::sync::atomic::AtomicBool,
 }
 
 /// This node's replication. Cheap to clone.
@@ -167,9 +172,10 @@ impl Replication {
     ) -> Result<Self, cohort_replication::StorageError> {
         let storage = JournalStorage::open(dir)?;
         if storage.torn_bytes > 0 {
+            let bytes = storage.torn_bytes;
             tracing::warn!(
-                bytes = storage.torn_bytes,
-                "an unfinished write was cut from the journal's end"
+                bytes,
+                "{bytes} bytes of an unfinished write cut from the journal's end"
             );
         }
         let (tx, rx) = std::sync::mpsc::channel();
@@ -181,6 +187,7 @@ impl Replication {
             handed_over: watch::channel(None).0,
             in_flight: Mutex::new(0),
             drained: Condvar::new(),
+            failed: std::sync::atomic::AtomicBool::new(false),
         });
         let replicator = Replicator::new(options, storage);
         let driver = Driver {
@@ -349,6 +356,14 @@ impl Replication {
         Ok(())
     }
 
+    /// Whether the journal failed (the master must stop; a restart
+    /// recovers from disk).
+    pub fn failed(&self) -> bool {
+        self.shared
+            .failed
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Changes to the epoch that superseded this node's master.
     pub fn superseded(&self) -> watch::Receiver<Option<u64>> {
         self.shared.superseded.subscribe()
@@ -360,6 +375,10 @@ impl Replication {
     }
 }
 
+/// A hand-over waiting for its target to catch up: to whom, since when,
+/// and who to tell.
+type HandOver = (NodeId, Instant, oneshot::Sender<Result<(), String>>);
+
 struct Driver {
     replicator: Replicator<JournalStorage>,
     transport: Arc<dyn Transport>,
@@ -369,7 +388,7 @@ struct Driver {
     /// Batches appended, by the index after their last entry.
     pending: VecDeque<(u64, Instant, Vec<Completion>)>,
     takeovers: Vec<oneshot::Sender<Result<Started, String>>>,
-    handover: Option<(NodeId, Instant, oneshot::Sender<Result<(), String>>)>,
+    handover: Option<HandOver>,
     /// Snapshots waiting for their index to commit: `(index, state)`.
     snapshots: VecDeque<(u64, Vec<u8>)>,
     /// Whether this node's master was started for the epoch it leads.
@@ -458,6 +477,9 @@ impl Driver {
             Ok((range, output)) => {
                 self.pending.push_back((range.end, Instant::now(), done));
                 self.apply(output);
+                // A batch of reads only (no events) waits for nothing
+                // but the batches before it.
+                self.release();
             }
             Err(error) => {
                 let error = match error {
@@ -465,6 +487,9 @@ impl Driver {
                         MasterError::Unavailable("this node no longer leads the journal".into())
                     }
                     ProposeError::Storage(reason) => {
+                        self.shared
+                            .failed
+                            .store(true, std::sync::atomic::Ordering::Relaxed);
                         MasterError::Unavailable(format!("the journal failed: {reason}"))
                     }
                 };
@@ -613,13 +638,8 @@ impl Driver {
                         "the master of epoch {epoch} stepped down"
                     )));
                 }
-                Effect::Committed { index } => {
-                    while self.pending.front().is_some_and(|(end, ..)| *end <= index) {
-                        let (_, _, done) = self.pending.pop_front().expect("checked");
-                        for completion in done {
-                            completion(Ok(()));
-                        }
-                    }
+                Effect::Committed { .. } => {
+                    self.release();
                     self.compact();
                 }
                 Effect::Voters { voters } => tracing::info!(?voters, "voter set changed"),
@@ -628,6 +648,17 @@ impl Driver {
                     self.shared.handed_over.send_replace(Some(from));
                 }
                 Effect::Fault { reason } => tracing::error!(%reason, "replication fault"),
+            }
+        }
+    }
+
+    /// Runs the completions of every committed batch, in order.
+    fn release(&mut self) {
+        let commit = self.replicator.commit();
+        while self.pending.front().is_some_and(|(end, ..)| *end <= commit) {
+            let (_, _, done) = self.pending.pop_front().expect("checked");
+            for completion in done {
+                completion(Ok(()));
             }
         }
     }
@@ -713,6 +744,8 @@ impl Driver {
                     since.elapsed().as_millis() < QUORUM_SILENCE_MAX_MS as u128
                 }),
             voters,
+            syncs: storage.syncs,
+            sync_nanos: storage.sync_nanos,
         };
         *self.shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
     }

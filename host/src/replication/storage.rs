@@ -107,6 +107,9 @@ pub struct JournalStorage {
     configs: Vec<(u64, Vec<NodeId>)>,
     /// Bytes of a torn write cut off when the journal was opened.
     pub torn_bytes: u64,
+    /// Fsyncs of the journal, and the time they took.
+    pub syncs: u64,
+    pub sync_nanos: u64,
 }
 
 impl JournalStorage {
@@ -124,10 +127,11 @@ impl JournalStorage {
         };
         let mut configs = Vec::new();
         for entry in recovered.entries {
-            if entry.index >= base.index && entry.data.first() == Some(&TAG_VOTERS) {
-                if let Payload::Voters(voters) = decode_payload(entry.data)? {
-                    configs.push((entry.index, voters));
-                }
+            if entry.index >= base.index
+                && entry.data.first() == Some(&TAG_VOTERS)
+                && let Payload::Voters(voters) = decode_payload(entry.data)?
+            {
+                configs.push((entry.index, voters));
             }
         }
         let mut storage = Self {
@@ -137,6 +141,8 @@ impl JournalStorage {
             base,
             configs,
             torn_bytes: recovered.torn_bytes,
+            syncs: 0,
+            sync_nanos: 0,
         };
         // The epoch of the snapshot's last entry, when the journal still
         // holds it (a snapshot's own epoch is its master's).
@@ -243,7 +249,10 @@ impl Storage for JournalStorage {
 
     fn sync(&mut self) -> Result<(), StorageError> {
         let started = std::time::Instant::now();
-        self.journal.sync().map_err(error)?;
+        if self.journal.sync().map_err(error)? {
+            self.syncs += 1;
+            self.sync_nanos += started.elapsed().as_nanos() as u64;
+        }
         if started.elapsed() > crate::journal::SLOW_SYNC {
             tracing::info!(elapsed = ?started.elapsed(), "slow journal fsync");
         }

@@ -41,6 +41,12 @@ pub struct Envelope {
     pub messages: Vec<Message>,
 }
 
+/// Decodes a posted envelope; the bytes are hostile until this accepts
+/// them (postcard with a version byte, lengths checked against the body).
+pub fn decode_envelope(body: &[u8]) -> Result<Envelope, cohort_master::Rejection> {
+    cohort_master::decode(body)
+}
+
 /// Sends replication messages. See the module docs.
 pub trait Transport: Send + Sync + 'static {
     /// Queues `message` for `to`; never blocks.

@@ -363,7 +363,7 @@ mod tests {
         assert_eq!(again.unwrap_err(), SealError::Replayed);
         // Another route, purpose, cluster or key: forged or unknown.
         let (message, _) = a.seal_at(Purpose::Http, CTX, NOW, b"x");
-        let other_route: &[&[u8]] = &[b"POST", b"/internal/v1/replica"];
+        let other_route: &[&[u8]] = &[b"POST", b"/internal/v1/replication"];
         assert_eq!(
             a.open_at(Purpose::Http, other_route, NOW, &message, Freshness::Once)
                 .unwrap_err(),
