@@ -65,7 +65,7 @@ impl WireRequest {
     /// finished attempt count once, cancels and reads repeat freely).
     fn repeatable(&self) -> bool {
         match self {
-            WireRequest::Command(Command::Submit(spec)) => spec.idempotency_key.is_some(),
+            WireRequest::Command(Command::Submit { spec, .. }) => spec.idempotency_key.is_some(),
             _ => true,
         }
     }
@@ -357,8 +357,15 @@ mod tests {
             priority: 0,
             idempotency_key: key.map(String::from),
         };
-        assert!(!WireRequest::Command(Command::Submit(spec(None))).repeatable());
-        assert!(WireRequest::Command(Command::Submit(spec(Some("k")))).repeatable());
+        let submit = |key| {
+            let request = cohort_master::RequestId { origin: 1, seq: 1 };
+            WireRequest::Command(Command::Submit {
+                spec: spec(key),
+                request,
+            })
+        };
+        assert!(!submit(None).repeatable());
+        assert!(submit(Some("k")).repeatable());
         assert!(WireRequest::Command(Command::Cancel { id: 1 }).repeatable());
         assert!(WireRequest::Query(Query::Stats).repeatable());
     }

@@ -29,7 +29,7 @@ use crate::master::store::Snapshot;
 use cohort_master::testing::{apply_damage, damage, varint};
 use cohort_master::{
     Answer, Assignment, Command, FORMAT_VERSION, JobSpec, JobState, Outcome, Query, Rejection,
-    Reply, Stats, codes, decode, encode,
+    Reply, RequestId, Stats, codes, decode, encode,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -88,7 +88,10 @@ fn samples() -> Vec<Vec<u8>> {
         checkpoint: Some(b"cp".to_vec()),
     };
     let requests = [
-        WireRequest::Command(Command::Submit(spec())),
+        WireRequest::Command(Command::Submit {
+            spec: spec(),
+            request: RequestId { origin: 5, seq: 6 },
+        }),
         WireRequest::Command(Command::Finish {
             id: 1,
             attempt: 1,
