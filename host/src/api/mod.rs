@@ -12,7 +12,8 @@
 //! * **One request, one job**: each submitted job gets a request id here,
 //!   where the client's request arrived ([`request_ids`]), and keeps it
 //!   through every forward and retry to the master, which creates the job
-//!   once.
+//!   once. Only a submission that got no answer from any master within the
+//!   proxy's wait is `503 outcome_unknown` (see [`crate::cluster::link`]).
 //! * **Waiting** (`?wait_ms=`) is a watch on the job, not a poll loop, and is
 //!   capped at [`WAIT_MS_MAX`].
 //! * **Connections are bounded** ([`CONNECTIONS_MAX`]); beyond, clients wait
