@@ -85,19 +85,23 @@ pub const TOKEN_SCOPES: [&str; 3] = ["read", "submit", "admin"];
 /// and version 1 (the state alone, from before tokens existed).
 pub const SNAPSHOT_VERSION: u8 = 3;
 /// How long after its decision a submission's request id is remembered at
-/// least. A node retries one request for at most `PROXY_WAIT` plus one
-/// exchange's timeout (about 20 s); a master paused for longer than the
-/// failure detector allows is replaced, and its late decisions never
-/// commit. Five minutes leaves a wide margin.
+/// least. A node sends a request again only within `PROXY_WAIT` (10 s) of
+/// sending it first, so the resend is decided seconds after the first
+/// copy, unless the master is frozen in between: one paused for longer
+/// than the failure detector allows is replaced, and its late decisions
+/// never commit. Five minutes leaves a wide margin. (A lone back-end node,
+/// which nobody replaces, frozen for longer than this between deciding a
+/// submission and deciding its resend would make a second job.)
 pub const REQUEST_TTL_MS: Millis = 5 * 60_000;
 /// Expired request ids are forgotten together, once the oldest is this far
 /// past [`REQUEST_TTL_MS`]: one event per period under steady load, not
 /// one per tick.
 pub const REQUEST_PURGE_PERIOD_MS: Millis = 10_000;
 /// Most request ids remembered; beyond, the oldest is forgotten at each new
-/// submission. At the measured sustained submission rates (about 10,000
-/// per second, BENCHMARKS.md) this still covers 100 s, five times the
-/// longest retry; it holds at most about 50 MiB.
+/// submission. At the highest submission rate measured (about 100,000 per
+/// second in bursts, BENCHMARKS.md) this still covers 10 s, as long as a
+/// node resends one request; at sustained rates (about 10,000 per second),
+/// 100 s. Full, the table and its index take about 110 MiB (measured).
 pub const REQUESTS_MAX: usize = 1_000_000;
 
 /// Most jobs one listing looks at (a filtered listing returns a cursor to
