@@ -164,6 +164,47 @@ fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
     check_journals(&[&n1, &n2, &n3]);
 }
 
+/// A submission forwarded to a master that is then paused past failure
+/// detection: the front-end gives the silent exchange up once its view
+/// names another host, sends the submission again (same request id) to
+/// the new master, and the client gets its `202`, not `503
+/// outcome_unknown`. One job exists, whatever the old master does with
+/// the copy it finds in its socket when it resumes.
+#[test]
+fn a_submission_forwarded_to_a_paused_master_reaches_the_next_one_once() {
+    let (_turn, dir, rt) = scenario();
+    let (n1, n2, n3, echo) = three(&dir, &rt);
+    let client = Client::new(&n3.url);
+    n1.signal("STOP");
+    let submitted = rt.spawn({
+        let (client, echo) = (client.clone(), echo.clone());
+        async move { client.submit(&support::job(&echo, "forwarded once")).await }
+    });
+    rt.block_on(converge(&n2, "the master on n2", |c| {
+        c.master_node == "n2" && c.master_epoch == 2
+    }));
+    let accepted = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(30), submitted).await })
+        .expect("answered within 30 s")
+        .unwrap()
+        .expect("202, not outcome_unknown");
+    n1.signal("CONT");
+    n1.wait_stderr("was superseded by epoch 2: stepping down");
+    rt.block_on(async {
+        for node in [&n1, &n2, &n3] {
+            converge(node, "n1 back as the youngest, the master on n2", |c| {
+                live(c) == ["n2", "n3", "n1"] && c.master_node == "n2"
+            })
+            .await;
+        }
+        let listed = client.jobs(None, 100, None).await.unwrap();
+        let ids: Vec<u64> = listed.jobs.iter().map(|j| j.id).collect();
+        assert_eq!(ids, [accepted.id], "one submission, one job");
+        support::faults::check_job(&client, accepted.id, b"forwarded once").await;
+    });
+    check_journals(&[&n1, &n2, &n3]);
+}
+
 #[test]
 fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
     let (_turn, dir, rt) = scenario();

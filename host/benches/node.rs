@@ -45,7 +45,7 @@ use cohort::client::Client;
 use cohort::journal::{FsStorage, Journal};
 use cohort::master::{self, CoreKind, MasterOptions};
 use cohort::replication::Replication;
-use cohort_master::{Command, Config, Event, EventKind, JobSpec, encode};
+use cohort_master::{Command, Config, Event, EventKind, JobSpec, RequestId, encode};
 use hdrhistogram::Histogram;
 use hyper::Method;
 use std::io::{BufRead, BufReader};
@@ -277,7 +277,12 @@ async fn commit(core: CoreKind) {
         let handle = handle.clone();
         tasks.push(tokio::spawn(async move {
             for n in (s..EVENTS).step_by(SUBMITTERS as usize) {
-                handle.command(Command::Submit(spec(n))).await.unwrap();
+                let request = RequestId { origin: 1, seq: n };
+                let submit = Command::Submit {
+                    spec: spec(n),
+                    request,
+                };
+                handle.command(submit).await.unwrap();
             }
         }));
     }
@@ -318,6 +323,7 @@ async fn recovery(core: CoreKind) {
                 kind: EventKind::Submitted {
                     id: n + 1,
                     spec: spec(n),
+                    request: Some(RequestId { origin: 1, seq: n }),
                 },
             };
             journal.append(1, &encode(&event)).unwrap();

@@ -312,6 +312,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         },
         responses: Default::default(),
         security,
+        request_ids: Default::default(),
     });
     let (stop_serving, serving) = watch::channel(false);
     let server = tokio::spawn(api::serve(listener, api, serving));

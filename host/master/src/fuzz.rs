@@ -194,6 +194,11 @@ prop_compose! {
     }
 }
 
+/// Request ids from a small range too, so submissions repeat one.
+fn request_id() -> impl Strategy<Value = RequestId> {
+    (n64(), n64()).prop_map(|(origin, seq)| RequestId { origin, seq })
+}
+
 fn outcome() -> impl Strategy<Value = Outcome> {
     prop_oneof![
         bytes().prop_map(Outcome::Succeeded),
@@ -216,7 +221,8 @@ prop_compose! {
 fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
         1 => config_value().prop_map(Command::Configure),
-        4 => job_spec().prop_map(Command::Submit),
+        4 => (job_spec(), request_id())
+            .prop_map(|(spec, request)| Command::Submit { spec, request }),
         1 => n64().prop_map(|id| Command::Cancel { id }),
         4 => (text(), n32(), n32())
             .prop_map(|(worker, slots, free)| Command::Poll { worker, slots, free }),
@@ -242,7 +248,8 @@ fn command() -> impl Strategy<Value = Command> {
 fn event_kind() -> impl Strategy<Value = EventKind> {
     prop_oneof![
         config_value().prop_map(EventKind::Configured),
-        (n64(), job_spec()).prop_map(|(id, spec)| EventKind::Submitted { id, spec }),
+        (n64(), job_spec(), option::of(request_id()))
+            .prop_map(|(id, spec, request)| EventKind::Submitted { id, spec, request }),
         (n64(), n32(), text(), n64()).prop_map(|(id, attempt, worker, lease_until)| {
             EventKind::Assigned {
                 id,
@@ -277,6 +284,7 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         n64().prop_map(|id| EventKind::Purged { id }),
         token().prop_map(EventKind::TokenCreated),
         text().prop_map(|id| EventKind::TokenRevoked { id }),
+        n64().prop_map(|before| EventKind::RequestsExpired { before }),
     ]
 }
 
@@ -455,6 +463,7 @@ fn master() -> impl Strategy<Value = Master> {
 fn garbage() -> impl Strategy<Value = Vec<u8>> {
     let version = prop_oneof![
         4 => Just(FORMAT_VERSION),
+        2 => Just(FORMAT_VERSION_1),
         4 => Just(crate::master::SNAPSHOT_VERSION),
         1 => any::<u8>(),
     ];
@@ -494,10 +503,28 @@ where
     Ok(())
 }
 
+/// `bytes` decode as a journaled event ([`decode_event`], which also
+/// reads format 1) within the allocation bound, to a value that encodes
+/// and decodes again to itself, or to a decode refusal.
+fn event_decodes_or_refuses(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let (decoded, peak) = meter::peak(|| decode_event(bytes));
+    prop_assert!(
+        peak <= alloc_bound(bytes.len()),
+        "{peak} bytes allocated to decode {} bytes as a journaled event",
+        bytes.len()
+    );
+    match decoded {
+        Ok(event) => prop_assert_eq!(decode_event(&encode(&event)), Ok(event)),
+        Err(rejection) => prop_assert!(is_decode_refusal(&rejection), "{rejection:?}"),
+    }
+    Ok(())
+}
+
 /// Every message type and the snapshot decoder, on the same bytes.
 fn every_decoder(bytes: &[u8]) -> Result<(), TestCaseError> {
     decodes_or_refuses::<Command>(bytes)?;
     decodes_or_refuses::<Event>(bytes)?;
+    event_decodes_or_refuses(bytes)?;
     decodes_or_refuses::<Query>(bytes)?;
     decodes_or_refuses::<Answer>(bytes)?;
     decodes_or_refuses::<Reply>(bytes)?;
@@ -658,9 +685,9 @@ fn a_tiny_input_claiming_a_huge_vector_is_refused_at_once() {
 fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     let empty = Master::new().snapshot();
     // The empty master ends with: job map (0), worker map (0), three
-    // counters (0), token map (0).
-    assert_eq!(empty[empty.len() - 6..], [0; 6]);
-    [&empty[..empty.len() - 6], claim, &[0; 5]].concat()
+    // counters (0), token map (0), request map (0).
+    assert_eq!(empty[empty.len() - 7..], [0; 7]);
+    [&empty[..empty.len() - 7], claim, &[0; 6]].concat()
 }
 
 /// The meter sees what it must, or the bounds above prove nothing.
@@ -705,7 +732,7 @@ fn panics(steps: &[(Millis, Command)]) -> Option<String> {
 #[test]
 
 fn extreme_configurations_never_overflow() {
-    use crate::scenarios::{failed, finish, poll, spec};
+    use crate::scenarios::{failed, finish, poll, spec, submit};
     let t = 1_000_000;
     let configure = |config: Config| (t, Command::Configure(config));
     let max = u64::MAX;
@@ -716,7 +743,7 @@ fn extreme_configurations_never_overflow() {
                 lease_grace_ms: max,
                 ..Config::default()
             }),
-            (t, Command::Submit(spec(1, b""))),
+            (t, submit(1, spec(1, b""))),
             (t, poll("w1", 1)),
         ],
         // last_seen + worker_ttl_ms (decide_tick).
@@ -734,7 +761,7 @@ fn extreme_configurations_never_overflow() {
                 retention_ms: max,
                 ..Config::default()
             }),
-            (t, Command::Submit(spec(1, b""))),
+            (t, submit(1, spec(1, b""))),
             (t, Command::Cancel { id: 1 }),
             (t, Command::Tick),
         ],
@@ -745,7 +772,7 @@ fn extreme_configurations_never_overflow() {
                 backoff_max_ms: max,
                 ..Config::default()
             }),
-            (t, Command::Submit(spec(1, b""))),
+            (t, submit(1, spec(1, b""))),
             (t, poll("w1", 1)),
             (t, finish(1, 1, "w1", failed("trap"))),
         ],
@@ -765,6 +792,10 @@ fn replaying_an_extreme_event_never_panics() {
         kind: EventKind::Submitted {
             id: u64::MAX,
             spec: crate::scenarios::spec(1, b""),
+            request: Some(RequestId {
+                origin: u64::MAX,
+                seq: u64::MAX,
+            }),
         },
     };
     let replayed = std::panic::catch_unwind(|| Master::new().apply(&event));
@@ -808,9 +839,11 @@ fn a_snapshot_whose_worker_runs_a_missing_job_is_refused_or_survives() {
         0u64,
     );
     let tokens: BTreeMap<String, TokenRecord> = BTreeMap::new();
+    let requests: BTreeMap<RequestId, ()> = BTreeMap::new();
     let mut bytes = vec![crate::master::SNAPSHOT_VERSION];
     bytes = postcard::to_extend(&state, bytes).expect("encodes");
     bytes = postcard::to_extend(&tokens, bytes).expect("encodes");
+    bytes = postcard::to_extend(&requests, bytes).expect("encodes");
     let Ok(mut master) = Master::restore(&bytes) else {
         return;
     };

@@ -57,11 +57,12 @@ impl Machine {
     }
 
     /// Applies encoded events in order; encoded effects. Every event is
-    /// decoded before any is applied, so a bad one changes nothing.
+    /// decoded before any is applied, so a bad one changes nothing. Events
+    /// journaled in an older format are read too ([`decode_event`]).
     pub fn apply<B: AsRef<[u8]>>(&mut self, events: &[B]) -> Result<Vec<Vec<u8>>, Rejection> {
         let events = events
             .iter()
-            .map(|bytes| decode::<Event>(bytes.as_ref()))
+            .map(|bytes| decode_event(bytes.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut effects = Vec::new();
         for event in &events {

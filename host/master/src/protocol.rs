@@ -3,14 +3,24 @@
 //!
 //! Every message crosses the Wasm boundary (and the journal, for events) as
 //! `[FORMAT_VERSION] ++ postcard(value)`. A reader refuses a version it does
-//! not know instead of misreading it; a future format change bumps the byte
-//! and keeps a decoder for the old one, so old journals stay replayable.
+//! not know instead of misreading it; a format change bumps the byte and
+//! keeps a decoder for the old one where bytes outlive the process that
+//! wrote them, so old journals stay replayable.
+//!
+//! Formats: 1, the first; 2 (now), `Submit` and `Submitted` carry the
+//! submission's [`RequestId`], and `RequestsExpired` exists. Events are the
+//! only messages kept on disk, so [`decode_event`] still reads format 1
+//! (whose `Submitted` has no request id); every other message of format 1
+//! is refused as an unknown version (nodes of one cluster run one format).
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// Version byte in front of every encoded message, event and snapshot.
-pub const FORMAT_VERSION: u8 = 1;
+/// Version byte in front of every encoded message and event.
+pub const FORMAT_VERSION: u8 = 2;
+
+/// The first format, still read for journaled events ([`decode_event`]).
+pub const FORMAT_VERSION_1: u8 = 1;
 
 /// A job's id: dense, assigned by the master from 1.
 pub type JobId = u64;
@@ -40,6 +50,74 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Rejection> {
         )),
         None => Err(Rejection::new(codes::UNDECODABLE, "empty message")),
     }
+}
+
+/// Decodes a journaled [`Event`] of this format or of format 1.
+///
+/// The two formats differ in one variant only: format 1's `Submitted` had
+/// no request id (it decodes with `request: None`); every other event of
+/// format 1 has the same bytes in this format. Kinds added since format 1
+/// are refused in format-1 bytes, which never held them.
+pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
+    match bytes.split_first() {
+        Some((&FORMAT_VERSION_1, body)) => format_1::event(body),
+        _ => decode(bytes),
+    }
+}
+
+mod format_1 {
+    use super::*;
+
+    /// `EventKind::Submitted`'s index, the same in both formats.
+    pub const SUBMITTED: u32 = 1;
+    /// The first kind format 1 did not have (`RequestsExpired`).
+    pub const FIRST_NEW_KIND: u32 = 13;
+
+    pub fn event(body: &[u8]) -> Result<Event, Rejection> {
+        let undecodable = |error: postcard::Error| {
+            Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
+        };
+        let (at, rest): (Millis, _) = postcard::take_from_bytes(body).map_err(undecodable)?;
+        let (kind, fields): (u32, _) = postcard::take_from_bytes(rest).map_err(undecodable)?;
+        match kind {
+            SUBMITTED => {
+                let (id, spec): (JobId, JobSpec) =
+                    postcard::from_bytes(fields).map_err(undecodable)?;
+                let request = None;
+                Ok(Event {
+                    at,
+                    kind: EventKind::Submitted { id, spec, request },
+                })
+            }
+            FIRST_NEW_KIND.. => Err(Rejection::new(
+                codes::UNDECODABLE,
+                format!("event kind {kind} did not exist in format 1"),
+            )),
+            _ => postcard::from_bytes(body).map_err(undecodable),
+        }
+    }
+}
+
+/// Names one submission where it entered the cluster: the node that
+/// received the client's request draws it once and sends it with every
+/// forward and retry of that request, so a master that receives the
+/// request twice (a forward retried after a timeout, or sent again to the
+/// next master) creates one job and answers both with it.
+///
+/// `origin` is drawn at random when the node process starts; `seq` counts
+/// that process's submissions. Ids are never reused by a process, and two
+/// processes share an origin with probability 2^-64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RequestId {
+    /// Random per node process.
+    pub origin: u64,
+    /// The process's count of submissions.
+    pub seq: u64,
+}
+
+impl RequestId {
+    /// The smallest id (a bound for ranges).
+    pub const MIN: RequestId = RequestId { origin: 0, seq: 0 };
 }
 
 /// Stable rejection codes.
@@ -204,8 +282,14 @@ pub struct Failure {
 pub enum Command {
     /// Replace the configuration.
     Configure(Config),
-    /// Queue a job.
-    Submit(JobSpec),
+    /// Queue a job, once per `request`: a request id the master remembers
+    /// gets the reply its first submission got and creates nothing.
+    Submit {
+        /// What to run.
+        spec: JobSpec,
+        /// The submission's id, drawn where it entered the cluster.
+        request: RequestId,
+    },
     /// Cancel a job that has not finished.
     Cancel {
         /// The job.
@@ -295,6 +379,8 @@ pub enum EventKind {
         id: JobId,
         /// What to run.
         spec: JobSpec,
+        /// The submission's id (`None` in events of format 1).
+        request: Option<RequestId>,
     },
     /// An attempt started on a worker.
     Assigned {
@@ -372,6 +458,11 @@ pub enum EventKind {
         /// Its id.
         id: String,
     },
+    /// Request ids of submissions decided before `before` are forgotten.
+    RequestsExpired {
+        /// Decision times below this are forgotten.
+        before: Millis,
+    },
 }
 
 /// The reply to a command's sender, sent once its events are durable.
@@ -380,10 +471,12 @@ pub enum Reply {
     /// Done; nothing to report.
     Done,
     /// A job was accepted; `existing` when the idempotency key matched one.
+    /// A submission whose request id was seen before gets the reply the
+    /// first one got (`existing: false` if that one created the job).
     Submitted {
         /// The job's id.
         id: JobId,
-        /// True if no new job was created.
+        /// True if the submission created no job (its key matched one).
         existing: bool,
     },
     /// The report was not recorded (for example a superseded attempt).

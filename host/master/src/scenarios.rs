@@ -4,6 +4,7 @@
 //! through the Wasm build and require byte-identical events, effects,
 //! replies, answers and snapshots. A step is `(now, command)`.
 
+use crate::master::{REQUEST_PURGE_PERIOD_MS, REQUEST_TTL_MS};
 use crate::protocol::*;
 
 /// A named sequence of `(now, command)` steps.
@@ -24,6 +25,19 @@ pub fn spec(n: u8, input: &[u8]) -> JobSpec {
         max_attempts: 3,
         priority: 0,
         idempotency_key: None,
+    }
+}
+
+/// The request id numbered `seq` (of one node process).
+pub fn request(seq: u64) -> RequestId {
+    RequestId { origin: 0, seq }
+}
+
+/// A submission of `spec` as request `seq`.
+pub fn submit(seq: u64, spec: JobSpec) -> Command {
+    Command::Submit {
+        spec,
+        request: request(seq),
     }
 }
 
@@ -67,11 +81,11 @@ pub fn all() -> Vec<Scenario> {
     slow.timeout_ms = 60_000;
     let mut high = spec(2, b"high");
     high.priority = 5;
-    vec![
+    let mut all = vec![
         Scenario {
             name: "success",
             steps: vec![
-                (t, Command::Submit(spec(1, b"a"))),
+                (t, submit(1, spec(1, b"a"))),
                 (t + 1, poll("w1", 4)),
                 (t + 2, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec()))),
             ],
@@ -79,9 +93,9 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "priority and fifo",
             steps: vec![
-                (t, Command::Submit(spec(1, b"1"))),
-                (t, Command::Submit(spec(1, b"2"))),
-                (t, Command::Submit(high)),
+                (t, submit(1, spec(1, b"1"))),
+                (t, submit(2, spec(1, b"2"))),
+                (t, submit(3, high)),
                 (t + 1, poll("w1", 2)),
                 (t + 2, poll("w2", 2)),
             ],
@@ -89,7 +103,7 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "retry with backoff, then dead",
             steps: vec![
-                (t, Command::Submit(spec(1, b"x"))),
+                (t, submit(1, spec(1, b"x"))),
                 (t + 1, poll("w1", 1)),
                 (t + 2, finish(1, 1, "w1", failed("trap"))),
                 (t + 3, poll("w1", 1)),
@@ -104,7 +118,7 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "job error fails at once",
             steps: vec![
-                (t, Command::Submit(spec(1, b"x"))),
+                (t, submit(1, spec(1, b"x"))),
                 (t + 1, poll("w1", 1)),
                 (t + 2, finish(1, 1, "w1", failed("job_error"))),
             ],
@@ -112,7 +126,7 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "lease expiry, late result ignored",
             steps: vec![
-                (t, Command::Submit(spec(1, b"x"))),
+                (t, submit(1, spec(1, b"x"))),
                 (t + 1, poll("w1", 1)),
                 (t + 1 + 6_001, Command::Tick),
                 (t + 8_000, Command::Tick),
@@ -134,8 +148,8 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "cancel queued, running and finished",
             steps: vec![
-                (t, Command::Submit(spec(1, b"q"))),
-                (t, Command::Submit(spec(1, b"r"))),
+                (t, submit(1, spec(1, b"q"))),
+                (t, submit(2, spec(1, b"r"))),
                 (t + 1, Command::Cancel { id: 1 }),
                 (t + 2, poll("w1", 4)),
                 (t + 3, Command::Cancel { id: 2 }),
@@ -150,9 +164,9 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "idempotency keys",
             steps: vec![
-                (t, Command::Submit(keyed.clone())),
-                (t + 1, Command::Submit(keyed)),
-                (t + 2, Command::Submit(other)),
+                (t, submit(1, keyed.clone())),
+                (t + 1, submit(2, keyed)),
+                (t + 2, submit(3, other)),
             ],
         },
         Scenario {
@@ -165,18 +179,18 @@ pub fn all() -> Vec<Scenario> {
                         ..Config::default()
                     }),
                 ),
-                (t, Command::Submit(spec(1, b"1"))),
-                (t, Command::Submit(spec(1, b"2"))),
-                (t, Command::Submit(spec(1, b"3"))),
+                (t, submit(1, spec(1, b"1"))),
+                (t, submit(2, spec(1, b"2"))),
+                (t, submit(3, spec(1, b"3"))),
                 (t + 1, poll("w1", 1)),
-                (t + 2, Command::Submit(spec(1, b"4"))),
+                (t + 2, submit(4, spec(1, b"4"))),
             ],
         },
         Scenario {
             name: "worker lost by silence and by membership",
             steps: vec![
-                (t, Command::Submit(slow.clone())),
-                (t, Command::Submit(slow)),
+                (t, submit(1, slow.clone())),
+                (t, submit(2, slow)),
                 (t + 1, poll("w1", 1)),
                 (t + 1, poll("w2", 1)),
                 (
@@ -192,7 +206,7 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "checkpoint carried to the retry",
             steps: vec![
-                (t, Command::Submit(spec(1, b"long"))),
+                (t, submit(1, spec(1, b"long"))),
                 (t + 1, poll("w1", 1)),
                 (
                     t + 2,
@@ -223,11 +237,34 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "retention purges finished jobs",
             steps: vec![
-                (t, Command::Submit(spec(1, b"a"))),
+                (t, submit(1, spec(1, b"a"))),
                 (t + 1, poll("w1", 1)),
                 (t + 2, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec()))),
                 (t + 3_600_001, Command::Tick),
                 (t + 3_600_003, Command::Tick),
+            ],
+        },
+        Scenario {
+            name: "a request id sent twice is one job, until it expires",
+            steps: vec![
+                (t, submit(1, spec(1, b"a"))),
+                // A forward retried: the same request, the same job.
+                (t + 1, submit(1, spec(1, b"a"))),
+                // Another request with the same content: another job.
+                (t + 2, submit(2, spec(1, b"a"))),
+                (t + 3, poll("w1", 1)),
+                (t + 4, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec()))),
+                (t + 5, submit(1, spec(1, b"a"))),
+                (t + REQUEST_TTL_MS, Command::Tick),
+                (
+                    t + 2 + REQUEST_TTL_MS + REQUEST_PURGE_PERIOD_MS,
+                    Command::Tick,
+                ),
+                // Forgotten: request 1 is new again.
+                (
+                    t + 3 + REQUEST_TTL_MS + REQUEST_PURGE_PERIOD_MS,
+                    submit(1, spec(1, b"a")),
+                ),
             ],
         },
         Scenario {
@@ -243,7 +280,18 @@ pub fn all() -> Vec<Scenario> {
                 (t + 7, Command::RevokeToken { id: "ci".into() }),
             ],
         },
-    ]
+    ];
+    // Requests of different scenarios come from different origins, so
+    // scenarios replayed on one master (as the host's comparison of the
+    // Wasm and native builds does) are distinct submissions.
+    for (n, scenario) in all.iter_mut().enumerate() {
+        for (_, command) in &mut scenario.steps {
+            if let Command::Submit { request, .. } = command {
+                request.origin = n as u64 + 1;
+            }
+        }
+    }
+    all
 }
 
 /// A token record with `id` and `scopes` (hash `[7; 32]`).

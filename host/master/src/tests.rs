@@ -2,6 +2,14 @@
 
 use crate::scenarios::{self, failed, finish, poll, spec};
 use crate::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A submission of `spec` under a request id no other submission in these
+/// tests uses: a new request, as a client's next call is.
+fn new_submit(spec: JobSpec) -> Command {
+    static SEQ: AtomicU64 = AtomicU64::new(1_000_000);
+    scenarios::submit(SEQ.fetch_add(1, Ordering::Relaxed), spec)
+}
 
 /// Drives a master the way the host does: decide, then apply each event.
 struct Sim {
@@ -99,7 +107,7 @@ fn higher_priority_first_then_fifo() {
 #[test]
 fn retryable_failures_back_off_then_dead_letter() {
     let mut sim = Sim::new();
-    sim.ok(T, Command::Submit(spec(1, b"x")));
+    sim.ok(T, new_submit(spec(1, b"x")));
     sim.ok(T + 1, poll("w1", 1));
     sim.ok(T + 2, finish(1, 1, "w1", failed("trap")));
     let job = sim.job(1);
@@ -153,7 +161,7 @@ fn a_job_error_is_not_retried() {
 #[test]
 fn an_expired_lease_is_retried_and_a_late_result_ignored() {
     let mut sim = Sim::new();
-    sim.ok(T, Command::Submit(spec(1, b"x")));
+    sim.ok(T, new_submit(spec(1, b"x")));
     sim.ok(T + 1, poll("w1", 1));
     // Lease: 1 s timeout + 5 s grace. One ms before it: nothing.
     sim.ok(T + 6_000, Command::Tick);
@@ -188,7 +196,7 @@ fn an_expired_lease_is_retried_and_a_late_result_ignored() {
 #[test]
 fn a_report_from_a_worker_that_does_not_hold_the_attempt_is_ignored() {
     let mut sim = Sim::new();
-    sim.ok(T, Command::Submit(spec(1, b"x")));
+    sim.ok(T, new_submit(spec(1, b"x")));
     sim.ok(T + 1, poll("w1", 1));
     let reply = sim.ok(T + 2, finish(1, 1, "w2", Outcome::Succeeded(vec![])));
     assert!(matches!(reply, Reply::Ignored { .. }));
@@ -228,14 +236,14 @@ fn an_idempotency_key_returns_the_same_job() {
     let mut keyed = spec(1, b"k");
     keyed.idempotency_key = Some("key".into());
     assert_eq!(
-        sim.ok(T, Command::Submit(keyed.clone())),
+        sim.ok(T, new_submit(keyed.clone())),
         Reply::Submitted {
             id: 1,
             existing: false
         }
     );
     assert_eq!(
-        sim.ok(T + 1, Command::Submit(keyed.clone())),
+        sim.ok(T + 1, new_submit(keyed.clone())),
         Reply::Submitted {
             id: 1,
             existing: true
@@ -244,9 +252,30 @@ fn an_idempotency_key_returns_the_same_job() {
     assert_eq!(sim.master.stats().submitted_total, 1);
     keyed.input = b"other".to_vec();
     assert_eq!(
-        sim.run(T + 2, Command::Submit(keyed)).unwrap_err().code,
+        sim.run(T + 2, new_submit(keyed)).unwrap_err().code,
         codes::IDEMPOTENCY_CONFLICT
     );
+}
+
+#[test]
+fn a_repeated_request_id_is_one_job_until_it_expires() {
+    let sim = Sim::scenario("a request id sent twice is one job, until it expires");
+    let submitted: Vec<JobId> = sim
+        .events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Submitted { id, .. } => Some(id),
+            _ => None,
+        })
+        .collect();
+    // Request 1, request 2, and request 1 again once forgotten.
+    assert_eq!(submitted, [1, 2, 3]);
+    let expired = sim
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::RequestsExpired { .. }))
+        .count();
+    assert_eq!(expired, 1);
 }
 
 #[test]
@@ -255,9 +284,7 @@ fn the_queue_is_bounded() {
     // Jobs 1 and 2 were queued, 3 refused; after one ran, 4 fit.
     assert_eq!(sim.master.stats().submitted_total, 3);
     assert_eq!(
-        sim.run(T + 3, Command::Submit(spec(1, b"5")))
-            .unwrap_err()
-            .code,
+        sim.run(T + 3, new_submit(spec(1, b"5"))).unwrap_err().code,
         codes::QUEUE_FULL
     );
 }
@@ -319,7 +346,7 @@ fn finished_jobs_beyond_the_count_bound_are_purged_oldest_first() {
         }),
     );
     for n in 0..4u8 {
-        sim.ok(T + n as u64, Command::Submit(spec(1, &[n])));
+        sim.ok(T + n as u64, new_submit(spec(1, &[n])));
         sim.ok(T + n as u64, Command::Cancel { id: n as u64 + 1 });
     }
     sim.ok(T + 10, Command::Tick);
@@ -341,7 +368,7 @@ fn an_oversized_result_fails_the_job() {
             ..Config::default()
         }),
     );
-    sim.ok(T, Command::Submit(spec(1, b"x")));
+    sim.ok(T, new_submit(spec(1, b"x")));
     sim.ok(T, poll("w1", 1));
     sim.ok(T, finish(1, 1, "w1", Outcome::Succeeded(vec![0; 5])));
     let job = sim.job(1);
@@ -355,18 +382,18 @@ fn invalid_specs_are_rejected() {
     let mut bad = spec(1, b"");
     bad.max_attempts = 0;
     assert_eq!(
-        sim.run(T, Command::Submit(bad)).unwrap_err().code,
+        sim.run(T, new_submit(bad)).unwrap_err().code,
         codes::INVALID_JOB
     );
     let mut bad = spec(1, b"");
     bad.timeout_ms = 0;
     assert_eq!(
-        sim.run(T, Command::Submit(bad)).unwrap_err().code,
+        sim.run(T, new_submit(bad)).unwrap_err().code,
         codes::INVALID_JOB
     );
     let big = spec(1, &vec![0; (4 << 20) + 1]);
     assert_eq!(
-        sim.run(T, Command::Submit(big)).unwrap_err().code,
+        sim.run(T, new_submit(big)).unwrap_err().code,
         "input_too_large"
     );
     assert_eq!(sim.master.stats().submitted_total, 0);
@@ -376,7 +403,7 @@ fn invalid_specs_are_rejected() {
 fn listing_pages_with_a_cursor_and_filters_by_state() {
     let mut sim = Sim::new();
     for n in 0..5u8 {
-        sim.ok(T, Command::Submit(spec(1, &[n])));
+        sim.ok(T, new_submit(spec(1, &[n])));
     }
     sim.ok(T, Command::Cancel { id: 2 });
     let page = |after, state, limit| match sim.master.query(

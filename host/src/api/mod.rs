@@ -9,6 +9,11 @@
 //!   [`BATCH_BODY_BYTES_MAX`]; beyond, `413 body_too_large`.
 //! * **Acknowledged means durable**: `202` is sent only after the master's
 //!   journal fsync that covers the job (see [`crate::master::service`]).
+//! * **One request, one job**: each submitted job gets a request id here,
+//!   where the client's request arrived ([`request_ids`]), and keeps it
+//!   through every forward and retry to the master, which creates the job
+//!   once. Only a submission that got no answer from any master within the
+//!   proxy's wait is `503 outcome_unknown` (see [`crate::cluster::link`]).
 //! * **Waiting** (`?wait_ms=`) is a watch on the job, not a poll loop, and is
 //!   capped at [`WAIT_MS_MAX`].
 //! * **Connections are bounded** ([`CONNECTIONS_MAX`]); beyond, clients wait
@@ -24,6 +29,7 @@
 //!   plain connections may only use the sealed internal routes.
 
 pub mod auth;
+pub mod request_ids;
 pub mod types;
 pub mod wire;
 
@@ -146,6 +152,8 @@ pub struct Api {
     pub responses: Family<Vec<(String, String)>, Counter<u64, AtomicU64>>,
     /// How this node protects itself.
     pub security: Security,
+    /// Draws the request id of each submitted job.
+    pub request_ids: request_ids::RequestIds,
 }
 
 /// A node's security settings, as the API applies them.
@@ -1095,8 +1103,13 @@ impl Api {
     }
 
     async fn submit(&self, submit: SubmitRequest) -> Result<SubmitResponse, ApiError> {
+        let request = self.request_ids.next();
         let spec = self.spec(submit).await?;
-        match self.master.command(Command::Submit(spec)).await? {
+        match self
+            .master
+            .command(Command::Submit { spec, request })
+            .await?
+        {
             Reply::Submitted { id, existing } => Ok(SubmitResponse { id, existing }),
             other => Err(ApiError::new(
                 "internal",
@@ -1113,14 +1126,16 @@ impl Api {
             ));
         }
         // Send every command before awaiting any, so the whole batch lands
-        // in as few journal syncs as possible.
+        // in as few journal syncs as possible. Each job is a submission of
+        // its own, with its own request id.
+        let requests = self.request_ids.take(batch.jobs.len());
         let mut pending = Vec::with_capacity(batch.jobs.len());
-        for submit in batch.jobs {
+        for (submit, request) in batch.jobs.into_iter().zip(requests) {
             pending.push(match self.spec(submit).await {
                 Ok(spec) => {
                     let master = self.master.clone();
                     Ok(tokio::spawn(async move {
-                        master.command(Command::Submit(spec)).await
+                        master.command(Command::Submit { spec, request }).await
                     }))
                 }
                 Err(error) => Err(error),

@@ -13,6 +13,22 @@
 //! Beyond either bound the call fails with `master_unavailable`, which the
 //! API answers as `503` with `Retry-After`: requests never hang and never
 //! pile up without bound.
+//!
+//! **Every request is safe to send again**, so a call is retried after any
+//! failure, even one after which the master may have acted (a timeout, a
+//! connection dropped mid-answer, an answer that does not verify). Reports
+//! of an attempt count once, cancels and reads repeat freely, and a
+//! submission carries the request id its node drew when the client's
+//! request arrived ([`cohort_master::RequestId`]): a master that sees it
+//! twice, or the next master that adopted the journal holding it, answers
+//! with the job the first one created. An exchange with a node the view no
+//! longer names as the master's host is abandoned at once, so a call does
+//! not wait out a timeout on a master that died or was replaced.
+//!
+//! Only when the wait runs out after such a failure is a submission's fate
+//! unknown: the call then fails with `Indeterminate` (`503
+//! outcome_unknown`), because the client, retrying without an idempotency
+//! key, would be sending a new request.
 
 use super::membership::View;
 use crate::master::service::{Poll, PollResult, ProgressReport};
@@ -60,14 +76,12 @@ pub enum WireRequest {
 }
 
 impl WireRequest {
-    /// Whether sending it twice has the effect of sending it once: every
-    /// request but a submission without an idempotency key (reports of a
-    /// finished attempt count once, cancels and reads repeat freely).
-    fn repeatable(&self) -> bool {
-        match self {
-            WireRequest::Command(Command::Submit(spec)) => spec.idempotency_key.is_some(),
-            _ => true,
-        }
+    /// Whether its caller must learn that the master may have acted on it
+    /// though no answer came: a submission, whose client would otherwise
+    /// send it again as a new request. Every other request is harmless to
+    /// repeat or repeated by its sender anyway (reports, polls).
+    fn outcome_matters(&self) -> bool {
+        matches!(self, WireRequest::Command(Command::Submit { .. }))
     }
 
     fn wait(&self) -> Duration {
@@ -139,6 +153,9 @@ struct Inner {
     local: watch::Receiver<Option<MasterHandle>>,
     view: watch::Receiver<View>,
     peer: Peer,
+    /// How long a call waits for an answer: [`PROXY_WAIT`] (shorter in
+    /// tests).
+    wait: Duration,
     waiting: Semaphore,
     /// Where this node handed the master over to, until it hosts again.
     moved: std::sync::Mutex<Option<String>>,
@@ -158,11 +175,21 @@ impl MasterLink {
         view: watch::Receiver<View>,
         peer: Peer,
     ) -> Self {
+        Self::with_wait(local, view, peer, PROXY_WAIT)
+    }
+
+    fn with_wait(
+        local: watch::Receiver<Option<MasterHandle>>,
+        view: watch::Receiver<View>,
+        peer: Peer,
+        wait: Duration,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 local,
                 view,
                 peer,
+                wait,
                 waiting: Semaphore::new(PROXY_WAITING_MAX),
                 moved: std::sync::Mutex::new(None),
             }),
@@ -243,7 +270,8 @@ impl MasterLink {
     }
 
     async fn call(&self, request: WireRequest) -> Result<WireResponse, MasterError> {
-        let deadline = Instant::now() + PROXY_WAIT;
+        let wait = self.inner.wait;
+        let deadline = Instant::now() + wait;
         let mut local = self.inner.local.clone();
         let mut view = self.inner.view.clone();
         let mut _waiting = None;
@@ -251,11 +279,19 @@ impl MasterLink {
         let started = Instant::now();
         let mut tries = 0u32;
         let mut redirect: Option<String> = None;
+        // The first failure after which the master may have acted: the call
+        // goes on (the request is safe to repeat), but if no answer ever
+        // comes, the outcome is unknown rather than "no master".
+        let mut unanswered: Option<String> = None;
         loop {
             tries += 1;
             let here = local.borrow_and_update().clone();
-            let hinted = redirect.is_some();
-            let there = redirect.take().or_else(|| {
+            // A hint to follow, or the host the view names (whose exchange
+            // is abandoned if the view stops naming it).
+            let redirected = redirect.take();
+            let hinted = redirected.is_some();
+            let from_view = !hinted;
+            let there = redirected.or_else(|| {
                 let view = view.borrow_and_update();
                 view.master_host()
                     .filter(|host| host.node_id != view.me)
@@ -264,7 +300,19 @@ impl MasterLink {
             let tried = there.clone();
             let result = match (here, there) {
                 (Some(master), _) => Some(serve_local(&master, request.clone()).await),
-                (None, Some(url)) => Some(self.remote(&url, &request).await),
+                (None, Some(url)) => {
+                    let exchange = self.remote(&url, &request);
+                    Some(if from_view {
+                        tokio::select! {
+                            result = exchange => result,
+                            () = host_changes(view.clone(), &url) => Err(MasterError::Indeterminate(
+                                format!("{url} stopped hosting the master mid-request"),
+                            )),
+                        }
+                    } else {
+                        exchange.await
+                    })
+                }
                 (None, None) => None,
             };
             match result {
@@ -282,6 +330,10 @@ impl MasterLink {
                     }
                 }
                 Some(Err(MasterError::Unavailable(reason))) => last_error = reason,
+                Some(Err(MasterError::Indeterminate(reason))) => {
+                    unanswered.get_or_insert_with(|| reason.clone());
+                    last_error = reason;
+                }
                 Some(done) => {
                     if tries > 1 {
                         tracing::info!(
@@ -294,17 +346,22 @@ impl MasterLink {
                 None => {}
             }
             tracing::debug!("master not reachable (try {tries}): {last_error}");
+            let give_up = |why: String| match &unanswered {
+                Some(first) if request.outcome_matters() => {
+                    MasterError::Indeterminate(format!("{why}, after {first} (last: {last_error})"))
+                }
+                _ => MasterError::Unavailable(format!("{why}: {last_error}")),
+            };
             if Instant::now() >= deadline {
-                return Err(MasterError::Unavailable(format!(
-                    "no master reachable within {PROXY_WAIT:?}: {last_error}"
-                )));
+                return Err(give_up(format!("no master answered within {wait:?}")));
             }
             if _waiting.is_none() {
-                _waiting = Some(self.inner.waiting.try_acquire().map_err(|_| {
-                    MasterError::Unavailable(format!(
+                let permit = self.inner.waiting.try_acquire().map_err(|_| {
+                    give_up(format!(
                         "{PROXY_WAITING_MAX} requests are already waiting for the master"
                     ))
-                })?);
+                })?;
+                _waiting = Some(permit);
             }
             // A closed channel (the node is stopping) must not wake the loop
             // at once, or it would spin: only real changes and the pause do.
@@ -316,8 +373,10 @@ impl MasterLink {
         }
     }
 
-    /// One request to the master on another node; transport failures come
-    /// back as `Unavailable` so the caller retries.
+    /// One request to the master on another node. A transport failure
+    /// comes back as `Unavailable` if the master cannot have acted on the
+    /// request and as `Indeterminate` if it may have; the caller retries
+    /// both.
     async fn remote(&self, url: &str, request: &WireRequest) -> Result<WireResponse, MasterError> {
         let body = self
             .inner
@@ -329,17 +388,32 @@ impl MasterLink {
             )
             .await
             .map_err(|error| {
-                if error.not_acted_on || request.repeatable() {
+                if error.not_acted_on {
                     MasterError::Unavailable(error.message)
                 } else {
-                    // It may have been decided: sending it again could
-                    // create a second job. The client decides (with an
-                    // idempotency key, a retry is safe).
                     MasterError::Indeterminate(error.message)
                 }
             })?;
         decode::<Result<WireResponse, MasterError>>(&body)
-            .map_err(|r| MasterError::Unavailable(format!("{url}: {r}")))?
+            .map_err(|r| MasterError::Indeterminate(format!("{url} answered undecodably: {r}")))?
+    }
+}
+
+/// Returns once `view` stops naming the node at `url` as the master's host
+/// (it names another, or none because that node was declared dead); never
+/// if the view's sender is gone.
+async fn host_changes(mut view: watch::Receiver<View>, url: &str) {
+    loop {
+        if view.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let named = view
+            .borrow_and_update()
+            .master_host()
+            .is_some_and(|host| host.http == url);
+        if !named {
+            return;
+        }
     }
 }
 
@@ -349,11 +423,15 @@ fn unexpected(response: WireResponse) -> MasterError {
 
 #[cfg(test)]
 mod tests {
-    use super::super::membership::tests::member;
+    //! The proxy against a master on "another node": a local HTTP server
+    //! that serves `/internal/v1/master` with a real master and can lose
+    //! its first answer after the master acted on the request.
     use super::*;
+    use crate::cluster::membership::tests::member;
+    use crate::master::{CoreKind, MasterOptions};
     use bytes::Bytes;
-    use cohort_master::JobSpec;
-    use http_body_util::Full;
+    use cohort_master::{Config, JobSpec, RequestId};
+    use http_body_util::{BodyExt, Full};
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -410,20 +488,194 @@ mod tests {
         assert!((asked as u128) < bound, "{asked} requests in {window:?}");
     }
 
-    #[test]
-    fn only_a_submission_without_a_key_is_not_sent_twice() {
-        let spec = |key: Option<&str>| JobSpec {
-            module: [0; 32],
-            input: Vec::new(),
-            timeout_ms: 1000,
-            memory_bytes: None,
-            max_attempts: 1,
-            priority: 0,
-            idempotency_key: key.map(String::from),
+    /// Longest any of these tests waits for something it expects.
+    const BOUND: Duration = Duration::from_secs(5);
+
+    /// What the fake host does with its answers, after the master acted
+    /// on the request.
+    #[derive(Clone, Copy)]
+    enum Fault {
+        /// Closes the connection instead of sending the first answer.
+        DropFirst,
+        /// Never sends the first answer.
+        WithholdFirst,
+        /// Closes the connection instead of sending any answer.
+        DropAll,
+    }
+
+    async fn master(dir: &std::path::Path) -> MasterHandle {
+        let options = MasterOptions {
+            data_dir: dir.to_path_buf(),
+            config: Config::default(),
+            core: CoreKind::Native,
+            snapshot_every: crate::master::service::SNAPSHOT_EVERY_DEFAULT,
+            live_workers: Vec::new(),
+            component: None,
         };
-        assert!(!WireRequest::Command(Command::Submit(spec(None))).repeatable());
-        assert!(WireRequest::Command(Command::Submit(spec(Some("k")))).repeatable());
-        assert!(WireRequest::Command(Command::Cancel { id: 1 }).repeatable());
-        assert!(WireRequest::Query(Query::Stats).repeatable());
+        let (replication, begun) = crate::replication::Replication::solo(dir).await.unwrap();
+        let started =
+            tokio::task::spawn_blocking(move || crate::master::start(options, replication, begun));
+        started.await.unwrap().unwrap().0
+    }
+
+    /// Serves `master` on the internal route at a new local address
+    /// (returned as a URL), losing answers as `fault` says.
+    async fn host(master: MasterHandle, fault: Option<Fault>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let answered = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (master, answered) = (master.clone(), answered.clone());
+                let service = hyper::service::service_fn(move |request: hyper::Request<_>| {
+                    let (master, answered) = (master.clone(), answered.clone());
+                    async move {
+                        let body: hyper::body::Incoming = request.into_body();
+                        let body = body.collect().await?.to_bytes();
+                        let request = decode::<WireRequest>(&body).expect("a wire request");
+                        let result = serve_local(&master, request).await;
+                        let first = answered.fetch_add(1, Ordering::SeqCst) == 0;
+                        match fault {
+                            Some(Fault::DropFirst) if first => return Err("answer lost".into()),
+                            Some(Fault::WithholdFirst) if first => {
+                                std::future::pending::<()>().await
+                            }
+                            Some(Fault::DropAll) => return Err("answer lost".into()),
+                            _ => {}
+                        }
+                        let answer = Full::new(Bytes::from(encode(&result)));
+                        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(hyper::Response::new(
+                            answer,
+                        ))
+                    }
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new().serve_connection(io, service),
+                );
+            }
+        });
+        url
+    }
+
+    /// A view from a proxy node in which `node` at `url` hosts the master
+    /// with `epoch`.
+    fn view(node: &str, url: &str, epoch: u64) -> View {
+        let mut host = member(node, epoch, "back-end");
+        host.http = url.into();
+        host.master_epoch = Some(epoch);
+        View {
+            me: "proxy".into(),
+            members: vec![host],
+            dead: Vec::new(),
+        }
+    }
+
+    fn submit(seq: u64) -> Command {
+        Command::Submit {
+            spec: JobSpec {
+                module: [0; 32],
+                input: b"once".to_vec(),
+                timeout_ms: 1000,
+                memory_bytes: None,
+                max_attempts: 1,
+                priority: 0,
+                idempotency_key: None,
+            },
+            request: RequestId { origin: 9, seq },
+        }
+    }
+
+    async fn submitted_total(master: &MasterHandle) -> u64 {
+        match master.query(Query::Stats).await.unwrap() {
+            Answer::Stats(stats) => stats.submitted_total,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn link(view: watch::Receiver<View>, wait: Duration) -> MasterLink {
+        let (_, local) = watch::channel(None);
+        MasterLink::with_wait(local, view, Peer::default(), wait)
+    }
+
+    /// The master created the job, then its answer was lost: the proxy
+    /// sends the submission again, and the master answers with the same
+    /// job instead of creating a second.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_submission_whose_answer_was_lost_is_sent_again_and_is_one_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let master = master(dir.path()).await;
+        let url = host(master.clone(), Some(Fault::DropFirst)).await;
+        let (_view_tx, view) = watch::channel(view("a", &url, 1));
+        let link = link(view, PROXY_WAIT);
+        let reply = tokio::time::timeout(BOUND, link.command(submit(1))).await;
+        assert_eq!(
+            reply.expect("answered within the bound").unwrap(),
+            Reply::Submitted {
+                id: 1,
+                existing: false
+            }
+        );
+        assert_eq!(submitted_total(&master).await, 1);
+        // A new request is a new job.
+        let reply = link.command(submit(2)).await.unwrap();
+        assert!(matches!(reply, Reply::Submitted { id: 2, .. }), "{reply:?}");
+        master.shutdown().await;
+    }
+
+    /// The master created the job and then fell silent; the view names a
+    /// new host (holding the same journal, here the same master): the proxy
+    /// abandons the silent exchange at once and gets the job from the new
+    /// host, without waiting for the exchange's timeout.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_submission_follows_the_master_to_its_new_host_and_is_one_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let master = master(dir.path()).await;
+        let silent = host(master.clone(), Some(Fault::WithholdFirst)).await;
+        let next = host(master.clone(), None).await;
+        let (view_tx, view_rx) = watch::channel(view("a", &silent, 1));
+        let link = link(view_rx, PROXY_WAIT);
+        let call = tokio::spawn(async move { link.command(submit(1)).await });
+        let started = Instant::now();
+        while submitted_total(&master).await == 0 {
+            assert!(
+                started.elapsed() < BOUND,
+                "the master never got the submission"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        view_tx.send(view("b", &next, 2)).unwrap();
+        let reply = tokio::time::timeout(BOUND, call).await;
+        assert_eq!(
+            reply.expect("answered within the bound").unwrap().unwrap(),
+            Reply::Submitted {
+                id: 1,
+                existing: false
+            }
+        );
+        assert_eq!(submitted_total(&master).await, 1);
+        master.shutdown().await;
+    }
+
+    /// When no answer comes at all after the master may have acted, the
+    /// caller of a submission is told the outcome is unknown (the proxy
+    /// sent it again and again: still one job); other requests are told
+    /// that no master answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_any_answer_a_submission_is_of_unknown_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let master = master(dir.path()).await;
+        let url = host(master.clone(), Some(Fault::DropAll)).await;
+        let (_view_tx, view) = watch::channel(view("a", &url, 1));
+        let link = link(view, Duration::from_millis(300));
+        let error = link.command(submit(1)).await.unwrap_err();
+        assert!(matches!(error, MasterError::Indeterminate(_)), "{error:?}");
+        assert_eq!(submitted_total(&master).await, 1);
+        let error = link.query(Query::Stats).await.unwrap_err();
+        assert!(matches!(error, MasterError::Unavailable(_)), "{error:?}");
+        master.shutdown().await;
     }
 }

@@ -24,7 +24,7 @@ use crate::replication::transport::{Envelope, decode_envelope};
 use cohort_master::testing::{apply_damage, damage, varint};
 use cohort_master::{
     Answer, Assignment, Command, FORMAT_VERSION, JobSpec, JobState, Outcome, Query, Rejection,
-    Reply, Stats, codes, decode, encode,
+    Reply, RequestId, Stats, codes, decode, encode,
 };
 use cohort_replication::{Entry, Message, Payload, Shape, Snapshot};
 use proptest::collection::vec;
@@ -85,7 +85,10 @@ fn samples() -> Vec<Vec<u8>> {
         checkpoint: Some(b"cp".to_vec()),
     };
     let requests = [
-        WireRequest::Command(Command::Submit(spec())),
+        WireRequest::Command(Command::Submit {
+            spec: spec(),
+            request: RequestId { origin: 5, seq: 6 },
+        }),
         WireRequest::Command(Command::Finish {
             id: 1,
             attempt: 1,

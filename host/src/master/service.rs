@@ -155,9 +155,10 @@ pub enum MasterError {
     /// This node handed the master over to the node at this URL.
     #[error("the master moved to {0}")]
     Moved(String),
-    /// The master stopped answering in the middle of a request that must
-    /// not be sent twice: it may or may not have taken effect.
-    #[error("the master stopped answering mid-request; it may or may not have taken effect: {0}")]
+    /// The master may have acted on the request but no answer came: while
+    /// the proxy still waits, it sends the request again; once it gives up
+    /// on a submission, whether the job exists is unknown.
+    #[error("no answer from the master; it may or may not have taken effect: {0}")]
     Indeterminate(String),
 }
 
@@ -955,8 +956,12 @@ mod tests {
                 priority: 0,
                 idempotency_key: None,
             };
-            let Reply::Submitted { id, .. } = master.command(Command::Submit(spec)).await.unwrap()
-            else {
+            let request = cohort_master::RequestId {
+                origin: 1,
+                seq: n.into(),
+            };
+            let submit = Command::Submit { spec, request };
+            let Reply::Submitted { id, .. } = master.command(submit).await.unwrap() else {
                 panic!("not submitted");
             };
             ids.push(id);
