@@ -311,6 +311,80 @@ fn a_master_cut_off_from_the_others_cannot_commit_and_steps_down_on_healing() {
     check_journals(&[&n1, &n2, &n3]);
 }
 
+/// Five back-end nodes started with default flags: the voter set, not a
+/// flag, decides the majority. The master and one other node are cut off
+/// from the other three: only the three can commit (a new master among
+/// them), the old master's side refuses instead of diverging, and after
+/// healing one journal remains, with every acknowledged job exactly once.
+#[test]
+fn five_back_ends_with_default_flags_survive_a_partition_of_the_master_with_one_node() {
+    let (_turn, dir, rt) = scenario();
+    let n1 = start(&dir, "n1", ALL, None);
+    let others: Vec<Node> = ["n2", "n3", "n4", "n5"]
+        .iter()
+        .map(|name| start(&dir, name, ALL, Some(&n1)))
+        .collect();
+    let [n2, n3, n4, n5] = <[Node; 4]>::try_from(others).ok().unwrap();
+    let all = [&n1, &n2, &n3, &n4, &n5];
+    let echo = rt.block_on(async {
+        for node in all {
+            converge(node, "5 live nodes, 5 voters, the master on n1", |c| {
+                live(c).len() == 5 && c.master_node == "n1" && c.voters.len() == 5
+            })
+            .await;
+        }
+        upload(&Client::new(&n3.url), "fixture_echo").await
+    });
+    // Clients on both sides of the cut to come.
+    let burst = Burst::start(&rt, &targets(&[&n1, &n2, &n4, &n5]), &echo, 4);
+    let ledger = burst.ledger.clone();
+    rt.block_on(ledger.wait_for(50));
+    // {n1, n2} | {n3, n4, n5}
+    for name in ["n1", "n2"] {
+        cut_off(&dir, name, &[&n3, &n4, &n5]);
+    }
+    for name in ["n3", "n4", "n5"] {
+        cut_off(&dir, name, &[&n1, &n2]);
+    }
+    rt.block_on(async {
+        // The three elect a master of their own: a majority of five.
+        for node in [&n3, &n4, &n5] {
+            converge(node, "a master on the majority side", |c| {
+                ["n3", "n4", "n5"].contains(&c.master_node.as_str()) && c.master_epoch >= 2
+            })
+            .await;
+        }
+        // Work continues there.
+        let before = ledger.len();
+        ledger.wait_for(before + 50).await;
+        // n1 still believes it hosts the master but cannot reach a
+        // majority: it refuses instead of deciding what it cannot commit.
+        let refused = Client::new(&n1.url)
+            .submit(&support::job(&echo, "on the minority side"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("replicas_unavailable"), "{refused}");
+    });
+    for name in ["n1", "n2", "n3", "n4", "n5"] {
+        cut_off(&dir, name, &[]);
+    }
+    rt.block_on(async {
+        // Healed: one master for everyone, never n1 again (it stepped down
+        // and rejoined as the youngest; the master then moves to the
+        // oldest node, n2).
+        for node in all {
+            converge(node, "healed: one master, n1 the youngest", |c| {
+                live(c) == ["n2", "n3", "n4", "n5", "n1"] && c.master_node == "n2"
+            })
+            .await;
+        }
+    });
+    burst.finish(&rt);
+    rt.block_on(check_jobs(&Client::new(&n4.url), &ledger));
+    check_journals(&all);
+}
+
 /// A small seeded generator (splitmix64): schedules are reproducible from
 /// the printed seed.
 struct Rng(u64);

@@ -53,6 +53,19 @@ impl Ledger {
         self.acked.lock().unwrap().len()
     }
 
+    /// Waits (bounded) until at least `count` jobs are acknowledged.
+    pub async fn wait_for(&self, count: usize) {
+        let started = Instant::now();
+        while self.len() < count {
+            assert!(
+                started.elapsed() < super::CONVERGE,
+                "only {} of {count} jobs acknowledged",
+                self.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The first acknowledgement after `instant`.
     pub fn first_ack_after(&self, instant: Instant) -> Option<Instant> {
         self.acked_at
