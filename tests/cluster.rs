@@ -178,3 +178,49 @@ fn jobs_of_a_killed_worker_resume_elsewhere_from_their_checkpoints_with_one_outc
         drop(n3);
     });
 }
+
+#[test]
+fn a_back_end_gone_for_good_is_removed_from_the_voters_by_the_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = "back-end,worker,front-end";
+    let n1 = start(&dir, "n1", all, None);
+    let n2 = start(&dir, "n2", all, Some(&n1));
+    let mut n3 = start(&dir, "n3", all, Some(&n1));
+    let rt = runtime();
+    let primes = rt.block_on(async {
+        converge(&n2, "3 voters", |c| c.voters == ["n1", "n2", "n3"]).await;
+        upload(&Client::new(&n1.url), "primes").await
+    });
+    n3.kill();
+    let remove =
+        |node: &str| support::cohort(&["cluster", "remove", node, "--server", &n2.url], b"");
+    // Asked through n2, done by the master's node n1.
+    let out = remove("n3");
+    assert!(out.status.success(), "{out:?}");
+    rt.block_on(async {
+        converge(&n2, "n3 no longer a voter", |c| c.voters == ["n1", "n2"]).await;
+    });
+    // Neither an unknown node nor the master's own node can be removed.
+    let unknown = remove("n9");
+    assert!(!unknown.status.success());
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr).contains("not_found"),
+        "{unknown:?}"
+    );
+    let master = remove("n1");
+    assert!(!master.status.success());
+    assert!(
+        String::from_utf8_lossy(&master.stderr).contains("hosts the master"),
+        "{master:?}"
+    );
+    // Two voters left, both alive: the cluster still commits.
+    rt.block_on(async {
+        let client = Client::new(&n1.url);
+        let id = client
+            .submit(&job(&primes, r#"{"limit": 100}"#))
+            .await
+            .unwrap()
+            .id;
+        check_job(&client, id, br#"{"limit":100,"count":25}"#).await;
+    });
+}

@@ -27,17 +27,22 @@ const WAIT_MS: u64 = 30_000;
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServerArg {
     /// The cohort server's URL.
-    #[arg(long, env = "COHORT_SERVER", default_value = "http://127.0.0.1:7070")]
+    #[arg(
+        long,
+        env = "COHORT_SERVER",
+        default_value = "http://127.0.0.1:7070",
+        global = true
+    )]
     pub server: String,
     /// Print JSON instead of text.
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
     /// API token (`cohort token create` prints one).
-    #[arg(long, env = "COHORT_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "COHORT_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
     /// PEM CA certificate to trust for an `https://` server [default: the
     /// system's roots].
-    #[arg(long, env = "COHORT_CA_CERT")]
+    #[arg(long, env = "COHORT_CA_CERT", global = true)]
     pub ca_cert: Option<PathBuf>,
 }
 
@@ -511,6 +516,59 @@ pub async fn jobs(args: JobsArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `cohort cluster [remove NODE]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    pub server: ServerArg,
+    #[command(subcommand)]
+    pub command: Option<ClusterCommand>,
+}
+
+/// What `cohort cluster` does besides showing the cluster.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ClusterCommand {
+    /// Removes a back-end node from the voter set (a machine gone for
+    /// good), so the majority is counted without it. A node removed while
+    /// alive is added back once it catches up; stop it first.
+    Remove {
+        /// The node's id.
+        node: String,
+    },
+}
+
+/// `cohort cluster`, `cohort cluster remove NODE`.
+pub async fn cluster_command(args: ClusterArgs) -> ExitCode {
+    match args.command {
+        None => cluster(args.server).await,
+        Some(ClusterCommand::Remove { node }) => remove_voter(args.server, &node).await,
+    }
+}
+
+/// `cohort cluster remove NODE`.
+async fn remove_voter(args: ServerArg, node: &str) -> ExitCode {
+    let client = match args.client() {
+        Ok(client) => client,
+        Err(error) => return fail(format!("{error:#}")),
+    };
+    let path = format!("/v1/cluster/voters/{node}");
+    match client
+        .call(
+            hyper::Method::DELETE,
+            &path,
+            "application/json",
+            Default::default(),
+        )
+        .await
+    {
+        Ok(_) => {
+            println!("removing {node} from the voters (done once earlier changes commit)");
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(error),
+    }
+}
+
 /// `cohort cluster`.
 pub async fn cluster(args: ServerArg) -> ExitCode {
     let client = match args.client() {
@@ -526,8 +584,14 @@ pub async fn cluster(args: ServerArg) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     println!(
-        "master on {} (epoch {})",
-        cluster.master_node, cluster.master_epoch
+        "master on {} (epoch {}); voters: {}",
+        cluster.master_node,
+        cluster.master_epoch,
+        if cluster.voters.is_empty() {
+            "unknown here".to_string()
+        } else {
+            cluster.voters.join(", ")
+        }
     );
     println!(
         "{:<20} {:<8} {:<28} {:<26} {:>9}",

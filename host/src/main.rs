@@ -33,7 +33,7 @@ enum Command {
     /// Cancel a job that has not finished.
     Cancel(cohort::cli::JobArgs),
     /// Show the cluster: nodes, the master, workers.
-    Cluster(cohort::cli::ServerArg),
+    Cluster(cohort::cli::ClusterArgs),
     /// Ask a node to leave the cluster gracefully (as SIGTERM does).
     Leave(cohort::cli::ServerArg),
     /// Write a new cluster key file (give every node the same one).
@@ -72,7 +72,7 @@ fn main() -> ExitCode {
             Command::Result(args) => cohort::cli::result(args).await,
             Command::Jobs(args) => cohort::cli::jobs(args).await,
             Command::Cancel(args) => cohort::cli::cancel(args).await,
-            Command::Cluster(args) => cohort::cli::cluster(args).await,
+            Command::Cluster(args) => cohort::cli::cluster_command(args).await,
             Command::Leave(args) => cohort::cli::leave(args).await,
             Command::Keygen(args) => cohort::cli::keygen(args),
             Command::Token(command) => cohort::cli::token(command).await,

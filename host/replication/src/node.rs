@@ -233,6 +233,9 @@ struct Leadership {
     pending_change: u64,
     /// Operator removals waiting their turn.
     removals: BTreeSet<NodeId>,
+    /// Nodes an operator removed: not added back while they stay in the
+    /// view (a node still being declared dead, or one asked to go).
+    barred: BTreeSet<NodeId>,
 }
 
 #[derive(Debug, Default)]
@@ -404,6 +407,7 @@ impl<S: Storage> Replicator<S> {
                     });
                 }
             }
+            leader.barred.retain(|node| self.members.contains(node));
             for (node, peer) in &mut leader.peers {
                 if self.members.contains(node) {
                     peer.gone_since = None;
@@ -422,6 +426,7 @@ impl<S: Storage> Replicator<S> {
             return Err(ProposeError::NotLeader);
         };
         leader.removals.insert(node.to_string());
+        leader.barred.insert(node.to_string());
         Ok(self.tick(now))
     }
 
@@ -646,6 +651,7 @@ impl<S: Storage> Replicator<S> {
                 .collect(),
             pending_change: next - 1,
             removals: BTreeSet::new(),
+            barred: BTreeSet::new(),
         });
         self.effect(Effect::Leading { epoch, adopted });
         if bootstrap {
@@ -873,7 +879,7 @@ impl<S: Storage> Replicator<S> {
         let add = || {
             self.members
                 .iter()
-                .filter(|node| !voters.contains(node))
+                .filter(|node| !voters.contains(node) && !leader.barred.contains(*node))
                 .find(|node| {
                     *node == me
                         || leader
@@ -1587,6 +1593,25 @@ mod tests {
             net.settle(round, &[]);
         }
         assert_eq!(net.node("n0").voters(), vec!["n0", "n1"]);
+    }
+
+    #[test]
+    fn a_node_an_operator_removed_is_not_added_back_while_it_stays_in_view() {
+        let mut net = Net::cluster(&["n0", "n1", "n2"]);
+        let output = net.node("n0").remove_voter(500, "n2").expect("leads");
+        net.absorb("n0", output);
+        for now in 501..520 {
+            net.settle(now, &[]);
+            net.members(now, &["n0", "n1", "n2"]);
+        }
+        assert_eq!(net.node("n0").voters(), vec!["n0", "n1"]);
+        // Gone from the view, then back (a restart): a voter again.
+        net.members(600, &["n0", "n1"]);
+        for now in 601..620 {
+            net.settle(now, &[]);
+            net.members(now, &["n0", "n1", "n2"]);
+        }
+        assert_eq!(net.node("n0").voters(), vec!["n0", "n1", "n2"]);
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //!   (see [`crate::security::token`]): `read` for every `GET` (jobs,
 //!   results, modules, the cluster, `/metrics`, which names nodes and
 //!   load), `submit` for `POST /v1/jobs` and `/v1/jobs/batch`, `admin`
-//!   for everything else (module uploads, cancels, `leave`, listing and
-//!   managing tokens).
+//!   for everything else (module uploads, cancels, `leave`, removing a
+//!   voter, listing and managing tokens).
 //!   Unknown routes need a token too, so probing without one learns
 //!   nothing about which routes exist.
 //! * `/internal/...` routes are for nodes: their bodies are sealed with the
@@ -41,7 +41,7 @@ pub fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["v1", "modules", _] | ["v1", "jobs", _, "result"] => "GET",
         ["v1", "jobs", "batch"] | ["v1", "node", "leave"] => "POST",
         ["v1", "jobs", _] => "GET, DELETE",
-        ["v1", "tokens", _] => "DELETE",
+        ["v1", "tokens", _] | ["v1", "cluster", "voters", _] => "DELETE",
         _ => return None,
     })
 }

@@ -589,6 +589,7 @@ fn internal_body_limit(segments: &[&str]) -> Option<usize> {
     Some(match segments {
         ["internal", "v1", "master"] => BATCH_BODY_BYTES_MAX,
         ["internal", "v1", "replication"] => crate::replication::transport::ENVELOPE_BYTES_MAX,
+        ["internal", "v1", "voters"] => CONTROL_BODY_BYTES_MAX,
         ["internal", "v1", "modules"] => crate::runtime::module::MODULE_BYTES_MAX,
         ["internal", "v1", "modules", "fetch"] | ["internal", "v1", "tokens"] => {
             CONTROL_BODY_BYTES_MAX
@@ -827,6 +828,7 @@ impl Api {
                 }
             }
             (&Method::GET, ["v1", "cluster"]) => self.cluster().await,
+            (&Method::DELETE, ["v1", "cluster", "voters", node]) => self.remove_voter(node).await,
             (&Method::GET, ["v1", "tokens"]) => self.tokens(auth::TokenOp::List).await,
             (&Method::POST, ["v1", "tokens"]) => {
                 let body = read_body(request, CONTROL_BODY_BYTES_MAX).await?;
@@ -923,6 +925,18 @@ impl Api {
             ["internal", "v1", "master"] => {
                 let answer = link::serve_wire(&self.master, &body).await;
                 Ok(bytes("application/x-postcard", answer))
+            }
+            ["internal", "v1", "voters"] => {
+                let node: String = cohort_master::decode(&body)
+                    .map_err(|r| ApiError::new("bad_request", r.to_string()))?;
+                let result = match &self.replication {
+                    Some(replication) => replication.remove_voter(node).await,
+                    None => Err(crate::replication::RemoveVoterError::NotMaster),
+                };
+                Ok(bytes(
+                    "application/x-postcard",
+                    cohort_master::encode(&result),
+                ))
             }
             ["internal", "v1", "replication"] => {
                 let Some(replication) = &self.replication else {
@@ -1301,6 +1315,58 @@ impl Api {
                 },
             },
         ))
+    }
+
+    /// `DELETE /v1/cluster/voters/{node}`: done by the master's node, so
+    /// asked there (sealed) from any other.
+    async fn remove_voter(&self, node: &str) -> Result<Reply200, ApiError> {
+        use crate::replication::RemoveVoterError;
+        let local = match &self.replication {
+            Some(replication) if replication.status().leading.is_some() => {
+                Some(replication.remove_voter(node.to_string()).await)
+            }
+            _ => None,
+        };
+        let result = match local {
+            Some(result) => result,
+            None => {
+                let host = self
+                    .view
+                    .borrow()
+                    .master_host()
+                    .map(|m| m.http.clone())
+                    .ok_or_else(|| {
+                        ApiError::new("master_unavailable", "no node hosts the master")
+                    })?;
+                let answer = self
+                    .master
+                    .peer()
+                    .post_postcard(
+                        &format!("{host}/internal/v1/voters"),
+                        &node.to_string(),
+                        std::time::Duration::from_secs(10),
+                    )
+                    .await
+                    .map_err(|e| ApiError::new("master_unavailable", e.message))?;
+                cohort_master::decode::<Result<(), RemoveVoterError>>(&answer)
+                    .map_err(|r| ApiError::new("master_unavailable", r.to_string()))?
+            }
+        };
+        match result {
+            Ok(()) => Ok(json(
+                StatusCode::ACCEPTED,
+                &serde_json::json!({ "removing": node }),
+            )),
+            Err(error @ RemoveVoterError::NotMaster) => {
+                Err(ApiError::new("master_unavailable", error.to_string()))
+            }
+            Err(error @ RemoveVoterError::NotAVoter(_)) => {
+                Err(ApiError::new("not_found", error.to_string()))
+            }
+            Err(error @ RemoveVoterError::MasterNode(_)) => {
+                Err(ApiError::new("bad_request", error.to_string()))
+            }
+        }
     }
 
     async fn metrics(&self) -> Result<Reply200, ApiError> {

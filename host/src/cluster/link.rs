@@ -196,6 +196,11 @@ impl MasterLink {
         }
     }
 
+    /// The node-to-node client (sealed with the cluster key).
+    pub fn peer(&self) -> &Peer {
+        &self.inner.peer
+    }
+
     /// Records where this node handed the master over to (`None` once it
     /// hosts it again).
     pub fn set_moved(&self, url: Option<String>) {

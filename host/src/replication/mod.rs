@@ -85,6 +85,30 @@ pub struct Started {
     pub adopted: Option<NodeId>,
 }
 
+/// Why a node cannot be removed from the voters.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RemoveVoterError {
+    /// This node does not host the master (only the master changes voters).
+    NotMaster,
+    /// The node is not a voter.
+    NotAVoter(NodeId),
+    /// The node hosts the master: move the master first.
+    MasterNode(NodeId),
+}
+
+impl std::fmt::Display for RemoveVoterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotMaster => f.write_str("this node does not host the master"),
+            Self::NotAVoter(node) => write!(f, "{node} is not a voter"),
+            Self::MasterNode(node) => write!(
+                f,
+                "{node} hosts the master: move it first (`cohort leave` on {node})"
+            ),
+        }
+    }
+}
+
 /// How replication stands, as `/metrics` shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplicationStatus {
@@ -119,7 +143,7 @@ enum Input {
     TakeOver(oneshot::Sender<Result<Started, String>>),
     HandOver(NodeId, oneshot::Sender<Result<(), String>>),
     StepDown(oneshot::Sender<()>),
-    RemoveVoter(NodeId, oneshot::Sender<Result<(), String>>),
+    RemoveVoter(NodeId, oneshot::Sender<Result<(), RemoveVoterError>>),
     Flush(oneshot::Sender<()>),
 }
 
@@ -319,14 +343,14 @@ impl Replication {
         }
     }
 
-    /// Removes `node` from the voters (the master's node only).
-    pub async fn remove_voter(&self, node: NodeId) -> Result<(), String> {
+    /// Removes `node` from the voters (the master's node only): the
+    /// change is journaled once the ones before it are committed.
+    pub async fn remove_voter(&self, node: NodeId) -> Result<(), RemoveVoterError> {
         let (tx, rx) = oneshot::channel();
         if !self.send(Input::RemoveVoter(node, tx)) {
-            return Err("the replication thread stopped".into());
+            return Err(RemoveVoterError::NotMaster);
         }
-        rx.await
-            .unwrap_or_else(|_| Err("the replication thread stopped".into()))
+        rx.await.unwrap_or(Err(RemoveVoterError::NotMaster))
     }
 
     /// How replication stands.
@@ -550,11 +574,19 @@ impl Driver {
                 let _ = reply.send(());
             }
             Input::RemoveVoter(node, reply) => {
-                let result = self
-                    .replicator
-                    .remove_voter(now, &node)
-                    .map(|output| self.apply(output))
-                    .map_err(|_| "this node does not host the master".to_string());
+                let result = if self.replicator.leading().is_none() || !self.claimed {
+                    Err(RemoveVoterError::NotMaster)
+                } else if node == *self.replicator.id() {
+                    Err(RemoveVoterError::MasterNode(node))
+                } else if !self.replicator.voters().contains(&node) {
+                    Err(RemoveVoterError::NotAVoter(node))
+                } else {
+                    tracing::info!(node = %node, "removing a voter, as asked");
+                    self.replicator
+                        .remove_voter(now, &node)
+                        .map(|output| self.apply(output))
+                        .map_err(|_| RemoveVoterError::NotMaster)
+                };
                 let _ = reply.send(result);
             }
             Input::Flush(reply) => {
