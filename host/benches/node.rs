@@ -23,6 +23,10 @@
 //!   that does not host the master (one proxy hop), and the time from
 //!   `kill -9` of a node until the master's node no longer lists it as live
 //!   (failure detection with default settings).
+//! * soak (only when named: `cargo bench --bench node -- soak`): three
+//!   nodes at a steady half-peak load with no fault for 30 minutes
+//!   (`COHORT_SOAK_SECS`, `COHORT_SOAK_RATE`); counts take-overs, which
+//!   must be none.
 //! * handover: three back-end nodes; one client submits one job at a time
 //!   through the youngest while the oldest, hosting the master, gets
 //!   SIGTERM; the longest submission round trip around the hand-over is the
@@ -83,6 +87,9 @@ fn main() {
     }
     if wanted("takeover") {
         rt.block_on(takeover());
+    }
+    if filter.iter().any(|f| f == "soak") {
+        rt.block_on(soak());
     }
     if wanted("security") {
         rt.block_on(security());
@@ -429,11 +436,9 @@ fn start_three(extra: &[&str]) -> [NodeProcess; 3] {
 
 /// Waits until `client`'s node sees three workers and the master on n1.
 async fn wait_three(client: &Client) {
-    while client
-        .cluster()
-        .await
-        .map_or(true, |c| c.workers.len() < 3 || c.master_node != "n1")
-    {
+    while client.cluster().await.map_or(true, |c| {
+        c.workers.len() < 3 || c.master_node != "n1" || c.voters.len() < 3
+    }) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -644,6 +649,94 @@ async fn cluster_throughput(clients: &[Client]) -> f64 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     JOBS as f64 / started.elapsed().as_secs_f64()
+}
+
+/// soak (only when named): three nodes take a steady load with no fault
+/// for `COHORT_SOAK_SECS` (default 1800) at `COHORT_SOAK_RATE` jobs/s
+/// (default 4000, about half of what three nodes sustain on 2 CPUs), spread
+/// over the three front-ends. Every second it asks where the master is; a
+/// master that moved or an epoch that changed is a false take-over (no
+/// fault was injected). Prints the epochs and masters seen, the rate held,
+/// failed submissions and the worst submission round trip per minute.
+async fn soak() {
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let secs = env("COHORT_SOAK_SECS", 1800);
+    let rate = env("COHORT_SOAK_RATE", 4000);
+    let nodes = three_nodes(&[]).await;
+    let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.url)).collect();
+    let module = clients[0].upload(echo_wasm()).await.unwrap();
+    // Batches of `BATCH` every `BATCH / rate` seconds, round robin.
+    const BATCH: usize = 100;
+    let every = Duration::from_secs_f64(BATCH as f64 / rate as f64);
+    let failed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let worst = std::sync::Arc::new(std::sync::Mutex::new(Duration::ZERO));
+    let started = Instant::now();
+    let end = started + Duration::from_secs(secs);
+    let submitter = {
+        let (clients, module, failed, worst) = (
+            clients.clone(),
+            module.clone(),
+            failed.clone(),
+            worst.clone(),
+        );
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut sent = 0usize;
+            let mut in_flight = tokio::task::JoinSet::new();
+            while Instant::now() < end {
+                ticker.tick().await;
+                let client = clients[sent % clients.len()].clone();
+                let batch = echo_batch(&module, sent, BATCH);
+                let (failed, worst) = (failed.clone(), worst.clone());
+                in_flight.spawn(async move {
+                    let asked = Instant::now();
+                    if client.submit_batch(&batch).await.is_err() {
+                        failed.fetch_add(BATCH as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    let took = asked.elapsed();
+                    let mut worst = worst.lock().unwrap();
+                    *worst = (*worst).max(took);
+                });
+                sent += 1;
+                while in_flight.try_join_next().is_some() {}
+            }
+            while in_flight.join_next().await.is_some() {}
+            sent * BATCH
+        })
+    };
+    let mut epochs = std::collections::BTreeSet::new();
+    let mut masters = std::collections::BTreeSet::new();
+    let mut minute = Instant::now();
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Ok(cluster) = clients[2].cluster().await {
+            epochs.insert(cluster.master_epoch);
+            masters.insert(cluster.master_node);
+        }
+        if minute.elapsed() >= Duration::from_secs(60) {
+            minute = Instant::now();
+            let worst = std::mem::take(&mut *worst.lock().unwrap());
+            println!(
+                "soak: {:>4} s, {} jobs done, worst submission round trip this minute {worst:.1?}",
+                started.elapsed().as_secs(),
+                succeeded(&clients[0]).await
+            );
+        }
+    }
+    let submitted = submitter.await.unwrap();
+    let failed = failed.load(std::sync::atomic::Ordering::Relaxed);
+    let done = started.elapsed();
+    println!(
+        "soak ({secs} s at {rate} jobs/s asked, 3 nodes, no fault): {submitted} submitted ({:.0} jobs/s held), {failed} failed; epochs seen {epochs:?}, masters seen {masters:?}: {} take-overs",
+        submitted as f64 / done.as_secs_f64(),
+        epochs.len().saturating_sub(1)
+    );
 }
 
 /// Three nodes with the master on n1, a client of n3 (the youngest) and a

@@ -706,7 +706,7 @@ impl Driver {
             let Some(epoch) = shape.epoch_at(index.saturating_sub(1)) else {
                 continue;
             };
-            let voters = self.replicator.voters();
+            let voters = self.replicator.storage().voters_before(index);
             let snapshot = Snapshot {
                 index,
                 epoch,
