@@ -3,6 +3,7 @@
 
 mod support;
 
+use cohort::api::ErrorCode;
 use cohort::api::types::*;
 use cohort::client::{Client, ClientError};
 use hyper::Method;
@@ -13,9 +14,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::{Node, SETTLE, guest, job, runtime, settle, upload};
 
+/// The status and code of an API error; checks that the body said whether
+/// a retry may help, as the code's table does (`job_not_finished` is a
+/// `409` that is retryable: only the body can say so).
 async fn api_error(result: Result<impl std::fmt::Debug, ClientError>) -> (u16, String) {
     match result {
-        Err(ClientError::Api { status, code, .. }) => (status, code),
+        Err(ClientError::Api {
+            status,
+            code,
+            retryable,
+            ..
+        }) => {
+            let known: ErrorCode = code.parse().expect("one of the API's codes");
+            assert_eq!(retryable, known.retryable(), "{code}'s retryable");
+            (status, code)
+        }
         other => panic!("expected an API error, got {other:?}"),
     }
 }

@@ -64,8 +64,9 @@ pub async fn settle(client: &Client, id: u64) -> JobResponse {
 }
 
 /// Runs `call` until it succeeds, retrying (within [`SETTLE`] of
-/// `started`) while the cluster answers that it cannot serve yet: `503`s
-/// are what a cluster says right after a fault, and a client retries them.
+/// `started`) while the cluster answers that it cannot serve yet (an error
+/// the server calls retryable: `503`s are what a cluster says right after
+/// a fault, and a client retries them).
 pub async fn retrying<T, F: std::future::Future<Output = Result<T, ClientError>>>(
     started: Instant,
     mut call: impl FnMut() -> F,
@@ -73,10 +74,8 @@ pub async fn retrying<T, F: std::future::Future<Output = Result<T, ClientError>>
     loop {
         match call().await {
             Ok(value) => return value,
-            Err(error)
-                if error.code().is_some_and(|code| {
-                    code == "master_unavailable" || code == "replicas_unavailable"
-                }) && started.elapsed() < SETTLE =>
+            Err(error @ ClientError::Api { .. })
+                if error.retryable() && started.elapsed() < SETTLE =>
             {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
