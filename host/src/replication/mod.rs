@@ -37,6 +37,7 @@
 pub mod storage;
 pub mod transport;
 
+use crate::events::{self, emit};
 use crate::master::service::MasterError;
 use crate::master::store::Snapshot as StoredSnapshot;
 use cohort_replication::{
@@ -173,9 +174,11 @@ impl Replication {
         let storage = JournalStorage::open(dir)?;
         if storage.torn_bytes > 0 {
             let bytes = storage.torn_bytes;
-            tracing::warn!(
+            emit!(
+                warn,
+                events::JOURNAL_TORN,
                 bytes,
-                "{bytes} bytes of an unfinished write cut from the journal's end"
+                "an unfinished write was cut from the journal's end"
             );
         }
         let (tx, rx) = std::sync::mpsc::channel();
@@ -574,7 +577,7 @@ impl Driver {
                 Ok(output) => {
                     self.apply(output);
                     self.claimed = false;
-                    tracing::info!(to = %to, "handed the master over");
+                    tracing::debug!(to = %to, "handed the master over");
                     let _ = reply.send(Ok(()));
                 }
                 Err(_) => {
@@ -611,7 +614,13 @@ impl Driver {
         for effect in output.effects {
             match effect {
                 Effect::Leading { epoch, adopted } => {
-                    tracing::info!(epoch, adopted = ?adopted, "leading the journal");
+                    emit!(
+                        info,
+                        events::LEADING,
+                        epoch,
+                        adopted = %adopted.as_deref().unwrap_or("none"),
+                        "this node's journal leads"
+                    );
                     self.leading_since = Some(Instant::now());
                     self.claimed = false;
                     for reply in std::mem::take(&mut self.takeovers) {
@@ -621,13 +630,13 @@ impl Driver {
                     }
                 }
                 Effect::TakeOverFailed { reason, .. } => {
-                    tracing::info!(%reason, "cannot take the master over yet");
+                    tracing::debug!(%reason, "cannot take the master over yet");
                     for reply in std::mem::take(&mut self.takeovers) {
                         let _ = reply.send(Err(reason.to_string()));
                     }
                 }
                 Effect::SteppedDown { epoch, newer } => {
-                    tracing::info!(epoch, newer, "stepped down");
+                    emit!(info, events::STEPPED_DOWN, epoch, newer, "stepped down");
                     self.leading_since = None;
                     self.claimed = false;
                     self.snapshots.clear();
@@ -642,12 +651,25 @@ impl Driver {
                     self.release();
                     self.compact();
                 }
-                Effect::Voters { voters } => tracing::info!(?voters, "voter set changed"),
+                Effect::Voters { voters } => {
+                    emit!(info, events::VOTERS_CHANGED, voters = ?voters, "the voter set changed")
+                }
                 Effect::HandedOver { from, epoch } => {
-                    tracing::info!(from = %from, epoch, "the master is handed over to this node");
+                    emit!(
+                        info,
+                        events::HANDOVER_RECEIVED,
+                        from = %from,
+                        epoch,
+                        "the master is handed over to this node"
+                    );
                     self.shared.handed_over.send_replace(Some(from));
                 }
-                Effect::Fault { reason } => tracing::error!(%reason, "replication fault"),
+                Effect::Fault { reason } => emit!(
+                    error,
+                    events::REPLICATION_FAULT,
+                    reason = reason.to_string().as_str(),
+                    "replication fault"
+                ),
             }
         }
     }
@@ -719,7 +741,11 @@ impl Driver {
                 .leading_since
                 .is_some_and(|since| since.elapsed() > UNCLAIMED_MAX)
         {
-            tracing::warn!("leading without a master started; stepping down");
+            emit!(
+                warn,
+                events::LEAD_ABANDONED,
+                "leading without a master started; stepping down"
+            );
             let output = self.replicator.step_down();
             self.apply(output);
         }
