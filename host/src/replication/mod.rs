@@ -33,6 +33,12 @@
 //! * **A master with no host.** A node that leads (after a hand-over) but
 //!   whose node never starts the master within [`UNCLAIMED_MAX`] steps
 //!   down, so the cluster is never held by a leader that serves nothing.
+//!
+//! Invariants, asserted in debug builds where the driver sees them: the
+//! commit index it is told only grows; each epoch this node leads is above
+//! every one it led before (no two masters share an epoch, and a node
+//! claims above its own promise); waiting batches are in index order, so
+//! completions run in the order the master decided them.
 
 pub mod storage;
 pub mod transport;
@@ -206,6 +212,8 @@ impl Replication {
             claimed: false,
             leading_since: None,
             unreplicated: 0,
+            commit_seen: 0,
+            epoch_led: 0,
         };
         std::thread::Builder::new()
             .name("cohort-replication".into())
@@ -398,6 +406,10 @@ struct Driver {
     claimed: bool,
     leading_since: Option<Instant>,
     unreplicated: u64,
+    /// The highest commit index seen (for the invariant that it only grows).
+    commit_seen: u64,
+    /// The highest epoch this node led (each new one must be above it).
+    epoch_led: u64,
 }
 
 impl Driver {
@@ -478,6 +490,12 @@ impl Driver {
         *batches = 0;
         match self.replicator.propose(self.now(), payloads) {
             Ok((range, output)) => {
+                debug_assert!(
+                    self.pending
+                        .back()
+                        .is_none_or(|(end, ..)| *end <= range.end),
+                    "batches are appended in index order"
+                );
                 self.pending.push_back((range.end, Instant::now(), done));
                 self.apply(output);
                 // A batch of reads only (no events) waits for nothing
@@ -614,6 +632,12 @@ impl Driver {
         for effect in output.effects {
             match effect {
                 Effect::Leading { epoch, adopted } => {
+                    debug_assert!(
+                        epoch > self.epoch_led,
+                        "led epoch {epoch} after epoch {}",
+                        self.epoch_led
+                    );
+                    self.epoch_led = self.epoch_led.max(epoch);
                     emit!(
                         info,
                         events::LEADING,
@@ -676,13 +700,25 @@ impl Driver {
 
     /// Runs the completions of every committed batch, in order.
     fn release(&mut self) {
-        let commit = self.replicator.commit();
+        let commit = self.commit();
         while self.pending.front().is_some_and(|(end, ..)| *end <= commit) {
             let (_, _, done) = self.pending.pop_front().expect("checked");
             for completion in done {
                 completion(Ok(()));
             }
         }
+    }
+
+    /// The core's commit index, checked to only grow.
+    fn commit(&mut self) -> u64 {
+        let commit = self.replicator.commit();
+        debug_assert!(
+            commit >= self.commit_seen,
+            "the commit index went back from {} to {commit}",
+            self.commit_seen
+        );
+        self.commit_seen = self.commit_seen.max(commit);
+        commit
     }
 
     /// Compacts under the oldest waiting snapshot once it is committed.
