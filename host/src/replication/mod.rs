@@ -31,7 +31,7 @@
 //! * **Snapshots** the master takes are compacted into the journal once
 //!   the entries they cover are committed.
 //! * **A master with no host.** A node that leads (after a hand-over) but
-//!   whose node never starts the master within [`UNCLAIMED_MAX`] steps
+//!   whose node never starts the master within `UNCLAIMED_MAX` (5 s) steps
 //!   down, so the cluster is never held by a leader that serves nothing.
 //!
 //! Invariants, asserted in debug builds where the driver sees them: the
