@@ -55,12 +55,15 @@ fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
     let (_turn, dir, rt) = scenario();
     let (mut n1, n2, n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n2.url), Client::new(&n3.url)];
+    let started = Instant::now();
     let burst = Burst::start(&rt, &targets(&[&n2, &n3]), &echo, 4);
     let ledger = burst.ledger.clone();
-    std::thread::sleep(Duration::from_millis(800));
+    ledger.wait_acked_after(started, 20);
+    let terminated = Instant::now();
     let status = n1.terminate();
     assert!(status.success(), "{}", n1.stderr());
-    std::thread::sleep(Duration::from_millis(800));
+    // Submissions flow through n2's master.
+    ledger.wait_acked_after(terminated, 20);
     burst.finish(&rt);
     assert_eq!(
         ledger.failed.load(Ordering::Relaxed),
@@ -68,12 +71,17 @@ fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
         "a client request failed during the hand-over: {:?}",
         ledger.first_error.lock().unwrap()
     );
-    assert!(
-        n1.stderr().contains("handed the master over to n2"),
+    // n1 has exited: everything it reported is there.
+    assert_eq!(
+        n1.events("handed_over")
+            .iter()
+            .map(|e| (e["to"].as_str(), e["epoch"].as_str()))
+            .collect::<Vec<_>>(),
+        [("n2", "1")],
         "{}",
         n1.stderr()
     );
-    n2.wait_stderr("received the master from n1");
+    n2.wait_event("handover_received", &[("from", "n1"), ("epoch", "1")]);
     rt.block_on(async {
         let cluster = converge(&n2, "the master on n2", |c| c.master_node == "n2").await;
         assert_eq!(cluster.master_epoch, 2);
@@ -90,16 +98,17 @@ fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
     let (_turn, dir, rt) = scenario();
     let (mut n1, n2, n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n2.url), Client::new(&n3.url)];
+    let started = Instant::now();
     let burst = Burst::start(&rt, &targets(&[&n2, &n3]), &echo, 4);
     let ledger = burst.ledger.clone();
-    std::thread::sleep(Duration::from_millis(1000));
+    ledger.wait_acked_after(started, 50);
     let before = ledger.len();
     let killed = Instant::now();
     n1.kill();
     rt.block_on(converge(&n2, "the master on n2", |c| {
         c.master_node == "n2" && c.master_epoch == 2
     }));
-    std::thread::sleep(Duration::from_millis(1000));
+    ledger.wait_acked_after(killed, 20);
     burst.finish(&rt);
     let resumed = ledger
         .first_ack_after(killed)
@@ -136,20 +145,21 @@ fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
     let (_turn, dir, rt) = scenario();
     let (n1, n2, n3, echo) = three(&dir, &rt);
     let clients = [Client::new(&n3.url)];
+    let started = Instant::now();
     let burst = Burst::start(&rt, &targets(&[&n3]), &echo, 2);
     let ledger = burst.ledger.clone();
-    std::thread::sleep(Duration::from_millis(500));
+    ledger.wait_acked_after(started, 10);
     // Paused longer than failure detection: n2 takes over.
     n1.signal("STOP");
     rt.block_on(converge(&n2, "the master on n2", |c| {
         c.master_node == "n2" && c.master_epoch == 2
     }));
-    std::thread::sleep(Duration::from_millis(500));
+    // The new master commits while the old one is still paused.
+    ledger.wait_acked_after(Instant::now(), 10);
     n1.signal("CONT");
     // n1's master learns it was superseded: it steps down rather than
     // commit, and n1 rejoins as the youngest node.
-    let stderr = n1.wait_stderr("was superseded by epoch 2: stepping down");
-    assert!(stderr.contains("epoch 1"), "{stderr}");
+    n1.wait_event("superseded", &[("epoch", "1"), ("newer", "2")]);
     rt.block_on(async {
         for node in [&n1, &n2, &n3] {
             converge(node, "n1 back as the youngest, the master on n2", |c| {
@@ -158,7 +168,7 @@ fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
             .await;
         }
     });
-    std::thread::sleep(Duration::from_millis(500));
+    ledger.wait_acked_after(Instant::now(), 10);
     burst.finish(&rt);
     rt.block_on(check_jobs(&clients[0], &ledger));
     check_journals(&[&n1, &n2, &n3]);
@@ -189,7 +199,7 @@ fn a_submission_forwarded_to_a_paused_master_reaches_the_next_one_once() {
         .unwrap()
         .expect("202, not outcome_unknown");
     n1.signal("CONT");
-    n1.wait_stderr("was superseded by epoch 2: stepping down");
+    n1.wait_event("superseded", &[("epoch", "1"), ("newer", "2")]);
     rt.block_on(async {
         for node in [&n1, &n2, &n3] {
             converge(node, "n1 back as the youngest, the master on n2", |c| {
@@ -209,9 +219,10 @@ fn a_submission_forwarded_to_a_paused_master_reaches_the_next_one_once() {
 fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
     let (_turn, dir, rt) = scenario();
     let (mut n1, mut n2, mut n3, echo) = three(&dir, &rt);
+    let started = Instant::now();
     let burst = Burst::start(&rt, &targets(&[&n2, &n3]), &echo, 4);
     let ledger = burst.ledger.clone();
-    std::thread::sleep(Duration::from_millis(1000));
+    ledger.wait_acked_after(started, 50);
     for node in [&mut n1, &mut n2, &mut n3] {
         node.kill();
     }
@@ -219,7 +230,7 @@ fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
     // Back in another order: n3 first. Alone it must not serve a journal
     // that may be stale: it waits for another back-end node.
     let n3 = start(&dir, "n3", ALL, None);
-    n3.wait_stderr("cannot take the master over yet");
+    n3.wait_event("takeover_deferred", &[]);
     let n1 = start(&dir, "n1", ALL, Some(&n3));
     let n2 = start(&dir, "n2", ALL, Some(&n3));
     let client = Client::new(&n1.url);
@@ -241,27 +252,22 @@ fn back_ends_joining_after_compaction_catch_up_from_a_snapshot_and_take_over() {
     let often = ["--snapshot-every", "40"];
     let mut n1 = start_with(&dir, "n1", ALL, None, &often);
     let echo = rt.block_on(upload(&Client::new(&n1.url), "fixture_echo"));
+    let started = Instant::now();
     let burst = Burst::start(&rt, &targets(&[&n1]), &echo, 2);
     let ledger = burst.ledger.clone();
-    while ledger.len() < 300 {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    ledger.wait_acked_after(started, 300);
     let n2 = start_with(&dir, "n2", ALL, Some(&n1), &often);
     let n3 = start_with(&dir, "n3", ALL, Some(&n1), &often);
     rt.block_on(converge(&n1, "3 live nodes", |c| live(c).len() == 3));
     // Acknowledged from now on means on a replica too.
-    let joined = ledger.len();
-    while ledger.len() < joined + 300 {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    ledger.wait_acked_after(Instant::now(), 300);
     n1.kill();
     rt.block_on(converge(&n2, "the master on n2", |c| {
         c.master_node == "n2" && c.master_epoch == 2
     }));
     // n2 recovered from a snapshot it was sent, not from a full journal.
-    let stderr = n2.wait_stderr("hosting the master (epoch 2");
-    let hosting = stderr.lines().find(|l| l.contains("epoch 2")).unwrap();
-    assert!(hosting.contains("snapshot at"), "{hosting}");
+    let hosting = n2.wait_event("hosting", &[("epoch", "2")]);
+    assert_ne!(hosting["snapshot"], "none", "{hosting:?}");
     burst.finish(&rt);
     rt.block_on(check_jobs(&Client::new(&n2.url), &ledger));
     let n1 = start_with(&dir, "n1", ALL, Some(&n2), &often);
@@ -273,9 +279,10 @@ fn a_master_cut_off_from_the_others_cannot_commit_and_steps_down_on_healing() {
     let (_turn, dir, rt) = scenario();
     let (n1, n2, n3, echo) = three(&dir, &rt);
     // Clients on both sides of the cut.
+    let started = Instant::now();
     let burst = Burst::start(&rt, &targets(&[&n1, &n3]), &echo, 4);
     let ledger = burst.ledger.clone();
-    std::thread::sleep(Duration::from_millis(500));
+    ledger.wait_acked_after(started, 10);
     cut_off(&dir, "n1", &[&n2, &n3]);
     cut_off(&dir, "n2", &[&n1]);
     cut_off(&dir, "n3", &[&n1]);
@@ -293,11 +300,12 @@ fn a_master_cut_off_from_the_others_cannot_commit_and_steps_down_on_healing() {
             .to_string();
         assert!(refused.contains("replicas_unavailable"), "{refused}");
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // The majority side commits while the cut lasts.
+    ledger.wait_acked_after(Instant::now(), 10);
     for name in ["n1", "n2", "n3"] {
         cut_off(&dir, name, &[]);
     }
-    n1.wait_stderr("was superseded by epoch 2: stepping down");
+    n1.wait_event("superseded", &[("epoch", "1"), ("newer", "2")]);
     rt.block_on(async {
         for node in [&n1, &n2, &n3] {
             converge(node, "healed: n1 the youngest, the master on n2", |c| {

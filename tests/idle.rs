@@ -18,8 +18,8 @@ use support::{Node, assert_idle, converge, cut_off, live, runtime, start};
 
 const ALL: &str = "back-end,worker,front-end";
 
-/// What the restarted node logs when its take-over is refused.
-const REFUSED: &str = "cannot take the master over yet";
+/// The event a restarted node reports when its take-over is refused.
+const REFUSED: &str = "takeover_deferred";
 
 /// Three back-end nodes, all also workers and front-ends, with the master
 /// on n1.
@@ -65,7 +65,7 @@ fn converged(rt: &tokio::runtime::Runtime, nodes: &[&Node], order: &[&str], mast
 fn restart_refused(dir: &tempfile::TempDir, name: &str, others: &[&Node], seed: &Node) -> Node {
     cut_off(dir, name, others);
     let node = start(dir, name, ALL, Some(seed));
-    node.wait_stderr(REFUSED);
+    node.wait_event(REFUSED, &[]);
     cut_off(dir, name, &[]);
     node
 }

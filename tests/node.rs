@@ -3,6 +3,7 @@
 
 mod support;
 
+use cohort::api::ErrorCode;
 use cohort::api::types::*;
 use cohort::client::{Client, ClientError};
 use hyper::Method;
@@ -11,11 +12,23 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{Node, SETTLE, guest, job, runtime, settle, upload};
+use support::{Node, SETTLE, converge, guest, job, parse_event, runtime, settle, upload};
 
+/// The status and code of an API error; checks that the body said whether
+/// a retry may help, as the code's table does (`job_not_finished` is a
+/// `409` that is retryable: only the body can say so).
 async fn api_error(result: Result<impl std::fmt::Debug, ClientError>) -> (u16, String) {
     match result {
-        Err(ClientError::Api { status, code, .. }) => (status, code),
+        Err(ClientError::Api {
+            status,
+            code,
+            retryable,
+            ..
+        }) => {
+            let known: ErrorCode = code.parse().expect("one of the API's codes");
+            assert_eq!(retryable, known.retryable(), "{code}'s retryable");
+            (status, code)
+        }
         other => panic!("expected an API error, got {other:?}"),
     }
 }
@@ -372,8 +385,12 @@ fn failing_jobs_end_with_their_code_and_do_not_disturb_others() {
 
 /// Submits echo jobs from `writers` tasks until the node stops answering;
 /// returns every acknowledged `(id, input)`.
-async fn burst(url: &str, module: &str, writers: usize) -> Vec<(u64, String)> {
-    let acked = Arc::new(Mutex::new(Vec::new()));
+async fn burst(
+    url: &str,
+    module: &str,
+    writers: usize,
+    acked: Arc<Mutex<Vec<(u64, String)>>>,
+) -> Vec<(u64, String)> {
     let mut tasks = Vec::new();
     for writer in 0..writers {
         let client = Client::new(url);
@@ -392,7 +409,7 @@ async fn burst(url: &str, module: &str, writers: usize) -> Vec<(u64, String)> {
     for task in tasks {
         task.await.unwrap();
     }
-    Arc::try_unwrap(acked).unwrap().into_inner().unwrap()
+    acked.lock().unwrap().clone()
 }
 
 /// Every acknowledged job is present after the restart, succeeds with its
@@ -426,19 +443,22 @@ fn kill_9_during_a_burst_loses_no_acknowledged_job() {
     let rt = runtime();
     let echo = rt.block_on(upload(&Client::new(&node.url), "fixture_echo"));
     let url = node.url.clone();
-    let submitting = rt.spawn(async move { burst(&url, &echo, 8).await });
-    std::thread::sleep(Duration::from_millis(800));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let submitting = rt.spawn({
+        let acked = acked.clone();
+        async move { burst(&url, &echo, 8, acked).await }
+    });
+    let started = Instant::now();
+    while acked.lock().unwrap().len() < 100 {
+        assert!(started.elapsed() < SETTLE, "the burst did not get going");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     node.kill();
     let acked = rt.block_on(submitting).unwrap();
-    assert!(
-        acked.len() > 50,
-        "the burst got going: {} acked",
-        acked.len()
-    );
 
     let node = Node::start(dir.path(), &["--slots", "2"]);
-    node.wait_stderr("journal events replayed");
     rt.block_on(async {
+        converge(&node, "the master recovered", |c| c.master_epoch > 0).await;
         let client = Client::new(&node.url);
         check_every_acked_job(&client, &acked).await;
         // Nothing acknowledged is missing from the listing either.
@@ -496,7 +516,7 @@ fn a_torn_tail_is_cut_and_a_corrupt_middle_is_refused() {
     file.write_all(&[40, 0, 0, 0, 1, 2, 3]).unwrap();
     drop(file);
     let mut node = Node::start(dir.path(), &["--slots", "2"]);
-    node.wait_stderr("7 bytes of an unfinished write cut");
+    node.wait_event("journal_torn", &[("bytes", "7")]);
     rt.block_on(check_every_acked_job(&Client::new(&node.url), &acked));
     node.kill();
 
@@ -533,12 +553,15 @@ fn sigterm_stops_cleanly_and_the_restart_replays_from_a_snapshot() {
     });
     let status = node.terminate();
     assert!(status.success(), "{status:?}: {}", node.stderr());
-    node.wait_stderr("stopped cleanly");
+    // It has exited: everything it reported is there.
+    let stopping = node.events("stopping");
+    assert_eq!(stopping.len(), 1, "{}", node.stderr());
+    assert_eq!(stopping[0]["cause"], "SIGTERM");
+    assert_eq!(node.events("stopped").len(), 1, "{}", node.stderr());
 
     let node = Node::start(dir.path(), &["--slots", "2"]);
-    let stderr = node.wait_stderr("journal events replayed");
-    assert!(stderr.contains("snapshot at"), "{stderr}");
-    assert!(stderr.contains(" 0 journal events replayed"), "{stderr}");
+    let hosting = node.wait_event("hosting", &[("events_replayed", "0")]);
+    assert_ne!(hosting["snapshot"], "none", "{hosting:?}");
     rt.block_on(check_every_acked_job(&Client::new(&node.url), &acked));
 }
 
@@ -551,4 +574,19 @@ fn two_nodes_cannot_share_a_data_dir() {
         Err(stderr) => stderr,
     };
     assert!(stderr.contains("another cohort node is using"), "{stderr}");
+}
+
+/// The tests read node events from stderr lines (`support::parse_event`):
+/// quoted text, lists and plain values each come back whole.
+#[test]
+fn event_lines_parse_into_names_and_fields() {
+    let line = r#"2026-11-23T13:43:28.123456Z  INFO cohort::events: hosting the master event=hosting epoch=2 voters=["n1", "n2"] reason="a \"quoted\" = text" snapshot=none"#;
+    let (name, fields) = parse_event(line).unwrap();
+    assert_eq!(name, "hosting");
+    assert_eq!(fields["epoch"], "2");
+    assert_eq!(fields["voters"], r#"["n1", "n2"]"#);
+    assert_eq!(fields["reason"], r#"a "quoted" = text"#);
+    assert_eq!(fields["snapshot"], "none");
+    assert_eq!(fields.len(), 4);
+    assert!(parse_event("  WARN cohort::node: no event here").is_none());
 }

@@ -828,6 +828,7 @@ async fn token_call(
         let error: ErrorBody = serde_json::from_slice(&answer).unwrap_or(ErrorBody {
             code: "http_error".into(),
             message: String::from_utf8_lossy(&answer).into(),
+            retryable: None,
         });
         anyhow::bail!("{}: {} (HTTP {status})", error.code, error.message);
     }

@@ -24,6 +24,9 @@ pub enum ClientError {
         code: String,
         /// Message.
         message: String,
+        /// Whether the same request may succeed if sent again (the
+        /// server's `retryable`; from the status if it sent none).
+        retryable: bool,
     },
     /// The server could not be reached or the exchange failed.
     #[error("cannot reach {server}: {reason}")]
@@ -46,6 +49,26 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// Whether sending the same request again may succeed: the server said
+    /// so, or it could not be reached (which may pass). Resend a submission
+    /// with an idempotency key, lest it run twice.
+    pub fn retryable(&self) -> bool {
+        match self {
+            ClientError::Api { retryable, .. } => *retryable,
+            ClientError::Transport { .. } => true,
+            ClientError::Protocol(_) => false,
+        }
+    }
+}
+
+/// Whether an error answer without a `retryable` field (an older server, a
+/// proxy) may succeed again: the statuses that say "not now".
+fn retryable_status(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    )
 }
 
 /// A connection pool to one cohort server.
@@ -113,11 +136,13 @@ impl Client {
                 status: status.as_u16(),
                 code: error.code,
                 message: error.message,
+                retryable: error.retryable.unwrap_or(retryable_status(status)),
             }),
             Err(_) => Err(ClientError::Api {
                 status: status.as_u16(),
                 code: "http_error".into(),
                 message: String::from_utf8_lossy(&body).chars().take(500).collect(),
+                retryable: retryable_status(status),
             }),
         }
     }

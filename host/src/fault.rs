@@ -46,7 +46,12 @@ fn apply(blocked: &RwLock<BTreeSet<String>>, text: &str) {
         .collect();
     let mut current = blocked.write().unwrap_or_else(|e| e.into_inner());
     if *current != listed {
-        eprintln!("fault injection: cut off from {listed:?}");
+        crate::events::emit!(
+            warn,
+            crate::events::PARTITION,
+            cut_off = ?listed,
+            "fault injection: cut off"
+        );
         *current = listed;
     }
 }

@@ -10,7 +10,8 @@
 //! * [`modules`] — uploaded job modules, content-addressed on disk.
 //! * [`api`] — the HTTP API; [`client`] and [`cli`] — its client and the
 //!   CLI commands built on it; [`metrics`] — `/metrics`.
-//! * [`node`] — `cohort node`: everything above in one process.
+//! * [`node`] — `cohort node`: everything above in one process;
+//!   [`events`] — what it reports happening, machine-readable.
 //! * [`peer`] — bounded HTTP exchanges with other cohort processes.
 //! * [`security`] — the cluster key (sealed gossip and node-to-node
 //!   bodies), API tokens and TLS.
@@ -24,6 +25,7 @@ pub mod cli;
 pub mod client;
 pub mod cluster;
 pub mod demo;
+pub mod events;
 pub mod exec;
 pub mod fault;
 pub mod guests;

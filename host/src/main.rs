@@ -1,6 +1,7 @@
 //! The `cohort` command line.
 
 use clap::{Parser, Subcommand};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 /// cohort: run WebAssembly jobs, safely sandboxed.
@@ -45,11 +46,15 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Node events are one `key=value` line each; colours only on a
+    // terminal, so a log file or a pipe gets plain lines to parse.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("COHORT_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_env("COHORT_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(cohort::events::DEFAULT_FILTER)
+            }),
         )
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -17,6 +17,7 @@ use crate::cluster::link::MasterLink;
 use crate::cluster::membership::{self, Membership, MembershipConfig, Roles, keys};
 use crate::cluster::modules::ModuleFetcher;
 use crate::cluster::singleton;
+use crate::events::{self, emit};
 use crate::master::core::MasterComponent;
 use crate::master::{self, CoreKind, MasterOptions};
 use crate::modules::ModuleStore;
@@ -416,11 +417,13 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let mut singleton = singleton;
     let failure = tokio::select! {
         signal = stop_signal() => {
-            eprintln!("{signal}: stopping (grace {:?} for running jobs)", args.shutdown_grace);
+            emit!(info, events::STOPPING, cause = %signal, grace_ms = millis(args.shutdown_grace),
+                "{signal}: stopping (grace {:?} for running jobs)", args.shutdown_grace);
             None
         }
         () = leave.notified() => {
-            eprintln!("asked to leave: stopping (grace {:?} for running jobs)", args.shutdown_grace);
+            emit!(info, events::STOPPING, cause = %"leave", grace_ms = millis(args.shutdown_grace),
+                "asked to leave: stopping (grace {:?} for running jobs)", args.shutdown_grace);
             None
         }
         () = watch_failure(&link) => Some(anyhow::anyhow!(
@@ -464,8 +467,13 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     if let Some(error) = failure {
         return Err(error);
     }
-    eprintln!("stopped cleanly");
+    emit!(info, events::STOPPED, "stopped cleanly");
     Ok(())
+}
+
+/// `duration` in whole milliseconds, as event fields give durations.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The node's master component: compiled (or loaded from the compile cache
@@ -500,7 +508,6 @@ fn departures(
             let Some(from) = handed.borrow_and_update().clone() else {
                 continue;
             };
-            eprintln!("received the master from {from}");
             let generation = view.borrow().member(&from).map(|m| m.generation);
             if let Some(generation) = generation {
                 tx.send_modify(|departed| {
@@ -570,19 +577,21 @@ impl LocalMaster {
         let Some(old) = other_host(&view.borrow_and_update()) else {
             return;
         };
-        eprintln!("waiting for {old} to hand the master over");
+        emit!(info, events::HANDOVER_AWAITED, from = %old, "waiting for {old} to hand the master over");
         let deadline = tokio::time::Instant::now() + HANDOVER_WAIT;
         loop {
             tokio::select! {
                 _ = handed.changed() => return,
                 changed = view.changed() => {
                     if changed.is_err() || other_host(&view.borrow_and_update()).is_none() {
-                        eprintln!("{old} stopped advertising the master without a hand-over; taking it over");
+                        emit!(info, events::HANDOVER_MISSED, from = %old, reason = %"not_advertised",
+                            "{old} stopped advertising the master without a hand-over; taking it over");
                         return;
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => {
-                    eprintln!("no hand-over from {old} within {HANDOVER_WAIT:?}; taking the master over");
+                    emit!(info, events::HANDOVER_MISSED, from = %old, reason = %"timeout",
+                        "no hand-over from {old} within {HANDOVER_WAIT:?}; taking the master over");
                     return;
                 }
             }
@@ -605,13 +614,23 @@ impl LocalMaster {
         match self.replication.hand_over(node.clone()).await {
             Ok(()) => {
                 self.link.set_moved(Some(url.clone()));
-                eprintln!(
-                    "handed the master over to {node} (from epoch {epoch}) in {:.1?}",
-                    started.elapsed()
-                )
+                emit!(
+                    info,
+                    events::HANDED_OVER,
+                    to = %node,
+                    epoch,
+                    took_ms = millis(started.elapsed()),
+                    "handed the master over"
+                );
             }
             Err(error) => {
-                eprintln!("hand-over to {node} failed: {error}");
+                emit!(
+                    warn,
+                    events::HANDOVER_FAILED,
+                    to = %node,
+                    error = error.to_string().as_str(),
+                    "hand-over failed; stepping down instead"
+                );
                 self.replication.step_down().await;
             }
         }
@@ -625,17 +644,17 @@ impl singleton::Host for LocalMaster {
         let started = match self.replication.take_over().await {
             Ok(started) => started,
             Err(reason) => {
-                eprintln!(
-                    "cannot take the master over yet: {reason}; retrying in {:?}",
-                    singleton::START_RETRY
+                emit!(
+                    info,
+                    events::TAKEOVER_DEFERRED,
+                    reason = reason.to_string().as_str(),
+                    retry_ms = millis(singleton::START_RETRY),
+                    "cannot take the master over yet"
                 );
                 return Ok(None);
             }
         };
         let claimed_in = began.elapsed();
-        if let Some(node) = &started.adopted {
-            eprintln!("adopted the journal of {node}, which was ahead");
-        }
         let mut options = self.options.clone();
         options.live_workers = live_workers;
         if options.core == CoreKind::Wasm {
@@ -656,17 +675,19 @@ impl singleton::Host for LocalMaster {
             }
         };
         let status = self.replication.status();
-        eprintln!(
-            "hosting the master (epoch {}, voters [{}]) after {:.1?} (claim and journal comparison {:.1?}); recovered in {:.1?}: snapshot {}, {} journal events replayed",
-            handle.epoch(),
-            status.voters.join(", "),
-            began.elapsed(),
-            claimed_in,
-            report.duration,
-            report
+        emit!(
+            info,
+            events::HOSTING,
+            epoch = handle.epoch(),
+            voters = ?status.voters,
+            snapshot = %report
                 .snapshot_index
-                .map_or("none".to_string(), |i| format!("at {i}")),
-            report.events_replayed,
+                .map_or("none".to_string(), |i| i.to_string()),
+            events_replayed = report.events_replayed,
+            took_ms = millis(began.elapsed()),
+            claim_ms = millis(claimed_in),
+            recovery_ms = millis(report.duration),
+            "hosting the master"
         );
         let epoch = handle.epoch();
         self.link.set_moved(None);
@@ -682,9 +703,12 @@ impl singleton::Host for LocalMaster {
             let started = std::time::Instant::now();
             handle.shutdown().await;
             handle.stopped().await;
-            eprintln!(
-                "stopped hosting the master (flushed and snapshotted in {:.1?})",
-                started.elapsed()
+            emit!(
+                info,
+                events::STOPPED_HOSTING,
+                epoch,
+                took_ms = millis(started.elapsed()),
+                "stopped hosting the master (flushed and snapshotted)"
             );
             self.hand_over(epoch).await;
         }
@@ -702,7 +726,7 @@ impl singleton::Host for LocalMaster {
     async fn workers_gone(&mut self, workers: Vec<String>) {
         let Some(handle) = &self.running else { return };
         for worker in workers {
-            eprintln!("worker {worker} left the cluster; its attempts are re-queued");
+            emit!(info, events::WORKER_GONE, worker = %worker, "a worker left the cluster; its attempts are re-queued");
             if let Err(error) = handle.command(Command::WorkerGone { worker }).await {
                 tracing::warn!("could not re-queue a lost worker's attempts: {error}");
             }

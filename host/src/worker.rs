@@ -217,9 +217,12 @@ impl Worker {
             tokio::time::timeout(grace, shared.reporting.acquire_many(REPORTING_MAX as u32)).await;
         if drained.is_err() {
             let stops: Vec<_> = shared.running().drain().collect();
-            tracing::warn!(
-                "{} attempts still running after the {grace:?} grace period; stopping them",
-                stops.len()
+            crate::events::emit!(
+                warn,
+                crate::events::ATTEMPTS_STOPPED,
+                count = stops.len(),
+                grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+                "attempts still running after the grace period; stopping them"
             );
             for (_, stop) in stops {
                 let _ = stop.send(());

@@ -30,6 +30,8 @@ pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
 
 /// Longest journals may take to line up after the last fault.
 const JOURNALS_AGREE: Duration = Duration::from_secs(30);
+/// Longest submissions may take to flow again after a fault.
+const ACKS_WAIT: Duration = Duration::from_secs(30);
 /// Pause of a submitter after a refused request.
 const ERROR_PAUSE: Duration = Duration::from_millis(20);
 
@@ -63,6 +65,30 @@ impl Ledger {
                 self.len()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits (bounded by [`ACKS_WAIT`]) until `count` jobs were
+    /// acknowledged after `instant`: submissions flow.
+    pub fn wait_acked_after(&self, instant: Instant, count: usize) {
+        let started = Instant::now();
+        loop {
+            let acked = self
+                .acked_at
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|&&at| at > instant)
+                .count();
+            if acked >= count {
+                return;
+            }
+            assert!(
+                started.elapsed() < ACKS_WAIT,
+                "{acked} of {count} jobs acknowledged within {ACKS_WAIT:?}; first error: {:?}",
+                self.first_error.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

@@ -7,6 +7,7 @@ pub mod faults;
 
 use cohort::api::types::{ClusterResponse, JobResponse, SubmitRequest};
 use cohort::client::{Client, ClientError};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -17,6 +18,9 @@ use std::time::{Duration, Instant};
 pub const PROCESS_TIMEOUT: Duration = Duration::from_secs(120);
 /// A node must print its address within this.
 const NODE_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest a test waits for a node to report an event.
+pub const EVENT_WAIT: Duration = Duration::from_secs(30);
 
 /// Longest any single job in these tests may take to settle.
 pub const SETTLE: Duration = Duration::from_secs(90);
@@ -64,8 +68,9 @@ pub async fn settle(client: &Client, id: u64) -> JobResponse {
 }
 
 /// Runs `call` until it succeeds, retrying (within [`SETTLE`] of
-/// `started`) while the cluster answers that it cannot serve yet: `503`s
-/// are what a cluster says right after a fault, and a client retries them.
+/// `started`) while the cluster answers that it cannot serve yet (an error
+/// the server calls retryable: `503`s are what a cluster says right after
+/// a fault, and a client retries them).
 pub async fn retrying<T, F: std::future::Future<Output = Result<T, ClientError>>>(
     started: Instant,
     mut call: impl FnMut() -> F,
@@ -73,10 +78,8 @@ pub async fn retrying<T, F: std::future::Future<Output = Result<T, ClientError>>
     loop {
         match call().await {
             Ok(value) => return value,
-            Err(error)
-                if error.code().is_some_and(|code| {
-                    code == "master_unavailable" || code == "replicas_unavailable"
-                }) && started.elapsed() < SETTLE =>
+            Err(error @ ClientError::Api { .. })
+                if error.retryable() && started.elapsed() < SETTLE =>
             {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -175,7 +178,8 @@ impl Node {
             .args(["node", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(extra)
-            .env("COHORT_LOG", "warn")
+            // The default filter: what an operator sees, events included.
+            .env_remove("COHORT_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -241,7 +245,44 @@ impl Node {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
     }
 
+    /// The fields of every node event `name` the node reported so far, in
+    /// order (see `cohort::events`).
+    pub fn events(&self, name: &str) -> Vec<BTreeMap<String, String>> {
+        let stderr = self.stderr();
+        // The last piece is a line still being written, or empty.
+        let complete = stderr.rsplit_once('\n').map_or("", |(lines, _)| lines);
+        complete
+            .lines()
+            .filter_map(parse_event)
+            .filter(|(event, _)| event == name)
+            .map(|(_, fields)| fields)
+            .collect()
+    }
+
+    /// Waits (bounded by [`EVENT_WAIT`]) until the node reports event
+    /// `name` with (at least) the fields `with`; returns all its fields.
+    pub fn wait_event(&self, name: &str, with: &[(&str, &str)]) -> BTreeMap<String, String> {
+        let started = Instant::now();
+        loop {
+            let found = self.events(name).into_iter().find(|fields| {
+                with.iter()
+                    .all(|(key, value)| fields.get(*key).map(String::as_str) == Some(*value))
+            });
+            if let Some(fields) = found {
+                return fields;
+            }
+            assert!(
+                started.elapsed() < EVENT_WAIT,
+                "the node never reported {name} with {with:?}; its stderr:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits (bounded) until the node's stderr contains `text`; returns it.
+    /// For prose meant for people (a warning); match events with
+    /// [`wait_event`](Self::wait_event).
     pub fn wait_stderr(&self, text: &str) -> String {
         let started = Instant::now();
         loop {
@@ -310,6 +351,51 @@ impl Drop for Node {
         }
         self.kill();
     }
+}
+
+/// A node event from one line of its stderr:
+/// `... MESSAGE event=NAME key=value key="quoted text" key=[a, b]`; its name
+/// and fields.
+pub fn parse_event(line: &str) -> Option<(String, BTreeMap<String, String>)> {
+    let start = line.find(" event=")? + 1;
+    let mut fields = BTreeMap::new();
+    let mut rest = &line[start..];
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once('=')?;
+        let (value, after) = field_value(after);
+        fields.insert(key.to_string(), value);
+        rest = after.trim_start();
+    }
+    Some((fields.remove("event")?, fields))
+}
+
+/// A field's value at the start of `text` (unquoted if quoted; a list or
+/// a struct whole) and what follows it.
+fn field_value(text: &str) -> (String, &str) {
+    let mut chars = text.char_indices();
+    if text.starts_with('"') {
+        chars.next();
+        let mut value = String::new();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => value.extend(chars.next().map(|(_, c)| c)),
+                '"' => return (value, &text[i + 1..]),
+                c => value.push(c),
+            }
+        }
+        return (value, "");
+    }
+    let (mut depth, mut quoted) = (0usize, false);
+    for (i, c) in chars {
+        match c {
+            '"' => quoted = !quoted,
+            '[' | '(' | '{' if !quoted => depth += 1,
+            ']' | ')' | '}' if !quoted => depth = depth.saturating_sub(1),
+            ' ' if !quoted && depth == 0 => return (text[..i].to_string(), &text[i..]),
+            _ => {}
+        }
+    }
+    (text.to_string(), "")
 }
 
 /// Longest a cluster may take to agree on a view in these tests.

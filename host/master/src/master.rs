@@ -384,7 +384,7 @@ impl Master {
                 }
                 if data.len() as u64 > self.config.checkpoint_bytes_max {
                     return reject(
-                        "checkpoint_too_large",
+                        codes::CHECKPOINT_TOO_LARGE,
                         format!(
                             "checkpoint of {} bytes, the limit is {}",
                             data.len(),
@@ -502,7 +502,7 @@ impl Master {
         }
         if spec.input.len() as u64 > config.input_bytes_max {
             return reject(
-                "input_too_large",
+                codes::INPUT_TOO_LARGE,
                 format!(
                     "input of {} bytes, the limit is {}",
                     spec.input.len(),
@@ -987,7 +987,7 @@ impl Master {
                         format!("job {id} is {}", state.name()),
                     ),
                     (None, state) => reject(
-                        "job_not_succeeded",
+                        codes::JOB_NOT_SUCCEEDED,
                         format!("job {id} is {} and has no result", state.name()),
                     ),
                 }

@@ -146,6 +146,32 @@ pub mod codes {
     pub const TOKEN_NOT_FOUND: &str = "token_not_found";
     /// A token's id, name or scopes are out of range.
     pub const INVALID_TOKEN: &str = "invalid_token";
+    /// A job's input is over the input limit.
+    pub const INPUT_TOO_LARGE: &str = "input_too_large";
+    /// The job finished without a result.
+    pub const JOB_NOT_SUCCEEDED: &str = "job_not_succeeded";
+    /// A checkpoint over the checkpoint limit.
+    pub const CHECKPOINT_TOO_LARGE: &str = "checkpoint_too_large";
+
+    /// Every code a rejection may carry (the host maps each onto its API
+    /// error codes, and its tests check that none is missing).
+    pub const ALL: &[&str] = &[
+        QUEUE_FULL,
+        JOB_NOT_FOUND,
+        JOB_EXPIRED,
+        JOB_FINISHED,
+        JOB_NOT_FINISHED,
+        IDEMPOTENCY_CONFLICT,
+        INVALID_JOB,
+        UNDECODABLE,
+        UNKNOWN_VERSION,
+        TOKEN_EXISTS,
+        TOKEN_NOT_FOUND,
+        INVALID_TOKEN,
+        INPUT_TOO_LARGE,
+        JOB_NOT_SUCCEEDED,
+        CHECKPOINT_TOO_LARGE,
+    ];
 }
 
 /// Failure codes that mean "try again" (up to `max_attempts`): the attempt

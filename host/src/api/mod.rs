@@ -2,8 +2,9 @@
 //!
 //! Every route and its errors are listed in the README. Design notes:
 //!
-//! * **Errors** are JSON `{code, message}`; the code is stable and decides
-//!   the status ([`status_for`]). `429` and `503` carry `Retry-After`.
+//! * **Errors** are JSON `{code, message, retryable}`; the code is one of
+//!   [`ErrorCode`], stable, and decides the status and `retryable` ([`error`]).
+//!   `429` and `503` carry `Retry-After`.
 //! * **Bodies are bounded** before they are read: modules by the module
 //!   limit, jobs by [`JOB_BODY_BYTES_MAX`], batches by
 //!   [`BATCH_BODY_BYTES_MAX`]; beyond, `413 body_too_large`.
@@ -29,6 +30,7 @@
 //!   plain connections may only use the sealed internal routes.
 
 pub mod auth;
+pub mod error;
 pub mod request_ids;
 pub mod types;
 pub mod wire;
@@ -36,10 +38,9 @@ pub mod wire;
 use crate::cluster::link::{self, MasterLink};
 use crate::cluster::membership::{Roles, View};
 use crate::cluster::modules::ModuleFetcher;
-use crate::master::MasterError;
 use crate::modules::ModuleStore;
 use crate::peer::{SEALED_CONTENT_TYPE, answer_context, request_context};
-use crate::runtime::{Digest, ModuleError};
+use crate::runtime::Digest;
 use crate::security::Sealer;
 use crate::security::counters::{self, what};
 use crate::security::key::Purpose;
@@ -48,7 +49,8 @@ use crate::security::token::TokenTable;
 use crate::worker::ProgressBoard;
 use base64::Engine as _;
 use bytes::Bytes;
-use cohort_master::{Answer, Command, JobSpec, JobState, JobView, Query, Rejection, Reply};
+use cohort_master::{Answer, Command, JobSpec, JobState, JobView, Query, Reply};
+pub use error::{ApiError, ErrorCode};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{ALLOW, AUTHORIZATION, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
@@ -168,92 +170,6 @@ pub struct Security {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Started with `--insecure` (listening beyond loopback without a key).
     pub insecure: bool,
-}
-
-/// An error response.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    body: ErrorBody,
-    /// For `405`: the methods the route allows.
-    allow: Option<&'static str>,
-}
-
-impl ApiError {
-    /// An error with `code` (which decides the status) and `message`.
-    pub fn new(code: &str, message: impl Into<String>) -> Self {
-        Self {
-            status: status_for(code),
-            body: ErrorBody {
-                code: code.into(),
-                message: message.into(),
-            },
-            allow: None,
-        }
-    }
-}
-
-impl From<Rejection> for ApiError {
-    fn from(r: Rejection) -> Self {
-        Self::new(&r.code, r.message)
-    }
-}
-
-impl From<MasterError> for ApiError {
-    fn from(error: MasterError) -> Self {
-        match error {
-            MasterError::Rejected(r) => r.into(),
-            MasterError::Unavailable(reason) => Self::new("master_unavailable", reason),
-            MasterError::Unreplicated(reason) => Self::new("replicas_unavailable", reason),
-            MasterError::Moved(url) => {
-                Self::new("master_unavailable", format!("the master moved to {url}"))
-            }
-            error @ MasterError::Indeterminate(_) => {
-                Self::new("outcome_unknown", error.to_string())
-            }
-        }
-    }
-}
-
-impl From<ModuleError> for ApiError {
-    fn from(error: ModuleError) -> Self {
-        Self::new(error.code(), error.to_string())
-    }
-}
-
-/// The HTTP status of an error code.
-pub fn status_for(code: &str) -> StatusCode {
-    match code {
-        "bad_json" | "bad_request" | "undecodable" => StatusCode::BAD_REQUEST,
-        "not_found" | "job_not_found" | "job_expired" | "module_not_stored" => {
-            StatusCode::NOT_FOUND
-        }
-        "method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
-        "job_finished"
-        | "job_not_finished"
-        | "job_not_succeeded"
-        | "idempotency_conflict"
-        | "already_master" => StatusCode::CONFLICT,
-        "body_too_large" | "input_too_large" | "module_too_large" | "checkpoint_too_large" => {
-            StatusCode::PAYLOAD_TOO_LARGE
-        }
-        "invalid_job" | "module_invalid" | "module_wrong_world" | "module_not_found" => {
-            StatusCode::UNPROCESSABLE_ENTITY
-        }
-        "queue_full" | "too_many_connections" => StatusCode::TOO_MANY_REQUESTS,
-        "master_unavailable"
-        | "replicas_unavailable"
-        | "outcome_unknown"
-        | "shutting_down"
-        | "replication_failed" => StatusCode::SERVICE_UNAVAILABLE,
-        "not_front_end" | "forbidden" => StatusCode::FORBIDDEN,
-        "unauthorized" => StatusCode::UNAUTHORIZED,
-        "request_timeout" => StatusCode::REQUEST_TIMEOUT,
-        "tls_required" | "invalid_token" => StatusCode::BAD_REQUEST,
-        "token_exists" => StatusCode::CONFLICT,
-        "token_not_found" => StatusCode::NOT_FOUND,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
 }
 
 type Reply200 = Response<Full<Bytes>>;
@@ -411,7 +327,7 @@ impl PerClient {
 async fn refuse_connection(mut stream: tokio::net::TcpStream) {
     use tokio::io::AsyncWriteExt;
     let error = ApiError::new(
-        "too_many_connections",
+        ErrorCode::TooManyConnections,
         format!("at most {CONNECTIONS_PER_CLIENT_MAX} connections per client address"),
     );
     // Written before hyper sees the connection, so by hand; the body and
@@ -511,7 +427,7 @@ fn number<T: std::str::FromStr>(
         .map(|value| {
             value.parse().map_err(|_| {
                 ApiError::new(
-                    "bad_request",
+                    ErrorCode::BadRequest,
                     format!("{name} must be a number, got {value:?}"),
                 )
             })
@@ -520,12 +436,16 @@ fn number<T: std::str::FromStr>(
 }
 
 fn job_id(text: &str) -> Result<u64, ApiError> {
-    text.parse()
-        .map_err(|_| ApiError::new("bad_request", format!("job ids are numbers, got {text:?}")))
+    text.parse().map_err(|_| {
+        ApiError::new(
+            ErrorCode::BadRequest,
+            format!("job ids are numbers, got {text:?}"),
+        )
+    })
 }
 
 async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
-    read_body_as(request, limit, "body_too_large").await
+    read_body_as(request, limit, ErrorCode::BodyTooLarge).await
 }
 
 /// Reads a body of at most `limit` bytes (beyond: `too_large_code`) within
@@ -533,7 +453,7 @@ async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, Ap
 async fn read_body_as(
     request: Request<Incoming>,
     limit: usize,
-    too_large_code: &str,
+    too_large_code: ErrorCode,
 ) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
@@ -555,7 +475,7 @@ async fn read_body_as(
     let Ok(collected) = collected.await else {
         counters::refused(what::CONNECTION, "slow_body");
         return Err(ApiError::new(
-            "request_timeout",
+            ErrorCode::RequestTimeout,
             format!("the body did not arrive within {deadline:?}"),
         ));
     };
@@ -563,7 +483,7 @@ async fn read_body_as(
         Ok(collected) => Ok(collected.to_bytes()),
         Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
         Err(error) => Err(ApiError::new(
-            "bad_request",
+            ErrorCode::BadRequest,
             format!("could not read the body: {error}"),
         )),
     }
@@ -571,12 +491,12 @@ async fn read_body_as(
 
 /// A module digest from a request; a malformed one is reported with `code`,
 /// like a module that does not exist.
-fn parse_digest(text: &str, code: &str) -> Result<Digest, ApiError> {
+fn parse_digest(text: &str, code: ErrorCode) -> Result<Digest, ApiError> {
     text.parse()
         .map_err(|e: crate::runtime::module::DigestParseError| ApiError::new(code, e.to_string()))
 }
 
-fn not_stored(code: &str, digest: &Digest) -> ApiError {
+fn not_stored(code: ErrorCode, digest: &Digest) -> ApiError {
     ApiError::new(
         code,
         format!("no module {digest} is stored; upload it with POST /v1/modules"),
@@ -605,14 +525,11 @@ fn no_route(method: &Method, path: &str, segments: &[&str]) -> ApiError {
         None => auth::allowed_methods(segments),
     };
     match allowed {
-        Some(allow) => ApiError {
-            allow: Some(allow),
-            ..ApiError::new(
-                "method_not_allowed",
-                format!("{method} is not allowed on {path} (allowed: {allow})"),
-            )
-        },
-        None => ApiError::new("not_found", format!("no route {path}")),
+        Some(allow) => ApiError::method_not_allowed(
+            allow,
+            format!("{method} is not allowed on {path} (allowed: {allow})"),
+        ),
+        None => ApiError::new(ErrorCode::NotFound, format!("no route {path}")),
     }
 }
 
@@ -626,7 +543,7 @@ pub async fn refresh_tokens(master: &MasterLink, table: &TokenTable) {
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::new("bad_json", e.to_string()))
+    serde_json::from_slice(body).map_err(|e| ApiError::new(ErrorCode::BadJson, e.to_string()))
 }
 
 impl Api {
@@ -661,7 +578,7 @@ impl Api {
             .map(|v| v.to_str().unwrap_or(""));
         let refuse = |refusal: Refusal| {
             counters::refused(what::TOKEN, refusal.reason());
-            ApiError::new("unauthorized", refusal.message())
+            ApiError::new(ErrorCode::Unauthorized, refusal.message())
         };
         let token = bearer(header).map_err(refuse)?;
         match table.check(token) {
@@ -682,7 +599,7 @@ impl Api {
         if self.security.tls.is_some() && !secure {
             counters::refused(what::CONNECTION, "plain_http_on_tls");
             return Err(ApiError::new(
-                "tls_required",
+                ErrorCode::TlsRequired,
                 "this node serves its API over TLS: use https://",
             ));
         }
@@ -696,7 +613,7 @@ impl Api {
             if !scopes.allow(scope) {
                 counters::refused(what::TOKEN, "scope");
                 return Err(ApiError::new(
-                    "forbidden",
+                    ErrorCode::Forbidden,
                     format!(
                         "{method} {path} needs a token with the {} scope",
                         scope.name()
@@ -713,7 +630,7 @@ impl Api {
         );
         if !self.node.roles.front_end && !open_to_all {
             return Err(ApiError::new(
-                "not_front_end",
+                ErrorCode::NotFrontEnd,
                 format!(
                     "node {} has no front-end role; send API requests to a front-end node",
                     self.node.id
@@ -734,14 +651,14 @@ impl Api {
                 let body = read_body_as(
                     request,
                     crate::runtime::module::MODULE_BYTES_MAX,
-                    "module_too_large",
+                    ErrorCode::ModuleTooLarge,
                 )
                 .await?;
                 let (digest, new) = self.modules.put(&body).await?;
                 self.fetcher
                     .replicate(&body)
                     .await
-                    .map_err(|e| ApiError::new("replication_failed", e.to_string()))?;
+                    .map_err(|e| ApiError::new(ErrorCode::ReplicationFailed, e.to_string()))?;
                 let status = if new {
                     StatusCode::CREATED
                 } else {
@@ -770,9 +687,9 @@ impl Api {
                 },
             )),
             (&Method::GET, ["v1", "modules", digest]) => {
-                let digest = parse_digest(digest, "module_not_stored")?;
+                let digest = parse_digest(digest, ErrorCode::ModuleNotStored)?;
                 if !self.modules.contains(&digest) {
-                    return Err(not_stored("module_not_stored", &digest));
+                    return Err(not_stored(ErrorCode::ModuleNotStored, &digest));
                 }
                 let wasm = self.modules.read(&digest).await?;
                 Ok(bytes("application/wasm", wasm))
@@ -793,7 +710,7 @@ impl Api {
                 let id = job_id(id)?;
                 self.wait(id, &params(&request)).await?;
                 let Answer::Job(view) = self.master.query(Query::Job { id }).await? else {
-                    return Err(ApiError::new("internal", "unexpected answer"));
+                    return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
                 };
                 let mut response = self.job_response(view);
                 if response.state == "running" && response.progress.is_none() {
@@ -815,7 +732,7 @@ impl Api {
                 let id = job_id(id)?;
                 self.master.command(Command::Cancel { id }).await?;
                 let Answer::Job(view) = self.master.query(Query::Job { id }).await? else {
-                    return Err(ApiError::new("internal", "unexpected answer"));
+                    return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
                 };
                 Ok(json(StatusCode::OK, &self.job_response(view)))
             }
@@ -824,7 +741,7 @@ impl Api {
                 self.wait(id, &params(&request)).await?;
                 match self.master.query(Query::Result { id }).await? {
                     Answer::Result(result) => Ok(bytes("application/octet-stream", result)),
-                    _ => Err(ApiError::new("internal", "unexpected answer")),
+                    _ => Err(ApiError::new(ErrorCode::Internal, "unexpected answer")),
                 }
             }
             (&Method::GET, ["v1", "cluster"]) => self.cluster().await,
@@ -857,7 +774,7 @@ impl Api {
             .is_some_and(|v| v.as_bytes() == SEALED_CONTENT_TYPE.as_bytes());
         let unauthorized = |reason: &'static str, message: String| {
             counters::refused(what::INTERNAL, reason);
-            error_response(ApiError::new("unauthorized", message))
+            error_response(ApiError::new(ErrorCode::Unauthorized, message))
         };
         let Some(sealer) = &self.security.sealer else {
             if sealed {
@@ -928,7 +845,7 @@ impl Api {
             }
             ["internal", "v1", "voters"] => {
                 let node: String = cohort_master::decode(&body)
-                    .map_err(|r| ApiError::new("bad_request", r.to_string()))?;
+                    .map_err(|r| ApiError::new(ErrorCode::BadRequest, r.to_string()))?;
                 let result = match &self.replication {
                     Some(replication) => replication.remove_voter(node).await,
                     None => Err(crate::replication::RemoveVoterError::NotMaster),
@@ -941,12 +858,12 @@ impl Api {
             ["internal", "v1", "replication"] => {
                 let Some(replication) = &self.replication else {
                     return Err(ApiError::new(
-                        "bad_request",
+                        ErrorCode::BadRequest,
                         "this node is not a back-end node",
                     ));
                 };
                 let envelope = crate::replication::transport::decode_envelope(&body)
-                    .map_err(|r| ApiError::new("bad_request", r.to_string()))?;
+                    .map_err(|r| ApiError::new(ErrorCode::BadRequest, r.to_string()))?;
                 for message in envelope.messages {
                     replication.deliver(envelope.from.clone(), message);
                 }
@@ -964,9 +881,9 @@ impl Api {
             }
             ["internal", "v1", "modules", "fetch"] => {
                 let text = std::str::from_utf8(&body).unwrap_or_default();
-                let digest = parse_digest(text, "module_not_stored")?;
+                let digest = parse_digest(text, ErrorCode::ModuleNotStored)?;
                 if !self.modules.contains(&digest) {
-                    return Err(not_stored("module_not_stored", &digest));
+                    return Err(not_stored(ErrorCode::ModuleNotStored, &digest));
                 }
                 Ok(bytes("application/wasm", self.modules.read(&digest).await?))
             }
@@ -984,7 +901,7 @@ impl Api {
         match op {
             auth::TokenOp::List => {
                 let Answer::Tokens(records) = self.master.query(Query::Tokens).await? else {
-                    return Err(ApiError::new("internal", "unexpected answer"));
+                    return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
                 };
                 Ok(json(
                     StatusCode::OK,
@@ -1005,7 +922,9 @@ impl Api {
                 let hash = request
                     .sha256
                     .parse::<Digest>()
-                    .map_err(|_| ApiError::new("invalid_token", "sha256 must be 64 hex digits"))?
+                    .map_err(|_| {
+                        ApiError::new(ErrorCode::InvalidToken, "sha256 must be 64 hex digits")
+                    })?
                     .to_bytes();
                 let record = cohort_master::TokenRecord {
                     id: request.id,
@@ -1048,7 +967,7 @@ impl Api {
     fn health(&self) -> Result<Reply200, ApiError> {
         if self.master.local().is_some_and(|m| m.has_failed()) {
             return Err(ApiError::new(
-                "master_unavailable",
+                ErrorCode::MasterUnavailable,
                 "the master stopped after a failure; see the node's log",
             ));
         }
@@ -1068,9 +987,9 @@ impl Api {
     }
 
     async fn spec(&self, submit: SubmitRequest) -> Result<JobSpec, ApiError> {
-        let digest = parse_digest(&submit.module, "module_not_found")?;
+        let digest = parse_digest(&submit.module, ErrorCode::ModuleNotFound)?;
         if !self.fetcher.ensure(&self.modules, &digest).await? {
-            return Err(not_stored("module_not_found", &digest));
+            return Err(not_stored(ErrorCode::ModuleNotFound, &digest));
         }
         let inputs = [
             submit.input.is_some(),
@@ -1079,7 +998,7 @@ impl Api {
         ];
         if inputs.iter().filter(|&&given| given).count() > 1 {
             return Err(ApiError::new(
-                "bad_request",
+                ErrorCode::BadRequest,
                 "give at most one of input, input_base64 and input_json",
             ));
         }
@@ -1088,7 +1007,7 @@ impl Api {
         } else if let Some(encoded) = submit.input_base64 {
             base64::engine::general_purpose::STANDARD
                 .decode(encoded)
-                .map_err(|e| ApiError::new("bad_request", format!("input_base64: {e}")))?
+                .map_err(|e| ApiError::new(ErrorCode::BadRequest, format!("input_base64: {e}")))?
         } else if let Some(value) = submit.input_json {
             serde_json::to_vec(&value).expect("a JSON value serializes")
         } else {
@@ -1098,7 +1017,7 @@ impl Api {
             && (memory == 0 || memory > self.defaults.memory_bytes_max)
         {
             return Err(ApiError::new(
-                "invalid_job",
+                ErrorCode::InvalidJob,
                 format!(
                     "memory_bytes must be 1 to {} on this node",
                     self.defaults.memory_bytes_max
@@ -1126,7 +1045,7 @@ impl Api {
         {
             Reply::Submitted { id, existing } => Ok(SubmitResponse { id, existing }),
             other => Err(ApiError::new(
-                "internal",
+                ErrorCode::Internal,
                 format!("unexpected reply {other:?}"),
             )),
         }
@@ -1135,7 +1054,7 @@ impl Api {
     async fn submit_batch(&self, batch: BatchRequest) -> Result<BatchResponse, ApiError> {
         if batch.jobs.len() > BATCH_JOBS_MAX {
             return Err(ApiError::new(
-                "body_too_large",
+                ErrorCode::BodyTooLarge,
                 format!("at most {BATCH_JOBS_MAX} jobs per batch"),
             ));
         }
@@ -1164,11 +1083,11 @@ impl Api {
                         Ok(SubmitResponse { id, existing })
                     }
                     Ok(Ok(other)) => Err(ApiError::new(
-                        "internal",
+                        ErrorCode::Internal,
                         format!("unexpected reply {other:?}"),
                     )),
                     Ok(Err(error)) => Err(error.into()),
-                    Err(error) => Err(ApiError::new("internal", error.to_string())),
+                    Err(error) => Err(ApiError::new(ErrorCode::Internal, error.to_string())),
                 },
             };
             results.push(match outcome {
@@ -1183,8 +1102,7 @@ impl Api {
         let state = match params.get("state") {
             None => None,
             Some(name) => Some(JobState::from_name(name).ok_or_else(|| {
-                ApiError::new(
-                    "bad_request",
+                ApiError::new(ErrorCode::BadRequest,
                     format!(
                         "unknown state {name:?}: use queued, running, succeeded, failed, cancelled or dead"
                     ),
@@ -1197,7 +1115,7 @@ impl Api {
             limit: number(params, "limit")?.unwrap_or(LIST_LIMIT_DEFAULT),
         };
         let Answer::Jobs { jobs, next } = self.master.query(query).await? else {
-            return Err(ApiError::new("internal", "unexpected answer"));
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
         };
         Ok(json(
             StatusCode::OK,
@@ -1232,6 +1150,7 @@ impl Api {
             error: view.error.map(|f| ErrorBody {
                 code: f.code,
                 message: f.message,
+                retryable: None,
             }),
             result_bytes: view.result_bytes,
             input_bytes: view.input_bytes,
@@ -1248,7 +1167,7 @@ impl Api {
 
     async fn cluster(&self) -> Result<Reply200, ApiError> {
         let Answer::Workers(workers) = self.master.query(Query::Workers).await? else {
-            return Err(ApiError::new("internal", "unexpected answer"));
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
         };
         let busy = |id: &str| workers.iter().find(|w| w.id == id).map_or(0, |w| w.running);
         let (master_node, master_epoch) = self.master.host().unwrap_or_default();
@@ -1336,7 +1255,7 @@ impl Api {
                     .master_host()
                     .map(|m| m.http.clone())
                     .ok_or_else(|| {
-                        ApiError::new("master_unavailable", "no node hosts the master")
+                        ApiError::new(ErrorCode::MasterUnavailable, "no node hosts the master")
                     })?;
                 let answer = self
                     .master
@@ -1347,9 +1266,9 @@ impl Api {
                         std::time::Duration::from_secs(10),
                     )
                     .await
-                    .map_err(|e| ApiError::new("master_unavailable", e.message))?;
+                    .map_err(|e| ApiError::new(ErrorCode::MasterUnavailable, e.message))?;
                 cohort_master::decode::<Result<(), RemoveVoterError>>(&answer)
-                    .map_err(|r| ApiError::new("master_unavailable", r.to_string()))?
+                    .map_err(|r| ApiError::new(ErrorCode::MasterUnavailable, r.to_string()))?
             }
         };
         match result {
@@ -1357,21 +1276,22 @@ impl Api {
                 StatusCode::ACCEPTED,
                 &serde_json::json!({ "removing": node }),
             )),
-            Err(error @ RemoveVoterError::NotMaster) => {
-                Err(ApiError::new("master_unavailable", error.to_string()))
-            }
+            Err(error @ RemoveVoterError::NotMaster) => Err(ApiError::new(
+                ErrorCode::MasterUnavailable,
+                error.to_string(),
+            )),
             Err(error @ RemoveVoterError::NotAVoter(_)) => {
-                Err(ApiError::new("not_found", error.to_string()))
+                Err(ApiError::new(ErrorCode::NotFound, error.to_string()))
             }
             Err(error @ RemoveVoterError::MasterNode(_)) => {
-                Err(ApiError::new("bad_request", error.to_string()))
+                Err(ApiError::new(ErrorCode::BadRequest, error.to_string()))
             }
         }
     }
 
     async fn metrics(&self) -> Result<Reply200, ApiError> {
         let Answer::Stats(stats) = self.master.query(Query::Stats).await? else {
-            return Err(ApiError::new("internal", "unexpected answer"));
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
         };
         let local = self.master.local();
         let idle = crate::master::service::MasterCounters::default();
@@ -1382,7 +1302,7 @@ impl Api {
             .map(|r| r.status())
             .unwrap_or_default();
         let text = crate::metrics::render(&stats, counters, &replication, &self.responses)
-            .map_err(|e| ApiError::new("internal", e.to_string()))?;
+            .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
         Ok(bytes(
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             text,

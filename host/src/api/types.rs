@@ -6,10 +6,17 @@ use serde::{Deserialize, Serialize};
 /// Every error: a stable code and a message for people.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
-    /// Stable machine-readable code.
+    /// Stable machine-readable code ([`ErrorCode`](super::error::ErrorCode)
+    /// for the API's own errors).
     pub code: String,
     /// Explanation.
     pub message: String,
+    /// Whether sending the same request again may succeed. Set on every
+    /// error the API answers; absent from a job's failure (its attempts
+    /// are retried by the master, up to `max_attempts`) and from servers
+    /// older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retryable: Option<bool>,
 }
 
 /// `POST /v1/jobs`: what to run. At most one of `input`, `input_base64`,

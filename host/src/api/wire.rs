@@ -10,6 +10,8 @@
 //! `content-length: 0` and no `content-type`. Everything else passes
 //! through untouched.
 
+use super::error::ErrorCode;
+use super::types::ErrorBody;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -50,16 +52,16 @@ fn rewrite(head: &[u8]) -> Option<Vec<u8>> {
     }
     let (code, message) = match status {
         431 => (
-            "headers_too_large",
+            ErrorCode::HeadersTooLarge,
             "the request's headers are over the size limit",
         ),
-        505 => ("bad_request", "only HTTP/1.1 and HTTP/2 are served"),
+        505 => (ErrorCode::BadRequest, "only HTTP/1.1 and HTTP/2 are served"),
         _ => (
-            "bad_request",
+            ErrorCode::BadRequest,
             "malformed HTTP request: the request line, a header, or a path that is not ASCII (percent-encode other bytes)",
         ),
     };
-    let body = serde_json::json!({ "code": code, "message": message }).to_string();
+    let body = serde_json::to_string(&ErrorBody::new(code, message)).expect("API types serialize");
     let start = lower.find("\r\ncontent-length: 0\r\n")?;
     let end = start + "\r\ncontent-length: 0\r\n".len();
     let mut out = Vec::with_capacity(head.len() + body.len() + 64);
@@ -154,6 +156,7 @@ mod tests {
         assert!(head.contains("date: Mon"));
         let json: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(json["code"], "bad_request");
+        assert_eq!(json["retryable"], false);
         let big = b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
         assert!(
             String::from_utf8(rewrite(big).unwrap())

@@ -129,9 +129,12 @@ pub async fn run<H: Host>(
         }
         let retry_due = retry_at.is_none_or(|at| Instant::now() >= at);
         if let Some(newer) = superseded {
-            eprintln!(
-                "this node's master (epoch {}) was superseded by epoch {newer}: stepping down and rejoining as the youngest node",
-                hosting.unwrap_or(0)
+            crate::events::emit!(
+                warn,
+                crate::events::SUPERSEDED,
+                epoch = hosting.unwrap_or(0),
+                newer,
+                "this node's master was superseded: stepping down and rejoining as the youngest node"
             );
             host.step_down().await;
             hosting = None;

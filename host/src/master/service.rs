@@ -692,7 +692,14 @@ impl MasterLoop {
     ) -> anyhow::Result<()> {
         let held: HashSet<(JobId, u32)> = held.iter().copied().collect();
         for (id, attempt) in believed.into_iter().filter(|a| !held.contains(a)) {
-            tracing::info!("job {id} attempt {attempt}: never reached worker {worker}; re-queued");
+            crate::events::emit!(
+                info,
+                crate::events::ATTEMPT_REQUEUED,
+                job = id,
+                attempt,
+                worker = %worker,
+                "an attempt never reached its worker; re-queued"
+            );
             let command = Command::Finish {
                 id,
                 attempt,

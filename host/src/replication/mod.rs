@@ -31,12 +31,19 @@
 //! * **Snapshots** the master takes are compacted into the journal once
 //!   the entries they cover are committed.
 //! * **A master with no host.** A node that leads (after a hand-over) but
-//!   whose node never starts the master within [`UNCLAIMED_MAX`] steps
+//!   whose node never starts the master within `UNCLAIMED_MAX` (5 s) steps
 //!   down, so the cluster is never held by a leader that serves nothing.
+//!
+//! Invariants, asserted in debug builds where the driver sees them: the
+//! commit index it is told only grows; each epoch this node leads is above
+//! every one it led before (no two masters share an epoch, and a node
+//! claims above its own promise); waiting batches are in index order, so
+//! completions run in the order the master decided them.
 
 pub mod storage;
 pub mod transport;
 
+use crate::events::{self, emit};
 use crate::master::service::MasterError;
 use crate::master::store::Snapshot as StoredSnapshot;
 use cohort_replication::{
@@ -197,9 +204,11 @@ impl Replication {
         let storage = JournalStorage::open(dir)?;
         if storage.torn_bytes > 0 {
             let bytes = storage.torn_bytes;
-            tracing::warn!(
+            emit!(
+                warn,
+                events::JOURNAL_TORN,
                 bytes,
-                "{bytes} bytes of an unfinished write cut from the journal's end"
+                "an unfinished write was cut from the journal's end"
             );
         }
         let (tx, rx) = std::sync::mpsc::channel();
@@ -227,6 +236,8 @@ impl Replication {
             claimed: false,
             leading_since: None,
             unreplicated: 0,
+            commit_seen: 0,
+            epoch_led: 0,
         };
         std::thread::Builder::new()
             .name("cohort-replication".into())
@@ -419,6 +430,10 @@ struct Driver {
     claimed: bool,
     leading_since: Option<Instant>,
     unreplicated: u64,
+    /// The highest commit index seen (for the invariant that it only grows).
+    commit_seen: u64,
+    /// The highest epoch this node led (each new one must be above it).
+    epoch_led: u64,
 }
 
 impl Driver {
@@ -499,6 +514,12 @@ impl Driver {
         *batches = 0;
         match self.replicator.propose(self.now(), payloads) {
             Ok((range, output)) => {
+                debug_assert!(
+                    self.pending
+                        .back()
+                        .is_none_or(|(end, ..)| *end <= range.end),
+                    "batches are appended in index order"
+                );
                 self.pending.push_back((range.end, Instant::now(), done));
                 self.apply(output);
                 // A batch of reads only (no events) waits for nothing
@@ -606,7 +627,7 @@ impl Driver {
                 Ok(output) => {
                     self.apply(output);
                     self.claimed = false;
-                    tracing::info!(to = %to, "handed the master over");
+                    tracing::debug!(to = %to, "handed the master over");
                     let _ = reply.send(Ok(()));
                 }
                 Err(_) => {
@@ -643,7 +664,19 @@ impl Driver {
         for effect in output.effects {
             match effect {
                 Effect::Leading { epoch, adopted } => {
-                    tracing::info!(epoch, adopted = ?adopted, "leading the journal");
+                    debug_assert!(
+                        epoch > self.epoch_led,
+                        "led epoch {epoch} after epoch {}",
+                        self.epoch_led
+                    );
+                    self.epoch_led = self.epoch_led.max(epoch);
+                    emit!(
+                        info,
+                        events::LEADING,
+                        epoch,
+                        adopted = %adopted.as_deref().unwrap_or("none"),
+                        "this node's journal leads"
+                    );
                     self.leading_since = Some(Instant::now());
                     self.claimed = false;
                     for reply in std::mem::take(&mut self.takeovers) {
@@ -653,13 +686,13 @@ impl Driver {
                     }
                 }
                 Effect::TakeOverFailed { reason, .. } => {
-                    tracing::info!(%reason, "cannot take the master over yet");
+                    tracing::debug!(%reason, "cannot take the master over yet");
                     for reply in std::mem::take(&mut self.takeovers) {
                         let _ = reply.send(Err(reason.to_string()));
                     }
                 }
                 Effect::SteppedDown { epoch, newer } => {
-                    tracing::info!(epoch, newer, "stepped down");
+                    emit!(info, events::STEPPED_DOWN, epoch, newer, "stepped down");
                     self.leading_since = None;
                     self.claimed = false;
                     self.snapshots.clear();
@@ -674,25 +707,50 @@ impl Driver {
                     self.release();
                     self.compact();
                 }
-                Effect::Voters { voters } => tracing::info!(?voters, "voter set changed"),
+                Effect::Voters { voters } => {
+                    emit!(info, events::VOTERS_CHANGED, voters = ?voters, "the voter set changed")
+                }
                 Effect::HandedOver { from, epoch } => {
-                    tracing::info!(from = %from, epoch, "the master is handed over to this node");
+                    emit!(
+                        info,
+                        events::HANDOVER_RECEIVED,
+                        from = %from,
+                        epoch,
+                        "the master is handed over to this node"
+                    );
                     self.shared.handed_over.send_replace(Some(from));
                 }
-                Effect::Fault { reason } => tracing::error!(%reason, "replication fault"),
+                Effect::Fault { reason } => emit!(
+                    error,
+                    events::REPLICATION_FAULT,
+                    reason = reason.to_string().as_str(),
+                    "replication fault"
+                ),
             }
         }
     }
 
     /// Runs the completions of every committed batch, in order.
     fn release(&mut self) {
-        let commit = self.replicator.commit();
+        let commit = self.commit();
         while self.pending.front().is_some_and(|(end, ..)| *end <= commit) {
             let (_, _, done) = self.pending.pop_front().expect("checked");
             for completion in done {
                 completion(Ok(()));
             }
         }
+    }
+
+    /// The core's commit index, checked to only grow.
+    fn commit(&mut self) -> u64 {
+        let commit = self.replicator.commit();
+        debug_assert!(
+            commit >= self.commit_seen,
+            "the commit index went back from {} to {commit}",
+            self.commit_seen
+        );
+        self.commit_seen = self.commit_seen.max(commit);
+        commit
     }
 
     /// Compacts under the oldest waiting snapshot once it is committed.
@@ -751,7 +809,11 @@ impl Driver {
                 .leading_since
                 .is_some_and(|since| since.elapsed() > UNCLAIMED_MAX)
         {
-            tracing::warn!("leading without a master started; stepping down");
+            emit!(
+                warn,
+                events::LEAD_ABANDONED,
+                "leading without a master started; stepping down"
+            );
             let output = self.replicator.step_down();
             self.apply(output);
         }
