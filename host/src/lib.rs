@@ -29,6 +29,7 @@ pub mod events;
 pub mod exec;
 pub mod fault;
 pub mod guests;
+pub mod internal;
 pub mod journal;
 pub mod master;
 pub mod metrics;

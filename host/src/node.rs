@@ -294,11 +294,20 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         })
         .transpose()
         .context("cannot start the job threads")?;
+    let internal = Arc::new(crate::internal::Internal {
+        node_id: node_id.clone(),
+        sealer: security.sealer.clone(),
+        master: link.clone(),
+        replication: replication.clone(),
+        modules: modules.clone(),
+        tokens: security.tokens.clone(),
+    });
     let api = Arc::new(Api {
         master: link.clone(),
         fetcher,
         view: view.clone(),
         replication: replication.clone(),
+        internal,
         leave: leave.clone(),
         modules,
         progress,

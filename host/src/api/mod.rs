@@ -1,6 +1,8 @@
-//! The HTTP API (hyper, HTTP/1.1 keep-alive).
+//! The public HTTP API (hyper, HTTP/1.1 keep-alive).
 //!
-//! Every route and its errors are listed in the README. Design notes:
+//! Every route and its errors are listed in the README. The node-to-node
+//! routes share this listener but live in [`crate::internal`]: any path
+//! under `/internal/` goes there before tokens are looked at. Design notes:
 //!
 //! * **Errors** are JSON `{code, message, retryable}`; the code is one of
 //!   [`ErrorCode`], stable, and decides the status and `retryable` ([`error`]).
@@ -8,8 +10,9 @@
 //! * **Bodies are bounded** before they are read: modules by the module
 //!   limit, jobs by [`JOB_BODY_BYTES_MAX`], batches by
 //!   [`BATCH_BODY_BYTES_MAX`]; beyond, `413 body_too_large`.
-//! * **Acknowledged means durable**: `202` is sent only after the master's
-//!   journal fsync that covers the job (see [`crate::master::service`]).
+//! * **Acknowledged means durable**: `202` is sent only once the job's
+//!   journal entry is fsynced on a majority of the voters (see
+//!   [`crate::master::service`], [`crate::replication`]).
 //! * **One request, one job**: each submitted job gets a request id here,
 //!   where the client's request arrived ([`request_ids`]), and keeps it
 //!   through every forward and retry to the master, which creates the job
@@ -23,9 +26,8 @@
 //!   [`body_deadline`] (`408 request_timeout`), so a slow client cannot
 //!   hold a connection for long.
 //! * **Security** ([`auth`], [`crate::security`]): tokens and scopes on the
-//!   public routes once the node has a cluster key; sealed bodies on the
-//!   `/internal/` routes, which this module opens before and seals after
-//!   `Api::internal_route` (the routes nodes use to reach each other).
+//!   public routes once the node has a cluster key; the `/internal/` routes
+//!   take sealed bodies instead ([`crate::internal`]).
 //!   With TLS on, a connection is TLS if its first byte starts a handshake;
 //!   plain connections may only use the sealed internal routes.
 
@@ -35,16 +37,13 @@ pub mod request_ids;
 pub mod types;
 pub mod wire;
 
-use crate::cluster::link::{self, MasterLink};
+use crate::cluster::link::MasterLink;
 use crate::cluster::membership::{Roles, View};
 use crate::cluster::modules::ModuleFetcher;
 use crate::modules::ModuleStore;
-use crate::peer::{SEALED_CONTENT_TYPE, answer_context, request_context};
 use crate::runtime::Digest;
 use crate::security::Sealer;
 use crate::security::counters::{self, what};
-use crate::security::key::Purpose;
-use crate::security::seal::Freshness;
 use crate::security::token::TokenTable;
 use crate::worker::ProgressBoard;
 use base64::Engine as _;
@@ -140,6 +139,9 @@ pub struct Api {
     pub view: watch::Receiver<View>,
     /// This node's journal replication (back-end nodes).
     pub replication: Option<crate::replication::Replication>,
+    /// The node-to-node routes (`/internal/...`), served on the same
+    /// listener.
+    pub internal: Arc<crate::internal::Internal>,
     /// Asks the node to leave the cluster (as SIGTERM does).
     pub leave: Arc<tokio::sync::Notify>,
     /// Uploaded modules.
@@ -172,9 +174,9 @@ pub struct Security {
     pub insecure: bool,
 }
 
-type Reply200 = Response<Full<Bytes>>;
+pub(crate) type Reply200 = Response<Full<Bytes>>;
 
-fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Reply200 {
+pub(crate) fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Reply200 {
     let body = serde_json::to_vec(value).expect("API types serialize");
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
@@ -184,7 +186,7 @@ fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Reply200 {
     response
 }
 
-fn bytes(content_type: &'static str, body: impl Into<Bytes>) -> Reply200 {
+pub(crate) fn bytes(content_type: &'static str, body: impl Into<Bytes>) -> Reply200 {
     let mut response = Response::new(Full::new(body.into()));
     response
         .headers_mut()
@@ -192,7 +194,7 @@ fn bytes(content_type: &'static str, body: impl Into<Bytes>) -> Reply200 {
     response
 }
 
-fn error_response(error: ApiError) -> Reply200 {
+pub(crate) fn error_response(error: ApiError) -> Reply200 {
     let mut response = json(error.status, &error.body);
     if matches!(
         error.status,
@@ -444,7 +446,7 @@ fn job_id(text: &str) -> Result<u64, ApiError> {
     })
 }
 
-async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
     read_body_as(request, limit, ErrorCode::BodyTooLarge).await
 }
 
@@ -491,36 +493,21 @@ async fn read_body_as(
 
 /// A module digest from a request; a malformed one is reported with `code`,
 /// like a module that does not exist.
-fn parse_digest(text: &str, code: ErrorCode) -> Result<Digest, ApiError> {
+pub(crate) fn parse_digest(text: &str, code: ErrorCode) -> Result<Digest, ApiError> {
     text.parse()
         .map_err(|e: crate::runtime::module::DigestParseError| ApiError::new(code, e.to_string()))
 }
 
-fn not_stored(code: ErrorCode, digest: &Digest) -> ApiError {
+pub(crate) fn not_stored(code: ErrorCode, digest: &Digest) -> ApiError {
     ApiError::new(
         code,
         format!("no module {digest} is stored; upload it with POST /v1/modules"),
     )
 }
 
-/// The internal routes (all `POST`) and the largest body each takes: the
-/// one list of them that `Api::internal_route` serves.
-fn internal_body_limit(segments: &[&str]) -> Option<usize> {
-    Some(match segments {
-        ["internal", "v1", "master"] => BATCH_BODY_BYTES_MAX,
-        ["internal", "v1", "replication"] => crate::replication::transport::ENVELOPE_BYTES_MAX,
-        ["internal", "v1", "voters"] => CONTROL_BODY_BYTES_MAX,
-        ["internal", "v1", "modules"] => crate::runtime::module::MODULE_BYTES_MAX,
-        ["internal", "v1", "modules", "fetch"] | ["internal", "v1", "tokens"] => {
-            CONTROL_BODY_BYTES_MAX
-        }
-        _ => return None,
-    })
-}
-
 /// `405` with the allowed methods for a known route, `404` otherwise.
-fn no_route(method: &Method, path: &str, segments: &[&str]) -> ApiError {
-    let allowed = match internal_body_limit(segments) {
+pub(crate) fn no_route(method: &Method, path: &str, segments: &[&str]) -> ApiError {
+    let allowed = match crate::internal::body_limit(segments) {
         Some(_) => Some("POST"),
         None => auth::allowed_methods(segments),
     };
@@ -542,6 +529,77 @@ pub async fn refresh_tokens(master: &MasterLink, table: &TokenTable) {
     }
 }
 
+/// Creates, revokes or lists tokens through the master (the public route
+/// and the sealed internal one).
+pub(crate) async fn token_op(
+    master: &MasterLink,
+    tokens: Option<&Arc<TokenTable>>,
+    op: auth::TokenOp,
+) -> Result<Reply200, ApiError> {
+    match op {
+        auth::TokenOp::List => {
+            let Answer::Tokens(records) = master.query(Query::Tokens).await? else {
+                return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
+            };
+            Ok(json(
+                StatusCode::OK,
+                &auth::TokenListResponse {
+                    tokens: records
+                        .into_iter()
+                        .map(|r| auth::TokenBody {
+                            id: r.id,
+                            name: r.name,
+                            scopes: r.scopes,
+                            created_at: r.created_at,
+                        })
+                        .collect(),
+                },
+            ))
+        }
+        auth::TokenOp::Create(request) => {
+            let hash = request
+                .sha256
+                .parse::<Digest>()
+                .map_err(|_| {
+                    ApiError::new(ErrorCode::InvalidToken, "sha256 must be 64 hex digits")
+                })?
+                .to_bytes();
+            let record = cohort_master::TokenRecord {
+                id: request.id,
+                name: request.name,
+                scopes: request.scopes,
+                hash,
+                created_at: 0,
+            };
+            master.command(Command::CreateToken(record.clone())).await?;
+            if let Some(table) = tokens {
+                table.insert(&record);
+            }
+            Ok(json(
+                StatusCode::CREATED,
+                &auth::TokenBody {
+                    id: record.id,
+                    name: record.name,
+                    scopes: record.scopes,
+                    created_at: 0,
+                },
+            ))
+        }
+        auth::TokenOp::Revoke(id) => {
+            master
+                .command(Command::RevokeToken { id: id.clone() })
+                .await?;
+            if let Some(table) = tokens {
+                table.remove(&id);
+            }
+            Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "id": id, "revoked": true }),
+            ))
+        }
+    }
+}
+
 fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::new(ErrorCode::BadJson, e.to_string()))
 }
@@ -549,7 +607,7 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
 impl Api {
     async fn handle(&self, request: Request<Incoming>, secure: bool) -> Reply200 {
         let response = if request.uri().path().starts_with("/internal/") {
-            self.internal(request).await
+            self.internal.serve(request).await
         } else {
             self.public(request, secure)
                 .await
@@ -760,208 +818,9 @@ impl Api {
 
     /// A node-to-node request: opened with the cluster key (if the node has
     /// one), routed, and its answer sealed bound to the request.
-    async fn internal(&self, request: Request<Incoming>) -> Reply200 {
-        let path = request.uri().path().to_string();
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let method = request.method().clone();
-        let limit = match internal_body_limit(&segments) {
-            Some(limit) if method == Method::POST => limit,
-            _ => return error_response(no_route(&method, &path, &segments)),
-        };
-        let sealed = request
-            .headers()
-            .get(CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes() == SEALED_CONTENT_TYPE.as_bytes());
-        let unauthorized = |reason: &'static str, message: String| {
-            counters::refused(what::INTERNAL, reason);
-            error_response(ApiError::new(ErrorCode::Unauthorized, message))
-        };
-        let Some(sealer) = &self.security.sealer else {
-            if sealed {
-                return unauthorized(
-                    "no_key_here",
-                    format!(
-                        "node {} has no cluster key; start every node with the same --cluster-key",
-                        self.node.id
-                    ),
-                );
-            }
-            let body = match read_body(request, limit).await {
-                Ok(body) => body,
-                Err(error) => return error_response(error),
-            };
-            return self
-                .internal_route(&segments, body)
-                .await
-                .unwrap_or_else(error_response);
-        };
-        if !sealed {
-            return unauthorized(
-                "unsealed",
-                format!(
-                    "node {} only takes node-to-node requests sealed with its cluster key",
-                    self.node.id
-                ),
-            );
-        }
-        let body = match read_body(request, limit + crate::security::seal::OVERHEAD).await {
-            Ok(body) => body,
-            Err(error) => return error_response(error),
-        };
-        let opened = match sealer.open(
-            Purpose::Http,
-            &request_context(b"POST", path.as_bytes()),
-            &body,
-            Freshness::Once,
-        ) {
-            Ok(opened) => opened,
-            Err(error) => return unauthorized(error.reason(), format!("refused: {error}")),
-        };
-        let answer = self
-            .internal_route(&segments, Bytes::from(opened.plaintext))
-            .await
-            .unwrap_or_else(error_response);
-        let (mut parts, body) = answer.into_parts();
-        let body = body
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .unwrap_or_default();
-        let code = parts.status.as_u16().to_be_bytes();
-        let (sealed, _) = sealer.seal(Purpose::Http, &answer_context(&opened.nonce, &code), &body);
-        parts
-            .headers
-            .insert(CONTENT_TYPE, HeaderValue::from_static(SEALED_CONTENT_TYPE));
-        Response::from_parts(parts, Full::new(Bytes::from(sealed)))
-    }
-
-    /// The routes other nodes (and `cohort token --cluster-key`) call, with
-    /// their bodies already opened.
-    async fn internal_route(&self, segments: &[&str], body: Bytes) -> Result<Reply200, ApiError> {
-        match segments {
-            ["internal", "v1", "master"] => {
-                let answer = link::serve_wire(&self.master, &body).await;
-                Ok(bytes("application/x-postcard", answer))
-            }
-            ["internal", "v1", "voters"] => {
-                let node: String = cohort_master::decode(&body)
-                    .map_err(|r| ApiError::new(ErrorCode::BadRequest, r.to_string()))?;
-                let result = match &self.replication {
-                    Some(replication) => replication.remove_voter(node).await,
-                    None => Err(crate::replication::RemoveVoterError::NotMaster),
-                };
-                Ok(bytes(
-                    "application/x-postcard",
-                    cohort_master::encode(&result),
-                ))
-            }
-            ["internal", "v1", "replication"] => {
-                let Some(replication) = &self.replication else {
-                    return Err(ApiError::new(
-                        ErrorCode::BadRequest,
-                        "this node is not a back-end node",
-                    ));
-                };
-                let envelope = crate::replication::transport::decode_envelope(&body)
-                    .map_err(|r| ApiError::new(ErrorCode::BadRequest, r.to_string()))?;
-                for message in envelope.messages {
-                    replication.deliver(envelope.from.clone(), message);
-                }
-                Ok(bytes("application/x-postcard", Vec::new()))
-            }
-            ["internal", "v1", "modules"] => {
-                let (digest, _) = self.modules.put(&body).await?;
-                Ok(json(
-                    StatusCode::OK,
-                    &ModuleBody {
-                        digest: digest.to_string(),
-                        bytes: body.len() as u64,
-                    },
-                ))
-            }
-            ["internal", "v1", "modules", "fetch"] => {
-                let text = std::str::from_utf8(&body).unwrap_or_default();
-                let digest = parse_digest(text, ErrorCode::ModuleNotStored)?;
-                if !self.modules.contains(&digest) {
-                    return Err(not_stored(ErrorCode::ModuleNotStored, &digest));
-                }
-                Ok(bytes("application/wasm", self.modules.read(&digest).await?))
-            }
-            ["internal", "v1", "tokens"] => {
-                let op = cohort_master::decode::<auth::TokenOp>(&body)?;
-                self.tokens(op).await
-            }
-            // internal() routed only what internal_body_limit knows.
-            _ => unreachable!("an internal route without a body limit"),
-        }
-    }
-
     /// Creates, revokes or lists tokens through the master.
     async fn tokens(&self, op: auth::TokenOp) -> Result<Reply200, ApiError> {
-        match op {
-            auth::TokenOp::List => {
-                let Answer::Tokens(records) = self.master.query(Query::Tokens).await? else {
-                    return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-                };
-                Ok(json(
-                    StatusCode::OK,
-                    &auth::TokenListResponse {
-                        tokens: records
-                            .into_iter()
-                            .map(|r| auth::TokenBody {
-                                id: r.id,
-                                name: r.name,
-                                scopes: r.scopes,
-                                created_at: r.created_at,
-                            })
-                            .collect(),
-                    },
-                ))
-            }
-            auth::TokenOp::Create(request) => {
-                let hash = request
-                    .sha256
-                    .parse::<Digest>()
-                    .map_err(|_| {
-                        ApiError::new(ErrorCode::InvalidToken, "sha256 must be 64 hex digits")
-                    })?
-                    .to_bytes();
-                let record = cohort_master::TokenRecord {
-                    id: request.id,
-                    name: request.name,
-                    scopes: request.scopes,
-                    hash,
-                    created_at: 0,
-                };
-                self.master
-                    .command(Command::CreateToken(record.clone()))
-                    .await?;
-                if let Some(table) = &self.security.tokens {
-                    table.insert(&record);
-                }
-                Ok(json(
-                    StatusCode::CREATED,
-                    &auth::TokenBody {
-                        id: record.id,
-                        name: record.name,
-                        scopes: record.scopes,
-                        created_at: 0,
-                    },
-                ))
-            }
-            auth::TokenOp::Revoke(id) => {
-                self.master
-                    .command(Command::RevokeToken { id: id.clone() })
-                    .await?;
-                if let Some(table) = &self.security.tokens {
-                    table.remove(&id);
-                }
-                Ok(json(
-                    StatusCode::OK,
-                    &serde_json::json!({ "id": id, "revoked": true }),
-                ))
-            }
-        }
+        token_op(&self.master, self.security.tokens.as_ref(), op).await
     }
 
     fn health(&self) -> Result<Reply200, ApiError> {
