@@ -401,6 +401,10 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             local: local_master,
             running: None,
             view: view.clone(),
+            handed: replication
+                .as_ref()
+                .expect("back-end nodes replicate")
+                .handed_over(),
             component,
         };
         let settle = if args.seeds.is_empty() {
@@ -565,6 +569,9 @@ struct LocalMaster {
     local: watch::Sender<Option<master::MasterHandle>>,
     running: Option<master::MasterHandle>,
     view: watch::Receiver<membership::View>,
+    /// Hand-overs to this node; one not seen yet means the master is on
+    /// its way here.
+    handed: watch::Receiver<Option<String>>,
     /// The master component, compiled once per node.
     component: Arc<OnceCell<MasterComponent>>,
 }
@@ -578,8 +585,12 @@ impl LocalMaster {
                 .filter(|host| host.node_id != view.me)
                 .map(|host| host.node_id.clone())
         };
-        let mut handed = self.replication.handed_over();
-        if handed.borrow_and_update().is_some() && self.replication.status().leading.is_some() {
+        // A hand-over to this node arrived since the last start: the
+        // take-over is under way (or done) in replication; no need to
+        // wait for gossip to show the old host gone. (The first version
+        // waited for that here: hand-overs paused clients ~100 ms.)
+        if self.handed.has_changed().unwrap_or(false) {
+            self.handed.borrow_and_update();
             return;
         }
         let mut view = self.view.clone();
@@ -590,7 +601,10 @@ impl LocalMaster {
         let deadline = tokio::time::Instant::now() + HANDOVER_WAIT;
         loop {
             tokio::select! {
-                _ = handed.changed() => return,
+                _ = self.handed.changed() => {
+                    self.handed.borrow_and_update();
+                    return;
+                }
                 changed = view.changed() => {
                     if changed.is_err() || other_host(&view.borrow_and_update()).is_none() {
                         emit!(info, events::HANDOVER_MISSED, from = %old, reason = %"not_advertised",
