@@ -232,6 +232,7 @@ fn read_journal(node: &str, data_dir: &Path) -> Read {
         next: first + entries.len() as u64,
         runs: Vec::new(),
         last_epoch: 0,
+        base_epoch: 0,
     };
     for (index, epoch, _) in &entries {
         if shape.runs.last().is_none_or(|&(_, e)| e != *epoch) {

@@ -27,7 +27,7 @@
 //! # Replicas
 //!
 //! Back-end nodes keep copies of the master's journal (see
-//! `cluster::replica`). Two journals are compared by their [`Shape`]: the
+//! `crate::replication`). Two journals are compared by their [`Shape`]: the
 //! range of entries they hold and the epoch of each run of entries. Two
 //! entries with the same index and epoch are the same entry (one master
 //! per epoch wrote it, and replicas only take entries in order), so the
@@ -98,60 +98,12 @@ pub enum JournalError {
     },
 }
 
-/// Which entries a journal holds and which epochs wrote them: enough to
-/// find where two journals diverge without reading them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Shape {
-    /// Index of the oldest entry held (entries below were compacted into a
-    /// snapshot).
-    pub first: u64,
-    /// Index the next entry gets.
-    pub next: u64,
-    /// `(first index, epoch)` of each run of entries written by one epoch,
-    /// ascending; a run lasts until the next one starts (the last until
-    /// `next`).
-    pub runs: Vec<(u64, u64)>,
-    /// Epoch of the newest entry (or, for an empty journal, of the snapshot
-    /// it starts from).
-    pub last_epoch: u64,
-}
-
-impl Shape {
-    /// The epoch that wrote entry `index`, if held.
-    pub fn epoch_at(&self, index: u64) -> Option<u64> {
-        if index < self.first || index >= self.next {
-            return None;
-        }
-        let run = self.runs.partition_point(|&(start, _)| start <= index);
-        run.checked_sub(1).map(|run| self.runs[run].1)
-    }
-
-    /// The first index from which `other` differs from this journal:
-    /// entries below it are the same in both (or compacted in one of them).
-    /// Entries of `other` from there on must be dropped and replaced by
-    /// this journal's.
-    pub fn divergence(&self, other: &Shape) -> u64 {
-        let low = self.first.max(other.first);
-        let high = self.next.min(other.next);
-        if low >= high {
-            return high.min(other.next);
-        }
-        // Epochs are constant between run starts: compare at each start.
-        let mut points: Vec<u64> = self
-            .runs
-            .iter()
-            .chain(&other.runs)
-            .map(|&(start, _)| start)
-            .filter(|&start| start > low && start < high)
-            .collect();
-        points.push(low);
-        points.sort_unstable();
-        points
-            .into_iter()
-            .find(|&index| self.epoch_at(index) != other.epoch_at(index))
-            .unwrap_or(high)
-    }
-}
+/// Which entries a journal holds and which epochs wrote them: the
+/// replication core's [`Shape`](cohort_replication::Shape), one definition
+/// for the journal and the protocol. A journal alone does not know the
+/// epoch of the last entry compacted away, so its `base_epoch` is 0; the
+/// replication storage fills it in from the snapshot.
+pub use cohort_replication::Shape;
 
 /// An open journal. See the module docs.
 #[derive(Debug)]
@@ -287,6 +239,7 @@ impl<S: Storage> Journal<S> {
             next: self.next_index,
             runs: self.runs.clone(),
             last_epoch: self.last_epoch,
+            base_epoch: 0,
         }
     }
 
@@ -853,7 +806,7 @@ mod properties {
         ) {
             let shapes: Vec<Shape> = shapes
                 .into_iter()
-                .map(|(first, next, runs, last_epoch)| Shape { first, next, runs, last_epoch })
+                .map(|(first, next, runs, last_epoch)| Shape { first, next, runs, last_epoch, base_epoch: 0 })
                 .collect();
             let _ = shapes[0].epoch_at(index);
             let divergence = shapes[0].divergence(&shapes[1]);
