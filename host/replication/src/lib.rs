@@ -27,4 +27,6 @@ pub mod storage;
 pub use message::Message;
 pub use node::{Effect, Options, Output, ProposeError, Replicator, TakeOverError};
 pub use shape::Shape;
-pub use storage::{Entry, MemStorage, NodeId, Payload, Snapshot, Storage, StorageError};
+pub use storage::{
+    Entry, MemStorage, NodeId, Payload, Snapshot, Storage, StorageError, take_within,
+};

@@ -561,12 +561,17 @@ impl<S: Storage> Replicator<S> {
             sent_at: now,
             resends: 0,
         });
+        self.send_read(&best_node, epoch, next);
+    }
+
+    /// Asks `to` for its journal from `from` (a take-over copying it).
+    fn send_read(&mut self, to: &NodeId, epoch: u64, from: u64) {
         let bytes_max = self.options.bytes_max as u64;
         self.send(
-            &best_node,
+            to,
             Message::Read {
                 epoch,
-                from: next,
+                from,
                 bytes_max,
             },
         );
@@ -597,15 +602,7 @@ impl<S: Storage> Replicator<S> {
         copying.sent_at = now;
         copying.resends = 0;
         let from = copying.from.clone();
-        let bytes_max = self.options.bytes_max as u64;
-        self.send(
-            &from,
-            Message::Read {
-                epoch,
-                from: next,
-                bytes_max,
-            },
-        );
+        self.send_read(&from, epoch, next);
     }
 
     fn lead(&mut self, now: u64, adopted: Option<NodeId>) {
@@ -938,15 +935,7 @@ impl<S: Storage> Replicator<S> {
                             copying.resends += 1;
                             let (epoch, from, to) =
                                 (candidacy.epoch, copying.next, copying.from.clone());
-                            let bytes_max = self.options.bytes_max as u64;
-                            self.send(
-                                &to,
-                                Message::Read {
-                                    epoch,
-                                    from,
-                                    bytes_max,
-                                },
-                            );
+                            self.send_read(&to, epoch, from);
                         }
                     }
                 } else if now >= candidacy.started + self.options.claim_timeout_ms {

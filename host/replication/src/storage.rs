@@ -51,6 +51,21 @@ pub struct Entry {
     pub payload: Payload,
 }
 
+/// Entries from `entries` up to about `bytes_max` of payload, at least one
+/// if there is one: what [`Storage::read`] returns.
+pub fn take_within<'a>(entries: impl Iterator<Item = &'a Entry>, bytes_max: usize) -> Vec<Entry> {
+    let mut bytes = 0;
+    let mut out = Vec::new();
+    for entry in entries {
+        if !out.is_empty() && bytes + entry.payload.size() > bytes_max {
+            break;
+        }
+        bytes += entry.payload.size();
+        out.push(entry.clone());
+    }
+    out
+}
+
 /// The master's state as of an index, replacing the entries before it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -207,16 +222,10 @@ impl Storage for MemStorage {
         if from < disk.first {
             return Err(StorageError(format!("entries from {from} are compacted")));
         }
-        let mut bytes = 0;
-        let mut out = Vec::new();
-        for entry in disk.entries.iter().skip((from - disk.first) as usize) {
-            if !out.is_empty() && bytes + entry.payload.size() > bytes_max {
-                break;
-            }
-            bytes += entry.payload.size();
-            out.push(entry.clone());
-        }
-        Ok(out)
+        Ok(take_within(
+            disk.entries.iter().skip((from - disk.first) as usize),
+            bytes_max,
+        ))
     }
 
     fn snapshot(&self) -> Result<Option<Snapshot>, StorageError> {

@@ -77,6 +77,8 @@ pub const WAIT_MS_MAX: u64 = 60_000;
 /// Largest body of the small control requests (token operations, a module
 /// fetch by digest).
 pub const CONTROL_BODY_BYTES_MAX: usize = 64 << 10;
+/// Longest a voter removal asked of the master's node may take.
+const VOTER_CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Jobs per page of `GET /v1/jobs` when `limit` is not given.
 pub const LIST_LIMIT_DEFAULT: u32 = 100;
 /// Pause after a failed `accept` (out of file descriptors and the like).
@@ -1122,7 +1124,7 @@ impl Api {
                     .post_postcard(
                         &format!("{host}/internal/v1/voters"),
                         &node.to_string(),
-                        std::time::Duration::from_secs(10),
+                        VOTER_CHANGE_TIMEOUT,
                     )
                     .await
                     .map_err(|e| ApiError::new(ErrorCode::MasterUnavailable, e.message))?;

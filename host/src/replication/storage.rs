@@ -24,7 +24,9 @@
 
 use crate::journal::{FsStorage, Journal};
 use crate::master::store::{self, Snapshot as StoredSnapshot};
-use cohort_replication::{Entry, NodeId, Payload, Shape, Snapshot, Storage, StorageError};
+use cohort_replication::{
+    Entry, NodeId, Payload, Shape, Snapshot, Storage, StorageError, take_within,
+};
 use std::path::{Path, PathBuf};
 
 /// First byte of a new master's `Noop` entry.
@@ -306,16 +308,8 @@ impl Storage for JournalStorage {
         if let Some(first) = self.window.front()
             && from >= first.index
         {
-            let mut bytes = 0;
-            let mut out = Vec::new();
-            for entry in self.window.iter().skip((from - first.index) as usize) {
-                if !out.is_empty() && bytes + entry.payload.size() > bytes_max {
-                    break;
-                }
-                bytes += entry.payload.size();
-                out.push(entry.clone());
-            }
-            return Ok(out);
+            let skip = (from - first.index) as usize;
+            return Ok(take_within(self.window.iter().skip(skip), bytes_max));
         }
         self.journal
             .read_from(from, bytes_max)

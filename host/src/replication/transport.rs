@@ -29,6 +29,8 @@ pub const REPLICATION_PATH: &str = "/internal/v1/replication";
 pub const ENVELOPE_BYTES_MAX: usize = 1 << 30;
 /// Messages queued per destination at most.
 const QUEUE_MAX: usize = 4096;
+/// Messages one post carries at most.
+const MESSAGES_PER_POST_MAX: usize = 256;
 /// Longest one post may take (snapshots excepted).
 const POST_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -115,7 +117,7 @@ struct Sender {
 impl Sender {
     async fn run(self, mut rx: mpsc::Receiver<Message>) {
         let mut batch = Vec::new();
-        while rx.recv_many(&mut batch, 256).await > 0 {
+        while rx.recv_many(&mut batch, MESSAGES_PER_POST_MAX).await > 0 {
             let url = self.view.borrow().member(&self.to).map(|m| m.http.clone());
             let Some(url) = url else {
                 // Not in the view: nowhere to send. The protocol resends.
