@@ -28,6 +28,17 @@
 //!   delayed gossip heartbeats by most of a second, enough for the failure
 //!   detector to declare busy workers dead. The node's control plane
 //!   (gossip, HTTP, master calls) keeps its own threads.
+//! * **Prefetch for short jobs.** Every poll is a round trip to the master
+//!   and its assignment a journal write, so a worker that asks only for
+//!   free slots leaves each slot idle for that round trip after every job:
+//!   with jobs of tens of microseconds the slots were idle most of the time.
+//!   While the attempts it runs are short (a moving average under
+//!   [`PREFETCH_RUN_MAX`]), a worker also asks for [`PREFETCH_PER_SLOT`]
+//!   attempts per slot that wait here, in assignment order, for a slot.
+//!   Long jobs are not prefetched: an attempt waiting behind a long one on a
+//!   busy worker while another worker is idle would cost far more than the
+//!   round trip saves. A waiting attempt is held (its lease runs, a stop
+//!   order drops it) and its timeout starts when it runs.
 //! * **Shutdown**: stop polling, let running attempts finish within a grace
 //!   period, stop the rest, then tell the master this worker is gone so its
 //!   unfinished attempts are re-queued at once rather than at lease expiry.
@@ -40,6 +51,7 @@ use crate::modules::ModuleStore;
 use crate::runtime::{Digest, JobFailure, JobLimits, JobObserver, JobRequest, Progress, Runtime};
 use cohort_master::{Assignment, Command, Failure, JobId, Outcome};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
@@ -59,6 +71,13 @@ const REPORT_RETRY_WAIT: Duration = Duration::from_secs(30);
 /// Attempts whose outcome may be on its way to the master at once (slots
 /// are freed before the report is acknowledged).
 const REPORTING_MAX: usize = 1 << 20;
+/// Attempts per slot a worker takes beyond its free slots while its jobs
+/// are short (see the module docs).
+const PREFETCH_PER_SLOT: u32 = 1;
+/// Moving average of attempts' run time under which a worker prefetches.
+const PREFETCH_RUN_MAX: Duration = Duration::from_millis(5);
+/// Run time assumed before the first attempt finished: no prefetch.
+const RUN_UNKNOWN_US: u64 = u64::MAX;
 /// Bytes of the end of an attempt's log sent with its outcome.
 const LOG_TAIL_BYTES: usize = cohort_master::master::LOG_TAIL_BYTES_MAX;
 
@@ -126,6 +145,14 @@ struct Shared {
     jobs: tokio::runtime::Handle,
     progress: ProgressBoard,
     slots: Arc<Semaphore>,
+    /// Attempts assigned that have not finished running (waiting for a
+    /// slot, or running).
+    in_hand: std::sync::atomic::AtomicU32,
+    /// Signalled whenever an attempt stops running.
+    finished: tokio::sync::Notify,
+    /// Moving average of attempts' run time, in microseconds
+    /// ([`RUN_UNKNOWN_US`] before the first).
+    run_us: std::sync::atomic::AtomicU64,
     /// One permit per attempt whose outcome is not yet acknowledged.
     reporting: Arc<Semaphore>,
     running: Mutex<HashMap<(JobId, u32), oneshot::Sender<()>>>,
@@ -163,6 +190,37 @@ impl Shared {
             .collect()
     }
 
+    /// Attempts to ask the master for: the free slots, plus the prefetch
+    /// room while jobs are short.
+    fn wanted(&self) -> u32 {
+        let slots = self.options.slots;
+        let short = self.run_us.load(Ordering::Relaxed) < PREFETCH_RUN_MAX.as_micros() as u64;
+        let cap = if short {
+            slots.saturating_add(slots.saturating_mul(PREFETCH_PER_SLOT))
+        } else {
+            slots
+        };
+        cap.saturating_sub(self.in_hand.load(Ordering::Relaxed))
+    }
+
+    /// Records that an attempt stopped running after `ran`.
+    fn ran(&self, ran: Option<Duration>) {
+        if let Some(ran) = ran {
+            let us = u64::try_from(ran.as_micros()).unwrap_or(u64::MAX);
+            let old = self.run_us.load(Ordering::Relaxed);
+            // An average over about the last eight attempts: one slow job
+            // among short ones does not stop prefetching for good.
+            let new = if old == RUN_UNKNOWN_US {
+                us
+            } else {
+                (old.saturating_mul(7).saturating_add(us)) / 8
+            };
+            self.run_us.store(new, Ordering::Relaxed);
+        }
+        self.in_hand.fetch_sub(1, Ordering::Relaxed);
+        self.finished.notify_one();
+    }
+
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<(JobId, u32), oneshot::Sender<()>>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -187,6 +245,9 @@ impl Worker {
         let shared = Arc::new(Shared {
             jobs: jobs.handle().clone(),
             slots: Arc::new(Semaphore::new(options.slots as usize)),
+            in_hand: Default::default(),
+            finished: Default::default(),
+            run_us: std::sync::atomic::AtomicU64::new(RUN_UNKNOWN_US),
             reporting: Arc::new(Semaphore::new(REPORTING_MAX)),
             unreported: Mutex::default(),
             options,
@@ -275,15 +336,16 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
                 }
             }
         }
-        if shared.slots.available_permits() == 0 {
-            // Wait for a slot, but come back in time for the heartbeat.
+        if shared.wanted() == 0 {
+            // Wait for an attempt to finish, but come back in time for the
+            // heartbeat.
             tokio::select! {
-                permit = shared.slots.acquire() => drop(permit),
+                _ = shared.finished.notified() => {}
                 _ = tokio::time::sleep(POLL_WAIT) => {}
                 _ = stopped.changed() => return,
             }
         }
-        let free = shared.slots.available_permits() as u32;
+        let free = shared.wanted();
         let poll = Poll {
             worker: options.id.clone(),
             slots: options.slots,
@@ -304,12 +366,6 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
                     }
                 }
                 for assignment in assignments {
-                    let Ok(permit) = shared.slots.clone().try_acquire_owned() else {
-                        // Cannot happen (only this loop takes slots), but if it
-                        // did, the lease would bring the attempt back.
-                        tracing::error!("assigned more attempts than free slots");
-                        break;
-                    };
                     let (stop, stopped) = oneshot::channel();
                     shared
                         .running()
@@ -319,9 +375,10 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
                         .clone()
                         .try_acquire_owned()
                         .expect("reporting permits outnumber slots");
+                    shared.in_hand.fetch_add(1, Ordering::Relaxed);
                     let shared = shared.clone();
                     tokio::spawn(async move {
-                        run_attempt(&shared, assignment, stopped, permit).await;
+                        run_attempt(&shared, assignment, stopped).await;
                         drop(report);
                     });
                 }
@@ -372,10 +429,25 @@ impl JobObserver for Forwarder {
     }
 }
 
-/// Runs one attempt and reports it. The slot is freed as soon as the job
-/// stops running, before the report is acknowledged, so the next poll
-/// overlaps the journal sync of this outcome.
-async fn run_attempt(
+/// Waits for a slot, runs one attempt and reports it. The slot is freed as
+/// soon as the job stops running, before the report is acknowledged, so the
+/// next poll overlaps the journal sync of this outcome.
+async fn run_attempt(shared: &Shared, assignment: Assignment, mut stopped: oneshot::Receiver<()>) {
+    let slot = tokio::select! {
+        slot = shared.slots.clone().acquire_owned() => slot.expect("the slots are never closed"),
+        _ = &mut stopped => {
+            tracing::debug!("job {} attempt {} stopped before it ran", assignment.id, assignment.attempt);
+            shared.running().remove(&(assignment.id, assignment.attempt));
+            shared.ran(None);
+            return;
+        }
+    };
+    run_in_slot(shared, assignment, stopped, slot).await;
+}
+
+/// Runs one attempt holding `slot` and reports it, freeing the slot as soon
+/// as the job stopped running.
+async fn run_in_slot(
     shared: &Shared,
     assignment: Assignment,
     stopped: oneshot::Receiver<()>,
@@ -392,13 +464,13 @@ async fn run_attempt(
         ..
     } = assignment;
     let digest = Digest::from(module);
-    let (outcome, duration_ms, log) = match shared.fetcher.get(&shared.modules, &digest).await {
+    let (outcome, ran, log) = match shared.fetcher.get(&shared.modules, &digest).await {
         Err(error) => (
             Outcome::Failed(Failure {
                 code: "module_unavailable".into(),
                 message: format!("module {digest}: {error}"),
             }),
-            0,
+            None,
             Vec::new(),
         ),
         Ok(compiled) => {
@@ -458,13 +530,15 @@ async fn run_attempt(
             shared.progress.clear(id);
             let Some(report) = report else {
                 tracing::debug!("job {id} attempt {attempt} stopped");
+                drop(slot);
+                shared.ran(None);
                 return;
             };
             let outcome = match report.outcome {
                 Ok(output) => Outcome::Succeeded(output),
                 Err(failure) => Outcome::Failed(failure_of(&failure)),
             };
-            (outcome, report.duration.as_millis() as u64, report.log)
+            (outcome, Some(report.duration), report.log)
         }
     };
     // Held until reported: moved from running to unreported at once.
@@ -475,6 +549,8 @@ async fn run_attempt(
         .insert((id, attempt));
     shared.running().remove(&(id, attempt));
     drop(slot);
+    shared.ran(ran);
+    let duration_ms = ran.map_or(0, |ran| ran.as_millis() as u64);
     let start = log.len().saturating_sub(LOG_TAIL_BYTES);
     let command = Command::Finish {
         id,
