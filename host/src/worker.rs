@@ -33,8 +33,11 @@
 //!   free slots leaves each slot idle for that round trip after every job:
 //!   with jobs of tens of microseconds the slots were idle most of the time.
 //!   While the attempts it runs are short (a moving average under
-//!   [`PREFETCH_RUN_MAX`]), a worker also asks for [`PREFETCH_PER_SLOT`]
-//!   attempts per slot that wait here, in assignment order, for a slot.
+//!   [`PREFETCH_RUN_MAX`]), a worker also asks, per slot, for as many
+//!   attempts as it runs during one poll round trip (both moving averages;
+//!   at least 1, at most [`PREFETCH_PER_SLOT_MAX`]), which wait here, in
+//!   assignment order, for a slot: a waiting attempt waits about one round
+//!   trip, the time it would have waited for its poll anyway.
 //!   Long jobs are not prefetched: an attempt waiting behind a long one on a
 //!   busy worker while another worker is idle would cost far more than the
 //!   round trip saves. A waiting attempt is held (its lease runs, a stop
@@ -71,15 +74,14 @@ const REPORT_RETRY_WAIT: Duration = Duration::from_secs(30);
 /// Attempts whose outcome may be on its way to the master at once (slots
 /// are freed before the report is acknowledged).
 const REPORTING_MAX: usize = 1 << 20;
-/// Attempts per slot a worker takes beyond its free slots while its jobs
-/// are short (see the module docs). Throughput bench, 2 slots: 1 per slot
-/// 27k jobs/s, 4 39k/s, 16 43k/s; 4 bounds the wait behind short jobs to
-/// about 4 × [`PREFETCH_RUN_MAX`].
-const PREFETCH_PER_SLOT: u32 = 4;
+/// Most attempts per slot a worker takes beyond its free slots while its
+/// jobs are short (see the module docs). Throughput bench, one node with 2
+/// slots and a fixed prefetch: 1 per slot 27k jobs/s, 4 39k/s, 16 43k/s.
+const PREFETCH_PER_SLOT_MAX: u64 = 16;
 /// Moving average of attempts' run time under which a worker prefetches.
 const PREFETCH_RUN_MAX: Duration = Duration::from_millis(5);
-/// Run time assumed before the first attempt finished: no prefetch.
-const RUN_UNKNOWN_US: u64 = u64::MAX;
+/// A moving average with no sample yet.
+const UNKNOWN_US: u64 = u64::MAX;
 /// Bytes of the end of an attempt's log sent with its outcome.
 const LOG_TAIL_BYTES: usize = cohort_master::master::LOG_TAIL_BYTES_MAX;
 
@@ -153,8 +155,11 @@ struct Shared {
     /// Signalled whenever an attempt stops running.
     finished: tokio::sync::Notify,
     /// Moving average of attempts' run time, in microseconds
-    /// ([`RUN_UNKNOWN_US`] before the first).
+    /// ([`UNKNOWN_US`] before the first).
     run_us: std::sync::atomic::AtomicU64,
+    /// Moving average of the round trip of polls that brought work, in
+    /// microseconds.
+    poll_us: std::sync::atomic::AtomicU64,
     /// One permit per attempt whose outcome is not yet acknowledged.
     reporting: Arc<Semaphore>,
     running: Mutex<HashMap<(JobId, u32), oneshot::Sender<()>>>,
@@ -196,28 +201,31 @@ impl Shared {
     /// room while jobs are short.
     fn wanted(&self) -> u32 {
         let slots = self.options.slots;
-        let short = self.run_us.load(Ordering::Relaxed) < PREFETCH_RUN_MAX.as_micros() as u64;
-        let cap = if short {
-            slots.saturating_add(slots.saturating_mul(PREFETCH_PER_SLOT))
+        let run_us = self.run_us.load(Ordering::Relaxed);
+        let per_slot = if run_us < PREFETCH_RUN_MAX.as_micros() as u64 {
+            let poll_us = match self.poll_us.load(Ordering::Relaxed) {
+                UNKNOWN_US => 0,
+                poll_us => poll_us,
+            };
+            poll_us
+                .div_ceil(run_us.max(1))
+                .clamp(1, PREFETCH_PER_SLOT_MAX) as u32
         } else {
-            slots
+            0
         };
+        let cap = slots.saturating_add(slots.saturating_mul(per_slot));
         cap.saturating_sub(self.in_hand.load(Ordering::Relaxed))
+    }
+
+    /// Records the round trip of a poll that brought work.
+    fn polled(&self, took: Duration) {
+        average(&self.poll_us, took);
     }
 
     /// Records that an attempt stopped running after `ran`.
     fn ran(&self, ran: Option<Duration>) {
         if let Some(ran) = ran {
-            let us = u64::try_from(ran.as_micros()).unwrap_or(u64::MAX);
-            let old = self.run_us.load(Ordering::Relaxed);
-            // An average over about the last eight attempts: one slow job
-            // among short ones does not stop prefetching for good.
-            let new = if old == RUN_UNKNOWN_US {
-                us
-            } else {
-                (old.saturating_mul(7).saturating_add(us)) / 8
-            };
-            self.run_us.store(new, Ordering::Relaxed);
+            average(&self.run_us, ran);
         }
         self.in_hand.fetch_sub(1, Ordering::Relaxed);
         self.finished.notify_one();
@@ -226,6 +234,21 @@ impl Shared {
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<(JobId, u32), oneshot::Sender<()>>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Folds `sample` into the moving average `into` (microseconds) over about
+/// the last eight samples: one slow job among short ones does not stop
+/// prefetching for good. Only the poll loop and finishing attempts write
+/// these; a lost update between two of them only skews the average.
+fn average(into: &std::sync::atomic::AtomicU64, sample: Duration) {
+    let us = u64::try_from(sample.as_micros()).unwrap_or(u64::MAX);
+    let old = into.load(Ordering::Relaxed);
+    let new = if old == UNKNOWN_US {
+        us
+    } else {
+        (old.saturating_mul(7).saturating_add(us)) / 8
+    };
+    into.store(new, Ordering::Relaxed);
 }
 
 impl Worker {
@@ -249,7 +272,8 @@ impl Worker {
             slots: Arc::new(Semaphore::new(options.slots as usize)),
             in_hand: Default::default(),
             finished: Default::default(),
-            run_us: std::sync::atomic::AtomicU64::new(RUN_UNKNOWN_US),
+            run_us: std::sync::atomic::AtomicU64::new(UNKNOWN_US),
+            poll_us: std::sync::atomic::AtomicU64::new(UNKNOWN_US),
             reporting: Arc::new(Semaphore::new(REPORTING_MAX)),
             unreported: Mutex::default(),
             options,
@@ -356,10 +380,14 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
             progress: shared.progress_reports(),
             held: shared.held(),
         };
+        let asked = tokio::time::Instant::now();
         let polled = tokio::select! {
             polled = shared.master.poll(poll) => polled,
             _ = stopped.changed() => return,
         };
+        if matches!(&polled, Ok(result) if !result.assignments.is_empty()) {
+            shared.polled(asked.elapsed());
+        }
         match polled {
             Ok(PollResult { assignments, stops }) => {
                 for key in stops {
