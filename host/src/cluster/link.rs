@@ -25,6 +25,16 @@
 //! longer names as the master's host is abandoned at once, so a call does
 //! not wait out a timeout on a master that died or was replaced.
 //!
+//! **Commands to a remote master are coalesced.** Commands (submissions,
+//! outcome reports, cancels, checkpoints) to one node travel as one
+//! `Batch` request when several are waiting: at most [`BATCHES_IN_FLIGHT`]
+//! batches per destination are on the wire, and whatever arrives meanwhile
+//! goes in the next one, so a lone command leaves at once and a stream of
+//! them shares requests and the master's journal syncs (group commit across
+//! the proxy hop). The serving node queues a batch's commands to its master
+//! in order before awaiting any reply. A failed batch fails each of its
+//! commands, which their callers retry one by one as above.
+//!
 //! Only when the wait runs out after such a failure is a submission's fate
 //! unknown: the call then fails with `Indeterminate` (`503
 //! outcome_unknown`), because the client, retrying without an idempotency
@@ -36,9 +46,10 @@ use crate::master::{MasterError, MasterHandle};
 use crate::peer::Peer;
 use cohort_master::{Answer, Command, JobId, Query, Reply, decode, encode};
 use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::time::Instant;
 
 /// Longest a call waits for a reachable master.
@@ -51,6 +62,13 @@ const RETRY_PAUSE: Duration = Duration::from_millis(20);
 const WIRE_SLACK: Duration = Duration::from_secs(10);
 /// The internal route.
 pub const MASTER_PATH: &str = "/internal/v1/master";
+/// Batches of commands on the wire at once per destination.
+pub const BATCHES_IN_FLIGHT: usize = 2;
+/// Most commands in one batch.
+pub const BATCH_COMMANDS_MAX: usize = 1024;
+/// Most encoded bytes of commands in one batch (a single larger command
+/// goes alone); well within the route's body limit.
+const BATCH_BYTES_MAX: usize = crate::api::BATCH_BODY_BYTES_MAX / 4;
 
 /// A master operation on the wire.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -73,6 +91,8 @@ pub enum WireRequest {
         /// Longest wait.
         wait_ms: u64,
     },
+    /// `MasterHandle::commands`: at most [`BATCH_COMMANDS_MAX`].
+    Batch(Vec<Command>),
 }
 
 impl WireRequest {
@@ -107,6 +127,8 @@ pub enum WireResponse {
     Settled(bool),
     /// For a progress request.
     Progress(Option<ProgressReport>),
+    /// For a batch: each command's result, in order.
+    Batch(Vec<Result<Reply, MasterError>>),
 }
 
 /// Serves a wire request with the local master.
@@ -124,6 +146,18 @@ pub async fn serve_local(
                 .wait_settled(id, Duration::from_millis(wait_ms))
                 .await?,
         ),
+        WireRequest::Batch(commands) => {
+            if commands.len() > BATCH_COMMANDS_MAX {
+                return Err(MasterError::Rejected(cohort_master::Rejection::new(
+                    cohort_master::codes::UNDECODABLE,
+                    format!(
+                        "a batch of {} commands; at most {BATCH_COMMANDS_MAX}",
+                        commands.len()
+                    ),
+                )));
+            }
+            WireResponse::Batch(master.commands(commands).await)
+        }
     })
 }
 
@@ -159,6 +193,22 @@ struct Inner {
     waiting: Semaphore,
     /// Where this node handed the master over to, until it hosts again.
     moved: std::sync::Mutex<Option<String>>,
+    /// Commands waiting to be sent, per destination URL.
+    lanes: std::sync::Mutex<HashMap<String, Lane>>,
+}
+
+/// Commands waiting for one destination, and how many batches to it are on
+/// the wire.
+#[derive(Default)]
+struct Lane {
+    waiting: VecDeque<Waiting>,
+    in_flight: usize,
+}
+
+struct Waiting {
+    command: Command,
+    bytes: usize,
+    respond: oneshot::Sender<Result<WireResponse, MasterError>>,
 }
 
 impl std::fmt::Debug for MasterLink {
@@ -192,6 +242,7 @@ impl MasterLink {
                 wait,
                 waiting: Semaphore::new(PROXY_WAITING_MAX),
                 moved: std::sync::Mutex::new(None),
+                lanes: std::sync::Mutex::default(),
             }),
         }
     }
@@ -383,6 +434,115 @@ impl MasterLink {
     /// request and as `Indeterminate` if it may have; the caller retries
     /// both.
     async fn remote(&self, url: &str, request: &WireRequest) -> Result<WireResponse, MasterError> {
+        match request {
+            WireRequest::Command(command) => self.coalesced(url, command.clone()).await,
+            _ => self.exchange(url, request).await,
+        }
+    }
+
+    /// Sends `command` to `url` in the next batch (see the module docs).
+    async fn coalesced(&self, url: &str, command: Command) -> Result<WireResponse, MasterError> {
+        let (respond, answer) = oneshot::channel();
+        let bytes = encode(&command).len();
+        let flush = {
+            let mut lanes = self.lanes();
+            let lane = lanes.entry(url.to_string()).or_default();
+            lane.waiting.push_back(Waiting {
+                command,
+                bytes,
+                respond,
+            });
+            let flush = lane.in_flight < BATCHES_IN_FLIGHT;
+            if flush {
+                lane.in_flight += 1;
+            }
+            flush
+        };
+        if flush {
+            let link = self.clone();
+            let url = url.to_string();
+            tokio::spawn(async move { link.flush(url).await });
+        }
+        answer.await.map_err(|_| {
+            MasterError::Indeterminate(format!("the batch to {url} was dropped unanswered"))
+        })?
+    }
+
+    /// Sends batches of the commands waiting for `url` until none is left.
+    async fn flush(&self, url: String) {
+        loop {
+            let mut batch = {
+                let mut lanes = self.lanes();
+                let Some(lane) = lanes.get_mut(&url) else {
+                    return;
+                };
+                if lane.waiting.is_empty() {
+                    lane.in_flight -= 1;
+                    if lane.in_flight == 0 {
+                        lanes.remove(&url);
+                    }
+                    return;
+                }
+                let mut batch = Vec::new();
+                let mut bytes = 0;
+                while let Some(next) = lane.waiting.front() {
+                    let full = batch.len() == BATCH_COMMANDS_MAX
+                        || (!batch.is_empty() && bytes + next.bytes > BATCH_BYTES_MAX);
+                    if full {
+                        break;
+                    }
+                    bytes += next.bytes;
+                    batch.extend(lane.waiting.pop_front());
+                }
+                batch
+            };
+            if batch.len() == 1 {
+                let Some(Waiting {
+                    command, respond, ..
+                }) = batch.pop()
+                else {
+                    continue;
+                };
+                let _ = respond.send(self.exchange(&url, &WireRequest::Command(command)).await);
+                continue;
+            }
+            let (commands, responders): (Vec<Command>, Vec<_>) =
+                batch.into_iter().map(|w| (w.command, w.respond)).unzip();
+            let count = commands.len();
+            match self.exchange(&url, &WireRequest::Batch(commands)).await {
+                Ok(WireResponse::Batch(replies)) if replies.len() == count => {
+                    for (respond, reply) in responders.into_iter().zip(replies) {
+                        let _ = respond.send(reply.map(WireResponse::Reply));
+                    }
+                }
+                Ok(other) => {
+                    let error = MasterError::Indeterminate(format!(
+                        "{url} answered a batch of {count} with {}",
+                        unexpected(other)
+                    ));
+                    for respond in responders {
+                        let _ = respond.send(Err(error.clone()));
+                    }
+                }
+                Err(error) => {
+                    for respond in responders {
+                        let _ = respond.send(Err(error.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    fn lanes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lane>> {
+        self.inner.lanes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One request on the wire.
+    async fn exchange(
+        &self,
+        url: &str,
+        request: &WireRequest,
+    ) -> Result<WireResponse, MasterError> {
         let body = self
             .inner
             .peer
@@ -437,6 +597,7 @@ mod tests {
     use bytes::Bytes;
     use cohort_master::{Config, JobSpec, RequestId};
     use http_body_util::{BodyExt, Full};
+    use std::collections::HashSet;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -526,9 +687,18 @@ mod tests {
     /// Serves `master` on the internal route at a new local address
     /// (returned as a URL), losing answers as `fault` says.
     async fn host(master: MasterHandle, fault: Option<Fault>) -> String {
+        host_counting(master, fault).await.0
+    }
+
+    /// [`host`], with the count of requests it answered or lost.
+    async fn host_counting(
+        master: MasterHandle,
+        fault: Option<Fault>,
+    ) -> (String, Arc<AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let answered = Arc::new(AtomicUsize::new(0));
+        let counted = answered.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -563,7 +733,7 @@ mod tests {
                 );
             }
         });
-        url
+        (url, counted)
     }
 
     /// A view from a proxy node in which `node` at `url` hosts the master
@@ -681,6 +851,55 @@ mod tests {
         assert_eq!(submitted_total(&master).await, 1);
         let error = link.query(Query::Stats).await.unwrap_err();
         assert!(matches!(error, MasterError::Unavailable(_)), "{error:?}");
+        master.shutdown().await;
+    }
+
+    /// Many commands at once through the proxy share requests, and when
+    /// the answer to a whole batch is lost after the master acted, each
+    /// command sent again is still one job: as many jobs as submissions.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_commands_share_requests_and_a_lost_batch_answer_creates_no_job_twice() {
+        const SUBMISSIONS: u64 = 500;
+        let dir = tempfile::tempdir().unwrap();
+        let master = master(dir.path()).await;
+        let (url, requests) = host_counting(master.clone(), Some(Fault::DropFirst)).await;
+        let (_view_tx, view) = watch::channel(view("a", &url, 1));
+        let link = link(view, PROXY_WAIT);
+        let calls: Vec<_> = (1..=SUBMISSIONS)
+            .map(|seq| {
+                let link = link.clone();
+                tokio::spawn(async move { link.command(submit(seq)).await })
+            })
+            .collect();
+        let mut ids = HashSet::new();
+        for call in calls {
+            let reply = tokio::time::timeout(BOUND, call).await;
+            match reply.expect("answered within the bound").unwrap() {
+                Ok(Reply::Submitted { id, .. }) => assert!(ids.insert(id), "job {id} twice"),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(ids.len() as u64, SUBMISSIONS);
+        assert_eq!(submitted_total(&master).await, SUBMISSIONS);
+        let requests = requests.load(Ordering::SeqCst) as u64;
+        assert!(
+            requests < SUBMISSIONS / 2,
+            "{requests} requests for {SUBMISSIONS} commands"
+        );
+        master.shutdown().await;
+    }
+
+    /// A batch over the limit is refused whole, by code.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_over_the_limit_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let master = master(dir.path()).await;
+        let batch = (0..=BATCH_COMMANDS_MAX as u64).map(submit).collect();
+        let error = serve_local(&master, WireRequest::Batch(batch))
+            .await
+            .unwrap_err();
+        assert!(matches!(error, MasterError::Rejected(_)), "{error:?}");
+        assert_eq!(submitted_total(&master).await, 0);
         master.shutdown().await;
     }
 }

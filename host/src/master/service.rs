@@ -244,6 +244,26 @@ impl MasterHandle {
         self.ask(|respond| Request::Command(command, respond)).await
     }
 
+    /// Runs commands in order, all of them queued before any reply is
+    /// awaited, so they share the master's batches and journal syncs; the
+    /// replies in the same order.
+    pub async fn commands(&self, commands: Vec<Command>) -> Vec<Result<Reply, MasterError>> {
+        let mut answers = Vec::with_capacity(commands.len());
+        for command in commands {
+            let (respond, answer) = oneshot::channel();
+            let sent = self.tx.send(Request::Command(command, respond)).await;
+            answers.push(sent.ok().map(|()| answer));
+        }
+        let mut replies = Vec::with_capacity(answers.len());
+        for answer in answers {
+            replies.push(match answer {
+                Some(answer) => answer.await.map_err(|_| gone()).and_then(|reply| reply),
+                None => Err(gone()),
+            });
+        }
+        replies
+    }
+
     /// Answers a query from durable state.
     pub async fn query(&self, query: Query) -> Result<Answer, MasterError> {
         self.ask(|respond| Request::Query(query, respond)).await
