@@ -58,7 +58,7 @@ names! {
     /// over.
     HANDOVER_AWAITED = "handover_awaited";
     /// No hand-over came from `from`; this node takes the master over
-    /// anyway: `reason` (`not_advertised`, `timeout`).
+    /// anyway: `reason` (`not_advertised`, `timeout`, `silent`).
     HANDOVER_MISSED = "handover_missed";
     /// This node should host the master but cannot yet (too few voters
     /// answer): `reason`, `retry_ms`.

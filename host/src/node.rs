@@ -268,6 +268,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         );
         let replication = Replication::start(options, &data_dir, transport)
             .with_context(|| format!("cannot open the journal in {}", data_dir.display()))?;
+        link.follow_replication(replication.leader());
         Some(replication)
     } else {
         None
@@ -510,26 +511,80 @@ const JOIN_SETTLE: Duration = Duration::from_secs(1);
 /// The node that handed the master over to this one, as the singleton
 /// wants it: `(node id, generation)` of departed hosts, treated as leaving
 /// at once (without waiting for gossip).
+///
+/// A master that replication finds silent counts as departed while it is
+/// silent, and for good once another master leads: its heartbeats stopped
+/// for longer than every follower's lease, so the next host starts taking
+/// over at once instead of waiting for gossip to declare it dead. Should it
+/// be alive after all (cut off from this node only), the followers that
+/// still hear it decline the claim; once it is heard again it no longer
+/// counts as departed.
 fn departures(
     replication: &Replication,
     view: watch::Receiver<membership::View>,
 ) -> watch::Receiver<BTreeSet<(String, u64)>> {
     let (tx, rx) = watch::channel(BTreeSet::new());
     let mut handed = replication.handed_over();
+    let mut leader = replication.leader();
     tokio::spawn(async move {
-        while handed.changed().await.is_ok() {
-            let Some(from) = handed.borrow_and_update().clone() else {
-                continue;
-            };
-            let generation = view.borrow().member(&from).map(|m| m.generation);
-            if let Some(generation) = generation {
-                tx.send_modify(|departed| {
-                    if departed.len() >= DEPARTED_KEPT_MAX {
-                        departed.pop_first();
+        let mut handed_over = BTreeSet::new();
+        let mut silent = None;
+        loop {
+            tokio::select! {
+                changed = handed.changed() => {
+                    if changed.is_err() {
+                        return;
                     }
-                    departed.insert((from, generation));
-                });
+                    let Some(from) = handed.borrow_and_update().clone() else {
+                        continue;
+                    };
+                    let generation = view.borrow().member(&from).map(|m| m.generation);
+                    if let Some(generation) = generation {
+                        if handed_over.len() >= DEPARTED_KEPT_MAX {
+                            handed_over.pop_first();
+                        }
+                        handed_over.insert((from, generation));
+                    }
+                }
+                changed = leader.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let now = leader.borrow_and_update().clone();
+                    match (now.silent, silent.take()) {
+                        (Some(node), _) => {
+                            let generation = view.borrow().member(&node).map(|m| m.generation);
+                            silent = generation.map(|generation| (node, generation));
+                        }
+                        // Another master leads now (this node, perhaps):
+                        // the silent one stays departed, or the singleton
+                        // would see it as the oldest again until gossip
+                        // declares it dead.
+                        (None, Some(was)) => match &now.node {
+                            Some((node, _)) if *node != was.0 => {
+                                if handed_over.len() >= DEPARTED_KEPT_MAX {
+                                    handed_over.pop_first();
+                                }
+                                handed_over.insert(was);
+                            }
+                            // It was heard again: it is alive.
+                            Some(_) => {}
+                            // A take-over is under way: no one leads yet.
+                            None => silent = Some(was),
+                        },
+                        (None, None) => {}
+                    }
+                }
             }
+            let mut departed = handed_over.clone();
+            departed.extend(silent.clone());
+            tx.send_if_modified(|seen| {
+                let changed = *seen != departed;
+                if changed {
+                    *seen = departed;
+                }
+                changed
+            });
         }
     });
     rx
@@ -597,6 +652,12 @@ impl LocalMaster {
         let Some(old) = other_host(&view.borrow_and_update()) else {
             return;
         };
+        // Replication finds it silent: it is not going to hand anything over.
+        if self.replication.leader().borrow().silent.as_ref() == Some(&old) {
+            emit!(info, events::HANDOVER_MISSED, from = %old, reason = %"silent",
+                "{old} fell silent without a hand-over; taking the master over");
+            return;
+        }
         emit!(info, events::HANDOVER_AWAITED, from = %old, "waiting for {old} to hand the master over");
         let deadline = tokio::time::Instant::now() + HANDOVER_WAIT;
         loop {

@@ -62,6 +62,11 @@ pub enum Message {
     /// The master of `epoch` stepped down and hands the master over to the
     /// receiver, whose journal holds everything it wrote.
     HandOver { epoch: u64 },
+    /// The master of `epoch` is alive: sent every heartbeat to a replica
+    /// whose append is still unanswered (a large one being written, or an
+    /// answer lost until the retry), so the replica's lease does not lapse
+    /// while the master is fine. Not answered.
+    Alive { epoch: u64 },
 }
 
 impl Message {
@@ -79,7 +84,8 @@ impl Message {
             | Self::SnapshotIs { epoch, .. }
             | Self::Fenced { epoch, .. }
             | Self::Refused { epoch, .. }
-            | Self::HandOver { epoch } => *epoch,
+            | Self::HandOver { epoch }
+            | Self::Alive { epoch } => *epoch,
         }
     }
 }

@@ -304,6 +304,11 @@ impl<S: Storage> Replicator<S> {
         }
     }
 
+    /// The options this node runs with.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
     /// Whether a take-over is under way.
     pub fn taking_over(&self) -> bool {
         matches!(self.role, Role::Candidate(_))
@@ -316,6 +321,19 @@ impl<S: Storage> Replicator<S> {
                 leader: Some((node, epoch, _)),
             } => Some((node, *epoch)),
             Role::Leader(leader) => Some((&self.options.id, leader.epoch)),
+            _ => None,
+        }
+    }
+
+    /// The master this follower last heard from, if that was `silence_ms`
+    /// or more ago: with `silence_ms` beyond the lease, every follower that
+    /// heard the same heartbeats has let its lease lapse, so a claim is
+    /// not declined for a lease only just running out.
+    pub fn silent_leader(&self, now: u64, silence_ms: u64) -> Option<(&NodeId, u64)> {
+        match &self.role {
+            Role::Follower {
+                leader: Some((node, epoch, heard)),
+            } if now >= heard.saturating_add(silence_ms) => Some((node, *epoch)),
             _ => None,
         }
     }
@@ -798,6 +816,23 @@ impl<S: Storage> Replicator<S> {
         for node in due {
             self.send_append(now, &node, &shape);
         }
+        let Role::Leader(leader) = &mut self.role else {
+            return;
+        };
+        let epoch = leader.epoch;
+        let mut waiting = Vec::new();
+        for (node, peer) in &mut leader.peers {
+            let due = peer
+                .last_sent
+                .is_none_or(|sent| now >= sent + self.options.heartbeat_ms);
+            if peer.inflight.is_some() && due {
+                peer.last_sent = Some(now);
+                waiting.push(node.clone());
+            }
+        }
+        for node in waiting {
+            self.send(&node, Message::Alive { epoch });
+        }
     }
 
     fn send_append(&mut self, now: u64, node: &NodeId, shape: &Shape) {
@@ -993,6 +1028,9 @@ impl<S: Storage> Replicator<S> {
                     let reply = self.append(first, prev_epoch, entries, commit);
                     self.send(from, reply);
                 }
+            }
+            Message::Alive { .. } => {
+                self.accept_master(now, from, epoch);
             }
             Message::Install { snapshot, .. } => {
                 if self.accept_master(now, from, epoch) {
@@ -1473,6 +1511,54 @@ mod tests {
             net.node("n1").take_over(now + 2_001, false),
             Err(TakeOverError::TooSoon { .. })
         ));
+    }
+
+    #[test]
+    fn a_replica_whose_append_is_unanswered_still_hears_the_master_alive() {
+        let mut net = Net::cluster(&["n0", "n1", "n2"]);
+        let heartbeat = options("n0").heartbeat_ms;
+        let lease = options("n0").lease_ms;
+        // An append to n1 goes unanswered (lost, or a large one being
+        // written): n0 sends no second append while it is in flight, but
+        // tells n1 it is alive every heartbeat.
+        let start = 1_000;
+        let (_, output) = net
+            .node("n0")
+            .propose(start, vec![Payload::Data(b"x".to_vec())])
+            .unwrap();
+        net.absorb("n0", output);
+        net.queue
+            .retain(|(_, to, m)| !(to == "n1" && matches!(m, Message::Append { .. })));
+        net.settle(start, &[]);
+        let mut now = start;
+        let mut alive = 0;
+        while now < start + 2 * lease {
+            now += heartbeat;
+            let output = net.node("n0").tick(now);
+            net.absorb("n0", output);
+            alive += net
+                .queue
+                .iter()
+                .filter(|(_, to, m)| to == "n1" && matches!(m, Message::Alive { epoch: 1 }))
+                .count();
+            net.queue
+                .retain(|(_, to, m)| !(to == "n1" && matches!(m, Message::Append { .. })));
+            net.settle(now, &[]);
+        }
+        assert!(alive >= 2, "{alive} Alive messages to n1");
+        // n1 heard the master within its lease: it is not silent and
+        // refuses to take over.
+        assert_eq!(net.node("n1").silent_leader(now, lease), None);
+        assert!(matches!(
+            net.node("n1").take_over(now, false),
+            Err(TakeOverError::MasterAlive { epoch: 1 })
+        ));
+        // Once nothing comes at all, it is silent after `silence`.
+        let silent_at = now + lease;
+        assert_eq!(
+            net.node("n1").silent_leader(silent_at, lease),
+            Some((&"n0".to_string(), 1))
+        );
     }
 
     #[test]

@@ -44,6 +44,7 @@ use super::membership::View;
 use crate::master::service::{Poll, PollResult, ProgressReport};
 use crate::master::{MasterError, MasterHandle};
 use crate::peer::Peer;
+use crate::replication::Leader;
 use cohort_master::{Answer, Command, JobId, Query, Reply, decode, encode};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
@@ -195,6 +196,8 @@ struct Inner {
     moved: std::sync::Mutex<Option<String>>,
     /// Commands waiting to be sent, per destination URL.
     lanes: std::sync::Mutex<HashMap<String, Lane>>,
+    /// This node's replication's view of the master (back-end nodes).
+    leader: std::sync::OnceLock<watch::Receiver<Leader>>,
 }
 
 /// Commands waiting for one destination, and how many batches to it are on
@@ -243,8 +246,48 @@ impl MasterLink {
                 waiting: Semaphore::new(PROXY_WAITING_MAX),
                 moved: std::sync::Mutex::new(None),
                 lanes: std::sync::Mutex::default(),
+                leader: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Follows this node's replication too: a master whose claim reached
+    /// this node is known here before gossip spreads its epoch, and one
+    /// whose heartbeats stopped is not waited for (see [`Self::target`]).
+    pub fn follow_replication(&self, leader: watch::Receiver<Leader>) {
+        let _ = self.inner.leader.set(leader);
+    }
+
+    /// Where a call goes when no redirect says otherwise: the URL of the
+    /// master's host, and whether it came from the gossip view (an exchange
+    /// with it is abandoned when the view stops naming it). Replication
+    /// knows a new master first (its claim reached this node before it
+    /// serves): a higher epoch than the view's wins, and a host that
+    /// replication finds silent is passed over.
+    fn target(&self, view: &View) -> Option<(String, bool)> {
+        let from_view = view
+            .master_host()
+            .filter(|host| host.node_id != view.me)
+            .map(|host| {
+                (
+                    host.http.clone(),
+                    host.master_epoch.unwrap_or(0),
+                    &host.node_id,
+                )
+            });
+        let leader = self.inner.leader.get().map(|rx| rx.borrow().clone());
+        let Some(Leader { node, silent }) = leader else {
+            return from_view.map(|(url, ..)| (url, true));
+        };
+        let newer = node.filter(|(node, epoch)| {
+            *node != view.me && from_view.as_ref().is_none_or(|(_, seen, _)| epoch > seen)
+        });
+        if let Some(url) = newer.and_then(|(node, _)| view.member(&node).map(|m| m.http.clone())) {
+            return Some((url, false));
+        }
+        from_view
+            .filter(|(_, _, node)| silent.as_ref() != Some(*node))
+            .map(|(url, ..)| (url, true))
     }
 
     /// The node-to-node client (sealed with the cluster key).
@@ -277,8 +320,20 @@ impl MasterLink {
             return Some((self.inner.view.borrow().me.clone(), local.epoch()));
         }
         let view = self.inner.view.borrow();
-        view.master_host()
-            .map(|m| (m.node_id.clone(), m.master_epoch.unwrap_or(0)))
+        let from_view = view
+            .master_host()
+            .map(|m| (m.node_id.clone(), m.master_epoch.unwrap_or(0)));
+        // Replication hears of a new master before gossip spreads it.
+        let leader = self
+            .inner
+            .leader
+            .get()
+            .and_then(|rx| rx.borrow().node.clone());
+        match (from_view, leader) {
+            (Some(seen), Some(newer)) if newer.1 > seen.1 => Some(newer),
+            (None, Some(newer)) if newer.0 != view.me => Some(newer),
+            (from_view, _) => from_view,
+        }
     }
 
     /// Runs a command.
@@ -346,13 +401,13 @@ impl MasterLink {
             // is abandoned if the view stops naming it).
             let redirected = redirect.take();
             let hinted = redirected.is_some();
-            let from_view = !hinted;
-            let there = redirected.or_else(|| {
-                let view = view.borrow_and_update();
-                view.master_host()
-                    .filter(|host| host.node_id != view.me)
-                    .map(|host| host.http.clone())
-            });
+            let (there, from_view) = match redirected {
+                Some(url) => (Some(url), false),
+                None => match self.target(&view.borrow_and_update()) {
+                    Some((url, from_view)) => (Some(url), from_view),
+                    None => (None, false),
+                },
+            };
             let tried = there.clone();
             let result = match (here, there) {
                 (Some(master), _) => Some(serve_local(&master, request.clone()).await),

@@ -36,7 +36,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Pause before trying again to start a master that could not start yet.
-pub const START_RETRY: Duration = Duration::from_secs(1);
+pub const START_RETRY: Duration = Duration::from_millis(250);
 /// How long a node that rejoined listens to gossip before deciding again
 /// (its fresh view first shows only itself).
 const REJOIN_SETTLE: Duration = Duration::from_secs(1);
