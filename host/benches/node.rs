@@ -23,6 +23,10 @@
 //!   that does not host the master (one proxy hop), and the time from
 //!   `kill -9` of a node until the master's node no longer lists it as live
 //!   (failure detection with default settings).
+//! * guard (only when named: `cargo bench --bench node -- guard`; CI runs
+//!   it): one node's throughput over 20,000 jobs divided by the rate of
+//!   single journal appends with fsync on the same disk, in the same run;
+//!   fails below [`GUARD_JOBS_PER_SYNC_MIN`].
 //! * soak (only when named: `cargo bench --bench node -- soak`): three
 //!   nodes at a steady half-peak load with no fault for 30 minutes
 //!   (`COHORT_SOAK_SECS`, `COHORT_SOAK_RATE`); counts take-overs, which
@@ -90,6 +94,9 @@ fn main() {
     }
     if filter.iter().any(|f| f == "soak") {
         rt.block_on(soak());
+    }
+    if filter.iter().any(|f| f == "guard") {
+        rt.block_on(guard());
     }
     if wanted("security") {
         rt.block_on(security());
@@ -176,7 +183,12 @@ async fn succeeded(client: &Client) -> u64 {
 }
 
 async fn throughput() {
-    const JOBS: usize = 100_000;
+    node_throughput(100_000).await;
+}
+
+/// One node: `jobs` trivial jobs in batches of 1000 from 4 clients; prints
+/// and returns jobs/s submit->result.
+async fn node_throughput(jobs: usize) -> f64 {
     const BATCH: usize = 1000;
     const CLIENTS: usize = 4;
     let node = start_node(&[]);
@@ -202,7 +214,7 @@ async fn throughput() {
         let client = Client::new(&node.url);
         let module = module.clone();
         tasks.push(tokio::spawn(async move {
-            for b in (c..JOBS / BATCH).step_by(CLIENTS) {
+            for b in (c..jobs / BATCH).step_by(CLIENTS) {
                 let batch = echo_batch(&module, b, BATCH);
                 let response = client.submit_batch(&batch).await.unwrap();
                 assert!(
@@ -218,17 +230,51 @@ async fn throughput() {
         task.await.unwrap();
     }
     let submitted = started.elapsed();
-    while succeeded(&client).await < (JOBS + BATCH) as u64 {
+    while succeeded(&client).await < (jobs + BATCH) as u64 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let elapsed = started.elapsed();
     println!(
-        "throughput: {JOBS} trivial jobs submitted in {:.2?} ({:.0}/s), all succeeded after {:.2?}: {:.0} jobs/s submit->result",
+        "throughput: {jobs} trivial jobs submitted in {:.2?} ({:.0}/s), all succeeded after {:.2?}: {:.0} jobs/s submit->result",
         submitted,
-        JOBS as f64 / submitted.as_secs_f64(),
+        jobs as f64 / submitted.as_secs_f64(),
         elapsed,
-        JOBS as f64 / elapsed.as_secs_f64()
+        jobs as f64 / elapsed.as_secs_f64()
     );
+    jobs as f64 / elapsed.as_secs_f64()
+}
+
+/// Jobs per fsync the guard requires at least: group commit and the
+/// worker's prefetch make one node run several jobs per journal sync
+/// (about 8 on this machine); below one, the rate follows the disk's
+/// sync latency again.
+const GUARD_JOBS_PER_SYNC_MIN: f64 = 1.0;
+
+/// The CI regression guard (only when named: `-- guard`): a short
+/// throughput run against a baseline measured in the same run on the same
+/// disk, one small journal append and fsync at a time. Machines vary 2-3x
+/// from run to run, so it fails only on the ratio, with a generous bound.
+async fn guard() {
+    const APPENDS: u32 = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FsStorage::open(&dir.path().join("journal")).unwrap();
+    let (mut journal, _) = Journal::open(storage).unwrap();
+    let started = Instant::now();
+    for _ in 0..APPENDS {
+        journal.append(1, &[0u8; 64]).unwrap();
+        journal.sync().unwrap();
+    }
+    let syncs = f64::from(APPENDS) / started.elapsed().as_secs_f64();
+    println!("guard: raw journal, one 64-byte append + fsync at a time: {syncs:.0}/s");
+    let jobs = node_throughput(20_000).await;
+    let ratio = jobs / syncs;
+    println!(
+        "guard: one node runs {ratio:.1} trivial jobs per raw fsync (at least {GUARD_JOBS_PER_SYNC_MIN})"
+    );
+    if ratio < GUARD_JOBS_PER_SYNC_MIN {
+        eprintln!("guard: FAILED: throughput fell to {ratio:.2} jobs per raw fsync");
+        std::process::exit(1);
+    }
 }
 
 async fn latency() {

@@ -7,6 +7,10 @@
 //! 3. `primes` as a Wasm job against the same sieve compiled natively.
 //!
 //! Numbers go to stdout as Markdown, ready for BENCHMARKS.md.
+//!
+//! `cargo bench --bench runtime -- guard` is CI's regression guard: 1 in
+//! short, and 3 best of two, failing only if the ratio exceeds
+//! [`GUARD_PRIMES_RATIO_MAX`].
 
 use cohort::runtime::{JobRequest, Module, Runtime, RuntimeConfig};
 use hdrhistogram::Histogram;
@@ -23,13 +27,34 @@ fn guest(name: &str) -> Vec<u8> {
         .expect("guest built by build.rs")
 }
 
+/// Most the Wasm `primes` job may take against the same sieve compiled
+/// natively before the guard fails (2.4x on the 2-CPU machine of
+/// BENCHMARKS.md): generous, because it guards against a lost optimization
+/// (say, bounds checks back in every access), not against noise.
+const GUARD_PRIMES_RATIO_MAX: f64 = 4.0;
+
 fn main() {
-    // `cargo bench` passes `--bench`; filters are not supported.
+    // `cargo bench` passes `--bench`; the only filter is `guard`: the CI
+    // regression guard, a short run that fails only on a ratio measured
+    // in the same run.
+    let guard = std::env::args().skip(1).any(|a| a == "guard");
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("machine: {cores} cores ({})", std::env::consts::ARCH);
-    overhead();
+    if guard {
+        overhead(OVERHEAD_SAMPLES / 10);
+        let ratio = primes(2);
+        println!(
+            "guard: Wasm primes / native primes = {ratio:.2} (at most {GUARD_PRIMES_RATIO_MAX})"
+        );
+        if ratio > GUARD_PRIMES_RATIO_MAX {
+            eprintln!("guard: FAILED: the Wasm job is {ratio:.2}x the native kernel");
+            std::process::exit(1);
+        }
+        return;
+    }
+    overhead(OVERHEAD_SAMPLES);
     throughput(cores);
-    primes();
+    primes(PRIMES_RUNS);
 }
 
 /// A runtime with `concurrent_jobs` slots and the guest `name` loaded in it.
@@ -52,12 +77,12 @@ fn current_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn overhead() {
+fn overhead(samples: u32) {
     let rt = current_thread();
     let (runtime, module) = load(&rt, 4, "fixture_echo");
     let mut histogram = Histogram::<u64>::new(3).unwrap();
     rt.block_on(async {
-        for i in 0..OVERHEAD_WARMUP + OVERHEAD_SAMPLES {
+        for i in 0..OVERHEAD_WARMUP + samples {
             let started = Instant::now();
             let report = runtime.run(&module, JobRequest::default()).await;
             let nanos = started.elapsed().as_nanos() as u64;
@@ -68,9 +93,7 @@ fn overhead() {
         }
     });
     let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
-    println!(
-        "\n## Empty-job overhead (instantiate + call + drop), one at a time, {OVERHEAD_SAMPLES} jobs"
-    );
+    println!("\n## Empty-job overhead (instantiate + call + drop), one at a time, {samples} jobs");
     println!("| p50 | p90 | p99 | p99.9 | mean |");
     println!("|---|---|---|---|---|");
     println!(
@@ -124,7 +147,8 @@ fn throughput(cores: usize) {
     println!("| {total} | {:.0} |", total as f64 / secs);
 }
 
-fn primes() {
+/// Best of `runs`; returns the Wasm/native ratio.
+fn primes(runs: u32) -> f64 {
     let rt = current_thread();
     let (runtime, module) = load(&rt, 2, "primes");
     let input = format!(r#"{{"limit": {PRIMES_LIMIT}}}"#).into_bytes();
@@ -132,7 +156,7 @@ fn primes() {
 
     let mut wasm_best = Duration::MAX;
     let mut native_best = Duration::MAX;
-    for _ in 0..PRIMES_RUNS {
+    for _ in 0..runs {
         let started = Instant::now();
         let report = rt.block_on(runtime.run(
             &module,
@@ -152,7 +176,7 @@ fn primes() {
         );
         native_best = native_best.min(started.elapsed());
     }
-    println!("\n## primes below {PRIMES_LIMIT}: Wasm job vs native, best of {PRIMES_RUNS}");
+    println!("\n## primes below {PRIMES_LIMIT}: Wasm job vs native, best of {runs}");
     println!("| Wasm (job, incl. progress + checkpoints) | native | ratio |");
     println!("|---|---|---|");
     println!(
@@ -161,4 +185,5 @@ fn primes() {
         native_best.as_secs_f64() * 1000.0,
         wasm_best.as_secs_f64() / native_best.as_secs_f64()
     );
+    wasm_best.as_secs_f64() / native_best.as_secs_f64()
 }

@@ -470,11 +470,11 @@ impl<S: Storage> Replicator<S> {
         Ok(self.take())
     }
 
+    /// Asks every member and voter to promise `epoch`. The claimant makes
+    /// its own promise only once a majority granted it ([`Self::seal`]): a
+    /// node cut off from the others that claims again and again must not
+    /// come back with a raised promise that fences the live master.
     fn claim(&mut self, now: u64, epoch: u64, transfer: bool, rounds: u32) {
-        if let Err(error) = self.promise(epoch) {
-            self.give_up(now, TakeOverError::Storage(error.0));
-            return;
-        }
         let mut targets: BTreeSet<NodeId> = self.members.clone();
         targets.extend(self.storage.voters());
         targets.remove(&self.options.id);
@@ -514,6 +514,22 @@ impl<S: Storage> Replicator<S> {
         answered > voters.len() / 2
     }
 
+    /// Makes the claimant's own promise of `epoch` once its claim won, before
+    /// it leads or copies a journal in that epoch. A promise of `epoch` or
+    /// more made meanwhile (another claim granted) ends the claim.
+    fn seal(&mut self, now: u64, epoch: u64) -> bool {
+        let promised = self.storage.promise();
+        if promised >= epoch {
+            self.give_up(now, TakeOverError::Outbid { promised });
+            return false;
+        }
+        if let Err(error) = self.promise(epoch) {
+            self.give_up(now, TakeOverError::Storage(error.0));
+            return false;
+        }
+        true
+    }
+
     /// Decides a take-over once enough answers are in.
     fn evaluate(&mut self, now: u64) {
         let Role::Candidate(candidacy) = &self.role else {
@@ -531,10 +547,13 @@ impl<S: Storage> Replicator<S> {
             .map(|(node, answer)| (node.clone(), answer.clone()))
             .expect("the candidate's own answer");
         let everyone = candidacy.answers.len() + candidacy.refused.len() > candidacy.targets.len();
+        let epoch = candidacy.epoch;
         if own_voters.is_empty() && best_voters.is_empty() {
             // No voter set anywhere that answered: a new cluster.
             if self.options.bootstrap {
-                self.lead(now, None);
+                if self.seal(now, epoch) {
+                    self.lead(now, None);
+                }
             } else if everyone {
                 self.give_up(now, TakeOverError::NoVoters);
             }
@@ -563,12 +582,14 @@ impl<S: Storage> Replicator<S> {
             }
             return;
         }
+        if !self.seal(now, epoch) {
+            return;
+        }
         if best_shape.rank() <= own_shape.rank() {
             self.lead(now, None);
             return;
         }
         let next = best_shape.divergence(&own_shape);
-        let epoch = candidacy.epoch;
         let Role::Candidate(candidacy) = &mut self.role else {
             unreachable!()
         };
@@ -1559,6 +1580,39 @@ mod tests {
             net.node("n1").silent_leader(silent_at, lease),
             Some((&"n0".to_string(), 1))
         );
+    }
+
+    #[test]
+    fn a_cut_off_node_that_claims_in_vain_does_not_fence_the_master_when_it_returns() {
+        let mut net = Net::cluster(&["n0", "n1", "n2"]);
+        let claim_timeout = options("n2").claim_timeout_ms;
+        let retry = options("n2").retry_ms;
+        // n2 hears nothing (its lease lapsed) and claims, again and again,
+        // but none of its claims gets through.
+        let mut now = 10_000;
+        for _ in 0..3 {
+            let output = net.node("n2").take_over(now, false).expect("claims");
+            net.absorb("n2", output);
+            net.queue.retain(|(from, ..)| from != "n2");
+            now += claim_timeout;
+            let output = net.node("n2").tick(now);
+            net.absorb("n2", output);
+            net.queue.retain(|(from, ..)| from != "n2");
+            now += retry;
+        }
+        assert_eq!(net.node("n2").storage().promise(), 1, "no promise raised");
+        // Healed: the master's next append is taken, not fenced.
+        let output = net.node("n0").tick(now);
+        net.absorb("n0", output);
+        net.settle(now, &[]);
+        assert_eq!(net.node("n0").leading(), Some(1));
+        let output = net
+            .node("n0")
+            .propose(now, vec![Payload::Data(b"x".to_vec())]);
+        let (range, output) = output.expect("still the master");
+        net.absorb("n0", output);
+        net.settle(now, &[]);
+        assert!(net.node("n0").commit() >= range.end);
     }
 
     #[test]
