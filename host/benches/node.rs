@@ -44,6 +44,9 @@
 //!   cluster key (sealed gossip and node-to-node bodies, clients with a
 //!   token), alternated in one run (`COHORT_BENCH_ROUNDS`, default 2).
 //!
+//! `COHORT_BENCH_BIN=PATH` runs the nodes from another `cohort` binary (an
+//! older commit's, for before/after in one run; the in-process sections,
+//! commit and recovery, use this build's library either way).
 //! `COHORT_BENCH_VERBOSE=1` prints the slow submissions of the hand-over;
 //! `COHORT_BENCH_NODE_LOGS=DIR` keeps the nodes' stderr in `DIR` (set
 //! `COHORT_LOG` too for their debug logs).
@@ -123,7 +126,11 @@ impl Drop for NodeProcess {
 
 fn start_node(extra: &[&str]) -> NodeProcess {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Process::new(env!("CARGO_BIN_EXE_cohort"))
+    // Another build's binary (say, the commit before a change) for
+    // before/after in one run.
+    let binary =
+        std::env::var_os("COHORT_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_cohort").into());
+    let mut child = Process::new(binary)
         .args(["node", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
         .args(extra)

@@ -291,6 +291,13 @@ impl<S: Storage> Replicator<S> {
         &self.options.id
     }
 
+    /// The storage, for what its driver does beside the protocol (a
+    /// snapshot file written ahead on another thread). Changing what the
+    /// protocol sees through it breaks the protocol.
+    pub fn storage_mut(&mut self) -> &mut S {
+        &mut self.storage
+    }
+
     /// The storage (read-only).
     pub fn storage(&self) -> &S {
         &self.storage

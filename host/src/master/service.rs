@@ -407,6 +407,7 @@ pub fn start(
     let superseded = replication.superseded();
     let (done_tx, done) = watch::channel(false);
     let mut master = MasterLoop {
+        epoch,
         core,
         rx,
         replication: replication.clone(),
@@ -487,6 +488,8 @@ struct MasterLoop {
     batch: Batch,
     counters: Arc<MasterCounters>,
     failed: Arc<AtomicBool>,
+    /// The epoch this master writes with.
+    epoch: u64,
     superseded: watch::Receiver<Option<u64>>,
     /// The attempts each worker ran when this master started, until that
     /// worker's first poll compares them with what it holds.
@@ -518,7 +521,10 @@ impl MasterLoop {
             let first = self
                 .runtime
                 .block_on(async { tokio::time::timeout(wait, self.rx.recv()).await });
-            let superseded = *self.superseded.borrow();
+            // Only a newer epoch stops this master: the value may be left
+            // from an earlier master of this node that was superseded
+            // before this one took over.
+            let superseded = self.superseded.borrow().filter(|&newer| newer > self.epoch);
             if let Some(epoch) = superseded {
                 tracing::warn!("superseded by epoch {epoch}: the master stops");
                 return self.stop(None);

@@ -142,10 +142,29 @@ pub struct ReplicationStatus {
     pub sync_nanos: u64,
 }
 
+impl Input {
+    /// What it is, for the stall warning.
+    fn name(&self) -> &'static str {
+        match self {
+            Input::Deliver(..) => "deliver",
+            Input::Propose(..) => "propose",
+            Input::Snapshot(..) => "snapshot",
+            Input::SnapshotWritten(..) => "snapshot_written",
+            Input::Members(..) => "members",
+            Input::TakeOver(..) => "take_over",
+            Input::HandOver(..) => "hand_over",
+            _ => "other",
+        }
+    }
+}
+
 enum Input {
     Deliver(NodeId, Message),
     Propose(Vec<Vec<u8>>, Vec<Completion>),
     Snapshot(Vec<u8>),
+    /// The snapshot file `compact` had written on its own thread is
+    /// durable (`None`: writing it failed).
+    SnapshotWritten(Option<Snapshot>),
     Members(Vec<NodeId>),
     TakeOver(oneshot::Sender<Result<Started, String>>),
     HandOver(NodeId, oneshot::Sender<Result<(), String>>),
@@ -248,6 +267,7 @@ impl Replication {
             takeovers: Vec::new(),
             handover: None,
             snapshots: VecDeque::new(),
+            writing_snapshot: false,
             claimed: false,
             leading_since: None,
             unreplicated: 0,
@@ -465,6 +485,8 @@ struct Driver {
     handover: Option<HandOver>,
     /// Snapshots waiting for their index to commit: `(index, state)`.
     snapshots: VecDeque<(u64, Vec<u8>)>,
+    /// Whether a snapshot file is being written on its own thread.
+    writing_snapshot: bool,
     /// Whether this node's master was started for the epoch it leads.
     claimed: bool,
     leading_since: Option<Instant>,
@@ -490,6 +512,8 @@ impl Driver {
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => break,
             };
+            let pass = Instant::now();
+            let mut slowest: (Duration, &str) = (Duration::ZERO, "");
             let mut events = Vec::new();
             let mut completions = Vec::new();
             let mut batches = 0;
@@ -514,7 +538,10 @@ impl Driver {
                     other => {
                         // Everything proposed before goes first.
                         self.propose(&mut events, &mut completions, &mut batches);
+                        let what = other.name();
+                        let began = Instant::now();
                         self.handle(other);
+                        slowest = slowest.max((began.elapsed(), what));
                     }
                 }
             }
@@ -526,6 +553,15 @@ impl Driver {
                 next_tick = Instant::now() + TICK;
             }
             self.publish();
+            let busy = pass.elapsed();
+            if busy.as_millis() >= u128::from(LEASE_MS) {
+                tracing::warn!(
+                    busy_ms = busy.as_millis() as u64,
+                    slowest_ms = slowest.0.as_millis() as u64,
+                    slowest = slowest.1,
+                    "the replication thread was busy for longer than the lease: followers may take this node's master for dead"
+                );
+            }
         }
         self.fail_pending(MasterError::Unavailable("replication stopped".into()));
     }
@@ -597,6 +633,7 @@ impl Driver {
                 self.snapshots.push_back((index, state));
                 self.compact();
             }
+            Input::SnapshotWritten(snapshot) => self.snapshot_written(snapshot),
             Input::Members(members) => {
                 let output = self.replicator.set_members(now, members);
                 self.apply(output);
@@ -793,7 +830,16 @@ impl Driver {
     }
 
     /// Compacts under the oldest waiting snapshot once it is committed.
+    /// Compacts the journal under the oldest snapshot whose index is
+    /// committed. Its file (tens of MiB with a million jobs) is written and
+    /// fsynced on a thread of its own, one at a time: written here, it held
+    /// this thread 150-340 ms, long enough for the followers to find the
+    /// master silent and take it over. The journal is compacted here once
+    /// the file is durable ([`Input::SnapshotWritten`]), as before.
     fn compact(&mut self) {
+        if self.writing_snapshot {
+            return;
+        }
         while let Some((index, _)) = self.snapshots.front() {
             if *index > self.replicator.commit() {
                 return;
@@ -810,10 +856,44 @@ impl Driver {
                 voters,
                 state,
             };
+            let dir = self.replicator.storage().dir().to_path_buf();
+            let shared = self.shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name("cohort-snapshot".into())
+                .spawn(move || {
+                    let input = match storage::write_snapshot(&dir, &snapshot) {
+                        Ok(()) => Input::SnapshotWritten(Some(snapshot)),
+                        Err(error) => {
+                            tracing::error!(%error, "cannot store a snapshot");
+                            Input::SnapshotWritten(None)
+                        }
+                    };
+                    let _ = shared
+                        .tx
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .send(input);
+                });
+            match spawned {
+                Ok(_) => self.writing_snapshot = true,
+                Err(error) => tracing::error!(%error, "cannot start writing a snapshot"),
+            }
+            return;
+        }
+    }
+
+    /// A snapshot file is durable: compacts the journal under it.
+    fn snapshot_written(&mut self, snapshot: Option<Snapshot>) {
+        self.writing_snapshot = false;
+        if let Some(snapshot) = snapshot {
+            self.replicator
+                .storage_mut()
+                .snapshot_written(snapshot.index);
             if let Err(error) = self.replicator.compact(snapshot) {
-                tracing::error!(%error, "cannot store a snapshot");
+                tracing::error!(%error, "cannot compact the journal under a snapshot");
             }
         }
+        self.compact();
     }
 
     fn fail_pending(&mut self, error: MasterError) {

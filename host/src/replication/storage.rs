@@ -85,6 +85,18 @@ pub fn split_snapshot_state(state: &[u8]) -> Result<(Vec<NodeId>, Vec<u8>), Stor
     }
 }
 
+/// Writes `snapshot` durably as this node's newest snapshot file (the
+/// voter set with the master's state), without touching the journal: safe
+/// on any thread, before the journal is compacted under it.
+pub fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> Result<(), store::StoreError> {
+    let stored = StoredSnapshot {
+        index: snapshot.index,
+        epoch: snapshot.epoch,
+        state: join_snapshot_state(&snapshot.voters, &snapshot.state),
+    };
+    store::write_snapshot(dir, &stored)
+}
+
 /// The state a snapshot file stores for `voters` and the master's state.
 pub fn join_snapshot_state(voters: &[NodeId], master: &[u8]) -> Vec<u8> {
     let mut state = vec![SNAPSHOT_MAGIC];
@@ -124,9 +136,18 @@ pub struct JournalStorage {
     /// The newest entries, contiguous up to the journal's end.
     window: std::collections::VecDeque<Entry>,
     window_bytes: usize,
+    /// A snapshot file already written durably (by another thread) for
+    /// this index: `install` then only compacts.
+    written: Option<u64>,
 }
 
 impl JournalStorage {
+    /// Says the snapshot file for `index` was written durably already
+    /// ([`write_snapshot`]): the next `install` at `index` only compacts.
+    pub fn snapshot_written(&mut self, index: u64) {
+        self.written = Some(index);
+    }
+
     /// Opens (creating) the journal in `dir`.
     pub fn open(dir: &Path) -> Result<Self, StorageError> {
         let (journal, recovered) = store::open_journal(dir).map_err(error)?;
@@ -159,6 +180,7 @@ impl JournalStorage {
             sync_nanos: 0,
             window: std::collections::VecDeque::new(),
             window_bytes: 0,
+            written: None,
         };
         // The epoch of the snapshot's last entry, when the journal still
         // holds it (a snapshot's own epoch is its master's).
@@ -345,16 +367,12 @@ impl Storage for JournalStorage {
         let shape = self.shape();
         let keeps_tail = snapshot.index > shape.first
             && shape.epoch_at(snapshot.index - 1) == Some(snapshot.epoch);
-        let stored = StoredSnapshot {
-            index: snapshot.index,
-            epoch: snapshot.epoch,
-            state: join_snapshot_state(&snapshot.voters, &snapshot.state),
-        };
+        if self.written.take() != Some(snapshot.index) {
+            write_snapshot(&self.dir, &snapshot).map_err(|e| StorageError(e.to_string()))?;
+        }
         if keeps_tail {
-            store::write_snapshot(&self.dir, &stored).map_err(error)?;
             self.journal.compact(snapshot.index).map_err(error)?;
         } else {
-            store::write_snapshot(&self.dir, &stored).map_err(error)?;
             self.journal
                 .reset_to(snapshot.index, snapshot.epoch)
                 .map_err(error)?;
