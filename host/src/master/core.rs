@@ -85,6 +85,10 @@ impl std::fmt::Debug for MasterComponent {
     }
 }
 
+/// Most bytes the master component may hand the host in one call (its
+/// snapshot is the largest).
+const MASTER_HOSTCALL_BYTES_MAX: usize = 4 << 30;
+
 impl MasterComponent {
     /// Compiles the embedded master component, reusing a compiled artifact
     /// from `data_dir`'s compile cache when one matches this engine.
@@ -108,6 +112,12 @@ impl MasterComponent {
     /// A new instance, initialized empty or from a snapshot.
     pub fn instantiate(&self, snapshot: Option<&[u8]>) -> CoreResult<WasmCore> {
         let mut store = Store::new(&self.engine, ());
+        // Its snapshot is one value returned to the host: with a million
+        // finished jobs it passed wasmtime's default bound on what a guest
+        // may hand the host in one call (128 MiB), and the master stopped
+        // in a soak. The master is the node's own component, not a user's:
+        // its snapshot is bounded by the job and history caps instead.
+        store.set_hostcall_fuel(MASTER_HOSTCALL_BYTES_MAX);
         let master = bindings::Master::instantiate(&mut store, &self.component, &self.linker)?;
         match master.call_init(&mut store, snapshot)? {
             Ok(()) => Ok(Ok(WasmCore { store, master })),
