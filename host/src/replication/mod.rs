@@ -268,6 +268,7 @@ impl Replication {
             handover: None,
             snapshots: VecDeque::new(),
             writing_snapshot: false,
+            flushes: Vec::new(),
             claimed: false,
             leading_since: None,
             unreplicated: 0,
@@ -352,7 +353,8 @@ impl Replication {
         self.send(Input::Snapshot(state));
     }
 
-    /// Waits until everything proposed so far is appended and synced here.
+    /// Waits until everything proposed so far is appended and synced here,
+    /// and a snapshot file being written is durable.
     pub async fn flush(&self) {
         let (tx, rx) = oneshot::channel();
         if self.send(Input::Flush(tx)) {
@@ -487,6 +489,8 @@ struct Driver {
     snapshots: VecDeque<(u64, Vec<u8>)>,
     /// Whether a snapshot file is being written on its own thread.
     writing_snapshot: bool,
+    /// Flushes waiting for that file.
+    flushes: Vec<oneshot::Sender<()>>,
     /// Whether this node's master was started for the epoch it leads.
     claimed: bool,
     leading_since: Option<Instant>,
@@ -687,7 +691,13 @@ impl Driver {
                 let _ = reply.send(result);
             }
             Input::Flush(reply) => {
-                let _ = reply.send(());
+                // A snapshot file being written is part of what a clean
+                // stop leaves behind: answer once it is durable.
+                if self.writing_snapshot {
+                    self.flushes.push(reply);
+                } else {
+                    let _ = reply.send(());
+                }
             }
         }
     }
@@ -894,6 +904,11 @@ impl Driver {
             }
         }
         self.compact();
+        if !self.writing_snapshot {
+            for reply in self.flushes.drain(..) {
+                let _ = reply.send(());
+            }
+        }
     }
 
     fn fail_pending(&mut self, error: MasterError) {
