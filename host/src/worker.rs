@@ -75,8 +75,9 @@ const REPORT_RETRY_WAIT: Duration = Duration::from_secs(30);
 /// are freed before the report is acknowledged).
 const REPORTING_MAX: usize = 1 << 20;
 /// Most attempts per slot a worker takes beyond its free slots while its
-/// jobs are short (see the module docs). Throughput bench, one node with 2
-/// slots and a fixed prefetch: 1 per slot 27k jobs/s, 4 39k/s, 16 43k/s.
+/// jobs are short (see the module docs). Throughput bench, one node with
+/// the default slots and a fixed prefetch: 1 per slot 27k jobs/s, 4 39k/s,
+/// 16 43k/s.
 const PREFETCH_PER_SLOT_MAX: u64 = 16;
 /// Moving average of attempts' run time under which a worker prefetches.
 const PREFETCH_RUN_MAX: Duration = Duration::from_millis(5);
@@ -149,9 +150,6 @@ struct Shared {
     jobs: tokio::runtime::Handle,
     progress: ProgressBoard,
     slots: Arc<Semaphore>,
-    /// Attempts assigned that have not finished running (waiting for a
-    /// slot, or running).
-    in_hand: std::sync::atomic::AtomicU32,
     /// Signalled whenever an attempt stops running.
     finished: tokio::sync::Notify,
     /// Moving average of attempts' run time, in microseconds
@@ -214,7 +212,10 @@ impl Shared {
             0
         };
         let cap = slots.saturating_add(slots.saturating_mul(per_slot));
-        cap.saturating_sub(self.in_hand.load(Ordering::Relaxed))
+        // Every attempt assigned and not done running (waiting for a slot,
+        // or running) is in `running`.
+        let in_hand = u32::try_from(self.running().len()).unwrap_or(u32::MAX);
+        cap.saturating_sub(in_hand)
     }
 
     /// Records the round trip of a poll that brought work.
@@ -227,7 +228,6 @@ impl Shared {
         if let Some(ran) = ran {
             average(&self.run_us, ran);
         }
-        self.in_hand.fetch_sub(1, Ordering::Relaxed);
         self.finished.notify_one();
     }
 
@@ -270,7 +270,6 @@ impl Worker {
         let shared = Arc::new(Shared {
             jobs: jobs.handle().clone(),
             slots: Arc::new(Semaphore::new(options.slots as usize)),
-            in_hand: Default::default(),
             finished: Default::default(),
             run_us: std::sync::atomic::AtomicU64::new(UNKNOWN_US),
             poll_us: std::sync::atomic::AtomicU64::new(UNKNOWN_US),
@@ -405,7 +404,6 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
                         .clone()
                         .try_acquire_owned()
                         .expect("reporting permits outnumber slots");
-                    shared.in_hand.fetch_add(1, Ordering::Relaxed);
                     let shared = shared.clone();
                     tokio::spawn(async move {
                         run_attempt(&shared, assignment, stopped).await;
