@@ -201,7 +201,9 @@ struct Inner {
 }
 
 /// Commands waiting for one destination, and how many batches to it are on
-/// the wire.
+/// the wire. The queue needs no bound of its own: each entry is a caller
+/// awaiting its answer (an HTTP request, a worker's report), so callers'
+/// own limits bound it.
 #[derive(Default)]
 struct Lane {
     waiting: VecDeque<Waiting>,
@@ -265,29 +267,30 @@ impl MasterLink {
     /// serves): a higher epoch than the view's wins, and a host that
     /// replication finds silent is passed over.
     fn target(&self, view: &View) -> Option<(String, bool)> {
-        let from_view = view
-            .master_host()
-            .filter(|host| host.node_id != view.me)
-            .map(|host| {
-                (
-                    host.http.clone(),
-                    host.master_epoch.unwrap_or(0),
-                    &host.node_id,
-                )
-            });
-        let leader = self.inner.leader.get().map(|rx| rx.borrow().clone());
-        let Some(Leader { node, silent }) = leader else {
-            return from_view.map(|(url, ..)| (url, true));
-        };
-        let newer = node.filter(|(node, epoch)| {
-            *node != view.me && from_view.as_ref().is_none_or(|(_, seen, _)| epoch > seen)
-        });
+        let from_view = view.master_host().filter(|host| host.node_id != view.me);
+        let newer = self
+            .newer_than_view(from_view.map(|host| host.master_epoch.unwrap_or(0)))
+            .filter(|(node, _)| *node != view.me);
         if let Some(url) = newer.and_then(|(node, _)| view.member(&node).map(|m| m.http.clone())) {
             return Some((url, false));
         }
+        let silent = self
+            .inner
+            .leader
+            .get()
+            .and_then(|rx| rx.borrow().silent.clone());
         from_view
-            .filter(|(_, _, node)| silent.as_ref() != Some(*node))
-            .map(|(url, ..)| (url, true))
+            .filter(|host| silent.as_ref() != Some(&host.node_id))
+            .map(|host| (host.http.clone(), true))
+    }
+
+    /// Replication's leader when its epoch is above `seen`, the one the
+    /// gossip view shows (`None`: the view shows no host): replication
+    /// hears of a new master before gossip spreads it.
+    fn newer_than_view(&self, seen: Option<u64>) -> Option<(String, u64)> {
+        let (node, epoch) = self.inner.leader.get()?.borrow().node.clone()?;
+        seen.is_none_or(|seen| epoch > seen)
+            .then_some((node, epoch))
     }
 
     /// The node-to-node client (sealed with the cluster key).
@@ -323,17 +326,9 @@ impl MasterLink {
         let from_view = view
             .master_host()
             .map(|m| (m.node_id.clone(), m.master_epoch.unwrap_or(0)));
-        // Replication hears of a new master before gossip spreads it.
-        let leader = self
-            .inner
-            .leader
-            .get()
-            .and_then(|rx| rx.borrow().node.clone());
-        match (from_view, leader) {
-            (Some(seen), Some(newer)) if newer.1 > seen.1 => Some(newer),
-            (None, Some(newer)) if newer.0 != view.me => Some(newer),
-            (from_view, _) => from_view,
-        }
+        self.newer_than_view(from_view.as_ref().map(|(_, epoch)| *epoch))
+            .filter(|(node, _)| from_view.is_some() || *node != view.me)
+            .or(from_view)
     }
 
     /// Runs a command.
@@ -498,7 +493,10 @@ impl MasterLink {
     /// Sends `command` to `url` in the next batch (see the module docs).
     async fn coalesced(&self, url: &str, command: Command) -> Result<WireResponse, MasterError> {
         let (respond, answer) = oneshot::channel();
-        let bytes = encode(&command).len();
+        // Counted, not encoded: it is encoded once, in its batch.
+        let bytes =
+            postcard::serialize_with_flavor(&command, postcard::ser_flavors::Size::default())
+                .unwrap_or(usize::MAX);
         let flush = {
             let mut lanes = self.lanes();
             let lane = lanes.entry(url.to_string()).or_default();
