@@ -153,7 +153,9 @@ impl Input {
             Input::Members(..) => "members",
             Input::TakeOver(..) => "take_over",
             Input::HandOver(..) => "hand_over",
-            _ => "other",
+            Input::StepDown(..) => "step_down",
+            Input::RemoveVoter(..) => "remove_voter",
+            Input::Flush(..) => "flush",
         }
     }
 }
