@@ -274,6 +274,16 @@ fn back_ends_joining_after_compaction_catch_up_from_a_snapshot_and_take_over() {
     check_journals(&[&n1, &n2, &n3]);
 }
 
+/// Asserts that `node` refuses a submission with `replicas_unavailable`.
+async fn refuses_unreplicated(node: &Node, module: &str, input: &str) {
+    let refused = Client::new(&node.url)
+        .submit(&support::job(module, input))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("replicas_unavailable"), "{refused}");
+}
+
 #[test]
 fn a_master_cut_off_from_the_others_cannot_commit_and_steps_down_on_healing() {
     let (_turn, dir, rt) = scenario();
@@ -293,12 +303,7 @@ fn a_master_cut_off_from_the_others_cannot_commit_and_steps_down_on_healing() {
         .await;
         // n1 still believes it hosts the master, but with no replica it
         // refuses instead of deciding what it could not commit.
-        let refused = Client::new(&n1.url)
-            .submit(&support::job(&echo, "on the cut-off side"))
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(refused.contains("replicas_unavailable"), "{refused}");
+        refuses_unreplicated(&n1, &echo, "on the cut-off side").await;
     });
     // The majority side commits while the cut lasts.
     ledger.wait_acked_after(Instant::now(), 10);
@@ -367,12 +372,7 @@ fn five_back_ends_with_default_flags_survive_a_partition_of_the_master_with_one_
         ledger.wait_for(before + 50).await;
         // n1 still believes it hosts the master but cannot reach a
         // majority: it refuses instead of deciding what it cannot commit.
-        let refused = Client::new(&n1.url)
-            .submit(&support::job(&echo, "on the minority side"))
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(refused.contains("replicas_unavailable"), "{refused}");
+        refuses_unreplicated(&n1, &echo, "on the minority side").await;
     });
     for name in ["n1", "n2", "n3", "n4", "n5"] {
         cut_off(&dir, name, &[]);

@@ -124,12 +124,7 @@ mod tests {
     fn names_are_unique_and_the_readme_lists_exactly_them() {
         let names: BTreeSet<&str> = ALL.iter().copied().collect();
         assert_eq!(names.len(), ALL.len(), "an event name repeats");
-        let readme = include_str!("../../README.md");
-        let section = readme
-            .split("\n### Logging\n")
-            .nth(1)
-            .expect("README has a Logging section");
-        let section = section.split("\n## ").next().unwrap();
+        let section = crate::readme_section("\n### Logging\n");
         let listed: BTreeSet<&str> = section
             .lines()
             .filter_map(|row| row.strip_prefix("| `"))

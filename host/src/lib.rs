@@ -40,3 +40,17 @@ pub mod replication;
 pub mod runtime;
 pub mod security;
 pub mod worker;
+
+/// The README's `## ` or `### ` section titled `heading`, up to the next
+/// `## ` heading: for tests that keep README tables and the code in step.
+#[cfg(test)]
+pub(crate) fn readme_section(heading: &str) -> &'static str {
+    let readme = include_str!("../../README.md");
+    readme
+        .split(heading)
+        .nth(1)
+        .unwrap_or_else(|| panic!("README has a section {heading:?}"))
+        .split("\n## ")
+        .next()
+        .unwrap_or_default()
+}

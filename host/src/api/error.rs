@@ -290,12 +290,7 @@ mod tests {
     /// The codes of the README's table of statuses, with each row's status
     /// and whether the row says they are retryable.
     fn readme_codes() -> Vec<(u16, String, bool)> {
-        let readme = include_str!("../../../README.md");
-        let section = readme
-            .split("\n## Error codes\n")
-            .nth(1)
-            .expect("README has an Error codes section");
-        let section = section.split("\n## ").next().unwrap();
+        let section = crate::readme_section("\n## Error codes\n");
         let table = section
             .split("| status | codes | retryable |")
             .nth(1)
