@@ -29,6 +29,8 @@ const GUESTS: &[&str] = &[
     "fixture-bigout",
     "fixture-wrong-world",
     "fixture-escape",
+    "fixture-future-job",
+    "fixture-foreign-import",
 ];
 
 /// Environment that must not leak from the outer build into the guest build:

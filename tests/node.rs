@@ -201,6 +201,20 @@ fn bad_input_gets_a_stable_code_and_the_node_carries_on() {
                 422,
                 "module_wrong_world",
             ),
+            (
+                Method::POST,
+                "/v1/modules",
+                std::fs::read(guest("fixture_future_job")).unwrap(),
+                422,
+                "module_job_version",
+            ),
+            (
+                Method::POST,
+                "/v1/modules",
+                std::fs::read(guest("fixture_foreign_import")).unwrap(),
+                422,
+                "module_unsupported_import",
+            ),
             (Method::POST, "/v1/jobs", b"{bad".to_vec(), 400, "bad_json"),
             (
                 Method::POST,

@@ -121,6 +121,10 @@ error_codes! {
     ModuleInvalid = "module_invalid", UNPROCESSABLE_ENTITY, false;
     /// A component, but not a `cohort:job` job.
     ModuleWrongWorld = "module_wrong_world", UNPROCESSABLE_ENTITY, false;
+    /// Built against another version of the `cohort:job` package.
+    ModuleJobVersion = "module_job_version", UNPROCESSABLE_ENTITY, false;
+    /// Imports an interface the sandbox does not provide.
+    ModuleUnsupportedImport = "module_unsupported_import", UNPROCESSABLE_ENTITY, false;
     /// A submission names a module no node has.
     ModuleNotFound = "module_not_found", UNPROCESSABLE_ENTITY, false;
     /// A job field out of range.
@@ -253,6 +257,8 @@ impl From<&ModuleError> for ErrorCode {
             ModuleError::TooLarge { .. } => ErrorCode::ModuleTooLarge,
             ModuleError::Invalid(_) => ErrorCode::ModuleInvalid,
             ModuleError::WrongWorld(_) => ErrorCode::ModuleWrongWorld,
+            ModuleError::JobVersion { .. } => ErrorCode::ModuleJobVersion,
+            ModuleError::UnsupportedImport { .. } => ErrorCode::ModuleUnsupportedImport,
             ModuleError::Internal(_) => ErrorCode::Internal,
         }
     }

@@ -30,7 +30,9 @@
 use super::bindings::{Job, JobPre};
 use super::job::{self, EPOCH_TICK, JobReport, JobRequest, JobState, TABLE_ELEMENTS_MAX};
 use super::limits::{JobLimits, MEMORY_BYTES_CEILING};
-use super::module::{self, Digest, DiskCache, MODULE_BYTES_MAX, Module, ModuleError, ModuleInner};
+use super::module::{
+    self, Digest, DiskCache, JOB_PACKAGE_VERSION, MODULE_BYTES_MAX, Module, ModuleError, ModuleInner,
+};
 use lru::LruCache;
 use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
@@ -53,12 +55,20 @@ pub const MODULE_CACHE_LEN_DEFAULT: usize = 64;
 /// (Cranelift compiles functions in parallel), so more would only multiply
 /// memory use; further loads wait their turn.
 const COMPILES_CONCURRENT_MAX: usize = 2;
-/// Core instances one job component may create. Components built by Rust for
-/// wasm32-wasip2 use a few (the program plus adapter shims).
-const CORE_INSTANCES_PER_COMPONENT_MAX: u32 = 16;
-/// Linear memories and tables one job component may define.
+/// Core instances one job component may create. Rust components for
+/// wasm32-wasip2 create 2 to 4 (the program plus adapter shims);
+/// componentize-py's create 14 (38 when built with `--stub-wasi`, which
+/// adds a stub instance per WASI interface); componentize-js's fewer than 16.
+/// The pool reserves no memory per instance slot, only this count.
+const CORE_INSTANCES_PER_COMPONENT_MAX: u32 = 64;
+/// Linear memories one job component may define: every toolchain above
+/// uses one (the language runtime and libc share it); a few more leave
+/// room for components composed of several programs.
 const MEMORIES_PER_COMPONENT_MAX: u32 = 4;
-const TABLES_PER_COMPONENT_MAX: u32 = 8;
+/// Tables one job component may define: one per core module that calls
+/// indirectly (the runtime, libc, each adapter shim); 8 sufficed for
+/// Rust, componentize-py and componentize-js builds, 16 leaves room.
+const TABLES_PER_COMPONENT_MAX: u32 = 16;
 /// Largest component/core instance metadata; generous for big Rust programs.
 const INSTANCE_METADATA_BYTES_MAX: usize = 1 << 20;
 /// Bytes of a freed linear memory that are reset in place (instead of
@@ -338,17 +348,60 @@ impl Runtime {
     /// Resolves the component's imports and checks its exports against the
     /// job world.
     fn link(&self, digest: Digest, component: &Component) -> Result<Module, ModuleError> {
-        let instance_pre = self.inner.linker.instantiate_pre(component).map_err(|e| {
-            ModuleError::WrongWorld(format!(
-                "it imports something cohort does not provide: {e:#}"
-            ))
-        })?;
+        check_job_version(&self.inner.engine, component)?;
+        let instance_pre = self
+            .inner
+            .linker
+            .instantiate_pre(component)
+            .map_err(|e| unsupported_import(&format!("{e:#}")))?;
         let pre = JobPre::new(instance_pre).map_err(|e| {
             ModuleError::WrongWorld(format!("it does not export the job world's `run`: {e:#}"))
         })?;
         Ok(Module {
             inner: Arc::new(ModuleInner { digest, pre }),
         })
+    }
+}
+
+/// Refuses a component that names another version of the `cohort:job`
+/// package in its imports or exports: the message then says "rebuild",
+/// not merely "cannot link".
+fn check_job_version(engine: &Engine, component: &Component) -> Result<(), ModuleError> {
+    let ty = component.component_type();
+    let names = ty
+        .imports(engine)
+        .map(|(name, _)| name)
+        .chain(ty.exports(engine).map(|(name, _)| name));
+    for name in names {
+        let Some(rest) = name.strip_prefix("cohort:job/") else {
+            continue;
+        };
+        let version = rest.split_once('@').map(|(_, version)| version);
+        if version != Some(JOB_PACKAGE_VERSION) {
+            return Err(ModuleError::JobVersion {
+                found: name.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The error for a component the linker cannot satisfy, naming the import
+/// when wasmtime's message does (``... import `name` ...``).
+fn unsupported_import(detail: &str) -> ModuleError {
+    let name = detail
+        .split('`')
+        .nth(1)
+        .filter(|name| name.contains(':') || name.contains('/'))
+        .map(str::to_string);
+    match name {
+        Some(name) => ModuleError::UnsupportedImport {
+            name,
+            detail: detail.to_string(),
+        },
+        None => ModuleError::WrongWorld(format!(
+            "it imports something cohort does not provide: {detail}"
+        )),
     }
 }
 

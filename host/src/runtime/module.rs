@@ -121,10 +121,35 @@ pub enum ModuleError {
     /// A valid component, but not of the `cohort:job/job` world.
     #[error("module is not a cohort job: {0}")]
     WrongWorld(String),
+    /// Built against another version of the `cohort:job` package than the
+    /// one this node implements.
+    #[error(
+        "module was built for {found}, but this node runs cohort:job@{JOB_PACKAGE_VERSION}: \
+         rebuild it with this cohort's SDK (`cohort build`)"
+    )]
+    JobVersion {
+        /// The import or export naming the other version, e.g.
+        /// `cohort:job/host@0.2.0`.
+        found: String,
+    },
+    /// Imports an interface the sandbox does not provide.
+    #[error(
+        "module imports `{name}`, which cohort does not provide (a job may import \
+         cohort:job/host@{JOB_PACKAGE_VERSION} and the WASI 0.2 interfaces; details: {detail})"
+    )]
+    UnsupportedImport {
+        /// The import's name.
+        name: String,
+        /// wasmtime's explanation.
+        detail: String,
+    },
     /// The host failed while compiling or caching (disk, threads).
     #[error("internal error while loading the module: {0}")]
     Internal(String),
 }
+
+/// The version of the `cohort:job` WIT package this host implements.
+pub const JOB_PACKAGE_VERSION: &str = "0.1.0";
 
 impl ModuleError {
     /// The stable, machine-readable code of this error.
@@ -133,6 +158,8 @@ impl ModuleError {
             ModuleError::TooLarge { .. } => "module_too_large",
             ModuleError::Invalid(_) => "module_invalid",
             ModuleError::WrongWorld(_) => "module_wrong_world",
+            ModuleError::JobVersion { .. } => "module_job_version",
+            ModuleError::UnsupportedImport { .. } => "module_unsupported_import",
             ModuleError::Internal(_) => "internal",
         }
     }
