@@ -21,6 +21,7 @@
 //!   mandelbrot example).
 
 pub mod api;
+pub mod build;
 pub mod cli;
 pub mod client;
 pub mod cluster;

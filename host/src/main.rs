@@ -18,6 +18,16 @@ enum Command {
     /// stderr. Exit code: 0 ok, 1 job error, 2 usage or invalid module,
     /// 3 trap, 4 limit hit, 5 internal error.
     Exec(cohort::exec::ExecArgs),
+    /// Build a job component from a Rust, Python or JavaScript/TypeScript
+    /// project (detected from Cargo.toml, pyproject.toml or package.json);
+    /// prints the component's path.
+    Build(cohort::build::BuildArgs),
+    /// Start a job project that builds and runs as it is.
+    New(cohort::build::NewArgs),
+    /// Install the pinned Python and JavaScript build toolchains, or show
+    /// where they are.
+    #[command(subcommand)]
+    Toolchain(cohort::build::ToolchainCommand),
     /// Draw the Mandelbrot set from many small jobs and write a PNG.
     Demo(cohort::demo::DemoArgs),
     /// Run a node: the master, a worker and the HTTP API (until SIGTERM or
@@ -70,6 +80,12 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Command::Exec(args) => cohort::exec::run(args).await.into(),
+            // Blocking child processes: off the async workers.
+            Command::Build(args) => report(blocking(move || cohort::build::build(args)).await),
+            Command::New(args) => report(cohort::build::new(args)),
+            Command::Toolchain(command) => {
+                report(blocking(move || cohort::build::toolchain(command)).await)
+            }
             Command::Demo(args) => report(cohort::demo::run(args).await),
             Command::Node(args) => report(cohort::node::run(args).await),
             Command::Submit(args) => cohort::cli::submit(args).await,
@@ -83,6 +99,12 @@ fn main() -> ExitCode {
             Command::Token(command) => cohort::cli::token(command).await,
         }
     })
+}
+
+async fn blocking(
+    work: impl FnOnce() -> anyhow::Result<()> + Send + 'static,
+) -> anyhow::Result<()> {
+    tokio::task::spawn_blocking(work).await?
 }
 
 fn report(result: anyhow::Result<()>) -> ExitCode {
