@@ -5,6 +5,12 @@
 //!    one job at a time; p50/p99 in µs.
 //! 2. Throughput of empty jobs with one task per core.
 //! 3. `primes` as a Wasm job against the same sieve compiled natively.
+//! 4. `cargo bench --bench runtime -- languages`: Rust, Python and
+//!    JavaScript side by side: component size, first compile, load from the
+//!    disk cache (a node's second job after a restart), empty-job overhead
+//!    on a warm runtime, and `wordcount` on the same ~1 MB text. Python and
+//!    JS components are built with `cohort build` (installing the pinned
+//!    toolchains under `target/` on first use).
 //!
 //! Numbers go to stdout as Markdown, ready for BENCHMARKS.md.
 //!
@@ -38,6 +44,10 @@ fn main() {
     // regression guard, a short run that fails only on a ratio measured
     // in the same run.
     let guard = std::env::args().skip(1).any(|a| a == "guard");
+    if std::env::args().skip(1).any(|a| a == "languages") {
+        languages();
+        return;
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("machine: {cores} cores ({})", std::env::consts::ARCH);
     if guard {
@@ -187,3 +197,125 @@ fn primes(runs: u32) -> f64 {
     );
     wasm_best.as_secs_f64() / native_best.as_secs_f64()
 }
+
+/// Empty jobs measured per language on a warm runtime.
+const LANGUAGE_SAMPLES: u32 = 2_000;
+
+/// Section 4: each language's echo fixture and wordcount example.
+fn languages() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let rust = |name: &str| format!("{}/{name}.wasm", env!("COHORT_GUESTS_DIR"));
+    let text = text::sample(text::SAMPLE_BYTES);
+    let rows = [
+        ("Rust", rust("fixture_echo"), rust("wordcount")),
+        (
+            "Python",
+            cohort_build(&format!("{root}/tests/fixtures/echo-py")),
+            cohort_build(&format!("{root}/examples/wordcount-py")),
+        ),
+        (
+            "JavaScript",
+            cohort_build(&format!("{root}/tests/fixtures/echo-js")),
+            cohort_build(&format!("{root}/examples/wordcount-js")),
+        ),
+    ];
+    println!("\n## Job languages: the same jobs in Rust, Python and JavaScript");
+    println!(
+        "| language | echo size | first compile | load from disk cache | empty job p50 / p99 ({LANGUAGE_SAMPLES}, warm) | wordcount size | wordcount, {} KB text |",
+        text.len() / 1000
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let mut outputs = Vec::new();
+    for (language, echo, wordcount) in rows {
+        let rt = current_thread();
+        let cache = tempfile::tempdir().unwrap();
+        let config = RuntimeConfig {
+            concurrent_jobs: 4,
+            data_dir: Some(cache.path().to_path_buf()),
+            ..RuntimeConfig::default()
+        };
+        let echo_wasm = std::fs::read(&echo).unwrap();
+        let runtime = Runtime::new(config.clone()).unwrap();
+        let started = Instant::now();
+        let module = rt.block_on(runtime.load(&echo_wasm)).unwrap();
+        let compile = started.elapsed();
+        // A fresh runtime on the same cache: what a restarted node pays.
+        let restarted = Runtime::new(config).unwrap();
+        let started = Instant::now();
+        rt.block_on(restarted.load(&echo_wasm)).unwrap();
+        let reload = started.elapsed();
+        drop(restarted);
+
+        let mut histogram = Histogram::<u64>::new(3).unwrap();
+        rt.block_on(async {
+            for i in 0..LANGUAGE_SAMPLES + LANGUAGE_SAMPLES / 10 {
+                let started = Instant::now();
+                let report = runtime
+                    .run(
+                        &module,
+                        JobRequest {
+                            input: b"ping".to_vec(),
+                            ..JobRequest::default()
+                        },
+                    )
+                    .await;
+                let nanos = started.elapsed().as_nanos() as u64;
+                assert_eq!(report.outcome.unwrap(), b"ping", "{language} echo");
+                if i >= LANGUAGE_SAMPLES / 10 {
+                    histogram.record(nanos).unwrap();
+                }
+            }
+        });
+
+        let wordcount_wasm = std::fs::read(&wordcount).unwrap();
+        let module = rt.block_on(runtime.load(&wordcount_wasm)).unwrap();
+        let run = || {
+            let started = Instant::now();
+            let report = rt.block_on(runtime.run(
+                &module,
+                JobRequest {
+                    input: text.clone().into_bytes(),
+                    ..JobRequest::default()
+                },
+            ));
+            (started.elapsed(), report.outcome.unwrap())
+        };
+        run(); // The first run of a module pays its memory image's faults.
+        let (elapsed, output) = (0..3).map(|_| run()).min_by_key(|(t, _)| *t).unwrap();
+        outputs.push((language, output));
+        let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
+        let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
+        println!(
+            "| {language} | {:.1} MB | {} | {} | {:.0} / {:.0} µs | {:.1} MB | {} |",
+            echo_wasm.len() as f64 / 1e6,
+            ms(compile),
+            ms(reload),
+            us(0.5),
+            us(0.99),
+            wordcount_wasm.len() as f64 / 1e6,
+            ms(elapsed),
+        );
+    }
+    for (language, output) in &outputs[1..] {
+        assert_eq!(
+            output, &outputs[0].1,
+            "{language} wordcount differs from Rust's"
+        );
+    }
+    println!("\n(wordcount outputs identical in all three languages)");
+}
+
+/// Builds a job project with `cohort build`, toolchains under `target/`.
+fn cohort_build(project: &str) -> String {
+    let toolchains = concat!(env!("CARGO_TARGET_TMPDIR"), "/toolchains");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["build", project, "--toolchains", toolchains])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("cohort build runs");
+    assert!(out.status.success(), "cohort build {project} failed");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[path = "../../tests/support/text.rs"]
+mod text;

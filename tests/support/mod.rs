@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod faults;
+pub mod text;
 
 use cohort::api::types::{ClusterResponse, JobResponse, SubmitRequest};
 use cohort::client::{Client, ClientError};

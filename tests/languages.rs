@@ -1,0 +1,414 @@
+//! Jobs in Python and JavaScript/TypeScript, end to end: `cohort new` and
+//! `cohort build` with the pinned toolchains (installed from PyPI and npm
+//! on first use; a missing toolchain fails these tests, it never skips
+//! them), the examples against their Rust twins byte for byte, uncaught
+//! errors, refused modules, and a kill-and-resume on a cluster.
+
+mod support;
+
+use cohort::client::Client;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use support::faults::check_job;
+use support::{CONVERGE, cohort, converge, guest, runtime, start};
+
+/// The repository root.
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+/// Where these tests keep toolchains, builds and compiled modules between
+/// runs (inside `target/`).
+const SCRATCH: &str = env!("CARGO_TARGET_TMPDIR");
+
+fn toolchains() -> String {
+    format!("{SCRATCH}/toolchains")
+}
+
+fn exec_cache() -> String {
+    format!("{SCRATCH}/exec-cache")
+}
+
+/// Builds the project at `project` (relative to the repository root) once
+/// per test process, with `cohort build`; returns the component's path.
+fn built(project: &str) -> PathBuf {
+    static BUILDS: OnceLock<Mutex<HashMap<String, Arc<OnceLock<PathBuf>>>>> = OnceLock::new();
+    let cell = BUILDS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(project.to_string())
+        .or_default()
+        .clone();
+    cell.get_or_init(|| {
+        let out = PathBuf::from(format!(
+            "{SCRATCH}/languages/{}.wasm",
+            project.replace('/', "_")
+        ));
+        build(&Path::new(ROOT).join(project), &out);
+        out
+    })
+    .clone()
+}
+
+/// `cohort build DIR -o OUT`, asserting success.
+fn build(dir: &Path, out: &Path) {
+    let output = cohort(
+        &[
+            "build",
+            dir.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--toolchains",
+            &toolchains(),
+        ],
+        b"",
+    );
+    assert!(
+        output.status.success(),
+        "cohort build {} failed:\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        out.to_str().unwrap(),
+        "cohort build prints the component's path, and only that"
+    );
+}
+
+/// `cohort exec MODULE` on `input` (plus `extra` arguments): (exit code,
+/// stdout, stderr).
+fn exec(module: &Path, input: &[u8], extra: &[&str]) -> (i32, Vec<u8>, String) {
+    let mut args = vec!["exec", module.to_str().unwrap(), "-i", "-", "--cache-dir"];
+    let cache = exec_cache();
+    args.push(&cache);
+    args.extend_from_slice(extra);
+    let output = cohort(&args, input);
+    (
+        output.status.code().unwrap_or(-1),
+        output.stdout,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Appends code point `c` to inclusive `ranges`, merging with the last.
+fn push_range(ranges: &mut Vec<(u32, u32)>, c: char) {
+    match ranges.last_mut() {
+        Some(last) if last.1 + 1 == c as u32 => last.1 = c as u32,
+        _ => ranges.push((c as u32, c as u32)),
+    }
+}
+
+fn range_list(ranges: &[(u32, u32)]) -> String {
+    ranges
+        .iter()
+        .map(|(a, b)| format!("[{a},{b}]"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The generated Unicode tables the Python and JS `wordcount` use, as they
+/// must read: Rust's `char::is_alphanumeric` as inclusive code-point
+/// ranges, and (for JS, whose `toLowerCase` has no final-sigma rule) the
+/// word characters Rust's final-sigma rule takes as cased or skips as
+/// case-ignorable, found by asking `to_lowercase` itself (std has no public
+/// Cased/Case_Ignorable tables).
+fn word_tables() -> [(&'static str, String); 3] {
+    let (mut alnum, mut cased, mut ignorable) = (Vec::new(), Vec::new(), Vec::new());
+    for c in (0..=char::MAX as u32).filter_map(char::from_u32) {
+        if c.is_alphanumeric() {
+            push_range(&mut alnum, c);
+        }
+        if !(c.is_alphanumeric() || c == '\'') {
+            continue;
+        }
+        // "cΣ" ends in a final sigma iff c is cased and not case-ignorable;
+        // "AcΣ" also does iff c is case-ignorable (skipped).
+        if format!("{c}Σ").to_lowercase().ends_with('ς') {
+            push_range(&mut cased, c);
+        } else if format!("A{c}Σ").to_lowercase().ends_with('ς') {
+            push_range(&mut ignorable, c);
+        }
+    }
+    let (major, minor, update) = char::UNICODE_VERSION;
+    let unicode = format!("Unicode {major}.{minor}.{update}");
+    let header = format!(
+        "Generated from Rust's char::is_alphanumeric ({unicode}) by tests/languages.rs; COHORT_BLESS=1 rewrites it. Do not edit."
+    );
+    let list = range_list(&alnum);
+    [
+        (
+            "examples/wordcount-py/alnum.py",
+            format!("# {header}\nRANGES = [{list}]\n"),
+        ),
+        (
+            "examples/wordcount-js/alnum.js",
+            format!("// {header}\nexport const RANGES = [{list}];\n"),
+        ),
+        (
+            "examples/wordcount-js/casing.js",
+            format!(
+                "// Generated from Rust's str::to_lowercase ({unicode}) by tests/languages.rs; COHORT_BLESS=1 rewrites it. \
+                 The word characters (alphanumeric or ') that its final-sigma rule takes as cased, and those it skips as case-ignorable. Do not edit.\n\
+                 export const CASED = [{}];\n\
+                 export const CASE_IGNORABLE = [{}];\n",
+                range_list(&cased),
+                range_list(&ignorable)
+            ),
+        ),
+    ]
+}
+
+#[test]
+fn the_word_tables_of_python_and_js_are_rusts() {
+    for (file, expected) in word_tables() {
+        let path = Path::new(ROOT).join(file);
+        if std::env::var_os("COHORT_BLESS").is_some() {
+            std::fs::write(&path, &expected).unwrap();
+        }
+        let actual = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            actual == expected,
+            "{file} is not Rust's table for this Unicode version: run `COHORT_BLESS=1 cargo test --test languages`"
+        );
+    }
+}
+
+#[test]
+fn new_jobs_build_and_run_as_they_are_in_every_language() {
+    let dir = tempfile::tempdir().unwrap();
+    for lang in ["rust", "python", "js"] {
+        let project = dir.path().join(format!("hello-{lang}"));
+        let out = cohort(&["new", "--lang", lang, project.to_str().unwrap()], b"");
+        assert!(out.status.success(), "{out:?}");
+        let component = dir.path().join(format!("hello-{lang}.wasm"));
+        if lang == "rust" {
+            // Its own target directory, kept between runs.
+            let output = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+                .args(["build", project.to_str().unwrap(), "-o"])
+                .arg(&component)
+                .env("CARGO_TARGET_DIR", format!("{SCRATCH}/new-rust-target"))
+                .output()
+                .unwrap();
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        } else {
+            build(&project, &component);
+        }
+        let (code, stdout, stderr) = exec(&component, br#"{"name": "Ada"}"#, &[]);
+        assert_eq!(code, 0, "{lang}: {stderr}");
+        assert_eq!(stdout, br#"{"greeting":"Hello, Ada!"}"#, "{lang}");
+        assert!(stderr.contains("greeting Ada"), "{lang} logs: {stderr}");
+        let (code, _, stderr) = exec(&component, b"{}", &[]);
+        assert_eq!(code, 1, "{lang}: {stderr}");
+        assert!(stderr.contains("bad_input"), "{lang}: {stderr}");
+    }
+    // Refusals name the problem.
+    let taken = cohort(
+        &["new", "--lang", "python", dir.path().to_str().unwrap()],
+        b"",
+    );
+    assert!(!taken.status.success());
+    let bad = cohort(&["new", "--lang", "js", "Not A Name"], b"");
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("job name"), "{stderr}");
+    let empty = tempfile::tempdir().unwrap();
+    let none = cohort(&["build", empty.path().to_str().unwrap()], b"");
+    let stderr = String::from_utf8_lossy(&none.stderr);
+    assert!(stderr.contains("is not a job project"), "{stderr}");
+}
+
+#[test]
+fn wordcount_gives_the_same_bytes_in_rust_python_and_javascript() {
+    let rust = guest("wordcount");
+    let python = built("examples/wordcount-py");
+    let js = built("examples/wordcount-js");
+    let text = support::text::sample(support::text::SAMPLE_BYTES);
+    let inputs: [&[u8]; 7] = [
+        text.as_bytes(),
+        b"",
+        b"'' ' '''",
+        "ΟΔΟΣ ΟΔΟΣ σοφίαΣ".as_bytes(),
+        "İstanbul İSTANBUL".as_bytes(),
+        "𝒜 𝒜b 𝒜 a Z z 𐐀 ﬀ".as_bytes(),
+        "don't 'quoted' 'tis rock'n'roll".as_bytes(),
+    ];
+    for input in inputs {
+        let (code, expected, stderr) = exec(&rust, input, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        for (language, module) in [("Python", &python), ("JavaScript", &js)] {
+            let (code, output, stderr) = exec(module, input, &[]);
+            assert_eq!(code, 0, "{language}: {stderr}");
+            assert!(
+                output == expected,
+                "{language} wordcount differs from Rust's on {:?}:\n{}\n{}",
+                String::from_utf8_lossy(&input[..input.len().min(60)]),
+                String::from_utf8_lossy(&output),
+                String::from_utf8_lossy(&expected)
+            );
+            assert!(stderr.contains("counted "), "{language} logs: {stderr}");
+        }
+    }
+    // Invalid UTF-8 is refused by every language alike.
+    for module in [&rust, &python, &js] {
+        let (code, _, stderr) = exec(module, b"caf\xe9", &[]);
+        assert_eq!(code, 1, "{stderr}");
+        assert!(stderr.contains("bad_input"), "{stderr}");
+    }
+}
+
+#[test]
+fn primes_in_python_and_typescript_count_like_rust_and_resume_from_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    for (language, module) in [
+        ("Python", built("examples/primes-py")),
+        ("TypeScript", built("examples/primes-ts")),
+    ] {
+        for limit in [1u64, 2, 100, 1_000_000] {
+            let input = format!(r#"{{"limit": {limit}}}"#);
+            let (code, output, stderr) = exec(&module, input.as_bytes(), &[]);
+            assert_eq!(code, 0, "{language}: {stderr}");
+            let expected = format!(
+                r#"{{"limit":{limit},"count":{}}}"#,
+                primes::count_primes(limit)
+            );
+            assert_eq!(String::from_utf8_lossy(&output), expected, "{language}");
+        }
+        // A checkpoint saved by one run is where the next one resumes.
+        let checkpoint = dir.path().join(format!("{language}.checkpoint"));
+        let input = br#"{"limit": 3000000}"#;
+        let (code, first, stderr) = exec(
+            &module,
+            input,
+            &["--save-checkpoint", checkpoint.to_str().unwrap()],
+        );
+        assert_eq!(code, 0, "{language}: {stderr}");
+        let (code, resumed, stderr) =
+            exec(&module, input, &["--resume", checkpoint.to_str().unwrap()]);
+        assert_eq!(code, 0, "{language}: {stderr}");
+        assert!(stderr.contains("resuming at"), "{language}: {stderr}");
+        assert_eq!(resumed, first, "{language}");
+        for bad in [
+            &b"not json"[..],
+            br#"{"limit": -1}"#,
+            br#"{"limit": 2199023255553}"#,
+        ] {
+            let (code, _, stderr) = exec(&module, bad, &[]);
+            assert_eq!(code, 1, "{language}: {stderr}");
+            assert!(stderr.contains("bad_input"), "{language}: {stderr}");
+        }
+    }
+}
+
+#[test]
+fn uncaught_exceptions_and_throws_are_job_errors_not_traps() {
+    let python = built("tests/fixtures/echo-py");
+    let js = built("tests/fixtures/echo-js");
+    for (module, input, message) in [
+        (&python, &b"raise"[..], "ValueError: asked to raise"),
+        (&js, b"throw-string", "boom"),
+        (&js, b"throw-error", "TypeError: asked to throw"),
+    ] {
+        let (code, _, stderr) = exec(module, input, &[]);
+        assert_eq!(code, 1, "a job error, not a trap: {stderr}");
+        assert!(stderr.contains("uncaught_exception"), "{stderr}");
+        assert!(stderr.contains(message), "{stderr}");
+    }
+    // The same components echo otherwise.
+    for module in [&python, &js] {
+        let (code, output, stderr) = exec(module, "héllo".as_bytes(), &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(output, "héllo".as_bytes());
+    }
+}
+
+#[test]
+fn python_and_typescript_jobs_resume_on_another_node_after_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = std::fs::read(built("examples/primes-py")).unwrap();
+    let typescript = std::fs::read(built("examples/primes-ts")).unwrap();
+    let n1 = start(&dir, "n1", "back-end,front-end", None);
+    let mut n2 = start(&dir, "n2", "worker", Some(&n1));
+    let n3 = start(&dir, "n3", "worker", Some(&n1));
+    runtime().block_on(async {
+        converge(&n1, "both workers", |c| c.workers.len() == 2).await;
+        let client = Client::new(&n1.url);
+        let mut ids = Vec::new();
+        for (language, wasm, limit) in [
+            ("Python", &python, PRIMES_PY_LONG),
+            ("TypeScript", &typescript, PRIMES_TS_LONG),
+        ] {
+            let digest = client.upload(wasm.clone()).await.unwrap();
+            // Two of each keep both workers busy with both languages.
+            for _ in 0..2 {
+                let request = support::job(&digest, &format!(r#"{{"limit": {limit}}}"#));
+                ids.push((language, limit, client.submit(&request).await.unwrap().id));
+            }
+        }
+        // Kill n2 once each language has a checkpointed attempt on it, or
+        // (if the workers split the languages) once one has.
+        let started = Instant::now();
+        let checkpointed = 'found: loop {
+            for (language, _, id) in &ids {
+                let job = client.job(*id, 0).await.unwrap();
+                let on_n2 = job.attempts.last().is_some_and(|a| a.worker == "n2");
+                if job.state == "running" && on_n2 && job.has_checkpoint {
+                    break 'found (*language, *id);
+                }
+            }
+            // The first job on each worker compiles the component there.
+            assert!(
+                started.elapsed() < CONVERGE * 4,
+                "no Python or TypeScript job checkpointed on n2"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        n2.kill();
+        for (language, limit, id) in &ids {
+            let expected = format!(
+                r#"{{"limit":{limit},"count":{}}}"#,
+                primes::count_primes(*limit)
+            );
+            check_job(&client, *id, expected.as_bytes()).await;
+            let _ = language;
+        }
+        let (language, id) = checkpointed;
+        let job = client.job(id, 0).await.unwrap();
+        let last = job.attempts.last().unwrap();
+        assert_eq!(last.worker, "n3", "{language}: {job:?}");
+        assert!(
+            last.log_tail.contains("resuming at"),
+            "{language} job resumed from its checkpoint: {job:?}"
+        );
+        drop(n3);
+    });
+}
+
+/// Limits that keep `primes` busy for several seconds in each language
+/// (so a kill lands mid-run), measured in BENCHMARKS.md.
+const PRIMES_PY_LONG: u64 = 2_000_000_000;
+const PRIMES_TS_LONG: u64 = 100_000_000;
+
+#[test]
+fn modules_for_another_job_version_or_with_foreign_imports_are_refused() {
+    for (fixture, code, names) in [
+        (
+            "fixture_future_job",
+            "module_job_version",
+            "cohort:job/host@0.2.0",
+        ),
+        (
+            "fixture_foreign_import",
+            "module_unsupported_import",
+            "acme:db/query",
+        ),
+    ] {
+        let (status, _, stderr) = exec(&guest(fixture), b"", &[]);
+        assert_eq!(status, 2, "{stderr}");
+        assert!(stderr.contains(&format!("[{code}]")), "{stderr}");
+        assert!(stderr.contains(names), "{stderr}");
+    }
+}
