@@ -227,7 +227,12 @@ fn languages() {
     println!("|---|---|---|---|---|---|---|");
     let mut outputs = Vec::new();
     for (language, echo, wordcount) in rows {
-        let rt = current_thread();
+        // Multi-threaded, as on a node: a warm instance is made on another
+        // thread while a job runs (one job at a time all the same).
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let cache = tempfile::tempdir().unwrap();
         let config = RuntimeConfig {
             concurrent_jobs: 4,
