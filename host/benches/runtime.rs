@@ -227,8 +227,7 @@ fn languages() {
     println!("|---|---|---|---|---|---|---|");
     let mut outputs = Vec::new();
     for (language, echo, wordcount) in rows {
-        // Multi-threaded, as on a node: a warm instance is made on another
-        // thread while a job runs (one job at a time all the same).
+        // Multi-threaded, as on a node (one job at a time all the same).
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

@@ -21,16 +21,6 @@
 //!   own failure: the runtime and other jobs carry on.
 //! * **Bounded concurrency.** A semaphore sized to the instance pool keeps
 //!   jobs from failing on pool exhaustion: excess jobs wait for a slot.
-//! * **Warm instances for heavy modules.** Instantiating a Rust job takes
-//!   microseconds; a Python or JavaScript one (a language runtime of
-//!   thousands of functions linked across its core modules) most of a
-//!   millisecond. For a module whose last instantiation took more than
-//!   [`WARM_INSTANTIATE_MIN`], the runtime keeps one instance made ahead:
-//!   a job takes it, and the next one is made in the background while the
-//!   job runs. Each is still used by one job only, and made from the same
-//!   `InstancePre` as an instance made on the spot. At most
-//!   [`WARM_MODULES_MAX`] modules have one; the pool has that many extra
-//!   slots for them.
 //!
 //! # Not here
 //!
@@ -50,7 +40,6 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::Semaphore;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -61,13 +50,6 @@ pub const CONCURRENT_JOBS_DEFAULT: u32 = 64;
 /// for its memories (4 GiB + guard each), and 10,000 slots stay well inside
 /// a 64-bit process's 128 TiB.
 pub const CONCURRENT_JOBS_MAX: u32 = 10_000;
-/// Modules that may have a warm instance waiting at once (see the module
-/// docs); each holds a pool slot and its memory image's resident pages.
-const WARM_MODULES_MAX: u32 = 4;
-/// A module whose instantiation takes longer than this gets a warm
-/// instance. Rust jobs instantiate in ~3 µs (a warm one would only add a
-/// task hand-off); Python ~700 µs and JavaScript ~200 µs (BENCHMARKS.md).
-const WARM_INSTANTIATE_MIN: std::time::Duration = std::time::Duration::from_micros(50);
 /// Default number of compiled modules kept in memory.
 pub const MODULE_CACHE_LEN_DEFAULT: usize = 64;
 /// Modules compiled at once. Each compilation already uses every core
@@ -153,13 +135,6 @@ pub struct Runtime {
     inner: Arc<Inner>,
 }
 
-/// A module's warm instance.
-enum WarmEntry {
-    /// Being instantiated in the background.
-    Making,
-    Ready(job::Warm),
-}
-
 struct Inner {
     engine: Engine,
     linker: Linker<JobState>,
@@ -169,12 +144,6 @@ struct Inner {
     slots: Semaphore,
     /// Bounds compilations in flight (see [`COMPILES_CONCURRENT_MAX`]).
     compiles: Semaphore,
-    /// Warm instances, ready or being made, by module.
-    warm: Mutex<LruCache<Digest, WarmEntry>>,
-    /// One permit per pool slot set aside for warm instances.
-    warm_slots: Arc<Semaphore>,
-    /// Jobs that ran in a warm instance.
-    warm_used: std::sync::atomic::AtomicU64,
     memory_bytes_max: u64,
     ticker_stop: Arc<AtomicBool>,
 }
@@ -234,11 +203,6 @@ impl Runtime {
                 disk_cache,
                 slots: Semaphore::new(config.concurrent_jobs as usize),
                 compiles: Semaphore::new(COMPILES_CONCURRENT_MAX),
-                warm: Mutex::new(LruCache::new(
-                    NonZeroUsize::new(WARM_MODULES_MAX as usize).expect("at least 1"),
-                )),
-                warm_slots: Arc::new(Semaphore::new(WARM_MODULES_MAX as usize)),
-                warm_used: Default::default(),
                 memory_bytes_max: config.memory_bytes_max,
                 ticker_stop,
             }),
@@ -310,65 +274,7 @@ impl Runtime {
             .acquire()
             .await
             .expect("the slot semaphore is never closed");
-        let warm = self.take_warm(module);
-        if Duration::from_nanos(module.inner.instantiate_nanos.load(Ordering::Relaxed))
-            > WARM_INSTANTIATE_MIN
-        {
-            self.make_warm(module);
-        }
-        job::execute(&self.inner.engine, module, request, warm).await
-    }
-
-    /// The module's warm instance, if one is ready.
-    fn take_warm(&self, module: &Module) -> Option<job::Warm> {
-        let mut warm = lock(&self.inner.warm);
-        if !matches!(warm.peek(&module.inner.digest), Some(WarmEntry::Ready(_))) {
-            return None;
-        }
-        match warm.pop(&module.inner.digest) {
-            Some(WarmEntry::Ready(instance)) => {
-                self.inner.warm_used.fetch_add(1, Ordering::Relaxed);
-                Some(instance)
-            }
-            _ => None,
-        }
-    }
-
-    /// How many jobs so far ran in an instance made ahead of them.
-    pub fn warm_instances_used(&self) -> u64 {
-        self.inner.warm_used.load(Ordering::Relaxed)
-    }
-
-    /// Starts making a warm instance of `module` in the background unless
-    /// one is ready or being made, or every warm slot is taken.
-    fn make_warm(&self, module: &Module) {
-        let digest = module.inner.digest;
-        let permit = {
-            let mut warm = lock(&self.inner.warm);
-            if warm.contains(&digest) {
-                return;
-            }
-            let Ok(permit) = self.inner.warm_slots.clone().try_acquire_owned() else {
-                return;
-            };
-            warm.put(digest, WarmEntry::Making);
-            permit
-        };
-        let (this, module) = (self.clone(), module.clone());
-        tokio::spawn(async move {
-            let made = job::prepare(&this.inner.engine, &module, permit).await;
-            let mut warm = lock(&this.inner.warm);
-            match made {
-                // May evict another module's entry (dropping its instance).
-                Ok(instance) => {
-                    warm.put(digest, WarmEntry::Ready(instance));
-                }
-                Err(error) => {
-                    tracing::debug!(%digest, error = %format!("{error:#}"), "cannot make a warm instance");
-                    warm.pop(&digest);
-                }
-            }
-        });
+        job::execute(&self.inner.engine, module, request).await
     }
 
     /// Runs `module` with default limits on `input`; a convenience for tests
@@ -383,7 +289,10 @@ impl Runtime {
     }
 
     fn lock_cache(&self) -> std::sync::MutexGuard<'_, LruCache<Digest, Module>> {
-        lock(&self.inner.memory_cache)
+        self.inner
+            .memory_cache
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Compiles, links and caches. Runs on a blocking thread.
@@ -450,11 +359,7 @@ impl Runtime {
             ModuleError::WrongWorld(format!("it does not export the job world's `run`: {e:#}"))
         })?;
         Ok(Module {
-            inner: Arc::new(ModuleInner {
-                digest,
-                pre,
-                instantiate_nanos: Default::default(),
-            }),
+            inner: Arc::new(ModuleInner { digest, pre }),
         })
     }
 }
@@ -501,18 +406,9 @@ fn unsupported_import(detail: &str) -> ModuleError {
     }
 }
 
-/// Locks `mutex`, recovering from poisoning (no critical section here can
-/// leave a cache inconsistent).
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 fn build_engine(config: &RuntimeConfig) -> wasmtime::Result<Engine> {
     let mut pool = PoolingAllocationConfig::default();
-    // Running jobs, plus the warm instances made ahead.
-    let slots = config.concurrent_jobs + WARM_MODULES_MAX;
+    let slots = config.concurrent_jobs;
     pool.total_component_instances(slots)
         .total_core_instances(slots * CORE_INSTANCES_PER_COMPONENT_MAX)
         .total_memories(slots * MEMORIES_PER_COMPONENT_MAX)

@@ -40,9 +40,6 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 /// Extra time the host-side timeout allows beyond the job's deadline, so that
 /// the epoch deadline (which stops the guest cleanly) fires first.
 const HOST_TIMEOUT_GRACE: Duration = Duration::from_millis(100);
-/// Longest a warm instance's instantiation may run (start functions are
-/// guest code); a job's own instantiation counts against its timeout.
-const PREPARE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest progress message kept, in bytes.
 const PROGRESS_MESSAGE_BYTES_MAX: usize = 256;
 /// Longest job-error code kept, in bytes.
@@ -326,95 +323,49 @@ fn truncate_utf8(mut text: String, bytes_max: usize) -> String {
     text
 }
 
-/// A store with a module already instantiated in it, made before the job
-/// that will use it: a language runtime's instantiation (thousands of
-/// functions linked between its core modules) then happens off the job's
-/// path. It is used by exactly one job, like an instance made for it;
-/// [`execute`] fills in that job's state when it takes it.
-pub(crate) struct Warm {
-    store: Store<JobState>,
-    instance: Job,
-    /// Held while the instance exists: bounds the pool slots warm
-    /// instances occupy.
-    _permit: tokio::sync::OwnedSemaphorePermit,
-}
-
-/// Instantiates `module` into a store of its own for a job to come.
-pub(crate) async fn prepare(
-    engine: &Engine,
-    module: &Module,
-    permit: tokio::sync::OwnedSemaphorePermit,
-) -> wasmtime::Result<Warm> {
-    let mut state = JobState::blank();
-    // A start function runs guest code: bounded like a job, by the epoch.
-    state.deadline = Instant::now() + PREPARE_TIMEOUT;
-    let mut store = new_store(engine, state);
-    store.set_epoch_deadline(1);
-    let instance = module.inner.pre.instantiate_async(&mut store).await?;
-    Ok(Warm {
-        store,
-        instance,
-        _permit: permit,
-    })
-}
-
-impl JobState {
-    /// A state with no job yet: no log room, no limits, no deadline.
-    fn blank() -> Self {
-        let log = SharedLog::new(JobLog::new(0, None));
-        let wasi = WasiCtxBuilder::new()
-            .stdout(log.clone())
-            .stderr(log.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
-        Self {
-            wasi,
-            table: ResourceTable::new(),
-            limiter: JobLimiter {
-                memory_bytes_max: u64::MAX,
-                memory_bytes: 0,
-                memory_peak_bytes: 0,
-                memory_refused_bytes: None,
-            },
-            log,
-            latest: Default::default(),
-            resume_state: None,
-            checkpoint_bytes_max: 0,
-            observer: None,
-            deadline: Instant::now(),
-            timed_out: false,
-            checkpoint_refused_bytes: None,
-        }
-    }
-
-    /// Makes this state the given job's: its limits, log, checkpoint and
-    /// deadline (from `started`).
-    fn arm(
-        &mut self,
-        limits: &JobLimits,
-        resume_state: Option<Vec<u8>>,
-        observer: Option<Arc<dyn JobObserver>>,
-        started: Instant,
-    ) {
-        self.log.replace(JobLog::new(
-            usize::try_from(limits.log_bytes).unwrap_or(usize::MAX),
-            observer.clone(),
-        ));
-        self.limiter.memory_bytes_max = limits.memory_bytes;
-        self.latest = Default::default();
-        self.resume_state = resume_state;
-        self.checkpoint_bytes_max = limits.checkpoint_bytes;
-        self.observer = observer;
-        self.deadline = started + limits.timeout();
-    }
-}
-
-/// A store with the limiter and the epoch deadline callback installed.
-fn new_store(engine: &Engine, state: JobState) -> Store<JobState> {
+/// Runs one attempt of `module` on `request` and reports how it ended.
+/// Never panics on anything the guest does.
+pub(crate) async fn execute(engine: &Engine, module: &Module, request: JobRequest) -> JobReport {
+    let JobRequest {
+        input,
+        limits,
+        resume_state,
+        observer,
+    } = request;
+    let log = SharedLog::new(JobLog::new(
+        usize::try_from(limits.log_bytes).unwrap_or(usize::MAX),
+        observer.clone(),
+    ));
+    let latest = Arc::new(Mutex::new(Latest::default()));
+    let wasi = WasiCtxBuilder::new()
+        .stdout(log.clone())
+        .stderr(log.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .build();
+    let started = Instant::now();
+    let state = JobState {
+        wasi,
+        table: ResourceTable::new(),
+        limiter: JobLimiter {
+            memory_bytes_max: limits.memory_bytes,
+            memory_bytes: 0,
+            memory_peak_bytes: 0,
+            memory_refused_bytes: None,
+        },
+        log: log.clone(),
+        latest: latest.clone(),
+        resume_state,
+        checkpoint_bytes_max: limits.checkpoint_bytes,
+        observer,
+        deadline: started + limits.timeout(),
+        timed_out: false,
+        checkpoint_refused_bytes: None,
+    };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
+    store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|mut ctx| {
         let state = ctx.data_mut();
         if Instant::now() >= state.deadline {
@@ -423,41 +374,8 @@ fn new_store(engine: &Engine, state: JobState) -> Store<JobState> {
         }
         Ok(UpdateDeadline::Yield(1))
     });
-    store
-}
 
-/// Runs one attempt of `module` on `request` and reports how it ended, in
-/// `warm` if given (made by [`prepare`] for this module), else in an
-/// instance made now. Never panics on anything the guest does.
-pub(crate) async fn execute(
-    engine: &Engine,
-    module: &Module,
-    request: JobRequest,
-    warm: Option<Warm>,
-) -> JobReport {
-    let JobRequest {
-        input,
-        limits,
-        resume_state,
-        observer,
-    } = request;
-    let started = Instant::now();
-    let (mut store, instance, _permit) = match warm {
-        Some(Warm {
-            store,
-            instance,
-            _permit,
-        }) => (store, Some(instance), Some(_permit)),
-        None => (new_store(engine, JobState::blank()), None, None),
-    };
-    store
-        .data_mut()
-        .arm(&limits, resume_state, observer, started);
-    store.set_epoch_deadline(1);
-    let log = store.data().log.clone();
-    let latest = store.data().latest.clone();
-
-    let call = call_run(&mut store, module, instance, &input);
+    let call = call_run(&mut store, module, &input);
     let result = tokio::time::timeout(limits.timeout() + HOST_TIMEOUT_GRACE, call).await;
     let duration = started.elapsed();
 
@@ -511,38 +429,14 @@ enum CallError {
 async fn call_run(
     store: &mut Store<JobState>,
     module: &Module,
-    warm: Option<Job>,
     input: &[u8],
 ) -> Result<Result<Vec<u8>, types::JobError>, CallError> {
-    let instance = match warm {
-        Some(instance) => {
-            // Made before this job's limit was known: its initial memory
-            // is checked against it here instead of by the limiter.
-            let limiter = &mut store.data_mut().limiter;
-            if limiter.memory_bytes > limiter.memory_bytes_max {
-                limiter.memory_refused_bytes = Some(limiter.memory_bytes);
-                return Err(CallError::Instantiate(wasmtime::format_err!(
-                    "the module's initial memory is over the job's limit"
-                )));
-            }
-            instance
-        }
-        None => {
-            let started = Instant::now();
-            let instance = module
-                .inner
-                .pre
-                .instantiate_async(&mut *store)
-                .await
-                .map_err(CallError::Instantiate)?;
-            let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            module
-                .inner
-                .instantiate_nanos
-                .store(nanos, std::sync::atomic::Ordering::Relaxed);
-            instance
-        }
-    };
+    let instance: Job = module
+        .inner
+        .pre
+        .instantiate_async(&mut *store)
+        .await
+        .map_err(CallError::Instantiate)?;
     instance
         .call_run(&mut *store, input)
         .await

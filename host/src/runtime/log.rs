@@ -92,11 +92,6 @@ impl SharedLog {
         self.lock().dropped_bytes()
     }
 
-    /// Starts over with `log` (a warm instance's log, armed for its job).
-    pub fn replace(&self, log: JobLog) {
-        *self.lock() = log;
-    }
-
     /// Takes the finished log out, leaving an empty one with the same cap.
     pub fn take(&self) -> Vec<u8> {
         let mut guard = self.lock();

@@ -175,10 +175,6 @@ pub struct Module {
 pub(crate) struct ModuleInner {
     pub(crate) digest: Digest,
     pub(crate) pre: JobPre<JobState>,
-    /// How long the last instantiation made on a job's path took, in ns
-    /// (0 until one has): decides whether the module is worth a warm
-    /// instance (see `Runtime::run`).
-    pub(crate) instantiate_nanos: std::sync::atomic::AtomicU64,
 }
 
 impl Module {
