@@ -9,10 +9,11 @@ mod support;
 use cohort::client::Client;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use support::faults::check_job;
-use support::{CONVERGE, cohort, converge, guest, runtime, start};
+use support::{CONVERGE, cohort, converge, guest, run_bounded, runtime, start};
 
 /// The repository root.
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
@@ -184,12 +185,13 @@ fn new_jobs_build_and_run_as_they_are_in_every_language() {
         let component = dir.path().join(format!("hello-{lang}.wasm"));
         if lang == "rust" {
             // Its own target directory, kept between runs.
-            let output = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
-                .args(["build", project.to_str().unwrap(), "-o"])
-                .arg(&component)
-                .env("CARGO_TARGET_DIR", format!("{SCRATCH}/new-rust-target"))
-                .output()
-                .unwrap();
+            let output = run_bounded(
+                Command::new(env!("CARGO_BIN_EXE_cohort"))
+                    .args(["build", project.to_str().unwrap(), "-o"])
+                    .arg(&component)
+                    .env("CARGO_TARGET_DIR", format!("{SCRATCH}/new-rust-target")),
+                b"",
+            );
             assert!(
                 output.status.success(),
                 "{}",
@@ -323,6 +325,118 @@ fn uncaught_exceptions_and_throws_are_job_errors_not_traps() {
         assert_eq!(code, 0, "{stderr}");
         assert_eq!(output, "héllo".as_bytes());
     }
+}
+
+#[test]
+fn the_python_sdk_passes_its_unit_tests_in_plain_cpython() {
+    let sdk = Path::new(ROOT).join("guest-sdk/python");
+    let out = run_bounded(
+        Command::new("python3")
+            .args(["-m", "unittest", "discover", "-v", "-s"])
+            .arg(sdk.join("tests"))
+            .env("PYTHONPATH", &sdk)
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
+        b"",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("\nOK"), "{stderr}");
+}
+
+#[test]
+fn the_js_sdk_passes_its_unit_tests_in_node() {
+    let tests = Path::new(ROOT).join("guest-sdk/js/test/sdk.test.js");
+    let out = run_bounded(Command::new("node").arg("--test").arg(&tests), b"");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("# fail 0"), "{stdout}");
+}
+
+#[test]
+fn the_js_sdk_types_are_what_jco_generates_from_the_wit() {
+    let sdk = Path::new(ROOT).join("guest-sdk/js");
+    let generated = tempfile::tempdir().unwrap();
+    // jco 1.11.1 (later ones fail to read WIT paths), with the WIT named
+    // relative to the working directory, as it needs.
+    let out = run_bounded(
+        Command::new("npx")
+            .current_dir(&sdk)
+            .args(["--yes", "@bytecodealliance/jco@1.11.1", "guest-types"])
+            .args(["../../wit/job.wit", "-n", "job", "-q", "-o"])
+            .arg(generated.path()),
+        b"",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for file in [
+        "job.d.ts",
+        "interfaces/cohort-job-host.d.ts",
+        "interfaces/cohort-job-types.d.ts",
+    ] {
+        let committed = std::fs::read_to_string(sdk.join("types").join(file)).unwrap();
+        let fresh = std::fs::read_to_string(generated.path().join(file)).unwrap();
+        assert!(
+            committed == fresh,
+            "guest-sdk/js/types/{file} is not what jco generates from wit/job.wit: regenerate it (guest-sdk/js/README.md)"
+        );
+    }
+}
+
+#[test]
+fn a_component_importing_wasi_http_loads_and_its_requests_are_refused() {
+    // Built by componentize-js with its HTTP support left in (as stock
+    // tools do, unlike `cohort build`), so it imports wasi:http.
+    built("tests/fixtures/echo-js"); // Installs the JS toolchain.
+    let tools = std::fs::read_dir(toolchains())
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| {
+            path.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("js-")
+        })
+        .expect("the JS toolchain is installed");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("fetcher.js"),
+        r#"
+        export async function run(input) {
+          let outcome;
+          try {
+            await fetch("http://127.0.0.1:9/");
+            outcome = "fetched";
+          } catch (error) {
+            outcome = `refused: ${error}`;
+          }
+          return new TextEncoder().encode(outcome);
+        }
+        "#,
+    )
+    .unwrap();
+    let component = dir.path().join("fetcher.wasm");
+    let out = run_bounded(
+        Command::new(tools.join("node_modules/.bin/componentize-js"))
+            .current_dir(dir.path())
+            .args(["fetcher.js", "-n", "job", "--wit"])
+            .arg(Path::new(ROOT).join("wit/job.wit"))
+            .arg("-o")
+            .arg(&component),
+        b"",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (code, output, stderr) = exec(&component, b"", &[]);
+    assert_eq!(code, 0, "it loads and runs: {stderr}");
+    let output = String::from_utf8_lossy(&output);
+    assert!(output.starts_with("refused: "), "{output}");
 }
 
 #[test]

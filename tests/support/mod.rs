@@ -134,18 +134,24 @@ fn wait_bounded(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus 
 
 /// Runs `cohort` with `args` and `stdin`, killing it if it overruns.
 pub fn cohort(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(args)
+    run_bounded(Command::new(env!("CARGO_BIN_EXE_cohort")).args(args), stdin)
+}
+
+/// Runs `command` with `stdin`, collecting its output; kills it (and fails
+/// the test) past [`PROCESS_TIMEOUT`].
+pub fn run_bounded(command: &mut Command, stdin: &[u8]) -> Output {
+    let what = format!("{command:?}");
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("cohort starts");
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
     child.stdin.take().unwrap().write_all(stdin).unwrap();
     // Drain both pipes while waiting, or a chatty child blocks on a full pipe.
     let stdout = drain(child.stdout.take().unwrap());
     let stderr = drain(child.stderr.take().unwrap());
-    let status = wait_bounded(&mut child, PROCESS_TIMEOUT, &format!("cohort {args:?}"));
+    let status = wait_bounded(&mut child, PROCESS_TIMEOUT, &what);
     Output {
         status,
         stdout: stdout.join().unwrap(),

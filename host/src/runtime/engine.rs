@@ -4,7 +4,9 @@
 //!
 //! * **One engine, one linker, one ticker.** The [`Runtime`] owns a single
 //!   `Engine` (component model, epoch interruption, pooling allocator), a
-//!   `Linker` holding WASI p2 plus cohort's `host` interface, and one thread
+//!   `Linker` holding WASI p2 (with `wasi:http`, whose every request is
+//!   refused: linked so that language runtimes importing it load) plus
+//!   cohort's `host` interface, and one thread
 //!   that advances the engine's epoch every [`EPOCH_TICK`]. Creating these is
 //!   expensive; running a job is not.
 //! * **Validate before accept.** [`Runtime::load`] checks the preamble,
@@ -176,6 +178,8 @@ impl Runtime {
         let engine = build_engine(&config).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::<JobState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         Job::add_to_linker::<_, HasSelf<JobState>>(&mut linker, |state| state)
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;

@@ -33,6 +33,10 @@ use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
 use wasmtime::{Engine, ResourceLimiter, Store, Trap, UpdateDeadline, WasmBacktrace};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{
+    Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
+    WasiHttpView,
+};
 
 /// How often the engine's epoch advances: the granularity of deadlines and
 /// the longest a job runs before yielding to the executor.
@@ -223,6 +227,8 @@ impl ResourceLimiter for JobLimiter {
 /// Everything a running job's store holds.
 pub struct JobState {
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    no_network: NoNetwork,
     table: ResourceTable,
     limiter: JobLimiter,
     log: SharedLog,
@@ -249,6 +255,43 @@ impl WasiView for JobState {
             ctx: &mut self.wasi,
             table: &mut self.table,
         }
+    }
+}
+
+impl WasiHttpView for JobState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.no_network,
+        }
+    }
+}
+
+/// `wasi:http` for jobs: linked so that a component whose language runtime
+/// imports it (JavaScript built with its `fetch` support, say) loads, with
+/// every outgoing request refused as `HTTP-request-denied`. Jobs have no
+/// network.
+struct NoNetwork;
+
+impl WasiHttpHooks for NoNetwork {
+    fn send_request(
+        &mut self,
+        _request: http::Request<WasiBody>,
+        _options: Option<RequestOptions>,
+        _response_errors: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = Result<
+                    (
+                        http::Response<WasiBody>,
+                        Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+                    ),
+                    HttpError,
+                >,
+            > + Send,
+    > {
+        Box::new(async { Err(HttpError::HttpRequestDenied) })
     }
 }
 
@@ -347,6 +390,8 @@ pub(crate) async fn execute(engine: &Engine, module: &Module, request: JobReques
     let started = Instant::now();
     let state = JobState {
         wasi,
+        http: WasiHttpCtx::new(),
+        no_network: NoNetwork,
         table: ResourceTable::new(),
         limiter: JobLimiter {
             memory_bytes_max: limits.memory_bytes,
