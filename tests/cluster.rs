@@ -6,9 +6,11 @@ mod support;
 
 use cohort::client::Client;
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::faults::check_job;
-use support::{CONVERGE, converge, job, live, runtime, settle, start, upload};
+use support::{
+    CONVERGE, converge, job, live, running_with_checkpoint, runtime, settle, start, upload,
+};
 
 #[test]
 fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
@@ -123,27 +125,17 @@ fn jobs_of_a_killed_worker_resume_elsewhere_from_their_checkpoints_with_one_outc
             ids.push(client.submit(&request).await.unwrap().id);
         }
         // Kill n2 once one of its attempts has saved a checkpoint.
-        let started = Instant::now();
         let mut progress_seen = false;
-        let checkpointed = 'found: loop {
-            for id in &ids {
-                let job = client.job(*id, 0).await.unwrap();
-                // n1 runs no worker: progress reaches it through the polls.
-                progress_seen |= job
-                    .progress
-                    .as_ref()
-                    .is_some_and(|p| p.message == "sieving");
-                let on_n2 = job.attempts.last().is_some_and(|a| a.worker == "n2");
-                if job.state == "running" && on_n2 && job.has_checkpoint && progress_seen {
-                    break 'found *id;
-                }
-            }
-            assert!(
-                started.elapsed() < CONVERGE,
-                "no job checkpointed on n2 (progress seen on n1: {progress_seen})"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let checkpointed = running_with_checkpoint(&client, &ids, "n2", CONVERGE, |job| {
+            // n1 runs no worker: progress reaches it through the polls.
+            progress_seen |= job
+                .progress
+                .as_ref()
+                .is_some_and(|p| p.message == "sieving");
+            progress_seen
+        })
+        .await
+        .id;
         n2.kill();
         assert!(
             progress_seen,

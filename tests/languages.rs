@@ -11,9 +11,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
 use support::faults::check_job;
-use support::{CONVERGE, cohort, converge, guest, run_bounded, runtime, start};
+use support::{
+    CONVERGE, cohort, converge, guest, run_bounded, running_with_checkpoint, runtime, start,
+};
 
 /// The repository root.
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
@@ -356,13 +357,36 @@ fn the_js_sdk_passes_its_unit_tests_in_node() {
 fn the_js_sdk_types_are_what_jco_generates_from_the_wit() {
     let sdk = Path::new(ROOT).join("guest-sdk/js");
     let generated = tempfile::tempdir().unwrap();
-    // jco 1.11.1 (later ones fail to read WIT paths), with the WIT named
-    // relative to the working directory, as it needs.
+    // The jco pinned in guest-sdk/js/types-tool, installed where
+    // .ci/install-toolchains puts it (here if it has not). Later jcos fail to
+    // read WIT paths; this one needs the WIT named relative to its working
+    // directory.
+    let jco = Path::new(SCRATCH).join("jco");
+    let bin = jco.join("node_modules/.bin/jco");
+    if !bin.exists() {
+        std::fs::create_dir_all(&jco).unwrap();
+        for file in ["package.json", "package-lock.json"] {
+            std::fs::copy(sdk.join("types-tool").join(file), jco.join(file)).unwrap();
+        }
+        let out = run_bounded(
+            Command::new("npm").current_dir(&jco).args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+            ]),
+            b"",
+        );
+        assert!(
+            out.status.success(),
+            "installing jco from npm: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let out = run_bounded(
-        Command::new("npx")
+        Command::new(&bin)
             .current_dir(&sdk)
-            .args(["--yes", "@bytecodealliance/jco@1.11.1", "guest-types"])
-            .args(["../../wit/job.wit", "-n", "job", "-q", "-o"])
+            .args(["guest-types", "../../wit/job.wit", "-n", "job", "-q", "-o"])
             .arg(generated.path()),
         b"",
     );
@@ -472,35 +496,23 @@ fn python_and_typescript_jobs_resume_on_another_node_after_a_kill() {
                 ids.push((language, limit, client.submit(&request).await.unwrap().id));
             }
         }
-        // Kill n2 once each language has a checkpointed attempt on it, or
-        // (if the workers split the languages) once one has.
-        let started = Instant::now();
-        let checkpointed = 'found: loop {
-            for (language, _, id) in &ids {
-                let job = client.job(*id, 0).await.unwrap();
-                let on_n2 = job.attempts.last().is_some_and(|a| a.worker == "n2");
-                if job.state == "running" && on_n2 && job.has_checkpoint {
-                    break 'found (*language, *id);
-                }
-            }
-            // The first job on each worker compiles the component there.
-            assert!(
-                started.elapsed() < CONVERGE * 4,
-                "no Python or TypeScript job checkpointed on n2"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        // Kill n2 once one of its attempts (of either language) has saved
+        // a checkpoint; the first job on each worker compiles the
+        // component there, hence the longer wait.
+        let all: Vec<u64> = ids.iter().map(|(_, _, id)| *id).collect();
+        let checkpointed = running_with_checkpoint(&client, &all, "n2", CONVERGE * 4, |_| true)
+            .await
+            .id;
+        let language = ids.iter().find(|(_, _, id)| *id == checkpointed).unwrap().0;
         n2.kill();
-        for (language, limit, id) in &ids {
+        for (_, limit, id) in &ids {
             let expected = format!(
                 r#"{{"limit":{limit},"count":{}}}"#,
                 primes::count_primes(*limit)
             );
             check_job(&client, *id, expected.as_bytes()).await;
-            let _ = language;
         }
-        let (language, id) = checkpointed;
-        let job = client.job(id, 0).await.unwrap();
+        let job = client.job(checkpointed, 0).await.unwrap();
         let last = job.attempts.last().unwrap();
         assert_eq!(last.worker, "n3", "{language}: {job:?}");
         assert!(

@@ -52,6 +52,34 @@ pub fn job(module: &str, input: &str) -> SubmitRequest {
     }
 }
 
+/// Polls jobs `ids` until one is running on `worker` with a checkpoint
+/// saved and `also` holds for it (`also` sees every job polled); returns
+/// that job. Fails the test past `within`.
+pub async fn running_with_checkpoint(
+    client: &Client,
+    ids: &[u64],
+    worker: &str,
+    within: Duration,
+    mut also: impl FnMut(&JobResponse) -> bool,
+) -> JobResponse {
+    let started = Instant::now();
+    loop {
+        for id in ids {
+            let job = client.job(*id, 0).await.unwrap();
+            let on_worker = job.attempts.last().is_some_and(|a| a.worker == worker);
+            let wanted = also(&job);
+            if job.state == "running" && on_worker && job.has_checkpoint && wanted {
+                return job;
+            }
+        }
+        assert!(
+            started.elapsed() < within,
+            "no job running on {worker} saved a checkpoint within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits (bounded by [`SETTLE`]) until job `id` is no longer queued or
 /// running; returns it.
 pub async fn settle(client: &Client, id: u64) -> JobResponse {
