@@ -298,11 +298,9 @@ fn build_python(
     output: Option<&Path>,
     toolchains: &Path,
 ) -> anyhow::Result<PathBuf> {
-    let manifest = project.join("pyproject.toml");
-    let text = fs::read_to_string(&manifest)
-        .with_context(|| format!("cannot read {}", manifest.display()))?;
-    let pyproject: PyProject =
-        toml::from_str(&text).with_context(|| format!("{} is not valid", manifest.display()))?;
+    let pyproject: PyProject = read_manifest(project, Lang::Python, |text| {
+        toml::from_str(text).map_err(anyhow::Error::from)
+    })?;
     let name = pyproject
         .project
         .and_then(|project| project.name)
@@ -328,7 +326,7 @@ fn build_python(
     let sdk = ensure_sdk(toolchains)?;
     let out = output_path(project, &name, output)?;
     eprintln!("cohort build: componentize-py (Python job `{name}`, module `{module}`)");
-    let status = python_tool(&tools)
+    run(python_tool(&tools)
         .current_dir(project)
         .arg("-d")
         .arg(sdk.join("wit/job.wit"))
@@ -338,12 +336,8 @@ fn build_python(
         .arg(sdk.join("python"))
         .arg("-o")
         .arg(&out)
-        .stdout(to_stderr())
-        .status()
-        .context("cannot run componentize-py")?;
-    if !status.success() {
-        bail!("componentize-py failed ({status}); its messages are above");
-    }
+        .stdout(to_stderr()))
+    .context("componentize-py failed; its messages are above")?;
     Ok(out)
 }
 
@@ -420,11 +414,9 @@ struct PackageJson {
 }
 
 fn build_js(project: &Path, output: Option<&Path>, toolchains: &Path) -> anyhow::Result<PathBuf> {
-    let manifest = project.join("package.json");
-    let text = fs::read_to_string(&manifest)
-        .with_context(|| format!("cannot read {}", manifest.display()))?;
-    let package: PackageJson = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not valid JSON", manifest.display()))?;
+    let package: PackageJson = read_manifest(project, Lang::Js, |text| {
+        serde_json::from_str(text).map_err(anyhow::Error::from)
+    })?;
     let name = package
         .name
         .map(|name| name.rsplit('/').next().unwrap_or(&name).to_string())
@@ -587,6 +579,18 @@ fn install_once(
     Ok(())
 }
 
+/// The project's marker file for `lang`, read and parsed by `parse`.
+fn read_manifest<T>(
+    project: &Path,
+    lang: Lang,
+    parse: impl FnOnce(&str) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let manifest = project.join(lang.marker());
+    let text = fs::read_to_string(&manifest)
+        .with_context(|| format!("cannot read {}", manifest.display()))?;
+    parse(&text).with_context(|| format!("{} is not valid", manifest.display()))
+}
+
 /// `dist/<name>.wasm` in the project unless `output` says otherwise; the
 /// parent directory is created.
 fn output_path(project: &Path, name: &str, output: Option<&Path>) -> anyhow::Result<PathBuf> {
@@ -636,14 +640,19 @@ fn run(command: &mut Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// 12 hex digits of the SHA-256 of `parts` (length-prefixed).
+/// Bytes of the pins' SHA-256 in an install directory's name: 48 bits tell
+/// apart any pins one machine will ever hold.
+const INSTALL_HASH_BYTES: usize = 6;
+
+/// The first [`INSTALL_HASH_BYTES`] of the SHA-256 of `parts`
+/// (length-prefixed), in hex.
 fn short_hash(parts: &[&str]) -> String {
     let mut hasher = sha2::Sha256::new();
     for part in parts {
         hasher.update((part.len() as u64).to_le_bytes());
         hasher.update(part.as_bytes());
     }
-    hasher.finalize()[..6]
+    hasher.finalize()[..INSTALL_HASH_BYTES]
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
@@ -967,7 +976,7 @@ mod tests {
     #[test]
     fn pins_name_their_install_directories() {
         assert_ne!(short_hash(&["a", "bc"]), short_hash(&["ab", "c"]));
-        assert_eq!(short_hash(&["x"]).len(), 12);
+        assert_eq!(short_hash(&["x"]).len(), 2 * INSTALL_HASH_BYTES);
         assert!(PYTHON_REQUIREMENTS.contains("componentize-py=="));
         assert!(PYTHON_REQUIREMENTS.contains("--hash=sha256:"));
         let lock: serde_json::Value = serde_json::from_str(JS_TOOLCHAIN_LOCK).unwrap();
