@@ -4,7 +4,7 @@
 
 mod support;
 
-use cohort::client::Client;
+use cohort::client::Node as Api;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use support::faults::check_job;
@@ -48,8 +48,8 @@ fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
         }
 
         // Jobs submitted to any front-end run on the other nodes' workers.
-        let via_n3 = Client::new(&n3.url);
-        let via_n1 = Client::new(&n1.url);
+        let via_n3 = Api::new(&n3.url);
+        let via_n1 = Api::new(&n1.url);
         // Uploaded through n3 (not a back-end): stored on n1 and n2 first.
         let echo = upload(&via_n3, "fixture_echo").await;
         let mut ids = Vec::new();
@@ -75,9 +75,9 @@ fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
             "both workers took jobs"
         );
         // A front-end-less node refuses public API calls with a clear code.
-        let via_n2 = Client::new(&n2.url);
+        let via_n2 = Api::new(&n2.url);
         let refused = via_n2.jobs(None, 1, None).await.unwrap_err();
-        assert_eq!(refused.code(), Some("not_front_end"));
+        assert_eq!(refused.code(), "not_front_end");
     });
 
     // A younger back-end joining does not move the master.
@@ -87,7 +87,7 @@ fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
         assert_eq!(cluster.master_node, "n1");
         tokio::time::sleep(Duration::from_secs(2)).await;
         for node in [&n1, &n4] {
-            let cluster = Client::new(&node.url).cluster().await.unwrap();
+            let cluster = Api::new(&node.url).cluster().await.unwrap();
             assert_eq!(cluster.master_node, "n1");
             assert_eq!(cluster.nodes.iter().filter(|n| n.master).count(), 1);
         }
@@ -116,7 +116,7 @@ fn jobs_of_a_killed_worker_resume_elsewhere_from_their_checkpoints_with_one_outc
     let n3 = start(&dir, "n3", "worker", Some(&n1));
     runtime().block_on(async {
         converge(&n1, "both workers", |c| c.workers.len() == 2).await;
-        let client = Client::new(&n1.url);
+        let client = Api::new(&n1.url);
         let primes = upload(&client, "primes").await;
         // Long enough (seconds) to be caught running; four keep both workers busy.
         let mut ids = Vec::new();
@@ -181,7 +181,7 @@ fn a_back_end_gone_for_good_is_removed_from_the_voters_by_the_operator() {
     let rt = runtime();
     let primes = rt.block_on(async {
         converge(&n2, "3 voters", |c| c.voters == ["n1", "n2", "n3"]).await;
-        upload(&Client::new(&n1.url), "primes").await
+        upload(&Api::new(&n1.url), "primes").await
     });
     n3.kill();
     let remove =
@@ -207,7 +207,7 @@ fn a_back_end_gone_for_good_is_removed_from_the_voters_by_the_operator() {
     );
     // Two voters left, both alive: the cluster still commits.
     rt.block_on(async {
-        let client = Client::new(&n1.url);
+        let client = Api::new(&n1.url);
         let id = client
             .submit(&job(&primes, r#"{"limit": 100}"#))
             .await

@@ -6,7 +6,7 @@
 
 mod support;
 
-use cohort::client::Client;
+use cohort::client::Node as Api;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -45,7 +45,7 @@ fn three(dir: &tempfile::TempDir, rt: &tokio::runtime::Runtime) -> (Node, Node, 
             )
             .await;
         }
-        upload(&Client::new(&n2.url), "fixture_echo").await
+        upload(&Api::new(&n2.url), "fixture_echo").await
     });
     (n1, n2, n3, echo)
 }
@@ -54,7 +54,7 @@ fn three(dir: &tempfile::TempDir, rt: &tokio::runtime::Runtime) -> (Node, Node, 
 fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
     let (_turn, dir, rt) = scenario();
     let (mut n1, n2, n3, echo) = three(&dir, &rt);
-    let clients = [Client::new(&n2.url), Client::new(&n3.url)];
+    let clients = [Api::new(&n2.url), Api::new(&n3.url)];
     let started = Instant::now();
     let burst = Burst::start(&rt, &targets(&[&n2, &n3]), &echo, 4);
     let ledger = burst.ledger.clone();
@@ -97,7 +97,7 @@ fn sigterm_of_the_master_hands_it_over_without_a_failed_request() {
 fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
     let (_turn, dir, rt) = scenario();
     let (mut n1, n2, n3, echo) = three(&dir, &rt);
-    let clients = [Client::new(&n2.url), Client::new(&n3.url)];
+    let clients = [Api::new(&n2.url), Api::new(&n3.url)];
     let started = Instant::now();
     let burst = Burst::start(&rt, &targets(&[&n2, &n3]), &echo, 4);
     let ledger = burst.ledger.clone();
@@ -144,7 +144,7 @@ fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
 fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
     let (_turn, dir, rt) = scenario();
     let (n1, n2, n3, echo) = three(&dir, &rt);
-    let clients = [Client::new(&n3.url)];
+    let clients = [Api::new(&n3.url)];
     let started = Instant::now();
     let burst = Burst::start(&rt, &targets(&[&n3]), &echo, 2);
     let ledger = burst.ledger.clone();
@@ -184,7 +184,7 @@ fn a_paused_master_is_superseded_steps_down_and_rejoins_as_the_youngest() {
 fn a_submission_forwarded_to_a_paused_master_reaches_the_next_one_once() {
     let (_turn, dir, rt) = scenario();
     let (n1, n2, n3, echo) = three(&dir, &rt);
-    let client = Client::new(&n3.url);
+    let client = Api::new(&n3.url);
     n1.signal("STOP");
     let submitted = rt.spawn({
         let (client, echo) = (client.clone(), echo.clone());
@@ -233,7 +233,7 @@ fn a_full_cluster_restart_after_sigkill_keeps_every_acknowledged_job() {
     n3.wait_event("takeover_deferred", &[]);
     let n1 = start(&dir, "n1", ALL, Some(&n3));
     let n2 = start(&dir, "n2", ALL, Some(&n3));
-    let client = Client::new(&n1.url);
+    let client = Api::new(&n1.url);
     rt.block_on(async {
         converge(&n1, "3 live nodes with a master", |c| {
             live(c).len() == 3 && !c.master_node.is_empty()
@@ -251,7 +251,7 @@ fn back_ends_joining_after_compaction_catch_up_from_a_snapshot_and_take_over() {
     // before the others join, so they can only catch up from a snapshot.
     let often = ["--snapshot-every", "40"];
     let mut n1 = start_with(&dir, "n1", ALL, None, &often);
-    let echo = rt.block_on(upload(&Client::new(&n1.url), "fixture_echo"));
+    let echo = rt.block_on(upload(&Api::new(&n1.url), "fixture_echo"));
     let started = Instant::now();
     let burst = Burst::start(&rt, &targets(&[&n1]), &echo, 2);
     let ledger = burst.ledger.clone();
@@ -269,14 +269,14 @@ fn back_ends_joining_after_compaction_catch_up_from_a_snapshot_and_take_over() {
     let hosting = n2.wait_event("hosting", &[("epoch", "2")]);
     assert_ne!(hosting["snapshot"], "none", "{hosting:?}");
     burst.finish(&rt);
-    rt.block_on(check_jobs(&Client::new(&n2.url), &ledger));
+    rt.block_on(check_jobs(&Api::new(&n2.url), &ledger));
     let n1 = start_with(&dir, "n1", ALL, Some(&n2), &often);
     check_journals(&[&n1, &n2, &n3]);
 }
 
 /// Asserts that `node` refuses a submission with `replicas_unavailable`.
 async fn refuses_unreplicated(node: &Node, module: &str, input: &str) {
-    let refused = Client::new(&node.url)
+    let refused = Api::new(&node.url)
         .submit(&support::job(module, input))
         .await
         .unwrap_err()
@@ -320,7 +320,7 @@ fn a_master_cut_off_from_the_others_cannot_commit_and_steps_down_on_healing() {
         }
     });
     burst.finish(&rt);
-    rt.block_on(check_jobs(&Client::new(&n3.url), &ledger));
+    rt.block_on(check_jobs(&Api::new(&n3.url), &ledger));
     check_journals(&[&n1, &n2, &n3]);
 }
 
@@ -346,7 +346,7 @@ fn five_back_ends_with_default_flags_survive_a_partition_of_the_master_with_one_
             })
             .await;
         }
-        upload(&Client::new(&n3.url), "fixture_echo").await
+        upload(&Api::new(&n3.url), "fixture_echo").await
     });
     // Clients on both sides of the cut to come.
     let burst = Burst::start(&rt, &targets(&[&n1, &n2, &n4, &n5]), &echo, 4);
@@ -389,7 +389,7 @@ fn five_back_ends_with_default_flags_survive_a_partition_of_the_master_with_one_
         }
     });
     burst.finish(&rt);
-    rt.block_on(check_jobs(&Client::new(&n4.url), &ledger));
+    rt.block_on(check_jobs(&Api::new(&n4.url), &ledger));
     check_journals(&all);
 }
 
@@ -448,7 +448,7 @@ fn random_fault_schedules_keep_the_invariants() {
         let targets = Arc::new(std::sync::Mutex::new(
             running(&nodes)
                 .iter()
-                .map(|u| Client::new(u))
+                .map(|u| Api::new(u))
                 .collect::<Vec<_>>(),
         ));
         let burst = Burst::start(&rt, &targets, &echo, 4);
@@ -473,13 +473,13 @@ fn random_fault_schedules_keep_the_invariants() {
                     }
                     drop(node);
                     *targets.lock().unwrap() =
-                        running(&nodes).iter().map(|u| Client::new(u)).collect();
+                        running(&nodes).iter().map(|u| Api::new(u)).collect();
                     std::thread::sleep(down);
                     let seed_node = nodes.iter().flatten().next().unwrap();
                     let restarted = start(&dir, names[victim], ALL, Some(seed_node));
                     nodes[victim] = Some(restarted);
                     *targets.lock().unwrap() =
-                        running(&nodes).iter().map(|u| Client::new(u)).collect();
+                        running(&nodes).iter().map(|u| Api::new(u)).collect();
                 }
                 _ => {
                     let node = nodes[victim].as_ref().unwrap();
@@ -500,7 +500,7 @@ fn random_fault_schedules_keep_the_invariants() {
             }));
         }
         burst.finish(&rt);
-        let client = Client::new(&nodes[0].as_ref().unwrap().url);
+        let client = Api::new(&nodes[0].as_ref().unwrap().url);
         rt.block_on(check_jobs(&client, &ledger));
         let all: Vec<&Node> = nodes.iter().flatten().collect();
         check_journals(&all);

@@ -6,7 +6,7 @@
 
 mod support;
 
-use cohort::client::Client;
+use cohort::client::Node as Api;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -483,7 +483,7 @@ fn python_and_typescript_jobs_resume_on_another_node_after_a_kill() {
     let n3 = start(&dir, "n3", "worker", Some(&n1));
     runtime().block_on(async {
         converge(&n1, "both workers", |c| c.workers.len() == 2).await;
-        let client = Client::new(&n1.url);
+        let client = Api::new(&n1.url);
         let mut ids = Vec::new();
         for (language, wasm, limit) in [
             ("Python", &python, PRIMES_PY_LONG),

@@ -5,7 +5,7 @@ mod support;
 
 use cohort::api::ErrorCode;
 use cohort::api::types::*;
-use cohort::client::{Client, ClientError};
+use cohort::client::{ClientError, Node as Api};
 use hyper::Method;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -98,7 +98,7 @@ fn examples_run_through_the_cli_and_the_api() {
 
     // The API: JSON and base64 inputs, priorities, the raw result.
     runtime().block_on(async {
-        let client = Client::new(&node.url);
+        let client = Api::new(&node.url);
         let echo = upload(&client, "fixture_echo").await;
         let mut request = job(&echo, "");
         request.input = None;
@@ -170,7 +170,7 @@ fn bad_input_gets_a_stable_code_and_the_node_carries_on() {
     // No worker: jobs stay queued, so queue and cancel behaviour is exact.
     let node = Node::start(dir.path(), &["--slots", "0", "--queue-max", "3"]);
     runtime().block_on(async {
-        let client = Client::new(&node.url);
+        let client = Api::new(&node.url);
         let raw = |method: Method, path: &'static str, body: Vec<u8>| {
             let client = client.clone();
             async move {
@@ -238,6 +238,34 @@ fn bad_input_gets_a_stable_code_and_the_node_carries_on() {
                 vec![],
                 400,
                 "bad_request",
+            ),
+            (
+                Method::POST,
+                "/v1/jobs/wait",
+                b"[1]".to_vec(),
+                400,
+                "bad_json",
+            ),
+            (
+                Method::POST,
+                "/v1/jobs/wait",
+                br#"{"ids": [-1]}"#.to_vec(),
+                400,
+                "bad_json",
+            ),
+            (
+                Method::POST,
+                "/v1/jobs/wait",
+                format!(r#"{{"ids": [{}1]}}"#, "1,".repeat(10_000)).into_bytes(),
+                413,
+                "body_too_large",
+            ),
+            (
+                Method::GET,
+                "/v1/jobs/wait",
+                vec![],
+                405,
+                "method_not_allowed",
             ),
             (Method::GET, "/v1/nothing", vec![], 404, "not_found"),
             (Method::PUT, "/v1/jobs", vec![], 405, "method_not_allowed"),
@@ -319,7 +347,7 @@ fn failing_jobs_end_with_their_code_and_do_not_disturb_others() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path(), &["--slots", "4"]);
     runtime().block_on(async {
-        let client = Client::new(&node.url);
+        let client = Api::new(&node.url);
         let once = |module: &str, input: &str, timeout_ms: Option<u64>, memory: Option<u64>| {
             let mut request = job(module, input);
             request.max_attempts = Some(1);
@@ -407,7 +435,7 @@ async fn burst(
 ) -> Vec<(u64, String)> {
     let mut tasks = Vec::new();
     for writer in 0..writers {
-        let client = Client::new(url);
+        let client = Api::new(url);
         let module = module.to_string();
         let acked = acked.clone();
         tasks.push(tokio::spawn(async move {
@@ -428,7 +456,7 @@ async fn burst(
 
 /// Every acknowledged job is present after the restart, succeeds with its
 /// own input as output, and records exactly one successful attempt.
-async fn check_every_acked_job(client: &Client, acked: &[(u64, String)]) {
+async fn check_every_acked_job(client: &Api, acked: &[(u64, String)]) {
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
     for (id, input) in acked {
         let job = settle(client, *id).await;
@@ -455,7 +483,7 @@ fn kill_9_during_a_burst_loses_no_acknowledged_job() {
     let dir = tempfile::tempdir().unwrap();
     let mut node = Node::start(dir.path(), &["--slots", "2"]);
     let rt = runtime();
-    let echo = rt.block_on(upload(&Client::new(&node.url), "fixture_echo"));
+    let echo = rt.block_on(upload(&Api::new(&node.url), "fixture_echo"));
     let url = node.url.clone();
     let acked = Arc::new(Mutex::new(Vec::new()));
     let submitting = rt.spawn({
@@ -473,7 +501,7 @@ fn kill_9_during_a_burst_loses_no_acknowledged_job() {
     let node = Node::start(dir.path(), &["--slots", "2"]);
     rt.block_on(async {
         converge(&node, "the master recovered", |c| c.master_epoch > 0).await;
-        let client = Client::new(&node.url);
+        let client = Api::new(&node.url);
         check_every_acked_job(&client, &acked).await;
         // Nothing acknowledged is missing from the listing either.
         let mut listed = Vec::new();
@@ -508,7 +536,7 @@ fn a_torn_tail_is_cut_and_a_corrupt_middle_is_refused() {
     let mut node = Node::start(dir.path(), &["--slots", "2"]);
     let rt = runtime();
     let acked: Vec<(u64, String)> = rt.block_on(async {
-        let client = Client::new(&node.url);
+        let client = Api::new(&node.url);
         let echo = upload(&client, "fixture_echo").await;
         let mut acked = Vec::new();
         for n in 0..20 {
@@ -531,7 +559,7 @@ fn a_torn_tail_is_cut_and_a_corrupt_middle_is_refused() {
     drop(file);
     let mut node = Node::start(dir.path(), &["--slots", "2"]);
     node.wait_event("journal_torn", &[("bytes", "7")]);
-    rt.block_on(check_every_acked_job(&Client::new(&node.url), &acked));
+    rt.block_on(check_every_acked_job(&Api::new(&node.url), &acked));
     node.kill();
 
     // Damage in the middle is refused with where it is, never skipped.
@@ -556,7 +584,7 @@ fn sigterm_stops_cleanly_and_the_restart_replays_from_a_snapshot() {
     let mut node = Node::start(dir.path(), &["--slots", "2"]);
     let rt = runtime();
     let acked = rt.block_on(async {
-        let client = Client::new(&node.url);
+        let client = Api::new(&node.url);
         let echo = upload(&client, "fixture_echo").await;
         let mut acked = Vec::new();
         for n in 0..30 {
@@ -576,7 +604,7 @@ fn sigterm_stops_cleanly_and_the_restart_replays_from_a_snapshot() {
     let node = Node::start(dir.path(), &["--slots", "2"]);
     let hosting = node.wait_event("hosting", &[("events_replayed", "0")]);
     assert_ne!(hosting["snapshot"], "none", "{hosting:?}");
-    rt.block_on(check_every_acked_job(&Client::new(&node.url), &acked));
+    rt.block_on(check_every_acked_job(&Api::new(&node.url), &acked));
 }
 
 #[test]

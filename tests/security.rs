@@ -9,7 +9,7 @@
 
 mod support;
 
-use cohort::client::{Client, ClientError};
+use cohort::client::{ClientError, Node as Api};
 use cohort::security::key::{Purpose, generate};
 use cohort::security::{Keyring, Sealer};
 use std::io::{Read, Write};
@@ -75,12 +75,12 @@ fn token_at(server: &str, key: &Path, scopes: &str) -> String {
     }
 }
 
-fn client(node: &Node, token: &str) -> Client {
-    Client::with_options(&node.url, Some(token), None).unwrap()
+fn client(node: &Node, token: &str) -> Api {
+    Api::with_options(&node.url, Some(token), None).unwrap()
 }
 
 /// The value of the metric line starting with `series` (0 if absent).
-async fn metric(client: &Client, series: &str) -> u64 {
+async fn metric(client: &Api, series: &str) -> u64 {
     support::metrics(client)
         .await
         .lines()
@@ -95,7 +95,7 @@ fn refused(what: &str, reason: &str) -> String {
 }
 
 /// Waits (bounded) until `series` reaches `at_least`.
-async fn wait_metric(client: &Client, series: &str, at_least: u64) {
+async fn wait_metric(client: &Api, series: &str, at_least: u64) {
     let started = Instant::now();
     loop {
         let value = metric(client, series).await;
@@ -169,7 +169,7 @@ fn only_holders_of_the_key_join_and_reach_internal_routes() {
         let a3 = token(&n3, &k2, "read");
         let c3 = client(&n3, &a3).cluster().await.unwrap();
         assert_eq!(live(&c3), ["n3"]);
-        let c4 = Client::new(&n4.url).cluster().await.unwrap();
+        let c4 = Api::new(&n4.url).cluster().await.unwrap();
         assert_eq!(live(&c4), ["n4"]);
         assert!(!c4.security.cluster_key && !c4.security.insecure);
 
@@ -178,7 +178,7 @@ fn only_holders_of_the_key_join_and_reach_internal_routes() {
             Keyring::load(&k2).unwrap(),
             "cohort",
         ))));
-        let plain = Client::new(&n1.url);
+        let plain = Api::new(&n1.url);
         for route in INTERNAL_ROUTES {
             let (status, code) = status_code(
                 plain
@@ -389,7 +389,7 @@ fn each_scope_allows_exactly_what_the_readme_says() {
         ];
         for (method, path, body, needed) in &routes {
             for (holder, token) in &holders {
-                let c = Client::with_options(&node.url, token.as_deref(), None).unwrap();
+                let c = Api::with_options(&node.url, token.as_deref(), None).unwrap();
                 let (status, code) = status_code(
                     c.call(
                         method.clone(),
@@ -575,7 +575,7 @@ fn tls_serves_http1_and_http2_and_refuses_plain_http_and_garbage() {
         );
         // Plain HTTP to the TLS port: a JSON error that says why.
         let (status, code) = status_code(
-            Client::new(&node.url)
+            Api::new(&node.url)
                 .call(hyper::Method::GET, "/v1/cluster", "", Default::default())
                 .await,
         );
@@ -588,7 +588,7 @@ fn tls_serves_http1_and_http2_and_refuses_plain_http_and_garbage() {
             .unwrap();
         let mut rest = Vec::new();
         let _ = garbage.read_to_end(&mut rest);
-        let c = Client::with_options(&https, Some(&admin), Some(&ca)).unwrap();
+        let c = Api::with_options(&https, Some(&admin), Some(&ca)).unwrap();
         wait_metric(&c, &refused("connection", "tls_handshake"), 1).await;
         wait_metric(&c, &refused("connection", "plain_http_on_tls"), 1).await;
         // Jobs run over TLS.
@@ -636,9 +636,7 @@ fn beyond_loopback_a_node_needs_a_key_or_says_insecure() {
         &["--gossip", "0.0.0.0:0", "--insecure"],
     );
     node.wait_stderr("--insecure");
-    let cluster = runtime()
-        .block_on(Client::new(&node.url).cluster())
-        .unwrap();
+    let cluster = runtime().block_on(Api::new(&node.url).cluster()).unwrap();
     assert!(cluster.security.insecure && !cluster.security.cluster_key);
 }
 
@@ -693,9 +691,7 @@ fn bad_input_gets_json_errors_with_stable_codes() {
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert!(answer.contains(r#""code":"module_too_large""#), "{answer}");
     // The node is fine.
-    let cluster = runtime()
-        .block_on(Client::new(&node.url).cluster())
-        .unwrap();
+    let cluster = runtime().block_on(Api::new(&node.url).cluster()).unwrap();
     assert_eq!(live(&cluster).len(), 1);
 }
 
@@ -842,9 +838,7 @@ fn one_client_address_holds_a_bounded_number_of_connections() {
         );
     }
     // The node's own address is not counted.
-    let cluster = runtime()
-        .block_on(Client::new(&node.url).cluster())
-        .unwrap();
+    let cluster = runtime().block_on(Api::new(&node.url).cluster()).unwrap();
     assert_eq!(live(&cluster).len(), 1);
 }
 

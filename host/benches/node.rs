@@ -52,7 +52,7 @@
 //! `COHORT_LOG` too for their debug logs).
 
 use cohort::api::types::{BatchItem, BatchRequest, SubmitRequest};
-use cohort::client::Client;
+use cohort::client::Node as Api;
 use cohort::journal::{FsStorage, Journal};
 use cohort::master::{self, CoreKind, MasterOptions};
 use cohort::replication::Replication;
@@ -177,7 +177,7 @@ fn echo_wasm() -> Vec<u8> {
     std::fs::read(format!("{}/fixture_echo.wasm", env!("COHORT_GUESTS_DIR"))).unwrap()
 }
 
-async fn succeeded(client: &Client) -> u64 {
+async fn succeeded(client: &Api) -> u64 {
     let (_, body) = client
         .call(Method::GET, "/metrics", "text/plain", Default::default())
         .await
@@ -199,7 +199,7 @@ async fn node_throughput(jobs: usize) -> f64 {
     const BATCH: usize = 1000;
     const CLIENTS: usize = 4;
     let node = start_node(&[]);
-    let client = Client::new(&node.url);
+    let client = Api::new(&node.url);
     let module = client.upload(echo_wasm()).await.unwrap();
     // Warm up: compile caches, connections.
     let warm = BatchRequest {
@@ -218,7 +218,7 @@ async fn node_throughput(jobs: usize) -> f64 {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
-        let client = Client::new(&node.url);
+        let client = Api::new(&node.url);
         let module = module.clone();
         tasks.push(tokio::spawn(async move {
             for b in (c..jobs / BATCH).step_by(CLIENTS) {
@@ -287,7 +287,7 @@ async fn guard() {
 async fn latency() {
     const JOBS: usize = 2000;
     let node = start_node(&[]);
-    let client = Client::new(&node.url);
+    let client = Api::new(&node.url);
     let module = client.upload(echo_wasm()).await.unwrap();
     let (total, acked) = one_at_a_time(&client, &module, JOBS).await;
     println!(
@@ -448,7 +448,7 @@ fn gossip_of(node: &NodeProcess) -> String {
     node.url.trim_start_matches("http://").to_string()
 }
 
-async fn live_nodes(client: &Client) -> Vec<String> {
+async fn live_nodes(client: &Api) -> Vec<String> {
     client
         .cluster()
         .await
@@ -466,7 +466,7 @@ async fn live_nodes(client: &Client) -> Vec<String> {
 /// all three workers are known to the master.
 async fn three_nodes(extra: &[&str]) -> [NodeProcess; 3] {
     let nodes = start_three(extra);
-    wait_three(&Client::new(&nodes[2].url)).await;
+    wait_three(&Api::new(&nodes[2].url)).await;
     nodes
 }
 
@@ -488,7 +488,7 @@ fn start_three(extra: &[&str]) -> [NodeProcess; 3] {
 }
 
 /// Waits until `client`'s node sees three workers and the master on n1.
-async fn wait_three(client: &Client) {
+async fn wait_three(client: &Api) {
     while client.cluster().await.map_or(true, |c| {
         c.workers.len() < 3 || c.master_node != "n1" || c.voters.len() < 3
     }) {
@@ -499,14 +499,14 @@ async fn wait_three(client: &Client) {
 async fn cluster() {
     {
         let nodes = three_nodes(&[]).await;
-        let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.url)).collect();
+        let clients: Vec<Api> = nodes.iter().map(|n| Api::new(&n.url)).collect();
         let rate = cluster_throughput(&clients).await;
         println!(
             "cluster throughput (3 nodes on one 2-CPU machine, journal on a majority of 3 voters): {rate:.0} jobs/s submit->result"
         );
     }
     let [n1, _n2, mut n3] = three_nodes(&[]).await;
-    let clients: Vec<Client> = [&n1, &n3].iter().map(|n| Client::new(&n.url)).collect();
+    let clients: Vec<Api> = [&n1, &n3].iter().map(|n| Api::new(&n.url)).collect();
     let module = clients[1].upload(echo_wasm()).await.unwrap();
 
     // Latency through n3 (the master is on n1): one proxy hop each way.
@@ -533,7 +533,7 @@ async fn cluster() {
 /// `jobs` jobs one at a time through `client` (after 100 to warm up):
 /// submit->result and submit->202, in µs.
 async fn one_at_a_time(
-    client: &Client,
+    client: &Api,
     module: &str,
     jobs: usize,
 ) -> (Histogram<u64>, Histogram<u64>) {
@@ -627,9 +627,9 @@ async fn security() {
                 add_token(&nodes[0].url, &key, &minted.record).await;
             }
             let token_text = token.as_ref().map(|m| m.token.as_str());
-            let clients: Vec<Client> = nodes
+            let clients: Vec<Api> = nodes
                 .iter()
-                .map(|n| Client::with_options(&n.url, token_text, None).unwrap())
+                .map(|n| Api::with_options(&n.url, token_text, None).unwrap())
                 .collect();
             wait_three(&clients[2]).await;
             let rate = cluster_throughput(&clients).await;
@@ -679,7 +679,7 @@ async fn add_token(url: &str, key: &std::path::Path, record: &cohort_master::Tok
 }
 
 /// Jobs per second submit->result, batches through all three front-ends.
-async fn cluster_throughput(clients: &[Client]) -> f64 {
+async fn cluster_throughput(clients: &[Api]) -> f64 {
     const JOBS: usize = 60_000;
     const BATCH: usize = 1000;
     let module = clients[2].upload(echo_wasm()).await.unwrap();
@@ -721,7 +721,7 @@ async fn soak() {
     let secs = env("COHORT_SOAK_SECS", 1800);
     let rate = env("COHORT_SOAK_RATE", 4000);
     let nodes = three_nodes(&[]).await;
-    let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.url)).collect();
+    let clients: Vec<Api> = nodes.iter().map(|n| Api::new(&n.url)).collect();
     let module = clients[0].upload(echo_wasm()).await.unwrap();
     // Batches of `BATCH` every `BATCH / rate` seconds, round robin.
     const BATCH: usize = 100;
@@ -794,9 +794,9 @@ async fn soak() {
 
 /// Three nodes with the master on n1, a client of n3 (the youngest) and a
 /// trivial job it has submitted 200 times, one at a time, to warm up.
-async fn warm_three() -> ([NodeProcess; 3], Client, SubmitRequest) {
+async fn warm_three() -> ([NodeProcess; 3], Api, SubmitRequest) {
     let nodes = three_nodes(&[]).await;
-    let client = Client::new(&nodes[2].url);
+    let client = Api::new(&nodes[2].url);
     let module = client.upload(echo_wasm()).await.unwrap();
     let request = SubmitRequest {
         module,

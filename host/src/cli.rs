@@ -4,7 +4,7 @@
 //! job did not succeed, 2 for usage errors (from the argument parser).
 
 use crate::api::types::*;
-use crate::client::{Client, ClientError};
+use crate::client::{Client, ClientError, Job, Node, Options};
 use crate::runtime::limits;
 use cohort_master::JobId;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -13,20 +13,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-/// Jobs per batch request of `submit --many`.
-const SUBMIT_BATCH: usize = 1000;
-/// Jobs waited for at once by `submit --many --wait`.
-const WAITS_IN_FLIGHT: usize = 64;
 /// Longest a token operation sealed with the cluster key may take (it
 /// waits for the master's journal).
 const TOKEN_CALL_TIMEOUT: Duration = Duration::from_secs(30);
-/// One long-poll of a waiting command.
-const WAIT_MS: u64 = 30_000;
 
 /// Where the server is.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServerArg {
-    /// The cohort server's URL.
+    /// The cohort server's URL, or several, comma-separated: tried in
+    /// order, skipping one that stops answering.
     #[arg(
         long,
         env = "COHORT_SERVER",
@@ -48,8 +43,27 @@ pub struct ServerArg {
 
 impl ServerArg {
     /// A client of the server with the token and TLS settings.
-    pub fn client(&self) -> anyhow::Result<Client> {
-        Client::with_options(&self.server, self.token.as_deref(), self.ca_cert.as_deref())
+    pub fn client(&self) -> Result<Client, ClientError> {
+        let urls: Vec<&str> = self
+            .server
+            .split(',')
+            .map(str::trim)
+            .filter(|url| !url.is_empty())
+            .collect();
+        let options = Options {
+            token: self.token.clone(),
+            ca_cert: self.ca_cert.clone(),
+            ..Options::default()
+        };
+        Client::new(&urls, options)
+    }
+
+    /// The first node of `--server` alone: for what concerns that node
+    /// (`leave`) or is not safe to repeat elsewhere.
+    pub fn node(&self) -> Result<Node, ClientError> {
+        let first = self.server.split(',').next().unwrap_or_default().trim();
+        Node::with_options(first, self.token.as_deref(), self.ca_cert.as_deref())
+            .map_err(ClientError::Protocol)
     }
 }
 
@@ -136,15 +150,6 @@ fn print_json<T: serde::Serialize>(value: &T) {
     );
 }
 
-async fn wait_terminal(client: &Client, id: JobId) -> Result<JobResponse, ClientError> {
-    loop {
-        let job = client.job(id, WAIT_MS).await?;
-        if !matches!(job.state.as_str(), "queued" | "running") {
-            return Ok(job);
-        }
-    }
-}
-
 fn read_input(input: &Option<PathBuf>) -> std::io::Result<Vec<u8>> {
     match input {
         None => Ok(Vec::new()),
@@ -161,7 +166,7 @@ fn read_input(input: &Option<PathBuf>) -> std::io::Result<Vec<u8>> {
 pub async fn submit(args: SubmitArgs) -> ExitCode {
     let client = match args.server.client() {
         Ok(client) => client,
-        Err(error) => return fail(format!("{error:#}")),
+        Err(error) => return fail(error),
     };
     let digest = if std::path::Path::new(&args.module).is_file() {
         let wasm = match std::fs::read(&args.module) {
@@ -173,7 +178,7 @@ pub async fn submit(args: SubmitArgs) -> ExitCode {
             Ok(digest) => digest,
             // Uploads need an admin token; a submit token may still run a
             // module that is already stored (the submission says if not).
-            Err(error) if error.code() == Some("forbidden") => digest,
+            Err(error) if error.code() == "forbidden" => digest,
             Err(error) => return fail(format!("uploading {}: {error}", args.module)),
         }
     } else {
@@ -183,24 +188,26 @@ pub async fn submit(args: SubmitArgs) -> ExitCode {
         Ok(input) => input,
         Err(error) => return fail(format!("cannot read the input: {error}")),
     };
-    let request = |n: Option<u32>| SubmitRequest {
-        module: digest.clone(),
-        input_base64: (!input.is_empty()).then(|| {
-            use base64::Engine as _;
-            base64::engine::general_purpose::STANDARD.encode(&input)
-        }),
-        timeout_ms: args.timeout.map(|t| t.as_millis() as u64),
-        memory_bytes: args.memory,
-        max_attempts: args.max_attempts,
-        priority: args.priority,
-        idempotency_key: match (&args.idempotency_key, n) {
-            (Some(key), Some(n)) => Some(format!("{key}-{n}")),
-            (key, _) => key.clone(),
-        },
-        ..SubmitRequest::default()
+    let request = |n: Option<u32>| {
+        let mut request = SubmitRequest::new(&digest);
+        if !input.is_empty() {
+            request = request.bytes(&input);
+        }
+        SubmitRequest {
+            timeout_ms: args.timeout.map(|t| t.as_millis() as u64),
+            memory_bytes: args.memory,
+            max_attempts: args.max_attempts,
+            priority: args.priority,
+            idempotency_key: match (&args.idempotency_key, n) {
+                (Some(key), Some(n)) => Some(format!("{key}-{n}")),
+                (key, _) => key.clone(),
+            },
+            ..request
+        }
     };
     if args.many == 1 {
-        let accepted = match client.submit(&request(None)).await {
+        let job = client.submit(request(None));
+        let accepted = match job.accepted().await {
             Ok(accepted) => accepted,
             Err(error) => return fail(error),
         };
@@ -212,51 +219,42 @@ pub async fn submit(args: SubmitArgs) -> ExitCode {
             }
             return ExitCode::SUCCESS;
         }
-        return finish_one(&client, accepted.id, None, args.server.json).await;
+        return finish_one(&job, None, args.server.json).await;
     }
     submit_many(&client, args.many, request, args.wait, args.server.json).await
 }
 
-async fn finish_one(client: &Client, id: JobId, output: Option<&PathBuf>, json: bool) -> ExitCode {
-    let job = match wait_terminal(client, id).await {
-        Ok(job) => job,
-        Err(error) => return fail(error),
-    };
-    if job.state != "succeeded" {
-        if json {
-            print_json(&job);
+/// Waits for `job` and writes its output; a job that did not succeed
+/// fails (with its record, under `--json`).
+async fn finish_one(job: &Job, output: Option<&PathBuf>, json: bool) -> ExitCode {
+    match job.result(None).await {
+        Ok(result) => {
+            let id = job.id().await.unwrap_or_default();
+            write_result(id, &result, output, json)
         }
-        let why = job
-            .error
-            .map(|e| format!(": {}: {}", e.code, e.message))
-            .unwrap_or_default();
-        return fail(format!("job {id} {}{why}", job.state));
+        Err(error @ ClientError::Job { .. }) => {
+            if json && let Ok(record) = job.status().await {
+                print_json(&record);
+            }
+            fail(error)
+        }
+        Err(error) => fail(error),
     }
-    write_result(client, id, output, json).await
 }
 
-async fn write_result(
-    client: &Client,
-    id: JobId,
-    output: Option<&PathBuf>,
-    json: bool,
-) -> ExitCode {
-    let result = match client.result(id).await {
-        Ok(result) => result,
-        Err(error) => return fail(error),
-    };
+fn write_result(id: JobId, result: &[u8], output: Option<&PathBuf>, json: bool) -> ExitCode {
     if json && output.is_none() {
         use base64::Engine as _;
         print_json(&serde_json::json!({
             "id": id,
-            "result_base64": base64::engine::general_purpose::STANDARD.encode(&result),
+            "result_base64": base64::engine::general_purpose::STANDARD.encode(result),
         }));
         return ExitCode::SUCCESS;
     }
     let written = match output {
-        Some(path) => std::fs::write(path, &result),
+        Some(path) => std::fs::write(path, result),
         None => std::io::stdout()
-            .write_all(&result)
+            .write_all(result)
             .and_then(|()| std::io::stdout().flush()),
     };
     match written {
@@ -265,6 +263,8 @@ async fn write_result(
     }
 }
 
+/// `submit --many`: one `submit` call per job (the client batches them),
+/// then, with `--wait`, every job watched through the client's waiter.
 async fn submit_many(
     client: &Client,
     many: u32,
@@ -273,22 +273,21 @@ async fn submit_many(
     json: bool,
 ) -> ExitCode {
     let started = Instant::now();
-    let mut ids = Vec::with_capacity(many as usize);
+    let jobs: Vec<Job> = (0..many).map(|n| client.submit(request(Some(n)))).collect();
+    let mut accepted = Vec::with_capacity(jobs.len());
+    let mut ids = Vec::with_capacity(jobs.len());
     let mut refused = Vec::new();
-    let all: Vec<u32> = (0..many).collect();
-    for chunk in all.chunks(SUBMIT_BATCH) {
-        let batch = BatchRequest {
-            jobs: chunk.iter().map(|&n| request(Some(n))).collect(),
-        };
-        match client.submit_batch(&batch).await {
-            Ok(response) => {
-                for item in response.results {
-                    match item {
-                        BatchItem::Accepted(accepted) => ids.push(accepted.id),
-                        BatchItem::Refused(error) => refused.push(error),
-                    }
-                }
+    for job in jobs {
+        match job.id().await {
+            Ok(id) => {
+                ids.push(id);
+                accepted.push(job);
             }
+            Err(ClientError::Api { code, message, .. }) => refused.push(ErrorBody {
+                code,
+                message,
+                retryable: None,
+            }),
             Err(error) => return fail(error),
         }
     }
@@ -325,36 +324,26 @@ async fn submit_many(
     );
     let mut states: std::collections::BTreeMap<String, u64> = Default::default();
     let mut waits = tokio::task::JoinSet::new();
-    let mut pending = ids.iter().copied();
-    let mut failed = None;
-    loop {
-        while waits.len() < WAITS_IN_FLIGHT {
-            let Some(id) = pending.next() else { break };
-            let client = client.clone();
-            waits.spawn(async move { (id, wait_terminal(&client, id).await) });
-        }
-        let Some(joined) = waits.join_next().await else {
-            break;
-        };
+    for job in accepted {
+        waits.spawn(async move { job.finished(None).await });
+    }
+    while let Some(joined) = waits.join_next().await {
         match joined {
-            Ok((_, Ok(job))) => {
-                *states.entry(job.state).or_default() += 1;
+            Ok(Ok(finished)) => {
+                *states.entry(finished.state).or_default() += 1;
                 bar.inc(1);
             }
-            Ok((id, Err(error))) => {
-                failed = Some(format!("job {id}: {error}"));
-                break;
+            Ok(Err(error)) => {
+                bar.finish_and_clear();
+                return fail(error);
             }
             Err(error) => {
-                failed = Some(error.to_string());
-                break;
+                bar.finish_and_clear();
+                return fail(error);
             }
         }
     }
     bar.finish_and_clear();
-    if let Some(error) = failed {
-        return fail(error);
-    }
     let elapsed = started.elapsed();
     let succeeded = states.get("succeeded").copied().unwrap_or(0);
     if json {
@@ -387,12 +376,15 @@ async fn submit_many(
 pub async fn status(args: JobArgs) -> ExitCode {
     let client = match args.server.client() {
         Ok(client) => client,
-        Err(error) => return fail(format!("{error:#}")),
+        Err(error) => return fail(error),
     };
-    let job = if args.wait {
-        wait_terminal(&client, args.id).await
-    } else {
-        client.job(args.id, 0).await
+    let job = client.get(args.id);
+    let job = match args.wait {
+        true => match job.finished(None).await {
+            Ok(_) => job.status().await,
+            Err(error) => Err(error),
+        },
+        false => job.status().await,
     };
     let job = match job {
         Ok(job) => job,
@@ -456,21 +448,28 @@ pub async fn status(args: JobArgs) -> ExitCode {
 pub async fn result(args: JobArgs) -> ExitCode {
     let client = match args.server.client() {
         Ok(client) => client,
-        Err(error) => return fail(format!("{error:#}")),
+        Err(error) => return fail(error),
     };
+    let id = args.id;
     if args.wait {
-        return finish_one(&client, args.id, args.output.as_ref(), args.server.json).await;
+        return finish_one(&client.get(id), args.output.as_ref(), args.server.json).await;
     }
-    write_result(&client, args.id, args.output.as_ref(), args.server.json).await
+    match client
+        .call(|node| async move { node.result(id).await })
+        .await
+    {
+        Ok(result) => write_result(id, &result, args.output.as_ref(), args.server.json),
+        Err(error) => fail(error),
+    }
 }
 
 /// `cohort cancel`.
 pub async fn cancel(args: JobArgs) -> ExitCode {
     let client = match args.server.client() {
         Ok(client) => client,
-        Err(error) => return fail(format!("{error:#}")),
+        Err(error) => return fail(error),
     };
-    match client.cancel(args.id).await {
+    match client.get(args.id).cancel().await {
         Ok(job) if args.server.json => {
             print_json(&job);
             ExitCode::SUCCESS
@@ -487,10 +486,11 @@ pub async fn cancel(args: JobArgs) -> ExitCode {
 pub async fn jobs(args: JobsArgs) -> ExitCode {
     let client = match args.server.client() {
         Ok(client) => client,
-        Err(error) => return fail(format!("{error:#}")),
+        Err(error) => return fail(error),
     };
+    let (state, limit, cursor) = (args.state.as_deref(), args.limit, args.cursor.as_deref());
     let page = match client
-        .jobs(args.state.as_deref(), args.limit, args.cursor.as_deref())
+        .call(|node| async move { node.jobs(state, limit, cursor).await })
         .await
     {
         Ok(page) => page,
@@ -547,9 +547,9 @@ pub async fn cluster_command(args: ClusterArgs) -> ExitCode {
 
 /// `cohort cluster remove NODE`.
 async fn remove_voter(args: ServerArg, node: &str) -> ExitCode {
-    let client = match args.client() {
+    let client = match args.node() {
         Ok(client) => client,
-        Err(error) => return fail(format!("{error:#}")),
+        Err(error) => return fail(error),
     };
     let path = format!("/v1/cluster/voters/{node}");
     match client
@@ -573,9 +573,12 @@ async fn remove_voter(args: ServerArg, node: &str) -> ExitCode {
 pub async fn cluster(args: ServerArg) -> ExitCode {
     let client = match args.client() {
         Ok(client) => client,
-        Err(error) => return fail(format!("{error:#}")),
+        Err(error) => return fail(error),
     };
-    let cluster = match client.cluster().await {
+    let cluster = match client
+        .call(|node| async move { node.cluster().await })
+        .await
+    {
         Ok(cluster) => cluster,
         Err(error) => return fail(error),
     };
@@ -613,9 +616,9 @@ pub async fn cluster(args: ServerArg) -> ExitCode {
 
 /// `cohort leave`.
 pub async fn leave(args: ServerArg) -> ExitCode {
-    let client = match args.client() {
+    let client = match args.node() {
         Ok(client) => client,
-        Err(error) => return fail(format!("{error:#}")),
+        Err(error) => return fail(error),
     };
     match client
         .call(
@@ -739,7 +742,7 @@ pub async fn token(command: TokenCommand) -> ExitCode {
     };
     let answer = match token_call(&auth, &op).await {
         Ok(answer) => answer,
-        Err(error) => return fail(format!("{error:#}")),
+        Err(error) => return fail(error),
     };
     if auth.server.json {
         println!("{}", String::from_utf8_lossy(&answer));
@@ -788,7 +791,7 @@ async fn token_call(
 ) -> anyhow::Result<bytes::Bytes> {
     use crate::api::auth::TokenOp;
     let Some(key_file) = &auth.cluster_key else {
-        let client = auth.server.client()?;
+        let client = auth.server.node()?;
         let (method, path, body) = match op {
             TokenOp::List => (hyper::Method::GET, "/v1/tokens".to_string(), Vec::new()),
             TokenOp::Create(request) => (

@@ -17,7 +17,7 @@
 //! Nothing outside loopback is used: no network, no external service.
 
 use crate::api::types::{BatchItem, BatchRequest, ClusterResponse, SubmitRequest};
-use crate::client::Client;
+use crate::client::Node;
 use crate::guests;
 use base64::Engine as _;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -232,7 +232,7 @@ async fn demo(
         .await??;
         nodes.push(node);
     }
-    let clients: Vec<Client> = nodes.iter().map(|n| Client::new(&n.url)).collect();
+    let clients: Vec<Node> = nodes.iter().map(|n| Node::new(&n.url)).collect();
     let cluster = wait_for_cluster(&clients[0], args.nodes as usize).await?;
     println!(
         "cohort demo: a {}-node cluster on loopback is up in {:.1} s; the master runs on {}",
@@ -345,7 +345,7 @@ async fn demo(
     Ok(())
 }
 
-async fn wait_for_cluster(client: &Client, nodes: usize) -> anyhow::Result<ClusterResponse> {
+async fn wait_for_cluster(client: &Node, nodes: usize) -> anyhow::Result<ClusterResponse> {
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         if let Ok(cluster) = client.cluster().await
@@ -368,7 +368,7 @@ async fn wait_for_cluster(client: &Client, nodes: usize) -> anyhow::Result<Clust
 /// how long it took.
 async fn kill_the_master(
     nodes: &mut [ChildNode],
-    clients: &[Client],
+    clients: &[Node],
     bar: &ProgressBar,
 ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
     let cluster = clients[0].cluster().await?;
@@ -424,7 +424,7 @@ fn say(bar: &ProgressBar, line: String) {
 
 /// Waits for tile job `id` through node `n` (or the next ones, if a node
 /// does not answer); returns the node that ran it and its PNG.
-async fn tile_result(clients: &[Client], n: usize, id: u64) -> anyhow::Result<(String, Vec<u8>)> {
+async fn tile_result(clients: &[Node], n: usize, id: u64) -> anyhow::Result<(String, Vec<u8>)> {
     let mut failures = 0;
     let mut at = n;
     loop {

@@ -23,7 +23,9 @@
 pub mod api;
 pub mod build;
 pub mod cli;
-pub mod client;
+/// The Rust client of the HTTP API (the `cohort-client` crate), which the
+/// CLI, the tests and the benchmarks use.
+pub use cohort_client as client;
 pub mod cluster;
 pub mod demo;
 pub mod events;

@@ -14,13 +14,8 @@ use crate::security::Sealer;
 use crate::security::key::Purpose;
 use crate::security::seal::Freshness;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::header::{AUTHORIZATION, HeaderValue};
-use hyper::{Method, Request, StatusCode};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use cohort_client::transport::Transport;
+use hyper::{Method, StatusCode};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,16 +39,15 @@ pub fn answer_context<'a>(nonce: &'a [u8; 24], status: &'a [u8; 2]) -> [&'a [u8]
 /// A pooled HTTP client. Cheap to clone.
 #[derive(Clone)]
 pub struct Peer {
-    http: HttpClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    transport: Transport,
     sealer: Option<Arc<Sealer>>,
-    token: Option<HeaderValue>,
 }
 
 impl std::fmt::Debug for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Peer")
             .field("sealed", &self.sealer.is_some())
-            .field("token", &self.token.is_some())
+            .field("transport", &self.transport)
             .finish_non_exhaustive()
     }
 }
@@ -74,29 +68,10 @@ impl Peer {
         sealer: Option<Arc<Sealer>>,
         token: Option<&str>,
     ) -> anyhow::Result<Self> {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.enforce_http(false);
-        let tls = match tls {
-            Some(config) => config,
-            None => crate::security::tls::client_config_trusting_nothing()?,
-        };
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(connector);
-        let token = token
-            .map(|t| {
-                HeaderValue::from_str(&format!("Bearer {t}"))
-                    .map_err(|_| anyhow::anyhow!("the token has characters a header cannot carry"))
-            })
-            .transpose()?;
+        let tls = tls.unwrap_or_else(crate::security::tls::trusting_nothing);
         Ok(Self {
-            http: HttpClient::builder(TokioExecutor::new()).build(https),
+            transport: Transport::new(tls, token).map_err(anyhow::Error::msg)?,
             sealer,
-            token,
         })
     }
 
@@ -221,60 +196,22 @@ impl Peer {
         body: Bytes,
         timeout: Duration,
     ) -> Result<(StatusCode, Bytes), PeerError> {
-        let unsent = |message: String| PeerError {
-            message,
-            not_acted_on: true,
-        };
         if crate::fault::blocks_url(url) {
-            return Err(unsent(format!("{url}: cut off by fault injection")));
+            return Err(PeerError {
+                message: format!("{url}: cut off by fault injection"),
+                not_acted_on: true,
+            });
         }
-        let mut request = Request::builder()
-            .method(method)
-            .uri(url)
-            .header(hyper::header::CONTENT_TYPE, content_type);
-        if let Some(token) = &self.token {
-            request = request.header(AUTHORIZATION, token.clone());
-        }
-        let request = request
-            .body(Full::new(body))
-            .map_err(|e| unsent(format!("{url}: {e}")))?;
-        let exchange = async {
-            let response = self.http.request(request).await.map_err(|e| PeerError {
-                message: format!("{url}: {}", with_causes(&e)),
-                not_acted_on: e.is_connect(),
-            })?;
-            let status = response.status();
-            let body = response
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| PeerError {
-                    message: format!("{url}: {e}"),
-                    not_acted_on: false,
-                })?
-                .to_bytes();
-            Ok((status, body))
-        };
-        tokio::time::timeout(timeout, exchange)
+        let answer = self
+            .transport
+            .exchange(method, url, content_type, body, timeout)
             .await
-            .map_err(|_| PeerError {
-                message: format!("{url} did not answer within {timeout:?}"),
-                not_acted_on: false,
-            })?
+            .map_err(|e| PeerError {
+                message: e.message,
+                not_acted_on: e.not_sent,
+            })?;
+        Ok((answer.status, answer.body))
     }
-}
-
-/// An error and its causes, so "client error (Connect)" says why (refused,
-/// an untrusted certificate, ...).
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        cause = inner.source();
-    }
-    text
 }
 
 /// Why an exchange failed.

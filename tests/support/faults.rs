@@ -10,7 +10,7 @@
 
 use super::{Node, job, settle};
 use cohort::api::types::JobResponse;
-use cohort::client::Client;
+use cohort::client::Node as Api;
 use cohort::journal::{FsStorage, Shape, log::read_entries};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -105,13 +105,11 @@ impl Ledger {
 
 /// The front-ends submitters send to; tests swap them as nodes restart on
 /// new ports.
-pub type Targets = Arc<Mutex<Vec<Client>>>;
+pub type Targets = Arc<Mutex<Vec<Api>>>;
 
 /// Targets for `nodes`.
 pub fn targets(nodes: &[&Node]) -> Targets {
-    Arc::new(Mutex::new(
-        nodes.iter().map(|n| Client::new(&n.url)).collect(),
-    ))
+    Arc::new(Mutex::new(nodes.iter().map(|n| Api::new(&n.url)).collect()))
 }
 
 /// Submitters writing echo jobs, each request to the next of the targets,
@@ -185,7 +183,7 @@ impl Burst {
 
 /// Checks that every acknowledged job settled exactly once with its own
 /// input as result, asking `client`.
-pub async fn check_jobs(client: &Client, ledger: &Ledger) {
+pub async fn check_jobs(client: &Api, ledger: &Ledger) {
     let acked = ledger.acked.lock().unwrap().clone();
     assert!(!acked.is_empty(), "no job was acknowledged");
     for (id, input) in &acked {
@@ -195,7 +193,7 @@ pub async fn check_jobs(client: &Client, ledger: &Ledger) {
 
 /// Checks that acknowledged job `id` settles, succeeded exactly once and
 /// returned `expected`; returns it.
-pub async fn check_job(client: &Client, id: u64, expected: &[u8]) -> JobResponse {
+pub async fn check_job(client: &Api, id: u64, expected: &[u8]) -> JobResponse {
     let job = settle(client, id).await;
     assert_eq!(job.state, "succeeded", "acknowledged job {id}: {job:?}");
     let successes = job

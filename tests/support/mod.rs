@@ -7,7 +7,7 @@ pub mod faults;
 pub mod text;
 
 use cohort::api::types::{ClusterResponse, JobResponse, SubmitRequest};
-use cohort::client::{Client, ClientError};
+use cohort::client::{ClientError, Node as Api};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -36,7 +36,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Uploads the guest `name`; returns its digest.
-pub async fn upload(client: &Client, name: &str) -> String {
+pub async fn upload(client: &Api, name: &str) -> String {
     client
         .upload(std::fs::read(guest(name)).unwrap())
         .await
@@ -56,7 +56,7 @@ pub fn job(module: &str, input: &str) -> SubmitRequest {
 /// saved and `also` holds for it (`also` sees every job polled); returns
 /// that job. Fails the test past `within`.
 pub async fn running_with_checkpoint(
-    client: &Client,
+    client: &Api,
     ids: &[u64],
     worker: &str,
     within: Duration,
@@ -82,7 +82,7 @@ pub async fn running_with_checkpoint(
 
 /// Waits (bounded by [`SETTLE`]) until job `id` is no longer queued or
 /// running; returns it.
-pub async fn settle(client: &Client, id: u64) -> JobResponse {
+pub async fn settle(client: &Api, id: u64) -> JobResponse {
     let started = Instant::now();
     loop {
         let job = retrying(started, || client.job(id, 5_000)).await;
@@ -118,7 +118,7 @@ pub async fn retrying<T, F: std::future::Future<Output = Result<T, ClientError>>
 }
 
 /// The node's `/metrics` text.
-pub async fn metrics(client: &Client) -> String {
+pub async fn metrics(client: &Api) -> String {
     let (_, body) = client
         .call(
             hyper::Method::GET,
@@ -480,12 +480,12 @@ pub async fn converge(
     what: &str,
     done: impl Fn(&ClusterResponse) -> bool,
 ) -> ClusterResponse {
-    converge_via(&Client::new(&node.url), what, done).await
+    converge_via(&Api::new(&node.url), what, done).await
 }
 
 /// [`converge`] asking through `client` (one that carries a token, say).
 pub async fn converge_via(
-    client: &Client,
+    client: &Api,
     what: &str,
     done: impl Fn(&ClusterResponse) -> bool,
 ) -> ClusterResponse {

@@ -68,6 +68,9 @@ pub const WORKER_ID_BYTES_MAX: usize = 256;
 pub const WORKER_SEEN_PER_TTL: u64 = 4;
 /// Most jobs one listing returns.
 pub const LIST_LIMIT_MAX: u32 = 1000;
+/// Most ids one [`Query::Finished`] may ask about: the API's most jobs
+/// per batch, so a client may wait for a whole batch in one request.
+pub const FINISHED_IDS_MAX: usize = 10_000;
 /// Longest duration a configuration may set (a year).
 pub const CONFIG_DURATION_MS_MAX: u64 = 365 * 24 * 3_600_000;
 /// Largest `attempts_max` a configuration may set.
@@ -1030,7 +1033,64 @@ impl Master {
                     .collect(),
             )),
             Query::Tokens => Ok(Answer::Tokens(self.tokens.values().cloned().collect())),
+            Query::Finished {
+                ids,
+                output_max,
+                output_total,
+            } => self.finished(ids, *output_max, *output_total),
         }
+    }
+
+    /// Answers [`Query::Finished`].
+    fn finished(
+        &self,
+        ids: &[JobId],
+        output_max: u64,
+        output_total: u64,
+    ) -> Result<Answer, Rejection> {
+        if ids.len() > FINISHED_IDS_MAX {
+            return reject(
+                codes::UNDECODABLE,
+                format!("asked about {} jobs; at most {FINISHED_IDS_MAX}", ids.len()),
+            );
+        }
+        let mut room = output_total;
+        let mut finished = Vec::new();
+        for &id in ids {
+            let job = match self.job(id) {
+                Ok(job) if job.state.is_terminal() => job,
+                Ok(_) => continue,
+                Err(unknown) => {
+                    finished.push(Finished {
+                        id,
+                        state: None,
+                        error: Some(Failure {
+                            code: unknown.code,
+                            message: unknown.message,
+                        }),
+                        output: None,
+                        output_bytes: None,
+                    });
+                    continue;
+                }
+            };
+            let size = job.result.as_ref().map(|r| r.len() as u64);
+            let output = match &job.result {
+                Some(result) if size <= Some(output_max.min(room)) => {
+                    room -= result.len() as u64;
+                    Some(result.clone())
+                }
+                _ => None,
+            };
+            finished.push(Finished {
+                id,
+                state: Some(job.state),
+                error: job.error.clone(),
+                output,
+                output_bytes: size,
+            });
+        }
+        Ok(Answer::Finished(finished))
     }
 
     /// Counters over the whole state.

@@ -640,6 +640,19 @@ pub enum Query {
     Workers,
     /// API tokens (hashes only), by id.
     Tokens,
+    /// Which of `ids` have finished (or are unknown), with their outcome:
+    /// what a client waiting for many jobs at once asks for. At most
+    /// [`FINISHED_IDS_MAX`](crate::master::FINISHED_IDS_MAX) ids. A
+    /// succeeded job's output comes along when it is at most `output_max`
+    /// bytes and the answer's outputs stay within `output_total`.
+    Finished {
+        /// The jobs asked about.
+        ids: Vec<JobId>,
+        /// Largest output sent inline.
+        output_max: u64,
+        /// Most output bytes in the whole answer.
+        output_total: u64,
+    },
 }
 
 /// One attempt of a job.
@@ -761,6 +774,25 @@ pub enum Answer {
     Workers(Vec<WorkerView>),
     /// For [`Query::Tokens`].
     Tokens(Vec<TokenRecord>),
+    /// For [`Query::Finished`]: the finished or unknown jobs, in the order
+    /// asked.
+    Finished(Vec<Finished>),
+}
+
+/// A finished (or unknown) job in [`Answer::Finished`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finished {
+    /// The job.
+    pub id: JobId,
+    /// Its terminal state; `None` if the master does not know the job.
+    pub state: Option<JobState>,
+    /// Why it did not succeed, or why it is unknown (`job_not_found`,
+    /// `job_expired`).
+    pub error: Option<Failure>,
+    /// Its output, when inline (see [`Query::Finished`]).
+    pub output: Option<Vec<u8>>,
+    /// Its output's size, when it succeeded.
+    pub output_bytes: Option<u64>,
 }
 
 /// What [`decide`](crate::Master::decide) returns for an accepted command.

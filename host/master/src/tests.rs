@@ -505,3 +505,72 @@ fn unknown_versions_and_garbage_are_refused() {
 // Properties of the decoders (messages and snapshots from untrusted bytes).
 #[path = "fuzz.rs"]
 mod fuzz;
+
+#[test]
+fn finished_answers_only_finished_and_unknown_jobs_with_outputs_within_bounds() {
+    let mut sim = Sim::new();
+    for input in [&b"a"[..], b"b", b"c", b"d"] {
+        sim.ok(T, new_submit(spec(1, input)));
+    }
+    sim.ok(T + 1, poll("w1", 4));
+    sim.ok(
+        T + 2,
+        finish(1, 1, "w1", Outcome::Succeeded(b"0123456789".to_vec())),
+    );
+    sim.ok(
+        T + 2,
+        finish(2, 1, "w1", Outcome::Succeeded(b"01234".to_vec())),
+    );
+    sim.ok(
+        T + 2,
+        finish(3, 1, "w1", Outcome::Succeeded(b"0123".to_vec())),
+    );
+    let ask = |ids: Vec<JobId>, output_max, output_total| Query::Finished {
+        ids,
+        output_max,
+        output_total,
+    };
+    // Job 4 is running, 9 was never submitted; 10 bytes is over the
+    // per-job bound of 8, and job 3's 4 bytes no longer fit in the total
+    // after job 2's 5.
+    let Ok(Answer::Finished(jobs)) = sim.master.query(0, &ask(vec![9, 1, 4, 2, 3], 8, 8)) else {
+        panic!("an answer");
+    };
+    let seen: Vec<_> = jobs
+        .iter()
+        .map(|j| (j.id, j.state, j.output.as_deref(), j.output_bytes))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (9, None, None, None),
+            (1, Some(JobState::Succeeded), None, Some(10)),
+            (2, Some(JobState::Succeeded), Some(&b"01234"[..]), Some(5)),
+            (3, Some(JobState::Succeeded), None, Some(4)),
+        ]
+    );
+    assert_eq!(
+        jobs[0].error.as_ref().map(|e| e.code.as_str()),
+        Some(codes::JOB_NOT_FOUND)
+    );
+    // A job that failed for good: its state and error, no output.
+    sim.ok(T + 3, finish(4, 1, "w1", failed("job_error")));
+    let Ok(Answer::Finished(jobs)) = sim.master.query(0, &ask(vec![4], 8, 8)) else {
+        panic!("an answer");
+    };
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].state, Some(JobState::Failed));
+    assert_eq!(
+        jobs[0].error.as_ref().map(|e| e.code.as_str()),
+        Some("job_error")
+    );
+    assert_eq!(
+        (jobs[0].output.as_ref(), jobs[0].output_bytes),
+        (None, None)
+    );
+    let too_many = ask(vec![1; crate::master::FINISHED_IDS_MAX + 1], 8, 8);
+    assert_eq!(
+        sim.master.query(0, &too_many).unwrap_err().code,
+        codes::UNDECODABLE
+    );
+}

@@ -25,6 +25,7 @@ pub fn needed_scope(method: &Method, segments: &[&str]) -> Option<Scope> {
     match (method, segments) {
         (&Method::GET, ["healthz"]) => None,
         (&Method::POST, ["v1", "jobs"] | ["v1", "jobs", "batch"]) => Some(Scope::Submit),
+        (&Method::POST, ["v1", "jobs", "wait"]) => Some(Scope::Read),
         (_, ["v1", "tokens", ..]) => Some(Scope::Admin),
         (&Method::GET | &Method::HEAD, _) => Some(Scope::Read),
         _ => Some(Scope::Admin),
@@ -39,7 +40,7 @@ pub fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["healthz"] | ["metrics"] | ["v1", "cluster"] => "GET",
         ["v1", "modules"] | ["v1", "jobs"] | ["v1", "tokens"] => "GET, POST",
         ["v1", "modules", _] | ["v1", "jobs", _, "result"] => "GET",
-        ["v1", "jobs", "batch"] | ["v1", "node", "leave"] => "POST",
+        ["v1", "jobs", "batch" | "wait"] | ["v1", "node", "leave"] => "POST",
         ["v1", "jobs", _] => "GET, DELETE",
         ["v1", "tokens", _] | ["v1", "cluster", "voters", _] => "DELETE",
         _ => return None,

@@ -179,7 +179,7 @@ impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             status: code.status(),
-            body: ErrorBody::new(code, message),
+            body: error_body(code, message),
             allow: None,
         }
     }
@@ -203,14 +203,12 @@ impl ApiError {
     }
 }
 
-impl ErrorBody {
-    /// The body of an error with `code`.
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code: code.as_str().into(),
-            message: message.into(),
-            retryable: Some(code.retryable()),
-        }
+/// The body of an error with `code`.
+pub fn error_body(code: ErrorCode, message: impl Into<String>) -> ErrorBody {
+    ErrorBody {
+        code: code.as_str().into(),
+        message: message.into(),
+        retryable: Some(code.retryable()),
     }
 }
 
@@ -375,7 +373,7 @@ mod tests {
             let known: ErrorCode = code.parse().unwrap();
             let error = ApiError::from(Rejection::new(code, "x"));
             assert_eq!(error.status, known.status(), "{code}");
-            assert_eq!(error.body, ErrorBody::new(known, "x"));
+            assert_eq!(error.body, error_body(known, "x"));
         }
     }
 

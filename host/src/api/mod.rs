@@ -9,7 +9,8 @@
 //!   `429` and `503` carry `Retry-After`.
 //! * **Bodies are bounded** before they are read: modules by the module
 //!   limit, jobs by [`JOB_BODY_BYTES_MAX`], batches by
-//!   [`BATCH_BODY_BYTES_MAX`]; beyond, `413 body_too_large`.
+//!   [`BATCH_BODY_BYTES_MAX`], waits by [`WAIT_BODY_BYTES_MAX`]; beyond,
+//!   `413 body_too_large`.
 //! * **Acknowledged means durable**: `202` is sent only once the job's
 //!   journal entry is fsynced on a majority of the voters (see
 //!   [`crate::master::service`], [`crate::replication`]).
@@ -19,7 +20,10 @@
 //!   once. Only a submission that got no answer from any master within the
 //!   proxy's wait is `503 outcome_unknown` (see [`crate::cluster::link`]).
 //! * **Waiting** (`?wait_ms=`) is a watch on the job, not a poll loop, and is
-//!   capped at [`WAIT_MS_MAX`].
+//!   capped at [`WAIT_MS_MAX`]. `POST /v1/jobs/wait` is one watch over up
+//!   to 10,000 jobs, answered with the finished ones (outputs inline up to
+//!   [`WAIT_OUTPUT_BYTES_MAX`] each, [`WAIT_OUTPUTS_BYTES_MAX`] in all): a
+//!   client waits for all its jobs with a few requests, not one per job.
 //! * **Connections are bounded** ([`CONNECTIONS_MAX`]); beyond, clients wait
 //!   to be accepted, so waits and bodies in flight are bounded too. Headers
 //!   must arrive within [`HEADER_READ_TIMEOUT`] and a body within
@@ -34,7 +38,8 @@
 pub mod auth;
 pub mod error;
 pub mod request_ids;
-pub mod types;
+/// The JSON bodies, shared with the clients (`cohort_client::types`).
+pub use cohort_client::types;
 pub mod wire;
 
 use crate::cluster::link::MasterLink;
@@ -74,6 +79,12 @@ pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
 pub const BATCH_JOBS_MAX: usize = 10_000;
 /// Longest `wait_ms` honoured.
 pub const WAIT_MS_MAX: u64 = 60_000;
+/// Largest `POST /v1/jobs/wait` body: 10,000 ids of 20 digits and commas.
+pub const WAIT_BODY_BYTES_MAX: usize = 256 << 10;
+/// Largest output `POST /v1/jobs/wait` sends inline.
+pub const WAIT_OUTPUT_BYTES_MAX: u64 = 64 << 10;
+/// Most output bytes one `POST /v1/jobs/wait` answer sends inline.
+pub const WAIT_OUTPUTS_BYTES_MAX: u64 = 4 << 20;
 /// Largest body of the small control requests (token operations, a module
 /// fetch by digest).
 pub const CONTROL_BODY_BYTES_MAX: usize = 64 << 10;
@@ -765,8 +776,14 @@ impl Api {
                 let batch: BatchRequest = parse_json(&body)?;
                 Ok(json(StatusCode::ACCEPTED, &self.submit_batch(batch).await?))
             }
+            (&Method::POST, ["v1", "jobs", "wait"]) => {
+                let body = read_body(request, WAIT_BODY_BYTES_MAX).await?;
+                let wait: WaitRequest = parse_json(&body)?;
+                Ok(json(StatusCode::OK, &self.wait_finished(wait).await?))
+            }
             (&Method::GET, ["v1", "jobs"]) => self.list(&params(&request)).await,
-            (&Method::GET, ["v1", "jobs", id]) => {
+            // `batch` and `wait` are routes of their own (405 for GET).
+            (&Method::GET, ["v1", "jobs", id]) if !matches!(*id, "batch" | "wait") => {
                 let id = job_id(id)?;
                 self.wait(id, &params(&request)).await?;
                 let Answer::Job(view) = self.master.query(Query::Job { id }).await? else {
@@ -788,7 +805,7 @@ impl Api {
                 }
                 Ok(json(StatusCode::OK, &response))
             }
-            (&Method::DELETE, ["v1", "jobs", id]) => {
+            (&Method::DELETE, ["v1", "jobs", id]) if !matches!(*id, "batch" | "wait") => {
                 let id = job_id(id)?;
                 self.master.command(Command::Cancel { id }).await?;
                 let Answer::Job(view) = self.master.query(Query::Job { id }).await? else {
@@ -959,6 +976,47 @@ impl Api {
         Ok(BatchResponse { results })
     }
 
+    async fn wait_finished(&self, wait: WaitRequest) -> Result<WaitResponse, ApiError> {
+        if wait.ids.len() > cohort_master::master::FINISHED_IDS_MAX {
+            return Err(ApiError::new(
+                ErrorCode::BodyTooLarge,
+                format!(
+                    "at most {} ids per wait",
+                    cohort_master::master::FINISHED_IDS_MAX
+                ),
+            ));
+        }
+        if wait.ids.is_empty() {
+            return Ok(WaitResponse { jobs: Vec::new() });
+        }
+        let query = Query::Finished {
+            ids: wait.ids,
+            output_max: WAIT_OUTPUT_BYTES_MAX,
+            output_total: WAIT_OUTPUTS_BYTES_MAX,
+        };
+        let wait = Duration::from_millis(wait.wait_ms.min(WAIT_MS_MAX));
+        let Answer::Finished(jobs) = self.master.wait_finished(query, wait).await? else {
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
+        };
+        let engine = &base64::engine::general_purpose::STANDARD;
+        Ok(WaitResponse {
+            jobs: jobs
+                .into_iter()
+                .map(|job| FinishedBody {
+                    id: job.id,
+                    state: job.state.map_or("unknown", JobState::name).into(),
+                    error: job.error.map(|e| ErrorBody {
+                        code: e.code,
+                        message: e.message,
+                        retryable: None,
+                    }),
+                    output_base64: job.output.map(|o| engine.encode(o)),
+                    output_bytes: job.output_bytes,
+                })
+                .collect(),
+        })
+    }
+
     async fn list(&self, params: &HashMap<String, String>) -> Result<Reply200, ApiError> {
         let state = match params.get("state") {
             None => None,
@@ -1007,7 +1065,20 @@ impl Api {
             submitted_at: view.submitted_at,
             finished_at: view.finished_at,
             not_before: view.not_before,
-            attempts: view.attempts,
+            attempts: view
+                .attempts
+                .into_iter()
+                .map(|a| Attempt {
+                    number: a.number,
+                    worker: a.worker,
+                    started_at: a.started_at,
+                    ended_at: a.ended_at,
+                    outcome: a.outcome,
+                    message: a.message,
+                    duration_ms: a.duration_ms,
+                    log_tail: a.log_tail,
+                })
+                .collect(),
             error: view.error.map(|f| ErrorBody {
                 code: f.code,
                 message: f.message,

@@ -11,7 +11,6 @@
 //! through untouched.
 
 use super::error::ErrorCode;
-use super::types::ErrorBody;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -61,7 +60,8 @@ fn rewrite(head: &[u8]) -> Option<Vec<u8>> {
             "malformed HTTP request: the request line, a header, or a path that is not ASCII (percent-encode other bytes)",
         ),
     };
-    let body = serde_json::to_string(&ErrorBody::new(code, message)).expect("API types serialize");
+    let body = serde_json::to_string(&super::error::error_body(code, message))
+        .expect("API types serialize");
     let start = lower.find("\r\ncontent-length: 0\r\n")?;
     let end = start + "\r\ncontent-length: 0\r\n".len();
     let mut out = Vec::with_capacity(head.len() + body.len() + 64);

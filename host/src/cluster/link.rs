@@ -94,6 +94,13 @@ pub enum WireRequest {
     },
     /// `MasterHandle::commands`: at most [`BATCH_COMMANDS_MAX`].
     Batch(Vec<Command>),
+    /// `MasterHandle::wait_finished`.
+    WaitFinished {
+        /// A [`Query::Finished`].
+        query: Query,
+        /// Longest wait.
+        wait_ms: u64,
+    },
 }
 
 impl WireRequest {
@@ -107,9 +114,9 @@ impl WireRequest {
 
     fn wait(&self) -> Duration {
         match self {
-            WireRequest::Poll(Poll { wait_ms, .. }) | WireRequest::Wait { wait_ms, .. } => {
-                Duration::from_millis(*wait_ms)
-            }
+            WireRequest::Poll(Poll { wait_ms, .. })
+            | WireRequest::Wait { wait_ms, .. }
+            | WireRequest::WaitFinished { wait_ms, .. } => Duration::from_millis(*wait_ms),
             _ => Duration::ZERO,
         }
     }
@@ -145,6 +152,11 @@ pub async fn serve_local(
         WireRequest::Wait { id, wait_ms } => WireResponse::Settled(
             master
                 .wait_settled(id, Duration::from_millis(wait_ms))
+                .await?,
+        ),
+        WireRequest::WaitFinished { query, wait_ms } => WireResponse::Answer(
+            master
+                .wait_finished(query, Duration::from_millis(wait_ms))
                 .await?,
         ),
         WireRequest::Batch(commands) => {
@@ -371,6 +383,19 @@ impl MasterLink {
         };
         match self.call(request).await? {
             WireResponse::Settled(settled) => Ok(settled),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The finished jobs of a [`Query::Finished`], waiting for the first
+    /// (see [`MasterHandle::wait_finished`]).
+    pub async fn wait_finished(&self, query: Query, wait: Duration) -> Result<Answer, MasterError> {
+        let request = WireRequest::WaitFinished {
+            query,
+            wait_ms: wait.as_millis() as u64,
+        };
+        match self.call(request).await? {
+            WireResponse::Answer(answer) => Ok(answer),
             other => Err(unexpected(other)),
         }
     }

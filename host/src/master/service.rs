@@ -35,7 +35,11 @@
 //!
 //! Workers long-poll: a poll that finds no work is parked until jobs become
 //! runnable (the `WorkAvailable` effect) or its wait ends. Clients may wait
-//! for a job to settle; the watch fires on its `Settled` effect.
+//! for a job to settle; the watch fires on its `Settled` effect. A client
+//! waiting for many jobs at once ([`MasterHandle::wait_finished`]) is one
+//! watch over all of them: it fires on the first to settle and is then
+//! forgotten as a whole ([`Watchers`]), so a long-poll over 10,000 jobs
+//! costs the master one pass to register and one to drop, however it ends.
 
 use super::core::{Core, CoreKind, MasterComponent, NativeCore};
 use super::store::StoreError;
@@ -51,6 +55,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot, watch};
 
+/// How long a wait for many jobs goes on gathering after the first of
+/// them finished ([`MasterHandle::wait_finished`]).
+pub const WAIT_GATHER: Duration = Duration::from_millis(10);
 /// Requests one batch takes from the channel at most.
 pub const BATCH_REQUESTS_MAX: usize = 4096;
 /// Requests that may wait for the master thread; senders wait beyond it.
@@ -207,6 +214,9 @@ enum Request {
     Poll(Poll, Instant, Respond<PollResult>),
     Progress(JobId, oneshot::Sender<Option<ProgressReport>>),
     Watch(JobId, oneshot::Sender<()>),
+    /// [`Query::Finished`]; if none of the jobs has finished, a watch over
+    /// all of them that fires on the first to settle.
+    WaitFinished(Query, Respond<Answer>, oneshot::Sender<()>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -299,6 +309,35 @@ impl MasterHandle {
             Ok(Ok(())) => Ok(true),
             Ok(Err(_)) => Err(gone()),
             Err(_) => Ok(false),
+        }
+    }
+
+    /// The finished (or unknown) jobs among `query`'s (a
+    /// [`Query::Finished`]), waiting up to `wait` for the first of them to
+    /// finish if none has.
+    pub async fn wait_finished(&self, query: Query, wait: Duration) -> Result<Answer, MasterError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let (notify, settled) = oneshot::channel();
+        let answer = self
+            .ask(|respond| Request::WaitFinished(query.clone(), respond, notify))
+            .await?;
+        if !matches!(&answer, Answer::Finished(jobs) if jobs.is_empty()) {
+            return Ok(answer);
+        }
+        match tokio::time::timeout_at(deadline, settled).await {
+            Ok(Ok(())) => {
+                // Jobs submitted together finish together: the next ones
+                // come in this answer rather than one request each.
+                if matches!(&query, Query::Finished { ids, .. } if ids.len() > 1) {
+                    tokio::time::sleep_until(
+                        deadline.min(tokio::time::Instant::now() + WAIT_GATHER),
+                    )
+                    .await;
+                }
+                self.query(query).await
+            }
+            Ok(Err(_)) => Err(gone()),
+            Err(_) => Ok(answer),
         }
     }
 
@@ -415,7 +454,7 @@ pub fn start(
         snapshot_every: options.snapshot_every.max(1),
         events_since_snapshot: 0,
         parked: Vec::new(),
-        watchers: HashMap::new(),
+        watchers: Watchers::default(),
         stops: HashMap::new(),
         progress: HashMap::new(),
         batch: Batch::default(),
@@ -482,7 +521,7 @@ struct MasterLoop {
     snapshot_every: u64,
     events_since_snapshot: u64,
     parked: Vec<Parked>,
-    watchers: HashMap<JobId, Vec<oneshot::Sender<()>>>,
+    watchers: Watchers,
     stops: HashMap<String, Vec<(JobId, u32)>>,
     progress: HashMap<JobId, ProgressReport>,
     batch: Batch,
@@ -589,6 +628,7 @@ impl MasterLoop {
                 Request::Query(_, respond) => drop(respond.send(Err(error))),
                 Request::Poll(_, _, respond) => drop(respond.send(Err(error))),
                 Request::Watch(..) => {}
+                Request::WaitFinished(_, respond, _) => drop(respond.send(Err(error))),
                 Request::Progress(id, respond) => {
                     let _ = respond.send(self.progress.get(&id).cloned());
                 }
@@ -661,8 +701,24 @@ impl MasterLoop {
                         }
                     });
                 } else {
-                    self.watchers.entry(id).or_default().push(notify);
+                    self.watchers.add(vec![id], notify);
                 }
+            }
+            Request::WaitFinished(query, respond, notify) => {
+                let Query::Finished { ids, .. } = &query else {
+                    let _ = respond.send(Err(MasterError::Unavailable(
+                        "a wait for finished jobs needs Query::Finished".into(),
+                    )));
+                    return Ok(());
+                };
+                let ids = ids.clone();
+                let answer = self.query(now, &query)?.map_err(MasterError::Rejected);
+                if matches!(&answer, Ok(Answer::Finished(jobs)) if jobs.is_empty()) {
+                    self.watchers.add(ids, notify);
+                }
+                self.complete(move |outcome| {
+                    let _ = respond.send(outcome.and(answer));
+                });
             }
             Request::Shutdown(_) => unreachable!("handled by the caller"),
         }
@@ -802,10 +858,7 @@ impl MasterLoop {
         for parked in expired {
             let _ = parked.respond.send(Ok(PollResult::default()));
         }
-        self.watchers.retain(|_, watchers| {
-            watchers.retain(|w| !w.is_closed());
-            !watchers.is_empty()
-        });
+        self.watchers.forget_abandoned();
     }
 
     fn complete(&mut self, completion: impl FnOnce(Result<(), MasterError>) + Send + 'static) {
@@ -860,7 +913,8 @@ impl MasterLoop {
                 Effect::WorkAvailable => self.batch.work_available = true,
                 Effect::Settled { id, .. } => {
                     self.progress.remove(&id);
-                    if let Some(watchers) = self.watchers.remove(&id) {
+                    let watchers = self.watchers.settled(id);
+                    if !watchers.is_empty() {
                         self.complete(move |outcome| {
                             if outcome.is_ok() {
                                 for watcher in watchers {
@@ -920,8 +974,90 @@ impl MasterLoop {
     }
 }
 
+/// Who waits for which jobs to settle: groups of jobs, each with one
+/// wake-up that fires when the first of its jobs settles, after which the
+/// whole group is forgotten.
+#[derive(Default)]
+struct Watchers {
+    groups: HashMap<u64, (Vec<JobId>, oneshot::Sender<()>)>,
+    by_job: HashMap<JobId, Vec<u64>>,
+    next: u64,
+}
+
+impl Watchers {
+    /// Wakes `notify` when the first of `ids` settles.
+    fn add(&mut self, ids: Vec<JobId>, notify: oneshot::Sender<()>) {
+        let group = self.next;
+        self.next += 1;
+        for &id in &ids {
+            self.by_job.entry(id).or_default().push(group);
+        }
+        self.groups.insert(group, (ids, notify));
+    }
+
+    /// Job `id` settled: the wake-ups of the groups it was in, whose jobs
+    /// are no longer watched.
+    fn settled(&mut self, id: JobId) -> Vec<oneshot::Sender<()>> {
+        let groups = self.by_job.remove(&id).unwrap_or_default();
+        groups
+            .into_iter()
+            .filter_map(|group| self.remove(group))
+            .collect()
+    }
+
+    /// Forgets the groups whose waiter stopped waiting.
+    fn forget_abandoned(&mut self) {
+        let abandoned: Vec<u64> = self
+            .groups
+            .iter()
+            .filter(|(_, (_, notify))| notify.is_closed())
+            .map(|(&group, _)| group)
+            .collect();
+        for group in abandoned {
+            self.remove(group);
+        }
+    }
+
+    fn remove(&mut self, group: u64) -> Option<oneshot::Sender<()>> {
+        let (ids, notify) = self.groups.remove(&group)?;
+        for id in ids {
+            if let Some(groups) = self.by_job.get_mut(&id) {
+                groups.retain(|&g| g != group);
+                if groups.is_empty() {
+                    self.by_job.remove(&id);
+                }
+            }
+        }
+        Some(notify)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_group_of_watched_jobs_wakes_once_and_is_forgotten_whole() {
+        let mut watchers = Watchers::default();
+        let (many, mut woken) = oneshot::channel();
+        watchers.add(vec![1, 2, 3], many);
+        let (one, mut single) = oneshot::channel();
+        watchers.add(vec![2], one);
+        let wakes = watchers.settled(2);
+        assert_eq!(wakes.len(), 2);
+        for wake in wakes {
+            wake.send(()).unwrap();
+        }
+        assert!(woken.try_recv().is_ok() && single.try_recv().is_ok());
+        // Jobs 1 and 3 were in the woken group only: nothing waits on them.
+        assert!(watchers.settled(1).is_empty() && watchers.settled(3).is_empty());
+        assert!(watchers.by_job.is_empty() && watchers.groups.is_empty());
+        // A waiter that gave up is dropped at the next sweep.
+        let (gone, receiver) = oneshot::channel();
+        watchers.add(vec![4, 5], gone);
+        drop(receiver);
+        watchers.forget_abandoned();
+        assert!(watchers.by_job.is_empty() && watchers.groups.is_empty());
+    }
     use super::*;
     use cohort_master::JobSpec;
 

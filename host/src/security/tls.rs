@@ -1,6 +1,6 @@
 //! TLS for the public API (rustls, ring provider): the server side from a
-//! PEM certificate chain and key, the client side trusting a given CA or
-//! the system's roots.
+//! PEM certificate chain and key; the client side (trusting a given CA or
+//! the system's roots) is `cohort_client::tls`.
 //!
 //! The server offers HTTP/2 and HTTP/1.1 by ALPN. Node-to-node requests
 //! keep their own sealing ([`super::seal`]) and go to a node's port in plain
@@ -42,45 +42,5 @@ pub fn server_config(cert: &Path, key: &Path) -> anyhow::Result<Arc<rustls::Serv
     Ok(Arc::new(config))
 }
 
-/// A client configuration trusting the CA certificates in `ca` (PEM), or
-/// the system's roots.
-pub fn client_config(ca: Option<&Path>) -> anyhow::Result<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    match ca {
-        Some(path) => {
-            for cert in CertificateDer::pem_file_iter(path)
-                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?
-            {
-                let cert = cert.map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            }
-            anyhow::ensure!(
-                !roots.is_empty(),
-                "{} holds no PEM certificate",
-                path.display()
-            );
-        }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            for cert in found.certs {
-                // A system root rustls cannot parse is skipped, as browsers do.
-                let _ = roots.add(cert);
-            }
-        }
-    }
-    Ok(rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
-}
-
-/// A client configuration that trusts no server: a node's own client,
-/// which talks plain HTTP to other nodes (their bodies are sealed).
-pub fn client_config_trusting_nothing() -> anyhow::Result<rustls::ClientConfig> {
-    Ok(rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth())
-}
+/// The client side lives with the clients: `cohort_client::tls`.
+pub use cohort_client::tls::{client_config, trusting_nothing};

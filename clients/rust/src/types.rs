@@ -1,12 +1,38 @@
-//! The JSON bodies of the HTTP API, shared by the server and the client.
+//! The JSON bodies of the HTTP API, shared by the server (the `cohort`
+//! crate serves them) and the clients.
 
-use cohort_master::{Attempt, JobId, Millis};
 use serde::{Deserialize, Serialize};
+
+/// A job's id: assigned by the master, increasing.
+pub type JobId = u64;
+/// Milliseconds since the Unix epoch.
+pub type Millis = u64;
+
+/// One attempt of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Number, from 1.
+    pub number: u32,
+    /// The worker that ran it.
+    pub worker: String,
+    /// When it started.
+    pub started_at: Millis,
+    /// When it ended (if it has).
+    pub ended_at: Option<Millis>,
+    /// How it ended: `succeeded`, or a failure code.
+    pub outcome: Option<String>,
+    /// Failure message, if any.
+    pub message: Option<String>,
+    /// Run time reported by the worker.
+    pub duration_ms: Option<u64>,
+    /// End of its log.
+    pub log_tail: String,
+}
 
 /// Every error: a stable code and a message for people.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
-    /// Stable machine-readable code ([`ErrorCode`](super::error::ErrorCode)
+    /// Stable machine-readable code (the README's "Error codes"
     /// for the API's own errors).
     pub code: String,
     /// Explanation.
@@ -50,6 +76,41 @@ pub struct SubmitRequest {
     /// Submissions with the same key get the same job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+}
+
+impl SubmitRequest {
+    /// A submission of `module` (a digest) with empty input.
+    pub fn new(module: impl Into<String>) -> Self {
+        Self {
+            module: module.into(),
+            ..Self::default()
+        }
+    }
+
+    /// With `input` as the job's input bytes (sent in base64).
+    pub fn bytes(mut self, input: impl AsRef<[u8]>) -> Self {
+        use base64::Engine as _;
+        self.input = None;
+        self.input_json = None;
+        self.input_base64 = Some(base64::engine::general_purpose::STANDARD.encode(input));
+        self
+    }
+
+    /// With `input` as the job's input text.
+    pub fn text(mut self, input: impl Into<String>) -> Self {
+        self.input_base64 = None;
+        self.input_json = None;
+        self.input = Some(input.into());
+        self
+    }
+
+    /// With `input` as the job's input, serialized as JSON.
+    pub fn json(mut self, input: serde_json::Value) -> Self {
+        self.input = None;
+        self.input_base64 = None;
+        self.input_json = Some(input);
+        self
+    }
 }
 
 /// `202` to a submission.
@@ -130,6 +191,43 @@ pub struct JobResponse {
     pub has_checkpoint: bool,
     /// Latest progress while running.
     pub progress: Option<ProgressBody>,
+}
+
+/// `POST /v1/jobs/wait`: wait for the first of `ids` to finish.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitRequest {
+    /// The jobs (at most 10,000).
+    pub ids: Vec<JobId>,
+    /// Longest wait for the first to finish (at most 60,000; default 0:
+    /// answer at once).
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+/// A finished (or unknown) job in a [`WaitResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishedBody {
+    /// Id.
+    pub id: JobId,
+    /// `succeeded`, `failed`, `cancelled`, `dead`, or `unknown` (an id the
+    /// cluster does not know, or whose record expired; see `error`).
+    pub state: String,
+    /// Why it did not succeed (or why it is unknown).
+    pub error: Option<ErrorBody>,
+    /// Its output in base64, when succeeded and small enough to come
+    /// inline; otherwise `GET /v1/jobs/{id}/result`.
+    pub output_base64: Option<String>,
+    /// Its output's size, when succeeded.
+    pub output_bytes: Option<u64>,
+}
+
+/// `200` to `POST /v1/jobs/wait`: the finished jobs among those asked
+/// about (none if the wait ended first).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitResponse {
+    /// The finished ones, in the order asked.
+    pub jobs: Vec<FinishedBody>,
 }
 
 /// A job in a listing.
@@ -248,11 +346,11 @@ pub struct SecurityBody {
 mod decode_tests {
     //! Request bodies are parsed before anything checks them: any bytes
     //! and any JSON value parse as `SubmitRequest` / `BatchRequest` or fail
-    //! with an error (the API's `bad_json`), never a panic, and nesting
+    //! with an error (the server's `bad_json`), never a panic, and nesting
     //! deeper than serde_json's recursion limit (128) is refused rather
     //! than overflowing the stack. What parses serializes back to the same
     //! request. Long run:
-    //! `PROPTEST_CASES=100000 cargo test -p cohort --lib api::types`.
+    //! `PROPTEST_CASES=100000 cargo test -p cohort-client --lib types`.
     use super::*;
     use proptest::prelude::*;
     use serde_json::Value;

@@ -1,19 +1,19 @@
-//! A client of the HTTP API, used by the CLI, the tests and the benchmarks.
+//! One node's HTTP API, call by call: what the [`Client`](crate::Client)
+//! is built on, and what the CLI, the tests and the benchmarks use for
+//! everything but submitting and waiting.
 
-use crate::api::types::*;
-use crate::peer::Peer;
+use crate::transport::Transport;
+use crate::types::*;
 use bytes::Bytes;
-use cohort_master::JobId;
 use hyper::{Method, StatusCode};
 use std::time::Duration;
 
-/// Longest one call may take: a long-poll waits up to
-/// [`WAIT_MS_MAX`](crate::api::WAIT_MS_MAX) (60 s) on the server, and a
-/// module upload may be 64 MiB.
+/// Longest one call may take: a long-poll waits up to 60 s on the server,
+/// and a module upload may be 64 MiB.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Why a call failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ClientError {
     /// The server answered with an error.
     #[error("{code}: {message} (HTTP {status})")]
@@ -27,6 +27,8 @@ pub enum ClientError {
         /// Whether the same request may succeed if sent again (the
         /// server's `retryable`; from the status if it sent none).
         retryable: bool,
+        /// The server's `Retry-After`: wait at least this long first.
+        retry_after: Option<Duration>,
     },
     /// The server could not be reached or the exchange failed.
     #[error("cannot reach {server}: {reason}")]
@@ -35,6 +37,29 @@ pub enum ClientError {
         server: String,
         /// What went wrong.
         reason: String,
+        /// True if the request never reached the server.
+        not_sent: bool,
+    },
+    /// A job did not succeed: its state (`failed`, `dead`, `cancelled`,
+    /// or `unknown`) and the job's own error code and message.
+    #[error("job {id} {state}: {code}: {message}")]
+    Job {
+        /// The job.
+        id: JobId,
+        /// Its state.
+        state: String,
+        /// Its error code (`trap`, `timeout`, ..., `cancelled`).
+        code: String,
+        /// Its error message.
+        message: String,
+    },
+    /// A wait ended before the job finished.
+    #[error("job {} did not finish within {waited:?}", id.map_or("(not yet accepted)".into(), |id| id.to_string()))]
+    WaitTimeout {
+        /// The job, if its submission had landed.
+        id: Option<JobId>,
+        /// How long it was waited for.
+        waited: Duration,
     },
     /// The answer was not what the API promises.
     #[error("unexpected answer from the server: {0}")]
@@ -42,11 +67,14 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// The API error code, if the server sent one.
-    pub fn code(&self) -> Option<&str> {
+    /// The error's stable code: the server's, the job's, or
+    /// `unreachable`, `wait_timeout`, `protocol` for the client's own.
+    pub fn code(&self) -> &str {
         match self {
-            ClientError::Api { code, .. } => Some(code),
-            _ => None,
+            ClientError::Api { code, .. } | ClientError::Job { code, .. } => code,
+            ClientError::Transport { .. } => "unreachable",
+            ClientError::WaitTimeout { .. } => "wait_timeout",
+            ClientError::Protocol(_) => "protocol",
         }
     }
 
@@ -57,7 +85,9 @@ impl ClientError {
         match self {
             ClientError::Api { retryable, .. } => *retryable,
             ClientError::Transport { .. } => true,
-            ClientError::Protocol(_) => false,
+            ClientError::Protocol(_)
+            | ClientError::Job { .. }
+            | ClientError::WaitTimeout { .. } => false,
         }
     }
 }
@@ -71,20 +101,21 @@ fn retryable_status(status: StatusCode) -> bool {
     )
 }
 
-/// A connection pool to one cohort server.
+/// A connection pool to one cohort node.
 #[derive(Debug, Clone)]
-pub struct Client {
+pub struct Node {
     server: String,
-    peer: Peer,
+    transport: Transport,
 }
 
-impl Client {
-    /// A client of `server` (e.g. `http://127.0.0.1:7070`).
+impl Node {
+    /// A client of `server` (e.g. `http://127.0.0.1:7070`), without a
+    /// token, trusting no TLS server.
     pub fn new(server: &str) -> Self {
-        Self {
-            server: server.trim_end_matches('/').to_string(),
-            peer: Peer::default(),
-        }
+        Self::with_transport(
+            server,
+            Transport::new(crate::tls::trusting_nothing(), None).expect("no token to refuse"),
+        )
     }
 
     /// A client of `server` that sends `token` and trusts the PEM CA
@@ -93,16 +124,22 @@ impl Client {
         server: &str,
         token: Option<&str>,
         ca_cert: Option<&std::path::Path>,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, String> {
         let tls = if server.starts_with("https://") {
-            Some(crate::security::tls::client_config(ca_cert)?)
+            crate::tls::client_config(ca_cert)?
         } else {
-            None
+            crate::tls::trusting_nothing()
         };
-        Ok(Self {
+        Ok(Self::with_transport(server, Transport::new(tls, token)?))
+    }
+
+    /// A client of `server` over `transport` (shared by several nodes'
+    /// clients).
+    pub fn with_transport(server: &str, transport: Transport) -> Self {
+        Self {
             server: server.trim_end_matches('/').to_string(),
-            peer: Peer::new(tls, None, token)?,
-        })
+            transport,
+        }
     }
 
     /// The server URL.
@@ -119,32 +156,52 @@ impl Client {
         content_type: &str,
         body: Bytes,
     ) -> Result<(StatusCode, Bytes), ClientError> {
-        let url = format!("{}{path}", self.server);
-        let (status, body) = self
-            .peer
-            .exchange(method, &url, content_type, body, REQUEST_TIMEOUT)
+        self.call_within(method, path, content_type, body, REQUEST_TIMEOUT)
             .await
-            .map_err(|reason| ClientError::Transport {
+    }
+
+    /// [`call`](Self::call), failing past `timeout`.
+    pub async fn call_within(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), ClientError> {
+        let url = format!("{}{path}", self.server);
+        let answer = self
+            .transport
+            .exchange(method, &url, content_type, body, timeout)
+            .await
+            .map_err(|e| ClientError::Transport {
                 server: self.server.clone(),
-                reason,
+                reason: e.message,
+                not_sent: e.not_sent,
             })?;
+        let (status, body) = (answer.status, answer.body);
         if status.is_success() {
             return Ok((status, body));
         }
-        match serde_json::from_slice::<ErrorBody>(&body) {
-            Ok(error) => Err(ClientError::Api {
-                status: status.as_u16(),
-                code: error.code,
-                message: error.message,
-                retryable: error.retryable.unwrap_or(retryable_status(status)),
-            }),
-            Err(_) => Err(ClientError::Api {
-                status: status.as_u16(),
-                code: "http_error".into(),
-                message: String::from_utf8_lossy(&body).chars().take(500).collect(),
-                retryable: retryable_status(status),
-            }),
-        }
+        let (code, message, retryable) = match serde_json::from_slice::<ErrorBody>(&body) {
+            Ok(error) => (
+                error.code,
+                error.message,
+                error.retryable.unwrap_or(retryable_status(status)),
+            ),
+            Err(_) => (
+                "http_error".into(),
+                String::from_utf8_lossy(&body).chars().take(500).collect(),
+                retryable_status(status),
+            ),
+        };
+        Err(ClientError::Api {
+            status: status.as_u16(),
+            code,
+            message,
+            retryable,
+            retry_after: answer.retry_after,
+        })
     }
 
     async fn json<T: serde::de::DeserializeOwned>(
@@ -153,12 +210,23 @@ impl Client {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<T, ClientError> {
+        self.json_within(method, path, body, REQUEST_TIMEOUT).await
+    }
+
+    async fn json_within<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<T, ClientError> {
         let (_, bytes) = self
-            .call(
+            .call_within(
                 method,
                 path,
                 "application/json",
                 Bytes::from(body.unwrap_or_default()),
+                timeout,
             )
             .await?;
         serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol(e.to_string()))
@@ -187,8 +255,18 @@ impl Client {
 
     /// Submits many jobs in one request.
     pub async fn submit_batch(&self, request: &BatchRequest) -> Result<BatchResponse, ClientError> {
+        self.submit_batch_within(request, REQUEST_TIMEOUT).await
+    }
+
+    /// [`submit_batch`](Self::submit_batch), failing past `timeout`.
+    pub async fn submit_batch_within(
+        &self,
+        request: &BatchRequest,
+        timeout: Duration,
+    ) -> Result<BatchResponse, ClientError> {
         let body = serde_json::to_vec(request).expect("serializes");
-        self.json(Method::POST, "/v1/jobs/batch", Some(body)).await
+        self.json_within(Method::POST, "/v1/jobs/batch", Some(body), timeout)
+            .await
     }
 
     /// A job's status; with `wait_ms`, waits up to that long for it to
@@ -231,6 +309,28 @@ impl Client {
     /// Cancels a job.
     pub async fn cancel(&self, id: JobId) -> Result<JobResponse, ClientError> {
         self.json(Method::DELETE, &format!("/v1/jobs/{id}"), None)
+            .await
+    }
+
+    /// The finished jobs among `ids` (at most 10,000), waiting up to
+    /// `wait_ms` for the first to finish if none has.
+    pub async fn wait(&self, ids: &[JobId], wait_ms: u64) -> Result<WaitResponse, ClientError> {
+        self.wait_within(ids, wait_ms, REQUEST_TIMEOUT).await
+    }
+
+    /// [`wait`](Self::wait), failing past `timeout`.
+    pub async fn wait_within(
+        &self,
+        ids: &[JobId],
+        wait_ms: u64,
+        timeout: Duration,
+    ) -> Result<WaitResponse, ClientError> {
+        let body = serde_json::to_vec(&WaitRequest {
+            ids: ids.to_vec(),
+            wait_ms,
+        })
+        .expect("serializes");
+        self.json_within(Method::POST, "/v1/jobs/wait", Some(body), timeout)
             .await
     }
 
