@@ -10,6 +10,7 @@ pub type Millis = u64;
 
 /// One attempt of a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Attempt {
     /// Number, from 1.
     pub number: u32,
@@ -31,6 +32,7 @@ pub struct Attempt {
 
 /// Every error: a stable code and a message for people.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     /// Stable machine-readable code (the README's "Error codes"
     /// for the API's own errors).
@@ -48,6 +50,7 @@ pub struct ErrorBody {
 /// `POST /v1/jobs`: what to run. At most one of `input`, `input_base64`,
 /// `input_json` (none: empty input).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     /// The module's sha256 (from `POST /v1/modules`).
@@ -115,6 +118,7 @@ impl SubmitRequest {
 
 /// `202` to a submission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SubmitResponse {
     /// The job's id.
     pub id: JobId,
@@ -124,6 +128,7 @@ pub struct SubmitResponse {
 
 /// `POST /v1/jobs/batch`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
     /// The jobs, each as for `POST /v1/jobs`.
@@ -132,6 +137,7 @@ pub struct BatchRequest {
 
 /// One job's fate in a batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum BatchItem {
     /// Accepted.
@@ -142,6 +148,7 @@ pub enum BatchItem {
 
 /// `202` to a batch: one item per job, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BatchResponse {
     /// Per job.
     pub results: Vec<BatchItem>,
@@ -149,6 +156,7 @@ pub struct BatchResponse {
 
 /// A running job's latest progress report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProgressBody {
     /// In `[0, 1]`.
     pub fraction: f32,
@@ -158,6 +166,7 @@ pub struct ProgressBody {
 
 /// `GET /v1/jobs/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobResponse {
     /// Id.
     pub id: JobId,
@@ -195,6 +204,7 @@ pub struct JobResponse {
 
 /// `POST /v1/jobs/wait`: wait for the first of `ids` to finish.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WaitRequest {
     /// The jobs (at most 10,000).
@@ -207,6 +217,7 @@ pub struct WaitRequest {
 
 /// A finished (or unknown) job in a [`WaitResponse`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FinishedBody {
     /// Id.
     pub id: JobId,
@@ -225,6 +236,7 @@ pub struct FinishedBody {
 /// `200` to `POST /v1/jobs/wait`: the finished jobs among those asked
 /// about (none if the wait ended first).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WaitResponse {
     /// The finished ones, in the order asked.
     pub jobs: Vec<FinishedBody>,
@@ -232,6 +244,7 @@ pub struct WaitResponse {
 
 /// A job in a listing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobSummaryBody {
     /// Id.
     pub id: JobId,
@@ -245,6 +258,7 @@ pub struct JobSummaryBody {
 
 /// `GET /v1/jobs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobListResponse {
     /// A page of jobs, by ascending id.
     pub jobs: Vec<JobSummaryBody>,
@@ -254,6 +268,7 @@ pub struct JobListResponse {
 
 /// A stored module.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModuleBody {
     /// sha256.
     pub digest: String,
@@ -263,6 +278,7 @@ pub struct ModuleBody {
 
 /// `GET /v1/modules`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModuleListResponse {
     /// Every stored module.
     pub modules: Vec<ModuleBody>,
@@ -270,6 +286,7 @@ pub struct ModuleListResponse {
 
 /// A node in `GET /v1/cluster`, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NodeBody {
     /// Node id.
     pub id: String,
@@ -295,6 +312,7 @@ pub struct NodeBody {
 
 /// A worker in `GET /v1/cluster`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerBody {
     /// Worker id.
     pub id: String,
@@ -308,6 +326,7 @@ pub struct WorkerBody {
 
 /// `GET /v1/cluster`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClusterResponse {
     /// Members.
     pub nodes: Vec<NodeBody>,
@@ -329,6 +348,7 @@ pub struct ClusterResponse {
 
 /// A node's security settings, in `GET /v1/cluster`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SecurityBody {
     /// Gossip and node-to-node requests are sealed with a cluster key.
     pub cluster_key: bool,

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 /// The scope a public route needs (`None`: open to anyone).
 pub fn needed_scope(method: &Method, segments: &[&str]) -> Option<Scope> {
     match (method, segments) {
-        (&Method::GET, ["healthz"]) => None,
+        (&Method::GET, ["healthz" | "openapi.json"]) => None,
         (&Method::POST, ["v1", "jobs"] | ["v1", "jobs", "batch"]) => Some(Scope::Submit),
         (&Method::POST, ["v1", "jobs", "wait"]) => Some(Scope::Read),
         (_, ["v1", "tokens", ..]) => Some(Scope::Admin),
@@ -37,7 +37,7 @@ pub fn needed_scope(method: &Method, segments: &[&str]) -> Option<Scope> {
 /// `POST`, are listed once with their body limits in `api`).
 pub fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
     Some(match segments {
-        ["healthz"] | ["metrics"] | ["v1", "cluster"] => "GET",
+        ["healthz"] | ["metrics"] | ["openapi.json"] | ["v1", "cluster"] => "GET",
         ["v1", "modules"] | ["v1", "jobs"] | ["v1", "tokens"] => "GET, POST",
         ["v1", "modules", _] | ["v1", "jobs", _, "result"] => "GET",
         ["v1", "jobs", "batch" | "wait"] | ["v1", "node", "leave"] => "POST",
@@ -49,7 +49,7 @@ pub fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
 
 /// `POST /v1/tokens`: a token made by the caller (`cohort token create`),
 /// of which the node sees only the hash.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenCreateRequest {
     /// The token's id (its second part, 12 hex digits).
@@ -64,7 +64,7 @@ pub struct TokenCreateRequest {
 }
 
 /// A token as listed (never its secret or hash).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenBody {
     /// Id.
     pub id: String,
@@ -77,7 +77,7 @@ pub struct TokenBody {
 }
 
 /// `GET /v1/tokens`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenListResponse {
     /// Every token, by id.
     pub tokens: Vec<TokenBody>,

@@ -37,6 +37,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod openapi;
 pub mod request_ids;
 /// The JSON bodies, shared with the clients (`cohort_client::types`).
 pub use cohort_client::types;
@@ -694,7 +695,7 @@ impl Api {
         }
         let open_to_all = matches!(
             segments.as_slice(),
-            ["healthz" | "metrics"]
+            ["healthz" | "metrics" | "openapi.json"]
                 | ["v1", "cluster"]
                 | ["v1", "modules", _]
                 | ["v1", "node", "leave"]
@@ -710,6 +711,7 @@ impl Api {
         }
         match (&method, segments.as_slice()) {
             (&Method::GET, ["healthz"]) => self.health(),
+            (&Method::GET, ["openapi.json"]) => Ok(bytes("application/json", openapi::document())),
             (&Method::POST, ["v1", "node", "leave"]) => {
                 self.leave.notify_one();
                 Ok(json(

@@ -1,0 +1,501 @@
+//! The public API's OpenAPI 3.1 document, served at `GET /openapi.json`
+//! and committed as `clients/openapi.json` (for client generators, and so
+//! that a change of the contract shows in review).
+//!
+//! It is built from the code, not written beside it:
+//!
+//! * the schemas are derived (utoipa's `ToSchema`) from the very types the
+//!   node parses and answers with (`cohort_client::types`, the token
+//!   bodies of [`super::auth`]);
+//! * each route's error responses come from the [`ErrorCode`]s it may
+//!   answer, grouped by the status the code itself decides, with one
+//!   example per code, so a status, a code and its `retryable` cannot
+//!   disagree between the document and the node;
+//! * tests check that the routes are exactly the router's own table
+//!   ([`super::auth::allowed_methods`]) and that the committed copy is
+//!   current (`COHORT_BLESS=1` rewrites it).
+
+use super::auth::{TokenBody, TokenCreateRequest, TokenListResponse};
+use super::error::{ErrorCode, error_body};
+use super::types::*;
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use utoipa::ToSchema;
+use utoipa::openapi::path::{
+    HttpMethod, Operation, OperationBuilder, ParameterBuilder, ParameterIn, PathItem,
+};
+use utoipa::openapi::request_body::RequestBodyBuilder;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{
+    ComponentsBuilder, ContentBuilder, InfoBuilder, ObjectBuilder, OpenApi, OpenApiBuilder,
+    PathsBuilder, Ref, RefOr, Required, ResponseBuilder, Schema, Type,
+};
+
+use ErrorCode::*;
+
+/// Codes any route may answer: the transport's limits, TLS, tokens and
+/// scopes, the front-end role, and the unexpected.
+const ANY_ROUTE: &[ErrorCode] = &[
+    TlsRequired,
+    InvalidToken,
+    Unauthorized,
+    Forbidden,
+    NotFrontEnd,
+    RequestTimeout,
+    TooManyConnections,
+    HeadersTooLarge,
+    Internal,
+];
+/// Codes of every route that asks the master.
+const MASTER: &[ErrorCode] = &[MasterUnavailable, UnknownVersion];
+
+/// The document, as served (pretty JSON, built once).
+pub fn document() -> &'static str {
+    static DOCUMENT: OnceLock<String> = OnceLock::new();
+    DOCUMENT.get_or_init(|| {
+        let mut text = build().to_pretty_json().expect("the document serializes");
+        text.push('\n');
+        text
+    })
+}
+
+/// One route: how it is called and what it answers.
+struct Route {
+    method: HttpMethod,
+    path: &'static str,
+    operation: OperationBuilder,
+}
+
+/// The method's name, lower case.
+fn method_name(method: &HttpMethod) -> &'static str {
+    match method {
+        HttpMethod::Get => "get",
+        HttpMethod::Post => "post",
+        HttpMethod::Delete => "delete",
+        HttpMethod::Put => "put",
+        HttpMethod::Patch => "patch",
+        HttpMethod::Head => "head",
+        HttpMethod::Options => "options",
+        HttpMethod::Trace => "trace",
+    }
+}
+
+fn route(method: HttpMethod, path: &'static str, tag: &str, summary: &str) -> Route {
+    let id = format!(
+        "{}{}",
+        method_name(&method),
+        path.split(['/', '{', '}'])
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                let mut chars = s.chars();
+                chars.next().map_or(String::new(), |c| {
+                    c.to_ascii_uppercase().to_string() + chars.as_str()
+                })
+            })
+            .collect::<String>()
+    );
+    Route {
+        method,
+        path,
+        operation: OperationBuilder::new()
+            .operation_id(Some(id))
+            .tag(tag)
+            .summary(Some(summary)),
+    }
+}
+
+fn schema_ref<T: ToSchema>() -> RefOr<Schema> {
+    RefOr::Ref(Ref::from_schema_name(T::name()))
+}
+
+impl Route {
+    fn describe(mut self, text: &str) -> Self {
+        self.operation = self.operation.description(Some(text));
+        self
+    }
+
+    /// A JSON request body of type `T`, with `example`.
+    fn body<T: ToSchema>(mut self, example: serde_json::Value) -> Self {
+        let content = ContentBuilder::new()
+            .schema(Some(schema_ref::<T>()))
+            .example(Some(example))
+            .build();
+        self.operation = self.operation.request_body(Some(
+            RequestBodyBuilder::new()
+                .content("application/json", content)
+                .required(Some(Required::True))
+                .build(),
+        ));
+        self
+    }
+
+    /// A raw request body of `content_type`.
+    fn raw_body(mut self, content_type: &str, description: &str) -> Self {
+        let binary = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .content_media_type("application/octet-stream")
+            .build();
+        self.operation = self.operation.request_body(Some(
+            RequestBodyBuilder::new()
+                .description(Some(description))
+                .content(
+                    content_type,
+                    ContentBuilder::new().schema(Some(binary)).build(),
+                )
+                .required(Some(Required::True))
+                .build(),
+        ));
+        self
+    }
+
+    /// A parameter in the path (`{name}`) or the query.
+    fn param(mut self, name: &str, location: ParameterIn, kind: Type, description: &str) -> Self {
+        let mut schema = ObjectBuilder::new().schema_type(kind.clone());
+        if kind == Type::Integer {
+            schema =
+                schema
+                    .minimum(Some(0))
+                    .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+                        utoipa::openapi::KnownFormat::Int64,
+                    )));
+        }
+        let required = match location {
+            ParameterIn::Path => Required::True,
+            _ => Required::False,
+        };
+        self.operation = self.operation.parameter(
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(location)
+                .required(required)
+                .description(Some(description))
+                .schema(Some(schema.build())),
+        );
+        self
+    }
+
+    /// A JSON answer of type `T`.
+    fn answers<T: ToSchema>(mut self, status: u16, description: &str) -> Self {
+        let content = ContentBuilder::new()
+            .schema(Some(schema_ref::<T>()))
+            .build();
+        self.operation = self.operation.response(
+            status.to_string(),
+            ResponseBuilder::new()
+                .description(description)
+                .content("application/json", content)
+                .build(),
+        );
+        self
+    }
+
+    /// A non-JSON answer (`content_type`, a string schema).
+    fn answers_raw(mut self, status: u16, content_type: &str, description: &str) -> Self {
+        let text = ObjectBuilder::new().schema_type(Type::String).build();
+        self.operation = self.operation.response(
+            status.to_string(),
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    content_type,
+                    ContentBuilder::new().schema(Some(text)).build(),
+                )
+                .build(),
+        );
+        self
+    }
+
+    /// The errors it may answer besides [`ANY_ROUTE`]'s.
+    fn errors(mut self, codes: &[&[ErrorCode]]) -> Self {
+        let mut by_status: BTreeMap<u16, Vec<ErrorCode>> = BTreeMap::new();
+        for &code in codes.iter().copied().flatten().chain(ANY_ROUTE) {
+            let same = by_status.entry(code.status().as_u16()).or_default();
+            if !same.contains(&code) {
+                same.push(code);
+            }
+        }
+        for (status, codes) in by_status {
+            let names: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
+            let mut content = ContentBuilder::new().schema(Some(schema_ref::<ErrorBody>()));
+            for code in &codes {
+                let example = serde_json::to_value(error_body(*code, example_message(*code)))
+                    .expect("serializes");
+                content = content.examples_from_iter([(
+                    code.as_str(),
+                    utoipa::openapi::example::ExampleBuilder::new()
+                        .value(Some(example))
+                        .build(),
+                )]);
+            }
+            self.operation = self.operation.response(
+                status.to_string(),
+                ResponseBuilder::new()
+                    .description(format!("`{}`", names.join("`, `")))
+                    .content("application/json", content.build())
+                    .build(),
+            );
+        }
+        self
+    }
+
+    fn public(mut self) -> Self {
+        // `/healthz` needs no token even on a node that has tokens.
+        self.operation = self
+            .operation
+            .securities(Some([SecurityRequirement::default()]));
+        self
+    }
+
+    fn build(self) -> (HttpMethod, &'static str, Operation) {
+        (self.method, self.path, self.operation.build())
+    }
+}
+
+/// A message for people, for the examples.
+fn example_message(code: ErrorCode) -> String {
+    format!(
+        "{} (see the README's \"Error codes\")",
+        code.as_str().replace('_', " ")
+    )
+}
+
+/// Every route of the public API.
+fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
+    use HttpMethod::{Delete, Get, Post};
+    use ParameterIn::{Path, Query};
+    let id = |r: Route| r.param("id", Path, Type::Integer, "The job's id.");
+    let wait_ms = |r: Route| {
+        r.param(
+            "wait_ms",
+            Query,
+            Type::Integer,
+            "Wait up to this long (ms, at most 60,000) for the job to finish first.",
+        )
+    };
+    vec![
+        route(Get, "/healthz", "node", "Whether the node serves")
+            .public()
+            .answers_raw(200, "application/json", "`{\"status\": \"ok\"}`")
+            .errors(&[&[MasterUnavailable]]),
+        route(Get, "/metrics", "node", "OpenMetrics text")
+            .answers_raw(200, "application/openmetrics-text", "Jobs by state, journal, replication, HTTP, security counters.")
+            .errors(&[]),
+        route(Post, "/v1/node/leave", "node", "The node leaves gracefully (as on SIGTERM)")
+            .answers_raw(202, "application/json", "`{\"node\", \"status\": \"leaving\"}`")
+            .errors(&[]),
+        route(Get, "/v1/cluster", "cluster", "The nodes, the master, the workers and the voters")
+            .answers::<ClusterResponse>(200, "The cluster as the answering node sees it.")
+            .errors(&[MASTER]),
+        route(Delete, "/v1/cluster/voters/{node}", "cluster", "Remove a back-end node from the voter set")
+            .param("node", Path, Type::String, "The node's id.")
+            .answers_raw(202, "application/json", "`{\"removing\": NODE}`")
+            .errors(&[MASTER, &[NotFound, BadRequest, ReplicasUnavailable]]),
+        route(Post, "/v1/modules", "modules", "Upload a job module (a WebAssembly component)")
+            .raw_body("application/wasm", "The component's bytes (at most 64 MiB); validated against the job world.")
+            .answers::<ModuleBody>(201, "Stored (new).")
+            .answers::<ModuleBody>(200, "Already stored.")
+            .errors(&[&[
+                BodyTooLarge,
+                ModuleTooLarge,
+                ModuleInvalid,
+                ModuleWrongWorld,
+                ModuleJobVersion,
+                ModuleUnsupportedImport,
+                ReplicationFailed,
+            ]]),
+        route(Get, "/v1/modules", "modules", "The stored modules")
+            .answers::<ModuleListResponse>(200, "Every module this node stores.")
+            .errors(&[]),
+        route(Get, "/v1/modules/{digest}", "modules", "A module's bytes")
+            .param("digest", Path, Type::String, "The module's sha256 (64 hex digits).")
+            .answers_raw(200, "application/wasm", "The component.")
+            .errors(&[&[ModuleNotStored]]),
+        route(Post, "/v1/jobs", "jobs", "Submit a job")
+            .describe("Answered once the job is durable on a majority of the voters. The same `idempotency_key` gives the same job.")
+            .body::<SubmitRequest>(serde_json::json!({"module": "ab".repeat(32), "input": "a b a", "idempotency_key": "order-17"}))
+            .answers::<SubmitResponse>(202, "Accepted, durable.")
+            .errors(&[MASTER, &[
+                BadJson,
+                BadRequest,
+                BodyTooLarge,
+                InputTooLarge,
+                ModuleNotFound,
+                InvalidJob,
+                IdempotencyConflict,
+                QueueFull,
+                OutcomeUnknown,
+                ReplicasUnavailable,
+            ]]),
+        route(Post, "/v1/jobs/batch", "jobs", "Submit many jobs (at most 10,000)")
+            .describe("Each job is a submission of its own: `results[i]` is its id or its error.")
+            .body::<BatchRequest>(serde_json::json!({"jobs": [{"module": "ab".repeat(32), "input": "one"}, {"module": "ab".repeat(32), "input_json": {"n": 2}}]}))
+            .answers::<BatchResponse>(202, "One result per job, in order.")
+            .errors(&[MASTER, &[BadJson, BodyTooLarge]]),
+        route(Post, "/v1/jobs/wait", "jobs", "Wait for the first of many jobs to finish")
+            .describe("Answers the finished ones among `ids` as soon as one has finished (gathering 10 ms more), or none after `wait_ms`. Outputs up to 64 KiB come inline, within 4 MiB per answer.")
+            .body::<WaitRequest>(serde_json::json!({"ids": [1, 2, 3], "wait_ms": 25000}))
+            .answers::<WaitResponse>(200, "The finished jobs among those asked about.")
+            .errors(&[MASTER, &[BadJson, BodyTooLarge]]),
+        wait_ms(route(Get, "/v1/jobs/{id}", "jobs", "A job's record"))
+            .param("id", Path, Type::Integer, "The job's id.")
+            .answers::<JobResponse>(200, "Its state, attempts, error, sizes and progress.")
+            .errors(&[MASTER, &[BadRequest, JobNotFound, JobExpired]]),
+        id(route(Delete, "/v1/jobs/{id}", "jobs", "Cancel a job"))
+            .answers::<JobResponse>(200, "The cancelled job.")
+            .errors(&[MASTER, &[BadRequest, JobNotFound, JobExpired, JobFinished]]),
+        wait_ms(id(route(Get, "/v1/jobs/{id}/result", "jobs", "A succeeded job's output")))
+            .answers_raw(200, "application/octet-stream", "The output bytes.")
+            .errors(&[MASTER, &[BadRequest, JobNotFound, JobExpired, JobNotFinished, JobNotSucceeded]]),
+        route(Get, "/v1/jobs", "jobs", "Jobs by id, a page at a time")
+            .param("state", Query, Type::String, "Only jobs in this state: queued, running, succeeded, failed, cancelled, dead.")
+            .param("limit", Query, Type::Integer, "Most jobs (at most 1000; default 100).")
+            .param("cursor", Query, Type::Integer, "The `next_cursor` of the previous page.")
+            .answers::<JobListResponse>(200, "A page, and the cursor of the next.")
+            .errors(&[MASTER, &[BadRequest]]),
+        route(Get, "/v1/tokens", "tokens", "The API tokens (never their secrets)")
+            .answers::<TokenListResponse>(200, "Every token, by id.")
+            .errors(&[MASTER]),
+        route(Post, "/v1/tokens", "tokens", "Add a token made by the caller")
+            .describe("`cohort token create` makes the token and sends its id, scopes and the SHA-256 of its secret; the node never sees the secret.")
+            .body::<TokenCreateRequest>(serde_json::json!({"id": "3f9c01d2a4b7", "name": "ci", "scopes": ["submit"], "sha256": "0".repeat(64)}))
+            .answers::<TokenBody>(201, "Created.")
+            .errors(&[MASTER, &[BadJson, InvalidToken, TokenExists]]),
+        route(Delete, "/v1/tokens/{id}", "tokens", "Revoke a token")
+            .param("id", Path, Type::String, "The token's id.")
+            .answers_raw(200, "application/json", "`{\"id\", \"revoked\": true}`")
+            .errors(&[MASTER, &[TokenNotFound]]),
+        route(Get, "/openapi.json", "node", "This document")
+            .public()
+            .answers_raw(200, "application/json", "The OpenAPI 3.1 document of the API.")
+            .errors(&[]),
+    ]
+    .into_iter()
+    .map(Route::build)
+    .collect()
+}
+
+fn build() -> OpenApi {
+    let mut paths: BTreeMap<&str, PathItem> = BTreeMap::new();
+    for (method, path, operation) in routes() {
+        match paths.get_mut(path) {
+            Some(item) => item.merge_operations(PathItem::new(method, operation)),
+            None => {
+                paths.insert(path, PathItem::new(method, operation));
+            }
+        }
+    }
+    let mut builder = PathsBuilder::new();
+    for (path, item) in paths {
+        builder = builder.path(path, item);
+    }
+    let mut components = ComponentsBuilder::new().security_scheme(
+        "token",
+        SecurityScheme::Http(
+            HttpBuilder::new()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some(
+                    "A token from `cohort token create`, needed once the cluster has a key; its scopes (read, submit, admin) decide the routes it may use.",
+                ))
+                .build(),
+        ),
+    );
+    macro_rules! schemas {
+        ($($t:ty),*) => { $( components = components.schema_from::<$t>(); )* };
+    }
+    schemas!(
+        ErrorBody,
+        SubmitRequest,
+        SubmitResponse,
+        BatchRequest,
+        BatchItem,
+        BatchResponse,
+        WaitRequest,
+        WaitResponse,
+        FinishedBody,
+        JobResponse,
+        Attempt,
+        ProgressBody,
+        JobListResponse,
+        JobSummaryBody,
+        ModuleBody,
+        ModuleListResponse,
+        ClusterResponse,
+        NodeBody,
+        WorkerBody,
+        SecurityBody,
+        TokenCreateRequest,
+        TokenBody,
+        TokenListResponse
+    );
+    OpenApiBuilder::new()
+        .info(
+            InfoBuilder::new()
+                .title("cohort")
+                .version(env!("CARGO_PKG_VERSION"))
+                .description(Some(
+                    "The HTTP API of a cohort node: upload WebAssembly job modules, submit jobs, wait for them, read the cluster. Every node serves it; errors are `{code, message, retryable}` with a stable code.",
+                ))
+                .build(),
+        )
+        .paths(builder.build())
+        .components(Some(components.build()))
+        .security(Some([SecurityRequirement::new("token", Vec::<String>::new())]))
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn the_routes_are_the_routers() {
+        let mut documented: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (method, path, _) in routes() {
+            documented
+                .entry(path.to_string())
+                .or_default()
+                .push(method_name(&method).to_uppercase());
+        }
+        for (path, mut methods) in documented {
+            let segments: Vec<&str> = path
+                .trim_matches('/')
+                .split('/')
+                .map(|s| if s.starts_with('{') { "x" } else { s })
+                .collect();
+            let allowed = super::super::auth::allowed_methods(&segments)
+                .unwrap_or_else(|| panic!("{path} is documented but not routed"));
+            let mut routed: Vec<String> = allowed.split(", ").map(String::from).collect();
+            routed.sort();
+            methods.sort();
+            assert_eq!(methods, routed, "{path}");
+        }
+    }
+
+    #[test]
+    fn every_error_code_is_documented_with_its_status() {
+        let document: serde_json::Value = serde_json::from_str(document()).unwrap();
+        let text = document.to_string();
+        for code in ErrorCode::ALL {
+            assert!(
+                text.contains(&format!("\"{}\"", code.as_str()))
+                    || [Undecodable, MethodNotAllowed, NotFound, CheckpointTooLarge].contains(code),
+                "{} is in no route's errors",
+                code.as_str()
+            );
+        }
+    }
+
+    #[test]
+    fn the_committed_copy_is_current() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/openapi.json");
+        if std::env::var_os("COHORT_BLESS").is_some() {
+            std::fs::write(&path, document()).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == document(),
+            "clients/openapi.json is not the node's document: run COHORT_BLESS=1 cargo test -p cohort --lib openapi"
+        );
+    }
+}
