@@ -1,0 +1,32 @@
+"""Client of cohort, the WebAssembly job coordinator.
+
+```python
+from cohort_client import Client
+
+with Client(["http://127.0.0.1:7070"]) as client:
+    jobs = [client.submit("wordcount.wasm", text) for text in texts]   # batched
+    outputs = [job.json(timeout=60) for job in jobs]                   # one long-poll waiter
+```
+
+`Client` is blocking (threads), `AsyncClient` the same with coroutines. Both
+follow clients/PROTOCOL.md: submissions batched within a linger window,
+client-made idempotency keys, retries with backoff and jitter, one
+long-poll waiter for every awaited job, failover across nodes, and one
+error type, `CohortError`.
+"""
+
+from ._async import AsyncClient, AsyncJob
+from ._core import __version__
+from ._sync import Client, Job
+from .errors import CohortError, JobFailed, WaitTimeout
+
+__all__ = [
+    "AsyncClient",
+    "AsyncJob",
+    "Client",
+    "CohortError",
+    "Job",
+    "JobFailed",
+    "WaitTimeout",
+    "__version__",
+]

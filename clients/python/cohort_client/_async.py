@@ -1,0 +1,303 @@
+"""The asyncio client: a batcher task, a waiter of 4 tasks, ``httpx.AsyncClient``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from typing import Any, Awaitable, Dict, Iterable, List, Optional, Sequence, Set, TypeVar, Union, cast
+
+import httpx
+
+from . import _core
+from ._core import BATCHES_IN_FLIGHT, WAIT_SLOTS, BatchQueue, JobCore, Module, Pending, Settings, WaitBook
+from ._plans import Plan, Plans, Send
+from .errors import CohortError, WaitTimeout
+
+T = TypeVar("T")
+
+
+class AsyncJob(JobCore):
+    """A submitted job. Made by `AsyncClient.submit` or `AsyncClient.get`."""
+
+    def __init__(self, client: "AsyncClient", idempotency_key: Optional[str]) -> None:
+        super().__init__(idempotency_key)
+        self._client = client
+        self._accepted = asyncio.Event()
+        self._done = asyncio.Event()
+
+    def _signal_accepted(self) -> None:
+        self._accepted.set()
+
+    def _signal_finished(self) -> None:
+        self._done.set()
+
+    @property
+    def id(self) -> Awaitable[int]:
+        """``await job.id``: the job's id, once its batch is answered. Raises
+        the server's error if the submission was refused."""
+        return self._id_when_accepted()
+
+    @property
+    def existing(self) -> Awaitable[bool]:
+        """``await job.existing``: whether the submission found an existing
+        job with its key."""
+        return self._existing_when_accepted()
+
+    async def _id_when_accepted(self) -> int:
+        await self._accepted.wait()
+        return self._accepted_id()
+
+    async def _existing_when_accepted(self) -> bool:
+        await self._accepted.wait()
+        return self._accepted_existing()
+
+    def done(self) -> bool:
+        """Whether the job's outcome is known (finished, or refused)."""
+        return self._done.is_set()
+
+    async def result(self, timeout: Optional[float] = None) -> bytes:
+        """The job's output, once it succeeded; as `Job.result`."""
+        try:
+            await asyncio.wait_for(self._done.wait(), timeout)
+        except asyncio.TimeoutError:
+            raise WaitTimeout(timeout or 0.0) from None
+        output = self._settled_output()
+        if output is None:
+            output = await self._client._run(self._client._plans.fetch_result(self._accepted_id()))
+            self._keep_output(output)
+        return output
+
+    async def json(self, timeout: Optional[float] = None) -> Any:
+        """The output parsed as JSON."""
+        return json.loads(await self.result(timeout))
+
+    async def text(self, timeout: Optional[float] = None) -> str:
+        """The output as UTF-8 text."""
+        return (await self.result(timeout)).decode("utf-8")
+
+    async def status(self) -> Dict[str, Any]:
+        """The job as ``GET /v1/jobs/{id}`` shows it."""
+        return await self._client._run(self._client._plans.job_view("GET", await self.id))
+
+    async def cancel(self) -> Dict[str, Any]:
+        """Cancel the job; as `Job.cancel`."""
+        return await self._client._run(self._client._plans.cancel(await self.id))
+
+    def __repr__(self) -> str:
+        return self._describe()
+
+
+class AsyncClient:
+    """The asyncio twin of `Client`: the same options, batching, waiting,
+    retries and failover, with coroutines. Use it within one event loop.
+
+    Use it as an async context manager, or await `close`.
+    """
+
+    def __init__(
+        self,
+        urls: Union[str, Sequence[str]],
+        token: Optional[str] = None,
+        ca_cert: Optional["Union[str, os.PathLike[str]]"] = None,
+        linger_ms: float = 1.0,
+        batch_max: int = _core.BATCH_JOBS_MAX,
+        retry_deadline_s: float = 60.0,
+        request_timeout_s: float = 30.0,
+    ) -> None:
+        settings = Settings.make(urls, token, ca_cert, linger_ms, batch_max, retry_deadline_s, request_timeout_s)
+        self._plans = Plans(settings)
+        self._http = httpx.AsyncClient(**settings.http_options())
+        self._queue = BatchQueue(settings.linger_s, settings.batch_max)
+        self._book = WaitBook()
+        self._closing = False
+        # Made in the event loop on first use (Python 3.9's bind to a loop).
+        self._batch_changed: Optional[asyncio.Event] = None
+        self._book_changed: Optional[asyncio.Event] = None
+        self._senders: Optional[asyncio.Semaphore] = None
+        self._batcher: Optional["asyncio.Task[None]"] = None
+        self._sending: Set["asyncio.Task[None]"] = set()
+        self._waiters: List["asyncio.Task[None]"] = []
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Send every submission made so far, then stop; handles still
+        waiting for a result fail with ``closed``."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._batcher is not None:
+            assert self._batch_changed is not None
+            self._batch_changed.set()
+            await self._batcher
+        if self._sending:
+            await asyncio.gather(*self._sending)
+        for waiter in self._waiters:
+            waiter.cancel()
+        await asyncio.gather(*self._waiters, return_exceptions=True)
+        for job in self._book.close():
+            job._fail(_core.closed_error())
+        await self._http.aclose()
+
+    def request_counts(self) -> Dict[str, int]:
+        """HTTP requests sent so far, by route, every try counted."""
+        return self._plans.counter.snapshot()
+
+    async def upload(self, module: Union[str, "os.PathLike[str]", bytes]) -> str:
+        """Upload a module and return its digest; as `Client.upload`."""
+        return await self._run(self._plans.upload(module))
+
+    async def submit(
+        self,
+        module: Module,
+        input: Any = None,
+        *,
+        timeout_ms: Optional[int] = None,
+        memory_bytes: Optional[int] = None,
+        max_attempts: Optional[int] = None,
+        priority: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> AsyncJob:
+        """Queue a job and return its handle at once; as `Client.submit`."""
+        digest = await self._run(self._plans.digest(module))
+        if self._closing:
+            raise _core.closed_error()
+        key = idempotency_key if idempotency_key is not None else _core.new_idempotency_key()
+        body = _core.encode_submission(
+            digest,
+            input,
+            timeout_ms=timeout_ms,
+            memory_bytes=memory_bytes,
+            max_attempts=max_attempts,
+            priority=priority,
+            idempotency_key=key,
+        )
+        job = AsyncJob(self, key)
+        if self._batcher is None:
+            self._batch_changed = asyncio.Event()
+            self._senders = asyncio.Semaphore(BATCHES_IN_FLIGHT)
+            self._batcher = asyncio.create_task(self._batch_loop())
+        if self._queue.add(Pending(job, body, self._plans.settings.deadline())):
+            assert self._batch_changed is not None
+            self._batch_changed.set()
+        return job
+
+    async def map(
+        self,
+        module: Module,
+        inputs: Iterable[Any],
+        *,
+        timeout: Optional[float] = None,
+        timeout_ms: Optional[int] = None,
+        memory_bytes: Optional[int] = None,
+        max_attempts: Optional[int] = None,
+        priority: Optional[int] = None,
+    ) -> List[bytes]:
+        """Run ``module`` on every input; the outputs, in order; as `Client.map`."""
+        digest = await self._run(self._plans.digest(module))
+        jobs = [
+            await self.submit(
+                digest,
+                item,
+                timeout_ms=timeout_ms,
+                memory_bytes=memory_bytes,
+                max_attempts=max_attempts,
+                priority=priority,
+            )
+            for item in inputs
+        ]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return [await job.result(_core.remaining(deadline)) for job in jobs]
+
+    async def get(self, job_id: int) -> AsyncJob:
+        """A handle for a job submitted elsewhere."""
+        if self._closing:
+            raise _core.closed_error()
+        job = AsyncJob(self, None)
+        job._accept(job_id, True)
+        self._watch([job])
+        return job
+
+    async def _batch_loop(self) -> None:
+        """Hand each batch to a sender task once its window ends or it is
+        full; when closing, send what waits at once and stop."""
+        assert self._batch_changed is not None and self._senders is not None
+        while True:
+            while not self._queue.ready(time.monotonic(), self._closing):
+                if self._closing:
+                    return
+                end = self._queue.window_end()
+                self._batch_changed.clear()
+                try:
+                    await asyncio.wait_for(
+                        self._batch_changed.wait(), None if end is None else max(0.0, end - time.monotonic())
+                    )
+                except asyncio.TimeoutError:
+                    pass
+            await self._senders.acquire()
+            sender = asyncio.create_task(self._send_batch(self._queue.take()))
+            self._sending.add(sender)
+            sender.add_done_callback(self._sending.discard)
+
+    async def _send_batch(self, batch: List[Pending]) -> None:
+        assert self._senders is not None
+        try:
+            await self._run(self._plans.send_batch(batch, self._watch))
+        finally:
+            self._senders.release()
+
+    def _watch(self, jobs: Sequence[JobCore]) -> None:
+        """Give accepted jobs to the waiter (started on first use)."""
+        for job in jobs:
+            self._book.watch(job)
+        if self._closing or not jobs:
+            return  # close() fails the jobs still watched
+        if self._book_changed is None:
+            self._book_changed = asyncio.Event()
+            self._waiters = [asyncio.create_task(self._wait_loop()) for _ in range(WAIT_SLOTS)]
+        self._book_changed.set()
+
+    async def _wait_loop(self) -> None:
+        """One of the waiter's 4 slots: long-poll for the watched jobs."""
+        assert self._book_changed is not None
+        while True:
+            plan = self._book.next_request()
+            if plan is None:
+                self._book_changed.clear()
+                await self._book_changed.wait()
+                continue
+            ids, wait_ms = plan
+            try:
+                finished = await self._run(self._plans.wait(ids, wait_ms))
+            except CohortError as error:
+                for job in self._book.failed(ids):
+                    job._fail(error)
+                self._book_changed.set()
+                continue
+            for job, done in self._book.answered(ids, finished):
+                job._finish(done)
+            self._book_changed.set()
+
+    async def _run(self, plan: Plan[T]) -> T:
+        """Carry a plan out (see `cohort_client._plans`)."""
+        try:
+            op = next(plan)
+            while True:
+                if isinstance(op, Send):
+                    answer: Union[httpx.Response, httpx.RequestError]
+                    try:
+                        answer = await self._http.request(op.method, op.url, content=op.content, timeout=op.timeout)
+                    except httpx.RequestError as error:
+                        answer = error
+                    op = plan.send(answer)
+                else:
+                    await asyncio.sleep(op.seconds)
+                    op = plan.send(None)
+        except StopIteration as finished:
+            return cast(T, finished.value)

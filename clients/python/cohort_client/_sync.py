@@ -1,0 +1,343 @@
+"""The blocking client: a batcher thread, a waiter of 4 threads, ``httpx.Client``."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, Iterable, List, Optional, Sequence, TypeVar, Union, cast
+
+import httpx
+
+from . import _core
+from ._core import BATCHES_IN_FLIGHT, WAIT_SLOTS, BatchQueue, JobCore, Module, Pending, Settings, WaitBook
+from ._plans import Plan, Plans, Send
+from .errors import CohortError, WaitTimeout
+
+T = TypeVar("T")
+
+
+class Job(JobCore):
+    """A submitted job. Made by `Client.submit` or `Client.get`."""
+
+    def __init__(self, client: "Client", idempotency_key: Optional[str]) -> None:
+        super().__init__(idempotency_key)
+        self._client = client
+        self._accepted = threading.Event()
+        self._done = threading.Event()
+
+    def _signal_accepted(self) -> None:
+        self._accepted.set()
+
+    def _signal_finished(self) -> None:
+        self._done.set()
+
+    @property
+    def id(self) -> int:
+        """The job's id; blocks until its batch is answered. Raises the
+        server's error if the submission was refused."""
+        self._accepted.wait()
+        return self._accepted_id()
+
+    @property
+    def existing(self) -> bool:
+        """Whether the submission found an existing job with its key (as
+        ``id``, blocks until known)."""
+        self._accepted.wait()
+        return self._accepted_existing()
+
+    def done(self) -> bool:
+        """Whether the job's outcome is known (finished, or refused)."""
+        return self._done.is_set()
+
+    def result(self, timeout: Optional[float] = None) -> bytes:
+        """The job's output, once it succeeded.
+
+        Raises `JobFailed` (with the job's error code) if it failed, died or
+        was cancelled, `WaitTimeout` after ``timeout`` seconds, and
+        `CohortError` if it was refused or its outcome cannot be learnt.
+        """
+        if not self._done.wait(timeout):
+            raise WaitTimeout(timeout or 0.0)
+        output = self._settled_output()
+        if output is None:
+            output = self._client._run(self._client._plans.fetch_result(self._accepted_id()))
+            self._keep_output(output)
+        return output
+
+    def json(self, timeout: Optional[float] = None) -> Any:
+        """The output parsed as JSON."""
+        return json.loads(self.result(timeout))
+
+    def text(self, timeout: Optional[float] = None) -> str:
+        """The output as UTF-8 text."""
+        return self.result(timeout).decode("utf-8")
+
+    def status(self) -> Dict[str, Any]:
+        """The job as ``GET /v1/jobs/{id}`` shows it: state, attempts, progress..."""
+        return self._client._run(self._client._plans.job_view("GET", self.id))
+
+    def cancel(self) -> Dict[str, Any]:
+        """Cancel the job if queued or running (``DELETE /v1/jobs/{id}``);
+        returns it as `status` does. A job already cancelled is returned as
+        it is; cancelling one that finished otherwise raises ``job_finished``."""
+        return self._client._run(self._client._plans.cancel(self.id))
+
+    def __repr__(self) -> str:
+        return self._describe()
+
+
+class Client:
+    """A blocking client of a cohort cluster.
+
+    ``urls`` is one node's URL or several: requests go to the first that
+    answers. Submissions are batched: every `submit` made within
+    ``linger_ms`` of the first waiting one goes out in one
+    ``POST /v1/jobs/batch`` (at most ``batch_max`` jobs); a background thread
+    sends them. Results are awaited together by one long-poll waiter. A
+    failed request is retried with backoff until ``retry_deadline_s``.
+
+    Use it as a context manager, or call `close`.
+    """
+
+    def __init__(
+        self,
+        urls: Union[str, Sequence[str]],
+        token: Optional[str] = None,
+        ca_cert: Optional["Union[str, os.PathLike[str]]"] = None,
+        linger_ms: float = 1.0,
+        batch_max: int = _core.BATCH_JOBS_MAX,
+        retry_deadline_s: float = 60.0,
+        request_timeout_s: float = 30.0,
+    ) -> None:
+        settings = Settings.make(urls, token, ca_cert, linger_ms, batch_max, retry_deadline_s, request_timeout_s)
+        self._plans = Plans(settings)
+        self._http = httpx.Client(**settings.http_options())
+        self._lock = threading.Lock()
+        self._batch_changed = threading.Condition(self._lock)
+        self._book_changed = threading.Condition(self._lock)
+        self._queue = BatchQueue(settings.linger_s, settings.batch_max)
+        self._book = WaitBook()
+        self._senders = threading.BoundedSemaphore(BATCHES_IN_FLIGHT)
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._batcher: Optional[threading.Thread] = None
+        self._waiters: List[threading.Thread] = []
+        self._closing = False
+        self._stopped = threading.Event()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Send every submission made so far, then stop.
+
+        Handles still waiting for a result fail with ``closed``. A long-poll
+        in flight ends by itself, in the background (within 25 s).
+        """
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            self._batch_changed.notify()
+        if self._batcher is not None:
+            self._batcher.join()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        with self._lock:
+            self._stopped.set()
+            jobs = self._book.close()
+            self._book_changed.notify_all()
+        for job in jobs:
+            job._fail(_core.closed_error())
+        self._http.close()
+
+    def request_counts(self) -> Dict[str, int]:
+        """HTTP requests sent so far, by route (``"POST /v1/jobs/batch"``...),
+        every try counted."""
+        return self._plans.counter.snapshot()
+
+    def upload(self, module: Union[str, "os.PathLike[str]", bytes]) -> str:
+        """Upload a module (a path to a ``.wasm`` file, or its bytes) and
+        return its digest. A path is uploaded once and then remembered
+        (until the file changes). If the token may not upload, the module is
+        named by its digest, as it may have been uploaded by someone else."""
+        return self._run(self._plans.upload(module))
+
+    def submit(
+        self,
+        module: Module,
+        input: Any = None,
+        *,
+        timeout_ms: Optional[int] = None,
+        memory_bytes: Optional[int] = None,
+        max_attempts: Optional[int] = None,
+        priority: Optional[int] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Job:
+        """Submit a job and return its handle at once.
+
+        ``module`` is a digest or a path (uploaded first, once). ``input``:
+        bytes are sent as they are, a str as text, anything else as JSON,
+        ``None`` as an empty input. The job goes out with the other
+        submissions of its linger window; without an ``idempotency_key`` the
+        client makes one, so retries never make a second job.
+        """
+        digest = self._run(self._plans.digest(module))
+        key = idempotency_key if idempotency_key is not None else _core.new_idempotency_key()
+        body = _core.encode_submission(
+            digest,
+            input,
+            timeout_ms=timeout_ms,
+            memory_bytes=memory_bytes,
+            max_attempts=max_attempts,
+            priority=priority,
+            idempotency_key=key,
+        )
+        job = Job(self, key)
+        with self._lock:
+            if self._closing:
+                raise _core.closed_error()
+            if self._batcher is None:
+                self._pool = ThreadPoolExecutor(BATCHES_IN_FLIGHT, thread_name_prefix="cohort-send")
+                self._batcher = threading.Thread(target=self._batch_loop, name="cohort-batcher", daemon=True)
+                self._batcher.start()
+            if self._queue.add(Pending(job, body, self._plans.settings.deadline())):
+                self._batch_changed.notify()
+        return job
+
+    def map(
+        self,
+        module: Module,
+        inputs: Iterable[Any],
+        *,
+        timeout: Optional[float] = None,
+        timeout_ms: Optional[int] = None,
+        memory_bytes: Optional[int] = None,
+        max_attempts: Optional[int] = None,
+        priority: Optional[int] = None,
+    ) -> List[bytes]:
+        """Run ``module`` on every input; the outputs, in order. Raises the
+        first failure met. ``timeout`` (seconds) bounds the whole wait."""
+        digest = self._run(self._plans.digest(module))
+        jobs = [
+            self.submit(
+                digest,
+                item,
+                timeout_ms=timeout_ms,
+                memory_bytes=memory_bytes,
+                max_attempts=max_attempts,
+                priority=priority,
+            )
+            for item in inputs
+        ]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return [job.result(_core.remaining(deadline)) for job in jobs]
+
+    def get(self, job_id: int) -> Job:
+        """A handle for a job submitted elsewhere."""
+        if self._closing:
+            raise _core.closed_error()
+        job = Job(self, None)
+        job._accept(job_id, True)
+        self._watch([job])
+        return job
+
+    def _batch_loop(self) -> None:
+        """Hand each batch to a sender once its window ends or it is full;
+        when closing, send what waits at once and stop."""
+        assert self._pool is not None
+        while True:
+            with self._lock:
+                while not self._queue.ready(time.monotonic(), self._closing):
+                    if self._closing:
+                        return
+                    end = self._queue.window_end()
+                    self._batch_changed.wait(None if end is None else max(0.0, end - time.monotonic()))
+            self._senders.acquire()
+            with self._lock:
+                batch = self._queue.take()
+            self._pool.submit(self._send_batch, batch)
+
+    def _send_batch(self, batch: List[Pending]) -> None:
+        try:
+            self._run(self._plans.send_batch(batch, self._watch))
+        finally:
+            self._senders.release()
+
+    def _watch(self, jobs: Sequence[JobCore]) -> None:
+        """Give accepted jobs to the waiter (started on first use)."""
+        if not jobs:
+            return
+        with self._lock:
+            if self._stopped.is_set():
+                late = list(jobs)
+            else:
+                late = []
+                for job in jobs:
+                    self._book.watch(job)
+                while len(self._waiters) < WAIT_SLOTS:
+                    waiter = threading.Thread(target=self._wait_loop, name="cohort-waiter", daemon=True)
+                    self._waiters.append(waiter)
+                    waiter.start()
+                self._book_changed.notify_all()
+        for job in late:
+            job._fail(_core.closed_error())
+
+    def _wait_loop(self) -> None:
+        """One of the waiter's 4 slots: long-poll for the watched jobs."""
+        with httpx.Client(**self._plans.settings.http_options()) as http:
+            while True:
+                with self._lock:
+                    plan = self._book.next_request()
+                    while plan is None and not self._stopped.is_set():
+                        self._book_changed.wait()
+                        plan = self._book.next_request()
+                    if plan is None:
+                        return
+                ids, wait_ms = plan
+                try:
+                    finished = self._run(self._plans.wait(ids, wait_ms), http=http, stop=self._stopped)
+                except CohortError as error:
+                    with self._lock:
+                        jobs = self._book.failed(ids)
+                        self._book_changed.notify_all()
+                    for job in jobs:
+                        job._fail(error)
+                    continue
+                with self._lock:
+                    settled = self._book.answered(ids, finished)
+                    self._book_changed.notify_all()
+                for job, done in settled:
+                    job._finish(done)
+
+    def _run(
+        self, plan: Plan[T], http: Optional[httpx.Client] = None, stop: Optional[threading.Event] = None
+    ) -> T:
+        """Carry a plan out (see `cohort_client._plans`); ``stop`` ends its
+        pauses with ``closed``."""
+        client = http or self._http
+        try:
+            op = next(plan)
+            while True:
+                if isinstance(op, Send):
+                    answer: Union[httpx.Response, httpx.RequestError]
+                    try:
+                        answer = client.request(op.method, op.url, content=op.content, timeout=op.timeout)
+                    except httpx.RequestError as error:
+                        answer = error
+                    op = plan.send(answer)
+                elif stop is None:
+                    time.sleep(op.seconds)
+                    op = plan.send(None)
+                elif stop.wait(op.seconds):
+                    plan.close()
+                    raise _core.closed_error()
+                else:
+                    op = plan.send(None)
+        except StopIteration as finished:
+            return cast(T, finished.value)

@@ -1,0 +1,182 @@
+"""Real cohort nodes for the tests: started from ``$COHORT_BIN``, killed at teardown.
+
+The tests read three variables and fail (never skip) without them:
+``COHORT_BIN`` (the cohort binary), ``COHORT_ECHO_WASM`` (a job that returns
+its input) and ``COHORT_TRAP_WASM`` (a job that always traps).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import IO, Callable, Iterator, List, Optional, Sequence
+
+import httpx
+import pytest
+
+START_TIMEOUT_S = 30.0
+POLL_S = 0.05
+_LISTENING = re.compile(r"gossiping on (\S+), listening on (http://\S+)")
+
+
+def required_env(name: str) -> str:
+    """A variable the tests need; fails the test clearly when it is not set."""
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail(
+            f"{name} is not set: the tests need COHORT_BIN (the cohort binary), "
+            "COHORT_ECHO_WASM and COHORT_TRAP_WASM (job components)",
+            pytrace=False,
+        )
+    if not Path(value).is_file():
+        pytest.fail(f"{name}={value} is not a file", pytrace=False)
+    return value
+
+
+class Node:
+    """A running ``cohort node`` process."""
+
+    def __init__(self, process: "subprocess.Popen[str]", node_id: str, url: str, gossip: str, log: Path) -> None:
+        self.process = process
+        self.node_id = node_id
+        self.url = url
+        self.gossip = gossip
+        self.log = log
+
+    def kill(self) -> None:
+        """SIGKILL the node and reap it."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=10)
+
+
+def _lines(stream: IO[str], into: "queue.Queue[Optional[str]]") -> None:
+    for line in stream:
+        into.put(line)
+    into.put(None)
+
+
+def _start(binary: str, data_dir: Path, node_id: str, args: Sequence[str]) -> Node:
+    log = data_dir.parent / f"{node_id}.stderr"
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(
+            [binary, "node", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir), "--node-id", node_id, *args],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    assert process.stdout is not None
+    lines: "queue.Queue[Optional[str]]" = queue.Queue()
+    threading.Thread(target=_lines, args=(process.stdout, lines), daemon=True).start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            process.kill()
+            pytest.fail(f"node {node_id} did not say where it listens within {START_TIMEOUT_S} s; see {log}")
+        if line is None:
+            pytest.fail(f"node {node_id} exited ({process.wait()}) before listening; see {log}")
+        found = _LISTENING.search(line)
+        if found:
+            return Node(process, node_id, found.group(2), found.group(1), log)
+
+
+def _await_cluster(node: Node, need_workers: bool) -> None:
+    """Until the node's ``GET /v1/cluster`` names a master (and a worker)."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    last = "no answer"
+    with httpx.Client(timeout=5.0) as http:
+        while time.monotonic() < deadline:
+            try:
+                cluster = http.get(f"{node.url}/v1/cluster").json()
+                if cluster.get("master_node") and (cluster.get("workers") or not need_workers):
+                    return
+                last = str(cluster)
+            except (httpx.HTTPError, ValueError) as error:
+                last = repr(error)
+            time.sleep(POLL_S)
+    node.kill()
+    pytest.fail(f"node {node.node_id} has no master/worker after {START_TIMEOUT_S} s: {last}; see {node.log}")
+
+
+StartNode = Callable[..., Node]
+
+
+@pytest.fixture
+def start_node(tmp_path: Path) -> Iterator[StartNode]:
+    """Start cohort nodes: ``start_node("p1", seed=None, roles=None, slots=None)``.
+
+    Each returns once the node serves and its cluster has a master and, unless
+    ``slots=0``, a worker. Every node is killed at teardown.
+    """
+    binary = required_env("COHORT_BIN")
+    nodes: List[Node] = []
+
+    def start(
+        node_id: str, seed: Optional[Node] = None, roles: Optional[str] = None, slots: Optional[int] = None
+    ) -> Node:
+        args: List[str] = []
+        if seed is not None:
+            args += ["--seed", seed.gossip]
+        if roles is not None:
+            args += ["--roles", roles]
+        if slots is not None:
+            args += ["--slots", str(slots)]
+        data_dir = tmp_path / node_id
+        data_dir.mkdir()
+        node = _start(binary, data_dir, node_id, args)
+        nodes.append(node)
+        _await_cluster(node, need_workers=slots != 0)
+        return node
+
+    yield start
+    for node in nodes:
+        node.kill()
+
+
+@pytest.fixture
+def node(start_node: StartNode) -> Node:
+    """One node with every role."""
+    return start_node("p1")
+
+
+@pytest.fixture
+def echo_wasm() -> str:
+    """Path of a job component that returns its input unchanged."""
+    return required_env("COHORT_ECHO_WASM")
+
+
+@pytest.fixture
+def trap_wasm() -> str:
+    """Path of a job component that always traps."""
+    return required_env("COHORT_TRAP_WASM")
+
+
+@pytest.fixture
+def dead_url() -> str:
+    """The URL of a loopback port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def all_job_ids(url: str) -> List[int]:
+    """Every job the cluster knows, through ``GET /v1/jobs`` page by page."""
+    ids: List[int] = []
+    cursor: Optional[str] = None
+    with httpx.Client(timeout=30.0) as http:
+        while True:
+            params = {"limit": "1000"} if cursor is None else {"limit": "1000", "cursor": cursor}
+            page = http.get(f"{url}/v1/jobs", params=params).raise_for_status().json()
+            ids += [job["id"] for job in page["jobs"]]
+            cursor = page.get("next_cursor")
+            if cursor is None:
+                return ids

@@ -1,0 +1,74 @@
+"""The asyncio client against real cohort nodes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cohort_client import AsyncClient, CohortError, JobFailed, WaitTimeout
+
+from .conftest import StartNode, all_job_ids
+
+RESULT_TIMEOUT_S = 60.0
+TEST_TIMEOUT_S = 120.0
+
+
+def test_async_client_does_the_same(
+    start_node: StartNode, dead_url: str, echo_wasm: str, trap_wasm: str
+) -> None:
+    node = start_node("p1")
+    idle = start_node("p2", slots=0)
+    jobs_count = 1000
+
+    async def main() -> None:
+        async with AsyncClient([dead_url, node.url]) as client:
+            jobs = [await client.submit(echo_wasm, f"job {i}".encode()) for i in range(jobs_count)]
+            for i, job in enumerate(jobs):
+                assert await job.result(timeout=RESULT_TIMEOUT_S) == f"job {i}".encode()
+            ids = [await job.id for job in jobs]
+            assert len(set(ids)) == jobs_count
+            counts = client.request_counts()
+            assert counts["POST /v1/jobs/batch"] <= jobs_count // 20, counts
+            assert counts["POST /v1/jobs/wait"] <= jobs_count // 10, counts
+
+            # Submissions from many tasks at once share batches too.
+            many = await asyncio.gather(*(client.submit(echo_wasm, {"n": i}) for i in range(200)))
+            assert [await job.json(timeout=RESULT_TIMEOUT_S) for job in many] == [{"n": i} for i in range(200)]
+            assert await client.map(echo_wasm, ["a", b"b"], timeout=RESULT_TIMEOUT_S) == [b"a", b"b"]
+
+            refused = await client.submit("0" * 64, b"x")
+            with pytest.raises(CohortError) as error:
+                await refused.id
+            assert error.value.code == "module_not_found"
+
+            trap = await client.submit(trap_wasm, b"x", max_attempts=1)
+            with pytest.raises(JobFailed) as failed:
+                await trap.result(timeout=RESULT_TIMEOUT_S)
+            assert failed.value.code.startswith("trap") and failed.value.state == "dead"
+
+            first = await client.submit(echo_wasm, "once", idempotency_key="async-key")
+            first_id = await first.id
+            second = await client.submit(echo_wasm, "once", idempotency_key="async-key")
+            assert await second.id == first_id
+            assert not await first.existing and await second.existing
+            # In one batch, the server decides the two concurrently: either may
+            # be the one that found the other.
+            twins = [await client.submit(echo_wasm, "twin", idempotency_key="async-twin") for _ in range(2)]
+            assert await twins[0].id == await twins[1].id
+            assert sorted([await twins[0].existing, await twins[1].existing]) == [False, True]
+            assert await (await client.get(await first.id)).text(timeout=RESULT_TIMEOUT_S) == "once"
+            assert (await second.status())["state"] == "succeeded"
+
+        async with AsyncClient(idle.url) as client:
+            queued = await client.submit(echo_wasm, b"never runs")
+            with pytest.raises(WaitTimeout):
+                await queued.result(timeout=0.3)
+            assert (await queued.cancel())["state"] == "cancelled"
+            with pytest.raises(JobFailed) as cancelled:
+                await queued.result(timeout=RESULT_TIMEOUT_S)
+            assert cancelled.value.code == "cancelled"
+            assert queued.done()
+
+    asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT_S))
+    assert len(all_job_ids(node.url)) == jobs_count + 200 + 2 + 1 + 1 + 1

@@ -1,0 +1,162 @@
+"""The blocking client against real cohort nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from cohort_client import Client, CohortError, JobFailed, WaitTimeout
+
+from .conftest import Node, StartNode, all_job_ids
+
+RESULT_TIMEOUT_S = 60.0
+
+
+def test_a_loop_of_submissions_is_batched_and_awaited_together(node: Node, echo_wasm: str) -> None:
+    jobs_count = 2000
+    with Client(node.url) as client:
+        jobs = [client.submit(echo_wasm, f"job {i}".encode()) for i in range(jobs_count)]
+        for i, job in enumerate(jobs):
+            assert job.result(timeout=RESULT_TIMEOUT_S) == f"job {i}".encode()
+        counts = client.request_counts()
+    assert len({job.id for job in jobs}) == jobs_count
+    assert counts["POST /v1/modules"] == 1
+    # One request per linger window (or per full batch), not per job.
+    assert counts["POST /v1/jobs/batch"] <= jobs_count // 20, counts
+    # One long-poll answers for many jobs.
+    assert counts["POST /v1/jobs/wait"] <= jobs_count // 10, counts
+    assert "POST /v1/jobs" not in counts and "GET /v1/jobs/{id}" not in counts, counts
+
+
+def test_inputs_outputs_and_handles(node: Node, echo_wasm: str) -> None:
+    large = os.urandom(100 << 10)  # over the 64 KiB a wait answer carries inline
+    with Client([node.url]) as client:
+        digest = client.upload(echo_wasm)
+        assert len(digest) == 64 and client.upload(echo_wasm) == digest
+        as_text = client.submit(digest, "héllo")
+        as_json = client.submit(echo_wasm, {"numbers": [1, 2, 3]})
+        as_bytes = client.submit(echo_wasm, large, priority=5, timeout_ms=10_000, memory_bytes=64 << 20)
+        empty = client.submit(echo_wasm)
+        assert as_text.text(timeout=RESULT_TIMEOUT_S) == "héllo"
+        assert as_json.json(timeout=RESULT_TIMEOUT_S) == {"numbers": [1, 2, 3]}
+        assert as_bytes.result(timeout=RESULT_TIMEOUT_S) == large
+        assert empty.result(timeout=RESULT_TIMEOUT_S) == b""
+        assert as_text.done() and not as_text.existing
+        assert as_text.idempotency_key is not None and as_text.idempotency_key.startswith("py-")
+        assert as_text.idempotency_key != as_json.idempotency_key
+
+        status = as_bytes.status()
+        assert status["id"] == as_bytes.id
+        assert status["state"] == "succeeded"
+        assert status["priority"] == 5 and status["timeout_ms"] == 10_000
+        assert status["idempotency_key"] == as_bytes.idempotency_key
+
+        again = client.get(as_json.id)
+        assert again.json(timeout=RESULT_TIMEOUT_S) == {"numbers": [1, 2, 3]}
+        assert client.map(digest, [b"a", "b", [3]], timeout=RESULT_TIMEOUT_S) == [b"a", b"b", b"[3]"]
+        assert client.request_counts()["GET /v1/jobs/{id}/result"] == 1
+        assert client.request_counts()["POST /v1/modules"] == 1
+
+
+def test_refusals_failures_and_cancels(start_node: StartNode, echo_wasm: str, trap_wasm: str) -> None:
+    node = start_node("p1")
+    with Client(node.url) as client:
+        unknown = client.submit("0" * 64, b"x")
+        trap = client.submit(trap_wasm, b"x", max_attempts=1)
+        with pytest.raises(CohortError) as refused:
+            unknown.id
+        assert refused.value.code == "module_not_found" and not refused.value.retryable
+        with pytest.raises(CohortError) as again:
+            unknown.result(timeout=RESULT_TIMEOUT_S)
+        assert again.value.code == "module_not_found"
+        assert unknown.done()
+
+        with pytest.raises(JobFailed) as failed:
+            trap.result(timeout=RESULT_TIMEOUT_S)
+        assert failed.value.code.startswith("trap"), failed.value
+        assert failed.value.state == "dead" and failed.value.job_id == trap.id
+        assert trap.status()["state"] == "dead"
+
+        with pytest.raises(CohortError) as not_found:
+            client.get(10**12).result(timeout=RESULT_TIMEOUT_S)
+        assert not_found.value.code == "job_not_found"
+
+        finished = client.submit(echo_wasm, b"done")
+        finished.result(timeout=RESULT_TIMEOUT_S)
+        with pytest.raises(CohortError) as too_late:
+            finished.cancel()
+        assert too_late.value.code == "job_finished" and too_late.value.status == 409
+
+    # A node that runs nothing: its jobs stay queued until cancelled.
+    idle = start_node("p2", slots=0)
+    with Client(idle.url) as client:
+        queued = client.submit(echo_wasm, b"never runs")
+        with pytest.raises(WaitTimeout):
+            queued.result(timeout=0.3)
+        assert queued.status()["state"] == "queued"
+        assert queued.cancel()["state"] == "cancelled"
+        assert queued.cancel()["state"] == "cancelled"
+        with pytest.raises(JobFailed) as cancelled:
+            queued.result(timeout=RESULT_TIMEOUT_S)
+        assert cancelled.value.code == "cancelled" and cancelled.value.state == "cancelled"
+
+
+def test_idempotency_key_gives_the_same_job(node: Node, echo_wasm: str) -> None:
+    with Client(node.url) as client:
+        first = client.submit(echo_wasm, b"once", idempotency_key="test-key-1")
+        first_id = first.id
+        second = client.submit(echo_wasm, b"once", idempotency_key="test-key-1")
+        assert second.id == first_id
+        assert not first.existing and second.existing
+        assert second.idempotency_key == "test-key-1"
+        assert first.result(timeout=RESULT_TIMEOUT_S) == second.result(timeout=RESULT_TIMEOUT_S) == b"once"
+        conflict = client.submit(echo_wasm, b"other input", idempotency_key="test-key-1")
+        with pytest.raises(CohortError) as refused:
+            conflict.id
+        assert refused.value.code == "idempotency_conflict"
+    assert all_job_ids(node.url) == [first_id]
+
+
+def test_unreachable_after_the_retry_deadline(dead_url: str, echo_wasm: str) -> None:
+    with Client(dead_url, retry_deadline_s=0.5) as client:
+        job = client.submit("0" * 64, b"x")
+        with pytest.raises(CohortError) as unreachable:
+            job.id
+        assert unreachable.value.code == "unreachable" and unreachable.value.retryable
+        with pytest.raises(CohortError) as upload:
+            client.upload(echo_wasm)
+        assert upload.value.code == "unreachable"
+        assert client.request_counts()["POST /v1/jobs/batch"] > 1  # retried
+
+
+def test_failover_past_a_dead_node(node: Node, dead_url: str, echo_wasm: str) -> None:
+    with Client([dead_url, node.url]) as client:
+        inputs = [f"input {i}".encode() for i in range(300)]
+        assert client.map(echo_wasm, inputs, timeout=RESULT_TIMEOUT_S) == inputs
+        counts = client.request_counts()
+    # The dead node is skipped after its first refusal, not tried per request.
+    assert counts["POST /v1/jobs/batch"] <= 300 // 10, counts
+
+
+def test_failover_when_the_first_node_dies_mid_loop(start_node: StartNode, echo_wasm: str) -> None:
+    first = start_node("p1")
+    # Not a back-end node: two voters could not lose one.
+    second = start_node("p2", seed=first, roles="worker,front-end")
+    jobs_count = 2000
+    with Client([second.url, first.url]) as client:
+        digest = client.upload(echo_wasm)
+        jobs = []
+        for i in range(jobs_count):
+            jobs.append(client.submit(digest, f"job {i}".encode()))
+            if i == 300:
+                jobs[0].result(timeout=RESULT_TIMEOUT_S)
+            if i == 1000:
+                os.kill(second.process.pid, signal.SIGKILL)
+        for i, job in enumerate(jobs):
+            assert job.result(timeout=RESULT_TIMEOUT_S) == f"job {i}".encode()
+    ids = [job.id for job in jobs]
+    assert len(set(ids)) == jobs_count
+    # Every submission made exactly one job, retries included.
+    assert sorted(all_job_ids(first.url)) == sorted(ids)

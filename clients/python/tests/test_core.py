@@ -1,0 +1,124 @@
+"""The shared logic of both clients, without a server: the protocol's numbers."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from cohort_client import CohortError
+from cohort_client._core import (
+    Attempts,
+    Backoff,
+    BatchQueue,
+    JobCore,
+    NodeSet,
+    Pending,
+    WaitBook,
+    batch_body,
+    error_from_answer,
+    new_idempotency_key,
+    settle_batch,
+)
+
+
+class Handle(JobCore):
+    """A handle that records what woke it."""
+
+    def __init__(self) -> None:
+        super().__init__(new_idempotency_key())
+        self.woken = 0
+
+    def _signal_accepted(self) -> None:
+        self.woken += 1
+
+    def _signal_finished(self) -> None:
+        self.woken += 1
+
+
+def test_keys_are_prefixed_and_random() -> None:
+    keys = {new_idempotency_key() for _ in range(1000)}
+    assert len(keys) == 1000
+    assert all(key.startswith("py-") and len(key) == 3 + 32 for key in keys)
+
+
+def test_backoff_is_full_jitter_doubling_to_5_s_with_retry_after_as_floor() -> None:
+    backoff = Backoff()
+    ceilings = [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    for ceiling in ceilings:
+        assert 0.0 <= backoff.pause() <= ceiling
+    assert Backoff().pause(retry_after=2.0) == 2.0
+
+
+def test_errors_say_whether_to_retry() -> None:
+    refused = error_from_answer(422, b'{"code":"module_not_found","message":"no","retryable":false}')
+    assert (refused.code, refused.status, refused.retryable) == ("module_not_found", 422, False)
+    busy = error_from_answer(503, b'{"code":"master_unavailable","message":"later","retryable":true}')
+    assert busy.retryable
+    assert error_from_answer(429, b"not json").retryable
+    assert error_from_answer(502, b"Bad Gateway").code == "http_502"
+
+
+def test_a_failing_node_is_skipped_and_the_next_tried_at_once() -> None:
+    nodes = NodeSet(["http://a", "http://b"])
+    attempts = Attempts(nodes, time.monotonic() + 60)
+    assert attempts.node() == "http://a"
+    assert attempts.transport_failed("http://a", OSError("refused")) == 0.0
+    assert attempts.node() == "http://b"
+    # A later request starts at b while a is skipped.
+    assert Attempts(nodes, time.monotonic() + 60).node() == "http://b"
+    assert attempts.refused("http://b", 404, b'{"code":"job_not_found","message":"x"}', None) is None
+    assert attempts.last_error is not None and attempts.last_error.code == "job_not_found"
+
+
+def test_a_request_gives_up_at_its_deadline_with_unreachable() -> None:
+    attempts = Attempts(NodeSet(["http://a"]), time.monotonic())
+    assert attempts.transport_failed("http://a", OSError("refused")) is None
+    assert attempts.last_error is not None and attempts.last_error.code == "unreachable"
+
+
+def test_batches_are_bounded_by_jobs_and_bytes() -> None:
+    queue = BatchQueue(linger_s=3600.0, jobs_max=1000, bytes_max=10_000)
+    body = json.dumps("x" * 996).encode()  # 998 bytes: 10 fit in 10,000 with their commas
+    woke = [queue.add(Pending(Handle(), body, time.monotonic() + 60)) for _ in range(25)]
+    assert woke[0] and not woke[1] and queue.full()
+    first = queue.take()
+    assert len(first) == 10
+    assert json.loads(batch_body(first)) == {"jobs": ["x" * 996] * 10}
+    assert len(queue.take()) == 10 and len(queue.take()) == 5 and len(queue) == 0
+
+
+def test_a_batch_answer_accepts_refuses_and_resends_only_retryable_items() -> None:
+    handles = [Handle() for _ in range(3)]
+    items = [Pending(handle, b"{}", time.monotonic() + 60) for handle in handles]
+    answer = {
+        "results": [
+            {"id": 7, "existing": True},
+            {"code": "module_not_found", "message": "no", "retryable": False},
+            {"code": "outcome_unknown", "message": "later", "retryable": True},
+        ]
+    }
+    accepted, again = settle_batch(items, json.dumps(answer).encode())
+    assert accepted == [handles[0]] and handles[0]._accepted_id() == 7 and handles[0]._accepted_existing()
+    assert again == [items[2]]
+    try:
+        handles[1]._accepted_id()
+    except CohortError as error:
+        assert error.code == "module_not_found"
+    else:
+        raise AssertionError("a refused job has no id")
+
+
+def test_the_waiter_keeps_4_requests_and_the_last_waits_1_s() -> None:
+    book = WaitBook()
+    handles = [Handle() for _ in range(6)]
+    plans = []
+    for number, handle in enumerate(handles):
+        handle._accept(number, False)
+        book.watch(handle)
+        plans.append(book.next_request())
+    assert [plan[1] for plan in plans[:4] if plan] == [25_000, 25_000, 25_000, 1_000]
+    assert plans[4] is None and plans[5] is None
+    settled = book.answered([3], {})
+    assert settled == []
+    plan = book.next_request()
+    assert plan == ([4, 5, 3], 1_000)
