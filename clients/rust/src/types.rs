@@ -3,7 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A job's id: assigned by the master, increasing.
+/// A job's id: assigned by the master, increasing. (Fields below spell
+/// it `u64`, as they do [`Millis`], so the OpenAPI schemas are plain
+/// integers.)
 pub type JobId = u64;
 /// Milliseconds since the Unix epoch.
 pub type Millis = u64;
@@ -17,9 +19,9 @@ pub struct Attempt {
     /// The worker that ran it.
     pub worker: String,
     /// When it started.
-    pub started_at: Millis,
+    pub started_at: u64,
     /// When it ended (if it has).
-    pub ended_at: Option<Millis>,
+    pub ended_at: Option<u64>,
     /// How it ended: `succeeded`, or a failure code.
     pub outcome: Option<String>,
     /// Failure message, if any.
@@ -54,30 +56,59 @@ pub struct ErrorBody {
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     /// The module's sha256 (from `POST /v1/modules`).
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
     pub module: String,
     /// Input as UTF-8 text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<String>,
     /// Input as base64 (standard alphabet, padded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$")
+    )]
     pub input_base64: Option<String>,
     /// Input as a JSON value (passed to the job serialized).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_json: Option<serde_json::Value>,
-    /// Wall-clock limit of one attempt (default: the node's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Wall-clock limit of one attempt (default: the node's; at most the
+    /// master's limit, one hour unless configured).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 3_600_000))]
     pub timeout_ms: Option<u64>,
-    /// Memory limit of one attempt (default: the node's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Memory limit of one attempt (default: the node's; at most the
+    /// node's `--job-memory-max`, 4 GiB unless configured).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4_294_967_296_u64))]
     pub memory_bytes: Option<u64>,
-    /// Attempts before the job is dead-lettered (default 3).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Attempts before the job is dead-lettered (default 3; at most the
+    /// master's limit, 100 unless configured).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100))]
     pub max_attempts: Option<u32>,
     /// Higher runs first (default 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
     pub priority: Option<i32>,
-    /// Submissions with the same key get the same job.
+    /// Submissions with the same key get the same job (1 to 64
+    /// characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 64))]
     pub idempotency_key: Option<String>,
 }
 
@@ -121,7 +152,7 @@ impl SubmitRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SubmitResponse {
     /// The job's id.
-    pub id: JobId,
+    pub id: u64,
     /// True if the idempotency key matched an existing job.
     pub existing: bool,
 }
@@ -169,7 +200,7 @@ pub struct ProgressBody {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobResponse {
     /// Id.
-    pub id: JobId,
+    pub id: u64,
     /// Module sha256.
     pub module: String,
     /// `queued`, `running`, `succeeded`, `failed`, `cancelled` or `dead`.
@@ -183,11 +214,11 @@ pub struct JobResponse {
     /// Idempotency key.
     pub idempotency_key: Option<String>,
     /// Submission time (ms since the Unix epoch).
-    pub submitted_at: Millis,
+    pub submitted_at: u64,
     /// Time it reached its terminal state.
-    pub finished_at: Option<Millis>,
+    pub finished_at: Option<u64>,
     /// Earliest next attempt while backing off.
-    pub not_before: Option<Millis>,
+    pub not_before: Option<u64>,
     /// Every attempt so far.
     pub attempts: Vec<Attempt>,
     /// Why it failed, when it did.
@@ -202,16 +233,54 @@ pub struct JobResponse {
     pub progress: Option<ProgressBody>,
 }
 
+/// `GET /healthz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HealthResponse {
+    /// `ok`.
+    pub status: String,
+}
+
+/// `202` to `POST /v1/node/leave`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LeavingResponse {
+    /// The node's id.
+    pub node: String,
+    /// `leaving`.
+    pub status: String,
+}
+
+/// `202` to `DELETE /v1/cluster/voters/{node}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RemovingResponse {
+    /// The node being removed from the voter set.
+    pub removing: String,
+}
+
+/// `200` to `DELETE /v1/tokens/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RevokedResponse {
+    /// The token's id.
+    pub id: String,
+    /// `true`.
+    pub revoked: bool,
+}
+
 /// `POST /v1/jobs/wait`: wait for the first of `ids` to finish.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WaitRequest {
     /// The jobs (at most 10,000).
-    pub ids: Vec<JobId>,
-    /// Longest wait for the first to finish (at most 60,000; default 0:
-    /// answer at once).
-    #[serde(default)]
+    #[serde(with = "whole::many")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 10_000))]
+    pub ids: Vec<u64>,
+    /// Longest wait for the first to finish (ms; more than 60,000 waits
+    /// 60,000; default 0: answer at once).
+    #[serde(default, with = "whole::one")]
     pub wait_ms: u64,
 }
 
@@ -220,7 +289,7 @@ pub struct WaitRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FinishedBody {
     /// Id.
-    pub id: JobId,
+    pub id: u64,
     /// `succeeded`, `failed`, `cancelled`, `dead`, or `unknown` (an id the
     /// cluster does not know, or whose record expired; see `error`).
     pub state: String,
@@ -247,13 +316,13 @@ pub struct WaitResponse {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobSummaryBody {
     /// Id.
-    pub id: JobId,
+    pub id: u64,
     /// State name.
     pub state: String,
     /// Attempts so far.
     pub attempts: u32,
     /// Submission time.
-    pub submitted_at: Millis,
+    pub submitted_at: u64,
 }
 
 /// `GET /v1/jobs`.
@@ -321,7 +390,7 @@ pub struct WorkerBody {
     /// Attempts running.
     pub running: u32,
     /// Last heard from.
-    pub last_seen: Millis,
+    pub last_seen: u64,
 }
 
 /// `GET /v1/cluster`.
@@ -360,6 +429,83 @@ pub struct SecurityBody {
     pub tls: bool,
     /// Started with `--insecure`: reachable beyond loopback with no key.
     pub insecure: bool,
+}
+
+/// JSON numbers read as integers: `3`, and also `3.0`, which JSON
+/// Schema's `integer` (the OpenAPI document's) includes and serde's
+/// integers refuse.
+mod whole {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    fn integer<T: TryFrom<i128>>(number: &serde_json::Number) -> Result<T, String> {
+        let value = match (number.as_u64(), number.as_i64(), number.as_f64()) {
+            (Some(u), _, _) => i128::from(u),
+            (None, Some(i), _) => i128::from(i),
+            // Past 2^64 a float cannot be any integer type here.
+            (None, None, Some(f)) if f.fract() == 0.0 && f.abs() < 2e19 => f as i128,
+            _ => return Err(format!("{number} is not a whole number in range")),
+        };
+        T::try_from(value).map_err(|_| format!("{number} is out of range"))
+    }
+
+    pub mod option {
+        use super::*;
+
+        pub fn serialize<S: Serializer, T: Serialize>(
+            value: &Option<T>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            value.serialize(serializer)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>, T: TryFrom<i128>>(
+            deserializer: D,
+        ) -> Result<Option<T>, D::Error> {
+            Option::<serde_json::Number>::deserialize(deserializer)?
+                .map(|n| integer(&n))
+                .transpose()
+                .map_err(D::Error::custom)
+        }
+    }
+
+    pub mod one {
+        use super::*;
+
+        pub fn serialize<S: Serializer, T: Serialize>(
+            value: &T,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            value.serialize(serializer)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>, T: TryFrom<i128>>(
+            deserializer: D,
+        ) -> Result<T, D::Error> {
+            integer(&serde_json::Number::deserialize(deserializer)?).map_err(D::Error::custom)
+        }
+    }
+
+    pub mod many {
+        use super::*;
+
+        pub fn serialize<S: Serializer, T: Serialize>(
+            value: &[T],
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            value.serialize(serializer)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>, T: TryFrom<i128>>(
+            deserializer: D,
+        ) -> Result<Vec<T>, D::Error> {
+            Vec::<serde_json::Number>::deserialize(deserializer)?
+                .iter()
+                .map(integer)
+                .collect::<Result<_, _>>()
+                .map_err(D::Error::custom)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -488,6 +634,26 @@ mod decode_tests {
             let batch = serde_json::json!({ "jobs": [value] });
             parses_or_fails(&serde_json::to_vec(&batch)?)?;
         }
+    }
+
+    #[test]
+    fn whole_floats_are_integers_and_other_numbers_are_refused() {
+        let request: SubmitRequest =
+            serde_json::from_str(r#"{"module":"ab","max_attempts":3.0,"priority":-2.0}"#).unwrap();
+        assert_eq!(
+            (request.max_attempts, request.priority),
+            (Some(3), Some(-2))
+        );
+        for bad in [r#"1.5"#, r#"-1"#, r#"4294967296"#, r#"1e30"#, r#""3""#] {
+            let body = format!(r#"{{"module":"ab","max_attempts":{bad}}}"#);
+            assert!(
+                serde_json::from_str::<SubmitRequest>(&body).is_err(),
+                "{bad}"
+            );
+        }
+        let wait: WaitRequest = serde_json::from_str(r#"{"ids":[1,2.0],"wait_ms":5.0}"#).unwrap();
+        assert_eq!((wait.ids, wait.wait_ms), (vec![1, 2], 5));
+        assert!(serde_json::from_str::<WaitRequest>(r#"{"ids":[-1]}"#).is_err());
     }
 
     #[test]

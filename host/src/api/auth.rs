@@ -52,15 +52,37 @@ pub fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenCreateRequest {
-    /// The token's id (its second part, 12 hex digits).
+    /// The token's id (its second part; `cohort token create` makes 12
+    /// hex digits).
+    #[schema(pattern = "^[A-Za-z0-9-]{1,64}$")]
     pub id: String,
     /// What it is for.
     #[serde(default)]
+    #[schema(max_length = 64)]
     pub name: String,
-    /// `read`, `submit`, `admin`.
+    /// `read`, `submit`, `admin`: at least one, each once.
+    #[schema(value_type = Vec<ScopeName>, min_items = 1)]
     pub scopes: Vec<String>,
     /// SHA-256 of the token's secret part, hex.
+    #[schema(pattern = "^(sha256:)?[0-9a-fA-F]{64}$")]
     pub sha256: String,
+}
+
+/// Longest token name, in characters (within the master's limit in bytes).
+pub const TOKEN_NAME_CHARS_MAX: usize = 64;
+const _: () = assert!(TOKEN_NAME_CHARS_MAX * 4 <= cohort_master::master::TOKEN_NAME_BYTES_MAX);
+
+/// A scope's name, as tokens carry it (in the OpenAPI document; the
+/// master checks the names, [`Scope`] is what a node enforces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ScopeName {
+    /// Reads: jobs, results, modules, the cluster, metrics.
+    Read,
+    /// Submissions.
+    Submit,
+    /// Everything else: uploads, cancels, tokens, the cluster's voters.
+    Admin,
 }
 
 /// A token as listed (never its secret or hash).
@@ -106,6 +128,8 @@ mod tests {
             needed_scope(&m, &segments)
         };
         assert_eq!(scope(Method::GET, "/healthz"), None);
+        assert_eq!(scope(Method::GET, "/openapi.json"), None);
+        assert_eq!(scope(Method::POST, "/v1/jobs/wait"), Some(Scope::Read));
         assert_eq!(scope(Method::GET, "/metrics"), Some(Scope::Read));
         assert_eq!(scope(Method::GET, "/v1/jobs/3/result"), Some(Scope::Read));
         assert_eq!(scope(Method::GET, "/v1/tokens"), Some(Scope::Admin));

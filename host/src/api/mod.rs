@@ -72,12 +72,27 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use types::*;
 
+/// How `input_base64` is read: the standard alphabet, padded, and
+/// lenient about the unused bits of the last symbol, which some encoders
+/// leave set (the bytes are the same either way).
+const INPUT_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
+
 /// Largest `POST /v1/jobs` body: a 4 MiB input in base64 plus the fields.
 pub const JOB_BODY_BYTES_MAX: usize = 6 << 20;
 /// Largest `POST /v1/jobs/batch` body.
 pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
 /// Most jobs in one batch.
 pub const BATCH_JOBS_MAX: usize = 10_000;
+/// Longest idempotency key, in characters (within the master's limit in
+/// bytes, whatever the characters).
+pub const IDEMPOTENCY_KEY_CHARS_MAX: usize = 64;
+const _: () = assert!(
+    IDEMPOTENCY_KEY_CHARS_MAX * 4 <= cohort_master::master::IDEMPOTENCY_KEY_BYTES_MAX,
+    "any key the API takes fits the master's limit in bytes"
+);
 /// Longest `wait_ms` honoured.
 pub const WAIT_MS_MAX: u64 = 60_000;
 /// Largest `POST /v1/jobs/wait` body: 10,000 ids of 20 digits and commas.
@@ -571,6 +586,15 @@ pub(crate) async fn token_op(
             ))
         }
         auth::TokenOp::Create(request) => {
+            if request.name.chars().count() > auth::TOKEN_NAME_CHARS_MAX {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidToken,
+                    format!(
+                        "a token name is at most {} characters",
+                        auth::TOKEN_NAME_CHARS_MAX
+                    ),
+                ));
+            }
             let hash = request
                 .sha256
                 .parse::<Digest>()
@@ -606,10 +630,7 @@ pub(crate) async fn token_op(
             if let Some(table) = tokens {
                 table.remove(&id);
             }
-            Ok(json(
-                StatusCode::OK,
-                &serde_json::json!({ "id": id, "revoked": true }),
-            ))
+            Ok(json(StatusCode::OK, &RevokedResponse { id, revoked: true }))
         }
     }
 }
@@ -716,7 +737,10 @@ impl Api {
                 self.leave.notify_one();
                 Ok(json(
                     StatusCode::ACCEPTED,
-                    &serde_json::json!({ "node": self.node.id, "status": "leaving" }),
+                    &LeavingResponse {
+                        node: self.node.id.clone(),
+                        status: "leaving".into(),
+                    },
                 ))
             }
             (&Method::GET, ["metrics"]) => self.metrics().await,
@@ -851,7 +875,12 @@ impl Api {
                 "the master stopped after a failure; see the node's log",
             ));
         }
-        Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"})))
+        Ok(json(
+            StatusCode::OK,
+            &HealthResponse {
+                status: "ok".into(),
+            },
+        ))
     }
 
     async fn wait(&self, id: u64, params: &HashMap<String, String>) -> Result<(), ApiError> {
@@ -885,7 +914,7 @@ impl Api {
         let input = if let Some(text) = submit.input {
             text.into_bytes()
         } else if let Some(encoded) = submit.input_base64 {
-            base64::engine::general_purpose::STANDARD
+            INPUT_BASE64
                 .decode(encoded)
                 .map_err(|e| ApiError::new(ErrorCode::BadRequest, format!("input_base64: {e}")))?
         } else if let Some(value) = submit.input_json {
@@ -893,6 +922,14 @@ impl Api {
         } else {
             Vec::new()
         };
+        if let Some(key) = &submit.idempotency_key
+            && !(1..=IDEMPOTENCY_KEY_CHARS_MAX).contains(&key.chars().count())
+        {
+            return Err(ApiError::new(
+                ErrorCode::InvalidJob,
+                format!("idempotency_key must be 1 to {IDEMPOTENCY_KEY_CHARS_MAX} characters"),
+            ));
+        }
         if let Some(memory) = submit.memory_bytes
             && (memory == 0 || memory > self.defaults.memory_bytes_max)
         {
@@ -1030,10 +1067,18 @@ impl Api {
                 )
             })?),
         };
+        let limit = number(params, "limit")?.unwrap_or(LIST_LIMIT_DEFAULT);
+        let most = cohort_master::master::LIST_LIMIT_MAX;
+        if !(1..=most).contains(&limit) {
+            return Err(ApiError::new(
+                ErrorCode::BadRequest,
+                format!("limit must be 1 to {most}, got {limit}"),
+            ));
+        }
         let query = Query::Jobs {
             state,
             after: number(params, "cursor")?,
-            limit: number(params, "limit")?.unwrap_or(LIST_LIMIT_DEFAULT),
+            limit,
         };
         let Answer::Jobs { jobs, next } = self.master.query(query).await? else {
             return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
@@ -1208,7 +1253,9 @@ impl Api {
         match result {
             Ok(()) => Ok(json(
                 StatusCode::ACCEPTED,
-                &serde_json::json!({ "removing": node }),
+                &RemovingResponse {
+                    removing: node.to_string(),
+                },
             )),
             Err(error @ RemoveVoterError::NotMaster) => Err(ApiError::new(
                 ErrorCode::MasterUnavailable,

@@ -15,9 +15,10 @@
 //!   ([`super::auth::allowed_methods`]) and that the committed copy is
 //!   current (`COHORT_BLESS=1` rewrites it).
 
-use super::auth::{TokenBody, TokenCreateRequest, TokenListResponse};
+use super::auth::{ScopeName, TokenBody, TokenCreateRequest, TokenListResponse};
 use super::error::{ErrorCode, error_body};
 use super::types::*;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use utoipa::ToSchema;
@@ -53,10 +54,96 @@ const MASTER: &[ErrorCode] = &[MasterUnavailable, UnknownVersion];
 pub fn document() -> &'static str {
     static DOCUMENT: OnceLock<String> = OnceLock::new();
     DOCUMENT.get_or_init(|| {
-        let mut text = build().to_pretty_json().expect("the document serializes");
+        let mut document = serde_json::to_value(build()).expect("the document serializes");
+        refine(&mut document);
+        let mut text = serde_json::to_string_pretty(&document).expect("a JSON value serializes");
         text.push('\n');
         text
     })
+}
+
+/// What utoipa's attributes cannot say.
+fn refine(document: &mut Value) {
+    bound_unsigned(document);
+    let schemas = &mut document["components"]["schemas"];
+    // A submission names at most one input (a `null` one is absent).
+    let both = |a: &str, b: &str| {
+        let given = json!({"not": {"type": "null"}});
+        json!({"required": [a, b], "properties": {a: given, b: given}})
+    };
+    schemas["SubmitRequest"]["not"] = json!({"anyOf": [
+        both("input", "input_base64"),
+        both("input", "input_json"),
+        both("input_base64", "input_json"),
+    ]});
+    // A batch's jobs must have a submission's shape (fields and types), but
+    // values out of range or pattern are refused job by job, in the
+    // answer's `results`, not as the batch's error.
+    let mut shape = schemas["SubmitRequest"].clone();
+    strip_value_rules(&mut shape);
+    bound_unsigned(&mut shape);
+    let jobs = &mut schemas["BatchRequest"]["properties"]["jobs"];
+    jobs["items"] = shape;
+    jobs["maxItems"] = 10_000.into();
+    schemas["TokenCreateRequest"]["properties"]["scopes"]["uniqueItems"] = true.into();
+    // Links: what a created job or token is then used by (schemathesis'
+    // stateful phase follows them).
+    let link = |operation: &str| json!({"operationId": operation, "parameters": {"id": "$response.body#/id"}});
+    let paths = &mut document["paths"];
+    paths["/v1/jobs"]["post"]["responses"]["202"]["links"] = json!({
+        "job": link("getV1JobsId"),
+        "result": link("getV1JobsIdResult"),
+        "cancel": link("deleteV1JobsId"),
+    });
+    paths["/v1/tokens"]["post"]["responses"]["201"]["links"] =
+        json!({"revoke": link("deleteV1TokensId")});
+}
+
+/// Unsigned integers get their bounds (what the node parses), and
+/// the format names of OpenAPI's registry (`uint64`, not utoipa's
+/// `u-int64`).
+fn bound_unsigned(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            let upper = match fields.get("format").and_then(Value::as_str) {
+                Some("u-int64" | "uint64") => Some(("uint64", Value::from(u64::MAX))),
+                Some("u-int32" | "uint32") => Some(("uint32", Value::from(u32::MAX))),
+                Some("u-int16" | "uint16") => Some(("uint16", Value::from(u16::MAX))),
+                Some("u-int8" | "uint8") => Some(("uint8", Value::from(u8::MAX))),
+                _ => None,
+            };
+            if let Some((format, max)) = upper {
+                fields.insert("format".into(), format.into());
+                fields.entry("minimum").or_insert(0.into());
+                fields.entry("maximum").or_insert(max);
+            }
+            fields.values_mut().for_each(bound_unsigned);
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_unsigned),
+        _ => {}
+    }
+}
+
+/// Removes what constrains values rather than shape: ranges, patterns,
+/// lengths, exclusions.
+fn strip_value_rules(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            for rule in [
+                "minimum",
+                "maximum",
+                "pattern",
+                "minLength",
+                "maxLength",
+                "not",
+            ] {
+                fields.remove(rule);
+            }
+            fields.values_mut().for_each(strip_value_rules);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_value_rules),
+        _ => {}
+    }
 }
 
 /// One route: how it is called and what it answers.
@@ -148,17 +235,14 @@ impl Route {
         self
     }
 
-    /// A parameter in the path (`{name}`) or the query.
-    fn param(mut self, name: &str, location: ParameterIn, kind: Type, description: &str) -> Self {
-        let mut schema = ObjectBuilder::new().schema_type(kind.clone());
-        if kind == Type::Integer {
-            schema =
-                schema
-                    .minimum(Some(0))
-                    .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
-                        utoipa::openapi::KnownFormat::Int64,
-                    )));
-        }
+    /// A parameter in the path (`{name}`, required) or the query.
+    fn param(
+        mut self,
+        name: &str,
+        location: ParameterIn,
+        schema: ObjectBuilder,
+        description: &str,
+    ) -> Self {
         let required = match location {
             ParameterIn::Path => Required::True,
             _ => Required::False,
@@ -251,6 +335,27 @@ impl Route {
     }
 }
 
+/// An integer parameter from `min` to `max`.
+fn integer(min: u64, max: u64) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Integer)
+        .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
+            utoipa::openapi::KnownFormat::UInt64,
+        )))
+        .minimum(Some(min))
+        .maximum(Some(max))
+}
+
+/// A text parameter.
+fn text() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::String)
+}
+
+/// A text parameter that is one of `values`.
+fn one_of(values: &[&str]) -> ObjectBuilder {
+    text().enum_values(Some(values.iter().copied()))
+}
+
 /// A message for people, for the examples.
 fn example_message(code: ErrorCode) -> String {
     format!(
@@ -263,32 +368,32 @@ fn example_message(code: ErrorCode) -> String {
 fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
     use HttpMethod::{Delete, Get, Post};
     use ParameterIn::{Path, Query};
-    let id = |r: Route| r.param("id", Path, Type::Integer, "The job's id.");
+    let id = |r: Route| r.param("id", Path, integer(0, u64::MAX), "The job's id.");
     let wait_ms = |r: Route| {
         r.param(
             "wait_ms",
             Query,
-            Type::Integer,
-            "Wait up to this long (ms, at most 60,000) for the job to finish first.",
+            integer(0, u64::MAX),
+            "Wait up to this long (ms; more than 60,000 waits 60,000) for the job to finish first.",
         )
     };
     vec![
         route(Get, "/healthz", "node", "Whether the node serves")
             .public()
-            .answers_raw(200, "application/json", "`{\"status\": \"ok\"}`")
+            .answers::<HealthResponse>(200, "It serves.")
             .errors(&[&[MasterUnavailable]]),
         route(Get, "/metrics", "node", "OpenMetrics text")
             .answers_raw(200, "application/openmetrics-text", "Jobs by state, journal, replication, HTTP, security counters.")
             .errors(&[]),
         route(Post, "/v1/node/leave", "node", "The node leaves gracefully (as on SIGTERM)")
-            .answers_raw(202, "application/json", "`{\"node\", \"status\": \"leaving\"}`")
+            .answers::<LeavingResponse>(202, "It is leaving.")
             .errors(&[]),
         route(Get, "/v1/cluster", "cluster", "The nodes, the master, the workers and the voters")
             .answers::<ClusterResponse>(200, "The cluster as the answering node sees it.")
             .errors(&[MASTER]),
         route(Delete, "/v1/cluster/voters/{node}", "cluster", "Remove a back-end node from the voter set")
-            .param("node", Path, Type::String, "The node's id.")
-            .answers_raw(202, "application/json", "`{\"removing\": NODE}`")
+            .param("node", Path, text(), "The node's id.")
+            .answers::<RemovingResponse>(202, "Removed once earlier voter changes commit.")
             .errors(&[MASTER, &[NotFound, BadRequest, ReplicasUnavailable]]),
         route(Post, "/v1/modules", "modules", "Upload a job module (a WebAssembly component)")
             .raw_body("application/wasm", "The component's bytes (at most 64 MiB); validated against the job world.")
@@ -307,7 +412,7 @@ fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
             .answers::<ModuleListResponse>(200, "Every module this node stores.")
             .errors(&[]),
         route(Get, "/v1/modules/{digest}", "modules", "A module's bytes")
-            .param("digest", Path, Type::String, "The module's sha256 (64 hex digits).")
+            .param("digest", Path, text(), "The module's sha256 (64 hex digits).")
             .answers_raw(200, "application/wasm", "The component.")
             .errors(&[&[ModuleNotStored]]),
         route(Post, "/v1/jobs", "jobs", "Submit a job")
@@ -337,7 +442,7 @@ fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
             .answers::<WaitResponse>(200, "The finished jobs among those asked about.")
             .errors(&[MASTER, &[BadJson, BodyTooLarge]]),
         wait_ms(route(Get, "/v1/jobs/{id}", "jobs", "A job's record"))
-            .param("id", Path, Type::Integer, "The job's id.")
+            .param("id", Path, integer(0, u64::MAX), "The job's id.")
             .answers::<JobResponse>(200, "Its state, attempts, error, sizes and progress.")
             .errors(&[MASTER, &[BadRequest, JobNotFound, JobExpired]]),
         id(route(Delete, "/v1/jobs/{id}", "jobs", "Cancel a job"))
@@ -347,9 +452,9 @@ fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
             .answers_raw(200, "application/octet-stream", "The output bytes.")
             .errors(&[MASTER, &[BadRequest, JobNotFound, JobExpired, JobNotFinished, JobNotSucceeded]]),
         route(Get, "/v1/jobs", "jobs", "Jobs by id, a page at a time")
-            .param("state", Query, Type::String, "Only jobs in this state: queued, running, succeeded, failed, cancelled, dead.")
-            .param("limit", Query, Type::Integer, "Most jobs (at most 1000; default 100).")
-            .param("cursor", Query, Type::Integer, "The `next_cursor` of the previous page.")
+            .param("state", Query, one_of(&["queued", "running", "succeeded", "failed", "cancelled", "dead"]), "Only jobs in this state.")
+            .param("limit", Query, integer(1, 1000), "Most jobs (default 100).")
+            .param("cursor", Query, integer(0, u64::MAX), "The `next_cursor` of the previous page.")
             .answers::<JobListResponse>(200, "A page, and the cursor of the next.")
             .errors(&[MASTER, &[BadRequest]]),
         route(Get, "/v1/tokens", "tokens", "The API tokens (never their secrets)")
@@ -361,8 +466,8 @@ fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
             .answers::<TokenBody>(201, "Created.")
             .errors(&[MASTER, &[BadJson, InvalidToken, TokenExists]]),
         route(Delete, "/v1/tokens/{id}", "tokens", "Revoke a token")
-            .param("id", Path, Type::String, "The token's id.")
-            .answers_raw(200, "application/json", "`{\"id\", \"revoked\": true}`")
+            .param("id", Path, text(), "The token's id.")
+            .answers::<RevokedResponse>(200, "Revoked.")
             .errors(&[MASTER, &[TokenNotFound]]),
         route(Get, "/openapi.json", "node", "This document")
             .public()
@@ -425,7 +530,12 @@ fn build() -> OpenApi {
         SecurityBody,
         TokenCreateRequest,
         TokenBody,
-        TokenListResponse
+        TokenListResponse,
+        ScopeName,
+        HealthResponse,
+        LeavingResponse,
+        RemovingResponse,
+        RevokedResponse
     );
     OpenApiBuilder::new()
         .info(
@@ -439,7 +549,11 @@ fn build() -> OpenApi {
         )
         .paths(builder.build())
         .components(Some(components.build()))
-        .security(Some([SecurityRequirement::new("token", Vec::<String>::new())]))
+        // A token is needed only once the cluster has a key.
+        .security(Some([
+            SecurityRequirement::new("token", Vec::<String>::new()),
+            SecurityRequirement::default(),
+        ]))
         .build()
 }
 
