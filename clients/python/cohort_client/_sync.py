@@ -124,6 +124,9 @@ class Client:
         self._pool: Optional[ThreadPoolExecutor] = None
         self._batcher: Optional[threading.Thread] = None
         self._waiters: List[threading.Thread] = []
+        # The waiter slots' own connections, closed by close() to end a
+        # long-poll in flight.
+        self._waiter_http: List[httpx.Client] = []
         self._closing = False
         self._stopped = threading.Event()
 
@@ -136,8 +139,10 @@ class Client:
     def close(self) -> None:
         """Send every submission made so far, then stop.
 
-        Handles still waiting for a result fail with ``closed``. A long-poll
-        in flight ends by itself, in the background (within 25 s).
+        Handles still waiting for a result fail with ``closed``. Long-polls
+        in flight are cut (their connections closed) and the client's
+        threads have ended when this returns: none is left to run while
+        the interpreter shuts down.
         """
         with self._lock:
             if self._closing:
@@ -154,6 +159,13 @@ class Client:
             self._book_changed.notify_all()
         for job in jobs:
             job._fail(_core.closed_error())
+        with self._lock:
+            connections = list(self._waiter_http)
+            waiters = list(self._waiters)
+        for http in connections:
+            http.close()
+        for waiter in waiters:
+            waiter.join()
         self._http.close()
 
     def request_counts(self) -> Dict[str, int]:
@@ -291,6 +303,10 @@ class Client:
     def _wait_loop(self) -> None:
         """One of the waiter's 4 slots: long-poll for the watched jobs."""
         with httpx.Client(**self._plans.settings.http_options()) as http:
+            with self._lock:
+                if self._stopped.is_set():
+                    return
+                self._waiter_http.append(http)
             while True:
                 with self._lock:
                     plan = self._book.next_request()
@@ -330,6 +346,12 @@ class Client:
                         answer = client.request(op.method, op.url, content=op.content, timeout=op.timeout)
                     except httpx.RequestError as error:
                         answer = error
+                    except RuntimeError:
+                        # close() closed this connection pool under us.
+                        if stop is None or not stop.is_set():
+                            raise
+                        plan.close()
+                        raise _core.closed_error() from None
                     op = plan.send(answer)
                 elif stop is None:
                     time.sleep(op.seconds)
