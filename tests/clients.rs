@@ -340,6 +340,7 @@ fn the_typescript_client_passes_its_suite() {
         "tsconfig.json",
         "src",
         "test",
+        "testing",
     ] {
         copy(&package.join(entry), &work.join(entry));
     }

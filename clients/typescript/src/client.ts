@@ -1,0 +1,188 @@
+/**
+ * The cohort client: uploads, batched submissions, one waiter for results,
+ * over a list of nodes.
+ *
+ * @packageDocumentation
+ */
+
+import { randomBytes } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { resolve as resolvePath } from "node:path";
+import { Batcher } from "./batcher.js";
+import { CohortError, closedError } from "./errors.js";
+import { Job, type JobContext } from "./job.js";
+import { Transport } from "./transport.js";
+import type { ClientOptions, SubmitOptions } from "./types.js";
+import { Waiter } from "./waiter.js";
+
+/** A module digest: the sha256 of its bytes, in hex. */
+const DIGEST = /^[0-9a-f]{64}$/;
+/** Most jobs of one batch request the server takes. */
+const BATCH_JOBS_MAX = 10_000;
+/** Longest one try of an upload may take: 30 s, plus 1 ms per KiB of module. */
+const uploadTimeoutMs = (bytes: number): number => 30_000 + bytes / 1024;
+
+/** Options of {@link Client.map}: those of every submission, without an idempotency key. */
+export type MapOptions = Omit<SubmitOptions, "idempotencyKey">;
+
+/**
+ * A client of a cohort cluster.
+ *
+ * ```ts
+ * const client = new Client(["http://10.0.0.1:7070", "http://10.0.0.2:7070"]);
+ * const job = client.submit("./wordcount.wasm", "a b a");
+ * console.log(await job.json());
+ * await client.close();
+ * ```
+ */
+export class Client {
+  private readonly context: JobContext;
+  private readonly batcher: Batcher;
+  /** Uploads of modules given as paths, by absolute path. */
+  private readonly uploads = new Map<string, Promise<string>>();
+  /** Submissions that have not learnt their id yet. */
+  private readonly submitting = new Set<Promise<unknown>>();
+
+  /**
+   * @param urls - the nodes' base URLs (`http://HOST:PORT` or `https://...`);
+   *   requests go to the first that answers, the others on failure.
+   * @param options - see {@link ClientOptions}.
+   */
+  constructor(urls: string | readonly string[], options: ClientOptions = {}) {
+    const list = typeof urls === "string" ? [urls] : [...urls];
+    if (list.length === 0) throw new RangeError("a cohort client needs at least one node URL");
+    const lingerMs = options.lingerMs ?? 1;
+    const batchMax = options.batchMax ?? 1_000;
+    const retryDeadlineMs = options.retryDeadlineMs ?? 60_000;
+    if (!(lingerMs >= 0)) throw new RangeError(`lingerMs must be 0 or more, not ${lingerMs}`);
+    if (!Number.isInteger(batchMax) || batchMax < 1 || batchMax > BATCH_JOBS_MAX) {
+      throw new RangeError(`batchMax must be an integer from 1 to ${BATCH_JOBS_MAX}, not ${batchMax}`);
+    }
+    if (!(retryDeadlineMs >= 0)) throw new RangeError(`retryDeadlineMs must be 0 or more, not ${retryDeadlineMs}`);
+    const transport = new Transport(list, options.token, options.fetch ?? globalThis.fetch);
+    this.context = { transport, waiter: new Waiter(transport, retryDeadlineMs), retryDeadlineMs };
+    this.batcher = new Batcher(transport, lingerMs, batchMax);
+  }
+
+  /**
+   * Uploads a job module (`POST /v1/modules`) and returns its digest. A
+   * module given as a path is uploaded once: later calls (and submissions
+   * naming the path) reuse the digest.
+   */
+  upload(pathOrBytes: string | Uint8Array): Promise<string> {
+    if (typeof pathOrBytes !== "string") return this.uploadBytes(pathOrBytes);
+    const path = resolvePath(pathOrBytes);
+    let upload = this.uploads.get(path);
+    if (upload === undefined) {
+      upload = this.readModule(path).then((bytes) => this.uploadBytes(bytes));
+      this.uploads.set(path, upload);
+      // A failed upload is tried again by the next call.
+      upload.catch(() => this.uploads.delete(path));
+    }
+    return upload;
+  }
+
+  /**
+   * Submits a job and returns its handle at once; the submission goes out
+   * in one batch request with every other made within the linger window.
+   *
+   * @param module - a digest (64 hex digits) or the path of a `.wasm` file
+   *   (uploaded once).
+   * @param input - bytes (`Uint8Array`, sent as `input_base64`), text
+   *   (`input`) or any other JSON value (`input_json`); none: empty input.
+   */
+  submit(module: string, input?: unknown, options: SubmitOptions = {}): Job {
+    const key = options.idempotencyKey ?? newIdempotencyKey();
+    const deadline = Date.now() + this.context.retryDeadlineMs;
+    // The fields after the module, as JSON: `"input":...,"idempotency_key":...}`.
+    const rest = JSON.stringify(submissionFields(input, options, key)).slice(1);
+    const enqueue = (digest: string): Promise<number> =>
+      new Promise((resolve, reject) => {
+        const json = `{"module":${JSON.stringify(digest)},${rest}`;
+        this.batcher.add({ json, deadline, resolve, reject });
+      });
+    const id = this.context.transport.closed
+      ? Promise.reject(closedError())
+      : DIGEST.test(module)
+        ? enqueue(module)
+        : this.upload(module).then(enqueue);
+    this.submitting.add(id);
+    const settled = (): void => void this.submitting.delete(id);
+    id.then(settled, settled);
+    return new Job(this.context, id, key);
+  }
+
+  /**
+   * Runs `module` on each input and returns the outputs in order: one
+   * submission per input (batched), all awaited by the one waiter. Rejects
+   * with the first failure.
+   */
+  map(module: string, inputs: Iterable<unknown>, options: MapOptions = {}): Promise<Uint8Array[]> {
+    const jobs = Array.from(inputs, (input) => this.submit(module, input, options));
+    return Promise.all(jobs.map((job) => job.result()));
+  }
+
+  /** A handle on a job submitted earlier, by its id. */
+  get(id: number): Job {
+    if (!Number.isSafeInteger(id) || id < 0) throw new RangeError(`a job id is an integer of 0 or more, not ${id}`);
+    return new Job(this.context, Promise.resolve(id), null);
+  }
+
+  /**
+   * Sends the submissions still in the linger window and waits until every
+   * submission knows its id (or failed), then stops: results still awaited
+   * and later calls fail with the code `closed`, and requests in flight are
+   * abandoned.
+   */
+  async close(): Promise<void> {
+    this.batcher.flush();
+    while (this.submitting.size > 0) await Promise.allSettled([...this.submitting]);
+    this.batcher.close();
+    this.context.waiter.close();
+    this.context.transport.close();
+  }
+
+  private async uploadBytes(bytes: Uint8Array): Promise<string> {
+    const answer = await this.context.transport.json<{ digest: string; bytes: number }>({
+      method: "POST",
+      path: "/v1/modules",
+      body: bytes,
+      contentType: "application/wasm",
+      deadline: Date.now() + this.context.retryDeadlineMs,
+      tryTimeoutMs: uploadTimeoutMs(bytes.byteLength),
+    });
+    return answer.digest;
+  }
+
+  private async readModule(path: string): Promise<Uint8Array> {
+    try {
+      return await readFile(path);
+    } catch (cause) {
+      const reason = cause instanceof Error ? cause.message : String(cause);
+      throw new CohortError("module_unreadable", `cannot read the module ${path}: ${reason}`, { cause });
+    }
+  }
+}
+
+/**
+ * A new idempotency key: `ts-` and 128 random bits in hex, so that a
+ * retried submission finds the job its first try created.
+ */
+function newIdempotencyKey(): string {
+  return `ts-${randomBytes(16).toString("hex")}`;
+}
+
+/** A submission's fields other than its module, as the API names them. */
+function submissionFields(input: unknown, options: SubmitOptions, key: string): Record<string, unknown> {
+  const fields: Record<string, unknown> = {};
+  if (input instanceof Uint8Array) {
+    fields.input_base64 = Buffer.from(input.buffer, input.byteOffset, input.byteLength).toString("base64");
+  } else if (typeof input === "string") fields.input = input;
+  else if (input !== undefined) fields.input_json = input;
+  if (options.timeoutMs !== undefined) fields.timeout_ms = options.timeoutMs;
+  if (options.memoryBytes !== undefined) fields.memory_bytes = options.memoryBytes;
+  if (options.maxAttempts !== undefined) fields.max_attempts = options.maxAttempts;
+  if (options.priority !== undefined) fields.priority = options.priority;
+  fields.idempotency_key = key;
+  return fields;
+}

@@ -1,0 +1,12 @@
+/**
+ * The TypeScript client of cohort: submissions batched within a linger
+ * window, results awaited through one long-poll waiter, retries with
+ * idempotency keys and failover across a list of nodes.
+ *
+ * @packageDocumentation
+ */
+
+export { Client, type MapOptions } from "./client.js";
+export { CohortError, JobFailed, WaitTimeout, type CohortErrorDetails } from "./errors.js";
+export { Job } from "./job.js";
+export type { AttemptStatus, ClientOptions, JobStatus, SubmitOptions } from "./types.js";

@@ -1,0 +1,131 @@
+/**
+ * A handle on one job: its id once its batch is answered, its result
+ * through the client's waiter, its status and its cancellation.
+ *
+ * @packageDocumentation
+ */
+
+import { CohortError, JobFailed, statusOfCode } from "./errors.js";
+import type { Transport } from "./transport.js";
+import type { JobStatus } from "./types.js";
+import type { Finished, Waiter } from "./waiter.js";
+
+/** What a job handle uses of its client. */
+export interface JobContext {
+  readonly transport: Transport;
+  readonly waiter: Waiter;
+  readonly retryDeadlineMs: number;
+}
+
+/** Longest one try of a small request may take. */
+const TRY_TIMEOUT_MS = 30_000;
+
+/** A submitted job (from `Client.submit`) or a known one (from `Client.get`). */
+export class Job {
+  /** The outcome once known (its output, or the job's failure), kept for later calls. */
+  private outcome: Promise<Uint8Array> | undefined;
+
+  /** @internal Made by the client. */
+  constructor(
+    private readonly context: JobContext,
+    private readonly jobId: Promise<number>,
+    /**
+     * The submission's idempotency key (the caller's, or one the client
+     * made); `null` for a handle from `Client.get`.
+     */
+    readonly idempotencyKey: string | null,
+  ) {
+    // A refusal is reported to whoever awaits the id or the result; a
+    // handle nobody awaits must not make it an unhandled rejection.
+    jobId.catch(() => undefined);
+  }
+
+  /**
+   * The job's id, once its batch was answered. Rejects with the server's
+   * error if the submission was refused (e.g. `module_not_found`), or with
+   * the last error if it could not be sent before the retry deadline.
+   */
+  id(): Promise<number> {
+    return this.jobId;
+  }
+
+  /**
+   * The job's output, once it succeeded, as the client's one waiter sees
+   * it finish (`POST /v1/jobs/wait`). Rejects with {@link JobFailed}
+   * (the job's own error code: `trap`, `timeout`, `cancelled`, ...) if it
+   * did not, and with {@link WaitTimeout} if `timeoutMs` is given and the
+   * job has not finished that long after the call.
+   */
+  async result(timeoutMs?: number): Promise<Uint8Array> {
+    if (this.outcome !== undefined) return this.outcome;
+    const start = Date.now();
+    const id = await this.jobId;
+    if (this.outcome !== undefined) return this.outcome;
+    const left = timeoutMs === undefined ? undefined : Math.max(0, timeoutMs - (Date.now() - start));
+    const finished = await this.context.waiter.wait(id, left);
+    if (this.outcome !== undefined) return this.outcome;
+    const outcome = this.output(finished);
+    this.outcome = outcome;
+    // Only the job's own outcome is final: an output that could not be
+    // fetched is fetched again by the next call.
+    outcome.catch((error: unknown) => {
+      if (!(error instanceof JobFailed) && this.outcome === outcome) this.outcome = undefined;
+    });
+    return outcome;
+  }
+
+  /** The job's output parsed as JSON (see {@link result}). */
+  async json<T = unknown>(timeoutMs?: number): Promise<T> {
+    return JSON.parse(await this.text(timeoutMs)) as T;
+  }
+
+  /** The job's output decoded as UTF-8 (see {@link result}). */
+  async text(timeoutMs?: number): Promise<string> {
+    return new TextDecoder().decode(await this.result(timeoutMs));
+  }
+
+  /** The job's current status (`GET /v1/jobs/{id}`). */
+  async status(): Promise<JobStatus> {
+    return this.request("GET", `/v1/jobs/${await this.jobId}`);
+  }
+
+  /**
+   * Cancels the job (`DELETE /v1/jobs/{id}`) and returns its status; a
+   * running attempt is stopped. Rejects with `job_finished` if the job had
+   * already finished.
+   */
+  async cancel(): Promise<JobStatus> {
+    return this.request("DELETE", `/v1/jobs/${await this.jobId}`);
+  }
+
+  private request(method: "GET" | "DELETE", path: string): Promise<JobStatus> {
+    return this.context.transport.json<JobStatus>({
+      method,
+      path,
+      deadline: Date.now() + this.context.retryDeadlineMs,
+      tryTimeoutMs: TRY_TIMEOUT_MS,
+    });
+  }
+
+  /**
+   * The output of a finished job: inline in the wait's answer, or fetched
+   * with `GET /v1/jobs/{id}/result` when it was too large to come inline.
+   */
+  private async output(finished: Finished): Promise<Uint8Array> {
+    const { id, state, error } = finished;
+    if (state === "succeeded") {
+      if (finished.output_base64 !== null) return new Uint8Array(Buffer.from(finished.output_base64, "base64"));
+      return this.context.transport.send({
+        method: "GET",
+        path: `/v1/jobs/${id}/result`,
+        deadline: Date.now() + this.context.retryDeadlineMs,
+        tryTimeoutMs: TRY_TIMEOUT_MS + (finished.output_bytes ?? 0) / 1024,
+      });
+    }
+    if (state === "unknown") {
+      const code = error?.code ?? "job_not_found";
+      throw new CohortError(code, error?.message ?? `no job ${id}`, { status: statusOfCode(code) });
+    }
+    throw new JobFailed(id, state, error?.code ?? state, error?.message);
+  }
+}
