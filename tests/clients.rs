@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use support::faults::exclusive;
-use support::{Node, converge, guest, live, metrics, run_bounded, runtime, start, upload};
+use support::{
+    Node, converge, guest, live, metrics, pinned_venv, run_bounded, runtime, start, upload,
+};
 
 const ALL: &str = "back-end,worker,front-end";
 /// Longest a test waits for one job's result.
@@ -279,20 +281,11 @@ fn suite_env(command: &mut Command) -> &mut Command {
 #[test]
 fn the_python_client_passes_its_suite() {
     let _turn = exclusive();
-    let venv = scratch("clients-python");
+    let venv = pinned_venv(
+        "clients-python",
+        &root().join("clients/python/requirements-test.txt"),
+    );
     let python = venv.join("bin/python");
-    let requirements = root().join("clients/python/requirements-test.txt");
-    // Reinstalled when the pins change.
-    let stamp = venv.join("requirements.stamp");
-    let wanted = std::fs::read_to_string(&requirements).unwrap();
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(&wanted) {
-        let _ = std::fs::remove_dir_all(&venv);
-        run(Command::new("python3").arg("-m").arg("venv").arg(&venv));
-        run(Command::new(&python)
-            .args(["-m", "pip", "install", "--quiet", "--require-hashes", "-r"])
-            .arg(&requirements));
-        std::fs::write(&stamp, &wanted).unwrap();
-    }
     // Installed as a user would, from a copy of the package (a build writes
     // beside the sources), with the venv's setuptools (no download).
     let source = scratch("clients-python-src");

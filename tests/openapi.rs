@@ -13,43 +13,17 @@ use cohort::client::Node as Api;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use support::faults::exclusive;
-use support::{Node, converge, job, run_bounded, runtime, upload};
+use support::{Node, converge, job, pinned_venv, run_bounded, runtime, upload};
 
 fn here() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/schemathesis")
 }
 
-/// The schemathesis CLI, installed from the pins (again when they change).
-fn schemathesis() -> PathBuf {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("schemathesis");
-    let requirements = here().join("requirements.txt");
-    let stamp = venv.join("requirements.stamp");
-    let wanted = std::fs::read_to_string(&requirements).unwrap();
-    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(&wanted) {
-        let _ = std::fs::remove_dir_all(&venv);
-        let install = |command: &mut Command| {
-            let out = run_bounded(command, b"");
-            assert!(
-                out.status.success(),
-                "{command:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        install(Command::new("python3").arg("-m").arg("venv").arg(&venv));
-        install(
-            Command::new(venv.join("bin/python"))
-                .args(["-m", "pip", "install", "--quiet", "--require-hashes", "-r"])
-                .arg(&requirements),
-        );
-        std::fs::write(&stamp, &wanted).unwrap();
-    }
-    venv.join("bin/schemathesis")
-}
-
 #[test]
 fn schemathesis_finds_no_failure_in_any_phase() {
     let _turn = exclusive();
-    let cli = schemathesis();
+    let cli =
+        pinned_venv("schemathesis", &here().join("requirements.txt")).join("bin/schemathesis");
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(&dir.path().join("node"), &[]);
     // Something for the routes to find: a module and finished jobs.

@@ -144,6 +144,35 @@ fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8
     })
 }
 
+/// A Python venv in `target/tmp/<name>` with `requirements` (pinned with
+/// hashes) installed, made again when the pins change (the file's text is
+/// kept beside it, as `.ci/install-toolchains` keeps it); returns its
+/// directory.
+pub fn pinned_venv(name: &str, requirements: &Path) -> PathBuf {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let stamp = venv.join("requirements.stamp");
+    let wanted = std::fs::read_to_string(requirements).unwrap();
+    if std::fs::read_to_string(&stamp).ok().as_deref() != Some(&wanted) {
+        let _ = std::fs::remove_dir_all(&venv);
+        let install = |command: &mut Command| {
+            let out = run_bounded(command, b"");
+            assert!(
+                out.status.success(),
+                "{command:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        install(Command::new("python3").arg("-m").arg("venv").arg(&venv));
+        install(
+            Command::new(venv.join("bin/python"))
+                .args(["-m", "pip", "install", "--quiet", "--require-hashes", "-r"])
+                .arg(requirements),
+        );
+        std::fs::write(&stamp, &wanted).unwrap();
+    }
+    venv
+}
+
 /// Waits for `child`, killing it past `timeout`.
 fn wait_bounded(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus {
     let started = Instant::now();
