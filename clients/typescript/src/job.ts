@@ -5,7 +5,7 @@
  * @packageDocumentation
  */
 
-import { CohortError, JobFailed, statusOfCode } from "./errors.js";
+import { CohortError, JobFailed, WaitTimeout, statusOfCode } from "./errors.js";
 import type { Transport } from "./transport.js";
 import type { JobStatus } from "./types.js";
 import type { Finished, Waiter } from "./waiter.js";
@@ -24,6 +24,13 @@ const TRY_TIMEOUT_MS = 30_000;
 export class Job {
   /** The outcome once known (its output, or the job's failure), kept for later calls. */
   private outcome: Promise<Uint8Array> | undefined;
+  /**
+   * How the job ended, from the waiter: watched from the moment the id is
+   * known for a submitted job, so that awaiting many results one by one
+   * finds them already there (a handle the program dropped is collected
+   * with it once the waiter has delivered).
+   */
+  private finished: Promise<Finished> | undefined;
 
   /** @internal Made by the client. */
   constructor(
@@ -34,10 +41,22 @@ export class Job {
      * made); `null` for a handle from `Client.get`.
      */
     readonly idempotencyKey: string | null,
+    watchNow = idempotencyKey !== null,
   ) {
     // A refusal is reported to whoever awaits the id or the result; a
     // handle nobody awaits must not make it an unhandled rejection.
     jobId.catch(() => undefined);
+    if (watchNow) this.watch();
+  }
+
+  /** The waiter's report of the job's end, asked for once. */
+  private watch(): Promise<Finished> {
+    if (this.finished === undefined) {
+      const waiter = this.context.waiter;
+      this.finished = this.jobId.then((id) => waiter.wait(id));
+      this.finished.catch(() => undefined);
+    }
+    return this.finished;
   }
 
   /**
@@ -62,7 +81,7 @@ export class Job {
     const id = await this.jobId;
     if (this.outcome !== undefined) return this.outcome;
     const left = timeoutMs === undefined ? undefined : Math.max(0, timeoutMs - (Date.now() - start));
-    const finished = await this.context.waiter.wait(id, left);
+    const finished = await within(this.watch(), left, () => new WaitTimeout(id, timeoutMs ?? 0));
     if (this.outcome !== undefined) return this.outcome;
     const outcome = this.output(finished);
     this.outcome = outcome;
@@ -128,4 +147,17 @@ export class Job {
     }
     throw new JobFailed(id, state, error?.code ?? state, error?.message);
   }
+}
+
+/**
+ * `promise`, or `expired()` as its rejection if `ms` (when given) passes
+ * first; the promise itself goes on, for a later call.
+ */
+function within<T>(promise: Promise<T>, ms: number | undefined, expired: () => Error): Promise<T> {
+  if (ms === undefined) return promise;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(expired()), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

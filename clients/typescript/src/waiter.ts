@@ -1,12 +1,12 @@
 /**
- * The client's one waiter: every awaited job is watched through
- * `POST /v1/jobs/wait` long-polls, at most 4 in flight, instead of one
- * request per job.
+ * The client's one waiter: every submitted job is watched, from the moment
+ * its id is known, through `POST /v1/jobs/wait` long-polls, at most 4 in
+ * flight, instead of one request per job.
  *
  * @packageDocumentation
  */
 
-import { CohortError, WaitTimeout, closedError } from "./errors.js";
+import { CohortError, closedError } from "./errors.js";
 import { Transport } from "./transport.js";
 
 /** Most long-polls in flight at once. */
@@ -35,7 +35,6 @@ export interface Finished {
 interface Watcher {
   resolve: (finished: Finished) => void;
   reject: (error: CohortError) => void;
-  timer: NodeJS.Timeout | undefined;
 }
 
 /** Watches awaited jobs together until each finishes. */
@@ -52,20 +51,11 @@ export class Waiter {
     private readonly retryDeadlineMs: number,
   ) {}
 
-  /**
-   * Resolves when job `id` has finished (or is unknown to the cluster);
-   * rejects with {@link WaitTimeout} after `timeoutMs` if given.
-   */
-  wait(id: number, timeoutMs?: number): Promise<Finished> {
+  /** Resolves when job `id` has finished (or is unknown to the cluster). */
+  wait(id: number): Promise<Finished> {
     if (this.closed) return Promise.reject(closedError());
     return new Promise((resolve, reject) => {
-      const watcher: Watcher = { resolve, reject, timer: undefined };
-      if (timeoutMs !== undefined) {
-        watcher.timer = setTimeout(() => {
-          this.forget(id, watcher);
-          reject(new WaitTimeout(id, timeoutMs));
-        }, timeoutMs);
-      }
+      const watcher: Watcher = { resolve, reject };
       let watchers = this.watchers.get(id);
       if (watchers === undefined) {
         watchers = new Set();
@@ -83,10 +73,7 @@ export class Waiter {
     const watchers = [...this.watchers.values()].flatMap((set) => [...set]);
     this.watchers.clear();
     this.unwatched.clear();
-    for (const watcher of watchers) {
-      clearTimeout(watcher.timer);
-      watcher.reject(closedError());
-    }
+    for (const watcher of watchers) watcher.reject(closedError());
   }
 
   /** Starts long-polls for the unwatched jobs while a slot is free. */
@@ -143,20 +130,6 @@ export class Waiter {
     const watchers = this.watchers.get(id);
     if (watchers === undefined) return;
     this.watchers.delete(id);
-    for (const watcher of watchers) {
-      clearTimeout(watcher.timer);
-      end(watcher);
-    }
-  }
-
-  /** Drops one watcher (its wait timed out); the job stays watched while others await it. */
-  private forget(id: number, watcher: Watcher): void {
-    const watchers = this.watchers.get(id);
-    if (watchers === undefined) return;
-    watchers.delete(watcher);
-    if (watchers.size === 0) {
-      this.watchers.delete(id);
-      this.unwatched.delete(id);
-    }
+    for (const watcher of watchers) end(watcher);
   }
 }

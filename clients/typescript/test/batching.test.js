@@ -41,6 +41,21 @@ test("2,000 jobs submitted in a loop cost a few batch and wait requests", { time
   }
 });
 
+test("results awaited one by one were watched from acceptance: a few wait requests", { timeout: 30_000 }, async (t) => {
+  const counter = countingFetch();
+  const client = new Client(node.url, { fetch: counter.fetch });
+  try {
+    const jobs = [];
+    for (let i = 0; i < 2_000; i += 1) jobs.push(client.submit(echo, `one by one ${i}`));
+    for (const [i, job] of jobs.entries()) assert.equal(await job.text(), `one by one ${i}`);
+    const waits = counter.byPath.get("/v1/jobs/wait") ?? 0;
+    t.diagnostic(`2,000 results awaited one by one: ${waits} wait requests`);
+    assert.ok(waits < 2_000 / 20, `2,000 results awaited one by one took ${waits} wait requests`);
+  } finally {
+    await client.close();
+  }
+});
+
 test("bytes, text and JSON inputs arrive as given; map keeps the order", { timeout: 20_000 }, async () => {
   const client = new Client(node.url);
   try {
