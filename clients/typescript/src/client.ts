@@ -84,7 +84,8 @@ export class Client {
 
   /**
    * Submits a job and returns its handle at once; the submission goes out
-   * in one batch request with every other made within the linger window.
+   * in one batch request with every other made within the linger window,
+   * and the job is watched by the one waiter as soon as it is accepted.
    *
    * @param module - a digest (64 hex digits) or the path of a `.wasm` file
    *   (uploaded once).
@@ -109,7 +110,7 @@ export class Client {
     this.submitting.add(id);
     const settled = (): void => void this.submitting.delete(id);
     id.then(settled, settled);
-    return new Job(this.context, id, key);
+    return new Job(this.context, id, key, true);
   }
 
   /**
@@ -122,10 +123,13 @@ export class Client {
     return Promise.all(jobs.map((job) => job.result()));
   }
 
-  /** A handle on a job submitted earlier, by its id. */
+  /**
+   * A handle on a job submitted earlier, by its id. Unlike a submitted
+   * job's, it is watched from its first `result()` call.
+   */
   get(id: number): Job {
     if (!Number.isSafeInteger(id) || id < 0) throw new RangeError(`a job id is an integer of 0 or more, not ${id}`);
-    return new Job(this.context, Promise.resolve(id), null);
+    return new Job(this.context, Promise.resolve(id), null, false);
   }
 
   /**

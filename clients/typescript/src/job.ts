@@ -22,15 +22,18 @@ const TRY_TIMEOUT_MS = 30_000;
 
 /** A submitted job (from `Client.submit`) or a known one (from `Client.get`). */
 export class Job {
-  /** The outcome once known (its output, or the job's failure), kept for later calls. */
-  private outcome: Promise<Uint8Array> | undefined;
   /**
-   * How the job ended, from the waiter: watched from the moment the id is
-   * known for a submitted job, so that awaiting many results one by one
-   * finds them already there (a handle the program dropped is collected
-   * with it once the waiter has delivered).
+   * How the job ended, as the waiter reports it. A submitted job is handed
+   * to the waiter as soon as its id is known, so that results awaited one
+   * by one are mostly there already; a handle from `Client.get` on its
+   * first `result()`. Only this handle holds the report: a handle the
+   * program dropped is collected with it once the waiter has delivered. A
+   * wait that failed (no node answered before the retry deadline, or the
+   * client closed) is forgotten, so the next call asks again.
    */
   private finished: Promise<Finished> | undefined;
+  /** The outcome once known (its output, or the job's own failure), kept for later calls. */
+  private outcome: Promise<Uint8Array> | undefined;
 
   /** @internal Made by the client. */
   constructor(
@@ -41,7 +44,8 @@ export class Job {
      * made); `null` for a handle from `Client.get`.
      */
     readonly idempotencyKey: string | null,
-    watchNow = idempotencyKey !== null,
+    /** Whether to watch the job as soon as its id is known (a submission), or from the first `result()`. */
+    watchNow: boolean,
   ) {
     // A refusal is reported to whoever awaits the id or the result; a
     // handle nobody awaits must not make it an unhandled rejection.
@@ -49,12 +53,15 @@ export class Job {
     if (watchNow) this.watch();
   }
 
-  /** The waiter's report of the job's end, asked for once. */
+  /** The waiter's report of the job's end, asked for once (again only if it failed). */
   private watch(): Promise<Finished> {
     if (this.finished === undefined) {
       const waiter = this.context.waiter;
-      this.finished = this.jobId.then((id) => waiter.wait(id));
-      this.finished.catch(() => undefined);
+      const finished = this.jobId.then((id) => waiter.wait(id));
+      this.finished = finished;
+      finished.catch(() => {
+        if (this.finished === finished) this.finished = undefined;
+      });
     }
     return this.finished;
   }
@@ -73,24 +80,25 @@ export class Job {
    * it finish (`POST /v1/jobs/wait`). Rejects with {@link JobFailed}
    * (the job's own error code: `trap`, `timeout`, `cancelled`, ...) if it
    * did not, and with {@link WaitTimeout} if `timeoutMs` is given and the
-   * job has not finished that long after the call.
+   * job has not finished that long after the call (or, if its submission
+   * was still being sent, once its id is known). A timeout ends only this
+   * call: the job stays watched, and a later call gets its outcome.
    */
   async result(timeoutMs?: number): Promise<Uint8Array> {
-    if (this.outcome !== undefined) return this.outcome;
     const start = Date.now();
     const id = await this.jobId;
-    if (this.outcome !== undefined) return this.outcome;
     const left = timeoutMs === undefined ? undefined : Math.max(0, timeoutMs - (Date.now() - start));
     const finished = await within(this.watch(), left, () => new WaitTimeout(id, timeoutMs ?? 0));
-    if (this.outcome !== undefined) return this.outcome;
-    const outcome = this.output(finished);
-    this.outcome = outcome;
-    // Only the job's own outcome is final: an output that could not be
-    // fetched is fetched again by the next call.
-    outcome.catch((error: unknown) => {
-      if (!(error instanceof JobFailed) && this.outcome === outcome) this.outcome = undefined;
-    });
-    return outcome;
+    if (this.outcome === undefined) {
+      const outcome = this.output(finished);
+      this.outcome = outcome;
+      // Only the job's own outcome is final: an output that could not be
+      // fetched is fetched again by the next call.
+      outcome.catch((error: unknown) => {
+        if (!(error instanceof JobFailed) && this.outcome === outcome) this.outcome = undefined;
+      });
+    }
+    return this.outcome;
   }
 
   /** The job's output parsed as JSON (see {@link result}). */

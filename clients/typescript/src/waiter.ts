@@ -37,11 +37,11 @@ interface Watcher {
   reject: (error: CohortError) => void;
 }
 
-/** Watches awaited jobs together until each finishes. */
+/** Watches jobs together until each finishes. */
 export class Waiter {
-  /** The callers awaiting each job. */
+  /** The callers awaiting each watched job. */
   private readonly watchers = new Map<number, Set<Watcher>>();
-  /** Awaited jobs that no long-poll in flight asks about. */
+  /** Watched jobs that no long-poll in flight asks about. */
   private readonly unwatched = new Set<number>();
   private polls = 0;
   private closed = false;

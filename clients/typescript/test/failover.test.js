@@ -34,6 +34,28 @@ test("every URL dead: the request fails with unreachable after the retry deadlin
   }
 });
 
+test("a result that timed out or found no node is waited for again by the next call", { timeout: 20_000 }, async () => {
+  const node = await startNode({ nodeId: "t1" });
+  // While cut, every wait request fails as a refused connection would.
+  let cut = true;
+  const fetchCut = async (input, init) => {
+    if (cut && new URL(String(input)).pathname === "/v1/jobs/wait") throw new TypeError("fetch failed: cut by the test");
+    return fetch(input, init);
+  };
+  const client = new Client(node.url, { fetch: fetchCut, retryDeadlineMs: 500 });
+  try {
+    const job = client.submit(echo, "after the outage");
+    await job.id();
+    await assert.rejects(job.result(50), { name: "WaitTimeout", code: "wait_timeout" });
+    await assert.rejects(job.result(), { code: "unreachable", retryable: true });
+    cut = false;
+    assert.equal(await job.text(), "after the outage");
+  } finally {
+    await client.close();
+    await node.stop();
+  }
+});
+
 test("the client's first node killed mid-loop: every job done exactly once", { timeout: 45_000 }, async (t) => {
   // The first node hosts the master and is the only voter; the second
   // (the client's first URL) works and serves the API but keeps no
