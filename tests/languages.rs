@@ -6,6 +6,7 @@
 
 mod support;
 
+use cohort::api::types::SubmitRequest;
 use cohort::client::Node as Api;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -492,7 +493,14 @@ fn python_and_typescript_jobs_resume_on_another_node_after_a_kill() {
             let digest = client.upload(wasm.clone()).await.unwrap();
             // Two of each keep both workers busy with both languages.
             for _ in 0..2 {
-                let request = support::job(&digest, &format!(r#"{{"limit": {limit}}}"#));
+                let request = SubmitRequest {
+                    // The lease starts at the assignment, so it also covers
+                    // compiling the component on a cold worker, which takes
+                    // far longer than usual on a loaded 2-CPU machine; this
+                    // test is about resuming, not about timeouts.
+                    timeout_ms: Some(JOB_TIMEOUT_MS),
+                    ..support::job(&digest, &format!(r#"{{"limit": {limit}}}"#))
+                };
                 ids.push((language, limit, client.submit(&request).await.unwrap().id));
             }
         }
@@ -527,6 +535,8 @@ fn python_and_typescript_jobs_resume_on_another_node_after_a_kill() {
 /// (so a kill lands mid-run), measured in BENCHMARKS.md.
 const PRIMES_PY_LONG: u64 = 2_000_000_000;
 const PRIMES_TS_LONG: u64 = 100_000_000;
+/// The kill test's job timeout: far above the longest compile seen.
+const JOB_TIMEOUT_MS: u64 = 600_000;
 
 #[test]
 fn modules_for_another_job_version_or_with_foreign_imports_are_refused() {

@@ -11,8 +11,12 @@
 //! every node's proxy knows where to send master requests.
 //!
 //! While hosting, the manager also tells the master about worker nodes that
-//! membership declared dead, so their attempts are re-queued at once rather
-//! than when their leases run out.
+//! membership declared dead, so their attempts are re-queued long before
+//! their leases run out. The detector is tuned to find a dead master fast,
+//! and a worker whose process merely stalled (a loaded machine compiling a
+//! large component) can drop out of the live set for a moment: a worker is
+//! reported gone only once it has stayed out for [`WORKER_LOST_AFTER`], so
+//! a stall does not cost its jobs an attempt.
 //!
 //! A hosting node whose master was superseded (a replica refused it for a
 //! newer epoch, or gossip shows a master with a newer epoch elsewhere:
@@ -30,13 +34,16 @@
 //! in-memory membership twin.
 
 use super::membership::{Membership, View, keys};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Pause before trying again to start a master that could not start yet.
 pub const START_RETRY: Duration = Duration::from_millis(250);
+/// How long a worker must stay out of the live set before its attempts are
+/// re-queued (a worker that comes back sooner keeps them).
+pub const WORKER_LOST_AFTER: Duration = Duration::from_secs(2);
 /// How long a node that rejoined listens to gossip before deciding again
 /// (its fresh view first shows only itself).
 const REJOIN_SETTLE: Duration = Duration::from_secs(1);
@@ -96,6 +103,8 @@ pub async fn run<H: Host>(
     let mut hosting: Option<u64> = None;
     let mut retry_at: Option<Instant> = None;
     let mut workers = BTreeSet::new();
+    // Workers out of the live set while this node hosts, since when.
+    let mut suspects: BTreeMap<String, Instant> = BTreeMap::new();
     loop {
         let mut view = views.borrow_and_update().clone();
         let handed_over = {
@@ -162,17 +171,29 @@ pub async fn run<H: Host>(
             membership.publish(keys::MASTER_EPOCH, None).await;
             hosting = None;
         } else if hosting.is_some() {
-            let gone: Vec<String> = workers.difference(&alive).cloned().collect();
+            let now = Instant::now();
+            for worker in workers.difference(&alive) {
+                suspects.entry(worker.clone()).or_insert(now);
+            }
+            suspects.retain(|worker, _| !alive.contains(worker));
+            let gone: Vec<String> = suspects
+                .extract_if(.., |_, since| now >= *since + WORKER_LOST_AFTER)
+                .map(|(worker, _)| worker)
+                .collect();
             if !gone.is_empty() {
                 host.workers_gone(gone).await;
             }
+        }
+        if hosting.is_none() {
+            suspects.clear();
         }
         workers = alive;
         // Every pass ends waiting for something new: a change (`changed`
         // marks it seen; a closed channel disables its branch), or an
         // instant the next pass acts on and then drops (the view settled,
-        // a start is due again).
-        let wake_at = [(!settled).then_some(settled_at), retry_at]
+        // a start is due again, a worker has been out long enough).
+        let lost_at = suspects.values().min().map(|since| *since + WORKER_LOST_AFTER);
+        let wake_at = [(!settled).then_some(settled_at), retry_at, lost_at]
             .into_iter()
             .flatten()
             .min();
@@ -374,19 +395,48 @@ mod tests {
         assert_eq!(c.log.take(), ["start []"]);
     }
 
-    #[tokio::test]
-    async fn dead_workers_are_reported_by_the_host() {
-        let cluster = MemCluster::new();
-        let w1 = spawn(&cluster, "w1", 1, "worker");
-        let a = spawn(&cluster, "a", 2, "back-end,worker");
-        settle().await;
-        assert_eq!(a.log.take(), ["start [\"w1\"]"]);
-        let _w2 = spawn(&cluster, "w2", 3, "worker");
-        settle().await;
-        cluster.remove("w1");
-        settle().await;
-        assert_eq!(a.log.take(), ["gone [\"w1\"]"]);
-        drop(w1);
+    #[test]
+    fn workers_out_of_the_live_set_for_long_enough_are_reported_gone() {
+        on_paused_clock(|| async {
+            let cluster = MemCluster::new();
+            let w1 = spawn(&cluster, "w1", 1, "worker");
+            let a = spawn(&cluster, "a", 2, "back-end,worker");
+            settle().await;
+            assert_eq!(a.log.take(), ["start [\"w1\"]"]);
+            let _w2 = spawn(&cluster, "w2", 3, "worker");
+            settle().await;
+            cluster.remove("w1");
+            settle().await;
+            tokio::time::sleep(WORKER_LOST_AFTER - Duration::from_millis(1)).await;
+            assert_eq!(a.log.take(), Vec::<String>::new(), "not yet");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            assert_eq!(a.log.take(), ["gone [\"w1\"]"]);
+            drop(w1);
+        });
+    }
+
+    #[test]
+    fn a_worker_back_in_the_live_set_in_time_keeps_its_attempts() {
+        on_paused_clock(|| async {
+            let cluster = MemCluster::new();
+            let _w1 = spawn(&cluster, "w1", 1, "worker");
+            let a = spawn(&cluster, "a", 2, "back-end");
+            settle().await;
+            assert_eq!(a.log.take(), ["start [\"w1\"]"]);
+            // A stall: w1 drops out and comes back with the same generation.
+            cluster.remove("w1");
+            settle().await;
+            tokio::time::sleep(WORKER_LOST_AFTER / 2).await;
+            let _back = cluster.join(member("w1", 1, "worker"));
+            settle().await;
+            tokio::time::sleep(WORKER_LOST_AFTER * 2).await;
+            assert_eq!(a.log.take(), Vec::<String>::new());
+            // Out again: the time counts from the new departure.
+            cluster.remove("w1");
+            settle().await;
+            tokio::time::sleep(WORKER_LOST_AFTER + Duration::from_millis(1)).await;
+            assert_eq!(a.log.take(), ["gone [\"w1\"]"]);
+        });
     }
 
     #[tokio::test]
