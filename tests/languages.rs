@@ -178,6 +178,22 @@ fn the_word_tables_of_python_and_js_are_rusts() {
 }
 
 #[test]
+fn the_module_list_names_each_components_language_and_world() {
+    for (project, language) in [
+        ("tests/fixtures/echo-py", "python"),
+        ("tests/fixtures/echo-js", "javascript"),
+        ("examples/primes-ts", "javascript"),
+    ] {
+        let wasm = std::fs::read(built(project)).unwrap();
+        let (found, world) = cohort::modules::describe(&wasm);
+        assert_eq!(found, language, "{project}");
+        assert_eq!(world.as_deref(), Some("cohort:job/job@0.1.0"), "{project}");
+    }
+    let rust = std::fs::read(guest("fixture_echo")).unwrap();
+    assert_eq!(cohort::modules::describe(&rust).0, "rust");
+}
+
+#[test]
 fn new_jobs_build_and_run_as_they_are_in_every_language() {
     let dir = tempfile::tempdir().unwrap();
     for lang in ["rust", "python", "js"] {

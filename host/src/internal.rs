@@ -195,6 +195,7 @@ impl Internal {
                     &ModuleBody {
                         digest: digest.to_string(),
                         bytes: body.len() as u64,
+                        ..ModuleBody::default()
                     },
                 ))
             }

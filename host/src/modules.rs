@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// A stored module's listing entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModuleInfo {
     /// Content address.
     pub digest: Digest,
@@ -95,7 +95,27 @@ impl ModuleStore {
 
     /// Every stored module, by digest.
     pub fn list(&self) -> Vec<ModuleInfo> {
-        self.lock().values().copied().collect()
+        self.lock().values().cloned().collect()
+    }
+
+    /// What the module says about itself, and when it was stored here.
+    pub async fn details(&self, digest: &Digest) -> Result<Details, ModuleError> {
+        let path = self.path(digest);
+        let first_seen = tokio::fs::metadata(&path)
+            .await
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as u64);
+        let wasm = self.read(digest).await?;
+        let (language, world) = tokio::task::spawn_blocking(move || describe(&wasm))
+            .await
+            .map_err(|e| ModuleError::Internal(format!("describe thread failed: {e}")))?;
+        Ok(Details {
+            first_seen,
+            language,
+            world,
+        })
     }
 
     /// The module's bytes, checked against its digest.
@@ -126,4 +146,80 @@ impl ModuleStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Digest, ModuleInfo>> {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// A module's description in the dashboard's list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Details {
+    /// When this node stored it (ms since the Unix epoch).
+    pub first_seen: u64,
+    /// `rust`, `python`, `javascript` or `unknown`.
+    pub language: &'static str,
+    /// `cohort:job/job`, with the package version when the module imports
+    /// the host interface (`cohort:job/job@0.1.0`).
+    pub world: Option<String>,
+}
+
+/// The source language (from the `producers` sections of the component
+/// and its core modules, which toolchains fill in) and the world: a
+/// component exporting `run` is a `cohort:job/job`, whose package version
+/// shows when it imports the host interface (`cohort:job/host@0.1.0`).
+/// Stored modules were validated, but this reads them as any input: a
+/// section it cannot parse ends the reading.
+pub fn describe(wasm: &[u8]) -> (&'static str, Option<String>) {
+    use wasmparser::{Parser, Payload};
+    let mut names: Vec<String> = Vec::new();
+    let (mut exports_run, mut version) = (false, None);
+    for payload in Parser::new(0).parse_all(wasm) {
+        let Ok(payload) = payload else { break };
+        match payload {
+            Payload::CustomSection(section) => match section.as_known() {
+                wasmparser::KnownCustom::Producers(reader) => {
+                    for field in reader.into_iter().flatten() {
+                        for value in field.values.into_iter().flatten() {
+                            names.push(value.name.to_ascii_lowercase());
+                        }
+                    }
+                }
+                // componentize-py links CPython as shared libraries whose
+                // module names say so (`libpython3.12.so`); its producers
+                // name only the Rust runtime around them.
+                wasmparser::KnownCustom::Name(reader) => {
+                    for name in reader.into_iter().flatten() {
+                        if let wasmparser::Name::Module { name, .. } = name {
+                            names.push(name.to_ascii_lowercase());
+                        }
+                    }
+                }
+                _ => {}
+            },
+            Payload::ComponentExportSection(exports) => {
+                exports_run |= exports.into_iter().flatten().any(|e| e.name.name == "run");
+            }
+            Payload::ComponentImportSection(imports) if version.is_none() => {
+                version = imports
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| i.name.name.strip_prefix("cohort:job/")?.split_once('@'))
+                    .map(|(_, version)| version.to_string())
+                    .next();
+            }
+            _ => {}
+        }
+    }
+    let any = |needle: &str| names.iter().any(|n| n.contains(needle));
+    let language = if any("componentize-py") || any("libpython") {
+        "python"
+    } else if any("componentize-js") || any("componentizejs") || any("starlingmonkey") {
+        "javascript"
+    } else if any("rust") {
+        "rust"
+    } else {
+        "unknown"
+    };
+    let world = exports_run.then(|| match version {
+        Some(version) => format!("cohort:job/job@{version}"),
+        None => "cohort:job/job".to_string(),
+    });
+    (language, world)
 }

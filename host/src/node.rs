@@ -303,6 +303,12 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         modules: modules.clone(),
         tokens: security.tokens.clone(),
     });
+    let (stop_serving, serving) = watch::channel(false);
+    let history = Arc::new(crate::cluster::history::History::default());
+    tokio::spawn({
+        let (history, view) = (history.clone(), view.clone());
+        async move { history.follow(view).await }
+    });
     let api = Arc::new(Api {
         master: link.clone(),
         fetcher,
@@ -324,8 +330,12 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         responses: Default::default(),
         security,
         request_ids: Default::default(),
+        history: history.clone(),
+        event_streams: Arc::new(tokio::sync::Semaphore::new(
+            api::dashboard::EVENT_STREAMS_MAX,
+        )),
+        closing: serving.clone(),
     });
-    let (stop_serving, serving) = watch::channel(false);
     let server = tokio::spawn(api::serve(listener, api, serving));
     println!("cohort node {node_id} ({roles}) gossiping on {gossip_listen}, listening on {http}");
     std::io::stdout().flush()?;

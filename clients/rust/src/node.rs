@@ -338,4 +338,26 @@ impl Node {
     pub async fn cluster(&self) -> Result<ClusterResponse, ClientError> {
         self.json(Method::GET, "/v1/cluster", None).await
     }
+
+    /// The dashboard's overview: counters, latency, nodes, replica lag.
+    pub async fn overview(&self) -> Result<OverviewResponse, ClientError> {
+        self.json(Method::GET, "/v1/overview", None).await
+    }
+
+    /// Cancels or retries every job a filter matches (or, with
+    /// `dry_run`, counts them).
+    pub async fn bulk(&self, request: &BulkRequest) -> Result<BulkResponse, ClientError> {
+        let body = serde_json::to_vec(request).expect("serializes");
+        self.json(Method::POST, "/v1/jobs/bulk", Some(body)).await
+    }
+
+    /// The stored modules, with what each is.
+    pub async fn modules(&self) -> Result<ModuleListResponse, ClientError> {
+        self.json(Method::GET, "/v1/modules", None).await
+    }
+
+    /// What this client's token may do.
+    pub async fn whoami(&self) -> Result<WhoamiResponse, ClientError> {
+        self.json(Method::GET, "/v1/whoami", None).await
+    }
 }

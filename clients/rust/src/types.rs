@@ -323,26 +323,222 @@ pub struct JobSummaryBody {
     pub attempts: u32,
     /// Submission time.
     pub submitted_at: u64,
+    /// When it finished.
+    #[serde(default)]
+    pub finished_at: Option<u64>,
+    /// Its module's sha256.
+    #[serde(default)]
+    pub module: String,
+    /// Its priority.
+    #[serde(default)]
+    pub priority: i32,
+    /// Why it failed, if it did.
+    #[serde(default)]
+    pub error_code: Option<String>,
 }
 
 /// `GET /v1/jobs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobListResponse {
-    /// A page of jobs, by ascending id.
+    /// A page of jobs, by ascending id (descending with `order=newest`).
     pub jobs: Vec<JobSummaryBody>,
     /// Pass as `cursor` for the next page; absent at the end.
     pub next_cursor: Option<String>,
 }
 
 /// A stored module.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModuleBody {
     /// sha256.
     pub digest: String,
     /// Size.
     pub bytes: u64,
+    /// When the answering node stored it (in `GET /v1/modules`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_seen: Option<u64>,
+    /// `rust`, `python`, `javascript` or `unknown`, from the toolchains'
+    /// marks in the module (in `GET /v1/modules`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+    /// Its world: `cohort:job/job`, with the package version when it
+    /// imports the host interface (in `GET /v1/modules`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world: Option<String>,
+    /// Jobs the master holds that run it (in `GET /v1/modules`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<u64>,
+}
+
+/// Which jobs a bulk action is about: every condition given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct JobFilterBody {
+    /// In this state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// Running this module (sha256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// With this priority.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    pub priority: Option<i32>,
+    /// Submitted at or after (ms since the Unix epoch).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    pub from: Option<u64>,
+    /// Submitted at or before.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    pub to: Option<u64>,
+    /// Text in the error's code or message (ASCII case ignored, at most
+    /// 64 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Only these jobs (at most 1,000).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::some_many"
+    )]
+    pub ids: Option<Vec<u64>>,
+}
+
+/// `POST /v1/jobs/bulk`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    /// `cancel` (jobs not finished) or `retry` (failed, dead and cancelled
+    /// jobs).
+    pub action: String,
+    /// Which jobs (a JSON object).
+    #[serde(default, deserialize_with = "object")]
+    pub filter: JobFilterBody,
+    /// Count the jobs the action would change; change nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// For `retry`: attempts each job gets (default: the node's
+    /// `--max-attempts`); a cancel ignores it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    pub attempts: Option<u32>,
+}
+
+/// `200` to `POST /v1/jobs/bulk`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BulkResponse {
+    /// With `dry_run`: jobs the action would change now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched: Option<u64>,
+    /// Without: jobs it changed (at most 10,000 per request; send it
+    /// again for the rest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<u64>,
+}
+
+/// `GET /v1/whoami`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WhoamiResponse {
+    /// The node's API needs tokens.
+    pub tokens_required: bool,
+    /// The id of the token the request carried.
+    pub token: Option<String>,
+    /// What the caller may do: `read`, `submit`, `admin`.
+    pub scopes: Vec<String>,
+}
+
+/// The master in [`OverviewResponse`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MasterBody {
+    /// The node hosting it (empty if none is known).
+    pub node: String,
+    /// Its epoch.
+    pub epoch: u64,
+}
+
+/// Submission-to-end times in [`OverviewResponse`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LatencyBody {
+    /// Median, ms.
+    pub p50: u64,
+    /// 99th percentile, ms.
+    pub p99: u64,
+}
+
+/// A replica in [`OverviewResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReplicaBody {
+    /// The replica's node.
+    pub node: String,
+    /// Journal entries it lacks.
+    pub behind: u64,
+}
+
+/// Something the answering node saw happen, in [`OverviewResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HistoryBody {
+    /// When (ms since the Unix epoch).
+    pub at: u64,
+    /// `node_joined`, `node_leaving`, `node_gone` or `master_moved`.
+    pub kind: String,
+    /// For people.
+    pub message: String,
+}
+
+/// `GET /v1/overview`, and each `overview` event of `GET /v1/events`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OverviewResponse {
+    /// The answering node's clock (ms since the Unix epoch).
+    pub at: u64,
+    /// The answering node.
+    pub node: String,
+    /// Where the master runs.
+    pub master: MasterBody,
+    /// Jobs the master holds, by state name.
+    pub jobs: std::collections::BTreeMap<String, u64>,
+    /// Jobs accepted since the journal began.
+    pub submitted_total: u64,
+    /// Attempts started since the journal began.
+    pub attempts_total: u64,
+    /// Attempts re-queued after a failure or expiry.
+    pub retries_total: u64,
+    /// Jobs that finished in the last `recent_ms`.
+    pub finished_recent: u64,
+    /// The window of `finished_recent` and `latency_ms`.
+    pub recent_ms: u64,
+    /// Submission-to-end times of those jobs (absent if none).
+    pub latency_ms: Option<LatencyBody>,
+    /// Journal entries each replica lacks (empty with one back-end node).
+    pub replicas: Vec<ReplicaBody>,
+    /// The nodes, oldest first, as in `GET /v1/cluster`.
+    pub nodes: Vec<NodeBody>,
+    /// The workers the master knows.
+    pub workers: Vec<WorkerBody>,
+    /// What the answering node saw happen lately, newest first.
+    pub history: Vec<HistoryBody>,
 }
 
 /// `GET /v1/modules`.
@@ -434,6 +630,18 @@ pub struct SecurityBody {
 /// JSON numbers read as integers: `3`, and also `3.0`, which JSON
 /// Schema's `integer` (the OpenAPI document's) includes and serde's
 /// integers refuse.
+/// A struct read from a JSON object only (serde would also read one
+/// from an array of its fields in order).
+fn object<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error as _;
+    let fields = serde_json::Map::deserialize(deserializer)?;
+    T::deserialize(serde_json::Value::Object(fields)).map_err(D::Error::custom)
+}
+
 mod whole {
     use serde::de::Error as _;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -483,6 +691,26 @@ mod whole {
             deserializer: D,
         ) -> Result<T, D::Error> {
             integer(&serde_json::Number::deserialize(deserializer)?).map_err(D::Error::custom)
+        }
+    }
+
+    pub mod some_many {
+        use super::*;
+
+        pub fn serialize<S: Serializer, T: Serialize>(
+            value: &Option<Vec<T>>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            value.serialize(serializer)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>, T: TryFrom<i128>>(
+            deserializer: D,
+        ) -> Result<Option<Vec<T>>, D::Error> {
+            Option::<Vec<serde_json::Number>>::deserialize(deserializer)?
+                .map(|numbers| numbers.iter().map(integer).collect::<Result<_, _>>())
+                .transpose()
+                .map_err(D::Error::custom)
         }
     }
 

@@ -218,6 +218,26 @@ prop_compose! {
     }
 }
 
+prop_compose! {
+    fn job_filter()(
+        (state, module, priority) in (
+            option::of(job_state()), option::of(any::<[u8; 32]>()), option::of(any::<i32>()),
+        ),
+        (from, to, error, ids) in (
+            option::of(n64()), option::of(n64()), option::of(text()), option::of(vec(n64(), 0..4)),
+        ),
+    ) -> JobFilter {
+        JobFilter { state, module, priority, from, to, error, ids }
+    }
+}
+
+fn bulk_action() -> impl Strategy<Value = BulkAction> {
+    prop_oneof![
+        Just(BulkAction::Cancel),
+        n32().prop_map(|attempts| BulkAction::Retry { attempts }),
+    ]
+}
+
 fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
         1 => config_value().prop_map(Command::Configure),
@@ -242,6 +262,8 @@ fn command() -> impl Strategy<Value = Command> {
         2 => Just(Command::Tick),
         1 => token().prop_map(Command::CreateToken),
         1 => text().prop_map(|id| Command::RevokeToken { id }),
+        1 => (bulk_action(), job_filter())
+            .prop_map(|(action, filter)| Command::Bulk { action, filter }),
     ]
 }
 
@@ -285,6 +307,7 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         token().prop_map(EventKind::TokenCreated),
         text().prop_map(|id| EventKind::TokenRevoked { id }),
         n64().prop_map(|before| EventKind::RequestsExpired { before }),
+        (n64(), n32()).prop_map(|(id, max_attempts)| EventKind::Retried { id, max_attempts }),
     ]
 }
 
@@ -298,16 +321,21 @@ fn query() -> impl Strategy<Value = Query> {
     prop_oneof![
         n64().prop_map(|id| Query::Job { id }),
         n64().prop_map(|id| Query::Result { id }),
-        (option::of(job_state()), option::of(n64()), n32()).prop_map(|(state, after, limit)| {
-            Query::Jobs {
-                state,
+        (job_filter(), option::of(n64()), n32(), any::<bool>()).prop_map(
+            |(filter, after, limit, newest_first)| Query::Jobs {
+                filter,
                 after,
                 limit,
+                newest_first,
             }
-        }),
+        ),
         Just(Query::Stats),
         Just(Query::Workers),
         Just(Query::Tokens),
+        (bulk_action(), job_filter()).prop_map(|(action, filter)| Query::Bulk { action, filter }),
+        n64().prop_map(|window_ms| Query::Recent { window_ms }),
+        Just(Query::ModuleUse),
+        n64().prop_map(|id| Query::Input { id }),
     ]
 }
 
@@ -316,6 +344,7 @@ fn reply() -> impl Strategy<Value = Reply> {
         Just(Reply::Done),
         (n64(), any::<bool>()).prop_map(|(id, existing)| Reply::Submitted { id, existing }),
         text().prop_map(|reason| Reply::Ignored { reason }),
+        n64().prop_map(|changed| Reply::Bulk { changed }),
     ]
 }
 
@@ -381,15 +410,29 @@ prop_compose! {
 }
 
 fn answer() -> impl Strategy<Value = Answer> {
-    let summary =
-        (n64(), job_state(), n32(), n64()).prop_map(|(id, state, attempts, submitted_at)| {
-            JobSummary {
-                id,
-                state,
-                attempts,
-                submitted_at,
-            }
-        });
+    let summary = (
+        (n64(), job_state(), n32(), n64()),
+        (
+            option::of(n64()),
+            any::<[u8; 32]>(),
+            any::<i32>(),
+            option::of(text()),
+        ),
+    )
+        .prop_map(
+            |((id, state, attempts, submitted_at), (finished_at, module, priority, error_code))| {
+                JobSummary {
+                    id,
+                    state,
+                    attempts,
+                    submitted_at,
+                    finished_at,
+                    module,
+                    priority,
+                    error_code,
+                }
+            },
+        );
     let stats = (any::<[u64; JobState::COUNT]>(), vec(n64(), 5)).prop_map(|(jobs, v)| Stats {
         jobs,
         submitted_total: v[0],
@@ -413,6 +456,16 @@ fn answer() -> impl Strategy<Value = Answer> {
         stats.prop_map(Answer::Stats),
         vec(worker, 0..4).prop_map(Answer::Workers),
         vec(token(), 0..3).prop_map(Answer::Tokens),
+        n64().prop_map(Answer::Count),
+        (n64(), option::of(n64()), option::of(n64())).prop_map(|(finished, p50_ms, p99_ms)| {
+            Answer::Recent(Recent {
+                finished,
+                p50_ms,
+                p99_ms,
+            })
+        }),
+        vec((any::<[u8; 32]>(), n64()), 0..3).prop_map(Answer::ModuleUse),
+        bytes().prop_map(Answer::Input),
     ]
 }
 

@@ -20,6 +20,12 @@
 //! Only the report of the current attempt from the worker that holds it is
 //! recorded, so each job has exactly one outcome.
 //!
+//! A [`Command::Bulk`] cancels, or retries, every job a [`JobFilter`]
+//! matches (at most [`BULK_MAX`]) in one decision: one event per job, all
+//! in one batch. A retry (`Retried`) moves a failed, dead or cancelled job
+//! back to `queued` with its attempts kept and its limit raised by the
+//! attempts granted; the outcome it had is cleared.
+//!
 //! # One job per submission
 //!
 //! Every `Submit` carries a [`RequestId`] drawn by the node where the
@@ -47,9 +53,11 @@
 //! purged after `retention_ms`, beyond `finished_max`, or when their results
 //! exceed `results_bytes_total_max`, oldest first; request ids as above.
 //! `Tick` emits at most [`TICK_EVENTS_MAX`] events so no single batch is
-//! unbounded.
+//! unbounded, a `Bulk` at most [`BULK_MAX`]; a listing scans at most
+//! [`LIST_SCAN_MAX`] jobs and says where to go on.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
@@ -68,6 +76,14 @@ pub const WORKER_ID_BYTES_MAX: usize = 256;
 pub const WORKER_SEEN_PER_TTL: u64 = 4;
 /// Most jobs one listing returns.
 pub const LIST_LIMIT_MAX: u32 = 1000;
+/// Most jobs one [`Command::Bulk`] changes (run it again for the rest).
+pub const BULK_MAX: usize = 10_000;
+/// Longest text a [`JobFilter`] looks for in errors.
+pub const FILTER_TEXT_BYTES_MAX: usize = 256;
+/// Most ids a [`JobFilter`] may name.
+pub const FILTER_IDS_MAX: usize = 1000;
+/// Most finished jobs one [`Query::Recent`] looks at.
+pub const RECENT_SCAN_MAX: usize = 100_000;
 /// Most ids one [`Query::Finished`] may ask about: the API's most jobs
 /// per batch, so a client may wait for a whole batch in one request.
 pub const FINISHED_IDS_MAX: usize = 10_000;
@@ -182,6 +198,8 @@ struct Index {
     requests: BTreeSet<(Millis, RequestId)>,
     counts: [u64; JobState::COUNT],
     result_bytes: u64,
+    /// Jobs held per module.
+    modules: BTreeMap<Digest, u64>,
 }
 
 impl Default for Master {
@@ -276,6 +294,7 @@ impl Master {
         };
         for (&id, job) in &self.jobs {
             index.counts[job.state as usize] += 1;
+            *index.modules.entry(job.spec.module).or_default() += 1;
             if let Some(key) = &job.spec.idempotency_key {
                 index.keys.insert(key.clone(), id);
             }
@@ -335,6 +354,25 @@ impl Master {
                 done(vec![event(EventKind::Configured(config.clone()))])
             }
             Command::Submit { spec, request } => self.decide_submit(now, spec, *request),
+            Command::Bulk { action, filter } => {
+                validate_bulk(*action, filter, &self.config)?;
+                let kinds = self
+                    .bulk_matches(*action, filter)
+                    .map(|(id, job)| match action {
+                        BulkAction::Cancel => EventKind::Cancelled { id },
+                        BulkAction::Retry { attempts } => EventKind::Retried {
+                            id,
+                            max_attempts: (job.attempts.len() as u32).saturating_add(*attempts),
+                        },
+                    });
+                let events: Vec<Event> = kinds.take(BULK_MAX).map(event).collect();
+                Ok(Decision {
+                    reply: Reply::Bulk {
+                        changed: events.len() as u64,
+                    },
+                    events,
+                })
+            }
             Command::Cancel { id } => {
                 let job = self.job(*id)?;
                 if job.state.is_terminal() {
@@ -687,6 +725,7 @@ impl Master {
                     self.index.keys.insert(key.clone(), *id);
                 }
                 self.index.counts[JobState::Queued as usize] += 1;
+                *self.index.modules.entry(spec.module).or_default() += 1;
                 self.jobs.insert(*id, job);
                 self.next_id = self.next_id.max(id.saturating_add(1));
                 self.submitted_total += 1;
@@ -862,12 +901,36 @@ impl Master {
                     }
                 }
             }
+            EventKind::Retried { id, max_attempts } => {
+                let Some(job) = self.jobs.get_mut(id) else {
+                    return effects;
+                };
+                if !(BulkAction::Retry { attempts: 1 }).applies_to(job.state) {
+                    return effects;
+                }
+                self.index
+                    .finished
+                    .remove(&(job.finished_at.take().unwrap_or(0), *id));
+                set_state(&mut self.index.counts, job, JobState::Queued);
+                job.spec.max_attempts = *max_attempts;
+                job.error = None;
+                job.seq = self.next_seq;
+                self.next_seq += 1;
+                self.index.ready.insert(ready_key(job, *id));
+                effects.push(Effect::WorkAvailable);
+            }
             EventKind::Purged { id } => {
                 if let Some(job) = self.jobs.get(id)
                     && job.state.is_terminal()
                 {
                     let job = self.jobs.remove(id).expect("present");
                     self.index.counts[job.state as usize] -= 1;
+                    if let Some(count) = self.index.modules.get_mut(&job.spec.module) {
+                        *count -= 1;
+                        if *count == 0 {
+                            self.index.modules.remove(&job.spec.module);
+                        }
+                    }
                     self.index
                         .finished
                         .remove(&(job.finished_at.unwrap_or(0), *id));
@@ -964,6 +1027,51 @@ impl Master {
         effects.push(Effect::Settled { id, state });
     }
 
+    /// The jobs `filter` matches that `action` would change, by id (only
+    /// the named ones when the filter names ids).
+    fn bulk_matches<'a>(
+        &'a self,
+        action: BulkAction,
+        filter: &'a JobFilter,
+    ) -> impl Iterator<Item = (JobId, &'a Job)> + 'a {
+        let named: Box<dyn Iterator<Item = (JobId, &Job)>> = match &filter.ids {
+            Some(ids) => Box::new(
+                ids.iter()
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .filter_map(|id| self.jobs.get(id).map(|job| (*id, job))),
+            ),
+            None => Box::new(self.jobs.iter().map(|(id, job)| (*id, job))),
+        };
+        named.filter(move |(id, job)| {
+            action.applies_to(job.state) && filter_matches(filter, *id, job)
+        })
+    }
+
+    /// Jobs finished in the `window_ms` before `now`: how many, and the
+    /// percentiles of their time from submission to the end.
+    fn recent(&self, now: Millis, window_ms: u64) -> Recent {
+        let since = now.saturating_sub(window_ms);
+        let mut took: Vec<u64> = self
+            .index
+            .finished
+            .range((since, 0)..)
+            .rev()
+            .take(RECENT_SCAN_MAX)
+            .filter_map(|&(at, id)| Some(at.saturating_sub(self.jobs.get(&id)?.submitted_at)))
+            .collect();
+        took.sort_unstable();
+        let percentile = |p: usize| {
+            took.get((took.len() * p / 100).min(took.len().saturating_sub(1)))
+                .copied()
+        };
+        Recent {
+            finished: took.len() as u64,
+            p50_ms: percentile(50),
+            p99_ms: percentile(99),
+        }
+    }
+
     /// Removes a queued job from the ready or delayed set.
     fn unqueue(&mut self, id: JobId) {
         let job = self.jobs.get_mut(&id).expect("caller checked");
@@ -978,7 +1086,7 @@ impl Master {
     }
 
     /// Answers a read-only query.
-    pub fn query(&self, _now: Millis, query: &Query) -> Result<Answer, Rejection> {
+    pub fn query(&self, now: Millis, query: &Query) -> Result<Answer, Rejection> {
         match query {
             Query::Job { id } => Ok(Answer::Job(self.view(*id, self.job(*id)?))),
             Query::Result { id } => {
@@ -996,30 +1104,67 @@ impl Master {
                 }
             }
             Query::Jobs {
-                state,
+                filter,
                 after,
                 limit,
+                newest_first,
             } => {
+                validate_filter(filter)?;
                 let limit = (*limit).clamp(1, LIST_LIMIT_MAX) as usize;
-                let start = after.map_or(0, |a| a.saturating_add(1));
+                let range = match (newest_first, after) {
+                    (false, after) => (
+                        after.map_or(Bound::Unbounded, Bound::Excluded),
+                        Bound::Unbounded,
+                    ),
+                    (true, after) => (
+                        Bound::Unbounded,
+                        after.map_or(Bound::Unbounded, Bound::Excluded),
+                    ),
+                };
+                let mut scan = self.jobs.range(range);
+                let mut next = |newest_first: bool| {
+                    if newest_first {
+                        scan.next_back()
+                    } else {
+                        scan.next()
+                    }
+                };
                 let mut jobs = Vec::new();
-                let mut next = None;
-                for (scanned, (&id, job)) in self.jobs.range(start..).enumerate() {
-                    if jobs.len() == limit || scanned == LIST_SCAN_MAX {
-                        next = Some(id - 1);
+                let mut last = None;
+                let mut more = false;
+                for _ in 0..LIST_SCAN_MAX {
+                    let Some((&id, job)) = next(*newest_first) else {
+                        break;
+                    };
+                    if jobs.len() == limit {
+                        more = true;
                         break;
                     }
-                    if state.is_none_or(|s| s == job.state) {
-                        jobs.push(JobSummary {
-                            id,
-                            state: job.state,
-                            attempts: job.attempts.len() as u32,
-                            submitted_at: job.submitted_at,
-                        });
+                    last = Some(id);
+                    if filter_matches(filter, id, job) {
+                        jobs.push(summary(id, job));
                     }
                 }
-                Ok(Answer::Jobs { jobs, next })
+                // A scan that stopped at its bound continues from the last
+                // job it looked at; one that filled the page, from the last
+                // job it returned.
+                let more = more || next(*newest_first).is_some();
+                Ok(Answer::Jobs {
+                    jobs,
+                    next: if more { last } else { None },
+                })
             }
+            Query::Bulk { action, filter } => {
+                validate_bulk(*action, filter, &self.config)?;
+                Ok(Answer::Count(
+                    self.bulk_matches(*action, filter).take(BULK_MAX).count() as u64,
+                ))
+            }
+            Query::Recent { window_ms } => Ok(Answer::Recent(self.recent(now, *window_ms))),
+            Query::ModuleUse => Ok(Answer::ModuleUse(
+                self.index.modules.iter().map(|(m, n)| (*m, *n)).collect(),
+            )),
+            Query::Input { id } => Ok(Answer::Input(self.job(*id)?.spec.input.clone())),
             Query::Stats => Ok(Answer::Stats(self.stats())),
             Query::Workers => Ok(Answer::Workers(
                 self.workers
@@ -1124,6 +1269,79 @@ impl Master {
             has_checkpoint: job.checkpoint.is_some(),
         }
     }
+}
+
+/// The listing's short form of a job.
+fn summary(id: JobId, job: &Job) -> JobSummary {
+    JobSummary {
+        id,
+        state: job.state,
+        attempts: job.attempts.len() as u32,
+        submitted_at: job.submitted_at,
+        finished_at: job.finished_at,
+        module: job.spec.module,
+        priority: job.spec.priority,
+        error_code: job.error.as_ref().map(|e| e.code.clone()),
+    }
+}
+
+/// Whether job `id` meets every condition of `filter`.
+fn filter_matches(filter: &JobFilter, id: JobId, job: &Job) -> bool {
+    let contains = |haystack: &str, needle: &str| {
+        haystack
+            .as_bytes()
+            .windows(needle.len().max(1))
+            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+            || needle.is_empty()
+    };
+    filter.state.is_none_or(|s| s == job.state)
+        && filter.module.is_none_or(|m| m == job.spec.module)
+        && filter.priority.is_none_or(|p| p == job.spec.priority)
+        && filter.from.is_none_or(|from| job.submitted_at >= from)
+        && filter.to.is_none_or(|to| job.submitted_at <= to)
+        && filter.ids.as_ref().is_none_or(|ids| ids.contains(&id))
+        && filter.error.as_deref().is_none_or(|text| {
+            job.error
+                .as_ref()
+                .is_some_and(|e| contains(&e.code, text) || contains(&e.message, text))
+        })
+}
+
+fn validate_filter(filter: &JobFilter) -> Result<(), Rejection> {
+    if filter
+        .error
+        .as_ref()
+        .is_some_and(|t| t.len() > FILTER_TEXT_BYTES_MAX)
+    {
+        return reject(
+            codes::INVALID_FILTER,
+            format!("error: at most {FILTER_TEXT_BYTES_MAX} bytes"),
+        );
+    }
+    if filter
+        .ids
+        .as_ref()
+        .is_some_and(|ids| ids.len() > FILTER_IDS_MAX)
+    {
+        return reject(
+            codes::INVALID_FILTER,
+            format!("ids: at most {FILTER_IDS_MAX}"),
+        );
+    }
+    Ok(())
+}
+
+fn validate_bulk(action: BulkAction, filter: &JobFilter, config: &Config) -> Result<(), Rejection> {
+    validate_filter(filter)?;
+    if let BulkAction::Retry { attempts } = action
+        && (attempts == 0 || attempts > config.attempts_max)
+    {
+        return reject(
+            codes::INVALID_FILTER,
+            format!("attempts must be 1 to {}", config.attempts_max),
+        );
+    }
+    Ok(())
 }
 
 fn ready_key(job: &Job, id: JobId) -> (i64, u64, JobId) {

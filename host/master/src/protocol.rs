@@ -152,6 +152,8 @@ pub mod codes {
     pub const JOB_NOT_SUCCEEDED: &str = "job_not_succeeded";
     /// A checkpoint over the checkpoint limit.
     pub const CHECKPOINT_TOO_LARGE: &str = "checkpoint_too_large";
+    /// A job filter or bulk action out of range.
+    pub const INVALID_FILTER: &str = "invalid_filter";
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -171,6 +173,7 @@ pub mod codes {
         INPUT_TOO_LARGE,
         JOB_NOT_SUCCEEDED,
         CHECKPOINT_TOO_LARGE,
+        INVALID_FILTER,
     ];
 }
 
@@ -368,6 +371,63 @@ pub enum Command {
         /// The token's id.
         id: String,
     },
+    /// Cancel or retry every job `filter` matches that the action applies
+    /// to, at most [`BULK_MAX`](crate::master::BULK_MAX) of them, in one
+    /// decision (the events of all of them commit together).
+    Bulk {
+        /// What to do.
+        action: BulkAction,
+        /// Which jobs.
+        filter: JobFilter,
+    },
+}
+
+/// What a [`Command::Bulk`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BulkAction {
+    /// Cancel the matching jobs that have not finished.
+    Cancel,
+    /// Queue the matching failed, dead and cancelled jobs again, each with
+    /// this many more attempts.
+    Retry {
+        /// Attempts granted (1 to the configured `attempts_max`).
+        attempts: u32,
+    },
+}
+
+impl BulkAction {
+    /// Whether the action changes a job in `state`.
+    pub fn applies_to(self, state: JobState) -> bool {
+        match self {
+            BulkAction::Cancel => !state.is_terminal(),
+            BulkAction::Retry { .. } => matches!(
+                state,
+                JobState::Failed | JobState::Dead | JobState::Cancelled
+            ),
+        }
+    }
+}
+
+/// Which jobs a listing or a bulk command is about: every condition given
+/// must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFilter {
+    /// In this state.
+    pub state: Option<JobState>,
+    /// Running this module.
+    pub module: Option<Digest>,
+    /// With this priority.
+    pub priority: Option<i32>,
+    /// Submitted at or after.
+    pub from: Option<Millis>,
+    /// Submitted at or before.
+    pub to: Option<Millis>,
+    /// Text found in the error's code or message, ignoring ASCII case
+    /// (at most [`FILTER_TEXT_BYTES_MAX`](crate::master::FILTER_TEXT_BYTES_MAX)).
+    pub error: Option<String>,
+    /// Only these jobs (at most
+    /// [`FILTER_IDS_MAX`](crate::master::FILTER_IDS_MAX)).
+    pub ids: Option<Vec<JobId>>,
 }
 
 /// An API token as the master keeps it: only the SHA-256 of its secret.
@@ -489,6 +549,13 @@ pub enum EventKind {
         /// Decision times below this are forgotten.
         before: Millis,
     },
+    /// A failed, dead or cancelled job was queued again (a bulk retry).
+    Retried {
+        /// The job.
+        id: JobId,
+        /// Its new limit of attempts, counting those already made.
+        max_attempts: u32,
+    },
 }
 
 /// The reply to a command's sender, sent once its events are durable.
@@ -509,6 +576,11 @@ pub enum Reply {
     Ignored {
         /// Why.
         reason: String,
+    },
+    /// A [`Command::Bulk`] changed this many jobs.
+    Bulk {
+        /// Jobs cancelled or queued again.
+        changed: u64,
     },
 }
 
@@ -625,14 +697,38 @@ pub enum Query {
         /// The job.
         id: JobId,
     },
-    /// Jobs by ascending id, after `after`, optionally in one state.
+    /// Jobs `filter` matches, by ascending id after `after` (or, when
+    /// `newest_first`, by descending id before it).
     Jobs {
-        /// Only jobs in this state.
-        state: Option<JobState>,
-        /// Start after this id.
+        /// Which jobs.
+        filter: JobFilter,
+        /// Continue past this id.
         after: Option<JobId>,
         /// Most jobs to return.
         limit: u32,
+        /// Newest (highest id) first.
+        newest_first: bool,
+    },
+    /// How many jobs a [`Command::Bulk`] with `action` and `filter` would
+    /// change now.
+    Bulk {
+        /// What to do.
+        action: BulkAction,
+        /// Which jobs.
+        filter: JobFilter,
+    },
+    /// Jobs finished in the last `window_ms`, and how long they took from
+    /// submission.
+    Recent {
+        /// How far back.
+        window_ms: u64,
+    },
+    /// How many jobs the master holds per module.
+    ModuleUse,
+    /// One job's input bytes.
+    Input {
+        /// The job.
+        id: JobId,
     },
     /// Counters.
     Stats,
@@ -722,6 +818,14 @@ pub struct JobSummary {
     pub attempts: u32,
     /// Submission time.
     pub submitted_at: Millis,
+    /// When it finished.
+    pub finished_at: Option<Millis>,
+    /// Its module.
+    pub module: Digest,
+    /// Its priority.
+    pub priority: i32,
+    /// Why it failed, if it did.
+    pub error_code: Option<String>,
 }
 
 /// Counters over the whole master.
@@ -777,6 +881,26 @@ pub enum Answer {
     /// For [`Query::Finished`]: the finished or unknown jobs, in the order
     /// asked.
     Finished(Vec<Finished>),
+    /// For [`Query::Bulk`]: jobs the command would change.
+    Count(u64),
+    /// For [`Query::Recent`].
+    Recent(Recent),
+    /// For [`Query::ModuleUse`]: (module, jobs), by module.
+    ModuleUse(Vec<(Digest, u64)>),
+    /// For [`Query::Input`].
+    Input(Vec<u8>),
+}
+
+/// Jobs finished lately ([`Query::Recent`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recent {
+    /// Jobs finished in the window (at most
+    /// [`RECENT_SCAN_MAX`](crate::master::RECENT_SCAN_MAX) are looked at).
+    pub finished: u64,
+    /// Median time from submission to the end, in ms (`None` if none).
+    pub p50_ms: Option<u64>,
+    /// 99th percentile of the same.
+    pub p99_ms: Option<u64>,
 }
 
 /// A finished (or unknown) job in [`Answer::Finished`].

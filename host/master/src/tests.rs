@@ -409,9 +409,13 @@ fn listing_pages_with_a_cursor_and_filters_by_state() {
     let page = |after, state, limit| match sim.master.query(
         0,
         &Query::Jobs {
-            state,
+            filter: JobFilter {
+                state,
+                ..JobFilter::default()
+            },
             after,
             limit,
+            newest_first: false,
         },
     ) {
         Ok(Answer::Jobs { jobs, next }) => (jobs.iter().map(|j| j.id).collect::<Vec<_>>(), next),
@@ -423,6 +427,266 @@ fn listing_pages_with_a_cursor_and_filters_by_state() {
     assert_eq!(
         page(None, Some(JobState::Queued), 10),
         (vec![1, 3, 4, 5], None)
+    );
+}
+
+/// Five jobs: 1 succeeded (module 1), 2 failed with `job_error` (module
+/// 2, priority 5), 3 cancelled, 4 running, 5 queued (module 2); submitted
+/// at T, T+1, ... T+4.
+fn five_jobs_in_every_state() -> Sim {
+    let mut sim = Sim::new();
+    sim.ok(T, new_submit(spec(1, b"a")));
+    sim.ok(
+        T + 1,
+        new_submit(JobSpec {
+            priority: 5,
+            ..spec(2, b"b")
+        }),
+    );
+    sim.ok(T + 2, new_submit(spec(1, b"c")));
+    sim.ok(T + 3, new_submit(spec(1, b"d")));
+    sim.ok(T + 4, new_submit(spec(2, b"e")));
+    sim.ok(T + 5, poll("w1", 2));
+    sim.ok(T + 6, finish(2, 1, "w1", failed("job_error")));
+    sim.ok(T + 7, Command::Cancel { id: 3 });
+    sim.ok(T + 8, poll("w1", 1));
+    sim.ok(T + 9, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec())));
+    let states: Vec<JobState> = (1..=5).map(|id| sim.job(id).state).collect();
+    use JobState::*;
+    assert_eq!(states, [Succeeded, Failed, Cancelled, Running, Queued]);
+    sim
+}
+
+fn listed(sim: &Sim, filter: JobFilter, newest_first: bool) -> Vec<JobId> {
+    match sim.master.query(
+        T,
+        &Query::Jobs {
+            filter,
+            after: None,
+            limit: 100,
+            newest_first,
+        },
+    ) {
+        Ok(Answer::Jobs { jobs, next: None }) => jobs.iter().map(|j| j.id).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn listing_filters_by_every_field_and_pages_newest_first() {
+    let sim = five_jobs_in_every_state();
+    let all = JobFilter::default();
+    assert_eq!(listed(&sim, all.clone(), true), [5, 4, 3, 2, 1]);
+    let by = |f: fn(&mut JobFilter)| {
+        let mut filter = JobFilter::default();
+        f(&mut filter);
+        listed(&sim, filter, false)
+    };
+    assert_eq!(by(|f| f.module = Some([2; 32])), [2, 5]);
+    assert_eq!(by(|f| f.priority = Some(5)), [2]);
+    assert_eq!(
+        by(|f| (f.from, f.to) = (Some(T + 1), Some(T + 3))),
+        [2, 3, 4]
+    );
+    assert_eq!(by(|f| f.error = Some("JOB_err".into())), [2]);
+    assert_eq!(by(|f| f.error = Some("happened".into())), [2]);
+    assert_eq!(by(|f| f.error = Some("trap".into())), Vec::<JobId>::new());
+    assert_eq!(by(|f| f.state = Some(JobState::Running)), [4]);
+    // Pages newest first continue below the cursor.
+    let page = sim.master.query(
+        T,
+        &Query::Jobs {
+            filter: all.clone(),
+            after: Some(4),
+            limit: 2,
+            newest_first: true,
+        },
+    );
+    let Ok(Answer::Jobs { jobs, next }) = page else {
+        panic!("{page:?}")
+    };
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [3, 2]);
+    assert_eq!(next, Some(2));
+    let summary = &jobs[1];
+    assert_eq!(
+        (
+            summary.module,
+            summary.priority,
+            summary.error_code.as_deref()
+        ),
+        ([2; 32], 5, Some("job_error"))
+    );
+    assert!(summary.finished_at.is_some());
+    // Bounds are refused with a code naming the field.
+    let long = JobFilter {
+        error: Some("x".repeat(crate::master::FILTER_TEXT_BYTES_MAX + 1)),
+        ..JobFilter::default()
+    };
+    let refused = sim.master.query(
+        T,
+        &Query::Jobs {
+            filter: long,
+            after: None,
+            limit: 1,
+            newest_first: false,
+        },
+    );
+    let rejection = refused.unwrap_err();
+    assert_eq!(rejection.code, codes::INVALID_FILTER);
+    assert!(rejection.message.starts_with("error:"), "{rejection:?}");
+}
+
+#[test]
+fn a_bulk_cancel_previews_then_cancels_every_unfinished_match_in_one_decision() {
+    let mut sim = five_jobs_in_every_state();
+    let cancel = |filter| Query::Bulk {
+        action: BulkAction::Cancel,
+        filter,
+    };
+    let preview = sim.master.query(T, &cancel(JobFilter::default()));
+    assert_eq!(
+        preview,
+        Ok(Answer::Count(2)),
+        "the running and the queued job"
+    );
+    let events = sim.events.len();
+    let reply = sim.ok(
+        T + 20,
+        Command::Bulk {
+            action: BulkAction::Cancel,
+            filter: JobFilter::default(),
+        },
+    );
+    assert_eq!(reply, Reply::Bulk { changed: 2 });
+    assert_eq!(sim.events.len(), events + 2);
+    assert_eq!(sim.job(4).state, JobState::Cancelled);
+    assert_eq!(sim.job(5).state, JobState::Cancelled);
+    assert_eq!(
+        sim.master.query(T, &cancel(JobFilter::default())),
+        Ok(Answer::Count(0))
+    );
+    assert!(
+        sim.effects
+            .iter()
+            .any(|e| matches!(e, Effect::Stop { id: 4, .. }))
+    );
+}
+
+#[test]
+fn a_bulk_retry_queues_failed_dead_and_cancelled_jobs_with_more_attempts() {
+    let mut sim = five_jobs_in_every_state();
+    let retry = BulkAction::Retry { attempts: 2 };
+    let only = |ids: &[JobId]| JobFilter {
+        ids: Some(ids.to_vec()),
+        ..JobFilter::default()
+    };
+    // Named jobs that cannot be retried (succeeded, running) are skipped.
+    let preview = sim.master.query(
+        T,
+        &Query::Bulk {
+            action: retry,
+            filter: only(&[1, 2, 4, 99]),
+        },
+    );
+    assert_eq!(preview, Ok(Answer::Count(1)));
+    let reply = sim.ok(
+        T + 20,
+        Command::Bulk {
+            action: retry,
+            filter: only(&[1, 2, 3, 4, 99]),
+        },
+    );
+    assert_eq!(reply, Reply::Bulk { changed: 2 });
+    let job = sim.job(2);
+    assert_eq!(
+        (job.state, job.max_attempts, job.error),
+        (JobState::Queued, 3, None)
+    );
+    assert_eq!(job.finished_at, None);
+    assert_eq!(sim.master.stats().jobs[JobState::Failed as usize], 0);
+    // It runs again, as attempt 2, and keeps its history.
+    sim.ok(T + 21, poll("w2", 4));
+    let assigned: Vec<_> = sim.assigned().into_iter().filter(|a| a.2 == "w2").collect();
+    // Priority first (job 2's is 5), then the order they were queued in.
+    assert_eq!(
+        assigned,
+        [
+            (2, 2, "w2".into()),
+            (5, 1, "w2".into()),
+            (3, 1, "w2".into())
+        ]
+    );
+    assert_eq!(sim.job(2).attempts[0].outcome.as_deref(), Some("job_error"));
+    // Zero attempts, or more than the configuration allows, are refused.
+    for attempts in [0, Config::default().attempts_max + 1] {
+        let refused = sim.run(
+            T + 22,
+            Command::Bulk {
+                action: BulkAction::Retry { attempts },
+                filter: JobFilter::default(),
+            },
+        );
+        assert_eq!(refused.unwrap_err().code, codes::INVALID_FILTER);
+    }
+}
+
+#[test]
+fn one_bulk_command_changes_at_most_its_bound() {
+    let mut sim = Sim::new();
+    let over = crate::master::BULK_MAX + 3;
+    for n in 0..over {
+        sim.ok(T, new_submit(spec(1, &n.to_le_bytes())));
+    }
+    let cancel = Command::Bulk {
+        action: BulkAction::Cancel,
+        filter: JobFilter::default(),
+    };
+    let changed = crate::master::BULK_MAX as u64;
+    assert_eq!(sim.ok(T, cancel.clone()), Reply::Bulk { changed });
+    assert_eq!(sim.ok(T, cancel), Reply::Bulk { changed: 3 });
+    assert_eq!(
+        sim.master.stats().jobs[JobState::Cancelled as usize],
+        over as u64
+    );
+}
+
+#[test]
+fn recent_finishes_module_use_and_inputs_are_answered() {
+    let sim = five_jobs_in_every_state();
+    let recent = sim.master.query(T + 10, &Query::Recent { window_ms: 5 });
+    // Jobs 2 (ended T+6, submitted T+1), 3 (T+7, T+2) and 1 (T+9, T):
+    // 5, 5 and 9 ms.
+    assert_eq!(
+        recent,
+        Ok(Answer::Recent(Recent {
+            finished: 3,
+            p50_ms: Some(5),
+            p99_ms: Some(9),
+        }))
+    );
+    let recent = sim.master.query(T + 10, &Query::Recent { window_ms: 2 });
+    assert_eq!(
+        recent,
+        Ok(Answer::Recent(Recent {
+            finished: 1,
+            p50_ms: Some(9),
+            p99_ms: Some(9),
+        }))
+    );
+    assert_eq!(
+        sim.master.query(T, &Query::ModuleUse),
+        Ok(Answer::ModuleUse(vec![([1; 32], 3), ([2; 32], 2)]))
+    );
+    assert_eq!(
+        sim.master.query(T, &Query::Input { id: 4 }),
+        Ok(Answer::Input(b"d".to_vec()))
+    );
+    assert_eq!(
+        sim.master
+            .query(T, &Query::Input { id: 9 })
+            .unwrap_err()
+            .code,
+        codes::JOB_NOT_FOUND
     );
 }
 

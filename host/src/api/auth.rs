@@ -24,6 +24,8 @@ use serde::{Deserialize, Serialize};
 pub fn needed_scope(method: &Method, segments: &[&str]) -> Option<Scope> {
     match (method, segments) {
         (&Method::GET, ["healthz" | "openapi.json"]) => None,
+        // The dashboard's files hold no data (served before this is asked).
+        (&Method::GET, [""] | ["index.html"] | ["dashboard", "app.js" | "style.css"]) => None,
         (&Method::POST, ["v1", "jobs"] | ["v1", "jobs", "batch"]) => Some(Scope::Submit),
         (&Method::POST, ["v1", "jobs", "wait"]) => Some(Scope::Read),
         (_, ["v1", "tokens", ..]) => Some(Scope::Admin),
@@ -37,10 +39,12 @@ pub fn needed_scope(method: &Method, segments: &[&str]) -> Option<Scope> {
 /// `POST`, are listed once with their body limits in `api`).
 pub fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
     Some(match segments {
-        ["healthz"] | ["metrics"] | ["openapi.json"] | ["v1", "cluster"] => "GET",
+        ["healthz"] | ["metrics"] | ["openapi.json"] => "GET",
+        [""] | ["index.html"] | ["dashboard", "app.js" | "style.css"] => "GET",
+        ["v1", "cluster" | "overview" | "events" | "whoami"] => "GET",
         ["v1", "modules"] | ["v1", "jobs"] | ["v1", "tokens"] => "GET, POST",
-        ["v1", "modules", _] | ["v1", "jobs", _, "result"] => "GET",
-        ["v1", "jobs", "batch" | "wait"] | ["v1", "node", "leave"] => "POST",
+        ["v1", "modules", _] | ["v1", "jobs", _, "result" | "input"] => "GET",
+        ["v1", "jobs", "batch" | "wait" | "bulk"] | ["v1", "node", "leave"] => "POST",
         ["v1", "jobs", _] => "GET, DELETE",
         ["v1", "tokens", _] | ["v1", "cluster", "voters", _] => "DELETE",
         _ => return None,

@@ -129,6 +129,8 @@ error_codes! {
     ModuleNotFound = "module_not_found", UNPROCESSABLE_ENTITY, false;
     /// A job field out of range.
     InvalidJob = "invalid_job", UNPROCESSABLE_ENTITY, false;
+    /// A bulk action's filter or attempts out of range.
+    InvalidFilter = "invalid_filter", UNPROCESSABLE_ENTITY, false;
     /// The job queue is at its bound.
     QueueFull = "queue_full", TOO_MANY_REQUESTS, true;
     /// Over the connections one client address may hold.

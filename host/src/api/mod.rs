@@ -36,6 +36,7 @@
 //!   plain connections may only use the sealed internal routes.
 
 pub mod auth;
+pub mod dashboard;
 pub mod error;
 pub mod openapi;
 pub mod request_ids;
@@ -187,6 +188,12 @@ pub struct Api {
     pub security: Security,
     /// Draws the request id of each submitted job.
     pub request_ids: request_ids::RequestIds,
+    /// What this node saw happen to the cluster lately.
+    pub history: Arc<crate::cluster::history::History>,
+    /// Event streams (`GET /v1/events`) this node may still open.
+    pub event_streams: Arc<tokio::sync::Semaphore>,
+    /// Turns true when the node stops serving: event streams end.
+    pub closing: watch::Receiver<bool>,
 }
 
 /// A node's security settings, as the API applies them.
@@ -204,6 +211,8 @@ pub struct Security {
 }
 
 pub(crate) type Reply200 = Response<Full<Bytes>>;
+/// Any response body: whole ([`Reply200`]) or streamed (`GET /v1/events`).
+pub(crate) type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 pub(crate) fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Reply200 {
     let body = serde_json::to_vec(value).expect("API types serialize");
@@ -435,17 +444,12 @@ async fn serve_io<I>(
     }
 }
 
+/// The query string's parameters, percent-decoded (`+` is a space, as
+/// browsers send forms; bytes that are not UTF-8 become U+FFFD). A
+/// repeated name keeps its last value.
 fn params(request: &Request<Incoming>) -> HashMap<String, String> {
-    request
-        .uri()
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| match pair.split_once('=') {
-            Some((key, value)) => (key.to_string(), value.to_string()),
-            None => (pair.to_string(), String::new()),
-        })
+    form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes())
+        .into_owned()
         .collect()
 }
 
@@ -640,13 +644,23 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
 }
 
 impl Api {
-    async fn handle(&self, request: Request<Incoming>, secure: bool) -> Reply200 {
-        let response = if request.uri().path().starts_with("/internal/") {
-            self.internal.serve(request).await
+    async fn handle(self: &Arc<Self>, request: Request<Incoming>, secure: bool) -> Response<Body> {
+        let path = request.uri().path();
+        let whole = |response: Reply200| response.map(BodyExt::boxed);
+        let response = if path.starts_with("/internal/") {
+            whole(self.internal.serve(request).await)
+        } else if path == "/v1/events" && request.method() == Method::GET {
+            match self.admit(&request, secure).await {
+                Ok(()) => self.events(),
+                Err(error) => Err(error),
+            }
+            .unwrap_or_else(|error| whole(error_response(error)))
         } else {
-            self.public(request, secure)
-                .await
-                .unwrap_or_else(error_response)
+            whole(
+                self.public(request, secure)
+                    .await
+                    .unwrap_or_else(error_response),
+            )
         };
         self.responses
             .get_or_create(&vec![(
@@ -688,7 +702,10 @@ impl Api {
         }
     }
 
-    async fn public(&self, request: Request<Incoming>, secure: bool) -> Result<Reply200, ApiError> {
+    /// Whether this request may be served here: TLS when TLS is on, a
+    /// token with the route's scope when tokens are on, and a front-end
+    /// node for the API itself.
+    async fn admit(&self, request: &Request<Incoming>, secure: bool) -> Result<(), ApiError> {
         if self.security.tls.is_some() && !secure {
             counters::refused(what::CONNECTION, "plain_http_on_tls");
             return Err(ApiError::new(
@@ -702,7 +719,7 @@ impl Api {
         if let Some(table) = &self.security.tokens
             && let Some(scope) = auth::needed_scope(&method, &segments)
         {
-            let scopes = self.authenticate(table, &request).await?;
+            let scopes = self.authenticate(table, request).await?;
             if !scopes.allow(scope) {
                 counters::refused(what::TOKEN, "scope");
                 return Err(ApiError::new(
@@ -717,7 +734,7 @@ impl Api {
         let open_to_all = matches!(
             segments.as_slice(),
             ["healthz" | "metrics" | "openapi.json"]
-                | ["v1", "cluster"]
+                | ["v1", "cluster" | "overview" | "events" | "whoami"]
                 | ["v1", "modules", _]
                 | ["v1", "node", "leave"]
         );
@@ -730,6 +747,22 @@ impl Api {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    async fn public(&self, request: Request<Incoming>, secure: bool) -> Result<Reply200, ApiError> {
+        // The page holds no data, but a token is typed into it: over TLS
+        // when the node has TLS.
+        if request.method() == Method::GET
+            && (secure || self.security.tls.is_none())
+            && let Some(page) = dashboard::asset(request.uri().path())
+        {
+            return Ok(page);
+        }
+        self.admit(&request, secure).await?;
+        let path = request.uri().path().to_string();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let method = request.method().clone();
         match (&method, segments.as_slice()) {
             (&Method::GET, ["healthz"]) => self.health(),
             (&Method::GET, ["openapi.json"]) => Ok(bytes("application/json", openapi::document())),
@@ -766,23 +799,11 @@ impl Api {
                     &ModuleBody {
                         digest: digest.to_string(),
                         bytes: body.len() as u64,
+                        ..ModuleBody::default()
                     },
                 ))
             }
-            (&Method::GET, ["v1", "modules"]) => Ok(json(
-                StatusCode::OK,
-                &ModuleListResponse {
-                    modules: self
-                        .modules
-                        .list()
-                        .into_iter()
-                        .map(|m| ModuleBody {
-                            digest: m.digest.to_string(),
-                            bytes: m.bytes,
-                        })
-                        .collect(),
-                },
-            )),
+            (&Method::GET, ["v1", "modules"]) => self.module_list().await,
             (&Method::GET, ["v1", "modules", digest]) => {
                 let digest = parse_digest(digest, ErrorCode::ModuleNotStored)?;
                 if !self.modules.contains(&digest) {
@@ -808,8 +829,15 @@ impl Api {
                 Ok(json(StatusCode::OK, &self.wait_finished(wait).await?))
             }
             (&Method::GET, ["v1", "jobs"]) => self.list(&params(&request)).await,
-            // `batch` and `wait` are routes of their own (405 for GET).
-            (&Method::GET, ["v1", "jobs", id]) if !matches!(*id, "batch" | "wait") => {
+            (&Method::POST, ["v1", "jobs", "bulk"]) => {
+                let body = read_body(request, CONTROL_BODY_BYTES_MAX).await?;
+                self.bulk(parse_json(&body)?).await
+            }
+            (&Method::GET, ["v1", "overview"]) => Ok(json(StatusCode::OK, &self.overview().await?)),
+            (&Method::GET, ["v1", "whoami"]) => self.whoami(&request).await,
+            (&Method::GET, ["v1", "jobs", id, "input"]) => self.input(job_id(id)?).await,
+            // `batch`, `wait` and `bulk` are routes of their own (405 for GET).
+            (&Method::GET, ["v1", "jobs", id]) if !matches!(*id, "batch" | "wait" | "bulk") => {
                 let id = job_id(id)?;
                 self.wait(id, &params(&request)).await?;
                 let Answer::Job(view) = self.master.query(Query::Job { id }).await? else {
@@ -831,7 +859,7 @@ impl Api {
                 }
                 Ok(json(StatusCode::OK, &response))
             }
-            (&Method::DELETE, ["v1", "jobs", id]) if !matches!(*id, "batch" | "wait") => {
+            (&Method::DELETE, ["v1", "jobs", id]) if !matches!(*id, "batch" | "wait" | "bulk") => {
                 let id = job_id(id)?;
                 self.master.command(Command::Cancel { id }).await?;
                 let Answer::Job(view) = self.master.query(Query::Job { id }).await? else {
@@ -1057,15 +1085,16 @@ impl Api {
     }
 
     async fn list(&self, params: &HashMap<String, String>) -> Result<Reply200, ApiError> {
-        let state = match params.get("state") {
-            None => None,
-            Some(name) => Some(JobState::from_name(name).ok_or_else(|| {
-                ApiError::new(ErrorCode::BadRequest,
-                    format!(
-                        "unknown state {name:?}: use queued, running, succeeded, failed, cancelled or dead"
-                    ),
-                )
-            })?),
+        let filter = dashboard::filter_from_params(params)?;
+        let newest_first = match params.get("order").map(String::as_str) {
+            None | Some("oldest") => false,
+            Some("newest") => true,
+            Some(other) => {
+                return Err(ApiError::new(
+                    ErrorCode::BadRequest,
+                    format!("order: {other:?} is not newest or oldest"),
+                ));
+            }
         };
         let limit = number(params, "limit")?.unwrap_or(LIST_LIMIT_DEFAULT);
         let most = cohort_master::master::LIST_LIMIT_MAX;
@@ -1076,9 +1105,10 @@ impl Api {
             ));
         }
         let query = Query::Jobs {
-            state,
+            filter,
             after: number(params, "cursor")?,
             limit,
+            newest_first,
         };
         let Answer::Jobs { jobs, next } = self.master.query(query).await? else {
             return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
@@ -1093,6 +1123,10 @@ impl Api {
                         state: j.state.name().into(),
                         attempts: j.attempts,
                         submitted_at: j.submitted_at,
+                        finished_at: j.finished_at,
+                        module: Digest::from(j.module).to_string(),
+                        priority: j.priority,
+                        error_code: j.error_code,
                     })
                     .collect(),
                 next_cursor: next.map(|n| n.to_string()),
@@ -1145,6 +1179,33 @@ impl Api {
     }
 
     async fn cluster(&self) -> Result<Reply200, ApiError> {
+        Ok(json(StatusCode::OK, &self.cluster_body().await?))
+    }
+
+    /// `GET /v1/modules`: what each module is, and how many jobs the
+    /// master holds that run it.
+    async fn module_list(&self) -> Result<Reply200, ApiError> {
+        let Answer::ModuleUse(uses) = self.master.query(Query::ModuleUse).await? else {
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
+        };
+        let uses: HashMap<[u8; 32], u64> = uses.into_iter().collect();
+        let mut modules = Vec::new();
+        for module in self.modules.list() {
+            let details = self.modules.details(&module.digest).await?;
+            modules.push(ModuleBody {
+                digest: module.digest.to_string(),
+                bytes: module.bytes,
+                first_seen: Some(details.first_seen),
+                language: Some(details.language.into()),
+                world: details.world,
+                jobs: Some(uses.get(&module.digest.to_bytes()).copied().unwrap_or(0)),
+            });
+        }
+        Ok(json(StatusCode::OK, &ModuleListResponse { modules }))
+    }
+
+    /// `GET /v1/cluster`'s answer.
+    async fn cluster_body(&self) -> Result<ClusterResponse, ApiError> {
         let Answer::Workers(workers) = self.master.query(Query::Workers).await? else {
             return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
         };
@@ -1179,40 +1240,37 @@ impl Api {
             version: String::new(),
             master_seen: String::new(),
         }));
-        Ok(json(
-            StatusCode::OK,
-            &ClusterResponse {
-                nodes,
-                master_node,
-                master_epoch,
-                workers: workers
-                    .into_iter()
-                    .map(|w| WorkerBody {
-                        id: w.id,
-                        slots: w.slots,
-                        running: w.running,
-                        last_seen: w.last_seen,
-                    })
-                    .collect(),
-                voters: self
-                    .replication
+        Ok(ClusterResponse {
+            nodes,
+            master_node,
+            master_epoch,
+            workers: workers
+                .into_iter()
+                .map(|w| WorkerBody {
+                    id: w.id,
+                    slots: w.slots,
+                    running: w.running,
+                    last_seen: w.last_seen,
+                })
+                .collect(),
+            voters: self
+                .replication
+                .as_ref()
+                .map(|r| r.status().voters)
+                .unwrap_or_default(),
+            security: SecurityBody {
+                cluster_key: self.security.sealer.is_some(),
+                key_ids: self
+                    .security
+                    .sealer
                     .as_ref()
-                    .map(|r| r.status().voters)
+                    .map(|s| s.keyring().ids())
                     .unwrap_or_default(),
-                security: SecurityBody {
-                    cluster_key: self.security.sealer.is_some(),
-                    key_ids: self
-                        .security
-                        .sealer
-                        .as_ref()
-                        .map(|s| s.keyring().ids())
-                        .unwrap_or_default(),
-                    tokens: self.security.tokens.is_some(),
-                    tls: self.security.tls.is_some(),
-                    insecure: self.security.insecure,
-                },
+                tokens: self.security.tokens.is_some(),
+                tls: self.security.tls.is_some(),
+                insecure: self.security.insecure,
             },
-        ))
+        })
     }
 
     /// `DELETE /v1/cluster/voters/{node}`: done by the master's node, so

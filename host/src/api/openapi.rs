@@ -16,6 +16,7 @@
 //!   current (`COHORT_BLESS=1` rewrites it).
 
 use super::auth::{ScopeName, TokenBody, TokenCreateRequest, TokenListResponse};
+use super::dashboard;
 use super::error::{ErrorCode, error_body};
 use super::types::*;
 use serde_json::{Value, json};
@@ -49,6 +50,17 @@ const ANY_ROUTE: &[ErrorCode] = &[
 ];
 /// Codes of every route that asks the master.
 const MASTER: &[ErrorCode] = &[MasterUnavailable, UnknownVersion];
+/// The job states' names.
+const STATES: &[&str] = &[
+    "queued",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "dead",
+];
+/// A sha256 in hex.
+const SHA256: &str = "^[0-9a-fA-F]{64}$";
 
 /// The document, as served (pretty JSON, built once).
 pub fn document() -> &'static str {
@@ -86,6 +98,15 @@ fn refine(document: &mut Value) {
     jobs["items"] = shape;
     jobs["maxItems"] = 10_000.into();
     schemas["TokenCreateRequest"]["properties"]["scopes"]["uniqueItems"] = true.into();
+    // A bulk request's filter and action, as the node checks them.
+    let filter = &mut schemas["JobFilterBody"]["properties"];
+    filter["state"]["enum"] = json!(STATES);
+    filter["module"]["pattern"] = SHA256.into();
+    filter["error"]["maxLength"] = dashboard::FILTER_TEXT_CHARS_MAX.into();
+    filter["ids"]["maxItems"] = cohort_master::master::FILTER_IDS_MAX.into();
+    let bulk = &mut schemas["BulkRequest"]["properties"];
+    bulk["action"]["enum"] = json!(["cancel", "retry"]);
+    bulk["attempts"]["minimum"] = 1.into();
     // Links: what a created job or token is then used by (schemathesis'
     // stateful phase follows them).
     let link = |operation: &str| json!({"operationId": operation, "parameters": {"id": "$response.body#/id"}});
@@ -452,11 +473,48 @@ fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
             .answers_raw(200, "application/octet-stream", "The output bytes.")
             .errors(&[MASTER, &[BadRequest, JobNotFound, JobExpired, JobNotFinished, JobNotSucceeded]]),
         route(Get, "/v1/jobs", "jobs", "Jobs by id, a page at a time")
-            .param("state", Query, one_of(&["queued", "running", "succeeded", "failed", "cancelled", "dead"]), "Only jobs in this state.")
+            .describe("Every filter given must hold. A page may be shorter than `limit` and still have a `next_cursor`: one request looks at most at 100,000 jobs.")
+            .param("state", Query, one_of(STATES), "Only jobs in this state.")
+            .param("module", Query, text().pattern(Some(SHA256)), "Only jobs running this module (sha256).")
+            .param("priority", Query, ObjectBuilder::new().schema_type(Type::Integer).format(Some(utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Int32))), "Only jobs of this priority.")
+            .param("from", Query, integer(0, u64::MAX), "Only jobs submitted at or after (ms since the Unix epoch).")
+            .param("to", Query, integer(0, u64::MAX), "Only jobs submitted at or before.")
+            .param("error", Query, text().max_length(Some(dashboard::FILTER_TEXT_CHARS_MAX)), "Only jobs whose error code or message holds this text (ASCII case ignored).")
+            .param("order", Query, one_of(&["oldest", "newest"]), "`oldest` first (by id, the default) or `newest` first.")
             .param("limit", Query, integer(1, 1000), "Most jobs (default 100).")
             .param("cursor", Query, integer(0, u64::MAX), "The `next_cursor` of the previous page.")
             .answers::<JobListResponse>(200, "A page, and the cursor of the next.")
             .errors(&[MASTER, &[BadRequest]]),
+        route(Post, "/v1/jobs/bulk", "jobs", "Cancel or retry every job a filter matches")
+            .describe("One master command: the changes commit together (at most 10,000 jobs per request; send it again for the rest). `cancel` changes jobs not finished; `retry` queues failed, dead and cancelled jobs again with `attempts` more attempts. With `dry_run`, only counts.")
+            .body::<BulkRequest>(serde_json::json!({"action": "retry", "filter": {"state": "dead", "error": "timeout"}, "dry_run": true}))
+            .answers::<BulkResponse>(200, "`matched` (dry run) or `changed`.")
+            .errors(&[MASTER, &[BadJson, BadRequest, InvalidFilter, ReplicasUnavailable]]),
+        id(route(Get, "/v1/jobs/{id}/input", "jobs", "A job's input"))
+            .answers_raw(200, "application/octet-stream", "The input bytes.")
+            .errors(&[MASTER, &[BadRequest, JobNotFound, JobExpired]]),
+        route(Get, "/v1/overview", "cluster", "The dashboard's overview")
+            .answers::<OverviewResponse>(200, "Jobs by state, counters, recent latency, nodes, workers, replica lag and what the answering node saw happen.")
+            .errors(&[MASTER]),
+        route(Get, "/v1/events", "cluster", "The overview as server-sent events")
+            .describe("An `overview` event (an OverviewResponse) every second, or an `error` event (an ErrorBody) when the master cannot answer, until the client goes or the node stops. At most 64 streams per node.")
+            .answers_raw(200, "text/event-stream", "`event: overview` lines, each with its `data:`.")
+            .errors(&[&[TooManyConnections]]),
+        route(Get, "/v1/whoami", "tokens", "What the caller's token may do")
+            .answers::<WhoamiResponse>(200, "Whether tokens are needed, the token's id and its scopes.")
+            .errors(&[]),
+        route(Get, "/", "dashboard", "The dashboard (HTML)")
+            .public()
+            .answers_raw(200, "text/html", "The page; it asks the API for its data.")
+            .errors(&[]),
+        route(Get, "/dashboard/app.js", "dashboard", "The dashboard's script")
+            .public()
+            .answers_raw(200, "text/javascript", "The script.")
+            .errors(&[]),
+        route(Get, "/dashboard/style.css", "dashboard", "The dashboard's stylesheet")
+            .public()
+            .answers_raw(200, "text/css", "The stylesheet.")
+            .errors(&[]),
         route(Get, "/v1/tokens", "tokens", "The API tokens (never their secrets)")
             .answers::<TokenListResponse>(200, "Every token, by id.")
             .errors(&[MASTER]),
@@ -535,7 +593,16 @@ fn build() -> OpenApi {
         HealthResponse,
         LeavingResponse,
         RemovingResponse,
-        RevokedResponse
+        RevokedResponse,
+        JobFilterBody,
+        BulkRequest,
+        BulkResponse,
+        WhoamiResponse,
+        OverviewResponse,
+        MasterBody,
+        LatencyBody,
+        ReplicaBody,
+        HistoryBody
     );
     OpenApiBuilder::new()
         .info(

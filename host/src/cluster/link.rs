@@ -101,6 +101,8 @@ pub enum WireRequest {
         /// Longest wait.
         wait_ms: u64,
     },
+    /// How far each replica's journal is behind the master's.
+    Replicas,
 }
 
 impl WireRequest {
@@ -137,6 +139,8 @@ pub enum WireResponse {
     Progress(Option<ProgressReport>),
     /// For a batch: each command's result, in order.
     Batch(Vec<Result<Reply, MasterError>>),
+    /// For a replicas request: (node, entries it lacks).
+    Replicas(Vec<(String, u64)>),
 }
 
 /// Serves a wire request with the local master.
@@ -171,6 +175,12 @@ pub async fn serve_local(
             }
             WireResponse::Batch(master.commands(commands).await)
         }
+        WireRequest::Replicas => WireResponse::Replicas(
+            master
+                .replication_status()
+                .map(|status| status.behind)
+                .unwrap_or_default(),
+        ),
     })
 }
 
@@ -363,6 +373,15 @@ impl MasterLink {
     pub async fn poll(&self, poll: Poll) -> Result<PollResult, MasterError> {
         match self.call(WireRequest::Poll(poll)).await? {
             WireResponse::Poll(result) => Ok(result),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// How far each replica's journal is behind the master's: (node,
+    /// entries it lacks).
+    pub async fn replicas(&self) -> Result<Vec<(String, u64)>, MasterError> {
+        match self.call(WireRequest::Replicas).await? {
+            WireResponse::Replicas(behind) => Ok(behind),
             other => Err(unexpected(other)),
         }
     }

@@ -11,6 +11,7 @@
 //! * [`modules`] — uploads replicated to every back-end node; fetch on
 //!   first use elsewhere.
 
+pub mod history;
 pub mod link;
 pub mod membership;
 pub mod modules;

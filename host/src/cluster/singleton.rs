@@ -192,7 +192,10 @@ pub async fn run<H: Host>(
         // marks it seen; a closed channel disables its branch), or an
         // instant the next pass acts on and then drops (the view settled,
         // a start is due again, a worker has been out long enough).
-        let lost_at = suspects.values().min().map(|since| *since + WORKER_LOST_AFTER);
+        let lost_at = suspects
+            .values()
+            .min()
+            .map(|since| *since + WORKER_LOST_AFTER);
         let wake_at = [(!settled).then_some(settled_at), retry_at, lost_at]
             .into_iter()
             .flatten()

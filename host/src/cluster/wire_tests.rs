@@ -98,10 +98,16 @@ fn samples() -> Vec<Vec<u8>> {
             log_tail: "log".into(),
         }),
         WireRequest::Query(Query::Jobs {
-            state: Some(JobState::Running),
+            filter: cohort_master::JobFilter {
+                state: Some(JobState::Running),
+                error: Some("trap".into()),
+                ..Default::default()
+            },
             after: Some(4),
             limit: 10,
+            newest_first: true,
         }),
+        WireRequest::Replicas,
         WireRequest::Poll(poll),
         WireRequest::Progress { id: 5 },
         WireRequest::Wait {
@@ -109,7 +115,7 @@ fn samples() -> Vec<Vec<u8>> {
             wait_ms: 1_000,
         },
     ];
-    let responses: [Result<WireResponse, MasterError>; 9] = [
+    let responses: [Result<WireResponse, MasterError>; 10] = [
         Ok(WireResponse::Reply(Reply::Submitted {
             id: 1,
             existing: false,
@@ -122,6 +128,7 @@ fn samples() -> Vec<Vec<u8>> {
         })),
         Ok(WireResponse::Settled(true)),
         Ok(WireResponse::Progress(None)),
+        Ok(WireResponse::Replicas(vec![("n2".into(), 3)])),
         Err(MasterError::Rejected(Rejection::new(
             codes::QUEUE_FULL,
             "full",

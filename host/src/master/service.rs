@@ -735,9 +735,13 @@ impl MasterLoop {
         let mut after = None;
         loop {
             let page = Query::Jobs {
-                state: Some(JobState::Running),
+                filter: cohort_master::JobFilter {
+                    state: Some(JobState::Running),
+                    ..cohort_master::JobFilter::default()
+                },
                 after,
                 limit: cohort_master::master::LIST_LIMIT_MAX,
+                newest_first: false,
             };
             let Ok(Answer::Jobs { jobs, next }) = self.query(now, &page)? else {
                 break;

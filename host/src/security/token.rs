@@ -89,6 +89,15 @@ impl Scopes {
         scopes
     }
 
+    /// The names of every scope these allow (`admin` allows all).
+    pub fn names(self) -> Vec<&'static str> {
+        [Scope::Read, Scope::Submit, Scope::Admin]
+            .into_iter()
+            .filter(|&s| self.allow(s))
+            .map(Scope::name)
+            .collect()
+    }
+
     /// Whether these scopes allow what `needed` guards.
     pub fn allow(self, needed: Scope) -> bool {
         self.admin
@@ -135,6 +144,11 @@ fn hash(secret: &str) -> [u8; 32] {
 }
 
 /// Splits a token into id and secret, if it has the shape of one.
+/// A well-formed token's id (its public part).
+pub fn token_id(token: &str) -> Option<&str> {
+    split(token).map(|(id, _)| id)
+}
+
 fn split(token: &str) -> Option<(&str, &str)> {
     let (id, secret) = token.strip_prefix(PREFIX)?.split_once('_')?;
     let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());

@@ -1,0 +1,387 @@
+//! The web dashboard, and the routes made for it.
+//!
+//! * `GET /` is the page: one HTML file, one script and one stylesheet in
+//!   `host/src/dashboard/`, compiled into the binary (no build step, no
+//!   Node.js to build or run a node). They hold no data and need no token;
+//!   the script asks the API for everything with the token the user types,
+//!   kept in the browser's session storage.
+//! * `GET /v1/overview` is the overview page's data in one request: the
+//!   master's counters, the jobs finished lately and their latency
+//!   ([`Query::Recent`]), the nodes and workers, how far each replica is
+//!   behind (asked of the master's node, which leads replication), and
+//!   what this node saw happen ([`crate::cluster::history`]).
+//! * `GET /v1/events` streams the same overview as server-sent events,
+//!   one every [`EVENTS_INTERVAL`], so every open page updates without
+//!   polling each part. A node serves at most [`EVENT_STREAMS_MAX`]
+//!   streams at once (then `429`), and ends them when it stops.
+//! * `POST /v1/jobs/bulk` cancels or retries every job a filter matches,
+//!   as one master command ([`Command::Bulk`]): its events commit
+//!   together. A `dry_run` asks the same question as a query and changes
+//!   nothing: the page shows the count before the user confirms.
+//! * `GET /v1/whoami` tells the page which buttons to show.
+
+use super::types::{
+    BulkRequest, BulkResponse, HistoryBody, JobFilterBody, LatencyBody, MasterBody,
+    OverviewResponse, ReplicaBody, WhoamiResponse,
+};
+use super::{Api, ApiError, ErrorCode, Reply200, bytes, json, number};
+use crate::runtime::Digest;
+use bytes::Bytes;
+use cohort_master::{Answer, BulkAction, Command, JobFilter, JobState, Query, Reply};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+const INDEX_HTML: &str = include_str!("../dashboard/index.html");
+const APP_JS: &str = include_str!("../dashboard/app.js");
+const STYLE_CSS: &str = include_str!("../dashboard/style.css");
+
+/// Time between two overviews on an event stream.
+pub const EVENTS_INTERVAL: Duration = Duration::from_secs(1);
+/// Event streams one node serves at once.
+pub const EVENT_STREAMS_MAX: usize = 64;
+/// Longest text a filter looks for in errors (within the master's
+/// bound in bytes, whatever the characters).
+pub const FILTER_TEXT_CHARS_MAX: usize = cohort_master::master::FILTER_TEXT_BYTES_MAX / 4;
+/// The window of the overview's recent finishes and latency.
+pub const RECENT_MS: u64 = 10_000;
+
+/// The dashboard's files, by path (`None`: not one of them).
+pub(super) fn asset(path: &str) -> Option<Reply200> {
+    let (content_type, body) = match path {
+        "/" | "/index.html" => ("text/html; charset=utf-8", INDEX_HTML),
+        "/dashboard/app.js" => ("text/javascript; charset=utf-8", APP_JS),
+        "/dashboard/style.css" => ("text/css; charset=utf-8", STYLE_CSS),
+        _ => return None,
+    };
+    let mut response = bytes(content_type, Bytes::from_static(body.as_bytes()));
+    // The files change with the binary only; a restarted node may be newer.
+    response
+        .headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Some(response)
+}
+
+/// A listing's filter from the query string (`state`, `module`,
+/// `priority`, `from`, `to`, `error`).
+pub(super) fn filter_from_params(params: &HashMap<String, String>) -> Result<JobFilter, ApiError> {
+    filter_from_body(JobFilterBody {
+        state: params.get("state").cloned(),
+        module: params.get("module").cloned(),
+        priority: number(params, "priority")?,
+        from: number(params, "from")?,
+        to: number(params, "to")?,
+        error: params.get("error").cloned(),
+        ids: None,
+    })
+}
+
+/// A filter as the master takes it, its fields checked.
+fn filter_from_body(body: JobFilterBody) -> Result<JobFilter, ApiError> {
+    let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
+    let state = body
+        .state
+        .map(|name| {
+            JobState::from_name(&name).ok_or_else(|| {
+                bad(format!(
+                    "state: unknown state {name:?}: use queued, running, succeeded, failed, cancelled or dead"
+                ))
+            })
+        })
+        .transpose()?;
+    let module = body
+        .module
+        .map(|text| {
+            text.parse::<Digest>()
+                .map(|d| d.to_bytes())
+                .map_err(|_| bad(format!("module: {text:?} is not a sha256 (64 hex digits)")))
+        })
+        .transpose()?;
+    let most = FILTER_TEXT_CHARS_MAX;
+    if body
+        .error
+        .as_ref()
+        .is_some_and(|text| text.chars().count() > most)
+    {
+        return Err(bad(format!("error: at most {most} characters")));
+    }
+    let most = cohort_master::master::FILTER_IDS_MAX;
+    if body.ids.as_ref().is_some_and(|ids| ids.len() > most) {
+        return Err(bad(format!("ids: at most {most} ids")));
+    }
+    Ok(JobFilter {
+        state,
+        module,
+        priority: body.priority,
+        from: body.from,
+        to: body.to,
+        error: body.error,
+        ids: body.ids,
+    })
+}
+
+impl Api {
+    /// `GET /v1/whoami`.
+    pub(super) async fn whoami(&self, request: &Request<Incoming>) -> Result<Reply200, ApiError> {
+        let Some(table) = &self.security.tokens else {
+            return Ok(json(
+                StatusCode::OK,
+                &WhoamiResponse {
+                    tokens_required: false,
+                    token: None,
+                    scopes: ["read", "submit", "admin"].map(String::from).to_vec(),
+                },
+            ));
+        };
+        // The route needs `read`, so the token was checked already.
+        let scopes = self.authenticate(table, request).await?;
+        let token = request
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| crate::security::token::bearer(Some(v)).ok())
+            .and_then(crate::security::token::token_id)
+            .map(String::from);
+        Ok(json(
+            StatusCode::OK,
+            &WhoamiResponse {
+                tokens_required: true,
+                token,
+                scopes: scopes.names().into_iter().map(String::from).collect(),
+            },
+        ))
+    }
+
+    /// `POST /v1/jobs/bulk`.
+    pub(super) async fn bulk(&self, request: BulkRequest) -> Result<Reply200, ApiError> {
+        let action = match request.action.as_str() {
+            // `attempts` is the retry's alone; a cancel ignores it.
+            "cancel" => BulkAction::Cancel,
+            "retry" => BulkAction::Retry {
+                attempts: request.attempts.unwrap_or(self.defaults.max_attempts),
+            },
+            other => {
+                return Err(ApiError::new(
+                    ErrorCode::BadRequest,
+                    format!("action: {other:?} is not cancel or retry"),
+                ));
+            }
+        };
+        let filter = filter_from_body(request.filter)?;
+        let answer = if request.dry_run {
+            let Answer::Count(matched) = self.master.query(Query::Bulk { action, filter }).await?
+            else {
+                return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
+            };
+            BulkResponse {
+                matched: Some(matched),
+                changed: None,
+            }
+        } else {
+            let Reply::Bulk { changed } = self
+                .master
+                .command(Command::Bulk { action, filter })
+                .await?
+            else {
+                return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
+            };
+            BulkResponse {
+                matched: None,
+                changed: Some(changed),
+            }
+        };
+        Ok(json(StatusCode::OK, &answer))
+    }
+
+    /// `GET /v1/jobs/{id}/input`.
+    pub(super) async fn input(&self, id: u64) -> Result<Reply200, ApiError> {
+        let Answer::Input(input) = self.master.query(Query::Input { id }).await? else {
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
+        };
+        Ok(bytes("application/octet-stream", input))
+    }
+
+    /// `GET /v1/overview`, and each event of `GET /v1/events`.
+    pub(super) async fn overview(&self) -> Result<OverviewResponse, ApiError> {
+        let Answer::Stats(stats) = self.master.query(Query::Stats).await? else {
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
+        };
+        let recent = Query::Recent {
+            window_ms: RECENT_MS,
+        };
+        let Answer::Recent(recent) = self.master.query(recent).await? else {
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
+        };
+        let cluster = self.cluster_body().await?;
+        let replicas = self
+            .master
+            .replicas()
+            .await?
+            .into_iter()
+            .map(|(node, behind)| ReplicaBody { node, behind })
+            .collect();
+        Ok(OverviewResponse {
+            at: crate::master::service::now_ms(),
+            node: self.node.id.clone(),
+            master: MasterBody {
+                node: cluster.master_node,
+                epoch: cluster.master_epoch,
+            },
+            jobs: JobState::ALL
+                .iter()
+                .map(|&s| (s.name().to_string(), stats.jobs[s as usize]))
+                .collect(),
+            submitted_total: stats.submitted_total,
+            attempts_total: stats.attempts_total,
+            retries_total: stats.retries_total,
+            finished_recent: recent.finished,
+            recent_ms: RECENT_MS,
+            latency_ms: recent
+                .p50_ms
+                .zip(recent.p99_ms)
+                .map(|(p50, p99)| LatencyBody { p50, p99 }),
+            replicas,
+            nodes: cluster.nodes,
+            workers: cluster.workers,
+            history: self
+                .history
+                .entries()
+                .into_iter()
+                .map(|e| HistoryBody {
+                    at: e.at,
+                    kind: e.kind.into(),
+                    message: e.message,
+                })
+                .collect(),
+        })
+    }
+
+    /// `GET /v1/events`: an overview every [`EVENTS_INTERVAL`] until the
+    /// client goes or the node stops.
+    pub(super) fn events(self: &Arc<Self>) -> Result<Response<super::Body>, ApiError> {
+        let Ok(permit) = self.event_streams.clone().try_acquire_owned() else {
+            return Err(ApiError::new(
+                ErrorCode::TooManyConnections,
+                format!("this node serves at most {EVENT_STREAMS_MAX} event streams at once"),
+            ));
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+        let api = self.clone();
+        let mut closing = self.closing.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let mut tick = tokio::time::interval(EVENTS_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = closing.changed() => return,
+                    _ = tx.closed() => return,
+                }
+                let event = match api.overview().await {
+                    Ok(overview) => sse("overview", &overview),
+                    Err(error) => sse("error", &error.body),
+                };
+                if tx.send(event).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut response = Response::new(super::Body::new(EventStream(rx)));
+        let headers = response.headers_mut();
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream; charset=utf-8"),
+        );
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        Ok(response)
+    }
+}
+
+/// One server-sent event.
+fn sse<T: serde::Serialize>(name: &str, value: &T) -> Bytes {
+    let data = serde_json::to_string(value).expect("API types serialize");
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+}
+
+/// A response body fed by a channel: ends when the sender is dropped.
+struct EventStream(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for EventStream {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|event| event.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn filters_are_read_from_the_query_string_and_checked() {
+        let digest = "ab".repeat(32);
+        let filter = filter_from_params(&params(&[
+            ("state", "dead"),
+            ("module", &digest),
+            ("priority", "-3"),
+            ("from", "5"),
+            ("to", "9"),
+            ("error", "trap"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            filter,
+            JobFilter {
+                state: Some(JobState::Dead),
+                module: Some([0xab; 32]),
+                priority: Some(-3),
+                from: Some(5),
+                to: Some(9),
+                error: Some("trap".into()),
+                ids: None,
+            }
+        );
+        for (field, value) in [
+            ("state", "lost"),
+            ("module", "abc"),
+            ("priority", "high"),
+            ("from", "-1"),
+            ("error", &"é".repeat(FILTER_TEXT_CHARS_MAX + 1)),
+        ] {
+            let error = filter_from_params(&params(&[(field, value)])).unwrap_err();
+            assert_eq!(error.body.code, "bad_request", "{field}");
+            assert!(error.body.message.starts_with(field), "{field}: {error:?}");
+        }
+    }
+
+    #[test]
+    fn the_dashboard_files_are_served_and_nothing_else() {
+        for path in ["/", "/dashboard/app.js", "/dashboard/style.css"] {
+            let response = asset(path).unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{path}");
+        }
+        assert!(asset("/dashboard/other.js").is_none());
+        assert!(asset("/dashboard/../Cargo.toml").is_none());
+    }
+}
