@@ -120,19 +120,84 @@ pub struct JobArgs {
     pub server: ServerArg,
 }
 
-/// `cohort jobs`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct JobsArgs {
+/// Which jobs: `cohort jobs` and `cohort bulk` (every filter given must
+/// hold).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct FilterArgs {
     /// Only jobs in this state (queued, running, succeeded, failed,
     /// cancelled, dead).
     #[arg(long)]
     pub state: Option<String>,
+    /// Only jobs running this module (its sha256).
+    #[arg(long)]
+    pub module: Option<String>,
+    /// Only jobs of this priority.
+    #[arg(long, allow_hyphen_values = true)]
+    pub priority: Option<i32>,
+    /// Only jobs whose error code or message holds this text (ASCII case
+    /// ignored).
+    #[arg(long)]
+    pub error: Option<String>,
+}
+
+impl FilterArgs {
+    fn body(&self) -> crate::client::JobFilterBody {
+        crate::client::JobFilterBody {
+            state: self.state.clone(),
+            module: self.module.clone(),
+            priority: self.priority,
+            error: self.error.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// `cohort jobs`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct JobsArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub filter: FilterArgs,
+    /// Newest first (default: oldest first).
+    #[arg(long)]
+    pub newest: bool,
     /// Most jobs to list.
     #[arg(long, default_value_t = 100)]
     pub limit: u32,
     /// Continue after this cursor (printed by the previous page).
     #[arg(long)]
     pub cursor: Option<String>,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+}
+
+/// What `cohort bulk` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BulkActionArg {
+    /// Cancel the matching jobs that have not finished.
+    Cancel,
+    /// Queue the matching failed, dead and cancelled jobs again.
+    Retry,
+}
+
+/// `cohort bulk cancel|retry [filters]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BulkArgs {
+    /// `cancel` or `retry`.
+    pub action: BulkActionArg,
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub filter: FilterArgs,
+    /// Only these jobs (comma-separated ids, at most 1,000).
+    #[arg(long, value_delimiter = ',')]
+    pub ids: Vec<JobId>,
+    /// Attempts each retried job gets (default: the node's --max-attempts).
+    #[arg(long)]
+    pub attempts: Option<u32>,
+    /// Count the jobs the action would change; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub server: ServerArg,
@@ -488,9 +553,15 @@ pub async fn jobs(args: JobsArgs) -> ExitCode {
         Ok(client) => client,
         Err(error) => return fail(error),
     };
-    let (state, limit, cursor) = (args.state.as_deref(), args.limit, args.cursor.as_deref());
+    let query = crate::client::JobQuery {
+        filter: args.filter.body(),
+        newest_first: args.newest,
+        limit: Some(args.limit),
+        cursor: args.cursor.clone(),
+    };
+    let query = &query;
     let page = match client
-        .call(|node| async move { node.jobs(state, limit, cursor).await })
+        .call(|node| async move { node.list(query).await })
         .await
     {
         Ok(page) => page,
@@ -511,7 +582,51 @@ pub async fn jobs(args: JobsArgs) -> ExitCode {
         );
     }
     if let Some(cursor) = page.next_cursor {
-        println!("more: cohort jobs --cursor {cursor}");
+        println!("more: the same command with --cursor {cursor}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// `cohort bulk cancel|retry [filters] [--dry-run]`: one command for every
+/// matching job.
+pub async fn bulk(args: BulkArgs) -> ExitCode {
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(error),
+    };
+    let request = crate::client::BulkRequest {
+        action: match args.action {
+            BulkActionArg::Cancel => "cancel",
+            BulkActionArg::Retry => "retry",
+        }
+        .into(),
+        filter: crate::client::JobFilterBody {
+            ids: (!args.ids.is_empty()).then(|| args.ids.clone()),
+            ..args.filter.body()
+        },
+        dry_run: args.dry_run,
+        attempts: args.attempts,
+    };
+    let request = &request;
+    let answer = match client
+        .call(|node| async move { node.bulk(request).await })
+        .await
+    {
+        Ok(answer) => answer,
+        Err(error) => return fail(error),
+    };
+    if args.server.json {
+        print_json(&answer);
+        return ExitCode::SUCCESS;
+    }
+    let (would, did) = match args.action {
+        BulkActionArg::Cancel => ("would cancel", "cancelled"),
+        BulkActionArg::Retry => ("would retry", "queued again"),
+    };
+    match (answer.matched, answer.changed) {
+        (Some(matched), _) => println!("{would} {matched} jobs"),
+        (_, Some(changed)) => println!("{did}: {changed} jobs"),
+        _ => return fail("the node's answer has neither matched nor changed"),
     }
     ExitCode::SUCCESS
 }

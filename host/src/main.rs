@@ -43,6 +43,8 @@ enum Command {
     Jobs(cohort::cli::JobsArgs),
     /// Cancel a job that has not finished.
     Cancel(cohort::cli::JobArgs),
+    /// Cancel or retry every job a filter matches, as one command.
+    Bulk(cohort::cli::BulkArgs),
     /// Show the cluster: nodes, the master, workers.
     Cluster(cohort::cli::ClusterArgs),
     /// Ask a node to leave the cluster gracefully (as SIGTERM does).
@@ -93,6 +95,7 @@ fn main() -> ExitCode {
             Command::Result(args) => cohort::cli::result(args).await,
             Command::Jobs(args) => cohort::cli::jobs(args).await,
             Command::Cancel(args) => cohort::cli::cancel(args).await,
+            Command::Bulk(args) => cohort::cli::bulk(args).await,
             Command::Cluster(args) => cohort::cli::cluster_command(args).await,
             Command::Leave(args) => cohort::cli::leave(args).await,
             Command::Keygen(args) => cohort::cli::keygen(args),

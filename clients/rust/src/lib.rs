@@ -31,5 +31,5 @@ pub use client::{
     BATCH_BYTES_MAX, BATCHES_IN_FLIGHT, Client, Job, LONG_WAIT_MS, Options, SHORT_WAIT_MS,
     WAIT_IDS_MAX, WAITS_IN_FLIGHT,
 };
-pub use node::{ClientError, Node};
+pub use node::{ClientError, JobQuery, Node};
 pub use types::*;

@@ -296,14 +296,22 @@ impl Node {
         limit: u32,
         cursor: Option<&str>,
     ) -> Result<JobListResponse, ClientError> {
-        let mut path = format!("/v1/jobs?limit={limit}");
-        if let Some(state) = state {
-            path.push_str(&format!("&state={state}"));
-        }
-        if let Some(cursor) = cursor {
-            path.push_str(&format!("&cursor={cursor}"));
-        }
-        self.json(Method::GET, &path, None).await
+        self.list(&JobQuery {
+            filter: JobFilterBody {
+                state: state.map(String::from),
+                ..JobFilterBody::default()
+            },
+            limit: Some(limit),
+            cursor: cursor.map(String::from),
+            ..JobQuery::default()
+        })
+        .await
+    }
+
+    /// A page of the jobs `query` asks for.
+    pub async fn list(&self, query: &JobQuery) -> Result<JobListResponse, ClientError> {
+        self.json(Method::GET, &format!("/v1/jobs?{}", query.encode()), None)
+            .await
     }
 
     /// Cancels a job.
@@ -359,5 +367,79 @@ impl Node {
     /// What this client's token may do.
     pub async fn whoami(&self) -> Result<WhoamiResponse, ClientError> {
         self.json(Method::GET, "/v1/whoami", None).await
+    }
+}
+
+/// Which page of `GET /v1/jobs` to ask for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobQuery {
+    /// Which jobs (`ids` is not a listing's filter and is not sent).
+    pub filter: JobFilterBody,
+    /// Newest (highest id) first.
+    pub newest_first: bool,
+    /// Most jobs (the node's default, 100, when absent).
+    pub limit: Option<u32>,
+    /// The previous page's `next_cursor`.
+    pub cursor: Option<String>,
+}
+
+impl JobQuery {
+    /// The query string, percent-encoded.
+    pub fn encode(&self) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        let f = &self.filter;
+        let numbers = [
+            ("priority", f.priority.map(i64::from)),
+            ("from", f.from.and_then(|n| i64::try_from(n).ok())),
+            ("to", f.to.and_then(|n| i64::try_from(n).ok())),
+            ("limit", self.limit.map(i64::from)),
+        ];
+        for (name, value) in [
+            ("state", &f.state),
+            ("module", &f.module),
+            ("error", &f.error),
+        ] {
+            if let Some(value) = value {
+                query.append_pair(name, value);
+            }
+        }
+        for (name, value) in numbers {
+            if let Some(value) = value {
+                query.append_pair(name, &value.to_string());
+            }
+        }
+        if self.newest_first {
+            query.append_pair("order", "newest");
+        }
+        if let Some(cursor) = &self.cursor {
+            query.append_pair("cursor", cursor);
+        }
+        query.finish()
+    }
+}
+
+#[cfg(test)]
+mod query_tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_query_is_percent_encoded_and_omits_what_is_absent() {
+        assert_eq!(JobQuery::default().encode(), "");
+        let query = JobQuery {
+            filter: JobFilterBody {
+                state: Some("failed".into()),
+                error: Some("disk full & 50%".into()),
+                priority: Some(-2),
+                ids: Some(vec![1]),
+                ..JobFilterBody::default()
+            },
+            newest_first: true,
+            limit: Some(5),
+            cursor: Some("9".into()),
+        };
+        assert_eq!(
+            query.encode(),
+            "state=failed&error=disk+full+%26+50%25&priority=-2&limit=5&order=newest&cursor=9"
+        );
     }
 }
