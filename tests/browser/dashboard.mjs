@@ -209,6 +209,20 @@ async function render() {
     await shot(page, `render-${name.replace(/_ms$/, '')}.png`);
     await page.close();
   }
+  // Paging through them: next, then previous, comes back to the same page.
+  const page = await context.newPage();
+  await page.goto(`${URL_}/#/jobs`);
+  await ready(page, 'jobs');
+  const first = async () => Number(await page.getAttribute('[data-testid="jobs-table"] tr[data-job]', 'data-job'));
+  const top = await first();
+  await page.click('[data-testid="page-next"]');
+  await ready(page, 'jobs');
+  const below = await first();
+  check(below === top - 50, `the next page starts 50 jobs further (${top} then ${below})`);
+  await page.click('[data-testid="page-prev"]');
+  await ready(page, 'jobs');
+  check(await first() === top, 'the previous page is the first one again');
+  await page.close();
   console.log(JSON.stringify(times));
 }
 
