@@ -37,7 +37,7 @@ const context = await chromium.launchPersistentContext(profile, {
   executablePath: env('CHROMIUM'),
   headless: true,
   viewport: { width: 1400, height: 900 },
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  args: ['--headless=new', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
     '--disable-background-networking', '--disable-component-update', '--disable-sync'],
 });
 context.setDefaultTimeout(WAIT);
@@ -189,6 +189,8 @@ async function pages() {
     await page.waitForSelector('[data-testid="job-state"]');
     check(await page.locator('[data-testid="job-retry"], [data-testid="job-cancel"]').count() === 0, 'read scope: no retry or cancel');
   }
+  const refused = consoleLines.filter((line) => line.includes('Content Security Policy'));
+  check(refused.length === 0, `nothing the page does breaks its content security policy ${JSON.stringify(refused)}`);
   await page.close();
 }
 

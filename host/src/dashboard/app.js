@@ -95,6 +95,18 @@ function svg(tag, attrs = {}, ...children) {
   return node;
 }
 
+// Downloads are Blob URLs (fetched with the token); each holds its bytes
+// in memory until revoked, so the view's are revoked when it changes.
+const blobUrls = [];
+function blobUrl(blob) {
+  const url = URL.createObjectURL(blob);
+  blobUrls.push(url);
+  return url;
+}
+function revokeBlobUrls() {
+  for (const url of blobUrls.splice(0)) URL.revokeObjectURL(url);
+}
+
 const pad = (n) => String(n).padStart(2, '0');
 function time(ms) {
   if (ms === null || ms === undefined) return '';
@@ -153,7 +165,7 @@ async function whoami() {
   auth.scopes = who.scopes;
   auth.required = who.tokens_required;
   $('#whoami').textContent = who.tokens_required
-    ? `token ${who.token || '?'} (${who.scopes.join(', ')})` : 'no tokens needed';
+    ? `token ${who.token || who.name || '?'} (${who.scopes.join(', ')})` : 'no tokens needed';
   $('#logout').hidden = !who.tokens_required;
   $('#login').hidden = true;
 }
@@ -281,6 +293,7 @@ async function render() {
   generation += 1;
   const mine = generation;
   live.listeners.clear();
+  revokeBlobUrls();
   clearError();
   const root = $('#view');
   root.removeAttribute('data-ready');
@@ -378,7 +391,11 @@ function chart(testid, series) {
     }
   }
   box.append(svg('text', { x: 4, y: 12, 'font-size': 11, fill: '#667085' }, `max ${Math.round(top)}`));
-  const legend = el('div', { class: 'legend' }, series.map((s) => [el('b', { style: `background:${s.colour}` }), s.name]));
+  // A line of the series' colour, drawn rather than styled (the page's
+  // content security policy allows no inline styles).
+  const swatch = (colour) => svg('svg', { width: 14, height: 4, class: 'swatch' },
+    svg('rect', { width: 14, height: 4, fill: colour }));
+  const legend = el('div', { class: 'legend' }, series.map((s) => [swatch(s.colour), ' ', s.name, ' ']));
   return el('div', { class: 'chart', 'data-testid': testid }, box, legend);
 }
 
@@ -432,7 +449,7 @@ function filterForm(params) {
     'data-testid': `filter-${name}`, name, size, placeholder, value: params.get(name) || '',
   });
   const module = text('module', 20, 'sha256');
-  const priority = el('input', { 'data-testid': 'filter-priority', name: 'priority', type: 'number', value: params.get('priority') || '', style: 'width:6em' });
+  const priority = el('input', { 'data-testid': 'filter-priority', name: 'priority', type: 'number', value: params.get('priority') || '', class: 'narrow' });
   const from = el('input', { 'data-testid': 'filter-from', type: 'datetime-local', value: localInput(params.get('from')) });
   const to = el('input', { 'data-testid': 'filter-to', type: 'datetime-local', value: localInput(params.get('to')) });
   const error = text('error', 18, 'text in the error');
@@ -586,15 +603,21 @@ async function jobView(root, idText, still) {
   if (!still()) return;
   const body = el('div');
   root.append(body);
-  await drawJob(body, job, still);
+  // The input never changes and the output comes once: each is fetched
+  // once per visit, not at every refresh (an input may be 4 MiB).
+  const previews = new Map();
+  await drawJob(body, job, still, previews);
   if (!FINISHED.includes(job.state)) {
     let busy = false;
+    let finished = false;
     live.listeners.add(async () => {
-      if (busy || !still()) return;
+      if (busy || finished || !still()) return;
       busy = true;
       try {
         const next = await getJson(`/v1/jobs/${id}`);
-        if (still()) await drawJob(body, next, still);
+        // Drawn once more in its final state, then left alone.
+        finished = FINISHED.includes(next.state);
+        if (still()) await drawJob(body, next, still, previews);
       } catch (error) {
         showError(error);
       } finally {
@@ -604,7 +627,7 @@ async function jobView(root, idText, still) {
   }
 }
 
-async function drawJob(body, job, still) {
+async function drawJob(body, job, still, previews) {
   const actions = el('div', { class: 'actions' });
   if (isAdmin() && ['queued', 'running'].includes(job.state)) {
     actions.append(el('button', {
@@ -642,9 +665,9 @@ async function drawJob(body, job, still) {
       a.log_tail ? el('pre', {}, a.log_tail) : el('p', { class: 'muted' }, 'No log.')))),
     el('h2', {}, `Input (${bytes(job.input_bytes)})`), input,
     el('h2', {}, 'Output'), output);
-  await preview(input, `/v1/jobs/${job.id}/input`, `job-${job.id}-input`, still);
+  await preview(input, `/v1/jobs/${job.id}/input`, `job-${job.id}-input`, still, previews);
   if (job.state === 'succeeded') {
-    await preview(output, `/v1/jobs/${job.id}/result`, `job-${job.id}-output`, still);
+    await preview(output, `/v1/jobs/${job.id}/result`, `job-${job.id}-output`, still, previews);
   } else {
     output.append(el('p', { class: 'muted' }, `None: the job is ${job.state}.`));
   }
@@ -677,32 +700,53 @@ function timeline(job) {
       svg('text', { x: 4, y: y + 14, 'font-size': 12, fill: '#1d2330' }, `#${a.number} ${a.worker}`),
       svg('rect', { x: x0, y, width: x1 - x0, height: 18, rx: 3, fill: colour },
         svg('title', {}, `${a.outcome || 'running'} ${time(a.started_at)} → ${time(a.ended_at) || 'now'}`)),
-      // The outcome inside a wide bar, after a narrow one.
-      x1 - x0 > 90
-        ? svg('text', { x: x0 + 6, y: y + 13, 'font-size': 11, fill: '#fff' }, a.outcome || 'running')
-        : svg('text', { x: Math.min(x1 + 4, width - 90), y: y + 13, 'font-size': 11, fill: '#667085' }, a.outcome || 'running'));
+      attemptLabel(a.outcome || 'running', x0, x1, y, width));
   });
   box.append(svg('text', { x: 110, y: Math.max(1, job.attempts.length) * rowHeight + 20, 'font-size': 11, fill: '#667085' },
     `${time(start)} → ${time(end)} (${duration(end - start)})`));
   return el('div', { class: 'timeline' }, job.attempts.length ? box : el('p', { class: 'muted' }, 'No attempt yet.'));
 }
 
+// The outcome inside a wide bar; beside a narrow one, after it, or before
+// it when it ends near the right edge (a late retry's short bar).
+function attemptLabel(text, x0, x1, y, width) {
+  const at = { y: y + 13, 'font-size': 11 };
+  if (x1 - x0 > 90) return svg('text', { ...at, x: x0 + 6, fill: '#fff' }, text);
+  if (x1 + 100 < width) return svg('text', { ...at, x: x1 + 4, fill: '#667085' }, text);
+  return svg('text', { ...at, x: x0 - 4, 'text-anchor': 'end', fill: '#667085' }, text);
+}
+
 // The first PREVIEW_BYTES as text (or hex when not UTF-8), and a download
 // that carries the token (a Blob URL, not a link the browser fetches alone).
-async function preview(box, path, name, still) {
-  const data = new Uint8Array(await (await api(path)).arrayBuffer());
-  if (!still()) return;
-  const head = data.slice(0, PREVIEW_BYTES);
-  let text;
-  try {
-    text = new TextDecoder('utf-8', { fatal: true }).decode(head);
-  } catch {
-    text = Array.from(head, (b) => b.toString(16).padStart(2, '0')).join(' ');
+// `previews` keeps what was fetched, by path, for the next redraw.
+async function preview(box, path, name, still, previews) {
+  let shown = previews.get(path);
+  if (!shown) {
+    const data = new Uint8Array(await (await api(path)).arrayBuffer());
+    if (!still()) return;
+    shown = {
+      text: previewText(data),
+      size: data.length,
+      url: blobUrl(new Blob([data], { type: 'application/octet-stream' })),
+    };
+    previews.set(path, shown);
   }
-  const url = URL.createObjectURL(new Blob([data], { type: 'application/octet-stream' }));
   box.replaceChildren(
-    el('pre', {}, text, data.length > PREVIEW_BYTES ? '\n…' : ''),
-    el('a', { href: url, download: name }, `Download (${bytes(data.length)})`));
+    el('pre', {}, shown.text),
+    el('a', { href: shown.url, download: name }, `Download (${bytes(shown.size)})`));
+}
+
+function previewText(data) {
+  const head = data.subarray(0, PREVIEW_BYTES);
+  const more = data.length > PREVIEW_BYTES;
+  try {
+    // `stream` when cut: a character split by the cut is not an error.
+    const text = new TextDecoder('utf-8', { fatal: true }).decode(head, { stream: more });
+    return more ? `${text}\n…` : text;
+  } catch {
+    const hex = Array.from(head, (b) => b.toString(16).padStart(2, '0')).join(' ');
+    return more ? `${hex} …` : hex;
+  }
 }
 
 // ---------------------------------------------------------------- modules
@@ -713,7 +757,7 @@ async function modulesView(root, _params, still) {
   const download = async (digest) => {
     try {
       const data = await (await api(`/v1/modules/${digest}`)).blob();
-      const link = el('a', { href: URL.createObjectURL(data), download: `${digest}.wasm` });
+      const link = el('a', { href: blobUrl(data), download: `${digest}.wasm` });
       link.click();
     } catch (error) {
       showError(error);
