@@ -905,7 +905,7 @@ impl Master {
                 let Some(job) = self.jobs.get_mut(id) else {
                     return effects;
                 };
-                if !(BulkAction::Retry { attempts: 1 }).applies_to(job.state) {
+                if !BulkAction::RETRY_FROM.contains(&job.state) {
                     return effects;
                 }
                 self.index
@@ -1060,15 +1060,17 @@ impl Master {
             .take(RECENT_SCAN_MAX)
             .filter_map(|&(at, id)| Some(at.saturating_sub(self.jobs.get(&id)?.submitted_at)))
             .collect();
-        took.sort_unstable();
-        let percentile = |p: usize| {
-            took.get((took.len() * p / 100).min(took.len().saturating_sub(1)))
-                .copied()
+        // Two selections, not a sort: this runs every second for each open
+        // dashboard, on the master's thread.
+        let mut percentile = |p: usize| {
+            let at = (took.len() * p / 100).min(took.len().checked_sub(1)?);
+            Some(*took.select_nth_unstable(at).1)
         };
+        let (p50_ms, p99_ms) = (percentile(50), percentile(99));
         Recent {
             finished: took.len() as u64,
-            p50_ms: percentile(50),
-            p99_ms: percentile(99),
+            p50_ms,
+            p99_ms,
         }
     }
 
@@ -1111,44 +1113,27 @@ impl Master {
             } => {
                 validate_filter(filter)?;
                 let limit = (*limit).clamp(1, LIST_LIMIT_MAX) as usize;
-                let range = match (newest_first, after) {
-                    (false, after) => (
-                        after.map_or(Bound::Unbounded, Bound::Excluded),
-                        Bound::Unbounded,
-                    ),
-                    (true, after) => (
-                        Bound::Unbounded,
-                        after.map_or(Bound::Unbounded, Bound::Excluded),
-                    ),
-                };
-                let mut scan = self.jobs.range(range);
-                let mut next = |newest_first: bool| {
-                    if newest_first {
-                        scan.next_back()
-                    } else {
-                        scan.next()
-                    }
+                let past = after.map_or(Bound::Unbounded, Bound::Excluded);
+                let mut scan: Box<dyn Iterator<Item = (&JobId, &Job)>> = if *newest_first {
+                    Box::new(self.jobs.range((Bound::Unbounded, past)).rev())
+                } else {
+                    Box::new(self.jobs.range((past, Bound::Unbounded)))
                 };
                 let mut jobs = Vec::new();
                 let mut last = None;
-                let mut more = false;
-                for _ in 0..LIST_SCAN_MAX {
-                    let Some((&id, job)) = next(*newest_first) else {
-                        break;
-                    };
-                    if jobs.len() == limit {
-                        more = true;
-                        break;
-                    }
+                for (&id, job) in scan.by_ref().take(LIST_SCAN_MAX) {
                     last = Some(id);
                     if filter_matches(filter, id, job) {
                         jobs.push(summary(id, job));
+                        if jobs.len() == limit {
+                            break;
+                        }
                     }
                 }
-                // A scan that stopped at its bound continues from the last
-                // job it looked at; one that filled the page, from the last
-                // job it returned.
-                let more = more || next(*newest_first).is_some();
+                // The next page continues after the last job looked at
+                // (the page filled, or the scan reached its bound), if any
+                // job is left to look at.
+                let more = scan.next().is_some();
                 Ok(Answer::Jobs {
                     jobs,
                     next: if more { last } else { None },

@@ -396,14 +396,14 @@ pub enum BulkAction {
 }
 
 impl BulkAction {
+    /// The states a retry queues a job again from.
+    pub const RETRY_FROM: [JobState; 3] = [JobState::Failed, JobState::Dead, JobState::Cancelled];
+
     /// Whether the action changes a job in `state`.
     pub fn applies_to(self, state: JobState) -> bool {
         match self {
             BulkAction::Cancel => !state.is_terminal(),
-            BulkAction::Retry { .. } => matches!(
-                state,
-                JobState::Failed | JobState::Dead | JobState::Cancelled
-            ),
+            BulkAction::Retry { .. } => Self::RETRY_FROM.contains(&state),
         }
     }
 }
