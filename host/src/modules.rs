@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// A stored module's listing entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModuleInfo {
     /// Content address.
     pub digest: Digest,
@@ -28,6 +28,9 @@ pub struct ModuleStore {
     dir: PathBuf,
     runtime: Runtime,
     index: Mutex<BTreeMap<Digest, ModuleInfo>>,
+    /// [`Details`] already read, so a module is read and parsed for them
+    /// once, not at every listing.
+    described: Mutex<BTreeMap<Digest, Details>>,
 }
 
 impl ModuleStore {
@@ -53,6 +56,7 @@ impl ModuleStore {
             dir,
             runtime,
             index: Mutex::new(index),
+            described: Mutex::default(),
         })
     }
 
@@ -95,11 +99,15 @@ impl ModuleStore {
 
     /// Every stored module, by digest.
     pub fn list(&self) -> Vec<ModuleInfo> {
-        self.lock().values().cloned().collect()
+        self.lock().values().copied().collect()
     }
 
-    /// What the module says about itself, and when it was stored here.
+    /// What the module says about itself, and when it was stored here
+    /// (read from the module the first time it is asked for).
     pub async fn details(&self, digest: &Digest) -> Result<Details, ModuleError> {
+        if let Some(details) = self.described().get(digest) {
+            return Ok(details.clone());
+        }
         let path = self.path(digest);
         let first_seen = tokio::fs::metadata(&path)
             .await
@@ -111,11 +119,13 @@ impl ModuleStore {
         let (language, world) = tokio::task::spawn_blocking(move || describe(&wasm))
             .await
             .map_err(|e| ModuleError::Internal(format!("describe thread failed: {e}")))?;
-        Ok(Details {
+        let details = Details {
             first_seen,
             language,
             world,
-        })
+        };
+        self.described().insert(*digest, details.clone());
+        Ok(details)
     }
 
     /// The module's bytes, checked against its digest.
@@ -145,6 +155,10 @@ impl ModuleStore {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Digest, ModuleInfo>> {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn described(&self) -> std::sync::MutexGuard<'_, BTreeMap<Digest, Details>> {
+        self.described.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -26,6 +26,7 @@ use super::types::{
 };
 use super::{Api, ApiError, ErrorCode, Reply200, bytes, json, number};
 use crate::runtime::Digest;
+use crate::security::token::{self, Scope, Scopes};
 use bytes::Bytes;
 use cohort_master::{Answer, BulkAction, Command, JobFilter, JobState, Query, Reply};
 use hyper::body::{Frame, Incoming};
@@ -146,35 +147,30 @@ fn filter_from_body(body: JobFilterBody) -> Result<JobFilter, ApiError> {
 }
 
 impl Api {
-    /// `GET /v1/whoami`.
-    pub(super) async fn whoami(&self, request: &Request<Incoming>) -> Result<Reply200, ApiError> {
-        let Some(table) = &self.security.tokens else {
-            return Ok(json(
-                StatusCode::OK,
-                &WhoamiResponse {
-                    tokens_required: false,
-                    token: None,
-                    scopes: ["read", "submit", "admin"].map(String::from).to_vec(),
-                },
-            ));
-        };
-        // The route needs `read`, so the token was checked already.
-        let scopes = self.authenticate(table, request).await?;
+    /// `GET /v1/whoami`, given the scopes the request's token was checked
+    /// for (`None`: the node needs no tokens, so everything is allowed).
+    pub(super) fn whoami(&self, request: &Request<Incoming>, scopes: Option<Scopes>) -> Reply200 {
         let token = request
             .headers()
             .get(hyper::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| crate::security::token::bearer(Some(v)).ok())
-            .and_then(crate::security::token::token_id)
+            .and_then(|v| token::bearer(Some(v)).ok())
+            .and_then(token::token_id)
+            .filter(|_| scopes.is_some())
             .map(String::from);
-        Ok(json(
+        json(
             StatusCode::OK,
             &WhoamiResponse {
-                tokens_required: true,
+                tokens_required: self.security.tokens.is_some(),
                 token,
-                scopes: scopes.names().into_iter().map(String::from).collect(),
+                scopes: scopes
+                    .unwrap_or(Scopes::from_names(&[Scope::Admin.name()]))
+                    .names()
+                    .into_iter()
+                    .map(String::from)
+                    .collect(),
             },
-        ))
+        )
     }
 
     /// `POST /v1/jobs/bulk`.

@@ -650,11 +650,10 @@ impl Api {
         let response = if path.starts_with("/internal/") {
             whole(self.internal.serve(request).await)
         } else if path == "/v1/events" && request.method() == Method::GET {
-            match self.admit(&request, secure).await {
-                Ok(()) => self.events(),
-                Err(error) => Err(error),
-            }
-            .unwrap_or_else(|error| whole(error_response(error)))
+            self.admit(&request, secure)
+                .await
+                .and_then(|_| self.events())
+                .unwrap_or_else(|error| whole(error_response(error)))
         } else {
             whole(
                 self.public(request, secure)
@@ -704,8 +703,13 @@ impl Api {
 
     /// Whether this request may be served here: TLS when TLS is on, a
     /// token with the route's scope when tokens are on, and a front-end
-    /// node for the API itself.
-    async fn admit(&self, request: &Request<Incoming>, secure: bool) -> Result<(), ApiError> {
+    /// node for the API itself. Returns the token's scopes when one was
+    /// checked.
+    async fn admit(
+        &self,
+        request: &Request<Incoming>,
+        secure: bool,
+    ) -> Result<Option<crate::security::token::Scopes>, ApiError> {
         if self.security.tls.is_some() && !secure {
             counters::refused(what::CONNECTION, "plain_http_on_tls");
             return Err(ApiError::new(
@@ -716,10 +720,12 @@ impl Api {
         let path = request.uri().path().to_string();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let method = request.method().clone();
+        let mut checked = None;
         if let Some(table) = &self.security.tokens
             && let Some(scope) = auth::needed_scope(&method, &segments)
         {
             let scopes = self.authenticate(table, request).await?;
+            checked = Some(scopes);
             if !scopes.allow(scope) {
                 counters::refused(what::TOKEN, "scope");
                 return Err(ApiError::new(
@@ -747,7 +753,7 @@ impl Api {
                 ),
             ));
         }
-        Ok(())
+        Ok(checked)
     }
 
     async fn public(&self, request: Request<Incoming>, secure: bool) -> Result<Reply200, ApiError> {
@@ -759,7 +765,7 @@ impl Api {
         {
             return Ok(page);
         }
-        self.admit(&request, secure).await?;
+        let scopes = self.admit(&request, secure).await?;
         let path = request.uri().path().to_string();
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
         let method = request.method().clone();
@@ -834,7 +840,7 @@ impl Api {
                 self.bulk(parse_json(&body)?).await
             }
             (&Method::GET, ["v1", "overview"]) => Ok(json(StatusCode::OK, &self.overview().await?)),
-            (&Method::GET, ["v1", "whoami"]) => self.whoami(&request).await,
+            (&Method::GET, ["v1", "whoami"]) => Ok(self.whoami(&request, scopes)),
             (&Method::GET, ["v1", "jobs", id, "input"]) => self.input(job_id(id)?).await,
             // `batch`, `wait` and `bulk` are routes of their own (405 for GET).
             (&Method::GET, ["v1", "jobs", id]) if !matches!(*id, "batch" | "wait" | "bulk") => {
