@@ -112,18 +112,23 @@ async fn wait_state(client: &Api, id: u64, state: &str) {
     }
 }
 
-/// One page of `GET /v1/jobs?{query}`.
-async fn list(client: &Api, query: &str) -> JobListResponse {
+/// The body of a `GET` of `path` (query string as written).
+async fn get(client: &Api, path: &str) -> bytes::Bytes {
     let (_, body) = client
         .call(
             hyper::Method::GET,
-            &format!("/v1/jobs?{query}"),
+            path,
             "application/json",
             bytes::Bytes::new(),
         )
         .await
         .unwrap();
-    serde_json::from_slice(&body).unwrap()
+    body
+}
+
+/// One page of `GET /v1/jobs?{query}`.
+async fn list(client: &Api, query: &str) -> JobListResponse {
+    serde_json::from_slice(&get(client, &format!("/v1/jobs?{query}")).await).unwrap()
 }
 
 fn ids(page: &JobListResponse) -> Vec<u64> {
@@ -289,15 +294,7 @@ fn the_overview_its_event_stream_inputs_and_modules_describe_the_node() {
         }
         // A job's input, as it was sent.
         let queued = jobs.by_state["queued"][0];
-        let (_, input) = client
-            .call(
-                hyper::Method::GET,
-                &format!("/v1/jobs/{queued}/input"),
-                "application/octet-stream",
-                bytes::Bytes::new(),
-            )
-            .await
-            .unwrap();
+        let input = get(&client, &format!("/v1/jobs/{queued}/input")).await;
         assert_eq!(&input[..], b"q1");
         // Modules: what each is, and how many jobs use it.
         let modules = client.modules().await.unwrap().modules;
@@ -439,35 +436,6 @@ fn key_file(dir: &Path) -> PathBuf {
     path
 }
 
-/// A token with `scopes`, made through `node` by proving the cluster key.
-fn token(node: &Node, key: &Path, scopes: &str) -> String {
-    let started = Instant::now();
-    loop {
-        let out = support::cohort(
-            &[
-                "token",
-                "create",
-                "--server",
-                &node.url,
-                "--cluster-key",
-                key.to_str().unwrap(),
-                "--scope",
-                scopes,
-            ],
-            b"",
-        );
-        if out.status.success() {
-            return String::from_utf8(out.stdout).unwrap().trim().to_string();
-        }
-        assert!(
-            started.elapsed() < OBSERVE,
-            "no token: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn every_page_works_in_a_real_browser_with_tokens() {
     let dir = tempfile::tempdir().unwrap();
@@ -477,8 +445,8 @@ fn every_page_works_in_a_real_browser_with_tokens() {
         "back-end,worker,front-end",
         &["--cluster-key", key.to_str().unwrap()],
     );
-    let admin = token(&node, &key, "admin");
-    let read = token(&node, &key, "read");
+    let admin = support::token_at(&node.url, &key, "admin");
+    let read = support::token_at(&node.url, &key, "read");
     let jobs = runtime().block_on(async {
         let client = Api::with_options(&node.url, Some(&admin), None).unwrap();
         jobs_in_every_state(&client).await

@@ -41,38 +41,7 @@ fn secure(dir: &tempfile::TempDir, name: &str, key: &Path, seed: Option<&Node>) 
 /// A token with `scopes` made through `node` by proving the cluster key
 /// (retried while the master comes up).
 fn token(node: &Node, key: &Path, scopes: &str) -> String {
-    token_at(&node.url, key, scopes)
-}
-
-/// [`token`] through the node at `server` (`http://` or `https://`).
-fn token_at(server: &str, key: &Path, scopes: &str) -> String {
-    let started = Instant::now();
-    loop {
-        let out = support::cohort(
-            &[
-                "token",
-                "create",
-                "--server",
-                server,
-                "--cluster-key",
-                key.to_str().unwrap(),
-                "--scope",
-                scopes,
-            ],
-            b"",
-        );
-        if out.status.success() {
-            let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
-            assert!(token.starts_with("cohort_"), "{token}");
-            return token;
-        }
-        assert!(
-            started.elapsed() < OBSERVE,
-            "no token: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    support::token_at(&node.url, key, scopes)
 }
 
 fn client(node: &Node, token: &str) -> Api {
@@ -534,7 +503,7 @@ fn tls_serves_http1_and_http2_and_refuses_plain_http_and_garbage() {
     let https = format!("https://{addr}");
     // The first token through the sealed internal route (plain HTTP, an
     // https:// URL is rewritten).
-    let admin = token_at(&https, &key, "admin");
+    let admin = support::token_at(&https, &key, "admin");
     // The CLI over TLS, trusting the CA.
     let out = support::cohort(
         &[

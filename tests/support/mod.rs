@@ -189,6 +189,39 @@ fn wait_bounded(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus 
     }
 }
 
+/// A token with `scopes`, made through the node at `server` (`http://` or
+/// `https://`) by proving the cluster key in `key`; retried while the
+/// master comes up, for at most [`EVENT_WAIT`].
+pub fn token_at(server: &str, key: &Path, scopes: &str) -> String {
+    let started = Instant::now();
+    loop {
+        let out = cohort(
+            &[
+                "token",
+                "create",
+                "--server",
+                server,
+                "--cluster-key",
+                key.to_str().unwrap(),
+                "--scope",
+                scopes,
+            ],
+            b"",
+        );
+        if out.status.success() {
+            let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+            assert!(token.starts_with("cohort_"), "{token}");
+            return token;
+        }
+        assert!(
+            started.elapsed() < EVENT_WAIT,
+            "no token: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Runs `cohort` with `args` and `stdin`, killing it if it overruns.
 pub fn cohort(args: &[&str], stdin: &[u8]) -> Output {
     run_bounded(Command::new(env!("CARGO_BIN_EXE_cohort")).args(args), stdin)

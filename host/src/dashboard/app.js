@@ -165,7 +165,7 @@ async function whoami() {
   auth.scopes = who.scopes;
   auth.required = who.tokens_required;
   $('#whoami').textContent = who.tokens_required
-    ? `token ${who.token || who.name || '?'} (${who.scopes.join(', ')})` : 'no tokens needed';
+    ? `token ${who.token || '?'} (${who.scopes.join(', ')})` : 'no tokens needed';
   $('#logout').hidden = !who.tokens_required;
   $('#login').hidden = true;
 }
