@@ -45,6 +45,9 @@ const STYLE_CSS: &str = include_str!("../dashboard/style.css");
 
 /// Time between two overviews on an event stream.
 pub const EVENTS_INTERVAL: Duration = Duration::from_secs(1);
+/// Events queued ahead of a slow reader; beyond, the stream's task waits
+/// to send, so a slow reader slows its own stream and queues nothing more.
+const EVENTS_BUFFERED: usize = 2;
 /// Event streams one node serves at once.
 pub const EVENT_STREAMS_MAX: usize = 64;
 /// Longest text a filter looks for in errors (within the master's
@@ -286,7 +289,7 @@ impl Api {
                 format!("this node serves at most {EVENT_STREAMS_MAX} event streams at once"),
             ));
         };
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(2);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(EVENTS_BUFFERED);
         let api = self.clone();
         let mut closing = self.closing.clone();
         tokio::spawn(async move {
