@@ -56,7 +56,7 @@ use cohort::client::Node as Api;
 use cohort::journal::{FsStorage, Journal};
 use cohort::master::{self, CoreKind, MasterOptions};
 use cohort::replication::Replication;
-use cohort_master::{Command, Config, Event, EventKind, JobSpec, RequestId, encode};
+use cohort_master::{Command, Config, Event, EventKind, JobOptions, JobSpec, RequestId, encode};
 use hdrhistogram::Histogram;
 use hyper::Method;
 use std::io::{BufRead, BufReader};
@@ -341,6 +341,7 @@ async fn commit(core: CoreKind) {
                 let submit = Command::Submit {
                     spec: spec(n),
                     request,
+                    options: JobOptions::default(),
                 };
                 handle.command(submit).await.unwrap();
             }
@@ -384,6 +385,7 @@ async fn recovery(core: CoreKind) {
                     id: n + 1,
                     spec: spec(n),
                     request: Some(RequestId { origin: 1, seq: n }),
+                    options: JobOptions::default(),
                 },
             };
             journal.append(1, &encode(&event)).unwrap();

@@ -99,6 +99,23 @@ pub struct SubmitArgs {
     /// `-<n>` is appended for each job).
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// Jobs sharing this key share its --concurrency-limit and
+    /// --rate-limit, cluster-wide.
+    #[arg(long)]
+    pub concurrency_key: Option<String>,
+    /// At most this many of the key's jobs run at once.
+    #[arg(long, requires = "concurrency_key")]
+    pub concurrency_limit: Option<u32>,
+    /// At most this many of the key's jobs start in any second.
+    #[arg(long, requires = "concurrency_key")]
+    pub rate_limit: Option<u32>,
+    /// A submission with the same key within --unique-for of a job's
+    /// submission gets that job instead of a new one.
+    #[arg(long, requires = "unique_for")]
+    pub unique_key: Option<String>,
+    /// How long the --unique-key holds after a submission, e.g. `1h`.
+    #[arg(long, requires = "unique_key", value_parser = limits::parse_duration)]
+    pub unique_for: Option<Duration>,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub server: ServerArg,
@@ -267,6 +284,11 @@ pub async fn submit(args: SubmitArgs) -> ExitCode {
                 (Some(key), Some(n)) => Some(format!("{key}-{n}")),
                 (key, _) => key.clone(),
             },
+            concurrency_key: args.concurrency_key.clone(),
+            concurrency_limit: args.concurrency_limit,
+            rate_limit: args.rate_limit,
+            unique_key: args.unique_key.clone(),
+            unique_window_ms: args.unique_for.map(|t| t.as_millis() as u64),
             ..request
         }
     };

@@ -163,6 +163,11 @@ class AsyncClient:
         max_attempts: Optional[int] = None,
         priority: Optional[int] = None,
         idempotency_key: Optional[str] = None,
+        concurrency_key: Optional[str] = None,
+        concurrency_limit: Optional[int] = None,
+        rate_limit: Optional[int] = None,
+        unique_key: Optional[str] = None,
+        unique_window_ms: Optional[int] = None,
     ) -> AsyncJob:
         """Queue a job and return its handle at once; as `Client.submit`."""
         digest = await self._run(self._plans.digest(module))
@@ -177,6 +182,11 @@ class AsyncClient:
             max_attempts=max_attempts,
             priority=priority,
             idempotency_key=key,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
+            rate_limit=rate_limit,
+            unique_key=unique_key,
+            unique_window_ms=unique_window_ms,
         )
         job = AsyncJob(self, key)
         if self._batcher is None:

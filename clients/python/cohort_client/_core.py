@@ -524,6 +524,11 @@ def encode_submission(
     max_attempts: Optional[int],
     priority: Optional[int],
     idempotency_key: str,
+    concurrency_key: Optional[str] = None,
+    concurrency_limit: Optional[int] = None,
+    rate_limit: Optional[int] = None,
+    unique_key: Optional[str] = None,
+    unique_window_ms: Optional[int] = None,
 ) -> bytes:
     """One job of ``POST /v1/jobs/batch``, as JSON: bytes go as
     ``input_base64``, text as ``input``, any other value as ``input_json``."""
@@ -539,6 +544,11 @@ def encode_submission(
         ("memory_bytes", memory_bytes),
         ("max_attempts", max_attempts),
         ("priority", priority),
+        ("concurrency_key", concurrency_key),
+        ("concurrency_limit", concurrency_limit),
+        ("rate_limit", rate_limit),
+        ("unique_key", unique_key),
+        ("unique_window_ms", unique_window_ms),
     )
     for name, value in options:
         if value is not None:

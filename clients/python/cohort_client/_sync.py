@@ -190,6 +190,11 @@ class Client:
         max_attempts: Optional[int] = None,
         priority: Optional[int] = None,
         idempotency_key: Optional[str] = None,
+        concurrency_key: Optional[str] = None,
+        concurrency_limit: Optional[int] = None,
+        rate_limit: Optional[int] = None,
+        unique_key: Optional[str] = None,
+        unique_window_ms: Optional[int] = None,
     ) -> Job:
         """Submit a job and return its handle at once.
 
@@ -198,6 +203,11 @@ class Client:
         ``None`` as an empty input. The job goes out with the other
         submissions of its linger window; without an ``idempotency_key`` the
         client makes one, so retries never make a second job.
+
+        Jobs sharing a ``concurrency_key`` run at most ``concurrency_limit``
+        at once and start at most ``rate_limit`` a second, cluster-wide. A
+        submission whose ``unique_key`` matches a job submitted less than
+        ``unique_window_ms`` earlier gets that job instead of a new one.
         """
         digest = self._run(self._plans.digest(module))
         key = idempotency_key if idempotency_key is not None else _core.new_idempotency_key()
@@ -209,6 +219,11 @@ class Client:
             max_attempts=max_attempts,
             priority=priority,
             idempotency_key=key,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
+            rate_limit=rate_limit,
+            unique_key=unique_key,
+            unique_window_ms=unique_window_ms,
         )
         job = Job(self, key)
         with self._lock:

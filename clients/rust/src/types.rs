@@ -110,6 +110,44 @@ pub struct SubmitRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 64))]
     pub idempotency_key: Option<String>,
+    /// Jobs sharing this key (1 to 64 characters) share its
+    /// `concurrency_limit` and `rate_limit`, cluster-wide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 64))]
+    pub concurrency_key: Option<String>,
+    /// At most this many of the key's jobs run at once (1 to 10,000; needs
+    /// `concurrency_key`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10_000))]
+    pub concurrency_limit: Option<u32>,
+    /// At most this many of the key's jobs start in any second (1 to
+    /// 10,000; needs `concurrency_key`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10_000))]
+    pub rate_limit: Option<u32>,
+    /// A submission whose `unique_key` (1 to 64 characters) matches a job
+    /// submitted less than `unique_window_ms` earlier gets that job,
+    /// whatever its state or input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 64))]
+    pub unique_key: Option<String>,
+    /// How long after a job's submission its `unique_key` holds (1 ms to
+    /// 30 days; needs `unique_key`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 2_592_000_000_u64))]
+    pub unique_window_ms: Option<u64>,
 }
 
 impl SubmitRequest {
@@ -231,6 +269,21 @@ pub struct JobResponse {
     pub has_checkpoint: bool,
     /// Latest progress while running.
     pub progress: Option<ProgressBody>,
+    /// The key whose limits it shares.
+    #[serde(default)]
+    pub concurrency_key: Option<String>,
+    /// At most this many of the key's jobs run at once.
+    #[serde(default)]
+    pub concurrency_limit: Option<u32>,
+    /// At most this many of the key's jobs start in any second.
+    #[serde(default)]
+    pub rate_limit: Option<u32>,
+    /// Its uniqueness key.
+    #[serde(default)]
+    pub unique_key: Option<String>,
+    /// How long after its submission the uniqueness key holds.
+    #[serde(default)]
+    pub unique_window_ms: Option<u64>,
 }
 
 /// `GET /healthz`.

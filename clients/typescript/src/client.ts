@@ -187,6 +187,11 @@ function submissionFields(input: unknown, options: SubmitOptions, key: string): 
   if (options.memoryBytes !== undefined) fields.memory_bytes = options.memoryBytes;
   if (options.maxAttempts !== undefined) fields.max_attempts = options.maxAttempts;
   if (options.priority !== undefined) fields.priority = options.priority;
+  if (options.concurrencyKey !== undefined) fields.concurrency_key = options.concurrencyKey;
+  if (options.concurrencyLimit !== undefined) fields.concurrency_limit = options.concurrencyLimit;
+  if (options.rateLimit !== undefined) fields.rate_limit = options.rateLimit;
+  if (options.uniqueKey !== undefined) fields.unique_key = options.uniqueKey;
+  if (options.uniqueWindowMs !== undefined) fields.unique_window_ms = options.uniqueWindowMs;
   fields.idempotency_key = key;
   return fields;
 }

@@ -35,6 +35,19 @@ export interface SubmitOptions {
    * job.
    */
   idempotencyKey?: string;
+  /** Jobs sharing this key share its `concurrencyLimit` and `rateLimit`, cluster-wide. */
+  concurrencyKey?: string;
+  /** At most this many of the key's jobs run at once (1 to 10,000). */
+  concurrencyLimit?: number;
+  /** At most this many of the key's jobs start in any second (1 to 10,000). */
+  rateLimit?: number;
+  /**
+   * A submission whose key matches a job submitted less than
+   * `uniqueWindowMs` earlier gets that job instead of a new one.
+   */
+  uniqueKey?: string;
+  /** How long a `uniqueKey` holds after a submission, in ms (up to 30 days). */
+  uniqueWindowMs?: number;
 }
 
 /** One attempt of a job, as `GET /v1/jobs/{id}` shows it. */
@@ -72,4 +85,11 @@ export interface JobStatus {
   has_checkpoint: boolean;
   /** The latest progress the running job reported. */
   progress: { fraction: number; message: string } | null;
+  /** The key whose limits it shares, and the limits it was submitted with. */
+  concurrency_key?: string | null;
+  concurrency_limit?: number | null;
+  rate_limit?: number | null;
+  /** Its uniqueness key and window. */
+  unique_key?: string | null;
+  unique_window_ms?: number | null;
 }

@@ -189,6 +189,22 @@ prop_compose! {
 }
 
 prop_compose! {
+    fn job_options()(
+        limit in option::of((text(), option::of(n32()), option::of(n32()))),
+        unique in option::of((text(), prop_oneof![n64(), 0..20_000u64])),
+    ) -> JobOptions {
+        JobOptions {
+            limit: limit.map(|(key, running_max, starts_per_second)| KeyLimit {
+                key,
+                running_max,
+                starts_per_second,
+            }),
+            unique: unique.map(|(key, window_ms)| Unique { key, window_ms }),
+        }
+    }
+}
+
+prop_compose! {
     fn failure()(code in text(), message in text()) -> Failure {
         Failure { code, message }
     }
@@ -241,8 +257,8 @@ fn bulk_action() -> impl Strategy<Value = BulkAction> {
 fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
         1 => config_value().prop_map(Command::Configure),
-        4 => (job_spec(), request_id())
-            .prop_map(|(spec, request)| Command::Submit { spec, request }),
+        4 => (job_spec(), request_id(), job_options())
+            .prop_map(|(spec, request, options)| Command::Submit { spec, request, options }),
         1 => n64().prop_map(|id| Command::Cancel { id }),
         4 => (text(), n32(), n32())
             .prop_map(|(worker, slots, free)| Command::Poll { worker, slots, free }),
@@ -270,8 +286,14 @@ fn command() -> impl Strategy<Value = Command> {
 fn event_kind() -> impl Strategy<Value = EventKind> {
     prop_oneof![
         config_value().prop_map(EventKind::Configured),
-        (n64(), job_spec(), option::of(request_id()))
-            .prop_map(|(id, spec, request)| EventKind::Submitted { id, spec, request }),
+        (n64(), job_spec(), option::of(request_id()), job_options()).prop_map(
+            |(id, spec, request, options)| EventKind::Submitted {
+                id,
+                spec,
+                request,
+                options
+            }
+        ),
         (n64(), n32(), text(), n64()).prop_map(|(id, attempt, worker, lease_until)| {
             EventKind::Assigned {
                 id,
@@ -399,12 +421,13 @@ prop_compose! {
         (submitted_at, finished_at, not_before, attempts, error) in (
             n64(), option::of(n64()), option::of(n64()), vec(attempt(), 0..3), option::of(failure()),
         ),
-        (result_bytes, input_bytes, has_checkpoint) in (option::of(n64()), n64(), any::<bool>()),
+        (result_bytes, input_bytes, has_checkpoint, options) in
+            (option::of(n64()), n64(), any::<bool>(), job_options()),
     ) -> JobView {
         JobView {
             id, module, state, priority, max_attempts, timeout_ms, idempotency_key,
             submitted_at, finished_at, not_before, attempts, error,
-            result_bytes, input_bytes, has_checkpoint,
+            result_bytes, input_bytes, has_checkpoint, options,
         }
     }
 }
@@ -449,7 +472,7 @@ fn answer() -> impl Strategy<Value = Answer> {
             last_seen,
         });
     prop_oneof![
-        job_view().prop_map(Answer::Job),
+        job_view().prop_map(|view| Answer::Job(Box::new(view))),
         bytes().prop_map(Answer::Result),
         (vec(summary, 0..4), option::of(n64()))
             .prop_map(|(jobs, next)| Answer::Jobs { jobs, next }),
@@ -517,6 +540,7 @@ fn garbage() -> impl Strategy<Value = Vec<u8>> {
     let version = prop_oneof![
         4 => Just(FORMAT_VERSION),
         2 => Just(FORMAT_VERSION_1),
+        2 => Just(FORMAT_VERSION_2),
         4 => Just(crate::master::SNAPSHOT_VERSION),
         1 => any::<u8>(),
     ];
@@ -738,9 +762,10 @@ fn a_tiny_input_claiming_a_huge_vector_is_refused_at_once() {
 fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     let empty = Master::new().snapshot();
     // The empty master ends with: job map (0), worker map (0), three
-    // counters (0), token map (0), request map (0).
-    assert_eq!(empty[empty.len() - 7..], [0; 7]);
-    [&empty[..empty.len() - 7], claim, &[0; 6]].concat()
+    // counters (0), token map (0), request map (0), and what keys hold:
+    // options, uniqueness holds and start times (0 each).
+    assert_eq!(empty[empty.len() - 10..], [0; 10]);
+    [&empty[..empty.len() - 10], claim, &[0; 9]].concat()
 }
 
 /// The meter sees what it must, or the bounds above prove nothing.
@@ -849,6 +874,7 @@ fn replaying_an_extreme_event_never_panics() {
                 origin: u64::MAX,
                 seq: u64::MAX,
             }),
+            options: crate::scenarios::limited("k", Some(1), Some(1)),
         },
     };
     let replayed = std::panic::catch_unwind(|| Master::new().apply(&event));

@@ -56,7 +56,7 @@
 //! unbounded, a `Bulk` at most [`BULK_MAX`]; a listing scans at most
 //! [`LIST_SCAN_MAX`] jobs and says where to go on.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
@@ -100,9 +100,25 @@ pub const TOKEN_NAME_BYTES_MAX: usize = 256;
 /// The scopes a token may carry.
 pub const TOKEN_SCOPES: [&str; 3] = ["read", "submit", "admin"];
 /// Version byte of snapshots: the state, then API tokens, then request
-/// ids. Older snapshots are still read: version 2 (tokens, no request ids)
-/// and version 1 (the state alone, from before tokens existed).
-pub const SNAPSHOT_VERSION: u8 = 3;
+/// ids, then what keys hold. Older snapshots are still read: version 3 (no
+/// keys), version 2 (tokens, no request ids) and version 1 (the state
+/// alone, from before tokens existed).
+pub const SNAPSHOT_VERSION: u8 = 4;
+/// Longest concurrency, rate or uniqueness key.
+pub const KEY_BYTES_MAX: usize = 256;
+/// Largest `running_max` and `starts_per_second` a key limit may ask for.
+pub const KEY_LIMIT_MAX: u32 = 10_000;
+/// The window a key's `starts_per_second` counts starts in.
+pub const RATE_WINDOW_MS: Millis = 1_000;
+/// Longest uniqueness window (30 days).
+pub const UNIQUE_WINDOW_MS_MAX: Millis = 30 * 24 * 3_600_000;
+/// Most uniqueness keys held at once (`unique_keys_full` beyond, until
+/// windows end).
+pub const UNIQUE_KEYS_MAX: usize = 1_000_000;
+/// Ended uniqueness holds and idle rate windows forgotten per event that
+/// adds one: they go faster than they come, and no event does unbounded
+/// work.
+const FORGET_PER_EVENT: usize = 8;
 /// How long after its decision a submission's request id is remembered at
 /// least. A node sends a request again only within `PROXY_WAIT` (10 s) of
 /// sending it first, so the resend is decided seconds after the first
@@ -169,9 +185,13 @@ pub struct Master {
     /// notes); written after the tokens in a snapshot.
     #[serde(skip)]
     requests: BTreeMap<RequestId, Request>,
+    /// Keys, limits and uniqueness (see [`Keyed`]); written after the
+    /// request ids in a snapshot.
+    #[serde(skip)]
+    pub(crate) keyed: Keyed,
     // Indexes, rebuilt from `jobs` on restore (not in snapshots).
     #[serde(skip)]
-    index: Index,
+    pub(crate) index: Index,
 }
 
 /// What the master remembers of a submission's request id.
@@ -183,10 +203,55 @@ struct Request {
     at: Millis,
 }
 
+/// What jobs submitted with [`JobOptions`] leave behind. Holds and start
+/// times outlive the jobs (a purged job's key still holds for its window,
+/// its starts still count for a second), so they are state, not index.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Keyed {
+    /// The options of every job submitted with some.
+    pub(crate) options: BTreeMap<JobId, JobOptions>,
+    /// Uniqueness keys: the job holding each, and until when.
+    pub(crate) uniques: BTreeMap<String, Hold>,
+    /// Start times of the latest attempts per limited key, oldest first
+    /// (at most [`KEY_LIMIT_MAX`], the highest rate one may ask for).
+    pub(crate) starts: BTreeMap<String, VecDeque<Millis>>,
+}
+
+impl Keyed {
+    /// The limit job `id` was submitted with.
+    fn limit(&self, id: JobId) -> Option<&KeyLimit> {
+        self.options.get(&id)?.limit.as_ref()
+    }
+
+    /// The key of job `id`'s limit.
+    fn key(&self, id: JobId) -> Option<&str> {
+        self.limit(id).map(|limit| limit.key.as_str())
+    }
+}
+
+/// A uniqueness key's job and the end of its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Hold {
+    job: JobId,
+    until: Millis,
+}
+
+/// A runnable job's place in line: (-priority, seq, id).
+pub(crate) type Place = (i64, u64, JobId);
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Index {
-    /// Runnable jobs: (-priority, seq, id).
-    ready: BTreeSet<(i64, u64, JobId)>,
+pub(crate) struct Index {
+    /// Runnable jobs without a key limit, and the first in line of each
+    /// limited key.
+    pub(crate) ready: BTreeSet<Place>,
+    /// Runnable jobs per limited key, in line.
+    pub(crate) key_ready: BTreeMap<String, BTreeSet<Place>>,
+    /// Running attempts per limited key.
+    pub(crate) key_running: BTreeMap<String, u32>,
+    /// Uniqueness holds by their end: (until, key).
+    unique_until: BTreeSet<(Millis, String)>,
+    /// Limited keys by their latest start: (at, key).
+    latest_start: BTreeSet<(Millis, String)>,
     /// Jobs backing off: (not_before, id).
     delayed: BTreeSet<(Millis, JobId)>,
     /// Running attempts: (lease_until, id).
@@ -200,6 +265,46 @@ struct Index {
     result_bytes: u64,
     /// Jobs held per module.
     modules: BTreeMap<Digest, u64>,
+}
+
+impl Index {
+    /// Puts a runnable job in line: in [`ready`](Self::ready), or in its
+    /// key's line (and in `ready` if it is now that line's first).
+    fn enqueue(&mut self, place: Place, key: Option<&str>) {
+        let Some(key) = key else {
+            self.ready.insert(place);
+            return;
+        };
+        let line = self.key_ready.entry(key.to_owned()).or_default();
+        let first = line.first().copied();
+        line.insert(place);
+        if first.is_none_or(|first| place < first) {
+            if let Some(first) = first {
+                self.ready.remove(&first);
+            }
+            self.ready.insert(place);
+        }
+    }
+
+    /// Takes a job out of line (the next of its key's line moves up).
+    fn dequeue(&mut self, place: Place, key: Option<&str>) {
+        let Some(key) = key else {
+            self.ready.remove(&place);
+            return;
+        };
+        let Some(line) = self.key_ready.get_mut(key) else {
+            return;
+        };
+        line.remove(&place);
+        if self.ready.remove(&place)
+            && let Some(&next) = line.first()
+        {
+            self.ready.insert(next);
+        }
+        if line.is_empty() {
+            self.key_ready.remove(key);
+        }
+    }
 }
 
 impl Default for Master {
@@ -226,17 +331,20 @@ impl Master {
             retries_total: 0,
             tokens: BTreeMap::new(),
             requests: BTreeMap::new(),
+            keyed: Keyed::default(),
             index: Index::default(),
         }
     }
 
     /// The whole state as versioned bytes: `[SNAPSHOT_VERSION] ++
-    /// postcard(state) ++ postcard(tokens) ++ postcard(request ids)`.
+    /// postcard(state) ++ postcard(tokens) ++ postcard(request ids) ++
+    /// postcard(keys)`.
     pub fn snapshot(&self) -> Vec<u8> {
         let mut out = vec![SNAPSHOT_VERSION];
         out = postcard::to_extend(self, out).expect("postcard encoding into a Vec");
         out = postcard::to_extend(&self.tokens, out).expect("postcard encoding into a Vec");
-        postcard::to_extend(&self.requests, out).expect("postcard encoding into a Vec")
+        out = postcard::to_extend(&self.requests, out).expect("postcard encoding into a Vec");
+        postcard::to_extend(&self.keyed, out).expect("postcard encoding into a Vec")
     }
 
     /// A master from [`snapshot`](Self::snapshot) bytes, or from a snapshot
@@ -263,6 +371,9 @@ impl Master {
         if version >= 3 {
             (master.requests, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
         }
+        if version >= 4 {
+            (master.keyed, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
+        }
         // Version 1 was written by `encode`, which ignores trailing bytes.
         if version >= 2 && !rest.is_empty() {
             return Err(Rejection::new(
@@ -288,8 +399,17 @@ impl Master {
         for worker in self.workers.values_mut() {
             worker.running.retain(|id| jobs.contains_key(id));
         }
+        // Options of jobs the snapshot does not hold are dropped, like the
+        // workers' references above.
+        self.keyed.options.retain(|id, _| jobs.contains_key(id));
         let mut index = Index {
             requests: self.requests.iter().map(|(&r, e)| (e.at, r)).collect(),
+            unique_until: (self.keyed.uniques.iter())
+                .map(|(key, hold)| (hold.until, key.clone()))
+                .collect(),
+            latest_start: (self.keyed.starts.iter())
+                .filter_map(|(key, starts)| Some((*starts.back()?, key.clone())))
+                .collect(),
             ..Index::default()
         };
         for (&id, job) in &self.jobs {
@@ -303,13 +423,14 @@ impl Master {
                     Some(at) => {
                         index.delayed.insert((at, id));
                     }
-                    None => {
-                        index.ready.insert(ready_key(job, id));
-                    }
+                    None => index.enqueue(ready_key(job, id), self.keyed.key(id)),
                 },
                 JobState::Running => {
                     if let Some(until) = job.lease_until {
                         index.leases.insert((until, id));
+                    }
+                    if let Some(key) = self.keyed.key(id) {
+                        *index.key_running.entry(key.to_owned()).or_default() += 1;
                     }
                 }
                 _ => {
@@ -322,7 +443,7 @@ impl Master {
     }
 
     fn queued(&self) -> u64 {
-        (self.index.ready.len() + self.index.delayed.len()) as u64
+        self.index.counts[JobState::Queued as usize]
     }
 
     fn job(&self, id: JobId) -> Result<&Job, Rejection> {
@@ -353,7 +474,11 @@ impl Master {
                 }
                 done(vec![event(EventKind::Configured(config.clone()))])
             }
-            Command::Submit { spec, request } => self.decide_submit(now, spec, *request),
+            Command::Submit {
+                spec,
+                request,
+                options,
+            } => self.decide_submit(now, spec, *request, options),
             Command::Bulk { action, filter } => {
                 validate_bulk(*action, filter, &self.config)?;
                 let kinds = self
@@ -406,7 +531,7 @@ impl Master {
                         slots: *slots,
                     }));
                 }
-                for &(_, _, id) in self.index.ready.iter().take(*free as usize) {
+                for id in self.startable(now, *free as usize) {
                     let job = &self.jobs[&id];
                     events.push(event(EventKind::Assigned {
                         id,
@@ -516,6 +641,7 @@ impl Master {
         now: Millis,
         spec: &JobSpec,
         request: RequestId,
+        options: &JobOptions,
     ) -> Result<Decision, Rejection> {
         if let Some(seen) = self.requests.get(&request) {
             // The same request again (a forward retried): whatever changed
@@ -574,6 +700,37 @@ impl Master {
                 });
             }
         }
+        validate_options(options)?;
+        if let Some(unique) = &options.unique {
+            match self.keyed.uniques.get(&unique.key) {
+                Some(hold) if hold.until > now => {
+                    return Ok(Decision {
+                        events: Vec::new(),
+                        reply: Reply::Submitted {
+                            id: hold.job,
+                            existing: true,
+                        },
+                    });
+                }
+                // An ended hold is replaced; otherwise one more must fit,
+                // or one must end now (and be forgotten on the way).
+                Some(_) => {}
+                None if self.keyed.uniques.len() < UNIQUE_KEYS_MAX => {}
+                None if self
+                    .index
+                    .unique_until
+                    .first()
+                    .is_some_and(|(until, _)| *until <= now) => {}
+                None => {
+                    return reject(
+                        codes::UNIQUE_KEYS_FULL,
+                        format!(
+                            "{UNIQUE_KEYS_MAX} uniqueness keys are held; they free up as their windows end"
+                        ),
+                    );
+                }
+            }
+        }
         if self.queued() >= config.queue_max {
             return reject(
                 codes::QUEUE_FULL,
@@ -592,6 +749,7 @@ impl Master {
                     id,
                     spec: spec.clone(),
                     request: Some(request),
+                    options: options.clone(),
                 },
             }],
             reply: Reply::Submitted {
@@ -704,7 +862,12 @@ impl Master {
             EventKind::TokenRevoked { id } => {
                 self.tokens.remove(id);
             }
-            EventKind::Submitted { id, spec, request } => {
+            EventKind::Submitted {
+                id,
+                spec,
+                request,
+                options,
+            } => {
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 let job = Job {
@@ -720,7 +883,14 @@ impl Master {
                     result: None,
                     checkpoint: None,
                 };
-                self.index.ready.insert(ready_key(&job, *id));
+                if !options.is_empty() {
+                    self.keyed.options.insert(*id, options.clone());
+                }
+                if let Some(unique) = &options.unique {
+                    self.hold_unique(&unique.key, *id, at.saturating_add(unique.window_ms), at);
+                }
+                self.index
+                    .enqueue(ready_key(&job, *id), self.keyed.key(*id));
                 if let Some(key) = &spec.idempotency_key {
                     self.index.keys.insert(key.clone(), *id);
                 }
@@ -752,7 +922,13 @@ impl Master {
                 if job.state != JobState::Queued {
                     return effects;
                 }
-                self.index.ready.remove(&ready_key(job, *id));
+                self.index.dequeue(ready_key(job, *id), self.keyed.key(*id));
+                if let Some(key) = self.keyed.key(*id) {
+                    *self.index.key_running.entry(key.to_owned()).or_default() += 1;
+                    let key = key.to_owned();
+                    self.note_start(key, at);
+                }
+                let job = self.jobs.get_mut(id).expect("present");
                 set_state(&mut self.index.counts, job, JobState::Running);
                 job.lease_until = Some(*lease_until);
                 job.attempts.push(Attempt {
@@ -800,7 +976,7 @@ impl Master {
                 duration_ms,
                 log_tail,
             } => {
-                if !self.end_attempt(*id, *attempt, at) {
+                if !self.end_attempt(*id, *attempt, at, &mut effects) {
                     return effects;
                 }
                 let job = self.jobs.get_mut(id).expect("checked by end_attempt");
@@ -820,7 +996,7 @@ impl Master {
                 }
             }
             EventKind::Expired { id, attempt, code } => {
-                if self.end_attempt(*id, *attempt, at) {
+                if self.end_attempt(*id, *attempt, at, &mut effects) {
                     let message = match code.as_str() {
                         "worker_lost" => "the worker running the attempt was lost",
                         _ => "the attempt's lease expired without a report",
@@ -844,7 +1020,7 @@ impl Master {
                     JobState::Running => {
                         let attempt = job.attempts.last().expect("running has an attempt");
                         let (worker, number) = (attempt.worker.clone(), attempt.number);
-                        self.end_attempt(*id, number, at);
+                        self.end_attempt(*id, number, at, &mut effects);
                         let job = self.jobs.get_mut(id).expect("present");
                         let current = job.attempts.last_mut().expect("present");
                         current.outcome = Some("cancelled".into());
@@ -867,7 +1043,7 @@ impl Master {
                     self.index.delayed.remove(&(not_before, *id));
                     job.seq = self.next_seq;
                     self.next_seq += 1;
-                    self.index.ready.insert(ready_key(job, *id));
+                    self.index.enqueue(ready_key(job, *id), self.keyed.key(*id));
                     effects.push(Effect::WorkAvailable);
                 }
             }
@@ -887,7 +1063,7 @@ impl Master {
                         let Some(attempt) = current.map(|a| a.number) else {
                             continue;
                         };
-                        if self.end_attempt(id, attempt, at) {
+                        if self.end_attempt(id, attempt, at, &mut effects) {
                             self.fail_attempt(
                                 id,
                                 Failure {
@@ -916,7 +1092,7 @@ impl Master {
                 job.error = None;
                 job.seq = self.next_seq;
                 self.next_seq += 1;
-                self.index.ready.insert(ready_key(job, *id));
+                self.index.enqueue(ready_key(job, *id), self.keyed.key(*id));
                 effects.push(Effect::WorkAvailable);
             }
             EventKind::Purged { id } => {
@@ -938,6 +1114,7 @@ impl Master {
                     if let Some(key) = &job.spec.idempotency_key {
                         self.index.keys.remove(key);
                     }
+                    self.keyed.options.remove(id);
                 }
             }
         }
@@ -963,7 +1140,13 @@ impl Master {
 
     /// Closes the running attempt `attempt` of job `id` (lease and worker
     /// bookkeeping); false if that is not the running attempt.
-    fn end_attempt(&mut self, id: JobId, attempt: u32, at: Millis) -> bool {
+    fn end_attempt(
+        &mut self,
+        id: JobId,
+        attempt: u32,
+        at: Millis,
+        effects: &mut Vec<Effect>,
+    ) -> bool {
         let Some(job) = self.jobs.get_mut(&id) else {
             return false;
         };
@@ -983,7 +1166,129 @@ impl Master {
         if let Some(worker) = self.workers.get_mut(&current.worker) {
             worker.running.remove(&id);
         }
+        if let Some(key) = self.keyed.key(id)
+            && let Some(running) = self.index.key_running.get_mut(key)
+        {
+            *running -= 1;
+            if *running == 0 {
+                self.index.key_running.remove(key);
+            }
+            // A place under the key's limit opened: its next job may start.
+            if self.index.key_ready.contains_key(key) {
+                effects.push(Effect::WorkAvailable);
+            }
+        }
         true
+    }
+
+    /// Up to `free` ready jobs that may start at `now`, in line: a limited
+    /// key's jobs only while the key is under its limits, counting the
+    /// starts this decision makes. A key whose first job may not start is
+    /// passed over whole, so a poll looks at no more than one job per
+    /// waiting key beyond those it starts.
+    pub(crate) fn startable(&self, now: Millis, free: usize) -> Vec<JobId> {
+        let mut out = Vec::new();
+        let mut lines = self.index.ready.iter().copied().peekable();
+        // The next of a key's jobs, once the one before it was taken.
+        let mut moved_up = BTreeSet::new();
+        let mut started: BTreeMap<&str, u32> = BTreeMap::new();
+        while out.len() < free {
+            let place = match (lines.peek(), moved_up.first()) {
+                (Some(first), Some(up)) if up < first => moved_up.pop_first(),
+                (Some(_), _) => lines.next(),
+                (None, _) => moved_up.pop_first(),
+            };
+            let Some(place) = place else {
+                break;
+            };
+            let id = place.2;
+            let Some(limit) = self.keyed.limit(id) else {
+                out.push(id);
+                continue;
+            };
+            let count = started.entry(limit.key.as_str()).or_default();
+            if !self.under_limit(limit, now, *count) {
+                continue;
+            }
+            *count += 1;
+            out.push(id);
+            let line = &self.index.key_ready[&limit.key];
+            if let Some(&next) = line
+                .range((Bound::Excluded(place), Bound::Unbounded))
+                .next()
+            {
+                moved_up.insert(next);
+            }
+        }
+        out
+    }
+
+    /// Whether one more attempt of `limit`'s key may start at `now`, with
+    /// `started` more already started by the decision being made.
+    fn under_limit(&self, limit: &KeyLimit, now: Millis, started: u32) -> bool {
+        if let Some(max) = limit.running_max {
+            let running = self.index.key_running.get(&limit.key).copied();
+            if running.unwrap_or(0).saturating_add(started) >= max {
+                return false;
+            }
+        }
+        if let Some(rate) = limit.starts_per_second {
+            let since = now.saturating_sub(RATE_WINDOW_MS);
+            let recent = self.keyed.starts.get(&limit.key).map_or(0, |starts| {
+                starts.len() - starts.partition_point(|&at| at <= since)
+            });
+            if (recent as u32).saturating_add(started) >= rate {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Records an attempt of a limited key's job started at `at`; forgets
+    /// the start times of keys idle for a whole window.
+    fn note_start(&mut self, key: String, at: Millis) {
+        let idle = at.saturating_sub(RATE_WINDOW_MS);
+        for _ in 0..FORGET_PER_EVENT {
+            match self.index.latest_start.first() {
+                Some((latest, _)) if *latest <= idle => {
+                    let (_, key) = self.index.latest_start.pop_first().expect("present");
+                    self.keyed.starts.remove(&key);
+                }
+                _ => break,
+            }
+        }
+        let starts = self.keyed.starts.entry(key.clone()).or_default();
+        if let Some(&latest) = starts.back() {
+            self.index.latest_start.remove(&(latest, key.clone()));
+        }
+        starts.push_back(at);
+        if starts.len() > KEY_LIMIT_MAX as usize {
+            starts.pop_front();
+        }
+        let latest = *starts.back().expect("just pushed");
+        self.index.latest_start.insert((latest, key));
+    }
+
+    /// Gives uniqueness key `key` to `job` until `until`; forgets holds
+    /// that ended by `at`.
+    fn hold_unique(&mut self, key: &str, job: JobId, until: Millis, at: Millis) {
+        for _ in 0..FORGET_PER_EVENT {
+            match self.index.unique_until.first() {
+                Some((end, _)) if *end <= at => {
+                    let (_, ended) = self.index.unique_until.pop_first().expect("present");
+                    self.keyed.uniques.remove(&ended);
+                }
+                _ => break,
+            }
+        }
+        if let Some(old) = self
+            .keyed
+            .uniques
+            .insert(key.to_owned(), Hold { job, until })
+        {
+            self.index.unique_until.remove(&(old.until, key.to_owned()));
+        }
+        self.index.unique_until.insert((until, key.to_owned()));
     }
 
     /// After an ended attempt failed: retry after a backoff, or fail the job.
@@ -1081,16 +1386,14 @@ impl Master {
             Some(at) => {
                 self.index.delayed.remove(&(at, id));
             }
-            None => {
-                self.index.ready.remove(&ready_key(job, id));
-            }
+            None => self.index.dequeue(ready_key(job, id), self.keyed.key(id)),
         }
     }
 
     /// Answers a read-only query.
     pub fn query(&self, now: Millis, query: &Query) -> Result<Answer, Rejection> {
         match query {
-            Query::Job { id } => Ok(Answer::Job(self.view(*id, self.job(*id)?))),
+            Query::Job { id } => Ok(Answer::Job(Box::new(self.view(*id, self.job(*id)?)))),
             Query::Result { id } => {
                 let job = self.job(*id)?;
                 match (&job.result, job.state) {
@@ -1252,6 +1555,7 @@ impl Master {
             result_bytes: job.result.as_ref().map(|r| r.len() as u64),
             input_bytes: job.spec.input.len() as u64,
             has_checkpoint: job.checkpoint.is_some(),
+            options: self.keyed.options.get(&id).cloned().unwrap_or_default(),
         }
     }
 }
@@ -1290,6 +1594,49 @@ fn filter_matches(filter: &JobFilter, id: JobId, job: &Job) -> bool {
                 .as_ref()
                 .is_some_and(|e| contains(&e.code, text) || contains(&e.message, text))
         })
+}
+
+fn validate_options(options: &JobOptions) -> Result<(), Rejection> {
+    let key = |field: &str, key: &str| {
+        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+            return reject(
+                codes::INVALID_JOB,
+                format!("{field} must be 1 to {KEY_BYTES_MAX} bytes"),
+            );
+        }
+        Ok(())
+    };
+    if let Some(limit) = &options.limit {
+        key("limit.key", &limit.key)?;
+        if limit.running_max.is_none() && limit.starts_per_second.is_none() {
+            return reject(
+                codes::INVALID_JOB,
+                "a key limit needs running_max or starts_per_second",
+            );
+        }
+        let fields = [
+            ("limit.running_max", limit.running_max),
+            ("limit.starts_per_second", limit.starts_per_second),
+        ];
+        for (field, value) in fields {
+            if value.is_some_and(|value| !(1..=KEY_LIMIT_MAX).contains(&value)) {
+                return reject(
+                    codes::INVALID_JOB,
+                    format!("{field} must be 1 to {KEY_LIMIT_MAX}"),
+                );
+            }
+        }
+    }
+    if let Some(unique) = &options.unique {
+        key("unique.key", &unique.key)?;
+        if !(1..=UNIQUE_WINDOW_MS_MAX).contains(&unique.window_ms) {
+            return reject(
+                codes::INVALID_JOB,
+                format!("unique.window_ms must be 1 to {UNIQUE_WINDOW_MS_MAX}"),
+            );
+        }
+    }
+    Ok(())
 }
 
 fn validate_filter(filter: &JobFilter) -> Result<(), Rejection> {
@@ -1693,6 +2040,7 @@ mod request_tests {
                 id: 3,
                 spec: spec.clone(),
                 request: None,
+                options: JobOptions::default(),
             },
         };
         assert_eq!(decode_event(&submitted), Ok(expected.clone()));
@@ -1718,5 +2066,86 @@ mod request_tests {
         master.apply(&decode_event(&submitted).unwrap());
         assert!(master.requests.is_empty());
         assert_eq!(master.stats().submitted_total, 1);
+    }
+
+    #[test]
+    fn events_of_format_2_replay_without_options() {
+        let spec = spec(1, b"a");
+        let request = Some(RequestId { origin: 4, seq: 5 });
+        // Format 2's `Submitted { id, spec, request }`.
+        let submitted = postcard::to_extend(&(7u64, 1u32, 3u64, &spec, request), vec![2]).unwrap();
+        let retried = postcard::to_extend(&(8u64, 14u32, 3u64, 4u32), vec![2]).unwrap();
+        assert_eq!(
+            decode_event(&submitted),
+            Ok(Event {
+                at: 7,
+                kind: EventKind::Submitted {
+                    id: 3,
+                    spec: spec.clone(),
+                    request,
+                    options: JobOptions::default(),
+                },
+            })
+        );
+        assert_eq!(
+            decode_event(&retried),
+            Ok(Event {
+                at: 8,
+                kind: EventKind::Retried {
+                    id: 3,
+                    max_attempts: 4
+                }
+            })
+        );
+        assert_eq!(
+            decode::<Event>(&submitted).unwrap_err().code,
+            codes::UNKNOWN_VERSION
+        );
+        // This format's `Submitted` is format 2's followed by the options.
+        let now = encode(&Event {
+            at: 7,
+            kind: EventKind::Submitted {
+                id: 3,
+                spec,
+                request,
+                options: JobOptions::default(),
+            },
+        });
+        assert_eq!(now[1..now.len() - 2], submitted[1..]);
+    }
+
+    #[test]
+    fn a_snapshot_keeps_what_keys_hold_and_version_3_has_none() {
+        use crate::scenarios::{limited, poll, submit_with, unique};
+        let mut master = Master::new();
+        let options = JobOptions {
+            unique: unique("u", 60_000).unique,
+            ..limited("k", Some(1), Some(5))
+        };
+        run(&mut master, T, submit_with(1, spec(1, b"a"), options)).unwrap();
+        let limit = limited("k", Some(1), Some(5));
+        run(&mut master, T, submit_with(2, spec(1, b"b"), limit)).unwrap();
+        run(&mut master, T + 1, poll("w", 4)).unwrap();
+        let mut restored = Master::restore(&master.snapshot()).unwrap();
+        assert_eq!(restored, master, "holds, starts and their indexes");
+        // The key's hold and its running attempt survive the snapshot.
+        let again = submit_with(3, spec(1, b"c"), unique("u", 60_000));
+        assert_eq!(
+            run(&mut restored, T + 2, again.clone()),
+            Ok(Reply::Submitted {
+                id: 1,
+                existing: true
+            })
+        );
+        assert_eq!(restored.startable(T + 2, 4), Vec::<JobId>::new());
+
+        // Version 3: no options; the jobs run without limits.
+        let mut version_3 = postcard::to_extend(&master, vec![3]).unwrap();
+        version_3 = postcard::to_extend(&master.tokens, version_3).unwrap();
+        version_3 = postcard::to_extend(&master.requests, version_3).unwrap();
+        let mut old = Master::restore(&version_3).unwrap();
+        assert_eq!(old.keyed, Keyed::default());
+        assert_eq!(old.startable(T + 2, 4), vec![2]);
+        assert_eq!(run(&mut old, T + 2, again), submitted(3));
     }
 }

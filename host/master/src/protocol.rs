@@ -7,20 +7,25 @@
 //! keeps a decoder for the old one where bytes outlive the process that
 //! wrote them, so old journals stay replayable.
 //!
-//! Formats: 1, the first; 2 (now), `Submit` and `Submitted` carry the
-//! submission's [`RequestId`], and `RequestsExpired` exists. Events are the
-//! only messages kept on disk, so [`decode_event`] still reads format 1
-//! (whose `Submitted` has no request id); every other message of format 1
-//! is refused as an unknown version (nodes of one cluster run one format).
+//! Formats: 1, the first; 2, `Submit` and `Submitted` carry the
+//! submission's [`RequestId`], and `RequestsExpired` exists; 3 (now),
+//! `Submit` and `Submitted` carry the job's [`JobOptions`] (concurrency and
+//! rate keys, uniqueness). Events are the only messages kept on disk, so
+//! [`decode_event`] still reads formats 1 and 2 (whose `Submitted` lacks
+//! what came later); every other message of an older format is refused as
+//! an unknown version (nodes of one cluster run one format).
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 2;
+pub const FORMAT_VERSION: u8 = 3;
 
 /// The first format, still read for journaled events ([`decode_event`]).
 pub const FORMAT_VERSION_1: u8 = 1;
+
+/// The second format, still read for journaled events ([`decode_event`]).
+pub const FORMAT_VERSION_2: u8 = 2;
 
 /// A job's id: dense, assigned by the master from 1.
 pub type JobId = u64;
@@ -52,49 +57,76 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Rejection> {
     }
 }
 
-/// Decodes a journaled [`Event`] of this format or of format 1.
+/// Decodes a journaled [`Event`] of this format or of an older one.
 ///
-/// The two formats differ in one variant only: format 1's `Submitted` had
-/// no request id (it decodes with `request: None`); every other event of
-/// format 1 has the same bytes in this format. Kinds added since format 1
-/// are refused in format-1 bytes, which never held them.
+/// The formats differ in `Submitted` only: format 1's had no request id
+/// (it decodes with `request: None`), formats 1 and 2 had no options (they
+/// decode with none). Every other event of an older format has the same
+/// bytes in this one. Kinds added since a format are refused in its bytes,
+/// which never held them.
 pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
     match bytes.split_first() {
-        Some((&FORMAT_VERSION_1, body)) => format_1::event(body),
+        Some((&FORMAT_VERSION_1, body)) => older::event(body, older::FORMAT_1),
+        Some((&FORMAT_VERSION_2, body)) => older::event(body, older::FORMAT_2),
         _ => decode(bytes),
     }
 }
 
-mod format_1 {
+mod older {
     use super::*;
 
-    /// `EventKind::Submitted`'s index, the same in both formats.
-    pub const SUBMITTED: u32 = 1;
-    /// The first kind format 1 did not have (`RequestsExpired`).
-    pub const FIRST_NEW_KIND: u32 = 13;
+    /// What an older format's events looked like.
+    pub struct Format {
+        /// Whether `Submitted` carried a request id.
+        pub request: bool,
+        /// The first kind the format did not have.
+        pub first_new_kind: u32,
+    }
 
-    pub fn event(body: &[u8]) -> Result<Event, Rejection> {
+    /// Format 1: no request ids, and no kind from `RequestsExpired` on.
+    pub const FORMAT_1: Format = Format {
+        request: false,
+        first_new_kind: 13,
+    };
+    /// Format 2: request ids, and every kind this format has.
+    pub const FORMAT_2: Format = Format {
+        request: true,
+        first_new_kind: u32::MAX,
+    };
+
+    /// `EventKind::Submitted`'s index, the same in every format.
+    const SUBMITTED: u32 = 1;
+
+    pub fn event(body: &[u8], format: Format) -> Result<Event, Rejection> {
         let undecodable = |error: postcard::Error| {
             Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
         };
         let (at, rest): (Millis, _) = postcard::take_from_bytes(body).map_err(undecodable)?;
         let (kind, fields): (u32, _) = postcard::take_from_bytes(rest).map_err(undecodable)?;
-        match kind {
-            SUBMITTED => {
-                let (id, spec): (JobId, JobSpec) =
-                    postcard::from_bytes(fields).map_err(undecodable)?;
-                let request = None;
-                Ok(Event {
-                    at,
-                    kind: EventKind::Submitted { id, spec, request },
-                })
-            }
-            FIRST_NEW_KIND.. => Err(Rejection::new(
+        if kind >= format.first_new_kind {
+            return Err(Rejection::new(
                 codes::UNDECODABLE,
-                format!("event kind {kind} did not exist in format 1"),
-            )),
-            _ => postcard::from_bytes(body).map_err(undecodable),
+                format!("event kind {kind} did not exist in this event's format"),
+            ));
         }
+        if kind != SUBMITTED {
+            return postcard::from_bytes(body).map_err(undecodable);
+        }
+        let (id, spec, request) = if format.request {
+            postcard::from_bytes::<(JobId, JobSpec, Option<RequestId>)>(fields)
+        } else {
+            postcard::from_bytes::<(JobId, JobSpec)>(fields).map(|(id, spec)| (id, spec, None))
+        }
+        .map_err(undecodable)?;
+        Ok(Event {
+            at,
+            kind: EventKind::Submitted {
+                id,
+                spec,
+                request,
+                options: JobOptions::default(),
+            },
+        })
     }
 }
 
@@ -154,6 +186,9 @@ pub mod codes {
     pub const CHECKPOINT_TOO_LARGE: &str = "checkpoint_too_large";
     /// A job filter or bulk action out of range.
     pub const INVALID_FILTER: &str = "invalid_filter";
+    /// The master holds as many uniqueness keys as it may; they free up as
+    /// their windows end.
+    pub const UNIQUE_KEYS_FULL: &str = "unique_keys_full";
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -174,6 +209,7 @@ pub mod codes {
         JOB_NOT_SUCCEEDED,
         CHECKPOINT_TOO_LARGE,
         INVALID_FILTER,
+        UNIQUE_KEYS_FULL,
     ];
 }
 
@@ -288,6 +324,47 @@ pub struct JobSpec {
     pub idempotency_key: Option<String>,
 }
 
+/// What a submission asks of the master beyond running the job: limits
+/// shared by every job with the same key, and uniqueness. None by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobOptions {
+    /// Limits on the jobs that share a key, enforced cluster-wide.
+    pub limit: Option<KeyLimit>,
+    /// At most one job per key within a window.
+    pub unique: Option<Unique>,
+}
+
+impl JobOptions {
+    /// True when the options ask for nothing.
+    pub fn is_empty(&self) -> bool {
+        self.limit.is_none() && self.unique.is_none()
+    }
+}
+
+/// Limits on the jobs sharing `key`: each is checked, with the limits the
+/// job being started carries, before an attempt of it starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyLimit {
+    /// The key (1 to [`KEY_BYTES_MAX`](crate::master::KEY_BYTES_MAX)
+    /// bytes).
+    pub key: String,
+    /// At most this many attempts of the key's jobs run at once.
+    pub running_max: Option<u32>,
+    /// At most this many attempts of the key's jobs start in any second.
+    pub starts_per_second: Option<u32>,
+}
+
+/// A submission whose key matches a job submitted less than `window_ms`
+/// earlier gets that job, whatever its state, instead of a new one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unique {
+    /// The key (1 to [`KEY_BYTES_MAX`](crate::master::KEY_BYTES_MAX)
+    /// bytes).
+    pub key: String,
+    /// How long after the job's submission the key holds.
+    pub window_ms: u64,
+}
+
 /// How an attempt ended, as reported by its worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
@@ -318,6 +395,8 @@ pub enum Command {
         spec: JobSpec,
         /// The submission's id, drawn where it entered the cluster.
         request: RequestId,
+        /// Keys, limits and uniqueness.
+        options: JobOptions,
     },
     /// Cancel a job that has not finished.
     Cancel {
@@ -467,6 +546,8 @@ pub enum EventKind {
         spec: JobSpec,
         /// The submission's id (`None` in events of format 1).
         request: Option<RequestId>,
+        /// Keys, limits and uniqueness (none in events of formats 1 and 2).
+        options: JobOptions,
     },
     /// An attempt started on a worker.
     Assigned {
@@ -805,6 +886,8 @@ pub struct JobView {
     pub input_bytes: u64,
     /// Whether a checkpoint is stored.
     pub has_checkpoint: bool,
+    /// Keys, limits and uniqueness it was submitted with.
+    pub options: JobOptions,
 }
 
 /// Short form of a job for listings.
@@ -862,7 +945,7 @@ pub struct WorkerView {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Answer {
     /// For [`Query::Job`].
-    Job(JobView),
+    Job(Box<JobView>),
     /// For [`Query::Result`].
     Result(Vec<u8>),
     /// For [`Query::Jobs`]: a page, and the cursor for the next one.

@@ -35,9 +35,38 @@ pub fn request(seq: u64) -> RequestId {
 
 /// A submission of `spec` as request `seq`.
 pub fn submit(seq: u64, spec: JobSpec) -> Command {
+    submit_with(seq, spec, JobOptions::default())
+}
+
+/// A submission of `spec` with `options` as request `seq`.
+pub fn submit_with(seq: u64, spec: JobSpec, options: JobOptions) -> Command {
     Command::Submit {
         spec,
         request: request(seq),
+        options,
+    }
+}
+
+/// Options limiting the jobs of `key`.
+pub fn limited(key: &str, running_max: Option<u32>, starts_per_second: Option<u32>) -> JobOptions {
+    JobOptions {
+        limit: Some(KeyLimit {
+            key: key.into(),
+            running_max,
+            starts_per_second,
+        }),
+        unique: None,
+    }
+}
+
+/// Options making the job unique under `key` for `window_ms`.
+pub fn unique(key: &str, window_ms: u64) -> JobOptions {
+    JobOptions {
+        limit: None,
+        unique: Some(Unique {
+            key: key.into(),
+            window_ms,
+        }),
     }
 }
 
@@ -264,6 +293,70 @@ pub fn all() -> Vec<Scenario> {
                 (
                     t + 3 + REQUEST_TTL_MS + REQUEST_PURGE_PERIOD_MS,
                     submit(1, spec(1, b"a")),
+                ),
+            ],
+        },
+        Scenario {
+            name: "keys limit running attempts and starts per second",
+            steps: vec![
+                (
+                    t,
+                    submit_with(1, spec(1, b"a"), limited("k", Some(2), None)),
+                ),
+                (
+                    t,
+                    submit_with(2, spec(1, b"b"), limited("k", Some(2), None)),
+                ),
+                (
+                    t,
+                    submit_with(3, spec(1, b"c"), limited("k", Some(2), None)),
+                ),
+                (t, submit(4, spec(1, b"free"))),
+                (
+                    t,
+                    submit_with(5, spec(1, b"r1"), limited("r", None, Some(1))),
+                ),
+                (
+                    t,
+                    submit_with(6, spec(1, b"r2"), limited("r", None, Some(1))),
+                ),
+                // Starts a, b, free and r1: c waits for a place, r2 for
+                // the next second.
+                (t + 1, poll("w1", 8)),
+                (t + 2, poll("w2", 8)),
+                (t + 3, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec()))),
+                // c takes a's place.
+                (t + 4, poll("w2", 8)),
+                (t + 1_000, poll("w2", 8)),
+                // r1 started at t + 1: a second later r2 may start.
+                (t + 1_001, poll("w2", 8)),
+                (t + 1_002, finish(2, 1, "w1", failed("trap"))),
+                (t + 1_003, Command::Cancel { id: 3 }),
+            ],
+        },
+        Scenario {
+            name: "a unique key answers with its window's job",
+            steps: vec![
+                (t, submit_with(1, spec(1, b"a"), unique("u", 1_000))),
+                // Within the window, whatever the input: job 1.
+                (t + 10, submit_with(2, spec(1, b"b"), unique("u", 1_000))),
+                (t + 11, poll("w1", 1)),
+                (
+                    t + 12,
+                    finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec())),
+                ),
+                (t + 999, submit_with(3, spec(1, b"c"), unique("u", 1_000))),
+                // The window ended: a new job.
+                (t + 1_000, submit_with(4, spec(1, b"d"), unique("u", 1_000))),
+                (t + 1_001, submit_with(5, spec(1, b"e"), unique("", 1_000))),
+                (t + 1_002, submit_with(6, spec(1, b"f"), unique("v", 0))),
+                (
+                    t + 1_003,
+                    submit_with(7, spec(1, b"g"), limited("k", None, None)),
+                ),
+                (
+                    t + 1_004,
+                    submit_with(8, spec(1, b"h"), limited("k", Some(0), None)),
                 ),
             ],
         },

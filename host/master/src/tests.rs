@@ -2,6 +2,7 @@
 
 use crate::scenarios::{self, failed, finish, poll, spec};
 use crate::*;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A submission of `spec` under a request id no other submission in these
@@ -54,7 +55,7 @@ impl Sim {
 
     fn job(&self, id: JobId) -> JobView {
         match self.master.query(0, &Query::Job { id }) {
-            Ok(Answer::Job(view)) => view,
+            Ok(Answer::Job(view)) => *view,
             other => panic!("job {id}: {other:?}"),
         }
     }
@@ -837,4 +838,258 @@ fn finished_answers_only_finished_and_unknown_jobs_with_outputs_within_bounds() 
         sim.master.query(0, &too_many).unwrap_err().code,
         codes::UNDECODABLE
     );
+}
+
+#[test]
+fn keys_limit_running_attempts_and_starts_per_second() {
+    let sim = Sim::scenario("keys limit running attempts and starts per second");
+    let w = |n: &str| n.to_string();
+    assert_eq!(
+        sim.assigned(),
+        vec![
+            // a and b fill key k's two places, r1 key r's one start a
+            // second; c and r2 wait.
+            (1, 1, w("w1")),
+            (2, 1, w("w1")),
+            (4, 1, w("w1")),
+            (5, 1, w("w1")),
+            // a finished: c takes its place.
+            (3, 1, w("w2")),
+            // A second after r1 started.
+            (6, 1, w("w2")),
+        ]
+    );
+    assert_eq!(
+        sim.job(3).options,
+        scenarios::limited("k", Some(2), None),
+        "a job shows its options"
+    );
+    assert_eq!(sim.job(4).options, JobOptions::default());
+    // Every attempt of k ended (a succeeded, b backs off, c cancelled):
+    // only r's two are counted as running.
+    let running: Vec<_> = sim.master.index.key_running.iter().collect();
+    assert_eq!(running, [(&"r".to_string(), &2)]);
+    assert_eq!(sim.master.startable(T + 1_004, 8), Vec::<JobId>::new());
+}
+
+#[test]
+fn a_key_limit_that_frees_a_place_wakes_the_workers() {
+    let mut sim = Sim::new();
+    let k = || scenarios::limited("k", Some(1), None);
+    sim.ok(T, scenarios::submit_with(1, spec(1, b"a"), k()));
+    sim.ok(T, scenarios::submit_with(2, spec(1, b"b"), k()));
+    sim.ok(T + 1, poll("w1", 4));
+    sim.effects.clear();
+    sim.ok(T + 2, finish(1, 1, "w1", Outcome::Succeeded(Vec::new())));
+    assert!(sim.effects.contains(&Effect::WorkAvailable));
+    sim.ok(T + 3, poll("w1", 4));
+    assert_eq!(sim.assigned(), vec![(2, 1, "w1".to_string())]);
+    // The last of the key's jobs ends: no one waits, no wake-up.
+    sim.effects.clear();
+    sim.ok(T + 4, finish(2, 1, "w1", Outcome::Succeeded(Vec::new())));
+    assert!(!sim.effects.contains(&Effect::WorkAvailable));
+}
+
+#[test]
+fn a_waiting_key_does_not_hold_back_other_jobs_or_their_order() {
+    let mut sim = Sim::new();
+    let k = || scenarios::limited("k", Some(1), None);
+    let mut high = spec(1, b"high");
+    high.priority = 9;
+    sim.ok(T, scenarios::submit_with(1, spec(1, b"k1"), k()));
+    sim.ok(T, scenarios::submit_with(2, spec(1, b"k2"), k()));
+    sim.ok(T, new_submit(spec(1, b"x")));
+    sim.ok(T, scenarios::submit_with(4, high, k()));
+    sim.ok(T, new_submit(spec(1, b"y")));
+    // The high-priority job leads key k's line: it and the unlimited jobs
+    // start, in order; k1 and k2 wait.
+    sim.ok(T + 1, poll("w1", 8));
+    let order: Vec<JobId> = sim.assigned().iter().map(|a| a.0).collect();
+    assert_eq!(order, vec![4, 3, 5]);
+    // One job per waiting key is looked at, however long its line.
+    assert_eq!(sim.master.index.ready.len(), 1);
+    assert_eq!(sim.master.index.key_ready["k"].len(), 2);
+}
+
+#[test]
+fn a_unique_key_answers_with_its_windows_job_and_bad_options_name_the_field() {
+    let mut sim = Sim::new();
+    let scenario = scenarios::all()
+        .into_iter()
+        .find(|s| s.name == "a unique key answers with its window's job")
+        .expect("scenario");
+    let replies: Vec<_> = (scenario.steps.into_iter())
+        .map(|(now, command)| sim.run(now, command))
+        .collect();
+    let job = |id| {
+        Ok(Reply::Submitted {
+            id,
+            existing: false,
+        })
+    };
+    let existing = |id| Ok(Reply::Submitted { id, existing: true });
+    assert_eq!(replies[0], job(1));
+    assert_eq!(replies[1], existing(1), "within the window, any input");
+    assert_eq!(
+        replies[4],
+        existing(1),
+        "a finished job still holds its key"
+    );
+    assert_eq!(replies[5], job(2), "the window ended");
+    let refused: Vec<String> = replies[6..]
+        .iter()
+        .map(|reply| {
+            let rejection = reply.clone().unwrap_err();
+            assert_eq!(rejection.code, codes::INVALID_JOB);
+            rejection.message
+        })
+        .collect();
+    assert!(refused[0].contains("unique.key"), "{refused:?}");
+    assert!(refused[1].contains("unique.window_ms"), "{refused:?}");
+    assert!(refused[2].contains("running_max or starts_per_second"));
+    assert!(refused[3].contains("limit.running_max"), "{refused:?}");
+    assert_eq!(sim.master.stats().submitted_total, 2, "nothing half made");
+}
+
+#[test]
+fn ended_unique_holds_and_idle_rate_windows_are_forgotten() {
+    let mut sim = Sim::new();
+    let rated = || scenarios::limited("r", None, Some(100));
+    for n in 0..20u8 {
+        let unique = scenarios::unique(&format!("u{n}"), 10);
+        sim.ok(T, scenarios::submit_with(n.into(), spec(1, &[n]), unique));
+    }
+    sim.ok(T, scenarios::submit_with(100, spec(1, b"r"), rated()));
+    sim.ok(T + 1, poll("w1", 30));
+    assert_eq!(sim.master.keyed.uniques.len(), 20);
+    assert_eq!(sim.master.keyed.starts.len(), 1);
+    // Later events that add a hold or a start forget a few ended ones each.
+    for n in 0..3u8 {
+        let unique = scenarios::unique(&format!("later{n}"), 10);
+        sim.ok(
+            T + 5_000,
+            scenarios::submit_with(200 + u64::from(n), spec(2, &[n]), unique),
+        );
+    }
+    // 8, then 8, then the last 4 of the 20 ended holds.
+    let held: Vec<&String> = sim.master.keyed.uniques.keys().collect();
+    assert_eq!(held, ["later0", "later1", "later2"]);
+    sim.ok(
+        T + 5_000,
+        scenarios::submit_with(300, spec(1, b"q"), scenarios::limited("q", Some(1), None)),
+    );
+    sim.ok(T + 5_001, poll("w1", 4));
+    assert_eq!(
+        sim.master.keyed.starts.keys().collect::<Vec<_>>(),
+        vec!["q"],
+        "r's window was idle"
+    );
+}
+
+mod key_limits {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// What a generated run does next.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// Submit a job of key `key` (or of none).
+        Submit { key: Option<u8>, priority: i32 },
+        /// Worker `worker` polls with `free` slots.
+        Poll { worker: u8, free: u32 },
+        /// The `nth` running job (in id order) ends, failing when `fail`.
+        Finish { nth: usize, fail: bool },
+        /// The `nth` job is cancelled.
+        Cancel { nth: u64 },
+        /// Time passes.
+        Wait { ms: u64 },
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (proptest::option::of(0..3u8), -1..2i32)
+                .prop_map(|(key, priority)| Step::Submit { key, priority }),
+            4 => (0..3u8, 0..5u32).prop_map(|(worker, free)| Step::Poll { worker, free }),
+            3 => (0..8usize, any::<bool>()).prop_map(|(nth, fail)| Step::Finish { nth, fail }),
+            1 => (1..30u64).prop_map(|nth| Step::Cancel { nth }),
+            3 => prop_oneof![0..50u64, 200..1_500u64].prop_map(|ms| Step::Wait { ms }),
+        ]
+    }
+
+    /// Key `n`'s limits: at most n + 1 running; keys 1 and 2 also at most
+    /// 2n starts a second.
+    fn limits(key: u8) -> JobOptions {
+        let rate = (key > 0).then_some(2 * u32::from(key));
+        scenarios::limited(&format!("k{key}"), Some(u32::from(key) + 1), rate)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Whatever the schedule, no key ever has more attempts running
+        /// than its limit, nor more starts in a second than its rate; and
+        /// a snapshot mid-way restores the same state.
+        #[test]
+        fn no_key_ever_exceeds_its_limits(steps in proptest::collection::vec(step(), 1..120)) {
+            let mut sim = Sim::new();
+            let mut now = T;
+            let mut seq = 0u64;
+            for step in steps {
+                match step {
+                    Step::Submit { key, priority } => {
+                        seq += 1;
+                        let mut spec = spec(1, &seq.to_le_bytes());
+                        spec.priority = priority;
+                        let options = key.map(limits).unwrap_or_default();
+                        sim.ok(now, scenarios::submit_with(seq, spec, options));
+                    }
+                    Step::Poll { worker, free } => {
+                        sim.ok(now, poll(&format!("w{worker}"), free));
+                    }
+                    Step::Finish { nth, fail } => {
+                        let running: Vec<JobView> = (1..=seq)
+                            .map(|id| sim.job(id))
+                            .filter(|job| job.state == JobState::Running)
+                            .collect();
+                        if let Some(job) = running.get(nth) {
+                            let attempt = job.attempts.last().expect("running");
+                            let outcome = if fail { failed("trap") } else { Outcome::Succeeded(Vec::new()) };
+                            let worker = attempt.worker.clone();
+                            sim.ok(now, finish(job.id, attempt.number, &worker, outcome));
+                        }
+                    }
+                    Step::Cancel { nth } => {
+                        let _ = sim.run(now, Command::Cancel { id: nth });
+                    }
+                    Step::Wait { ms } => {
+                        now += ms;
+                        sim.ok(now, Command::Tick);
+                    }
+                }
+                // Attempts as the job views show them, per key.
+                let mut attempts: BTreeMap<String, Vec<(Millis, Option<Millis>)>> = BTreeMap::new();
+                for id in 1..=seq {
+                    let job = sim.job(id);
+                    if let Some(limit) = &job.options.limit {
+                        let times = job.attempts.iter().map(|a| (a.started_at, a.ended_at));
+                        attempts.entry(limit.key.clone()).or_default().extend(times);
+                    }
+                }
+                for (key, times) in &attempts {
+                    let n: u8 = key[1..].parse().expect("k<n>");
+                    let limit = limits(n).limit.expect("a limit");
+                    let running = times.iter().filter(|(_, end)| end.is_none()).count();
+                    prop_assert!(running as u32 <= limit.running_max.expect("max"), "{key}: {running} running");
+                    if let Some(rate) = limit.starts_per_second {
+                        for &(start, _) in times {
+                            let within = times.iter().filter(|(s, _)| *s >= start && *s < start + crate::master::RATE_WINDOW_MS).count();
+                            prop_assert!(within as u32 <= rate, "{key}: {within} starts in a second from {start}");
+                        }
+                    }
+                }
+            }
+            let restored = Master::restore(&sim.master.snapshot()).expect("restores");
+            prop_assert_eq!(restored, sim.master.clone());
+        }
+    }
 }

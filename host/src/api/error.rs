@@ -133,6 +133,9 @@ error_codes! {
     InvalidFilter = "invalid_filter", UNPROCESSABLE_ENTITY, false;
     /// The job queue is at its bound.
     QueueFull = "queue_full", TOO_MANY_REQUESTS, true;
+    /// The master holds its most uniqueness keys; they free up as their
+    /// windows end.
+    UniqueKeysFull = "unique_keys_full", TOO_MANY_REQUESTS, true;
     /// Over the connections one client address may hold.
     TooManyConnections = "too_many_connections", TOO_MANY_REQUESTS, true;
     /// The request's headers are over the size limit.

@@ -55,7 +55,9 @@ use crate::security::token::TokenTable;
 use crate::worker::ProgressBoard;
 use base64::Engine as _;
 use bytes::Bytes;
-use cohort_master::{Answer, Command, JobSpec, JobState, JobView, Query, Reply};
+use cohort_master::{
+    Answer, Command, JobOptions, JobSpec, JobState, JobView, KeyLimit, Query, Reply, Unique,
+};
 pub use error::{ApiError, ErrorCode};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
@@ -92,6 +94,13 @@ pub const BATCH_JOBS_MAX: usize = 10_000;
 pub const IDEMPOTENCY_KEY_CHARS_MAX: usize = 64;
 const _: () = assert!(
     IDEMPOTENCY_KEY_CHARS_MAX * 4 <= cohort_master::master::IDEMPOTENCY_KEY_BYTES_MAX,
+    "any key the API takes fits the master's limit in bytes"
+);
+/// Longest concurrency or uniqueness key, in characters (within the
+/// master's limit in bytes, whatever the characters).
+pub const KEY_CHARS_MAX: usize = 64;
+const _: () = assert!(
+    KEY_CHARS_MAX * 4 <= cohort_master::master::KEY_BYTES_MAX,
     "any key the API takes fits the master's limit in bytes"
 );
 /// Longest `wait_ms` honoured.
@@ -468,6 +477,63 @@ fn number<T: std::str::FromStr>(
             })
         })
         .transpose()
+}
+
+/// A submission's keys, limits and uniqueness, checked against the
+/// master's bounds with the JSON fields' names.
+fn options(submit: &SubmitRequest) -> Result<JobOptions, ApiError> {
+    use cohort_master::master::{KEY_LIMIT_MAX, UNIQUE_WINDOW_MS_MAX};
+    let invalid = |message: String| Err(ApiError::new(ErrorCode::InvalidJob, message));
+    for (field, key) in [
+        ("concurrency_key", &submit.concurrency_key),
+        ("unique_key", &submit.unique_key),
+    ] {
+        if let Some(key) = key
+            && !(1..=KEY_CHARS_MAX).contains(&key.chars().count())
+        {
+            return invalid(format!("{field} must be 1 to {KEY_CHARS_MAX} characters"));
+        }
+    }
+    for (field, limit) in [
+        ("concurrency_limit", submit.concurrency_limit),
+        ("rate_limit", submit.rate_limit),
+    ] {
+        match limit {
+            Some(limit) if !(1..=KEY_LIMIT_MAX).contains(&limit) => {
+                return invalid(format!("{field} must be 1 to {KEY_LIMIT_MAX}"));
+            }
+            Some(_) if submit.concurrency_key.is_none() => {
+                return invalid(format!("{field} needs a concurrency_key"));
+            }
+            _ => {}
+        }
+    }
+    let limit = match &submit.concurrency_key {
+        None => None,
+        Some(_) if submit.concurrency_limit.is_none() && submit.rate_limit.is_none() => {
+            return invalid("concurrency_key needs concurrency_limit or rate_limit".into());
+        }
+        Some(key) => Some(KeyLimit {
+            key: key.clone(),
+            running_max: submit.concurrency_limit,
+            starts_per_second: submit.rate_limit,
+        }),
+    };
+    let unique = match (&submit.unique_key, submit.unique_window_ms) {
+        (None, None) => None,
+        (None, Some(_)) => return invalid("unique_window_ms needs a unique_key".into()),
+        (Some(_), None) => return invalid("unique_key needs unique_window_ms".into()),
+        (Some(_), Some(window)) if !(1..=UNIQUE_WINDOW_MS_MAX).contains(&window) => {
+            return invalid(format!(
+                "unique_window_ms must be 1 to {UNIQUE_WINDOW_MS_MAX}"
+            ));
+        }
+        (Some(key), Some(window_ms)) => Some(Unique {
+            key: key.clone(),
+            window_ms,
+        }),
+    };
+    Ok(JobOptions { limit, unique })
 }
 
 fn job_id(text: &str) -> Result<u64, ApiError> {
@@ -849,7 +915,7 @@ impl Api {
                 let Answer::Job(view) = self.master.query(Query::Job { id }).await? else {
                     return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
                 };
-                let mut response = self.job_response(view);
+                let mut response = self.job_response(*view);
                 if response.state == "running" && response.progress.is_none() {
                     // Running on another node: its worker's last poll brought it.
                     let current = response.attempts.last().map(|a| a.number);
@@ -871,7 +937,7 @@ impl Api {
                 let Answer::Job(view) = self.master.query(Query::Job { id }).await? else {
                     return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
                 };
-                Ok(json(StatusCode::OK, &self.job_response(view)))
+                Ok(json(StatusCode::OK, &self.job_response(*view)))
             }
             (&Method::GET, ["v1", "jobs", id, "result"]) => {
                 let id = job_id(id)?;
@@ -929,7 +995,10 @@ impl Api {
         Ok(())
     }
 
-    async fn spec(&self, submit: SubmitRequest) -> Result<JobSpec, ApiError> {
+    /// What to run and what the master is asked beyond it, checked field
+    /// by field (errors name the JSON field).
+    async fn submission(&self, submit: SubmitRequest) -> Result<(JobSpec, JobOptions), ApiError> {
+        let options = options(&submit)?;
         let digest = parse_digest(&submit.module, ErrorCode::ModuleNotFound)?;
         if !self.fetcher.ensure(&self.modules, &digest).await? {
             return Err(not_stored(ErrorCode::ModuleNotFound, &digest));
@@ -975,7 +1044,7 @@ impl Api {
                 ),
             ));
         }
-        Ok(JobSpec {
+        let spec = JobSpec {
             module: digest.to_bytes(),
             input,
             timeout_ms: submit.timeout_ms.unwrap_or(self.defaults.timeout_ms),
@@ -983,15 +1052,20 @@ impl Api {
             max_attempts: submit.max_attempts.unwrap_or(self.defaults.max_attempts),
             priority: submit.priority.unwrap_or(0),
             idempotency_key: submit.idempotency_key,
-        })
+        };
+        Ok((spec, options))
     }
 
     async fn submit(&self, submit: SubmitRequest) -> Result<SubmitResponse, ApiError> {
         let request = self.request_ids.next();
-        let spec = self.spec(submit).await?;
+        let (spec, options) = self.submission(submit).await?;
         match self
             .master
-            .command(Command::Submit { spec, request })
+            .command(Command::Submit {
+                spec,
+                request,
+                options,
+            })
             .await?
         {
             Reply::Submitted { id, existing } => Ok(SubmitResponse { id, existing }),
@@ -1015,12 +1089,15 @@ impl Api {
         let requests = self.request_ids.take(batch.jobs.len());
         let mut pending = Vec::with_capacity(batch.jobs.len());
         for (submit, request) in batch.jobs.into_iter().zip(requests) {
-            pending.push(match self.spec(submit).await {
-                Ok(spec) => {
+            pending.push(match self.submission(submit).await {
+                Ok((spec, options)) => {
                     let master = self.master.clone();
-                    Ok(tokio::spawn(async move {
-                        master.command(Command::Submit { spec, request }).await
-                    }))
+                    let submit = Command::Submit {
+                        spec,
+                        request,
+                        options,
+                    };
+                    Ok(tokio::spawn(async move { master.command(submit).await }))
                 }
                 Err(error) => Err(error),
             });
@@ -1174,6 +1251,15 @@ impl Api {
             result_bytes: view.result_bytes,
             input_bytes: view.input_bytes,
             has_checkpoint: view.has_checkpoint,
+            concurrency_key: view.options.limit.as_ref().map(|l| l.key.clone()),
+            concurrency_limit: view.options.limit.as_ref().and_then(|l| l.running_max),
+            rate_limit: view
+                .options
+                .limit
+                .as_ref()
+                .and_then(|l| l.starts_per_second),
+            unique_key: view.options.unique.as_ref().map(|u| u.key.clone()),
+            unique_window_ms: view.options.unique.as_ref().map(|u| u.window_ms),
             progress: (view.state == JobState::Running)
                 .then(|| self.progress.get(view.id))
                 .flatten()

@@ -437,7 +437,7 @@ fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
             .answers_raw(200, "application/wasm", "The component.")
             .errors(&[&[ModuleNotStored]]),
         route(Post, "/v1/jobs", "jobs", "Submit a job")
-            .describe("Answered once the job is durable on a majority of the voters. The same `idempotency_key` gives the same job.")
+            .describe("Answered once the job is durable on a majority of the voters. The same `idempotency_key` gives the same job; so does the same `unique_key` within its window. Jobs sharing a `concurrency_key` run at most `concurrency_limit` at once and start at most `rate_limit` a second.")
             .body::<SubmitRequest>(serde_json::json!({"module": "ab".repeat(32), "input": "a b a", "idempotency_key": "order-17"}))
             .answers::<SubmitResponse>(202, "Accepted, durable.")
             .errors(&[MASTER, &[
@@ -449,6 +449,7 @@ fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
                 InvalidJob,
                 IdempotencyConflict,
                 QueueFull,
+                UniqueKeysFull,
                 OutcomeUnknown,
                 ReplicasUnavailable,
             ]]),

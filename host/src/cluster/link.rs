@@ -858,6 +858,7 @@ mod tests {
                 idempotency_key: None,
             },
             request: RequestId { origin: 9, seq },
+            options: Default::default(),
         }
     }
 

@@ -88,6 +88,7 @@ fn samples() -> Vec<Vec<u8>> {
         WireRequest::Command(Command::Submit {
             spec: spec(),
             request: RequestId { origin: 5, seq: 6 },
+            options: cohort_master::scenarios::limited("k", Some(2), Some(5)),
         }),
         WireRequest::Command(Command::Finish {
             id: 1,

@@ -34,7 +34,8 @@
 //! # Waiting
 //!
 //! Workers long-poll: a poll that finds no work is parked until jobs become
-//! runnable (the `WorkAvailable` effect) or its wait ends. Clients may wait
+//! runnable (the `WorkAvailable` effect), the next tick (a rate-limited
+//! key may start again a second after its last starts) or its wait ends. Clients may wait
 //! for a job to settle; the watch fires on its `Settled` effect. A client
 //! waiting for many jobs at once ([`MasterHandle::wait_finished`]) is one
 //! watch over all of them: it fires on the first to settle and is then
@@ -579,6 +580,9 @@ impl MasterLoop {
                     next_tick = Instant::now() + TICK_INTERVAL;
                     self.execute(now_ms(), &Command::Tick)??;
                     self.expire_parked();
+                    // A key's rate window moves on with time, not with an
+                    // event: parked polls look again at every tick.
+                    self.batch.work_available = true;
                 }
                 self.wake_parked()?;
                 self.flush()?;
@@ -1133,7 +1137,11 @@ mod tests {
                 origin: 1,
                 seq: n.into(),
             };
-            let submit = Command::Submit { spec, request };
+            let submit = Command::Submit {
+                spec,
+                request,
+                options: Default::default(),
+            };
             let Reply::Submitted { id, .. } = master.command(submit).await.unwrap() else {
                 panic!("not submitted");
             };
