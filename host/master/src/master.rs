@@ -46,6 +46,19 @@
 //! retries one request: [`REQUEST_TTL_MS`] explains) and for at most
 //! [`REQUESTS_MAX`] submissions (the oldest are forgotten first beyond it).
 //!
+//! # Keys
+//!
+//! A submission's [`JobOptions`] may name a key with limits ([`KeyLimit`]:
+//! at most `running_max` attempts of the key's jobs at once, at most
+//! `starts_per_second` started in any [`RATE_WINDOW_MS`]) and a uniqueness
+//! key ([`Unique`]: a submission whose key a job submitted less than
+//! `window_ms` earlier holds gets that job). Each limited key has its own
+//! line of ready jobs; `ready` holds only the unkeyed jobs and the first of
+//! each line (`Index::enqueue`), so a poll looks at one job per waiting
+//! key (`Master::startable`). Start times and uniqueness holds are state
+//! (they outlive their jobs); the events that add them also forget up to
+//! `FORGET_PER_EVENT` ended ones, so no `apply` does unbounded work.
+//!
 //! # Bounds
 //!
 //! Queued jobs are bounded by `queue_max` (`queue_full` beyond it); inputs,
