@@ -30,6 +30,23 @@ def test_a_loop_of_submissions_is_batched_and_awaited_together(node: Node, echo_
     assert "POST /v1/jobs" not in counts and "GET /v1/jobs/{id}" not in counts, counts
 
 
+def test_keys_and_uniqueness_reach_the_master(node: Node, echo_wasm: str) -> None:
+    with Client(node.url) as client:
+        limited = client.submit(echo_wasm, "a", concurrency_key="api", concurrency_limit=2, rate_limit=10)
+        first = client.submit(echo_wasm, "b", unique_key="daily", unique_window_ms=3_600_000)
+        assert limited.result(timeout=RESULT_TIMEOUT_S) == b"a"
+        assert first.result(timeout=RESULT_TIMEOUT_S) == b"b"
+        status = limited.status()
+        assert (status["concurrency_key"], status["concurrency_limit"], status["rate_limit"]) == ("api", 2, 10)
+        # Within the window, another input: the first job.
+        second = client.submit(echo_wasm, "c", unique_key="daily", unique_window_ms=3_600_000)
+        assert second.result(timeout=RESULT_TIMEOUT_S) == b"b"
+        assert second.id == first.id and second.existing
+        with pytest.raises(CohortError) as refused:
+            client.submit(echo_wasm, "d", rate_limit=5).result(timeout=RESULT_TIMEOUT_S)
+        assert refused.value.code == "invalid_job" and "concurrency_key" in str(refused.value)
+
+
 def test_inputs_outputs_and_handles(node: Node, echo_wasm: str) -> None:
     large = os.urandom(100 << 10)  # over the 64 KiB a wait answer carries inline
     with Client([node.url]) as client:
