@@ -31,6 +31,7 @@ const GUESTS: &[&str] = &[
     "fixture-escape",
     "fixture-future-job",
     "fixture-foreign-import",
+    "fixture-kernels",
 ];
 
 /// Environment that must not leak from the outer build into the guest build:

@@ -368,7 +368,9 @@ fn browser() -> Browser {
     // The tests of this file run in parallel: one installs, the others
     // wait for it.
     static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _installing = INSTALL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _installing = INSTALL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let chromium = PathBuf::from("/usr/bin/chromium");
     let scripts = Path::new(ROOT).join("tests/browser");
     if !chromium.exists() {

@@ -5,7 +5,11 @@
 //!    one job at a time; p50/p99 in µs.
 //! 2. Throughput of empty jobs with one task per core.
 //! 3. `primes` as a Wasm job against the same sieve compiled natively.
-//! 4. `cargo bench --bench runtime -- languages`: Rust, Python and
+//! 4. `cargo bench --bench runtime -- kernels`: six CPU-bound kernels
+//!    (`tests/fixtures/kernels`) as Wasm jobs against the same code
+//!    compiled natively, with the job's time limit enforced as always;
+//!    best of three each, and the geometric mean of the ratios.
+//! 5. `cargo bench --bench runtime -- languages`: Rust, Python and
 //!    JavaScript side by side: component size, first compile, load from the
 //!    disk cache (a node's second job after a restart), empty-job overhead
 //!    on a warm runtime, and `wordcount` on the same ~1 MB text. Python and
@@ -46,6 +50,10 @@ fn main() {
     let guard = std::env::args().skip(1).any(|a| a == "guard");
     if std::env::args().skip(1).any(|a| a == "languages") {
         languages();
+        return;
+    }
+    if std::env::args().skip(1).any(|a| a == "kernels") {
+        kernels(KERNEL_RUNS);
         return;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -196,6 +204,53 @@ fn primes(runs: u32) -> f64 {
         wasm_best.as_secs_f64() / native_best.as_secs_f64()
     );
     wasm_best.as_secs_f64() / native_best.as_secs_f64()
+}
+
+/// Runs of each kernel (the best counts).
+const KERNEL_RUNS: u32 = 3;
+
+/// Section 4: each kernel as a Wasm job (through the runtime, with its
+/// time limit and epoch interruption as a node runs it) and natively;
+/// returns the geometric mean of the Wasm/native ratios.
+fn kernels(runs: u32) -> f64 {
+    let rt = current_thread();
+    let (runtime, module) = load(&rt, 2, "fixture_kernels");
+    println!("\n## CPU-bound kernels: Wasm job vs native, best of {runs}");
+    println!("| kernel | n | Wasm (job) | native | ratio |");
+    println!("|---|---|---|---|---|");
+    let mut log_sum = 0.0;
+    for &(name, kernel, n) in fixture_kernels::KERNELS {
+        let input = format!(r#"{{"kernel": "{name}", "n": {n}}}"#).into_bytes();
+        let (mut wasm_best, mut native_best) = (Duration::MAX, Duration::MAX);
+        for _ in 0..runs {
+            let started = Instant::now();
+            let native = std::hint::black_box(kernel(std::hint::black_box(n)));
+            native_best = native_best.min(started.elapsed());
+
+            let started = Instant::now();
+            let report = rt.block_on(runtime.run(
+                &module,
+                JobRequest {
+                    input: input.clone(),
+                    ..JobRequest::default()
+                },
+            ));
+            wasm_best = wasm_best.min(started.elapsed());
+            let out: serde_json::Value =
+                serde_json::from_slice(&report.outcome.expect("the kernel job succeeds")).unwrap();
+            assert_eq!(out["checksum"], native, "{name}: Wasm and native disagree");
+        }
+        let ratio = wasm_best.as_secs_f64() / native_best.as_secs_f64();
+        log_sum += ratio.ln();
+        println!(
+            "| {name} | {n} | {:.1} ms | {:.1} ms | {ratio:.2}x |",
+            wasm_best.as_secs_f64() * 1000.0,
+            native_best.as_secs_f64() * 1000.0,
+        );
+    }
+    let geomean = (log_sum / fixture_kernels::KERNELS.len() as f64).exp();
+    println!("| geometric mean | | | | {geomean:.2}x |");
+    geomean
 }
 
 /// Empty jobs measured per language on a warm runtime.
