@@ -9,6 +9,8 @@
 //!    (`tests/fixtures/kernels`) as Wasm jobs against the same code
 //!    compiled natively, with the job's time limit enforced as always;
 //!    best of three each, and the geometric mean of the ratios.
+//!    `COHORT_BENCH_KERNELS_WASM=FILE` runs another build of the kernels
+//!    component instead (experiments: other target features).
 //! 5. `cargo bench --bench runtime -- languages`: Rust, Python and
 //!    JavaScript side by side: component size, first compile, load from the
 //!    disk cache (a node's second job after a restart), empty-job overhead
@@ -214,7 +216,14 @@ const KERNEL_RUNS: u32 = 3;
 /// returns the geometric mean of the Wasm/native ratios.
 fn kernels(runs: u32) -> f64 {
     let rt = current_thread();
-    let (runtime, module) = load(&rt, 2, "fixture_kernels");
+    let (runtime, mut module) = load(&rt, 2, "fixture_kernels");
+    // Experiments: the same kernels built another way (say, with
+    // `-Ctarget-feature=+simd128`), from `COHORT_BENCH_KERNELS_WASM`.
+    if let Some(path) = std::env::var_os("COHORT_BENCH_KERNELS_WASM") {
+        println!("kernels from {}", std::path::Path::new(&path).display());
+        let bytes = std::fs::read(&path).expect("COHORT_BENCH_KERNELS_WASM is readable");
+        module = rt.block_on(runtime.load(&bytes)).unwrap();
+    }
     println!("\n## CPU-bound kernels: Wasm job vs native, best of {runs}");
     println!("| kernel | n | Wasm (job) | native | ratio |");
     println!("|---|---|---|---|---|");
