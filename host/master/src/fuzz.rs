@@ -862,6 +862,37 @@ fn extreme_configurations_never_overflow() {
 /// A replica's journal holds entries another node sent it; replaying them
 /// must not stop the master that takes over. `Submitted { id: u64::MAX }`
 /// overflows `next_id`.
+/// A journal that submits one id twice, with different keys, then
+/// cancels it, leaves the first copy's place in line under a key whose line
+/// is gone: a poll must pass it without a panic.
+#[test]
+fn a_job_replaced_under_its_id_with_another_key_polls_without_panic() {
+    use crate::scenarios::{limited, spec};
+    let submitted = |at, key| Event {
+        at,
+        kind: EventKind::Submitted {
+            id: 1,
+            spec: spec(1, b""),
+            request: None,
+            options: limited(key, Some(1), None),
+        },
+    };
+    let mut master = Master::new();
+    master.apply(&submitted(1, "a"));
+    master.apply(&submitted(2, "b"));
+    master.apply(&Event {
+        at: 3,
+        kind: EventKind::Cancelled { id: 1 },
+    });
+    let poll = Command::Poll {
+        worker: "w".into(),
+        slots: 4,
+        free: 4,
+    };
+    let decided = std::panic::catch_unwind(|| master.decide(4, &poll));
+    assert!(decided.is_ok(), "the poll panicked");
+}
+
 #[test]
 
 fn replaying_an_extreme_event_never_panics() {

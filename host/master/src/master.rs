@@ -1225,11 +1225,11 @@ impl Master {
             }
             *count += 1;
             out.push(id);
-            let line = &self.index.key_ready[&limit.key];
-            if let Some(&next) = line
-                .range((Bound::Excluded(place), Bound::Unbounded))
-                .next()
-            {
+            // A journal is decoded, not trusted: a job replaced under its
+            // id may name a key whose line is gone; it then moves no one up.
+            let line = self.index.key_ready.get(&limit.key);
+            let after = (Bound::Excluded(place), Bound::Unbounded);
+            if let Some(&next) = line.and_then(|line| line.range(after).next()) {
                 moved_up.insert(next);
             }
         }
