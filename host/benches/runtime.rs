@@ -79,12 +79,21 @@ fn main() {
 
 /// A runtime with `concurrent_jobs` slots and the guest `name` loaded in it.
 fn load(rt: &tokio::runtime::Runtime, concurrent_jobs: u32, name: &str) -> (Runtime, Module) {
+    load_bytes(rt, concurrent_jobs, &guest(name))
+}
+
+/// A runtime with `concurrent_jobs` slots and the component `wasm` loaded.
+fn load_bytes(
+    rt: &tokio::runtime::Runtime,
+    concurrent_jobs: u32,
+    wasm: &[u8],
+) -> (Runtime, Module) {
     let runtime = Runtime::new(RuntimeConfig {
         concurrent_jobs,
         ..RuntimeConfig::default()
     })
     .unwrap();
-    let module = rt.block_on(runtime.load(&guest(name))).unwrap();
+    let module = rt.block_on(runtime.load(wasm)).unwrap();
     (runtime, module)
 }
 
@@ -177,16 +186,8 @@ fn primes(runs: u32) -> f64 {
     let mut wasm_best = Duration::MAX;
     let mut native_best = Duration::MAX;
     for _ in 0..runs {
-        let started = Instant::now();
-        let report = rt.block_on(runtime.run(
-            &module,
-            JobRequest {
-                input: input.clone(),
-                ..JobRequest::default()
-            },
-        ));
-        wasm_best = wasm_best.min(started.elapsed());
-        let out: serde_json::Value = serde_json::from_slice(&report.outcome.unwrap()).unwrap();
+        let (took, out) = run_json(&rt, &runtime, &module, &input);
+        wasm_best = wasm_best.min(took);
         assert_eq!(out["count"], expected);
 
         let started = Instant::now();
@@ -208,6 +209,27 @@ fn primes(runs: u32) -> f64 {
     wasm_best.as_secs_f64() / native_best.as_secs_f64()
 }
 
+/// Runs one job with `input` and default limits; its time and its output
+/// as JSON (the job must succeed).
+fn run_json(
+    rt: &tokio::runtime::Runtime,
+    runtime: &Runtime,
+    module: &Module,
+    input: &[u8],
+) -> (Duration, serde_json::Value) {
+    let started = Instant::now();
+    let report = rt.block_on(runtime.run(
+        module,
+        JobRequest {
+            input: input.to_vec(),
+            ..JobRequest::default()
+        },
+    ));
+    let took = started.elapsed();
+    let output = report.outcome.expect("the job succeeds");
+    (took, serde_json::from_slice(&output).unwrap())
+}
+
 /// Runs of each kernel (the best counts).
 const KERNEL_RUNS: u32 = 3;
 
@@ -216,14 +238,16 @@ const KERNEL_RUNS: u32 = 3;
 /// returns the geometric mean of the Wasm/native ratios.
 fn kernels(runs: u32) -> f64 {
     let rt = current_thread();
-    let (runtime, mut module) = load(&rt, 2, "fixture_kernels");
     // Experiments: the same kernels built another way (say, with
     // `-Ctarget-feature=+simd128`), from `COHORT_BENCH_KERNELS_WASM`.
-    if let Some(path) = std::env::var_os("COHORT_BENCH_KERNELS_WASM") {
-        println!("kernels from {}", std::path::Path::new(&path).display());
-        let bytes = std::fs::read(&path).expect("COHORT_BENCH_KERNELS_WASM is readable");
-        module = rt.block_on(runtime.load(&bytes)).unwrap();
-    }
+    let wasm = match std::env::var_os("COHORT_BENCH_KERNELS_WASM") {
+        Some(path) => {
+            println!("kernels from {}", std::path::Path::new(&path).display());
+            std::fs::read(&path).expect("COHORT_BENCH_KERNELS_WASM is readable")
+        }
+        None => guest("fixture_kernels"),
+    };
+    let (runtime, module) = load_bytes(&rt, 2, &wasm);
     println!("\n## CPU-bound kernels: Wasm job vs native, best of {runs}");
     println!("| kernel | n | Wasm (job) | native | ratio |");
     println!("|---|---|---|---|---|");
@@ -236,17 +260,8 @@ fn kernels(runs: u32) -> f64 {
             let native = std::hint::black_box(kernel(std::hint::black_box(n)));
             native_best = native_best.min(started.elapsed());
 
-            let started = Instant::now();
-            let report = rt.block_on(runtime.run(
-                &module,
-                JobRequest {
-                    input: input.clone(),
-                    ..JobRequest::default()
-                },
-            ));
-            wasm_best = wasm_best.min(started.elapsed());
-            let out: serde_json::Value =
-                serde_json::from_slice(&report.outcome.expect("the kernel job succeeds")).unwrap();
+            let (took, out) = run_json(&rt, &runtime, &module, &input);
+            wasm_best = wasm_best.min(took);
             assert_eq!(out["checksum"], native, "{name}: Wasm and native disagree");
         }
         let ratio = wasm_best.as_secs_f64() / native_best.as_secs_f64();
