@@ -254,6 +254,42 @@ fn bulk_action() -> impl Strategy<Value = BulkAction> {
     ]
 }
 
+fn every() -> impl Strategy<Value = Every> {
+    let expressions = vec!["* * * * * *", "*/2 * * * *", "0 30 2 * * *", "0 0 30 2 *", "x"];
+    let zones = vec!["UTC", "Europe/Paris", "America/New_York", "Mars/Olympus"];
+    prop_oneof![
+        (prop::sample::select(expressions), prop::sample::select(zones)).prop_map(
+            |(expression, timezone)| Every::Cron {
+                expression: expression.into(),
+                timezone: timezone.into(),
+            }
+        ),
+        (text(), text()).prop_map(|(expression, timezone)| Every::Cron { expression, timezone }),
+        n64().prop_map(|ms| Every::Interval { ms }),
+    ]
+}
+
+/// Schedule names from a small set, so commands and events meet.
+fn schedule_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec!["a", "b"]).prop_map(String::from),
+        text(),
+    ]
+}
+
+prop_compose! {
+    fn schedule_spec()(
+        name in schedule_name(),
+        every in every(),
+        job in job_spec(),
+        options in job_options(),
+        overlap in prop::sample::select(Overlap::ALL.to_vec()),
+        catch_up_ms in n64(),
+    ) -> ScheduleSpec {
+        ScheduleSpec { name, every, job, options, overlap, catch_up_ms }
+    }
+}
+
 fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
         1 => config_value().prop_map(Command::Configure),
@@ -280,6 +316,12 @@ fn command() -> impl Strategy<Value = Command> {
         1 => text().prop_map(|id| Command::RevokeToken { id }),
         1 => (bulk_action(), job_filter())
             .prop_map(|(action, filter)| Command::Bulk { action, filter }),
+        2 => schedule_spec().prop_map(Command::CreateSchedule),
+        1 => (schedule_name(), any::<bool>())
+            .prop_map(|(name, paused)| Command::PauseSchedule { name, paused }),
+        1 => schedule_name().prop_map(|name| Command::DeleteSchedule { name }),
+        1 => (schedule_name(), n64(), n64())
+            .prop_map(|(name, from, to)| Command::Backfill { name, from, to }),
     ]
 }
 
@@ -330,6 +372,29 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         text().prop_map(|id| EventKind::TokenRevoked { id }),
         n64().prop_map(|before| EventKind::RequestsExpired { before }),
         (n64(), n32()).prop_map(|(id, max_attempts)| EventKind::Retried { id, max_attempts }),
+        (schedule_spec(), option::of(n64()))
+            .prop_map(|(spec, next)| EventKind::ScheduleCreated { spec, next }),
+        (schedule_name(), n64(), n64(), option::of(n64())).prop_map(|(name, tick, id, next)| {
+            EventKind::ScheduleFired { name, tick, id, next }
+        }),
+        (schedule_name(), n64(), any::<bool>(), option::of(n64())).prop_map(
+            |(name, tick, full, next)| EventKind::ScheduleSkipped {
+                name,
+                tick,
+                reason: if full { SkipReason::QueueFull } else { SkipReason::Overlap },
+                next,
+            }
+        ),
+        (schedule_name(), n64(), option::of(n64()))
+            .prop_map(|(name, tick, next)| EventKind::ScheduleBuffered { name, tick, next }),
+        (schedule_name(), n64(), n64(), option::of(n64())).prop_map(|(name, from, to, next)| {
+            EventKind::ScheduleMissed { name, from, to, next }
+        }),
+        (schedule_name(), any::<bool>(), option::of(n64()))
+            .prop_map(|(name, paused, next)| EventKind::SchedulePaused { name, paused, next }),
+        (schedule_name(), n64(), n64())
+            .prop_map(|(name, from, to)| EventKind::ScheduleBackfilled { name, from, to }),
+        schedule_name().prop_map(|name| EventKind::ScheduleDeleted { name }),
     ]
 }
 

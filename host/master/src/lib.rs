@@ -14,6 +14,7 @@
 
 pub mod master;
 pub mod protocol;
+pub mod schedule;
 pub mod scenarios;
 
 #[cfg(test)]

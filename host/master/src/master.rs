@@ -75,6 +75,7 @@ use std::ops::Bound;
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::*;
+use crate::schedule::{self, BACKFILL_TICKS_MAX, SCHEDULES_MAX, Schedule, TICKS_PER_TICK_MAX};
 
 /// Most events one `Tick` produces; the rest wait for the next tick.
 pub const TICK_EVENTS_MAX: usize = 4096;
@@ -116,7 +117,7 @@ pub const TOKEN_SCOPES: [&str; 3] = ["read", "submit", "admin"];
 /// ids, then what keys hold. Older snapshots are still read: version 3 (no
 /// keys), version 2 (tokens, no request ids) and version 1 (the state
 /// alone, from before tokens existed).
-pub const SNAPSHOT_VERSION: u8 = 4;
+pub const SNAPSHOT_VERSION: u8 = 5;
 /// Longest concurrency, rate or uniqueness key.
 pub const KEY_BYTES_MAX: usize = 256;
 /// Largest `running_max` and `starts_per_second` a key limit may ask for.
@@ -202,6 +203,10 @@ pub struct Master {
     /// request ids in a snapshot.
     #[serde(skip)]
     pub(crate) keyed: Keyed,
+    /// Schedules by name (see [`crate::schedule`]); written after the keys
+    /// in a snapshot.
+    #[serde(skip)]
+    schedules: BTreeMap<String, Schedule>,
     // Indexes, rebuilt from `jobs` on restore (not in snapshots).
     #[serde(skip)]
     pub(crate) index: Index,
@@ -278,6 +283,8 @@ pub(crate) struct Index {
     result_bytes: u64,
     /// Jobs held per module.
     modules: BTreeMap<Digest, u64>,
+    /// The schedule that fired each unfinished job a schedule fired.
+    fired_by: BTreeMap<JobId, String>,
 }
 
 impl Index {
@@ -345,19 +352,21 @@ impl Master {
             tokens: BTreeMap::new(),
             requests: BTreeMap::new(),
             keyed: Keyed::default(),
+            schedules: BTreeMap::new(),
             index: Index::default(),
         }
     }
 
     /// The whole state as versioned bytes: `[SNAPSHOT_VERSION] ++
     /// postcard(state) ++ postcard(tokens) ++ postcard(request ids) ++
-    /// postcard(keys)`.
+    /// postcard(keys) ++ postcard(schedules)`.
     pub fn snapshot(&self) -> Vec<u8> {
         let mut out = vec![SNAPSHOT_VERSION];
         out = postcard::to_extend(self, out).expect("postcard encoding into a Vec");
         out = postcard::to_extend(&self.tokens, out).expect("postcard encoding into a Vec");
         out = postcard::to_extend(&self.requests, out).expect("postcard encoding into a Vec");
-        postcard::to_extend(&self.keyed, out).expect("postcard encoding into a Vec")
+        out = postcard::to_extend(&self.keyed, out).expect("postcard encoding into a Vec");
+        postcard::to_extend(&self.schedules, out).expect("postcard encoding into a Vec")
     }
 
     /// A master from [`snapshot`](Self::snapshot) bytes, or from a snapshot
@@ -387,6 +396,9 @@ impl Master {
         if version >= 4 {
             (master.keyed, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
         }
+        if version >= 5 {
+            (master.schedules, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
+        }
         // Version 1 was written by `encode`, which ignores trailing bytes.
         if version >= 2 && !rest.is_empty() {
             return Err(Rejection::new(
@@ -415,6 +427,15 @@ impl Master {
         // Options of jobs the snapshot does not hold are dropped, like the
         // workers' references above.
         self.keyed.options.retain(|id, _| jobs.contains_key(id));
+        let mut fired_by = BTreeMap::new();
+        for (name, schedule) in &mut self.schedules {
+            schedule
+                .active
+                .retain(|id| jobs.get(id).is_some_and(|job| !job.state.is_terminal()));
+            for &id in &schedule.active {
+                fired_by.insert(id, name.clone());
+            }
+        }
         let mut index = Index {
             requests: self.requests.iter().map(|(&r, e)| (e.at, r)).collect(),
             unique_until: (self.keyed.uniques.iter())
@@ -423,6 +444,7 @@ impl Master {
             latest_start: (self.keyed.starts.iter())
                 .filter_map(|(key, starts)| Some((*starts.back()?, key.clone())))
                 .collect(),
+            fired_by,
             ..Index::default()
         };
         for (&id, job) in &self.jobs {
@@ -646,6 +668,194 @@ impl Master {
                 }
                 done(vec![event(EventKind::TokenRevoked { id: id.clone() })])
             }
+            Command::CreateSchedule(spec) => {
+                validate_spec(&self.config, &spec.job)?;
+                validate_options(&spec.options)?;
+                let next = schedule::validate(spec, now)?;
+                if self.schedules.contains_key(&spec.name) {
+                    return reject(
+                        codes::SCHEDULE_EXISTS,
+                        format!("a schedule named {} exists", spec.name),
+                    );
+                }
+                if self.schedules.len() >= SCHEDULES_MAX {
+                    return reject(
+                        codes::INVALID_SCHEDULE,
+                        format!("at most {SCHEDULES_MAX} schedules; delete some first"),
+                    );
+                }
+                done(vec![event(EventKind::ScheduleCreated {
+                    spec: spec.clone(),
+                    next,
+                })])
+            }
+            Command::PauseSchedule { name, paused } => {
+                let schedule = self.schedule(name)?;
+                if schedule.paused == *paused {
+                    return done(Vec::new());
+                }
+                let next = match paused {
+                    true => schedule.next,
+                    false => schedule.tick_after(now),
+                };
+                done(vec![event(EventKind::SchedulePaused {
+                    name: name.clone(),
+                    paused: *paused,
+                    next,
+                })])
+            }
+            Command::DeleteSchedule { name } => {
+                self.schedule(name)?;
+                done(vec![event(EventKind::ScheduleDeleted { name: name.clone() })])
+            }
+            Command::Backfill { name, from, to } => self.decide_backfill(now, name, *from, *to),
+        }
+    }
+
+    fn schedule(&self, name: &str) -> Result<&Schedule, Rejection> {
+        self.schedules
+            .get(name)
+            .ok_or_else(|| Rejection::new(codes::SCHEDULE_NOT_FOUND, format!("no schedule {name}")))
+    }
+
+    fn decide_backfill(
+        &self,
+        now: Millis,
+        name: &str,
+        from: Millis,
+        to: Millis,
+    ) -> Result<Decision, Rejection> {
+        let schedule = self.schedule(name)?;
+        if from >= to {
+            return reject(codes::INVALID_SCHEDULE, "from: must be before to");
+        }
+        let ticks = schedule.missed_ticks(from, to, BACKFILL_TICKS_MAX);
+        if ticks.len() > BACKFILL_TICKS_MAX {
+            return reject(
+                codes::INVALID_SCHEDULE,
+                format!(
+                    "to: more than {BACKFILL_TICKS_MAX} missed ticks in from..to; backfill a narrower range at a time"
+                ),
+            );
+        }
+        if self.queued().saturating_add(ticks.len() as u64) > self.config.queue_max {
+            return reject(
+                codes::QUEUE_FULL,
+                format!(
+                    "{} jobs are waiting and the backfill adds {}, the limit is {}",
+                    self.queued(),
+                    ticks.len(),
+                    self.config.queue_max
+                ),
+            );
+        }
+        let ids: Vec<JobId> = (0..ticks.len() as u64).map(|n| self.next_id.saturating_add(n)).collect();
+        let mut events: Vec<Event> = (ticks.iter().zip(&ids))
+            .map(|(&tick, &id)| Event {
+                at: now,
+                kind: EventKind::ScheduleFired {
+                    name: name.to_owned(),
+                    tick,
+                    id,
+                    next: schedule.next,
+                },
+            })
+            .collect();
+        if !ticks.is_empty() {
+            events.push(Event {
+                at: now,
+                kind: EventKind::ScheduleBackfilled {
+                    name: name.to_owned(),
+                    from,
+                    to,
+                },
+            });
+        }
+        Ok(Decision {
+            events,
+            reply: Reply::Backfilled { ids },
+        })
+    }
+
+    /// The events of the schedules' due ticks (see [`crate::schedule`]).
+    fn decide_schedules(&self, now: Millis, room: usize, kinds: &mut Vec<EventKind>) {
+        let new_jobs = std::cell::Cell::new(0u64);
+        let full = |kinds: &Vec<EventKind>| kinds.len() >= room;
+        for (name, schedule) in &self.schedules {
+            if schedule.paused || full(kinds) {
+                continue;
+            }
+            // Jobs of this schedule that will be unfinished after the
+            // events so far.
+            let mut active: Vec<JobId> = schedule.active.iter().copied().collect();
+            let mut buffered = schedule.buffered;
+            let mut next = schedule.next;
+            let fire = |kinds: &mut Vec<EventKind>, tick, next, active: &mut Vec<JobId>| {
+                let id = self.next_id.saturating_add(new_jobs.get());
+                new_jobs.set(new_jobs.get() + 1);
+                active.push(id);
+                kinds.push(EventKind::ScheduleFired {
+                    name: name.clone(),
+                    tick,
+                    id,
+                    next,
+                });
+            };
+            if let Some(tick) = buffered
+                && active.is_empty()
+            {
+                fire(kinds, tick, next, &mut active);
+                buffered = None;
+            }
+            let mut decided = 0;
+            while let Some(tick) = next {
+                if tick > now || full(kinds) || decided == TICKS_PER_TICK_MAX {
+                    break;
+                }
+                decided += 1;
+                let earliest = now.saturating_sub(schedule.spec.catch_up_ms);
+                if tick < earliest {
+                    next = schedule.tick_after(earliest.saturating_sub(1));
+                    kinds.push(EventKind::ScheduleMissed {
+                        name: name.clone(),
+                        from: tick,
+                        to: next.unwrap_or(earliest),
+                        next,
+                    });
+                    continue;
+                }
+                let following = schedule.tick_after(tick);
+                let skip = |reason| EventKind::ScheduleSkipped {
+                    name: name.clone(),
+                    tick,
+                    reason,
+                    next: following,
+                };
+                if self.queued().saturating_add(new_jobs.get()) >= self.config.queue_max {
+                    kinds.push(skip(SkipReason::QueueFull));
+                } else if active.is_empty() {
+                    fire(kinds, tick, following, &mut active);
+                } else {
+                    match schedule.spec.overlap {
+                        Overlap::AllowAll => fire(kinds, tick, following, &mut active),
+                        Overlap::Skip => kinds.push(skip(SkipReason::Overlap)),
+                        Overlap::BufferOne if buffered.is_none() => {
+                            buffered = Some(tick);
+                            kinds.push(EventKind::ScheduleBuffered {
+                                name: name.clone(),
+                                tick,
+                                next: following,
+                            });
+                        }
+                        Overlap::BufferOne => kinds.push(skip(SkipReason::Overlap)),
+                        Overlap::CancelRunning => {
+                            kinds.extend(active.drain(..).map(|id| EventKind::Cancelled { id }));
+                            fire(kinds, tick, following, &mut active);
+                        }
+                    }
+                }
+                next = following;
+            }
         }
     }
 
@@ -668,35 +878,8 @@ impl Master {
             });
         }
         let config = &self.config;
-        if spec.max_attempts == 0 || spec.max_attempts > config.attempts_max {
-            return reject(
-                codes::INVALID_JOB,
-                format!("max_attempts must be 1 to {}", config.attempts_max),
-            );
-        }
-        if spec.timeout_ms == 0 || spec.timeout_ms > config.timeout_ms_max {
-            return reject(
-                codes::INVALID_JOB,
-                format!("timeout_ms must be 1 to {}", config.timeout_ms_max),
-            );
-        }
-        if spec.input.len() as u64 > config.input_bytes_max {
-            return reject(
-                codes::INPUT_TOO_LARGE,
-                format!(
-                    "input of {} bytes, the limit is {}",
-                    spec.input.len(),
-                    config.input_bytes_max
-                ),
-            );
-        }
+        validate_spec(config, spec)?;
         if let Some(key) = &spec.idempotency_key {
-            if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
-                return reject(
-                    codes::INVALID_JOB,
-                    format!("idempotency keys are 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes"),
-                );
-            }
             if let Some(&id) = self.index.keys.get(key) {
                 let job = &self.jobs[&id];
                 if job.spec.module != spec.module || job.spec.input != spec.input {
@@ -847,6 +1030,7 @@ impl Master {
             let held = self.jobs.get(&id).and_then(|j| j.result.as_ref());
             bytes = bytes.saturating_sub(held.map_or(0, |r| r.len() as u64));
         }
+        self.decide_schedules(now, TICK_EVENTS_MAX, &mut kinds);
         // Request ids past their time, all at once when the oldest is a
         // period overdue.
         if let Some(&(oldest, _)) = self.index.requests.first()
@@ -881,41 +1065,85 @@ impl Master {
                 request,
                 options,
             } => {
-                let seq = self.next_seq;
-                self.next_seq += 1;
-                let job = Job {
-                    spec: spec.clone(),
-                    state: JobState::Queued,
-                    submitted_at: at,
-                    finished_at: None,
-                    not_before: None,
-                    lease_until: None,
-                    seq,
-                    attempts: Vec::new(),
-                    error: None,
-                    result: None,
-                    checkpoint: None,
-                };
-                if !options.is_empty() {
-                    self.keyed.options.insert(*id, options.clone());
-                }
-                if let Some(unique) = &options.unique {
-                    self.hold_unique(&unique.key, *id, at.saturating_add(unique.window_ms), at);
-                }
-                self.index
-                    .enqueue(ready_key(&job, *id), self.keyed.key(*id));
-                if let Some(key) = &spec.idempotency_key {
-                    self.index.keys.insert(key.clone(), *id);
-                }
-                self.index.counts[JobState::Queued as usize] += 1;
-                *self.index.modules.entry(spec.module).or_default() += 1;
-                self.jobs.insert(*id, job);
-                self.next_id = self.next_id.max(id.saturating_add(1));
-                self.submitted_total += 1;
+                self.add_job(*id, spec.clone(), options, at);
                 if let Some(request) = request {
                     self.remember_request(*request, *id, at, REQUESTS_MAX);
                 }
                 effects.push(Effect::WorkAvailable);
+            }
+            EventKind::ScheduleCreated { spec, next } => {
+                if !self.schedules.contains_key(&spec.name) {
+                    let schedule = Schedule::new(spec.clone(), at, *next);
+                    self.schedules.insert(spec.name.clone(), schedule);
+                }
+            }
+            EventKind::ScheduleFired {
+                name,
+                tick,
+                id,
+                next,
+            } => {
+                let Some(schedule) = self.schedules.get(name) else {
+                    return effects;
+                };
+                if self.jobs.contains_key(id) {
+                    return effects;
+                }
+                let (spec, options) = (schedule.spec.job.clone(), schedule.spec.options.clone());
+                self.add_job(*id, spec, &options, at);
+                self.index.fired_by.insert(*id, name.clone());
+                let schedule = self.schedules.get_mut(name).expect("present");
+                schedule.active.insert(*id);
+                if schedule.last.is_none_or(|(last, _)| last < *tick) {
+                    schedule.last = Some((*tick, *id));
+                }
+                schedule.fired_total += 1;
+                if schedule.buffered == Some(*tick) {
+                    schedule.buffered = None;
+                }
+                schedule.next = *next;
+                effects.push(Effect::WorkAvailable);
+            }
+            EventKind::ScheduleSkipped { name, next, .. } => {
+                if let Some(schedule) = self.schedules.get_mut(name) {
+                    schedule.skipped_total += 1;
+                    schedule.next = *next;
+                }
+            }
+            EventKind::ScheduleBuffered { name, tick, next } => {
+                if let Some(schedule) = self.schedules.get_mut(name) {
+                    schedule.buffered = Some(*tick);
+                    schedule.next = *next;
+                }
+            }
+            EventKind::ScheduleMissed {
+                name,
+                from,
+                to,
+                next,
+            } => {
+                if let Some(schedule) = self.schedules.get_mut(name) {
+                    schedule.miss(*from, *to);
+                    schedule.next = *next;
+                }
+            }
+            EventKind::SchedulePaused { name, paused, next } => {
+                if let Some(schedule) = self.schedules.get_mut(name) {
+                    schedule.paused = *paused;
+                    schedule.next = *next;
+                }
+            }
+            EventKind::ScheduleBackfilled { name, from, to } => {
+                if let Some(schedule) = self.schedules.get_mut(name) {
+                    schedule.unmiss(*from, *to);
+                }
+            }
+            EventKind::ScheduleDeleted { name } => {
+                if let Some(schedule) = self.schedules.remove(name) {
+                    for id in schedule.active {
+                        self.index.fired_by.remove(&id);
+                    }
+                }
             }
             EventKind::RequestsExpired { before } => {
                 let kept = self.index.requests.split_off(&(*before, RequestId::MIN));
@@ -1134,6 +1362,41 @@ impl Master {
         effects
     }
 
+    /// Queues a new job (a submission, or a schedule's tick).
+    fn add_job(&mut self, id: JobId, spec: JobSpec, options: &JobOptions, at: Millis) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let job = Job {
+            spec,
+            state: JobState::Queued,
+            submitted_at: at,
+            finished_at: None,
+            not_before: None,
+            lease_until: None,
+            seq,
+            attempts: Vec::new(),
+            error: None,
+            result: None,
+            checkpoint: None,
+        };
+        if !options.is_empty() {
+            self.keyed.options.insert(id, options.clone());
+        }
+        if let Some(unique) = &options.unique {
+            self.hold_unique(&unique.key, id, at.saturating_add(unique.window_ms), at);
+        }
+        self.index
+            .enqueue(ready_key(&job, id), self.keyed.key(id));
+        if let Some(key) = &job.spec.idempotency_key {
+            self.index.keys.insert(key.clone(), id);
+        }
+        self.index.counts[JobState::Queued as usize] += 1;
+        *self.index.modules.entry(job.spec.module).or_default() += 1;
+        self.jobs.insert(id, job);
+        self.next_id = self.next_id.max(id.saturating_add(1));
+        self.submitted_total += 1;
+    }
+
     /// Remembers that `request` created `job` at `at`, forgetting the
     /// oldest ids beyond `max`.
     fn remember_request(&mut self, request: RequestId, job: JobId, at: Millis, max: usize) {
@@ -1343,6 +1606,11 @@ impl Master {
         job.checkpoint = None;
         self.index.finished.insert((at, id));
         effects.push(Effect::Settled { id, state });
+        if let Some(name) = self.index.fired_by.remove(&id)
+            && let Some(schedule) = self.schedules.get_mut(&name)
+        {
+            schedule.active.remove(&id);
+        }
     }
 
     /// The jobs `filter` matches that `action` would change, by id (only
@@ -1462,9 +1730,18 @@ impl Master {
                 ))
             }
             Query::Recent { window_ms } => Ok(Answer::Recent(self.recent(now, *window_ms))),
-            Query::ModuleUse => Ok(Answer::ModuleUse(
-                self.index.modules.iter().map(|(m, n)| (*m, *n)).collect(),
+            Query::ModuleUse => {
+                // Schedules hold their template's module as a job does.
+                let mut uses = self.index.modules.clone();
+                for schedule in self.schedules.values() {
+                    *uses.entry(schedule.spec.job.module).or_default() += 1;
+                }
+                Ok(Answer::ModuleUse(uses.into_iter().collect()))
+            }
+            Query::Schedules => Ok(Answer::Schedules(
+                self.schedules.values().map(Schedule::view).collect(),
             )),
+            Query::Schedule { name } => Ok(Answer::Schedule(Box::new(self.schedule(name)?.view()))),
             Query::Input { id } => Ok(Answer::Input(self.job(*id)?.spec.input.clone())),
             Query::Stats => Ok(Answer::Stats(self.stats())),
             Query::Workers => Ok(Answer::Workers(
@@ -1607,6 +1884,41 @@ fn filter_matches(filter: &JobFilter, id: JobId, job: &Job) -> bool {
                 .as_ref()
                 .is_some_and(|e| contains(&e.code, text) || contains(&e.message, text))
         })
+}
+
+/// Checks a job's spec against the configuration.
+fn validate_spec(config: &Config, spec: &JobSpec) -> Result<(), Rejection> {
+    if spec.max_attempts == 0 || spec.max_attempts > config.attempts_max {
+        return reject(
+            codes::INVALID_JOB,
+            format!("max_attempts must be 1 to {}", config.attempts_max),
+        );
+    }
+    if spec.timeout_ms == 0 || spec.timeout_ms > config.timeout_ms_max {
+        return reject(
+            codes::INVALID_JOB,
+            format!("timeout_ms must be 1 to {}", config.timeout_ms_max),
+        );
+    }
+    if spec.input.len() as u64 > config.input_bytes_max {
+        return reject(
+            codes::INPUT_TOO_LARGE,
+            format!(
+                "input of {} bytes, the limit is {}",
+                spec.input.len(),
+                config.input_bytes_max
+            ),
+        );
+    }
+    if let Some(key) = &spec.idempotency_key
+        && (key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX)
+    {
+        return reject(
+            codes::INVALID_JOB,
+            format!("idempotency keys are 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes"),
+        );
+    }
+    Ok(())
 }
 
 fn validate_options(options: &JobOptions) -> Result<(), Rejection> {

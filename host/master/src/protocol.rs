@@ -19,7 +19,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 3;
+pub const FORMAT_VERSION: u8 = 4;
+
+/// The third format: the current types without the schedule commands and
+/// events (added at the end of their enums, so its bytes decode as they
+/// are; [`decode_event`]).
+pub const FORMAT_VERSION_3: u8 = 3;
 
 /// The first format, still read for journaled events ([`decode_event`]).
 pub const FORMAT_VERSION_1: u8 = 1;
@@ -68,6 +73,8 @@ pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
     match bytes.split_first() {
         Some((&FORMAT_VERSION_1, body)) => older::event(body, older::FORMAT_1),
         Some((&FORMAT_VERSION_2, body)) => older::event(body, older::FORMAT_2),
+        Some((&FORMAT_VERSION_3, body)) => postcard::from_bytes(body)
+            .map_err(|error| Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))),
         _ => decode(bytes),
     }
 }
@@ -189,6 +196,12 @@ pub mod codes {
     /// The master holds as many uniqueness keys as it may; they free up as
     /// their windows end.
     pub const UNIQUE_KEYS_FULL: &str = "unique_keys_full";
+    /// A schedule's name, timing, template or backfill range is invalid.
+    pub const INVALID_SCHEDULE: &str = "invalid_schedule";
+    /// A schedule with this name exists.
+    pub const SCHEDULE_EXISTS: &str = "schedule_exists";
+    /// No schedule has this name.
+    pub const SCHEDULE_NOT_FOUND: &str = "schedule_not_found";
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -210,6 +223,9 @@ pub mod codes {
         CHECKPOINT_TOO_LARGE,
         INVALID_FILTER,
         UNIQUE_KEYS_FULL,
+        INVALID_SCHEDULE,
+        SCHEDULE_EXISTS,
+        SCHEDULE_NOT_FOUND,
     ];
 }
 
@@ -459,6 +475,116 @@ pub enum Command {
         /// Which jobs.
         filter: JobFilter,
     },
+    /// Create a schedule (see [`crate::schedule`]).
+    CreateSchedule(ScheduleSpec),
+    /// Pause a schedule (its ticks are neither fired nor counted as missed)
+    /// or resume it (from its first tick after now).
+    PauseSchedule {
+        /// The schedule.
+        name: String,
+        /// Pause (true) or resume (false).
+        paused: bool,
+    },
+    /// Delete a schedule; the jobs it fired stay.
+    DeleteSchedule {
+        /// The schedule.
+        name: String,
+    },
+    /// Fire a schedule's missed ticks in `from..to` (at most
+    /// [`BACKFILL_TICKS_MAX`](crate::schedule::BACKFILL_TICKS_MAX)).
+    Backfill {
+        /// The schedule.
+        name: String,
+        /// First time (inclusive).
+        from: Millis,
+        /// End (exclusive).
+        to: Millis,
+    },
+}
+
+/// A schedule: a job template fired at every tick of a timing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleSpec {
+    /// Its name, unique in the cluster (1 to
+    /// [`SCHEDULE_NAME_BYTES_MAX`](crate::schedule::SCHEDULE_NAME_BYTES_MAX)
+    /// bytes of `A-Z a-z 0-9 . _ -`).
+    pub name: String,
+    /// When it fires.
+    pub every: Every,
+    /// The job each tick submits (no idempotency key).
+    pub job: JobSpec,
+    /// The options of each job (a key limit; no uniqueness).
+    pub options: JobOptions,
+    /// What a tick does while the job of an earlier tick has not finished.
+    pub overlap: Overlap,
+    /// Ticks missed by at most this much (the master was down, or being
+    /// taken over) still fire late; older ones are recorded as missed.
+    pub catch_up_ms: u64,
+}
+
+/// When a schedule fires.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Every {
+    /// At the times a cron expression matches in a time zone.
+    Cron {
+        /// Five fields (minute hour day-of-month month day-of-week) or six
+        /// (seconds first).
+        expression: String,
+        /// An IANA time zone name (`UTC`, `Europe/Paris`).
+        timezone: String,
+    },
+    /// Every `ms` milliseconds from the schedule's creation.
+    Interval {
+        /// The period.
+        ms: u64,
+    },
+}
+
+/// What a tick does while a job an earlier tick fired has not finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Overlap {
+    /// Skip the tick.
+    Skip,
+    /// Keep one tick, fired when the running job ends; skip the rest.
+    BufferOne,
+    /// Fire anyway.
+    AllowAll,
+    /// Cancel the unfinished jobs, then fire.
+    CancelRunning,
+}
+
+impl Overlap {
+    /// Every policy.
+    pub const ALL: [Overlap; 4] = [
+        Overlap::Skip,
+        Overlap::BufferOne,
+        Overlap::AllowAll,
+        Overlap::CancelRunning,
+    ];
+
+    /// The policy's name in the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            Overlap::Skip => "skip",
+            Overlap::BufferOne => "buffer_one",
+            Overlap::AllowAll => "allow_all",
+            Overlap::CancelRunning => "cancel_running",
+        }
+    }
+
+    /// The policy named `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|policy| policy.name() == name)
+    }
+}
+
+/// Why a tick fired no job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SkipReason {
+    /// The overlap policy said so.
+    Overlap,
+    /// The queue was at its bound.
+    QueueFull,
 }
 
 /// What a [`Command::Bulk`] does.
@@ -637,6 +763,81 @@ pub enum EventKind {
         /// Its new limit of attempts, counting those already made.
         max_attempts: u32,
     },
+    /// A schedule was created.
+    ScheduleCreated {
+        /// What it is.
+        spec: ScheduleSpec,
+        /// Its first tick (`None`: it never fires).
+        next: Option<Millis>,
+    },
+    /// A schedule's tick fired: job `id` was submitted from its template.
+    /// Decided once per tick, so a tick is one job whoever decides it.
+    ScheduleFired {
+        /// The schedule.
+        name: String,
+        /// The tick.
+        tick: Millis,
+        /// The new job.
+        id: JobId,
+        /// The schedule's next tick after this event.
+        next: Option<Millis>,
+    },
+    /// A tick fired no job.
+    ScheduleSkipped {
+        /// The schedule.
+        name: String,
+        /// The tick.
+        tick: Millis,
+        /// Why.
+        reason: SkipReason,
+        /// The next tick.
+        next: Option<Millis>,
+    },
+    /// A tick was kept to fire when the running job ends (`buffer_one`).
+    ScheduleBuffered {
+        /// The schedule.
+        name: String,
+        /// The tick.
+        tick: Millis,
+        /// The next tick.
+        next: Option<Millis>,
+    },
+    /// Ticks in `from..to` were older than the catch-up window when the
+    /// master came to them; they are recorded for a backfill.
+    ScheduleMissed {
+        /// The schedule.
+        name: String,
+        /// The first missed tick.
+        from: Millis,
+        /// The end of the missed range.
+        to: Millis,
+        /// The next tick (the first that will fire).
+        next: Option<Millis>,
+    },
+    /// A schedule was paused or resumed.
+    SchedulePaused {
+        /// The schedule.
+        name: String,
+        /// Paused (true) or resumed.
+        paused: bool,
+        /// The next tick (on resume: the first after the event).
+        next: Option<Millis>,
+    },
+    /// Missed ticks in `from..to` were fired by a backfill (the
+    /// `ScheduleFired` events before this one) and are no longer missed.
+    ScheduleBackfilled {
+        /// The schedule.
+        name: String,
+        /// First time (inclusive).
+        from: Millis,
+        /// End (exclusive).
+        to: Millis,
+    },
+    /// A schedule was deleted.
+    ScheduleDeleted {
+        /// The schedule.
+        name: String,
+    },
 }
 
 /// The reply to a command's sender, sent once its events are durable.
@@ -662,6 +863,11 @@ pub enum Reply {
     Bulk {
         /// Jobs cancelled or queued again.
         changed: u64,
+    },
+    /// A [`Command::Backfill`] submitted these jobs, one per missed tick.
+    Backfilled {
+        /// The jobs, in tick order.
+        ids: Vec<JobId>,
     },
 }
 
@@ -830,6 +1036,40 @@ pub enum Query {
         /// Most output bytes in the whole answer.
         output_total: u64,
     },
+    /// Every schedule, by name.
+    Schedules,
+    /// One schedule.
+    Schedule {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// A schedule as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleView {
+    /// What it is.
+    pub spec: ScheduleSpec,
+    /// When it was created.
+    pub created_at: Millis,
+    /// Paused.
+    pub paused: bool,
+    /// Its next ticks (at most
+    /// [`UPCOMING_MAX`](crate::schedule::UPCOMING_MAX); none while paused).
+    pub upcoming: Vec<Millis>,
+    /// A tick kept by `buffer_one`, fired when the running job ends.
+    pub buffered: Option<Millis>,
+    /// Jobs it fired that have not finished.
+    pub active: Vec<JobId>,
+    /// The latest tick fired, and its job.
+    pub last: Option<(Millis, JobId)>,
+    /// Ticks fired (a backfill's included).
+    pub fired_total: u64,
+    /// Ticks skipped (overlap, full queue).
+    pub skipped_total: u64,
+    /// Ranges `from..to` of missed ticks a backfill can still fire, oldest
+    /// first.
+    pub missed: Vec<(Millis, Millis)>,
 }
 
 /// One attempt of a job.
@@ -972,6 +1212,10 @@ pub enum Answer {
     ModuleUse(Vec<(Digest, u64)>),
     /// For [`Query::Input`].
     Input(Vec<u8>),
+    /// For [`Query::Schedules`].
+    Schedules(Vec<ScheduleView>),
+    /// For [`Query::Schedule`].
+    Schedule(Box<ScheduleView>),
 }
 
 /// Jobs finished lately ([`Query::Recent`]).

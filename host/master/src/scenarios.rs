@@ -373,6 +373,50 @@ pub fn all() -> Vec<Scenario> {
                 (t + 7, Command::RevokeToken { id: "ci".into() }),
             ],
         },
+        Scenario {
+            name: "schedules fire once per tick, by cron in a time zone and by interval",
+            steps: {
+                // 2026-03-28T23:59:00Z: Paris skips 02:00-03:00 on the 29th.
+                let night = 1_774_742_340_000;
+                let cron = Every::Cron {
+                    expression: "0 */30 * * * *".into(),
+                    timezone: "Europe/Paris".into(),
+                };
+                let interval = Every::Interval { ms: 1_000 };
+                vec![
+                    (night, create_schedule("paris", cron, Overlap::AllowAll, 60_000)),
+                    (night, create_schedule("s", interval.clone(), Overlap::Skip, 0)),
+                    (night, create_schedule("bad", interval, Overlap::Skip, 8 * 86_400_000)),
+                    (night + 1_000, Command::Tick),
+                    (night + 2_000, poll("w1", 1)),
+                    (night + 3_000, Command::Tick),
+                    (night + 3_000, Command::Tick),
+                    // Four hours later: the cron's ticks beyond its minute of
+                    // catch-up are missed, the rest fire.
+                    (night + 4 * 3_600_000, Command::Tick),
+                    (
+                        night + 4 * 3_600_000 + 1,
+                        Command::Backfill {
+                            name: "paris".into(),
+                            from: 0,
+                            to: u64::MAX,
+                        },
+                    ),
+                    (
+                        night + 4 * 3_600_000 + 2,
+                        Command::PauseSchedule {
+                            name: "s".into(),
+                            paused: true,
+                        },
+                    ),
+                    (night + 5 * 3_600_000, Command::Tick),
+                    (
+                        night + 5 * 3_600_000 + 1,
+                        Command::DeleteSchedule { name: "s".into() },
+                    ),
+                ]
+            },
+        },
     ];
     // Requests of different scenarios come from different origins, so
     // scenarios replayed on one master (as the host's comparison of the
@@ -385,6 +429,18 @@ pub fn all() -> Vec<Scenario> {
         }
     }
     all
+}
+
+/// A command creating schedule `name` of `spec(1, name)`.
+pub fn create_schedule(name: &str, every: Every, overlap: Overlap, catch_up_ms: u64) -> Command {
+    Command::CreateSchedule(ScheduleSpec {
+        name: name.into(),
+        every,
+        job: spec(1, name.as_bytes()),
+        options: JobOptions::default(),
+        overlap,
+        catch_up_ms,
+    })
 }
 
 /// A token record with `id` and `scopes` (hash `[7; 32]`).

@@ -1093,3 +1093,7 @@ mod key_limits {
         }
     }
 }
+
+// Schedules.
+#[path = "schedule_tests.rs"]
+mod schedules;

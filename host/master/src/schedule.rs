@@ -1,0 +1,409 @@
+//! Schedules: a job template fired at every tick of a cron expression (in
+//! a time zone) or of a fixed interval.
+//!
+//! # Exactly once per tick
+//!
+//! A schedule's state holds its `next` tick. The master's periodic `Tick`
+//! command compares it with the decision time and, when it is due, decides
+//! a `ScheduleFired { tick, id, next }` event: the job and the advance to
+//! the following tick are one event, journaled and replicated like any
+//! other before its effects are visible. A master that takes over (after a
+//! hand-over, a kill, a partition that fenced the old one) rebuilds the
+//! same `next` from the journal, so it fires the following tick, never the
+//! same one again; a tick whose event did not become durable was never
+//! fired, and the new master fires it (late, within the catch-up window).
+//!
+//! # Late ticks
+//!
+//! A tick is due when `next <= now`. Ticks not decided within `catch_up_ms`
+//! of their time (the cluster was down, or had no master for longer than
+//! that) are not fired late: one `ScheduleMissed { from, to }` records the
+//! range, and a `Backfill` command fires the missed ticks of a range on
+//! request (at most [`BACKFILL_TICKS_MAX`] at a time). Paused schedules
+//! fire nothing and miss nothing; on resume they go on from the first tick
+//! after now.
+//!
+//! # Time
+//!
+//! Ticks are computed from the decision times the events carry and from
+//! the time zone database compiled into the master (jiff's bundled copy of
+//! the IANA database), never from the machine's: every node and every
+//! replay computes the same ticks. Cron expressions are matched by
+//! `croner` on wall-clock time in the schedule's zone, at one-second
+//! resolution; a wall-clock time that a daylight-saving change skips fires
+//! at the end of the gap, one it repeats fires once.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use croner::Cron;
+use croner::parser::{CronParser, Seconds};
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::*;
+
+/// Most schedules a cluster holds.
+pub const SCHEDULES_MAX: usize = 10_000;
+/// Longest schedule name, in bytes.
+pub const SCHEDULE_NAME_BYTES_MAX: usize = 128;
+/// Longest cron expression, in bytes.
+pub const EXPRESSION_BYTES_MAX: usize = 256;
+/// Shortest interval (cron's own resolution is a second as well).
+pub const INTERVAL_MS_MIN: Millis = 1_000;
+/// Longest interval.
+pub const INTERVAL_MS_MAX: Millis = 366 * 24 * 3_600_000;
+/// Longest catch-up window.
+pub const CATCH_UP_MS_MAX: Millis = 7 * 24 * 3_600_000;
+/// Most ticks one backfill fires.
+pub const BACKFILL_TICKS_MAX: usize = 1_000;
+/// Missed ranges kept per schedule (the oldest are forgotten beyond it).
+pub const MISSED_RANGES_MAX: usize = 100;
+/// Next ticks a schedule's view lists.
+pub const UPCOMING_MAX: usize = 5;
+/// Most ticks of one schedule one `Tick` decides (the rest wait for the
+/// next `Tick`, a tenth of a second later).
+pub const TICKS_PER_TICK_MAX: usize = 1_000;
+
+/// A schedule as the master keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Schedule {
+    pub(crate) spec: ScheduleSpec,
+    pub(crate) created_at: Millis,
+    pub(crate) paused: bool,
+    /// The next tick to decide (`None`: it never fires again).
+    pub(crate) next: Option<Millis>,
+    pub(crate) buffered: Option<Millis>,
+    /// Jobs it fired that have not finished.
+    pub(crate) active: BTreeSet<JobId>,
+    pub(crate) last: Option<(Millis, JobId)>,
+    pub(crate) fired_total: u64,
+    pub(crate) skipped_total: u64,
+    /// Missed ranges `from..to`, oldest first.
+    pub(crate) missed: VecDeque<(Millis, Millis)>,
+}
+
+impl Schedule {
+    pub(crate) fn new(spec: ScheduleSpec, created_at: Millis, next: Option<Millis>) -> Self {
+        Self {
+            spec,
+            created_at,
+            paused: false,
+            next,
+            buffered: None,
+            active: BTreeSet::new(),
+            last: None,
+            fired_total: 0,
+            skipped_total: 0,
+            missed: VecDeque::new(),
+        }
+    }
+
+    /// The first tick strictly after `after`.
+    pub(crate) fn tick_after(&self, after: Millis) -> Option<Millis> {
+        tick_after(&self.spec.every, self.created_at, after)
+    }
+
+    /// Records the missed range `from..to` (its ticks are not counted: a
+    /// range may span years of seconds).
+    pub(crate) fn miss(&mut self, from: Millis, to: Millis) {
+        self.missed.push_back((from, to));
+        while self.missed.len() > MISSED_RANGES_MAX {
+            self.missed.pop_front();
+        }
+    }
+
+    /// Removes `from..to` from the missed ranges.
+    pub(crate) fn unmiss(&mut self, from: Millis, to: Millis) {
+        let mut kept = VecDeque::with_capacity(self.missed.len() + 1);
+        for &(start, end) in &self.missed {
+            if end <= from || start >= to {
+                kept.push_back((start, end));
+                continue;
+            }
+            if start < from {
+                kept.push_back((start, from));
+            }
+            if end > to {
+                kept.push_back((to, end));
+            }
+        }
+        self.missed = kept;
+    }
+
+    /// The ticks in `from..to`, at most `max + 1` of them (so a caller can
+    /// tell "more than `max`").
+    pub(crate) fn ticks_in(&self, from: Millis, to: Millis, max: usize) -> Vec<Millis> {
+        let mut ticks = Vec::new();
+        let mut at = self.tick_after(from.saturating_sub(1));
+        while let Some(tick) = at {
+            if tick >= to || ticks.len() > max {
+                break;
+            }
+            ticks.push(tick);
+            at = self.tick_after(tick);
+        }
+        ticks
+    }
+
+    /// The missed ticks in `from..to` (at most `max + 1`).
+    pub(crate) fn missed_ticks(&self, from: Millis, to: Millis, max: usize) -> Vec<Millis> {
+        let mut ticks = Vec::new();
+        for &(start, end) in &self.missed {
+            let (start, end) = (start.max(from), end.min(to));
+            if start < end {
+                ticks.extend(self.ticks_in(start, end, max.saturating_sub(ticks.len())));
+            }
+            if ticks.len() > max {
+                break;
+            }
+        }
+        ticks
+    }
+
+    pub(crate) fn view(&self) -> ScheduleView {
+        let mut upcoming = Vec::new();
+        if !self.paused {
+            let mut at = self.next;
+            while let Some(tick) = at {
+                if upcoming.len() == UPCOMING_MAX {
+                    break;
+                }
+                upcoming.push(tick);
+                at = self.tick_after(tick);
+            }
+        }
+        ScheduleView {
+            spec: self.spec.clone(),
+            created_at: self.created_at,
+            paused: self.paused,
+            upcoming,
+            buffered: self.buffered,
+            active: self.active.iter().copied().collect(),
+            last: self.last,
+            fired_total: self.fired_total,
+            skipped_total: self.skipped_total,
+            missed: self.missed.iter().copied().collect(),
+        }
+    }
+}
+
+/// The first tick of `every` strictly after `after`, for a schedule created
+/// at `anchor` (intervals count from it); `None` when there is none (a cron
+/// expression that matches no date left in the calendar).
+pub(crate) fn tick_after(every: &Every, anchor: Millis, after: Millis) -> Option<Millis> {
+    match every {
+        Every::Interval { ms } => {
+            let ms = (*ms).max(1);
+            let periods = after.saturating_sub(anchor) / ms + 1;
+            anchor.checked_add(periods.checked_mul(ms)?)
+        }
+        Every::Cron {
+            expression,
+            timezone,
+        } => {
+            let cron = parse_cron(expression).ok()?;
+            let zone = TimeZone::get(timezone).ok()?;
+            cron_after(&cron, &zone, after)
+        }
+    }
+}
+
+fn parse_cron(expression: &str) -> Result<Cron, croner::errors::CronError> {
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .build()
+        .parse(expression)
+}
+
+fn cron_after(cron: &Cron, zone: &TimeZone, after: Millis) -> Option<Millis> {
+    // Cron matches whole seconds: start from the second `after` falls in,
+    // exclusive, so a tick at `after` itself is not repeated.
+    let second = i64::try_from(after / 1000).ok()?;
+    let start = Timestamp::from_second(second).ok()?.to_zoned(zone.clone());
+    let next = cron.find_next_occurrence(&start, false).ok()?;
+    u64::try_from(next.timestamp().as_millisecond()).ok()
+}
+
+/// Checks a new schedule at time `now`; its first tick.
+pub(crate) fn validate(spec: &ScheduleSpec, now: Millis) -> Result<Option<Millis>, Rejection> {
+    let refuse = |message: String| Err(Rejection::new(codes::INVALID_SCHEDULE, message));
+    let name_ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if spec.name.is_empty()
+        || spec.name.len() > SCHEDULE_NAME_BYTES_MAX
+        || !spec.name.chars().all(name_ok)
+    {
+        return refuse(format!(
+            "name: 1 to {SCHEDULE_NAME_BYTES_MAX} characters of A-Z a-z 0-9 . _ -"
+        ));
+    }
+    if spec.job.idempotency_key.is_some() {
+        return refuse(
+            "job.idempotency_key: a schedule's jobs cannot share one (every tick is a new job)"
+                .into(),
+        );
+    }
+    if spec.options.unique.is_some() {
+        return refuse(
+            "job.unique_key: a schedule fires once per tick already; uniqueness is not taken"
+                .into(),
+        );
+    }
+    if spec.catch_up_ms > CATCH_UP_MS_MAX {
+        return refuse(format!("catch_up_ms: at most {CATCH_UP_MS_MAX} (7 days)"));
+    }
+    match &spec.every {
+        Every::Interval { ms } => {
+            if !(INTERVAL_MS_MIN..=INTERVAL_MS_MAX).contains(ms) {
+                return refuse(format!(
+                    "every_ms: {INTERVAL_MS_MIN} to {INTERVAL_MS_MAX} (366 days)"
+                ));
+            }
+        }
+        Every::Cron {
+            expression,
+            timezone,
+        } => {
+            if expression.len() > EXPRESSION_BYTES_MAX {
+                return refuse(format!("cron: at most {EXPRESSION_BYTES_MAX} bytes"));
+            }
+            let cron = match parse_cron(expression) {
+                Ok(cron) => cron,
+                Err(error) => return refuse(format!("cron: {expression:?} is invalid: {error}")),
+            };
+            let zone = match TimeZone::get(timezone) {
+                Ok(zone) => zone,
+                Err(_) => {
+                    return refuse(format!(
+                        "timezone: {timezone:?} is not an IANA time zone name (such as UTC or Europe/Paris)"
+                    ));
+                }
+            };
+            let Some(first) = cron_after(&cron, &zone, now) else {
+                return refuse(format!("cron: {expression:?} matches no time to come"));
+            };
+            return Ok(Some(first));
+        }
+    }
+    Ok(tick_after(&spec.every, now, now))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cron(expression: &str, timezone: &str) -> Every {
+        Every::Cron {
+            expression: expression.into(),
+            timezone: timezone.into(),
+        }
+    }
+
+    fn millis(text: &str) -> Millis {
+        text.parse::<Timestamp>().unwrap().as_millisecond() as Millis
+    }
+
+    #[test]
+    fn intervals_count_from_the_anchor() {
+        let every = Every::Interval { ms: 1000 };
+        assert_eq!(tick_after(&every, 500, 500), Some(1500));
+        assert_eq!(tick_after(&every, 500, 1499), Some(1500));
+        assert_eq!(tick_after(&every, 500, 1500), Some(2500));
+        assert_eq!(tick_after(&every, 500, 0), Some(1500));
+    }
+
+    #[test]
+    fn cron_ticks_follow_the_time_zone_and_its_clock_changes() {
+        let every = cron("0 30 2 * * *", "Europe/Paris");
+        // 02:30 Paris on 2026-03-28 (UTC+1) is 01:30Z.
+        let first = tick_after(&every, 0, millis("2026-03-28T00:00:00Z")).unwrap();
+        assert_eq!(first, millis("2026-03-28T01:30:00Z"));
+        // 2026-03-29 has no 02:30 in Paris (clocks jump 02:00 -> 03:00):
+        // that day's tick is at the end of the gap, 03:00 at UTC+2.
+        let second = tick_after(&every, 0, first).unwrap();
+        assert_eq!(second, millis("2026-03-29T01:00:00Z"));
+        assert_eq!(
+            tick_after(&every, 0, second),
+            Some(millis("2026-03-30T00:30:00Z"))
+        );
+        // 2026-10-25 has 02:30 twice (clocks go back 03:00 -> 02:00): one
+        // tick, then the next day's.
+        let repeated = tick_after(&every, 0, millis("2026-10-24T12:00:00Z")).unwrap();
+        assert_eq!(repeated, millis("2026-10-25T00:30:00Z"));
+        assert_eq!(
+            tick_after(&every, 0, repeated),
+            Some(millis("2026-10-26T01:30:00Z"))
+        );
+        // Five fields mean minute resolution; a tick is never repeated.
+        let minutely = cron("*/15 * * * *", "UTC");
+        let at = millis("2026-01-01T00:15:00Z");
+        assert_eq!(tick_after(&minutely, 0, at - 1), Some(at));
+        assert_eq!(tick_after(&minutely, 0, at), Some(at + 15 * 60_000));
+        assert_eq!(tick_after(&minutely, 0, at + 999), Some(at + 15 * 60_000));
+    }
+
+    #[test]
+    fn bad_timings_are_refused_naming_the_field() {
+        let spec = |every| ScheduleSpec {
+            name: "s".into(),
+            every,
+            job: JobSpec {
+                module: [0; 32],
+                input: Vec::new(),
+                timeout_ms: 1000,
+                memory_bytes: None,
+                max_attempts: 1,
+                priority: 0,
+                idempotency_key: None,
+            },
+            options: JobOptions::default(),
+            overlap: Overlap::Skip,
+            catch_up_ms: 0,
+        };
+        let message = |every| validate(&spec(every), 0).unwrap_err().message;
+        assert!(message(cron("61 * * * *", "UTC")).starts_with("cron:"));
+        assert!(message(cron("* * *", "UTC")).starts_with("cron:"));
+        assert!(message(cron("* * * * *", "Mars/Olympus")).starts_with("timezone:"));
+        assert!(message(Every::Interval { ms: 999 }).starts_with("every_ms:"));
+        let mut named = spec(Every::Interval { ms: 1000 });
+        named.name = "a b".into();
+        assert!(validate(&named, 0).unwrap_err().message.starts_with("name:"));
+        assert_eq!(
+            validate(&spec(Every::Interval { ms: 1000 }), 5).unwrap(),
+            Some(1005)
+        );
+    }
+
+    #[test]
+    fn missed_ranges_split_when_part_is_backfilled() {
+        let spec = ScheduleSpec {
+            name: "s".into(),
+            every: Every::Interval { ms: 1000 },
+            job: JobSpec {
+                module: [0; 32],
+                input: Vec::new(),
+                timeout_ms: 1000,
+                memory_bytes: None,
+                max_attempts: 1,
+                priority: 0,
+                idempotency_key: None,
+            },
+            options: JobOptions::default(),
+            overlap: Overlap::Skip,
+            catch_up_ms: 0,
+        };
+        let mut schedule = Schedule::new(spec, 0, Some(1000));
+        schedule.miss(1000, 10_000);
+        assert_eq!(schedule.missed_ticks(0, u64::MAX, 100).len(), 9);
+        assert_eq!(schedule.missed_ticks(0, u64::MAX, 3).len(), 4);
+        schedule.unmiss(3000, 5000);
+        assert_eq!(
+            schedule.missed.iter().copied().collect::<Vec<_>>(),
+            vec![(1000, 3000), (5000, 10_000)]
+        );
+        assert_eq!(
+            schedule.missed_ticks(2000, 6000, 100),
+            vec![2000, 5000]
+        );
+    }
+}
