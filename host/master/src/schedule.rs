@@ -195,7 +195,7 @@ pub(crate) fn tick_after(every: &Every, anchor: Millis, after: Millis) -> Option
     match every {
         Every::Interval { ms } => {
             let ms = (*ms).max(1);
-            let periods = after.saturating_sub(anchor) / ms + 1;
+            let periods = (after.saturating_sub(anchor) / ms).checked_add(1)?;
             anchor.checked_add(periods.checked_mul(ms)?)
         }
         Every::Cron {
