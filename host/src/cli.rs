@@ -974,3 +974,266 @@ async fn token_call(
     }
     Ok(answer)
 }
+
+/// `cohort schedule ...`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScheduleArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    #[command(subcommand)]
+    #[allow(missing_docs)]
+    pub command: ScheduleCommand,
+}
+
+/// What `cohort schedule` does.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ScheduleCommand {
+    /// Create a schedule: a job fired at every tick of a cron expression
+    /// or of an interval, exactly once per tick.
+    Create(Box<ScheduleCreateArgs>),
+    /// List the schedules with their next ticks.
+    List,
+    /// Show one schedule.
+    Show {
+        /// Its name.
+        name: String,
+    },
+    /// Pause a schedule (its ticks neither fire nor count as missed).
+    Pause {
+        /// Its name.
+        name: String,
+    },
+    /// Resume a schedule from its first tick after now.
+    Resume {
+        /// Its name.
+        name: String,
+    },
+    /// Delete a schedule (the jobs it fired stay).
+    Delete {
+        /// Its name.
+        name: String,
+    },
+    /// Fire missed ticks (at most 1,000 at a time).
+    Backfill {
+        /// Its name.
+        name: String,
+        /// First tick time, inclusive (ms since the Unix epoch).
+        #[arg(long)]
+        from: Option<u64>,
+        /// End, exclusive.
+        #[arg(long)]
+        to: Option<u64>,
+    },
+}
+
+/// `cohort schedule create`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScheduleCreateArgs {
+    /// Its name (1 to 128 characters of A-Z a-z 0-9 . _ -).
+    pub name: String,
+    /// A job module file (`.wasm`, uploaded first) or the sha256 of a module
+    /// already uploaded.
+    pub module: String,
+    /// A cron expression: five fields, or six with seconds first (quote it).
+    #[arg(long, required_unless_present = "every", conflicts_with = "every")]
+    pub cron: Option<String>,
+    /// The IANA time zone the cron expression is read in [default: UTC].
+    #[arg(long, requires = "cron")]
+    pub timezone: Option<String>,
+    /// Fire at this interval instead, e.g. `30s`, `5m` (at least 1s).
+    #[arg(long, value_parser = limits::parse_duration)]
+    pub every: Option<Duration>,
+    /// While the previous tick's job has not finished: skip, buffer_one,
+    /// allow_all or cancel_running [default: skip].
+    #[arg(long)]
+    pub overlap: Option<String>,
+    /// Ticks missed by at most this much fire late, e.g. `10m` [default: 1m].
+    #[arg(long, value_parser = limits::parse_duration)]
+    pub catch_up: Option<Duration>,
+    /// Input file for every job, or `-` for stdin [default: empty input].
+    #[arg(long, short)]
+    pub input: Option<PathBuf>,
+    /// Time limit of one attempt, e.g. `30s` [default: the node's].
+    #[arg(long, value_parser = limits::parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Attempts before a job is dead-lettered [default: the node's].
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// Higher runs first.
+    #[arg(long, allow_hyphen_values = true)]
+    pub priority: Option<i32>,
+    /// The jobs share this key's --concurrency-limit, cluster-wide.
+    #[arg(long)]
+    pub concurrency_key: Option<String>,
+    /// At most this many of the key's jobs run at once.
+    #[arg(long, requires = "concurrency_key")]
+    pub concurrency_limit: Option<u32>,
+}
+
+/// `cohort schedule ...`.
+pub async fn schedule(args: ScheduleArgs) -> ExitCode {
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(error),
+    };
+    let json = args.server.json;
+    let shown = match args.command {
+        ScheduleCommand::Create(create) => {
+            let request = match schedule_request(&client, *create).await {
+                Ok(request) => request,
+                Err(error) => return fail(error),
+            };
+            let request = &request;
+            client
+                .call(|node| async move { node.create_schedule(request).await })
+                .await
+        }
+        ScheduleCommand::List => {
+            return match client.call(|node| async move { node.schedules().await }).await {
+                Ok(list) if json => {
+                    print_json(&list);
+                    ExitCode::SUCCESS
+                }
+                Ok(list) => {
+                    println!("{:<24} {:<22} {:<8} {:>8} next", "NAME", "EVERY", "STATE", "FIRED");
+                    for schedule in &list.schedules {
+                        let next = schedule.upcoming.first().map(|t| t.to_string());
+                        println!(
+                            "{:<24} {:<22} {:<8} {:>8} {}",
+                            schedule.name,
+                            timing(schedule),
+                            if schedule.paused { "paused" } else { "active" },
+                            schedule.fired_total,
+                            next.unwrap_or_else(|| "-".into())
+                        );
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(error) => fail(error),
+            };
+        }
+        ScheduleCommand::Show { name } => {
+            let name = &name;
+            client.call(|node| async move { node.schedule(name).await }).await
+        }
+        ScheduleCommand::Pause { name } => {
+            let name = &name;
+            (client.call(|node| async move { node.pause_schedule(name, true).await })).await
+        }
+        ScheduleCommand::Resume { name } => {
+            let name = &name;
+            (client.call(|node| async move { node.pause_schedule(name, false).await })).await
+        }
+        ScheduleCommand::Delete { name } => {
+            let name = &name;
+            return match (client.call(|node| async move { node.delete_schedule(name).await })).await
+            {
+                Ok(deleted) if json => {
+                    print_json(&deleted);
+                    ExitCode::SUCCESS
+                }
+                Ok(deleted) => {
+                    println!("deleted {}", deleted.name);
+                    ExitCode::SUCCESS
+                }
+                Err(error) => fail(error),
+            };
+        }
+        ScheduleCommand::Backfill { name, from, to } => {
+            let (name, request) = (&name, &crate::client::BackfillRequest { from, to });
+            // Not retried on another node: a backfill that did happen
+            // would answer with no jobs the second time.
+            let node = match args.server.node() {
+                Ok(node) => node,
+                Err(error) => return fail(error),
+            };
+            return match node.backfill(name, request).await {
+                Ok(fired) if json => {
+                    print_json(&fired);
+                    ExitCode::SUCCESS
+                }
+                Ok(fired) => {
+                    println!("fired {} missed ticks: jobs {:?}", fired.ids.len(), fired.ids);
+                    ExitCode::SUCCESS
+                }
+                Err(error) => fail(error),
+            };
+        }
+    };
+    match shown {
+        Ok(schedule) if json => print_json(&schedule),
+        Ok(schedule) => print_schedule(&schedule),
+        Err(error) => return fail(error),
+    }
+    ExitCode::SUCCESS
+}
+
+async fn schedule_request(
+    client: &Client,
+    args: ScheduleCreateArgs,
+) -> Result<crate::client::ScheduleRequest, String> {
+    let module = if std::path::Path::new(&args.module).is_file() {
+        let wasm = std::fs::read(&args.module)
+            .map_err(|error| format!("cannot read {}: {error}", args.module))?;
+        client
+            .upload(wasm)
+            .await
+            .map_err(|error| format!("uploading {}: {error}", args.module))?
+    } else {
+        args.module.clone()
+    };
+    let input = read_input(&args.input).map_err(|e| format!("cannot read the input: {e}"))?;
+    let mut job = SubmitRequest::new(module);
+    if !input.is_empty() {
+        job = job.bytes(&input);
+    }
+    Ok(crate::client::ScheduleRequest {
+        name: args.name,
+        cron: args.cron,
+        timezone: args.timezone,
+        every_ms: args.every.map(|every| every.as_millis() as u64),
+        overlap: args.overlap,
+        catch_up_ms: args.catch_up.map(|window| window.as_millis() as u64),
+        job: SubmitRequest {
+            timeout_ms: args.timeout.map(|t| t.as_millis() as u64),
+            max_attempts: args.max_attempts,
+            priority: args.priority,
+            concurrency_key: args.concurrency_key,
+            concurrency_limit: args.concurrency_limit,
+            ..job
+        },
+    })
+}
+
+fn timing(schedule: &crate::client::ScheduleResponse) -> String {
+    match (&schedule.cron, &schedule.timezone, schedule.every_ms) {
+        (Some(cron), Some(zone), _) => format!("{cron} {zone}"),
+        (_, _, Some(ms)) => format!("every {ms} ms"),
+        _ => "-".into(),
+    }
+}
+
+fn print_schedule(schedule: &crate::client::ScheduleResponse) {
+    println!("schedule {}: {}", schedule.name, timing(schedule));
+    println!(
+        "  {}, overlap {}, catch-up {} ms, module {}",
+        if schedule.paused { "paused" } else { "active" },
+        schedule.overlap,
+        schedule.catch_up_ms,
+        schedule.module
+    );
+    println!(
+        "  fired {}, skipped {}, unfinished jobs {:?}",
+        schedule.fired_total, schedule.skipped_total, schedule.active
+    );
+    if let (Some(tick), Some(job)) = (schedule.last_tick, schedule.last_job) {
+        println!("  last tick {tick} (job {job})");
+    }
+    for tick in &schedule.upcoming {
+        println!("  next {tick}");
+    }
+    for range in &schedule.missed {
+        println!("  missed {}..{} (backfill to fire)", range.from, range.to);
+    }
+}

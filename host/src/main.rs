@@ -47,6 +47,8 @@ enum Command {
     Bulk(cohort::cli::BulkArgs),
     /// Show the cluster: nodes, the master, workers.
     Cluster(cohort::cli::ClusterArgs),
+    /// Create, list, pause, resume, delete and backfill schedules.
+    Schedule(cohort::cli::ScheduleArgs),
     /// Ask a node to leave the cluster gracefully (as SIGTERM does).
     Leave(cohort::cli::ServerArg),
     /// Write a new cluster key file (give every node the same one).
@@ -97,6 +99,7 @@ fn main() -> ExitCode {
             Command::Cancel(args) => cohort::cli::cancel(args).await,
             Command::Bulk(args) => cohort::cli::bulk(args).await,
             Command::Cluster(args) => cohort::cli::cluster_command(args).await,
+            Command::Schedule(args) => cohort::cli::schedule(args).await,
             Command::Leave(args) => cohort::cli::leave(args).await,
             Command::Keygen(args) => cohort::cli::keygen(args),
             Command::Token(command) => cohort::cli::token(command).await,

@@ -359,6 +359,57 @@ impl Node {
         self.json(Method::POST, "/v1/jobs/bulk", Some(body)).await
     }
 
+    /// Creates a schedule.
+    pub async fn create_schedule(
+        &self,
+        request: &ScheduleRequest,
+    ) -> Result<ScheduleResponse, ClientError> {
+        let body = serde_json::to_vec(request).expect("serializes");
+        self.json(Method::POST, "/v1/schedules", Some(body)).await
+    }
+
+    /// Every schedule.
+    pub async fn schedules(&self) -> Result<ScheduleListResponse, ClientError> {
+        self.json(Method::GET, "/v1/schedules", None).await
+    }
+
+    /// One schedule.
+    pub async fn schedule(&self, name: &str) -> Result<ScheduleResponse, ClientError> {
+        let path = format!("/v1/schedules/{name}");
+        self.json(Method::GET, &path, None).await
+    }
+
+    /// Pauses (`true`) or resumes a schedule.
+    pub async fn pause_schedule(
+        &self,
+        name: &str,
+        paused: bool,
+    ) -> Result<ScheduleResponse, ClientError> {
+        let action = if paused { "pause" } else { "resume" };
+        let path = format!("/v1/schedules/{name}/{action}");
+        self.json(Method::POST, &path, Some(b"{}".to_vec())).await
+    }
+
+    /// Deletes a schedule (the jobs it fired stay).
+    pub async fn delete_schedule(
+        &self,
+        name: &str,
+    ) -> Result<ScheduleDeletedResponse, ClientError> {
+        let path = format!("/v1/schedules/{name}");
+        self.json(Method::DELETE, &path, None).await
+    }
+
+    /// Fires a schedule's missed ticks in a range.
+    pub async fn backfill(
+        &self,
+        name: &str,
+        request: &BackfillRequest,
+    ) -> Result<BackfillResponse, ClientError> {
+        let body = serde_json::to_vec(request).expect("serializes");
+        let path = format!("/v1/schedules/{name}/backfill");
+        self.json(Method::POST, &path, Some(body)).await
+    }
+
     /// The stored modules, with what each is.
     pub async fn modules(&self) -> Result<ModuleListResponse, ClientError> {
         self.json(Method::GET, "/v1/modules", None).await

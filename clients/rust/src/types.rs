@@ -695,6 +695,171 @@ where
     T::deserialize(serde_json::Value::Object(fields)).map_err(D::Error::custom)
 }
 
+/// `POST /v1/schedules`: a job fired at every tick of a cron expression
+/// (`cron`, in `timezone`) or of an interval (`every_ms`); give one of the
+/// two.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleRequest {
+    /// Unique name: 1 to 128 characters of `A-Z a-z 0-9 . _ -`.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^[A-Za-z0-9._-]{1,128}$", min_length = 1, max_length = 128)
+    )]
+    pub name: String,
+    /// Five fields (`minute hour day-of-month month day-of-week`) or six
+    /// (seconds first), as cron reads them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 256))]
+    pub cron: Option<String>,
+    /// The IANA time zone `cron` is read in (default `UTC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// Fire every this many milliseconds from creation (1 s to 366 days).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1000, maximum = 31_622_400_000_u64))]
+    pub every_ms: Option<u64>,
+    /// While a job an earlier tick fired has not finished: `skip` the tick
+    /// (default), `buffer_one` (fire one when it ends), `allow_all`, or
+    /// `cancel_running` (cancel it, then fire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<String>,
+    /// Ticks missed by at most this much (no master for a while) fire late;
+    /// older ones are recorded for a backfill (default 60,000; at most 7
+    /// days).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 604_800_000_u64))]
+    pub catch_up_ms: Option<u64>,
+    /// The job each tick submits, as for `POST /v1/jobs` (without
+    /// `idempotency_key`, `unique_key` or `unique_window_ms`).
+    pub job: SubmitRequest,
+}
+
+/// A range of missed ticks, `from` inclusive, `to` exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MissedRange {
+    /// First (ms since the Unix epoch).
+    pub from: u64,
+    /// End.
+    pub to: u64,
+}
+
+/// A schedule: what it fires, when, and what it did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ScheduleResponse {
+    /// Its name.
+    pub name: String,
+    /// Its cron expression, for a cron schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// The expression's time zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// Its period, for an interval schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_ms: Option<u64>,
+    /// `skip`, `buffer_one`, `allow_all` or `cancel_running`.
+    pub overlap: String,
+    /// The catch-up window.
+    pub catch_up_ms: u64,
+    /// The module each job runs.
+    pub module: String,
+    /// Each job's input size.
+    pub input_bytes: u64,
+    /// Each job's priority.
+    pub priority: i32,
+    /// Each job's attempt limit.
+    pub max_attempts: u32,
+    /// Each job's per-attempt timeout.
+    pub timeout_ms: u64,
+    /// Each job's concurrency key, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
+    /// When it was created (ms since the Unix epoch).
+    pub created_at: u64,
+    /// Paused: it fires nothing until resumed.
+    pub paused: bool,
+    /// Its next ticks (none while paused).
+    pub upcoming: Vec<u64>,
+    /// A tick `buffer_one` keeps for when the running job ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffered: Option<u64>,
+    /// Jobs it fired that have not finished.
+    pub active: Vec<u64>,
+    /// The latest tick fired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_tick: Option<u64>,
+    /// That tick's job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_job: Option<u64>,
+    /// Ticks fired (backfills included).
+    pub fired_total: u64,
+    /// Ticks skipped (overlap policy, or a full queue).
+    pub skipped_total: u64,
+    /// Ticks older than the catch-up window when a master came to them,
+    /// which a backfill can still fire (at most 100 ranges, oldest first).
+    pub missed: Vec<MissedRange>,
+}
+
+/// `GET /v1/schedules`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ScheduleListResponse {
+    /// Every schedule, by name.
+    pub schedules: Vec<ScheduleResponse>,
+}
+
+/// `POST /v1/schedules/{name}/backfill`: fire the missed ticks in
+/// `from..to` (at most 1,000; the default range is all of them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct BackfillRequest {
+    /// First time, inclusive (ms since the Unix epoch; default 0).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    pub from: Option<u64>,
+    /// End, exclusive (default: no end).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    pub to: Option<u64>,
+}
+
+/// `202` to a backfill.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BackfillResponse {
+    /// One job per missed tick fired, in tick order.
+    pub ids: Vec<u64>,
+}
+
+/// `200` to `DELETE /v1/schedules/{name}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ScheduleDeletedResponse {
+    /// The schedule's name.
+    pub name: String,
+    /// `true`. The jobs it fired stay.
+    pub deleted: bool,
+}
+
 mod whole {
     use serde::de::Error as _;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -95,6 +95,8 @@ error_codes! {
     ModuleNotStored = "module_not_stored", NOT_FOUND, false;
     /// No token has this id.
     TokenNotFound = "token_not_found", NOT_FOUND, false;
+    /// No schedule has this name.
+    ScheduleNotFound = "schedule_not_found", NOT_FOUND, false;
     /// A known route, another method.
     MethodNotAllowed = "method_not_allowed", METHOD_NOT_ALLOWED, false;
     /// The body did not arrive in time (the connection is closed).
@@ -109,6 +111,8 @@ error_codes! {
     IdempotencyConflict = "idempotency_conflict", CONFLICT, false;
     /// A token with this id exists.
     TokenExists = "token_exists", CONFLICT, false;
+    /// A schedule with this name exists.
+    ScheduleExists = "schedule_exists", CONFLICT, false;
     /// The request body is over the route's limit.
     BodyTooLarge = "body_too_large", PAYLOAD_TOO_LARGE, false;
     /// The job's input is over the input limit.
@@ -131,6 +135,10 @@ error_codes! {
     InvalidJob = "invalid_job", UNPROCESSABLE_ENTITY, false;
     /// A bulk action's filter or attempts out of range.
     InvalidFilter = "invalid_filter", UNPROCESSABLE_ENTITY, false;
+    /// A schedule's name, timing (cron expression, time zone, interval),
+    /// overlap policy, catch-up window, template or backfill range is
+    /// invalid.
+    InvalidSchedule = "invalid_schedule", UNPROCESSABLE_ENTITY, false;
     /// The job queue is at its bound.
     QueueFull = "queue_full", TOO_MANY_REQUESTS, true;
     /// The master holds its most uniqueness keys; they free up as their

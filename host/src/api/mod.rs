@@ -40,6 +40,7 @@ pub mod dashboard;
 pub mod error;
 pub mod openapi;
 pub mod request_ids;
+pub mod schedules;
 /// The JSON bodies, shared with the clients (`cohort_client::types`).
 pub use cohort_client::types;
 pub mod wire;
@@ -946,6 +947,20 @@ impl Api {
                     Answer::Result(result) => Ok(bytes("application/octet-stream", result)),
                     _ => Err(ApiError::new(ErrorCode::Internal, "unexpected answer")),
                 }
+            }
+            (&Method::GET, ["v1", "schedules"]) => self.schedule_list().await,
+            (&Method::POST, ["v1", "schedules"]) => {
+                let body = read_body(request, JOB_BODY_BYTES_MAX).await?;
+                self.schedule_create(parse_json(&body)?).await
+            }
+            (&Method::GET, ["v1", "schedules", name]) => self.schedule_get(name).await,
+            (&Method::DELETE, ["v1", "schedules", name]) => self.schedule_delete(name).await,
+            (&Method::POST, ["v1", "schedules", name, action @ ("pause" | "resume")]) => {
+                self.schedule_pause(name, *action == "pause").await
+            }
+            (&Method::POST, ["v1", "schedules", name, "backfill"]) => {
+                let body = read_body(request, CONTROL_BODY_BYTES_MAX).await?;
+                self.schedule_backfill(name, parse_json(&body)?).await
             }
             (&Method::GET, ["v1", "cluster"]) => self.cluster().await,
             (&Method::DELETE, ["v1", "cluster", "voters", node]) => self.remove_voter(node).await,

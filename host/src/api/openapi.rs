@@ -390,6 +390,14 @@ fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
     use HttpMethod::{Delete, Get, Post};
     use ParameterIn::{Path, Query};
     let id = |r: Route| r.param("id", Path, integer(0, u64::MAX), "The job's id.");
+    let name = |r: Route| {
+        r.param(
+            "name",
+            Path,
+            text().pattern(Some("^[A-Za-z0-9._-]{1,128}$")),
+            "The schedule's name.",
+        )
+    };
     let wait_ms = |r: Route| {
         r.param(
             "wait_ms",
@@ -494,6 +502,34 @@ fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
         id(route(Get, "/v1/jobs/{id}/input", "jobs", "A job's input"))
             .answers_raw(200, "application/octet-stream", "The input bytes.")
             .errors(&[MASTER, &[BadRequest, JobNotFound, JobExpired]]),
+        route(Post, "/v1/schedules", "schedules", "Create a schedule")
+            .describe("A job fired at every tick of `cron` (read in `timezone`) or of `every_ms`. Each tick fires exactly once across master hand-overs and crashes; ticks missed by more than `catch_up_ms` are recorded for a backfill. The job template is checked as a submission is.")
+            .body::<ScheduleRequest>(serde_json::json!({"name": "nightly-report", "cron": "0 30 2 * * *", "timezone": "Europe/Paris", "overlap": "skip", "job": {"module": "ab".repeat(32), "input": "report"}}))
+            .answers::<ScheduleResponse>(201, "Created, with its next ticks.")
+            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidJob, InvalidSchedule, ScheduleExists]]),
+        route(Get, "/v1/schedules", "schedules", "Every schedule")
+            .answers::<ScheduleListResponse>(200, "By name.")
+            .errors(&[MASTER]),
+        name(route(Get, "/v1/schedules/{name}", "schedules", "A schedule"))
+            .answers::<ScheduleResponse>(200, "Its timing, next ticks, unfinished jobs, counters and missed ranges.")
+            .errors(&[MASTER, &[ScheduleNotFound]]),
+        name(route(Delete, "/v1/schedules/{name}", "schedules", "Delete a schedule"))
+            .describe("The jobs it fired stay.")
+            .answers::<ScheduleDeletedResponse>(200, "Deleted.")
+            .errors(&[MASTER, &[ScheduleNotFound]]),
+        name(route(Post, "/v1/schedules/{name}/pause", "schedules", "Pause a schedule"))
+            .describe("Its ticks neither fire nor count as missed until it is resumed.")
+            .answers::<ScheduleResponse>(200, "Paused.")
+            .errors(&[MASTER, &[ScheduleNotFound]]),
+        name(route(Post, "/v1/schedules/{name}/resume", "schedules", "Resume a schedule"))
+            .describe("It goes on from its first tick after now.")
+            .answers::<ScheduleResponse>(200, "Resumed, with its next ticks.")
+            .errors(&[MASTER, &[ScheduleNotFound]]),
+        name(route(Post, "/v1/schedules/{name}/backfill", "schedules", "Fire missed ticks"))
+            .describe("Fires each missed tick in `from..to` (at most 1,000 per request), once: a tick backfilled is no longer missed.")
+            .body::<BackfillRequest>(serde_json::json!({"from": 1_767_225_600_000_u64, "to": 1_767_229_200_000_u64}))
+            .answers::<BackfillResponse>(202, "The jobs, one per tick, in tick order.")
+            .errors(&[MASTER, &[BadJson, ScheduleNotFound, InvalidSchedule, QueueFull]]),
         route(Get, "/v1/overview", "cluster", "The dashboard's overview")
             .answers::<OverviewResponse>(200, "Jobs by state, counters, recent latency, nodes, workers, replica lag and what the answering node saw happen.")
             .errors(&[MASTER]),
@@ -603,7 +639,14 @@ fn build() -> OpenApi {
         MasterBody,
         LatencyBody,
         ReplicaBody,
-        HistoryBody
+        HistoryBody,
+        ScheduleRequest,
+        ScheduleResponse,
+        ScheduleListResponse,
+        MissedRange,
+        BackfillRequest,
+        BackfillResponse,
+        ScheduleDeletedResponse
     );
     OpenApiBuilder::new()
         .info(

@@ -1,0 +1,174 @@
+//! `/v1/schedules`: create, list, read, pause, resume, delete and backfill
+//! schedules. The node turns the request into a [`ScheduleSpec`] (the job
+//! template is checked exactly as a submission is, module included) and
+//! the master decides the rest: names, timings, time zones and the ticks
+//! themselves (see `cohort_master::schedule`).
+
+use super::types::{
+    BackfillRequest, BackfillResponse, MissedRange, ScheduleDeletedResponse, ScheduleListResponse,
+    ScheduleRequest, ScheduleResponse,
+};
+use super::{Api, ApiError, ErrorCode, Reply200, json};
+use crate::runtime::Digest;
+use cohort_master::{Answer, Command, Every, Overlap, Query, Reply, ScheduleSpec, ScheduleView};
+use hyper::StatusCode;
+
+/// The catch-up window of a schedule that does not give one.
+pub const CATCH_UP_MS_DEFAULT: u64 = 60_000;
+
+impl Api {
+    /// `POST /v1/schedules`.
+    pub(super) async fn schedule_create(
+        &self,
+        request: ScheduleRequest,
+    ) -> Result<Reply200, ApiError> {
+        let invalid = |message: &str| Err(ApiError::new(ErrorCode::InvalidSchedule, message));
+        let every = match (request.cron, request.every_ms) {
+            (Some(expression), None) => Every::Cron {
+                expression,
+                timezone: request.timezone.unwrap_or_else(|| "UTC".into()),
+            },
+            (None, Some(ms)) if request.timezone.is_none() => Every::Interval { ms },
+            (None, Some(_)) => return invalid("timezone: only a cron schedule has one"),
+            (Some(_), Some(_)) => return invalid("cron, every_ms: give one of the two, not both"),
+            (None, None) => return invalid("cron, every_ms: give one of the two"),
+        };
+        let overlap = match request.overlap.as_deref() {
+            None => Overlap::Skip,
+            Some(name) => match Overlap::from_name(name) {
+                Some(overlap) => overlap,
+                None => {
+                    return invalid(
+                        "overlap: one of skip, buffer_one, allow_all and cancel_running",
+                    );
+                }
+            },
+        };
+        if request.job.unique_key.is_some() || request.job.unique_window_ms.is_some() {
+            return invalid("job.unique_key: a schedule fires once per tick already");
+        }
+        if request.job.idempotency_key.is_some() {
+            return invalid("job.idempotency_key: every tick is a new job");
+        }
+        let (job, options) = self.submission(request.job).await?;
+        let name = request.name;
+        let spec = ScheduleSpec {
+            name: name.clone(),
+            every,
+            job,
+            options,
+            overlap,
+            catch_up_ms: request.catch_up_ms.unwrap_or(CATCH_UP_MS_DEFAULT),
+        };
+        self.master.command(Command::CreateSchedule(spec)).await?;
+        let view = self.schedule_view(&name).await?;
+        Ok(json(StatusCode::CREATED, &response(view)))
+    }
+
+    /// `GET /v1/schedules`.
+    pub(super) async fn schedule_list(&self) -> Result<Reply200, ApiError> {
+        let Answer::Schedules(views) = self.master.query(Query::Schedules).await? else {
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
+        };
+        let schedules = views.into_iter().map(response).collect();
+        Ok(json(StatusCode::OK, &ScheduleListResponse { schedules }))
+    }
+
+    /// `GET /v1/schedules/{name}`.
+    pub(super) async fn schedule_get(&self, name: &str) -> Result<Reply200, ApiError> {
+        Ok(json(StatusCode::OK, &response(self.schedule_view(name).await?)))
+    }
+
+    /// `POST /v1/schedules/{name}/pause` and `/resume`.
+    pub(super) async fn schedule_pause(
+        &self,
+        name: &str,
+        paused: bool,
+    ) -> Result<Reply200, ApiError> {
+        let name = name.to_owned();
+        (self.master)
+            .command(Command::PauseSchedule {
+                name: name.clone(),
+                paused,
+            })
+            .await?;
+        self.schedule_get(&name).await
+    }
+
+    /// `DELETE /v1/schedules/{name}`.
+    pub(super) async fn schedule_delete(&self, name: &str) -> Result<Reply200, ApiError> {
+        let name = name.to_owned();
+        (self.master)
+            .command(Command::DeleteSchedule { name: name.clone() })
+            .await?;
+        Ok(json(
+            StatusCode::OK,
+            &ScheduleDeletedResponse {
+                name,
+                deleted: true,
+            },
+        ))
+    }
+
+    /// `POST /v1/schedules/{name}/backfill`.
+    pub(super) async fn schedule_backfill(
+        &self,
+        name: &str,
+        request: BackfillRequest,
+    ) -> Result<Reply200, ApiError> {
+        let command = Command::Backfill {
+            name: name.to_owned(),
+            from: request.from.unwrap_or(0),
+            to: request.to.unwrap_or(u64::MAX),
+        };
+        let Reply::Backfilled { ids } = self.master.command(command).await? else {
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
+        };
+        Ok(json(StatusCode::ACCEPTED, &BackfillResponse { ids }))
+    }
+
+    async fn schedule_view(&self, name: &str) -> Result<ScheduleView, ApiError> {
+        let query = Query::Schedule { name: name.into() };
+        let Answer::Schedule(view) = self.master.query(query).await? else {
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
+        };
+        Ok(*view)
+    }
+}
+
+fn response(view: ScheduleView) -> ScheduleResponse {
+    let spec = view.spec;
+    let (cron, timezone, every_ms) = match spec.every {
+        Every::Cron {
+            expression,
+            timezone,
+        } => (Some(expression), Some(timezone), None),
+        Every::Interval { ms } => (None, None, Some(ms)),
+    };
+    ScheduleResponse {
+        name: spec.name,
+        cron,
+        timezone,
+        every_ms,
+        overlap: spec.overlap.name().into(),
+        catch_up_ms: spec.catch_up_ms,
+        module: Digest::from(spec.job.module).to_string(),
+        input_bytes: spec.job.input.len() as u64,
+        priority: spec.job.priority,
+        max_attempts: spec.job.max_attempts,
+        timeout_ms: spec.job.timeout_ms,
+        concurrency_key: spec.options.limit.map(|limit| limit.key),
+        created_at: view.created_at,
+        paused: view.paused,
+        upcoming: view.upcoming,
+        buffered: view.buffered,
+        active: view.active,
+        last_tick: view.last.map(|(tick, _)| tick),
+        last_job: view.last.map(|(_, job)| job),
+        fired_total: view.fired_total,
+        skipped_total: view.skipped_total,
+        missed: (view.missed.into_iter())
+            .map(|(from, to)| MissedRange { from, to })
+            .collect(),
+    }
+}
