@@ -1,12 +1,16 @@
-//! Workflow features of the master against real nodes: concurrency and
-//! rate keys enforced across the workers of three nodes (and across a
-//! kill -9 of the master), uniqueness windows, and the refusals of bad
-//! options.
+//! Workflow features of the master against real nodes: a schedule that
+//! fires each tick once across kills and a hand-over of the master,
+//! concurrency and rate keys enforced across the workers of three nodes
+//! (and across a kill -9 of the master), uniqueness windows, and the
+//! refusals of bad options.
 
 mod support;
 
-use cohort::api::types::{BatchItem, BatchRequest, JobResponse, SubmitRequest};
-use cohort::client::{ClientError, Node as Api};
+use cohort::api::types::{
+    BackfillRequest, BatchItem, BatchRequest, JobFilterBody, JobResponse, JobSummaryBody,
+    ScheduleRequest, ScheduleResponse, SubmitRequest,
+};
+use cohort::client::{ClientError, JobQuery, Node as Api};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 use support::{Node, converge, live, runtime, settle, start, upload};
@@ -52,6 +56,155 @@ fn most_started_in_a_second(jobs: &[JobResponse]) -> usize {
         .map(|i| starts[i..].partition_point(|&at| at < starts[i] + 1_000))
         .max()
         .unwrap_or(0)
+}
+
+const ALL: &str = "back-end,worker,front-end";
+
+/// Every job of `module`, oldest first.
+async fn jobs_of(client: &Api, module: &str) -> Vec<JobSummaryBody> {
+    let mut jobs = Vec::new();
+    let mut cursor = None;
+    loop {
+        let query = JobQuery {
+            filter: JobFilterBody {
+                module: Some(module.into()),
+                ..JobFilterBody::default()
+            },
+            limit: Some(1000),
+            cursor: cursor.clone(),
+            ..JobQuery::default()
+        };
+        let page = client.list(&query).await.unwrap();
+        jobs.extend(page.jobs);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return jobs,
+        }
+    }
+}
+
+/// The schedule through whichever node answers.
+async fn schedule_of(nodes: &[Option<Node>], name: &str) -> ScheduleResponse {
+    let started = Instant::now();
+    loop {
+        for node in nodes.iter().flatten() {
+            if let Ok(schedule) = Api::new(&node.url).schedule(name).await {
+                return schedule;
+            }
+        }
+        assert!(started.elapsed() < OBSERVE, "no node answers for {name}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Most a tick may fire after its time here: the time to detect a dead
+/// master and take over (a few seconds on a loaded machine), within the
+/// default catch-up window of a minute, so no tick is missed.
+const FIRE_LATE_MAX_MS: u64 = 20_000;
+
+#[test]
+fn a_schedule_every_second_fires_each_tick_once_across_kills_and_a_hand_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["n1", "n2", "n3"];
+    let mut nodes: Vec<Option<Node>> = vec![Some(start(&dir, "n1", ALL, None))];
+    for name in &names[1..] {
+        let seed = nodes[0].as_ref();
+        nodes.push(Some(start(&dir, name, ALL, seed)));
+    }
+    let rt = runtime();
+    rt.block_on(async {
+        let first = nodes[0].as_ref().unwrap();
+        converge(first, "3 voters", |c| c.voters == names).await;
+        let client = Api::new(&first.url);
+        let echo = upload(&client, "fixture_echo").await;
+        let request = ScheduleRequest {
+            name: "every-second".into(),
+            every_ms: Some(1_000),
+            overlap: Some("allow_all".into()),
+            job: support::job(&echo, "tick"),
+            ..ScheduleRequest::default()
+        };
+        let created = client.create_schedule(&request).await.unwrap();
+        assert_eq!(created.upcoming[0], created.created_at + 1_000);
+        assert_eq!(created.catch_up_ms, 60_000);
+
+        // Three kill -9 of the master's node, then one graceful hand-over;
+        // each node comes back before the next fault.
+        for fault in ["kill -9", "kill -9", "kill -9", "SIGTERM"] {
+            let fired = schedule_of(&nodes, "every-second").await.fired_total;
+            // Let a few ticks fire under this master first.
+            loop {
+                let now = schedule_of(&nodes, "every-second").await.fired_total;
+                if now >= fired + 3 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let any = nodes.iter().flatten().next().unwrap();
+            let cluster = converge(any, "a master", |c| !c.master_node.is_empty()).await;
+            let at = names.iter().position(|n| *n == cluster.master_node).unwrap();
+            let mut master = nodes[at].take().unwrap();
+            if fault == "kill -9" {
+                master.kill();
+            } else {
+                assert!(master.terminate().success(), "{}", master.stderr());
+            }
+            let other = nodes.iter().flatten().next().unwrap();
+            let old = cluster.master_node.clone();
+            converge(other, "a new master", |c| {
+                !c.master_node.is_empty() && c.master_node != old
+            })
+            .await;
+            drop(master);
+            nodes[at] = Some(start(&dir, names[at], ALL, Some(other)));
+            let back = nodes[at].as_ref().unwrap();
+            converge(back, "3 live nodes", |c| live(c).len() == 3).await;
+        }
+        // Run past a minute in all.
+        loop {
+            let schedule = schedule_of(&nodes, "every-second").await;
+            if schedule.last_tick.unwrap_or(0) >= created.created_at + 62_000 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let any = Api::new(&nodes[1].as_ref().unwrap().url);
+        any.pause_schedule("every-second", true).await.unwrap();
+        let schedule = schedule_of(&nodes, "every-second").await;
+        let jobs = jobs_of(&any, &echo).await;
+
+        // Every tick from the first to the last fired exactly once: one job
+        // each, in tick order, none missed or skipped.
+        let last = schedule.last_tick.unwrap();
+        let ticks = (last - created.created_at) / 1_000;
+        assert_eq!(schedule.fired_total, ticks, "{schedule:?}");
+        assert_eq!(jobs.len() as u64, ticks, "jobs of the schedule's module");
+        assert_eq!(schedule.skipped_total, 0);
+        assert!(schedule.missed.is_empty(), "{:?}", schedule.missed);
+        let mut late = Vec::new();
+        for (n, job) in jobs.iter().enumerate() {
+            let tick = created.created_at + (n as u64 + 1) * 1_000;
+            assert!(job.submitted_at >= tick, "job {} before its tick", job.id);
+            late.push(job.submitted_at - tick);
+        }
+        late.sort();
+        let worst = *late.last().unwrap();
+        eprintln!(
+            "{ticks} ticks; fired late by p50 {} ms, p99 {} ms, at worst {worst} ms",
+            late[late.len() / 2],
+            late[late.len() * 99 / 100]
+        );
+        assert!(worst <= FIRE_LATE_MAX_MS, "a tick fired {worst} ms late");
+        for job in &jobs {
+            assert_eq!(settle(&any, job.id).await.state, "succeeded");
+        }
+        // Nothing was missed, so a backfill fires nothing.
+        let backfill = any
+            .backfill("every-second", &BackfillRequest::default())
+            .await
+            .unwrap();
+        assert!(backfill.ids.is_empty());
+    });
 }
 
 #[test]
