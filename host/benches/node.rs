@@ -23,6 +23,8 @@
 //!   that does not host the master (one proxy hop), and the time from
 //!   `kill -9` of a node until the master's node no longer lists it as live
 //!   (failure detection with default settings).
+//! * schedule: five one-second schedules on one idle node; how late each
+//!   tick's job is submitted and started after the tick's time.
 //! * guard (only when named: `cargo bench --bench node -- guard`; CI runs
 //!   it): one node's throughput over 20,000 jobs divided by the rate of
 //!   single journal appends with fsync on the same disk, in the same run;
@@ -51,7 +53,7 @@
 //! `COHORT_BENCH_NODE_LOGS=DIR` keeps the nodes' stderr in `DIR` (set
 //! `COHORT_LOG` too for their debug logs).
 
-use cohort::api::types::{BatchItem, BatchRequest, SubmitRequest};
+use cohort::api::types::{BatchItem, BatchRequest, ScheduleRequest, SubmitRequest};
 use cohort::client::Node as Api;
 use cohort::journal::{FsStorage, Journal};
 use cohort::master::{self, CoreKind, MasterOptions};
@@ -109,6 +111,77 @@ fn main() {
             rt.block_on(recovery(core));
         }
     }
+    if wanted("schedule") {
+        rt.block_on(schedule_jitter());
+    }
+}
+
+/// Schedules on one idle node: how late each tick's job is submitted
+/// (the master's decision) and started (a worker's first attempt) after
+/// the tick's time. Five one-second schedules, told apart by priority,
+/// for `COHORT_BENCH_SCHEDULE_SECS` seconds (default 40).
+async fn schedule_jitter() {
+    const SCHEDULES: i32 = 5;
+    let secs: u64 = std::env::var("COHORT_BENCH_SCHEDULE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    let node = start_node(&[]);
+    let client = Api::new(&node.url);
+    let module = client.upload(echo_wasm()).await.unwrap();
+    let mut created = Vec::new();
+    for k in 0..SCHEDULES {
+        let request = ScheduleRequest {
+            name: format!("s{k}"),
+            every_ms: Some(1_000),
+            overlap: Some("allow_all".into()),
+            job: SubmitRequest {
+                priority: Some(k),
+                ..SubmitRequest::new(&module)
+            },
+            ..ScheduleRequest::default()
+        };
+        created.push(client.create_schedule(&request).await.unwrap().created_at);
+        // Spread the schedules' ticks over the second.
+        tokio::time::sleep(Duration::from_millis(1000 / SCHEDULES as u64)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    for k in 0..SCHEDULES {
+        client.pause_schedule(&format!("s{k}"), true).await.unwrap();
+    }
+    let mut decided = Histogram::<u64>::new(3).unwrap();
+    let mut started = Histogram::<u64>::new(3).unwrap();
+    let mut cursor = None;
+    let mut jobs = Vec::new();
+    loop {
+        let page = client.jobs(None, 1000, cursor.as_deref()).await.unwrap();
+        jobs.extend(page.jobs);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    for k in 0..SCHEDULES {
+        let of_k = jobs.iter().filter(|job| job.priority == k);
+        for (n, job) in of_k.enumerate() {
+            let tick = created[k as usize] + (n as u64 + 1) * 1_000;
+            decided.record(job.submitted_at.saturating_sub(tick)).unwrap();
+            let record = client.job(job.id, 10_000).await.unwrap();
+            if let Some(attempt) = record.attempts.first() {
+                started.record(attempt.started_at.saturating_sub(tick)).unwrap();
+            }
+        }
+    }
+    println!(
+        "schedule jitter ({} ticks of {SCHEDULES} one-second schedules, idle node): submitted after the tick p50 {} ms p99 {} ms max {} ms; first attempt started p50 {} ms p99 {} ms max {} ms",
+        decided.len(),
+        decided.value_at_quantile(0.5),
+        decided.value_at_quantile(0.99),
+        decided.max(),
+        started.value_at_quantile(0.5),
+        started.value_at_quantile(0.99),
+        started.max(),
+    );
 }
 
 struct NodeProcess {
