@@ -142,7 +142,10 @@ fn a_schedule_every_second_fires_each_tick_once_across_kills_and_a_hand_over() {
             }
             let any = nodes.iter().flatten().next().unwrap();
             let cluster = converge(any, "a master", |c| !c.master_node.is_empty()).await;
-            let at = names.iter().position(|n| *n == cluster.master_node).unwrap();
+            let at = names
+                .iter()
+                .position(|n| *n == cluster.master_node)
+                .unwrap();
             let mut master = nodes[at].take().unwrap();
             if fault == "kill -9" {
                 master.kill();

@@ -165,10 +165,14 @@ async fn schedule_jitter() {
         let of_k = jobs.iter().filter(|job| job.priority == k);
         for (n, job) in of_k.enumerate() {
             let tick = created[k as usize] + (n as u64 + 1) * 1_000;
-            decided.record(job.submitted_at.saturating_sub(tick)).unwrap();
+            decided
+                .record(job.submitted_at.saturating_sub(tick))
+                .unwrap();
             let record = client.job(job.id, 10_000).await.unwrap();
             if let Some(attempt) = record.attempts.first() {
-                started.record(attempt.started_at.saturating_sub(tick)).unwrap();
+                started
+                    .record(attempt.started_at.saturating_sub(tick))
+                    .unwrap();
             }
         }
     }

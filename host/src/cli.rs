@@ -1090,13 +1090,19 @@ pub async fn schedule(args: ScheduleArgs) -> ExitCode {
                 .await
         }
         ScheduleCommand::List => {
-            return match client.call(|node| async move { node.schedules().await }).await {
+            return match client
+                .call(|node| async move { node.schedules().await })
+                .await
+            {
                 Ok(list) if json => {
                     print_json(&list);
                     ExitCode::SUCCESS
                 }
                 Ok(list) => {
-                    println!("{:<24} {:<22} {:<8} {:>8} next", "NAME", "EVERY", "STATE", "FIRED");
+                    println!(
+                        "{:<24} {:<22} {:<8} {:>8} next",
+                        "NAME", "EVERY", "STATE", "FIRED"
+                    );
                     for schedule in &list.schedules {
                         let next = schedule.upcoming.first().map(|t| t.to_string());
                         println!(
@@ -1115,7 +1121,9 @@ pub async fn schedule(args: ScheduleArgs) -> ExitCode {
         }
         ScheduleCommand::Show { name } => {
             let name = &name;
-            client.call(|node| async move { node.schedule(name).await }).await
+            client
+                .call(|node| async move { node.schedule(name).await })
+                .await
         }
         ScheduleCommand::Pause { name } => {
             let name = &name;
@@ -1154,7 +1162,11 @@ pub async fn schedule(args: ScheduleArgs) -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Ok(fired) => {
-                    println!("fired {} missed ticks: jobs {:?}", fired.ids.len(), fired.ids);
+                    println!(
+                        "fired {} missed ticks: jobs {:?}",
+                        fired.ids.len(),
+                        fired.ids
+                    );
                     ExitCode::SUCCESS
                 }
                 Err(error) => fail(error),

@@ -722,7 +722,10 @@ pub struct ScheduleRequest {
         skip_serializing_if = "Option::is_none",
         with = "whole::option"
     )]
-    #[cfg_attr(feature = "openapi", schema(minimum = 1000, maximum = 31_622_400_000_u64))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1000, maximum = 31_622_400_000_u64)
+    )]
     pub every_ms: Option<u64>,
     /// While a job an earlier tick fired has not finished: `skip` the tick
     /// (default), `buffer_one` (fire one when it ends), `allow_all`, or

@@ -255,16 +255,27 @@ fn bulk_action() -> impl Strategy<Value = BulkAction> {
 }
 
 fn every() -> impl Strategy<Value = Every> {
-    let expressions = vec!["* * * * * *", "*/2 * * * *", "0 30 2 * * *", "0 0 30 2 *", "x"];
+    let expressions = vec![
+        "* * * * * *",
+        "*/2 * * * *",
+        "0 30 2 * * *",
+        "0 0 30 2 *",
+        "x",
+    ];
     let zones = vec!["UTC", "Europe/Paris", "America/New_York", "Mars/Olympus"];
     prop_oneof![
-        (prop::sample::select(expressions), prop::sample::select(zones)).prop_map(
-            |(expression, timezone)| Every::Cron {
+        (
+            prop::sample::select(expressions),
+            prop::sample::select(zones)
+        )
+            .prop_map(|(expression, timezone)| Every::Cron {
                 expression: expression.into(),
                 timezone: timezone.into(),
-            }
-        ),
-        (text(), text()).prop_map(|(expression, timezone)| Every::Cron { expression, timezone }),
+            }),
+        (text(), text()).prop_map(|(expression, timezone)| Every::Cron {
+            expression,
+            timezone
+        }),
         n64().prop_map(|ms| Every::Interval { ms }),
     ]
 }
@@ -287,6 +298,52 @@ prop_compose! {
         catch_up_ms in n64(),
     ) -> ScheduleSpec {
         ScheduleSpec { name, every, job, options, overlap, catch_up_ms }
+    }
+}
+
+fn dag_ref() -> impl Strategy<Value = DagRef> {
+    prop_oneof![
+        (0..6u32).prop_map(DagRef::Node),
+        any::<u32>().prop_map(DagRef::Node),
+        n64().prop_map(DagRef::Job),
+    ]
+}
+
+fn on_failure() -> impl Strategy<Value = OnFailure> {
+    prop::sample::select(OnFailure::ALL.to_vec())
+}
+
+prop_compose! {
+    fn dag_node_spec()(
+        name in text(),
+        spec in job_spec(),
+        options in job_options(),
+        after in vec(dag_ref(), 0..4),
+        outputs in any::<bool>(),
+    ) -> DagNodeSpec {
+        DagNodeSpec { name, spec, options, after, outputs }
+    }
+}
+
+prop_compose! {
+    fn dag_spec()(
+        nodes in vec(dag_node_spec(), 0..6),
+        on_failure in on_failure(),
+        request in request_id(),
+        idempotency_key in option::of(text()),
+    ) -> DagSpec {
+        DagSpec { nodes, on_failure, request, idempotency_key }
+    }
+}
+
+prop_compose! {
+    fn dag_node()(
+        id in n64(),
+        name in text(),
+        parents in vec(n64(), 0..4),
+        outputs in any::<bool>(),
+    ) -> DagNode {
+        DagNode { id, name, parents, outputs }
     }
 }
 
@@ -322,6 +379,7 @@ fn command() -> impl Strategy<Value = Command> {
         1 => schedule_name().prop_map(|name| Command::DeleteSchedule { name }),
         1 => (schedule_name(), n64(), n64())
             .prop_map(|(name, from, to)| Command::Backfill { name, from, to }),
+        3 => dag_spec().prop_map(Command::SubmitDag),
     ]
 }
 
@@ -375,26 +433,56 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         (schedule_spec(), option::of(n64()))
             .prop_map(|(spec, next)| EventKind::ScheduleCreated { spec, next }),
         (schedule_name(), n64(), n64(), option::of(n64())).prop_map(|(name, tick, id, next)| {
-            EventKind::ScheduleFired { name, tick, id, next }
+            EventKind::ScheduleFired {
+                name,
+                tick,
+                id,
+                next,
+            }
         }),
         (schedule_name(), n64(), any::<bool>(), option::of(n64())).prop_map(
             |(name, tick, full, next)| EventKind::ScheduleSkipped {
                 name,
                 tick,
-                reason: if full { SkipReason::QueueFull } else { SkipReason::Overlap },
+                reason: if full {
+                    SkipReason::QueueFull
+                } else {
+                    SkipReason::Overlap
+                },
                 next,
             }
         ),
         (schedule_name(), n64(), option::of(n64()))
             .prop_map(|(name, tick, next)| EventKind::ScheduleBuffered { name, tick, next }),
         (schedule_name(), n64(), n64(), option::of(n64())).prop_map(|(name, from, to, next)| {
-            EventKind::ScheduleMissed { name, from, to, next }
+            EventKind::ScheduleMissed {
+                name,
+                from,
+                to,
+                next,
+            }
         }),
         (schedule_name(), any::<bool>(), option::of(n64()))
             .prop_map(|(name, paused, next)| EventKind::SchedulePaused { name, paused, next }),
         (schedule_name(), n64(), n64())
             .prop_map(|(name, from, to)| EventKind::ScheduleBackfilled { name, from, to }),
         schedule_name().prop_map(|name| EventKind::ScheduleDeleted { name }),
+        (
+            n64(),
+            on_failure(),
+            vec(dag_node(), 0..6),
+            option::of(request_id()),
+            option::of(text())
+        )
+            .prop_map(|(dag, on_failure, nodes, request, idempotency_key)| {
+                EventKind::DagCreated {
+                    dag,
+                    on_failure,
+                    nodes,
+                    request,
+                    idempotency_key,
+                }
+            }),
     ]
 }
 
@@ -488,11 +576,13 @@ prop_compose! {
         ),
         (result_bytes, input_bytes, has_checkpoint, options) in
             (option::of(n64()), n64(), any::<bool>(), job_options()),
+        (dag, parents, waiting) in
+            (option::of((n64(), text())), vec(n64(), 0..3), any::<bool>()),
     ) -> JobView {
         JobView {
             id, module, state, priority, max_attempts, timeout_ms, idempotency_key,
             submitted_at, finished_at, not_before, attempts, error,
-            result_bytes, input_bytes, has_checkpoint, options,
+            result_bytes, input_bytes, has_checkpoint, options, dag, parents, waiting,
         }
     }
 }
@@ -808,7 +898,7 @@ fn a_tiny_input_claiming_a_huge_vector_is_refused_at_once() {
             }),
         ];
         for (what, bytes, decoder) in cases {
-            assert!(bytes.len() <= 64, "{what}: {} bytes", bytes.len());
+            assert!(bytes.len() <= 96, "{what}: {} bytes", bytes.len());
             let started = std::time::Instant::now();
             let (refused, peak) = meter::peak(|| decoder(&bytes));
             let refused = refused.unwrap_or_else(|| panic!("{what}: claim {claim} accepted"));
@@ -827,10 +917,12 @@ fn a_tiny_input_claiming_a_huge_vector_is_refused_at_once() {
 fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     let empty = Master::new().snapshot();
     // The empty master ends with: job map (0), worker map (0), three
-    // counters (0), token map (0), request map (0), and what keys hold:
-    // options, uniqueness holds and start times (0 each).
-    assert_eq!(empty[empty.len() - 10..], [0; 10]);
-    [&empty[..empty.len() - 10], claim, &[0; 9]].concat()
+    // counters (0), token map (0), request map (0), what keys hold:
+    // options, uniqueness holds and start times (0 each), schedules (0),
+    // and DAGs: the next id (1) and four maps (0 each).
+    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0]].concat();
+    assert_eq!(empty[empty.len() - tail.len()..], tail);
+    [&empty[..empty.len() - tail.len()], claim, &tail[1..]].concat()
 }
 
 /// The meter sees what it must, or the bounds above prove nothing.

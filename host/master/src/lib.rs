@@ -12,10 +12,11 @@
 //!   component exports; the host's native backend calls it directly, so a
 //!   scenario replayed natively and through Wasm must give identical bytes.
 
+pub mod dag;
 pub mod master;
 pub mod protocol;
-pub mod schedule;
 pub mod scenarios;
+pub mod schedule;
 
 #[cfg(test)]
 mod tests;

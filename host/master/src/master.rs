@@ -74,6 +74,7 @@ use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
+use crate::dag::{self, Dag, Dags, Node};
 use crate::protocol::*;
 use crate::schedule::{self, BACKFILL_TICKS_MAX, SCHEDULES_MAX, Schedule, TICKS_PER_TICK_MAX};
 
@@ -207,6 +208,10 @@ pub struct Master {
     /// in a snapshot.
     #[serde(skip)]
     schedules: BTreeMap<String, Schedule>,
+    /// DAGs (see [`crate::dag`]); written after the schedules in a
+    /// snapshot.
+    #[serde(skip)]
+    dags: Dags,
     // Indexes, rebuilt from `jobs` on restore (not in snapshots).
     #[serde(skip)]
     pub(crate) index: Index,
@@ -353,20 +358,25 @@ impl Master {
             requests: BTreeMap::new(),
             keyed: Keyed::default(),
             schedules: BTreeMap::new(),
+            dags: Dags {
+                next: 1,
+                ..Dags::default()
+            },
             index: Index::default(),
         }
     }
 
     /// The whole state as versioned bytes: `[SNAPSHOT_VERSION] ++
     /// postcard(state) ++ postcard(tokens) ++ postcard(request ids) ++
-    /// postcard(keys) ++ postcard(schedules)`.
+    /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs)`.
     pub fn snapshot(&self) -> Vec<u8> {
         let mut out = vec![SNAPSHOT_VERSION];
         out = postcard::to_extend(self, out).expect("postcard encoding into a Vec");
         out = postcard::to_extend(&self.tokens, out).expect("postcard encoding into a Vec");
         out = postcard::to_extend(&self.requests, out).expect("postcard encoding into a Vec");
         out = postcard::to_extend(&self.keyed, out).expect("postcard encoding into a Vec");
-        postcard::to_extend(&self.schedules, out).expect("postcard encoding into a Vec")
+        out = postcard::to_extend(&self.schedules, out).expect("postcard encoding into a Vec");
+        postcard::to_extend(&self.dags, out).expect("postcard encoding into a Vec")
     }
 
     /// A master from [`snapshot`](Self::snapshot) bytes, or from a snapshot
@@ -398,6 +408,7 @@ impl Master {
         }
         if version >= 5 {
             (master.schedules, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
+            (master.dags, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
         }
         // Version 1 was written by `encode`, which ignores trailing bytes.
         if version >= 2 && !rest.is_empty() {
@@ -427,6 +438,14 @@ impl Master {
         // Options of jobs the snapshot does not hold are dropped, like the
         // workers' references above.
         self.keyed.options.retain(|id, _| jobs.contains_key(id));
+        // DAG records of jobs the snapshot does not hold are dropped too;
+        // only queued jobs wait.
+        self.dags.nodes.retain(|id, _| jobs.contains_key(id));
+        (self.dags.waiting).retain(|id, _| {
+            jobs.get(id)
+                .is_some_and(|job| job.state == JobState::Queued)
+        });
+        self.dags.rebuild();
         let mut fired_by = BTreeMap::new();
         for (name, schedule) in &mut self.schedules {
             schedule
@@ -454,6 +473,7 @@ impl Master {
                 index.keys.insert(key.clone(), id);
             }
             match job.state {
+                JobState::Queued if self.dags.waiting.contains_key(&id) => {}
                 JobState::Queued => match job.not_before {
                     Some(at) => {
                         index.delayed.insert((at, id));
@@ -706,10 +726,138 @@ impl Master {
             }
             Command::DeleteSchedule { name } => {
                 self.schedule(name)?;
-                done(vec![event(EventKind::ScheduleDeleted { name: name.clone() })])
+                done(vec![event(EventKind::ScheduleDeleted {
+                    name: name.clone(),
+                })])
             }
             Command::Backfill { name, from, to } => self.decide_backfill(now, name, *from, *to),
+            Command::SubmitDag(spec) => self.decide_dag(now, spec),
         }
+    }
+
+    fn decide_dag(&self, now: Millis, spec: &DagSpec) -> Result<Decision, Rejection> {
+        let existing = |dag: DagId, created: bool| {
+            let jobs = self
+                .dags
+                .dags
+                .get(&dag)
+                .map_or(Vec::new(), |d| d.jobs.clone());
+            Ok(Decision {
+                events: Vec::new(),
+                reply: Reply::Dag {
+                    id: dag,
+                    jobs,
+                    existing: !created,
+                },
+            })
+        };
+        if let Some(seen) = self.requests.get(&spec.request)
+            && let Some(node) = self.dags.nodes.get(&seen.job)
+        {
+            return existing(node.dag, true);
+        }
+        if let Some(key) = &spec.idempotency_key {
+            if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
+                return reject(
+                    codes::INVALID_DAG,
+                    format!("idempotency_key: 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes"),
+                );
+            }
+            if let Some(&dag) = self.dags.keys.get(key) {
+                return existing(dag, false);
+            }
+        }
+        dag::validate_shape(spec)?;
+        let invalid = |message: String| Err(Rejection::new(codes::INVALID_DAG, message));
+        for (i, node) in spec.nodes.iter().enumerate() {
+            if node.spec.idempotency_key.is_some() {
+                return invalid(format!(
+                    "jobs[{i}].idempotency_key: a DAG's jobs take none (give the DAG one)"
+                ));
+            }
+            if node.options.unique.is_some() {
+                return invalid(format!("jobs[{i}].unique_key: a DAG's jobs take none"));
+            }
+            validate_spec(&self.config, &node.spec)
+                .and_then(|()| validate_options(&node.options))
+                .map_err(|r| Rejection::new(&r.code, format!("jobs[{i}]: {}", r.message)))?;
+            for parent in &node.after {
+                let DagRef::Job(id) = *parent else { continue };
+                let job = self.job(id).map_err(|r| {
+                    Rejection::new(
+                        codes::INVALID_DAG,
+                        format!("jobs[{i}].after: {}", r.message),
+                    )
+                })?;
+                if job.state.is_terminal() && job.state != JobState::Succeeded {
+                    return invalid(format!(
+                        "jobs[{i}].after: job {id} is {}; retry it first",
+                        job.state.name()
+                    ));
+                }
+            }
+        }
+        let n = spec.nodes.len() as u64;
+        if self.queued().saturating_add(n) > self.config.queue_max {
+            return reject(
+                codes::QUEUE_FULL,
+                format!(
+                    "{} jobs are waiting and the DAG adds {n}, the limit is {}",
+                    self.queued(),
+                    self.config.queue_max
+                ),
+            );
+        }
+        let first = self.next_id;
+        let ids: Vec<JobId> = (0..n).map(|k| first.saturating_add(k)).collect();
+        let mut events: Vec<Event> = (spec.nodes.iter().zip(&ids))
+            .map(|(node, &id)| Event {
+                at: now,
+                kind: EventKind::Submitted {
+                    id,
+                    spec: node.spec.clone(),
+                    request: None,
+                    options: node.options.clone(),
+                },
+            })
+            .collect();
+        let nodes = (spec.nodes.iter().zip(&ids))
+            .map(|(node, &id)| {
+                let mut parents: Vec<JobId> = (node.after.iter())
+                    .map(|parent| match *parent {
+                        DagRef::Node(p) => ids[p as usize],
+                        DagRef::Job(id) => id,
+                    })
+                    .collect();
+                parents.sort_unstable();
+                parents.dedup();
+                DagNode {
+                    id,
+                    name: node.name.clone(),
+                    parents,
+                    outputs: node.outputs,
+                }
+            })
+            .collect();
+        let dag = self.dags.next;
+        events.push(Event {
+            at: now,
+            kind: EventKind::DagCreated {
+                dag,
+                on_failure: spec.on_failure,
+                nodes,
+                request: Some(spec.request),
+                idempotency_key: spec.idempotency_key.clone(),
+            },
+        });
+        Ok(Decision {
+            events,
+            reply: Reply::Dag {
+                id: dag,
+                jobs: ids,
+                existing: false,
+            },
+        })
     }
 
     fn schedule(&self, name: &str) -> Result<&Schedule, Rejection> {
@@ -749,7 +897,9 @@ impl Master {
                 ),
             );
         }
-        let ids: Vec<JobId> = (0..ticks.len() as u64).map(|n| self.next_id.saturating_add(n)).collect();
+        let ids: Vec<JobId> = (0..ticks.len() as u64)
+            .map(|n| self.next_id.saturating_add(n))
+            .collect();
         let mut events: Vec<Event> = (ticks.iter().zip(&ids))
             .map(|(&tick, &id)| Event {
                 at: now,
@@ -1145,6 +1295,21 @@ impl Master {
                     }
                 }
             }
+            EventKind::DagCreated {
+                dag,
+                on_failure,
+                nodes,
+                request,
+                idempotency_key,
+            } => self.create_dag(
+                *dag,
+                *on_failure,
+                nodes,
+                *request,
+                idempotency_key,
+                at,
+                &mut effects,
+            ),
             EventKind::RequestsExpired { before } => {
                 let kept = self.index.requests.split_off(&(*before, RequestId::MIN));
                 for (_, request) in std::mem::replace(&mut self.index.requests, kept) {
@@ -1191,12 +1356,27 @@ impl Master {
                 entry.running.insert(*id);
                 entry.last_seen = entry.last_seen.max(at);
                 self.attempts_total += 1;
+                let job = &self.jobs[id];
+                let input = match self.dags.nodes.get(id) {
+                    Some(node) if node.outputs && !node.parents.is_empty() => {
+                        let parents: Vec<(JobId, &str, Option<&[u8]>)> = (node.parents.iter())
+                            .map(|parent| {
+                                let name = self.dags.nodes.get(parent).map_or("", |n| &n.name);
+                                let output =
+                                    self.jobs.get(parent).and_then(|j| j.result.as_deref());
+                                (*parent, name, output)
+                            })
+                            .collect();
+                        dag::envelope(&job.spec.input, &parents)
+                    }
+                    _ => job.spec.input.clone(),
+                };
                 effects.push(Effect::Assign(Assignment {
                     id: *id,
                     attempt: *attempt,
                     worker: worker.clone(),
                     module: job.spec.module,
-                    input: job.spec.input.clone(),
+                    input,
                     timeout_ms: job.spec.timeout_ms,
                     memory_bytes: job.spec.memory_bytes,
                     checkpoint: job.checkpoint.clone(),
@@ -1253,29 +1433,7 @@ impl Master {
                     );
                 }
             }
-            EventKind::Cancelled { id } => {
-                let Some(job) = self.jobs.get(id) else {
-                    return effects;
-                };
-                match job.state {
-                    JobState::Running => {
-                        let attempt = job.attempts.last().expect("running has an attempt");
-                        let (worker, number) = (attempt.worker.clone(), attempt.number);
-                        self.end_attempt(*id, number, at, &mut effects);
-                        let job = self.jobs.get_mut(id).expect("present");
-                        let current = job.attempts.last_mut().expect("present");
-                        current.outcome = Some("cancelled".into());
-                        effects.push(Effect::Stop {
-                            worker,
-                            id: *id,
-                            attempt: number,
-                        });
-                    }
-                    JobState::Queued => self.unqueue(*id),
-                    _ => return effects,
-                }
-                self.settle(*id, JobState::Cancelled, at, &mut effects);
-            }
+            EventKind::Cancelled { id } => self.cancel(*id, None, at, &mut effects),
             EventKind::Released { id } => {
                 let Some(job) = self.jobs.get_mut(id) else {
                     return effects;
@@ -1333,8 +1491,16 @@ impl Master {
                 job.error = None;
                 job.seq = self.next_seq;
                 self.next_seq += 1;
-                self.index.enqueue(ready_key(job, *id), self.keyed.key(*id));
-                effects.push(Effect::WorkAvailable);
+                // A DAG's job waits again for the parents that have not
+                // succeeded (a retry of the parent releases it).
+                let unfinished = self.unsucceeded_parents(*id);
+                let job = &self.jobs[id];
+                if unfinished > 0 {
+                    self.dags.waiting.insert(*id, unfinished);
+                } else {
+                    self.index.enqueue(ready_key(job, *id), self.keyed.key(*id));
+                    effects.push(Effect::WorkAvailable);
+                }
             }
             EventKind::Purged { id } => {
                 if let Some(job) = self.jobs.get(id)
@@ -1356,6 +1522,7 @@ impl Master {
                         self.index.keys.remove(key);
                     }
                     self.keyed.options.remove(id);
+                    self.forget_dag_job(*id);
                 }
             }
         }
@@ -1385,8 +1552,7 @@ impl Master {
         if let Some(unique) = &options.unique {
             self.hold_unique(&unique.key, id, at.saturating_add(unique.window_ms), at);
         }
-        self.index
-            .enqueue(ready_key(&job, id), self.keyed.key(id));
+        self.index.enqueue(ready_key(&job, id), self.keyed.key(id));
         if let Some(key) = &job.spec.idempotency_key {
             self.index.keys.insert(key.clone(), id);
         }
@@ -1598,8 +1764,266 @@ impl Master {
         self.settle(id, state, at, effects);
     }
 
-    /// Moves a job to a terminal state.
+    /// Moves a job to a terminal state, then carries out what that means
+    /// for the DAG jobs waiting on it (see [`crate::dag`]), on a work list.
     fn settle(&mut self, id: JobId, state: JobState, at: Millis, effects: &mut Vec<Effect>) {
+        self.settle_one(id, state, at, effects);
+        if !self.dags.children.contains_key(&id) && !self.dags.nodes.contains_key(&id) {
+            return;
+        }
+        let mut ended = vec![(id, state)];
+        // DAGs cancelled whole by this cascade: their jobs are all handled.
+        let mut cancelled_dags = BTreeSet::new();
+        while let Some((id, state)) = ended.pop() {
+            let children = self.dags.children.get(&id).cloned().unwrap_or_default();
+            if state == JobState::Succeeded {
+                for child in children {
+                    let Some(left) = self.dags.waiting.get_mut(&child) else {
+                        continue;
+                    };
+                    *left = left.saturating_sub(1);
+                    if *left == 0 {
+                        self.dags.waiting.remove(&child);
+                        if let Some(job) = self.jobs.get(&child)
+                            && job.state == JobState::Queued
+                        {
+                            self.index
+                                .enqueue(ready_key(job, child), self.keyed.key(child));
+                            effects.push(Effect::WorkAvailable);
+                        }
+                    }
+                }
+                continue;
+            }
+            // A failure: the whole DAG of a `cancel_dag` job, and each
+            // waiting child by its own DAG's policy.
+            let mut doomed: Vec<(JobId, &str)> = Vec::new();
+            let mut cancel_dag = |dag_id: DagId, doomed: &mut Vec<(JobId, &str)>| {
+                if let Some(dag) = self.dags.dags.get(&dag_id)
+                    && dag.on_failure == OnFailure::CancelDag
+                    && cancelled_dags.insert(dag_id)
+                {
+                    doomed.extend(dag.jobs.iter().map(|&job| (job, "dag_cancelled")));
+                    return true;
+                }
+                false
+            };
+            if let Some(node) = self.dags.nodes.get(&id) {
+                cancel_dag(node.dag, &mut doomed);
+            }
+            for child in children {
+                let Some(node) = self.dags.nodes.get(&child) else {
+                    continue;
+                };
+                let whole = (self.dags.dags.get(&node.dag))
+                    .is_some_and(|dag| dag.on_failure == OnFailure::CancelDag);
+                if !whole {
+                    doomed.push((child, "parent_failed"));
+                } else {
+                    cancel_dag(node.dag, &mut doomed);
+                }
+            }
+            for (job, code) in doomed {
+                let unfinished = self.jobs.get(&job).is_some_and(|j| !j.state.is_terminal());
+                if !unfinished {
+                    continue;
+                }
+                let failure = Failure {
+                    code: code.into(),
+                    message: format!("job {id} ended {}", state.name()),
+                };
+                self.cancel_one(job, Some(failure), at, effects);
+                ended.push((job, JobState::Cancelled));
+            }
+        }
+    }
+
+    /// Cancels job `id` if it has not finished (with `error`, when a DAG's
+    /// failure is the reason).
+    fn cancel(&mut self, id: JobId, error: Option<Failure>, at: Millis, effects: &mut Vec<Effect>) {
+        if self.cancel_stop(id, at, effects) {
+            if error.is_some() {
+                self.jobs.get_mut(&id).expect("present").error = error;
+            }
+            self.settle(id, JobState::Cancelled, at, effects);
+        }
+    }
+
+    /// [`cancel`](Self::cancel) without the DAG cascade (the caller runs it).
+    fn cancel_one(
+        &mut self,
+        id: JobId,
+        error: Option<Failure>,
+        at: Millis,
+        effects: &mut Vec<Effect>,
+    ) {
+        if self.cancel_stop(id, at, effects) {
+            if error.is_some() {
+                self.jobs.get_mut(&id).expect("present").error = error;
+            }
+            self.settle_one(id, JobState::Cancelled, at, effects);
+        }
+    }
+
+    /// Stops a running job's attempt or takes a queued job out of line;
+    /// false if the job is gone or finished.
+    fn cancel_stop(&mut self, id: JobId, at: Millis, effects: &mut Vec<Effect>) -> bool {
+        let Some(job) = self.jobs.get(&id) else {
+            return false;
+        };
+        match job.state {
+            JobState::Running => {
+                let attempt = job.attempts.last().expect("running has an attempt");
+                let (worker, number) = (attempt.worker.clone(), attempt.number);
+                self.end_attempt(id, number, at, effects);
+                let job = self.jobs.get_mut(&id).expect("present");
+                let current = job.attempts.last_mut().expect("present");
+                current.outcome = Some("cancelled".into());
+                effects.push(Effect::Stop {
+                    worker,
+                    id,
+                    attempt: number,
+                });
+            }
+            JobState::Queued if self.dags.waiting.remove(&id).is_some() => {}
+            JobState::Queued => self.unqueue(id),
+            _ => return false,
+        }
+        true
+    }
+
+    /// How many of a DAG job's parents have not succeeded (a purged one
+    /// counts as succeeded: only finished jobs are purged, and a failed
+    /// one already acted on its children).
+    fn unsucceeded_parents(&self, id: JobId) -> u32 {
+        let Some(node) = self.dags.nodes.get(&id) else {
+            return 0;
+        };
+        (node.parents.iter())
+            .filter(|parent| {
+                self.jobs
+                    .get(parent)
+                    .is_some_and(|job| job.state != JobState::Succeeded)
+            })
+            .count() as u32
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create_dag(
+        &mut self,
+        id: DagId,
+        on_failure: OnFailure,
+        nodes: &[DagNode],
+        request: Option<RequestId>,
+        key: &Option<String>,
+        at: Millis,
+        effects: &mut Vec<Effect>,
+    ) {
+        // A journal is decoded, not trusted: a DAG id or job already in a
+        // DAG, or a job that does not exist, leaves the event without
+        // effect on it.
+        if self.dags.dags.contains_key(&id) {
+            return;
+        }
+        let nodes: Vec<&DagNode> = (nodes.iter())
+            .filter(|node| {
+                self.jobs.contains_key(&node.id) && !self.dags.nodes.contains_key(&node.id)
+            })
+            .collect();
+        self.dags.next = self.dags.next.max(id.saturating_add(1));
+        let jobs: Vec<JobId> = nodes.iter().map(|node| node.id).collect();
+        self.dags.dags.insert(
+            id,
+            Dag {
+                on_failure,
+                created_at: at,
+                left: jobs.len() as u64,
+                jobs,
+                key: key.clone(),
+            },
+        );
+        if let Some(key) = key {
+            self.dags.keys.insert(key.clone(), id);
+        }
+        for node in &nodes {
+            self.dags.nodes.insert(
+                node.id,
+                Node {
+                    dag: id,
+                    name: node.name.clone(),
+                    parents: node.parents.clone(),
+                    outputs: node.outputs,
+                },
+            );
+            for &parent in &node.parents {
+                self.dags.children.entry(parent).or_default().push(node.id);
+            }
+        }
+        if let (Some(request), Some(first)) = (request, nodes.first()) {
+            self.remember_request(request, first.id, at, REQUESTS_MAX);
+        }
+        // Jobs with a parent that has not succeeded leave the line; one
+        // whose parent already failed is cancelled at once.
+        let mut failed = Vec::new();
+        for node in &nodes {
+            let unfinished = self.unsucceeded_parents(node.id);
+            if unfinished == 0 || self.jobs[&node.id].state != JobState::Queued {
+                continue;
+            }
+            self.unqueue(node.id);
+            self.dags.waiting.insert(node.id, unfinished);
+            for parent in &node.parents {
+                if self
+                    .jobs
+                    .get(parent)
+                    .is_some_and(|job| job.state.is_terminal() && job.state != JobState::Succeeded)
+                {
+                    failed.push((*parent, self.jobs[parent].state));
+                }
+            }
+        }
+        for (parent, state) in failed {
+            // Replays the parent's failure for its new children.
+            let children = self.dags.children.get(&parent).cloned().unwrap_or_default();
+            for child in children {
+                if self.dags.nodes.get(&child).is_some_and(|n| n.dag == id) {
+                    let failure = Failure {
+                        code: "parent_failed".into(),
+                        message: format!("job {parent} ended {}", state.name()),
+                    };
+                    self.cancel(child, Some(failure), at, effects);
+                }
+            }
+        }
+    }
+
+    /// Forgets a purged job's DAG records (and the DAG with its last job).
+    fn forget_dag_job(&mut self, id: JobId) {
+        self.dags.waiting.remove(&id);
+        let Some(node) = self.dags.nodes.remove(&id) else {
+            return;
+        };
+        for parent in &node.parents {
+            if let Some(children) = self.dags.children.get_mut(parent) {
+                children.retain(|&child| child != id);
+                if children.is_empty() {
+                    self.dags.children.remove(parent);
+                }
+            }
+        }
+        if let Some(dag) = self.dags.dags.get_mut(&node.dag) {
+            dag.left = dag.left.saturating_sub(1);
+            if dag.left == 0 {
+                let dag = self.dags.dags.remove(&node.dag).expect("present");
+                if let Some(key) = dag.key {
+                    self.dags.keys.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Moves a job to a terminal state.
+    fn settle_one(&mut self, id: JobId, state: JobState, at: Millis, effects: &mut Vec<Effect>) {
         let job = self.jobs.get_mut(&id).expect("caller checked");
         set_state(&mut self.index.counts, job, state);
         job.finished_at = Some(at);
@@ -1742,6 +2166,34 @@ impl Master {
                 self.schedules.values().map(Schedule::view).collect(),
             )),
             Query::Schedule { name } => Ok(Answer::Schedule(Box::new(self.schedule(name)?.view()))),
+            Query::Dag { id } => {
+                let Some(dag) = self.dags.dags.get(id) else {
+                    return reject(codes::DAG_NOT_FOUND, format!("no DAG {id}"));
+                };
+                let mut counts = [0u64; JobState::COUNT];
+                let mut waiting = 0;
+                let jobs = (dag.jobs.iter())
+                    .map(|job| {
+                        let state = self.jobs.get(job).map(|j| j.state);
+                        if let Some(state) = state {
+                            counts[state as usize] += 1;
+                        }
+                        waiting += u64::from(self.dags.waiting.contains_key(job));
+                        let node = self.dags.nodes.get(job);
+                        let name = node.map_or(String::new(), |n| n.name.clone());
+                        let parents = node.map_or(Vec::new(), |n| n.parents.clone());
+                        (*job, name, state, parents)
+                    })
+                    .collect();
+                Ok(Answer::Dag(Box::new(DagView {
+                    id: *id,
+                    on_failure: dag.on_failure,
+                    created_at: dag.created_at,
+                    counts,
+                    waiting,
+                    jobs,
+                })))
+            }
             Query::Input { id } => Ok(Answer::Input(self.job(*id)?.spec.input.clone())),
             Query::Stats => Ok(Answer::Stats(self.stats())),
             Query::Workers => Ok(Answer::Workers(
@@ -1846,6 +2298,9 @@ impl Master {
             input_bytes: job.spec.input.len() as u64,
             has_checkpoint: job.checkpoint.is_some(),
             options: self.keyed.options.get(&id).cloned().unwrap_or_default(),
+            dag: (self.dags.nodes.get(&id)).map(|node| (node.dag, node.name.clone())),
+            parents: (self.dags.nodes.get(&id)).map_or(Vec::new(), |node| node.parents.clone()),
+            waiting: self.dags.waiting.contains_key(&id),
         }
     }
 }

@@ -202,6 +202,10 @@ pub mod codes {
     pub const SCHEDULE_EXISTS: &str = "schedule_exists";
     /// No schedule has this name.
     pub const SCHEDULE_NOT_FOUND: &str = "schedule_not_found";
+    /// A DAG with a cycle, an unknown or failed parent, or over a bound.
+    pub const INVALID_DAG: &str = "invalid_dag";
+    /// No DAG has this id (or all its jobs were purged).
+    pub const DAG_NOT_FOUND: &str = "dag_not_found";
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -226,6 +230,8 @@ pub mod codes {
         INVALID_SCHEDULE,
         SCHEDULE_EXISTS,
         SCHEDULE_NOT_FOUND,
+        INVALID_DAG,
+        DAG_NOT_FOUND,
     ];
 }
 
@@ -500,6 +506,91 @@ pub enum Command {
         /// End (exclusive).
         to: Millis,
     },
+    /// Queue a set of jobs with edges between them (and to existing jobs)
+    /// as one DAG, all or nothing (see [`crate::dag`]).
+    SubmitDag(DagSpec),
+}
+
+/// A DAG's id: dense, assigned by the master from 1.
+pub type DagId = u64;
+
+/// A DAG as submitted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DagSpec {
+    /// Its jobs (at most [`DAG_JOBS_MAX`](crate::dag::DAG_JOBS_MAX)).
+    pub nodes: Vec<DagNodeSpec>,
+    /// What a job's failure does to the rest.
+    pub on_failure: OnFailure,
+    /// The submission's id (as [`Command::Submit`]'s).
+    pub request: RequestId,
+    /// A resubmission with the same key gets the same DAG.
+    pub idempotency_key: Option<String>,
+}
+
+/// One job of a DAG.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DagNodeSpec {
+    /// Its name, unique in the DAG.
+    pub name: String,
+    /// What to run (no idempotency key).
+    pub spec: JobSpec,
+    /// Its options (no uniqueness).
+    pub options: JobOptions,
+    /// The jobs it waits for.
+    pub after: Vec<DagRef>,
+    /// Whether it receives its parents' outputs with its input.
+    pub outputs: bool,
+}
+
+/// A parent of a DAG's job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum DagRef {
+    /// Another job of the same DAG, by its index in `nodes`.
+    Node(u32),
+    /// A job that exists already.
+    Job(JobId),
+}
+
+/// What a failed job (failed, dead or cancelled) does to its DAG.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OnFailure {
+    /// Its descendants are cancelled (error `parent_failed`); the other
+    /// branches go on.
+    SkipDescendants,
+    /// Every unfinished job of the DAG is cancelled (error
+    /// `dag_cancelled`).
+    CancelDag,
+}
+
+impl OnFailure {
+    /// Every policy.
+    pub const ALL: [OnFailure; 2] = [OnFailure::SkipDescendants, OnFailure::CancelDag];
+
+    /// The policy's name in the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnFailure::SkipDescendants => "skip_descendants",
+            OnFailure::CancelDag => "cancel_dag",
+        }
+    }
+
+    /// The policy named `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|policy| policy.name() == name)
+    }
+}
+
+/// A DAG's job as the journal records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DagNode {
+    /// The job.
+    pub id: JobId,
+    /// Its name in the DAG.
+    pub name: String,
+    /// The jobs it waits for.
+    pub parents: Vec<JobId>,
+    /// Whether it receives their outputs.
+    pub outputs: bool,
 }
 
 /// A schedule: a job template fired at every tick of a timing.
@@ -838,6 +929,21 @@ pub enum EventKind {
         /// The schedule.
         name: String,
     },
+    /// The jobs just submitted (the `Submitted` events before this one in
+    /// the same decision) form DAG `dag`: jobs with unfinished parents
+    /// leave the ready queue until their parents succeed.
+    DagCreated {
+        /// Its id.
+        dag: DagId,
+        /// What a failure does.
+        on_failure: OnFailure,
+        /// Its jobs.
+        nodes: Vec<DagNode>,
+        /// The submission's id.
+        request: Option<RequestId>,
+        /// The DAG's idempotency key.
+        idempotency_key: Option<String>,
+    },
 }
 
 /// The reply to a command's sender, sent once its events are durable.
@@ -868,6 +974,15 @@ pub enum Reply {
     Backfilled {
         /// The jobs, in tick order.
         ids: Vec<JobId>,
+    },
+    /// A DAG was accepted (or, `existing`, its idempotency key matched one).
+    Dag {
+        /// Its id.
+        id: DagId,
+        /// Its jobs, in the order submitted.
+        jobs: Vec<JobId>,
+        /// True if the submission created nothing.
+        existing: bool,
     },
 }
 
@@ -1043,6 +1158,29 @@ pub enum Query {
         /// Its name.
         name: String,
     },
+    /// A DAG's status.
+    Dag {
+        /// Its id.
+        id: DagId,
+    },
+}
+
+/// A DAG as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DagView {
+    /// Its id.
+    pub id: DagId,
+    /// What a failure does.
+    pub on_failure: OnFailure,
+    /// When it was submitted.
+    pub created_at: Millis,
+    /// Jobs per state (purged ones are not counted).
+    pub counts: [u64; JobState::COUNT],
+    /// Jobs that wait for a parent.
+    pub waiting: u64,
+    /// Its jobs in the order submitted: id, name, state (`None`: purged),
+    /// parents.
+    pub jobs: Vec<(JobId, String, Option<JobState>, Vec<JobId>)>,
 }
 
 /// A schedule as the API shows it.
@@ -1128,6 +1266,12 @@ pub struct JobView {
     pub has_checkpoint: bool,
     /// Keys, limits and uniqueness it was submitted with.
     pub options: JobOptions,
+    /// Its DAG and its name there.
+    pub dag: Option<(DagId, String)>,
+    /// The jobs it waits for (or waited for).
+    pub parents: Vec<JobId>,
+    /// Whether it still waits for one of them.
+    pub waiting: bool,
 }
 
 /// Short form of a job for listings.
@@ -1216,6 +1360,8 @@ pub enum Answer {
     Schedules(Vec<ScheduleView>),
     /// For [`Query::Schedule`].
     Schedule(Box<ScheduleView>),
+    /// For [`Query::Dag`].
+    Dag(Box<DagView>),
 }
 
 /// Jobs finished lately ([`Query::Recent`]).

@@ -8,6 +8,7 @@ use crate::master::{REQUEST_PURGE_PERIOD_MS, REQUEST_TTL_MS};
 use crate::protocol::*;
 
 /// A named sequence of `(now, command)` steps.
+#[derive(Debug, Clone)]
 pub struct Scenario {
     /// What it exercises.
     pub name: &'static str,
@@ -374,6 +375,39 @@ pub fn all() -> Vec<Scenario> {
             ],
         },
         Scenario {
+            name: "a DAG runs in order, children get their parents' outputs, a failure skips",
+            steps: vec![
+                (
+                    t,
+                    submit_dag(
+                        1,
+                        vec![
+                            dag_node("a", vec![]),
+                            dag_node("b", vec![DagRef::Node(0)]),
+                            dag_node("c", vec![DagRef::Node(0), DagRef::Node(1)]),
+                            dag_node("f", vec![]),
+                            dag_node("g", vec![DagRef::Node(3)]),
+                        ],
+                        OnFailure::SkipDescendants,
+                    ),
+                ),
+                (t + 1, poll("w1", 4)),
+                (t + 2, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec()))),
+                (t + 3, finish(4, 1, "w1", failed("job_error"))),
+                (t + 4, poll("w1", 4)),
+                (t + 5, finish(2, 1, "w1", Outcome::Succeeded(vec![0, 0xff]))),
+                (t + 6, poll("w1", 4)),
+                (
+                    t + 7,
+                    submit_dag(
+                        2,
+                        vec![dag_node("x", vec![DagRef::Node(0)])],
+                        OnFailure::CancelDag,
+                    ),
+                ),
+            ],
+        },
+        Scenario {
             name: "schedules fire once per tick, by cron in a time zone and by interval",
             steps: {
                 // 2026-03-28T23:59:00Z: Paris skips 02:00-03:00 on the 29th.
@@ -384,9 +418,18 @@ pub fn all() -> Vec<Scenario> {
                 };
                 let interval = Every::Interval { ms: 1_000 };
                 vec![
-                    (night, create_schedule("paris", cron, Overlap::AllowAll, 60_000)),
-                    (night, create_schedule("s", interval.clone(), Overlap::Skip, 0)),
-                    (night, create_schedule("bad", interval, Overlap::Skip, 8 * 86_400_000)),
+                    (
+                        night,
+                        create_schedule("paris", cron, Overlap::AllowAll, 60_000),
+                    ),
+                    (
+                        night,
+                        create_schedule("s", interval.clone(), Overlap::Skip, 0),
+                    ),
+                    (
+                        night,
+                        create_schedule("bad", interval, Overlap::Skip, 8 * 86_400_000),
+                    ),
                     (night + 1_000, Command::Tick),
                     (night + 2_000, poll("w1", 1)),
                     (night + 3_000, Command::Tick),
@@ -423,8 +466,10 @@ pub fn all() -> Vec<Scenario> {
     // Wasm and native builds does) are distinct submissions.
     for (n, scenario) in all.iter_mut().enumerate() {
         for (_, command) in &mut scenario.steps {
-            if let Command::Submit { request, .. } = command {
-                request.origin = n as u64 + 1;
+            match command {
+                Command::Submit { request, .. } => request.origin = n as u64 + 1,
+                Command::SubmitDag(spec) => spec.request.origin = n as u64 + 1,
+                _ => {}
             }
         }
     }
@@ -440,6 +485,28 @@ pub fn create_schedule(name: &str, every: Every, overlap: Overlap, catch_up_ms: 
         options: JobOptions::default(),
         overlap,
         catch_up_ms,
+    })
+}
+
+/// A DAG job named `name` running `spec(1, name)`, receiving its parents'
+/// outputs.
+pub fn dag_node(name: &str, after: Vec<DagRef>) -> DagNodeSpec {
+    DagNodeSpec {
+        name: name.into(),
+        spec: spec(1, name.as_bytes()),
+        options: JobOptions::default(),
+        after,
+        outputs: true,
+    }
+}
+
+/// A DAG submission of `nodes` under request number `seq`.
+pub fn submit_dag(seq: u64, nodes: Vec<DagNodeSpec>, on_failure: OnFailure) -> Command {
+    Command::SubmitDag(DagSpec {
+        nodes,
+        on_failure,
+        request: request(seq),
+        idempotency_key: None,
     })
 }
 

@@ -367,7 +367,12 @@ mod tests {
         assert!(message(Every::Interval { ms: 999 }).starts_with("every_ms:"));
         let mut named = spec(Every::Interval { ms: 1000 });
         named.name = "a b".into();
-        assert!(validate(&named, 0).unwrap_err().message.starts_with("name:"));
+        assert!(
+            validate(&named, 0)
+                .unwrap_err()
+                .message
+                .starts_with("name:")
+        );
         assert_eq!(
             validate(&spec(Every::Interval { ms: 1000 }), 5).unwrap(),
             Some(1005)
@@ -401,9 +406,6 @@ mod tests {
             schedule.missed.iter().copied().collect::<Vec<_>>(),
             vec![(1000, 3000), (5000, 10_000)]
         );
-        assert_eq!(
-            schedule.missed_ticks(2000, 6000, 100),
-            vec![2000, 5000]
-        );
+        assert_eq!(schedule.missed_ticks(2000, 6000, 100), vec![2000, 5000]);
     }
 }

@@ -36,7 +36,10 @@ fn ticks(events: &[Event]) -> Vec<Millis> {
 fn an_interval_schedule_fires_each_tick_once_and_a_restored_master_goes_on() {
     let mut sim = Sim::new();
     sim.ok(T, create_schedule("s", SECOND, Overlap::AllowAll, 60_000));
-    assert_eq!(view(&sim, "s").upcoming, vec![T + 1_000, T + 2_000, T + 3_000, T + 4_000, T + 5_000]);
+    assert_eq!(
+        view(&sim, "s").upcoming,
+        vec![T + 1_000, T + 2_000, T + 3_000, T + 4_000, T + 5_000]
+    );
     for now in [T + 999, T + 1_000, T + 1_000, T + 1_500, T + 2_000] {
         sim.ok(now, Command::Tick);
     }
@@ -188,7 +191,10 @@ fn overlap_policies_skip_buffer_allow_or_cancel() {
     let (mut sim, first) = overlapping(Overlap::BufferOne);
     assert_eq!(ticks(&sim.events), vec![T + 1_000]);
     let status = view(&sim, "s");
-    assert_eq!((status.buffered, status.skipped_total), (Some(T + 2_000), 1));
+    assert_eq!(
+        (status.buffered, status.skipped_total),
+        (Some(T + 2_000), 1)
+    );
     sim.ok(T + 3_100, poll("w1", 1));
     sim.ok(
         T + 3_200,
@@ -268,7 +274,9 @@ fn bad_schedules_are_refused_and_create_nothing() {
     };
     bad.push(never);
     for spec in bad {
-        let refused = sim.run(T, Command::CreateSchedule(spec.clone())).unwrap_err();
+        let refused = sim
+            .run(T, Command::CreateSchedule(spec.clone()))
+            .unwrap_err();
         assert!(
             [codes::INVALID_SCHEDULE, codes::INVALID_JOB].contains(&refused.code.as_str()),
             "{spec:?}: {refused:?}"

@@ -1097,3 +1097,7 @@ mod key_limits {
 // Schedules.
 #[path = "schedule_tests.rs"]
 mod schedules;
+
+// DAGs.
+#[path = "dag_tests.rs"]
+mod dags;

@@ -76,7 +76,10 @@ impl Api {
 
     /// `GET /v1/schedules/{name}`.
     pub(super) async fn schedule_get(&self, name: &str) -> Result<Reply200, ApiError> {
-        Ok(json(StatusCode::OK, &response(self.schedule_view(name).await?)))
+        Ok(json(
+            StatusCode::OK,
+            &response(self.schedule_view(name).await?),
+        ))
     }
 
     /// `POST /v1/schedules/{name}/pause` and `/resume`.
