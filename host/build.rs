@@ -22,6 +22,7 @@ const GUESTS: &[&str] = &[
     "primes",
     "mandelbrot",
     "fixture-echo",
+    "fixture-depth",
     "fixture-trap",
     "fixture-spin",
     "fixture-hog",

@@ -1,5 +1,6 @@
-//! Workflow features of the master against real nodes: a schedule that
-//! fires each tick once across kills and a hand-over of the master,
+//! Workflow features of the master against real nodes: a DAG of 1,000
+//! jobs run in topological order with its parents' outputs, a schedule
+//! that fires each tick once across kills and a hand-over of the master,
 //! concurrency and rate keys enforced across the workers of three nodes
 //! (and across a kill -9 of the master), uniqueness windows, and the
 //! refusals of bad options.
@@ -7,13 +8,17 @@
 mod support;
 
 use cohort::api::types::{
-    BackfillRequest, BatchItem, BatchRequest, JobFilterBody, JobResponse, JobSummaryBody,
-    ScheduleRequest, ScheduleResponse, SubmitRequest,
+    BackfillRequest, BatchItem, BatchRequest, DagJobRequest, DagRequest, JobFilterBody,
+    JobResponse, JobSummaryBody, ScheduleRequest, ScheduleResponse, SubmitRequest,
 };
 use cohort::client::{ClientError, JobQuery, Node as Api};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
-use support::{Node, converge, live, runtime, settle, start, upload};
+use support::{Node, converge, guest as guest_file, live, runtime, settle, start, upload};
+
+fn guest_path(name: &str) -> String {
+    guest_file(name).to_str().unwrap().to_string()
+}
 
 /// Longest a state may take to show.
 const OBSERVE: Duration = Duration::from_secs(60);
@@ -207,6 +212,146 @@ fn a_schedule_every_second_fires_each_tick_once_across_kills_and_a_hand_over() {
             .await
             .unwrap();
         assert!(backfill.ids.is_empty());
+    });
+}
+
+/// The parents of job `i` of the test DAG: a few earlier jobs, so the
+/// graph has long paths, wide layers and shared ancestors.
+fn parents_of(i: usize) -> Vec<usize> {
+    let mut parents: Vec<usize> = match i {
+        0..=9 => Vec::new(),
+        _ => vec![i / 2, i - 1 - (i * 7) % 10, (i * 13) % i],
+    };
+    parents.sort_unstable();
+    parents.dedup();
+    parents
+}
+
+#[test]
+fn a_dag_of_a_thousand_jobs_runs_in_topological_order_with_its_parents_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut n1 = start(&dir, "n1", ALL, None);
+    let n2 = start(&dir, "n2", ALL, Some(&n1));
+    let rt = runtime();
+    rt.block_on(async {
+        converge(&n2, "2 voters", |c| c.voters == ["n1", "n2"]).await;
+        let client = Api::new(&n2.url);
+        let depth = upload(&client, "fixture_depth").await;
+        const N: usize = 1000;
+        let request = DagRequest {
+            jobs: (0..N)
+                .map(|i| DagJobRequest {
+                    name: format!("j{i}"),
+                    job: support::job(&depth, &format!("{i}")),
+                    after: parents_of(i).iter().map(|p| format!("j{p}")).collect(),
+                    ..DagJobRequest::default()
+                })
+                .collect(),
+            ..DagRequest::default()
+        };
+        let submitted = client.submit_dag(&request).await.unwrap();
+        assert_eq!(submitted.jobs.len(), N);
+        // Kill the master's node midway: the DAG goes on from the journal.
+        let started = Instant::now();
+        loop {
+            let status = client.dag(submitted.id).await.unwrap();
+            if status.counts["succeeded"] >= 300 {
+                break;
+            }
+            assert!(
+                started.elapsed() < OBSERVE,
+                "the DAG does not run: {:?}",
+                status.counts
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        n1.kill();
+        let n1 = start(&dir, "n1", ALL, Some(&n2));
+        converge(&n2, "n1 back", |c| live(c).len() == 2).await;
+        let status = loop {
+            let status = client.dag(submitted.id).await.unwrap();
+            if status.state != "running" {
+                break status;
+            }
+            assert!(
+                started.elapsed() < 3 * OBSERVE,
+                "the DAG does not end: {:?}",
+                status.counts
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(status.state, "succeeded", "{:?}", status.counts);
+        assert_eq!(status.counts["succeeded"], N as u64);
+
+        // Every job's output is the longest path to it, computed here from
+        // the graph alone: it saw each parent's output.
+        let mut expected = vec![0u64; N];
+        let mut jobs = Vec::with_capacity(N);
+        for i in 0..N {
+            expected[i] = 1 + parents_of(i)
+                .iter()
+                .map(|&p| expected[p])
+                .max()
+                .unwrap_or(0);
+            let id = submitted.jobs[i];
+            let output = client.result(id).await.unwrap();
+            assert_eq!(
+                std::str::from_utf8(&output).unwrap(),
+                expected[i].to_string(),
+                "job j{i}"
+            );
+            jobs.push(client.job(id, 0).await.unwrap());
+        }
+        assert!(*expected.iter().max().unwrap() >= 10, "the graph is deep");
+        // Topological order, from the master's record: every attempt of a
+        // job started after each of its parents finished.
+        for i in 0..N {
+            let job = &jobs[i];
+            assert_eq!(job.parents.len(), parents_of(i).len());
+            assert_eq!(job.dag, Some(submitted.id));
+            for &p in &parents_of(i) {
+                let finished = jobs[p].finished_at.unwrap();
+                for attempt in &job.attempts {
+                    assert!(
+                        attempt.started_at >= finished,
+                        "j{i} started before j{p} finished"
+                    );
+                }
+            }
+        }
+        // A cycle, or an unknown parent, is refused with nothing created.
+        let newest = JobQuery {
+            newest_first: true,
+            limit: Some(1),
+            ..JobQuery::default()
+        };
+        let before = client.list(&newest).await.unwrap();
+        let cyclic = DagRequest {
+            jobs: vec![
+                DagJobRequest {
+                    name: "a".into(),
+                    job: support::job(&depth, "a"),
+                    after: vec!["b".into()],
+                    ..DagJobRequest::default()
+                },
+                DagJobRequest {
+                    name: "b".into(),
+                    job: support::job(&depth, "b"),
+                    after: vec!["a".into()],
+                    ..DagJobRequest::default()
+                },
+            ],
+            ..DagRequest::default()
+        };
+        let refused = client.submit_dag(&cyclic).await.unwrap_err();
+        assert_eq!(refused.code(), "invalid_dag");
+        let mut unknown = cyclic.clone();
+        unknown.jobs[1].after = vec!["nope".into()];
+        let refused = client.submit_dag(&unknown).await.unwrap_err();
+        assert_eq!(refused.code(), "invalid_dag");
+        assert!(refused.to_string().contains("nope"), "{refused}");
+        assert_eq!(client.list(&newest).await.unwrap().jobs, before.jobs);
+        drop(n1);
     });
 }
 
@@ -494,4 +639,93 @@ fn a_unique_key_gives_its_windows_job_and_bad_options_name_their_field() {
             "--rate-limit needs --concurrency-key"
         );
     });
+}
+
+#[test]
+fn the_cli_manages_schedules_and_dags() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &[]);
+    let echo = guest_path("fixture_echo");
+    let cli = |args: &[&str]| {
+        let out = node.cli(args, b"");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = cli(&[
+        "schedule",
+        "create",
+        "beat",
+        &echo,
+        "--every",
+        "1s",
+        "--overlap",
+        "allow_all",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("schedule beat: every 1000 ms"), "{out}");
+    let (_, out, _) = cli(&["schedule", "list"]);
+    assert!(out.contains("beat") && out.contains("active"), "{out}");
+    // Wait for a tick to fire, observed in the schedule's record.
+    let started = Instant::now();
+    loop {
+        let (_, out, _) = cli(&["schedule", "show", "beat", "--json"]);
+        let shown: serde_json::Value = serde_json::from_str(&out).unwrap();
+        if shown["fired_total"].as_u64().unwrap() >= 1 {
+            break;
+        }
+        assert!(started.elapsed() < OBSERVE, "no tick fired: {out}");
+    }
+    let (code, out, _) = cli(&["schedule", "pause", "beat"]);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("paused"), "{out}");
+    assert_eq!(cli(&["schedule", "resume", "beat"]).0, Some(0));
+    assert_eq!(cli(&["schedule", "delete", "beat"]).0, Some(0));
+    let (code, _, err) = cli(&["schedule", "show", "beat"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("schedule_not_found"), "{err}");
+    // Bad timings are refused by name.
+    let (code, _, err) = cli(&["schedule", "create", "bad", &echo, "--cron", "61 * * * *"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("invalid_schedule") && err.contains("cron"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&[
+        "schedule",
+        "create",
+        "bad",
+        &echo,
+        "--cron",
+        "* * * * *",
+        "--timezone",
+        "Mars/Olympus",
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("timezone"), "{err}");
+
+    // A DAG from a file, waited for.
+    let rt = runtime();
+    let digest = rt.block_on(upload(&Api::new(&node.url), "fixture_echo"));
+    let file = dir.path().join("dag.json");
+    let dag = serde_json::json!({
+        "jobs": [
+            {"name": "a", "job": {"module": digest, "input": "A"}},
+            {"name": "b", "job": {"module": digest, "input": "B"}, "after": ["a"], "parent_outputs": false},
+        ]
+    });
+    std::fs::write(&file, dag.to_string()).unwrap();
+    let (code, out, err) = cli(&["dag", "submit", file.to_str().unwrap(), "--wait"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("succeeded (2 jobs"), "{out}");
+    let (code, out, _) = cli(&["dag", "status", "1", "--json"]);
+    assert_eq!(code, Some(0));
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["jobs"][1]["parents"][0], status["jobs"][0]["id"]);
+    // Without parent outputs, b got its own input alone.
+    let b = status["jobs"][1]["id"].as_u64().unwrap();
+    let output = rt.block_on(Api::new(&node.url).result(b)).unwrap();
+    assert_eq!(&output[..], b"B");
 }

@@ -1249,3 +1249,107 @@ fn print_schedule(schedule: &crate::client::ScheduleResponse) {
         println!("  missed {}..{} (backfill to fire)", range.from, range.to);
     }
 }
+
+/// `cohort dag ...`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DagArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    #[command(subcommand)]
+    #[allow(missing_docs)]
+    pub command: DagCommand,
+}
+
+/// What `cohort dag` does.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum DagCommand {
+    /// Submit a DAG: a JSON file (or `-`) as `POST /v1/dags` takes it.
+    /// Prints the DAG's id, or with --wait its status once it ended.
+    Submit {
+        /// The file.
+        file: PathBuf,
+        /// Wait until every job of the DAG has finished.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Show a DAG's status and jobs.
+    Status {
+        /// The DAG's id.
+        id: u64,
+    },
+}
+
+/// `cohort dag ...`.
+pub async fn dag(args: DagArgs) -> ExitCode {
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(error),
+    };
+    let json = args.server.json;
+    let (id, wait) = match args.command {
+        DagCommand::Status { id } => (id, false),
+        DagCommand::Submit { file, wait } => {
+            let bytes = match read_input(&Some(file)) {
+                Ok(bytes) => bytes,
+                Err(error) => return fail(format!("cannot read the DAG: {error}")),
+            };
+            let request: crate::client::DagRequest = match serde_json::from_slice(&bytes) {
+                Ok(request) => request,
+                Err(error) => return fail(format!("not a DAG request: {error}")),
+            };
+            let request = &request;
+            // Retried on another node only with the DAG's own key: without
+            // one, a retry after an unknown outcome could make two DAGs.
+            let submitted = if request.idempotency_key.is_some() {
+                (client.call(|node| async move { node.submit_dag(request).await })).await
+            } else {
+                match args.server.node() {
+                    Ok(node) => node.submit_dag(request).await,
+                    Err(error) => return fail(error),
+                }
+            };
+            match submitted {
+                Ok(submitted) if !wait => {
+                    if json {
+                        print_json(&submitted);
+                    } else {
+                        println!("{}", submitted.id);
+                    }
+                    return ExitCode::SUCCESS;
+                }
+                Ok(submitted) => (submitted.id, true),
+                Err(error) => return fail(error),
+            }
+        }
+    };
+    loop {
+        let status = match client.call(|node| async move { node.dag(id).await }).await {
+            Ok(status) => status,
+            Err(error) => return fail(error),
+        };
+        if wait && status.state == "running" {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        if json {
+            print_json(&status);
+        } else {
+            println!(
+                "dag {}: {} ({} jobs, {} waiting for a parent), on failure {}",
+                status.id,
+                status.state,
+                status.jobs.len(),
+                status.waiting,
+                status.on_failure
+            );
+            for (state, count) in status.counts.iter().filter(|(_, n)| **n > 0) {
+                println!("  {state}: {count}");
+            }
+        }
+        return match status.state.as_str() {
+            "succeeded" | "running" => ExitCode::SUCCESS,
+            _ => ExitCode::FAILURE,
+        };
+    }
+}

@@ -49,6 +49,8 @@ enum Command {
     Cluster(cohort::cli::ClusterArgs),
     /// Create, list, pause, resume, delete and backfill schedules.
     Schedule(cohort::cli::ScheduleArgs),
+    /// Submit a DAG of jobs from a JSON file, or show one's status.
+    Dag(cohort::cli::DagArgs),
     /// Ask a node to leave the cluster gracefully (as SIGTERM does).
     Leave(cohort::cli::ServerArg),
     /// Write a new cluster key file (give every node the same one).
@@ -100,6 +102,7 @@ fn main() -> ExitCode {
             Command::Bulk(args) => cohort::cli::bulk(args).await,
             Command::Cluster(args) => cohort::cli::cluster_command(args).await,
             Command::Schedule(args) => cohort::cli::schedule(args).await,
+            Command::Dag(args) => cohort::cli::dag(args).await,
             Command::Leave(args) => cohort::cli::leave(args).await,
             Command::Keygen(args) => cohort::cli::keygen(args),
             Command::Token(command) => cohort::cli::token(command).await,

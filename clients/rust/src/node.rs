@@ -359,6 +359,18 @@ impl Node {
         self.json(Method::POST, "/v1/jobs/bulk", Some(body)).await
     }
 
+    /// Submits a DAG of jobs, all or nothing.
+    pub async fn submit_dag(&self, request: &DagRequest) -> Result<DagSubmitResponse, ClientError> {
+        let body = serde_json::to_vec(request).expect("serializes");
+        self.json(Method::POST, "/v1/dags", Some(body)).await
+    }
+
+    /// A DAG's status.
+    pub async fn dag(&self, id: u64) -> Result<DagResponse, ClientError> {
+        self.json(Method::GET, &format!("/v1/dags/{id}"), None)
+            .await
+    }
+
     /// Creates a schedule.
     pub async fn create_schedule(
         &self,

@@ -284,6 +284,18 @@ pub struct JobResponse {
     /// How long after its submission the uniqueness key holds.
     #[serde(default)]
     pub unique_window_ms: Option<u64>,
+    /// The DAG it belongs to.
+    #[serde(default)]
+    pub dag: Option<u64>,
+    /// Its name in the DAG.
+    #[serde(default)]
+    pub dag_name: Option<String>,
+    /// The jobs it waits for (or waited for).
+    #[serde(default)]
+    pub parents: Vec<u64>,
+    /// Still waiting for a parent (its state is `queued`).
+    #[serde(default)]
+    pub waiting: bool,
 }
 
 /// `GET /healthz`.
@@ -861,6 +873,96 @@ pub struct ScheduleDeletedResponse {
     pub name: String,
     /// `true`. The jobs it fired stay.
     pub deleted: bool,
+}
+
+/// `POST /v1/dags`: jobs with edges, accepted all or nothing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DagRequest {
+    /// The jobs (1 to 10,000).
+    pub jobs: Vec<DagJobRequest>,
+    /// What a job that fails (or is dead, or cancelled) does to the rest:
+    /// `skip_descendants` (default: its descendants are cancelled with
+    /// error `parent_failed`, other branches run on) or `cancel_dag`
+    /// (every unfinished job of the DAG is cancelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<String>,
+    /// The same key again gets the same DAG (1 to 64 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 64))]
+    pub idempotency_key: Option<String>,
+}
+
+/// One job of a DAG.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DagJobRequest {
+    /// Its name, unique in the DAG (1 to 128 characters).
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
+    pub name: String,
+    /// The job, as for `POST /v1/jobs` (without `idempotency_key` or
+    /// `unique_key`).
+    pub job: SubmitRequest,
+    /// Names of the DAG's jobs it waits for (at most 100 parents in all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    /// Ids of existing jobs it waits for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_jobs: Vec<u64>,
+    /// Receive the parents' outputs with the input (default `true`): the
+    /// job's input is then `{"input", "parents": [{"id", "name",
+    /// "output"}]}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_outputs: Option<bool>,
+}
+
+/// `202` to `POST /v1/dags`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DagSubmitResponse {
+    /// The DAG's id.
+    pub id: u64,
+    /// Its jobs' ids, in the order submitted.
+    pub jobs: Vec<u64>,
+    /// True if the idempotency key matched an existing DAG.
+    pub existing: bool,
+}
+
+/// A job of a DAG, in its status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DagJobBody {
+    /// Its id.
+    pub id: u64,
+    /// Its name in the DAG.
+    pub name: String,
+    /// Its state, or `purged`.
+    pub state: String,
+    /// The jobs it waits for.
+    pub parents: Vec<u64>,
+}
+
+/// `GET /v1/dags/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DagResponse {
+    /// Its id.
+    pub id: u64,
+    /// `running` while a job is queued or running, else `succeeded` when
+    /// all did, `failed` when one failed or is dead, else `cancelled`.
+    pub state: String,
+    /// `skip_descendants` or `cancel_dag`.
+    pub on_failure: String,
+    /// When it was submitted (ms since the Unix epoch).
+    pub created_at: u64,
+    /// Its jobs per state (purged ones not counted).
+    pub counts: std::collections::BTreeMap<String, u64>,
+    /// Queued jobs that still wait for a parent.
+    pub waiting: u64,
+    /// Its jobs in the order submitted.
+    pub jobs: Vec<DagJobBody>,
 }
 
 mod whole {

@@ -26,7 +26,9 @@ pub fn needed_scope(method: &Method, segments: &[&str]) -> Option<Scope> {
         (&Method::GET, ["healthz" | "openapi.json"]) => None,
         // The dashboard's files hold no data (served before this is asked).
         (&Method::GET, [""] | ["index.html"] | ["dashboard", "app.js" | "style.css"]) => None,
-        (&Method::POST, ["v1", "jobs"] | ["v1", "jobs", "batch"]) => Some(Scope::Submit),
+        (&Method::POST, ["v1", "jobs"] | ["v1", "jobs", "batch"] | ["v1", "dags"]) => {
+            Some(Scope::Submit)
+        }
         (&Method::POST, ["v1", "jobs", "wait"]) => Some(Scope::Read),
         // A schedule submits jobs: managing one is submitting.
         (&Method::POST | &Method::DELETE, ["v1", "schedules", ..]) => Some(Scope::Submit),
@@ -46,6 +48,8 @@ pub fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
         ["v1", "cluster" | "overview" | "events" | "whoami"] => "GET",
         ["v1", "modules"] | ["v1", "jobs"] | ["v1", "tokens"] | ["v1", "schedules"] => "GET, POST",
         ["v1", "schedules", _] => "GET, DELETE",
+        ["v1", "dags"] => "POST",
+        ["v1", "dags", _] => "GET",
         ["v1", "schedules", _, "pause" | "resume" | "backfill"] => "POST",
         ["v1", "modules", _] | ["v1", "jobs", _, "result" | "input"] => "GET",
         ["v1", "jobs", "batch" | "wait" | "bulk"] | ["v1", "node", "leave"] => "POST",

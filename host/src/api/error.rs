@@ -97,6 +97,8 @@ error_codes! {
     TokenNotFound = "token_not_found", NOT_FOUND, false;
     /// No schedule has this name.
     ScheduleNotFound = "schedule_not_found", NOT_FOUND, false;
+    /// No DAG has this id (or all its jobs were purged).
+    DagNotFound = "dag_not_found", NOT_FOUND, false;
     /// A known route, another method.
     MethodNotAllowed = "method_not_allowed", METHOD_NOT_ALLOWED, false;
     /// The body did not arrive in time (the connection is closed).
@@ -139,6 +141,9 @@ error_codes! {
     /// overlap policy, catch-up window, template or backfill range is
     /// invalid.
     InvalidSchedule = "invalid_schedule", UNPROCESSABLE_ENTITY, false;
+    /// A DAG with a cycle, an unknown or failed parent, a duplicate name,
+    /// or over a bound.
+    InvalidDag = "invalid_dag", UNPROCESSABLE_ENTITY, false;
     /// The job queue is at its bound.
     QueueFull = "queue_full", TOO_MANY_REQUESTS, true;
     /// The master holds its most uniqueness keys; they free up as their

@@ -36,6 +36,7 @@
 //!   plain connections may only use the sealed internal routes.
 
 pub mod auth;
+pub mod dags;
 pub mod dashboard;
 pub mod error;
 pub mod openapi;
@@ -948,6 +949,11 @@ impl Api {
                     _ => Err(ApiError::new(ErrorCode::Internal, "unexpected answer")),
                 }
             }
+            (&Method::POST, ["v1", "dags"]) => {
+                let body = read_body(request, BATCH_BODY_BYTES_MAX).await?;
+                self.dag_submit(parse_json(&body)?).await
+            }
+            (&Method::GET, ["v1", "dags", id]) => self.dag_status(job_id(id)?).await,
             (&Method::GET, ["v1", "schedules"]) => self.schedule_list().await,
             (&Method::POST, ["v1", "schedules"]) => {
                 let body = read_body(request, JOB_BODY_BYTES_MAX).await?;
@@ -1275,6 +1281,10 @@ impl Api {
                 .and_then(|l| l.starts_per_second),
             unique_key: view.options.unique.as_ref().map(|u| u.key.clone()),
             unique_window_ms: view.options.unique.as_ref().map(|u| u.window_ms),
+            dag: view.dag.as_ref().map(|(dag, _)| *dag),
+            dag_name: view.dag.map(|(_, name)| name),
+            parents: view.parents,
+            waiting: view.waiting,
             progress: (view.state == JobState::Running)
                 .then(|| self.progress.get(view.id))
                 .flatten()
