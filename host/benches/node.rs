@@ -23,6 +23,9 @@
 //!   that does not host the master (one proxy hop), and the time from
 //!   `kill -9` of a node until the master's node no longer lists it as live
 //!   (failure detection with default settings).
+//! * dag: a DAG of 10,000 trivial jobs (1 to 3 parents each) on one node,
+//!   from its submission until its status says it ended; and the same
+//!   jobs with no edges.
 //! * schedule: five one-second schedules on one idle node; how late each
 //!   tick's job is submitted and started after the tick's time.
 //! * guard (only when named: `cargo bench --bench node -- guard`; CI runs
@@ -53,7 +56,9 @@
 //! `COHORT_BENCH_NODE_LOGS=DIR` keeps the nodes' stderr in `DIR` (set
 //! `COHORT_LOG` too for their debug logs).
 
-use cohort::api::types::{BatchItem, BatchRequest, ScheduleRequest, SubmitRequest};
+use cohort::api::types::{
+    BatchItem, BatchRequest, DagJobRequest, DagRequest, ScheduleRequest, SubmitRequest,
+};
 use cohort::client::Node as Api;
 use cohort::journal::{FsStorage, Journal};
 use cohort::master::{self, CoreKind, MasterOptions};
@@ -113,6 +118,72 @@ fn main() {
     }
     if wanted("schedule") {
         rt.block_on(schedule_jitter());
+    }
+    if wanted("dag") {
+        rt.block_on(dag_end_to_end());
+    }
+}
+
+/// A DAG of 10,000 trivial jobs on one node, end to end: one request,
+/// then until the DAG's status says it ended; next to the same jobs with
+/// no edges in one batch, in the same run.
+async fn dag_end_to_end() {
+    const N: usize = 10_000;
+    let node = start_node(&[]);
+    let client = Api::new(&node.url);
+    let wasm = std::fs::read(format!("{}/fixture_depth.wasm", env!("COHORT_GUESTS_DIR"))).unwrap();
+    let module = client.upload(wasm).await.unwrap();
+    let parents = |i: usize| -> Vec<String> {
+        let mut parents = match i {
+            0..=9 => Vec::new(),
+            _ => vec![i / 2, i - 1 - (i * 7) % 10, (i * 13) % i],
+        };
+        parents.sort_unstable();
+        parents.dedup();
+        parents.into_iter().map(|p| format!("j{p}")).collect()
+    };
+    // The longest path: the jobs that must run one after another.
+    let mut depth = vec![0usize; N];
+    for i in 0..N {
+        let deepest = (parents(i).iter())
+            .map(|p| depth[p[1..].parse::<usize>().unwrap()])
+            .max();
+        depth[i] = 1 + deepest.unwrap_or(0);
+    }
+    let longest = *depth.iter().max().unwrap();
+    for edges in [false, true] {
+        let request = DagRequest {
+            jobs: (0..N)
+                .map(|i| DagJobRequest {
+                    name: format!("j{i}"),
+                    job: SubmitRequest::new(&module),
+                    after: if edges { parents(i) } else { Vec::new() },
+                    ..DagJobRequest::default()
+                })
+                .collect(),
+            ..DagRequest::default()
+        };
+        let started = Instant::now();
+        let submitted = client.submit_dag(&request).await.unwrap();
+        let accepted = started.elapsed();
+        loop {
+            let status = client.dag(submitted.id).await.unwrap();
+            if status.state != "running" {
+                assert_eq!(status.state, "succeeded");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let took = started.elapsed();
+        let path = if edges { longest } else { 1 };
+        println!(
+            "dag of {N} trivial jobs, {}: accepted in {} ms, all succeeded in {} ms ({:.0} jobs/s; longest path {path} jobs, {:.2} ms a step)",
+            if edges { "1 to 3 parents each" } else { "no edges" },
+            accepted.as_millis(),
+            took.as_millis(),
+            N as f64 / took.as_secs_f64(),
+            took.as_secs_f64() * 1000.0 / path as f64,
+        );
     }
 }
 
