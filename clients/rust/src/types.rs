@@ -909,7 +909,7 @@ pub struct DagJobRequest {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
     /// Ids of existing jobs it waits for.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "whole::many")]
     pub after_jobs: Vec<u64>,
     /// Receive the parents' outputs with the input (default `true`): the
     /// job's input is then `{"input", "parents": [{"id", "name",
