@@ -351,6 +351,30 @@ fn a_dag_of_a_thousand_jobs_runs_in_topological_order_with_its_parents_outputs()
         assert_eq!(refused.code(), "invalid_dag");
         assert!(refused.to_string().contains("nope"), "{refused}");
         assert_eq!(client.list(&newest).await.unwrap().jobs, before.jobs);
+
+        // A plain submission may wait for jobs too (its idempotency key
+        // holds as for any job).
+        let last = submitted.jobs[N - 1];
+        let after = SubmitRequest {
+            after: vec![last, submitted.jobs[0]],
+            idempotency_key: Some("after-the-dag".into()),
+            ..support::job(&depth, "x")
+        };
+        let child = client.submit(&after).await.unwrap();
+        let again = client.submit(&after).await.unwrap();
+        assert_eq!((again.id, again.existing), (child.id, true));
+        assert_eq!(settle(&client, child.id).await.state, "succeeded");
+        let output = client.result(child.id).await.unwrap();
+        assert_eq!(
+            std::str::from_utf8(&output).unwrap(),
+            (expected[N - 1] + 1).to_string()
+        );
+        let unknown = SubmitRequest {
+            after: vec![u64::MAX / 2],
+            ..support::job(&depth, "y")
+        };
+        let refused = client.submit(&unknown).await.unwrap_err();
+        assert_eq!(refused.code(), "invalid_dag", "{refused}");
         drop(n1);
     });
 }

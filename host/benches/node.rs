@@ -178,7 +178,11 @@ async fn dag_end_to_end() {
         let path = if edges { longest } else { 1 };
         println!(
             "dag of {N} trivial jobs, {}: accepted in {} ms, all succeeded in {} ms ({:.0} jobs/s; longest path {path} jobs, {:.2} ms a step)",
-            if edges { "1 to 3 parents each" } else { "no edges" },
+            if edges {
+                "1 to 3 parents each"
+            } else {
+                "no edges"
+            },
             accepted.as_millis(),
             took.as_millis(),
             N as f64 / took.as_secs_f64(),

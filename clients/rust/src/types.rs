@@ -148,6 +148,12 @@ pub struct SubmitRequest {
     )]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 2_592_000_000_u64))]
     pub unique_window_ms: Option<u64>,
+    /// Ids of jobs this one waits for: it starts once all of them
+    /// succeeded and gets their outputs with its input, as a DAG's job
+    /// does (at most 100).
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "whole::many")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 100))]
+    pub after: Vec<u64>,
 }
 
 impl SubmitRequest {

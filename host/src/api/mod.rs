@@ -483,6 +483,57 @@ fn number<T: std::str::FromStr>(
 
 /// A submission's keys, limits and uniqueness, checked against the
 /// master's bounds with the JSON fields' names.
+/// The master command of a checked submission: a plain `Submit`, or, for
+/// a job that waits for others (`after`), a DAG of that one job whose key
+/// is the job's idempotency key.
+fn submit_command(
+    (mut spec, options): (JobSpec, JobOptions),
+    after: Vec<u64>,
+    request: cohort_master::RequestId,
+) -> Result<Command, ApiError> {
+    if after.is_empty() {
+        return Ok(Command::Submit {
+            spec,
+            request,
+            options,
+        });
+    }
+    if options.unique.is_some() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidJob,
+            "after: a job that waits for others takes no unique_key",
+        ));
+    }
+    let idempotency_key = spec.idempotency_key.take();
+    Ok(Command::SubmitDag(cohort_master::DagSpec {
+        nodes: vec![cohort_master::DagNodeSpec {
+            name: "job".into(),
+            spec,
+            options,
+            after: after.into_iter().map(cohort_master::DagRef::Job).collect(),
+            outputs: true,
+        }],
+        on_failure: cohort_master::OnFailure::SkipDescendants,
+        request,
+        idempotency_key,
+    }))
+}
+
+/// The answer to a submission's reply (a job's, or a one-job DAG's).
+fn accepted(reply: Reply) -> Result<SubmitResponse, ApiError> {
+    match reply {
+        Reply::Submitted { id, existing } => Ok(SubmitResponse { id, existing }),
+        Reply::Dag { jobs, existing, .. } if jobs.len() == 1 => Ok(SubmitResponse {
+            id: jobs[0],
+            existing,
+        }),
+        other => Err(ApiError::new(
+            ErrorCode::Internal,
+            format!("unexpected reply {other:?}"),
+        )),
+    }
+}
+
 fn options(submit: &SubmitRequest) -> Result<JobOptions, ApiError> {
     use cohort_master::master::{KEY_LIMIT_MAX, UNIQUE_WINDOW_MS_MAX};
     let invalid = |message: String| Err(ApiError::new(ErrorCode::InvalidJob, message));
@@ -1077,24 +1128,11 @@ impl Api {
         Ok((spec, options))
     }
 
-    async fn submit(&self, submit: SubmitRequest) -> Result<SubmitResponse, ApiError> {
+    async fn submit(&self, mut submit: SubmitRequest) -> Result<SubmitResponse, ApiError> {
         let request = self.request_ids.next();
-        let (spec, options) = self.submission(submit).await?;
-        match self
-            .master
-            .command(Command::Submit {
-                spec,
-                request,
-                options,
-            })
-            .await?
-        {
-            Reply::Submitted { id, existing } => Ok(SubmitResponse { id, existing }),
-            other => Err(ApiError::new(
-                ErrorCode::Internal,
-                format!("unexpected reply {other:?}"),
-            )),
-        }
+        let after = std::mem::take(&mut submit.after);
+        let command = submit_command(self.submission(submit).await?, after, request)?;
+        accepted(self.master.command(command).await?)
     }
 
     async fn submit_batch(&self, batch: BatchRequest) -> Result<BatchResponse, ApiError> {
@@ -1109,32 +1147,23 @@ impl Api {
         // its own, with its own request id.
         let requests = self.request_ids.take(batch.jobs.len());
         let mut pending = Vec::with_capacity(batch.jobs.len());
-        for (submit, request) in batch.jobs.into_iter().zip(requests) {
-            pending.push(match self.submission(submit).await {
-                Ok((spec, options)) => {
-                    let master = self.master.clone();
-                    let submit = Command::Submit {
-                        spec,
-                        request,
-                        options,
-                    };
-                    Ok(tokio::spawn(async move { master.command(submit).await }))
-                }
+        for (mut submit, request) in batch.jobs.into_iter().zip(requests) {
+            let after = std::mem::take(&mut submit.after);
+            let command = match self.submission(submit).await {
+                Ok(submission) => submit_command(submission, after, request),
                 Err(error) => Err(error),
-            });
+            };
+            pending.push(command.map(|command| {
+                let master = self.master.clone();
+                tokio::spawn(async move { master.command(command).await })
+            }));
         }
         let mut results = Vec::with_capacity(pending.len());
         for item in pending {
             let outcome = match item {
                 Err(error) => Err(error),
                 Ok(task) => match task.await {
-                    Ok(Ok(Reply::Submitted { id, existing })) => {
-                        Ok(SubmitResponse { id, existing })
-                    }
-                    Ok(Ok(other)) => Err(ApiError::new(
-                        ErrorCode::Internal,
-                        format!("unexpected reply {other:?}"),
-                    )),
+                    Ok(Ok(reply)) => accepted(reply),
                     Ok(Err(error)) => Err(error.into()),
                     Err(error) => Err(ApiError::new(ErrorCode::Internal, error.to_string())),
                 },

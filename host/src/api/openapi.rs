@@ -458,6 +458,7 @@ fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
                 IdempotencyConflict,
                 QueueFull,
                 UniqueKeysFull,
+                InvalidDag,
                 OutcomeUnknown,
                 ReplicasUnavailable,
             ]]),
