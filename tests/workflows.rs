@@ -1,6 +1,7 @@
 //! Workflow features of the master against real nodes: a DAG of 1,000
 //! jobs run in topological order with its parents' outputs, a schedule
-//! that fires each tick once across kills and a hand-over of the master,
+//! that fires each tick once across kills, a partition and a hand-over of
+//! the master,
 //! concurrency and rate keys enforced across the workers of three nodes
 //! (and across a kill -9 of the master), uniqueness windows, and the
 //! refusals of bad options.
@@ -14,7 +15,7 @@ use cohort::api::types::{
 use cohort::client::{ClientError, JobQuery, Node as Api};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
-use support::{Node, converge, guest as guest_file, live, runtime, settle, start, upload};
+use support::{Node, converge, cut_off, guest as guest_file, live, runtime, settle, start, upload};
 
 fn guest_path(name: &str) -> String {
     guest_file(name).to_str().unwrap().to_string()
@@ -108,7 +109,7 @@ async fn schedule_of(nodes: &[Option<Node>], name: &str) -> ScheduleResponse {
 const FIRE_LATE_MAX_MS: u64 = 20_000;
 
 #[test]
-fn a_schedule_every_second_fires_each_tick_once_across_kills_and_a_hand_over() {
+fn a_schedule_every_second_fires_each_tick_once_across_kills_a_partition_and_a_hand_over() {
     let dir = tempfile::tempdir().unwrap();
     let names = ["n1", "n2", "n3"];
     let mut nodes: Vec<Option<Node>> = vec![Some(start(&dir, "n1", ALL, None))];
@@ -133,9 +134,13 @@ fn a_schedule_every_second_fires_each_tick_once_across_kills_and_a_hand_over() {
         assert_eq!(created.upcoming[0], created.created_at + 1_000);
         assert_eq!(created.catch_up_ms, 60_000);
 
-        // Three kill -9 of the master's node, then one graceful hand-over;
-        // each node comes back before the next fault.
-        for fault in ["kill -9", "kill -9", "kill -9", "SIGTERM"] {
+        // Three kill -9 of the master's node, a partition that cuts it off
+        // from the others, and one graceful hand-over; each node comes
+        // back (or the partition heals) before the next fault.
+        for (n, fault) in ["kill -9", "partition", "kill -9", "kill -9", "SIGTERM"]
+            .into_iter()
+            .enumerate()
+        {
             let fired = schedule_of(&nodes, "every-second").await.fired_total;
             // Let a few ticks fire under this master first.
             loop {
@@ -145,12 +150,46 @@ fn a_schedule_every_second_fires_each_tick_once_across_kills_and_a_hand_over() {
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
+            // A tick just fired: place the fault shortly before the next
+            // one (at a different point each time), so that the next
+            // master has a tick to fire late.
+            tokio::time::sleep(Duration::from_millis(500 + 100 * n as u64)).await;
             let any = nodes.iter().flatten().next().unwrap();
             let cluster = converge(any, "a master", |c| !c.master_node.is_empty()).await;
             let at = names
                 .iter()
                 .position(|n| *n == cluster.master_node)
                 .unwrap();
+            if fault == "partition" {
+                // Cut the master off both ways; the others elect a new one
+                // while the old one, alone, can make nothing durable.
+                let master = nodes[at].as_ref().unwrap();
+                let others: Vec<(usize, &Node)> = (nodes.iter().enumerate())
+                    .filter(|(i, _)| *i != at)
+                    .filter_map(|(i, node)| Some((i, node.as_ref()?)))
+                    .collect();
+                let other_nodes: Vec<&Node> = others.iter().map(|(_, node)| *node).collect();
+                cut_off(&dir, names[at], &other_nodes);
+                for (i, _) in &others {
+                    cut_off(&dir, names[*i], &[master]);
+                }
+                let old = cluster.master_node.clone();
+                converge(other_nodes[0], "a new master on the majority side", |c| {
+                    !c.master_node.is_empty() && c.master_node != old
+                })
+                .await;
+                for name in names {
+                    cut_off(&dir, name, &[]);
+                }
+                let new = converge(other_nodes[0], "a master", |c| !c.master_node.is_empty())
+                    .await
+                    .master_node;
+                converge(master, "healed: the old master follows the new one", |c| {
+                    live(c).len() == 3 && c.master_node == new
+                })
+                .await;
+                continue;
+            }
             let mut master = nodes[at].take().unwrap();
             if fault == "kill -9" {
                 master.kill();

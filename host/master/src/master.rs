@@ -1029,22 +1029,22 @@ impl Master {
         }
         let config = &self.config;
         validate_spec(config, spec)?;
-        if let Some(key) = &spec.idempotency_key {
-            if let Some(&id) = self.index.keys.get(key) {
-                let job = &self.jobs[&id];
-                if job.spec.module != spec.module || job.spec.input != spec.input {
-                    return reject(
-                        codes::IDEMPOTENCY_CONFLICT,
-                        format!(
-                            "idempotency key {key:?} belongs to job {id}, which has a different module or input"
-                        ),
-                    );
-                }
-                return Ok(Decision {
-                    events: Vec::new(),
-                    reply: Reply::Submitted { id, existing: true },
-                });
+        if let Some(key) = &spec.idempotency_key
+            && let Some(&id) = self.index.keys.get(key)
+        {
+            let job = &self.jobs[&id];
+            if job.spec.module != spec.module || job.spec.input != spec.input {
+                return reject(
+                    codes::IDEMPOTENCY_CONFLICT,
+                    format!(
+                        "idempotency key {key:?} belongs to job {id}, which has a different module or input"
+                    ),
+                );
             }
+            return Ok(Decision {
+                events: Vec::new(),
+                reply: Reply::Submitted { id, existing: true },
+            });
         }
         validate_options(options)?;
         if let Some(unique) = &options.unique {
