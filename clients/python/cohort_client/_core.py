@@ -515,23 +515,43 @@ class JobCore:
 # Submissions and batches
 
 
-def encode_submission(
+def encode_submission(digest: str, input: Any, *, idempotency_key: str, **options: Any) -> bytes:
+    """One job of ``POST /v1/jobs/batch``, as JSON (see `job_body`)."""
+    body = job_body(digest, input, **options)
+    body["idempotency_key"] = idempotency_key
+    return dump_json(body)
+
+
+def schedule_path(name: str, action: Optional[str] = None) -> str:
+    """The route of schedule ``name`` (and of an action on it)."""
+    from urllib.parse import quote
+
+    path = "/v1/schedules/" + quote(name, safe="")
+    return path if action is None else f"{path}/{action}"
+
+
+def dump_json(value: Any) -> bytes:
+    """A request body."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def job_body(
     digest: str,
     input: Any,
     *,
-    timeout_ms: Optional[int],
-    memory_bytes: Optional[int],
-    max_attempts: Optional[int],
-    priority: Optional[int],
-    idempotency_key: str,
+    timeout_ms: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
+    max_attempts: Optional[int] = None,
+    priority: Optional[int] = None,
     concurrency_key: Optional[str] = None,
     concurrency_limit: Optional[int] = None,
     rate_limit: Optional[int] = None,
     unique_key: Optional[str] = None,
     unique_window_ms: Optional[int] = None,
-) -> bytes:
-    """One job of ``POST /v1/jobs/batch``, as JSON: bytes go as
-    ``input_base64``, text as ``input``, any other value as ``input_json``."""
+    after: Optional[Sequence[int]] = None,
+) -> Dict[str, Any]:
+    """A job as ``POST /v1/jobs`` takes it: bytes go as ``input_base64``,
+    text as ``input``, any other value as ``input_json``."""
     body: Dict[str, Any] = {"module": digest}
     if isinstance(input, (bytes, bytearray, memoryview)):
         body["input_base64"] = base64.b64encode(input).decode("ascii")
@@ -549,12 +569,12 @@ def encode_submission(
         ("rate_limit", rate_limit),
         ("unique_key", unique_key),
         ("unique_window_ms", unique_window_ms),
+        ("after", list(after) if after else None),
     )
     for name, value in options:
         if value is not None:
             body[name] = value
-    body["idempotency_key"] = idempotency_key
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return body
 
 
 class Pending:

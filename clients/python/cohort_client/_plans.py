@@ -147,6 +147,47 @@ class Plans:
             if batch:
                 yield Sleep(min(backoff.pause(), max(0.0, deadline - time.monotonic())))
 
+    def json(self, method: str, path: str, body: Any = None) -> Plan[Any]:
+        """One request with a JSON body (or none); its JSON answer."""
+        content = None if body is None else _core.dump_json(body)
+        response = yield from self.call(method, path, content=content)
+        return _core.load_json(response.content)
+
+    def create_schedule(
+        self, name: str, module: Module, input: Any, timing: Dict[str, Any], options: Dict[str, Any]
+    ) -> Plan[Dict[str, Any]]:
+        """``POST /v1/schedules``: the schedule."""
+        digest = yield from self.digest(module)
+        body: Dict[str, Any] = {"name": name, "job": _core.job_body(digest, input, **options)}
+        body.update((key, value) for key, value in timing.items() if value is not None)
+        return (yield from self.json("POST", "/v1/schedules", body))
+
+    def submit_dag(
+        self, jobs: Sequence[Dict[str, Any]], on_failure: Optional[str], idempotency_key: Optional[str]
+    ) -> Plan[Dict[str, Any]]:
+        """``POST /v1/dags``, with a key of the client's when none is given,
+        so that a retry never makes a second DAG."""
+        body_jobs: List[Dict[str, Any]] = []
+        for job in jobs:
+            options = dict(job)
+            entry: Dict[str, Any] = {"name": options.pop("name")}
+            module = options.pop("module")
+            input = options.pop("input", None)
+            for edge in ("after", "after_jobs", "parent_outputs"):
+                if options.get(edge) is not None:
+                    entry[edge] = options.pop(edge)
+                options.pop(edge, None)
+            digest = yield from self.digest(module)
+            entry["job"] = _core.job_body(digest, input, **options)
+            body_jobs.append(entry)
+        body: Dict[str, Any] = {
+            "jobs": body_jobs,
+            "idempotency_key": idempotency_key if idempotency_key is not None else _core.new_idempotency_key(),
+        }
+        if on_failure is not None:
+            body["on_failure"] = on_failure
+        return (yield from self.json("POST", "/v1/dags", body))
+
     def wait(self, ids: Sequence[int], wait_ms: int) -> Plan[Dict[int, Finished]]:
         """One ``POST /v1/jobs/wait``: the jobs among ``ids`` that finished."""
         response = yield from self.call(

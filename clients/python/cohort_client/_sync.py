@@ -195,6 +195,7 @@ class Client:
         rate_limit: Optional[int] = None,
         unique_key: Optional[str] = None,
         unique_window_ms: Optional[int] = None,
+        after: Optional[Sequence[int]] = None,
     ) -> Job:
         """Submit a job and return its handle at once.
 
@@ -224,6 +225,7 @@ class Client:
             rate_limit=rate_limit,
             unique_key=unique_key,
             unique_window_ms=unique_window_ms,
+            after=after,
         )
         job = Job(self, key)
         with self._lock:
@@ -264,6 +266,93 @@ class Client:
         ]
         deadline = None if timeout is None else time.monotonic() + timeout
         return [job.result(_core.remaining(deadline)) for job in jobs]
+
+    def create_schedule(
+        self,
+        name: str,
+        module: Module,
+        input: Any = None,
+        *,
+        cron: Optional[str] = None,
+        timezone: Optional[str] = None,
+        every_ms: Optional[int] = None,
+        overlap: Optional[str] = None,
+        catch_up_ms: Optional[int] = None,
+        timeout_ms: Optional[int] = None,
+        max_attempts: Optional[int] = None,
+        priority: Optional[int] = None,
+        concurrency_key: Optional[str] = None,
+        concurrency_limit: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """Create a schedule that submits ``module`` with ``input`` at every
+        tick of ``cron`` (read in ``timezone``, default UTC) or every
+        ``every_ms``; ``overlap`` is ``skip`` (default), ``buffer_one``,
+        ``allow_all`` or ``cancel_running``. Returns the schedule, with its
+        next ticks (``upcoming``). Each tick fires exactly once."""
+        timing = {
+            "cron": cron,
+            "timezone": timezone,
+            "every_ms": every_ms,
+            "overlap": overlap,
+            "catch_up_ms": catch_up_ms,
+        }
+        options = {
+            "timeout_ms": timeout_ms,
+            "max_attempts": max_attempts,
+            "priority": priority,
+            "concurrency_key": concurrency_key,
+            "concurrency_limit": concurrency_limit,
+        }
+        return self._run(self._plans.create_schedule(name, module, input, timing, options))
+
+    def schedules(self) -> List[Dict[str, Any]]:
+        """Every schedule, by name."""
+        return self._run(self._plans.json("GET", "/v1/schedules"))["schedules"]
+
+    def schedule(self, name: str) -> Dict[str, Any]:
+        """One schedule: timing, next ticks, unfinished jobs, counters,
+        missed ranges."""
+        return self._run(self._plans.json("GET", _core.schedule_path(name)))
+
+    def pause_schedule(self, name: str) -> Dict[str, Any]:
+        """Pause a schedule: its ticks neither fire nor count as missed."""
+        return self._run(self._plans.json("POST", _core.schedule_path(name, "pause"), {}))
+
+    def resume_schedule(self, name: str) -> Dict[str, Any]:
+        """Resume a schedule from its first tick after now."""
+        return self._run(self._plans.json("POST", _core.schedule_path(name, "resume"), {}))
+
+    def delete_schedule(self, name: str) -> None:
+        """Delete a schedule; the jobs it fired stay."""
+        self._run(self._plans.json("DELETE", _core.schedule_path(name)))
+
+    def backfill(self, name: str, from_ms: Optional[int] = None, to_ms: Optional[int] = None) -> List[int]:
+        """Fire a schedule's missed ticks in ``from_ms..to_ms`` (default:
+        all, at most 1,000 at a time); the new jobs' ids."""
+        body = {key: value for key, value in (("from", from_ms), ("to", to_ms)) if value is not None}
+        answer = self._run(self._plans.json("POST", _core.schedule_path(name, "backfill"), body))
+        return list(answer["ids"])
+
+    def submit_dag(
+        self,
+        jobs: Sequence[Dict[str, Any]],
+        *,
+        on_failure: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """Submit jobs with edges as one DAG, all or nothing. Each job is a
+        dict: ``name``, ``module`` (a digest or a path), ``input``, ``after``
+        (names of the DAG's jobs it waits for), ``after_jobs`` (ids of
+        existing jobs), ``parent_outputs`` (default true: the input becomes
+        ``{"input", "parents": [{"id", "name", "output"}]}``) and any option
+        of `submit`. Returns ``{"id", "jobs": [ids in order], "existing"}``;
+        the client makes an idempotency key when none is given."""
+        return self._run(self._plans.submit_dag(jobs, on_failure, idempotency_key))
+
+    def dag(self, dag_id: int) -> Dict[str, Any]:
+        """A DAG's status: ``state`` (``running``, ``succeeded``, ``failed``,
+        ``cancelled``), ``counts``, ``waiting`` and every job."""
+        return self._run(self._plans.json("GET", f"/v1/dags/{int(dag_id)}"))
 
     def get(self, job_id: int) -> Job:
         """A handle for a job submitted elsewhere."""

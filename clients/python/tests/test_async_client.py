@@ -70,5 +70,21 @@ def test_async_client_does_the_same(
             assert cancelled.value.code == "cancelled"
             assert queued.done()
 
+            # Schedules and DAGs (this node runs nothing: they wait).
+            made = await client.create_schedule("async-beat", echo_wasm, cron="0 0 * * *", timezone="Europe/Paris")
+            assert made["timezone"] == "Europe/Paris" and len(made["upcoming"]) == 5
+            assert [s["name"] for s in await client.schedules()] == ["async-beat"]
+            await client.delete_schedule("async-beat")
+            assert await client.schedules() == []
+            dag = await client.submit_dag(
+                [{"name": "a", "module": echo_wasm}, {"name": "b", "module": echo_wasm, "after": ["a"]}],
+                on_failure="cancel_dag",
+            )
+            status = await client.dag(dag["id"])
+            assert (status["state"], status["waiting"], status["on_failure"]) == ("running", 1, "cancel_dag")
+            again = await client.submit_dag([{"name": "a", "module": echo_wasm}], idempotency_key="async-dag")
+            same = await client.submit_dag([{"name": "a", "module": echo_wasm}], idempotency_key="async-dag")
+            assert same["id"] == again["id"] and same["existing"]
+
     asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT_S))
     assert len(all_job_ids(node.url)) == jobs_count + 200 + 2 + 1 + 1 + 1

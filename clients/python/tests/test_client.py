@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -45,6 +46,47 @@ def test_keys_and_uniqueness_reach_the_master(node: Node, echo_wasm: str) -> Non
         with pytest.raises(CohortError) as refused:
             client.submit(echo_wasm, "d", rate_limit=5).result(timeout=RESULT_TIMEOUT_S)
         assert refused.value.code == "invalid_job" and "concurrency_key" in str(refused.value)
+
+
+def test_schedules_and_dags(node: Node, echo_wasm: str) -> None:
+    with Client(node.url) as client:
+        created = client.create_schedule("py-beat", echo_wasm, "tick", every_ms=1000, overlap="allow_all")
+        assert created["every_ms"] == 1000 and created["overlap"] == "allow_all"
+        assert created["upcoming"][0] == created["created_at"] + 1000
+        assert [s["name"] for s in client.schedules()] == ["py-beat"]
+        # The first tick fires: its job is in the schedule's record.
+        deadline = time.monotonic() + RESULT_TIMEOUT_S
+        while client.schedule("py-beat")["fired_total"] == 0:
+            assert time.monotonic() < deadline, "no tick fired"
+            time.sleep(0.05)
+        job = client.get(client.schedule("py-beat")["last_job"])
+        assert job.result(timeout=RESULT_TIMEOUT_S) == b"tick"
+        assert client.pause_schedule("py-beat")["paused"]
+        assert not client.resume_schedule("py-beat")["paused"]
+        assert client.backfill("py-beat") == []
+        client.delete_schedule("py-beat")
+        with pytest.raises(CohortError) as refused:
+            client.schedule("py-beat")
+        assert refused.value.code == "schedule_not_found"
+        with pytest.raises(CohortError) as refused:
+            client.create_schedule("bad", echo_wasm, cron="61 * * * *")
+        assert refused.value.code == "invalid_schedule" and "cron" in str(refused.value)
+
+        dag = client.submit_dag(
+            [
+                {"name": "a", "module": echo_wasm, "input": "A"},
+                {"name": "b", "module": echo_wasm, "input": "B", "after": ["a"]},
+            ]
+        )
+        child = client.get(dag["jobs"][1])
+        envelope = child.json(timeout=RESULT_TIMEOUT_S)
+        assert envelope == {"input": "B", "parents": [{"id": dag["jobs"][0], "name": "a", "output": "A"}]}
+        assert client.dag(dag["id"])["state"] == "succeeded"
+        late = client.submit(echo_wasm, "C", after=[dag["jobs"][0]])
+        assert late.json(timeout=RESULT_TIMEOUT_S)["parents"][0]["output"] == "A"
+        with pytest.raises(CohortError) as refused:
+            client.submit_dag([{"name": "x", "module": echo_wasm, "after": ["x"]}])
+        assert refused.value.code == "invalid_dag"
 
 
 def test_inputs_outputs_and_handles(node: Node, echo_wasm: str) -> None:

@@ -12,7 +12,14 @@ import { Batcher } from "./batcher.js";
 import { CohortError, closedError } from "./errors.js";
 import { Job, type JobContext } from "./job.js";
 import { Transport } from "./transport.js";
-import type { ClientOptions, SubmitOptions } from "./types.js";
+import type {
+  ClientOptions,
+  DagJob,
+  DagStatus,
+  ScheduleOptions,
+  ScheduleStatus,
+  SubmitOptions,
+} from "./types.js";
 import { Waiter } from "./waiter.js";
 
 /** A module digest: the sha256 of its bytes, in hex. */
@@ -133,6 +140,101 @@ export class Client {
   }
 
   /**
+   * Creates a schedule that submits `module` with `input` at every tick of
+   * `options.cron` or every `options.everyMs`; each tick fires exactly
+   * once. Resolves to the schedule, with its next ticks.
+   */
+  async createSchedule(
+    name: string,
+    module: string,
+    input: unknown,
+    options: ScheduleOptions,
+  ): Promise<ScheduleStatus> {
+    const digest = DIGEST.test(module) ? module : await this.upload(module);
+    const job = { module: digest, ...submissionFields(input, options.job ?? {}, null) };
+    const body: Record<string, unknown> = { name, job };
+    if (options.cron !== undefined) body.cron = options.cron;
+    if (options.timezone !== undefined) body.timezone = options.timezone;
+    if (options.everyMs !== undefined) body.every_ms = options.everyMs;
+    if (options.overlap !== undefined) body.overlap = options.overlap;
+    if (options.catchUpMs !== undefined) body.catch_up_ms = options.catchUpMs;
+    return this.call<ScheduleStatus>("POST", "/v1/schedules", body);
+  }
+
+  /** Every schedule, by name. */
+  async schedules(): Promise<ScheduleStatus[]> {
+    return (await this.call<{ schedules: ScheduleStatus[] }>("GET", "/v1/schedules")).schedules;
+  }
+
+  /** One schedule. */
+  schedule(name: string): Promise<ScheduleStatus> {
+    return this.call<ScheduleStatus>("GET", schedulePath(name));
+  }
+
+  /** Pauses (`true`) or resumes a schedule. */
+  pauseSchedule(name: string, paused = true): Promise<ScheduleStatus> {
+    return this.call<ScheduleStatus>("POST", schedulePath(name, paused ? "pause" : "resume"), {});
+  }
+
+  /** Deletes a schedule; the jobs it fired stay. */
+  async deleteSchedule(name: string): Promise<void> {
+    await this.call("DELETE", schedulePath(name));
+  }
+
+  /** Fires a schedule's missed ticks in `from..to` (default: all); the new jobs' ids. */
+  async backfill(name: string, from?: number, to?: number): Promise<number[]> {
+    const body: Record<string, number> = {};
+    if (from !== undefined) body.from = from;
+    if (to !== undefined) body.to = to;
+    return (await this.call<{ ids: number[] }>("POST", schedulePath(name, "backfill"), body)).ids;
+  }
+
+  /**
+   * Submits jobs with edges as one DAG, all or nothing; resolves to its id
+   * and its jobs' ids in order. Without an `idempotencyKey` the client
+   * makes one, so a retry never makes a second DAG.
+   */
+  async submitDag(
+    jobs: readonly DagJob[],
+    options: { onFailure?: "skip_descendants" | "cancel_dag"; idempotencyKey?: string } = {},
+  ): Promise<{ id: number; jobs: number[]; existing: boolean }> {
+    const entries = [];
+    for (const job of jobs) {
+      const digest = DIGEST.test(job.module) ? job.module : await this.upload(job.module);
+      const entry: Record<string, unknown> = {
+        name: job.name,
+        job: { module: digest, ...submissionFields(job.input, job.options ?? {}, null) },
+      };
+      if (job.after !== undefined) entry.after = job.after;
+      if (job.afterJobs !== undefined) entry.after_jobs = job.afterJobs;
+      if (job.parentOutputs !== undefined) entry.parent_outputs = job.parentOutputs;
+      entries.push(entry);
+    }
+    const body: Record<string, unknown> = {
+      jobs: entries,
+      idempotency_key: options.idempotencyKey ?? newIdempotencyKey(),
+    };
+    if (options.onFailure !== undefined) body.on_failure = options.onFailure;
+    return this.call("POST", "/v1/dags", body);
+  }
+
+  /** A DAG's status: its state, counts per state and every job. */
+  dag(id: number): Promise<DagStatus> {
+    return this.call<DagStatus>("GET", `/v1/dags/${id}`);
+  }
+
+  /** One JSON request, retried and failed over until the retry deadline. */
+  private call<T>(method: "GET" | "POST" | "DELETE", path: string, body?: unknown): Promise<T> {
+    return this.context.transport.json<T>({
+      method,
+      path,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      deadline: Date.now() + this.context.retryDeadlineMs,
+      tryTimeoutMs: 30_000,
+    });
+  }
+
+  /**
    * Sends the submissions still in the linger window and waits until every
    * submission knows its id (or failed), then stops: results still awaited
    * and later calls fail with the code `closed`, and requests in flight are
@@ -176,8 +278,14 @@ function newIdempotencyKey(): string {
   return `ts-${randomBytes(16).toString("hex")}`;
 }
 
+/** The route of schedule `name` (and of an action on it). */
+function schedulePath(name: string, action?: string): string {
+  const path = `/v1/schedules/${encodeURIComponent(name)}`;
+  return action === undefined ? path : `${path}/${action}`;
+}
+
 /** A submission's fields other than its module, as the API names them. */
-function submissionFields(input: unknown, options: SubmitOptions, key: string): Record<string, unknown> {
+function submissionFields(input: unknown, options: SubmitOptions, key: string | null): Record<string, unknown> {
   const fields: Record<string, unknown> = {};
   if (input instanceof Uint8Array) {
     fields.input_base64 = Buffer.from(input.buffer, input.byteOffset, input.byteLength).toString("base64");
@@ -192,6 +300,7 @@ function submissionFields(input: unknown, options: SubmitOptions, key: string): 
   if (options.rateLimit !== undefined) fields.rate_limit = options.rateLimit;
   if (options.uniqueKey !== undefined) fields.unique_key = options.uniqueKey;
   if (options.uniqueWindowMs !== undefined) fields.unique_window_ms = options.uniqueWindowMs;
-  fields.idempotency_key = key;
+  if (options.after !== undefined) fields.after = options.after;
+  if (key !== null) fields.idempotency_key = key;
   return fields;
 }

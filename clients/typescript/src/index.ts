@@ -9,4 +9,13 @@
 export { Client, type MapOptions } from "./client.js";
 export { CohortError, JobFailed, WaitTimeout, type CohortErrorDetails } from "./errors.js";
 export { Job } from "./job.js";
-export type { AttemptStatus, ClientOptions, JobStatus, SubmitOptions } from "./types.js";
+export type {
+  AttemptStatus,
+  ClientOptions,
+  DagJob,
+  DagStatus,
+  JobStatus,
+  ScheduleOptions,
+  ScheduleStatus,
+  SubmitOptions,
+} from "./types.js";

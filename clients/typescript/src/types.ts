@@ -48,6 +48,81 @@ export interface SubmitOptions {
   uniqueKey?: string;
   /** How long a `uniqueKey` holds after a submission, in ms (up to 30 days). */
   uniqueWindowMs?: number;
+  /**
+   * Ids of jobs this one waits for: it starts once all succeeded, and its
+   * input becomes `{"input", "parents": [{"id", "name", "output"}]}`.
+   */
+  after?: number[];
+}
+
+/** When and how a schedule fires ({@link Client.createSchedule}). */
+export interface ScheduleOptions {
+  /** A cron expression: five fields, or six with seconds first. */
+  cron?: string;
+  /** The IANA time zone `cron` is read in (default `UTC`). */
+  timezone?: string;
+  /** Or: fire every this many ms from creation (1 s to 366 days). */
+  everyMs?: number;
+  /** `skip` (default), `buffer_one`, `allow_all` or `cancel_running`. */
+  overlap?: "skip" | "buffer_one" | "allow_all" | "cancel_running";
+  /** Ticks missed by at most this much fire late (default 60,000 ms). */
+  catchUpMs?: number;
+  /** Options of each job (no idempotency or uniqueness key, no `after`). */
+  job?: Omit<SubmitOptions, "idempotencyKey" | "uniqueKey" | "uniqueWindowMs" | "after">;
+}
+
+/** A schedule as `GET /v1/schedules/{name}` shows it. */
+export interface ScheduleStatus {
+  name: string;
+  cron?: string;
+  timezone?: string;
+  every_ms?: number;
+  overlap: string;
+  catch_up_ms: number;
+  module: string;
+  created_at: number;
+  paused: boolean;
+  /** Its next ticks (ms since the Unix epoch). */
+  upcoming: number[];
+  buffered?: number;
+  /** Jobs it fired that have not finished. */
+  active: number[];
+  last_tick?: number;
+  last_job?: number;
+  fired_total: number;
+  skipped_total: number;
+  missed: { from: number; to: number }[];
+  [field: string]: unknown;
+}
+
+/** One job of a DAG ({@link Client.submitDag}). */
+export interface DagJob {
+  /** Its name, unique in the DAG. */
+  name: string;
+  /** A digest or the path of a `.wasm` file (uploaded once). */
+  module: string;
+  /** As `submit`'s input. */
+  input?: unknown;
+  /** Names of the DAG's jobs it waits for. */
+  after?: string[];
+  /** Ids of existing jobs it waits for. */
+  afterJobs?: number[];
+  /** Receive the parents' outputs with the input (default true). */
+  parentOutputs?: boolean;
+  /** The job's options. */
+  options?: Omit<SubmitOptions, "idempotencyKey" | "uniqueKey" | "uniqueWindowMs" | "after">;
+}
+
+/** A DAG as `GET /v1/dags/{id}` shows it. */
+export interface DagStatus {
+  id: number;
+  /** `running`, `succeeded`, `failed` or `cancelled`. */
+  state: string;
+  on_failure: string;
+  created_at: number;
+  counts: Record<string, number>;
+  waiting: number;
+  jobs: { id: number; name: string; state: string; parents: number[] }[];
 }
 
 /** One attempt of a job, as `GET /v1/jobs/{id}` shows it. */
