@@ -932,7 +932,8 @@ impl Master {
         let new_jobs = std::cell::Cell::new(0u64);
         let full = |kinds: &Vec<EventKind>| kinds.len() >= room;
         for (name, schedule) in &self.schedules {
-            if schedule.paused || full(kinds) {
+            let due = schedule.next.is_some_and(|next| next <= now) || schedule.buffered.is_some();
+            if schedule.paused || !due || full(kinds) {
                 continue;
             }
             // Jobs of this schedule that will be unfinished after the
