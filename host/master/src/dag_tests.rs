@@ -291,3 +291,147 @@ fn a_dag_survives_a_snapshot_and_replay_and_is_forgotten_when_purged() {
     let gone = sim.master.query(T, &Query::Dag { id: 1 }).unwrap_err();
     assert_eq!(gone.code, codes::DAG_NOT_FOUND);
 }
+
+use proptest::prelude::*;
+
+/// A DAG whose job `i` waits for some earlier jobs (acyclic by
+/// construction), with the outcome each job's attempts report.
+fn random_dag() -> impl Strategy<Value = (Vec<Vec<u32>>, Vec<bool>)> {
+    (1..24usize).prop_flat_map(|n| {
+        let parents = (0..n)
+            .map(|i| {
+                if i == 0 {
+                    Just(Vec::new()).boxed()
+                } else {
+                    prop::collection::btree_set(0..i as u32, 0..=3.min(i))
+                        .prop_map(|set| set.into_iter().collect())
+                        .boxed()
+                }
+            })
+            .collect::<Vec<_>>();
+        (
+            parents,
+            prop::collection::vec(prop::bool::weighted(0.85), n),
+        )
+    })
+}
+
+#[derive(Debug, Clone)]
+enum DagStep {
+    /// A worker runs up to this many ready jobs to their end.
+    Work(u32),
+    /// A user cancels job number `n % jobs`.
+    Cancel(usize),
+    /// The master restarts from a snapshot.
+    Restart,
+}
+
+fn dag_step() -> impl Strategy<Value = DagStep> {
+    prop_oneof![
+        6 => (1..6u32).prop_map(DagStep::Work),
+        1 => any::<usize>().prop_map(DagStep::Cancel),
+        1 => Just(DagStep::Restart),
+    ]
+}
+
+/// What must hold of a DAG's jobs at every moment.
+fn check_dag(sim: &Sim, ids: &[JobId], on_failure: OnFailure) -> Result<(), TestCaseError> {
+    let jobs: Vec<JobView> = ids.iter().map(|&id| sim.job(id)).collect();
+    let state = |id: JobId| jobs[ids.iter().position(|&j| j == id).unwrap()].state;
+    let failed = |s: JobState| s.is_terminal() && s != JobState::Succeeded;
+    for job in &jobs {
+        let parents_done = job.parents.iter().all(|&p| state(p) == JobState::Succeeded);
+        prop_assert_eq!(
+            job.waiting,
+            job.state == JobState::Queued && !parents_done,
+            "job {} waits iff queued with a parent not succeeded",
+            job.id
+        );
+        if job.state == JobState::Running || job.state == JobState::Succeeded {
+            prop_assert!(
+                parents_done,
+                "job {} ran before its parents succeeded",
+                job.id
+            );
+        }
+        if job.parents.iter().any(|&p| failed(state(p))) {
+            prop_assert!(
+                job.state.is_terminal(),
+                "job {} outlived a failed parent",
+                job.id
+            );
+        }
+    }
+    if on_failure == OnFailure::CancelDag && jobs.iter().any(|job| failed(job.state)) {
+        for job in &jobs {
+            prop_assert!(
+                job.state.is_terminal(),
+                "job {} outlived its cancelled DAG",
+                job.id
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    /// Whatever the graph, outcomes, cancels and restarts: no job runs
+    /// before its parents succeeded, a failure ends its descendants (or
+    /// the whole DAG), waiting is exactly "a parent has not succeeded",
+    /// a snapshot restores the same master, and the DAG always ends.
+    #[test]
+    fn dags_run_in_order_and_fail_by_their_policy(
+        (parents, succeeds) in random_dag(),
+        on_failure in prop::sample::select(OnFailure::ALL.to_vec()),
+        steps in prop::collection::vec(dag_step(), 0..30),
+    ) {
+        let mut sim = Sim::new();
+        let nodes: Vec<DagNodeSpec> = (parents.iter().enumerate())
+            .map(|(i, after)| node(&format!("n{i}"), after))
+            .collect();
+        let ids = dag(&mut sim, nodes, on_failure);
+        let outcome = |id: JobId| {
+            let i = ids.iter().position(|&j| j == id).unwrap();
+            if succeeds[i] { ok("x") } else { failed("job_error") }
+        };
+        let mut now = T;
+        let work = |sim: &mut Sim, now: &mut Millis, free: u32| {
+            *now += 10;
+            let assigned = {
+                sim.effects.clear();
+                sim.ok(*now, poll("w1", free));
+                sim.assigned()
+            };
+            for (id, attempt, _) in &assigned {
+                sim.ok(*now, finish(*id, *attempt, "w1", outcome(*id)));
+            }
+            assigned.len()
+        };
+        for step in steps {
+            match step {
+                DagStep::Work(free) => {
+                    work(&mut sim, &mut now, free);
+                }
+                DagStep::Cancel(n) => {
+                    let _ = sim.run(now, Command::Cancel { id: ids[n % ids.len()] });
+                }
+                DagStep::Restart => {
+                    let restored = Master::restore(&sim.master.snapshot()).unwrap();
+                    prop_assert_eq!(&restored, &sim.master);
+                    sim.master = restored;
+                }
+            }
+            check_dag(&sim, &ids, on_failure)?;
+        }
+        // Run it out: it ends, every job in a terminal state.
+        for _ in 0..ids.len() + 1 {
+            if work(&mut sim, &mut now, 100) == 0 {
+                break;
+            }
+            check_dag(&sim, &ids, on_failure)?;
+        }
+        for &id in &ids {
+            prop_assert!(sim.job(id).state.is_terminal(), "job {} never ended", id);
+        }
+    }
+}
