@@ -39,6 +39,7 @@ pub mod metrics;
 pub mod modules;
 pub mod node;
 pub mod peer;
+pub mod replay;
 pub mod replication;
 pub mod runtime;
 pub mod security;

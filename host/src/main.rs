@@ -51,6 +51,9 @@ enum Command {
     Schedule(cohort::cli::ScheduleArgs),
     /// Submit a DAG of jobs from a JSON file, or show one's status.
     Dag(cohort::cli::DagArgs),
+    /// Replay a node's journal offline: the master's state at a point, one
+    /// job's history, and a determinism check.
+    Replay(cohort::replay::ReplayArgs),
     /// Ask a node to leave the cluster gracefully (as SIGTERM does).
     Leave(cohort::cli::ServerArg),
     /// Write a new cluster key file (give every node the same one).
@@ -103,6 +106,7 @@ fn main() -> ExitCode {
             Command::Cluster(args) => cohort::cli::cluster_command(args).await,
             Command::Schedule(args) => cohort::cli::schedule(args).await,
             Command::Dag(args) => cohort::cli::dag(args).await,
+            Command::Replay(args) => report(blocking(move || cohort::replay::run(args)).await),
             Command::Leave(args) => cohort::cli::leave(args).await,
             Command::Keygen(args) => cohort::cli::keygen(args),
             Command::Token(command) => cohort::cli::token(command).await,

@@ -147,9 +147,40 @@ fn newest_snapshot(dir: &Path) -> Result<Option<Snapshot>, StoreError> {
     let Some((index, path)) = snapshot_files(dir)?.pop() else {
         return Ok(None);
     };
-    let bytes = fs::read(&path).map_err(io_error(&path))?;
+    read_snapshot(&path, index).map(Some)
+}
+
+/// A snapshot file's checksum: the header's fields as well as the state,
+/// so a flipped epoch is caught like a flipped state byte.
+fn snapshot_crc(index: u64, epoch: u64, state: &[u8]) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&index.to_le_bytes());
+    crc.update(&epoch.to_le_bytes());
+    crc.update(&(state.len() as u64).to_le_bytes());
+    crc.update(state);
+    crc.finalize()
+}
+
+/// Every snapshot in `data_dir` that reads back whole, oldest first (for
+/// `cohort replay`, which never writes: a missing directory is none).
+pub fn snapshots(data_dir: &Path) -> Result<Vec<Snapshot>, StoreError> {
+    let dir = data_dir.join("snapshots");
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut all = Vec::new();
+    for (index, path) in snapshot_files(&dir)? {
+        let one = read_snapshot(&path, index)?;
+        all.push(one);
+    }
+    Ok(all)
+}
+
+/// One snapshot file, checked as [`newest_snapshot`] checks the newest.
+fn read_snapshot(path: &Path, index: u64) -> Result<Snapshot, StoreError> {
+    let bytes = fs::read(path).map_err(io_error(path))?;
     let bad = |reason: &str| StoreError::Snapshot {
-        path: path.clone(),
+        path: path.to_path_buf(),
         reason: reason.into(),
     };
     if bytes.len() < SNAPSHOT_HEADER_BYTES {
@@ -162,30 +193,17 @@ fn newest_snapshot(dir: &Path) -> Result<Option<Snapshot>, StoreError> {
     if state.len() as u64 != len {
         return Err(bad("truncated"));
     }
-    // Files written before the checksum covered the header carry the
-    // state's alone; a damaged newer file matches that by chance only.
     if crc != snapshot_crc(stored, epoch, state) && crc != crc32fast::hash(state) {
         return Err(bad("checksum mismatch"));
     }
     if stored != index {
         return Err(bad("its name and content disagree on the index"));
     }
-    Ok(Some(Snapshot {
+    Ok(Snapshot {
         index,
         epoch,
         state: state.to_vec(),
-    }))
-}
-
-/// A snapshot file's checksum: the header's fields as well as the state,
-/// so a flipped epoch is caught like a flipped state byte.
-fn snapshot_crc(index: u64, epoch: u64, state: &[u8]) -> u32 {
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(&index.to_le_bytes());
-    crc.update(&epoch.to_le_bytes());
-    crc.update(&(state.len() as u64).to_le_bytes());
-    crc.update(state);
-    crc.finalize()
+    })
 }
 
 /// The newest snapshot in `data_dir`, if any (for handing the master over).

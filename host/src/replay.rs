@@ -1,0 +1,347 @@
+//! `cohort replay`: the master's decisions, replayed offline from a node's
+//! data directory, to look at how it reached a state.
+//!
+//! The master is a deterministic function of its snapshot and the events
+//! after it, so the node's newest snapshot plus its journal rebuild the
+//! state the node's master had, event by event. The replay stops where
+//! asked (a journal index, a time), prints the state as JSON, and, for one
+//! job, every event that changed its record. It only reads the directory.
+//!
+//! `--verify` checks that determinism: the same events through the other
+//! build of the master (Wasm and native) must give the same effects at
+//! every event and the same state at the end, and, where the journal still
+//! holds the events between the node's two snapshots, replaying them from
+//! the older one must give the newer one's state byte for byte. It says
+//! where the first difference is.
+
+use crate::journal::log::read_entries;
+use crate::journal::{FsStorage, Storage};
+use crate::master::CoreKind;
+use crate::master::core::{Core, MasterComponent, NativeCore};
+use crate::master::store::{self, Snapshot};
+use crate::replication::storage::{TAG_NOOP, TAG_VOTERS, split_snapshot_state};
+use crate::runtime::Digest;
+use anyhow::{Context, bail};
+use cohort_master::{Answer, JobFilter, JobState, Millis, Query, decode, decode_event, encode};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+/// `cohort replay`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// A node's data directory (`cohort node --data-dir`); it is only read.
+    /// Stop the node first, or copy the directory.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Stop before the journal entry with this index.
+    #[arg(long)]
+    pub until: Option<u64>,
+    /// Stop before the first event decided after this time (ms since the
+    /// Unix epoch).
+    #[arg(long)]
+    pub until_time: Option<Millis>,
+    /// Show this job's record and every event that changed it (from the
+    /// earliest point the journal still holds).
+    #[arg(long)]
+    pub job: Option<u64>,
+    /// Check determinism: the other build of the master over the same
+    /// events, and the older snapshot replayed up to the newer one.
+    #[arg(long)]
+    pub verify: bool,
+    /// The build of the master that replays.
+    #[arg(long, value_enum, default_value_t = CoreKind::Wasm)]
+    pub core: CoreKind,
+}
+
+/// Most ids of queued and of running jobs listed in the state.
+const LISTED_MAX: u32 = 100;
+/// Longest description of one event in a job's history.
+const EVENT_TEXT_MAX: usize = 400;
+
+/// Runs `cohort replay`: prints the report; fails when `--verify` finds a
+/// difference, or the directory cannot be read.
+pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
+    let report = replay(&args)?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    if report["verify"]["ok"] == json!(false) {
+        bail!("replay is not deterministic here: see \"verify\" above");
+    }
+    Ok(())
+}
+
+fn core(kind: CoreKind, snapshot: Option<&[u8]>) -> anyhow::Result<Box<dyn Core>> {
+    let core: Box<dyn Core> = match kind {
+        CoreKind::Native => Box::new(NativeCore::new(snapshot).map_err(rejected)?),
+        CoreKind::Wasm => Box::new(
+            MasterComponent::load(None)?
+                .instantiate(snapshot)?
+                .map_err(rejected)?,
+        ),
+    };
+    Ok(core)
+}
+
+fn rejected(rejection: cohort_master::Rejection) -> anyhow::Error {
+    anyhow::anyhow!(
+        "the master refused: {} ({})",
+        rejection.message,
+        rejection.code
+    )
+}
+
+/// The master's state bytes of a snapshot file.
+fn master_state(snapshot: &Snapshot) -> anyhow::Result<Vec<u8>> {
+    let (_, state) = split_snapshot_state(&snapshot.state)
+        .map_err(|e| anyhow::anyhow!("snapshot {}: {}", snapshot.index, e.0))?;
+    Ok(state)
+}
+
+/// The journal of `data_dir`, for reading.
+fn journal(data_dir: &Path) -> anyhow::Result<FsStorage> {
+    let dir = data_dir.join("journal");
+    if !dir.is_dir() {
+        bail!(
+            "{} has no journal: not a node's data directory",
+            data_dir.display()
+        );
+    }
+    Ok(FsStorage::open(&dir)?)
+}
+
+/// Where to start: the earliest point the journal still holds every entry
+/// from (its very beginning, or the oldest snapshot it reaches back to),
+/// so that a job's history is as whole as the directory allows.
+fn start(data_dir: &Path, snapshots: &[Snapshot]) -> anyhow::Result<Option<usize>> {
+    let first = journal(data_dir)?.segments()?.first().copied();
+    if first == Some(0) || snapshots.is_empty() {
+        return Ok(None);
+    }
+    let reached = first.and_then(|first| snapshots.iter().position(|s| s.index >= first));
+    Ok(Some(reached.unwrap_or(snapshots.len() - 1)))
+}
+
+/// The journal entries from `from` on, as (index, data).
+fn entries(data_dir: &Path, from: u64) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
+    let storage = journal(data_dir)?;
+    let entries = read_entries(&storage, from, usize::MAX)?;
+    if let Some(first) = entries.first()
+        && first.index != from
+    {
+        bail!(
+            "the journal starts at entry {}, after the snapshot's {from}",
+            first.index
+        );
+    }
+    Ok(entries.into_iter().map(|e| (e.index, e.data)).collect())
+}
+
+fn is_event(data: &[u8]) -> bool {
+    !matches!(data.first(), Some(&TAG_NOOP | &TAG_VOTERS))
+}
+
+fn query(core: &mut dyn Core, query: Query) -> anyhow::Result<Option<Answer>> {
+    match core.query(0, encode(&query))? {
+        Ok(bytes) => Ok(Some(decode(&bytes).map_err(rejected)?)),
+        Err(_) => Ok(None),
+    }
+}
+
+fn replay(args: &ReplayArgs) -> anyhow::Result<Value> {
+    let snapshots = store::snapshots(&args.data_dir)
+        .with_context(|| format!("reading {}", args.data_dir.display()))?;
+    let newest = start(&args.data_dir, &snapshots)?.map(|at| &snapshots[at]);
+    let base = newest.map(master_state).transpose()?;
+    let from = newest.map_or(0, |s| s.index);
+    let entries = entries(&args.data_dir, from)?;
+    let mut master = core(args.core, base.as_deref())?;
+    let other_kind = match args.core {
+        CoreKind::Wasm => CoreKind::Native,
+        CoreKind::Native => CoreKind::Wasm,
+    };
+    let mut other = match args.verify {
+        true => Some(core(other_kind, base.as_deref())?),
+        false => None,
+    };
+    let job_view = |core: &mut dyn Core, id: u64| -> anyhow::Result<Option<Vec<u8>>> {
+        Ok(core.query(0, encode(&Query::Job { id }))?.ok())
+    };
+    let mut history = Vec::new();
+    let mut divergence = None;
+    let (mut applied, mut stopped, mut to) = (0u64, "the end of the journal".to_string(), from);
+    for (index, data) in &entries {
+        if args.until.is_some_and(|until| *index >= until) {
+            stopped = format!("before entry {index}");
+            break;
+        }
+        to = index + 1;
+        if !is_event(data) {
+            continue;
+        }
+        let event = decode_event(data).map_err(rejected)?;
+        if args.until_time.is_some_and(|until| event.at > until) {
+            stopped = format!("before entry {index}, decided at {}", event.at);
+            to = *index;
+            break;
+        }
+        let before = match args.job {
+            Some(id) => job_view(master.as_mut(), id)?,
+            None => None,
+        };
+        let batch = std::slice::from_ref(data);
+        let effects = master.apply(batch)?.map_err(rejected)?;
+        applied += 1;
+        if let Some(id) = args.job {
+            let after = job_view(master.as_mut(), id)?;
+            if after != before {
+                let mut text = format!("{:?}", event.kind);
+                if text.len() > EVENT_TEXT_MAX {
+                    let cut = (0..=EVENT_TEXT_MAX)
+                        .rev()
+                        .find(|&i| text.is_char_boundary(i));
+                    text.truncate(cut.unwrap_or(0));
+                    text.push('…');
+                }
+                history.push(json!({"index": index, "at": event.at, "event": text}));
+            }
+        }
+        if let Some(other) = other.as_mut() {
+            let theirs = other.apply(batch)?.map_err(rejected)?;
+            if divergence.is_none() && theirs != effects {
+                divergence = Some(*index);
+            }
+        }
+    }
+    let mut report = json!({
+        "data_dir": args.data_dir.display().to_string(),
+        "core": format!("{:?}", args.core).to_lowercase(),
+        "snapshot": newest.map(|s| json!({"index": s.index, "epoch": s.epoch})),
+        "replayed": {"from": from, "to": to, "events": applied, "stopped": stopped},
+        "state": state(master.as_mut())?,
+    });
+    if let Some(id) = args.job {
+        report["job"] = match query(master.as_mut(), Query::Job { id })? {
+            Some(Answer::Job(view)) => {
+                let mut record = serde_json::to_value(&*view)?;
+                record["module"] = Digest::from(view.module).to_string().into();
+                record["state"] = view.state.name().into();
+                record
+            }
+            _ => json!(format!("no job {id} at this point")),
+        };
+        report["history"] = history.into();
+    }
+    if let Some(mut other) = other {
+        report["verify"] = verify(
+            args,
+            &snapshots,
+            master.as_mut(),
+            other.as_mut(),
+            divergence,
+        )?;
+    }
+    Ok(report)
+}
+
+/// The state at the stop: counters, workers, what waits and runs,
+/// schedules.
+fn state(core: &mut dyn Core) -> anyhow::Result<Value> {
+    let mut state = json!({});
+    if let Some(Answer::Stats(stats)) = query(core, Query::Stats)? {
+        let jobs: serde_json::Map<String, Value> = (JobState::ALL.iter())
+            .map(|s| (s.name().to_string(), stats.jobs[*s as usize].into()))
+            .collect();
+        state["jobs"] = jobs.into();
+        state["submitted_total"] = stats.submitted_total.into();
+        state["attempts_total"] = stats.attempts_total.into();
+        state["retries_total"] = stats.retries_total.into();
+    }
+    if let Some(Answer::Workers(workers)) = query(core, Query::Workers)? {
+        state["workers"] = serde_json::to_value(workers)?;
+    }
+    for (name, wanted) in [("queued", JobState::Queued), ("running", JobState::Running)] {
+        let listing = Query::Jobs {
+            filter: JobFilter {
+                state: Some(wanted),
+                ..JobFilter::default()
+            },
+            after: None,
+            limit: LISTED_MAX,
+            newest_first: false,
+        };
+        if let Some(Answer::Jobs { jobs, .. }) = query(core, listing)? {
+            state[name] = jobs.iter().map(|job| job.id).collect::<Vec<_>>().into();
+        }
+    }
+    if let Some(Answer::Schedules(schedules)) = query(core, Query::Schedules)? {
+        state["schedules"] = (schedules.iter())
+            .map(|s| json!({"name": s.spec.name, "next": s.upcoming.first(), "fired_total": s.fired_total}))
+            .collect::<Vec<_>>()
+            .into();
+    }
+    Ok(state)
+}
+
+/// `--verify`'s findings (`ok` false at the first difference).
+fn verify(
+    args: &ReplayArgs,
+    snapshots: &[Snapshot],
+    master: &mut dyn Core,
+    other: &mut dyn Core,
+    divergence: Option<u64>,
+) -> anyhow::Result<Value> {
+    let mut ok = divergence.is_none();
+    let builds = match divergence {
+        Some(index) => json!(format!(
+            "the Wasm and native masters first differ applying entry {index}"
+        )),
+        None if master.snapshot()? == other.snapshot()? => {
+            json!(
+                "the Wasm and native masters gave the same effects at every event and the same state"
+            )
+        }
+        None => {
+            ok = false;
+            json!("same effects, but the two masters' states differ at the end")
+        }
+    };
+    let recorded = match snapshots {
+        [.., older, newer] => {
+            let replayed = (|| -> anyhow::Result<Option<Vec<u8>>> {
+                let between = entries(&args.data_dir, older.index);
+                let Ok(between) = between else {
+                    return Ok(None);
+                };
+                let needed = (older.index..newer.index).count();
+                if between.iter().take_while(|(i, _)| *i < newer.index).count() != needed {
+                    return Ok(None);
+                }
+                let mut core = core(args.core, Some(&master_state(older)?))?;
+                for (_, data) in between.iter().take(needed) {
+                    if is_event(data) {
+                        core.apply(std::slice::from_ref(data))?.map_err(rejected)?;
+                    }
+                }
+                Ok(Some(core.snapshot()?))
+            })()?;
+            match replayed {
+                None => json!(format!(
+                    "not checked: the journal no longer holds entries {} to {}",
+                    older.index, newer.index
+                )),
+                Some(bytes) if bytes == master_state(newer)? => json!(format!(
+                    "snapshot {} replayed to entry {} reproduces snapshot {} byte for byte",
+                    older.index, newer.index, newer.index
+                )),
+                Some(_) => {
+                    ok = false;
+                    json!(format!(
+                        "snapshot {} replayed to entry {} differs from snapshot {}",
+                        older.index, newer.index, newer.index
+                    ))
+                }
+            }
+        }
+        _ => json!("not checked: fewer than two snapshots"),
+    };
+    Ok(json!({"ok": ok, "builds": builds, "recorded": recorded}))
+}
