@@ -1,7 +1,8 @@
 //! `cohort replay` on the data directories of nodes that ran jobs through a
 //! kill -9 of the master: one job's whole history, the state at a point,
-//! and the determinism check (Wasm against native, and the older snapshot
-//! replayed up to the newer one).
+//! the determinism check (Wasm against native, and the older snapshot
+//! replayed up to the newer one), and a comparison with another master
+//! component.
 
 mod support;
 
@@ -108,6 +109,18 @@ fn replay_shows_a_jobs_whole_history_and_verifies_the_state() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(early["job"].is_string(), "{early:#}");
     assert_eq!(early["state"]["submitted_total"], index_submitted(&early));
+
+    // Another master component over the same events: the same build
+    // acts the same; a job module is no master.
+    let same = support::guest("cohort_master");
+    let (code, compared, stderr) = replay(&n2_dir, &["--compare", same.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(compared["compare"]["differing_events"], 0, "{compared:#}");
+    assert_eq!(compared["compare"]["same_state_at_the_end"], true);
+    let echo = support::guest("fixture_echo");
+    let (code, _, stderr) = replay(&n2_dir, &["--compare", echo.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("not a master component"), "{stderr}");
 
     // Not a data directory: a clear error.
     let (code, _, stderr) = replay(dir.path(), &[]);

@@ -7,6 +7,11 @@
 //! asked (a journal index, a time), prints the state as JSON, and, for one
 //! job, every event that changed its record. It only reads the directory.
 //!
+//! `--compare OTHER.wasm` replays the same events through another master
+//! component as well and lists the events after which the two asked the
+//! host for different things (assignments, stops): what a new scheduling
+//! policy would have done with the same history.
+//!
 //! `--verify` checks that determinism: the same events through the other
 //! build of the master (Wasm and native) must give the same effects at
 //! every event and the same state at the end, and, where the journal still
@@ -51,7 +56,16 @@ pub struct ReplayArgs {
     /// The build of the master that replays.
     #[arg(long, value_enum, default_value_t = CoreKind::Wasm)]
     pub core: CoreKind,
+    /// Replay the same events through this other master component too,
+    /// and list where its effects (assignments, stops, wake-ups) differ
+    /// from the running build's: how a new scheduler would have acted on
+    /// the same history.
+    #[arg(long, value_name = "MASTER.wasm")]
+    pub compare: Option<PathBuf>,
 }
+
+/// Most differing entries `--compare` lists.
+const DIFFERENCES_LISTED_MAX: usize = 20;
 
 /// Most ids of queued and of running jobs listed in the state.
 const LISTED_MAX: u32 = 100;
@@ -162,6 +176,20 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<Value> {
         true => Some(core(other_kind, base.as_deref())?),
         false => None,
     };
+    let mut compared = match &args.compare {
+        None => None,
+        Some(path) => {
+            let wasm =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let not_master = || format!("{} is not a master component", path.display());
+            let component = MasterComponent::from_bytes(&wasm).with_context(not_master)?;
+            let instance = component
+                .instantiate(base.as_deref())
+                .with_context(not_master)?;
+            Some(instance.map_err(rejected)?)
+        }
+    };
+    let (mut differing, mut differences) = (0u64, Vec::new());
     let job_view = |core: &mut dyn Core, id: u64| -> anyhow::Result<Option<Vec<u8>>> {
         Ok(core.query(0, encode(&Query::Job { id }))?.ok())
     };
@@ -210,6 +238,28 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<Value> {
                 divergence = Some(*index);
             }
         }
+        if let Some(compared) = compared.as_mut() {
+            let theirs = compared.apply(batch)?.map_err(rejected)?;
+            if theirs != effects {
+                differing += 1;
+                if differences.len() < DIFFERENCES_LISTED_MAX {
+                    let describe = |effects: &[Vec<u8>]| -> Vec<String> {
+                        (effects.iter())
+                            .map(|bytes| match decode::<cohort_master::Effect>(bytes) {
+                                Ok(effect) => format!("{effect:?}"),
+                                Err(r) => format!("undecodable: {}", r.message),
+                            })
+                            .collect()
+                    };
+                    differences.push(json!({
+                        "index": index,
+                        "at": event.at,
+                        "this": describe(&effects),
+                        "compared": describe(&theirs),
+                    }));
+                }
+            }
+        }
     }
     let mut report = json!({
         "data_dir": args.data_dir.display().to_string(),
@@ -229,6 +279,14 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<Value> {
             _ => json!(format!("no job {id} at this point")),
         };
         report["history"] = history.into();
+    }
+    if let Some(compared) = compared.as_mut() {
+        let same_state = compared.snapshot()? == master.snapshot()?;
+        report["compare"] = json!({
+            "differing_events": differing,
+            "first_differences": differences,
+            "same_state_at_the_end": same_state,
+        });
     }
     if let Some(mut other) = other {
         report["verify"] = verify(

@@ -93,13 +93,29 @@ impl MasterComponent {
     /// Compiles the embedded master component, reusing a compiled artifact
     /// from `data_dir`'s compile cache when one matches this engine.
     pub fn load(data_dir: Option<&Path>) -> anyhow::Result<Self> {
-        let mut config = Config::new();
-        config.wasm_component_model(true);
-        let engine = Engine::new(&config)?;
+        let engine = Self::engine()?;
         let component = match data_dir {
             Some(dir) => load_cached(&engine, dir)?,
             None => Component::new(&engine, crate::guests::MASTER)?,
         };
+        Self::with(engine, component)
+    }
+
+    /// Compiles another build of the master (`cohort replay --compare`):
+    /// the same world, its imports trapping as the embedded one's do.
+    pub fn from_bytes(wasm: &[u8]) -> anyhow::Result<Self> {
+        let engine = Self::engine()?;
+        let component = Component::new(&engine, wasm)?;
+        Self::with(engine, component)
+    }
+
+    fn engine() -> anyhow::Result<Engine> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        Ok(Engine::new(&config)?)
+    }
+
+    fn with(engine: Engine, component: Component) -> anyhow::Result<Self> {
         let mut linker = Linker::new(&engine);
         linker.define_unknown_imports_as_traps(&component)?;
         Ok(Self {
