@@ -2929,4 +2929,84 @@ mod request_tests {
         assert_eq!(old.startable(T + 2, 4), vec![2]);
         assert_eq!(run(&mut old, T + 2, again), submitted(3));
     }
+
+    #[test]
+    fn events_of_format_3_replay_as_they_are_and_format_4_is_pinned() {
+        // Format 3 had the kinds up to `Retried`, encoded as today.
+        let retried = [3, 8, 14, 3, 4];
+        assert_eq!(
+            decode_event(&retried),
+            Ok(Event {
+                at: 8,
+                kind: EventKind::Retried {
+                    id: 3,
+                    max_attempts: 4
+                }
+            })
+        );
+        assert_eq!(
+            decode::<Event>(&retried).unwrap_err().code,
+            codes::UNKNOWN_VERSION
+        );
+        // The new kinds' bytes: a change to them fails here, not in a
+        // journal someone replays.
+        let fired = Event {
+            at: 9,
+            kind: EventKind::ScheduleFired {
+                name: "s".into(),
+                tick: 8,
+                id: 3,
+                next: Some(10),
+            },
+        };
+        assert_eq!(encode(&fired), [4, 9, 16, 1, b's', 8, 3, 1, 10]);
+        let created = Event {
+            at: 9,
+            kind: EventKind::DagCreated {
+                dag: 1,
+                on_failure: OnFailure::CancelDag,
+                nodes: vec![DagNode {
+                    id: 3,
+                    name: "a".into(),
+                    parents: vec![2],
+                    outputs: true,
+                }],
+                request: None,
+                idempotency_key: None,
+            },
+        };
+        assert_eq!(
+            encode(&created),
+            [4, 9, 23, 1, 1, 1, 3, 1, b'a', 1, 2, 1, 0, 0]
+        );
+        for event in [fired, created] {
+            assert_eq!(decode_event(&encode(&event)), Ok(event));
+        }
+    }
+
+    #[test]
+    fn a_version_4_snapshot_restores_without_schedules_or_dags() {
+        use crate::scenarios::create_schedule;
+        let mut master = Master::new();
+        run(&mut master, T, submit(1, spec(1, b"a"))).unwrap();
+        let every = Every::Interval { ms: 1_000 };
+        run(
+            &mut master,
+            T,
+            create_schedule("s", every, Overlap::Skip, 0),
+        )
+        .unwrap();
+        let mut version_4 = postcard::to_extend(&master, vec![4]).unwrap();
+        version_4 = postcard::to_extend(&master.tokens, version_4).unwrap();
+        version_4 = postcard::to_extend(&master.requests, version_4).unwrap();
+        version_4 = postcard::to_extend(&master.keyed, version_4).unwrap();
+        let old = Master::restore(&version_4).unwrap();
+        assert!(old.schedules.is_empty());
+        assert_eq!(old.dags.dags.len(), 0);
+        assert_eq!(old.jobs, master.jobs);
+        // And the current version keeps both.
+        let now = Master::restore(&master.snapshot()).unwrap();
+        assert_eq!(now, master);
+        assert_eq!(master.snapshot()[0], 5);
+    }
 }
