@@ -750,9 +750,9 @@ pub struct ScheduleRequest {
     /// `cancel_running` (cancel it, then fire).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap: Option<String>,
-    /// Ticks missed by at most this much (no master for a while) fire late;
-    /// older ones are recorded for a backfill (default 60,000; at most 7
-    /// days).
+    /// Ticks missed by at most this much, plus a second of grace (no
+    /// master for a while), fire late; older ones are recorded for a
+    /// backfill (default 60,000; at most 7 days).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",

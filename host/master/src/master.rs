@@ -76,7 +76,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::dag::{self, Dag, Dags, Node};
 use crate::protocol::*;
-use crate::schedule::{self, BACKFILL_TICKS_MAX, SCHEDULES_MAX, Schedule, TICKS_PER_TICK_MAX};
+use crate::schedule::{
+    self, BACKFILL_TICKS_MAX, LATE_GRACE_MS, SCHEDULES_MAX, Schedule, TICKS_PER_TICK_MAX,
+};
 
 /// Most events one `Tick` produces; the rest wait for the next tick.
 pub const TICK_EVENTS_MAX: usize = 4096;
@@ -964,7 +966,8 @@ impl Master {
                     break;
                 }
                 decided += 1;
-                let earliest = now.saturating_sub(schedule.spec.catch_up_ms);
+                let window = schedule.spec.catch_up_ms.saturating_add(LATE_GRACE_MS);
+                let earliest = now.saturating_sub(window);
                 if tick < earliest {
                     next = schedule.tick_after(earliest.saturating_sub(1));
                     kinds.push(EventKind::ScheduleMissed {

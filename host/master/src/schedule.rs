@@ -16,7 +16,7 @@
 //! # Late ticks
 //!
 //! A tick is due when `next <= now`. Ticks not decided within `catch_up_ms`
-//! of their time (the cluster was down, or had no master for longer than
+//! (plus [`LATE_GRACE_MS`]) of their time (the cluster was down, or had no master for longer than
 //! that) are not fired late: one `ScheduleMissed { from, to }` records the
 //! range, and a `Backfill` command fires the missed ticks of a range on
 //! request (at most [`BACKFILL_TICKS_MAX`] at a time). Paused schedules
@@ -61,6 +61,11 @@ pub const BACKFILL_TICKS_MAX: usize = 1_000;
 pub const MISSED_RANGES_MAX: usize = 100;
 /// Next ticks a schedule's view lists.
 pub const UPCOMING_MAX: usize = 5;
+/// How late a tick may be decided and still count as on time, whatever
+/// the catch-up window: the host ticks the master every 100 ms, and a busy
+/// master may come to a tick a little later (so a window of 0 means "never
+/// fire late", not "miss every tick").
+pub const LATE_GRACE_MS: Millis = 1_000;
 /// Most ticks of one schedule one `Tick` decides (the rest wait for the
 /// next `Tick`, a tenth of a second later).
 pub const TICKS_PER_TICK_MAX: usize = 1_000;
