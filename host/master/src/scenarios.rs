@@ -478,14 +478,19 @@ pub fn all() -> Vec<Scenario> {
 
 /// A command creating schedule `name` of `spec(1, name)`.
 pub fn create_schedule(name: &str, every: Every, overlap: Overlap, catch_up_ms: u64) -> Command {
-    Command::CreateSchedule(ScheduleSpec {
+    Command::CreateSchedule(schedule_spec(name, every, overlap, catch_up_ms))
+}
+
+/// Schedule `name` of `spec(1, name)`.
+pub fn schedule_spec(name: &str, every: Every, overlap: Overlap, catch_up_ms: u64) -> ScheduleSpec {
+    ScheduleSpec {
         name: name.into(),
         every,
         job: spec(1, name.as_bytes()),
         options: JobOptions::default(),
         overlap,
         catch_up_ms,
-    })
+    }
 }
 
 /// A DAG job named `name` running `spec(1, name)`, receiving its parents'

@@ -296,6 +296,7 @@ pub(crate) fn validate(spec: &ScheduleSpec, now: Millis) -> Result<Option<Millis
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scenarios::schedule_spec;
 
     fn cron(expression: &str, timezone: &str) -> Every {
         Every::Cron {
@@ -349,22 +350,7 @@ mod tests {
 
     #[test]
     fn bad_timings_are_refused_naming_the_field() {
-        let spec = |every| ScheduleSpec {
-            name: "s".into(),
-            every,
-            job: JobSpec {
-                module: [0; 32],
-                input: Vec::new(),
-                timeout_ms: 1000,
-                memory_bytes: None,
-                max_attempts: 1,
-                priority: 0,
-                idempotency_key: None,
-            },
-            options: JobOptions::default(),
-            overlap: Overlap::Skip,
-            catch_up_ms: 0,
-        };
+        let spec = |every| schedule_spec("s", every, Overlap::Skip, 0);
         let message = |every| validate(&spec(every), 0).unwrap_err().message;
         assert!(message(cron("61 * * * *", "UTC")).starts_with("cron:"));
         assert!(message(cron("* * *", "UTC")).starts_with("cron:"));
@@ -386,22 +372,7 @@ mod tests {
 
     #[test]
     fn missed_ranges_split_when_part_is_backfilled() {
-        let spec = ScheduleSpec {
-            name: "s".into(),
-            every: Every::Interval { ms: 1000 },
-            job: JobSpec {
-                module: [0; 32],
-                input: Vec::new(),
-                timeout_ms: 1000,
-                memory_bytes: None,
-                max_attempts: 1,
-                priority: 0,
-                idempotency_key: None,
-            },
-            options: JobOptions::default(),
-            overlap: Overlap::Skip,
-            catch_up_ms: 0,
-        };
+        let spec = schedule_spec("s", Every::Interval { ms: 1000 }, Overlap::Skip, 0);
         let mut schedule = Schedule::new(spec, 0, Some(1000));
         schedule.miss(1000, 10_000);
         assert_eq!(schedule.missed_ticks(0, u64::MAX, 100).len(), 9);
