@@ -108,7 +108,8 @@ fn replay_shows_a_jobs_whole_history_and_verifies_the_state() {
     );
     assert_eq!(code, Some(0), "{stderr}");
     assert!(early["job"].is_string(), "{early:#}");
-    assert_eq!(early["state"]["submitted_total"], index_submitted(&early));
+    // It stopped right after the first job's submission: the only one.
+    assert_eq!(early["state"]["submitted_total"], 1, "{early:#}");
 
     // Another master component over the same events: the same build
     // acts the same; a job module is no master.
@@ -126,13 +127,4 @@ fn replay_shows_a_jobs_whole_history_and_verifies_the_state() {
     let (code, _, stderr) = replay(dir.path(), &[]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("no journal"), "{stderr}");
-}
-
-/// The jobs submitted by the stop, from the report's own counters.
-fn index_submitted(report: &Value) -> Value {
-    let jobs = report["state"]["jobs"].as_object().unwrap();
-    jobs.values()
-        .map(|n| n.as_u64().unwrap())
-        .sum::<u64>()
-        .into()
 }

@@ -1280,6 +1280,9 @@ pub enum DagCommand {
     },
 }
 
+/// How often `cohort dag submit --wait` asks for the DAG's status.
+const DAG_POLL: Duration = Duration::from_millis(200);
+
 /// `cohort dag ...`.
 pub async fn dag(args: DagArgs) -> ExitCode {
     let client = match args.server.client() {
@@ -1329,7 +1332,7 @@ pub async fn dag(args: DagArgs) -> ExitCode {
             Err(error) => return fail(error),
         };
         if wait && status.state == "running" {
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(DAG_POLL).await;
             continue;
         }
         if json {

@@ -26,6 +26,8 @@ import { Waiter } from "./waiter.js";
 const DIGEST = /^[0-9a-f]{64}$/;
 /** Most jobs of one batch request the server takes. */
 const BATCH_JOBS_MAX = 10_000;
+/** Longest one try of a schedule or DAG call may take. */
+const CALL_TRY_TIMEOUT_MS = 30_000;
 /** Longest one try of an upload may take: 30 s, plus 1 ms per KiB of module. */
 const uploadTimeoutMs = (bytes: number): number => 30_000 + bytes / 1024;
 
@@ -230,7 +232,7 @@ export class Client {
       path,
       body: body === undefined ? undefined : JSON.stringify(body),
       deadline: Date.now() + this.context.retryDeadlineMs,
-      tryTimeoutMs: 30_000,
+      tryTimeoutMs: CALL_TRY_TIMEOUT_MS,
     });
   }
 
