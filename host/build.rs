@@ -17,7 +17,8 @@ const TARGET: &str = "wasm32-wasip2";
 
 /// Guest packages to build, as named in their Cargo.toml.
 const GUESTS: &[&str] = &[
-    "cohort-master",
+    "cohort-master-component",
+    "fifo-master",
     "wordcount",
     "primes",
     "mandelbrot",
@@ -33,6 +34,9 @@ const GUESTS: &[&str] = &[
     "fixture-future-job",
     "fixture-foreign-import",
     "fixture-kernels",
+    "fixture-master-trap",
+    "fixture-master-clock",
+    "fixture-master-stale",
 ];
 
 /// Environment that must not leak from the outer build into the guest build:

@@ -1356,3 +1356,81 @@ pub async fn dag(args: DagArgs) -> ExitCode {
         };
     }
 }
+
+/// `cohort master ...`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MasterArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    #[command(subcommand)]
+    #[allow(missing_docs)]
+    pub command: MasterCommand,
+}
+
+/// What `cohort master` does.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum MasterCommand {
+    /// Which master build runs, and the one a rollback returns to.
+    Status,
+    /// Upload a master component and switch the running cluster to it,
+    /// after checking it (the running master is untouched if a check
+    /// fails).
+    Upgrade {
+        /// The component (`.wasm`, world `cohort:master/master`).
+        file: PathBuf,
+    },
+    /// Switch back to the build that ran before the last switch.
+    Rollback,
+}
+
+/// `cohort master ...`.
+pub async fn master(args: MasterArgs) -> ExitCode {
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(error),
+    };
+    let json = args.server.json;
+    let switched = match args.command {
+        MasterCommand::Status => {
+            return match (client.call(|node| async move { node.master_build().await })).await {
+                Ok(build) if json => {
+                    print_json(&build);
+                    ExitCode::SUCCESS
+                }
+                Ok(build) => {
+                    println!("master on {} (epoch {})", build.node, build.epoch);
+                    println!("build:    {}", build.build);
+                    println!("previous: {}", build.previous);
+                    ExitCode::SUCCESS
+                }
+                Err(error) => fail(error),
+            };
+        }
+        MasterCommand::Upgrade { file } => {
+            let wasm = match std::fs::read(&file) {
+                Ok(wasm) => wasm,
+                Err(error) => return fail(format!("cannot read {}: {error}", file.display())),
+            };
+            // Safe to repeat: a build already running is left as it is.
+            let wasm = &wasm;
+            (client.call(|node| async move { node.upgrade_master(wasm.clone()).await })).await
+        }
+        // Not retried on another node: a rollback that did happen would
+        // switch back again the second time.
+        MasterCommand::Rollback => match args.server.node() {
+            Ok(node) => node.rollback_master().await,
+            Err(error) => return fail(error),
+        },
+    };
+    match switched {
+        Ok(report) if json => print_json(&report),
+        Ok(report) if !report.switched => println!("{} already runs; nothing changed", report.to),
+        Ok(report) => println!(
+            "switched the master from {} to {} ({} events replayed in the check, paused {} ms)",
+            report.from, report.to, report.replayed_events, report.pause_ms
+        ),
+        Err(error) => return fail(error),
+    }
+    ExitCode::SUCCESS
+}

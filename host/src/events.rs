@@ -94,6 +94,10 @@ names! {
     STOPPING = "stopping";
     /// The node stopped cleanly.
     STOPPED = "stopped";
+    /// The master switched to another build (`cohort master upgrade` or
+    /// `rollback`): `from`, `to` (`built-in` or `sha256:…`), `replayed`
+    /// (events the new build replayed in its check).
+    MASTER_SWITCHED = "master_switched";
     /// Fault injection (tests): the addresses this node is cut off from
     /// changed: `cut_off`.
     PARTITION = "partition";

@@ -5,5 +5,9 @@
 pub const MANDELBROT: &[u8] =
     include_bytes!(concat!(env!("COHORT_GUESTS_DIR"), "/mandelbrot.wasm"));
 
-/// The master component (`host/master`, world `cohort:master/master`).
-pub const MASTER: &[u8] = include_bytes!(concat!(env!("COHORT_GUESTS_DIR"), "/cohort_master.wasm"));
+/// The built-in master component (`host/master/component`, world
+/// `cohort:master/master`).
+pub const MASTER: &[u8] = include_bytes!(concat!(
+    env!("COHORT_GUESTS_DIR"),
+    "/cohort_master_component.wasm"
+));

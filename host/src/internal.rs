@@ -14,6 +14,8 @@
 //!   (`crate::replication::transport`), handed to this node's driver;
 //! * `voters` — a voter removal asked of the master's node;
 //! * `modules`, `modules/fetch` — module copies between nodes;
+//! * `masters`, `masters/fetch` — uploaded master components, checked and
+//!   stored on every back-end node before a switch (`crate::master::upgrade`);
 //! * `tokens` — token operations proved with the cluster key.
 
 use crate::api::auth;
@@ -23,6 +25,7 @@ use crate::api::{
     Reply200, bytes, error_response, json, no_route, not_stored, parse_digest, read_body, token_op,
 };
 use crate::cluster::link::{self, MasterLink};
+use crate::master::upgrade::{self, MasterStore};
 use crate::modules::ModuleStore;
 use crate::peer::{SEALED_CONTENT_TYPE, answer_context, request_context};
 use crate::replication::Replication;
@@ -53,6 +56,8 @@ pub struct Internal {
     pub modules: Arc<ModuleStore>,
     /// The token table refreshed after token operations.
     pub tokens: Option<Arc<TokenTable>>,
+    /// Uploaded master components.
+    pub masters: MasterStore,
 }
 
 impl std::fmt::Debug for Internal {
@@ -71,9 +76,10 @@ pub fn body_limit(segments: &[&str]) -> Option<usize> {
         ["internal", "v1", "replication"] => crate::replication::transport::ENVELOPE_BYTES_MAX,
         ["internal", "v1", "voters"] => crate::api::CONTROL_BODY_BYTES_MAX,
         ["internal", "v1", "modules"] => crate::runtime::module::MODULE_BYTES_MAX,
-        ["internal", "v1", "modules", "fetch"] | ["internal", "v1", "tokens"] => {
-            crate::api::CONTROL_BODY_BYTES_MAX
-        }
+        ["internal", "v1", "masters"] => upgrade::MASTER_BYTES_MAX,
+        ["internal", "v1", "modules", "fetch"]
+        | ["internal", "v1", "masters", "fetch"]
+        | ["internal", "v1", "tokens"] => crate::api::CONTROL_BODY_BYTES_MAX,
         _ => return None,
     })
 }
@@ -207,6 +213,18 @@ impl Internal {
                 }
                 Ok(bytes("application/wasm", self.modules.read(&digest).await?))
             }
+            ["internal", "v1", "masters"] => {
+                let digest = store_master(&self.masters, body).await?;
+                Ok(json(StatusCode::OK, &upgrade_body(digest)))
+            }
+            ["internal", "v1", "masters", "fetch"] => {
+                let text = std::str::from_utf8(&body).unwrap_or_default();
+                let digest = parse_digest(text, ErrorCode::NotFound)?.to_bytes();
+                match self.masters.read(&digest) {
+                    Ok(wasm) => Ok(bytes("application/wasm", wasm)),
+                    Err(error) => Err(ApiError::new(ErrorCode::NotFound, format!("{error:#}"))),
+                }
+            }
             ["internal", "v1", "tokens"] => {
                 let op = cohort_master::decode::<auth::TokenOp>(&body)?;
                 token_op(&self.master, self.tokens.as_ref(), op).await
@@ -215,4 +233,27 @@ impl Internal {
             _ => unreachable!("an internal route without a body limit"),
         }
     }
+}
+
+/// Checks an uploaded master component (compiling it into the node's
+/// compile cache) and stores it; its digest.
+pub async fn store_master(masters: &MasterStore, wasm: Bytes) -> Result<[u8; 32], ApiError> {
+    let masters = masters.clone();
+    tokio::task::spawn_blocking(move || {
+        upgrade::check_component(&wasm, Some(masters.data_dir()))?;
+        masters.put(&wasm).map_err(|e| {
+            cohort_master::Rejection::new(
+                ErrorCode::Internal.as_str(),
+                format!("cannot store the master: {e}"),
+            )
+        })
+    })
+    .await
+    .map_err(|e| ApiError::new(ErrorCode::Internal, format!("the check failed: {e}")))?
+    .map_err(ApiError::from)
+}
+
+/// What a node answers for a stored master.
+pub fn upgrade_body(digest: [u8; 32]) -> serde_json::Value {
+    serde_json::json!({ "digest": upgrade::Build::Uploaded(digest).name() })
 }

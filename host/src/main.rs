@@ -51,6 +51,8 @@ enum Command {
     Schedule(cohort::cli::ScheduleArgs),
     /// Submit a DAG of jobs from a JSON file, or show one's status.
     Dag(cohort::cli::DagArgs),
+    /// Show, upgrade or roll back the master build the cluster runs.
+    Master(cohort::cli::MasterArgs),
     /// Replay a node's journal offline: the master's state at a point, one
     /// job's history, and a determinism check.
     Replay(cohort::replay::ReplayArgs),
@@ -106,6 +108,7 @@ fn main() -> ExitCode {
             Command::Cluster(args) => cohort::cli::cluster_command(args).await,
             Command::Schedule(args) => cohort::cli::schedule(args).await,
             Command::Dag(args) => cohort::cli::dag(args).await,
+            Command::Master(args) => cohort::cli::master(args).await,
             Command::Replay(args) => report(blocking(move || cohort::replay::run(args)).await),
             Command::Leave(args) => cohort::cli::leave(args).await,
             Command::Keygen(args) => cohort::cli::keygen(args),

@@ -302,6 +302,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         replication: replication.clone(),
         modules: modules.clone(),
         tokens: security.tokens.clone(),
+        masters: crate::master::upgrade::MasterStore::new(&data_dir),
     });
     let (stop_serving, serving) = watch::channel(false);
     let history = Arc::new(crate::cluster::history::History::default());
@@ -311,7 +312,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     });
     let api = Arc::new(Api {
         master: link.clone(),
-        fetcher,
+        fetcher: fetcher.clone(),
         view: view.clone(),
         replication: replication.clone(),
         internal,
@@ -417,6 +418,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 .expect("back-end nodes replicate")
                 .handed_over(),
             component,
+            fetcher: fetcher.clone(),
         };
         let settle = if args.seeds.is_empty() {
             Duration::ZERO
@@ -639,9 +641,40 @@ struct LocalMaster {
     handed: watch::Receiver<Option<String>>,
     /// The master component, compiled once per node.
     component: Arc<OnceCell<MasterComponent>>,
+    /// Fetches uploaded master builds this node lacks.
+    fetcher: ModuleFetcher,
 }
 
 impl LocalMaster {
+    /// Fetches every uploaded master build the recovery will run that this
+    /// node lacks (see `master::upgrade`), from the other back-end nodes.
+    async fn fetch_builds(&self, started: &crate::replication::Started) -> anyhow::Result<()> {
+        use crate::master::upgrade::{self, MasterStore};
+        let store = MasterStore::new(&self.options.data_dir);
+        let snapshot = started.snapshot.as_ref().map(|s| s.state.as_slice());
+        for digest in upgrade::builds_needed(snapshot, &started.events) {
+            if store.contains(&digest) {
+                continue;
+            }
+            let name = crate::runtime::Digest::from(digest);
+            let wasm = self
+                .fetcher
+                .fetch(crate::cluster::modules::MASTER_FETCH_PATH, &name)
+                .await
+                .map_err(|e| anyhow::anyhow!("master {e}"))?
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "the journal runs master sha256:{name}, which no live back-end node has"
+                    )
+                })?;
+            let store = store.clone();
+            tokio::task::spawn_blocking(move || store.put(&wasm))
+                .await
+                .context("the store thread failed")??;
+        }
+        Ok(())
+    }
+
     /// If another node still advertises the master, waits (bounded) for its
     /// hand-over, or for it to vanish (a crash).
     async fn await_handover(&mut self) {
@@ -749,6 +782,10 @@ impl singleton::Host for LocalMaster {
             }
         };
         let claimed_in = began.elapsed();
+        if let Err(error) = self.fetch_builds(&started).await {
+            self.replication.step_down().await;
+            return Err(error);
+        }
         let mut options = self.options.clone();
         options.live_workers = live_workers;
         if options.core == CoreKind::Wasm {

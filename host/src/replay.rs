@@ -18,12 +18,19 @@
 //! holds the events between the node's two snapshots, replaying them from
 //! the older one must give the newer one's state byte for byte. It says
 //! where the first difference is.
+//!
+//! A journal that switched master builds (`cohort master upgrade`) replays
+//! as the cluster ran it: each build from its switch record on, read from
+//! the directory's `masters/` store. The native build exists only for the
+//! built-in master, so `--verify` compares the two builds up to the first
+//! switch to an uploaded one.
 
 use crate::journal::log::read_entries;
 use crate::journal::{FsStorage, Storage};
 use crate::master::CoreKind;
 use crate::master::core::{Core, MasterComponent, NativeCore};
 use crate::master::store::{self, Snapshot};
+use crate::master::upgrade::{self, Build, Builds, MasterStore};
 use crate::replication::storage::{TAG_NOOP, TAG_VOTERS, split_snapshot_state};
 use crate::runtime::Digest;
 use anyhow::{Context, bail};
@@ -83,16 +90,61 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn core(kind: CoreKind, snapshot: Option<&[u8]>) -> anyhow::Result<Box<dyn Core>> {
-    let core: Box<dyn Core> = match kind {
-        CoreKind::Native => Box::new(NativeCore::new(snapshot).map_err(rejected)?),
-        CoreKind::Wasm => Box::new(
-            MasterComponent::load(None)?
-                .instantiate(snapshot)?
-                .map_err(rejected)?,
-        ),
-    };
-    Ok(core)
+/// Where the replay runs: which backend, and the directory whose
+/// `masters/` store holds uploaded builds.
+#[derive(Clone, Copy)]
+struct Runner<'a> {
+    kind: CoreKind,
+    data_dir: &'a Path,
+}
+
+impl Runner<'_> {
+    /// `build` started from `snapshot`.
+    fn core(&self, build: Build, snapshot: Option<&[u8]>) -> anyhow::Result<Box<dyn Core>> {
+        let core: Box<dyn Core> = match (self.kind, build) {
+            (CoreKind::Native, Build::BuiltIn) => {
+                Box::new(NativeCore::new(snapshot).map_err(rejected)?)
+            }
+            (CoreKind::Native, Build::Uploaded(_)) => {
+                bail!("master {build} is an uploaded component, which only --core wasm runs")
+            }
+            (CoreKind::Wasm, Build::BuiltIn) => Box::new(
+                MasterComponent::load(None)?
+                    .instantiate(snapshot)?
+                    .map_err(rejected)?,
+            ),
+            (CoreKind::Wasm, Build::Uploaded(digest)) => {
+                // Compiled here, not through the directory's cache: replay
+                // writes nothing.
+                let wasm = MasterStore::new(self.data_dir).read(&digest)?;
+                Box::new(
+                    MasterComponent::from_bytes(&wasm)?
+                        .instantiate(snapshot)?
+                        .map_err(rejected)?,
+                )
+            }
+        };
+        Ok(core)
+    }
+
+    /// Hands `core`'s state to `to`, as the cluster did at a switch record.
+    fn switch(&self, core: &mut Box<dyn Core>, to: Build) -> anyhow::Result<()> {
+        let state = core.snapshot()?;
+        *core = self.core(to, Some(&state))?;
+        Ok(())
+    }
+
+    /// Applies one journal entry: an event, a switch record, or one of
+    /// replication's own (skipped).
+    fn apply(&self, core: &mut Box<dyn Core>, data: &[u8]) -> anyhow::Result<()> {
+        if let Some(switch) = upgrade::decode_switch(data) {
+            return self.switch(core, switch.map_err(anyhow::Error::msg)?.to);
+        }
+        if is_event(data) {
+            core.apply(&[data.to_vec()])?.map_err(rejected)?;
+        }
+        Ok(())
+    }
 }
 
 fn rejected(rejection: cohort_master::Rejection) -> anyhow::Error {
@@ -103,11 +155,13 @@ fn rejected(rejection: cohort_master::Rejection) -> anyhow::Error {
     )
 }
 
-/// The master's state bytes of a snapshot file.
-fn master_state(snapshot: &Snapshot) -> anyhow::Result<Vec<u8>> {
+/// The master builds and state bytes of a snapshot file.
+fn master_state(snapshot: &Snapshot) -> anyhow::Result<(Builds, Vec<u8>)> {
     let (_, state) = split_snapshot_state(&snapshot.state)
         .map_err(|e| anyhow::anyhow!("snapshot {}: {}", snapshot.index, e.0))?;
-    Ok(state)
+    let (builds, state) = upgrade::unwrap_state(&state)
+        .map_err(|e| anyhow::anyhow!("snapshot {}: {e}", snapshot.index))?;
+    Ok((builds, state.to_vec()))
 }
 
 /// The journal of `data_dir`, for reading.
@@ -150,7 +204,10 @@ fn entries(data_dir: &Path, from: u64) -> anyhow::Result<Vec<(u64, Vec<u8>)>> {
 }
 
 fn is_event(data: &[u8]) -> bool {
-    !matches!(data.first(), Some(&TAG_NOOP | &TAG_VOTERS))
+    !matches!(
+        data.first(),
+        Some(&TAG_NOOP | &TAG_VOTERS | &upgrade::TAG_SWITCH)
+    )
 }
 
 fn query(core: &mut dyn Core, query: Query) -> anyhow::Result<Option<Answer>> {
@@ -164,18 +221,34 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<Value> {
     let snapshots = store::snapshots(&args.data_dir)
         .with_context(|| format!("reading {}", args.data_dir.display()))?;
     let newest = start(&args.data_dir, &snapshots)?.map(|at| &snapshots[at]);
-    let base = newest.map(master_state).transpose()?;
+    let (mut builds, base) = match newest.map(master_state).transpose()? {
+        Some((builds, state)) => (builds, Some(state)),
+        None => (Builds::default(), None),
+    };
     let from = newest.map_or(0, |s| s.index);
     let entries = entries(&args.data_dir, from)?;
-    let mut master = core(args.core, base.as_deref())?;
-    let other_kind = match args.core {
-        CoreKind::Wasm => CoreKind::Native,
-        CoreKind::Native => CoreKind::Wasm,
+    let runner = Runner {
+        kind: args.core,
+        data_dir: &args.data_dir,
     };
-    let mut other = match args.verify {
-        true => Some(core(other_kind, base.as_deref())?),
+    let other_runner = Runner {
+        kind: match args.core {
+            CoreKind::Wasm => CoreKind::Native,
+            CoreKind::Native => CoreKind::Wasm,
+        },
+        ..runner
+    };
+    let mut master = runner.core(builds.active, base.as_deref())?;
+    // The other build, while one exists for the build running.
+    let mut other = match args.verify && builds.active == Build::BuiltIn {
+        true => Some(other_runner.core(builds.active, base.as_deref())?),
         false => None,
     };
+    let mut compared_until = match (args.verify, other.is_some()) {
+        (true, false) => Some(from),
+        _ => None,
+    };
+    let mut switches = Vec::new();
     let mut compared = match &args.compare {
         None => None,
         Some(path) => {
@@ -202,6 +275,22 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<Value> {
             break;
         }
         to = index + 1;
+        if let Some(switch) = upgrade::decode_switch(data) {
+            let switch = switch.map_err(anyhow::Error::msg)?;
+            runner.switch(&mut master, switch.to).with_context(|| {
+                format!("replaying the switch to {} at entry {index}", switch.to)
+            })?;
+            builds = builds.switched(switch.to);
+            switches
+                .push(json!({"index": index, "from": switch.from.name(), "to": switch.to.name()}));
+            if let Some(core) = other.as_mut()
+                && other_runner.switch(core, switch.to).is_err()
+            {
+                other = None;
+                compared_until = Some(*index);
+            }
+            continue;
+        }
         if !is_event(data) {
             continue;
         }
@@ -265,6 +354,7 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<Value> {
         "data_dir": args.data_dir.display().to_string(),
         "core": format!("{:?}", args.core).to_lowercase(),
         "snapshot": newest.map(|s| json!({"index": s.index, "epoch": s.epoch})),
+        "master": {"build": builds.active.name(), "previous": builds.previous.name(), "switches": switches},
         "replayed": {"from": from, "to": to, "events": applied, "stopped": stopped},
         "state": state(master.as_mut())?,
     });
@@ -288,13 +378,13 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<Value> {
             "same_state_at_the_end": same_state,
         });
     }
-    if let Some(mut other) = other {
+    if args.verify {
         report["verify"] = verify(
             args,
             &snapshots,
             master.as_mut(),
             other.as_mut(),
-            divergence,
+            (divergence, compared_until),
         )?;
     }
     Ok(report)
@@ -344,20 +434,29 @@ fn verify(
     args: &ReplayArgs,
     snapshots: &[Snapshot],
     master: &mut dyn Core,
-    other: &mut dyn Core,
-    divergence: Option<u64>,
+    other: Option<&mut Box<dyn Core>>,
+    (divergence, compared_until): (Option<u64>, Option<u64>),
 ) -> anyhow::Result<Value> {
     let mut ok = divergence.is_none();
-    let builds = match divergence {
-        Some(index) => json!(format!(
+    let same_state = match other {
+        Some(other) => Some(master.snapshot()? == other.snapshot()?),
+        None => None,
+    };
+    let builds = match (divergence, same_state) {
+        (Some(index), _) => json!(format!(
             "the Wasm and native masters first differ applying entry {index}"
         )),
-        None if master.snapshot()? == other.snapshot()? => {
+        (None, None) => json!(format!(
+            "the Wasm and native masters gave the same effects up to entry {}, where an \
+             uploaded master (which has no native build) runs from",
+            compared_until.unwrap_or_default()
+        )),
+        (None, Some(true)) => {
             json!(
                 "the Wasm and native masters gave the same effects at every event and the same state"
             )
         }
-        None => {
+        (None, Some(false)) => {
             ok = false;
             json!("same effects, but the two masters' states differ at the end")
         }
@@ -373,11 +472,14 @@ fn verify(
                 if between.iter().take_while(|(i, _)| *i < newer.index).count() != needed {
                     return Ok(None);
                 }
-                let mut core = core(args.core, Some(&master_state(older)?))?;
+                let runner = Runner {
+                    kind: args.core,
+                    data_dir: &args.data_dir,
+                };
+                let (builds, state) = master_state(older)?;
+                let mut core = runner.core(builds.active, Some(&state))?;
                 for (_, data) in between.iter().take(needed) {
-                    if is_event(data) {
-                        core.apply(std::slice::from_ref(data))?.map_err(rejected)?;
-                    }
+                    runner.apply(&mut core, data)?;
                 }
                 Ok(Some(core.snapshot()?))
             })()?;
@@ -386,7 +488,7 @@ fn verify(
                     "not checked: the journal no longer holds entries {} to {}",
                     older.index, newer.index
                 )),
-                Some(bytes) if bytes == master_state(newer)? => json!(format!(
+                Some(bytes) if bytes == master_state(newer)?.1 => json!(format!(
                     "snapshot {} replayed to entry {} reproduces snapshot {} byte for byte",
                     older.index, newer.index, newer.index
                 )),

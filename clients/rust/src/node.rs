@@ -411,6 +411,30 @@ impl Node {
         self.json(Method::DELETE, &path, None).await
     }
 
+    /// Which master build runs.
+    pub async fn master_build(&self) -> Result<MasterBuildResponse, ClientError> {
+        self.json(Method::GET, "/v1/master", None).await
+    }
+
+    /// Uploads a master component and switches the cluster to it (see
+    /// `cohort master upgrade`).
+    pub async fn upgrade_master(&self, wasm: Vec<u8>) -> Result<MasterSwitchResponse, ClientError> {
+        let (_, body) = self
+            .call(
+                Method::POST,
+                "/v1/master/upgrade",
+                "application/wasm",
+                Bytes::from(wasm),
+            )
+            .await?;
+        serde_json::from_slice(&body).map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
+    /// Switches the master back to the build before the last switch.
+    pub async fn rollback_master(&self) -> Result<MasterSwitchResponse, ClientError> {
+        self.json(Method::POST, "/v1/master/rollback", None).await
+    }
+
     /// Fires a schedule's missed ticks in a range.
     pub async fn backfill(
         &self,

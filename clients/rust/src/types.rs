@@ -322,6 +322,36 @@ pub struct LeavingResponse {
     pub status: String,
 }
 
+/// `GET /v1/master`: which master build runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MasterBuildResponse {
+    /// The node hosting the master.
+    pub node: String,
+    /// Its epoch.
+    pub epoch: u64,
+    /// The build running: `built-in` or `sha256:<hex>`.
+    pub build: String,
+    /// The build `POST /v1/master/rollback` returns to.
+    pub previous: String,
+}
+
+/// `200` to `POST /v1/master/upgrade` and `/v1/master/rollback`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MasterSwitchResponse {
+    /// The build before: `built-in` or `sha256:<hex>`.
+    pub from: String,
+    /// The build running now.
+    pub to: String,
+    /// False when `to` already ran (nothing changed).
+    pub switched: bool,
+    /// Events the new build replayed in its check.
+    pub replayed_events: u64,
+    /// How long the master stopped serving for the switch, ms.
+    pub pause_ms: u64,
+}
+
 /// `202` to `DELETE /v1/cluster/voters/{node}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -1,9 +1,11 @@
 //! cohort's master: the job scheduler as a pure, deterministic state machine.
 //!
-//! The same code runs two ways. Built for `wasm32-wasip2` it is the master
-//! component (`wit/master.wit`) that the `cohort` host embeds and runs on the
-//! node that hosts the master; linked natively it gives the host the message
-//! types and lets the scheduling logic be unit-tested without Wasm.
+//! The same code runs two ways. Wrapped by a thin component crate
+//! (`host/master/component`, the built-in master the `cohort` host embeds;
+//! `examples/fifo-master`, a custom one) and built for `wasm32-wasip2`, it
+//! is the master component of `wit/master.wit`; linked natively it gives the
+//! host the message types and lets the scheduling logic be unit-tested
+//! without Wasm.
 //!
 //! * [`protocol`] — commands, events, effects, replies, queries, answers and
 //!   their versioned postcard encoding.
@@ -24,11 +26,10 @@ mod tests;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use master::Master;
+pub use master::{Master, Order};
 pub use protocol::*;
 
-#[cfg(target_arch = "wasm32")]
-mod component;
+pub mod instance;
 
 /// The master as the component exports it: versioned bytes in and out.
 #[derive(Debug, Default)]
@@ -44,6 +45,16 @@ impl Machine {
             None => Master::new(),
         };
         Ok(Self { master })
+    }
+
+    /// Starts empty or from a snapshot, lining runnable jobs up by `order`
+    /// (how a master build with another scheduling policy starts; see
+    /// [`Order`]).
+    pub fn init_ordered(snapshot: Option<&[u8]>, order: Order) -> Result<Self, Rejection> {
+        let machine = Self::init(snapshot)?;
+        Ok(Self {
+            master: machine.master.with_order(order),
+        })
     }
 
     /// Decides an encoded [`Command`]: encoded events and reply.

@@ -217,6 +217,28 @@ pub struct Master {
     // Indexes, rebuilt from `jobs` on restore (not in snapshots).
     #[serde(skip)]
     pub(crate) index: Index,
+    /// How runnable jobs are lined up: a property of the master build, not
+    /// of its state (not in snapshots; see [`Order`]).
+    #[serde(skip)]
+    order: Order,
+}
+
+/// How the master lines runnable jobs up for workers: the one scheduling
+/// policy a master build may choose without changing its state or events.
+///
+/// The line is an index rebuilt from the jobs, never journaled or
+/// snapshotted, so two builds that differ only here read each other's
+/// snapshots and journals and reach byte-identical states: one can be
+/// switched for the other on a running cluster (`cohort master upgrade`),
+/// and what changes is which job the next poll hands out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Order {
+    /// Highest priority first, first come first served within a priority
+    /// (the built-in master).
+    #[default]
+    Priority,
+    /// First come first served, whatever the priority.
+    Fifo,
 }
 
 /// What the master remembers of a submission's request id.
@@ -365,7 +387,16 @@ impl Master {
                 ..Dags::default()
             },
             index: Index::default(),
+            order: Order::default(),
         }
+    }
+
+    /// This master with runnable jobs lined up by `order` (the line is
+    /// rebuilt at once).
+    pub fn with_order(mut self, order: Order) -> Self {
+        self.order = order;
+        self.rebuild_index();
+        self
     }
 
     /// The whole state as versioned bytes: `[SNAPSHOT_VERSION] ++
@@ -480,7 +511,7 @@ impl Master {
                     Some(at) => {
                         index.delayed.insert((at, id));
                     }
-                    None => index.enqueue(ready_key(job, id), self.keyed.key(id)),
+                    None => index.enqueue(ready_key(self.order, job, id), self.keyed.key(id)),
                 },
                 JobState::Running => {
                     if let Some(until) = job.lease_until {
@@ -1332,7 +1363,8 @@ impl Master {
                 if job.state != JobState::Queued {
                     return effects;
                 }
-                self.index.dequeue(ready_key(job, *id), self.keyed.key(*id));
+                self.index
+                    .dequeue(ready_key(self.order, job, *id), self.keyed.key(*id));
                 if let Some(key) = self.keyed.key(*id) {
                     *self.index.key_running.entry(key.to_owned()).or_default() += 1;
                     let key = key.to_owned();
@@ -1446,7 +1478,8 @@ impl Master {
                     self.index.delayed.remove(&(not_before, *id));
                     job.seq = self.next_seq;
                     self.next_seq += 1;
-                    self.index.enqueue(ready_key(job, *id), self.keyed.key(*id));
+                    self.index
+                        .enqueue(ready_key(self.order, job, *id), self.keyed.key(*id));
                     effects.push(Effect::WorkAvailable);
                 }
             }
@@ -1502,7 +1535,8 @@ impl Master {
                 if unfinished > 0 {
                     self.dags.waiting.insert(*id, unfinished);
                 } else {
-                    self.index.enqueue(ready_key(job, *id), self.keyed.key(*id));
+                    self.index
+                        .enqueue(ready_key(self.order, job, *id), self.keyed.key(*id));
                     effects.push(Effect::WorkAvailable);
                 }
             }
@@ -1556,7 +1590,8 @@ impl Master {
         if let Some(unique) = &options.unique {
             self.hold_unique(&unique.key, id, at.saturating_add(unique.window_ms), at);
         }
-        self.index.enqueue(ready_key(&job, id), self.keyed.key(id));
+        self.index
+            .enqueue(ready_key(self.order, &job, id), self.keyed.key(id));
         if let Some(key) = &job.spec.idempotency_key {
             self.index.keys.insert(key.clone(), id);
         }
@@ -1792,7 +1827,7 @@ impl Master {
                             && job.state == JobState::Queued
                         {
                             self.index
-                                .enqueue(ready_key(job, child), self.keyed.key(child));
+                                .enqueue(ready_key(self.order, job, child), self.keyed.key(child));
                             effects.push(Effect::WorkAvailable);
                         }
                     }
@@ -2095,7 +2130,9 @@ impl Master {
             Some(at) => {
                 self.index.delayed.remove(&(at, id));
             }
-            None => self.index.dequeue(ready_key(job, id), self.keyed.key(id)),
+            None => self
+                .index
+                .dequeue(ready_key(self.order, job, id), self.keyed.key(id)),
         }
     }
 
@@ -2460,8 +2497,11 @@ fn validate_bulk(action: BulkAction, filter: &JobFilter, config: &Config) -> Res
     Ok(())
 }
 
-fn ready_key(job: &Job, id: JobId) -> (i64, u64, JobId) {
-    (-(job.spec.priority as i64), job.seq, id)
+fn ready_key(order: Order, job: &Job, id: JobId) -> Place {
+    match order {
+        Order::Priority => (-(job.spec.priority as i64), job.seq, id),
+        Order::Fifo => (0, job.seq, id),
+    }
 }
 
 fn set_state(counts: &mut [u64; JobState::COUNT], job: &mut Job, state: JobState) {

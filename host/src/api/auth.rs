@@ -45,7 +45,11 @@ pub fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
     Some(match segments {
         ["healthz"] | ["metrics"] | ["openapi.json"] => "GET",
         [""] | ["index.html"] | ["dashboard", "app.js" | "style.css"] => "GET",
-        ["v1", "cluster" | "overview" | "events" | "whoami"] => "GET",
+        [
+            "v1",
+            "cluster" | "overview" | "events" | "whoami" | "master",
+        ] => "GET",
+        ["v1", "master", "upgrade" | "rollback"] => "POST",
         ["v1", "modules"] | ["v1", "jobs"] | ["v1", "tokens"] | ["v1", "schedules"] => "GET, POST",
         ["v1", "schedules", _] => "GET, DELETE",
         ["v1", "dags"] => "POST",

@@ -115,6 +115,13 @@ error_codes! {
     TokenExists = "token_exists", CONFLICT, false;
     /// A schedule with this name exists.
     ScheduleExists = "schedule_exists", CONFLICT, false;
+    /// Another master upgrade started meanwhile, or the cluster journaled
+    /// too much while the new master was checked.
+    UpgradeBusy = "upgrade_busy", CONFLICT, true;
+    /// A rollback while the built-in master runs and always did.
+    NothingToRollBack = "nothing_to_roll_back", CONFLICT, false;
+    /// The master's node runs the master natively (`--master-core native`).
+    UpgradeUnsupported = "upgrade_unsupported", CONFLICT, false;
     /// The request body is over the route's limit.
     BodyTooLarge = "body_too_large", PAYLOAD_TOO_LARGE, false;
     /// The job's input is over the input limit.
@@ -133,6 +140,20 @@ error_codes! {
     ModuleUnsupportedImport = "module_unsupported_import", UNPROCESSABLE_ENTITY, false;
     /// A submission names a module no node has.
     ModuleNotFound = "module_not_found", UNPROCESSABLE_ENTITY, false;
+    /// An uploaded master that is not a Wasm component this node compiles.
+    InvalidMaster = "invalid_master", UNPROCESSABLE_ENTITY, false;
+    /// An uploaded master that does not export `cohort:master/master`.
+    MasterWrongWorld = "master_wrong_world", UNPROCESSABLE_ENTITY, false;
+    /// An uploaded master importing a clock, randomness, files, sockets or
+    /// anything else a deterministic master may not.
+    MasterNondeterministicImport = "master_nondeterministic_import", UNPROCESSABLE_ENTITY, false;
+    /// An uploaded master whose `init` traps or refuses to start empty.
+    MasterTraps = "master_traps", UNPROCESSABLE_ENTITY, false;
+    /// An uploaded master that cannot read the running master's state.
+    MasterSnapshotUnreadable = "master_snapshot_unreadable", UNPROCESSABLE_ENTITY, false;
+    /// An uploaded master that replays the recent journal to another state
+    /// than the running master's.
+    MasterReplayDiverged = "master_replay_diverged", UNPROCESSABLE_ENTITY, false;
     /// A job field out of range.
     InvalidJob = "invalid_job", UNPROCESSABLE_ENTITY, false;
     /// A bulk action's filter or attempts out of range.

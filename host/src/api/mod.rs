@@ -39,6 +39,7 @@ pub mod auth;
 pub mod dags;
 pub mod dashboard;
 pub mod error;
+pub mod master;
 pub mod openapi;
 pub mod request_ids;
 pub mod schedules;
@@ -1020,6 +1021,13 @@ impl Api {
                 self.schedule_backfill(name, parse_json(&body)?).await
             }
             (&Method::GET, ["v1", "cluster"]) => self.cluster().await,
+            (&Method::GET, ["v1", "master"]) => self.master_build().await,
+            (&Method::POST, ["v1", "master", "upgrade"]) => {
+                let limit = crate::master::upgrade::MASTER_BYTES_MAX;
+                let body = read_body_as(request, limit, ErrorCode::BodyTooLarge).await?;
+                self.master_upgrade(body).await
+            }
+            (&Method::POST, ["v1", "master", "rollback"]) => self.master_rollback().await,
             (&Method::DELETE, ["v1", "cluster", "voters", node]) => self.remove_voter(node).await,
             (&Method::GET, ["v1", "tokens"]) => self.tokens(auth::TokenOp::List).await,
             (&Method::POST, ["v1", "tokens"]) => {

@@ -41,7 +41,8 @@
 //! key, would be sending a new request.
 
 use super::membership::View;
-use crate::master::service::{Poll, PollResult, ProgressReport};
+use crate::master::service::{Poll, PollResult, ProgressReport, SwitchReport};
+use crate::master::upgrade::{Build, Builds};
 use crate::master::{MasterError, MasterHandle};
 use crate::peer::Peer;
 use crate::replication::Leader;
@@ -61,6 +62,8 @@ pub const PROXY_WAITING_MAX: usize = 1024;
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// Extra time allowed on the wire beyond a call's own wait.
 const WIRE_SLACK: Duration = Duration::from_secs(10);
+/// Longest an upgrade's check may take on the master's node.
+pub const UPGRADE_WAIT: Duration = Duration::from_secs(120);
 /// The internal route.
 pub const MASTER_PATH: &str = "/internal/v1/master";
 /// Batches of commands on the wire at once per destination.
@@ -103,6 +106,14 @@ pub enum WireRequest {
     },
     /// How far each replica's journal is behind the master's.
     Replicas,
+    /// `MasterHandle::upgrade`: switch to a build already stored on the
+    /// master's node (safe to repeat: a build already running is left).
+    Upgrade {
+        /// The build to run.
+        to: Build,
+    },
+    /// `MasterHandle::builds`.
+    Builds,
 }
 
 impl WireRequest {
@@ -119,6 +130,8 @@ impl WireRequest {
             WireRequest::Poll(Poll { wait_ms, .. })
             | WireRequest::Wait { wait_ms, .. }
             | WireRequest::WaitFinished { wait_ms, .. } => Duration::from_millis(*wait_ms),
+            // Compiling and checking a master takes a while.
+            WireRequest::Upgrade { .. } => UPGRADE_WAIT,
             _ => Duration::ZERO,
         }
     }
@@ -141,6 +154,10 @@ pub enum WireResponse {
     Batch(Vec<Result<Reply, MasterError>>),
     /// For a replicas request: (node, entries it lacks).
     Replicas(Vec<(String, u64)>),
+    /// For an upgrade.
+    Switched(SwitchReport),
+    /// For a builds request.
+    Builds(Builds),
 }
 
 /// Serves a wire request with the local master.
@@ -175,6 +192,8 @@ pub async fn serve_local(
             }
             WireResponse::Batch(master.commands(commands).await)
         }
+        WireRequest::Upgrade { to } => WireResponse::Switched(master.upgrade(to).await?),
+        WireRequest::Builds => WireResponse::Builds(master.builds()),
         WireRequest::Replicas => WireResponse::Replicas(
             master
                 .replication_status()
@@ -382,6 +401,22 @@ impl MasterLink {
     pub async fn replicas(&self) -> Result<Vec<(String, u64)>, MasterError> {
         match self.call(WireRequest::Replicas).await? {
             WireResponse::Replicas(behind) => Ok(behind),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Switches the master to `to` (see [`MasterHandle::upgrade`]).
+    pub async fn upgrade(&self, to: Build) -> Result<SwitchReport, MasterError> {
+        match self.call(WireRequest::Upgrade { to }).await? {
+            WireResponse::Switched(report) => Ok(report),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The master build running and the one a rollback returns to.
+    pub async fn builds(&self) -> Result<Builds, MasterError> {
+        match self.call(WireRequest::Builds).await? {
+            WireResponse::Builds(builds) => Ok(builds),
             other => Err(unexpected(other)),
         }
     }

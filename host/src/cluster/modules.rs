@@ -1,7 +1,8 @@
 //! Modules across nodes: every upload is stored on every live back-end node
 //! before it is acknowledged; any other node fetches a module by digest
 //! from a back-end node when it first needs it, checks its sha256, and keeps
-//! it in its own store (and compile cache) from then on.
+//! it in its own store (and compile cache) from then on. Uploaded master
+//! components travel the same way (`crate::master::upgrade`).
 
 use super::membership::View;
 use crate::modules::ModuleStore;
@@ -14,6 +15,12 @@ use tokio::sync::watch;
 pub const MODULES_PATH: &str = "/internal/v1/modules";
 /// The internal route that sends a stored module (body: its digest).
 pub const MODULE_FETCH_PATH: &str = "/internal/v1/modules/fetch";
+/// The internal route that checks and stores an uploaded master component
+/// on this node only.
+pub const MASTERS_PATH: &str = "/internal/v1/masters";
+/// The internal route that sends a stored master component (body: its
+/// digest).
+pub const MASTER_FETCH_PATH: &str = "/internal/v1/masters/fetch";
 
 /// Fetches and replicates modules between nodes.
 #[derive(Clone)]
@@ -54,12 +61,26 @@ impl ModuleFetcher {
         if store.contains(digest) {
             return Ok(true);
         }
+        let fetched = self.fetch(MODULE_FETCH_PATH, digest).await;
+        match fetched.map_err(|e| internal(format!("module {e}")))? {
+            Some(body) => {
+                store.put(&body).await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The bytes named `digest` from the first other live back-end node
+    /// that has them at `path` (checked against the digest); `Ok(None)`:
+    /// none has them.
+    pub async fn fetch(&self, path: &str, digest: &Digest) -> Result<Option<Bytes>, String> {
         let mut errors = Vec::new();
         for (node, url) in self.other_back_ends() {
             let fetched = self
                 .peer
                 .post_internal(
-                    &format!("{url}{MODULE_FETCH_PATH}"),
+                    &format!("{url}{path}"),
                     Bytes::from(digest.to_string()),
                     TRANSFER_TIMEOUT,
                 )
@@ -71,8 +92,7 @@ impl ModuleFetcher {
                         errors.push(format!("{node} sent bytes with another sha256"));
                         continue;
                     }
-                    store.put(&body).await?;
-                    return Ok(true);
+                    return Ok(Some(body));
                 }
                 Ok((status, _)) if status == hyper::StatusCode::NOT_FOUND => {}
                 Ok((status, _)) => errors.push(format!("{node} answered {status}")),
@@ -80,12 +100,12 @@ impl ModuleFetcher {
             }
         }
         if errors.is_empty() {
-            Ok(false)
+            Ok(None)
         } else {
-            Err(internal(format!(
-                "module {digest} could not be fetched: {}",
+            Err(format!(
+                "{digest} could not be fetched: {}",
                 errors.join("; ")
-            )))
+            ))
         }
     }
 
@@ -102,15 +122,21 @@ impl ModuleFetcher {
     /// Stores `wasm` (already stored and validated here) on every other live
     /// back-end node; fails if any of them did not store it.
     pub async fn replicate(&self, wasm: &Bytes) -> Result<(), ModuleError> {
+        self.replicate_to(MODULES_PATH, wasm).await.map_err(|e| {
+            internal(format!(
+                "the module was not stored on every back-end node: {e}"
+            ))
+        })
+    }
+
+    /// Posts `body` to `path` on every other live back-end node; fails
+    /// (naming each node that did not take it) unless all answered 2xx.
+    pub async fn replicate_to(&self, path: &str, body: &Bytes) -> Result<(), String> {
         let mut errors = Vec::new();
         for (node, url) in self.other_back_ends() {
             let stored = self
                 .peer
-                .post_internal(
-                    &format!("{url}{MODULES_PATH}"),
-                    wasm.clone(),
-                    TRANSFER_TIMEOUT,
-                )
+                .post_internal(&format!("{url}{path}"), body.clone(), TRANSFER_TIMEOUT)
                 .await
                 .map_err(|e| e.message);
             match stored {
@@ -125,10 +151,7 @@ impl ModuleFetcher {
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(internal(format!(
-                "the module was not stored on every back-end node: {}",
-                errors.join("; ")
-            )))
+            Err(errors.join("; "))
         }
     }
 }

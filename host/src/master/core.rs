@@ -19,6 +19,7 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, Store};
 
 use super::bindings;
+use super::upgrade::{Build, MasterStore};
 
 /// A master call either returns the master's answer (possibly a rejection),
 /// or fails because the backend itself failed (a trap: a bug in the master).
@@ -93,20 +94,42 @@ impl MasterComponent {
     /// Compiles the embedded master component, reusing a compiled artifact
     /// from `data_dir`'s compile cache when one matches this engine.
     pub fn load(data_dir: Option<&Path>) -> anyhow::Result<Self> {
+        Self::compile(crate::guests::MASTER, data_dir)
+    }
+
+    /// Compiles `build`: the embedded master, or an uploaded one from
+    /// `data_dir`'s master store (checked against its digest), through the
+    /// compile cache.
+    pub fn load_build(data_dir: &Path, build: Build) -> anyhow::Result<Self> {
+        let Build::Uploaded(digest) = build else {
+            return Self::load(Some(data_dir));
+        };
+        let wasm = MasterStore::new(data_dir).read(&digest)?;
+        Self::compile(&wasm, Some(data_dir))
+    }
+
+    /// Compiles another build of the master (`cohort replay --compare`, an
+    /// upload): the same world, its imports trapping as the embedded
+    /// one's do.
+    pub fn from_bytes(wasm: &[u8]) -> anyhow::Result<Self> {
+        Self::compile(wasm, None)
+    }
+
+    /// Compiles a master, through `data_dir`'s compile cache if given.
+    pub fn compile(wasm: &[u8], data_dir: Option<&Path>) -> anyhow::Result<Self> {
         let engine = Self::engine()?;
         let component = match data_dir {
-            Some(dir) => load_cached(&engine, dir)?,
-            None => Component::new(&engine, crate::guests::MASTER)?,
+            Some(dir) => load_cached(&engine, dir, wasm)?,
+            None => Component::new(&engine, wasm)?,
         };
         Self::with(engine, component)
     }
 
-    /// Compiles another build of the master (`cohort replay --compare`):
-    /// the same world, its imports trapping as the embedded one's do.
-    pub fn from_bytes(wasm: &[u8]) -> anyhow::Result<Self> {
-        let engine = Self::engine()?;
-        let component = Component::new(&engine, wasm)?;
-        Self::with(engine, component)
+    /// The names of the interfaces and functions the component imports.
+    pub fn imports(&self) -> Vec<String> {
+        (self.component.component_type().imports(&self.engine))
+            .map(|(name, _)| name.to_string())
+            .collect()
     }
 
     fn engine() -> anyhow::Result<Engine> {
@@ -127,6 +150,12 @@ impl MasterComponent {
 
     /// A new instance, initialized empty or from a snapshot.
     pub fn instantiate(&self, snapshot: Option<&[u8]>) -> CoreResult<WasmCore> {
+        self.init(self.link()?, snapshot)
+    }
+
+    /// A new instance, not yet initialized: fails if the component does
+    /// not export the master world.
+    pub fn link(&self) -> anyhow::Result<Linked> {
         let mut store = Store::new(&self.engine, ());
         // Its snapshot is one value returned to the host: with a million
         // finished jobs it passed wasmtime's default bound on what a guest
@@ -135,6 +164,12 @@ impl MasterComponent {
         // its snapshot is bounded by the job and history caps instead.
         store.set_hostcall_fuel(MASTER_HOSTCALL_BYTES_MAX);
         let master = bindings::Master::instantiate(&mut store, &self.component, &self.linker)?;
+        Ok(Linked { store, master })
+    }
+
+    /// Runs `init` on a linked instance, empty or from a snapshot.
+    pub fn init(&self, linked: Linked, snapshot: Option<&[u8]>) -> CoreResult<WasmCore> {
+        let Linked { mut store, master } = linked;
         match master.call_init(&mut store, snapshot)? {
             Ok(()) => Ok(Ok(WasmCore { store, master })),
             Err(r) => Ok(Err(rejection(r))),
@@ -142,12 +177,18 @@ impl MasterComponent {
     }
 }
 
+/// A master instance that exports the right world, before `init`.
+pub struct Linked {
+    store: Store<()>,
+    master: bindings::Master,
+}
+
 /// The compiled master, from the node's compile cache (the same one job
 /// modules use: `<data>/compiled/<engine fingerprint>/<sha256>.cwasm`), or
 /// compiled now and stored there.
-fn load_cached(engine: &Engine, data_dir: &Path) -> anyhow::Result<Component> {
+fn load_cached(engine: &Engine, data_dir: &Path, wasm: &[u8]) -> anyhow::Result<Component> {
     let cache = DiskCache::open(data_dir, &engine_fingerprint(engine))?;
-    let digest = Digest::of(crate::guests::MASTER);
+    let digest = Digest::of(wasm);
     if let Ok(bytes) = std::fs::read(cache.path(&digest)) {
         // SAFETY: the cache holds only artifacts this code precompiled, under
         // a directory named by the engine's compatibility fingerprint.
@@ -155,7 +196,7 @@ fn load_cached(engine: &Engine, data_dir: &Path) -> anyhow::Result<Component> {
             return Ok(component);
         }
     }
-    let bytes = engine.precompile_component(crate::guests::MASTER)?;
+    let bytes = engine.precompile_component(wasm)?;
     cache.store(&digest, &bytes)?;
     // SAFETY: just produced by this engine.
     Ok(unsafe { Component::deserialize(engine, &bytes)? })

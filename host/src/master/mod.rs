@@ -12,6 +12,7 @@ mod bindings;
 pub mod core;
 pub mod service;
 pub mod store;
+pub mod upgrade;
 
 pub use self::core::CoreKind;
 pub use service::{MasterError, MasterHandle, MasterOptions, RecoveryReport, now_ms, start};

@@ -44,6 +44,7 @@
 
 use super::core::{Core, CoreKind, MasterComponent, NativeCore};
 use super::store::StoreError;
+use super::upgrade::{self, Build, Builds, Switch};
 use crate::replication::{Completion, Replication, ReplicationStatus, Started};
 use cohort_master::{
     Answer, Assignment, Command, Config, Effect, Failure, JobId, JobState, Millis, Outcome, Query,
@@ -219,6 +220,56 @@ enum Request {
     /// all of them that fires on the first to settle.
     WaitFinished(Query, Respond<Answer>, oneshot::Sender<()>),
     Shutdown(oneshot::Sender<()>),
+    /// The first step of an upgrade: the state now, and from now on the
+    /// events decided are kept for the new master to replay.
+    Rehearse(Respond<Rehearsal>),
+    /// The last step: the new master (started from the rehearsal's state)
+    /// replays the events since, and takes over if it reaches the state the
+    /// running master hands it.
+    Switch(Box<SwitchTo>, Respond<SwitchReport>),
+    /// An upgrade refused between its two steps: stop keeping events.
+    EndRehearsal(u64),
+}
+
+/// The state an upgrade's check starts from.
+pub struct Rehearsal {
+    token: u64,
+    state: Vec<u8>,
+}
+
+/// A checked master, ready to take over.
+pub struct SwitchTo {
+    token: u64,
+    to: Build,
+    /// Started from the rehearsal's state.
+    core: Box<dyn Core>,
+    component: MasterComponent,
+}
+
+/// Events kept since a rehearsal, for the new master to replay.
+struct Recording {
+    token: u64,
+    events: Vec<Vec<u8>>,
+    bytes: usize,
+    overflowed: bool,
+}
+
+/// Most bytes of events kept while an upgrade is checked.
+const RECORDING_BYTES_MAX: usize = 64 << 20;
+
+/// What an upgrade or rollback did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SwitchReport {
+    /// The build before.
+    pub from: Build,
+    /// The build now running.
+    pub to: Build,
+    /// False when `to` was already running (nothing was done).
+    pub switched: bool,
+    /// Events the new master replayed during the check.
+    pub replayed_events: u64,
+    /// How long the master stopped serving for the switch itself.
+    pub pause_ms: u64,
 }
 
 /// A cheap, cloneable way to talk to the master.
@@ -231,6 +282,10 @@ pub struct MasterHandle {
     superseded: watch::Receiver<Option<u64>>,
     done: watch::Receiver<bool>,
     replication: Replication,
+    /// The builds in force, as the master thread last set them.
+    builds: Arc<std::sync::Mutex<Builds>>,
+    data_dir: PathBuf,
+    core: CoreKind,
 }
 
 impl std::fmt::Debug for MasterHandle {
@@ -342,6 +397,84 @@ impl MasterHandle {
         }
     }
 
+    /// The master build running and the one a rollback returns to.
+    pub fn builds(&self) -> Builds {
+        *self.builds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Switches the master to `to` (already in this node's master store,
+    /// or the built-in one) after checking it (see [`upgrade`]). A refusal
+    /// changes nothing.
+    pub async fn upgrade(&self, to: Build) -> Result<SwitchReport, MasterError> {
+        let refused =
+            |code: &str, message: String| MasterError::Rejected(Rejection::new(code, message));
+        if self.core == CoreKind::Native {
+            return Err(refused(
+                upgrade::UPGRADE_UNSUPPORTED,
+                "this node runs the master natively (--master-core native), which is always \
+                 the built-in master"
+                    .into(),
+            ));
+        }
+        let builds = self.builds();
+        if builds.active == to {
+            return Ok(SwitchReport {
+                from: to,
+                to,
+                switched: false,
+                replayed_events: 0,
+                pause_ms: 0,
+            });
+        }
+        let data_dir = self.data_dir.clone();
+        let component =
+            tokio::task::spawn_blocking(move || MasterComponent::load_build(&data_dir, to))
+                .await
+                .map_err(|e| MasterError::Unavailable(format!("the compiler thread failed: {e}")))?
+                .map_err(|e| refused(upgrade::INVALID_MASTER, format!("{e:#}")))?;
+        let rehearsal = self.ask(Request::Rehearse).await?;
+        let token = rehearsal.token;
+        let started = tokio::task::spawn_blocking(move || {
+            let core = upgrade::start(
+                &component,
+                Some(&rehearsal.state),
+                upgrade::SNAPSHOT_UNREADABLE,
+            );
+            (component, core)
+        })
+        .await;
+        let (component, core) = match started {
+            Ok((component, Ok(core))) => (component, core),
+            Ok((_, Err(rejection))) => {
+                let _ = self.tx.send(Request::EndRehearsal(token)).await;
+                return Err(MasterError::Rejected(rejection));
+            }
+            Err(e) => {
+                let _ = self.tx.send(Request::EndRehearsal(token)).await;
+                return Err(MasterError::Unavailable(format!("the check failed: {e}")));
+            }
+        };
+        let switch = Box::new(SwitchTo {
+            token,
+            to,
+            core,
+            component,
+        });
+        self.ask(|respond| Request::Switch(switch, respond)).await
+    }
+
+    /// Switches back to the build that ran before the last switch.
+    pub async fn rollback(&self) -> Result<SwitchReport, MasterError> {
+        let builds = self.builds();
+        if builds == Builds::default() {
+            return Err(MasterError::Rejected(Rejection::new(
+                upgrade::NOTHING_TO_ROLL_BACK,
+                "the built-in master runs and always did: there is nothing to roll back to",
+            )));
+        }
+        self.upgrade(builds.previous).await
+    }
+
     /// Flushes, snapshots and stops the master.
     pub async fn shutdown(&self) {
         let (tx, rx) = oneshot::channel();
@@ -405,19 +538,26 @@ pub fn start(
         events,
         ..
     } = started;
-    let state = snapshot.as_ref().map(|s| s.state.as_slice());
+    let (mut builds, state) = match &snapshot {
+        Some(snapshot) => upgrade::unwrap_state(&snapshot.state)
+            .map_err(|e| StartError::Core(anyhow::anyhow!("snapshot {}: {e}", snapshot.index)))?,
+        None => (Builds::default(), &[][..]),
+    };
+    let state = snapshot.as_ref().map(|_| state);
+    let mut components = Components::new(&options);
     let mut core: Box<dyn Core> = match options.core {
-        CoreKind::Wasm => {
-            let component = match &options.component {
-                Some(component) => component.clone(),
-                None => MasterComponent::load(Some(&options.data_dir)).map_err(StartError::Core)?,
-            };
-            Box::new(
-                component
-                    .instantiate(state)
-                    .map_err(StartError::Core)?
-                    .map_err(|r| StartError::Core(anyhow::anyhow!("snapshot refused: {r}")))?,
-            )
+        CoreKind::Wasm => Box::new(
+            components
+                .get(builds.active)?
+                .instantiate(state)
+                .map_err(StartError::Core)?
+                .map_err(|r| StartError::Core(anyhow::anyhow!("snapshot refused: {r}")))?,
+        ),
+        CoreKind::Native if builds.active != Build::BuiltIn => {
+            return Err(StartError::Core(anyhow::anyhow!(
+                "the cluster runs the uploaded master {}, which --master-core native cannot run",
+                builds.active
+            )));
         }
         CoreKind::Native => Box::new(
             NativeCore::new(state)
@@ -427,6 +567,27 @@ pub fn start(
     let mut replay = Vec::with_capacity(REPLAY_CHUNK);
     let events_replayed = events.len() as u64;
     for event in events {
+        if let Some(switch) = upgrade::decode_switch(&event) {
+            replay_chunk(core.as_mut(), &mut replay)?;
+            let switch = switch.map_err(|e| StartError::Core(anyhow::anyhow!(e)))?;
+            if options.core == CoreKind::Native {
+                return Err(StartError::Core(anyhow::anyhow!(
+                    "the journal switches to master {}, which --master-core native cannot run",
+                    switch.to
+                )));
+            }
+            let component = components.get(switch.to)?;
+            core = upgrade::hand_over(core.as_mut(), &component)
+                .map_err(StartError::Core)?
+                .map_err(|r| {
+                    StartError::Core(anyhow::anyhow!(
+                        "replaying the switch to {}: {r}",
+                        switch.to
+                    ))
+                })?;
+            builds = builds.switched(switch.to);
+            continue;
+        }
         replay.push(event);
         if replay.len() == REPLAY_CHUNK {
             replay_chunk(core.as_mut(), &mut replay)?;
@@ -446,7 +607,12 @@ pub fn start(
     let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
     let superseded = replication.superseded();
     let (done_tx, done) = watch::channel(false);
+    let shared_builds = Arc::new(std::sync::Mutex::new(builds));
     let mut master = MasterLoop {
+        builds,
+        shared_builds: shared_builds.clone(),
+        recording: None,
+        rehearsals: 0,
         epoch,
         core,
         rx,
@@ -483,9 +649,38 @@ pub fn start(
             superseded,
             done,
             replication,
+            builds: shared_builds,
+            data_dir: options.data_dir.clone(),
+            core: options.core,
         },
         report,
     ))
+}
+
+/// The master components a recovery needs, each compiled once.
+struct Components<'a> {
+    options: &'a MasterOptions,
+    loaded: HashMap<Build, MasterComponent>,
+}
+
+impl<'a> Components<'a> {
+    fn new(options: &'a MasterOptions) -> Self {
+        let mut loaded = HashMap::new();
+        if let Some(component) = &options.component {
+            loaded.insert(Build::BuiltIn, component.clone());
+        }
+        Self { options, loaded }
+    }
+
+    fn get(&mut self, build: Build) -> Result<MasterComponent, StartError> {
+        if let Some(component) = self.loaded.get(&build) {
+            return Ok(component.clone());
+        }
+        let component = MasterComponent::load_build(&self.options.data_dir, build)
+            .map_err(|e| StartError::Core(e.context(format!("loading master {build}"))))?;
+        self.loaded.insert(build, component.clone());
+        Ok(component)
+    }
 }
 
 fn replay_chunk(core: &mut dyn Core, chunk: &mut Vec<Vec<u8>>) -> Result<(), StartError> {
@@ -516,6 +711,13 @@ struct Parked {
 
 struct MasterLoop {
     core: Box<dyn Core>,
+    /// The master build running and the one before.
+    builds: Builds,
+    shared_builds: Arc<std::sync::Mutex<Builds>>,
+    /// Events kept for an upgrade being checked.
+    recording: Option<Recording>,
+    /// Rehearsals started (their tokens).
+    rehearsals: u64,
     rx: mpsc::Receiver<Request>,
     replication: Replication,
     runtime: tokio::runtime::Handle,
@@ -636,6 +838,9 @@ impl MasterLoop {
                 Request::Progress(id, respond) => {
                     let _ = respond.send(self.progress.get(&id).cloned());
                 }
+                Request::Rehearse(respond) => drop(respond.send(Err(error))),
+                Request::Switch(_, respond) => drop(respond.send(Err(error))),
+                Request::EndRehearsal(_) => self.recording = None,
                 Request::Shutdown(_) => unreachable!("handled by the caller"),
             }
             return Ok(());
@@ -724,9 +929,131 @@ impl MasterLoop {
                     let _ = respond.send(outcome.and(answer));
                 });
             }
+            Request::Rehearse(respond) => {
+                self.rehearsals += 1;
+                let rehearsal = Rehearsal {
+                    token: self.rehearsals,
+                    state: self.core.snapshot()?,
+                };
+                self.recording = Some(Recording {
+                    token: rehearsal.token,
+                    events: Vec::new(),
+                    bytes: 0,
+                    overflowed: false,
+                });
+                let _ = respond.send(Ok(rehearsal));
+            }
+            Request::Switch(switch, respond) => {
+                let result = self.switch(*switch)?;
+                match result {
+                    Ok(report) => self.complete(move |outcome| {
+                        let _ = respond.send(outcome.map(|()| report));
+                    }),
+                    Err(rejection) => drop(respond.send(Err(MasterError::Rejected(rejection)))),
+                }
+            }
+            Request::EndRehearsal(token) => {
+                if self.recording.as_ref().is_some_and(|r| r.token == token) {
+                    self.recording = None;
+                }
+            }
             Request::Shutdown(_) => unreachable!("handled by the caller"),
         }
         Ok(())
+    }
+
+    /// The switch itself (see [`upgrade`]): the new master replays what was
+    /// decided since its rehearsal; the running one hands its state to a
+    /// fresh instance of the new build; if the two agree, that instance
+    /// runs from here on and the switch record joins the batch. A refusal
+    /// leaves everything as it was. An error is the running master's own
+    /// failure.
+    fn switch(&mut self, switch: SwitchTo) -> anyhow::Result<Result<SwitchReport, Rejection>> {
+        let began = Instant::now();
+        let SwitchTo {
+            token,
+            to,
+            mut core,
+            component,
+        } = switch;
+        let busy = |message: &str| Ok(Err(Rejection::new(upgrade::UPGRADE_BUSY, message)));
+        let recording = match self.recording.take() {
+            Some(recording) if recording.token == token => recording,
+            other => {
+                self.recording = other;
+                return busy("another upgrade started meanwhile; the later one goes on");
+            }
+        };
+        if recording.overflowed {
+            return busy(&format!(
+                "the running master journaled more than {RECORDING_BYTES_MAX} bytes of events \
+                 while the new one was checked; try again when the cluster is quieter"
+            ));
+        }
+        let from = self.builds.active;
+        if from == to {
+            return Ok(Ok(SwitchReport {
+                from,
+                to,
+                switched: false,
+                replayed_events: 0,
+                pause_ms: 0,
+            }));
+        }
+        if let Err(rejection) = upgrade::replay(core.as_mut(), &recording.events) {
+            return Ok(Err(rejection));
+        }
+        let mut handed = match upgrade::hand_over(self.core.as_mut(), &component)? {
+            Ok(handed) => handed,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
+        let diverged = |e: anyhow::Error| {
+            Rejection::new(
+                upgrade::REPLAY_DIVERGED,
+                format!("the new master trapped taking a snapshot: {e:#}"),
+            )
+        };
+        let replayed = match core.snapshot() {
+            Ok(state) => state,
+            Err(e) => return Ok(Err(diverged(e))),
+        };
+        match handed.snapshot() {
+            Ok(state) if state == replayed => {}
+            Ok(_) => {
+                return Ok(Err(Rejection::new(
+                    upgrade::REPLAY_DIVERGED,
+                    format!(
+                        "replaying the {} events journaled during the check gave another state \
+                         than the running master's: the new build does not read this journal \
+                         the same way",
+                        recording.events.len()
+                    ),
+                )));
+            }
+            Err(e) => return Ok(Err(diverged(e))),
+        }
+        self.core = handed;
+        self.builds = self.builds.switched(to);
+        *self.shared_builds.lock().unwrap_or_else(|e| e.into_inner()) = self.builds;
+        self.batch
+            .events
+            .push(upgrade::encode_switch(&Switch { from, to }));
+        self.events_since_snapshot += 1;
+        crate::events::emit!(
+            info,
+            crate::events::MASTER_SWITCHED,
+            from = %from,
+            to = %to,
+            replayed = recording.events.len(),
+            "the master switched to another build"
+        );
+        Ok(Ok(SwitchReport {
+            from,
+            to,
+            switched: true,
+            replayed_events: recording.events.len() as u64,
+            pause_ms: began.elapsed().as_millis() as u64,
+        }))
     }
 
     /// Which worker runs which attempt, from the state this master started
@@ -903,6 +1230,15 @@ impl MasterLoop {
             .apply(&events)?
             .map_err(|r| anyhow::anyhow!("the master refused its own events: {r}"))?;
         self.events_since_snapshot += events.len() as u64;
+        if let Some(recording) = &mut self.recording
+            && !recording.overflowed
+        {
+            recording.bytes += events.iter().map(Vec::len).sum::<usize>();
+            recording.overflowed = recording.bytes > RECORDING_BYTES_MAX;
+            if !recording.overflowed {
+                recording.events.extend(events.iter().cloned());
+            }
+        }
         self.batch.events.extend(events);
         for effect in effects {
             match decode(&effect).map_err(|r| anyhow::anyhow!("bad effect: {r}"))? {
@@ -957,7 +1293,8 @@ impl MasterLoop {
         let state = self.core.snapshot()?;
         self.events_since_snapshot = 0;
         self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
-        self.replication.snapshot(state);
+        self.replication
+            .snapshot(upgrade::wrap_state(self.builds, state));
         Ok(())
     }
 
@@ -1166,6 +1503,125 @@ mod tests {
         // Only the first poll of each worker is compared.
         master.poll(poll(Vec::new())).await.unwrap();
         assert_eq!(last_attempt(&master, ids[0]).await.0, JobState::Running);
+        master.shutdown().await;
+    }
+
+    fn guest(name: &str) -> Vec<u8> {
+        std::fs::read(format!("{}/{name}.wasm", env!("COHORT_GUESTS_DIR"))).unwrap()
+    }
+
+    /// Submits a job of `priority`; its id.
+    async fn submit(master: &MasterHandle, seq: u64, priority: i32) -> JobId {
+        let spec = JobSpec {
+            module: [7; 32],
+            input: vec![],
+            timeout_ms: 60_000,
+            memory_bytes: None,
+            max_attempts: 3,
+            priority,
+            idempotency_key: None,
+        };
+        let submit = Command::Submit {
+            spec,
+            request: cohort_master::RequestId { origin: 9, seq },
+            options: Default::default(),
+        };
+        let Reply::Submitted { id, .. } = master.command(submit).await.unwrap() else {
+            panic!("not submitted");
+        };
+        id
+    }
+
+    /// The job the next one-slot poll starts.
+    async fn next_started(master: &MasterHandle) -> JobId {
+        let one = Poll {
+            free: 1,
+            ..poll(Vec::new())
+        };
+        let assigned = master.poll(one).await.unwrap().assignments;
+        assert_eq!(assigned.len(), 1);
+        assigned[0].id
+    }
+
+    /// The example FIFO master switched in on a running master: jobs are
+    /// then handed out in arrival order, the switch survives a restart, a
+    /// repeat changes nothing, and a rollback restores the built-in
+    /// master.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn an_upgrade_switches_the_policy_in_place_and_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = MasterOptions {
+            core: CoreKind::Wasm,
+            ..options(dir.path(), &["w"])
+        };
+        let master = start_in(options.clone()).await;
+        let fifo = upgrade::MasterStore::new(dir.path())
+            .put(&guest("fifo_master"))
+            .unwrap();
+        let fifo = Build::Uploaded(fifo);
+        // Built in: the higher priority first.
+        let low = submit(&master, 1, 0).await;
+        let high = submit(&master, 2, 10).await;
+        assert_eq!(next_started(&master).await, high);
+        let report = master.upgrade(fifo).await.unwrap();
+        assert!(report.switched, "{report:?}");
+        assert_eq!((report.from, report.to), (Build::BuiltIn, fifo));
+        assert_eq!(master.builds().active, fifo);
+        // Arrival order now: `low` waited longest, whatever the priority.
+        let higher = submit(&master, 3, 20).await;
+        assert_eq!(next_started(&master).await, low);
+        let again = master.upgrade(fifo).await.unwrap();
+        assert!(!again.switched);
+        master.shutdown().await;
+        master.stopped().await;
+
+        let master = start_in(options.clone()).await;
+        assert_eq!(
+            master.builds(),
+            Builds {
+                active: fifo,
+                previous: Build::BuiltIn
+            }
+        );
+        assert_eq!(last_attempt(&master, higher).await.0, JobState::Queued);
+        let back = master.rollback().await.unwrap();
+        assert_eq!(
+            (back.from, back.to, back.switched),
+            (fifo, Build::BuiltIn, true)
+        );
+        let highest = submit(&master, 4, 30).await;
+        let _lowest = submit(&master, 5, -5).await;
+        assert_eq!(next_started(&master).await, highest);
+        master.shutdown().await;
+    }
+
+    /// A master that cannot read the running one's state is refused by
+    /// name, and the running master goes on as it was.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_refused_upgrade_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = MasterOptions {
+            core: CoreKind::Wasm,
+            ..options(dir.path(), &["w"])
+        };
+        let master = start_in(options).await;
+        let stale = upgrade::MasterStore::new(dir.path())
+            .put(&guest("fixture_master_stale"))
+            .unwrap();
+        let first = submit(&master, 1, 0).await;
+        let Err(MasterError::Rejected(refusal)) = master.upgrade(Build::Uploaded(stale)).await
+        else {
+            panic!("a master that reads no snapshot was switched in");
+        };
+        assert_eq!(refusal.code, upgrade::SNAPSHOT_UNREADABLE, "{refusal}");
+        assert_eq!(master.builds(), Builds::default());
+        let second = submit(&master, 2, 0).await;
+        assert_eq!(next_started(&master).await, first);
+        assert_eq!(next_started(&master).await, second);
+        let Err(MasterError::Rejected(refusal)) = master.rollback().await else {
+            panic!("a rollback with nothing to roll back to");
+        };
+        assert_eq!(refusal.code, upgrade::NOTHING_TO_ROLL_BACK);
         master.shutdown().await;
     }
 }

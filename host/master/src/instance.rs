@@ -1,0 +1,41 @@
+//! The master a component instance holds, behind the functions of
+//! `wit/master.wit`'s world: what a master component crate's exports call.
+//!
+//! A component crate (the built-in `host/master/component`, or a custom
+//! build such as `examples/fifo-master`) generates the world's bindings and
+//! forwards each export here, choosing its [`Order`] at `init`. Keeping the
+//! instance here means every master build runs exactly this code.
+
+use crate::{Machine, Millis, Order, Rejection};
+use std::cell::RefCell;
+
+thread_local! {
+    static MACHINE: RefCell<Machine> = RefCell::new(Machine::default());
+}
+
+/// `init`: starts empty or from a snapshot, lining jobs up by `order`.
+pub fn init(snapshot: Option<&[u8]>, order: Order) -> Result<(), Rejection> {
+    let machine = Machine::init_ordered(snapshot, order)?;
+    MACHINE.with(|m| *m.borrow_mut() = machine);
+    Ok(())
+}
+
+/// `decide`: the encoded events and reply.
+pub fn decide(now: Millis, command: &[u8]) -> Result<(Vec<Vec<u8>>, Vec<u8>), Rejection> {
+    MACHINE.with(|m| m.borrow().decide(now, command))
+}
+
+/// `apply`: the encoded effects.
+pub fn apply(events: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, Rejection> {
+    MACHINE.with(|m| m.borrow_mut().apply(events))
+}
+
+/// `snapshot`.
+pub fn snapshot() -> Vec<u8> {
+    MACHINE.with(|m| m.borrow().snapshot())
+}
+
+/// `query`: the encoded answer.
+pub fn query(now: Millis, query: &[u8]) -> Result<Vec<u8>, Rejection> {
+    MACHINE.with(|m| m.borrow().query(now, query))
+}
