@@ -35,12 +35,16 @@ async fn build_at(url: &str) -> String {
     }
 }
 
+/// What a stream saw: each acknowledged key's job id, and when each
+/// submission began and how long it took.
+type Seen = (BTreeMap<String, u64>, Vec<(Instant, Duration)>);
+
 /// Submissions, one at a time, each with its own idempotency key, through
 /// whichever node answers; every acknowledged id with its key, and each
 /// submission's time from first try to acknowledgement.
 struct Stream {
     stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<(BTreeMap<String, u64>, Vec<(Instant, Duration)>)>,
+    task: tokio::task::JoinHandle<Seen>,
 }
 
 impl Stream {
@@ -83,7 +87,7 @@ impl Stream {
         Stream { stop, task }
     }
 
-    async fn finish(self) -> (BTreeMap<String, u64>, Vec<(Instant, Duration)>) {
+    async fn finish(self) -> Seen {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.unwrap()
     }

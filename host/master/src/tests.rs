@@ -106,6 +106,32 @@ fn higher_priority_first_then_fifo() {
 }
 
 #[test]
+fn a_fifo_build_hands_jobs_out_in_arrival_order_over_the_same_state() {
+    // The same steps through a master lined up first come, first served.
+    let scenario = scenarios::all()
+        .into_iter()
+        .find(|s| s.name == "priority and fifo")
+        .expect("scenario exists");
+    let mut fifo = Sim::new();
+    fifo.master = Master::new().with_order(Order::Fifo);
+    let mut built_in = Sim::new();
+    for (now, command) in scenario.steps {
+        let _ = fifo.run(now, command.clone());
+        let _ = built_in.run(now, command);
+    }
+    let order: Vec<JobId> = fifo.assigned().iter().map(|a| a.0).collect();
+    assert_eq!(order, vec![1, 2, 3]);
+    // The order is no part of the state: the other build restores the
+    // snapshot to the same bytes and lines the same jobs up its own way.
+    let snapshot = fifo.master.snapshot();
+    let restored = Master::restore(&snapshot)
+        .unwrap()
+        .with_order(Order::Priority);
+    assert_eq!(restored.snapshot(), snapshot);
+    assert_ne!(built_in.assigned(), fifo.assigned());
+}
+
+#[test]
 fn retryable_failures_back_off_then_dead_letter() {
     let mut sim = Sim::new();
     sim.ok(T, new_submit(spec(1, b"x")));

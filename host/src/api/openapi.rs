@@ -417,6 +417,39 @@ fn routes() -> Vec<(HttpMethod, &'static str, Operation)> {
         route(Post, "/v1/node/leave", "node", "The node leaves gracefully (as on SIGTERM)")
             .answers::<LeavingResponse>(202, "It is leaving.")
             .errors(&[]),
+        route(Get, "/v1/master", "master", "Which master build runs")
+            .answers::<MasterBuildResponse>(200, "The build running (`built-in` or `sha256:<hex>`) and the one a rollback returns to.")
+            .errors(&[MASTER]),
+        route(Post, "/v1/master/upgrade", "master", "Check a master component and switch the running cluster to it")
+            .raw_body("application/wasm", "The master component's bytes (at most 64 MiB), world `cohort:master/master`.")
+            .answers::<MasterSwitchResponse>(200, "Switched once durable (or `switched: false` if it already ran).")
+            .errors(&[
+                &[
+                    BodyTooLarge,
+                    InvalidMaster,
+                    MasterWrongWorld,
+                    MasterNondeterministicImport,
+                    MasterTraps,
+                    MasterSnapshotUnreadable,
+                    MasterReplayDiverged,
+                    UpgradeBusy,
+                    UpgradeUnsupported,
+                    ReplicationFailed,
+                ],
+                MASTER,
+            ]),
+        route(Post, "/v1/master/rollback", "master", "Switch back to the master build before the last switch")
+            .answers::<MasterSwitchResponse>(200, "Switched once durable.")
+            .errors(&[
+                &[
+                    NothingToRollBack,
+                    MasterSnapshotUnreadable,
+                    MasterReplayDiverged,
+                    UpgradeBusy,
+                    UpgradeUnsupported,
+                ],
+                MASTER,
+            ]),
         route(Get, "/v1/cluster", "cluster", "The nodes, the master, the workers and the voters")
             .answers::<ClusterResponse>(200, "The cluster as the answering node sees it.")
             .errors(&[MASTER]),
@@ -639,6 +672,8 @@ fn build() -> OpenApi {
         ScopeName,
         HealthResponse,
         LeavingResponse,
+        MasterBuildResponse,
+        MasterSwitchResponse,
         RemovingResponse,
         RevokedResponse,
         JobFilterBody,

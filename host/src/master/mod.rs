@@ -4,6 +4,8 @@
 //! * [`core`] — the component (or the same logic linked natively) behind
 //!   one byte-level interface.
 //! * [`store`] — journal segments and snapshots on disk; recovery.
+//! * [`upgrade`] — another master build switched in on a running cluster:
+//!   the checks, the journal's switch record, uploaded builds on disk.
 //! * [`service`] — the master thread, which hands its events to the node's
 //!   replication (`crate::replication`); the [`MasterHandle`] every caller
 //!   uses.
