@@ -203,8 +203,18 @@ fn the_master_is_upgraded_and_rolled_back_under_load_and_survives_a_kill() {
         }
 
         // kill -9 of the master right after the switch: the next master
-        // replays the switch and runs the new build.
+        // replays the switch and runs the new build. Its copy of the build
+        // is removed first, so it must fetch it from the third node.
         let at = master_at(&nodes, &names).await;
+        let any = nodes.iter().flatten().next().unwrap();
+        let cluster = converge(any, "a master", |c| !c.master_node.is_empty()).await;
+        let successor = (cluster.nodes.iter())
+            .find(|n| n.status == "live" && n.id != names[at])
+            .unwrap()
+            .id
+            .clone();
+        let copies = dir.path().join(&successor).join("masters");
+        std::fs::remove_dir_all(&copies).unwrap();
         let killed_at = Instant::now();
         nodes[at].as_mut().unwrap().kill();
         let killed = nodes[at].take().unwrap();
@@ -214,6 +224,12 @@ fn the_master_is_upgraded_and_rolled_back_under_load_and_survives_a_kill() {
         })
         .await;
         assert_eq!(build_at(&other.url).await, fifo_build);
+        let fetched = copies.join(format!("{}.wasm", &fifo_build["sha256:".len()..]));
+        assert_eq!(
+            std::fs::read(&fetched).unwrap(),
+            fifo,
+            "{successor} fetched the build"
+        );
         drop(killed);
         nodes[at] = Some(start(&dir, names[at], ALL, Some(other)));
         let back = nodes[at].as_ref().unwrap();

@@ -396,6 +396,27 @@ mod tests {
         assert_eq!(decode_switch(&[]), None);
     }
 
+    /// The bytes of a switch record and of a snapshot header are a format:
+    /// pinned, so an accidental change fails here.
+    #[test]
+    fn the_formats_are_pinned() {
+        let switch = Switch {
+            from: Build::BuiltIn,
+            to: Build::Uploaded([7; 32]),
+        };
+        let mut expected = vec![0xF2, 0, 1];
+        expected.extend([7; 32]);
+        assert_eq!(encode_switch(&switch), expected);
+        let builds = Builds {
+            active: Build::Uploaded([9; 32]),
+            previous: Build::BuiltIn,
+        };
+        let mut expected = vec![0xF3, 1];
+        expected.extend([9; 32]);
+        expected.extend([0, 5, 6]);
+        assert_eq!(wrap_state(builds, vec![5, 6]), expected);
+    }
+
     #[test]
     fn a_never_upgraded_state_is_written_as_before() {
         let state = vec![5, 1, 2, 3];
