@@ -40,6 +40,11 @@
 //!   through the youngest while the oldest, hosting the master, gets
 //!   SIGTERM; the longest submission round trip around the hand-over is the
 //!   pause clients see.
+//! * upgrade: three back-end nodes; one client submits one job at a time
+//!   through the youngest while an admin client of another node switches
+//!   the master to `examples/fifo-master` and back (`cohort master
+//!   upgrade`/`rollback`); the longest submission round trip during each
+//!   switch, over 3 clusters, next to the hand-over's.
 //! * takeover: three back-end nodes; one client submits one job at a time
 //!   through the youngest while the oldest, hosting the master, gets
 //!   SIGKILL; the time from the kill until the first submission is
@@ -101,6 +106,9 @@ fn main() {
     }
     if wanted("takeover") {
         rt.block_on(takeover());
+    }
+    if wanted("upgrade") {
+        rt.block_on(upgrade());
     }
     if filter.iter().any(|f| f == "soak") {
         rt.block_on(soak());
@@ -1014,6 +1022,68 @@ async fn handover() {
     println!(
         "handover: over 3 runs, the pause clients saw was {:.1?} to {:.1?} (median {:.1?})",
         pauses[0], pauses[2], pauses[1]
+    );
+}
+
+/// A master upgrade to the FIFO example and its rollback on three nodes,
+/// while a client of n3 submits one job at a time: what the client sees,
+/// next to the hand-over bench's pause.
+async fn upgrade() {
+    let fifo = std::fs::read(concat!(env!("COHORT_GUESTS_DIR"), "/fifo_master.wasm")).unwrap();
+    let mut pauses = Vec::new();
+    for _ in 0..3 {
+        let (nodes, client, request) = warm_three().await;
+        let mut normal = Histogram::<u64>::new(3).unwrap();
+        for _ in 0..200 {
+            let started = Instant::now();
+            client.submit(&request).await.unwrap();
+            normal.record(started.elapsed().as_micros() as u64).unwrap();
+        }
+        let admin = Api::new(&nodes[1].url);
+        for rollback in [false, true] {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let submitting = {
+                let (stop, url, request) = (stop.clone(), nodes[2].url.clone(), request.clone());
+                tokio::spawn(async move {
+                    let client = Api::new(&url);
+                    let mut longest = Duration::ZERO;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let started = Instant::now();
+                        client.submit(&request).await.unwrap();
+                        longest = longest.max(started.elapsed());
+                    }
+                    longest
+                })
+            };
+            let began = Instant::now();
+            let report = match rollback {
+                false => admin.upgrade_master(fifo.clone()).await.unwrap(),
+                true => admin.rollback_master().await.unwrap(),
+            };
+            let took = began.elapsed();
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let longest = submitting.await.unwrap();
+            assert!(report.switched);
+            println!(
+                "upgrade: {} took {took:.2?} ({} events replayed, the master paused {} ms); longest submission meanwhile {longest:.1?} (normal p99 {} µs)",
+                if rollback {
+                    "rollback"
+                } else {
+                    "upgrade to the FIFO master"
+                },
+                report.replayed_events,
+                report.pause_ms,
+                normal.value_at_quantile(0.99)
+            );
+            pauses.push(longest);
+        }
+    }
+    pauses.sort();
+    println!(
+        "upgrade: over 3 upgrades and 3 rollbacks, the pause clients saw was {:.1?} to {:.1?} (median {:.1?})",
+        pauses[0],
+        pauses[pauses.len() - 1],
+        pauses[pauses.len() / 2]
     );
 }
 

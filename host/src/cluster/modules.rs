@@ -129,28 +129,37 @@ impl ModuleFetcher {
         })
     }
 
-    /// Posts `body` to `path` on every other live back-end node; fails
-    /// (naming each node that did not take it) unless all answered 2xx.
+    /// Posts `body` to `path` on every other live back-end node, to all at
+    /// once (each may check and compile it); fails, naming each node that
+    /// did not take it, unless all answered 2xx.
     pub async fn replicate_to(&self, path: &str, body: &Bytes) -> Result<(), String> {
-        let mut errors = Vec::new();
+        let mut sends = tokio::task::JoinSet::new();
         for (node, url) in self.other_back_ends() {
-            let stored = self
-                .peer
-                .post_internal(&format!("{url}{path}"), body.clone(), TRANSFER_TIMEOUT)
-                .await
-                .map_err(|e| e.message);
-            match stored {
-                Ok((status, _)) if status.is_success() => {}
-                Ok((status, body)) => errors.push(format!(
-                    "{node} answered {status}: {}",
-                    String::from_utf8_lossy(&body)
-                )),
-                Err(error) => errors.push(format!("{node}: {error}")),
+            let (peer, url, body) = (self.peer.clone(), format!("{url}{path}"), body.clone());
+            sends.spawn(async move {
+                let stored = peer.post_internal(&url, body, TRANSFER_TIMEOUT).await;
+                match stored.map_err(|e| e.message) {
+                    Ok((status, _)) if status.is_success() => None,
+                    Ok((status, body)) => Some(format!(
+                        "{node} answered {status}: {}",
+                        String::from_utf8_lossy(&body)
+                    )),
+                    Err(error) => Some(format!("{node}: {error}")),
+                }
+            });
+        }
+        let mut errors = Vec::new();
+        while let Some(sent) = sends.join_next().await {
+            match sent {
+                Ok(None) => {}
+                Ok(Some(error)) => errors.push(error),
+                Err(error) => errors.push(format!("the send failed: {error}")),
             }
         }
         if errors.is_empty() {
             Ok(())
         } else {
+            errors.sort();
             Err(errors.join("; "))
         }
     }
