@@ -113,7 +113,7 @@ fn replay_shows_a_jobs_whole_history_and_verifies_the_state() {
 
     // Another master component over the same events: the same build
     // acts the same; a job module is no master.
-    let same = support::guest("cohort_master");
+    let same = support::guest("cohort_master_component");
     let (code, compared, stderr) = replay(&n2_dir, &["--compare", same.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(compared["compare"]["differing_events"], 0, "{compared:#}");
