@@ -44,7 +44,9 @@
 //!   through the youngest while an admin client of another node switches
 //!   the master to `examples/fifo-master` and back (`cohort master
 //!   upgrade`/`rollback`); the longest submission round trip during each
-//!   switch, over 3 clusters, next to the hand-over's.
+//!   switch, over 3 clusters, next to the hand-over's. Then, in-process,
+//!   the same switch of a master holding 1,000,000 queued jobs while a
+//!   caller asks it for stats in a loop.
 //! * takeover: three back-end nodes; one client submits one job at a time
 //!   through the youngest while the oldest, hosting the master, gets
 //!   SIGKILL; the time from the kill until the first submission is
@@ -109,6 +111,7 @@ fn main() {
     }
     if wanted("upgrade") {
         rt.block_on(upgrade());
+        rt.block_on(upgrade_large());
     }
     if filter.iter().any(|f| f == "soak") {
         rt.block_on(soak());
@@ -531,52 +534,111 @@ fn rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-async fn recovery(core: CoreKind) {
-    const EVENTS: u64 = 1_000_000;
-    let dir = tempfile::tempdir().unwrap();
-    let written = Instant::now();
-    {
-        let storage = FsStorage::open(&dir.path().join("journal")).unwrap();
-        let (mut journal, _) = Journal::open(storage).unwrap();
-        for n in 0..EVENTS {
-            let event = Event {
-                at: 1_800_000_000_000 + n,
-                kind: EventKind::Submitted {
-                    id: n + 1,
-                    spec: spec(n),
-                    request: Some(RequestId { origin: 1, seq: n }),
-                    options: JobOptions::default(),
-                },
-            };
-            journal.append(1, &encode(&event)).unwrap();
-        }
-        journal.sync().unwrap();
+/// Submission events written straight to a journal in `dir`, as a master
+/// would have journaled them; the journal's size in bytes.
+fn write_submissions(dir: &std::path::Path, events: u64) -> u64 {
+    let storage = FsStorage::open(&dir.join("journal")).unwrap();
+    let (mut journal, _) = Journal::open(storage).unwrap();
+    for n in 0..events {
+        let event = Event {
+            at: 1_800_000_000_000 + n,
+            kind: EventKind::Submitted {
+                id: n + 1,
+                spec: spec(n),
+                request: Some(RequestId { origin: 1, seq: n }),
+                options: JobOptions::default(),
+            },
+        };
+        journal.append(1, &encode(&event)).unwrap();
     }
-    let journal_bytes: u64 = std::fs::read_dir(dir.path().join("journal"))
+    journal.sync().unwrap();
+    std::fs::read_dir(dir.join("journal"))
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
-        .sum();
-    println!(
-        "recovery: wrote {EVENTS} submission events ({} MiB) in {:.2?}",
-        journal_bytes >> 20,
-        written.elapsed()
-    );
-    let rss_before = rss_bytes();
+        .sum()
+}
+
+/// The master (Wasm, in-process) recovered from `dir`.
+async fn master_in(
+    dir: &std::path::Path,
+    core: CoreKind,
+) -> (master::MasterHandle, master::RecoveryReport) {
     let options = MasterOptions {
-        data_dir: dir.path().to_path_buf(),
+        data_dir: dir.to_path_buf(),
         config: Config::default(),
         core,
         snapshot_every: u64::MAX,
         live_workers: Vec::new(),
         component: None,
     };
+    let (replication, begun) = Replication::solo(dir).await.unwrap();
+    tokio::task::spawn_blocking(move || master::start(options, replication, begun))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// A master holding 1,000,000 queued jobs switched to the FIFO example
+/// build in place, while a caller asks it for its stats in a loop: the
+/// longest the caller waited, and the switch's own pause.
+async fn upgrade_large() {
+    const EVENTS: u64 = 1_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    write_submissions(dir.path(), EVENTS);
+    let (handle, _) = master_in(dir.path(), CoreKind::Wasm).await;
+    let fifo = std::fs::read(concat!(env!("COHORT_GUESTS_DIR"), "/fifo_master.wasm")).unwrap();
+    let digest = cohort::master::upgrade::MasterStore::new(dir.path())
+        .put(&fifo)
+        .unwrap();
+    // Compiled once first, as the upload's checks do on a real node.
+    let data_dir = dir.path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        cohort::master::upgrade::check_component(&fifo, Some(&data_dir)).unwrap();
+    })
+    .await
+    .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let asking = {
+        let (stop, handle) = (stop.clone(), handle.clone());
+        tokio::spawn(async move {
+            let mut longest = Duration::ZERO;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let started = Instant::now();
+                handle.query(cohort_master::Query::Stats).await.unwrap();
+                longest = longest.max(started.elapsed());
+            }
+            longest
+        })
+    };
     let started = Instant::now();
-    let (replication, begun) = Replication::solo(dir.path()).await.unwrap();
-    let (handle, report) =
-        tokio::task::spawn_blocking(move || master::start(options, replication, begun))
-            .await
-            .unwrap()
-            .unwrap();
+    let report = handle
+        .upgrade(cohort::master::upgrade::Build::Uploaded(digest))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let longest = asking.await.unwrap();
+    assert!(report.switched);
+    println!(
+        "upgrade of a master holding {EVENTS} queued jobs: {took:.2?} in all, the switch paused the master {} ms; the longest a caller waited meanwhile {longest:.2?}",
+        report.pause_ms
+    );
+    handle.shutdown().await;
+}
+
+async fn recovery(core: CoreKind) {
+    const EVENTS: u64 = 1_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let written = Instant::now();
+    let journal_bytes = write_submissions(dir.path(), EVENTS);
+    println!(
+        "recovery: wrote {EVENTS} submission events ({} MiB) in {:.2?}",
+        journal_bytes >> 20,
+        written.elapsed()
+    );
+    let rss_before = rss_bytes();
+    let started = Instant::now();
+    let (handle, report) = master_in(dir.path(), core).await;
     let elapsed = started.elapsed();
     let rss_after = rss_bytes();
     let stats = match handle.query(cohort_master::Query::Stats).await.unwrap() {

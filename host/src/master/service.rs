@@ -963,11 +963,13 @@ impl MasterLoop {
     }
 
     /// The switch itself (see [`upgrade`]): the new master replays what was
-    /// decided since its rehearsal; the running one hands its state to a
-    /// fresh instance of the new build; if the two agree, that instance
-    /// runs from here on and the switch record joins the batch. A refusal
-    /// leaves everything as it was. An error is the running master's own
-    /// failure.
+    /// decided since its rehearsal; its state must then be the running
+    /// master's (compared as snapshots, taken on two threads at once), and
+    /// it runs from here on, the switch record joining the batch. A build
+    /// with another snapshot format is compared in its own format, started
+    /// from the running state as a replay of the switch will start it. A
+    /// refusal leaves everything as it was. An error is the running master's
+    /// own failure.
     fn switch(&mut self, switch: SwitchTo) -> anyhow::Result<Result<SwitchReport, Rejection>> {
         let began = Instant::now();
         let SwitchTo {
@@ -1003,35 +1005,57 @@ impl MasterLoop {
         if let Err(rejection) = upgrade::replay(core.as_mut(), &recording.events) {
             return Ok(Err(rejection));
         }
-        let mut handed = match upgrade::hand_over(self.core.as_mut(), &component)? {
-            Ok(handed) => handed,
-            Err(rejection) => return Ok(Err(rejection)),
-        };
-        let diverged = |e: anyhow::Error| {
-            Rejection::new(
+        // Both states at once, on two threads: the running master's (what
+        // it hands over) and the new build's after its replay.
+        let (running, replayed) = std::thread::scope(|scope| {
+            let replayed = scope.spawn(|| core.snapshot());
+            (self.core.snapshot(), replayed.join())
+        });
+        let running = running?;
+        let trapped = |e: String| {
+            Ok(Err(Rejection::new(
                 upgrade::REPLAY_DIVERGED,
-                format!("the new master trapped taking a snapshot: {e:#}"),
-            )
+                format!("the new master failed taking a snapshot: {e}"),
+            )))
         };
-        let replayed = match core.snapshot() {
-            Ok(state) => state,
-            Err(e) => return Ok(Err(diverged(e))),
+        let replayed = match replayed {
+            Ok(Ok(state)) => state,
+            Ok(Err(e)) => return trapped(format!("{e:#}")),
+            Err(_) => return trapped("it panicked".into()),
         };
-        match handed.snapshot() {
-            Ok(state) if state == replayed => {}
-            Ok(_) => {
-                return Ok(Err(Rejection::new(
-                    upgrade::REPLAY_DIVERGED,
-                    format!(
-                        "replaying the {} events journaled during the check gave another state \
-                         than the running master's: the new build does not read this journal \
-                         the same way",
-                        recording.events.len()
-                    ),
-                )));
+        let diverged = || {
+            Ok(Err(Rejection::new(
+                upgrade::REPLAY_DIVERGED,
+                format!(
+                    "replaying the {} events journaled during the check gave another state than \
+                     the running master's: the new build does not read this journal the same way",
+                    recording.events.len()
+                ),
+            )))
+        };
+        let handed = if running.first() == replayed.first() {
+            // The same snapshot format: the replayed instance holds the
+            // running state byte for byte, and is what a replay of the
+            // switch record builds (`init` of those bytes).
+            if running != replayed {
+                return diverged();
             }
-            Err(e) => return Ok(Err(diverged(e))),
-        }
+            core
+        } else {
+            // The new build writes another format: start it from the
+            // running state as a replay of the switch will, and compare in
+            // its format.
+            let mut handed =
+                match upgrade::start(&component, Some(&running), upgrade::SNAPSHOT_UNREADABLE) {
+                    Ok(handed) => handed,
+                    Err(rejection) => return Ok(Err(rejection)),
+                };
+            match handed.snapshot() {
+                Ok(state) if state == replayed => handed,
+                Ok(_) => return diverged(),
+                Err(e) => return trapped(format!("{e:#}")),
+            }
+        };
         self.core = handed;
         self.builds = self.builds.switched(to);
         *self.shared_builds.lock().unwrap_or_else(|e| e.into_inner()) = self.builds;
