@@ -37,6 +37,7 @@ const GUESTS: &[&str] = &[
     "fixture-master-trap",
     "fixture-master-clock",
     "fixture-master-stale",
+    "fixture-master-reformat",
 ];
 
 /// Environment that must not leak from the outer build into the guest build:

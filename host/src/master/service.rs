@@ -1648,4 +1648,38 @@ mod tests {
         assert_eq!(refusal.code, upgrade::NOTHING_TO_ROLL_BACK);
         master.shutdown().await;
     }
+
+    /// A build with another snapshot format passes the check in its own
+    /// format, runs across a restart, and cannot be rolled back from by a
+    /// build that does not read that format: refused, nothing changed.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_build_with_a_new_snapshot_format_is_checked_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = MasterOptions {
+            core: CoreKind::Wasm,
+            ..options(dir.path(), &["w"])
+        };
+        let master = start_in(options.clone()).await;
+        let reformat = upgrade::MasterStore::new(dir.path())
+            .put(&guest("fixture_master_reformat"))
+            .unwrap();
+        let reformat = Build::Uploaded(reformat);
+        let first = submit(&master, 1, 0).await;
+        let report = master.upgrade(reformat).await.unwrap();
+        assert!(report.switched, "{report:?}");
+        let second = submit(&master, 2, 0).await;
+        master.shutdown().await;
+        master.stopped().await;
+
+        let master = start_in(options).await;
+        assert_eq!(master.builds().active, reformat);
+        assert_eq!(next_started(&master).await, first);
+        let Err(MasterError::Rejected(refusal)) = master.rollback().await else {
+            panic!("the built-in master took a state it cannot read");
+        };
+        assert_eq!(refusal.code, upgrade::SNAPSHOT_UNREADABLE, "{refusal}");
+        assert_eq!(master.builds().active, reformat);
+        assert_eq!(next_started(&master).await, second);
+        master.shutdown().await;
+    }
 }
