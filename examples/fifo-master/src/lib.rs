@@ -19,44 +19,16 @@
 
 #![cfg(target_arch = "wasm32")]
 
-use cohort_master::{Order, instance};
+use cohort_master::{Order, guest_over_instance};
 
 wit_bindgen::generate!({
     path: "../../wit/master.wit",
     world: "master",
 });
 
-fn rejection(r: cohort_master::Rejection) -> Rejection {
-    Rejection {
-        code: r.code,
-        message: r.message,
-    }
-}
-
 struct FifoMaster;
 
-impl Guest for FifoMaster {
-    fn init(snapshot: Option<Vec<u8>>) -> Result<(), Rejection> {
-        // The one difference from the built-in master.
-        instance::init(snapshot.as_deref(), Order::Fifo).map_err(rejection)
-    }
-
-    fn decide(now_ms: u64, command: Vec<u8>) -> Result<Decision, Rejection> {
-        let (events, reply) = instance::decide(now_ms, &command).map_err(rejection)?;
-        Ok(Decision { events, reply })
-    }
-
-    fn apply(events: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, Rejection> {
-        instance::apply(&events).map_err(rejection)
-    }
-
-    fn snapshot() -> Vec<u8> {
-        instance::snapshot()
-    }
-
-    fn query(now_ms: u64, query: Vec<u8>) -> Result<Vec<u8>, Rejection> {
-        instance::query(now_ms, &query).map_err(rejection)
-    }
-}
+// The one difference from the built-in master: the order.
+guest_over_instance!(FifoMaster, Order::Fifo);
 
 export!(FifoMaster);

@@ -39,3 +39,43 @@ pub fn snapshot() -> Vec<u8> {
 pub fn query(now: Millis, query: &[u8]) -> Result<Vec<u8>, Rejection> {
     MACHINE.with(|m| m.borrow().query(now, query))
 }
+
+/// Implements the master world's `Guest` for `$component` over this
+/// module, lining jobs up by `$order`. Call it in a component crate after
+/// `wit_bindgen::generate!` made the world's bindings (`Guest`,
+/// `Decision`, `Rejection`), then `export!($component)`.
+#[macro_export]
+macro_rules! guest_over_instance {
+    ($component:ident, $order:expr) => {
+        fn rejection(r: $crate::Rejection) -> Rejection {
+            Rejection {
+                code: r.code,
+                message: r.message,
+            }
+        }
+
+        impl Guest for $component {
+            fn init(snapshot: Option<Vec<u8>>) -> Result<(), Rejection> {
+                $crate::instance::init(snapshot.as_deref(), $order).map_err(rejection)
+            }
+
+            fn decide(now_ms: u64, command: Vec<u8>) -> Result<Decision, Rejection> {
+                let (events, reply) =
+                    $crate::instance::decide(now_ms, &command).map_err(rejection)?;
+                Ok(Decision { events, reply })
+            }
+
+            fn apply(events: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, Rejection> {
+                $crate::instance::apply(&events).map_err(rejection)
+            }
+
+            fn snapshot() -> Vec<u8> {
+                $crate::instance::snapshot()
+            }
+
+            fn query(now_ms: u64, query: Vec<u8>) -> Result<Vec<u8>, Rejection> {
+                $crate::instance::query(now_ms, &query).map_err(rejection)
+            }
+        }
+    };
+}

@@ -70,7 +70,7 @@ pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 /// Default number of events between snapshots.
 pub const SNAPSHOT_EVERY_DEFAULT: u64 = 200_000;
 /// Events applied per call while replaying the journal.
-const REPLAY_CHUNK: usize = 4096;
+pub(super) const REPLAY_CHUNK: usize = 4096;
 
 /// How to start the master.
 #[derive(Debug, Clone)]

@@ -293,7 +293,7 @@ pub fn hand_over(core: &mut dyn Core, component: &MasterComponent) -> CoreResult
 /// Applies `events` in chunks; a rejection or trap is the upgrade's
 /// [`REPLAY_DIVERGED`].
 pub fn replay(core: &mut dyn Core, events: &[Vec<u8>]) -> Result<(), Rejection> {
-    for chunk in events.chunks(4096) {
+    for chunk in events.chunks(super::service::REPLAY_CHUNK) {
         match core.apply(chunk) {
             Ok(Ok(_)) => {}
             Ok(Err(rejection)) => {

@@ -5,43 +5,15 @@
 
 #![cfg(target_arch = "wasm32")]
 
-use cohort_master::{Order, instance};
+use cohort_master::{Order, guest_over_instance};
 
 wit_bindgen::generate!({
     path: "../../../wit/master.wit",
     world: "master",
 });
 
-fn rejection(r: cohort_master::Rejection) -> Rejection {
-    Rejection {
-        code: r.code,
-        message: r.message,
-    }
-}
-
 struct BuiltIn;
 
-impl Guest for BuiltIn {
-    fn init(snapshot: Option<Vec<u8>>) -> Result<(), Rejection> {
-        instance::init(snapshot.as_deref(), Order::Priority).map_err(rejection)
-    }
-
-    fn decide(now_ms: u64, command: Vec<u8>) -> Result<Decision, Rejection> {
-        let (events, reply) = instance::decide(now_ms, &command).map_err(rejection)?;
-        Ok(Decision { events, reply })
-    }
-
-    fn apply(events: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, Rejection> {
-        instance::apply(&events).map_err(rejection)
-    }
-
-    fn snapshot() -> Vec<u8> {
-        instance::snapshot()
-    }
-
-    fn query(now_ms: u64, query: Vec<u8>) -> Result<Vec<u8>, Rejection> {
-        instance::query(now_ms, &query).map_err(rejection)
-    }
-}
+guest_over_instance!(BuiltIn, Order::Priority);
 
 export!(BuiltIn);
