@@ -125,11 +125,7 @@ fn code_of(error: ClientError) -> String {
 fn the_master_is_upgraded_and_rolled_back_under_load_and_survives_a_kill() {
     let dir = tempfile::tempdir().unwrap();
     let names = ["n1", "n2", "n3"];
-    let mut nodes: Vec<Option<Node>> = vec![Some(start(&dir, "n1", ALL, None))];
-    for name in &names[1..] {
-        let seed = nodes[0].as_ref();
-        nodes.push(Some(start(&dir, name, ALL, seed)));
-    }
+    let mut nodes = support::start_all(&dir, &names, ALL);
     let fifo = std::fs::read(guest("fifo_master")).unwrap();
     let fifo_build = format!("sha256:{}", cohort::runtime::Digest::of(&fifo));
     let rt = runtime();

@@ -112,11 +112,7 @@ const FIRE_LATE_MAX_MS: u64 = 20_000;
 fn a_schedule_every_second_fires_each_tick_once_across_kills_a_partition_and_a_hand_over() {
     let dir = tempfile::tempdir().unwrap();
     let names = ["n1", "n2", "n3"];
-    let mut nodes: Vec<Option<Node>> = vec![Some(start(&dir, "n1", ALL, None))];
-    for name in &names[1..] {
-        let seed = nodes[0].as_ref();
-        nodes.push(Some(start(&dir, name, ALL, seed)));
-    }
+    let mut nodes = support::start_all(&dir, &names, ALL);
     let rt = runtime();
     rt.block_on(async {
         let first = nodes[0].as_ref().unwrap();

@@ -507,6 +507,17 @@ pub fn start(dir: &tempfile::TempDir, name: &str, roles: &str, seed: Option<&Nod
     start_with(dir, name, roles, seed, &[])
 }
 
+/// A node of `roles` per name, each later one seeded by the first; as
+/// options, so a test can take one out to kill it and put it back.
+pub fn start_all(dir: &tempfile::TempDir, names: &[&str], roles: &str) -> Vec<Option<Node>> {
+    let mut nodes = vec![Some(start(dir, names[0], roles, None))];
+    for name in &names[1..] {
+        let seed = nodes[0].as_ref();
+        nodes.push(Some(start(dir, name, roles, seed)));
+    }
+    nodes
+}
+
 /// [`start`] with `extra` flags.
 pub fn start_with(
     dir: &tempfile::TempDir,
