@@ -26,6 +26,10 @@
 //! * dag: a DAG of 10,000 trivial jobs (1 to 3 parents each) on one node,
 //!   from its submission until its status says it ended; and the same
 //!   jobs with no edges.
+//! * snapshot: a Wasm master holding 1,000,000 queued jobs snapshots
+//!   every 10,000 events while 4 callers submit one job at a time each:
+//!   their round trips with snapshots on the master's thread, then taken
+//!   by its shadow (`--snapshots master|shadow`).
 //! * schedule: five one-second schedules on one idle node; how late each
 //!   tick's job is submitted and started after the tick's time.
 //! * guard (only when named: `cargo bench --bench node -- guard`; CI runs
@@ -111,6 +115,8 @@ fn main() {
     }
     if wanted("upgrade") {
         rt.block_on(upgrade());
+    }
+    if wanted("upgrade-large") {
         rt.block_on(upgrade_large());
     }
     if filter.iter().any(|f| f == "soak") {
@@ -126,6 +132,9 @@ fn main() {
         for core in [CoreKind::Wasm, CoreKind::Native] {
             rt.block_on(recovery(core));
         }
+    }
+    if wanted("snapshot") {
+        rt.block_on(snapshot_pause());
     }
     if wanted("schedule") {
         rt.block_on(schedule_jitter());
@@ -353,15 +362,20 @@ async fn succeeded(client: &Api) -> u64 {
 }
 
 async fn throughput() {
-    node_throughput(100_000).await;
+    // Snapshots by the master's shadow (the default) against on its own
+    // thread: the shadow applies every event a second time.
+    for _ in 0..2 {
+        node_throughput(100_000, &[]).await;
+        node_throughput(100_000, &["--snapshots", "master"]).await;
+    }
 }
 
-/// One node: `jobs` trivial jobs in batches of 1000 from 4 clients; prints
-/// and returns jobs/s submit->result.
-async fn node_throughput(jobs: usize) -> f64 {
+/// One node started with `args`: `jobs` trivial jobs in batches of 1000
+/// from 4 clients; prints and returns jobs/s submit->result.
+async fn node_throughput(jobs: usize, args: &[&str]) -> f64 {
     const BATCH: usize = 1000;
     const CLIENTS: usize = 4;
-    let node = start_node(&[]);
+    let node = start_node(args);
     let client = Api::new(&node.url);
     let module = client.upload(echo_wasm()).await.unwrap();
     // Warm up: compile caches, connections.
@@ -405,7 +419,12 @@ async fn node_throughput(jobs: usize) -> f64 {
     }
     let elapsed = started.elapsed();
     println!(
-        "throughput: {jobs} trivial jobs submitted in {:.2?} ({:.0}/s), all succeeded after {:.2?}: {:.0} jobs/s submit->result",
+        "throughput{}: {jobs} trivial jobs submitted in {:.2?} ({:.0}/s), all succeeded after {:.2?}: {:.0} jobs/s submit->result",
+        if args.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", args.join(" "))
+        },
         submitted,
         jobs as f64 / submitted.as_secs_f64(),
         elapsed,
@@ -436,7 +455,7 @@ async fn guard() {
     }
     let syncs = f64::from(APPENDS) / started.elapsed().as_secs_f64();
     println!("guard: raw journal, one 64-byte append + fsync at a time: {syncs:.0}/s");
-    let jobs = node_throughput(20_000).await;
+    let jobs = node_throughput(20_000, &[]).await;
     let ratio = jobs / syncs;
     println!(
         "guard: one node runs {ratio:.1} trivial jobs per raw fsync (at least {GUARD_JOBS_PER_SYNC_MIN})"
@@ -485,6 +504,7 @@ async fn commit(core: CoreKind) {
         snapshot_every: u64::MAX,
         live_workers: Vec::new(),
         component: None,
+        shadow: true,
     };
     let (replication, begun) = Replication::solo(dir.path()).await.unwrap();
     let (handle, _) =
@@ -558,18 +578,26 @@ fn write_submissions(dir: &std::path::Path, events: u64) -> u64 {
         .sum()
 }
 
-/// The master (Wasm, in-process) recovered from `dir`.
+/// The master (in-process) recovered from `dir`, snapshotting every
+/// `snapshot_every` events, with or without a shadow.
 async fn master_in(
     dir: &std::path::Path,
     core: CoreKind,
+    snapshot_every: u64,
+    shadow: bool,
 ) -> (master::MasterHandle, master::RecoveryReport) {
     let options = MasterOptions {
         data_dir: dir.to_path_buf(),
-        config: Config::default(),
+        // Room for more than the million jobs written.
+        config: Config {
+            queue_max: 2_000_000,
+            ..Config::default()
+        },
         core,
-        snapshot_every: u64::MAX,
+        snapshot_every,
         live_workers: Vec::new(),
         component: None,
+        shadow,
     };
     let (replication, begun) = Replication::solo(dir).await.unwrap();
     tokio::task::spawn_blocking(move || master::start(options, replication, begun))
@@ -585,7 +613,7 @@ async fn upgrade_large() {
     const EVENTS: u64 = 1_000_000;
     let dir = tempfile::tempdir().unwrap();
     write_submissions(dir.path(), EVENTS);
-    let (handle, _) = master_in(dir.path(), CoreKind::Wasm).await;
+    let (handle, _) = master_in(dir.path(), CoreKind::Wasm, u64::MAX, true).await;
     let fifo = std::fs::read(concat!(env!("COHORT_GUESTS_DIR"), "/fifo_master.wasm")).unwrap();
     let digest = cohort::master::upgrade::MasterStore::new(dir.path())
         .put(&fifo)
@@ -626,6 +654,80 @@ async fn upgrade_large() {
     handle.shutdown().await;
 }
 
+/// A Wasm master holding 1,000,000 queued jobs snapshots every 10,000
+/// events while 4 callers submit one job at a time each for 12 s: the
+/// submissions' round trips with no periodic snapshot (the yardstick),
+/// with the snapshots taken on the master's thread, then by its shadow.
+async fn snapshot_pause() {
+    const JOBS: u64 = 1_000_000;
+    const EVERY: u64 = 10_000;
+    const CALLERS: u64 = 4;
+    const WINDOW: Duration = Duration::from_secs(12);
+    let modes = [
+        ("none taken (the yardstick)", u64::MAX, false),
+        ("taken on the master's thread", EVERY, false),
+        ("taken by the shadow", EVERY, true),
+    ];
+    for (mode, every, shadow) in modes {
+        let dir = tempfile::tempdir().unwrap();
+        write_submissions(dir.path(), JOBS);
+        let rss_before = rss_bytes();
+        let (handle, _) = master_in(dir.path(), CoreKind::Wasm, every, shadow).await;
+        let started = Instant::now();
+        let mut callers = Vec::new();
+        for caller in 0..CALLERS {
+            let handle = handle.clone();
+            callers.push(tokio::spawn(async move {
+                let mut times = Histogram::<u64>::new(3).unwrap();
+                let mut seq = JOBS + caller;
+                while started.elapsed() < WINDOW {
+                    let submit = Command::Submit {
+                        spec: spec(seq),
+                        request: RequestId { origin: 2, seq },
+                        options: JobOptions::default(),
+                    };
+                    let sent = Instant::now();
+                    handle.command(submit).await.unwrap();
+                    times.record(sent.elapsed().as_micros() as u64).unwrap();
+                    if std::env::var_os("COHORT_BENCH_VERBOSE").is_some()
+                        && sent.elapsed() > Duration::from_millis(20)
+                    {
+                        println!(
+                            "  slow: sent at {:.3?}, took {:.1?}",
+                            sent - started,
+                            sent.elapsed()
+                        );
+                    }
+                    seq += CALLERS;
+                }
+                times
+            }));
+        }
+        let mut times = Histogram::<u64>::new(3).unwrap();
+        for caller in callers {
+            times.add(caller.await.unwrap()).unwrap();
+        }
+        let snapshots = handle
+            .counters()
+            .snapshots
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let rss = rss_bytes().saturating_sub(rss_before);
+        let compacted = master::store::latest_snapshot(dir.path())
+            .unwrap()
+            .map_or(0, |s| s.index);
+        println!(
+            "snapshot pause (snapshots {mode}): {} submissions in {WINDOW:?} by {CALLERS} callers, p50 {} µs, p99 {} µs, p99.9 {} µs, longest {:.1} ms; {snapshots} snapshots asked, the journal compacted up to entry {compacted}; resident memory grew {} MiB",
+            times.len(),
+            times.value_at_quantile(0.5),
+            times.value_at_quantile(0.99),
+            times.value_at_quantile(0.999),
+            times.max() as f64 / 1000.0,
+            rss >> 20,
+        );
+        handle.shutdown().await;
+    }
+}
+
 async fn recovery(core: CoreKind) {
     const EVENTS: u64 = 1_000_000;
     let dir = tempfile::tempdir().unwrap();
@@ -638,7 +740,7 @@ async fn recovery(core: CoreKind) {
     );
     let rss_before = rss_bytes();
     let started = Instant::now();
-    let (handle, report) = master_in(dir.path(), core).await;
+    let (handle, report) = master_in(dir.path(), core, u64::MAX, false).await;
     let elapsed = started.elapsed();
     let rss_after = rss_bytes();
     let stats = match handle.query(cohort_master::Query::Stats).await.unwrap() {

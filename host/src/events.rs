@@ -74,6 +74,9 @@ names! {
     /// This node's master was superseded by a newer one; it steps down and
     /// rejoins as the youngest node: `epoch`, `newer`.
     SUPERSEDED = "superseded";
+    /// The master's shadow, which takes its snapshots off the master's
+    /// thread, failed; the master takes them itself from now on: `error`.
+    MASTER_SHADOW_FAILED = "master_shadow_failed";
     /// The voter set changed: `voters`.
     VOTERS_CHANGED = "voters_changed";
     /// Replication found something that should not happen: `reason`.

@@ -19,7 +19,7 @@ use crate::cluster::modules::ModuleFetcher;
 use crate::cluster::singleton;
 use crate::events::{self, emit};
 use crate::master::core::MasterComponent;
-use crate::master::{self, CoreKind, MasterOptions};
+use crate::master::{self, CoreKind, MasterOptions, SnapshotSource};
 use crate::modules::ModuleStore;
 use crate::peer::Peer;
 use crate::replication::Replication;
@@ -97,6 +97,13 @@ pub struct NodeArgs {
     /// Events between master snapshots.
     #[arg(long, default_value_t = master::service::SNAPSHOT_EVERY_DEFAULT)]
     pub snapshot_every: u64,
+    /// Where the master's periodic snapshots are taken: `shadow`, a second
+    /// instance of the master on its own thread that applies every event
+    /// (the master never pauses for a snapshot; costs a second copy of its
+    /// state in memory), or `master`, on the master's own thread (it
+    /// answers nobody while it serializes, about 1 s per million jobs).
+    #[arg(long, value_enum, default_value = "shadow")]
+    pub snapshots: SnapshotSource,
     /// Start the cluster's voter set with this node if no back-end node it
     /// reaches has one [default: when started without --seed]. Give it to
     /// exactly one node of a new cluster whose nodes all have seeds.
@@ -407,6 +414,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 snapshot_every: args.snapshot_every,
                 live_workers: Vec::new(),
                 component: None,
+                shadow: args.snapshots == SnapshotSource::Shadow,
             },
             replication: replication.clone().expect("back-end nodes replicate"),
             link: link.clone(),

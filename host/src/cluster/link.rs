@@ -809,6 +809,7 @@ mod tests {
             snapshot_every: crate::master::service::SNAPSHOT_EVERY_DEFAULT,
             live_workers: Vec::new(),
             component: None,
+            shadow: true,
         };
         let (replication, begun) = crate::replication::Replication::solo(dir).await.unwrap();
         let started =

@@ -6,6 +6,8 @@
 //! * [`store`] — journal segments and snapshots on disk; recovery.
 //! * [`upgrade`] — another master build switched in on a running cluster:
 //!   the checks, the journal's switch record, uploaded builds on disk.
+//! * `shadow` — a second instance of the master that follows its events,
+//!   so snapshots are serialized off the master's thread.
 //! * [`service`] — the master thread, which hands its events to the node's
 //!   replication (`crate::replication`); the [`MasterHandle`] every caller
 //!   uses.
@@ -13,8 +15,12 @@
 mod bindings;
 pub mod core;
 pub mod service;
+mod shadow;
 pub mod store;
 pub mod upgrade;
 
 pub use self::core::CoreKind;
-pub use service::{MasterError, MasterHandle, MasterOptions, RecoveryReport, now_ms, start};
+pub use service::{
+    MasterError, MasterHandle, MasterOptions, RecoveryReport, SnapshotSource, now_ms, start,
+};
+pub(crate) use shadow::background_priority;

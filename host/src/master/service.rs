@@ -43,7 +43,8 @@
 //! costs the master one pass to register and one to drop, however it ends.
 
 use super::core::{Core, CoreKind, MasterComponent, NativeCore};
-use super::store::StoreError;
+use super::shadow::{Shadow, Taken};
+use super::store::{Snapshot as StoredSnapshot, StoreError};
 use super::upgrade::{self, Build, Builds, Switch};
 use crate::replication::{Completion, Replication, ReplicationStatus, Started};
 use cohort_master::{
@@ -90,6 +91,19 @@ pub struct MasterOptions {
     /// The master component already compiled (`None`: compile it, or load
     /// it from `<data_dir>/compiled`).
     pub component: Option<MasterComponent>,
+    /// Take snapshots from a shadow instance on its own thread
+    /// ([`super::shadow`]) rather than pausing the master for them.
+    pub shadow: bool,
+}
+
+/// Where the master's periodic snapshots are taken (`cohort node
+/// --snapshots`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SnapshotSource {
+    /// A shadow instance on its own thread ([`super::shadow`]).
+    Shadow,
+    /// The master's own thread, which pauses for it.
+    Master,
 }
 
 /// A running attempt's latest progress, carried by its worker's polls. It
@@ -538,65 +552,23 @@ pub fn start(
         events,
         ..
     } = started;
-    let (mut builds, state) = match &snapshot {
-        Some(snapshot) => upgrade::unwrap_state(&snapshot.state)
-            .map_err(|e| StartError::Core(anyhow::anyhow!("snapshot {}: {e}", snapshot.index)))?,
-        None => (Builds::default(), &[][..]),
-    };
-    let state = snapshot.as_ref().map(|_| state);
-    let mut components = Components::new(&options);
-    let mut core: Box<dyn Core> = match options.core {
-        CoreKind::Wasm => Box::new(
-            components
-                .get(builds.active)?
-                .instantiate(state)
-                .map_err(StartError::Core)?
-                .map_err(|r| StartError::Core(anyhow::anyhow!("snapshot refused: {r}")))?,
-        ),
-        CoreKind::Native if builds.active != Build::BuiltIn => {
-            return Err(StartError::Core(anyhow::anyhow!(
-                "the cluster runs the uploaded master {}, which --master-core native cannot run",
-                builds.active
-            )));
-        }
-        CoreKind::Native => Box::new(
-            NativeCore::new(state)
-                .map_err(|r| StartError::Core(anyhow::anyhow!("snapshot refused: {r}")))?,
-        ),
-    };
-    let mut replay = Vec::with_capacity(REPLAY_CHUNK);
     let events_replayed = events.len() as u64;
-    for event in events {
-        if let Some(switch) = upgrade::decode_switch(&event) {
-            replay_chunk(core.as_mut(), &mut replay)?;
-            let switch = switch.map_err(|e| StartError::Core(anyhow::anyhow!(e)))?;
-            if options.core == CoreKind::Native {
-                return Err(StartError::Core(anyhow::anyhow!(
-                    "the journal switches to master {}, which --master-core native cannot run",
-                    switch.to
-                )));
-            }
-            let component = components.get(switch.to)?;
-            core = upgrade::hand_over(core.as_mut(), &component)
-                .map_err(StartError::Core)?
-                .map_err(|r| {
-                    StartError::Core(anyhow::anyhow!(
-                        "replaying the switch to {}: {r}",
-                        switch.to
-                    ))
-                })?;
-            builds = builds.switched(switch.to);
-            continue;
-        }
-        replay.push(event);
-        if replay.len() == REPLAY_CHUNK {
-            replay_chunk(core.as_mut(), &mut replay)?;
-        }
-    }
-    replay_chunk(core.as_mut(), &mut replay)?;
+    let snapshot_index = snapshot.as_ref().map(|s| s.index);
+    let recovered = Arc::new(Recovered { snapshot, events });
+    let mut replayer = Replayer::recover(&options, recovered.snapshot.as_ref())?;
+    replayer.replay(&recovered.events)?;
+    let Replayer {
+        core,
+        builds,
+        components,
+        ..
+    } = replayer;
+    let shadow = options
+        .shadow
+        .then(|| Shadow::start(options.clone(), components.loaded, recovered));
     let report = RecoveryReport {
         journal_epoch: epoch.saturating_sub(1),
-        snapshot_index: snapshot.map(|s| s.index),
+        snapshot_index,
         events_replayed,
         torn_bytes: 0,
         duration: began.elapsed(),
@@ -609,6 +581,7 @@ pub fn start(
     let (done_tx, done) = watch::channel(false);
     let shared_builds = Arc::new(std::sync::Mutex::new(builds));
     let mut master = MasterLoop {
+        shadow,
         builds,
         shared_builds: shared_builds.clone(),
         recording: None,
@@ -660,12 +633,14 @@ pub fn start(
 /// The master components a recovery needs, each compiled once.
 struct Components<'a> {
     options: &'a MasterOptions,
-    loaded: HashMap<Build, MasterComponent>,
+    loaded: Loaded,
 }
 
+/// Master builds compiled so far.
+pub(super) type Loaded = HashMap<Build, MasterComponent>;
+
 impl<'a> Components<'a> {
-    fn new(options: &'a MasterOptions) -> Self {
-        let mut loaded = HashMap::new();
+    fn new(options: &'a MasterOptions, mut loaded: Loaded) -> Self {
         if let Some(component) = &options.component {
             loaded.insert(Build::BuiltIn, component.clone());
         }
@@ -683,20 +658,123 @@ impl<'a> Components<'a> {
     }
 }
 
-fn replay_chunk(core: &mut dyn Core, chunk: &mut Vec<Vec<u8>>) -> Result<(), StartError> {
-    if chunk.is_empty() {
-        return Ok(());
+/// What a master recovers from: the newest snapshot and the journal's
+/// events after it.
+pub(super) struct Recovered {
+    pub snapshot: Option<StoredSnapshot>,
+    pub events: Vec<Vec<u8>>,
+}
+
+/// A master brought up to date from the journal, as the live master went:
+/// events applied in chunks, builds switched at switch records. Recovery
+/// and the shadow ([`super::shadow`]) both replay through it, so they
+/// reach the same state.
+pub(super) struct Replayer<'a> {
+    pub core: Box<dyn Core>,
+    pub builds: Builds,
+    kind: CoreKind,
+    components: Components<'a>,
+}
+
+impl<'a> Replayer<'a> {
+    /// The master as `snapshot` left it (empty without one).
+    pub fn recover(
+        options: &'a MasterOptions,
+        snapshot: Option<&StoredSnapshot>,
+    ) -> Result<Self, StartError> {
+        Self::recover_with(options, Loaded::new(), snapshot)
     }
-    core.apply(chunk).map_err(StartError::Core)?.map_err(|r| {
-        StartError::Core(anyhow::anyhow!("the master refused a journal entry: {r}"))
-    })?;
-    chunk.clear();
-    Ok(())
+
+    /// [`Self::recover`], with the builds already compiled.
+    pub fn recover_with(
+        options: &'a MasterOptions,
+        loaded: Loaded,
+        snapshot: Option<&StoredSnapshot>,
+    ) -> Result<Self, StartError> {
+        let (builds, state) = match snapshot {
+            Some(snapshot) => upgrade::unwrap_state(&snapshot.state).map_err(|e| {
+                StartError::Core(anyhow::anyhow!("snapshot {}: {e}", snapshot.index))
+            })?,
+            None => (Builds::default(), &[][..]),
+        };
+        let state = snapshot.map(|_| state);
+        let mut components = Components::new(options, loaded);
+        let core: Box<dyn Core> = match options.core {
+            CoreKind::Wasm => Box::new(
+                components
+                    .get(builds.active)?
+                    .instantiate(state)
+                    .map_err(StartError::Core)?
+                    .map_err(|r| StartError::Core(anyhow::anyhow!("snapshot refused: {r}")))?,
+            ),
+            CoreKind::Native if builds.active != Build::BuiltIn => {
+                return Err(StartError::Core(anyhow::anyhow!(
+                    "the cluster runs the uploaded master {}, which --master-core native cannot run",
+                    builds.active
+                )));
+            }
+            CoreKind::Native => Box::new(
+                NativeCore::new(state)
+                    .map_err(|r| StartError::Core(anyhow::anyhow!("snapshot refused: {r}")))?,
+            ),
+        };
+        Ok(Self {
+            core,
+            builds,
+            kind: options.core,
+            components,
+        })
+    }
+
+    /// Applies `events` (journal entries: the master's events and switch
+    /// records) in order.
+    pub fn replay(&mut self, events: &[Vec<u8>]) -> Result<(), StartError> {
+        let mut from = 0;
+        for (at, event) in events.iter().enumerate() {
+            let Some(switch) = upgrade::decode_switch(event) else {
+                continue;
+            };
+            self.apply(&events[from..at])?;
+            from = at + 1;
+            let switch = switch.map_err(|e| StartError::Core(anyhow::anyhow!(e)))?;
+            if self.kind == CoreKind::Native {
+                return Err(StartError::Core(anyhow::anyhow!(
+                    "the journal switches to master {}, which --master-core native cannot run",
+                    switch.to
+                )));
+            }
+            let component = self.components.get(switch.to)?;
+            self.core = upgrade::hand_over(self.core.as_mut(), &component)
+                .map_err(StartError::Core)?
+                .map_err(|r| {
+                    StartError::Core(anyhow::anyhow!(
+                        "replaying the switch to {}: {r}",
+                        switch.to
+                    ))
+                })?;
+            self.builds = self.builds.switched(switch.to);
+        }
+        self.apply(&events[from..])
+    }
+
+    fn apply(&mut self, events: &[Vec<u8>]) -> Result<(), StartError> {
+        for chunk in events.chunks(REPLAY_CHUNK) {
+            self.core
+                .apply(chunk)
+                .map_err(StartError::Core)?
+                .map_err(|r| {
+                    StartError::Core(anyhow::anyhow!("the master refused a journal entry: {r}"))
+                })?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Default)]
 struct Batch {
     events: Vec<Vec<u8>>,
+    /// How many of `events` the shadow has.
+    shadowed: usize,
     completions: Vec<Completion>,
     work_available: bool,
 }
@@ -711,6 +789,8 @@ struct Parked {
 
 struct MasterLoop {
     core: Box<dyn Core>,
+    /// Where snapshots are taken, if not here.
+    shadow: Option<Shadow>,
     /// The master build running and the one before.
     builds: Builds,
     shared_builds: Arc<std::sync::Mutex<Builds>>,
@@ -931,17 +1011,24 @@ impl MasterLoop {
             }
             Request::Rehearse(respond) => {
                 self.rehearsals += 1;
-                let rehearsal = Rehearsal {
-                    token: self.rehearsals,
-                    state: self.core.snapshot()?,
-                };
+                let token = self.rehearsals;
                 self.recording = Some(Recording {
-                    token: rehearsal.token,
+                    token,
                     events: Vec::new(),
                     bytes: 0,
                     overflowed: false,
                 });
-                let _ = respond.send(Ok(rehearsal));
+                // The state from which the recording starts.
+                self.take_snapshot(
+                    true,
+                    Box::new(move |state| {
+                        let _ = respond.send(
+                            state
+                                .map(|(_, state)| Rehearsal { token, state })
+                                .map_err(|e| MasterError::Unavailable(format!("{e:#}"))),
+                        );
+                    }),
+                )?;
             }
             Request::Switch(switch, respond) => {
                 let result = self.switch(*switch)?;
@@ -1297,8 +1384,10 @@ impl MasterLoop {
         Ok(Ok((reply, assigned)))
     }
 
-    /// Hands the batch to replication, and a snapshot when one is due.
+    /// Hands the batch to replication (and the shadow), and a snapshot
+    /// when one is due.
     fn flush(&mut self) -> anyhow::Result<()> {
+        self.feed_shadow();
         let batch = std::mem::take(&mut self.batch);
         if !batch.events.is_empty() || !batch.completions.is_empty() {
             self.counters
@@ -1308,17 +1397,54 @@ impl MasterLoop {
         }
         self.batch.work_available = batch.work_available;
         if self.events_since_snapshot >= self.snapshot_every {
-            self.snapshot()?;
+            self.snapshot(true)?;
         }
         Ok(())
     }
 
-    fn snapshot(&mut self) -> anyhow::Result<()> {
-        let state = self.core.snapshot()?;
+    /// The events of the batch being formed that the shadow lacks.
+    fn feed_shadow(&mut self) {
+        if let Some(shadow) = &self.shadow {
+            shadow.feed(&self.batch.events[self.batch.shadowed..]);
+        }
+        self.batch.shadowed = self.batch.events.len();
+    }
+
+    /// A snapshot for the journal after every event so far: from the
+    /// shadow if `shadowed` and there is one, else taken here.
+    fn snapshot(&mut self, shadowed: bool) -> anyhow::Result<()> {
         self.events_since_snapshot = 0;
         self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
-        self.replication
-            .snapshot(upgrade::wrap_state(self.builds, state));
+        let slot = self.replication.snapshot_slot();
+        self.take_snapshot(
+            shadowed,
+            Box::new(move |state| {
+                if let Ok((builds, state)) = state {
+                    slot.fill(upgrade::wrap_state(builds, state));
+                }
+            }),
+        )
+    }
+
+    /// Hands `taken` the state after every event decided so far: taken by
+    /// the shadow if `shadowed` and it is healthy, else here (the master
+    /// pauses for it).
+    fn take_snapshot(&mut self, shadowed: bool, taken: Taken) -> anyhow::Result<()> {
+        let taken = match &self.shadow {
+            Some(shadow) if shadowed && shadow.healthy() => {
+                self.feed_shadow();
+                let Some(shadow) = &self.shadow else {
+                    unreachable!("checked")
+                };
+                match shadow.snapshot(taken) {
+                    Ok(()) => return Ok(()),
+                    Err(taken) => taken,
+                }
+            }
+            _ => taken,
+        };
+        let state = self.core.snapshot()?;
+        taken(Ok((self.builds, state)));
         Ok(())
     }
 
@@ -1329,9 +1455,13 @@ impl MasterLoop {
         // Always snapshot (a restart or the next master starts from it),
         // unless superseded: then this node's state is not the cluster's.
         let superseded = self.superseded.borrow().is_some();
-        let result = self
-            .flush()
-            .and_then(|()| if superseded { Ok(()) } else { self.snapshot() });
+        let result = self.flush().and_then(|()| {
+            if superseded {
+                Ok(())
+            } else {
+                self.snapshot(false)
+            }
+        });
         if let Err(error) = result {
             tracing::error!("the master could not flush while stopping: {error:#}");
         }
@@ -1438,6 +1568,7 @@ mod tests {
             snapshot_every: SNAPSHOT_EVERY_DEFAULT,
             live_workers: live_workers.iter().map(|w| w.to_string()).collect(),
             component: None,
+            shadow: true,
         }
     }
 
@@ -1554,6 +1685,55 @@ mod tests {
             panic!("not submitted");
         };
         id
+    }
+
+    /// Periodic snapshots, taken by the shadow or (without one) by the
+    /// master, compact the journal while the master serves; a restart
+    /// starts from the newest and holds every job.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn periodic_snapshots_compact_the_journal_with_or_without_a_shadow() {
+        for shadow in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let options = MasterOptions {
+                snapshot_every: 40,
+                shadow,
+                ..options(dir.path(), &[])
+            };
+            let master = start_in(options.clone()).await;
+            for seq in 0..300 {
+                submit(&master, seq, 0).await;
+            }
+            // Written while the master runs: not the one a stop takes.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while super::super::store::latest_snapshot(dir.path())
+                .unwrap()
+                .is_none_or(|s| s.index <= 200)
+            {
+                assert!(Instant::now() < deadline, "no snapshot (shadow: {shadow})");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert!(master.counters().snapshots.load(Ordering::Relaxed) >= 5);
+            master.shutdown().await;
+            drop(master);
+            let (master, report) = {
+                let (replication, started) = loop {
+                    match Replication::solo(dir.path()).await {
+                        Ok(solo) => break solo,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                };
+                tokio::task::spawn_blocking(move || start(options, replication, started))
+                    .await
+                    .unwrap()
+                    .unwrap()
+            };
+            assert!(report.snapshot_index.is_some());
+            let Answer::Stats(stats) = master.query(Query::Stats).await.unwrap() else {
+                panic!("not stats");
+            };
+            assert_eq!(stats.jobs[0], 300, "every job is queued (shadow: {shadow})");
+            master.shutdown().await;
+        }
     }
 
     /// The job the next one-slot poll starts.

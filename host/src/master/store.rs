@@ -287,20 +287,28 @@ pub fn write_promise(data_dir: &Path, epoch: u64) -> Result<(), StoreError> {
         .map_err(io_error(data_dir))
 }
 
+/// Bytes of a snapshot file written between two syncs.
+const SNAPSHOT_SYNC_BYTES: usize = 4 << 20;
+
 /// Writes a snapshot durably and removes all but the newest two.
 pub fn write_snapshot(data_dir: &Path, snapshot: &Snapshot) -> Result<(), StoreError> {
     let dir = data_dir.join("snapshots");
     fs::create_dir_all(&dir).map_err(io_error(&dir))?;
-    let mut framed = Vec::with_capacity(snapshot.state.len() + SNAPSHOT_HEADER_BYTES);
-    framed.extend_from_slice(&snapshot.index.to_le_bytes());
-    framed.extend_from_slice(&snapshot.epoch.to_le_bytes());
-    framed.extend_from_slice(&(snapshot.state.len() as u64).to_le_bytes());
+    let mut header = Vec::with_capacity(SNAPSHOT_HEADER_BYTES);
+    header.extend_from_slice(&snapshot.index.to_le_bytes());
+    header.extend_from_slice(&snapshot.epoch.to_le_bytes());
+    header.extend_from_slice(&(snapshot.state.len() as u64).to_le_bytes());
     let crc = snapshot_crc(snapshot.index, snapshot.epoch, &snapshot.state);
-    framed.extend_from_slice(&crc.to_le_bytes());
-    framed.extend_from_slice(&snapshot.state);
+    header.extend_from_slice(&crc.to_le_bytes());
     let path = dir.join(format!("{:020}.snap", snapshot.index));
     let mut file = tempfile::NamedTempFile::new_in(&dir).map_err(io_error(&dir))?;
-    file.write_all(&framed).map_err(io_error(&path))?;
+    file.write_all(&header).map_err(io_error(&path))?;
+    // Synced as it goes: a journal fsync issued meanwhile then waits for
+    // one piece at most, not for the whole file's writeback.
+    for piece in snapshot.state.chunks(SNAPSHOT_SYNC_BYTES) {
+        file.write_all(piece).map_err(io_error(&path))?;
+        file.as_file().sync_data().map_err(io_error(&path))?;
+    }
     file.as_file().sync_all().map_err(io_error(&path))?;
     file.persist(&path)
         .map_err(|e| e.error)

@@ -149,6 +149,8 @@ impl Input {
             Input::Deliver(..) => "deliver",
             Input::Propose(..) => "propose",
             Input::Snapshot(..) => "snapshot",
+            Input::SnapshotMark(..) => "snapshot_mark",
+            Input::SnapshotFilled(..) => "snapshot_filled",
             Input::SnapshotWritten(..) => "snapshot_written",
             Input::Members(..) => "members",
             Input::TakeOver(..) => "take_over",
@@ -164,6 +166,11 @@ enum Input {
     Deliver(NodeId, Message),
     Propose(Vec<Vec<u8>>, Vec<Completion>),
     Snapshot(Vec<u8>),
+    /// A snapshot at the current end of the journal, its state to come
+    /// ([`SnapshotSlot`]).
+    SnapshotMark(u64),
+    /// The state of a marked snapshot (`None`: there will be none).
+    SnapshotFilled(u64, Option<Vec<u8>>),
     /// The snapshot file `compact` had written on its own thread is
     /// durable (`None`: writing it failed).
     SnapshotWritten(Option<Snapshot>),
@@ -186,6 +193,52 @@ struct Shared {
     drained: Condvar,
     /// Set when the journal failed: the master must stop.
     failed: std::sync::atomic::AtomicBool,
+    /// The last [`SnapshotSlot`] id given out.
+    slots: std::sync::atomic::AtomicU64,
+}
+
+/// A snapshot whose place in the journal is fixed when it is made (after
+/// every event proposed so far) and whose state comes later, from another
+/// thread ([`Replication::snapshot_slot`]). Dropped unfilled, the place is
+/// forgotten.
+pub struct SnapshotSlot {
+    id: u64,
+    shared: Arc<Shared>,
+    filled: bool,
+}
+
+impl SnapshotSlot {
+    /// The master's state after every event proposed before the slot was
+    /// made.
+    pub fn fill(mut self, state: Vec<u8>) {
+        self.filled = true;
+        self.send(Some(state));
+    }
+
+    fn send(&self, state: Option<Vec<u8>>) {
+        let _ = self
+            .shared
+            .tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(Input::SnapshotFilled(self.id, state));
+    }
+}
+
+impl Drop for SnapshotSlot {
+    fn drop(&mut self) {
+        if !self.filled {
+            self.send(None);
+        }
+    }
+}
+
+impl std::fmt::Debug for SnapshotSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotSlot")
+            .field("id", &self.id)
+            .finish()
+    }
 }
 
 /// This node's replication. Cheap to clone.
@@ -257,6 +310,7 @@ impl Replication {
             in_flight: Mutex::new(0),
             drained: Condvar::new(),
             failed: std::sync::atomic::AtomicBool::new(false),
+            slots: std::sync::atomic::AtomicU64::new(0),
         });
         let replicator = Replicator::new(options, storage);
         let driver = Driver {
@@ -353,6 +407,24 @@ impl Replication {
     /// event proposed so far, once those are committed.
     pub fn snapshot(&self, state: Vec<u8>) {
         self.send(Input::Snapshot(state));
+    }
+
+    /// A snapshot after every event proposed so far, its state to be
+    /// filled in later (by the master's shadow, from another thread). The
+    /// journal is compacted under it once it is filled and committed; a
+    /// later snapshot that is both first makes it moot.
+    pub fn snapshot_slot(&self) -> SnapshotSlot {
+        let id = self
+            .shared
+            .slots
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        self.send(Input::SnapshotMark(id));
+        SnapshotSlot {
+            id,
+            shared: self.shared.clone(),
+            filled: false,
+        }
     }
 
     /// Waits until everything proposed so far is appended and synced here,
@@ -487,8 +559,9 @@ struct Driver {
     pending: VecDeque<(u64, Instant, Vec<Completion>)>,
     takeovers: Vec<oneshot::Sender<Result<Started, String>>>,
     handover: Option<HandOver>,
-    /// Snapshots waiting for their index to commit: `(index, state)`.
-    snapshots: VecDeque<(u64, Vec<u8>)>,
+    /// Snapshots waiting for their index to commit, and for their state
+    /// if they came from a [`SnapshotSlot`]: `(index, slot id or 0, state)`.
+    snapshots: VecDeque<(u64, u64, Option<Vec<u8>>)>,
     /// Whether a snapshot file is being written on its own thread.
     writing_snapshot: bool,
     /// Flushes waiting for that file.
@@ -636,7 +709,21 @@ impl Driver {
             Input::Propose(..) => unreachable!("batched by run"),
             Input::Snapshot(state) => {
                 let index = self.replicator.storage().next_index();
-                self.snapshots.push_back((index, state));
+                self.snapshots.push_back((index, 0, Some(state)));
+                self.compact();
+            }
+            Input::SnapshotMark(slot) => {
+                let index = self.replicator.storage().next_index();
+                self.snapshots.push_back((index, slot, None));
+            }
+            Input::SnapshotFilled(slot, state) => {
+                let position = self.snapshots.iter().position(|(_, id, _)| *id == slot);
+                match (position, state) {
+                    (Some(at), Some(state)) => self.snapshots[at].2 = Some(state),
+                    (Some(at), None) => drop(self.snapshots.remove(at)),
+                    // Cleared meanwhile (this node stepped down).
+                    (None, _) => {}
+                }
                 self.compact();
             }
             Input::SnapshotWritten(snapshot) => self.snapshot_written(snapshot),
@@ -841,9 +928,8 @@ impl Driver {
         commit
     }
 
-    /// Compacts under the oldest waiting snapshot once it is committed.
     /// Compacts the journal under the oldest snapshot whose index is
-    /// committed. Its file (tens of MiB with a million jobs) is written and
+    /// committed (and whose state is in, for a slot). Its file (tens of MiB with a million jobs) is written and
     /// fsynced on a thread of its own, one at a time: written here, it held
     /// this thread 150-340 ms, long enough for the followers to find the
     /// master silent and take it over. The journal is compacted here once
@@ -852,11 +938,26 @@ impl Driver {
         if self.writing_snapshot {
             return;
         }
-        while let Some((index, _)) = self.snapshots.front() {
-            if *index > self.replicator.commit() {
+        let commit = self.replicator.commit();
+        while let Some((index, _, state)) = self.snapshots.front() {
+            if *index > commit {
                 return;
             }
-            let (index, state) = self.snapshots.pop_front().expect("checked");
+            if state.is_none() {
+                // Still being taken: wait for it, unless a later one is
+                // ready and committed, which makes it moot.
+                let later = self
+                    .snapshots
+                    .iter()
+                    .any(|(index, _, state)| state.is_some() && *index <= commit);
+                if !later {
+                    return;
+                }
+                self.snapshots.pop_front();
+                continue;
+            }
+            let (index, _, state) = self.snapshots.pop_front().expect("checked");
+            let state = state.expect("checked");
             let shape = cohort_replication::Storage::shape(self.replicator.storage());
             let Some(epoch) = shape.epoch_at(index.saturating_sub(1)) else {
                 continue;
@@ -873,6 +974,7 @@ impl Driver {
             let spawned = std::thread::Builder::new()
                 .name("cohort-snapshot".into())
                 .spawn(move || {
+                    crate::master::background_priority();
                     let input = match storage::write_snapshot(&dir, &snapshot) {
                         Ok(()) => Input::SnapshotWritten(Some(snapshot)),
                         Err(error) => {
@@ -1157,5 +1259,43 @@ mod tests {
         assert_eq!(started.epoch, 2);
         assert_eq!(started.snapshot.unwrap().state, b"state");
         assert_eq!(started.events, vec![vec![1, 2]]);
+    }
+
+    /// Snapshots whose state comes later ([`SnapshotSlot`]) compact the
+    /// journal at the place they were made; one still unfilled when a
+    /// later one is ready is moot, and a slot dropped unfilled is
+    /// forgotten.
+    #[tokio::test]
+    async fn slots_compact_where_they_were_made_and_late_ones_are_moot() {
+        let dir = tempfile::tempdir().unwrap();
+        let (replication, _) = Replication::solo(dir.path()).await.unwrap();
+        commit(&replication, 1).await.unwrap();
+        let early = replication.snapshot_slot();
+        commit(&replication, 2).await.unwrap();
+        let later = replication.snapshot_slot();
+        commit(&replication, 3).await.unwrap();
+        drop(replication.snapshot_slot());
+        later.fill(b"after 2".to_vec());
+        replication.flush().await;
+        let newest = || {
+            crate::master::store::latest_snapshot(dir.path())
+                .unwrap()
+                .expect("a snapshot")
+        };
+        // The later one did not wait for the earlier one.
+        assert!(newest().state.ends_with(b"after 2"));
+        // Too late: the journal is compacted under a later state.
+        early.fill(b"after 1".to_vec());
+        replication.flush().await;
+        assert!(newest().state.ends_with(b"after 2"));
+        drop(replication);
+        let started = loop {
+            match Replication::solo(dir.path()).await {
+                Ok((_, started)) => break started,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        assert_eq!(started.snapshot.unwrap().state, b"after 2");
+        assert_eq!(started.events, vec![vec![1, 3]]);
     }
 }

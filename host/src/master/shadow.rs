@@ -1,0 +1,342 @@
+//! The master's shadow: a second instance of the master, on a thread of its
+//! own, that applies every batch of events the master proposes, in order,
+//! so that snapshots are serialized from it while the master goes on
+//! serving.
+//!
+//! # Why
+//!
+//! Serializing the master's state takes as long as the state is large
+//! (about a second for a million jobs), and a master that does it on its
+//! own thread answers nobody meanwhile: every submission, poll and read
+//! waits. The master is deterministic, so the same events applied to the
+//! same starting state give the same state, byte for byte. A snapshot of
+//! the shadow at a point of the journal therefore *is* the master's
+//! snapshot at that point.
+//!
+//! # How
+//!
+//! ```text
+//! master thread ──propose(batch)──────────────▶ replication: append, commit
+//!      │        ──snapshot_slot()─────────────▶   the index is fixed here
+//!      └──feed(batch), snapshot(slot)──▶ shadow thread: apply, …, serialize
+//!                                              └──slot.fill(state)──▶ compact once
+//!                                                                    committed
+//! ```
+//!
+//! * The master marks the place (`Replication::snapshot_slot`: after every
+//!   event proposed so far) and goes on; the shadow fills the slot when it
+//!   reaches it; replication compacts under it once it is filled and
+//!   committed, exactly as under a snapshot the master took itself.
+//! * An upgrade's rehearsal, which needs the running state, takes it from
+//!   the shadow the same way.
+//! * The shadow recovers from the same snapshot and journal as the master,
+//!   through the same [`Replayer`], *after* the master did: taking the
+//!   master over never waits for it. What the master proposes meanwhile
+//!   waits in the shadow's channel. Build switches are journal entries in
+//!   the batches, so the shadow switches where recovery would.
+//! * Costs: a second copy of the state in memory, and applying each event
+//!   twice (only applied: deciding stays the master's). `--snapshots
+//!   master` turns the shadow off.
+//! * A shadow that fails (a trap, a refused event) says so once
+//!   (`master_shadow_failed`) and is gone; the master then snapshots on its
+//!   own thread, as without a shadow. It never stops the master.
+//! * The shadow and the thread writing snapshot files run at a lower
+//!   priority (`nice` 10) than the threads that answer callers.
+//! * A stop still snapshots the master itself: the shadow may be behind,
+//!   and the next master should start from the newest state.
+
+use super::service::{MasterOptions, Recovered, Replayer};
+use super::upgrade::Builds;
+use crate::events::{self, emit};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+
+/// Batches waiting for the shadow at most; beyond, the master waits for
+/// it. A shadow serializing a million jobs is busy for about a second;
+/// this holds more batches than a master proposes in that time.
+const BATCHES_WAITING_MAX: usize = 65_536;
+
+/// What to do with a snapshot: the builds it runs and its state, or why
+/// there is none.
+pub(super) type Taken = Box<dyn FnOnce(anyhow::Result<(Builds, Vec<u8>)>) + Send>;
+
+enum Input {
+    Events(Vec<Vec<u8>>),
+    Snapshot(Taken),
+}
+
+/// The master's side of its shadow.
+pub(super) struct Shadow {
+    tx: SyncSender<Input>,
+    failed: Arc<AtomicBool>,
+}
+
+impl Shadow {
+    /// Starts the shadow: it recovers from `from` (the master's own
+    /// recovery, whose compiled builds are `loaded`), then follows what
+    /// it is fed.
+    pub fn start(
+        options: MasterOptions,
+        loaded: super::service::Loaded,
+        from: Arc<Recovered>,
+    ) -> Self {
+        let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_WAITING_MAX);
+        let failed = Arc::new(AtomicBool::new(false));
+        let flag = failed.clone();
+        let spawned = std::thread::Builder::new()
+            .name("cohort-shadow".into())
+            .spawn(move || {
+                background_priority();
+                if let Err(error) = run(&options, loaded, from, rx) {
+                    flag.store(true, Ordering::Relaxed);
+                    emit!(
+                        error,
+                        events::MASTER_SHADOW_FAILED,
+                        error = %format!("{error:#}"),
+                        "the master's shadow failed; the master takes its snapshots itself"
+                    );
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::error!(%error, "cannot start the master's shadow");
+            failed.store(true, Ordering::Relaxed);
+        }
+        Self { tx, failed }
+    }
+
+    /// Whether the shadow is still following.
+    pub fn healthy(&self) -> bool {
+        !self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Applies `events` (the master's batch, as proposed) after what came
+    /// before. Waits while the shadow is [`BATCHES_WAITING_MAX`] batches
+    /// behind.
+    pub fn feed(&self, events: &[Vec<u8>]) {
+        if events.is_empty() || !self.healthy() {
+            return;
+        }
+        let input = Input::Events(events.to_vec());
+        let sent = match self.tx.try_send(input) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(input)) => self.tx.send(input).map_err(drop),
+            Err(TrySendError::Disconnected(_)) => Err(()),
+        };
+        if sent.is_err() {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Hands `taken` a snapshot of the state after everything fed so far,
+    /// once the shadow is there; or gives it back when there is no shadow
+    /// to take it (the caller then takes it itself).
+    pub fn snapshot(&self, taken: Taken) -> Result<(), Taken> {
+        if !self.healthy() {
+            return Err(taken);
+        }
+        match self.tx.send(Input::Snapshot(taken)) {
+            Ok(()) => Ok(()),
+            Err(std::sync::mpsc::SendError(input)) => {
+                self.failed.store(true, Ordering::Relaxed);
+                match input {
+                    Input::Snapshot(taken) => Err(taken),
+                    Input::Events(_) => unreachable!("sent a snapshot"),
+                }
+            }
+        }
+    }
+}
+
+/// How much lower than the master's thread the shadow runs (a `nice`
+/// increment): with fewer cores than busy threads, the shadow
+/// serializing a large state must not take turns with the threads that
+/// answer callers.
+const NICE: i32 = 10;
+
+/// Lowers the calling thread's priority ([`NICE`]); best effort.
+pub(crate) fn background_priority() {
+    // SAFETY: `setpriority` only reads its arguments. On Linux the nice
+    // value is per thread, and `who == 0` is the calling thread.
+    #[cfg(target_os = "linux")]
+    let failed = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, NICE) } != 0;
+    #[cfg(not(target_os = "linux"))]
+    let failed = false;
+    if failed {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            "cannot lower a background thread's priority"
+        );
+    }
+}
+
+fn run(
+    options: &MasterOptions,
+    loaded: super::service::Loaded,
+    from: Arc<Recovered>,
+    rx: Receiver<Input>,
+) -> anyhow::Result<()> {
+    let fail = |e: super::service::StartError| anyhow::anyhow!("{e}");
+    let mut replayer =
+        Replayer::recover_with(options, loaded, from.snapshot.as_ref()).map_err(fail)?;
+    replayer.replay(&from.events).map_err(fail)?;
+    // The recovered journal is no longer needed once both have it.
+    drop(from);
+    while let Ok(input) = rx.recv() {
+        match input {
+            Input::Events(events) => replayer.replay(&events).map_err(fail)?,
+            Input::Snapshot(taken) => match replayer.core.snapshot() {
+                Ok(state) => taken(Ok((replayer.builds, state))),
+                Err(error) => {
+                    taken(Err(anyhow::anyhow!(
+                        "the master's shadow failed: {error:#}"
+                    )));
+                    return Err(error.context("taking a snapshot"));
+                }
+            },
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::master::core::{Core, CoreKind, NativeCore};
+    use crate::master::store::Snapshot as StoredSnapshot;
+    use crate::master::upgrade;
+    use cohort_master::{Command, Config, JobSpec, RequestId, encode};
+
+    fn options(dir: &std::path::Path) -> MasterOptions {
+        MasterOptions {
+            data_dir: dir.to_path_buf(),
+            config: Config::default(),
+            core: CoreKind::Native,
+            snapshot_every: u64::MAX,
+            live_workers: Vec::new(),
+            component: None,
+            shadow: true,
+        }
+    }
+
+    /// Decides and applies `count` submissions (and a tick) on `master`:
+    /// the events it would propose.
+    fn decide(master: &mut NativeCore, from: u64, count: u64) -> Vec<Vec<u8>> {
+        let mut events = Vec::new();
+        for seq in from..from + count {
+            let submit = Command::Submit {
+                spec: JobSpec {
+                    module: [3; 32],
+                    input: seq.to_le_bytes().to_vec(),
+                    timeout_ms: 1_000,
+                    memory_bytes: None,
+                    max_attempts: 2,
+                    priority: (seq % 3) as i32,
+                    idempotency_key: None,
+                },
+                request: RequestId { origin: 1, seq },
+                options: Default::default(),
+            };
+            for command in [submit, Command::Tick] {
+                let (decided, _) = master
+                    .decide(1_800_000_000_000 + seq, encode(&command))
+                    .unwrap()
+                    .unwrap();
+                master.apply(&decided).unwrap().unwrap();
+                events.extend(decided);
+            }
+        }
+        events
+    }
+
+    /// The shadow's snapshot, once it has everything fed so far.
+    fn snapshot_of(shadow: &Shadow) -> (Builds, Vec<u8>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let taken: Taken = Box::new(move |state| tx.send(state.unwrap()).unwrap());
+        assert!(shadow.snapshot(taken).is_ok(), "the shadow is there");
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the shadow answers")
+    }
+
+    /// Fed what the master decided, in batches of any size, the shadow
+    /// holds the master's state byte for byte: from an empty journal, and
+    /// recovered from a snapshot and the events after it.
+    #[test]
+    fn the_shadow_holds_the_masters_state_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut master = NativeCore::new(None).unwrap();
+        let journal = decide(&mut master, 0, 300);
+        let shadow = Shadow::start(
+            options(dir.path()),
+            Default::default(),
+            Arc::new(Recovered {
+                snapshot: None,
+                events: journal[..100].to_vec(),
+            }),
+        );
+        for batch in journal[100..].chunks(37) {
+            shadow.feed(batch);
+        }
+        let (builds, state) = snapshot_of(&shadow);
+        assert_eq!(builds, Builds::default());
+        assert_eq!(state, master.snapshot().unwrap());
+
+        // More after the snapshot; a new shadow recovers from it and the
+        // journal after it.
+        let later = decide(&mut master, 300, 200);
+        shadow.feed(&later);
+        let again = Shadow::start(
+            options(dir.path()),
+            Default::default(),
+            Arc::new(Recovered {
+                snapshot: Some(StoredSnapshot {
+                    index: journal.len() as u64 + 1,
+                    epoch: 1,
+                    state: upgrade::wrap_state(builds, state),
+                }),
+                events: later,
+            }),
+        );
+        let expected = master.snapshot().unwrap();
+        assert_eq!(snapshot_of(&shadow).1, expected);
+        assert_eq!(snapshot_of(&again).1, expected);
+        assert!(shadow.healthy() && again.healthy());
+    }
+
+    /// An event the master would refuse stops the shadow, which says so;
+    /// a snapshot asked of it afterwards is handed back to be taken by the
+    /// caller.
+    #[test]
+    fn a_failed_shadow_hands_snapshots_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let shadow = Shadow::start(
+            options(dir.path()),
+            Default::default(),
+            Arc::new(Recovered {
+                snapshot: None,
+                events: Vec::new(),
+            }),
+        );
+        shadow.feed(&[vec![0xFF, 0xFF, 0xFF]]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let taken: Taken = Box::new(move |state| tx.send(state.is_ok()).unwrap());
+        match shadow.snapshot(taken) {
+            // It failed before the request arrived: handed back.
+            Err(taken) => taken(Ok((Builds::default(), Vec::new()))),
+            // It was sent before the failure was seen: dropped unanswered
+            // with the channel, or answered with the error.
+            Ok(()) => {}
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while shadow.healthy() {
+            assert!(std::time::Instant::now() < deadline, "the shadow fails");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_ne!(
+            rx.recv_timeout(std::time::Duration::from_secs(30)),
+            Ok(false)
+        );
+        let taken: Taken = Box::new(|_| {});
+        assert!(shadow.snapshot(taken).is_err(), "handed back");
+    }
+}
