@@ -497,15 +497,7 @@ async fn commit(core: CoreKind) {
     const EVENTS: u64 = 200_000;
     const SUBMITTERS: u64 = 256;
     let dir = tempfile::tempdir().unwrap();
-    let options = MasterOptions {
-        data_dir: dir.path().to_path_buf(),
-        config: Config::default(),
-        core,
-        snapshot_every: u64::MAX,
-        live_workers: Vec::new(),
-        component: None,
-        shadow: true,
-    };
+    let options = master_options(dir.path(), core, u64::MAX, true);
     let (replication, begun) = Replication::solo(dir.path()).await.unwrap();
     let (handle, _) =
         tokio::task::spawn_blocking(move || master::start(options, replication, begun))
@@ -578,17 +570,17 @@ fn write_submissions(dir: &std::path::Path, events: u64) -> u64 {
         .sum()
 }
 
-/// The master (in-process) recovered from `dir`, snapshotting every
-/// `snapshot_every` events, with or without a shadow.
-async fn master_in(
+/// A master in `dir` (in-process), snapshotting every `snapshot_every`
+/// events, with or without a shadow, with room for more than the million
+/// jobs the large benches write.
+fn master_options(
     dir: &std::path::Path,
     core: CoreKind,
     snapshot_every: u64,
     shadow: bool,
-) -> (master::MasterHandle, master::RecoveryReport) {
-    let options = MasterOptions {
+) -> MasterOptions {
+    MasterOptions {
         data_dir: dir.to_path_buf(),
-        // Room for more than the million jobs written.
         config: Config {
             queue_max: 2_000_000,
             ..Config::default()
@@ -598,7 +590,17 @@ async fn master_in(
         live_workers: Vec::new(),
         component: None,
         shadow,
-    };
+    }
+}
+
+/// The master (in-process) recovered from `dir` ([`master_options`]).
+async fn master_in(
+    dir: &std::path::Path,
+    core: CoreKind,
+    snapshot_every: u64,
+    shadow: bool,
+) -> (master::MasterHandle, master::RecoveryReport) {
+    let options = master_options(dir, core, snapshot_every, shadow);
     let (replication, begun) = Replication::solo(dir).await.unwrap();
     tokio::task::spawn_blocking(move || master::start(options, replication, begun))
         .await
@@ -738,18 +740,40 @@ async fn recovery(core: CoreKind) {
         journal_bytes >> 20,
         written.elapsed()
     );
+    // A node compiles the master component when it starts, not when it
+    // takes the master over.
+    let compiled = Instant::now();
+    let component = tokio::task::spawn_blocking(|| master::core::MasterComponent::load(None))
+        .await
+        .unwrap()
+        .unwrap();
+    let compiled = compiled.elapsed();
     let rss_before = rss_bytes();
     let started = Instant::now();
-    let (handle, report) = master_in(dir.path(), core, u64::MAX, false).await;
+    let (replication, begun) = Replication::solo(dir.path()).await.unwrap();
+    let read = started.elapsed();
+    let options = MasterOptions {
+        component: Some(component),
+        ..master_options(dir.path(), core, u64::MAX, false)
+    };
+    let (handle, report) =
+        tokio::task::spawn_blocking(move || master::start(options, replication, begun))
+            .await
+            .unwrap()
+            .unwrap();
     let elapsed = started.elapsed();
     let rss_after = rss_bytes();
+    println!(
+        "recovery ({core:?} master): {elapsed:.2?} in all: reading the journal {read:.2?}, replaying {:.2?} (compiling the component beforehand: {compiled:.2?})",
+        report.duration
+    );
     let stats = match handle.query(cohort_master::Query::Stats).await.unwrap() {
         cohort_master::Answer::Stats(stats) => stats,
         other => panic!("{other:?}"),
     };
     assert_eq!(stats.jobs[0], EVENTS, "every job is queued");
     println!(
-        "recovery ({core:?} master): {} events replayed in {elapsed:.2?} (includes loading the component); resident memory grew {} MiB with {} queued jobs",
+        "recovery ({core:?} master): {} events replayed in {elapsed:.2?}; resident memory grew {} MiB with {} queued jobs",
         report.events_replayed,
         rss_after.saturating_sub(rss_before) >> 20,
         stats.jobs[0]
@@ -1046,22 +1070,27 @@ async fn soak() {
     };
     let secs = env("COHORT_SOAK_SECS", 1800);
     let rate = env("COHORT_SOAK_RATE", 4000);
-    let nodes = three_nodes(&[]).await;
+    // Extra node arguments, e.g. `--snapshots master` to compare.
+    let args = std::env::var("COHORT_SOAK_ARGS").unwrap_or_default();
+    let args: Vec<&str> = args.split_whitespace().collect();
+    let nodes = three_nodes(&args).await;
     let clients: Vec<Api> = nodes.iter().map(|n| Api::new(&n.url)).collect();
     let module = clients[0].upload(echo_wasm()).await.unwrap();
     // Batches of `BATCH` every `BATCH / rate` seconds, round robin.
     const BATCH: usize = 100;
     let every = Duration::from_secs_f64(BATCH as f64 / rate as f64);
     let failed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let worst = std::sync::Arc::new(std::sync::Mutex::new(Duration::ZERO));
+    // Submission round trips this minute, in µs.
+    let minute_times =
+        std::sync::Arc::new(std::sync::Mutex::new(Histogram::<u64>::new(3).unwrap()));
     let started = Instant::now();
     let end = started + Duration::from_secs(secs);
     let submitter = {
-        let (clients, module, failed, worst) = (
+        let (clients, module, failed, minute_times) = (
             clients.clone(),
             module.clone(),
             failed.clone(),
-            worst.clone(),
+            minute_times.clone(),
         );
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(every);
@@ -1072,15 +1101,14 @@ async fn soak() {
                 ticker.tick().await;
                 let client = clients[sent % clients.len()].clone();
                 let batch = echo_batch(&module, sent, BATCH);
-                let (failed, worst) = (failed.clone(), worst.clone());
+                let (failed, minute_times) = (failed.clone(), minute_times.clone());
                 in_flight.spawn(async move {
                     let asked = Instant::now();
                     if client.submit_batch(&batch).await.is_err() {
                         failed.fetch_add(BATCH as u64, std::sync::atomic::Ordering::Relaxed);
                     }
-                    let took = asked.elapsed();
-                    let mut worst = worst.lock().unwrap();
-                    *worst = (*worst).max(took);
+                    let took = asked.elapsed().as_micros() as u64;
+                    let _ = minute_times.lock().unwrap().record(took);
                 });
                 sent += 1;
                 while in_flight.try_join_next().is_some() {}
@@ -1100,11 +1128,19 @@ async fn soak() {
         }
         if minute.elapsed() >= Duration::from_secs(60) {
             minute = Instant::now();
-            let worst = std::mem::take(&mut *worst.lock().unwrap());
+            let times = {
+                let mut times = minute_times.lock().unwrap();
+                let taken = times.clone();
+                times.reset();
+                taken
+            };
             println!(
-                "soak: {:>4} s, {} jobs done, worst submission round trip this minute {worst:.1?}",
+                "soak: {:>4} s, {} jobs done; submission round trips this minute: p50 {:.1} ms, p99 {:.1} ms, worst {:.1} ms",
                 started.elapsed().as_secs(),
-                succeeded(&clients[0]).await
+                succeeded(&clients[0]).await,
+                times.value_at_quantile(0.5) as f64 / 1000.0,
+                times.value_at_quantile(0.99) as f64 / 1000.0,
+                times.max() as f64 / 1000.0,
             );
         }
     }

@@ -23,4 +23,3 @@ pub use self::core::CoreKind;
 pub use service::{
     MasterError, MasterHandle, MasterOptions, RecoveryReport, SnapshotSource, now_ms, start,
 };
-pub(crate) use shadow::background_priority;

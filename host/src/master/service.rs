@@ -1402,10 +1402,14 @@ impl MasterLoop {
         Ok(())
     }
 
-    /// The events of the batch being formed that the shadow lacks.
+    /// The events of the batch being formed that the shadow lacks. A
+    /// shadow given up is dropped (its thread then ends).
     fn feed_shadow(&mut self) {
         if let Some(shadow) = &self.shadow {
             shadow.feed(&self.batch.events[self.batch.shadowed..]);
+            if !shadow.healthy() {
+                self.shadow = None;
+            }
         }
         self.batch.shadowed = self.batch.events.len();
     }
@@ -1429,20 +1433,19 @@ impl MasterLoop {
     /// Hands `taken` the state after every event decided so far: taken by
     /// the shadow if `shadowed` and it is healthy, else here (the master
     /// pauses for it).
-    fn take_snapshot(&mut self, shadowed: bool, taken: Taken) -> anyhow::Result<()> {
-        let taken = match &self.shadow {
-            Some(shadow) if shadowed && shadow.healthy() => {
-                self.feed_shadow();
-                let Some(shadow) = &self.shadow else {
-                    unreachable!("checked")
-                };
+    fn take_snapshot(&mut self, shadowed: bool, mut taken: Taken) -> anyhow::Result<()> {
+        if shadowed && self.shadow.is_some() {
+            self.feed_shadow();
+            if let Some(shadow) = &self.shadow {
                 match shadow.snapshot(taken) {
                     Ok(()) => return Ok(()),
-                    Err(taken) => taken,
+                    Err(back) => {
+                        taken = back;
+                        self.shadow = None;
+                    }
                 }
             }
-            _ => taken,
-        };
+        }
         let state = self.core.snapshot()?;
         taken(Ok((self.builds, state)));
         Ok(())

@@ -40,8 +40,10 @@
 //! * A shadow that fails (a trap, a refused event) says so once
 //!   (`master_shadow_failed`) and is gone; the master then snapshots on its
 //!   own thread, as without a shadow. It never stops the master.
-//! * The shadow and the thread writing snapshot files run at a lower
-//!   priority (`nice` 10) than the threads that answer callers.
+//! * The shadow never holds the master back: one that falls
+//!   [`BATCHES_WAITING_MAX`] batches behind is given up like a failed one.
+//!   It runs at the master's priority: it must keep up, and a lower one
+//!   would let a busy machine starve it.
 //! * A stop still snapshots the master itself: the shadow may be behind,
 //!   and the next master should start from the newest state.
 
@@ -52,9 +54,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 
-/// Batches waiting for the shadow at most; beyond, the master waits for
-/// it. A shadow serializing a million jobs is busy for about a second;
-/// this holds more batches than a master proposes in that time.
+/// Batches waiting for the shadow at most; beyond, the shadow is given
+/// up. A shadow serializing a million jobs is busy for about a second;
+/// this holds far more batches than a master proposes in that time.
 const BATCHES_WAITING_MAX: usize = 65_536;
 
 /// What to do with a snapshot: the builds it runs and its state, or why
@@ -87,8 +89,7 @@ impl Shadow {
         let spawned = std::thread::Builder::new()
             .name("cohort-shadow".into())
             .spawn(move || {
-                background_priority();
-                if let Err(error) = run(&options, loaded, from, rx) {
+                if let Err(error) = run(&options, loaded, from, rx, &flag) {
                     flag.store(true, Ordering::Relaxed);
                     emit!(
                         error,
@@ -111,20 +112,25 @@ impl Shadow {
     }
 
     /// Applies `events` (the master's batch, as proposed) after what came
-    /// before. Waits while the shadow is [`BATCHES_WAITING_MAX`] batches
-    /// behind.
+    /// before. Never waits: a shadow [`BATCHES_WAITING_MAX`] batches
+    /// behind is given up (the master then snapshots itself), so the
+    /// master never serves at the shadow's pace.
     pub fn feed(&self, events: &[Vec<u8>]) {
         if events.is_empty() || !self.healthy() {
             return;
         }
-        let input = Input::Events(events.to_vec());
-        let sent = match self.tx.try_send(input) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(input)) => self.tx.send(input).map_err(drop),
-            Err(TrySendError::Disconnected(_)) => Err(()),
-        };
-        if sent.is_err() {
-            self.failed.store(true, Ordering::Relaxed);
+        match self.tx.try_send(Input::Events(events.to_vec())) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                self.failed.store(true, Ordering::Relaxed);
+                emit!(
+                    error,
+                    events::MASTER_SHADOW_FAILED,
+                    error = %format!("it fell {BATCHES_WAITING_MAX} batches behind"),
+                    "the master's shadow failed; the master takes its snapshots itself"
+                );
+            }
+            Err(TrySendError::Disconnected(_)) => self.failed.store(true, Ordering::Relaxed),
         }
     }
 
@@ -135,9 +141,9 @@ impl Shadow {
         if !self.healthy() {
             return Err(taken);
         }
-        match self.tx.send(Input::Snapshot(taken)) {
+        match self.tx.try_send(Input::Snapshot(taken)) {
             Ok(()) => Ok(()),
-            Err(std::sync::mpsc::SendError(input)) => {
+            Err(TrySendError::Full(input) | TrySendError::Disconnected(input)) => {
                 self.failed.store(true, Ordering::Relaxed);
                 match input {
                     Input::Snapshot(taken) => Err(taken),
@@ -148,33 +154,12 @@ impl Shadow {
     }
 }
 
-/// How much lower than the master's thread the shadow runs (a `nice`
-/// increment): with fewer cores than busy threads, the shadow
-/// serializing a large state must not take turns with the threads that
-/// answer callers.
-const NICE: i32 = 10;
-
-/// Lowers the calling thread's priority ([`NICE`]); best effort.
-pub(crate) fn background_priority() {
-    // SAFETY: `setpriority` only reads its arguments. On Linux the nice
-    // value is per thread, and `who == 0` is the calling thread.
-    #[cfg(target_os = "linux")]
-    let failed = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, NICE) } != 0;
-    #[cfg(not(target_os = "linux"))]
-    let failed = false;
-    if failed {
-        tracing::debug!(
-            error = %std::io::Error::last_os_error(),
-            "cannot lower a background thread's priority"
-        );
-    }
-}
-
 fn run(
     options: &MasterOptions,
     loaded: super::service::Loaded,
     from: Arc<Recovered>,
     rx: Receiver<Input>,
+    given_up: &AtomicBool,
 ) -> anyhow::Result<()> {
     let fail = |e: super::service::StartError| anyhow::anyhow!("{e}");
     let mut replayer =
@@ -183,6 +168,10 @@ fn run(
     // The recovered journal is no longer needed once both have it.
     drop(from);
     while let Ok(input) = rx.recv() {
+        if given_up.load(Ordering::Relaxed) {
+            // Behind for good: let go of the state now.
+            break;
+        }
         match input {
             Input::Events(events) => replayer.replay(&events).map_err(fail)?,
             Input::Snapshot(taken) => match replayer.core.snapshot() {
@@ -320,12 +309,10 @@ mod tests {
         shadow.feed(&[vec![0xFF, 0xFF, 0xFF]]);
         let (tx, rx) = std::sync::mpsc::channel();
         let taken: Taken = Box::new(move |state| tx.send(state.is_ok()).unwrap());
-        match shadow.snapshot(taken) {
-            // It failed before the request arrived: handed back.
-            Err(taken) => taken(Ok((Builds::default(), Vec::new()))),
-            // It was sent before the failure was seen: dropped unanswered
-            // with the channel, or answered with the error.
-            Ok(()) => {}
+        // Failed before the request arrived: handed back. Sent before the
+        // failure was seen: dropped unanswered with the channel.
+        if let Err(taken) = shadow.snapshot(taken) {
+            taken(Ok((Builds::default(), Vec::new())));
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while shadow.healthy() {

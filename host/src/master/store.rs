@@ -287,6 +287,26 @@ pub fn write_promise(data_dir: &Path, epoch: u64) -> Result<(), StoreError> {
         .map_err(io_error(data_dir))
 }
 
+/// How much lower than the threads that answer callers the thread
+/// writing a snapshot file runs (a `nice` increment).
+const NICE: i32 = 10;
+
+/// Lowers the calling thread's priority ([`NICE`]); best effort.
+pub fn background_priority() {
+    // SAFETY: `setpriority` only reads its arguments. On Linux the nice
+    // value is per thread, and `who == 0` is the calling thread.
+    #[cfg(target_os = "linux")]
+    let failed = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, NICE) } != 0;
+    #[cfg(not(target_os = "linux"))]
+    let failed = false;
+    if failed {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            "cannot lower a background thread's priority"
+        );
+    }
+}
+
 /// Bytes of a snapshot file written between two syncs.
 const SNAPSHOT_SYNC_BYTES: usize = 4 << 20;
 

@@ -152,6 +152,7 @@ impl Input {
             Input::SnapshotMark(..) => "snapshot_mark",
             Input::SnapshotFilled(..) => "snapshot_filled",
             Input::SnapshotWritten(..) => "snapshot_written",
+            Input::RestoreFailed(..) => "restore_failed",
             Input::Members(..) => "members",
             Input::TakeOver(..) => "take_over",
             Input::HandOver(..) => "hand_over",
@@ -171,6 +172,9 @@ enum Input {
     SnapshotMark(u64),
     /// The state of a marked snapshot (`None`: there will be none).
     SnapshotFilled(u64, Option<Vec<u8>>),
+    /// Reading the journal for this node's master of `epoch` failed: it
+    /// was not started.
+    RestoreFailed(u64),
     /// The snapshot file `compact` had written on its own thread is
     /// durable (`None`: writing it failed).
     SnapshotWritten(Option<Snapshot>),
@@ -727,15 +731,18 @@ impl Driver {
                 self.compact();
             }
             Input::SnapshotWritten(snapshot) => self.snapshot_written(snapshot),
+            Input::RestoreFailed(epoch) => {
+                if self.replicator.leading() == Some(epoch) {
+                    self.claimed = false;
+                }
+            }
             Input::Members(members) => {
                 let output = self.replicator.set_members(now, members);
                 self.apply(output);
             }
             Input::TakeOver(reply) => {
                 if self.replicator.leading().is_some() {
-                    let started = self.started_master(None);
-                    self.claimed = started.is_ok();
-                    let _ = reply.send(started);
+                    self.start_master(None, vec![reply]);
                     return;
                 }
                 match self.replicator.take_over(now, false) {
@@ -817,19 +824,61 @@ impl Driver {
         }
     }
 
-    fn started_master(&self, adopted: Option<NodeId>) -> Result<Started, String> {
-        let epoch = self.replicator.leading().ok_or("not leading")?;
-        let (snapshot, events) = self
-            .replicator
-            .storage()
-            .restore()
-            .map_err(|e| format!("cannot read the journal: {e}"))?;
-        Ok(Started {
-            epoch,
-            snapshot,
-            events,
-            adopted,
-        })
+    /// Hands `replies` what this node's master starts from (the newest
+    /// snapshot and the journal after it), read on a thread of its own: a
+    /// million entries take about a second, and a new leader that stops
+    /// heartbeating that long is taken for dead by its followers (a soak
+    /// saw take-overs cascade so). The first reply gets it; the master is
+    /// counted as started from here, unless the read fails
+    /// ([`Input::RestoreFailed`]).
+    fn start_master(
+        &mut self,
+        adopted: Option<NodeId>,
+        replies: Vec<oneshot::Sender<Result<Started, String>>>,
+    ) {
+        let Some(epoch) = self.replicator.leading() else {
+            for reply in replies {
+                let _ = reply.send(Err("not leading".into()));
+            }
+            return;
+        };
+        let plan = self.replicator.storage().restore_plan();
+        let shared = self.shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("cohort-restore".into())
+            .spawn(move || {
+                let mut replies = replies.into_iter();
+                match plan.read() {
+                    Ok((snapshot, events)) => {
+                        if let Some(first) = replies.next() {
+                            let _ = first.send(Ok(Started {
+                                epoch,
+                                snapshot,
+                                events,
+                                adopted,
+                            }));
+                        }
+                        for other in replies {
+                            let _ = other.send(Err("another take-over got the master".into()));
+                        }
+                    }
+                    Err(error) => {
+                        let reason = format!("cannot read the journal: {error}");
+                        for reply in replies {
+                            let _ = reply.send(Err(reason.clone()));
+                        }
+                        let _ = shared
+                            .tx
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .send(Input::RestoreFailed(epoch));
+                    }
+                }
+            });
+        self.claimed = spawned.is_ok();
+        if let Err(error) = spawned {
+            tracing::error!(%error, "cannot start reading the journal for the master");
+        }
     }
 
     fn apply(&mut self, output: Output) {
@@ -854,10 +903,9 @@ impl Driver {
                     );
                     self.leading_since = Some(Instant::now());
                     self.claimed = false;
-                    for reply in std::mem::take(&mut self.takeovers) {
-                        let started = self.started_master(adopted.clone());
-                        self.claimed |= started.is_ok();
-                        let _ = reply.send(started);
+                    let replies = std::mem::take(&mut self.takeovers);
+                    if !replies.is_empty() {
+                        self.start_master(adopted, replies);
                     }
                 }
                 Effect::TakeOverFailed { reason, .. } => {
@@ -974,7 +1022,7 @@ impl Driver {
             let spawned = std::thread::Builder::new()
                 .name("cohort-snapshot".into())
                 .spawn(move || {
-                    crate::master::background_priority();
+                    crate::master::store::background_priority();
                     let input = match storage::write_snapshot(&dir, &snapshot) {
                         Ok(()) => Input::SnapshotWritten(Some(snapshot)),
                         Err(error) => {

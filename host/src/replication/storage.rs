@@ -219,6 +219,36 @@ impl JournalStorage {
     /// The newest snapshot's master state and the master's events after it:
     /// what a master starts from.
     pub fn restore(&self) -> Result<(Option<StoredSnapshot>, Vec<Vec<u8>>), StorageError> {
+        self.restore_plan().read()
+    }
+
+    /// What [`restore`](Self::restore) reads, to read it on another
+    /// thread: the journal as it ends now.
+    pub fn restore_plan(&self) -> Restore {
+        Restore {
+            dir: self.dir.clone(),
+            first: self.base.index.max(self.journal.shape().first),
+            end: self.journal.next_index(),
+        }
+    }
+}
+
+/// A master's starting point to be read from a data directory, up to the
+/// journal's end when it was planned ([`JournalStorage::restore_plan`]).
+/// Reads through its own file handles, so the replication thread goes on
+/// meanwhile (a million entries take about a second); entries are only
+/// ever appended past `end` meanwhile.
+#[derive(Debug, Clone)]
+pub struct Restore {
+    dir: PathBuf,
+    first: u64,
+    end: u64,
+}
+
+impl Restore {
+    /// The newest snapshot and the master's events from its index up to
+    /// the planned end.
+    pub fn read(&self) -> Result<(Option<StoredSnapshot>, Vec<Vec<u8>>), StorageError> {
         let snapshot = match store::latest_snapshot(&self.dir).map_err(error)? {
             Some(mut snapshot) => {
                 snapshot.state = split_snapshot_state(&snapshot.state)?.1;
@@ -226,14 +256,27 @@ impl JournalStorage {
             }
             None => None,
         };
-        let from = self.base.index;
+        // The events after the snapshot read, whichever it is.
+        let mut next = snapshot.as_ref().map_or(self.first, |s| s.index);
+        let journal = FsStorage::open(&self.dir.join("journal")).map_err(error)?;
         let mut events = Vec::new();
-        let mut next = from.max(self.journal.shape().first);
-        loop {
-            let entries = self.journal.read_from(next, 8 << 20).map_err(error)?;
+        while next < self.end {
+            let entries =
+                crate::journal::log::read_entries(&journal, next, 8 << 20).map_err(error)?;
             let Some(last) = entries.last() else { break };
             next = last.index + 1;
-            events.extend(master_events(entries.into_iter().map(|e| e.data)));
+            events.extend(master_events(
+                entries
+                    .into_iter()
+                    .take_while(|e| e.index < self.end)
+                    .map(|e| e.data),
+            ));
+        }
+        if next < self.end {
+            return Err(StorageError(format!(
+                "the journal holds entries up to {next}, not up to {}",
+                self.end
+            )));
         }
         Ok((snapshot, events))
     }
@@ -408,6 +451,36 @@ impl Storage for JournalStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A restore planned now reads up to the journal's end now, through
+    /// its own handles, whatever is appended meanwhile; from the snapshot
+    /// it finds.
+    #[test]
+    fn a_planned_restore_reads_up_to_the_planned_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut storage = JournalStorage::open(dir.path()).unwrap();
+        storage.set_promise(1).unwrap();
+        storage.append(1, Payload::Noop).unwrap();
+        storage.append(1, Payload::Data(vec![1, 1])).unwrap();
+        storage
+            .install(Snapshot {
+                index: 2,
+                epoch: 1,
+                voters: Vec::new(),
+                state: b"after 1".to_vec(),
+            })
+            .unwrap();
+        storage.append(1, Payload::Data(vec![1, 2])).unwrap();
+        storage.sync().unwrap();
+        let plan = storage.restore_plan();
+        storage.append(1, Payload::Data(vec![1, 3])).unwrap();
+        storage.sync().unwrap();
+        let (snapshot, events) = plan.read().unwrap();
+        assert_eq!(snapshot.unwrap().state, b"after 1");
+        assert_eq!(events, vec![vec![1, 2]]);
+        let (_, events) = storage.restore().unwrap();
+        assert_eq!(events, vec![vec![1, 2], vec![1, 3]]);
+    }
 
     #[test]
     fn entries_snapshots_and_the_voter_set_survive_a_reopen() {
