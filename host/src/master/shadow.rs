@@ -6,7 +6,7 @@
 //! # Why
 //!
 //! Serializing the master's state takes as long as the state is large
-//! (about a second for a million jobs), and a master that does it on its
+//! (0.3-1 s for a million jobs), and a master that does it on its
 //! own thread answers nobody meanwhile: every submission, poll and read
 //! waits. The master is deterministic, so the same events applied to the
 //! same starting state give the same state, byte for byte. A snapshot of
