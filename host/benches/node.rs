@@ -681,6 +681,7 @@ async fn snapshot_pause() {
             let handle = handle.clone();
             callers.push(tokio::spawn(async move {
                 let mut times = Histogram::<u64>::new(3).unwrap();
+                let verbose = std::env::var_os("COHORT_BENCH_VERBOSE").is_some();
                 let mut seq = JOBS + caller;
                 while started.elapsed() < WINDOW {
                     let submit = Command::Submit {
@@ -691,9 +692,7 @@ async fn snapshot_pause() {
                     let sent = Instant::now();
                     handle.command(submit).await.unwrap();
                     times.record(sent.elapsed().as_micros() as u64).unwrap();
-                    if std::env::var_os("COHORT_BENCH_VERBOSE").is_some()
-                        && sent.elapsed() > Duration::from_millis(20)
-                    {
+                    if verbose && sent.elapsed() > Duration::from_millis(20) {
                         println!(
                             "  slow: sent at {:.3?}, took {:.1?}",
                             sent - started,

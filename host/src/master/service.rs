@@ -1576,6 +1576,11 @@ mod tests {
     }
 
     async fn start_in(options: MasterOptions) -> MasterHandle {
+        recover_in(options).await.0
+    }
+
+    /// A master started in `options.data_dir`, with its recovery report.
+    async fn recover_in(options: MasterOptions) -> (MasterHandle, RecoveryReport) {
         let (replication, started) = loop {
             // A previous master's replication lets go of the journal
             // once its last handle is dropped.
@@ -1588,7 +1593,21 @@ mod tests {
             .await
             .unwrap()
             .unwrap()
-            .0
+    }
+
+    /// A Wasm master in `dir` with worker `w` alive, and guest `name` stored as
+    /// a build it may switch to.
+    async fn wasm_master_with(
+        dir: &std::path::Path,
+        name: &str,
+    ) -> (MasterHandle, MasterOptions, Build) {
+        let options = MasterOptions {
+            core: CoreKind::Wasm,
+            ..options(dir, &["w"])
+        };
+        let master = start_in(options.clone()).await;
+        let build = upgrade::MasterStore::new(dir).put(&guest(name)).unwrap();
+        (master, options, Build::Uploaded(build))
     }
 
     fn poll(held: Vec<(JobId, u32)>) -> Poll {
@@ -1718,18 +1737,7 @@ mod tests {
             assert!(master.counters().snapshots.load(Ordering::Relaxed) >= 5);
             master.shutdown().await;
             drop(master);
-            let (master, report) = {
-                let (replication, started) = loop {
-                    match Replication::solo(dir.path()).await {
-                        Ok(solo) => break solo,
-                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-                    }
-                };
-                tokio::task::spawn_blocking(move || start(options, replication, started))
-                    .await
-                    .unwrap()
-                    .unwrap()
-            };
+            let (master, report) = recover_in(options).await;
             assert!(report.snapshot_index.is_some());
             let Answer::Stats(stats) = master.query(Query::Stats).await.unwrap() else {
                 panic!("not stats");
@@ -1757,15 +1765,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn an_upgrade_switches_the_policy_in_place_and_survives_a_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let options = MasterOptions {
-            core: CoreKind::Wasm,
-            ..options(dir.path(), &["w"])
-        };
-        let master = start_in(options.clone()).await;
-        let fifo = upgrade::MasterStore::new(dir.path())
-            .put(&guest("fifo_master"))
-            .unwrap();
-        let fifo = Build::Uploaded(fifo);
+        let (master, options, fifo) = wasm_master_with(dir.path(), "fifo_master").await;
         // Built in: the higher priority first.
         let low = submit(&master, 1, 0).await;
         let high = submit(&master, 2, 10).await;
@@ -1807,17 +1807,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn a_refused_upgrade_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let options = MasterOptions {
-            core: CoreKind::Wasm,
-            ..options(dir.path(), &["w"])
-        };
-        let master = start_in(options).await;
-        let stale = upgrade::MasterStore::new(dir.path())
-            .put(&guest("fixture_master_stale"))
-            .unwrap();
+        let (master, _, stale) = wasm_master_with(dir.path(), "fixture_master_stale").await;
         let first = submit(&master, 1, 0).await;
-        let Err(MasterError::Rejected(refusal)) = master.upgrade(Build::Uploaded(stale)).await
-        else {
+        let Err(MasterError::Rejected(refusal)) = master.upgrade(stale).await else {
             panic!("a master that reads no snapshot was switched in");
         };
         assert_eq!(refusal.code, upgrade::SNAPSHOT_UNREADABLE, "{refusal}");
@@ -1838,15 +1830,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn a_build_with_a_new_snapshot_format_is_checked_in_it() {
         let dir = tempfile::tempdir().unwrap();
-        let options = MasterOptions {
-            core: CoreKind::Wasm,
-            ..options(dir.path(), &["w"])
-        };
-        let master = start_in(options.clone()).await;
-        let reformat = upgrade::MasterStore::new(dir.path())
-            .put(&guest("fixture_master_reformat"))
-            .unwrap();
-        let reformat = Build::Uploaded(reformat);
+        let (master, options, reformat) =
+            wasm_master_with(dir.path(), "fixture_master_reformat").await;
         let first = submit(&master, 1, 0).await;
         let report = master.upgrade(reformat).await.unwrap();
         assert!(report.switched, "{report:?}");
