@@ -102,12 +102,19 @@ fn sigkill_of_the_master_under_a_burst_loses_no_acknowledged_job() {
     let burst = Burst::start(&rt, &targets(&[&n2, &n3]), &echo, 4);
     let ledger = burst.ledger.clone();
     ledger.wait_acked_after(started, 50);
+    // Every other back-end node keeps a warm standby of the master.
+    for node in [&n2, &n3] {
+        node.wait_event("standby_ready", &[]);
+    }
     let before = ledger.len();
     let killed = Instant::now();
     n1.kill();
     rt.block_on(converge(&n2, "the master on n2", |c| {
         c.master_node == "n2" && c.master_epoch == 2
     }));
+    // n2's master started from its standby, not from a replay.
+    let hosting = n2.wait_event("hosting", &[("epoch", "2")]);
+    assert_ne!(hosting["warm"], "none", "{hosting:?}");
     ledger.wait_acked_after(killed, 20);
     burst.finish(&rt);
     let resumed = ledger
@@ -265,9 +272,18 @@ fn back_ends_joining_after_compaction_catch_up_from_a_snapshot_and_take_over() {
     rt.block_on(converge(&n2, "the master on n2", |c| {
         c.master_node == "n2" && c.master_epoch == 2
     }));
-    // n2 recovered from a snapshot it was sent, not from a full journal.
+    // n2 recovered from a snapshot it was sent, not from a full journal:
+    // its master did, or the warm standby it started from did.
     let hosting = n2.wait_event("hosting", &[("epoch", "2")]);
-    assert_ne!(hosting["snapshot"], "none", "{hosting:?}");
+    if hosting["warm"] == "none" {
+        assert_ne!(hosting["snapshot"], "none", "{hosting:?}");
+    } else {
+        let ready = n2.events("standby_ready");
+        assert!(
+            ready.iter().any(|r| r["snapshot"] != "none"),
+            "{hosting:?} {ready:?}"
+        );
+    }
     burst.finish(&rt);
     rt.block_on(check_jobs(&Api::new(&n2.url), &ledger));
     let n1 = start_with(&dir, "n1", ALL, Some(&n2), &often);

@@ -112,7 +112,7 @@ const FIRE_LATE_MAX_MS: u64 = 20_000;
 fn a_schedule_every_second_fires_each_tick_once_across_kills_a_partition_and_a_hand_over() {
     let dir = tempfile::tempdir().unwrap();
     let names = ["n1", "n2", "n3"];
-    let mut nodes = support::start_all(&dir, &names, ALL);
+    let mut nodes = support::start_all(&dir, &names, ALL, &[]);
     let rt = runtime();
     rt.block_on(async {
         let first = nodes[0].as_ref().unwrap();

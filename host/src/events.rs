@@ -77,6 +77,11 @@ names! {
     /// The master's shadow, which takes its snapshots off the master's
     /// thread, failed; the master takes them itself from now on: `error`.
     MASTER_SHADOW_FAILED = "master_shadow_failed";
+    /// This node's warm standby recovered and follows the journal:
+    /// `index`, `snapshot`, `events_replayed`, `took_ms`.
+    STANDBY_READY = "standby_ready";
+    /// This node's warm standby ended (another starts): `reason`.
+    STANDBY_ENDED = "standby_ended";
     /// The voter set changed: `voters`.
     VOTERS_CHANGED = "voters_changed";
     /// Replication found something that should not happen: `reason`.

@@ -104,6 +104,13 @@ pub struct NodeArgs {
     /// answers nobody while it serializes, about 1 s per million jobs).
     #[arg(long, value_enum, default_value = "shadow")]
     pub snapshots: SnapshotSource,
+    /// Keep a warm standby of the master on this back-end node while
+    /// another hosts it: a copy fed every committed entry, which a
+    /// take-over starts from (no replay of the journal) and whose
+    /// snapshots compact this node's journal. `off` saves its memory (a
+    /// copy of the master's state) and CPU.
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::Set, default_value = "on")]
+    pub standby: bool,
     /// Start the cluster's voter set with this node if no back-end node it
     /// reaches has one [default: when started without --seed]. Give it to
     /// exactly one node of a new cluster whose nodes all have seeds.
@@ -427,7 +434,16 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 .handed_over(),
             component,
             fetcher: fetcher.clone(),
+            standby: Arc::default(),
         };
+        if args.standby {
+            tokio::spawn(keep_standby(
+                host.options.clone(),
+                host.replication.clone(),
+                host.component.clone(),
+                host.standby.clone(),
+            ));
+        }
         let settle = if args.seeds.is_empty() {
             Duration::ZERO
         } else {
@@ -651,6 +667,132 @@ struct LocalMaster {
     component: Arc<OnceCell<MasterComponent>>,
     /// Fetches uploaded master builds this node lacks.
     fetcher: ModuleFetcher,
+    /// The warm standby ([`keep_standby`]).
+    standby: Arc<std::sync::Mutex<StandbySlot>>,
+}
+
+/// This node's warm standby, and whether its master runs (or starts),
+/// when it has none.
+#[derive(Default)]
+struct StandbySlot {
+    standby: Option<master::standby::Standby>,
+    hosting: bool,
+}
+
+impl LocalMaster {
+    fn standby(&self) -> std::sync::MutexGuard<'_, StandbySlot> {
+        self.standby.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the master from what replication read once this node
+    /// claimed it: the builds it runs fetched, and from the warm standby's
+    /// state when replication read only the entries after it.
+    async fn start_claimed(
+        &self,
+        started: crate::replication::Started,
+        standby: Option<master::standby::Standby>,
+        live_workers: Vec<String>,
+    ) -> anyhow::Result<(master::MasterHandle, master::RecoveryReport)> {
+        self.fetch_builds(&started).await?;
+        let warm =
+            match (started.warm, standby) {
+                (Some(at), Some(standby)) => Some(standby.promote(at).await.map_err(|e| {
+                    anyhow::anyhow!("the warm standby cannot start the master: {e}")
+                })?),
+                (Some(at), None) => anyhow::bail!(
+                    "the journal was read from the standby's index {at}, but the standby is gone"
+                ),
+                (None, _) => None,
+            };
+        let mut options = self.options.clone();
+        options.live_workers = live_workers;
+        if options.core == CoreKind::Wasm {
+            let data_dir = options.data_dir.clone();
+            options.component = Some(master_component(&self.component, data_dir).await?.clone());
+        }
+        let replication = self.replication.clone();
+        tokio::task::spawn_blocking(move || master::start_warm(options, replication, started, warm))
+            .await
+            .context("the recovery thread failed")?
+            .context("cannot start the master")
+    }
+}
+
+/// How often a node checks that its warm standby runs; the least time
+/// between two starts of one, doubled after each standby that ended
+/// within [`STANDBY_SETTLED`] of its start (one that keeps failing, for a
+/// build this node lacks, say, is not restarted in a loop), up to
+/// [`STANDBY_RETRY_MAX`].
+const STANDBY_CHECK: Duration = Duration::from_secs(1);
+const STANDBY_RETRY: Duration = Duration::from_secs(5);
+const STANDBY_RETRY_MAX: Duration = Duration::from_secs(300);
+const STANDBY_SETTLED: Duration = Duration::from_secs(60);
+
+/// Keeps a warm standby ([`master::standby`]) running on this back-end
+/// node while another node leads the journal.
+async fn keep_standby(
+    options: MasterOptions,
+    replication: Replication,
+    component: Arc<OnceCell<MasterComponent>>,
+    slot: Arc<std::sync::Mutex<StandbySlot>>,
+) {
+    let lock = || slot.lock().unwrap_or_else(|e| e.into_inner());
+    let mut last_start: Option<tokio::time::Instant> = None;
+    let mut retry = STANDBY_RETRY;
+    loop {
+        tokio::time::sleep(STANDBY_CHECK).await;
+        let led_elsewhere = replication
+            .leader()
+            .borrow()
+            .node
+            .as_ref()
+            .is_some_and(|(node, _)| node != replication.id());
+        let (needed, ended) = {
+            let slot = lock();
+            let running = slot.standby.as_ref().is_some_and(|s| s.running());
+            (
+                !slot.hosting && !running,
+                slot.standby.is_some() && !running,
+            )
+        };
+        if !needed || !led_elsewhere {
+            continue;
+        }
+        if let Some(at) = last_start {
+            if ended {
+                // Count each ended standby once.
+                lock().standby = None;
+                retry = if at.elapsed() < STANDBY_SETTLED {
+                    (retry * 2).min(STANDBY_RETRY_MAX)
+                } else {
+                    STANDBY_RETRY
+                };
+            }
+            if at.elapsed() < retry {
+                continue;
+            }
+        }
+        let mut options = options.clone();
+        if options.core == CoreKind::Wasm {
+            match master_component(&component, options.data_dir.clone()).await {
+                Ok(compiled) => options.component = Some(compiled.clone()),
+                Err(error) => {
+                    tracing::warn!("cannot compile the master for a standby: {error:#}");
+                    last_start = Some(tokio::time::Instant::now());
+                    continue;
+                }
+            }
+        }
+        let mut slot = lock();
+        if slot.hosting {
+            continue;
+        }
+        last_start = Some(tokio::time::Instant::now());
+        slot.standby = Some(master::standby::Standby::start(
+            options,
+            replication.clone(),
+        ));
+    }
 }
 
 impl LocalMaster {
@@ -776,9 +918,18 @@ impl singleton::Host for LocalMaster {
     async fn start(&mut self, live_workers: Vec<String>) -> anyhow::Result<Option<u64>> {
         self.await_handover().await;
         let began = std::time::Instant::now();
+        let standby = {
+            let mut slot = self.standby();
+            slot.hosting = true;
+            slot.standby.take()
+        };
         let started = match self.replication.take_over().await {
             Ok(started) => started,
             Err(reason) => {
+                let mut slot = self.standby();
+                slot.hosting = false;
+                slot.standby = standby;
+                drop(slot);
                 emit!(
                     info,
                     events::TAKEOVER_DEFERRED,
@@ -790,25 +941,11 @@ impl singleton::Host for LocalMaster {
             }
         };
         let claimed_in = began.elapsed();
-        if let Err(error) = self.fetch_builds(&started).await {
-            self.replication.step_down().await;
-            return Err(error);
-        }
-        let mut options = self.options.clone();
-        options.live_workers = live_workers;
-        if options.core == CoreKind::Wasm {
-            let data_dir = options.data_dir.clone();
-            options.component = Some(master_component(&self.component, data_dir).await?.clone());
-        }
-        let replication = self.replication.clone();
-        let started =
-            tokio::task::spawn_blocking(move || master::start(options, replication, started))
-                .await
-                .context("the recovery thread failed")
-                .and_then(|started| started.context("cannot start the master"));
-        let (handle, report) = match started {
+        let result = self.start_claimed(started, standby, live_workers).await;
+        let (handle, report) = match result {
             Ok(started) => started,
             Err(error) => {
+                self.standby().hosting = false;
                 self.replication.step_down().await;
                 return Err(error);
             }
@@ -822,6 +959,7 @@ impl singleton::Host for LocalMaster {
             snapshot = %report
                 .snapshot_index
                 .map_or("none".to_string(), |i| i.to_string()),
+            warm = %report.warm.map_or("none".to_string(), |i| i.to_string()),
             events_replayed = report.events_replayed,
             took_ms = millis(began.elapsed()),
             claim_ms = millis(claimed_in),
@@ -837,6 +975,7 @@ impl singleton::Host for LocalMaster {
 
     async fn stop(&mut self) {
         self.local.send_replace(None);
+        self.standby().hosting = false;
         if let Some(handle) = self.running.take() {
             let epoch = handle.epoch();
             let started = std::time::Instant::now();
@@ -855,6 +994,7 @@ impl singleton::Host for LocalMaster {
 
     async fn step_down(&mut self) {
         self.local.send_replace(None);
+        self.standby().hosting = false;
         if let Some(handle) = self.running.take() {
             handle.shutdown().await;
             handle.stopped().await;

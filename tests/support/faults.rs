@@ -254,7 +254,7 @@ fn journals_disagree(nodes: &[&Node]) -> Option<String> {
         .collect();
     let newest = journals
         .iter()
-        .max_by_key(|j| (j.shape.last_epoch, j.shape.next))?;
+        .max_by_key(|j| (j.shape.last_epoch, j.shape.next, j.entries.len()))?;
     if newest.entries.is_empty() {
         // Nothing to compare would make every journal a "prefix".
         return Some(format!(

@@ -509,11 +509,16 @@ pub fn start(dir: &tempfile::TempDir, name: &str, roles: &str, seed: Option<&Nod
 
 /// A node of `roles` per name, each later one seeded by the first; as
 /// options, so a test can take one out to kill it and put it back.
-pub fn start_all(dir: &tempfile::TempDir, names: &[&str], roles: &str) -> Vec<Option<Node>> {
-    let mut nodes = vec![Some(start(dir, names[0], roles, None))];
+pub fn start_all(
+    dir: &tempfile::TempDir,
+    names: &[&str],
+    roles: &str,
+    extra: &[&str],
+) -> Vec<Option<Node>> {
+    let mut nodes = vec![Some(start_with(dir, names[0], roles, None, extra))];
     for name in &names[1..] {
         let seed = nodes[0].as_ref();
-        nodes.push(Some(start(dir, name, roles, seed)));
+        nodes.push(Some(start_with(dir, name, roles, seed, extra)));
     }
     nodes
 }

@@ -8,6 +8,8 @@
 //!   the checks, the journal's switch record, uploaded builds on disk.
 //! * `shadow` — a second instance of the master that follows its events,
 //!   so snapshots are serialized off the master's thread.
+//! * [`standby`] — a copy of the master on the other back-end nodes, fed
+//!   every committed entry, that a take-over starts from.
 //! * [`service`] — the master thread, which hands its events to the node's
 //!   replication (`crate::replication`); the [`MasterHandle`] every caller
 //!   uses.
@@ -16,10 +18,12 @@ mod bindings;
 pub mod core;
 pub mod service;
 mod shadow;
+pub mod standby;
 pub mod store;
 pub mod upgrade;
 
 pub use self::core::CoreKind;
 pub use service::{
-    MasterError, MasterHandle, MasterOptions, RecoveryReport, SnapshotSource, now_ms, start,
+    MasterError, MasterHandle, MasterOptions, RecoveryReport, SnapshotSource, Warm, now_ms, start,
+    start_warm,
 };

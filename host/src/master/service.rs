@@ -203,6 +203,8 @@ pub struct RecoveryReport {
     pub journal_epoch: u64,
     /// Index of the snapshot restored, if any.
     pub snapshot_index: Option<u64>,
+    /// Started from a warm standby's state before this index.
+    pub warm: Option<u64>,
     /// Journal events replayed after it.
     pub events_replayed: u64,
     /// Bytes of a torn final write cut from the journal.
@@ -545,30 +547,72 @@ pub fn start(
     replication: Replication,
     started: Started,
 ) -> Result<(MasterHandle, RecoveryReport), StartError> {
+    start_warm(options, replication, started, None)
+}
+
+/// [`start`], from a warm standby's master (`warm`, the state before
+/// `started.warm`) when there is one: only the entries after it are
+/// applied.
+pub fn start_warm(
+    options: MasterOptions,
+    replication: Replication,
+    started: Started,
+    warm: Option<Warm>,
+) -> Result<(MasterHandle, RecoveryReport), StartError> {
     let began = Instant::now();
     let Started {
         epoch,
         snapshot,
         events,
+        warm: warm_from,
+        restore,
         ..
     } = started;
     let events_replayed = events.len() as u64;
     let snapshot_index = snapshot.as_ref().map(|s| s.index);
-    let recovered = Arc::new(Recovered { snapshot, events });
-    let mut replayer = Replayer::recover(&options, recovered.snapshot.as_ref())?;
-    replayer.replay(&recovered.events)?;
-    let Replayer {
-        core,
-        builds,
-        components,
-        ..
-    } = replayer;
+    let (core, builds, shadow_from, loaded) = match (warm, warm_from) {
+        (Some(warm), Some(from)) if warm.at == from => {
+            let mut replayer = Replayer::resume(&options, warm);
+            replayer.replay(&events)?;
+            let Replayer {
+                core,
+                builds,
+                components,
+                ..
+            } = replayer;
+            (core, builds, ShadowFrom::Disk(restore), components.loaded)
+        }
+        (None, None) => {
+            let recovered = Arc::new(Recovered { snapshot, events });
+            let mut replayer = Replayer::recover(&options, recovered.snapshot.as_ref())?;
+            replayer.replay(&recovered.events)?;
+            let Replayer {
+                core,
+                builds,
+                components,
+                ..
+            } = replayer;
+            (
+                core,
+                builds,
+                ShadowFrom::Recovered(recovered),
+                components.loaded,
+            )
+        }
+        (warm, from) => {
+            return Err(StartError::Core(anyhow::anyhow!(
+                "a standby's state before {:?} cannot start a master whose journal is read from {from:?}",
+                warm.map(|w| w.at)
+            )));
+        }
+    };
     let shadow = options
         .shadow
-        .then(|| Shadow::start(options.clone(), components.loaded, recovered));
+        .then(|| Shadow::start(options.clone(), loaded, shadow_from));
     let report = RecoveryReport {
         journal_epoch: epoch.saturating_sub(1),
         snapshot_index,
+        warm: warm_from,
         events_replayed,
         torn_bytes: 0,
         duration: began.elapsed(),
@@ -665,6 +709,30 @@ pub(super) struct Recovered {
     pub events: Vec<Vec<u8>>,
 }
 
+/// Where the master's shadow gets its starting state.
+pub(super) enum ShadowFrom {
+    /// What the master recovered from.
+    Recovered(Arc<Recovered>),
+    /// Read from disk, up to where the master started (the master started
+    /// from a warm standby, with no full read to share).
+    Disk(crate::replication::storage::Restore),
+}
+
+/// A master a warm standby kept up to date (`super::standby`), with
+/// everything before `at` applied: a master taking over starts from it.
+pub struct Warm {
+    core: Box<dyn Core>,
+    builds: Builds,
+    loaded: Loaded,
+    at: u64,
+}
+
+impl std::fmt::Debug for Warm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Warm").field("at", &self.at).finish()
+    }
+}
+
 /// A master brought up to date from the journal, as the live master went:
 /// events applied in chunks, builds switched at switch records. Recovery
 /// and the shadow ([`super::shadow`]) both replay through it, so they
@@ -683,6 +751,27 @@ impl<'a> Replayer<'a> {
         snapshot: Option<&StoredSnapshot>,
     ) -> Result<Self, StartError> {
         Self::recover_with(options, Loaded::new(), snapshot)
+    }
+
+    /// Goes on from a standby's master.
+    pub fn resume(options: &'a MasterOptions, warm: Warm) -> Self {
+        Self {
+            core: warm.core,
+            builds: warm.builds,
+            kind: options.core,
+            components: Components::new(options, warm.loaded),
+        }
+    }
+
+    /// This master, for another to go on from, having applied everything
+    /// before `at`.
+    pub fn into_warm(self, at: u64) -> Warm {
+        Warm {
+            core: self.core,
+            builds: self.builds,
+            loaded: self.components.loaded,
+            at,
+        }
     }
 
     /// [`Self::recover`], with the builds already compiled.

@@ -47,7 +47,7 @@
 //! * A stop still snapshots the master itself: the shadow may be behind,
 //!   and the next master should start from the newest state.
 
-use super::service::{MasterOptions, Recovered, Replayer};
+use super::service::{MasterOptions, Recovered, Replayer, ShadowFrom};
 use super::upgrade::Builds;
 use crate::events::{self, emit};
 use std::sync::Arc;
@@ -78,11 +78,7 @@ impl Shadow {
     /// Starts the shadow: it recovers from `from` (the master's own
     /// recovery, whose compiled builds are `loaded`), then follows what
     /// it is fed.
-    pub fn start(
-        options: MasterOptions,
-        loaded: super::service::Loaded,
-        from: Arc<Recovered>,
-    ) -> Self {
+    pub fn start(options: MasterOptions, loaded: super::service::Loaded, from: ShadowFrom) -> Self {
         let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_WAITING_MAX);
         let failed = Arc::new(AtomicBool::new(false));
         let flag = failed.clone();
@@ -157,11 +153,20 @@ impl Shadow {
 fn run(
     options: &MasterOptions,
     loaded: super::service::Loaded,
-    from: Arc<Recovered>,
+    from: ShadowFrom,
     rx: Receiver<Input>,
     given_up: &AtomicBool,
 ) -> anyhow::Result<()> {
     let fail = |e: super::service::StartError| anyhow::anyhow!("{e}");
+    let from = match from {
+        ShadowFrom::Recovered(recovered) => recovered,
+        ShadowFrom::Disk(plan) => {
+            let (snapshot, events) = plan
+                .read()
+                .map_err(|e| anyhow::anyhow!("reading the journal: {e}"))?;
+            Arc::new(Recovered { snapshot, events })
+        }
+    };
     let mut replayer =
         Replayer::recover_with(options, loaded, from.snapshot.as_ref()).map_err(fail)?;
     replayer.replay(&from.events).map_err(fail)?;
@@ -258,10 +263,10 @@ mod tests {
         let shadow = Shadow::start(
             options(dir.path()),
             Default::default(),
-            Arc::new(Recovered {
+            ShadowFrom::Recovered(Arc::new(Recovered {
                 snapshot: None,
                 events: journal[..100].to_vec(),
-            }),
+            })),
         );
         for batch in journal[100..].chunks(37) {
             shadow.feed(batch);
@@ -277,14 +282,14 @@ mod tests {
         let again = Shadow::start(
             options(dir.path()),
             Default::default(),
-            Arc::new(Recovered {
+            ShadowFrom::Recovered(Arc::new(Recovered {
                 snapshot: Some(StoredSnapshot {
                     index: journal.len() as u64 + 1,
                     epoch: 1,
                     state: upgrade::wrap_state(builds, state),
                 }),
                 events: later,
-            }),
+            })),
         );
         let expected = master.snapshot().unwrap();
         assert_eq!(snapshot_of(&shadow).1, expected);
@@ -301,10 +306,10 @@ mod tests {
         let shadow = Shadow::start(
             options(dir.path()),
             Default::default(),
-            Arc::new(Recovered {
+            ShadowFrom::Recovered(Arc::new(Recovered {
                 snapshot: None,
                 events: Vec::new(),
-            }),
+            })),
         );
         shadow.feed(&[vec![0xFF, 0xFF, 0xFF]]);
         let (tx, rx) = std::sync::mpsc::channel();

@@ -30,6 +30,12 @@
 //!   with their idempotency key).
 //! * **Snapshots** the master takes are compacted into the journal once
 //!   the entries they cover are committed.
+//! * **A warm standby** ([`Replication::follow`], `master::standby`): a
+//!   follower hands every committed entry to a copy of the master kept
+//!   up to date on its node, whose snapshots compact this node's journal
+//!   too. When this node leads, its master starts from that copy and reads
+//!   only the entries after it ([`Started::warm`]) instead of a snapshot
+//!   and everything since.
 //! * **A master with no host.** A node that leads (after a hand-over) but
 //!   whose node never starts the master within `UNCLAIMED_MAX` (5 s) steps
 //!   down, so the cluster is never held by a leader that serves nothing.
@@ -66,6 +72,9 @@ pub const COMMIT_WAIT: Duration = Duration::from_secs(5);
 pub const BATCHES_IN_FLIGHT_MAX: usize = 64;
 /// Inputs handled per wake-up at most, before timers run again.
 const INPUTS_PER_WAKE_MAX: usize = 4096;
+/// Entry bytes read for a standby per wake-up at most: a standby far
+/// behind catches up over several wake-ups, never holding this thread.
+const FOLLOW_BYTES_MAX: usize = 1 << 20;
 /// How often the core's timers run.
 const TICK: Duration = Duration::from_millis(10);
 /// A master refuses new work while no majority of voters acknowledged an
@@ -90,7 +99,30 @@ pub struct Started {
     pub events: Vec<Vec<u8>>,
     /// The node whose journal was adopted, if another was ahead.
     pub adopted: Option<NodeId>,
+    /// Set when this node's standby holds the state before this index:
+    /// then `snapshot` is `None` and `events` are those from here on, to be
+    /// applied to the standby's state ([`Replication::follow`]).
+    pub warm: Option<u64>,
+    /// The whole read (newest snapshot, events after it) up to the same
+    /// end, for whoever needs the state from disk (the master's shadow
+    /// after a warm start).
+    pub restore: storage::Restore,
 }
+
+/// What a standby is handed ([`Replication::follow`]).
+#[derive(Debug)]
+pub enum Follow {
+    /// The master's events of the committed entries up to `end`
+    /// (exclusive), after everything handed before.
+    Committed { end: u64, events: Vec<Vec<u8>> },
+    /// Nothing more comes: the journal was replaced under the standby (a
+    /// snapshot from the master), or could not be read.
+    Stopped(String),
+}
+
+/// Takes what a standby is handed; `false` when it wants no more (then it
+/// is dropped).
+pub type Follower = Box<dyn FnMut(Follow) -> bool + Send>;
 
 /// Why a node cannot be removed from the voters.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -153,6 +185,8 @@ impl Input {
             Input::SnapshotFilled(..) => "snapshot_filled",
             Input::SnapshotWritten(..) => "snapshot_written",
             Input::RestoreFailed(..) => "restore_failed",
+            Input::Follow(..) => "follow",
+            Input::StandbySnapshot(..) => "standby_snapshot",
             Input::Members(..) => "members",
             Input::TakeOver(..) => "take_over",
             Input::HandOver(..) => "hand_over",
@@ -175,6 +209,10 @@ enum Input {
     /// Reading the journal for this node's master of `epoch` failed: it
     /// was not started.
     RestoreFailed(u64),
+    /// A standby to feed ([`Replication::follow`]).
+    Follow(Follower, oneshot::Sender<Result<storage::Restore, String>>),
+    /// A standby's state after the entries before the index.
+    StandbySnapshot(u64, Vec<u8>),
     /// The snapshot file `compact` had written on its own thread is
     /// durable (`None`: writing it failed).
     SnapshotWritten(Option<Snapshot>),
@@ -334,6 +372,7 @@ impl Replication {
             unreplicated: 0,
             commit_seen: 0,
             epoch_led: 0,
+            standby: None,
         };
         std::thread::Builder::new()
             .name("cohort-replication".into())
@@ -429,6 +468,28 @@ impl Replication {
             shared: self.shared.clone(),
             filled: false,
         }
+    }
+
+    /// Feeds `follower` every entry committed from now on, while this node
+    /// does not lead; answers with what it starts from: the newest
+    /// snapshot and the committed entries after it. The standby ends when
+    /// `follower` returns `false` or is handed [`Follow::Stopped`], and
+    /// when this node's master starts (from the standby's state, if it
+    /// kept up: [`Started::warm`]). One standby at a time: a new one
+    /// replaces the last.
+    pub async fn follow(&self, follower: Follower) -> Result<storage::Restore, String> {
+        let (tx, rx) = oneshot::channel();
+        if !self.send(Input::Follow(follower, tx)) {
+            return Err("replication stopped".into());
+        }
+        rx.await
+            .unwrap_or_else(|_| Err("replication stopped".into()))
+    }
+
+    /// A standby's state after the committed entries before `index`: the
+    /// journal here is compacted under it, as under the master's.
+    pub fn standby_snapshot(&self, index: u64, state: Vec<u8>) {
+        self.send(Input::StandbySnapshot(index, state));
     }
 
     /// Waits until everything proposed so far is appended and synced here,
@@ -578,6 +639,8 @@ struct Driver {
     commit_seen: u64,
     /// The highest epoch this node led (each new one must be above it).
     epoch_led: u64,
+    /// The standby being fed, and the index it has everything before.
+    standby: Option<(u64, Follower)>,
 }
 
 impl Driver {
@@ -629,6 +692,7 @@ impl Driver {
                 }
             }
             self.propose(&mut events, &mut completions, &mut batches);
+            self.feed_standby();
             if Instant::now() >= next_tick {
                 let output = self.replicator.tick(self.now());
                 self.apply(output);
@@ -736,6 +800,27 @@ impl Driver {
                     self.claimed = false;
                 }
             }
+            Input::Follow(follower, reply) => {
+                if self.replicator.leading().is_some() {
+                    let _ = reply.send(Err("this node leads".into()));
+                    return;
+                }
+                // Committed entries only: they are never cut, whoever
+                // leads next. A snapshot is committed by definition.
+                let plan = self.replicator.storage().restore_plan();
+                let from = self.commit().max(plan.first());
+                let plan = plan.until(from);
+                self.standby = Some((plan.end(), follower));
+                let _ = reply.send(Ok(plan));
+            }
+            Input::StandbySnapshot(index, state) => {
+                // Any standby's state at a committed index is the state
+                // there (committed entries are the same on every node).
+                if self.replicator.leading().is_none() && index <= self.commit() {
+                    self.snapshots.push_back((index, 0, Some(state)));
+                    self.compact();
+                }
+            }
             Input::Members(members) => {
                 let output = self.replicator.set_members(now, members);
                 self.apply(output);
@@ -824,6 +909,60 @@ impl Driver {
         }
     }
 
+    /// Hands a standby the entries committed since it was last fed (a
+    /// bounded read: [`FOLLOW_BYTES_MAX`]), while this node follows. A
+    /// standby the journal moved past (replaced by the master's snapshot)
+    /// is stopped: it must start again from that snapshot.
+    fn feed_standby(&mut self) {
+        let Some((fed, _)) = &self.standby else {
+            return;
+        };
+        let fed = *fed;
+        let commit = self.commit();
+        if self.replicator.leading().is_some() || fed >= commit {
+            return;
+        }
+        let first = cohort_replication::Storage::shape(self.replicator.storage()).first;
+        let read = if fed < first {
+            Err(format!(
+                "the journal here now starts at {first}, past the standby's {fed}"
+            ))
+        } else {
+            cohort_replication::Storage::read(self.replicator.storage(), fed, FOLLOW_BYTES_MAX)
+                .map_err(|e| format!("cannot read the journal: {e}"))
+        };
+        let (_, follower) = self.standby.as_mut().expect("checked");
+        let entries = match read {
+            Ok(entries) if entries.first().is_some_and(|e| e.index == fed) => entries,
+            Ok(entries) => {
+                let at = entries.first().map(|e| e.index);
+                follower(Follow::Stopped(format!(
+                    "the journal read from {fed} starts at {at:?}"
+                )));
+                self.standby = None;
+                return;
+            }
+            Err(reason) => {
+                follower(Follow::Stopped(reason));
+                self.standby = None;
+                return;
+            }
+        };
+        let mut end = fed;
+        let mut events = Vec::new();
+        for entry in entries.into_iter().take_while(|e| e.index < commit) {
+            end = entry.index + 1;
+            if let Payload::Data(event) = entry.payload {
+                events.push(event);
+            }
+        }
+        if follower(Follow::Committed { end, events }) {
+            self.standby.as_mut().expect("checked").0 = end;
+        } else {
+            self.standby = None;
+        }
+    }
+
     /// Hands `replies` what this node's master starts from (the newest
     /// snapshot and the journal after it), read on a thread of its own: a
     /// million entries take about a second, and a new leader that stops
@@ -842,7 +981,18 @@ impl Driver {
             }
             return;
         };
-        let plan = self.replicator.storage().restore_plan();
+        let restore = self.replicator.storage().restore_plan();
+        // A standby that kept up holds the state before `fed`: only the
+        // entries from there are read (the journal still holds them).
+        let warm = self
+            .standby
+            .take()
+            .map(|(fed, _)| fed)
+            .filter(|fed| (restore.first()..=restore.end()).contains(fed));
+        let plan = match warm {
+            Some(fed) => restore.clone().tail(fed),
+            None => restore.clone(),
+        };
         let shared = self.shared.clone();
         let spawned = std::thread::Builder::new()
             .name("cohort-restore".into())
@@ -856,6 +1006,8 @@ impl Driver {
                                 snapshot,
                                 events,
                                 adopted,
+                                warm,
+                                restore,
                             }));
                         }
                         for other in replies {
@@ -1285,6 +1437,106 @@ mod tests {
         let started = nodes[1].replication.take_over().await.expect("n1 leads");
         assert_eq!(started.events.len(), 10);
         assert_eq!(started.epoch, 2);
+    }
+
+    /// A follower's standby gets what it starts from and then every
+    /// committed event, in order; its snapshot compacts the follower's
+    /// journal; and when that follower takes over, it reads only the
+    /// entries after the standby's state.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_standby_follows_commits_compacts_and_starts_the_next_master_warm() {
+        let network = MemNetwork::new();
+        let nodes: Vec<Node> = ["n0", "n1", "n2"]
+            .iter()
+            .map(|id| node(&network, id))
+            .collect();
+        let ids: Vec<NodeId> = vec!["n0".into(), "n1".into(), "n2".into()];
+        for node in &nodes {
+            node.replication.set_members(ids.clone());
+        }
+        nodes[0]
+            .replication
+            .take_over()
+            .await
+            .expect("n0 bootstraps");
+        until("every node is a voter", || {
+            nodes[0].replication.status().voters.len() == 3
+        })
+        .await;
+        commit(&nodes[0].replication, 1).await.expect("committed");
+        // The master's node has no standby.
+        assert!(
+            nodes[0]
+                .replication
+                .follow(Box::new(|_| true))
+                .await
+                .is_err()
+        );
+
+        let (tx, fed) = std::sync::mpsc::channel();
+        let plan = nodes[1]
+            .replication
+            .follow(Box::new(move |follow| tx.send(follow).is_ok()))
+            .await
+            .expect("n1 follows");
+        let (snapshot, mut events) = plan.read().unwrap();
+        assert!(snapshot.is_none());
+        for event in 2..=5 {
+            commit(&nodes[0].replication, event)
+                .await
+                .expect("committed");
+        }
+        let mut at = plan.end();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while events.len() < 5 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match fed.recv_timeout(left).expect("fed in time") {
+                Follow::Committed { end, events: more } => {
+                    assert!(end > at, "{end} after {at}");
+                    at = end;
+                    events.extend(more);
+                }
+                Follow::Stopped(reason) => panic!("stopped: {reason}"),
+            }
+        }
+        assert_eq!(events, (1..=5).map(|e| vec![1, e]).collect::<Vec<_>>());
+
+        // Its snapshot compacts n1's journal.
+        nodes[1]
+            .replication
+            .standby_snapshot(at, b"after 5".to_vec());
+        let dir = nodes[1]._dir.path().to_path_buf();
+        until("n1 holds the standby's snapshot", || {
+            crate::master::store::latest_snapshot(&dir)
+                .unwrap()
+                .is_some_and(|s| s.index == at)
+        })
+        .await;
+
+        // n0 is cut off; n1 takes over from its standby's state.
+        network.cut("n0", "n1", true);
+        network.cut("n0", "n2", true);
+        let started = loop {
+            match nodes[1].replication.take_over().await {
+                Ok(started) => break started,
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        assert_eq!(started.warm, Some(at));
+        assert!(started.snapshot.is_none());
+        assert!(started.events.is_empty(), "{:?}", started.events);
+        // The whole read is there for whoever needs it.
+        let (snapshot, rest) = started.restore.read().unwrap();
+        assert_eq!(snapshot.unwrap().state, b"after 5");
+        assert!(rest.is_empty());
+        // Leading, n1 feeds no standby.
+        assert!(
+            nodes[1]
+                .replication
+                .follow(Box::new(|_| true))
+                .await
+                .is_err()
+        );
     }
 
     #[tokio::test]

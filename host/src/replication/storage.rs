@@ -229,6 +229,7 @@ impl JournalStorage {
             dir: self.dir.clone(),
             first: self.base.index.max(self.journal.shape().first),
             end: self.journal.next_index(),
+            tail: None,
         }
     }
 }
@@ -243,21 +244,62 @@ pub struct Restore {
     dir: PathBuf,
     first: u64,
     end: u64,
+    /// Only the entries from here: a warm standby holds the state before
+    /// ([`crate::master::standby`]).
+    tail: Option<u64>,
 }
 
 impl Restore {
+    /// The index the read ends at (exclusive).
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// The index of the oldest entry held when planned.
+    pub fn first(&self) -> u64 {
+        self.first
+    }
+
+    /// The same read, ending at `end` instead (at most the planned end).
+    pub fn until(mut self, end: u64) -> Self {
+        self.end = self.end.min(end);
+        self
+    }
+
+    /// Only the events from `from` on, with no snapshot.
+    pub fn tail(mut self, from: u64) -> Self {
+        self.tail = Some(from);
+        self
+    }
+
     /// The newest snapshot and the master's events from its index up to
-    /// the planned end.
+    /// the planned end (for a [`tail`](Self::tail): no snapshot, and the
+    /// events from there). A snapshot past the planned end (the journal
+    /// was replaced meanwhile) is an error: what follows the read would
+    /// not follow that state.
     pub fn read(&self) -> Result<(Option<StoredSnapshot>, Vec<Vec<u8>>), StorageError> {
-        let snapshot = match store::latest_snapshot(&self.dir).map_err(error)? {
-            Some(mut snapshot) => {
-                snapshot.state = split_snapshot_state(&snapshot.state)?.1;
-                Some(snapshot)
-            }
-            None => None,
+        let snapshot = match self.tail {
+            Some(_) => None,
+            None => match store::latest_snapshot(&self.dir).map_err(error)? {
+                Some(mut snapshot) => {
+                    snapshot.state = split_snapshot_state(&snapshot.state)?.1;
+                    Some(snapshot)
+                }
+                None => None,
+            },
         };
+        if let Some(snapshot) = &snapshot
+            && snapshot.index > self.end
+        {
+            return Err(StorageError(format!(
+                "the journal was replaced by a snapshot at {}, past the planned end {}",
+                snapshot.index, self.end
+            )));
+        }
         // The events after the snapshot read, whichever it is.
-        let mut next = snapshot.as_ref().map_or(self.first, |s| s.index);
+        let mut next = self
+            .tail
+            .unwrap_or_else(|| snapshot.as_ref().map_or(self.first, |s| s.index));
         let journal = FsStorage::open(&self.dir.join("journal")).map_err(error)?;
         let mut events = Vec::new();
         while next < self.end {
@@ -480,6 +522,24 @@ mod tests {
         assert_eq!(events, vec![vec![1, 2]]);
         let (_, events) = storage.restore().unwrap();
         assert_eq!(events, vec![vec![1, 2], vec![1, 3]]);
+        // A standby's plans: up to a commit index, and a tail alone.
+        let committed = storage.restore_plan().until(3);
+        assert_eq!(committed.end(), 3);
+        assert_eq!(committed.read().unwrap().1, vec![vec![1, 2]]);
+        let (snapshot, events) = storage.restore_plan().tail(3).read().unwrap();
+        assert!(snapshot.is_none());
+        assert_eq!(events, vec![vec![1, 3]]);
+        // Replaced past the planned end meanwhile: refused, not misread.
+        let stale = storage.restore_plan().until(2);
+        storage
+            .install(Snapshot {
+                index: 4,
+                epoch: 1,
+                voters: Vec::new(),
+                state: b"after 3".to_vec(),
+            })
+            .unwrap();
+        assert!(stale.read().is_err());
     }
 
     #[test]
