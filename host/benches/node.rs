@@ -22,7 +22,8 @@
 //!   it is acknowledged), latency of one job through a node
 //!   that does not host the master (one proxy hop), and the time from
 //!   `kill -9` of a node until the master's node no longer lists it as live
-//!   (failure detection with default settings).
+//!   (failure detection with default settings). Throughput alternates
+//!   warm standbys on (the default) and `--standby off`.
 //! * dag: a DAG of 10,000 trivial jobs (1 to 3 parents each) on one node,
 //!   from its submission until its status says it ended; and the same
 //!   jobs with no edges.
@@ -55,6 +56,12 @@
 //!   through the youngest while the oldest, hosting the master, gets
 //!   SIGKILL; the time from the kill until the first submission is
 //!   acknowledged by the new master, over 10 runs.
+//! * takeover-large: three back-end nodes without workers hold
+//!   `COHORT_TAKEOVER_JOBS` (default 500,000) queued jobs; SIGKILL of the
+//!   master's node, then the time until a submission through the youngest
+//!   is acknowledged, with warm standbys (the default) and with `--standby
+//!   off` (the new master recovers from its snapshot and journal),
+//!   alternated over 3 runs each.
 //! * security: the cluster throughput and the proxied one-at-a-time
 //!   latency above, on three nodes without a key and on three nodes with a
 //!   cluster key (sealed gossip and node-to-node bodies, clients with a
@@ -112,6 +119,9 @@ fn main() {
     }
     if wanted("takeover") {
         rt.block_on(takeover());
+    }
+    if wanted("takeover-large") {
+        rt.block_on(takeover_large());
     }
     if wanted("upgrade") {
         rt.block_on(upgrade());
@@ -846,12 +856,14 @@ async fn wait_three(client: &Api) {
 }
 
 async fn cluster() {
-    {
-        let nodes = three_nodes(&[]).await;
+    // With warm standbys (the default) and without: each standby applies
+    // every event once more, on the same two cores here.
+    for standby in ["on", "off", "on", "off"] {
+        let nodes = three_nodes(&["--standby", standby]).await;
         let clients: Vec<Api> = nodes.iter().map(|n| Api::new(&n.url)).collect();
         let rate = cluster_throughput(&clients).await;
         println!(
-            "cluster throughput (3 nodes on one 2-CPU machine, journal on a majority of 3 voters): {rate:.0} jobs/s submit->result"
+            "cluster throughput (3 nodes on one 2-CPU machine, journal on a majority of 3 voters, standby {standby}): {rate:.0} jobs/s submit->result"
         );
     }
     let [n1, _n2, mut n3] = three_nodes(&[]).await;
@@ -1291,6 +1303,96 @@ const TAKEOVER_GIVE_UP: Duration = Duration::from_secs(30);
 
 /// Take-overs measured.
 const TAKEOVER_RUNS: usize = 10;
+
+/// Submits `jobs` trivial jobs in batches of 1000 from 4 clients spread
+/// over `urls`.
+async fn fill(urls: &[String], module: &str, jobs: usize) {
+    const BATCH: usize = 1000;
+    const CLIENTS: usize = 4;
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let client = Api::new(&urls[c % urls.len()]);
+        let module = module.to_string();
+        tasks.push(tokio::spawn(async move {
+            for b in (c..jobs / BATCH).step_by(CLIENTS) {
+                client
+                    .submit_batch(&echo_batch(&module, b, BATCH))
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+async fn takeover_large() {
+    let jobs: usize = std::env::var("COHORT_TAKEOVER_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500_000);
+    let mut times: [Vec<Duration>; 2] = Default::default();
+    for _ in 0..3 {
+        for (standby, times) in ["on", "off"].into_iter().zip(times.iter_mut()) {
+            let [mut n1, _n2, n3] = start_three(&[
+                "--roles",
+                "back-end,front-end",
+                "--standby",
+                standby,
+                "--queue-max",
+                "2000000",
+            ]);
+            let client = Api::new(&n3.url);
+            while client
+                .cluster()
+                .await
+                .map_or(true, |c| c.master_node != "n1" || c.voters.len() < 3)
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let module = client.upload(echo_wasm()).await.unwrap();
+            let request = SubmitRequest {
+                module: module.clone(),
+                ..SubmitRequest::default()
+            };
+            let began = Instant::now();
+            fill(&[n1.url.clone(), n3.url.clone()], &module, jobs).await;
+            let filled = began.elapsed();
+            // The standbys apply what was committed last; a few seconds of
+            // one-at-a-time submissions, as clients would go on.
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until {
+                client.submit(&request).await.unwrap();
+            }
+            let killed = Instant::now();
+            let _ = n1.child.kill();
+            let _ = n1.child.wait();
+            let taken_over = loop {
+                if client.submit(&request).await.is_ok() {
+                    break killed.elapsed();
+                }
+                assert!(
+                    killed.elapsed() < Duration::from_secs(120),
+                    "no submission acknowledged within 120 s of the kill"
+                );
+            };
+            println!(
+                "takeover-large: {jobs} queued jobs (submitted in {filled:.1?}), standby {standby}: first submission acknowledged {taken_over:.2?} after kill -9 of the master"
+            );
+            times.push(taken_over);
+        }
+    }
+    for (standby, times) in ["on", "off"].iter().zip(times.iter_mut()) {
+        times.sort();
+        println!(
+            "takeover-large: standby {standby}: SIGKILL to the first acknowledged submission {:.2?} to {:.2?} (median {:.2?})",
+            times[0],
+            times[times.len() - 1],
+            times[times.len() / 2]
+        );
+    }
+}
 
 async fn takeover() {
     let mut times = Vec::new();
