@@ -18,6 +18,13 @@
 //!   and claims are handled on this thread, never behind the master's
 //!   command loop or a snapshot being written, so a busy master is not
 //!   mistaken for a dead one (followers that hear it decline claims).
+//! * **Nor for the disk, within bounds.** While this thread is held in one
+//!   step (a journal fsync the disk stalls: 0.1–1 s were seen under load
+//!   on a VM), a small "pulse" thread sends the leader's followers `Alive`
+//!   every heartbeat, up to [`STALL_COVERED_MAX`]; a process that is
+//!   paused, cut off or dead sends nothing, and one stuck longer is let go.
+//!   `Alive` only keeps followers' leases (liveness); fencing by epoch
+//!   keeps safety whatever they believe.
 //! * **Group commit.** Every batch waiting when the thread wakes is
 //!   appended, then one fsync covers them all; replicas receive them as one
 //!   append each. The master thread decides the next batches meanwhile; at
@@ -77,6 +84,9 @@ const INPUTS_PER_WAKE_MAX: usize = 4096;
 const FOLLOW_BYTES_MAX: usize = 1 << 20;
 /// How often the core's timers run.
 const TICK: Duration = Duration::from_millis(10);
+/// Longest the pulse covers a replication thread held in one step (see
+/// the module notes): a disk stalled longer is taken for a dead one.
+pub const STALL_COVERED_MAX: Duration = Duration::from_secs(2);
 /// A master refuses new work while no majority of voters acknowledged an
 /// append this recently.
 const QUORUM_SILENCE_MAX_MS: u64 = 3_000;
@@ -193,6 +203,8 @@ impl Input {
             Input::StepDown(..) => "step_down",
             Input::RemoveVoter(..) => "remove_voter",
             Input::Flush(..) => "flush",
+            #[cfg(test)]
+            Input::Hold(..) => "hold",
         }
     }
 }
@@ -222,6 +234,51 @@ enum Input {
     StepDown(oneshot::Sender<()>),
     RemoveVoter(NodeId, oneshot::Sender<Result<(), RemoveVoterError>>),
     Flush(oneshot::Sender<()>),
+    /// Holds the thread this long, as a stalled disk would (tests).
+    #[cfg(test)]
+    Hold(Duration),
+}
+
+/// What the pulse thread knows of the replication thread.
+struct Pulse {
+    base: Instant,
+    /// Milliseconds from `base` to the end of the thread's last step.
+    stepped_ms: std::sync::atomic::AtomicU64,
+    /// The epoch this node leads and its followers, while it leads.
+    leading: Mutex<Option<(u64, Vec<NodeId>)>>,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+impl Pulse {
+    fn stepped(&self) {
+        let ms = self.base.elapsed().as_millis() as u64;
+        self.stepped_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Sends `Alive` for the leader's epoch to its followers every
+    /// heartbeat while the replication thread is held in one step, for at
+    /// most [`STALL_COVERED_MAX`].
+    fn run(&self, transport: &dyn Transport) {
+        let every = Duration::from_millis(HEARTBEAT_MS);
+        while !self.stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            std::thread::sleep(every);
+            let stepped = self.stepped_ms.load(std::sync::atomic::Ordering::Relaxed);
+            let held = self
+                .base
+                .elapsed()
+                .saturating_sub(Duration::from_millis(stepped));
+            if held < every || held > STALL_COVERED_MAX {
+                continue;
+            }
+            let leading = self.leading.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((epoch, followers)) = &*leading {
+                for follower in followers {
+                    transport.send(follower, Message::Alive { epoch: *epoch });
+                }
+            }
+        }
+    }
 }
 
 struct Shared {
@@ -355,7 +412,22 @@ impl Replication {
             slots: std::sync::atomic::AtomicU64::new(0),
         });
         let replicator = Replicator::new(options, storage);
+        let pulse = Arc::new(Pulse {
+            base: Instant::now(),
+            stepped_ms: Default::default(),
+            leading: Mutex::new(None),
+            stopped: Default::default(),
+        });
+        {
+            let pulse = pulse.clone();
+            let transport = transport.clone();
+            std::thread::Builder::new()
+                .name("cohort-pulse".into())
+                .spawn(move || pulse.run(transport.as_ref()))
+                .map_err(|e| cohort_replication::StorageError(e.to_string()))?;
+        }
         let driver = Driver {
+            pulse,
             replicator,
             transport,
             shared: shared.clone(),
@@ -617,6 +689,7 @@ type HandOver = (NodeId, Instant, oneshot::Sender<Result<(), String>>);
 struct Driver {
     replicator: Replicator<JournalStorage>,
     transport: Arc<dyn Transport>,
+    pulse: Arc<Pulse>,
     shared: Arc<Shared>,
     rx: Receiver<Input>,
     started: Instant,
@@ -658,6 +731,7 @@ impl Driver {
                 Err(RecvTimeoutError::Timeout) => None,
                 Err(RecvTimeoutError::Disconnected) => break,
             };
+            self.pulse.stepped();
             let pass = Instant::now();
             let mut slowest: (Duration, &str) = (Duration::ZERO, "");
             let mut events = Vec::new();
@@ -678,25 +752,36 @@ impl Driver {
                         completions.push(done);
                         batches += 1;
                         if batches >= BATCHES_IN_FLIGHT_MAX {
+                            let began = Instant::now();
                             self.propose(&mut events, &mut completions, &mut batches);
+                            slowest = slowest.max((began.elapsed(), "propose"));
+                            self.pulse.stepped();
                         }
                     }
                     other => {
                         // Everything proposed before goes first.
+                        let began = Instant::now();
                         self.propose(&mut events, &mut completions, &mut batches);
+                        slowest = slowest.max((began.elapsed(), "propose"));
                         let what = other.name();
                         let began = Instant::now();
                         self.handle(other);
                         slowest = slowest.max((began.elapsed(), what));
+                        self.pulse.stepped();
                     }
                 }
             }
+            let began = Instant::now();
             self.propose(&mut events, &mut completions, &mut batches);
+            slowest = slowest.max((began.elapsed(), "propose"));
+            self.pulse.stepped();
             self.feed_standby();
             if Instant::now() >= next_tick {
+                let began = Instant::now();
                 let output = self.replicator.tick(self.now());
                 self.apply(output);
                 self.housekeeping();
+                slowest = slowest.max((began.elapsed(), "tick"));
                 next_tick = Instant::now() + TICK;
             }
             self.publish();
@@ -706,10 +791,13 @@ impl Driver {
                     busy_ms = busy.as_millis() as u64,
                     slowest_ms = slowest.0.as_millis() as u64,
                     slowest = slowest.1,
-                    "the replication thread was busy for longer than the lease: followers may take this node's master for dead"
+                    "the replication thread was busy for longer than the lease (its pulse covers up to {STALL_COVERED_MAX:?})"
                 );
             }
         }
+        self.pulse
+            .stopped
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.fail_pending(MasterError::Unavailable("replication stopped".into()));
     }
 
@@ -871,6 +959,8 @@ impl Driver {
                 };
                 let _ = reply.send(result);
             }
+            #[cfg(test)]
+            Input::Hold(time) => std::thread::sleep(time),
             Input::Flush(reply) => {
                 // A snapshot file being written is part of what a clean
                 // stop leaves behind: answer once it is durable.
@@ -1036,6 +1126,11 @@ impl Driver {
     fn apply(&mut self, output: Output) {
         for (to, message) in output.sends {
             self.transport.send(&to, message);
+        }
+        if self.replicator.leading().is_none() {
+            // Not even for the rest of this pass: a node that let go of
+            // the master must not keep its followers' leases.
+            *self.pulse.leading.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
         for effect in output.effects {
             match effect {
@@ -1279,6 +1374,26 @@ impl Driver {
             syncs: storage.syncs,
             sync_nanos: storage.sync_nanos,
         };
+        {
+            let mut pulse = self.pulse.leading.lock().unwrap_or_else(|e| e.into_inner());
+            match leading {
+                Some(epoch) => {
+                    let same = pulse.as_ref().is_some_and(|(e, followers)| {
+                        *e == epoch
+                            && followers.len() == status.behind.len()
+                            && followers
+                                .iter()
+                                .zip(&status.behind)
+                                .all(|(a, (b, _))| a == b)
+                    });
+                    if !same {
+                        let followers = status.behind.iter().map(|(n, _)| n.clone()).collect();
+                        *pulse = Some((epoch, followers));
+                    }
+                }
+                None => *pulse = None,
+            }
+        }
         *self.shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
         let leader = Leader {
             node: self
@@ -1334,6 +1449,20 @@ mod tests {
         }
     }
 
+    /// Waits (bounded) until `node` takes the master over.
+    async fn taken_over(node: &Replication) -> Started {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match node.take_over().await {
+                Ok(started) => return started,
+                Err(error) => {
+                    assert!(Instant::now() < deadline, "never took over: {error}");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+
     /// Proposes one event and waits for its completion.
     async fn commit(node: &Replication, event: u8) -> Result<(), MasterError> {
         let (tx, rx) = oneshot::channel();
@@ -1376,12 +1505,7 @@ mod tests {
         network.cut("n0", "n1", true);
         network.cut("n0", "n2", true);
         let mut superseded = nodes[0].replication.superseded();
-        let started = loop {
-            match nodes[1].replication.take_over().await {
-                Ok(started) => break started,
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        };
+        let started = taken_over(&nodes[1].replication).await;
         assert_eq!(started.epoch, 2);
         assert_eq!(started.events, vec![vec![1, 7]]);
         // n0 cannot commit alone: its batch fails, it never commits.
@@ -1516,12 +1640,7 @@ mod tests {
         // n0 is cut off; n1 takes over from its standby's state.
         network.cut("n0", "n1", true);
         network.cut("n0", "n2", true);
-        let started = loop {
-            match nodes[1].replication.take_over().await {
-                Ok(started) => break started,
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        };
+        let started = taken_over(&nodes[1].replication).await;
         assert_eq!(started.warm, Some(at));
         assert!(started.snapshot.is_none());
         assert!(started.events.is_empty(), "{:?}", started.events);
@@ -1537,6 +1656,58 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    /// A leader whose replication thread is held (as by a stalled fsync)
+    /// keeps its followers' leases through its pulse, for at most
+    /// [`STALL_COVERED_MAX`]; past that, a follower may take over.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_leader_keeps_its_lease_for_a_bounded_time() {
+        let network = MemNetwork::new();
+        let nodes: Vec<Node> = ["n0", "n1", "n2"]
+            .iter()
+            .map(|id| node(&network, id))
+            .collect();
+        let ids: Vec<NodeId> = vec!["n0".into(), "n1".into(), "n2".into()];
+        for node in &nodes {
+            node.replication.set_members(ids.clone());
+        }
+        nodes[0]
+            .replication
+            .take_over()
+            .await
+            .expect("n0 bootstraps");
+        until("every node is a voter", || {
+            nodes[0].replication.status().voters.len() == 3
+        })
+        .await;
+        commit(&nodes[0].replication, 1).await.expect("committed");
+
+        // Held 4 lease-lengths: the followers still hear it.
+        let hold = Duration::from_millis(LEASE_MS * 4);
+        nodes[0].replication.send(Input::Hold(hold));
+        let held = Instant::now();
+        while held.elapsed() < hold - Duration::from_millis(50) {
+            for follower in &nodes[1..] {
+                let silent = follower.replication.leader().borrow().silent.clone();
+                assert_eq!(silent, None, "after {:?}", held.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let refused = nodes[1].replication.take_over().await.unwrap_err();
+        assert!(refused.contains("alive"), "{refused}");
+        commit(&nodes[0].replication, 2)
+            .await
+            .expect("n0 still leads");
+
+        // Held past what the pulse covers: n1 takes the master over.
+        nodes[0]
+            .replication
+            .send(Input::Hold(STALL_COVERED_MAX + Duration::from_secs(2)));
+        let held = Instant::now();
+        let started = taken_over(&nodes[1].replication).await;
+        assert!(held.elapsed() >= STALL_COVERED_MAX, "{:?}", held.elapsed());
+        assert_eq!(started.events, vec![vec![1, 1], vec![1, 2]]);
     }
 
     #[tokio::test]
