@@ -224,7 +224,8 @@ fn the_master_is_upgraded_and_rolled_back_under_load_and_survives_a_kill() {
         })
         .await;
         assert_eq!(build_at(&other.url).await, fifo_build);
-        let fetched = copies.join(format!("{}.wasm", &fifo_build["sha256:".len()..]));
+        let fetched_name = format!("{}.wasm", &fifo_build["sha256:".len()..]);
+        let fetched = copies.join(&fetched_name);
         assert_eq!(
             std::fs::read(&fetched).unwrap(),
             fifo,
@@ -234,6 +235,24 @@ fn the_master_is_upgraded_and_rolled_back_under_load_and_survives_a_kill() {
         nodes[at] = Some(start_with(&dir, names[at], ALL, Some(other), NO_STANDBY));
         let back = nodes[at].as_ref().unwrap();
         converge(back, "3 live nodes", |c| live(c).len() == 3).await;
+
+        // A back-end node that joins after the upgrade lacks the build its
+        // warm standby must run: the standby ends, the node fetches the
+        // build from the others, and the next standby follows.
+        let late = support::start(&dir, "n4", "back-end", Some(back));
+        let copy = dir.path().join("n4").join("masters").join(&fetched_name);
+        let deadline = Instant::now() + OBSERVE;
+        loop {
+            let stderr = late.stderr();
+            let ready = stderr.rfind("event=standby_ready");
+            let ended = stderr.rfind("event=standby_ended");
+            if copy.is_file() && ready > ended {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no standby on n4:\n{stderr}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(std::fs::read(&copy).unwrap(), fifo);
         tokio::time::sleep(Duration::from_millis(500)).await;
 
         // And back.

@@ -442,6 +442,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
                 host.replication.clone(),
                 host.component.clone(),
                 host.standby.clone(),
+                host.fetcher.clone(),
             ));
         }
         let settle = if args.seeds.is_empty() {
@@ -718,6 +719,36 @@ impl LocalMaster {
     }
 }
 
+/// Fetches each of the master builds `needed` that this node lacks from
+/// the other back-end nodes, into its store in `data_dir`.
+async fn fetch_master_builds(
+    fetcher: &ModuleFetcher,
+    data_dir: &std::path::Path,
+    needed: Vec<[u8; 32]>,
+) -> anyhow::Result<()> {
+    let store = master::upgrade::MasterStore::new(data_dir);
+    for digest in needed {
+        if store.contains(&digest) {
+            continue;
+        }
+        let name = crate::runtime::Digest::from(digest);
+        let wasm = fetcher
+            .fetch(crate::cluster::modules::MASTER_FETCH_PATH, &name)
+            .await
+            .map_err(|e| anyhow::anyhow!("master {e}"))?
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the journal runs master sha256:{name}, which no live back-end node has"
+                )
+            })?;
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || store.put(&wasm))
+            .await
+            .context("the store thread failed")??;
+    }
+    Ok(())
+}
+
 /// How often a node checks that its warm standby runs; the least time
 /// between two starts of one, doubled after each standby that ended
 /// within [`STANDBY_SETTLED`] of its start (one that keeps failing, for a
@@ -729,12 +760,15 @@ const STANDBY_RETRY_MAX: Duration = Duration::from_secs(300);
 const STANDBY_SETTLED: Duration = Duration::from_secs(60);
 
 /// Keeps a warm standby ([`master::standby`]) running on this back-end
-/// node while another node leads the journal.
+/// node while another node leads the journal. One that ended for lack of
+/// an uploaded master build (this node joined after an upgrade) is
+/// restarted at once after fetching it from the other back-end nodes.
 async fn keep_standby(
     options: MasterOptions,
     replication: Replication,
     component: Arc<OnceCell<MasterComponent>>,
     slot: Arc<std::sync::Mutex<StandbySlot>>,
+    fetcher: ModuleFetcher,
 ) {
     let lock = || slot.lock().unwrap_or_else(|e| e.into_inner());
     let mut last_start: Option<tokio::time::Instant> = None;
@@ -759,16 +793,29 @@ async fn keep_standby(
             continue;
         }
         if let Some(at) = last_start {
+            let mut fetched = false;
             if ended {
                 // Count each ended standby once.
-                lock().standby = None;
+                let missing = lock()
+                    .standby
+                    .take()
+                    .map(|s| s.missing_builds())
+                    .unwrap_or_default();
                 retry = if at.elapsed() < STANDBY_SETTLED {
                     (retry * 2).min(STANDBY_RETRY_MAX)
                 } else {
                     STANDBY_RETRY
                 };
+                if !missing.is_empty() {
+                    match fetch_master_builds(&fetcher, &options.data_dir, missing).await {
+                        Ok(()) => fetched = true,
+                        Err(error) => {
+                            tracing::warn!("cannot fetch a master build for the standby: {error:#}")
+                        }
+                    }
+                }
             }
-            if at.elapsed() < retry {
+            if !fetched && at.elapsed() < retry {
                 continue;
             }
         }
@@ -799,30 +846,9 @@ impl LocalMaster {
     /// Fetches every uploaded master build the recovery will run that this
     /// node lacks (see `master::upgrade`), from the other back-end nodes.
     async fn fetch_builds(&self, started: &crate::replication::Started) -> anyhow::Result<()> {
-        use crate::master::upgrade::{self, MasterStore};
-        let store = MasterStore::new(&self.options.data_dir);
         let snapshot = started.snapshot.as_ref().map(|s| s.state.as_slice());
-        for digest in upgrade::builds_needed(snapshot, &started.events) {
-            if store.contains(&digest) {
-                continue;
-            }
-            let name = crate::runtime::Digest::from(digest);
-            let wasm = self
-                .fetcher
-                .fetch(crate::cluster::modules::MASTER_FETCH_PATH, &name)
-                .await
-                .map_err(|e| anyhow::anyhow!("master {e}"))?
-                .ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "the journal runs master sha256:{name}, which no live back-end node has"
-                    )
-                })?;
-            let store = store.clone();
-            tokio::task::spawn_blocking(move || store.put(&wasm))
-                .await
-                .context("the store thread failed")??;
-        }
-        Ok(())
+        let needed = master::upgrade::builds_needed(snapshot, &started.events);
+        fetch_master_builds(&self.fetcher, &self.options.data_dir, needed).await
     }
 
     /// If another node still advertises the master, waits (bounded) for its

@@ -69,6 +69,8 @@ pub struct Standby {
     tx: SyncSender<Input>,
     /// Set when the standby ended (or must).
     ended: Arc<AtomicBool>,
+    /// The uploaded master builds it ended for lack of.
+    missing: Arc<std::sync::Mutex<Vec<[u8; 32]>>>,
 }
 
 impl Standby {
@@ -105,10 +107,12 @@ impl Standby {
             })
         };
         let flag = ended.clone();
+        let missing = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lacking = missing.clone();
         let spawned = std::thread::Builder::new()
             .name("cohort-standby".into())
             .spawn(move || {
-                let result = run(&options, &replication, follower, rx, &flag);
+                let result = run(&options, &replication, follower, rx, &flag, &lacking);
                 flag.store(true, Ordering::Relaxed);
                 if let Err(reason) = result {
                     emit!(
@@ -123,7 +127,16 @@ impl Standby {
             tracing::error!(%error, "cannot start the warm standby");
             ended.store(true, Ordering::Relaxed);
         }
-        Self { tx, ended }
+        Self { tx, ended, missing }
+    }
+
+    /// The uploaded master builds this node lacks that the standby ended
+    /// for (fetch them, then start another).
+    pub fn missing_builds(&self) -> Vec<[u8; 32]> {
+        self.missing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Whether the standby is still following (or starting).
@@ -158,6 +171,7 @@ fn run(
     follower: crate::replication::Follower,
     rx: Receiver<Input>,
     ended: &AtomicBool,
+    missing: &std::sync::Mutex<Vec<[u8; 32]>>,
 ) -> Result<(), String> {
     let began = std::time::Instant::now();
     let plan = tokio::runtime::Builder::new_current_thread()
@@ -165,6 +179,28 @@ fn run(
         .map_err(|e| e.to_string())?
         .block_on(replication.follow(follower))?;
     let (snapshot, events) = plan.read().map_err(|e| e.to_string())?;
+    let store = upgrade::MasterStore::new(&options.data_dir);
+    // Builds this node lacks (it joined after an upgrade): the node
+    // fetches them and starts another standby.
+    let lacks = |snapshot: Option<&[u8]>, events: &[Vec<u8>]| -> Result<(), String> {
+        let lacking: Vec<[u8; 32]> = upgrade::builds_needed(snapshot, events)
+            .into_iter()
+            .filter(|digest| !store.contains(digest))
+            .collect();
+        if lacking.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = lacking
+            .iter()
+            .map(|d| format!("sha256:{}", crate::runtime::Digest::from(*d)))
+            .collect();
+        *missing.lock().unwrap_or_else(|e| e.into_inner()) = lacking;
+        Err(format!(
+            "this node lacks the master build(s) {} (fetching them)",
+            names.join(", ")
+        ))
+    };
+    lacks(snapshot.as_ref().map(|s| s.state.as_slice()), &events)?;
     let mut replayer = Replayer::recover_with(options, Loaded::new(), snapshot.as_ref())
         .map_err(|e| e.to_string())?;
     replayer.replay(&events).map_err(|e| e.to_string())?;
@@ -199,6 +235,7 @@ fn run(
             _ if ended.load(Ordering::Relaxed) => return Ok(()),
             Input::Follow(Follow::Stopped(reason)) => return Err(reason),
             Input::Follow(Follow::Committed { end, events }) => {
+                lacks(None, &events)?;
                 replayer.replay(&events).map_err(|e| e.to_string())?;
                 at = end;
                 since_snapshot += events.len() as u64;
