@@ -23,6 +23,21 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 /// runs (inside `target/`).
 const SCRATCH: &str = env!("CARGO_TARGET_TMPDIR");
 
+/// The tests here build and run Python and JavaScript components, which
+/// keeps both CPUs of a small machine busy. They share it (`shared`); the
+/// one with a cluster of real nodes has it alone (`alone`): while others
+/// compiled components, its workers' gossip starved and they fell out of
+/// the cluster again and again, past the test's bound.
+static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    MACHINE.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MACHINE.write().unwrap_or_else(|e| e.into_inner())
+}
+
 fn toolchains() -> String {
     format!("{SCRATCH}/toolchains")
 }
@@ -164,6 +179,7 @@ fn word_tables() -> [(&'static str, String); 3] {
 
 #[test]
 fn the_word_tables_of_python_and_js_are_rusts() {
+    let _machine = shared();
     for (file, expected) in word_tables() {
         let path = Path::new(ROOT).join(file);
         if std::env::var_os("COHORT_BLESS").is_some() {
@@ -179,6 +195,7 @@ fn the_word_tables_of_python_and_js_are_rusts() {
 
 #[test]
 fn the_module_list_names_each_components_language_and_world() {
+    let _machine = shared();
     for (project, language) in [
         ("tests/fixtures/echo-py", "python"),
         ("tests/fixtures/echo-js", "javascript"),
@@ -195,6 +212,7 @@ fn the_module_list_names_each_components_language_and_world() {
 
 #[test]
 fn new_jobs_build_and_run_as_they_are_in_every_language() {
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     for lang in ["rust", "python", "js"] {
         let project = dir.path().join(format!("hello-{lang}"));
@@ -243,6 +261,7 @@ fn new_jobs_build_and_run_as_they_are_in_every_language() {
 
 #[test]
 fn wordcount_gives_the_same_bytes_in_rust_python_and_javascript() {
+    let _machine = shared();
     let rust = guest("wordcount");
     let python = built("examples/wordcount-py");
     let js = built("examples/wordcount-js");
@@ -282,6 +301,7 @@ fn wordcount_gives_the_same_bytes_in_rust_python_and_javascript() {
 
 #[test]
 fn primes_in_python_and_typescript_count_like_rust_and_resume_from_checkpoints() {
+    let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     for (language, module) in [
         ("Python", built("examples/primes-py")),
@@ -325,6 +345,7 @@ fn primes_in_python_and_typescript_count_like_rust_and_resume_from_checkpoints()
 
 #[test]
 fn uncaught_exceptions_and_throws_are_job_errors_not_traps() {
+    let _machine = shared();
     let python = built("tests/fixtures/echo-py");
     let js = built("tests/fixtures/echo-js");
     for (module, input, message) in [
@@ -347,6 +368,7 @@ fn uncaught_exceptions_and_throws_are_job_errors_not_traps() {
 
 #[test]
 fn the_python_sdk_passes_its_unit_tests_in_plain_cpython() {
+    let _machine = shared();
     let sdk = Path::new(ROOT).join("guest-sdk/python");
     let out = run_bounded(
         Command::new("python3")
@@ -363,6 +385,7 @@ fn the_python_sdk_passes_its_unit_tests_in_plain_cpython() {
 
 #[test]
 fn the_js_sdk_passes_its_unit_tests_in_node() {
+    let _machine = shared();
     let tests = Path::new(ROOT).join("guest-sdk/js/test/sdk.test.js");
     let out = run_bounded(Command::new("node").arg("--test").arg(&tests), b"");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -372,6 +395,7 @@ fn the_js_sdk_passes_its_unit_tests_in_node() {
 
 #[test]
 fn the_js_sdk_types_are_what_jco_generates_from_the_wit() {
+    let _machine = shared();
     let sdk = Path::new(ROOT).join("guest-sdk/js");
     let generated = tempfile::tempdir().unwrap();
     // The jco pinned in guest-sdk/js/types-tool, installed where
@@ -428,6 +452,7 @@ fn the_js_sdk_types_are_what_jco_generates_from_the_wit() {
 
 #[test]
 fn a_component_importing_wasi_http_loads_and_its_requests_are_refused() {
+    let _machine = shared();
     // Built by componentize-js with its HTTP support left in (as stock
     // tools do, unlike `cohort build`), so it imports wasi:http.
     built("tests/fixtures/echo-js"); // Installs the JS toolchain.
@@ -482,6 +507,7 @@ fn a_component_importing_wasi_http_loads_and_its_requests_are_refused() {
 
 #[test]
 fn a_memory_limit_below_the_language_runtime_is_memory_limit() {
+    let _machine = shared();
     // CPython's initial memory is over 1 MiB: refused as the job's limit
     // being hit, not as an internal error.
     let python = built("tests/fixtures/echo-py");
@@ -492,6 +518,7 @@ fn a_memory_limit_below_the_language_runtime_is_memory_limit() {
 
 #[test]
 fn python_and_typescript_jobs_resume_on_another_node_after_a_kill() {
+    let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     let python = std::fs::read(built("examples/primes-py")).unwrap();
     let typescript = std::fs::read(built("examples/primes-ts")).unwrap();
@@ -556,6 +583,7 @@ const JOB_TIMEOUT_MS: u64 = 600_000;
 
 #[test]
 fn modules_for_another_job_version_or_with_foreign_imports_are_refused() {
+    let _machine = shared();
     for (fixture, code, names) in [
         (
             "fixture_future_job",
