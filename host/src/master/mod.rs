@@ -20,6 +20,8 @@ pub mod service;
 mod shadow;
 pub mod standby;
 pub mod store;
+#[cfg(test)]
+mod testing;
 pub mod upgrade;
 
 pub use self::core::CoreKind;

@@ -196,51 +196,13 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::master::core::{Core, CoreKind, NativeCore};
+    use crate::master::core::{Core, NativeCore};
     use crate::master::store::Snapshot as StoredSnapshot;
+    use crate::master::testing::{self, decide};
     use crate::master::upgrade;
-    use cohort_master::{Command, Config, JobSpec, RequestId, encode};
 
     fn options(dir: &std::path::Path) -> MasterOptions {
-        MasterOptions {
-            data_dir: dir.to_path_buf(),
-            config: Config::default(),
-            core: CoreKind::Native,
-            snapshot_every: u64::MAX,
-            live_workers: Vec::new(),
-            component: None,
-            shadow: true,
-        }
-    }
-
-    /// Decides and applies `count` submissions (and a tick) on `master`:
-    /// the events it would propose.
-    fn decide(master: &mut NativeCore, from: u64, count: u64) -> Vec<Vec<u8>> {
-        let mut events = Vec::new();
-        for seq in from..from + count {
-            let submit = Command::Submit {
-                spec: JobSpec {
-                    module: [3; 32],
-                    input: seq.to_le_bytes().to_vec(),
-                    timeout_ms: 1_000,
-                    memory_bytes: None,
-                    max_attempts: 2,
-                    priority: (seq % 3) as i32,
-                    idempotency_key: None,
-                },
-                request: RequestId { origin: 1, seq },
-                options: Default::default(),
-            };
-            for command in [submit, Command::Tick] {
-                let (decided, _) = master
-                    .decide(1_800_000_000_000 + seq, encode(&command))
-                    .unwrap()
-                    .unwrap();
-                master.apply(&decided).unwrap().unwrap();
-                events.extend(decided);
-            }
-        }
-        events
+        testing::native_options(dir, u64::MAX, true)
     }
 
     /// The shadow's snapshot, once it has everything fed so far.

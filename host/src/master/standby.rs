@@ -256,71 +256,10 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::master::core::{Core, CoreKind, NativeCore};
+    use crate::master::core::{Core, NativeCore};
+    use crate::master::testing::{decide, native_options};
+    use crate::replication::testing::{cluster, commit, taken_over, until};
     use crate::replication::transport::MemNetwork;
-    use crate::replication::{Completion, options};
-    use cohort_master::{Command, Config, JobSpec, RequestId, encode};
-    use std::time::{Duration, Instant};
-
-    fn master_options(dir: &std::path::Path, snapshot_every: u64) -> MasterOptions {
-        MasterOptions {
-            data_dir: dir.to_path_buf(),
-            config: Config::default(),
-            core: CoreKind::Native,
-            snapshot_every,
-            live_workers: Vec::new(),
-            component: None,
-            shadow: false,
-        }
-    }
-
-    /// Decides and applies `count` submissions on `master`: the events.
-    fn decide(master: &mut NativeCore, from: u64, count: u64) -> Vec<Vec<u8>> {
-        let mut events = Vec::new();
-        for seq in from..from + count {
-            let submit = Command::Submit {
-                spec: JobSpec {
-                    module: [5; 32],
-                    input: seq.to_le_bytes().to_vec(),
-                    timeout_ms: 1_000,
-                    memory_bytes: None,
-                    max_attempts: 2,
-                    priority: 0,
-                    idempotency_key: None,
-                },
-                request: RequestId { origin: 2, seq },
-                options: Default::default(),
-            };
-            let (decided, _) = master
-                .decide(1_800_000_000_000 + seq, encode(&submit))
-                .unwrap()
-                .unwrap();
-            master.apply(&decided).unwrap().unwrap();
-            events.extend(decided);
-        }
-        events
-    }
-
-    /// Proposes `events` on `leader` and waits until they are committed.
-    async fn commit(leader: &Replication, events: Vec<Vec<u8>>) {
-        let (tx, rx) = oneshot::channel();
-        let done: Completion = Box::new(move |result| {
-            let _ = tx.send(result);
-        });
-        let leader = leader.clone();
-        tokio::task::spawn_blocking(move || leader.propose(events, vec![done]))
-            .await
-            .unwrap();
-        rx.await.unwrap().expect("committed");
-    }
-
-    async fn until(what: &str, mut condition: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !condition() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
 
     /// A follower's standby holds the master's state byte for byte, its
     /// snapshots compact the follower's journal, and when the follower
@@ -329,43 +268,21 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_standby_holds_the_masters_state_and_starts_the_next_master() {
         let network = MemNetwork::new();
-        let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
-        let nodes: Vec<Replication> = ["n0", "n1", "n2"]
-            .iter()
-            .zip(&dirs)
-            .map(|(id, dir)| {
-                let replication = Replication::start(
-                    options(id, *id == "n0", None),
-                    dir.path(),
-                    network.transport(id),
-                )
-                .unwrap();
-                let target = replication.clone();
-                network.attach(
-                    id,
-                    Arc::new(move |from, message| target.deliver(from, message)),
-                );
-                replication
-            })
-            .collect();
-        for node in &nodes {
-            node.set_members(vec!["n0".into(), "n1".into(), "n2".into()]);
-        }
-        nodes[0].take_over().await.expect("n0 bootstraps");
-        until("every node is a voter", || {
-            nodes[0].status().voters.len() == 3
-        })
-        .await;
+        let (nodes, _) = cluster(&network, &["n0", "n1", "n2"]).await;
+        let (leader, n1) = (&nodes[0].replication, &nodes[1].replication);
+        let options = native_options(nodes[1].dir.path(), 40, false);
         let mut master = NativeCore::new(None).unwrap();
-        commit(&nodes[0], decide(&mut master, 0, 30)).await;
+        commit(leader, decide(&mut master, 0, 30)).await.unwrap();
 
-        let standby = Standby::start(master_options(dirs[1].path(), 40), nodes[1].clone());
+        let standby = Standby::start(options.clone(), n1.clone());
         for batch in 0..5 {
-            commit(&nodes[0], decide(&mut master, 30 + batch * 20, 20)).await;
+            let events = decide(&mut master, 30 + batch * 20, 20);
+            commit(leader, events).await.unwrap();
         }
-        // 130 events: the standby snapshotted n1's journal at least twice.
+        // 130 submissions: the standby snapshotted n1's journal at least
+        // twice.
         until("a snapshot on n1", || {
-            crate::master::store::latest_snapshot(dirs[1].path())
+            crate::master::store::latest_snapshot(&options.data_dir)
                 .unwrap()
                 .is_some_and(|s| s.index > 80)
         })
@@ -375,19 +292,9 @@ mod tests {
         // n0 is gone; n1 takes over from its standby, with n2.
         network.cut("n0", "n1", true);
         network.cut("n0", "n2", true);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let started = loop {
-            match nodes[1].take_over().await {
-                Ok(started) => break started,
-                Err(error) => {
-                    assert!(Instant::now() < deadline, "n1 never took over: {error}");
-                    tokio::time::sleep(Duration::from_millis(100)).await
-                }
-            }
-        };
+        let started = taken_over(n1).await;
         let at = started.warm.expect("a warm start");
         let warm = standby.promote(at).await.expect("promoted");
-        let options = master_options(dirs[1].path(), 40);
         let mut replayer = Replayer::resume(&options, warm);
         replayer.replay(&started.events).unwrap();
         assert_eq!(
@@ -405,30 +312,9 @@ mod tests {
     #[tokio::test]
     async fn a_standby_refuses_a_promotion_to_another_index() {
         let network = MemNetwork::new();
-        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-        let n0 = Replication::start(
-            options("n0", true, None),
-            dirs[0].path(),
-            network.transport("n0"),
-        )
-        .unwrap();
-        let n1 = Replication::start(
-            options("n1", false, None),
-            dirs[1].path(),
-            network.transport("n1"),
-        )
-        .unwrap();
-        for (id, node) in [("n0", &n0), ("n1", &n1)] {
-            let target = node.clone();
-            network.attach(
-                id,
-                Arc::new(move |from, message| target.deliver(from, message)),
-            );
-            node.set_members(vec!["n0".into(), "n1".into()]);
-        }
-        n0.take_over().await.expect("n0 bootstraps");
-        until("n1 is a voter", || n0.status().voters.len() == 2).await;
-        let standby = Standby::start(master_options(dirs[1].path(), 1_000), n1.clone());
+        let (nodes, _) = cluster(&network, &["n0", "n1"]).await;
+        let options = native_options(nodes[1].dir.path(), 1_000, false);
+        let standby = Standby::start(options, nodes[1].replication.clone());
         let refused = standby.promote(1_000_000).await.unwrap_err();
         assert!(refused.contains("not up to 1000000"), "{refused}");
     }

@@ -54,6 +54,8 @@
 //! completions run in the order the master decided them.
 
 pub mod storage;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod transport;
 
 use crate::events::{self, emit};
@@ -1417,87 +1419,21 @@ impl Driver {
 
 #[cfg(test)]
 mod tests {
+    use super::testing::{cluster, taken_over, until};
     use super::transport::MemNetwork;
     use super::*;
 
-    struct Node {
-        replication: Replication,
-        _dir: tempfile::TempDir,
-    }
-
-    fn node(network: &Arc<MemNetwork>, id: &str) -> Node {
-        let dir = tempfile::tempdir().unwrap();
-        let options = options(id, id == "n0", None);
-        let replication =
-            Replication::start(options, dir.path(), network.transport(id)).expect("starts");
-        let target = replication.clone();
-        network.attach(
-            id,
-            Arc::new(move |from, message| target.deliver(from, message)),
-        );
-        Node {
-            replication,
-            _dir: dir,
-        }
-    }
-
-    async fn until(what: &str, mut condition: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !condition() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Waits (bounded) until `node` takes the master over.
-    async fn taken_over(node: &Replication) -> Started {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match node.take_over().await {
-                Ok(started) => return started,
-                Err(error) => {
-                    assert!(Instant::now() < deadline, "never took over: {error}");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        }
-    }
-
-    /// Proposes one event and waits for its completion.
+    /// Proposes event `[1, event]` and waits for its commit.
     async fn commit(node: &Replication, event: u8) -> Result<(), MasterError> {
-        let (tx, rx) = oneshot::channel();
-        let done: Completion = Box::new(move |result| {
-            let _ = tx.send(result);
-        });
-        let node = node.clone();
-        tokio::task::spawn_blocking(move || node.propose(vec![vec![1, event]], vec![done]))
-            .await
-            .unwrap();
-        rx.await.unwrap()
+        testing::commit(node, vec![vec![1, event]]).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn three_nodes_elect_commit_and_fail_over_when_the_master_is_cut_off() {
         let network = MemNetwork::new();
-        let nodes: Vec<Node> = ["n0", "n1", "n2"]
-            .iter()
-            .map(|id| node(&network, id))
-            .collect();
-        let ids: Vec<NodeId> = vec!["n0".into(), "n1".into(), "n2".into()];
-        for node in &nodes {
-            node.replication.set_members(ids.clone());
-        }
-        let started = nodes[0]
-            .replication
-            .take_over()
-            .await
-            .expect("n0 bootstraps");
+        let (nodes, started) = cluster(&network, &["n0", "n1", "n2"]).await;
         assert_eq!(started.epoch, 1);
         assert!(started.events.is_empty());
-        until("every node is a voter", || {
-            nodes[0].replication.status().voters.len() == 3
-        })
-        .await;
         commit(&nodes[0].replication, 7).await.expect("committed");
 
         // n0 is cut off: n1 takes over once its lease on n0 ran out, with
@@ -1529,20 +1465,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_hand_over_moves_the_master_with_everything_committed() {
         let network = MemNetwork::new();
-        let nodes: Vec<Node> = ["n0", "n1"].iter().map(|id| node(&network, id)).collect();
-        let ids: Vec<NodeId> = vec!["n0".into(), "n1".into()];
-        for node in &nodes {
-            node.replication.set_members(ids.clone());
-        }
-        nodes[0]
-            .replication
-            .take_over()
-            .await
-            .expect("n0 bootstraps");
-        until("n1 is a voter", || {
-            nodes[0].replication.status().voters.len() == 2
-        })
-        .await;
+        let (nodes, _) = cluster(&network, &["n0", "n1"]).await;
         for event in 0..10 {
             commit(&nodes[0].replication, event)
                 .await
@@ -1570,23 +1493,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_standby_follows_commits_compacts_and_starts_the_next_master_warm() {
         let network = MemNetwork::new();
-        let nodes: Vec<Node> = ["n0", "n1", "n2"]
-            .iter()
-            .map(|id| node(&network, id))
-            .collect();
-        let ids: Vec<NodeId> = vec!["n0".into(), "n1".into(), "n2".into()];
-        for node in &nodes {
-            node.replication.set_members(ids.clone());
-        }
-        nodes[0]
-            .replication
-            .take_over()
-            .await
-            .expect("n0 bootstraps");
-        until("every node is a voter", || {
-            nodes[0].replication.status().voters.len() == 3
-        })
-        .await;
+        let (nodes, _) = cluster(&network, &["n0", "n1", "n2"]).await;
         commit(&nodes[0].replication, 1).await.expect("committed");
         // The master's node has no standby.
         assert!(
@@ -1629,7 +1536,7 @@ mod tests {
         nodes[1]
             .replication
             .standby_snapshot(at, b"after 5".to_vec());
-        let dir = nodes[1]._dir.path().to_path_buf();
+        let dir = nodes[1].dir.path().to_path_buf();
         until("n1 holds the standby's snapshot", || {
             crate::master::store::latest_snapshot(&dir)
                 .unwrap()
@@ -1664,23 +1571,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_held_leader_keeps_its_lease_for_a_bounded_time() {
         let network = MemNetwork::new();
-        let nodes: Vec<Node> = ["n0", "n1", "n2"]
-            .iter()
-            .map(|id| node(&network, id))
-            .collect();
-        let ids: Vec<NodeId> = vec!["n0".into(), "n1".into(), "n2".into()];
-        for node in &nodes {
-            node.replication.set_members(ids.clone());
-        }
-        nodes[0]
-            .replication
-            .take_over()
-            .await
-            .expect("n0 bootstraps");
-        until("every node is a voter", || {
-            nodes[0].replication.status().voters.len() == 3
-        })
-        .await;
+        let (nodes, _) = cluster(&network, &["n0", "n1", "n2"]).await;
         commit(&nodes[0].replication, 1).await.expect("committed");
 
         // Held 4 lease-lengths: the followers still hear it.
