@@ -781,43 +781,37 @@ async fn keep_standby(
             .node
             .as_ref()
             .is_some_and(|(node, _)| node != replication.id());
-        let (needed, ended) = {
-            let slot = lock();
-            let running = slot.standby.as_ref().is_some_and(|s| s.running());
-            (
-                !slot.hosting && !running,
-                slot.standby.is_some() && !running,
-            )
-        };
-        if !needed || !led_elsewhere {
+        if !led_elsewhere {
             continue;
         }
-        if let Some(at) = last_start {
-            let mut fetched = false;
-            if ended {
-                // Count each ended standby once.
-                let missing = lock()
-                    .standby
-                    .take()
-                    .map(|s| s.missing_builds())
-                    .unwrap_or_default();
-                retry = if at.elapsed() < STANDBY_SETTLED {
-                    (retry * 2).min(STANDBY_RETRY_MAX)
-                } else {
-                    STANDBY_RETRY
-                };
-                if !missing.is_empty() {
-                    match fetch_master_builds(&fetcher, &options.data_dir, missing).await {
-                        Ok(()) => fetched = true,
-                        Err(error) => {
-                            tracing::warn!("cannot fetch a master build for the standby: {error:#}")
-                        }
+        // The standby that ended since the last look (taken, so it is
+        // counted once), if there is no running one.
+        let ended = {
+            let mut slot = lock();
+            if slot.hosting || slot.standby.as_ref().is_some_and(|s| s.running()) {
+                continue;
+            }
+            slot.standby.take()
+        };
+        let mut at_once = false;
+        if let Some(ended) = ended {
+            retry = if last_start.is_some_and(|at| at.elapsed() < STANDBY_SETTLED) {
+                (retry * 2).min(STANDBY_RETRY_MAX)
+            } else {
+                STANDBY_RETRY
+            };
+            let missing = ended.missing_builds();
+            if !missing.is_empty() {
+                match fetch_master_builds(&fetcher, &options.data_dir, missing).await {
+                    Ok(()) => at_once = true,
+                    Err(error) => {
+                        tracing::warn!("cannot fetch a master build for the standby: {error:#}")
                     }
                 }
             }
-            if !fetched && at.elapsed() < retry {
-                continue;
-            }
+        }
+        if !at_once && last_start.is_some_and(|at| at.elapsed() < retry) {
+            continue;
         }
         let mut options = options.clone();
         if options.core == CoreKind::Wasm {

@@ -570,34 +570,17 @@ pub fn start_warm(
     } = started;
     let events_replayed = events.len() as u64;
     let snapshot_index = snapshot.as_ref().map(|s| s.index);
-    let (core, builds, shadow_from, loaded) = match (warm, warm_from) {
+    let (replayer, shadow_from) = match (warm, warm_from) {
         (Some(warm), Some(from)) if warm.at == from => {
             let mut replayer = Replayer::resume(&options, warm);
             replayer.replay(&events)?;
-            let Replayer {
-                core,
-                builds,
-                components,
-                ..
-            } = replayer;
-            (core, builds, ShadowFrom::Disk(restore), components.loaded)
+            (replayer, ShadowFrom::Disk(restore))
         }
         (None, None) => {
             let recovered = Arc::new(Recovered { snapshot, events });
             let mut replayer = Replayer::recover(&options, recovered.snapshot.as_ref())?;
             replayer.replay(&recovered.events)?;
-            let Replayer {
-                core,
-                builds,
-                components,
-                ..
-            } = replayer;
-            (
-                core,
-                builds,
-                ShadowFrom::Recovered(recovered),
-                components.loaded,
-            )
+            (replayer, ShadowFrom::Recovered(recovered))
         }
         (warm, from) => {
             return Err(StartError::Core(anyhow::anyhow!(
@@ -606,9 +589,15 @@ pub fn start_warm(
             )));
         }
     };
+    let Replayer {
+        core,
+        builds,
+        components,
+        ..
+    } = replayer;
     let shadow = options
         .shadow
-        .then(|| Shadow::start(options.clone(), loaded, shadow_from));
+        .then(|| Shadow::start(options.clone(), components.loaded, shadow_from));
     let report = RecoveryReport {
         journal_epoch: epoch.saturating_sub(1),
         snapshot_index,

@@ -252,6 +252,11 @@ struct Pulse {
 }
 
 impl Pulse {
+    /// The epoch this node leads and its followers, or `None`.
+    fn lead(&self, leading: Option<(u64, Vec<NodeId>)>) {
+        *self.leading.lock().unwrap_or_else(|e| e.into_inner()) = leading;
+    }
+
     fn stepped(&self) {
         let ms = self.base.elapsed().as_millis() as u64;
         self.stepped_ms
@@ -754,36 +759,30 @@ impl Driver {
                         completions.push(done);
                         batches += 1;
                         if batches >= BATCHES_IN_FLIGHT_MAX {
-                            let began = Instant::now();
-                            self.propose(&mut events, &mut completions, &mut batches);
-                            slowest = slowest.max((began.elapsed(), "propose"));
-                            self.pulse.stepped();
+                            self.step(&mut slowest, "propose", |d| {
+                                d.propose(&mut events, &mut completions, &mut batches)
+                            });
                         }
                     }
                     other => {
                         // Everything proposed before goes first.
-                        let began = Instant::now();
-                        self.propose(&mut events, &mut completions, &mut batches);
-                        slowest = slowest.max((began.elapsed(), "propose"));
-                        let what = other.name();
-                        let began = Instant::now();
-                        self.handle(other);
-                        slowest = slowest.max((began.elapsed(), what));
-                        self.pulse.stepped();
+                        self.step(&mut slowest, "propose", |d| {
+                            d.propose(&mut events, &mut completions, &mut batches)
+                        });
+                        self.step(&mut slowest, other.name(), |d| d.handle(other));
                     }
                 }
             }
-            let began = Instant::now();
-            self.propose(&mut events, &mut completions, &mut batches);
-            slowest = slowest.max((began.elapsed(), "propose"));
-            self.pulse.stepped();
-            self.feed_standby();
+            self.step(&mut slowest, "propose", |d| {
+                d.propose(&mut events, &mut completions, &mut batches)
+            });
+            self.step(&mut slowest, "follow", Self::feed_standby);
             if Instant::now() >= next_tick {
-                let began = Instant::now();
-                let output = self.replicator.tick(self.now());
-                self.apply(output);
-                self.housekeeping();
-                slowest = slowest.max((began.elapsed(), "tick"));
+                self.step(&mut slowest, "tick", |d| {
+                    let output = d.replicator.tick(d.now());
+                    d.apply(output);
+                    d.housekeeping();
+                });
                 next_tick = Instant::now() + TICK;
             }
             self.publish();
@@ -801,6 +800,20 @@ impl Driver {
             .stopped
             .store(true, std::sync::atomic::Ordering::Relaxed);
         self.fail_pending(MasterError::Unavailable("replication stopped".into()));
+    }
+
+    /// Runs one step of a pass: timed for the stall warning (`slowest`),
+    /// and the pulse told it ended.
+    fn step(
+        &mut self,
+        slowest: &mut (Duration, &'static str),
+        what: &'static str,
+        step: impl FnOnce(&mut Self),
+    ) {
+        let began = Instant::now();
+        step(self);
+        *slowest = (*slowest).max((began.elapsed(), what));
+        self.pulse.stepped();
     }
 
     fn propose(
@@ -1014,26 +1027,26 @@ impl Driver {
         if self.replicator.leading().is_some() || fed >= commit {
             return;
         }
-        let first = cohort_replication::Storage::shape(self.replicator.storage()).first;
+        let storage = self.replicator.storage();
+        let first = cohort_replication::Storage::shape(storage).first;
         let read = if fed < first {
             Err(format!(
                 "the journal here now starts at {first}, past the standby's {fed}"
             ))
         } else {
-            cohort_replication::Storage::read(self.replicator.storage(), fed, FOLLOW_BYTES_MAX)
+            cohort_replication::Storage::read(storage, fed, FOLLOW_BYTES_MAX)
                 .map_err(|e| format!("cannot read the journal: {e}"))
+                .and_then(|entries| match entries.first() {
+                    Some(entry) if entry.index == fed => Ok(entries),
+                    other => Err(format!(
+                        "the journal read from {fed} starts at {:?}",
+                        other.map(|e| e.index)
+                    )),
+                })
         };
         let (_, follower) = self.standby.as_mut().expect("checked");
         let entries = match read {
-            Ok(entries) if entries.first().is_some_and(|e| e.index == fed) => entries,
-            Ok(entries) => {
-                let at = entries.first().map(|e| e.index);
-                follower(Follow::Stopped(format!(
-                    "the journal read from {fed} starts at {at:?}"
-                )));
-                self.standby = None;
-                return;
-            }
+            Ok(entries) => entries,
             Err(reason) => {
                 follower(Follow::Stopped(reason));
                 self.standby = None;
@@ -1132,7 +1145,7 @@ impl Driver {
         if self.replicator.leading().is_none() {
             // Not even for the rest of this pass: a node that let go of
             // the master must not keep its followers' leases.
-            *self.pulse.leading.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            self.pulse.lead(None);
         }
         for effect in output.effects {
             match effect {
@@ -1376,26 +1389,9 @@ impl Driver {
             syncs: storage.syncs,
             sync_nanos: storage.sync_nanos,
         };
-        {
-            let mut pulse = self.pulse.leading.lock().unwrap_or_else(|e| e.into_inner());
-            match leading {
-                Some(epoch) => {
-                    let same = pulse.as_ref().is_some_and(|(e, followers)| {
-                        *e == epoch
-                            && followers.len() == status.behind.len()
-                            && followers
-                                .iter()
-                                .zip(&status.behind)
-                                .all(|(a, (b, _))| a == b)
-                    });
-                    if !same {
-                        let followers = status.behind.iter().map(|(n, _)| n.clone()).collect();
-                        *pulse = Some((epoch, followers));
-                    }
-                }
-                None => *pulse = None,
-            }
-        }
+        // The followers the pulse speaks to: those the leader replicates to.
+        let followers = status.behind.iter().map(|(node, _)| node.clone()).collect();
+        self.pulse.lead(leading.map(|epoch| (epoch, followers)));
         *self.shared.status.lock().unwrap_or_else(|e| e.into_inner()) = status;
         let leader = Leader {
             node: self

@@ -278,16 +278,13 @@ impl Restore {
     /// was replaced meanwhile) is an error: what follows the read would
     /// not follow that state.
     pub fn read(&self) -> Result<(Option<StoredSnapshot>, Vec<Vec<u8>>), StorageError> {
-        let snapshot = match self.tail {
+        let mut snapshot = match self.tail {
             Some(_) => None,
-            None => match store::latest_snapshot(&self.dir).map_err(error)? {
-                Some(mut snapshot) => {
-                    snapshot.state = split_snapshot_state(&snapshot.state)?.1;
-                    Some(snapshot)
-                }
-                None => None,
-            },
+            None => store::latest_snapshot(&self.dir).map_err(error)?,
         };
+        if let Some(snapshot) = &mut snapshot {
+            snapshot.state = split_snapshot_state(&snapshot.state)?.1;
+        }
         if let Some(snapshot) = &snapshot
             && snapshot.index > self.end
         {
