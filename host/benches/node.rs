@@ -383,8 +383,7 @@ async fn throughput() {
 /// One node started with `args`: `jobs` trivial jobs in batches of 1000
 /// from 4 clients; prints and returns jobs/s submit->result.
 async fn node_throughput(jobs: usize, args: &[&str]) -> f64 {
-    const BATCH: usize = 1000;
-    const CLIENTS: usize = 4;
+    const BATCH: usize = FILL_BATCH;
     let node = start_node(args);
     let client = Api::new(&node.url);
     let module = client.upload(echo_wasm()).await.unwrap();
@@ -403,26 +402,7 @@ async fn node_throughput(jobs: usize, args: &[&str]) -> f64 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    for c in 0..CLIENTS {
-        let client = Api::new(&node.url);
-        let module = module.clone();
-        tasks.push(tokio::spawn(async move {
-            for b in (c..jobs / BATCH).step_by(CLIENTS) {
-                let batch = echo_batch(&module, b, BATCH);
-                let response = client.submit_batch(&batch).await.unwrap();
-                assert!(
-                    response
-                        .results
-                        .iter()
-                        .all(|r| matches!(r, BatchItem::Accepted(_)))
-                );
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
+    fill(std::slice::from_ref(&node.url), &module, jobs).await;
     let submitted = started.elapsed();
     while succeeded(&client).await < (jobs + BATCH) as u64 {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -1229,10 +1209,9 @@ async fn handover() {
         );
         pauses.push(longest);
     }
-    pauses.sort();
+    let (least, most, median) = spread(&mut pauses);
     println!(
-        "handover: over 3 runs, the pause clients saw was {:.1?} to {:.1?} (median {:.1?})",
-        pauses[0], pauses[2], pauses[1]
+        "handover: over 3 runs, the pause clients saw was {least:.1?} to {most:.1?} (median {median:.1?})"
     );
 }
 
@@ -1289,12 +1268,9 @@ async fn upgrade() {
             pauses.push(longest);
         }
     }
-    pauses.sort();
+    let (least, most, median) = spread(&mut pauses);
     println!(
-        "upgrade: over 3 upgrades and 3 rollbacks, the pause clients saw was {:.1?} to {:.1?} (median {:.1?})",
-        pauses[0],
-        pauses[pauses.len() - 1],
-        pauses[pauses.len() / 2]
+        "upgrade: over 3 upgrades and 3 rollbacks, the pause clients saw was {least:.1?} to {most:.1?} (median {median:.1?})"
     );
 }
 
@@ -1304,21 +1280,27 @@ const TAKEOVER_GIVE_UP: Duration = Duration::from_secs(30);
 /// Take-overs measured.
 const TAKEOVER_RUNS: usize = 10;
 
-/// Submits `jobs` trivial jobs in batches of 1000 from 4 clients spread
-/// over `urls`.
+/// Jobs per batch, and clients, of [`fill`].
+const FILL_BATCH: usize = 1000;
+const FILL_CLIENTS: usize = 4;
+
+/// Submits `jobs` trivial jobs in batches of [`FILL_BATCH`] from
+/// [`FILL_CLIENTS`] clients spread over `urls`; every one must be accepted.
 async fn fill(urls: &[String], module: &str, jobs: usize) {
-    const BATCH: usize = 1000;
-    const CLIENTS: usize = 4;
     let mut tasks = Vec::new();
-    for c in 0..CLIENTS {
+    for c in 0..FILL_CLIENTS {
         let client = Api::new(&urls[c % urls.len()]);
         let module = module.to_string();
         tasks.push(tokio::spawn(async move {
-            for b in (c..jobs / BATCH).step_by(CLIENTS) {
-                client
-                    .submit_batch(&echo_batch(&module, b, BATCH))
-                    .await
-                    .unwrap();
+            for b in (c..jobs / FILL_BATCH).step_by(FILL_CLIENTS) {
+                let batch = echo_batch(&module, b, FILL_BATCH);
+                let response = client.submit_batch(&batch).await.unwrap();
+                assert!(
+                    response
+                        .results
+                        .iter()
+                        .all(|r| matches!(r, BatchItem::Accepted(_)))
+                );
             }
         }));
     }
@@ -1326,6 +1308,40 @@ async fn fill(urls: &[String], module: &str, jobs: usize) {
         task.await.unwrap();
     }
 }
+
+/// SIGKILL of `master`'s node, then one submission after another through
+/// `client` until one is acknowledged (a submission in flight when the
+/// master died waits in the proxy and completes on the new one): the
+/// time from the kill.
+async fn kill_until_acknowledged(
+    master: &mut NodeProcess,
+    client: &Api,
+    request: &SubmitRequest,
+) -> Duration {
+    let killed = Instant::now();
+    let _ = master.child.kill();
+    let _ = master.child.wait();
+    loop {
+        if client.submit(request).await.is_ok() {
+            return killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < TAKEOVER_GIVE_UP,
+            "no submission acknowledged within {TAKEOVER_GIVE_UP:?} of the kill"
+        );
+    }
+}
+
+/// The least, greatest and median of `times`.
+fn spread(times: &mut [Duration]) -> (Duration, Duration, Duration) {
+    times.sort();
+    (times[0], times[times.len() - 1], times[times.len() / 2])
+}
+
+/// How long takeover-large's clients go on submitting one at a time after
+/// filling the master, before the kill (the standbys apply what was
+/// committed last meanwhile, as they would while clients go on).
+const TAKEOVER_LARGE_STEADY: Duration = Duration::from_secs(5);
 
 async fn takeover_large() {
     let jobs: usize = std::env::var("COHORT_TAKEOVER_JOBS")
@@ -1361,22 +1377,11 @@ async fn takeover_large() {
             let filled = began.elapsed();
             // The standbys apply what was committed last; a few seconds of
             // one-at-a-time submissions, as clients would go on.
-            let until = Instant::now() + Duration::from_secs(5);
+            let until = Instant::now() + TAKEOVER_LARGE_STEADY;
             while Instant::now() < until {
                 client.submit(&request).await.unwrap();
             }
-            let killed = Instant::now();
-            let _ = n1.child.kill();
-            let _ = n1.child.wait();
-            let taken_over = loop {
-                if client.submit(&request).await.is_ok() {
-                    break killed.elapsed();
-                }
-                assert!(
-                    killed.elapsed() < Duration::from_secs(120),
-                    "no submission acknowledged within 120 s of the kill"
-                );
-            };
+            let taken_over = kill_until_acknowledged(&mut n1, &client, &request).await;
             println!(
                 "takeover-large: {jobs} queued jobs (submitted in {filled:.1?}), standby {standby}: first submission acknowledged {taken_over:.2?} after kill -9 of the master"
             );
@@ -1384,12 +1389,9 @@ async fn takeover_large() {
         }
     }
     for (standby, times) in ["on", "off"].iter().zip(times.iter_mut()) {
-        times.sort();
+        let (least, most, median) = spread(times);
         println!(
-            "takeover-large: standby {standby}: SIGKILL to the first acknowledged submission {:.2?} to {:.2?} (median {:.2?})",
-            times[0],
-            times[times.len() - 1],
-            times[times.len() / 2]
+            "takeover-large: standby {standby}: SIGKILL to the first acknowledged submission {least:.2?} to {most:.2?} (median {median:.2?})"
         );
     }
 }
@@ -1398,20 +1400,7 @@ async fn takeover() {
     let mut times = Vec::new();
     for _ in 0..TAKEOVER_RUNS {
         let ([mut n1, _n2, _n3], client, request) = warm_three().await;
-        let killed = Instant::now();
-        let _ = n1.child.kill();
-        let _ = n1.child.wait();
-        // One at a time, as a client would; a submission in flight when the
-        // master died waits in the proxy and completes on the new one.
-        let taken_over = loop {
-            if client.submit(&request).await.is_ok() {
-                break killed.elapsed();
-            }
-            assert!(
-                killed.elapsed() < TAKEOVER_GIVE_UP,
-                "no submission acknowledged within {TAKEOVER_GIVE_UP:?} of the kill"
-            );
-        };
+        let taken_over = kill_until_acknowledged(&mut n1, &client, &request).await;
         let cluster = client.cluster().await.unwrap();
         println!(
             "takeover: first submission acknowledged {taken_over:.2?} after kill -9 of the master; master now on {} (epoch {})",
@@ -1419,11 +1408,8 @@ async fn takeover() {
         );
         times.push(taken_over);
     }
-    times.sort();
+    let (least, most, median) = spread(&mut times);
     println!(
-        "takeover: over {TAKEOVER_RUNS} runs, SIGKILL to the first acknowledged submission took {:.2?} to {:.2?} (median {:.2?})",
-        times[0],
-        times[TAKEOVER_RUNS - 1],
-        times[TAKEOVER_RUNS / 2]
+        "takeover: over {TAKEOVER_RUNS} runs, SIGKILL to the first acknowledged submission took {least:.2?} to {most:.2?} (median {median:.2?})"
     );
 }
