@@ -19,8 +19,8 @@
 //!   command loop or a snapshot being written, so a busy master is not
 //!   mistaken for a dead one (followers that hear it decline claims).
 //! * **Nor for the disk, within bounds.** While this thread is held in one
-//!   step (a journal fsync the disk stalls: 0.1–1 s were seen under load
-//!   on a VM), a small "pulse" thread sends the leader's followers `Alive`
+//!   step (appending and syncing the journal on a stalled disk: 0.1–1 s
+//!   were seen under load on a VM), a small "pulse" thread sends the leader's followers `Alive`
 //!   every heartbeat, up to [`STALL_COVERED_MAX`]; a process that is
 //!   paused, cut off or dead sends nothing, and one stuck longer is let go.
 //!   `Alive` only keeps followers' leases (liveness); fencing by epoch
