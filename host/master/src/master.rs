@@ -65,10 +65,14 @@
 //! results, checkpoints and log tails have size limits; finished jobs are
 //! purged after `retention_ms`, beyond `finished_max`, or when their results
 //! exceed `results_bytes_total_max`, oldest first; request ids as above.
+//! Finished jobs, most of the state, are held packed ([`Done`]): the
+//! bytes a snapshot holds for each, unpacked when one is read, retried or
+//! purged. `apply` packs the jobs an event finished as its last step.
 //! `Tick` emits at most [`TICK_EVENTS_MAX`] events so no single batch is
 //! unbounded, a `Bulk` at most [`BULK_MAX`]; a listing scans at most
 //! [`LIST_SCAN_MAX`] jobs and says where to go on.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 
@@ -184,43 +188,109 @@ struct Worker {
 }
 
 /// The master's whole state.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Its snapshot form (see [`Master::snapshot`]) starts with what
+/// `postcard` makes of the fields up to `retries_total` as one struct, in
+/// which `jobs` and `done` are one map of every job by id.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Master {
     config: Config,
     next_id: JobId,
     next_seq: u64,
+    /// Unfinished jobs; a job that finishes moves to `done` at the end of
+    /// the [`apply`](Master::apply) that finished it.
     jobs: BTreeMap<JobId, Job>,
+    /// Finished jobs, packed (see [`Done`]).
+    done: BTreeMap<JobId, Done>,
     workers: BTreeMap<String, Worker>,
     submitted_total: u64,
     attempts_total: u64,
     retries_total: u64,
     /// API tokens by id; written after the rest in a snapshot (see
     /// [`SNAPSHOT_VERSION`]).
-    #[serde(skip)]
     tokens: BTreeMap<String, TokenRecord>,
     /// Request ids of the submissions that created a job (see the module
     /// notes); written after the tokens in a snapshot.
-    #[serde(skip)]
     requests: BTreeMap<RequestId, Request>,
     /// Keys, limits and uniqueness (see [`Keyed`]); written after the
     /// request ids in a snapshot.
-    #[serde(skip)]
     pub(crate) keyed: Keyed,
     /// Schedules by name (see [`crate::schedule`]); written after the keys
     /// in a snapshot.
-    #[serde(skip)]
     schedules: BTreeMap<String, Schedule>,
     /// DAGs (see [`crate::dag`]); written after the schedules in a
     /// snapshot.
-    #[serde(skip)]
     dags: Dags,
-    // Indexes, rebuilt from `jobs` on restore (not in snapshots).
-    #[serde(skip)]
+    // Indexes, rebuilt from the jobs on restore (not in snapshots).
     pub(crate) index: Index,
     /// How runnable jobs are lined up: a property of the master build, not
     /// of its state (not in snapshots; see [`Order`]).
-    #[serde(skip)]
     order: Order,
+}
+
+/// A finished job, packed: its record as `postcard` bytes (exactly the
+/// bytes a snapshot holds for it), with the two fields read without
+/// unpacking it. Finished jobs are most of what a master holds (a million
+/// by default), never change again until they are purged or retried, and
+/// are read one at a time; packed, one takes about a third of the memory
+/// it takes as a [`Job`] in a map (BENCHMARKS.md, "Finished jobs
+/// packed").
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Done {
+    state: JobState,
+    submitted_at: Millis,
+    record: Box<[u8]>,
+}
+
+impl Done {
+    fn pack(job: &Job) -> Done {
+        Done {
+            state: job.state,
+            submitted_at: job.submitted_at,
+            record: postcard::to_allocvec(job)
+                .expect("postcard encoding into a Vec")
+                .into_boxed_slice(),
+        }
+    }
+
+    /// The job. The bytes were encoded by [`Done::pack`] or checked when
+    /// their snapshot was restored, so decoding them fails only if memory
+    /// was corrupted; such a job reads as gone (on every replica alike).
+    fn unpack(&self) -> Option<Job> {
+        postcard::from_bytes(&self.record).ok()
+    }
+}
+
+/// The fields of [`Master`] before its jobs, as its snapshot holds them.
+#[derive(Serialize)]
+struct HeadRef<'a> {
+    config: &'a Config,
+    next_id: JobId,
+    next_seq: u64,
+}
+
+#[derive(Deserialize)]
+struct Head {
+    config: Config,
+    next_id: JobId,
+    next_seq: u64,
+}
+
+/// The fields of [`Master`] after its jobs, as its snapshot holds them.
+#[derive(Serialize)]
+struct TailRef<'a> {
+    workers: &'a BTreeMap<String, Worker>,
+    submitted_total: u64,
+    attempts_total: u64,
+    retries_total: u64,
+}
+
+#[derive(Deserialize)]
+struct Tail {
+    workers: BTreeMap<String, Worker>,
+    submitted_total: u64,
+    attempts_total: u64,
+    retries_total: u64,
 }
 
 /// How the master lines runnable jobs up for workers: the one scheduling
@@ -317,6 +387,18 @@ pub(crate) struct Index {
 }
 
 impl Index {
+    /// Counts a finished job in, as [`Master::rebuild_index`] counts in an
+    /// unfinished one.
+    fn add_done(&mut self, id: JobId, job: &Job) {
+        self.counts[job.state as usize] += 1;
+        *self.modules.entry(job.spec.module).or_default() += 1;
+        if let Some(key) = &job.spec.idempotency_key {
+            self.keys.insert(key.clone(), id);
+        }
+        self.finished.insert((job.finished_at.unwrap_or(0), id));
+        self.result_bytes += job.result.as_ref().map_or(0, |r| r.len() as u64);
+    }
+
     /// Puts a runnable job in line: in [`ready`](Self::ready), or in its
     /// key's line (and in `ready` if it is now that line's first).
     fn enqueue(&mut self, place: Place, key: Option<&str>) {
@@ -374,6 +456,7 @@ impl Master {
             next_id: 1,
             next_seq: 0,
             jobs: BTreeMap::new(),
+            done: BTreeMap::new(),
             workers: BTreeMap::new(),
             submitted_total: 0,
             attempts_total: 0,
@@ -395,16 +478,108 @@ impl Master {
     /// rebuilt at once).
     pub fn with_order(mut self, order: Order) -> Self {
         self.order = order;
-        self.rebuild_index();
+        self.index.ready.clear();
+        self.index.key_ready.clear();
+        for (&id, job) in &self.jobs {
+            if job.state == JobState::Queued
+                && job.not_before.is_none()
+                && !self.dags.waiting.contains_key(&id)
+            {
+                (self.index).enqueue(ready_key(order, job, id), self.keyed.key(id));
+            }
+        }
         self
+    }
+
+    /// `postcard` of the fields up to `retries_total`, as if `jobs` and
+    /// `done` were one map (the snapshot's first part; the bytes a
+    /// derived `Serialize` of the whole state wrote before jobs were
+    /// packed, so every snapshot version reads the same way).
+    fn encode_state(&self, out: Vec<u8>) -> Vec<u8> {
+        let encoding = "postcard encoding into a Vec";
+        let head = HeadRef {
+            config: &self.config,
+            next_id: self.next_id,
+            next_seq: self.next_seq,
+        };
+        let mut out = postcard::to_extend(&head, out).expect(encoding);
+        let count: usize = self.jobs.len() + self.done.len();
+        out = postcard::to_extend(&count, out).expect(encoding);
+        for (id, held) in self.scan(Bound::Unbounded, false) {
+            out = postcard::to_extend(&id, out).expect(encoding);
+            match held {
+                Held::Live(job) => out = postcard::to_extend(job, out).expect(encoding),
+                Held::Done(done) => out.extend_from_slice(&done.record),
+            }
+        }
+        let tail = TailRef {
+            workers: &self.workers,
+            submitted_total: self.submitted_total,
+            attempts_total: self.attempts_total,
+            retries_total: self.retries_total,
+        };
+        postcard::to_extend(&tail, out).expect(encoding)
+    }
+
+    /// The inverse of [`encode_state`](Self::encode_state): a master with
+    /// that part of the state (the rest empty), the bytes after it, and
+    /// the index entries of its finished jobs, which are packed as they
+    /// are read (each is decoded once, so a snapshot is checked whole).
+    fn decode_state(bytes: &[u8]) -> Result<(Master, &[u8], Index), Rejection> {
+        let undecodable = |error: postcard::Error| {
+            Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
+        };
+        let (head, mut rest): (Head, _) = postcard::take_from_bytes(bytes).map_err(undecodable)?;
+        let count: usize;
+        (count, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
+        let mut master = Master {
+            config: head.config,
+            next_id: head.next_id,
+            next_seq: head.next_seq,
+            ..Master::new()
+        };
+        let mut index = Index::default();
+        let mut last = None;
+        for _ in 0..count {
+            let id: JobId;
+            (id, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
+            if last.is_some_and(|last| last >= id) {
+                return Err(Rejection::new(
+                    codes::UNDECODABLE,
+                    format!("job {id} out of order in the snapshot"),
+                ));
+            }
+            last = Some(id);
+            let record = rest;
+            let job: Job;
+            (job, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
+            if !job.state.is_terminal() {
+                master.jobs.insert(id, job);
+                continue;
+            }
+            index.add_done(id, &job);
+            let record = &record[..record.len() - rest.len()];
+            let done = Done {
+                state: job.state,
+                submitted_at: job.submitted_at,
+                record: record.into(),
+            };
+            master.done.insert(id, done);
+        }
+        let tail: Tail;
+        (tail, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
+        master.workers = tail.workers;
+        master.submitted_total = tail.submitted_total;
+        master.attempts_total = tail.attempts_total;
+        master.retries_total = tail.retries_total;
+        Ok((master, rest, index))
     }
 
     /// The whole state as versioned bytes: `[SNAPSHOT_VERSION] ++
     /// postcard(state) ++ postcard(tokens) ++ postcard(request ids) ++
     /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs)`.
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut out = vec![SNAPSHOT_VERSION];
-        out = postcard::to_extend(self, out).expect("postcard encoding into a Vec");
+        let mut out = self.encode_state(vec![SNAPSHOT_VERSION]);
         out = postcard::to_extend(&self.tokens, out).expect("postcard encoding into a Vec");
         out = postcard::to_extend(&self.requests, out).expect("postcard encoding into a Vec");
         out = postcard::to_extend(&self.keyed, out).expect("postcard encoding into a Vec");
@@ -428,8 +603,7 @@ impl Master {
                 format!("snapshot version {version}, this master reads 1 to {SNAPSHOT_VERSION}"),
             ));
         }
-        let (mut master, mut rest): (Master, _) =
-            postcard::take_from_bytes(body).map_err(undecodable)?;
+        let (mut master, mut rest, done) = Self::decode_state(body)?;
         if version >= 2 {
             (master.tokens, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
         }
@@ -450,7 +624,7 @@ impl Master {
                 format!("{} bytes after the snapshot", rest.len()),
             ));
         }
-        master.rebuild_index();
+        master.rebuild_index(done);
         Ok(master)
     }
 
@@ -459,7 +633,9 @@ impl Master {
         &self.config
     }
 
-    fn rebuild_index(&mut self) {
+    /// Builds the index from the unfinished jobs and `done`, the entries
+    /// of the finished ones ([`Index::add_done`]).
+    fn rebuild_index(&mut self, done: Index) {
         // A snapshot is decoded, not trusted: a worker "running" a job the
         // snapshot does not hold would make a later event fail. Every node
         // restoring the same bytes drops the same references, so replicas
@@ -470,10 +646,11 @@ impl Master {
         }
         // Options of jobs the snapshot does not hold are dropped, like the
         // workers' references above.
-        self.keyed.options.retain(|id, _| jobs.contains_key(id));
+        let held = |id: &JobId| jobs.contains_key(id) || self.done.contains_key(id);
+        self.keyed.options.retain(|id, _| held(id));
         // DAG records of jobs the snapshot does not hold are dropped too;
         // only queued jobs wait.
-        self.dags.nodes.retain(|id, _| jobs.contains_key(id));
+        self.dags.nodes.retain(|id, _| held(id));
         (self.dags.waiting).retain(|id, _| {
             jobs.get(id)
                 .is_some_and(|job| job.state == JobState::Queued)
@@ -497,7 +674,7 @@ impl Master {
                 .filter_map(|(key, starts)| Some((*starts.back()?, key.clone())))
                 .collect(),
             fired_by,
-            ..Index::default()
+            ..done
         };
         for (&id, job) in &self.jobs {
             index.counts[job.state as usize] += 1;
@@ -521,10 +698,8 @@ impl Master {
                         *index.key_running.entry(key.to_owned()).or_default() += 1;
                     }
                 }
-                _ => {
-                    index.finished.insert((job.finished_at.unwrap_or(0), id));
-                    index.result_bytes += job.result.as_ref().map_or(0, |r| r.len() as u64);
-                }
+                // Finished jobs were counted from `done`.
+                _ => {}
             }
         }
         self.index = index;
@@ -534,8 +709,39 @@ impl Master {
         self.index.counts[JobState::Queued as usize]
     }
 
-    fn job(&self, id: JobId) -> Result<&Job, Rejection> {
+    /// Job `id`, finished (unpacked) or not.
+    fn find(&self, id: JobId) -> Option<Cow<'_, Job>> {
         match self.jobs.get(&id) {
+            Some(job) => Some(Cow::Borrowed(job)),
+            None => self.done.get(&id)?.unpack().map(Cow::Owned),
+        }
+    }
+
+    /// The state of job `id`, without unpacking it.
+    fn state_of(&self, id: JobId) -> Option<JobState> {
+        match self.jobs.get(&id) {
+            Some(job) => Some(job.state),
+            None => Some(self.done.get(&id)?.state),
+        }
+    }
+
+    /// Whether job `id` is held, finished or not.
+    fn holds(&self, id: JobId) -> bool {
+        self.jobs.contains_key(&id) || self.done.contains_key(&id)
+    }
+
+    /// Moves job `id` to `done` if it finished.
+    fn pack(&mut self, id: JobId) {
+        if let Some(job) = self.jobs.get(&id)
+            && job.state.is_terminal()
+        {
+            let job = self.jobs.remove(&id).expect("present");
+            self.done.insert(id, Done::pack(&job));
+        }
+    }
+
+    fn job(&self, id: JobId) -> Result<Cow<'_, Job>, Rejection> {
+        match self.find(id) {
             Some(job) => Ok(job),
             None if id > 0 && id < self.next_id => reject(
                 codes::JOB_EXPIRED,
@@ -620,7 +826,11 @@ impl Master {
                     }));
                 }
                 for id in self.startable(now, *free as usize) {
-                    let job = &self.jobs[&id];
+                    // A journal is decoded, not trusted: a job replaced
+                    // under its id may leave a place in line behind.
+                    let Some(job) = self.jobs.get(&id) else {
+                        continue;
+                    };
                     events.push(event(EventKind::Assigned {
                         id,
                         attempt: job.attempts.len() as u32 + 1,
@@ -1067,7 +1277,7 @@ impl Master {
         if let Some(key) = &spec.idempotency_key
             && let Some(&id) = self.index.keys.get(key)
         {
-            let job = &self.jobs[&id];
+            let job = self.find(id).expect("an idempotency key's job is held");
             if job.spec.module != spec.module || job.spec.input != spec.input {
                 return reject(
                     codes::IDEMPOTENCY_CONFLICT,
@@ -1144,7 +1354,10 @@ impl Master {
     /// `worker`, when given); otherwise why not.
     fn current_attempt(&self, id: JobId, attempt: u32, worker: Option<&str>) -> Result<(), String> {
         let Some(job) = self.jobs.get(&id) else {
-            return Err(format!("no job {id}"));
+            return Err(match self.done.get(&id) {
+                Some(done) => format!("job {id} is {}", done.state.name()),
+                None => format!("no job {id}"),
+            });
         };
         if job.state != JobState::Running {
             return Err(format!("job {id} is {}", job.state.name()));
@@ -1212,8 +1425,8 @@ impl Master {
             }
             kinds.push(EventKind::Purged { id });
             excess = excess.saturating_sub(1);
-            let held = self.jobs.get(&id).and_then(|j| j.result.as_ref());
-            bytes = bytes.saturating_sub(held.map_or(0, |r| r.len() as u64));
+            let held = self.find(id).and_then(|j| j.result.as_ref().map(Vec::len));
+            bytes = bytes.saturating_sub(held.map_or(0, |len| len as u64));
         }
         self.decide_schedules(now, TICK_EVENTS_MAX, &mut kinds);
         // Request ids past their time, all at once when the oldest is a
@@ -1232,8 +1445,19 @@ impl Master {
             .collect()
     }
 
-    /// Applies one event; returns what the host must do about it.
+    /// Applies one event; returns what the host must do about it. The
+    /// jobs it finished are packed last (see [`Done`]).
     pub fn apply(&mut self, event: &Event) -> Vec<Effect> {
+        let effects = self.apply_event(event);
+        for effect in &effects {
+            if let Effect::Settled { id, .. } = effect {
+                self.pack(*id);
+            }
+        }
+        effects
+    }
+
+    fn apply_event(&mut self, event: &Event) -> Vec<Effect> {
         let mut effects = Vec::new();
         let at = event.at;
         match &event.kind {
@@ -1271,7 +1495,7 @@ impl Master {
                 let Some(schedule) = self.schedules.get(name) else {
                     return effects;
                 };
-                if self.jobs.contains_key(id) {
+                if self.holds(*id) {
                     return effects;
                 }
                 let (spec, options) = (schedule.spec.job.clone(), schedule.spec.options.clone());
@@ -1395,12 +1619,14 @@ impl Master {
                 let job = &self.jobs[id];
                 let input = match self.dags.nodes.get(id) {
                     Some(node) if node.outputs && !node.parents.is_empty() => {
+                        let outputs: Vec<Option<Vec<u8>>> = (node.parents.iter())
+                            .map(|parent| self.find(*parent).and_then(|j| j.into_owned().result))
+                            .collect();
                         let parents: Vec<(JobId, &str, Option<&[u8]>)> = (node.parents.iter())
-                            .map(|parent| {
+                            .zip(&outputs)
+                            .map(|(parent, output)| {
                                 let name = self.dags.nodes.get(parent).map_or("", |n| &n.name);
-                                let output =
-                                    self.jobs.get(parent).and_then(|j| j.result.as_deref());
-                                (*parent, name, output)
+                                (*parent, name, output.as_deref())
                             })
                             .collect();
                         dag::envelope(&job.spec.input, &parents)
@@ -1514,6 +1740,14 @@ impl Master {
                 }
             }
             EventKind::Retried { id, max_attempts } => {
+                if self
+                    .done
+                    .get(id)
+                    .is_some_and(|done| BulkAction::RETRY_FROM.contains(&done.state))
+                    && let Some(job) = self.done.remove(id).and_then(|done| done.unpack())
+                {
+                    self.jobs.insert(*id, job);
+                }
                 let Some(job) = self.jobs.get_mut(id) else {
                     return effects;
                 };
@@ -1541,10 +1775,7 @@ impl Master {
                 }
             }
             EventKind::Purged { id } => {
-                if let Some(job) = self.jobs.get(id)
-                    && job.state.is_terminal()
-                {
-                    let job = self.jobs.remove(id).expect("present");
+                if let Some(job) = self.done.remove(id).and_then(|done| done.unpack()) {
                     self.index.counts[job.state as usize] -= 1;
                     if let Some(count) = self.index.modules.get_mut(&job.spec.module) {
                         *count -= 1;
@@ -1597,6 +1828,9 @@ impl Master {
         }
         self.index.counts[JobState::Queued as usize] += 1;
         *self.index.modules.entry(job.spec.module).or_default() += 1;
+        // An id is never submitted twice but by a hostile journal, whose
+        // second copy replaces the first (finished or not) on every replica.
+        self.done.remove(&id);
         self.jobs.insert(id, job);
         self.next_id = self.next_id.max(id.saturating_add(1));
         self.submitted_total += 1;
@@ -1940,9 +2174,8 @@ impl Master {
         };
         (node.parents.iter())
             .filter(|parent| {
-                self.jobs
-                    .get(parent)
-                    .is_some_and(|job| job.state != JobState::Succeeded)
+                self.state_of(**parent)
+                    .is_some_and(|state| state != JobState::Succeeded)
             })
             .count() as u32
     }
@@ -1965,9 +2198,7 @@ impl Master {
             return;
         }
         let nodes: Vec<&DagNode> = (nodes.iter())
-            .filter(|node| {
-                self.jobs.contains_key(&node.id) && !self.dags.nodes.contains_key(&node.id)
-            })
+            .filter(|node| self.holds(node.id) && !self.dags.nodes.contains_key(&node.id))
             .collect();
         self.dags.next = self.dags.next.max(id.saturating_add(1));
         let jobs: Vec<JobId> = nodes.iter().map(|node| node.id).collect();
@@ -2006,18 +2237,17 @@ impl Master {
         let mut failed = Vec::new();
         for node in &nodes {
             let unfinished = self.unsucceeded_parents(node.id);
-            if unfinished == 0 || self.jobs[&node.id].state != JobState::Queued {
+            if unfinished == 0 || self.state_of(node.id) != Some(JobState::Queued) {
                 continue;
             }
             self.unqueue(node.id);
             self.dags.waiting.insert(node.id, unfinished);
             for parent in &node.parents {
-                if self
-                    .jobs
-                    .get(parent)
-                    .is_some_and(|job| job.state.is_terminal() && job.state != JobState::Succeeded)
+                if let Some(state) = self.state_of(*parent)
+                    && state.is_terminal()
+                    && state != JobState::Succeeded
                 {
-                    failed.push((*parent, self.jobs[parent].state));
+                    failed.push((*parent, state));
                 }
             }
         }
@@ -2082,19 +2312,54 @@ impl Master {
         &'a self,
         action: BulkAction,
         filter: &'a JobFilter,
-    ) -> impl Iterator<Item = (JobId, &'a Job)> + 'a {
-        let named: Box<dyn Iterator<Item = (JobId, &Job)>> = match &filter.ids {
+    ) -> impl Iterator<Item = (JobId, Cow<'a, Job>)> + 'a {
+        let named: Box<dyn Iterator<Item = (JobId, Held<'a>)>> = match &filter.ids {
             Some(ids) => Box::new(
                 ids.iter()
                     .collect::<BTreeSet<_>>()
                     .into_iter()
-                    .filter_map(|id| self.jobs.get(id).map(|job| (*id, job))),
+                    .filter_map(|&id| Some((id, self.held(id)?))),
             ),
-            None => Box::new(self.jobs.iter().map(|(id, job)| (*id, job))),
+            None => self.scan(Bound::Unbounded, false),
         };
-        named.filter(move |(id, job)| {
-            action.applies_to(job.state) && filter_matches(filter, *id, job)
-        })
+        named
+            .filter(move |(_, held)| action.applies_to(held.state()))
+            .filter_map(|(id, held)| Some((id, held.job()?)))
+            .filter(move |(id, job)| filter_matches(filter, *id, job))
+    }
+
+    /// Job `id` as it is held.
+    fn held(&self, id: JobId) -> Option<Held<'_>> {
+        match self.jobs.get(&id) {
+            Some(job) => Some(Held::Live(job)),
+            None => self.done.get(&id).map(Held::Done),
+        }
+    }
+
+    /// Every job held, finished or not, by id: from the first after `past`
+    /// up, or from the last before it down (`newest_first`).
+    fn scan(
+        &self,
+        past: Bound<JobId>,
+        newest_first: bool,
+    ) -> Box<dyn Iterator<Item = (JobId, Held<'_>)> + '_> {
+        let live = |(&id, job)| (id, Held::Live(job));
+        let done = |(&id, done)| (id, Held::Done(done));
+        if newest_first {
+            let range = (Bound::Unbounded, past);
+            Box::new(Merge {
+                a: self.jobs.range(range).rev().map(live).peekable(),
+                b: self.done.range(range).rev().map(done).peekable(),
+                descending: true,
+            })
+        } else {
+            let range = (past, Bound::Unbounded);
+            Box::new(Merge {
+                a: self.jobs.range(range).map(live).peekable(),
+                b: self.done.range(range).map(done).peekable(),
+                descending: false,
+            })
+        }
     }
 
     /// Jobs finished in the `window_ms` before `now`: how many, and the
@@ -2107,7 +2372,7 @@ impl Master {
             .range((since, 0)..)
             .rev()
             .take(RECENT_SCAN_MAX)
-            .filter_map(|&(at, id)| Some(at.saturating_sub(self.jobs.get(&id)?.submitted_at)))
+            .filter_map(|&(at, id)| Some(at.saturating_sub(self.done.get(&id)?.submitted_at)))
             .collect();
         // Two selections, not a sort: this runs every second for each open
         // dashboard, on the master's thread.
@@ -2139,7 +2404,7 @@ impl Master {
     /// Answers a read-only query.
     pub fn query(&self, now: Millis, query: &Query) -> Result<Answer, Rejection> {
         match query {
-            Query::Job { id } => Ok(Answer::Job(Box::new(self.view(*id, self.job(*id)?)))),
+            Query::Job { id } => Ok(Answer::Job(Box::new(self.view(*id, &*self.job(*id)?)))),
             Query::Result { id } => {
                 let job = self.job(*id)?;
                 match (&job.result, job.state) {
@@ -2163,17 +2428,20 @@ impl Master {
                 validate_filter(filter)?;
                 let limit = (*limit).clamp(1, LIST_LIMIT_MAX) as usize;
                 let past = after.map_or(Bound::Unbounded, Bound::Excluded);
-                let mut scan: Box<dyn Iterator<Item = (&JobId, &Job)>> = if *newest_first {
-                    Box::new(self.jobs.range((Bound::Unbounded, past)).rev())
-                } else {
-                    Box::new(self.jobs.range((past, Bound::Unbounded)))
-                };
+                let mut scan = self.scan(past, *newest_first);
                 let mut jobs = Vec::new();
                 let mut last = None;
-                for (&id, job) in scan.by_ref().take(LIST_SCAN_MAX) {
+                for (id, held) in scan.by_ref().take(LIST_SCAN_MAX) {
                     last = Some(id);
-                    if filter_matches(filter, id, job) {
-                        jobs.push(summary(id, job));
+                    // Finished jobs of other states stay packed.
+                    if filter.state.is_some_and(|state| state != held.state()) {
+                        continue;
+                    }
+                    let Some(job) = held.job() else {
+                        continue;
+                    };
+                    if filter_matches(filter, id, &job) {
+                        jobs.push(summary(id, &job));
                         if jobs.len() == limit {
                             break;
                         }
@@ -2215,7 +2483,7 @@ impl Master {
                 let mut waiting = 0;
                 let jobs = (dag.jobs.iter())
                     .map(|job| {
-                        let state = self.jobs.get(job).map(|j| j.state);
+                        let state = self.state_of(*job);
                         if let Some(state) = state {
                             counts[state as usize] += 1;
                         }
@@ -2343,6 +2611,55 @@ impl Master {
             parents: (self.dags.nodes.get(&id)).map_or(Vec::new(), |node| node.parents.clone()),
             waiting: self.dags.waiting.contains_key(&id),
         }
+    }
+}
+
+/// A job as [`Master::scan`] meets it: unfinished, or finished and
+/// still packed.
+#[derive(Clone, Copy)]
+enum Held<'a> {
+    Live(&'a Job),
+    Done(&'a Done),
+}
+
+impl<'a> Held<'a> {
+    fn state(self) -> JobState {
+        match self {
+            Held::Live(job) => job.state,
+            Held::Done(done) => done.state,
+        }
+    }
+
+    fn job(self) -> Option<Cow<'a, Job>> {
+        match self {
+            Held::Live(job) => Some(Cow::Borrowed(job)),
+            Held::Done(done) => done.unpack().map(Cow::Owned),
+        }
+    }
+}
+
+/// Two iterators ordered by id (both ascending, or both descending) as
+/// one; no id is in both.
+struct Merge<A: Iterator, B: Iterator> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+    descending: bool,
+}
+
+impl<'h, A, B> Iterator for Merge<A, B>
+where
+    A: Iterator<Item = (JobId, Held<'h>)>,
+    B: Iterator<Item = (JobId, Held<'h>)>,
+{
+    type Item = (JobId, Held<'h>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let take_a = match (self.a.peek(), self.b.peek()) {
+            (Some((a, _)), Some((b, _))) => (a < b) != self.descending,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if take_a { self.a.next() } else { self.b.next() }
     }
 }
 
@@ -2677,7 +2994,7 @@ mod token_tests {
         let submit = crate::scenarios::submit(1, crate::scenarios::spec(1, b"x"));
         run(&mut master, 1, submit).unwrap();
         // Version 1 was `encode(&master)` when that wrote format byte 1.
-        let old_format = postcard::to_extend(&master, vec![1]).unwrap();
+        let old_format = master.encode_state(vec![1]);
         let restored = Master::restore(&old_format).unwrap();
         assert_eq!(restored.stats(), master.stats());
         assert!(tokens(&restored).is_empty());
@@ -2844,7 +3161,7 @@ mod request_tests {
         assert!(restored.requests.is_empty());
 
         // Version 2: the state and the tokens, no request ids.
-        let mut version_2 = postcard::to_extend(&master, vec![2]).unwrap();
+        let mut version_2 = master.encode_state(vec![2]);
         version_2 = postcard::to_extend(&master.tokens, version_2).unwrap();
         let mut old = Master::restore(&version_2).unwrap();
         assert!(old.requests.is_empty());
@@ -2964,7 +3281,7 @@ mod request_tests {
         assert_eq!(restored.startable(T + 2, 4), Vec::<JobId>::new());
 
         // Version 3: no options; the jobs run without limits.
-        let mut version_3 = postcard::to_extend(&master, vec![3]).unwrap();
+        let mut version_3 = master.encode_state(vec![3]);
         version_3 = postcard::to_extend(&master.tokens, version_3).unwrap();
         version_3 = postcard::to_extend(&master.requests, version_3).unwrap();
         let mut old = Master::restore(&version_3).unwrap();
@@ -3039,7 +3356,7 @@ mod request_tests {
             create_schedule("s", every, Overlap::Skip, 0),
         )
         .unwrap();
-        let mut version_4 = postcard::to_extend(&master, vec![4]).unwrap();
+        let mut version_4 = master.encode_state(vec![4]);
         version_4 = postcard::to_extend(&master.tokens, version_4).unwrap();
         version_4 = postcard::to_extend(&master.requests, version_4).unwrap();
         version_4 = postcard::to_extend(&master.keyed, version_4).unwrap();
@@ -3051,5 +3368,167 @@ mod request_tests {
         let now = Master::restore(&master.snapshot()).unwrap();
         assert_eq!(now, master);
         assert_eq!(master.snapshot()[0], 5);
+    }
+}
+
+#[cfg(test)]
+mod done_tests {
+    //! Finished jobs are packed: the snapshot's bytes do not change, and
+    //! a packed job reads, retries and purges as an unpacked one did.
+    use super::*;
+    use crate::scenarios::{failed, finish, poll, spec, submit};
+
+    fn run(master: &mut Master, now: Millis, command: Command) -> Reply {
+        let decision = master.decide(now, &command).unwrap();
+        for event in &decision.events {
+            master.apply(event);
+        }
+        decision.reply
+    }
+
+    /// Jobs 1 and 3 succeed, 2 fails, 4 runs, 5 waits.
+    fn mixed() -> Master {
+        let mut master = Master::new();
+        for n in 1..=5 {
+            run(&mut master, 10, submit(n, spec(n as u8, b"in")));
+        }
+        run(&mut master, 20, poll("w", 4));
+        let ok = || Outcome::Succeeded(b"out".to_vec());
+        run(&mut master, 30, finish(1, 1, "w", ok()));
+        run(&mut master, 30, finish(2, 1, "w", failed("job_error")));
+        run(&mut master, 30, finish(3, 1, "w", ok()));
+        master
+    }
+
+    /// What the state's derived `Serialize` wrote when every job was one
+    /// map of `Job`s.
+    #[derive(Serialize)]
+    struct Derived<'a> {
+        config: &'a Config,
+        next_id: JobId,
+        next_seq: u64,
+        jobs: BTreeMap<JobId, Job>,
+        workers: &'a BTreeMap<String, Worker>,
+        submitted_total: u64,
+        attempts_total: u64,
+        retries_total: u64,
+    }
+
+    fn derived(master: &Master) -> Vec<u8> {
+        let mut jobs = master.jobs.clone();
+        for (&id, done) in &master.done {
+            jobs.insert(id, done.unpack().unwrap());
+        }
+        postcard::to_allocvec(&Derived {
+            config: &master.config,
+            next_id: master.next_id,
+            next_seq: master.next_seq,
+            jobs,
+            workers: &master.workers,
+            submitted_total: master.submitted_total,
+            attempts_total: master.attempts_total,
+            retries_total: master.retries_total,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn finished_jobs_are_packed_and_snapshots_keep_their_bytes() {
+        let master = mixed();
+        assert_eq!(master.done.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(master.jobs.keys().copied().collect::<Vec<_>>(), [4, 5]);
+        assert_eq!(master.encode_state(Vec::new()), derived(&master));
+        let restored = Master::restore(&master.snapshot()).unwrap();
+        assert_eq!(restored, master);
+        assert_eq!(restored.stats(), master.stats());
+        assert_eq!(restored.index, master.index);
+    }
+
+    #[test]
+    fn a_packed_job_reads_as_it_was() {
+        let master = mixed();
+        let Answer::Job(view) = master.query(40, &Query::Job { id: 2 }).unwrap() else {
+            panic!()
+        };
+        assert_eq!(view.state, JobState::Failed);
+        assert_eq!(view.error.unwrap().code, "job_error");
+        assert_eq!(view.attempts[0].log_tail, "done\n");
+        assert_eq!(
+            master.query(40, &Query::Result { id: 1 }).unwrap(),
+            Answer::Result(b"out".to_vec())
+        );
+        let listing = |state| Query::Jobs {
+            filter: JobFilter {
+                state,
+                ..JobFilter::default()
+            },
+            after: None,
+            limit: 10,
+            newest_first: true,
+        };
+        let ids = |answer| match answer {
+            Answer::Jobs { jobs, .. } => jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            ids(master.query(40, &listing(None)).unwrap()),
+            [5, 4, 3, 2, 1]
+        );
+        let succeeded = Some(JobState::Succeeded);
+        assert_eq!(ids(master.query(40, &listing(succeeded)).unwrap()), [3, 1]);
+        let Answer::Recent(recent) = master.query(40, &Query::Recent { window_ms: 100 }).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((recent.finished, recent.p50_ms), (3, Some(20)));
+    }
+
+    #[test]
+    fn a_retried_job_unpacks_and_a_purged_one_is_gone() {
+        let mut master = mixed();
+        let retry = Command::Bulk {
+            action: BulkAction::Retry { attempts: 1 },
+            filter: JobFilter {
+                state: Some(JobState::Failed),
+                ..JobFilter::default()
+            },
+        };
+        assert_eq!(run(&mut master, 40, retry), Reply::Bulk { changed: 1 });
+        assert_eq!(master.jobs[&2].state, JobState::Queued);
+        assert!(!master.done.contains_key(&2));
+        master.apply(&Event {
+            at: 50,
+            kind: EventKind::Purged { id: 1 },
+        });
+        assert!(!master.holds(1));
+        assert_eq!(master.stats().jobs[JobState::Succeeded as usize], 1);
+        assert_eq!(master.stats().result_bytes, 3);
+        assert_eq!(
+            master.query(50, &Query::Job { id: 1 }).unwrap_err().code,
+            codes::JOB_EXPIRED
+        );
+        let restored = Master::restore(&master.snapshot()).unwrap();
+        assert_eq!(restored, master);
+        assert_eq!(restored.index, master.index);
+    }
+
+    #[test]
+    fn a_snapshot_with_jobs_out_of_order_is_refused() {
+        let master = mixed();
+        let mut bytes = master.encode_state(vec![1]);
+        // Job 2's id in place of job 3's: ids must ascend.
+        let head = postcard::to_allocvec(&HeadRef {
+            config: &master.config,
+            next_id: master.next_id,
+            next_seq: master.next_seq,
+        })
+        .unwrap();
+        let first = 1 + head.len() + 1 + 1 + master.done[&1].record.len();
+        assert_eq!(bytes[first], 2);
+        bytes[first] = 1;
+        assert_eq!(
+            Master::restore(&bytes).unwrap_err().code,
+            codes::UNDECODABLE
+        );
     }
 }
