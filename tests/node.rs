@@ -131,6 +131,12 @@ fn examples_run_through_the_cli_and_the_api() {
         // A lone node is the one voter, its own majority.
         assert!(metrics.contains("cohort_voters 1"), "{metrics}");
         assert!(metrics.contains("cohort_replicas_needed 1"), "{metrics}");
+        // The node hosts the master's Wasm component: its memory is shown.
+        let memory: u64 = (metrics.lines())
+            .find_map(|l| l.strip_prefix("cohort_master_memory_bytes "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(memory > 0, "{metrics}");
     });
 }
 

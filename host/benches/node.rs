@@ -367,13 +367,18 @@ fn echo_wasm() -> Vec<u8> {
 }
 
 async fn succeeded(client: &Api) -> u64 {
+    metric(client, "cohort_jobs{state=\"succeeded\"}").await
+}
+
+/// The value of metric `name` (with its labels) on the node, 0 if absent.
+async fn metric(client: &Api, name: &str) -> u64 {
     let (_, body) = client
         .call(Method::GET, "/metrics", "text/plain", Default::default())
         .await
         .unwrap();
     let text = String::from_utf8_lossy(&body);
     text.lines()
-        .find_map(|l| l.strip_prefix("cohort_jobs{state=\"succeeded\"} "))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
@@ -675,10 +680,15 @@ async fn history(core: CoreKind) {
     let snapshot_bytes = master::store::latest_snapshot(dir.path())
         .unwrap()
         .map_or(0, |s| s.state.len());
+    let linear = handle
+        .counters()
+        .memory_bytes
+        .load(std::sync::atomic::Ordering::Relaxed);
     println!(
-        "history ({core:?} master): {done} finished jobs restored from a {} MiB snapshot in {restored:.2?}; resident memory grew {} MiB",
+        "history ({core:?} master): {done} finished jobs restored from a {} MiB snapshot in {restored:.2?}; resident memory grew {} MiB; the component's memory {} MiB",
         snapshot_bytes >> 20,
-        rss >> 20
+        rss >> 20,
+        linear >> 20
     );
     handle.shutdown().await;
     if core != CoreKind::Wasm {
@@ -716,14 +726,15 @@ async fn history(core: CoreKind) {
             }
         }
         println!(
-            "history (a node{}): {} trivial jobs ran in waves of {HISTORY_WAVE}; the node's resident memory is {} MiB",
+            "history (a node{}): {} trivial jobs ran in waves of {HISTORY_WAVE}; the node's resident memory is {} MiB, its master component's {} MiB",
             if args.is_empty() {
                 String::new()
             } else {
                 format!(", {}", args.join(" "))
             },
             JOBS + 1,
-            rss_of(&node.child.id().to_string()) >> 20
+            rss_of(&node.child.id().to_string()) >> 20,
+            metric(&client, "cohort_master_memory_bytes").await >> 20
         );
     }
 }

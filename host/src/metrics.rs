@@ -88,6 +88,11 @@ pub fn render(
         gauge
     };
     registry.register(
+        "master_memory_bytes",
+        "Linear memory of the master component this node hosts (its high-water mark: Wasm memory never shrinks; 0 when it hosts none)",
+        gauge(load(&counters.memory_bytes)),
+    );
+    registry.register(
         "replicas_needed",
         "Voters (back-end nodes, this one included) that must hold a journal batch before it is acknowledged: a majority",
         gauge(replication.needed as u64),

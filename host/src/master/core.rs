@@ -35,6 +35,12 @@ pub trait Core: Send {
     fn snapshot(&mut self) -> anyhow::Result<Vec<u8>>;
     /// `query`: the encoded answer.
     fn query(&mut self, now: Millis, query: Vec<u8>) -> CoreResult<Vec<u8>>;
+    /// Bytes of the component's linear memory (0 for the native backend).
+    /// Wasm memory grows and never shrinks, so this is the high-water
+    /// mark of what the master's state, and the snapshots it wrote, took.
+    fn memory_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// Which backend runs the master.
@@ -77,7 +83,7 @@ impl Core for NativeCore {
 pub struct MasterComponent {
     engine: Engine,
     component: Component,
-    linker: Linker<()>,
+    linker: Linker<MemoryGauge>,
 }
 
 impl std::fmt::Debug for MasterComponent {
@@ -156,7 +162,8 @@ impl MasterComponent {
     /// A new instance, not yet initialized: fails if the component does
     /// not export the master world.
     pub fn link(&self) -> anyhow::Result<Linked> {
-        let mut store = Store::new(&self.engine, ());
+        let mut store = Store::new(&self.engine, MemoryGauge::default());
+        store.limiter(|gauge| gauge);
         // Its snapshot is one value returned to the host: with a million
         // finished jobs it passed wasmtime's default bound on what a guest
         // may hand the host in one call (128 MiB), and the master stopped
@@ -179,7 +186,7 @@ impl MasterComponent {
 
 /// A master instance that exports the right world, before `init`.
 pub struct Linked {
-    store: Store<()>,
+    store: Store<MemoryGauge>,
     master: bindings::Master,
 }
 
@@ -204,7 +211,7 @@ fn load_cached(engine: &Engine, data_dir: &Path, wasm: &[u8]) -> anyhow::Result<
 
 /// The master running in its Wasm component.
 pub struct WasmCore {
-    store: Store<()>,
+    store: Store<MemoryGauge>,
     master: bindings::Master,
 }
 
@@ -237,6 +244,37 @@ impl Core for WasmCore {
             .master
             .call_query(&mut self.store, now, &query)?
             .map_err(rejection))
+    }
+    fn memory_bytes(&self) -> u64 {
+        self.store.data().bytes as u64
+    }
+}
+
+/// Counts what the component's memories grew to. It limits nothing: the
+/// master is the node's own code, bounded by the job and history caps.
+#[derive(Debug, Default)]
+pub struct MemoryGauge {
+    bytes: usize,
+}
+
+impl wasmtime::ResourceLimiter for MemoryGauge {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.bytes = self.bytes.saturating_add(desired.saturating_sub(current));
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        _desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(true)
     }
 }
 

@@ -222,6 +222,8 @@ pub struct MasterCounters {
     pub commands: AtomicU64,
     /// Snapshots written.
     pub snapshots: AtomicU64,
+    /// The master component's linear memory ([`Core::memory_bytes`]).
+    pub memory_bytes: AtomicU64,
 }
 
 type Respond<T> = oneshot::Sender<Result<T, MasterError>>;
@@ -915,6 +917,7 @@ impl MasterLoop {
     }
 
     fn run(mut self) {
+        (self.counters.memory_bytes).store(self.core.memory_bytes(), Ordering::Relaxed);
         let mut next_tick = Instant::now() + TICK_INTERVAL;
         loop {
             let wait = next_tick.saturating_duration_since(Instant::now());
@@ -1477,6 +1480,7 @@ impl MasterLoop {
         if self.events_since_snapshot >= self.snapshot_every {
             self.snapshot(true)?;
         }
+        (self.counters.memory_bytes).store(self.core.memory_bytes(), Ordering::Relaxed);
         Ok(())
     }
 
