@@ -1312,6 +1312,17 @@ async fn soak() {
                 times.value_at_quantile(0.99) as f64 / 1000.0,
                 times.max() as f64 / 1000.0,
             );
+            let mut memory = Vec::new();
+            for (node, client) in nodes.iter().zip(&clients) {
+                let component = metric(client, "cohort_master_memory_bytes").await;
+                let hosting = match component {
+                    0 => String::new(),
+                    bytes => format!(" (master component {} MiB)", bytes >> 20),
+                };
+                let rss = rss_of(&node.child.id().to_string()) >> 20;
+                memory.push(format!("{rss} MiB{hosting}"));
+            }
+            println!("soak: resident memory of n1, n2, n3: {}", memory.join(", "));
         }
     }
     let submitted = submitter.await.unwrap();
