@@ -680,6 +680,28 @@ async fn history(core: CoreKind) {
     let snapshot_bytes = master::store::latest_snapshot(dir.path())
         .unwrap()
         .map_or(0, |s| s.state.len());
+    // A filtered listing that matches none looks at its most jobs, every
+    // one finished and so unpacked to be matched.
+    let listing = cohort_master::Query::Jobs {
+        filter: cohort_master::JobFilter {
+            error: Some("no such text".into()),
+            ..Default::default()
+        },
+        after: None,
+        limit: 100,
+        newest_first: true,
+    };
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let asked = Instant::now();
+        handle.query(listing.clone()).await.unwrap();
+        times.push(asked.elapsed());
+    }
+    let (least, greatest, median) = spread(&mut times);
+    println!(
+        "history ({core:?} master): a listing by error text that matches none, {} jobs looked at: {least:.1?}–{greatest:.1?}, median {median:.1?} (5 runs)",
+        cohort_master::master::LIST_SCAN_MAX
+    );
     let linear = handle
         .counters()
         .memory_bytes

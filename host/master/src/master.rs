@@ -259,6 +259,20 @@ impl Done {
     fn unpack(&self) -> Option<Job> {
         postcard::from_bytes(&self.record).ok()
     }
+
+    /// Its [`Facts`], read in place (`None` only as [`Done::unpack`]).
+    fn facts(&self) -> Option<Facts<'_>> {
+        let (packed, _): (Packed, _) = postcard::take_from_bytes(&self.record).ok()?;
+        Some(Facts {
+            state: packed.state,
+            module: packed.spec.module,
+            priority: packed.spec.priority,
+            submitted_at: packed.submitted_at,
+            finished_at: packed.finished_at,
+            attempts: packed.attempts.len() as u32,
+            error: packed.error.map(|e| (e.code, e.message)),
+        })
+    }
 }
 
 /// The fields of [`Master`] before its jobs, as its snapshot holds them.
@@ -797,7 +811,7 @@ impl Master {
                         BulkAction::Cancel => EventKind::Cancelled { id },
                         BulkAction::Retry { attempts } => EventKind::Retried {
                             id,
-                            max_attempts: (job.attempts.len() as u32).saturating_add(*attempts),
+                            max_attempts: job.attempts.saturating_add(*attempts),
                         },
                     });
                 let events: Vec<Event> = kinds.take(BULK_MAX).map(event).collect();
@@ -2328,7 +2342,7 @@ impl Master {
         &'a self,
         action: BulkAction,
         filter: &'a JobFilter,
-    ) -> impl Iterator<Item = (JobId, Cow<'a, Job>)> + 'a {
+    ) -> impl Iterator<Item = (JobId, Facts<'a>)> + 'a {
         let named: Box<dyn Iterator<Item = (JobId, Held<'a>)>> = match &filter.ids {
             Some(ids) => Box::new(
                 ids.iter()
@@ -2340,7 +2354,7 @@ impl Master {
         };
         named
             .filter(move |(_, held)| action.applies_to(held.state()))
-            .filter_map(|(id, held)| Some((id, held.job()?)))
+            .filter_map(|(id, held)| Some((id, held.facts()?)))
             .filter(move |(id, job)| filter_matches(filter, *id, job))
     }
 
@@ -2453,7 +2467,7 @@ impl Master {
                     if filter.state.is_some_and(|state| state != held.state()) {
                         continue;
                     }
-                    let Some(job) = held.job() else {
+                    let Some(job) = held.facts() else {
                         continue;
                     };
                     if filter_matches(filter, id, &job) {
@@ -2678,10 +2692,10 @@ impl<'a> Held<'a> {
         }
     }
 
-    fn job(self) -> Option<Cow<'a, Job>> {
+    fn facts(self) -> Option<Facts<'a>> {
         match self {
-            Held::Live(job) => Some(Cow::Borrowed(job)),
-            Held::Done(done) => done.unpack().map(Cow::Owned),
+            Held::Live(job) => Some(Facts::of(job)),
+            Held::Done(done) => done.facts(),
         }
     }
 }
@@ -2712,21 +2726,21 @@ where
 }
 
 /// The listing's short form of a job.
-fn summary(id: JobId, job: &Job) -> JobSummary {
+fn summary(id: JobId, job: &Facts) -> JobSummary {
     JobSummary {
         id,
         state: job.state,
-        attempts: job.attempts.len() as u32,
+        attempts: job.attempts,
         submitted_at: job.submitted_at,
         finished_at: job.finished_at,
-        module: job.spec.module,
-        priority: job.spec.priority,
-        error_code: job.error.as_ref().map(|e| e.code.clone()),
+        module: job.module,
+        priority: job.priority,
+        error_code: job.error.map(|(code, _)| code.to_owned()),
     }
 }
 
 /// Whether job `id` meets every condition of `filter`.
-fn filter_matches(filter: &JobFilter, id: JobId, job: &Job) -> bool {
+fn filter_matches(filter: &JobFilter, id: JobId, job: &Facts) -> bool {
     let contains = |haystack: &str, needle: &str| {
         haystack
             .as_bytes()
@@ -2735,16 +2749,98 @@ fn filter_matches(filter: &JobFilter, id: JobId, job: &Job) -> bool {
             || needle.is_empty()
     };
     filter.state.is_none_or(|s| s == job.state)
-        && filter.module.is_none_or(|m| m == job.spec.module)
-        && filter.priority.is_none_or(|p| p == job.spec.priority)
+        && filter.module.is_none_or(|m| m == job.module)
+        && filter.priority.is_none_or(|p| p == job.priority)
         && filter.from.is_none_or(|from| job.submitted_at >= from)
         && filter.to.is_none_or(|to| job.submitted_at <= to)
         && filter.ids.as_ref().is_none_or(|ids| ids.contains(&id))
         && filter.error.as_deref().is_none_or(|text| {
             job.error
-                .as_ref()
-                .is_some_and(|e| contains(&e.code, text) || contains(&e.message, text))
+                .is_some_and(|(code, message)| contains(code, text) || contains(message, text))
         })
+}
+
+/// What listings, filters and bulk changes read of a job. A packed job
+/// gives it without unpacking: its record is read in place up to the
+/// error ([`Packed`]), strings borrowed, the rest skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Facts<'a> {
+    state: JobState,
+    module: Digest,
+    priority: i32,
+    submitted_at: Millis,
+    finished_at: Option<Millis>,
+    attempts: u32,
+    /// Code and message.
+    error: Option<(&'a str, &'a str)>,
+}
+
+impl<'a> Facts<'a> {
+    fn of(job: &'a Job) -> Self {
+        Facts {
+            state: job.state,
+            module: job.spec.module,
+            priority: job.spec.priority,
+            submitted_at: job.submitted_at,
+            finished_at: job.finished_at,
+            attempts: job.attempts.len() as u32,
+            error: (job.error.as_ref()).map(|e| (e.code.as_str(), e.message.as_str())),
+        }
+    }
+}
+
+/// A [`Job`]'s record read in place, field for field up to its error (a
+/// unit test checks the two agree): postcard has no field names, so the
+/// order is the format.
+#[derive(Deserialize)]
+struct Packed<'a> {
+    #[serde(borrow)]
+    spec: PackedSpec<'a>,
+    state: JobState,
+    submitted_at: Millis,
+    finished_at: Option<Millis>,
+    _not_before: Option<Millis>,
+    _lease_until: Option<Millis>,
+    _seq: u64,
+    #[serde(borrow)]
+    attempts: Vec<PackedAttempt<'a>>,
+    #[serde(borrow)]
+    error: Option<PackedFailure<'a>>,
+}
+
+/// [`JobSpec`] read in place.
+#[derive(Deserialize)]
+struct PackedSpec<'a> {
+    module: Digest,
+    _input: &'a [u8],
+    _timeout_ms: u64,
+    _memory_bytes: Option<u64>,
+    _max_attempts: u32,
+    priority: i32,
+    #[serde(borrow)]
+    _idempotency_key: Option<&'a str>,
+}
+
+/// [`Attempt`] read in place (only counted).
+#[derive(Deserialize)]
+struct PackedAttempt<'a> {
+    _number: u32,
+    _worker: &'a str,
+    _started_at: Millis,
+    _ended_at: Option<Millis>,
+    #[serde(borrow)]
+    _outcome: Option<&'a str>,
+    #[serde(borrow)]
+    _message: Option<&'a str>,
+    _duration_ms: Option<u64>,
+    _log_tail: &'a str,
+}
+
+/// [`Failure`] read in place.
+#[derive(Deserialize)]
+struct PackedFailure<'a> {
+    code: &'a str,
+    message: &'a str,
 }
 
 /// Checks a job's spec against the configuration.
@@ -3493,6 +3589,29 @@ mod done_tests {
         assert_eq!(restored, master);
         assert_eq!(restored.stats(), master.stats());
         assert_eq!(restored.index, master.index);
+    }
+
+    #[test]
+    fn a_packed_job_gives_the_facts_its_job_gives() {
+        let mut master = mixed();
+        let keyed = JobSpec {
+            idempotency_key: Some("key".into()),
+            memory_bytes: Some(1 << 20),
+            priority: -3,
+            ..spec(6, b"input")
+        };
+        run(&mut master, 40, submit(6, keyed));
+        run(&mut master, 41, Command::Cancel { id: 6 });
+        assert_eq!(master.done.len(), 4);
+        for done in master.done.values() {
+            let job = done.unpack().unwrap();
+            assert_eq!(done.facts(), Some(Facts::of(&job)));
+        }
+        assert_eq!(
+            master.done[&2].facts().unwrap().error.unwrap().0,
+            "job_error"
+        );
+        assert_eq!(master.done[&6].facts().unwrap().priority, -3);
     }
 
     #[test]
