@@ -244,12 +244,16 @@ struct Done {
 
 impl Done {
     fn pack(job: &Job) -> Done {
+        let record = postcard::to_allocvec(job).expect("postcard encoding into a Vec");
+        Done::of(job, record.into())
+    }
+
+    /// `job` as `record`, its postcard bytes.
+    fn of(job: &Job, record: Box<[u8]>) -> Done {
         Done {
             state: job.state,
             submitted_at: job.submitted_at,
-            record: postcard::to_allocvec(job)
-                .expect("postcard encoding into a Vec")
-                .into_boxed_slice(),
+            record,
         }
     }
 
@@ -548,7 +552,7 @@ impl Master {
         sink.put(&self.dags);
     }
 
-    /// The inverse of [`encode_state`](Self::encode_state): a master with
+    /// The inverse of [`write_state`](Self::write_state): a master with
     /// that part of the state (the rest empty), the bytes after it, and
     /// the index entries of its finished jobs, which are packed as they
     /// are read (each is decoded once, so a snapshot is checked whole).
@@ -586,12 +590,7 @@ impl Master {
             }
             index.add_done(id, &job);
             let record = &record[..record.len() - rest.len()];
-            let done = Done {
-                state: job.state,
-                submitted_at: job.submitted_at,
-                record: record.into(),
-            };
-            master.done.insert(id, done);
+            master.done.insert(id, Done::of(&job, record.into()));
         }
         let tail: Tail;
         (tail, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
@@ -607,8 +606,9 @@ impl Master {
     /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs)`.
     ///
     /// Measured first, then written into a buffer of that size: grown by
-    /// doubling, the buffer of a 116 MiB snapshot took 190 MiB of the
-    /// component's memory at its peak (which Wasm memory keeps).
+    /// doubling, the buffer of a snapshot of a million finished jobs took
+    /// some 190 MiB of the component's memory at its peak, which Wasm
+    /// memory keeps (BENCHMARKS.md, "Finished jobs packed").
     pub fn snapshot(&self) -> Vec<u8> {
         let mut size = Count(0);
         self.write_snapshot(&mut size);
@@ -1383,15 +1383,15 @@ impl Master {
     /// Whether `attempt` is the running attempt of job `id` (held by
     /// `worker`, when given); otherwise why not.
     fn current_attempt(&self, id: JobId, attempt: u32, worker: Option<&str>) -> Result<(), String> {
-        let Some(job) = self.jobs.get(&id) else {
-            return Err(match self.done.get(&id) {
-                Some(done) => format!("job {id} is {}", done.state.name()),
-                None => format!("no job {id}"),
-            });
+        let job = match self.jobs.get(&id) {
+            Some(job) if job.state == JobState::Running => job,
+            _ => {
+                return Err(match self.state_of(id) {
+                    Some(state) => format!("job {id} is {}", state.name()),
+                    None => format!("no job {id}"),
+                });
+            }
         };
-        if job.state != JobState::Running {
-            return Err(format!("job {id} is {}", job.state.name()));
-        }
         let current = job.attempts.last().expect("a running job has an attempt");
         if current.number != attempt {
             return Err(format!(
@@ -1455,8 +1455,12 @@ impl Master {
             }
             kinds.push(EventKind::Purged { id });
             excess = excess.saturating_sub(1);
-            let held = self.find(id).and_then(|j| j.result.as_ref().map(Vec::len));
-            bytes = bytes.saturating_sub(held.map_or(0, |len| len as u64));
+            // The bytes a purge frees matter only while over their bound
+            // (they only go down): only then is the job unpacked for them.
+            if bytes > self.config.results_bytes_total_max {
+                let held = self.find(id).and_then(|j| j.result.as_ref().map(Vec::len));
+                bytes = bytes.saturating_sub(held.map_or(0, |len| len as u64));
+            }
         }
         self.decide_schedules(now, TICK_EVENTS_MAX, &mut kinds);
         // Request ids past their time, all at once when the oldest is a
@@ -3680,6 +3684,23 @@ mod done_tests {
         let restored = Master::restore(&master.snapshot()).unwrap();
         assert_eq!(restored, master);
         assert_eq!(restored.index, master.index);
+    }
+
+    #[test]
+    fn results_over_their_bound_purge_the_oldest_until_under_it() {
+        // Jobs 1 and 3 hold 3 bytes each, 2 none; all finished at 30.
+        let mut master = mixed();
+        let config = Config {
+            results_bytes_total_max: 3,
+            ..master.config.clone()
+        };
+        run(&mut master, 40, Command::Configure(config));
+        run(&mut master, 50, Command::Tick);
+        assert_eq!(master.done.keys().copied().collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(master.stats().result_bytes, 3);
+        // Under the bound, nothing more goes.
+        run(&mut master, 60, Command::Tick);
+        assert_eq!(master.done.len(), 2);
     }
 
     #[test]
