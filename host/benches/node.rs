@@ -149,6 +149,7 @@ fn main() {
         for core in [CoreKind::Wasm, CoreKind::Native] {
             rt.block_on(history(core));
         }
+        rt.block_on(history_node());
     }
     if wanted("snapshot") {
         rt.block_on(snapshot_pause());
@@ -306,6 +307,13 @@ struct NodeProcess {
     _dir: tempfile::TempDir,
 }
 
+impl NodeProcess {
+    /// The node's resident memory in bytes.
+    fn rss(&self) -> u64 {
+        rss_of(&self.child.id().to_string())
+    }
+}
+
 impl Drop for NodeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -346,6 +354,26 @@ fn start_node(extra: &[&str]) -> NodeProcess {
         child,
         url,
         _dir: dir,
+    }
+}
+
+/// Longest a fresh node may take to accept its first job.
+const NODE_READY_GIVE_UP: Duration = Duration::from_secs(30);
+
+/// Submits one trivial job of `module` until the node accepts it (a fresh
+/// node refuses jobs with `master_unavailable` until it hosts the master).
+async fn wait_master(client: &Api, module: &str) {
+    let one = echo_batch(module, 0, 1);
+    let started = Instant::now();
+    while !matches!(
+        client.submit_batch(&one).await.unwrap().results[..],
+        [BatchItem::Accepted(_)]
+    ) {
+        assert!(
+            started.elapsed() < NODE_READY_GIVE_UP,
+            "no master within {NODE_READY_GIVE_UP:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -399,6 +427,7 @@ async fn node_throughput(jobs: usize, args: &[&str]) -> f64 {
     let node = start_node(args);
     let client = Api::new(&node.url);
     let module = client.upload(echo_wasm()).await.unwrap();
+    wait_master(&client, &module).await;
     // Warm up: compile caches, connections.
     let warm = BatchRequest {
         jobs: vec![
@@ -410,13 +439,15 @@ async fn node_throughput(jobs: usize, args: &[&str]) -> f64 {
         ],
     };
     client.submit_batch(&warm).await.unwrap();
-    while succeeded(&client).await < BATCH as u64 {
+    // The warm-up batch and the job `wait_master` submitted.
+    let warm = BATCH as u64 + 1;
+    while succeeded(&client).await < warm {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let started = Instant::now();
     fill(std::slice::from_ref(&node.url), &module, jobs).await;
     let submitted = started.elapsed();
-    while succeeded(&client).await < (jobs + BATCH) as u64 {
+    while succeeded(&client).await < jobs as u64 + warm {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let elapsed = started.elapsed();
@@ -635,7 +666,10 @@ fn write_finished(dir: &std::path::Path, jobs: u64) {
     journal.sync().unwrap();
 }
 
-/// Jobs submitted at once by [`history`]'s node before it waits for
+/// Finished jobs [`history`] and [`history_node`] hold: the default cap.
+const HISTORY_JOBS: u64 = 1_000_000;
+
+/// Jobs submitted at once by [`history_node`] before it waits for
 /// them to finish.
 const HISTORY_WAVE: u64 = 20_000;
 
@@ -644,19 +678,15 @@ const HISTORY_WAVE: u64 = 20_000;
 /// snapshots), then one starts from that snapshot alone, as a node's
 /// would after a restart; how much its resident memory grew.
 async fn history(core: CoreKind) {
-    const JOBS: u64 = 1_000_000;
     let dir = tempfile::tempdir().unwrap();
-    write_finished(dir.path(), JOBS);
+    write_finished(dir.path(), HISTORY_JOBS);
     let (handle, report) = master_in(dir.path(), core, u64::MAX, false).await;
     println!(
-        "history ({core:?} master): {} events of {JOBS} finished jobs replayed in {:.2?}",
+        "history ({core:?} master): {} events of {HISTORY_JOBS} finished jobs replayed in {:.2?}",
         report.events_replayed, report.duration
     );
     handle.shutdown().await;
-    let component = tokio::task::spawn_blocking(|| master::core::MasterComponent::load(None))
-        .await
-        .unwrap()
-        .unwrap();
+    let component = compiled_master().await;
     let rss_before = rss_bytes();
     let options = MasterOptions {
         component: Some(component),
@@ -671,17 +701,13 @@ async fn history(core: CoreKind) {
             .unwrap();
     let restored = started.elapsed();
     let rss = rss_bytes().saturating_sub(rss_before);
-    let stats = match handle.query(cohort_master::Query::Stats).await.unwrap() {
-        cohort_master::Answer::Stats(stats) => stats,
-        other => panic!("{other:?}"),
-    };
-    let done = stats.jobs[JobState::Succeeded as usize];
-    assert_eq!(done, JOBS, "every job is held, succeeded");
+    let done = stats(&handle).await.jobs[JobState::Succeeded as usize];
+    assert_eq!(done, HISTORY_JOBS, "every job is held, succeeded");
     let snapshot_bytes = master::store::latest_snapshot(dir.path())
         .unwrap()
         .map_or(0, |s| s.state.len());
     // A filtered listing that matches none looks at its most jobs, every
-    // one finished and so unpacked to be matched.
+    // one finished, packed and read in place to be matched.
     let listing = cohort_master::Query::Jobs {
         filter: cohort_master::JobFilter {
             error: Some("no such text".into()),
@@ -713,9 +739,11 @@ async fn history(core: CoreKind) {
         linear >> 20
     );
     handle.shutdown().await;
-    if core != CoreKind::Wasm {
-        return;
-    }
+}
+
+/// [`history`] on a node: 1,000,001 trivial jobs run in waves; its resident
+/// memory and its master component's.
+async fn history_node() {
     // A node that ran them: its whole process, with every request id
     // still remembered (they live five minutes), its journal's window of
     // recent entries and, by default, the shadow's second copy.
@@ -723,27 +751,19 @@ async fn history(core: CoreKind) {
         let node = start_node(args);
         let client = Api::new(&node.url);
         let module = client.upload(echo_wasm()).await.unwrap();
-        let one = echo_batch(&module, 0, 1);
-        let ready = Instant::now();
-        while !matches!(
-            client.submit_batch(&one).await.unwrap().results[..],
-            [BatchItem::Accepted(_)]
-        ) {
-            assert!(ready.elapsed() < TAKEOVER_GIVE_UP, "no master");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_master(&client, &module).await;
         // In waves, so no backlog of queued jobs raises the high-water
         // mark: the Wasm master's memory never shrinks. The master holds
-        // at most `JOBS` finished jobs (the default cap), the oldest
+        // at most `HISTORY_JOBS` finished jobs (the default cap), the oldest
         // purged beyond it.
-        for wave in 1..=JOBS / HISTORY_WAVE {
+        for wave in 1..=HISTORY_JOBS / HISTORY_WAVE {
             fill(
                 std::slice::from_ref(&node.url),
                 &module,
                 HISTORY_WAVE as usize,
             )
             .await;
-            while succeeded(&client).await < (wave * HISTORY_WAVE).min(JOBS) {
+            while succeeded(&client).await < (wave * HISTORY_WAVE).min(HISTORY_JOBS) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
@@ -754,8 +774,8 @@ async fn history(core: CoreKind) {
             } else {
                 format!(", {}", args.join(" "))
             },
-            JOBS + 1,
-            rss_of(&node.child.id().to_string()) >> 20,
+            HISTORY_JOBS + 1,
+            node.rss() >> 20,
             metric(&client, "cohort_master_memory_bytes").await >> 20
         );
     }
@@ -797,6 +817,23 @@ async fn master_in(
         .await
         .unwrap()
         .unwrap()
+}
+
+/// The master component, compiled (a node does it when it starts, not
+/// when it takes the master over).
+async fn compiled_master() -> master::core::MasterComponent {
+    tokio::task::spawn_blocking(|| master::core::MasterComponent::load(None))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// The master's counters over its whole state.
+async fn stats(handle: &master::MasterHandle) -> cohort_master::Stats {
+    match handle.query(cohort_master::Query::Stats).await.unwrap() {
+        cohort_master::Answer::Stats(stats) => stats,
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A master holding 1,000,000 queued jobs switched to the FIFO example
@@ -933,10 +970,7 @@ async fn recovery(core: CoreKind) {
     // A node compiles the master component when it starts, not when it
     // takes the master over.
     let compiled = Instant::now();
-    let component = tokio::task::spawn_blocking(|| master::core::MasterComponent::load(None))
-        .await
-        .unwrap()
-        .unwrap();
+    let component = compiled_master().await;
     let compiled = compiled.elapsed();
     let rss_before = rss_bytes();
     let started = Instant::now();
@@ -957,10 +991,7 @@ async fn recovery(core: CoreKind) {
         "recovery ({core:?} master): {elapsed:.2?} in all: reading the journal {read:.2?}, replaying {:.2?} (compiling the component beforehand: {compiled:.2?})",
         report.duration
     );
-    let stats = match handle.query(cohort_master::Query::Stats).await.unwrap() {
-        cohort_master::Answer::Stats(stats) => stats,
-        other => panic!("{other:?}"),
-    };
+    let stats = stats(&handle).await;
     assert_eq!(stats.jobs[0], EVENTS, "every job is queued");
     println!(
         "recovery ({core:?} master): {} events replayed in {elapsed:.2?}; resident memory grew {} MiB with {} queued jobs",
@@ -1341,7 +1372,7 @@ async fn soak() {
                     0 => String::new(),
                     bytes => format!(" (master component {} MiB)", bytes >> 20),
                 };
-                let rss = rss_of(&node.child.id().to_string()) >> 20;
+                let rss = node.rss() >> 20;
                 memory.push(format!("{rss} MiB{hosting}"));
             }
             println!("soak: resident memory of n1, n2, n3: {}", memory.join(", "));
