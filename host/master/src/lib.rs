@@ -17,6 +17,7 @@
 pub mod dag;
 pub mod master;
 pub mod protocol;
+mod requests;
 pub mod scenarios;
 pub mod schedule;
 

@@ -80,6 +80,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dag::{self, Dag, Dags, Node};
 use crate::protocol::*;
+use crate::requests::{Request, Requests};
 use crate::schedule::{
     self, BACKFILL_TICKS_MAX, LATE_GRACE_MS, SCHEDULES_MAX, Schedule, TICKS_PER_TICK_MAX,
 };
@@ -210,8 +211,9 @@ pub struct Master {
     /// [`SNAPSHOT_VERSION`]).
     tokens: BTreeMap<String, TokenRecord>,
     /// Request ids of the submissions that created a job (see the module
-    /// notes); written after the tokens in a snapshot.
-    requests: BTreeMap<RequestId, Request>,
+    /// notes), in runs (see [`Requests`]); written after the tokens in a
+    /// snapshot, as a map.
+    requests: Requests,
     /// Keys, limits and uniqueness (see [`Keyed`]); written after the
     /// request ids in a snapshot.
     pub(crate) keyed: Keyed,
@@ -329,15 +331,6 @@ pub enum Order {
     Fifo,
 }
 
-/// What the master remembers of a submission's request id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct Request {
-    /// The job it created.
-    job: JobId,
-    /// When it was decided.
-    at: Millis,
-}
-
 /// What jobs submitted with [`JobOptions`] leave behind. Holds and start
 /// times outlive the jobs (a purged job's key still holds for its window,
 /// its starts still count for a second), so they are state, not index.
@@ -394,8 +387,6 @@ pub(crate) struct Index {
     /// Finished jobs: (finished_at, id).
     finished: BTreeSet<(Millis, JobId)>,
     keys: BTreeMap<String, JobId>,
-    /// Remembered request ids by decision time: (at, request).
-    requests: BTreeSet<(Millis, RequestId)>,
     counts: [u64; JobState::COUNT],
     result_bytes: u64,
     /// Jobs held per module.
@@ -480,7 +471,7 @@ impl Master {
             attempts_total: 0,
             retries_total: 0,
             tokens: BTreeMap::new(),
-            requests: BTreeMap::new(),
+            requests: Requests::default(),
             keyed: Keyed::default(),
             schedules: BTreeMap::new(),
             dags: Dags {
@@ -696,7 +687,6 @@ impl Master {
             }
         }
         let mut index = Index {
-            requests: self.requests.iter().map(|(&r, e)| (e.at, r)).collect(),
             unique_until: (self.keyed.uniques.iter())
                 .map(|(key, hold)| (hold.until, key.clone()))
                 .collect(),
@@ -1465,7 +1455,7 @@ impl Master {
         self.decide_schedules(now, TICK_EVENTS_MAX, &mut kinds);
         // Request ids past their time, all at once when the oldest is a
         // period overdue.
-        if let Some(&(oldest, _)) = self.index.requests.first()
+        if let Some(oldest) = self.requests.oldest_at()
             && oldest.saturating_add(REQUEST_TTL_MS + REQUEST_PURGE_PERIOD_MS) <= now
             && room(&kinds)
         {
@@ -1604,10 +1594,7 @@ impl Master {
                 &mut effects,
             ),
             EventKind::RequestsExpired { before } => {
-                let kept = self.index.requests.split_off(&(*before, RequestId::MIN));
-                for (_, request) in std::mem::replace(&mut self.index.requests, kept) {
-                    self.requests.remove(&request);
-                }
+                self.requests.expire_before(*before);
             }
             EventKind::Assigned {
                 id,
@@ -1875,16 +1862,8 @@ impl Master {
     fn remember_request(&mut self, request: RequestId, job: JobId, at: Millis, max: usize) {
         // `decide` never repeats an id it remembers, but a journal is
         // decoded, not trusted: a repeat replaces the entry, consistently.
-        if let Some(old) = self.requests.insert(request, Request { job, at }) {
-            self.index.requests.remove(&(old.at, request));
-        }
-        self.index.requests.insert((at, request));
-        while self.requests.len() > max {
-            let Some((_, oldest)) = self.index.requests.pop_first() else {
-                break;
-            };
-            self.requests.remove(&oldest);
-        }
+        self.requests.insert(request, Request { job, at });
+        while self.requests.len() > max && self.requests.pop_oldest().is_some() {}
     }
 
     /// Closes the running attempt `attempt` of job `id` (lease and worker
@@ -3257,7 +3236,6 @@ mod request_tests {
             master.apply(event);
         }
         assert_eq!(master.requests.len(), 1, "{:?}", master.requests);
-        assert_eq!(master.index.requests.len(), 1);
         // A forgotten id is a new submission; the other is still known.
         assert_eq!(
             run(&mut master, due + 1, submit(1, spec(1, b"a"))),
@@ -3283,11 +3261,10 @@ mod request_tests {
             master.remember_request(request(seq), seq, at, 2);
         }
         // 6 was decided first: it goes, whatever its id.
-        let kept: Vec<_> = master.requests.keys().map(|r| r.seq).collect();
+        let kept: Vec<_> = master.requests.iter().map(|(r, _)| r.seq).collect();
         assert_eq!(kept, [5, 7]);
-        assert_eq!(master.index.requests.len(), 2);
         master.remember_request(request(8), 8, T + 3, 2);
-        let kept: Vec<_> = master.index.requests.iter().map(|&(_, r)| r.seq).collect();
+        let kept: Vec<_> = master.requests.iter().map(|(r, _)| r.seq).collect();
         assert_eq!(kept, [5, 8]);
     }
 
