@@ -41,7 +41,8 @@
 //! ids are internal and never shown.
 //!
 //! The table is state like any other: filled by `Submitted` events, kept in
-//! snapshots, rebuilt identically by replay. An id is remembered for at
+//! snapshots, rebuilt identically by replay; it holds a batch's ids as one
+//! run (`requests::Requests`). An id is remembered for at
 //! least [`REQUEST_TTL_MS`] after its decision (far longer than a node
 //! retries one request: [`REQUEST_TTL_MS`] explains) and for at most
 //! [`REQUESTS_MAX`] submissions (the oldest are forgotten first beyond it).
@@ -158,7 +159,9 @@ pub const REQUEST_PURGE_PERIOD_MS: Millis = 10_000;
 /// submission. At the highest submission rate measured (about 100,000 per
 /// second in bursts, BENCHMARKS.md) this still covers 10 s, as long as a
 /// node resends one request; at sustained rates (about 10,000 per second),
-/// 100 s. Full, the table and its index take about 110 MiB (measured).
+/// 100 s. Full, the table takes about 125 MiB if every id came alone (a
+/// run each, a little more than the 110 MiB measured for one map entry
+/// per id) and a few MiB if they came in batches (`requests::Requests`).
 pub const REQUESTS_MAX: usize = 1_000_000;
 
 /// Most jobs one listing looks at (a filtered listing returns a cursor to
@@ -230,45 +233,68 @@ pub struct Master {
     order: Order,
 }
 
-/// A finished job, packed: its record as `postcard` bytes (exactly the
-/// bytes a snapshot holds for it), with the two fields read without
-/// unpacking it. Finished jobs are most of what a master holds (a million
-/// by default), never change again until they are purged or retried, and
-/// are read one at a time; packed, one takes about a third of the memory
-/// it takes as a [`Job`] in a map (BENCHMARKS.md, "Finished jobs
-/// packed").
+/// A finished job, packed: its state's number (its place in
+/// [`JobState::ALL`]), then its record as `postcard` bytes (exactly the
+/// bytes a snapshot holds for it), in one allocation. Finished jobs are
+/// most of what a master holds (a million by default), never change again
+/// until they are purged or retried, and are read one at a time; packed,
+/// one takes about a third of the memory it takes as a [`Job`] in a map
+/// (BENCHMARKS.md, "Finished jobs packed"), and its map entry is a
+/// pointer and a length.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Done {
-    state: JobState,
-    submitted_at: Millis,
-    record: Box<[u8]>,
+    packed: Box<[u8]>,
 }
 
 impl Done {
     fn pack(job: &Job) -> Done {
-        let record = postcard::to_allocvec(job).expect("postcard encoding into a Vec");
-        Done::of(job, record.into())
+        let packed =
+            postcard::to_extend(job, Self::state_byte(job)).expect("postcard encoding into a Vec");
+        Done {
+            packed: packed.into(),
+        }
     }
 
     /// `job` as `record`, its postcard bytes.
-    fn of(job: &Job, record: Box<[u8]>) -> Done {
+    fn of(job: &Job, record: &[u8]) -> Done {
+        let mut packed = Vec::with_capacity(1 + record.len());
+        packed.extend_from_slice(&Self::state_byte(job));
+        packed.extend_from_slice(record);
         Done {
-            state: job.state,
-            submitted_at: job.submitted_at,
-            record,
+            packed: packed.into(),
         }
+    }
+
+    fn state_byte(job: &Job) -> Vec<u8> {
+        let number = JobState::ALL.iter().position(|&s| s == job.state);
+        vec![number.expect("every state is in ALL") as u8]
+    }
+
+    fn state(&self) -> JobState {
+        JobState::ALL[usize::from(self.packed[0])]
+    }
+
+    /// The job's record, as a snapshot holds it.
+    fn record(&self) -> &[u8] {
+        &self.packed[1..]
+    }
+
+    /// When the job was submitted, read in place.
+    fn submitted_at(&self) -> Option<Millis> {
+        let (head, _): (PackedHead, _) = postcard::take_from_bytes(self.record()).ok()?;
+        Some(head.submitted_at)
     }
 
     /// The job. The bytes were encoded by [`Done::pack`] or checked when
     /// their snapshot was restored, so decoding them fails only if memory
     /// was corrupted; such a job reads as gone (on every replica alike).
     fn unpack(&self) -> Option<Job> {
-        postcard::from_bytes(&self.record).ok()
+        postcard::from_bytes(self.record()).ok()
     }
 
     /// Its [`Facts`], read in place (`None` only as [`Done::unpack`]).
     fn facts(&self) -> Option<Facts<'_>> {
-        let (packed, _): (Packed, _) = postcard::take_from_bytes(&self.record).ok()?;
+        let (packed, _): (Packed, _) = postcard::take_from_bytes(self.record()).ok()?;
         Some(Facts {
             state: packed.state,
             module: packed.spec.module,
@@ -515,7 +541,7 @@ impl Master {
             sink.put(&id);
             match held {
                 Held::Live(job) => sink.put(job),
-                Held::Done(done) => sink.raw(&done.record),
+                Held::Done(done) => sink.raw(done.record()),
             }
         }
         sink.put(&TailRef {
@@ -581,7 +607,7 @@ impl Master {
             }
             index.add_done(id, &job);
             let record = &record[..record.len() - rest.len()];
-            master.done.insert(id, Done::of(&job, record.into()));
+            master.done.insert(id, Done::of(&job, record));
         }
         let tail: Tail;
         (tail, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
@@ -741,7 +767,7 @@ impl Master {
     fn state_of(&self, id: JobId) -> Option<JobState> {
         match self.jobs.get(&id) {
             Some(job) => Some(job.state),
-            None => Some(self.done.get(&id)?.state),
+            None => Some(self.done.get(&id)?.state()),
         }
     }
 
@@ -1764,7 +1790,7 @@ impl Master {
                 if self
                     .done
                     .get(id)
-                    .is_some_and(|done| BulkAction::RETRY_FROM.contains(&done.state))
+                    .is_some_and(|done| BulkAction::RETRY_FROM.contains(&done.state()))
                     && let Some(job) = self.done.remove(id).and_then(|done| done.unpack())
                 {
                     self.jobs.insert(*id, job);
@@ -2385,7 +2411,7 @@ impl Master {
             .range((since, 0)..)
             .rev()
             .take(RECENT_SCAN_MAX)
-            .filter_map(|&(at, id)| Some(at.saturating_sub(self.done.get(&id)?.submitted_at)))
+            .filter_map(|&(at, id)| Some(at.saturating_sub(self.done.get(&id)?.submitted_at()?)))
             .collect();
         // Two selections, not a sort: this runs every second for each open
         // dashboard, on the master's thread.
@@ -2671,7 +2697,7 @@ impl<'a> Held<'a> {
     fn state(self) -> JobState {
         match self {
             Held::Live(job) => job.state,
-            Held::Done(done) => done.state,
+            Held::Done(done) => done.state(),
         }
     }
 
@@ -2789,6 +2815,15 @@ struct Packed<'a> {
     attempts: Vec<PackedAttempt<'a>>,
     #[serde(borrow)]
     error: Option<PackedFailure<'a>>,
+}
+
+/// The first fields of a [`Job`]'s record, read in place.
+#[derive(Deserialize)]
+struct PackedHead<'a> {
+    #[serde(borrow)]
+    _spec: PackedSpec<'a>,
+    _state: JobState,
+    submitted_at: Millis,
 }
 
 /// [`JobSpec`] read in place.
@@ -3587,6 +3622,8 @@ mod done_tests {
         for done in master.done.values() {
             let job = done.unpack().unwrap();
             assert_eq!(done.facts(), Some(Facts::of(&job)));
+            assert_eq!(done.state(), job.state);
+            assert_eq!(done.submitted_at(), Some(job.submitted_at));
         }
         assert_eq!(
             master.done[&2].facts().unwrap().error.unwrap().0,
@@ -3691,7 +3728,7 @@ mod done_tests {
             next_seq: master.next_seq,
         })
         .unwrap();
-        let first = 1 + head.len() + 1 + 1 + master.done[&1].record.len();
+        let first = 1 + head.len() + 1 + 1 + master.done[&1].record().len();
         assert_eq!(bytes[first], 2);
         bytes[first] = 1;
         assert_eq!(
