@@ -2,10 +2,10 @@
 //! Runnable jobs are handed out first come first served; a job's
 //! `priority` no longer lets it jump the line.
 //!
-//! It exports the same world as the built-in master (`wit/master.wit`) and
-//! keeps its state and events byte for byte (the line is an index rebuilt
-//! from the jobs, see `cohort_master::Order`), so it can be switched in on a
-//! running cluster and switched back:
+//! It exports the same world as the built-in master (`wit/master.wit`'s
+//! `master-parts`) and keeps its state and events byte for byte (the line
+//! is an index rebuilt from the jobs, see `cohort_master::Order`), so it
+//! can be switched in on a running cluster and switched back:
 //!
 //! ```text
 //! cohort master upgrade target/wasm-guests/wasm32-wasip2/release/fifo_master.wasm
@@ -23,7 +23,7 @@ use cohort_master::{Order, guest_over_instance};
 
 wit_bindgen::generate!({
     path: "../../wit/master.wit",
-    world: "master",
+    world: "master-parts",
 });
 
 struct FifoMaster;

@@ -35,12 +35,18 @@ pub fn snapshot() -> Vec<u8> {
     MACHINE.with(|m| m.borrow().snapshot())
 }
 
+/// `snapshot-part`: the next part of the snapshot (see
+/// [`Machine::snapshot_part`]).
+pub fn snapshot_part(bytes_max: u32) -> Vec<u8> {
+    MACHINE.with(|m| m.borrow_mut().snapshot_part(bytes_max as usize))
+}
+
 /// `query`: the encoded answer.
 pub fn query(now: Millis, query: &[u8]) -> Result<Vec<u8>, Rejection> {
     MACHINE.with(|m| m.borrow().query(now, query))
 }
 
-/// Implements the master world's `Guest` for `$component` over this
+/// Implements the `master-parts` world's `Guest` for `$component` over this
 /// module, lining jobs up by `$order`. Call it in a component crate after
 /// `wit_bindgen::generate!` made the world's bindings (`Guest`,
 /// `Decision`, `Rejection`), then `export!($component)`.
@@ -71,6 +77,10 @@ macro_rules! guest_over_instance {
 
             fn snapshot() -> Vec<u8> {
                 $crate::instance::snapshot()
+            }
+
+            fn snapshot_part(bytes_max: u32) -> Vec<u8> {
+                $crate::instance::snapshot_part(bytes_max)
             }
 
             fn query(now_ms: u64, query: Vec<u8>) -> Result<Vec<u8>, Rejection> {

@@ -36,6 +36,8 @@ pub mod instance;
 #[derive(Debug, Default)]
 pub struct Machine {
     master: Master,
+    /// Where the next [`snapshot_part`](Machine::snapshot_part) starts.
+    part: master::SnapshotCursor,
 }
 
 impl Machine {
@@ -45,7 +47,10 @@ impl Machine {
             Some(bytes) => Master::restore(bytes)?,
             None => Master::new(),
         };
-        Ok(Self { master })
+        Ok(Self {
+            master,
+            part: Default::default(),
+        })
     }
 
     /// Starts empty or from a snapshot, lining runnable jobs up by `order`
@@ -55,6 +60,7 @@ impl Machine {
         let machine = Self::init(snapshot)?;
         Ok(Self {
             master: machine.master.with_order(order),
+            part: Default::default(),
         })
     }
 
@@ -78,6 +84,8 @@ impl Machine {
             .iter()
             .map(|bytes| decode_event(bytes.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
+        // A snapshot being written in parts is of the state before.
+        self.part = Default::default();
         let mut effects = Vec::new();
         for event in &events {
             effects.extend(self.master.apply(event).iter().map(encode));
@@ -88,6 +96,21 @@ impl Machine {
     /// The whole state.
     pub fn snapshot(&self) -> Vec<u8> {
         self.master.snapshot()
+    }
+
+    /// The next part of the state's snapshot, about `bytes_max` bytes; an
+    /// empty part once it is whole, and the next call starts another.
+    /// The parts up to the empty one are exactly [`snapshot`]'s bytes;
+    /// an [`apply`](Self::apply) in between starts the next part from the
+    /// beginning again, of the new state.
+    ///
+    /// [`snapshot`]: Self::snapshot
+    pub fn snapshot_part(&mut self, bytes_max: usize) -> Vec<u8> {
+        let part = self.master.snapshot_part(&mut self.part, bytes_max);
+        if part.is_empty() {
+            self.part = Default::default();
+        }
+        part
     }
 
     /// Answers an encoded [`Query`].

@@ -530,20 +530,46 @@ impl Master {
     /// `done` were one map (the snapshot's first part; the bytes a
     /// derived `Serialize` of the whole state wrote before jobs were
     /// packed, so every snapshot version reads the same way).
+    #[cfg(test)]
     fn write_state(&self, sink: &mut impl Sink) {
+        self.write_head(sink);
+        self.write_jobs(sink, Bound::Unbounded, usize::MAX);
+        self.write_tail(sink);
+    }
+
+    /// The state's fields before its jobs, and how many jobs follow.
+    fn write_head(&self, sink: &mut impl Sink) {
         sink.put(&HeadRef {
             config: &self.config,
             next_id: self.next_id,
             next_seq: self.next_seq,
         });
         sink.put(&(self.jobs.len() + self.done.len()));
-        for (id, held) in self.scan(Bound::Unbounded, false) {
+    }
+
+    /// The jobs after `past`, each its id and record, until `sink` holds
+    /// `bytes_max`: the last id written then, or `None` once every job is.
+    fn write_jobs(
+        &self,
+        sink: &mut impl Sink,
+        past: Bound<JobId>,
+        bytes_max: usize,
+    ) -> Option<JobId> {
+        for (id, held) in self.scan(past, false) {
             sink.put(&id);
             match held {
                 Held::Live(job) => sink.put(job),
                 Held::Done(done) => sink.raw(done.record()),
             }
+            if sink.len() >= bytes_max {
+                return Some(id);
+            }
         }
+        None
+    }
+
+    /// The state's fields after its jobs.
+    fn write_tail(&self, sink: &mut impl Sink) {
         sink.put(&TailRef {
             workers: &self.workers,
             submitted_total: self.submitted_total,
@@ -559,14 +585,67 @@ impl Master {
         out
     }
 
-    fn write_snapshot(&self, sink: &mut impl Sink) {
-        sink.raw(&[SNAPSHOT_VERSION]);
-        self.write_state(sink);
-        sink.put(&self.tokens);
-        sink.put(&self.requests);
-        sink.put(&self.keyed);
-        sink.put(&self.schedules);
-        sink.put(&self.dags);
+    /// Writes the snapshot from `cursor` on into `sink`, until it holds
+    /// `bytes_max` (at least one byte is always written) or the snapshot
+    /// ends, and moves `cursor` to where the next part starts.
+    ///
+    /// The snapshot's layout is here and only here: the version, the
+    /// state's head, its jobs, its tail, the tokens, the request ids
+    /// (a map: their count, then each id and request), the keys, the
+    /// schedules and the DAGs.
+    fn write_part(&self, sink: &mut impl Sink, cursor: &mut SnapshotCursor, bytes_max: usize) {
+        let bytes_max = bytes_max.max(1);
+        loop {
+            match *cursor {
+                SnapshotCursor::Start => {
+                    sink.raw(&[SNAPSHOT_VERSION]);
+                    self.write_head(sink);
+                    *cursor = SnapshotCursor::Jobs(Bound::Unbounded);
+                }
+                SnapshotCursor::Jobs(past) => {
+                    if let Some(last) = self.write_jobs(sink, past, bytes_max) {
+                        *cursor = SnapshotCursor::Jobs(Bound::Excluded(last));
+                        return;
+                    }
+                    self.write_tail(sink);
+                    sink.put(&self.tokens);
+                    sink.put(&self.requests.len());
+                    *cursor = SnapshotCursor::Requests(None);
+                }
+                SnapshotCursor::Requests(past) => {
+                    for entry in self.requests.iter_after(past) {
+                        sink.put(&entry);
+                        if sink.len() >= bytes_max {
+                            *cursor = SnapshotCursor::Requests(Some(entry.0));
+                            return;
+                        }
+                    }
+                    *cursor = SnapshotCursor::Rest;
+                }
+                SnapshotCursor::Rest => {
+                    sink.put(&self.keyed);
+                    sink.put(&self.schedules);
+                    sink.put(&self.dags);
+                    *cursor = SnapshotCursor::End;
+                }
+                SnapshotCursor::End => return,
+            }
+            if sink.len() >= bytes_max {
+                return;
+            }
+        }
+    }
+
+    /// The next part of this state's snapshot from `cursor`, at least one
+    /// byte and about `bytes_max` (a part ends after the job or request id
+    /// that reached it); empty once the snapshot is whole. The parts in
+    /// order are exactly [`snapshot`](Self::snapshot), if nothing is
+    /// applied in between; written in parts, a snapshot never needs a
+    /// buffer of its whole size in the component's memory.
+    pub fn snapshot_part(&self, cursor: &mut SnapshotCursor, bytes_max: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(bytes_max.clamp(1, SNAPSHOT_PART_PRESIZE_MAX));
+        self.write_part(&mut out, cursor, bytes_max);
+        out
     }
 
     /// The inverse of [`write_state`](Self::write_state): a master with
@@ -628,9 +707,9 @@ impl Master {
     /// memory keeps (BENCHMARKS.md, "Finished jobs packed").
     pub fn snapshot(&self) -> Vec<u8> {
         let mut size = Count(0);
-        self.write_snapshot(&mut size);
+        self.write_part(&mut size, &mut SnapshotCursor::Start, usize::MAX);
         let mut out = Vec::with_capacity(size.0);
-        self.write_snapshot(&mut out);
+        self.write_part(&mut out, &mut SnapshotCursor::Start, usize::MAX);
         out
     }
 
@@ -2657,6 +2736,8 @@ impl Master {
 trait Sink {
     fn put<T: Serialize + ?Sized>(&mut self, value: &T);
     fn raw(&mut self, bytes: &[u8]);
+    /// Bytes written so far.
+    fn len(&self) -> usize;
 }
 
 impl Sink for Vec<u8> {
@@ -2667,6 +2748,10 @@ impl Sink for Vec<u8> {
 
     fn raw(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
+    }
+
+    fn len(&self) -> usize {
+        Vec::len(self)
     }
 }
 
@@ -2683,7 +2768,32 @@ impl Sink for Count {
     fn raw(&mut self, bytes: &[u8]) {
         self.0 += bytes.len();
     }
+
+    fn len(&self) -> usize {
+        self.0
+    }
 }
+
+/// Where the next part of a snapshot written in parts
+/// ([`Master::snapshot_part`]) starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SnapshotCursor {
+    /// At its beginning.
+    #[default]
+    Start,
+    /// At the jobs after this bound.
+    Jobs(Bound<JobId>),
+    /// At the request ids after this one (`None`: at the first).
+    Requests(Option<RequestId>),
+    /// At what follows the request ids.
+    Rest,
+    /// Past its end.
+    End,
+}
+
+/// The most a part's buffer is allocated with before it is written (a
+/// part asked to be larger grows as it is written).
+const SNAPSHOT_PART_PRESIZE_MAX: usize = 4 << 20;
 
 /// A job as [`Master::scan`] meets it: unfinished, or finished and
 /// still packed.
@@ -3558,6 +3668,66 @@ mod done_tests {
         run(&mut master, 30, finish(2, 1, "w", failed("job_error")));
         run(&mut master, 30, finish(3, 1, "w", ok()));
         master
+    }
+
+    /// The parts of `master`'s snapshot of about `bytes_max` each.
+    fn parts(master: &Master, bytes_max: usize) -> Vec<Vec<u8>> {
+        let mut cursor = SnapshotCursor::Start;
+        let mut parts = Vec::new();
+        loop {
+            let part = master.snapshot_part(&mut cursor, bytes_max);
+            if part.is_empty() {
+                return parts;
+            }
+            parts.push(part);
+            assert!(parts.len() < 10_000, "the parts never end");
+        }
+    }
+
+    #[test]
+    fn a_snapshot_in_parts_is_the_snapshot() {
+        let mut master = mixed();
+        // Request ids in two runs, to be split across parts too.
+        for n in 6..=9 {
+            run(&mut master, 40 + n, submit(n, spec(1, b"more")));
+        }
+        let whole = master.snapshot();
+        for bytes_max in [0, 1, 2, 7, 50, 300, 1 << 20] {
+            let parts = parts(&master, bytes_max);
+            assert_eq!(parts.concat(), whole, "parts of {bytes_max}");
+            if bytes_max <= 1 {
+                // A part ends after the job or request id that reached
+                // the size: one each (and the head, tail and rest).
+                assert!(parts.len() > 9 + 9, "{}", parts.len());
+            }
+        }
+        assert_eq!(parts(&Master::new(), 1).concat(), Master::new().snapshot());
+        assert_eq!(parts(&master, usize::MAX), [whole]);
+    }
+
+    #[test]
+    fn a_machine_starts_its_parts_again_after_an_apply() {
+        let mut machine = crate::Machine::init(Some(&mixed().snapshot())).unwrap();
+        let first = machine.snapshot_part(10);
+        assert_eq!(first[0], SNAPSHOT_VERSION);
+        let decision = machine.decide(50, &crate::encode(&submit(6, spec(1, b"x"))));
+        let (events, _) = decision.unwrap();
+        machine.apply(&events).unwrap();
+        let mut parts = Vec::new();
+        loop {
+            let part = machine.snapshot_part(10);
+            if part.is_empty() {
+                break;
+            }
+            parts.push(part);
+        }
+        assert_eq!(
+            parts.concat(),
+            machine.snapshot(),
+            "of the new state, whole"
+        );
+        // And the next call starts another.
+        assert_eq!(machine.snapshot_part(10)[0], SNAPSHOT_VERSION);
     }
 
     /// What the state's derived `Serialize` wrote when every job was one

@@ -24,6 +24,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::ops::Bound;
 
 use serde::de::{MapAccess, Visitor};
 use serde::ser::SerializeMap;
@@ -182,15 +183,29 @@ impl Requests {
 
     /// Every id and its request, in id order.
     pub fn iter(&self) -> impl Iterator<Item = (RequestId, Request)> + '_ {
-        self.runs.iter().flat_map(|(first, run)| {
-            (0..u64::from(run.len)).map(move |offset| {
-                let id = RequestId {
-                    origin: first.origin,
-                    seq: first.seq + offset,
-                };
-                (id, run.at_offset(offset))
+        self.iter_after(None)
+    }
+
+    /// Every id after `past` (all if `None`) and its request, in id order.
+    pub fn iter_after(
+        &self,
+        past: Option<RequestId>,
+    ) -> impl Iterator<Item = (RequestId, Request)> + '_ {
+        // From the run holding `past`, or the first after it.
+        let from = past
+            .and_then(|past| self.runs.range(..=past).next_back())
+            .map_or(Bound::Unbounded, |(&first, _)| Bound::Included(first));
+        (self.runs.range((from, Bound::Unbounded)))
+            .flat_map(|(first, run)| {
+                (0..u64::from(run.len)).map(move |offset| {
+                    let id = RequestId {
+                        origin: first.origin,
+                        seq: first.seq + offset,
+                    };
+                    (id, run.at_offset(offset))
+                })
             })
-        })
+            .filter(move |&(id, _)| past.is_none_or(|past| id > past))
     }
 }
 
@@ -331,6 +346,16 @@ mod tests {
                 assert!(first.seq >= end, "{first:?} overlaps");
             }
             ends.insert(first.origin, first.seq + u64::from(run.len));
+        }
+        // From any id on, as the map's range after it.
+        for seq in 0..45 {
+            let past = RequestId { origin: 1, seq };
+            let expected = model.map.range((Bound::Excluded(past), Bound::Unbounded));
+            assert!(
+                requests
+                    .iter_after(Some(past))
+                    .eq(expected.map(|(&k, &v)| (k, v)))
+            );
         }
         // Its encoding is the map's, and decodes to the same table.
         let bytes = postcard::to_allocvec(requests).unwrap();

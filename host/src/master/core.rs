@@ -15,7 +15,7 @@ use crate::runtime::engine::engine_fingerprint;
 use crate::runtime::module::DiskCache;
 use cohort_master::{Machine, Millis, Rejection};
 use std::path::Path;
-use wasmtime::component::{Component, Linker};
+use wasmtime::component::{Component, Linker, TypedFunc};
 use wasmtime::{Config, Engine, Store};
 
 use super::bindings;
@@ -31,7 +31,7 @@ pub trait Core: Send {
     fn decide(&mut self, now: Millis, command: Vec<u8>) -> CoreResult<(Vec<Vec<u8>>, Vec<u8>)>;
     /// `apply`: encoded effects.
     fn apply(&mut self, events: &[Vec<u8>]) -> CoreResult<Vec<Vec<u8>>>;
-    /// `snapshot`.
+    /// `snapshot` (through `snapshot-part` when the component has it).
     fn snapshot(&mut self) -> anyhow::Result<Vec<u8>>;
     /// `query`: the encoded answer.
     fn query(&mut self, now: Millis, query: Vec<u8>) -> CoreResult<Vec<u8>>;
@@ -170,24 +170,49 @@ impl MasterComponent {
         // in a soak. The master is the node's own component, not a user's:
         // its snapshot is bounded by the job and history caps instead.
         store.set_hostcall_fuel(MASTER_HOSTCALL_BYTES_MAX);
-        let master = bindings::Master::instantiate(&mut store, &self.component, &self.linker)?;
-        Ok(Linked { store, master })
+        let instance = self.linker.instantiate(&mut store, &self.component)?;
+        let master = bindings::Master::new(&mut store, &instance)?;
+        // `master-parts`' one export beyond `master`, when the build has it.
+        let part = instance
+            .get_typed_func::<(u32,), (Vec<u8>,)>(&mut store, "snapshot-part")
+            .ok();
+        Ok(Linked {
+            store,
+            master,
+            part,
+        })
     }
 
     /// Runs `init` on a linked instance, empty or from a snapshot.
     pub fn init(&self, linked: Linked, snapshot: Option<&[u8]>) -> CoreResult<WasmCore> {
-        let Linked { mut store, master } = linked;
+        let Linked {
+            mut store,
+            master,
+            part,
+        } = linked;
         match master.call_init(&mut store, snapshot)? {
-            Ok(()) => Ok(Ok(WasmCore { store, master })),
+            Ok(()) => Ok(Ok(WasmCore {
+                store,
+                master,
+                part,
+            })),
             Err(r) => Ok(Err(rejection(r))),
         }
     }
 }
 
+/// `snapshot-part` of the `master-parts` world.
+type SnapshotPart = TypedFunc<(u32,), (Vec<u8>,)>;
+
+/// Bytes asked of each `snapshot-part` call: the most of the snapshot the
+/// component holds at once.
+const SNAPSHOT_PART_BYTES: u32 = 1 << 20;
+
 /// A master instance that exports the right world, before `init`.
 pub struct Linked {
     store: Store<MemoryGauge>,
     master: bindings::Master,
+    part: Option<SnapshotPart>,
 }
 
 /// The compiled master, from the node's compile cache (the same one job
@@ -213,6 +238,8 @@ fn load_cached(engine: &Engine, data_dir: &Path, wasm: &[u8]) -> anyhow::Result<
 pub struct WasmCore {
     store: Store<MemoryGauge>,
     master: bindings::Master,
+    /// `snapshot-part`, if the build exports it.
+    part: Option<SnapshotPart>,
 }
 
 fn rejection(r: bindings::cohort::master::types::Rejection) -> Rejection {
@@ -237,7 +264,19 @@ impl Core for WasmCore {
             .map_err(rejection))
     }
     fn snapshot(&mut self) -> anyhow::Result<Vec<u8>> {
-        Ok(self.master.call_snapshot(&mut self.store)?)
+        let Some(part) = &self.part else {
+            return Ok(self.master.call_snapshot(&mut self.store)?);
+        };
+        // The parts up to the empty one, with nothing applied in between
+        // (this holds the only handle on the store), are the snapshot.
+        let mut snapshot = Vec::new();
+        loop {
+            let (bytes,) = part.call(&mut self.store, (SNAPSHOT_PART_BYTES,))?;
+            if bytes.is_empty() {
+                return Ok(snapshot);
+            }
+            snapshot.extend_from_slice(&bytes);
+        }
     }
     fn query(&mut self, now: Millis, query: Vec<u8>) -> CoreResult<Vec<u8>> {
         Ok(self
@@ -311,6 +350,36 @@ mod tests {
             out.push(core.snapshot().unwrap());
         }
         out
+    }
+
+    #[test]
+    fn the_built_in_master_writes_its_snapshot_in_parts() {
+        let component = MasterComponent::load(None).unwrap();
+        let mut wasm = component.instantiate(None).unwrap().unwrap();
+        assert!(
+            wasm.part.is_some(),
+            "the built-in master exports snapshot-part"
+        );
+        transcript(&mut wasm);
+        let whole = wasm.master.call_snapshot(&mut wasm.store).unwrap();
+        assert!(whole.len() > 1, "{whole:?}");
+        assert_eq!(wasm.snapshot().unwrap(), whole);
+        // Twice: the parts start again once the snapshot was whole.
+        assert_eq!(wasm.snapshot().unwrap(), whole);
+    }
+
+    #[test]
+    fn a_build_of_the_master_world_alone_snapshots_whole() {
+        let path = format!("{}/fixture_master_reformat.wasm", env!("COHORT_GUESTS_DIR"));
+        let component = MasterComponent::from_bytes(&std::fs::read(path).unwrap()).unwrap();
+        let mut wasm = component.instantiate(None).unwrap().unwrap();
+        assert!(wasm.part.is_none(), "the fixture exports `master` only");
+        transcript(&mut wasm);
+        let snapshot = wasm.snapshot().unwrap();
+        // Its own format: its first byte, then the built-in's snapshot.
+        assert_eq!(snapshot[0], 0xA6);
+        let native = NativeCore::new(Some(&snapshot[1..])).unwrap();
+        assert_eq!(native.0.snapshot(), snapshot[1..]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! cohort's built-in master component: `wit/master.wit`'s world over
-//! [`cohort_master::instance`], runnable jobs lined up by priority. Built
-//! for `wasm32-wasip2` by `host/build.rs` and embedded in the binary; the
-//! default master of every new cluster.
+//! cohort's built-in master component: `wit/master.wit`'s `master-parts`
+//! world over [`cohort_master::instance`], runnable jobs lined up by
+//! priority. Built for `wasm32-wasip2` by `host/build.rs` and embedded in
+//! the binary; the default master of every new cluster.
 
 #![cfg(target_arch = "wasm32")]
 
@@ -9,7 +9,7 @@ use cohort_master::{Order, guest_over_instance};
 
 wit_bindgen::generate!({
     path: "../../../wit/master.wit",
-    world: "master",
+    world: "master-parts",
 });
 
 struct BuiltIn;
