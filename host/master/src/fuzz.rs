@@ -16,7 +16,7 @@
 //! PROPTEST_CASES=100000 cargo test -p cohort-master fuzz
 //! ```
 
-use crate::testing::{apply_damage, damage, varint};
+use crate::testing::{apply_damage, damage, restore_in_parts, varint};
 use crate::*;
 use proptest::collection::vec;
 use proptest::option;
@@ -781,7 +781,15 @@ fn restores_or_refuses(bytes: &[u8]) -> Result<(), TestCaseError> {
         Err(rejection) => prop_assert!(is_decode_refusal(rejection), "{rejection:?}"),
     }
     let machine = Machine::init(Some(bytes)).map(|m| m.master().clone());
-    prop_assert_eq!(machine, restored);
+    prop_assert_eq!(&machine, &restored);
+    // In parts of any size, the same master or the same refusal.
+    for size in [1, 2, 7, 64] {
+        let in_parts = restore_in_parts(bytes, size);
+        match (&in_parts, &restored) {
+            (Err(a), Err(b)) => prop_assert_eq!(&a.code, &b.code, "parts of {}", size),
+            _ => prop_assert_eq!(&in_parts, &restored, "parts of {}", size),
+        }
+    }
     Ok(())
 }
 
@@ -820,6 +828,7 @@ proptest! {
     fn snapshots_round_trip(master in master()) {
         let snapshot = master.snapshot();
         prop_assert_eq!(&Master::restore(&snapshot)?, &master);
+        prop_assert_eq!(&restore_in_parts(&snapshot, 5)?, &master);
         prop_assert_eq!(Machine::init(Some(&snapshot))?.snapshot(), snapshot);
     }
 

@@ -20,6 +20,12 @@ pub fn init(snapshot: Option<&[u8]>, order: Order) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// `init-part`: reads the next part of a snapshot; the last starts from
+/// them, lining jobs up by `order`.
+pub fn init_part(part: &[u8], last: bool, order: Order) -> Result<(), Rejection> {
+    MACHINE.with(|m| m.borrow_mut().init_part(part, last, order))
+}
+
 /// `decide`: the encoded events and reply.
 pub fn decide(now: Millis, command: &[u8]) -> Result<(Vec<Vec<u8>>, Vec<u8>), Rejection> {
     MACHINE.with(|m| m.borrow().decide(now, command))
@@ -77,6 +83,10 @@ macro_rules! guest_over_instance {
 
             fn snapshot() -> Vec<u8> {
                 $crate::instance::snapshot()
+            }
+
+            fn init_part(part: Vec<u8>, last: bool) -> Result<(), Rejection> {
+                $crate::instance::init_part(&part, last, $order).map_err(rejection)
             }
 
             fn snapshot_part(bytes_max: u32) -> Vec<u8> {

@@ -38,6 +38,8 @@ pub struct Machine {
     master: Master,
     /// Where the next [`snapshot_part`](Machine::snapshot_part) starts.
     part: master::SnapshotCursor,
+    /// A snapshot being given in parts ([`init_part`](Machine::init_part)).
+    restoring: Option<master::Restoring>,
 }
 
 impl Machine {
@@ -49,7 +51,7 @@ impl Machine {
         };
         Ok(Self {
             master,
-            part: Default::default(),
+            ..Self::default()
         })
     }
 
@@ -60,8 +62,26 @@ impl Machine {
         let machine = Self::init(snapshot)?;
         Ok(Self {
             master: machine.master.with_order(order),
-            part: Default::default(),
+            ..Self::default()
         })
+    }
+
+    /// Reads the next part of a snapshot to start from; with `last`, starts
+    /// from the parts read (lining runnable jobs up by `order`), as
+    /// [`init_ordered`](Self::init_ordered) from their bytes would. Until
+    /// then the machine is as it was; a refused part drops the parts read.
+    pub fn init_part(&mut self, part: &[u8], last: bool, order: Order) -> Result<(), Rejection> {
+        let mut restoring = self.restoring.take().unwrap_or_default();
+        restoring.feed(part)?;
+        if !last {
+            self.restoring = Some(restoring);
+            return Ok(());
+        }
+        *self = Self {
+            master: restoring.finish()?.with_order(order),
+            ..Self::default()
+        };
+        Ok(())
     }
 
     /// Decides an encoded [`Command`]: encoded events and reply.

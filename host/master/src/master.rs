@@ -648,55 +648,6 @@ impl Master {
         out
     }
 
-    /// The inverse of [`write_state`](Self::write_state): a master with
-    /// that part of the state (the rest empty), the bytes after it, and
-    /// the index entries of its finished jobs, which are packed as they
-    /// are read (each is decoded once, so a snapshot is checked whole).
-    fn decode_state(bytes: &[u8]) -> Result<(Master, &[u8], Index), Rejection> {
-        let undecodable = |error: postcard::Error| {
-            Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
-        };
-        let (head, mut rest): (Head, _) = postcard::take_from_bytes(bytes).map_err(undecodable)?;
-        let count: usize;
-        (count, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
-        let mut master = Master {
-            config: head.config,
-            next_id: head.next_id,
-            next_seq: head.next_seq,
-            ..Master::new()
-        };
-        let mut index = Index::default();
-        let mut last = None;
-        for _ in 0..count {
-            let id: JobId;
-            (id, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
-            if last.is_some_and(|last| last >= id) {
-                return Err(Rejection::new(
-                    codes::UNDECODABLE,
-                    format!("job {id} out of order in the snapshot"),
-                ));
-            }
-            last = Some(id);
-            let record = rest;
-            let job: Job;
-            (job, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
-            if !job.state.is_terminal() {
-                master.jobs.insert(id, job);
-                continue;
-            }
-            index.add_done(id, &job);
-            let record = &record[..record.len() - rest.len()];
-            master.done.insert(id, Done::of(&job, record));
-        }
-        let tail: Tail;
-        (tail, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
-        master.workers = tail.workers;
-        master.submitted_total = tail.submitted_total;
-        master.attempts_total = tail.attempts_total;
-        master.retries_total = tail.retries_total;
-        Ok((master, rest, index))
-    }
-
     /// The whole state as versioned bytes: `[SNAPSHOT_VERSION] ++
     /// postcard(state) ++ postcard(tokens) ++ postcard(request ids) ++
     /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs)`.
@@ -715,43 +666,12 @@ impl Master {
 
     /// A master from [`snapshot`](Self::snapshot) bytes, or from a snapshot
     /// of an older version (see [`SNAPSHOT_VERSION`]): what it did not hold
-    /// starts empty.
+    /// starts empty. The same as [`Restoring`] given the bytes as one
+    /// part.
     pub fn restore(bytes: &[u8]) -> Result<Self, Rejection> {
-        let undecodable = |error: postcard::Error| {
-            Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
-        };
-        let Some((&version, body)) = bytes.split_first() else {
-            return Err(Rejection::new(codes::UNDECODABLE, "an empty snapshot"));
-        };
-        if !(1..=SNAPSHOT_VERSION).contains(&version) {
-            return Err(Rejection::new(
-                codes::UNKNOWN_VERSION,
-                format!("snapshot version {version}, this master reads 1 to {SNAPSHOT_VERSION}"),
-            ));
-        }
-        let (mut master, mut rest, done) = Self::decode_state(body)?;
-        if version >= 2 {
-            (master.tokens, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
-        }
-        if version >= 3 {
-            (master.requests, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
-        }
-        if version >= 4 {
-            (master.keyed, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
-        }
-        if version >= 5 {
-            (master.schedules, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
-            (master.dags, rest) = postcard::take_from_bytes(rest).map_err(undecodable)?;
-        }
-        // Version 1 was written by `encode`, which ignores trailing bytes.
-        if version >= 2 && !rest.is_empty() {
-            return Err(Rejection::new(
-                codes::UNDECODABLE,
-                format!("{} bytes after the snapshot", rest.len()),
-            ));
-        }
-        master.rebuild_index(done);
-        Ok(master)
+        let mut restoring = Restoring::default();
+        restoring.feed(bytes)?;
+        restoring.finish()
     }
 
     /// The configuration in force.
@@ -2774,6 +2694,256 @@ impl Sink for Count {
     }
 }
 
+/// A master being restored from a snapshot given in parts, in order
+/// ([`feed`](Restoring::feed) each, then [`finish`](Restoring::finish)):
+/// what [`Master::restore`] does with the whole, without ever holding the
+/// whole. Each job and request id is decoded as soon as its bytes are
+/// all there; a part that ends within one keeps those bytes for the next.
+///
+/// The snapshot's layout is [`Master::write_part`]'s: the version, the
+/// state's head and job count, the jobs (each its id and record; finished
+/// ones are packed as they are read, so each is decoded once and a
+/// snapshot is checked whole), the tail, then, by version, the tokens (2),
+/// the request ids (3: their count, then each), the keys (4), the
+/// schedules and DAGs (5).
+#[derive(Debug, Default)]
+pub struct Restoring {
+    stage: Stage,
+    version: u8,
+    master: Master,
+    /// The index entries of the finished jobs read so far.
+    done: Index,
+    last: Option<JobId>,
+    /// The start of an item the parts so far end within.
+    pending: Vec<u8>,
+    /// `pending` is decoded again once it is this long: twice what it was
+    /// when it last fell short, so an item as large as many parts (a big
+    /// map of keys) costs a few decodings, not one per part.
+    retry_at: usize,
+}
+
+/// What [`Restoring`] reads next.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Stage {
+    #[default]
+    Version,
+    Head,
+    Jobs(usize),
+    Tail,
+    Tokens,
+    RequestCount,
+    Requests(usize),
+    Keyed,
+    Schedules,
+    Dags,
+    End,
+}
+
+fn undecodable(error: postcard::Error) -> Rejection {
+    Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
+}
+
+/// The value `bytes` start with and the bytes after it; `None` if they
+/// end within it.
+fn take<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<Option<(T, &'a [u8])>, Rejection> {
+    match postcard::take_from_bytes(bytes) {
+        Ok(taken) => Ok(Some(taken)),
+        Err(postcard::Error::DeserializeUnexpectedEnd) => Ok(None),
+        Err(error) => Err(undecodable(error)),
+    }
+}
+
+impl Restoring {
+    /// Reads the next part.
+    pub fn feed(&mut self, part: &[u8]) -> Result<(), Rejection> {
+        if self.pending.is_empty() {
+            let used = self.decode(part)?;
+            self.keep(&part[used..]);
+            return Ok(());
+        }
+        self.pending.extend_from_slice(part);
+        if self.pending.len() >= self.retry_at {
+            self.decode_pending()?;
+        }
+        Ok(())
+    }
+
+    fn decode_pending(&mut self) -> Result<(), Rejection> {
+        let pending = std::mem::take(&mut self.pending);
+        let used = self.decode(&pending)?;
+        self.keep(&pending[used..]);
+        Ok(())
+    }
+
+    /// Keeps `rest`, the start of an item, for the next part.
+    fn keep(&mut self, rest: &[u8]) {
+        self.pending = rest.to_vec();
+        self.retry_at = rest.len().saturating_mul(2);
+    }
+
+    /// The master the parts fed make up.
+    pub fn finish(mut self) -> Result<Master, Rejection> {
+        if !self.pending.is_empty() {
+            self.decode_pending()?;
+        }
+        if self.stage != Stage::End {
+            return Err(match self.stage {
+                Stage::Version => Rejection::new(codes::UNDECODABLE, "an empty snapshot"),
+                _ => undecodable(postcard::Error::DeserializeUnexpectedEnd),
+            });
+        }
+        self.master.rebuild_index(self.done);
+        Ok(self.master)
+    }
+
+    /// Decodes what `bytes` hold whole; how many bytes that took.
+    fn decode(&mut self, bytes: &[u8]) -> Result<usize, Rejection> {
+        let mut used = 0;
+        while self.stage != Stage::End {
+            match self.step(&bytes[used..])? {
+                Some(rest) => used = bytes.len() - rest.len(),
+                None => return Ok(used),
+            }
+        }
+        let after = bytes.len() - used;
+        // Version 1 was written by `encode`, which ignores trailing bytes.
+        if self.version >= 2 && after > 0 {
+            return Err(Rejection::new(
+                codes::UNDECODABLE,
+                format!("{after} bytes after the snapshot"),
+            ));
+        }
+        Ok(bytes.len())
+    }
+
+    /// Decodes the next item from `bytes`: the bytes after it, or `None`
+    /// if they end within it.
+    fn step<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<&'a [u8]>, Rejection> {
+        let master = &mut self.master;
+        let (stage, rest) = match self.stage {
+            Stage::Version => {
+                let Some((&version, rest)) = bytes.split_first() else {
+                    return Ok(None);
+                };
+                if !(1..=SNAPSHOT_VERSION).contains(&version) {
+                    return Err(Rejection::new(
+                        codes::UNKNOWN_VERSION,
+                        format!(
+                            "snapshot version {version}, this master reads 1 to {SNAPSHOT_VERSION}"
+                        ),
+                    ));
+                }
+                self.version = version;
+                (Stage::Head, rest)
+            }
+            Stage::Head => {
+                let Some((head, rest)) = take::<Head>(bytes)? else {
+                    return Ok(None);
+                };
+                let Some((count, rest)) = take::<usize>(rest)? else {
+                    return Ok(None);
+                };
+                *master = Master {
+                    config: head.config,
+                    next_id: head.next_id,
+                    next_seq: head.next_seq,
+                    ..Master::new()
+                };
+                (Stage::Jobs(count), rest)
+            }
+            Stage::Jobs(0) => (Stage::Tail, bytes),
+            Stage::Jobs(left) => {
+                let Some((id, record)) = take::<JobId>(bytes)? else {
+                    return Ok(None);
+                };
+                let Some((job, rest)) = take::<Job>(record)? else {
+                    return Ok(None);
+                };
+                if self.last.is_some_and(|last| last >= id) {
+                    return Err(Rejection::new(
+                        codes::UNDECODABLE,
+                        format!("job {id} out of order in the snapshot"),
+                    ));
+                }
+                self.last = Some(id);
+                if job.state.is_terminal() {
+                    self.done.add_done(id, &job);
+                    let record = &record[..record.len() - rest.len()];
+                    master.done.insert(id, Done::of(&job, record));
+                } else {
+                    master.jobs.insert(id, job);
+                }
+                (Stage::Jobs(left - 1), rest)
+            }
+            Stage::Tail => {
+                let Some((tail, rest)) = take::<Tail>(bytes)? else {
+                    return Ok(None);
+                };
+                master.workers = tail.workers;
+                master.submitted_total = tail.submitted_total;
+                master.attempts_total = tail.attempts_total;
+                master.retries_total = tail.retries_total;
+                (self.after(1, Stage::Tokens), rest)
+            }
+            Stage::Tokens => {
+                let Some((tokens, rest)) = take(bytes)? else {
+                    return Ok(None);
+                };
+                master.tokens = tokens;
+                (self.after(2, Stage::RequestCount), rest)
+            }
+            Stage::RequestCount => {
+                let Some((count, rest)) = take::<usize>(bytes)? else {
+                    return Ok(None);
+                };
+                (Stage::Requests(count), rest)
+            }
+            Stage::Requests(0) => (self.after(3, Stage::Keyed), bytes),
+            Stage::Requests(left) => {
+                let Some(((id, request), rest)) = take::<(RequestId, Request)>(bytes)? else {
+                    return Ok(None);
+                };
+                // As a map decodes: an id read twice keeps its last.
+                master.requests.insert(id, request);
+                (Stage::Requests(left - 1), rest)
+            }
+            Stage::Keyed => {
+                let Some((keyed, rest)) = take(bytes)? else {
+                    return Ok(None);
+                };
+                master.keyed = keyed;
+                (self.after(4, Stage::Schedules), rest)
+            }
+            Stage::Schedules => {
+                let Some((schedules, rest)) = take(bytes)? else {
+                    return Ok(None);
+                };
+                master.schedules = schedules;
+                (Stage::Dags, rest)
+            }
+            Stage::Dags => {
+                let Some((dags, rest)) = take(bytes)? else {
+                    return Ok(None);
+                };
+                master.dags = dags;
+                (Stage::End, rest)
+            }
+            Stage::End => return Ok(None),
+        };
+        self.stage = stage;
+        Ok(Some(rest))
+    }
+
+    /// `next` if the snapshot's version is past `version`, else the end.
+    fn after(&self, version: u8, next: Stage) -> Stage {
+        if self.version > version {
+            next
+        } else {
+            Stage::End
+        }
+    }
+}
+
 /// Where the next part of a snapshot written in parts
 /// ([`Master::snapshot_part`]) starts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -3703,6 +3873,40 @@ mod done_tests {
         }
         assert_eq!(parts(&Master::new(), 1).concat(), Master::new().snapshot());
         assert_eq!(parts(&master, usize::MAX), [whole]);
+    }
+
+    #[test]
+    fn a_snapshot_restores_from_parts_of_any_size() {
+        let mut master = mixed();
+        for n in 6..=9 {
+            run(&mut master, 40 + n, submit(n, spec(1, b"more")));
+        }
+        let whole = master.snapshot();
+        for size in [1, 3, 100, whole.len()] {
+            let restored = crate::testing::restore_in_parts(&whole, size).unwrap();
+            assert_eq!(restored, master, "parts of {size}");
+        }
+        // Cut short, or with a byte too many: refused, as whole.
+        let short = crate::testing::restore_in_parts(&whole[..whole.len() - 1], 4);
+        assert_eq!(short.unwrap_err().code, codes::UNDECODABLE);
+        let long = [&whole[..], &[0]].concat();
+        let refusal = crate::testing::restore_in_parts(&long, 4).unwrap_err();
+        assert_eq!(refusal.message, "1 bytes after the snapshot");
+        // A machine refused a part is as it was, and starts again.
+        let mut machine = crate::Machine::default();
+        assert!(
+            machine
+                .init_part(&whole[..10], false, Order::Priority)
+                .is_ok()
+        );
+        assert!(
+            machine
+                .init_part(&[0xFF; 10], false, Order::Priority)
+                .is_err()
+        );
+        assert_eq!(machine.master(), &Master::new());
+        machine.init_part(&whole, true, Order::Priority).unwrap();
+        assert_eq!(machine.master(), &master);
     }
 
     #[test]

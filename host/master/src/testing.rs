@@ -70,3 +70,18 @@ pub fn varint(mut value: u64) -> Vec<u8> {
         out.push(byte | 0x80);
     }
 }
+
+/// `bytes` restored through [`Machine::init_part`](crate::Machine::init_part),
+/// `size` bytes a part.
+pub fn restore_in_parts(bytes: &[u8], size: usize) -> Result<crate::Master, crate::Rejection> {
+    let mut machine = crate::Machine::default();
+    let order = crate::Order::Priority;
+    let mut parts = bytes.chunks(size).peekable();
+    if parts.peek().is_none() {
+        machine.init_part(&[], true, order)?;
+    }
+    while let Some(part) = parts.next() {
+        machine.init_part(part, parts.peek().is_none(), order)?;
+    }
+    Ok(machine.master().clone())
+}

@@ -15,7 +15,7 @@ use crate::runtime::engine::engine_fingerprint;
 use crate::runtime::module::DiskCache;
 use cohort_master::{Machine, Millis, Rejection};
 use std::path::Path;
-use wasmtime::component::{Component, Linker, TypedFunc};
+use wasmtime::component::{Component, Func, Linker, TypedFunc};
 use wasmtime::{Config, Engine, Store};
 
 use super::bindings;
@@ -172,14 +172,16 @@ impl MasterComponent {
         store.set_hostcall_fuel(MASTER_HOSTCALL_BYTES_MAX);
         let instance = self.linker.instantiate(&mut store, &self.component)?;
         let master = bindings::Master::new(&mut store, &instance)?;
-        // `master-parts`' one export beyond `master`, when the build has it.
+        // `master-parts`' exports beyond `master`, when the build has them.
         let part = instance
             .get_typed_func::<(u32,), (Vec<u8>,)>(&mut store, "snapshot-part")
             .ok();
+        let init_part = instance.get_func(&mut store, "init-part");
         Ok(Linked {
             store,
             master,
             part,
+            init_part,
         })
     }
 
@@ -189,8 +191,26 @@ impl MasterComponent {
             mut store,
             master,
             part,
+            init_part,
         } = linked;
-        match master.call_init(&mut store, snapshot)? {
+        let started = match (snapshot, init_part) {
+            (Some(snapshot), Some(init_part)) if !snapshot.is_empty() => {
+                // A part at a time: the component never holds the whole.
+                let init_part =
+                    init_part.typed::<(&[u8], bool), (Result<(), RejectionRecord>,)>(&store)?;
+                let mut parts = snapshot.chunks(SNAPSHOT_PART_BYTES as usize).peekable();
+                let mut started = Ok(());
+                while let Some(part) = parts.next() {
+                    (started,) = init_part.call(&mut store, (part, parts.peek().is_none()))?;
+                    if started.is_err() {
+                        break;
+                    }
+                }
+                started
+            }
+            _ => master.call_init(&mut store, snapshot)?,
+        };
+        match started {
             Ok(()) => Ok(Ok(WasmCore {
                 store,
                 master,
@@ -204,8 +224,11 @@ impl MasterComponent {
 /// `snapshot-part` of the `master-parts` world.
 type SnapshotPart = TypedFunc<(u32,), (Vec<u8>,)>;
 
-/// Bytes asked of each `snapshot-part` call: the most of the snapshot the
-/// component holds at once.
+/// The world's `rejection` record.
+type RejectionRecord = bindings::cohort::master::types::Rejection;
+
+/// Bytes of a snapshot in each `snapshot-part` and `init-part` call: the
+/// most of it the component holds at once.
 const SNAPSHOT_PART_BYTES: u32 = 1 << 20;
 
 /// A master instance that exports the right world, before `init`.
@@ -213,6 +236,9 @@ pub struct Linked {
     store: Store<MemoryGauge>,
     master: bindings::Master,
     part: Option<SnapshotPart>,
+    /// `init-part` (`(list<u8>, bool) -> result<_, rejection>`), if the
+    /// build exports it.
+    init_part: Option<Func>,
 }
 
 /// The compiled master, from the node's compile cache (the same one job
@@ -242,7 +268,7 @@ pub struct WasmCore {
     part: Option<SnapshotPart>,
 }
 
-fn rejection(r: bindings::cohort::master::types::Rejection) -> Rejection {
+fn rejection(r: RejectionRecord) -> Rejection {
     Rejection {
         code: r.code,
         message: r.message,
@@ -366,6 +392,27 @@ mod tests {
         assert_eq!(wasm.snapshot().unwrap(), whole);
         // Twice: the parts start again once the snapshot was whole.
         assert_eq!(wasm.snapshot().unwrap(), whole);
+    }
+
+    #[test]
+    fn a_snapshot_of_many_parts_restores_through_them() {
+        // About 2.5 MiB of inputs: three parts each way.
+        let mut native = NativeCore::new(None).unwrap();
+        for seq in 0..40 {
+            let input = vec![seq as u8; 64 << 10];
+            let command = scenarios::submit(seq, scenarios::spec(1, &input));
+            let (events, _) = native.decide(1_000, encode(&command)).unwrap().unwrap();
+            native.apply(&events).unwrap().unwrap();
+        }
+        let snapshot = native.snapshot().unwrap();
+        assert!(snapshot.len() > 2 * SNAPSHOT_PART_BYTES as usize);
+        let component = MasterComponent::load(None).unwrap();
+        let mut wasm = component.instantiate(Some(&snapshot)).unwrap().unwrap();
+        assert_eq!(wasm.snapshot().unwrap(), snapshot);
+        // Cut short in its last part: refused, as whole.
+        let short = &snapshot[..snapshot.len() - 1];
+        let refusal = component.instantiate(Some(short)).unwrap().err().unwrap();
+        assert_eq!(refusal.code, NativeCore::new(Some(short)).unwrap_err().code);
     }
 
     #[test]
