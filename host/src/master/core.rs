@@ -176,7 +176,12 @@ impl MasterComponent {
         let part = instance
             .get_typed_func::<(u32,), (Vec<u8>,)>(&mut store, "snapshot-part")
             .ok();
-        let init_part = instance.get_func(&mut store, "init-part");
+        // One with another type is no `init-part` of this world: ignored.
+        let init_part = instance
+            .get_func(&mut store, "init-part")
+            .filter(|init_part| {
+                (init_part.typed::<(&[u8], bool), (Result<(), RejectionRecord>,)>(&store)).is_ok()
+            });
         Ok(Linked {
             store,
             master,
@@ -302,6 +307,12 @@ impl Core for WasmCore {
                 return Ok(snapshot);
             }
             snapshot.extend_from_slice(&bytes);
+            // As one `snapshot` value is bounded (an uploaded build whose
+            // parts never end must not take the node's memory).
+            anyhow::ensure!(
+                snapshot.len() <= MASTER_HOSTCALL_BYTES_MAX,
+                "the master's snapshot passed {MASTER_HOSTCALL_BYTES_MAX} bytes"
+            );
         }
     }
     fn query(&mut self, now: Millis, query: Vec<u8>) -> CoreResult<Vec<u8>> {
