@@ -307,31 +307,6 @@ pub fn background_priority() {
     }
 }
 
-/// Hands the memory the process freed back to the system, on a thread of
-/// its own at [`background_priority`]; best effort.
-///
-/// glibc's allocator keeps what its per-thread arenas freed, and a
-/// snapshot is freed in pieces too large to forget (over 100 MiB with a
-/// million finished jobs, assembled from its parts) but too small for
-/// glibc to have mapped them apart: a node that ran a million jobs held
-/// about 80 MiB more than it used (BENCHMARKS.md). `malloc_trim` returns
-/// the free pages of every arena; it runs after each snapshot file is
-/// installed, so at most once per snapshot.
-pub fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if let Err(error) = std::thread::Builder::new()
-        .name("cohort-trim".into())
-        .spawn(|| {
-            background_priority();
-            // SAFETY: `malloc_trim` only returns free pages to the system;
-            // it is thread-safe (it locks each arena as it trims it).
-            unsafe { libc::malloc_trim(0) };
-        })
-    {
-        tracing::debug!(%error, "cannot start returning freed memory");
-    }
-}
-
 /// Bytes of a snapshot file written between two syncs.
 const SNAPSHOT_SYNC_BYTES: usize = 4 << 20;
 

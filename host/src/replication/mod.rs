@@ -1316,8 +1316,6 @@ impl Driver {
             if let Err(error) = self.replicator.compact(snapshot) {
                 tracing::error!(%error, "cannot compact the journal under a snapshot");
             }
-            // The snapshot's bytes are gone now, with the entries under it.
-            crate::master::store::release_freed_memory();
         }
         self.compact();
         if !self.writing_snapshot {
