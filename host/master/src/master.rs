@@ -265,9 +265,10 @@ impl Done {
         }
     }
 
+    /// The state's number: its place in [`JobState::ALL`], as the index's
+    /// counts number it.
     fn state_byte(job: &Job) -> Vec<u8> {
-        let number = JobState::ALL.iter().position(|&s| s == job.state);
-        vec![number.expect("every state is in ALL") as u8]
+        vec![job.state as u8]
     }
 
     fn state(&self) -> JobState {
@@ -2819,6 +2820,15 @@ impl Restoring {
     /// Decodes the next item from `bytes`: the bytes after it, or `None`
     /// if they end within it.
     fn step<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<&'a [u8]>, Rejection> {
+        // The value taken, or `Ok(None)` when `bytes` end within it.
+        macro_rules! taken {
+            ($take:expr) => {
+                match $take? {
+                    Some(taken) => taken,
+                    None => return Ok(None),
+                }
+            };
+        }
         let master = &mut self.master;
         let (stage, rest) = match self.stage {
             Stage::Version => {
@@ -2837,12 +2847,8 @@ impl Restoring {
                 (Stage::Head, rest)
             }
             Stage::Head => {
-                let Some((head, rest)) = take::<Head>(bytes)? else {
-                    return Ok(None);
-                };
-                let Some((count, rest)) = take::<usize>(rest)? else {
-                    return Ok(None);
-                };
+                let (head, rest) = taken!(take::<Head>(bytes));
+                let (count, rest) = taken!(take::<usize>(rest));
                 *master = Master {
                     config: head.config,
                     next_id: head.next_id,
@@ -2853,12 +2859,8 @@ impl Restoring {
             }
             Stage::Jobs(0) => (Stage::Tail, bytes),
             Stage::Jobs(left) => {
-                let Some((id, record)) = take::<JobId>(bytes)? else {
-                    return Ok(None);
-                };
-                let Some((job, rest)) = take::<Job>(record)? else {
-                    return Ok(None);
-                };
+                let (id, record) = taken!(take::<JobId>(bytes));
+                let (job, rest) = taken!(take::<Job>(record));
                 if self.last.is_some_and(|last| last >= id) {
                     return Err(Rejection::new(
                         codes::UNDECODABLE,
@@ -2876,9 +2878,7 @@ impl Restoring {
                 (Stage::Jobs(left - 1), rest)
             }
             Stage::Tail => {
-                let Some((tail, rest)) = take::<Tail>(bytes)? else {
-                    return Ok(None);
-                };
+                let (tail, rest) = taken!(take::<Tail>(bytes));
                 master.workers = tail.workers;
                 master.submitted_total = tail.submitted_total;
                 master.attempts_total = tail.attempts_total;
@@ -2886,45 +2886,33 @@ impl Restoring {
                 (self.after(1, Stage::Tokens), rest)
             }
             Stage::Tokens => {
-                let Some((tokens, rest)) = take(bytes)? else {
-                    return Ok(None);
-                };
+                let (tokens, rest) = taken!(take(bytes));
                 master.tokens = tokens;
                 (self.after(2, Stage::RequestCount), rest)
             }
             Stage::RequestCount => {
-                let Some((count, rest)) = take::<usize>(bytes)? else {
-                    return Ok(None);
-                };
+                let (count, rest) = taken!(take::<usize>(bytes));
                 (Stage::Requests(count), rest)
             }
             Stage::Requests(0) => (self.after(3, Stage::Keyed), bytes),
             Stage::Requests(left) => {
-                let Some(((id, request), rest)) = take::<(RequestId, Request)>(bytes)? else {
-                    return Ok(None);
-                };
+                let ((id, request), rest) = taken!(take::<(RequestId, Request)>(bytes));
                 // As a map decodes: an id read twice keeps its last.
                 master.requests.insert(id, request);
                 (Stage::Requests(left - 1), rest)
             }
             Stage::Keyed => {
-                let Some((keyed, rest)) = take(bytes)? else {
-                    return Ok(None);
-                };
+                let (keyed, rest) = taken!(take(bytes));
                 master.keyed = keyed;
                 (self.after(4, Stage::Schedules), rest)
             }
             Stage::Schedules => {
-                let Some((schedules, rest)) = take(bytes)? else {
-                    return Ok(None);
-                };
+                let (schedules, rest) = taken!(take(bytes));
                 master.schedules = schedules;
                 (Stage::Dags, rest)
             }
             Stage::Dags => {
-                let Some((dags, rest)) = take(bytes)? else {
-                    return Ok(None);
-                };
+                let (dags, rest) = taken!(take(bytes));
                 master.dags = dags;
                 (Stage::End, rest)
             }
