@@ -58,7 +58,8 @@ pub struct Entry {
 /// What [`Journal::open`] found.
 #[derive(Debug, Default)]
 pub struct Recovered {
-    /// Every entry still in the journal, in order.
+    /// Every entry still in the journal, in order (those kept, for
+    /// [`Journal::open_keeping`]).
     pub entries: Vec<Entry>,
     /// Bytes of an unfinished write cut from the end, if any.
     pub torn_bytes: u64,
@@ -134,8 +135,20 @@ impl<S: Storage> Journal<S> {
 
     /// [`open`](Self::open), closing segments past `segment_bytes_max`.
     pub fn open_with_segment_size(
+        storage: S,
+        segment_bytes_max: u64,
+    ) -> Result<(Self, Recovered), JournalError> {
+        Self::open_keeping(storage, segment_bytes_max, |_, _| true)
+    }
+
+    /// [`open_with_segment_size`](Self::open_with_segment_size), with only
+    /// the entries `keep` (given an index and data) wants in
+    /// [`Recovered::entries`]: every entry is still checked, but only
+    /// those are copied (a node opening its journal needs few of them).
+    pub fn open_keeping(
         mut storage: S,
         segment_bytes_max: u64,
+        mut keep: impl FnMut(u64, &[u8]) -> bool,
     ) -> Result<(Self, Recovered), JournalError> {
         let segments = storage.segments()?;
         let mut recovered = Recovered::default();
@@ -161,35 +174,38 @@ impl<S: Storage> Journal<S> {
             let scan = frame::scan(&bytes);
             let mut offset = 0;
             for payload in scan.payloads {
-                let entry = decode_entry(payload)
+                let (index, epoch, data) = split_entry(payload)
                     .ok_or_else(|| corrupt(offset, "entry shorter than its header".into()))?;
-                if entry.index != next_index {
+                if index != next_index {
                     return Err(corrupt(
                         offset,
-                        format!("entry {} where {next_index} was expected", entry.index),
+                        format!("entry {index} where {next_index} was expected"),
                     ));
                 }
-                if entry.epoch < last_epoch {
+                if epoch < last_epoch {
                     return Err(corrupt(
                         offset,
-                        format!("epoch {} after epoch {last_epoch}", entry.epoch),
+                        format!("epoch {epoch} after epoch {last_epoch}"),
                     ));
                 }
                 // Only a damaged or forged segment gets here (u64::MAX as
                 // the index of an entry leaves no index for the next).
                 let Some(after) = next_index.checked_add(1) else {
-                    return Err(corrupt(
-                        offset,
-                        format!("entry {} has no successor", entry.index),
-                    ));
+                    return Err(corrupt(offset, format!("entry {index} has no successor")));
                 };
                 offset += frame::FRAME_HEADER_BYTES + payload.len();
-                if runs.last().is_none_or(|&(_, epoch)| epoch != entry.epoch) {
-                    runs.push((entry.index, entry.epoch));
+                if runs.last().is_none_or(|&(_, run)| run != epoch) {
+                    runs.push((index, epoch));
                 }
                 next_index = after;
-                last_epoch = entry.epoch;
-                recovered.entries.push(entry);
+                last_epoch = epoch;
+                if keep(index, data) {
+                    recovered.entries.push(Entry {
+                        index,
+                        epoch,
+                        data: data.to_vec(),
+                    });
+                }
             }
             match scan.tail {
                 Tail::Clean => {}
@@ -272,7 +288,7 @@ impl<S: Storage> Journal<S> {
         let bytes = self.storage.read(holder)?;
         let mut offset = 0u64;
         for payload in frame::scan(&bytes).payloads {
-            if decode_entry(payload).is_some_and(|entry| entry.index >= index) {
+            if split_entry(payload).is_some_and(|(at, _, _)| at >= index) {
                 break;
             }
             offset += (frame::FRAME_HEADER_BYTES + payload.len()) as u64;
@@ -412,13 +428,34 @@ pub fn read_entries<S: Storage + ?Sized>(
     from: u64,
     bytes_max: usize,
 ) -> Result<Vec<Entry>, JournalError> {
-    let segments = storage.segments()?;
-    let start = segments.iter().rposition(|&segment| segment <= from);
     let mut entries = Vec::new();
     let mut bytes = 0;
-    let Some(start) = start else {
-        return Ok(entries);
+    visit_entries(storage, from, |index, epoch, data| {
+        bytes += data.len();
+        entries.push(Entry {
+            index,
+            epoch,
+            data: data.to_vec(),
+        });
+        bytes < bytes_max
+    })?;
+    Ok(entries)
+}
+
+/// Calls `visit` with each entry from `from` on in `storage`, in order,
+/// until it returns false, an index is missing or the journal ends; each
+/// segment is read once, and nothing is copied. Safe on storage another
+/// handle appends to, as [`read_entries`].
+pub fn visit_entries<S: Storage + ?Sized>(
+    storage: &S,
+    from: u64,
+    mut visit: impl FnMut(u64, u64, &[u8]) -> bool,
+) -> Result<(), JournalError> {
+    let segments = storage.segments()?;
+    let Some(start) = segments.iter().rposition(|&segment| segment <= from) else {
+        return Ok(());
     };
+    let mut next = from;
     for &segment in &segments[start..] {
         let content = match storage.read(segment) {
             Ok(content) => content,
@@ -427,36 +464,30 @@ pub fn read_entries<S: Storage + ?Sized>(
             Err(error) => return Err(error.into()),
         };
         for payload in frame::scan(&content).payloads {
-            let Some(entry) = decode_entry(payload) else {
-                break;
+            let Some((index, epoch, data)) = split_entry(payload) else {
+                return Ok(());
             };
-            if entry.index < from {
+            if index < from {
                 continue;
             }
-            if entry.index != from + entries.len() as u64 {
-                return Ok(entries);
+            if index != next || !visit(index, epoch, data) {
+                return Ok(());
             }
-            bytes += entry.data.len();
-            entries.push(entry);
-            if bytes >= bytes_max {
-                return Ok(entries);
-            }
+            let Some(after) = next.checked_add(1) else {
+                return Ok(());
+            };
+            next = after;
         }
     }
-    Ok(entries)
+    Ok(())
 }
 
-fn decode_entry(payload: &[u8]) -> Option<Entry> {
-    if payload.len() < ENTRY_HEADER_BYTES {
-        return None;
-    }
-    let index = u64::from_le_bytes(payload[0..8].try_into().ok()?);
-    let epoch = u64::from_le_bytes(payload[8..16].try_into().ok()?);
-    Some(Entry {
-        index,
-        epoch,
-        data: payload[ENTRY_HEADER_BYTES..].to_vec(),
-    })
+/// An entry's index, epoch and data, borrowed from its frame's payload.
+fn split_entry(payload: &[u8]) -> Option<(u64, u64, &[u8])> {
+    let (header, data) = payload.split_at_checked(ENTRY_HEADER_BYTES)?;
+    let index = u64::from_le_bytes(header[0..8].try_into().ok()?);
+    let epoch = u64::from_le_bytes(header[8..16].try_into().ok()?);
+    Some((index, epoch, data))
 }
 
 #[cfg(test)]
@@ -643,6 +674,87 @@ mod tests {
         assert_eq!(journal.shape().first, first);
         assert_eq!(journal.shape().runs, vec![(first, 1)]);
         assert_eq!(recovered.entries.last().unwrap().index, 9);
+    }
+
+    #[test]
+    fn a_visit_crosses_segments_from_any_index_and_stops_when_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = FsStorage::open(dir.path()).unwrap();
+        let (mut journal, _) = Journal::open_with_segment_size(storage, 250).unwrap();
+        for n in 0..10u8 {
+            journal.append(1 + u64::from(n / 5), &[n; 100]).unwrap();
+        }
+        journal.sync().unwrap();
+        assert!(journal.storage_mut().segments().unwrap().len() >= 3);
+        let storage = FsStorage::open(dir.path()).unwrap();
+        let mut seen = Vec::new();
+        visit_entries(&storage, 3, |index, epoch, data| {
+            seen.push((index, epoch, data[0], data.len()));
+            index < 7
+        })
+        .unwrap();
+        let expected: Vec<_> = (3..=7u8)
+            .map(|n| (u64::from(n), 1 + u64::from(n / 5), n, 100))
+            .collect();
+        assert_eq!(seen, expected);
+        // Past the end: nothing; the byte-bounded read agrees with a visit.
+        let mut past = 0;
+        visit_entries(&storage, 10, |_, _, _| {
+            past += 1;
+            true
+        })
+        .unwrap();
+        assert_eq!(past, 0);
+        let read = read_entries(&storage, 0, usize::MAX).unwrap();
+        assert_eq!(read.len(), 10);
+        assert!(
+            read.iter()
+                .enumerate()
+                .all(|(n, e)| e.data == [n as u8; 100])
+        );
+    }
+
+    #[test]
+    fn an_open_keeping_some_entries_still_checks_them_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut journal, _) = Journal::open(FsStorage::open(dir.path()).unwrap()).unwrap();
+        for n in 0..6u8 {
+            journal.append(1, &[n]).unwrap();
+        }
+        journal.sync().unwrap();
+        drop(journal);
+        let (journal, recovered) = Journal::open_keeping(
+            FsStorage::open(dir.path()).unwrap(),
+            SEGMENT_BYTES_MAX,
+            |index, data| index >= 2 && data[0] % 2 == 1,
+        )
+        .unwrap();
+        assert_eq!(journal.next_index(), 6);
+        let kept: Vec<_> = recovered
+            .entries
+            .iter()
+            .map(|e| (e.index, e.data[0]))
+            .collect();
+        assert_eq!(kept, vec![(3, 3), (5, 5)]);
+        // Damage in an entry it does not keep is still refused.
+        let path = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .next()
+            .unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = bytes.len() / 3;
+        bytes[at] ^= 0xff;
+        std::fs::write(&path, bytes).unwrap();
+        let opened = Journal::open_keeping(
+            FsStorage::open(dir.path()).unwrap(),
+            SEGMENT_BYTES_MAX,
+            |_, _| false,
+        );
+        assert!(
+            matches!(opened, Err(JournalError::Corrupt { .. })),
+            "{opened:?}"
+        );
     }
 }
 

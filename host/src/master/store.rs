@@ -12,6 +12,7 @@
 //! crash leaves either the old or the new one; the journal segments below a
 //! snapshot are then deleted and the snapshot before it kept as a spare.
 
+use crate::journal::log::SEGMENT_BYTES_MAX;
 use crate::journal::{Entry, FsStorage, Journal, JournalError};
 use std::fs;
 use std::io::Write;
@@ -92,9 +93,18 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 pub fn open_journal(
     data_dir: &Path,
 ) -> Result<(Journal<FsStorage>, crate::journal::Recovered), StoreError> {
+    open_journal_keeping(data_dir, |_, _| true)
+}
+
+/// [`open_journal`], returning only the entries `keep` wants (see
+/// [`Journal::open_keeping`]).
+pub fn open_journal_keeping(
+    data_dir: &Path,
+    keep: impl FnMut(u64, &[u8]) -> bool,
+) -> Result<(Journal<FsStorage>, crate::journal::Recovered), StoreError> {
     let journal_dir = data_dir.join("journal");
     let storage = FsStorage::open(&journal_dir).map_err(io_error(&journal_dir))?;
-    Ok(Journal::open(storage)?)
+    Ok(Journal::open_keeping(storage, SEGMENT_BYTES_MAX, keep)?)
 }
 
 /// Opens (creating if needed) the journal and snapshots under `data_dir`.

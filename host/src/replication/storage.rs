@@ -6,7 +6,7 @@
 //!   the replication core's own entries, told apart by a first byte no
 //!   event starts with: [`TAG_NOOP`] (a new master's first entry) and
 //!   [`TAG_VOTERS`] (`++ postcard` of the voter set). The master never sees
-//!   those two ([`master_events`]).
+//!   those two ([`is_master_event`]).
 //! * **Snapshots.** A snapshot file's state is [`SNAPSHOT_MAGIC`] `++
 //!   postcard(voters, master state)`, so the voter set in force at the
 //!   snapshot survives compaction. A file without the magic byte is the
@@ -67,12 +67,10 @@ pub fn decode_payload(data: Vec<u8>) -> Result<Payload, StorageError> {
     }
 }
 
-/// The master's events among journal entries (the core's own are skipped).
-pub fn master_events(entries: impl IntoIterator<Item = Vec<u8>>) -> Vec<Vec<u8>> {
-    entries
-        .into_iter()
-        .filter(|data| !matches!(data.first(), Some(&TAG_NOOP | &TAG_VOTERS)))
-        .collect()
+/// Whether a journal entry's data is the master's (not replication's own
+/// no-op or voter change).
+pub fn is_master_event(data: &[u8]) -> bool {
+    !matches!(data.first(), Some(&TAG_NOOP | &TAG_VOTERS))
 }
 
 /// Splits a snapshot file's state into the voter set and the master's
@@ -150,7 +148,6 @@ impl JournalStorage {
 
     /// Opens (creating) the journal in `dir`.
     pub fn open(dir: &Path) -> Result<Self, StorageError> {
-        let (journal, recovered) = store::open_journal(dir).map_err(error)?;
         let promise = store::read_promise(dir).map_err(error)?;
         let base = match store::latest_snapshot(dir).map_err(error)? {
             Some(snapshot) => Base {
@@ -160,12 +157,15 @@ impl JournalStorage {
             },
             None => Base::default(),
         };
+        // Of the entries, only the voter changes since the snapshot are
+        // kept (the master's events are read when it starts).
+        let (journal, recovered) = store::open_journal_keeping(dir, |index, data| {
+            index >= base.index && data.first() == Some(&TAG_VOTERS)
+        })
+        .map_err(error)?;
         let mut configs = Vec::new();
         for entry in recovered.entries {
-            if entry.index >= base.index
-                && entry.data.first() == Some(&TAG_VOTERS)
-                && let Payload::Voters(voters) = decode_payload(entry.data)?
-            {
+            if let Payload::Voters(voters) = decode_payload(entry.data)? {
                 configs.push((entry.index, voters));
             }
         }
@@ -298,19 +298,18 @@ impl Restore {
             .tail
             .unwrap_or_else(|| snapshot.as_ref().map_or(self.first, |s| s.index));
         let journal = FsStorage::open(&self.dir.join("journal")).map_err(error)?;
-        let mut events = Vec::new();
-        while next < self.end {
-            let entries =
-                crate::journal::log::read_entries(&journal, next, 8 << 20).map_err(error)?;
-            let Some(last) = entries.last() else { break };
-            next = last.index + 1;
-            events.extend(master_events(
-                entries
-                    .into_iter()
-                    .take_while(|e| e.index < self.end)
-                    .map(|e| e.data),
-            ));
-        }
+        let mut events = Vec::with_capacity(self.end.saturating_sub(next).min(1 << 20) as usize);
+        crate::journal::log::visit_entries(&journal, next, |index, _, data| {
+            if index >= self.end {
+                return false;
+            }
+            next = index + 1;
+            if is_master_event(data) {
+                events.push(data.to_vec());
+            }
+            true
+        })
+        .map_err(error)?;
         if next < self.end {
             return Err(StorageError(format!(
                 "the journal holds entries up to {next}, not up to {}",
