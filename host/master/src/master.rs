@@ -203,7 +203,7 @@ pub struct Master {
     next_seq: u64,
     /// Unfinished jobs; a job that finishes moves to `done` at the end of
     /// the [`apply`](Master::apply) that finished it.
-    jobs: BTreeMap<JobId, Job>,
+    jobs: BTreeMap<JobId, Box<Job>>,
     /// Finished jobs, packed (see [`Done`]).
     done: BTreeMap<JobId, Done>,
     workers: BTreeMap<String, Worker>,
@@ -1793,7 +1793,7 @@ impl Master {
                     .is_some_and(|done| BulkAction::RETRY_FROM.contains(&done.state()))
                     && let Some(job) = self.done.remove(id).and_then(|done| done.unpack())
                 {
-                    self.jobs.insert(*id, job);
+                    self.jobs.insert(*id, Box::new(job));
                 }
                 let Some(job) = self.jobs.get_mut(id) else {
                     return effects;
@@ -1878,7 +1878,7 @@ impl Master {
         // An id is never submitted twice but by a hostile journal, whose
         // second copy replaces the first (finished or not) on every replica.
         self.done.remove(&id);
-        self.jobs.insert(id, job);
+        self.jobs.insert(id, Box::new(job));
         self.next_id = self.next_id.max(id.saturating_add(1));
         self.submitted_total += 1;
     }
@@ -2382,7 +2382,9 @@ impl Master {
         past: Bound<JobId>,
         newest_first: bool,
     ) -> Box<dyn Iterator<Item = (JobId, Held<'_>)> + '_> {
-        let live = |(&id, job)| (id, Held::Live(job));
+        fn live<'a>((&id, job): (&JobId, &'a Box<Job>)) -> (JobId, Held<'a>) {
+            (id, Held::Live(job))
+        }
         let done = |(&id, done)| (id, Held::Done(done));
         if newest_first {
             let range = (Bound::Unbounded, past);
@@ -2873,7 +2875,7 @@ impl Restoring {
                     let record = &record[..record.len() - rest.len()];
                     master.done.insert(id, Done::of(&job, record));
                 } else {
-                    master.jobs.insert(id, job);
+                    master.jobs.insert(id, Box::new(job));
                 }
                 (Stage::Jobs(left - 1), rest)
             }
@@ -3929,7 +3931,7 @@ mod done_tests {
         config: &'a Config,
         next_id: JobId,
         next_seq: u64,
-        jobs: BTreeMap<JobId, Job>,
+        jobs: BTreeMap<JobId, Box<Job>>,
         workers: &'a BTreeMap<String, Worker>,
         submitted_total: u64,
         attempts_total: u64,
@@ -3939,7 +3941,7 @@ mod done_tests {
     fn derived(master: &Master) -> Vec<u8> {
         let mut jobs = master.jobs.clone();
         for (&id, done) in &master.done {
-            jobs.insert(id, done.unpack().unwrap());
+            jobs.insert(id, Box::new(done.unpack().unwrap()));
         }
         postcard::to_allocvec(&Derived {
             config: &master.config,
