@@ -99,6 +99,10 @@ impl Machine {
     /// Applies encoded events in order; encoded effects. Every event is
     /// decoded before any is applied, so a bad one changes nothing. Events
     /// journaled in an older format are read too ([`decode_event`]).
+    /// `WorkAvailable` comes at most once, first where it arose: it asks
+    /// the host to offer work again, which once does for the whole call
+    /// (a replay of a million submissions would otherwise hand the host a
+    /// million of them).
     pub fn apply<B: AsRef<[u8]>>(&mut self, events: &[B]) -> Result<Vec<Vec<u8>>, Rejection> {
         let events = events
             .iter()
@@ -108,9 +112,17 @@ impl Machine {
         self.part = Default::default();
         let mut effects = Vec::new();
         for event in &events {
-            effects.extend(self.master.apply(event).iter().map(encode));
+            self.master.apply_into(event, &mut effects);
         }
-        Ok(effects)
+        let mut work_available = false;
+        Ok(effects
+            .iter()
+            .filter(|effect| {
+                !matches!(effect, Effect::WorkAvailable)
+                    || !std::mem::replace(&mut work_available, true)
+            })
+            .map(encode)
+            .collect())
     }
 
     /// The whole state.

@@ -1498,17 +1498,24 @@ impl Master {
     /// Applies one event; returns what the host must do about it. The
     /// jobs it finished are packed last (see [`Done`]).
     pub fn apply(&mut self, event: &Event) -> Vec<Effect> {
-        let effects = self.apply_event(event);
-        for effect in &effects {
-            if let Effect::Settled { id, .. } = effect {
-                self.pack(*id);
-            }
-        }
+        let mut effects = Vec::new();
+        self.apply_into(event, &mut effects);
         effects
     }
 
-    fn apply_event(&mut self, event: &Event) -> Vec<Effect> {
-        let mut effects = Vec::new();
+    /// [`apply`](Self::apply), adding the effects to `effects` (a replay
+    /// of many events reuses one vector).
+    pub fn apply_into(&mut self, event: &Event, effects: &mut Vec<Effect>) {
+        let from = effects.len();
+        self.apply_event(event, effects);
+        for at in from..effects.len() {
+            if let Effect::Settled { id, .. } = effects[at] {
+                self.pack(id);
+            }
+        }
+    }
+
+    fn apply_event(&mut self, event: &Event, effects: &mut Vec<Effect>) {
         let at = event.at;
         match &event.kind {
             EventKind::Configured(config) => self.config = config.clone(),
@@ -1543,10 +1550,10 @@ impl Master {
                 next,
             } => {
                 let Some(schedule) = self.schedules.get(name) else {
-                    return effects;
+                    return;
                 };
                 if self.holds(*id) {
-                    return effects;
+                    return;
                 }
                 let (spec, options) = (schedule.spec.job.clone(), schedule.spec.options.clone());
                 self.add_job(*id, spec, &options, at);
@@ -1617,7 +1624,7 @@ impl Master {
                 *request,
                 idempotency_key,
                 at,
-                &mut effects,
+                effects,
             ),
             EventKind::RequestsExpired { before } => {
                 self.requests.expire_before(*before);
@@ -1629,10 +1636,10 @@ impl Master {
                 lease_until,
             } => {
                 let Some(job) = self.jobs.get_mut(id) else {
-                    return effects;
+                    return;
                 };
                 if job.state != JobState::Queued {
-                    return effects;
+                    return;
                 }
                 self.index
                     .dequeue(ready_key(self.order, job, *id), self.keyed.key(*id));
@@ -1706,8 +1713,8 @@ impl Master {
                 duration_ms,
                 log_tail,
             } => {
-                if !self.end_attempt(*id, *attempt, at, &mut effects) {
-                    return effects;
+                if !self.end_attempt(*id, *attempt, at, effects) {
+                    return;
                 }
                 let job = self.jobs.get_mut(id).expect("checked by end_attempt");
                 let current = job.attempts.last_mut().expect("checked by end_attempt");
@@ -1718,15 +1725,15 @@ impl Master {
                         current.outcome = Some("succeeded".into());
                         self.index.result_bytes += result.len() as u64;
                         job.result = Some(result.clone());
-                        self.settle(*id, JobState::Succeeded, at, &mut effects);
+                        self.settle(*id, JobState::Succeeded, at, effects);
                     }
                     Outcome::Failed(failure) => {
-                        self.fail_attempt(*id, failure.clone(), at, &mut effects)
+                        self.fail_attempt(*id, failure.clone(), at, effects)
                     }
                 }
             }
             EventKind::Expired { id, attempt, code } => {
-                if self.end_attempt(*id, *attempt, at, &mut effects) {
+                if self.end_attempt(*id, *attempt, at, effects) {
                     let message = match code.as_str() {
                         "worker_lost" => "the worker running the attempt was lost",
                         _ => "the attempt's lease expired without a report",
@@ -1738,14 +1745,14 @@ impl Master {
                             message: message.into(),
                         },
                         at,
-                        &mut effects,
+                        effects,
                     );
                 }
             }
-            EventKind::Cancelled { id } => self.cancel(*id, None, at, &mut effects),
+            EventKind::Cancelled { id } => self.cancel(*id, None, at, effects),
             EventKind::Released { id } => {
                 let Some(job) = self.jobs.get_mut(id) else {
-                    return effects;
+                    return;
                 };
                 if let Some(not_before) = job.not_before.take() {
                     self.index.delayed.remove(&(not_before, *id));
@@ -1772,7 +1779,7 @@ impl Master {
                         let Some(attempt) = current.map(|a| a.number) else {
                             continue;
                         };
-                        if self.end_attempt(id, attempt, at, &mut effects) {
+                        if self.end_attempt(id, attempt, at, effects) {
                             self.fail_attempt(
                                 id,
                                 Failure {
@@ -1780,7 +1787,7 @@ impl Master {
                                     message: format!("worker {worker} was lost"),
                                 },
                                 at,
-                                &mut effects,
+                                effects,
                             );
                         }
                     }
@@ -1796,10 +1803,10 @@ impl Master {
                     self.jobs.insert(*id, Box::new(job));
                 }
                 let Some(job) = self.jobs.get_mut(id) else {
-                    return effects;
+                    return;
                 };
                 if !BulkAction::RETRY_FROM.contains(&job.state) {
-                    return effects;
+                    return;
                 }
                 self.index
                     .finished
@@ -1842,7 +1849,6 @@ impl Master {
                 }
             }
         }
-        effects
     }
 
     /// Queues a new job (a submission, or a schedule's tick).

@@ -773,6 +773,33 @@ fn replaying_the_events_rebuilds_the_state() {
 }
 
 #[test]
+fn one_call_applying_many_events_says_work_is_available_once() {
+    let mut collapsed = 0;
+    for scenario in scenarios::all() {
+        let mut live = Sim::new();
+        for (now, command) in scenario.steps {
+            let _ = live.run(now, command);
+        }
+        // The same events through the machine in one call: the same
+        // effects, but `WorkAvailable` once, where it first arose.
+        let mut machine = Machine::default();
+        let encoded: Vec<Vec<u8>> = live.events.iter().map(encode).collect();
+        let effects: Vec<Effect> = (machine.apply(&encoded).unwrap().iter())
+            .map(|bytes| decode(bytes).unwrap())
+            .collect();
+        let mut once = false;
+        let expected: Vec<Effect> = (live.effects.iter())
+            .filter(|e| **e != Effect::WorkAvailable || !std::mem::replace(&mut once, true))
+            .cloned()
+            .collect();
+        collapsed += live.effects.len() - expected.len();
+        assert_eq!(effects, expected, "{}", scenario.name);
+        assert_eq!(machine.master(), &live.master, "{}", scenario.name);
+    }
+    assert!(collapsed > 0, "no scenario repeats WorkAvailable");
+}
+
+#[test]
 fn unknown_versions_and_garbage_are_refused() {
     let mut bytes = encode(&Command::Tick);
     assert_eq!(decode::<Command>(&bytes), Ok(Command::Tick));
