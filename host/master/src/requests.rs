@@ -52,6 +52,22 @@ struct Run {
 }
 
 impl Run {
+    /// Whether this run, from `first`, holds `id`.
+    fn holds(&self, first: RequestId, id: RequestId) -> bool {
+        first.origin == id.origin && id.seq.wrapping_sub(first.seq) < u64::from(self.len)
+    }
+
+    /// Whether `id` creating `request` is this run's next (the id after its
+    /// last, with the job after its last, at its time): then the run grows
+    /// instead of a new one starting.
+    fn grows_by(&self, first: RequestId, id: RequestId, request: Request) -> bool {
+        first.origin == id.origin
+            && self.len < u32::MAX
+            && first.seq.checked_add(u64::from(self.len)) == Some(id.seq)
+            && self.job.checked_add(u64::from(self.len)) == Some(request.job)
+            && self.at == request.at
+    }
+
     /// The request of the id `offset` places after the run's first.
     fn at_offset(&self, offset: u64) -> Request {
         Request {
@@ -90,8 +106,8 @@ impl Requests {
     /// The run holding `id`: its first id, the run and `id`'s offset in it.
     fn run_of(&self, id: RequestId) -> Option<(RequestId, Run, u64)> {
         let (&first, &run) = self.runs.range(..=id).next_back()?;
-        let offset = id.seq.wrapping_sub(first.seq);
-        (first.origin == id.origin && offset < u64::from(run.len)).then_some((first, run, offset))
+        run.holds(first, id)
+            .then(|| (first, run, id.seq.wrapping_sub(first.seq)))
     }
 
     /// What `id` created, if it is remembered.
@@ -102,16 +118,23 @@ impl Requests {
 
     /// Remembers `id` as `request`; returns what it replaces.
     pub fn insert(&mut self, id: RequestId, request: Request) -> Option<Request> {
-        let old = self.remove(&id);
+        // One lookup finds the run holding `id` (a repeat, taken out
+        // first) or the one before it; a new id in sequence, as replay
+        // and every batch insert them, needs no other.
+        let old = match self.runs.range_mut(..=id).next_back() {
+            Some((&first, run)) if run.holds(first, id) => self.remove(&id),
+            Some((&first, run)) if run.grows_by(first, id, request) => {
+                run.len += 1;
+                self.len += 1;
+                return None;
+            }
+            _ => None,
+        };
         self.len += 1;
-        // The id after the last of the run before it, with the job after
-        // that run's last, at its time: the run grows.
-        if let Some((first, run)) = self.runs.range_mut(..id).next_back()
-            && first.origin == id.origin
-            && run.len < u32::MAX
-            && first.seq.checked_add(u64::from(run.len)) == Some(id.seq)
-            && run.job.checked_add(u64::from(run.len)) == Some(request.job)
-            && run.at == request.at
+        // Now that `id` is held nowhere, the run before it may grow.
+        if old.is_some()
+            && let Some((&first, run)) = self.runs.range_mut(..id).next_back()
+            && run.grows_by(first, id, request)
         {
             run.len += 1;
             return old;
