@@ -1508,8 +1508,8 @@ impl Master {
     pub fn apply_into(&mut self, event: &Event, effects: &mut Vec<Effect>) {
         let from = effects.len();
         self.apply_event(event, effects);
-        for at in from..effects.len() {
-            if let Effect::Settled { id, .. } = effects[at] {
+        for effect in &effects[from..] {
+            if let Effect::Settled { id, .. } = *effect {
                 self.pack(id);
             }
         }
@@ -2388,21 +2388,22 @@ impl Master {
         past: Bound<JobId>,
         newest_first: bool,
     ) -> Box<dyn Iterator<Item = (JobId, Held<'_>)> + '_> {
-        fn live<'a>((&id, job): (&JobId, &'a Box<Job>)) -> (JobId, Held<'a>) {
-            (id, Held::Live(job))
-        }
         let done = |(&id, done)| (id, Held::Done(done));
         if newest_first {
             let range = (Bound::Unbounded, past);
             Box::new(Merge {
-                a: self.jobs.range(range).rev().map(live).peekable(),
+                a: (self.jobs.range(range).rev())
+                    .map(|(&id, job)| (id, Held::Live(job)))
+                    .peekable(),
                 b: self.done.range(range).rev().map(done).peekable(),
                 descending: true,
             })
         } else {
             let range = (past, Bound::Unbounded);
             Box::new(Merge {
-                a: self.jobs.range(range).map(live).peekable(),
+                a: (self.jobs.range(range))
+                    .map(|(&id, job)| (id, Held::Live(job)))
+                    .peekable(),
                 b: self.done.range(range).map(done).peekable(),
                 descending: false,
             })
