@@ -988,7 +988,7 @@ async fn recovery(core: CoreKind) {
     let elapsed = started.elapsed();
     let rss_after = rss_bytes();
     println!(
-        "recovery ({core:?} master): {elapsed:.2?} in all: reading the journal {read:.2?}, replaying {:.2?} (compiling the component beforehand: {compiled:.2?})",
+        "recovery ({core:?} master): {elapsed:.2?} in all: opening the journal and taking over {read:.2?}, reading and replaying the events {:.2?} (compiling the component beforehand: {compiled:.2?})",
         report.duration
     );
     let stats = stats(&handle).await;

@@ -694,7 +694,7 @@ impl LocalMaster {
         standby: Option<master::standby::Standby>,
         live_workers: Vec<String>,
     ) -> anyhow::Result<(master::MasterHandle, master::RecoveryReport)> {
-        self.fetch_builds(&started).await?;
+        self.fetch_builds(started.snapshot.as_ref()).await?;
         let warm =
             match (started.warm, standby) {
                 (Some(at), Some(standby)) => Some(standby.promote(at).await.map_err(|e| {
@@ -712,10 +712,24 @@ impl LocalMaster {
             options.component = Some(master_component(&self.component, data_dir).await?.clone());
         }
         let replication = self.replication.clone();
-        tokio::task::spawn_blocking(move || master::start_warm(options, replication, started, warm))
-            .await
-            .context("the recovery thread failed")?
-            .context("cannot start the master")
+        // The builds a chunk of events switches to, fetched before it is
+        // replayed (on the blocking thread the recovery runs on).
+        let (fetcher, data_dir) = (self.fetcher.clone(), self.options.data_dir.clone());
+        let runtime = tokio::runtime::Handle::current();
+        let prepare = move |chunk: &[Vec<u8>]| {
+            let needed = master::upgrade::builds_needed(None, chunk);
+            if needed.is_empty() {
+                return Ok(());
+            }
+            (runtime.block_on(fetch_master_builds(&fetcher, &data_dir, needed)))
+                .map_err(|e| format!("{e:#}"))
+        };
+        tokio::task::spawn_blocking(move || {
+            master::start_warm(options, replication, started, warm, prepare)
+        })
+        .await
+        .context("the recovery thread failed")?
+        .context("cannot start the master")
     }
 }
 
@@ -837,11 +851,13 @@ async fn keep_standby(
 }
 
 impl LocalMaster {
-    /// Fetches every uploaded master build the recovery will run that this
-    /// node lacks (see `master::upgrade`), from the other back-end nodes.
-    async fn fetch_builds(&self, started: &crate::replication::Started) -> anyhow::Result<()> {
-        let snapshot = started.snapshot.as_ref().map(|s| s.state.as_slice());
-        let needed = master::upgrade::builds_needed(snapshot, &started.events);
+    /// Fetches every uploaded master build the snapshot the recovery starts
+    /// from runs that this node lacks (see `master::upgrade`), from the
+    /// other back-end nodes; those the events switch to are fetched as
+    /// the events are read, before they are replayed.
+    async fn fetch_builds(&self, snapshot: Option<&master::store::Snapshot>) -> anyhow::Result<()> {
+        let snapshot = snapshot.map(|s| s.state.as_slice());
+        let needed = master::upgrade::builds_needed(snapshot, &[]);
         fetch_master_builds(&self.fetcher, &self.options.data_dir, needed).await
     }
 

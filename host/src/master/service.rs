@@ -46,7 +46,7 @@ use super::core::{Core, CoreKind, MasterComponent, NativeCore};
 use super::shadow::{Shadow, Taken};
 use super::store::{Snapshot as StoredSnapshot, StoreError};
 use super::upgrade::{self, Build, Builds, Switch};
-use crate::replication::{Completion, Replication, ReplicationStatus, Started};
+use crate::replication::{Completion, Events, Replication, ReplicationStatus, Started};
 use cohort_master::{
     Answer, Assignment, Command, Config, Effect, Failure, JobId, JobState, Millis, Outcome, Query,
     Rejection, Reply, decode, encode,
@@ -549,17 +549,20 @@ pub fn start(
     replication: Replication,
     started: Started,
 ) -> Result<(MasterHandle, RecoveryReport), StartError> {
-    start_warm(options, replication, started, None)
+    start_warm(options, replication, started, None, |_| Ok(()))
 }
 
 /// [`start`], from a warm standby's master (`warm`, the state before
 /// `started.warm`) when there is one: only the entries after it are
-/// applied.
+/// applied. `prepare` sees each chunk of events before it is replayed
+/// (the node fetches the master builds a chunk switches to); its error
+/// stops the start.
 pub fn start_warm(
     options: MasterOptions,
     replication: Replication,
     started: Started,
     warm: Option<Warm>,
+    prepare: impl FnMut(&[Vec<u8>]) -> Result<(), String>,
 ) -> Result<(MasterHandle, RecoveryReport), StartError> {
     let began = Instant::now();
     let Started {
@@ -570,19 +573,25 @@ pub fn start_warm(
         restore,
         ..
     } = started;
-    let events_replayed = events.len() as u64;
     let snapshot_index = snapshot.as_ref().map(|s| s.index);
-    let (replayer, shadow_from) = match (warm, warm_from) {
+    let (replayer, shadow_from, events_replayed) = match (warm, warm_from) {
         (Some(warm), Some(from)) if warm.at == from => {
             let mut replayer = Replayer::resume(&options, warm);
-            replayer.replay(&events)?;
-            (replayer, ShadowFrom::Disk(restore))
+            let replayed = replay_as_read(&mut replayer, events, prepare, |_| {})?;
+            (replayer, ShadowFrom::Disk(restore), replayed)
         }
         (None, None) => {
-            let recovered = Arc::new(Recovered { snapshot, events });
-            let mut replayer = Replayer::recover(&options, recovered.snapshot.as_ref())?;
-            replayer.replay(&recovered.events)?;
-            (replayer, ShadowFrom::Recovered(recovered))
+            // Each chunk is replayed as it arrives, and kept for the
+            // shadow, which starts from the same state.
+            let mut replayer = Replayer::recover(&options, snapshot.as_ref())?;
+            let mut all = Vec::new();
+            let replayed =
+                replay_as_read(&mut replayer, events, prepare, |chunk| all.extend(chunk))?;
+            let recovered = Arc::new(Recovered {
+                snapshot,
+                events: all,
+            });
+            (replayer, ShadowFrom::Recovered(recovered), replayed)
         }
         (warm, from) => {
             return Err(StartError::Core(anyhow::anyhow!(
@@ -691,6 +700,25 @@ impl<'a> Components<'a> {
         self.loaded.insert(build, component.clone());
         Ok(component)
     }
+}
+
+/// Replays `events` into `replayer` chunk by chunk as they are read,
+/// each after `prepare` and before `keep`; how many there were.
+fn replay_as_read(
+    replayer: &mut Replayer<'_>,
+    mut events: Events,
+    mut prepare: impl FnMut(&[Vec<u8>]) -> Result<(), String>,
+    mut keep: impl FnMut(Vec<Vec<u8>>),
+) -> Result<u64, StartError> {
+    let failed = |reason: String| StartError::Core(anyhow::anyhow!(reason));
+    let mut replayed = 0;
+    while let Some(chunk) = events.next_chunk().map_err(failed)? {
+        prepare(&chunk).map_err(failed)?;
+        replayer.replay(&chunk)?;
+        replayed += chunk.len() as u64;
+        keep(chunk);
+    }
+    Ok(replayed)
 }
 
 /// What a master recovers from: the newest snapshot and the journal's

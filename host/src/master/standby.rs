@@ -296,7 +296,7 @@ mod tests {
         let at = started.warm.expect("a warm start");
         let warm = standby.promote(at).await.expect("promoted");
         let mut replayer = Replayer::resume(&options, warm);
-        replayer.replay(&started.events).unwrap();
+        replayer.replay(&started.events.collect().unwrap()).unwrap();
         assert_eq!(
             replayer.core.snapshot().unwrap(),
             master.snapshot().unwrap()

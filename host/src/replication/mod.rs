@@ -107,8 +107,8 @@ pub struct Started {
     pub epoch: u64,
     /// The newest snapshot of the master's state.
     pub snapshot: Option<StoredSnapshot>,
-    /// The master's events after it, in order.
-    pub events: Vec<Vec<u8>>,
+    /// The master's events after it, in order, as they are read.
+    pub events: Events,
     /// The node whose journal was adopted, if another was ahead.
     pub adopted: Option<NodeId>,
     /// Set when this node's standby holds the state before this index:
@@ -119,6 +119,51 @@ pub struct Started {
     /// end, for whoever needs the state from disk (the master's shadow
     /// after a warm start).
     pub restore: storage::Restore,
+}
+
+/// The master's events after [`Started::snapshot`], in order, as the
+/// restore thread reads them: a master replays the first chunks while the
+/// rest are read (a million events take a quarter of a second to read and
+/// over a second to replay).
+#[derive(Debug)]
+pub struct Events(Receiver<Chunk>);
+
+#[derive(Debug)]
+enum Chunk {
+    Events(Vec<Vec<u8>>),
+    End,
+    Failed(String),
+}
+
+impl Events {
+    /// Events already read, all of them.
+    pub fn ready(events: Vec<Vec<u8>>) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _ = tx.send(Chunk::Events(events));
+        let _ = tx.send(Chunk::End);
+        Self(rx)
+    }
+
+    /// The next chunk (waiting for it); `None` once all were handed. An
+    /// error if the read failed or stopped before its end: the chunks
+    /// handed so far are not the whole.
+    pub fn next_chunk(&mut self) -> Result<Option<Vec<Vec<u8>>>, String> {
+        match self.0.recv() {
+            Ok(Chunk::Events(events)) => Ok(Some(events)),
+            Ok(Chunk::End) => Ok(None),
+            Ok(Chunk::Failed(reason)) => Err(reason),
+            Err(_) => Err("the journal's read stopped before its end".into()),
+        }
+    }
+
+    /// All of them, once read.
+    pub fn collect(mut self) -> Result<Vec<Vec<u8>>, String> {
+        let mut all = Vec::new();
+        while let Some(chunk) = self.next_chunk()? {
+            all.extend(chunk);
+        }
+        Ok(all)
+    }
 }
 
 /// What a standby is handed ([`Replication::follow`]).
@@ -1070,10 +1115,11 @@ impl Driver {
 
     /// Hands `replies` what this node's master starts from (the newest
     /// snapshot and the journal after it), read on a thread of its own: a
-    /// million entries take about a second, and a new leader that stops
-    /// heartbeating that long is taken for dead by its followers (a soak
-    /// saw take-overs cascade so). The first reply gets it; the master is
-    /// counted as started from here, unless the read fails
+    /// million entries once took about a second, and a new leader that
+    /// stops heartbeating that long is taken for dead by its followers (a
+    /// soak saw take-overs cascade so). The first reply gets it once the
+    /// snapshot is read, and the events as they are read ([`Events`]); the
+    /// master is counted as started from here, unless the read fails
     /// ([`Input::RestoreFailed`]).
     fn start_master(
         &mut self,
@@ -1102,33 +1148,53 @@ impl Driver {
         let spawned = std::thread::Builder::new()
             .name("cohort-restore".into())
             .spawn(move || {
+                // The master is not started after all (the reason went
+                // to whoever waits for it).
+                let failed = || {
+                    let _ = shared
+                        .tx
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .send(Input::RestoreFailed(epoch));
+                };
                 let mut replies = replies.into_iter();
-                match plan.read() {
-                    Ok((snapshot, events)) => {
-                        if let Some(first) = replies.next() {
-                            let _ = first.send(Ok(Started {
-                                epoch,
-                                snapshot,
-                                events,
-                                adopted,
-                                warm,
-                                restore,
-                            }));
-                        }
-                        for other in replies {
-                            let _ = other.send(Err("another take-over got the master".into()));
-                        }
-                    }
+                let snapshot = match plan.read_snapshot() {
+                    Ok(snapshot) => snapshot,
                     Err(error) => {
                         let reason = format!("cannot read the journal: {error}");
                         for reply in replies {
                             let _ = reply.send(Err(reason.clone()));
                         }
-                        let _ = shared
-                            .tx
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .send(Input::RestoreFailed(epoch));
+                        return failed();
+                    }
+                };
+                // The first reply gets the master; its events follow
+                // as they are read.
+                let Some(first) = replies.next() else { return };
+                let (tx, rx) = std::sync::mpsc::channel();
+                let snapshot_index = snapshot.as_ref().map(|s| s.index);
+                let _ = first.send(Ok(Started {
+                    epoch,
+                    snapshot,
+                    events: Events(rx),
+                    adopted,
+                    warm,
+                    restore,
+                }));
+                for other in replies {
+                    let _ = other.send(Err("another take-over got the master".into()));
+                }
+                let read = plan.read_events(snapshot_index, |chunk| {
+                    tx.send(Chunk::Events(chunk)).is_ok()
+                });
+                match read {
+                    Ok(()) => {
+                        let _ = tx.send(Chunk::End);
+                    }
+                    Err(error) => {
+                        let reason = format!("cannot read the journal: {error}");
+                        let _ = tx.send(Chunk::Failed(reason));
+                        failed();
                     }
                 }
             });
@@ -1419,6 +1485,26 @@ mod tests {
     use super::transport::MemNetwork;
     use super::*;
 
+    /// Chunks arrive in order up to the end; a read that fails, or whose
+    /// thread is gone before the end, is an error, never a short replay.
+    #[test]
+    fn events_end_only_when_the_read_says_so() {
+        assert_eq!(
+            Events::ready(vec![vec![1], vec![2]]).collect(),
+            Ok(vec![vec![1], vec![2]])
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut events = Events(rx);
+        tx.send(Chunk::Events(vec![vec![1]])).unwrap();
+        tx.send(Chunk::Failed("disk".into())).unwrap();
+        assert_eq!(events.next_chunk(), Ok(Some(vec![vec![1]])));
+        assert_eq!(events.next_chunk(), Err("disk".into()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        tx.send(Chunk::Events(vec![vec![1]])).unwrap();
+        drop(tx);
+        assert!(Events(rx).collect().is_err());
+    }
+
     /// Proposes event `[1, event]` and waits for its commit.
     async fn commit(node: &Replication, event: u8) -> Result<(), MasterError> {
         testing::commit(node, vec![vec![1, event]]).await
@@ -1429,7 +1515,7 @@ mod tests {
         let network = MemNetwork::new();
         let (nodes, started) = cluster(&network, &["n0", "n1", "n2"]).await;
         assert_eq!(started.epoch, 1);
-        assert!(started.events.is_empty());
+        assert!(started.events.collect().unwrap().is_empty());
         commit(&nodes[0].replication, 7).await.expect("committed");
 
         // n0 is cut off: n1 takes over once its lease on n0 ran out, with
@@ -1439,7 +1525,7 @@ mod tests {
         let mut superseded = nodes[0].replication.superseded();
         let started = taken_over(&nodes[1].replication).await;
         assert_eq!(started.epoch, 2);
-        assert_eq!(started.events, vec![vec![1, 7]]);
+        assert_eq!(started.events.collect().unwrap(), vec![vec![1, 7]]);
         // n0 cannot commit alone: its batch fails, it never commits.
         let lone = commit(&nodes[0].replication, 8).await;
         assert!(lone.is_err(), "{lone:?}");
@@ -1478,7 +1564,7 @@ mod tests {
             .expect("n1 hears of it")
             .unwrap();
         let started = nodes[1].replication.take_over().await.expect("n1 leads");
-        assert_eq!(started.events.len(), 10);
+        assert_eq!(started.events.collect().unwrap().len(), 10);
         assert_eq!(started.epoch, 2);
     }
 
@@ -1546,7 +1632,8 @@ mod tests {
         let started = taken_over(&nodes[1].replication).await;
         assert_eq!(started.warm, Some(at));
         assert!(started.snapshot.is_none());
-        assert!(started.events.is_empty(), "{:?}", started.events);
+        let events = started.events.collect().unwrap();
+        assert!(events.is_empty(), "{events:?}");
         // The whole read is there for whoever needs it.
         let (snapshot, rest) = started.restore.read().unwrap();
         assert_eq!(snapshot.unwrap().state, b"after 5");
@@ -1594,7 +1681,10 @@ mod tests {
         let held = Instant::now();
         let started = taken_over(&nodes[1].replication).await;
         assert!(held.elapsed() >= STALL_COVERED_MAX, "{:?}", held.elapsed());
-        assert_eq!(started.events, vec![vec![1, 1], vec![1, 2]]);
+        assert_eq!(
+            started.events.collect().unwrap(),
+            vec![vec![1, 1], vec![1, 2]]
+        );
     }
 
     #[tokio::test]
@@ -1616,7 +1706,7 @@ mod tests {
         };
         assert_eq!(started.epoch, 2);
         assert_eq!(started.snapshot.unwrap().state, b"state");
-        assert_eq!(started.events, vec![vec![1, 2]]);
+        assert_eq!(started.events.collect().unwrap(), vec![vec![1, 2]]);
     }
 
     /// Snapshots whose state comes later ([`SnapshotSlot`]) compact the
@@ -1654,6 +1744,6 @@ mod tests {
             }
         };
         assert_eq!(started.snapshot.unwrap().state, b"after 2");
-        assert_eq!(started.events, vec![vec![1, 3]]);
+        assert_eq!(started.events.collect().unwrap(), vec![vec![1, 3]]);
     }
 }

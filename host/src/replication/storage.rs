@@ -234,6 +234,9 @@ impl JournalStorage {
     }
 }
 
+/// Events a [`Restore`] hands on at a time.
+pub const RESTORE_CHUNK: usize = 16_384;
+
 /// A master's starting point to be read from a data directory, up to the
 /// journal's end when it was planned ([`JournalStorage::restore_plan`]).
 /// Reads through its own file handles, so the replication thread goes on
@@ -279,6 +282,17 @@ impl Restore {
     /// was replaced meanwhile) is an error: what follows the read would
     /// not follow that state.
     pub fn read(&self) -> Result<(Option<StoredSnapshot>, Vec<Vec<u8>>), StorageError> {
+        let snapshot = self.read_snapshot()?;
+        let mut events = Vec::new();
+        self.read_events(snapshot.as_ref().map(|s| s.index), |chunk| {
+            events.extend(chunk);
+            true
+        })?;
+        Ok((snapshot, events))
+    }
+
+    /// [`read`](Self::read)'s snapshot alone.
+    pub fn read_snapshot(&self) -> Result<Option<StoredSnapshot>, StorageError> {
         let mut snapshot = match self.tail {
             Some(_) => None,
             None => store::latest_snapshot(&self.dir).map_err(error)?,
@@ -294,12 +308,24 @@ impl Restore {
                 snapshot.index, self.end
             )));
         }
+        Ok(snapshot)
+    }
+
+    /// [`read`](Self::read)'s events after the snapshot at `snapshot_index`
+    /// (what [`read_snapshot`](Self::read_snapshot) gave), handed to `chunk` in
+    /// order, [`RESTORE_CHUNK`] at a time, so a master replays the first
+    /// while the rest are read. Stops early, with no error, once `chunk`
+    /// returns false; an error says the events handed so far are not all.
+    pub fn read_events(
+        &self,
+        snapshot_index: Option<u64>,
+        mut chunk: impl FnMut(Vec<Vec<u8>>) -> bool,
+    ) -> Result<(), StorageError> {
         // The events after the snapshot read, whichever it is.
-        let mut next = self
-            .tail
-            .unwrap_or_else(|| snapshot.as_ref().map_or(self.first, |s| s.index));
+        let mut next = (self.tail).or(snapshot_index).unwrap_or(self.first);
         let journal = FsStorage::open(&self.dir.join("journal")).map_err(error)?;
-        let mut events = Vec::with_capacity(self.end.saturating_sub(next).min(1 << 20) as usize);
+        let mut events = Vec::with_capacity(RESTORE_CHUNK);
+        let mut wanted = true;
         crate::journal::log::visit_entries(&journal, next, |index, _, data| {
             if index >= self.end {
                 return false;
@@ -307,17 +333,27 @@ impl Restore {
             next = index + 1;
             if is_master_event(data) {
                 events.push(data.to_vec());
+                if events.len() == RESTORE_CHUNK {
+                    let full = std::mem::replace(&mut events, Vec::with_capacity(RESTORE_CHUNK));
+                    wanted = chunk(full);
+                }
             }
-            true
+            wanted
         })
         .map_err(error)?;
+        if !wanted {
+            return Ok(());
+        }
         if next < self.end {
             return Err(StorageError(format!(
                 "the journal holds entries up to {next}, not up to {}",
                 self.end
             )));
         }
-        Ok((snapshot, events))
+        if !events.is_empty() {
+            chunk(events);
+        }
+        Ok(())
     }
 }
 
@@ -537,6 +573,48 @@ mod tests {
             })
             .unwrap();
         assert!(stale.read().is_err());
+    }
+
+    /// A restore's events come in chunks of [`RESTORE_CHUNK`], the
+    /// replication core's own entries left out, the same as one read;
+    /// a reader that stops early stops the read without an error.
+    #[test]
+    fn a_restore_hands_its_events_on_in_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut storage = JournalStorage::open(dir.path()).unwrap();
+        storage.set_promise(1).unwrap();
+        let count = 2 * RESTORE_CHUNK + 5;
+        for n in 0..count {
+            if n % 1000 == 0 {
+                storage.append(1, Payload::Noop).unwrap();
+            }
+            // A master event starts with its format's version byte.
+            let event = [&[1][..], &(n as u32).to_le_bytes()].concat();
+            storage.append(1, Payload::Data(event)).unwrap();
+        }
+        storage.sync().unwrap();
+        let plan = storage.restore_plan();
+        let mut chunks = Vec::new();
+        plan.read_events(None, |chunk| {
+            chunks.push(chunk);
+            true
+        })
+        .unwrap();
+        let sizes: Vec<usize> = chunks.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![RESTORE_CHUNK, RESTORE_CHUNK, 5]);
+        let all: Vec<Vec<u8>> = chunks.into_iter().flatten().collect();
+        assert_eq!(all, plan.read().unwrap().1);
+        let numbers = all
+            .iter()
+            .map(|e| u32::from_le_bytes(e[1..].try_into().unwrap()));
+        assert!(numbers.eq(0..count as u32));
+        let mut taken = 0;
+        plan.read_events(None, |_| {
+            taken += 1;
+            false
+        })
+        .unwrap();
+        assert_eq!(taken, 1);
     }
 
     #[test]
