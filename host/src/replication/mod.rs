@@ -137,6 +137,7 @@ enum Chunk {
 
 impl Events {
     /// Events already read, all of them.
+    #[cfg(test)]
     pub fn ready(events: Vec<Vec<u8>>) -> Self {
         let (tx, rx) = std::sync::mpsc::channel();
         let _ = tx.send(Chunk::Events(events));
@@ -1171,6 +1172,11 @@ impl Driver {
                 // The first reply gets the master; its events follow
                 // as they are read.
                 let Some(first) = replies.next() else { return };
+                // Not bounded by a count: it holds at most the planned
+                // read, as one whole read did (a cold start keeps all of
+                // it for its shadow anyway), and the reader never waits
+                // for a master slow to start, so it is not left reading a
+                // journal compacted meanwhile.
                 let (tx, rx) = std::sync::mpsc::channel();
                 let snapshot_index = snapshot.as_ref().map(|s| s.index);
                 let _ = first.send(Ok(Started {
