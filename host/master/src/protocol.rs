@@ -1049,6 +1049,19 @@ pub enum JobState {
     Dead,
 }
 
+// `ALL[state as usize] == state`, checked as the crate compiles: the
+// master's counts and a packed job's state byte number states so.
+const _: () = {
+    let mut at = 0;
+    while at < JobState::COUNT {
+        assert!(
+            JobState::ALL[at] as usize == at,
+            "JobState::ALL is out of order"
+        );
+        at += 1;
+    }
+};
+
 impl JobState {
     /// Every state, in declaration order (the order of [`Stats::jobs`]).
     pub const ALL: [JobState; 6] = [
