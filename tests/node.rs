@@ -350,8 +350,19 @@ fn bad_input_gets_a_stable_code_and_the_node_carries_on() {
 
 #[test]
 fn failing_jobs_end_with_their_code_and_do_not_disturb_others() {
+    failing_jobs(&["--slots", "4"]);
+}
+
+/// The same in sandbox processes: a timeout is a kill, a cancel drops
+/// (and so kills) the job's process, and the node's slot comes back.
+#[test]
+fn failing_jobs_in_sandbox_processes_end_the_same_way() {
+    failing_jobs(&["--slots", "4", "--job-isolation", "process"]);
+}
+
+fn failing_jobs(args: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let node = Node::start(dir.path(), &["--slots", "4"]);
+    let node = Node::start(dir.path(), args);
     runtime().block_on(async {
         let client = Api::new(&node.url);
         let once = |module: &str, input: &str, timeout_ms: Option<u64>, memory: Option<u64>| {

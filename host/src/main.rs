@@ -63,6 +63,10 @@ enum Command {
     /// Create, list or revoke API tokens.
     #[command(subcommand)]
     Token(cohort::cli::TokenCommand),
+    /// Run the jobs a node sends on stdin (started by a node with
+    /// `--job-isolation process`, never by hand).
+    #[command(hide = true)]
+    Sandbox(cohort::runtime::sandbox::SandboxArgs),
 }
 
 fn main() -> ExitCode {
@@ -78,6 +82,20 @@ fn main() -> ExitCode {
             }),
         )
         .init();
+    let command = match cli.command {
+        // A sandbox process runs one job at a time on its own thread, with
+        // no multi-threaded runtime of the node's.
+        Command::Sandbox(args) => {
+            return match cohort::runtime::sandbox::serve(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    ExitCode::from(cohort::exec::ExitStatus::Internal as u8)
+                }
+            };
+        }
+        command => command,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -89,7 +107,8 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
-        match cli.command {
+        match command {
+            Command::Sandbox(_) => unreachable!("a sandbox process returned above"),
             Command::Exec(args) => cohort::exec::run(args).await.into(),
             // Blocking child processes: off the async workers.
             Command::Build(args) => report(blocking(move || cohort::build::build(args)).await),

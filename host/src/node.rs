@@ -25,7 +25,7 @@ use crate::peer::Peer;
 use crate::replication::Replication;
 use crate::replication::transport::HttpTransport;
 use crate::runtime::limits::{self, JobLimits};
-use crate::runtime::{Runtime, RuntimeConfig};
+use crate::runtime::{Isolation, Runtime, RuntimeConfig};
 use crate::worker::{ProgressBoard, Worker, WorkerOptions};
 use anyhow::Context;
 use cohort_master::Command;
@@ -82,6 +82,17 @@ pub struct NodeArgs {
     /// Largest memory limit a job may ask for on this node.
     #[arg(long, value_parser = limits::parse_bytes, default_value = "4GiB")]
     pub job_memory_max: u64,
+    /// Where this node's jobs run: `thread` (on the node's threads; compiled
+    /// code checks epochs to keep deadlines) or `process` (each running job
+    /// in a pooled sandbox process, killed at its deadline; CPU-bound code
+    /// runs without those checks).
+    #[arg(
+        long,
+        value_enum,
+        env = "COHORT_JOB_ISOLATION",
+        default_value = "thread"
+    )]
+    pub job_isolation: Isolation,
     /// Attempts of a job that does not set `max_attempts`.
     #[arg(long, default_value_t = 3)]
     pub max_attempts: u32,
@@ -221,6 +232,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         data_dir: Some(data_dir.clone()),
         concurrent_jobs: slots.max(1),
         memory_bytes_max: args.job_memory_max,
+        isolation: args.job_isolation,
         ..RuntimeConfig::default()
     })?;
     let modules = Arc::new(

@@ -266,6 +266,8 @@ impl Worker {
             .worker_threads(threads)
             .thread_name("cohort-job")
             .enable_time()
+            // Pipes to sandbox processes (`--job-isolation process`).
+            .enable_io()
             .build()?;
         let shared = Arc::new(Shared {
             jobs: jobs.handle().clone(),

@@ -21,6 +21,11 @@
 //!   resource limiter and deadlines (see [`super::job`]). A guest can
 //!   trap, loop, allocate or print without bound and the worst outcome is its
 //!   own failure: the runtime and other jobs carry on.
+//! * **Two ways to keep time** ([`Isolation`]). In-thread (the default),
+//!   compiled code checks epochs; with [`Isolation::Process`] it does not,
+//!   and each attempt runs in a pooled sandbox process that is killed at its
+//!   deadline (see [`super::sandbox`]). The engine settings differ, so each
+//!   way has its own disk-cache directory.
 //! * **Bounded concurrency.** A semaphore sized to the instance pool keeps
 //!   jobs from failing on pool exhaustion: excess jobs wait for a slot.
 //!
@@ -36,6 +41,7 @@ use super::module::{
     self, Digest, DiskCache, JOB_PACKAGE_VERSION, MODULE_BYTES_MAX, Module, ModuleError,
     ModuleInner,
 };
+use super::sandbox::Sandboxes;
 use lru::LruCache;
 use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
@@ -58,6 +64,9 @@ pub const MODULE_CACHE_LEN_DEFAULT: usize = 64;
 /// (Cranelift compiles functions in parallel), so more would only multiply
 /// memory use; further loads wait their turn.
 const COMPILES_CONCURRENT_MAX: usize = 2;
+/// Compiled modules a sandbox process keeps in memory: it runs one job at a
+/// time, and the node's disk cache is a read away.
+const SANDBOX_MODULE_CACHE_LEN: usize = 8;
 /// Core instances one job component may create. Rust components for
 /// wasm32-wasip2 create 2 to 4 (the program plus adapter shims);
 /// componentize-py's create 14 (38 when built with `--stub-wasi`, which
@@ -86,6 +95,23 @@ const MEMORY_KEEP_RESIDENT_SCANNED_BYTES: usize = 16 << 20;
 /// (20 µs), 64 KiB covers a small job's hot stack and heap (14 µs).
 const MEMORY_KEEP_RESIDENT_BYTES: usize = 64 << 10;
 
+/// Where a job's code runs, and so how its deadline is kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Isolation {
+    /// On the node's threads. Compiled code checks the engine's epoch at
+    /// every loop back-edge and function entry, which stops a job at its
+    /// deadline and yields the thread every tick; on tight loops the checks
+    /// cost up to as much as the loop's own work.
+    #[default]
+    Thread,
+    /// Each running job in a sandbox process of its own (pooled, see
+    /// [`super::sandbox`]), killed at its deadline. Compiled without epoch
+    /// checks, so CPU-bound code runs at the speed of its own instructions;
+    /// each job pays a round trip to its process, and each process its own
+    /// memory.
+    Process,
+}
+
 /// How to build a [`Runtime`].
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -99,6 +125,11 @@ pub struct RuntimeConfig {
     pub module_cache_len: usize,
     /// The largest memory limit any job may be given.
     pub memory_bytes_max: u64,
+    /// Where jobs run.
+    pub isolation: Isolation,
+    /// The `cohort` binary that sandbox processes run
+    /// ([`Isolation::Process`]); `None` is this process's own executable.
+    pub sandbox_program: Option<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -108,6 +139,8 @@ impl Default for RuntimeConfig {
             concurrent_jobs: CONCURRENT_JOBS_DEFAULT,
             module_cache_len: MODULE_CACHE_LEN_DEFAULT,
             memory_bytes_max: MEMORY_BYTES_CEILING,
+            isolation: Isolation::Thread,
+            sandbox_program: None,
         }
     }
 }
@@ -148,6 +181,14 @@ struct Inner {
     compiles: Semaphore,
     memory_bytes_max: u64,
     ticker_stop: Arc<AtomicBool>,
+    /// With [`Isolation::Process`], the children jobs run in; `None` runs
+    /// them here (in-thread, or inside a sandbox process itself).
+    sandboxes: Option<Sandboxes>,
+    /// Whether compiled code checks epochs (in-thread isolation).
+    epochs: bool,
+    /// The disk cache's directory when the configuration gave none and
+    /// sandbox processes need one; deleted with the runtime.
+    _own_data_dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for Inner {
@@ -163,8 +204,31 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Builds the engine, linker, caches and epoch ticker.
+    /// Builds the engine, linker, caches and epoch ticker (or, with
+    /// [`Isolation::Process`], the pool of sandbox processes).
     pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        Self::build(config, false)
+    }
+
+    /// The runtime inside a sandbox process: the node's engine settings for
+    /// [`Isolation::Process`] (so it reads the artifacts the node compiled),
+    /// running one job at a time on its own thread.
+    pub(crate) fn sandbox_child(
+        data_dir: PathBuf,
+        memory_bytes_max: u64,
+    ) -> Result<Self, RuntimeError> {
+        let config = RuntimeConfig {
+            data_dir: Some(data_dir),
+            concurrent_jobs: 1,
+            module_cache_len: SANDBOX_MODULE_CACHE_LEN,
+            memory_bytes_max,
+            isolation: Isolation::Process,
+            sandbox_program: None,
+        };
+        Self::build(config, true)
+    }
+
+    fn build(mut config: RuntimeConfig, in_sandbox: bool) -> Result<Self, RuntimeError> {
         if config.concurrent_jobs == 0 || config.concurrent_jobs > CONCURRENT_JOBS_MAX {
             return Err(RuntimeError::Config(format!(
                 "concurrent_jobs must be 1..={CONCURRENT_JOBS_MAX}"
@@ -184,6 +248,39 @@ impl Runtime {
         Job::add_to_linker::<_, HasSelf<JobState>>(&mut linker, |state| state)
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
 
+        let sandboxed = config.isolation == Isolation::Process && !in_sandbox;
+        let own_data_dir = match (&config.data_dir, sandboxed) {
+            (None, true) => {
+                let dir = tempfile::Builder::new()
+                    .prefix("cohort-runtime-")
+                    .tempdir()
+                    .map_err(|source| RuntimeError::Cache {
+                        path: std::env::temp_dir(),
+                        source,
+                    })?;
+                config.data_dir = Some(dir.path().to_path_buf());
+                Some(dir)
+            }
+            _ => None,
+        };
+        let sandboxes = match (&config.data_dir, sandboxed) {
+            (Some(dir), true) => {
+                let program = match &config.sandbox_program {
+                    Some(program) => program.clone(),
+                    None => std::env::current_exe().map_err(|e| {
+                        RuntimeError::Config(format!(
+                            "cannot find this program to run sandbox processes: {e}"
+                        ))
+                    })?,
+                };
+                Some(Sandboxes::new(
+                    program,
+                    dir.clone(),
+                    config.memory_bytes_max,
+                ))
+            }
+            _ => None,
+        };
         let disk_cache = match &config.data_dir {
             None => None,
             Some(dir) => {
@@ -198,7 +295,10 @@ impl Runtime {
         };
         let cache_len = NonZeroUsize::new(config.module_cache_len.max(1)).expect("at least 1");
         let ticker_stop = Arc::new(AtomicBool::new(false));
-        spawn_epoch_ticker(engine.weak(), ticker_stop.clone());
+        let epochs = config.isolation == Isolation::Thread;
+        if epochs {
+            spawn_epoch_ticker(engine.weak(), ticker_stop.clone());
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 engine,
@@ -209,6 +309,9 @@ impl Runtime {
                 compiles: Semaphore::new(COMPILES_CONCURRENT_MAX),
                 memory_bytes_max: config.memory_bytes_max,
                 ticker_stop,
+                sandboxes,
+                epochs,
+                _own_data_dir: own_data_dir,
             }),
         })
     }
@@ -278,7 +381,10 @@ impl Runtime {
             .acquire()
             .await
             .expect("the slot semaphore is never closed");
-        job::execute(&self.inner.engine, module, request).await
+        match &self.inner.sandboxes {
+            Some(sandboxes) => sandboxes.run(module.digest(), request).await,
+            None => job::execute(&self.inner.engine, module, request, self.inner.epochs).await,
+        }
     }
 
     /// Runs `module` with default limits on `input`; a convenience for tests
@@ -305,16 +411,22 @@ impl Runtime {
             .map_err(|e| ModuleError::Invalid(format!("{e:#}")))?;
         let module = self.link(digest, &component)?;
         if let Some(disk) = &self.inner.disk_cache {
-            // A cache write failure costs a recompile later, nothing more.
-            match component.serialize() {
-                Ok(artifact) => {
-                    if let Err(error) = disk.store(&digest, &artifact) {
-                        tracing::warn!(%digest, %error, "cannot write compiled module to the disk cache");
-                    }
+            // In-thread, a cache write failure costs a recompile later,
+            // nothing more; sandbox processes read their modules from it.
+            let stored = component
+                .serialize()
+                .map_err(|error| format!("cannot serialize compiled module: {error:#}"))
+                .and_then(|artifact| {
+                    disk.store(&digest, &artifact).map_err(|error| {
+                        format!("cannot write compiled module to the disk cache: {error}")
+                    })
+                });
+            match stored {
+                Ok(()) => {}
+                Err(error) if self.inner.sandboxes.is_some() => {
+                    return Err(ModuleError::Internal(error));
                 }
-                Err(error) => {
-                    tracing::warn!(%digest, error = %format!("{error:#}"), "cannot serialize compiled module")
-                }
+                Err(error) => tracing::warn!(%digest, %error, "compiled module not cached on disk"),
             }
         }
         self.lock_cache().put(digest, module.clone());
@@ -437,7 +549,7 @@ fn build_engine(config: &RuntimeConfig) -> wasmtime::Result<Engine> {
 
     let mut wasm = Config::new();
     wasm.wasm_component_model(true)
-        .epoch_interruption(true)
+        .epoch_interruption(config.isolation == Isolation::Thread)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     Engine::new(&wasm)
 }

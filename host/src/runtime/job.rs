@@ -368,7 +368,14 @@ fn truncate_utf8(mut text: String, bytes_max: usize) -> String {
 
 /// Runs one attempt of `module` on `request` and reports how it ended.
 /// Never panics on anything the guest does.
-pub(crate) async fn execute(engine: &Engine, module: &Module, request: JobRequest) -> JobReport {
+/// `epochs` says whether the engine checks epochs (in-thread isolation);
+/// without them the deadline is kept by whoever runs this process.
+pub(crate) async fn execute(
+    engine: &Engine,
+    module: &Module,
+    request: JobRequest,
+    epochs: bool,
+) -> JobReport {
     let JobRequest {
         input,
         limits,
@@ -410,15 +417,17 @@ pub(crate) async fn execute(engine: &Engine, module: &Module, request: JobReques
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
-    store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(|mut ctx| {
-        let state = ctx.data_mut();
-        if Instant::now() >= state.deadline {
-            state.timed_out = true;
-            return Err(wasmtime::format_err!("job deadline exceeded"));
-        }
-        Ok(UpdateDeadline::Yield(1))
-    });
+    if epochs {
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|mut ctx| {
+            let state = ctx.data_mut();
+            if Instant::now() >= state.deadline {
+                state.timed_out = true;
+                return Err(wasmtime::format_err!("job deadline exceeded"));
+            }
+            Ok(UpdateDeadline::Yield(1))
+        });
+    }
 
     let call = call_run(&mut store, module, &input);
     let result = tokio::time::timeout(limits.timeout() + HOST_TIMEOUT_GRACE, call).await;

@@ -9,8 +9,9 @@ pub mod limits;
 pub mod log;
 pub mod module;
 pub mod observer;
+pub mod sandbox;
 
-pub use engine::{Runtime, RuntimeConfig, RuntimeError};
+pub use engine::{Isolation, Runtime, RuntimeConfig, RuntimeError};
 pub use job::{JobFailure, JobReport, JobRequest, Progress};
 pub use limits::JobLimits;
 pub use module::{Digest, Module, ModuleError};

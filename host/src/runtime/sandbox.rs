@@ -1,0 +1,625 @@
+//! Process isolation: each running job in a sandbox process of its own.
+//!
+//! # Why
+//!
+//! A job running on the node's threads is stopped at its deadline by epoch
+//! checks that wasmtime compiles into every loop back-edge and function
+//! entry. On a loop whose body is a handful of instructions, that check
+//! costs as much as the body (BENCHMARKS.md, "CPU-bound kernels"). With
+//! [`Isolation::Process`](super::Isolation::Process) modules are compiled
+//! without those checks and every attempt runs in a `cohort sandbox` child
+//! process, which the node kills at the job's deadline: that stops any code,
+//! however tight its loop, and the kernel's scheduler (not epoch yields)
+//! shares the cores. A crash of the process that runs a job (a wasmtime
+//! bug, the kernel's OOM killer) then costs that attempt only.
+//!
+//! # Design
+//!
+//! * **A pool of children.** Children start on demand, run one job at a time
+//!   and are reused; there are never more than the runtime's slots. A child
+//!   that was killed (deadline) or failed is dropped, and the next job starts
+//!   a fresh one.
+//! * **Compiled once, by the node.** [`Runtime::load`](super::Runtime::load)
+//!   validates and compiles as it always does (a bad module is refused before
+//!   any job) and writes the artifact to the disk cache; a child, built with
+//!   the same engine settings and so the same cache directory, loads it by
+//!   digest. Without a data directory the runtime keeps one of its own.
+//! * **Frames over stdin/stdout.** Each frame is a little-endian `u32`
+//!   length then a postcard body. Node to child: one [`Request`] per job.
+//!   Child to node: [`Event::Log`], [`Event::Progress`] and
+//!   [`Event::Checkpoint`] as they happen (so the log and checkpoint of a
+//!   killed attempt survive, as they do in-thread), then [`Event::Done`].
+//! * **The child is hostile.** It runs untrusted code; if that code escaped
+//!   the sandbox, the frames are its voice. The node bounds every frame by
+//!   the job's own limits, and a frame that does not decode, an early exit
+//!   or a closed pipe fail the attempt with `internal` and kill the child.
+//!   A child's death never touches another job.
+//! * **No orphans.** A child exits when its stdin closes (the node is gone or
+//!   dropped it), and a watchdog thread exits it when its parent process is
+//!   gone, which covers a guest spinning in a loop after the node was killed.
+//!
+//! # Not here
+//!
+//! The child is the same binary with the same privileges as the node: no
+//! seccomp filter, namespaces or resource limits of the OS beyond wasmtime's
+//! own. It isolates faults and time, not a guest that escaped wasmtime.
+
+use super::engine::Runtime;
+use super::job::{JobFailure, JobReport, JobRequest, Progress};
+use super::limits::{JobLimits, MEMORY_BYTES_CEILING};
+use super::module::Digest;
+use super::observer::JobObserver;
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+/// How long past a job's deadline the node waits before killing its child.
+/// The child's own timeout (which fires when the guest waits in a host
+/// call) ends such an attempt cleanly 100 ms past the deadline, keeping the
+/// child for the next job; a guest busy in its own code is killed here.
+const KILL_GRACE: Duration = Duration::from_millis(250);
+/// Room in a child's frame beyond the job's own bytes (codes, messages,
+/// backtraces, the log's truncation marker).
+const FRAME_SLACK_BYTES: u64 = 1 << 20;
+/// Largest request a child accepts: an input and a resume state.
+const REQUEST_BYTES_MAX: u64 = 1 << 30;
+/// How often a child checks that the node that started it is still there.
+const ORPHAN_CHECK: Duration = Duration::from_millis(200);
+
+/// One attempt, node to child.
+#[derive(Debug, Serialize, Deserialize)]
+struct Request {
+    digest: [u8; 32],
+    input: Vec<u8>,
+    limits: JobLimits,
+    resume_state: Option<Vec<u8>>,
+}
+
+/// What a child tells the node about the attempt it runs.
+#[derive(Debug, Serialize, Deserialize)]
+enum Event {
+    /// Log bytes the job's log kept.
+    Log(Vec<u8>),
+    /// A progress report, already clamped and truncated.
+    Progress(Progress),
+    /// A checkpoint within the job's limit.
+    Checkpoint(Vec<u8>),
+    /// The attempt's end.
+    Done(Done),
+}
+
+/// A finished attempt's [`JobReport`] on the wire.
+#[derive(Debug, Serialize, Deserialize)]
+struct Done {
+    /// The output, or the failure as JSON: `JobFailure` is internally
+    /// tagged, which postcard cannot carry, and its JSON is its API form.
+    outcome: Result<Vec<u8>, String>,
+    log: Vec<u8>,
+    log_dropped_bytes: u64,
+    progress: Option<Progress>,
+    checkpoint: Option<Vec<u8>>,
+    duration_us: u64,
+    memory_peak_bytes: u64,
+}
+
+/// The arguments of `cohort sandbox`, which only a node starts.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SandboxArgs {
+    /// The node runtime's data directory (its compiled-module cache).
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// The node's largest job memory limit.
+    #[arg(long)]
+    pub memory_bytes_max: u64,
+    /// The node's process id: this process exits once its parent is another
+    /// (the node died, even before this process started).
+    #[arg(long)]
+    pub parent_pid: i32,
+}
+
+/// The node's side: starts children, hands each one job at a time.
+#[derive(Debug)]
+pub(crate) struct Sandboxes {
+    program: PathBuf,
+    data_dir: PathBuf,
+    memory_bytes_max: u64,
+    idle: Mutex<Vec<Sandbox>>,
+}
+
+/// One child process and its pipes.
+#[derive(Debug)]
+struct Sandbox {
+    process: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+/// What the node saw of an attempt before it ended: enough to report a
+/// killed one as an in-thread attempt cut off by its timeout is reported.
+#[derive(Default)]
+struct Seen {
+    log: Vec<u8>,
+    log_dropped_bytes: u64,
+    progress: Option<Progress>,
+    checkpoint: Option<Vec<u8>>,
+}
+
+impl Sandboxes {
+    pub(crate) fn new(program: PathBuf, data_dir: PathBuf, memory_bytes_max: u64) -> Self {
+        Self {
+            program,
+            data_dir,
+            memory_bytes_max,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Runs one attempt of the module `digest` (compiled into the disk cache
+    /// by this runtime) in a child. The caller holds one of the runtime's
+    /// slots, so there are never more children than slots.
+    pub(crate) async fn run(&self, digest: Digest, request: JobRequest) -> JobReport {
+        let started = Instant::now();
+        let JobRequest {
+            input,
+            limits,
+            resume_state,
+            observer,
+        } = request;
+        let deadline = tokio::time::Instant::now() + limits.timeout() + KILL_GRACE;
+        let mut seen = Seen::default();
+        let mut sandbox = match self.take() {
+            Ok(sandbox) => sandbox,
+            Err(error) => {
+                return seen.report(
+                    JobFailure::Internal {
+                        message: format!(
+                            "cannot start a sandbox process ({}): {error}",
+                            self.program.display()
+                        ),
+                    },
+                    started,
+                );
+            }
+        };
+        let request = Request {
+            digest: digest.to_bytes(),
+            input,
+            limits,
+            resume_state,
+        };
+        let exchange = sandbox.exchange(&request, observer.as_deref(), &mut seen);
+        match tokio::time::timeout_at(deadline, exchange).await {
+            Ok(Ok(done)) => {
+                self.put_back(sandbox);
+                done.into_report(&limits)
+            }
+            Ok(Err(error)) => {
+                let status = sandbox.kill().await;
+                tracing::warn!(%digest, %error, status, "a sandbox process failed; it was stopped");
+                seen.report(
+                    JobFailure::Internal {
+                        message: format!(
+                            "the sandbox process running the job failed: {error} (it {status})"
+                        ),
+                    },
+                    started,
+                )
+            }
+            Err(_deadline) => {
+                sandbox.kill().await;
+                seen.report(
+                    JobFailure::Timeout {
+                        limit_ms: limits.timeout_ms,
+                    },
+                    started,
+                )
+            }
+        }
+    }
+
+    fn take(&self) -> std::io::Result<Sandbox> {
+        if let Some(sandbox) = self.lock_idle().pop() {
+            return Ok(sandbox);
+        }
+        let mut process = Command::new(&self.program)
+            .arg("sandbox")
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--memory-bytes-max")
+            .arg(self.memory_bytes_max.to_string())
+            .arg("--parent-pid")
+            .arg(std::process::id().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdin = process.stdin.take().expect("stdin is piped");
+        let stdout = process.stdout.take().expect("stdout is piped");
+        Ok(Sandbox {
+            process,
+            stdin,
+            stdout: BufReader::new(stdout),
+        })
+    }
+
+    fn put_back(&self, sandbox: Sandbox) {
+        self.lock_idle().push(sandbox);
+    }
+
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Sandbox>> {
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Sandbox {
+    /// Sends the request and relays the child's events until it is done.
+    async fn exchange(
+        &mut self,
+        request: &Request,
+        observer: Option<&dyn JobObserver>,
+        seen: &mut Seen,
+    ) -> std::io::Result<Done> {
+        self.stdin.write_all(&frame(request)?).await?;
+        self.stdin.flush().await?;
+
+        let limits = &request.limits;
+        let frame_max =
+            limits.output_bytes + limits.log_bytes + limits.checkpoint_bytes + FRAME_SLACK_BYTES;
+        loop {
+            let mut length = [0u8; 4];
+            self.stdout.read_exact(&mut length).await?;
+            let length = u64::from(u32::from_le_bytes(length));
+            if length > frame_max {
+                return Err(invalid(format!(
+                    "it sent a {length}-byte frame; this job's limit is {frame_max}"
+                )));
+            }
+            let mut body = vec![0u8; length as usize];
+            self.stdout.read_exact(&mut body).await?;
+            let event: Event = decode(&body)?;
+            match event {
+                Event::Log(bytes) => {
+                    let room = (limits.log_bytes as usize).saturating_sub(seen.log.len());
+                    let kept = &bytes[..room.min(bytes.len())];
+                    seen.log_dropped_bytes += (bytes.len() - kept.len()) as u64;
+                    seen.log.extend_from_slice(kept);
+                    if let (Some(observer), false) = (observer, kept.is_empty()) {
+                        observer.log(kept);
+                    }
+                }
+                Event::Progress(progress) => {
+                    if !(0.0..=1.0).contains(&progress.fraction) {
+                        return Err(invalid(format!(
+                            "it reported progress {}",
+                            progress.fraction
+                        )));
+                    }
+                    if let Some(observer) = observer {
+                        observer.progress(progress.fraction, &progress.message);
+                    }
+                    seen.progress = Some(progress);
+                }
+                Event::Checkpoint(state) => {
+                    if state.len() as u64 > limits.checkpoint_bytes {
+                        return Err(invalid(format!(
+                            "it sent a {}-byte checkpoint; the limit is {}",
+                            state.len(),
+                            limits.checkpoint_bytes
+                        )));
+                    }
+                    if let Some(observer) = observer {
+                        observer.checkpoint(&state);
+                    }
+                    seen.checkpoint = Some(state);
+                }
+                Event::Done(done) => return Ok(done),
+            }
+        }
+    }
+
+    /// Kills the child and says how it ended.
+    async fn kill(mut self) -> String {
+        let _ = self.process.start_kill();
+        match self.process.wait().await {
+            Ok(status) => format!("exited: {status}"),
+            Err(error) => format!("could not be waited for: {error}"),
+        }
+    }
+}
+
+impl Seen {
+    fn report(self, failure: JobFailure, started: Instant) -> JobReport {
+        JobReport {
+            outcome: Err(failure),
+            log: self.log,
+            log_dropped_bytes: self.log_dropped_bytes,
+            progress: self.progress,
+            checkpoint: self.checkpoint,
+            duration: started.elapsed(),
+            memory_peak_bytes: 0,
+        }
+    }
+}
+
+impl Done {
+    fn from_report(report: JobReport) -> Self {
+        Self {
+            outcome: report.outcome.map_err(|failure| {
+                serde_json::to_string(&failure).expect("a job failure serializes")
+            }),
+            log: report.log,
+            log_dropped_bytes: report.log_dropped_bytes,
+            progress: report.progress,
+            checkpoint: report.checkpoint,
+            duration_us: u64::try_from(report.duration.as_micros()).unwrap_or(u64::MAX),
+            memory_peak_bytes: report.memory_peak_bytes,
+        }
+    }
+
+    /// The report, checked against the job's limits: the child that sent
+    /// it is not trusted to have applied them.
+    fn into_report(self, limits: &JobLimits) -> JobReport {
+        let outcome = match self.outcome {
+            Ok(output) if output.len() as u64 > limits.output_bytes => {
+                Err(JobFailure::OutputTooLarge {
+                    size_bytes: output.len() as u64,
+                    limit_bytes: limits.output_bytes,
+                })
+            }
+            Ok(output) => Ok(output),
+            Err(json) => {
+                Err(
+                    serde_json::from_str(&json).unwrap_or_else(|error| JobFailure::Internal {
+                        message: format!(
+                            "the sandbox process sent a failure that does not decode: {error}"
+                        ),
+                    }),
+                )
+            }
+        };
+        JobReport {
+            outcome,
+            log: self.log,
+            log_dropped_bytes: self.log_dropped_bytes,
+            progress: self.progress,
+            checkpoint: self
+                .checkpoint
+                .filter(|state| state.len() as u64 <= limits.checkpoint_bytes),
+            duration: Duration::from_micros(self.duration_us),
+            memory_peak_bytes: self.memory_peak_bytes,
+        }
+    }
+}
+
+/// `message` as one frame (length, then body), written with one call.
+fn frame(message: &impl Serialize) -> std::io::Result<Vec<u8>> {
+    let mut frame = postcard::to_extend(message, vec![0u8; 4]).map_err(std::io::Error::other)?;
+    let length = u32::try_from(frame.len() - 4)
+        .map_err(|_| std::io::Error::other("a message is larger than a frame"))?;
+    frame[..4].copy_from_slice(&length.to_le_bytes());
+    Ok(frame)
+}
+
+fn invalid(message: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, message)
+}
+
+fn decode<T: DeserializeOwned>(body: &[u8]) -> std::io::Result<T> {
+    match postcard::take_from_bytes(body) {
+        Ok((value, [])) => Ok(value),
+        Ok((_, rest)) => Err(invalid(format!(
+            "a frame has {} bytes after its message",
+            rest.len()
+        ))),
+        Err(error) => Err(invalid(format!("a frame does not decode: {error}"))),
+    }
+}
+
+/// Forwards a running job's log, progress and checkpoints to the node.
+#[derive(Debug)]
+struct Forward {
+    /// Standard output as a plain file: `std::io::Stdout` splits writes at
+    /// newlines, and a frame is binary.
+    out: Arc<Mutex<std::fs::File>>,
+}
+
+impl Forward {
+    fn send(&self, event: &Event) -> std::io::Result<()> {
+        let frame = frame(event)?;
+        let mut out = self
+            .out
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        out.write_all(&frame)?;
+        out.flush()
+    }
+}
+
+impl JobObserver for Forward {
+    // A failed write means the node is gone or stopped listening; the job
+    // ends when the node kills this process or the watchdog sees it gone.
+    fn log(&self, bytes: &[u8]) {
+        let _ = self.send(&Event::Log(bytes.to_vec()));
+    }
+
+    fn progress(&self, fraction: f32, message: &str) {
+        let _ = self.send(&Event::Progress(Progress {
+            fraction,
+            message: message.to_string(),
+        }));
+    }
+
+    fn checkpoint(&self, state: &[u8]) {
+        let _ = self.send(&Event::Checkpoint(state.to_vec()));
+    }
+}
+
+/// `cohort sandbox`: runs the jobs a node sends on stdin, one at a time,
+/// until stdin closes.
+pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
+    spawn_orphan_watchdog(args.parent_pid);
+    anyhow::ensure!(
+        (1..=MEMORY_BYTES_CEILING).contains(&args.memory_bytes_max),
+        "--memory-bytes-max must be 1..={MEMORY_BYTES_CEILING}"
+    );
+    let executor = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let runtime = Runtime::sandbox_child(args.data_dir, args.memory_bytes_max)?;
+    let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
+    let forward = Arc::new(Forward {
+        out: Arc::new(Mutex::new(std::fs::File::from(stdout))),
+    });
+    let mut stdin = std::io::stdin().lock();
+    while let Some(request) = read_request(&mut stdin)? {
+        let digest = Digest::from(request.digest);
+        let request_limits = request.limits;
+        let report = executor.block_on(async {
+            match runtime.cached(&digest).await {
+                Some(module) => {
+                    let observer: Arc<dyn JobObserver> = forward.clone();
+                    let job = JobRequest {
+                        input: request.input,
+                        limits: request_limits,
+                        resume_state: request.resume_state,
+                        observer: Some(observer),
+                    };
+                    runtime.run(&module, job).await
+                }
+                None => JobReport {
+                    outcome: Err(JobFailure::Internal {
+                        message: format!(
+                            "module {digest} is not in the compiled-module cache the sandbox reads"
+                        ),
+                    }),
+                    log: Vec::new(),
+                    log_dropped_bytes: 0,
+                    progress: None,
+                    checkpoint: None,
+                    duration: Duration::ZERO,
+                    memory_peak_bytes: 0,
+                },
+            }
+        });
+        forward.send(&Event::Done(Done::from_report(report)))?;
+    }
+    Ok(())
+}
+
+/// The next request, or `None` once the node closed stdin.
+fn read_request(stdin: &mut impl Read) -> anyhow::Result<Option<Request>> {
+    let mut length = [0u8; 4];
+    match stdin.read_exact(&mut length) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(error) => return Err(error.into()),
+    }
+    let length = u64::from(u32::from_le_bytes(length));
+    anyhow::ensure!(
+        length <= REQUEST_BYTES_MAX,
+        "a {length}-byte request is over {REQUEST_BYTES_MAX}"
+    );
+    let mut body = vec![0u8; length as usize];
+    stdin.read_exact(&mut body)?;
+    Ok(Some(decode(&body)?))
+}
+
+/// Exits this process once its parent is not `parent` (the node died and
+/// the process was re-parented). The node names itself rather than this
+/// process reading its parent at start: a node that died between the spawn
+/// and that read would otherwise never be missed.
+fn spawn_orphan_watchdog(parent: i32) {
+    let orphaned = move || {
+        // SAFETY: getppid has no preconditions and cannot fail.
+        unsafe { libc::getppid() != parent }
+    };
+    if orphaned() {
+        std::process::exit(3);
+    }
+    std::thread::Builder::new()
+        .name("cohort-sandbox-watchdog".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(ORPHAN_CHECK);
+                if orphaned() {
+                    std::process::exit(3);
+                }
+            }
+        })
+        .expect("can spawn the sandbox watchdog thread");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_and_requests_round_trip_and_trailing_bytes_are_refused() {
+        let request = Request {
+            digest: [7; 32],
+            input: b"input".to_vec(),
+            limits: JobLimits::default(),
+            resume_state: Some(b"state".to_vec()),
+        };
+        let body = postcard::to_allocvec(&request).unwrap();
+        let back: Request = decode(&body).unwrap();
+        assert_eq!(back.digest, [7; 32]);
+        assert_eq!(back.limits, JobLimits::default());
+        assert_eq!(back.resume_state.as_deref(), Some(&b"state"[..]));
+
+        let mut longer = body.clone();
+        longer.push(0);
+        assert!(decode::<Request>(&longer).is_err());
+        assert!(decode::<Event>(&[0xff, 0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn a_failure_keeps_its_code_across_the_wire() {
+        let report = JobReport {
+            outcome: Err(JobFailure::MemoryLimit {
+                requested_bytes: 2,
+                limit_bytes: 1,
+            }),
+            log: b"log".to_vec(),
+            log_dropped_bytes: 4,
+            progress: None,
+            checkpoint: Some(vec![1]),
+            duration: Duration::from_millis(5),
+            memory_peak_bytes: 6,
+        };
+        let event = Event::Done(Done::from_report(report));
+        let body = postcard::to_allocvec(&event).unwrap();
+        let Event::Done(done) = decode(&body).unwrap() else {
+            panic!("a done event")
+        };
+        let back = done.into_report(&JobLimits::default());
+        assert_eq!(
+            back.outcome.unwrap_err(),
+            JobFailure::MemoryLimit {
+                requested_bytes: 2,
+                limit_bytes: 1
+            }
+        );
+        assert_eq!(back.log_dropped_bytes, 4);
+        assert_eq!(back.duration, Duration::from_millis(5));
+        assert_eq!(back.memory_peak_bytes, 6);
+    }
+
+    #[test]
+    fn a_request_over_the_bound_is_refused_before_it_is_read() {
+        let mut frame = u32::MAX.to_le_bytes().to_vec();
+        frame.extend_from_slice(&[0; 16]);
+        let error = read_request(&mut frame.as_slice()).unwrap_err();
+        assert!(error.to_string().contains("over"), "{error}");
+        assert!(read_request(&mut [].as_slice()).unwrap().is_none());
+    }
+}

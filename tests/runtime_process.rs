@@ -1,0 +1,156 @@
+//! Every example and every misbehaving fixture again, each job in a sandbox
+//! process (`Isolation::Process`), then what only sandbox processes can
+//! get wrong: a process that dies mid-job, one that speaks garbage, and
+//! one whose node is gone.
+
+const ISOLATION: Isolation = Isolation::Process;
+
+include!("runtime/cases.rs");
+
+/// The pids of this process's live children started as `program`
+/// (other tests of this binary run their own sandboxes meanwhile).
+fn sandbox_children(program: &std::path::Path) -> Vec<i32> {
+    let me = std::process::id().to_string();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: comm may hold spaces, so split after it.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if fields.get(1) == Some(&me.as_str())
+            && fields.first() != Some(&"Z")
+            && cmdline.split(|b| *b == 0).next() == Some(program.as_os_str().as_encoded_bytes())
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Whether `pid` has exited (gone, or a zombie nobody reaped yet).
+fn exited(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Waits (bounded) until `condition` holds.
+async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_killed_mid_job_fails_that_attempt_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("cohort-killed");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cohort"), &program).unwrap();
+    let rt = Runtime::new(RuntimeConfig {
+        sandbox_program: Some(program.clone()),
+        ..config(1)
+    })
+    .unwrap();
+    let module = load(&rt, "fixture_spin").await;
+    let spinning = {
+        let (rt, module) = (rt.clone(), module.clone());
+        tokio::spawn(async move { rt.run_input(&module, Vec::new()).await })
+    };
+    let mut pids = Vec::new();
+    eventually("the job's sandbox process", || {
+        pids = sandbox_children(&program);
+        !pids.is_empty()
+    })
+    .await;
+    assert_eq!(pids.len(), 1, "one slot, one sandbox: {pids:?}");
+    // SAFETY: kill has no memory preconditions; the pid is our own child.
+    assert_eq!(unsafe { libc::kill(pids[0], libc::SIGKILL) }, 0);
+    let report = spinning.await.unwrap();
+    match failure(&report) {
+        JobFailure::Internal { message } => {
+            assert!(message.contains("sandbox process"), "{message}");
+            assert!(message.contains("signal: 9"), "{message}");
+        }
+        other => panic!("expected an internal failure, got {other:?}"),
+    }
+    // The next job gets a fresh sandbox.
+    assert_healthy(&rt).await;
+}
+
+#[tokio::test]
+async fn a_sandbox_that_sends_garbage_fails_only_its_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    // Reads the request's length, then answers with a frame claiming 4 GiB.
+    let liar = dir.path().join("liar.sh");
+    std::fs::write(
+        &liar,
+        "#!/bin/sh\nhead -c 4 >/dev/null\nprintf '\\377\\377\\377\\377'\nsleep 30\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&liar, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let rt = Runtime::new(RuntimeConfig {
+        sandbox_program: Some(liar),
+        ..config(1)
+    })
+    .unwrap();
+    let module = load(&rt, "fixture_echo").await;
+    let report = rt.run_input(&module, b"hi".to_vec()).await;
+    match failure(&report) {
+        JobFailure::Internal { message } => {
+            assert!(message.contains("frame"), "{message}")
+        }
+        other => panic!("expected an internal failure, got {other:?}"),
+    }
+    assert!(
+        report.duration < Duration::from_secs(10),
+        "{:?}",
+        report.duration
+    );
+}
+
+#[tokio::test]
+async fn a_sandbox_whose_node_is_gone_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    // A stand-in node: a shell that starts a sandbox with stdin held open
+    // (so only the watchdog can end it), prints its pid, and waits. It is
+    // killed at once, often before the sandbox has started: the sandbox
+    // must notice a parent that died before it could look.
+    let script = format!(
+        "sleep 60 | {} sandbox --data-dir {} --memory-bytes-max 1048576 --parent-pid $$ & echo $!; wait",
+        env!("CARGO_BIN_EXE_cohort"),
+        dir.path().display()
+    );
+    let mut node = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(node.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let sandbox: i32 = line.trim().parse().unwrap();
+    assert!(!exited(sandbox));
+    node.kill().unwrap();
+    node.wait().unwrap();
+    eventually("the orphaned sandbox exits", || exited(sandbox)).await;
+}
