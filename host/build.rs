@@ -8,6 +8,9 @@
 //!   test, clippy and release builds share a single guest build.
 //! * If the `wasm32-wasip2` target is missing it is added with rustup; if that
 //!   fails the build stops with the exact command to run.
+//! * Jobs are built with Wasm SIMD (`-Ctarget-feature=+simd128`), as
+//!   `cohort build` builds Rust jobs, so that the benches measure what users
+//!   run; masters are built without it, as the master crate's own default.
 //! * The host learns where the components are through `COHORT_GUESTS_DIR`.
 
 use std::path::{Path, PathBuf};
@@ -15,10 +18,18 @@ use std::process::Command;
 
 const TARGET: &str = "wasm32-wasip2";
 
-/// Guest packages to build, as named in their Cargo.toml.
-const GUESTS: &[&str] = &[
+/// Master packages to build, as named in their Cargo.toml.
+const MASTERS: &[&str] = &[
     "cohort-master-component",
     "fifo-master",
+    "fixture-master-trap",
+    "fixture-master-clock",
+    "fixture-master-stale",
+    "fixture-master-reformat",
+];
+
+/// Job packages to build, as named in their Cargo.toml.
+const JOBS: &[&str] = &[
     "wordcount",
     "primes",
     "mandelbrot",
@@ -34,11 +45,10 @@ const GUESTS: &[&str] = &[
     "fixture-future-job",
     "fixture-foreign-import",
     "fixture-kernels",
-    "fixture-master-trap",
-    "fixture-master-clock",
-    "fixture-master-stale",
-    "fixture-master-reformat",
 ];
+
+/// What `cohort build` gives Rust jobs (see `host/src/build.rs`).
+const JOB_RUSTFLAGS: &str = "-Ctarget-feature=+simd128";
 
 /// Environment that must not leak from the outer build into the guest build:
 /// host flags, a forced target, or clippy as the compiler wrapper (which
@@ -89,18 +99,40 @@ fn main() {
         .unwrap_or_else(|| workspace.join("target"))
         .join("wasm-guests");
 
+    build_guests(&workspace, &target_dir, MASTERS, None);
+    build_guests(&workspace, &target_dir, JOBS, Some(JOB_RUSTFLAGS));
+
+    let out = target_dir.join(TARGET).join("release");
+    for guest in MASTERS.iter().chain(JOBS) {
+        let file = out.join(format!("{}.wasm", guest.replace('-', "_")));
+        assert!(
+            file.exists(),
+            "guest build did not produce {}",
+            file.display()
+        );
+    }
+    println!("cargo:rustc-env=COHORT_GUESTS_DIR={}", out.display());
+}
+
+/// Builds `packages` for the guest target with `rustflags` (one nested
+/// cargo run; different flags keep separate dependency builds in the same
+/// target dir, so the two runs never rebuild each other's).
+fn build_guests(workspace: &Path, target_dir: &Path, packages: &[&str], rustflags: Option<&str>) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(cargo);
     command
-        .current_dir(&workspace)
+        .current_dir(workspace)
         .args(["build", "--release", "--target", TARGET]);
-    for guest in GUESTS {
-        command.args(["-p", guest]);
+    for package in packages {
+        command.args(["-p", package]);
     }
     for var in SCRUBBED_ENV {
         command.env_remove(var);
     }
-    command.env("CARGO_TARGET_DIR", &target_dir);
+    if let Some(flags) = rustflags {
+        command.env("CARGO_ENCODED_RUSTFLAGS", flags);
+    }
+    command.env("CARGO_TARGET_DIR", target_dir);
     // Small components: no DWARF (the name section stays, so traps still
     // show function names in their Wasm backtrace).
     command
@@ -112,17 +144,6 @@ fn main() {
     if !status.success() {
         panic!("building the guest components for {TARGET} failed (see the cargo output above)");
     }
-
-    let out = target_dir.join(TARGET).join("release");
-    for guest in GUESTS {
-        let file = out.join(format!("{}.wasm", guest.replace('-', "_")));
-        assert!(
-            file.exists(),
-            "guest build did not produce {}",
-            file.display()
-        );
-    }
-    println!("cargo:rustc-env=COHORT_GUESTS_DIR={}", out.display());
 }
 
 /// Makes sure the Rust standard library for `wasm32-wasip2` is installed,
