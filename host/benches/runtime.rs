@@ -2,13 +2,15 @@
 //!
 //! 1. Per-job overhead of an empty job (the echo fixture with empty input):
 //!    instantiate from the pre-linked module, call `run`, drop the store,
-//!    one job at a time; p50/p99 in µs.
+//!    one job at a time; p50/p99 in µs; in-thread, then in a sandbox
+//!    process (adding the round trip to it).
 //! 2. Throughput of empty jobs with one task per core.
 //! 3. `primes` as a Wasm job against the same sieve compiled natively.
 //! 4. `cargo bench --bench runtime -- kernels`: six CPU-bound kernels
 //!    (`tests/fixtures/kernels`) as Wasm jobs against the same code
 //!    compiled natively, with the job's time limit enforced as always;
-//!    best of three each, and the geometric mean of the ratios.
+//!    best of three each, and the geometric mean of the ratios; once with
+//!    jobs in-thread (epoch checks), once in sandbox processes.
 //!    `COHORT_BENCH_KERNELS_WASM=FILE` runs another build of the kernels
 //!    component instead (experiments: other target features).
 //! 5. `cargo bench --bench runtime -- languages`: Rust, Python and
@@ -21,10 +23,11 @@
 //! Numbers go to stdout as Markdown, ready for BENCHMARKS.md.
 //!
 //! `cargo bench --bench runtime -- guard` is CI's regression guard: 1 in
-//! short, and 3 best of two, failing only if the ratio exceeds
-//! [`GUARD_PRIMES_RATIO_MAX`].
+//! short, and 3 best of two in-thread and in a sandbox process, failing
+//! only if a ratio exceeds [`GUARD_PRIMES_RATIO_MAX`] or
+//! [`GUARD_SANDBOXED_PRIMES_RATIO_MAX`].
 
-use cohort::runtime::{JobRequest, Module, Runtime, RuntimeConfig};
+use cohort::runtime::{Isolation, JobRequest, Module, Runtime, RuntimeConfig};
 use hdrhistogram::Histogram;
 use std::time::{Duration, Instant};
 
@@ -45,6 +48,11 @@ fn guest(name: &str) -> Vec<u8> {
 /// (say, bounds checks back in every access), not against noise.
 const GUARD_PRIMES_RATIO_MAX: f64 = 4.0;
 
+/// The same for a job in a sandbox process, compiled without epoch checks
+/// (about 1.0x measured): a bound that fails if the checks came back
+/// (2.4x in-thread) yet leaves room for a noisy machine.
+const GUARD_SANDBOXED_PRIMES_RATIO_MAX: f64 = 2.0;
+
 fn main() {
     // `cargo bench` passes `--bench`; the only filter is `guard`: the CI
     // regression guard, a short run that fails only on a ratio measured
@@ -55,41 +63,58 @@ fn main() {
         return;
     }
     if std::env::args().skip(1).any(|a| a == "kernels") {
-        kernels(KERNEL_RUNS);
+        kernels(KERNEL_RUNS, Isolation::Thread);
+        kernels(KERNEL_RUNS, Isolation::Process);
         return;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("machine: {cores} cores ({})", std::env::consts::ARCH);
     if guard {
-        overhead(OVERHEAD_SAMPLES / 10);
-        let ratio = primes(2);
+        overhead(OVERHEAD_SAMPLES / 10, Isolation::Thread);
+        let ratio = primes(2, Isolation::Thread);
         println!(
             "guard: Wasm primes / native primes = {ratio:.2} (at most {GUARD_PRIMES_RATIO_MAX})"
+        );
+        let sandboxed = primes(2, Isolation::Process);
+        println!(
+            "guard: Wasm primes in a sandbox process / native primes = {sandboxed:.2} (at most {GUARD_SANDBOXED_PRIMES_RATIO_MAX})"
         );
         if ratio > GUARD_PRIMES_RATIO_MAX {
             eprintln!("guard: FAILED: the Wasm job is {ratio:.2}x the native kernel");
             std::process::exit(1);
         }
+        if sandboxed > GUARD_SANDBOXED_PRIMES_RATIO_MAX {
+            eprintln!(
+                "guard: FAILED: the Wasm job in a sandbox process is {sandboxed:.2}x the native kernel"
+            );
+            std::process::exit(1);
+        }
         return;
     }
-    overhead(OVERHEAD_SAMPLES);
+    overhead(OVERHEAD_SAMPLES, Isolation::Thread);
+    overhead(OVERHEAD_SAMPLES, Isolation::Process);
     throughput(cores);
-    primes(PRIMES_RUNS);
+    primes(PRIMES_RUNS, Isolation::Thread);
+    primes(PRIMES_RUNS, Isolation::Process);
 }
 
 /// A runtime with `concurrent_jobs` slots and the guest `name` loaded in it.
 fn load(rt: &tokio::runtime::Runtime, concurrent_jobs: u32, name: &str) -> (Runtime, Module) {
-    load_bytes(rt, concurrent_jobs, &guest(name))
+    load_bytes(rt, concurrent_jobs, &guest(name), Isolation::Thread)
 }
 
-/// A runtime with `concurrent_jobs` slots and the component `wasm` loaded.
+/// A runtime of `isolation` with `concurrent_jobs` slots and the component
+/// `wasm` loaded.
 fn load_bytes(
     rt: &tokio::runtime::Runtime,
     concurrent_jobs: u32,
     wasm: &[u8],
+    isolation: Isolation,
 ) -> (Runtime, Module) {
     let runtime = Runtime::new(RuntimeConfig {
         concurrent_jobs,
+        isolation,
+        sandbox_program: Some(env!("CARGO_BIN_EXE_cohort").into()),
         ..RuntimeConfig::default()
     })
     .unwrap();
@@ -106,9 +131,9 @@ fn current_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn overhead(samples: u32) {
+fn overhead(samples: u32, isolation: Isolation) {
     let rt = current_thread();
-    let (runtime, module) = load(&rt, 4, "fixture_echo");
+    let (runtime, module) = load_bytes(&rt, 4, &guest("fixture_echo"), isolation);
     let mut histogram = Histogram::<u64>::new(3).unwrap();
     rt.block_on(async {
         for i in 0..OVERHEAD_WARMUP + samples {
@@ -122,7 +147,9 @@ fn overhead(samples: u32) {
         }
     });
     let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
-    println!("\n## Empty-job overhead (instantiate + call + drop), one at a time, {samples} jobs");
+    println!(
+        "\n## Empty-job overhead (instantiate + call + drop), one at a time, {samples} jobs, {isolation:?} isolation"
+    );
     println!("| p50 | p90 | p99 | p99.9 | mean |");
     println!("|---|---|---|---|---|");
     println!(
@@ -177,9 +204,9 @@ fn throughput(cores: usize) {
 }
 
 /// Best of `runs`; returns the Wasm/native ratio.
-fn primes(runs: u32) -> f64 {
+fn primes(runs: u32, isolation: Isolation) -> f64 {
     let rt = current_thread();
-    let (runtime, module) = load(&rt, 2, "primes");
+    let (runtime, module) = load_bytes(&rt, 2, &guest("primes"), isolation);
     let input = format!(r#"{{"limit": {PRIMES_LIMIT}}}"#).into_bytes();
     let expected = primes::count_primes(PRIMES_LIMIT);
 
@@ -197,7 +224,9 @@ fn primes(runs: u32) -> f64 {
         );
         native_best = native_best.min(started.elapsed());
     }
-    println!("\n## primes below {PRIMES_LIMIT}: Wasm job vs native, best of {runs}");
+    println!(
+        "\n## primes below {PRIMES_LIMIT}: Wasm job vs native, best of {runs}, {isolation:?} isolation"
+    );
     println!("| Wasm (job, incl. progress + checkpoints) | native | ratio |");
     println!("|---|---|---|");
     println!(
@@ -233,10 +262,11 @@ fn run_json(
 /// Runs of each kernel (the best counts).
 const KERNEL_RUNS: u32 = 3;
 
-/// Section 4: each kernel as a Wasm job (through the runtime, with its
-/// time limit and epoch interruption as a node runs it) and natively;
-/// returns the geometric mean of the Wasm/native ratios.
-fn kernels(runs: u32) -> f64 {
+/// Section 4: each kernel as a Wasm job (through the runtime of
+/// `isolation`, with its time limit kept as a node keeps it: by epoch
+/// checks in-thread, by a kill of its sandbox process otherwise) and
+/// natively; returns the geometric mean of the Wasm/native ratios.
+fn kernels(runs: u32, isolation: Isolation) -> f64 {
     let rt = current_thread();
     // Experiments: the same kernels built another way (say, with
     // `-Ctarget-feature=+simd128`), from `COHORT_BENCH_KERNELS_WASM`.
@@ -247,8 +277,8 @@ fn kernels(runs: u32) -> f64 {
         }
         None => guest("fixture_kernels"),
     };
-    let (runtime, module) = load_bytes(&rt, 2, &wasm);
-    println!("\n## CPU-bound kernels: Wasm job vs native, best of {runs}");
+    let (runtime, module) = load_bytes(&rt, 2, &wasm, isolation);
+    println!("\n## CPU-bound kernels: Wasm job vs native, best of {runs}, {isolation:?} isolation");
     println!("| kernel | n | Wasm (job) | native | ratio |");
     println!("|---|---|---|---|---|");
     let mut log_sum = 0.0;
