@@ -154,3 +154,35 @@ async fn a_sandbox_whose_node_is_gone_exits() {
     node.wait().unwrap();
     eventually("the orphaned sandbox exits", || exited(sandbox)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_sandbox_that_died_is_replaced_before_a_job_reaches_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("cohort-idle");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cohort"), &program).unwrap();
+    let rt = Runtime::new(RuntimeConfig {
+        sandbox_program: Some(program.clone()),
+        ..config(1)
+    })
+    .unwrap();
+    let module = load(&rt, "fixture_echo").await;
+    assert_eq!(
+        rt.run_input(&module, b"one".to_vec())
+            .await
+            .outcome
+            .unwrap(),
+        b"one"
+    );
+    let pids = sandbox_children(&program);
+    assert_eq!(pids.len(), 1, "the idle sandbox: {pids:?}");
+    // SAFETY: kill has no memory preconditions; the pid is our own child.
+    assert_eq!(unsafe { libc::kill(pids[0], libc::SIGKILL) }, 0);
+    eventually("the idle sandbox is dead", || exited(pids[0])).await;
+    assert_eq!(
+        rt.run_input(&module, b"two".to_vec())
+            .await
+            .outcome
+            .unwrap(),
+        b"two"
+    );
+}

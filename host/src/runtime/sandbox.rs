@@ -34,6 +34,8 @@
 //!   the job's own limits, and a frame that does not decode, an early exit
 //!   or a closed pipe fail the attempt with `internal` and kill the child.
 //!   A child's death never touches another job.
+//! * **Least environment.** A child gets none of the node's environment
+//!   variables but its log filter and `RUST_BACKTRACE`.
 //! * **No orphans.** A child exits when its stdin closes (the node is gone or
 //!   dropped it), and a watchdog thread exits it when its parent process is
 //!   gone, which covers a guest spinning in a loop after the node was killed.
@@ -69,6 +71,9 @@ const KILL_GRACE: Duration = Duration::from_millis(250);
 const FRAME_SLACK_BYTES: u64 = 1 << 20;
 /// Largest request a child accepts: an input and a resume state.
 const REQUEST_BYTES_MAX: u64 = 1 << 30;
+/// The only environment variables a sandbox process is given: its log
+/// filter and Rust's backtrace switch.
+const SANDBOX_ENV: &[&str] = &["COHORT_LOG", "RUST_BACKTRACE"];
 /// How often a child checks that the node that started it is still there.
 const ORPHAN_CHECK: Duration = Duration::from_millis(200);
 
@@ -224,10 +229,27 @@ impl Sandboxes {
     }
 
     fn take(&self) -> std::io::Result<Sandbox> {
-        if let Some(sandbox) = self.lock_idle().pop() {
-            return Ok(sandbox);
+        while let Some(mut sandbox) = self.lock_idle().pop() {
+            // One that died while idle (killed from outside, say) would fail
+            // a job it never ran.
+            match sandbox.process.try_wait() {
+                Ok(None) => return Ok(sandbox),
+                Ok(Some(status)) => {
+                    tracing::warn!(%status, "an idle sandbox process had exited; starting another")
+                }
+                Err(error) => tracing::warn!(%error, "cannot check an idle sandbox process"),
+            }
         }
-        let mut process = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        // Nothing of the node's environment (where its keys are, say) but
+        // what the sandbox's own logging reads.
+        command.env_clear();
+        for name in SANDBOX_ENV {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        let mut process = command
             .arg("sandbox")
             .arg("--data-dir")
             .arg(&self.data_dir)
