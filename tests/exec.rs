@@ -28,6 +28,17 @@ fn exec_runs_a_job_from_a_file_and_from_stdin() {
     assert_eq!(stdout, br#"{"limit":100000,"count":9592}"#);
     assert!(stderr.contains("[cohort] ok"), "{stderr}");
 
+    // The same job in a sandbox process: the same output, and its progress
+    // relayed to this process's stderr.
+    let (code, stdout, stderr) = exec(
+        "primes",
+        &["--input", input.to_str().unwrap(), "--isolation", "process"],
+        b"",
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, br#"{"limit":100000,"count":9592}"#);
+    assert!(stderr.contains("[cohort] ok"), "{stderr}");
+
     let (code, stdout, _) = exec("wordcount", &["-i", "-"], b"to be or not to be");
     assert_eq!(code, 0);
     let counts: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
@@ -77,6 +88,20 @@ fn exec_exit_codes_tell_how_the_job_ended() {
             "error[job_error]",
         ),
         ("fixture_trap", &[], b"", 3, "error[trap]"),
+        (
+            "fixture_trap",
+            &["--isolation", "process"],
+            b"",
+            3,
+            "error[trap]",
+        ),
+        (
+            "fixture_spin",
+            &["--timeout", "300ms", "--isolation", "process"],
+            b"",
+            4,
+            "error[timeout]",
+        ),
         (
             "fixture_spin",
             &["--timeout", "300ms"],

@@ -7,7 +7,7 @@
 
 use crate::runtime::limits::{self, JobLimits};
 use crate::runtime::{
-    JobFailure, JobObserver, JobReport, JobRequest, ModuleError, Runtime, RuntimeConfig,
+    Isolation, JobFailure, JobObserver, JobReport, JobRequest, ModuleError, Runtime, RuntimeConfig,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{Read, Write};
@@ -49,6 +49,11 @@ pub struct ExecArgs {
     /// Cache compiled modules in this directory between runs.
     #[arg(long, env = "COHORT_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Where the job runs: `thread`, or `process` (a sandbox process killed
+    /// at the time limit; compiled code skips epoch checks), as a node's
+    /// `--job-isolation`.
+    #[arg(long, value_enum, default_value = "thread")]
+    pub isolation: Isolation,
 }
 
 /// How `cohort exec` exits. Stable: scripts may rely on these numbers.
@@ -126,6 +131,7 @@ async fn exec(args: ExecArgs) -> Result<ExitStatus, (ExitStatus, String)> {
     let runtime = Runtime::new(RuntimeConfig {
         data_dir: args.cache_dir.clone(),
         concurrent_jobs: 1,
+        isolation: args.isolation,
         ..RuntimeConfig::default()
     })
     .map_err(|e| (ExitStatus::Internal, e.to_string()))?;
