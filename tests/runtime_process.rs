@@ -186,3 +186,34 @@ async fn an_idle_sandbox_that_died_is_replaced_before_a_job_reaches_it() {
         b"two"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_idle_past_its_limit_is_stopped_and_the_next_job_starts_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("cohort-reaped");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cohort"), &program).unwrap();
+    let rt = Runtime::new(RuntimeConfig {
+        sandbox_program: Some(program.clone()),
+        sandbox_idle_max: Duration::from_millis(200),
+        ..config(1)
+    })
+    .unwrap();
+    let module = load(&rt, "fixture_echo").await;
+    assert_eq!(
+        rt.run_input(&module, b"one".to_vec())
+            .await
+            .outcome
+            .unwrap(),
+        b"one"
+    );
+    let pids = sandbox_children(&program);
+    assert_eq!(pids.len(), 1, "the idle sandbox: {pids:?}");
+    eventually("the idle sandbox is stopped", || exited(pids[0])).await;
+    assert_eq!(
+        rt.run_input(&module, b"two".to_vec())
+            .await
+            .outcome
+            .unwrap(),
+        b"two"
+    );
+}

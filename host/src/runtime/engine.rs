@@ -48,6 +48,7 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::Semaphore;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
@@ -67,6 +68,10 @@ const COMPILES_CONCURRENT_MAX: usize = 2;
 /// Compiled modules a sandbox process keeps in memory: it runs one job at a
 /// time, and the node's disk cache is a read away.
 const SANDBOX_MODULE_CACHE_LEN: usize = 8;
+/// How long a sandbox process may wait for a job before it is stopped: long
+/// enough that a steady trickle of jobs reuses it, short enough that a node
+/// that was busy once gives the memory back.
+pub const SANDBOX_IDLE_MAX_DEFAULT: Duration = Duration::from_secs(60);
 /// Core instances one job component may create. Rust components for
 /// wasm32-wasip2 create 2 to 4 (the program plus adapter shims);
 /// componentize-py's create 14 (38 when built with `--stub-wasi`, which
@@ -130,6 +135,8 @@ pub struct RuntimeConfig {
     /// The `cohort` binary that sandbox processes run
     /// ([`Isolation::Process`]); `None` is this process's own executable.
     pub sandbox_program: Option<PathBuf>,
+    /// How long a sandbox process may wait for a job before it is stopped.
+    pub sandbox_idle_max: Duration,
 }
 
 impl Default for RuntimeConfig {
@@ -141,6 +148,7 @@ impl Default for RuntimeConfig {
             memory_bytes_max: MEMORY_BYTES_CEILING,
             isolation: Isolation::Thread,
             sandbox_program: None,
+            sandbox_idle_max: SANDBOX_IDLE_MAX_DEFAULT,
         }
     }
 }
@@ -224,6 +232,7 @@ impl Runtime {
             memory_bytes_max,
             isolation: Isolation::Process,
             sandbox_program: None,
+            sandbox_idle_max: SANDBOX_IDLE_MAX_DEFAULT,
         };
         Self::build(config, true)
     }
@@ -277,6 +286,7 @@ impl Runtime {
                     program,
                     dir.clone(),
                     config.memory_bytes_max,
+                    config.sandbox_idle_max,
                 ))
             }
             _ => None,

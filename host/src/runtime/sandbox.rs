@@ -18,7 +18,9 @@
 //! * **A pool of children.** Children start on demand, run one job at a time
 //!   and are reused; there are never more than the runtime's slots. A child
 //!   that was killed (deadline) or failed is dropped, and the next job starts
-//!   a fresh one.
+//!   a fresh one. A reaper thread stops children idle for a minute
+//!   ([`RuntimeConfig::sandbox_idle_max`](super::RuntimeConfig)), so a node
+//!   that was busy once does not keep their memory.
 //! * **Compiled once, by the node.** [`Runtime::load`](super::Runtime::load)
 //!   validates and compiles as it always does (a bad module is refused before
 //!   any job) and writes the artifact to the disk cache; a child, built with
@@ -74,6 +76,8 @@ const REQUEST_BYTES_MAX: u64 = 1 << 30;
 /// The only environment variables a sandbox process is given: its log
 /// filter and Rust's backtrace switch.
 const SANDBOX_ENV: &[&str] = &["COHORT_LOG", "RUST_BACKTRACE"];
+/// Longest wait between two looks for idle children to stop.
+const REAPER_PERIOD_MAX: Duration = Duration::from_secs(5);
 /// How often a child checks that the node that started it is still there.
 const ORPHAN_CHECK: Duration = Duration::from_millis(200);
 
@@ -134,7 +138,16 @@ pub(crate) struct Sandboxes {
     program: PathBuf,
     data_dir: PathBuf,
     memory_bytes_max: u64,
-    idle: Mutex<Vec<Sandbox>>,
+    /// Children waiting for a job, and since when; the reaper thread holds
+    /// a weak reference.
+    idle: Arc<Mutex<Vec<Idle>>>,
+}
+
+/// A child waiting for its next job.
+#[derive(Debug)]
+struct Idle {
+    sandbox: Sandbox,
+    since: Instant,
 }
 
 /// One child process and its pipes.
@@ -156,12 +169,21 @@ struct Seen {
 }
 
 impl Sandboxes {
-    pub(crate) fn new(program: PathBuf, data_dir: PathBuf, memory_bytes_max: u64) -> Self {
+    /// Children are started by `program`; one idle for `idle_max` is
+    /// stopped (its memory is the node's).
+    pub(crate) fn new(
+        program: PathBuf,
+        data_dir: PathBuf,
+        memory_bytes_max: u64,
+        idle_max: Duration,
+    ) -> Self {
+        let idle = Arc::new(Mutex::new(Vec::new()));
+        spawn_reaper(Arc::downgrade(&idle), idle_max);
         Self {
             program,
             data_dir,
             memory_bytes_max,
-            idle: Mutex::new(Vec::new()),
+            idle,
         }
     }
 
@@ -229,7 +251,7 @@ impl Sandboxes {
     }
 
     fn take(&self) -> std::io::Result<Sandbox> {
-        while let Some(mut sandbox) = self.lock_idle().pop() {
+        while let Some(Idle { mut sandbox, .. }) = self.lock_idle().pop() {
             // One that died while idle (killed from outside, say) would fail
             // a job it never ran.
             match sandbox.process.try_wait() {
@@ -272,14 +294,47 @@ impl Sandboxes {
     }
 
     fn put_back(&self, sandbox: Sandbox) {
-        self.lock_idle().push(sandbox);
+        self.lock_idle().push(Idle {
+            sandbox,
+            since: Instant::now(),
+        });
     }
 
-    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Sandbox>> {
-        self.idle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        lock(&self.idle)
     }
+}
+
+fn lock(idle: &Mutex<Vec<Idle>>) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+    idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Stops children idle for `idle_max` (dropping one kills it), checking a
+/// few times per `idle_max`, until the runtime that owns `idle` is gone.
+fn spawn_reaper(idle: std::sync::Weak<Mutex<Vec<Idle>>>, idle_max: Duration) {
+    let every = (idle_max / 4).clamp(Duration::from_millis(10), REAPER_PERIOD_MAX);
+    std::thread::Builder::new()
+        .name("cohort-sandbox-reaper".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                let Some(idle) = idle.upgrade() else {
+                    return;
+                };
+                let stale: Vec<Idle> = {
+                    let mut idle = lock(&idle);
+                    let (stale, fresh) = std::mem::take(&mut *idle)
+                        .into_iter()
+                        .partition(|child| child.since.elapsed() >= idle_max);
+                    *idle = fresh;
+                    stale
+                };
+                if !stale.is_empty() {
+                    tracing::debug!(stopped = stale.len(), "idle sandbox processes stopped");
+                }
+            }
+        })
+        .expect("can spawn the sandbox reaper thread");
 }
 
 impl Sandbox {
