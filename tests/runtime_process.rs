@@ -35,13 +35,21 @@ fn sandbox_children(program: &std::path::Path) -> Vec<i32> {
     pids
 }
 
-/// Whether `pid` has exited (gone, or a zombie nobody reaped yet).
+/// Whether `pid` has exited: gone, or a zombie nobody reaped yet whose
+/// threads are all gone too. (A killed process's main thread shows `Z`
+/// while its other threads are still exiting, and until they are,
+/// `waitpid` does not report it.)
 fn exited(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Ok(stat) => {
+            let zombie = stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            let threads =
+                std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |tasks| tasks.count());
+            zombie && threads <= 1
+        }
     }
 }
 
