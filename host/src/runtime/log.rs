@@ -51,6 +51,12 @@ impl JobLog {
         self.dropped_bytes += drop.len() as u64;
     }
 
+    /// Counts `bytes` dropped before they reached this log: a sandbox
+    /// process relays only what its own log kept.
+    pub fn count_dropped(&mut self, bytes: u64) {
+        self.dropped_bytes = self.dropped_bytes.saturating_add(bytes);
+    }
+
     /// Bytes dropped because the log was full.
     pub fn dropped_bytes(&self) -> u64 {
         self.dropped_bytes

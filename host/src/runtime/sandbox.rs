@@ -30,7 +30,9 @@
 //!   length then a postcard body. Node to child: one [`Request`] per job.
 //!   Child to node: [`Event::Log`], [`Event::Progress`] and
 //!   [`Event::Checkpoint`] as they happen (so the log and checkpoint of a
-//!   killed attempt survive, as they do in-thread), then [`Event::Done`].
+//!   killed attempt survive, as they do in-thread), then [`Event::Done`]
+//!   with the outcome. Each byte crosses once: the node's report is built
+//!   from what was relayed, in a [`JobLog`] of its own.
 //! * **The child is hostile.** It runs untrusted code; if that code escaped
 //!   the sandbox, the frames are its voice. The node bounds every frame by
 //!   the job's own limits, and a frame that does not decode, an early exit
@@ -51,6 +53,7 @@
 use super::engine::Runtime;
 use super::job::{JobFailure, JobReport, JobRequest, Progress};
 use super::limits::{JobLimits, MEMORY_BYTES_CEILING};
+use super::log::JobLog;
 use super::module::Digest;
 use super::observer::JobObserver;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
@@ -76,7 +79,9 @@ const REQUEST_BYTES_MAX: u64 = 1 << 30;
 /// The only environment variables a sandbox process is given: its log
 /// filter and Rust's backtrace switch.
 const SANDBOX_ENV: &[&str] = &["COHORT_LOG", "RUST_BACKTRACE"];
-/// Longest wait between two looks for idle children to stop.
+/// Shortest and longest wait between two looks for idle children to stop
+/// (a quarter of the idle limit, within these).
+const REAPER_PERIOD_MIN: Duration = Duration::from_millis(10);
 const REAPER_PERIOD_MAX: Duration = Duration::from_secs(5);
 /// How often a child checks that the node that started it is still there.
 const ORPHAN_CHECK: Duration = Duration::from_millis(200);
@@ -103,16 +108,15 @@ enum Event {
     Done(Done),
 }
 
-/// A finished attempt's [`JobReport`] on the wire.
+/// What a finished attempt's [`JobReport`] holds beyond the log, progress
+/// and checkpoint already relayed.
 #[derive(Debug, Serialize, Deserialize)]
 struct Done {
     /// The output, or the failure as JSON: `JobFailure` is internally
     /// tagged, which postcard cannot carry, and its JSON is its API form.
     outcome: Result<Vec<u8>, String>,
-    log: Vec<u8>,
+    /// Log bytes the child's log dropped (it relays only what it kept).
     log_dropped_bytes: u64,
-    progress: Option<Progress>,
-    checkpoint: Option<Vec<u8>>,
     duration_us: u64,
     memory_peak_bytes: u64,
 }
@@ -158,14 +162,15 @@ struct Sandbox {
     stdout: BufReader<ChildStdout>,
 }
 
-/// What the node saw of an attempt before it ended: enough to report a
-/// killed one as an in-thread attempt cut off by its timeout is reported.
-#[derive(Default)]
+/// What the node saw of an attempt, relayed as it ran: the report of one
+/// that finished, or of one that was killed (as an in-thread attempt cut
+/// off by its timeout is reported).
 struct Seen {
-    log: Vec<u8>,
-    log_dropped_bytes: u64,
+    /// Capped at the job's limit again: the child is not trusted to have.
+    log: JobLog,
     progress: Option<Progress>,
     checkpoint: Option<Vec<u8>>,
+    observer: Option<Arc<dyn JobObserver>>,
 }
 
 impl Sandboxes {
@@ -199,11 +204,19 @@ impl Sandboxes {
             observer,
         } = request;
         let deadline = tokio::time::Instant::now() + limits.timeout() + KILL_GRACE;
-        let mut seen = Seen::default();
+        let mut seen = Seen {
+            log: JobLog::new(
+                usize::try_from(limits.log_bytes).unwrap_or(usize::MAX),
+                observer.clone(),
+            ),
+            progress: None,
+            checkpoint: None,
+            observer,
+        };
         let mut sandbox = match self.take() {
             Ok(sandbox) => sandbox,
             Err(error) => {
-                return seen.report(
+                return seen.failed(
                     JobFailure::Internal {
                         message: format!(
                             "cannot start a sandbox process ({}): {error}",
@@ -220,16 +233,16 @@ impl Sandboxes {
             limits,
             resume_state,
         };
-        let exchange = sandbox.exchange(&request, observer.as_deref(), &mut seen);
+        let exchange = sandbox.exchange(&request, &mut seen);
         match tokio::time::timeout_at(deadline, exchange).await {
             Ok(Ok(done)) => {
                 self.put_back(sandbox);
-                done.into_report(&limits)
+                seen.done(done, &limits)
             }
             Ok(Err(error)) => {
                 let status = sandbox.kill().await;
                 tracing::warn!(%digest, %error, status, "a sandbox process failed; it was stopped");
-                seen.report(
+                seen.failed(
                     JobFailure::Internal {
                         message: format!(
                             "the sandbox process running the job failed: {error} (it {status})"
@@ -240,7 +253,7 @@ impl Sandboxes {
             }
             Err(_deadline) => {
                 sandbox.kill().await;
-                seen.report(
+                seen.failed(
                     JobFailure::Timeout {
                         limit_ms: limits.timeout_ms,
                     },
@@ -312,7 +325,7 @@ fn lock(idle: &Mutex<Vec<Idle>>) -> std::sync::MutexGuard<'_, Vec<Idle>> {
 /// Stops children idle for `idle_max` (dropping one kills it), checking a
 /// few times per `idle_max`, until the runtime that owns `idle` is gone.
 fn spawn_reaper(idle: std::sync::Weak<Mutex<Vec<Idle>>>, idle_max: Duration) {
-    let every = (idle_max / 4).clamp(Duration::from_millis(10), REAPER_PERIOD_MAX);
+    let every = (idle_max / 4).clamp(REAPER_PERIOD_MIN, REAPER_PERIOD_MAX);
     std::thread::Builder::new()
         .name("cohort-sandbox-reaper".into())
         .spawn(move || {
@@ -339,12 +352,7 @@ fn spawn_reaper(idle: std::sync::Weak<Mutex<Vec<Idle>>>, idle_max: Duration) {
 
 impl Sandbox {
     /// Sends the request and relays the child's events until it is done.
-    async fn exchange(
-        &mut self,
-        request: &Request,
-        observer: Option<&dyn JobObserver>,
-        seen: &mut Seen,
-    ) -> std::io::Result<Done> {
+    async fn exchange(&mut self, request: &Request, seen: &mut Seen) -> std::io::Result<Done> {
         self.stdin.write_all(&frame(request)?).await?;
         self.stdin.flush().await?;
 
@@ -364,15 +372,7 @@ impl Sandbox {
             self.stdout.read_exact(&mut body).await?;
             let event: Event = decode(&body)?;
             match event {
-                Event::Log(bytes) => {
-                    let room = (limits.log_bytes as usize).saturating_sub(seen.log.len());
-                    let kept = &bytes[..room.min(bytes.len())];
-                    seen.log_dropped_bytes += (bytes.len() - kept.len()) as u64;
-                    seen.log.extend_from_slice(kept);
-                    if let (Some(observer), false) = (observer, kept.is_empty()) {
-                        observer.log(kept);
-                    }
-                }
+                Event::Log(bytes) => seen.log.append(&bytes),
                 Event::Progress(progress) => {
                     if !(0.0..=1.0).contains(&progress.fraction) {
                         return Err(invalid(format!(
@@ -380,7 +380,7 @@ impl Sandbox {
                             progress.fraction
                         )));
                     }
-                    if let Some(observer) = observer {
+                    if let Some(observer) = &seen.observer {
                         observer.progress(progress.fraction, &progress.message);
                     }
                     seen.progress = Some(progress);
@@ -393,7 +393,7 @@ impl Sandbox {
                             limits.checkpoint_bytes
                         )));
                     }
-                    if let Some(observer) = observer {
+                    if let Some(observer) = &seen.observer {
                         observer.checkpoint(&state);
                     }
                     seen.checkpoint = Some(state);
@@ -414,38 +414,10 @@ impl Sandbox {
 }
 
 impl Seen {
-    fn report(self, failure: JobFailure, started: Instant) -> JobReport {
-        JobReport {
-            outcome: Err(failure),
-            log: self.log,
-            log_dropped_bytes: self.log_dropped_bytes,
-            progress: self.progress,
-            checkpoint: self.checkpoint,
-            duration: started.elapsed(),
-            memory_peak_bytes: 0,
-        }
-    }
-}
-
-impl Done {
-    fn from_report(report: JobReport) -> Self {
-        Self {
-            outcome: report.outcome.map_err(|failure| {
-                serde_json::to_string(&failure).expect("a job failure serializes")
-            }),
-            log: report.log,
-            log_dropped_bytes: report.log_dropped_bytes,
-            progress: report.progress,
-            checkpoint: report.checkpoint,
-            duration_us: u64::try_from(report.duration.as_micros()).unwrap_or(u64::MAX),
-            memory_peak_bytes: report.memory_peak_bytes,
-        }
-    }
-
-    /// The report, checked against the job's limits: the child that sent
-    /// it is not trusted to have applied them.
-    fn into_report(self, limits: &JobLimits) -> JobReport {
-        let outcome = match self.outcome {
+    /// The report of an attempt the child finished. Its output is checked
+    /// against the job's limit again: the child is not trusted to have.
+    fn done(mut self, done: Done, limits: &JobLimits) -> JobReport {
+        let outcome = match done.outcome {
             Ok(output) if output.len() as u64 > limits.output_bytes => {
                 Err(JobFailure::OutputTooLarge {
                     size_bytes: output.len() as u64,
@@ -453,28 +425,59 @@ impl Done {
                 })
             }
             Ok(output) => Ok(output),
-            Err(json) => {
-                Err(
-                    serde_json::from_str(&json).unwrap_or_else(|error| JobFailure::Internal {
-                        message: format!(
-                            "the sandbox process sent a failure that does not decode: {error}"
-                        ),
-                    }),
-                )
-            }
+            Err(json) => Err(decode_failure(&json)),
         };
+        self.log.count_dropped(done.log_dropped_bytes);
+        self.report(
+            outcome,
+            Duration::from_micros(done.duration_us),
+            done.memory_peak_bytes,
+        )
+    }
+
+    /// The report of an attempt that ended without the child's word.
+    fn failed(self, failure: JobFailure, started: Instant) -> JobReport {
+        self.report(Err(failure), started.elapsed(), 0)
+    }
+
+    fn report(
+        self,
+        outcome: Result<Vec<u8>, JobFailure>,
+        duration: Duration,
+        memory_peak_bytes: u64,
+    ) -> JobReport {
         JobReport {
             outcome,
-            log: self.log,
-            log_dropped_bytes: self.log_dropped_bytes,
+            log_dropped_bytes: self.log.dropped_bytes(),
+            log: self.log.finish(),
             progress: self.progress,
-            checkpoint: self
-                .checkpoint
-                .filter(|state| state.len() as u64 <= limits.checkpoint_bytes),
-            duration: Duration::from_micros(self.duration_us),
-            memory_peak_bytes: self.memory_peak_bytes,
+            checkpoint: self.checkpoint,
+            duration,
+            memory_peak_bytes,
         }
     }
+}
+
+impl Done {
+    /// What the child sends at the end of `report` (whose log, progress and
+    /// checkpoint it has already relayed).
+    fn of(report: JobReport) -> Self {
+        Self {
+            outcome: report.outcome.map_err(|failure| {
+                serde_json::to_string(&failure).expect("a job failure serializes")
+            }),
+            log_dropped_bytes: report.log_dropped_bytes,
+            duration_us: u64::try_from(report.duration.as_micros()).unwrap_or(u64::MAX),
+            memory_peak_bytes: report.memory_peak_bytes,
+        }
+    }
+}
+
+/// A failure the child sent as JSON.
+fn decode_failure(json: &str) -> JobFailure {
+    serde_json::from_str(json).unwrap_or_else(|error| JobFailure::Internal {
+        message: format!("the sandbox process sent a failure that does not decode: {error}"),
+    })
 }
 
 /// `message` as one frame (length, then body), written with one call.
@@ -506,7 +509,7 @@ fn decode<T: DeserializeOwned>(body: &[u8]) -> std::io::Result<T> {
 struct Forward {
     /// Standard output as a plain file: `std::io::Stdout` splits writes at
     /// newlines, and a frame is binary.
-    out: Arc<Mutex<std::fs::File>>,
+    out: Mutex<std::fs::File>,
 }
 
 impl Forward {
@@ -554,7 +557,7 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
     let runtime = Runtime::sandbox_child(args.data_dir, args.memory_bytes_max)?;
     let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
     let forward = Arc::new(Forward {
-        out: Arc::new(Mutex::new(std::fs::File::from(stdout))),
+        out: Mutex::new(std::fs::File::from(stdout)),
     });
     let mut stdin = std::io::stdin().lock();
     while let Some(request) = read_request(&mut stdin)? {
@@ -587,7 +590,7 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
                 },
             }
         });
-        forward.send(&Event::Done(Done::from_report(report)))?;
+        forward.send(&Event::Done(Done::of(report)))?;
     }
     Ok(())
 }
@@ -673,12 +676,20 @@ mod tests {
             duration: Duration::from_millis(5),
             memory_peak_bytes: 6,
         };
-        let event = Event::Done(Done::from_report(report));
+        let event = Event::Done(Done::of(report));
         let body = postcard::to_allocvec(&event).unwrap();
         let Event::Done(done) = decode(&body).unwrap() else {
             panic!("a done event")
         };
-        let back = done.into_report(&JobLimits::default());
+        // The node relayed the log as it came; the child dropped 4 bytes.
+        let mut seen = Seen {
+            log: JobLog::new(64, None),
+            progress: None,
+            checkpoint: None,
+            observer: None,
+        };
+        seen.log.append(b"log");
+        let back = seen.done(done, &JobLimits::default());
         assert_eq!(
             back.outcome.unwrap_err(),
             JobFailure::MemoryLimit {
@@ -687,6 +698,11 @@ mod tests {
             }
         );
         assert_eq!(back.log_dropped_bytes, 4);
+        let log = String::from_utf8(back.log).unwrap();
+        assert!(
+            log.starts_with("log\n[cohort] log truncated: 4 bytes"),
+            "{log}"
+        );
         assert_eq!(back.duration, Duration::from_millis(5));
         assert_eq!(back.memory_peak_bytes, 6);
     }
