@@ -257,39 +257,42 @@ impl Runtime {
         Job::add_to_linker::<_, HasSelf<JobState>>(&mut linker, |state| state)
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
 
-        let sandboxed = config.isolation == Isolation::Process && !in_sandbox;
-        let own_data_dir = match (&config.data_dir, sandboxed) {
-            (None, true) => {
-                let dir = tempfile::Builder::new()
-                    .prefix("cohort-runtime-")
-                    .tempdir()
-                    .map_err(|source| RuntimeError::Cache {
-                        path: std::env::temp_dir(),
-                        source,
-                    })?;
-                config.data_dir = Some(dir.path().to_path_buf());
-                Some(dir)
-            }
-            _ => None,
-        };
-        let sandboxes = match (&config.data_dir, sandboxed) {
-            (Some(dir), true) => {
-                let program = match &config.sandbox_program {
-                    Some(program) => program.clone(),
-                    None => std::env::current_exe().map_err(|e| {
-                        RuntimeError::Config(format!(
-                            "cannot find this program to run sandbox processes: {e}"
-                        ))
-                    })?,
-                };
-                Some(Sandboxes::new(
-                    program,
-                    dir.clone(),
-                    config.memory_bytes_max,
-                    config.sandbox_idle_max,
-                ))
-            }
-            _ => None,
+        // Sandbox processes read what this runtime compiles from the disk
+        // cache, so a runtime that starts them has one (its own if need be).
+        let mut own_data_dir = None;
+        let sandboxes = if config.isolation == Isolation::Process && !in_sandbox {
+            let data_dir = match &config.data_dir {
+                Some(dir) => dir.clone(),
+                None => {
+                    let dir = tempfile::Builder::new()
+                        .prefix("cohort-runtime-")
+                        .tempdir()
+                        .map_err(|source| RuntimeError::Cache {
+                            path: std::env::temp_dir(),
+                            source,
+                        })?;
+                    let path = dir.path().to_path_buf();
+                    own_data_dir = Some(dir);
+                    config.data_dir = Some(path.clone());
+                    path
+                }
+            };
+            let program = match &config.sandbox_program {
+                Some(program) => program.clone(),
+                None => std::env::current_exe().map_err(|e| {
+                    RuntimeError::Config(format!(
+                        "cannot find this program to run sandbox processes: {e}"
+                    ))
+                })?,
+            };
+            Some(Sandboxes::new(
+                program,
+                data_dir,
+                config.memory_bytes_max,
+                config.sandbox_idle_max,
+            ))
+        } else {
+            None
         };
         let disk_cache = match &config.data_dir {
             None => None,
