@@ -65,30 +65,57 @@ async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sandbox_killed_mid_job_fails_that_attempt_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let program = dir.path().join("cohort-killed");
+/// A one-slot runtime whose sandboxes run `cohort` as `<dir>/<name>` (a
+/// symlink), so that a test finds its own sandbox among the others this
+/// binary starts (see [`sandbox_children`]); `config` may change the rest.
+fn named_runtime(
+    dir: &tempfile::TempDir,
+    name: &str,
+    config: RuntimeConfig,
+) -> (std::path::PathBuf, Runtime) {
+    let program = dir.path().join(name);
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cohort"), &program).unwrap();
     let rt = Runtime::new(RuntimeConfig {
         sandbox_program: Some(program.clone()),
-        ..config(1)
+        ..config
     })
     .unwrap();
+    (program, rt)
+}
+
+/// The one sandbox process started as `program`.
+fn the_sandbox(program: &std::path::Path) -> i32 {
+    let pids = sandbox_children(program);
+    assert_eq!(pids.len(), 1, "one slot, one sandbox: {pids:?}");
+    pids[0]
+}
+
+/// Sends SIGKILL to `pid`, a child of this process.
+fn sigkill(pid: i32) {
+    // SAFETY: kill has no memory preconditions; the pid is our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+}
+
+/// Runs the echo fixture on `input` and checks it answered.
+async fn assert_echoes(rt: &Runtime, module: &Module, input: &[u8]) {
+    let report = rt.run_input(module, input.to_vec()).await;
+    assert_eq!(report.outcome.unwrap(), input);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_killed_mid_job_fails_that_attempt_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (program, rt) = named_runtime(&dir, "cohort-killed", config(1));
     let module = load(&rt, "fixture_spin").await;
     let spinning = {
         let (rt, module) = (rt.clone(), module.clone());
         tokio::spawn(async move { rt.run_input(&module, Vec::new()).await })
     };
-    let mut pids = Vec::new();
     eventually("the job's sandbox process", || {
-        pids = sandbox_children(&program);
-        !pids.is_empty()
+        !sandbox_children(&program).is_empty()
     })
     .await;
-    assert_eq!(pids.len(), 1, "one slot, one sandbox: {pids:?}");
-    // SAFETY: kill has no memory preconditions; the pid is our own child.
-    assert_eq!(unsafe { libc::kill(pids[0], libc::SIGKILL) }, 0);
+    sigkill(the_sandbox(&program));
     let report = spinning.await.unwrap();
     match failure(&report) {
         JobFailure::Internal { message } => {
@@ -166,62 +193,26 @@ async fn a_sandbox_whose_node_is_gone_exits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_sandbox_that_died_is_replaced_before_a_job_reaches_it() {
     let dir = tempfile::tempdir().unwrap();
-    let program = dir.path().join("cohort-idle");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cohort"), &program).unwrap();
-    let rt = Runtime::new(RuntimeConfig {
-        sandbox_program: Some(program.clone()),
-        ..config(1)
-    })
-    .unwrap();
+    let (program, rt) = named_runtime(&dir, "cohort-idle", config(1));
     let module = load(&rt, "fixture_echo").await;
-    assert_eq!(
-        rt.run_input(&module, b"one".to_vec())
-            .await
-            .outcome
-            .unwrap(),
-        b"one"
-    );
-    let pids = sandbox_children(&program);
-    assert_eq!(pids.len(), 1, "the idle sandbox: {pids:?}");
-    // SAFETY: kill has no memory preconditions; the pid is our own child.
-    assert_eq!(unsafe { libc::kill(pids[0], libc::SIGKILL) }, 0);
-    eventually("the idle sandbox is dead", || exited(pids[0])).await;
-    assert_eq!(
-        rt.run_input(&module, b"two".to_vec())
-            .await
-            .outcome
-            .unwrap(),
-        b"two"
-    );
+    assert_echoes(&rt, &module, b"one").await;
+    let idle = the_sandbox(&program);
+    sigkill(idle);
+    eventually("the idle sandbox is dead", || exited(idle)).await;
+    assert_echoes(&rt, &module, b"two").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_idle_past_its_limit_is_stopped_and_the_next_job_starts_another() {
     let dir = tempfile::tempdir().unwrap();
-    let program = dir.path().join("cohort-reaped");
-    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cohort"), &program).unwrap();
-    let rt = Runtime::new(RuntimeConfig {
-        sandbox_program: Some(program.clone()),
+    let idle_briefly = RuntimeConfig {
         sandbox_idle_max: Duration::from_millis(200),
         ..config(1)
-    })
-    .unwrap();
+    };
+    let (program, rt) = named_runtime(&dir, "cohort-reaped", idle_briefly);
     let module = load(&rt, "fixture_echo").await;
-    assert_eq!(
-        rt.run_input(&module, b"one".to_vec())
-            .await
-            .outcome
-            .unwrap(),
-        b"one"
-    );
-    let pids = sandbox_children(&program);
-    assert_eq!(pids.len(), 1, "the idle sandbox: {pids:?}");
-    eventually("the idle sandbox is stopped", || exited(pids[0])).await;
-    assert_eq!(
-        rt.run_input(&module, b"two".to_vec())
-            .await
-            .outcome
-            .unwrap(),
-        b"two"
-    );
+    assert_echoes(&rt, &module, b"one").await;
+    let idle = the_sandbox(&program);
+    eventually("the idle sandbox is stopped", || exited(idle)).await;
+    assert_echoes(&rt, &module, b"two").await;
 }
