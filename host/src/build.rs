@@ -32,7 +32,8 @@ use std::process::{Command, Stdio};
 /// The Rust target job components are built for.
 pub const RUST_TARGET: &str = "wasm32-wasip2";
 /// Rust jobs are built with Wasm SIMD: every cohort node's engine runs it,
-/// and loops LLVM vectorizes (a matrix product) run up to 1.5x faster
+/// and loops LLVM vectorizes (a matrix product) run up to 1.5x faster in
+/// a sandbox process
 /// (BENCHMARKS.md, "CPU-bound kernels"). Given as the target's `rustflags`,
 /// which cargo joins with a project's own `target.wasm32-wasip2.rustflags`
 /// (and which, as cargo always does, takes the place of `build.rustflags`).
