@@ -137,6 +137,12 @@ fn examples_run_through_the_cli_and_the_api() {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         assert!(memory > 0, "{metrics}");
+        // It decided those jobs in passes: the longest is shown.
+        let longest: f64 = (metrics.lines())
+            .find_map(|l| l.strip_prefix("cohort_master_pass_longest_seconds "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0);
+        assert!(longest > 0.0, "{metrics}");
     });
 }
 

@@ -92,6 +92,13 @@ pub fn render(
         "Linear memory of the master component this node hosts (its high-water mark: Wasm memory never shrinks; 0 when it hosts none)",
         gauge(load(&counters.memory_bytes)),
     );
+    let longest = Gauge::<f64, AtomicU64>::default();
+    longest.set(load(&counters.pass_longest_nanos) as f64 / 1e9);
+    registry.register(
+        "master_pass_longest_seconds",
+        "Longest the master's thread spent in one pass on this node (deciding a batch of requests and handing it to replication, a snapshot included when it takes one itself), since it started: the longest it served nothing",
+        longest,
+    );
     registry.register(
         "replicas_needed",
         "Voters (back-end nodes, this one included) that must hold a journal batch before it is acknowledged: a majority",

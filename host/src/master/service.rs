@@ -224,6 +224,11 @@ pub struct MasterCounters {
     pub snapshots: AtomicU64,
     /// The master component's linear memory ([`Core::memory_bytes`]).
     pub memory_bytes: AtomicU64,
+    /// The longest the master's thread spent in one pass, in nanoseconds:
+    /// from taking a batch of requests (or a tick) to handing its events
+    /// to replication, a snapshot included when it takes one itself. It
+    /// serves nothing meanwhile: this is the master's longest pause.
+    pub pass_longest_nanos: AtomicU64,
 }
 
 type Respond<T> = oneshot::Sender<Result<T, MasterError>>;
@@ -960,6 +965,7 @@ impl MasterLoop {
                 tracing::warn!("superseded by epoch {epoch}: the master stops");
                 return self.stop(None);
             }
+            let pass = Instant::now();
             let result = match first {
                 Ok(None) => return self.stop(None),
                 Ok(Some(Request::Shutdown(done))) => return self.stop(Some(done)),
@@ -979,6 +985,8 @@ impl MasterLoop {
                 self.flush()?;
                 Ok(shutdown)
             });
+            let nanos = u64::try_from(pass.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            (self.counters.pass_longest_nanos).fetch_max(nanos, Ordering::Relaxed);
             match result {
                 Ok(None) => {}
                 Ok(Some(done)) => return self.stop(Some(done)),
