@@ -29,8 +29,9 @@
 //!   jobs with no edges.
 //! * snapshot: a Wasm master holding 1,000,000 queued jobs snapshots
 //!   every 10,000 events while 4 callers submit one job at a time each:
-//!   their round trips with snapshots on the master's thread, then taken
-//!   by its shadow (`--snapshots master|shadow`).
+//!   their round trips, and the master's own longest pass, with no
+//!   snapshot, with snapshots on the master's thread, then taken by its
+//!   shadow (`--snapshots master|shadow`).
 //! * schedule: five one-second schedules on one idle node; how late each
 //!   tick's job is submitted and started after the tick's time.
 //! * guard (only when named: `cargo bench --bench node -- guard`; CI runs
