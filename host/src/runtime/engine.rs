@@ -231,8 +231,7 @@ impl Runtime {
             module_cache_len: SANDBOX_MODULE_CACHE_LEN,
             memory_bytes_max,
             isolation: Isolation::Process,
-            sandbox_program: None,
-            sandbox_idle_max: SANDBOX_IDLE_MAX_DEFAULT,
+            ..RuntimeConfig::default()
         };
         Self::build(config, true)
     }

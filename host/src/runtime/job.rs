@@ -76,6 +76,37 @@ pub struct Progress {
     pub message: String,
 }
 
+impl Progress {
+    /// A job's progress call as it is kept: the fraction clamped to `[0, 1]`
+    /// (NaN as 0), the message cut at [`PROGRESS_MESSAGE_BYTES_MAX`].
+    fn bounded(fraction: f32, message: String) -> Self {
+        let fraction = if fraction.is_nan() {
+            0.0
+        } else {
+            fraction.clamp(0.0, 1.0)
+        };
+        let message = truncate_utf8(message, PROGRESS_MESSAGE_BYTES_MAX);
+        Self { fraction, message }
+    }
+
+    /// Whether this is a report [`bounded`](Self::bounded) could have made:
+    /// what a sandbox process may relay.
+    pub(crate) fn is_bounded(&self) -> bool {
+        (0.0..=1.0).contains(&self.fraction) && self.message.len() <= PROGRESS_MESSAGE_BYTES_MAX
+    }
+}
+
+/// A job's output, or `output_too_large` past the limit.
+pub(crate) fn bounded_output(output: Vec<u8>, limits: &JobLimits) -> Result<Vec<u8>, JobFailure> {
+    if output.len() as u64 > limits.output_bytes {
+        return Err(JobFailure::OutputTooLarge {
+            size_bytes: output.len() as u64,
+            limit_bytes: limits.output_bytes,
+        });
+    }
+    Ok(output)
+}
+
 /// How one attempt of a job ended, and what it left behind.
 #[derive(Debug)]
 pub struct JobReport {
@@ -316,16 +347,11 @@ impl host::Host for JobState {
     }
 
     fn progress(&mut self, fraction: f32, message: String) -> wasmtime::Result<()> {
-        let fraction = if fraction.is_nan() {
-            0.0
-        } else {
-            fraction.clamp(0.0, 1.0)
-        };
-        let message = truncate_utf8(message, PROGRESS_MESSAGE_BYTES_MAX);
+        let progress = Progress::bounded(fraction, message);
         if let Some(observer) = &self.observer {
-            observer.progress(fraction, &message);
+            observer.progress(progress.fraction, &progress.message);
         }
-        lock(&self.latest).progress = Some(Progress { fraction, message });
+        lock(&self.latest).progress = Some(progress);
         Ok(())
     }
 
@@ -438,13 +464,7 @@ pub(crate) async fn execute(
         Err(_elapsed) => Err(JobFailure::Timeout {
             limit_ms: limits.timeout_ms,
         }),
-        Ok(Ok(Ok(output))) if output.len() as u64 > limits.output_bytes => {
-            Err(JobFailure::OutputTooLarge {
-                size_bytes: output.len() as u64,
-                limit_bytes: limits.output_bytes,
-            })
-        }
-        Ok(Ok(Ok(output))) => Ok(output),
+        Ok(Ok(Ok(output))) => bounded_output(output, &limits),
         Ok(Ok(Err(job_error))) => Err(JobFailure::JobError {
             code: truncate_utf8(job_error.code, ERROR_CODE_BYTES_MAX),
             message: truncate_utf8(job_error.message, ERROR_MESSAGE_BYTES_MAX),
@@ -600,6 +620,36 @@ mod tests {
         assert!(limiter.memory_growing(70, 80, None).is_err());
         assert_eq!(limiter.memory_refused_bytes, Some(110));
         assert_eq!(limiter.memory_peak_bytes, 100);
+    }
+
+    #[test]
+    fn progress_is_kept_bounded_and_only_bounded_reports_pass() {
+        let long = "é".repeat(PROGRESS_MESSAGE_BYTES_MAX);
+        for (fraction, kept) in [(f32::NAN, 0.0), (-1.0, 0.0), (0.5, 0.5), (7.0, 1.0)] {
+            let progress = Progress::bounded(fraction, long.clone());
+            assert_eq!(progress.fraction, kept);
+            assert!(progress.message.len() <= PROGRESS_MESSAGE_BYTES_MAX);
+            assert!(progress.is_bounded());
+        }
+        let relayed = |fraction: f32, message: &str| Progress {
+            fraction,
+            message: message.into(),
+        };
+        assert!(!relayed(1.5, "").is_bounded());
+        assert!(!relayed(f32::NAN, "").is_bounded());
+        assert!(!relayed(0.5, &long).is_bounded());
+        let limits = JobLimits {
+            output_bytes: 2,
+            ..JobLimits::default()
+        };
+        assert_eq!(bounded_output(vec![1, 2], &limits), Ok(vec![1, 2]));
+        assert_eq!(
+            bounded_output(vec![1, 2, 3], &limits),
+            Err(JobFailure::OutputTooLarge {
+                size_bytes: 3,
+                limit_bytes: 2
+            })
+        );
     }
 
     #[test]

@@ -51,7 +51,7 @@
 //! own. It isolates faults and time, not a guest that escaped wasmtime.
 
 use super::engine::Runtime;
-use super::job::{JobFailure, JobReport, JobRequest, Progress};
+use super::job::{JobFailure, JobReport, JobRequest, Progress, bounded_output};
 use super::limits::{JobLimits, MEMORY_BYTES_CEILING};
 use super::log::JobLog;
 use super::module::Digest;
@@ -85,6 +85,8 @@ const REAPER_PERIOD_MIN: Duration = Duration::from_millis(10);
 const REAPER_PERIOD_MAX: Duration = Duration::from_secs(5);
 /// How often a child checks that the node that started it is still there.
 const ORPHAN_CHECK: Duration = Duration::from_millis(200);
+/// How a child whose node is gone exits.
+const ORPHANED_EXIT_CODE: i32 = 3;
 
 /// One attempt, node to child.
 #[derive(Debug, Serialize, Deserialize)]
@@ -374,10 +376,11 @@ impl Sandbox {
             match event {
                 Event::Log(bytes) => seen.log.append(&bytes),
                 Event::Progress(progress) => {
-                    if !(0.0..=1.0).contains(&progress.fraction) {
+                    if !progress.is_bounded() {
                         return Err(invalid(format!(
-                            "it reported progress {}",
-                            progress.fraction
+                            "it reported progress {} with a {}-byte message",
+                            progress.fraction,
+                            progress.message.len()
                         )));
                     }
                     if let Some(observer) = &seen.observer {
@@ -418,13 +421,7 @@ impl Seen {
     /// against the job's limit again: the child is not trusted to have.
     fn done(mut self, done: Done, limits: &JobLimits) -> JobReport {
         let outcome = match done.outcome {
-            Ok(output) if output.len() as u64 > limits.output_bytes => {
-                Err(JobFailure::OutputTooLarge {
-                    size_bytes: output.len() as u64,
-                    limit_bytes: limits.output_bytes,
-                })
-            }
-            Ok(output) => Ok(output),
+            Ok(output) => bounded_output(output, limits),
             Err(json) => Err(decode_failure(&json)),
         };
         self.log.count_dropped(done.log_dropped_bytes);
@@ -623,7 +620,7 @@ fn spawn_orphan_watchdog(parent: i32) {
         unsafe { libc::getppid() != parent }
     };
     if orphaned() {
-        std::process::exit(3);
+        std::process::exit(ORPHANED_EXIT_CODE);
     }
     std::thread::Builder::new()
         .name("cohort-sandbox-watchdog".into())
@@ -631,7 +628,7 @@ fn spawn_orphan_watchdog(parent: i32) {
             loop {
                 std::thread::sleep(ORPHAN_CHECK);
                 if orphaned() {
-                    std::process::exit(3);
+                    std::process::exit(ORPHANED_EXIT_CODE);
                 }
             }
         })
