@@ -852,7 +852,7 @@ async fn upgrade_large() {
     // Compiled once first, as the upload's checks do on a real node.
     let data_dir = dir.path().to_path_buf();
     tokio::task::spawn_blocking(move || {
-        cohort::master::upgrade::check_component(&fifo, Some(&data_dir)).unwrap();
+        cohort::master::handover::check_component(&fifo, Some(&data_dir)).unwrap();
     })
     .await
     .unwrap();

@@ -72,14 +72,14 @@ impl std::fmt::Debug for Internal {
 /// one list of them that [`Internal`] serves.
 pub fn body_limit(segments: &[&str]) -> Option<usize> {
     Some(match segments {
-        ["internal", "v1", "master"] => crate::api::BATCH_BODY_BYTES_MAX,
+        ["internal", "v1", "master"] => crate::contract::BATCH_BODY_BYTES_MAX,
         ["internal", "v1", "replication"] => crate::replication::transport::ENVELOPE_BYTES_MAX,
-        ["internal", "v1", "voters"] => crate::api::CONTROL_BODY_BYTES_MAX,
+        ["internal", "v1", "voters"] => crate::contract::CONTROL_BODY_BYTES_MAX,
         ["internal", "v1", "modules"] => crate::runtime::module::MODULE_BYTES_MAX,
         ["internal", "v1", "masters"] => upgrade::MASTER_BYTES_MAX,
         ["internal", "v1", "modules", "fetch"]
         | ["internal", "v1", "masters", "fetch"]
-        | ["internal", "v1", "tokens"] => crate::api::CONTROL_BODY_BYTES_MAX,
+        | ["internal", "v1", "tokens"] => crate::contract::CONTROL_BODY_BYTES_MAX,
         _ => return None,
     })
 }
@@ -240,7 +240,7 @@ impl Internal {
 pub async fn store_master(masters: &MasterStore, wasm: Bytes) -> Result<[u8; 32], ApiError> {
     let masters = masters.clone();
     tokio::task::spawn_blocking(move || {
-        upgrade::check_component(&wasm, Some(masters.data_dir()))?;
+        crate::master::handover::check_component(&wasm, Some(masters.data_dir()))?;
         masters.put(&wasm).map_err(|e| {
             cohort_master::Rejection::new(
                 ErrorCode::Internal.as_str(),

@@ -27,6 +27,7 @@ pub mod cli;
 /// CLI, the tests and the benchmarks use.
 pub use cohort_client as client;
 pub mod cluster;
+pub mod contract;
 pub mod demo;
 pub mod events;
 pub mod exec;
@@ -35,6 +36,7 @@ pub mod guests;
 pub mod internal;
 pub mod journal;
 pub mod master;
+pub mod membership;
 pub mod metrics;
 pub mod modules;
 pub mod node;

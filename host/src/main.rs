@@ -66,7 +66,7 @@ enum Command {
     /// Run the jobs a node sends on stdin (started by a node with
     /// `--job-isolation process`, never by hand).
     #[command(hide = true)]
-    Sandbox(cohort::runtime::sandbox::SandboxArgs),
+    Sandbox(cohort::runtime::sandbox_child::SandboxArgs),
 }
 
 fn main() -> ExitCode {
@@ -86,7 +86,7 @@ fn main() -> ExitCode {
         // A sandbox process runs one job at a time on its own thread, with
         // no multi-threaded runtime of the node's.
         Command::Sandbox(args) => {
-            return match cohort::runtime::sandbox::serve(args) {
+            return match cohort::runtime::sandbox_child::serve(args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
                     eprintln!("error: {error:#}");

@@ -14,12 +14,12 @@
 
 use crate::api::{self, Api, JobDefaults, NodeInfo};
 use crate::cluster::link::MasterLink;
-use crate::cluster::membership::{self, Membership, MembershipConfig, Roles, keys};
 use crate::cluster::modules::ModuleFetcher;
 use crate::cluster::singleton;
 use crate::events::{self, emit};
 use crate::master::core::MasterComponent;
 use crate::master::{self, CoreKind, MasterOptions, SnapshotSource};
+use crate::membership::{self, Membership, MembershipConfig, Roles, keys};
 use crate::modules::ModuleStore;
 use crate::peer::Peer;
 use crate::replication::Replication;

@@ -48,8 +48,7 @@
 
 use crate::cluster::link::MasterLink;
 use crate::cluster::modules::ModuleFetcher;
-use crate::master::MasterError;
-use crate::master::service::{Poll, PollResult, ProgressReport};
+use crate::contract::{MasterError, Poll, PollResult, ProgressReport};
 use crate::modules::ModuleStore;
 use crate::runtime::{Digest, JobFailure, JobLimits, JobObserver, JobRequest, Progress, Runtime};
 use cohort_master::{Assignment, Command, Failure, JobId, Outcome};

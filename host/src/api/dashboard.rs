@@ -245,7 +245,7 @@ impl Api {
             .map(|(node, behind)| ReplicaBody { node, behind })
             .collect();
         Ok(OverviewResponse {
-            at: crate::master::service::now_ms(),
+            at: crate::contract::now_ms(),
             node: self.node.id.clone(),
             master: MasterBody {
                 node: cluster.master_node,

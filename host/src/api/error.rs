@@ -14,7 +14,7 @@
 //! this node cannot say what it means.
 
 use super::types::ErrorBody;
-use crate::master::MasterError;
+use crate::contract::MasterError;
 use crate::runtime::ModuleError;
 use cohort_master::Rejection;
 use hyper::StatusCode;

@@ -48,8 +48,8 @@ pub use cohort_client::types;
 pub mod wire;
 
 use crate::cluster::link::MasterLink;
-use crate::cluster::membership::{Roles, View};
 use crate::cluster::modules::ModuleFetcher;
+use crate::membership::{Roles, View};
 use crate::modules::ModuleStore;
 use crate::runtime::Digest;
 use crate::security::Sealer;
@@ -81,17 +81,16 @@ use types::*;
 /// How `input_base64` is read: the standard alphabet, padded, and
 /// lenient about the unused bits of the last symbol, which some encoders
 /// leave set (the bytes are the same either way).
+pub use crate::contract::{
+    BATCH_BODY_BYTES_MAX, BATCH_JOBS_MAX, CONTROL_BODY_BYTES_MAX, JOB_BODY_BYTES_MAX,
+    WAIT_BODY_BYTES_MAX,
+};
+
 const INPUT_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
     &base64::alphabet::STANDARD,
     base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
 );
 
-/// Largest `POST /v1/jobs` body: a 4 MiB input in base64 plus the fields.
-pub const JOB_BODY_BYTES_MAX: usize = 6 << 20;
-/// Largest `POST /v1/jobs/batch` body.
-pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
-/// Most jobs in one batch.
-pub const BATCH_JOBS_MAX: usize = 10_000;
 /// Longest idempotency key, in characters (within the master's limit in
 /// bytes, whatever the characters).
 pub const IDEMPOTENCY_KEY_CHARS_MAX: usize = 64;
@@ -108,15 +107,10 @@ const _: () = assert!(
 );
 /// Longest `wait_ms` honoured.
 pub const WAIT_MS_MAX: u64 = 60_000;
-/// Largest `POST /v1/jobs/wait` body: 10,000 ids of 20 digits and commas.
-pub const WAIT_BODY_BYTES_MAX: usize = 256 << 10;
 /// Largest output `POST /v1/jobs/wait` sends inline.
 pub const WAIT_OUTPUT_BYTES_MAX: u64 = 64 << 10;
 /// Most output bytes one `POST /v1/jobs/wait` answer sends inline.
 pub const WAIT_OUTPUTS_BYTES_MAX: u64 = 4 << 20;
-/// Largest body of the small control requests (token operations, a module
-/// fetch by digest).
-pub const CONTROL_BODY_BYTES_MAX: usize = 64 << 10;
 /// Longest a voter removal asked of the master's node may take.
 const VOTER_CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Jobs per page of `GET /v1/jobs` when `limit` is not given.

@@ -8,7 +8,7 @@
 //! journaled or gossiped for it. A node that started later has a shorter
 //! history.
 
-use super::membership::View;
+use crate::membership::View;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use tokio::sync::watch;
@@ -59,7 +59,7 @@ impl History {
         let mut before = views.borrow_and_update().clone();
         while views.changed().await.is_ok() {
             let after = views.borrow_and_update().clone();
-            self.record(crate::master::service::now_ms(), &before, &after);
+            self.record(crate::contract::now_ms(), &before, &after);
             before = after;
         }
     }
@@ -108,7 +108,7 @@ fn changes(at: u64, before: &View, after: &View) -> Vec<Entry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::membership::tests::member;
+    use crate::membership::tests::member;
 
     fn view(members: &[(&str, u64, bool, Option<u64>)]) -> View {
         View {

@@ -40,10 +40,11 @@
 //! outcome_unknown`), because the client, retrying without an idempotency
 //! key, would be sending a new request.
 
-use super::membership::View;
-use crate::master::service::{Poll, PollResult, ProgressReport, SwitchReport};
+use crate::contract::{MasterError, Poll, PollResult, ProgressReport};
+use crate::master::MasterHandle;
+use crate::master::service::SwitchReport;
 use crate::master::upgrade::{Build, Builds};
-use crate::master::{MasterError, MasterHandle};
+use crate::membership::View;
 use crate::peer::Peer;
 use crate::replication::Leader;
 use cohort_master::{Answer, Command, JobId, Query, Reply, decode, encode};
@@ -72,7 +73,7 @@ pub const BATCHES_IN_FLIGHT: usize = 2;
 pub const BATCH_COMMANDS_MAX: usize = 1024;
 /// Most encoded bytes of commands in one batch (a single larger command
 /// goes alone); well within the route's body limit.
-const BATCH_BYTES_MAX: usize = crate::api::BATCH_BODY_BYTES_MAX / 4;
+const BATCH_BYTES_MAX: usize = crate::contract::BATCH_BODY_BYTES_MAX / 4;
 
 /// A master operation on the wire.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -724,8 +725,8 @@ mod tests {
     //! that serves `/internal/v1/master` with a real master and can lose
     //! its first answer after the master acted on the request.
     use super::*;
-    use crate::cluster::membership::tests::member;
     use crate::master::{CoreKind, MasterOptions};
+    use crate::membership::tests::member;
     use bytes::Bytes;
     use cohort_master::{Config, JobSpec, RequestId};
     use http_body_util::{BodyExt, Full};

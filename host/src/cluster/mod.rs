@@ -1,8 +1,7 @@
-//! The cluster: membership, the master as a singleton, the proxy that
-//! reaches it, the replicated journal, and modules across nodes.
+//! The cluster: the master as a singleton, the proxy that reaches it, and
+//! modules across nodes. (Who is alive is `crate::membership`, a layer
+//! below, which replication uses too.)
 //!
-//! * [`membership`] — chitchat gossip behind a watch of the live view (and
-//!   an in-memory twin for tests); age order decides who hosts the master.
 //! * [`singleton`] — starts the master on the oldest live back-end node and
 //!   nowhere else.
 //!   (The replicated journal, take-over and hand-over are
@@ -13,7 +12,6 @@
 
 pub mod history;
 pub mod link;
-pub mod membership;
 pub mod modules;
 pub mod singleton;
 

@@ -4,7 +4,7 @@
 //! it in its own store (and compile cache) from then on. Uploaded master
 //! components travel the same way (`crate::master::upgrade`).
 
-use super::membership::View;
+use crate::membership::View;
 use crate::modules::ModuleStore;
 use crate::peer::{Peer, TRANSFER_TIMEOUT};
 use crate::runtime::{Digest, Module, ModuleError};

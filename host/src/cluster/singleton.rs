@@ -33,7 +33,7 @@
 //! master is behind the [`Host`] trait, so both are unit-tested with the
 //! in-memory membership twin.
 
-use super::membership::{Membership, View, keys};
+use crate::membership::{Membership, View, keys};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -217,9 +217,9 @@ pub async fn run<H: Host>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::membership::MemCluster;
-    use super::super::membership::tests::member;
     use super::*;
+    use crate::membership::MemCluster;
+    use crate::membership::tests::member;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
 

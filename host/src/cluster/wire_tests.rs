@@ -17,9 +17,8 @@
 //! `PROPTEST_CASES=100000 cargo test -p cohort --lib cluster::wire_tests`.
 
 use super::link::{self, MasterLink, WireRequest, WireResponse};
-use super::membership::View;
-use crate::master::MasterError;
-use crate::master::service::{Poll, PollResult, ProgressReport};
+use crate::contract::{MasterError, Poll, PollResult, ProgressReport};
+use crate::membership::View;
 use crate::replication::transport::{Envelope, decode_envelope};
 use cohort_master::testing::{apply_damage, damage, varint};
 use cohort_master::{

@@ -1,11 +1,16 @@
 //! The master, host side: runs the master component (`host/master`) on the
 //! node that hosts it, journals its events and serves its callers.
 //!
+//! From the bottom up (each imports only those above it in this list):
+//!
+//! * [`store`] — journal segments and snapshots on disk.
+//! * [`upgrade`] — which master build runs: the journal's switch record,
+//!   the snapshot's build tag, uploaded builds on disk, the upgrade's codes.
 //! * [`core`] — the component (or the same logic linked natively) behind
 //!   one byte-level interface.
-//! * [`store`] — journal segments and snapshots on disk; recovery.
-//! * [`upgrade`] — another master build switched in on a running cluster:
-//!   the checks, the journal's switch record, uploaded builds on disk.
+//! * [`handover`] — checking a build and handing a running state to it.
+//! * `recovery` — a master brought up to date from a snapshot and the
+//!   journal, or from a warm standby; the options a master starts with.
 //! * `shadow` — a second instance of the master that follows its events,
 //!   so snapshots are serialized off the master's thread.
 //! * [`standby`] — a copy of the master on the other back-end nodes, fed
@@ -16,6 +21,8 @@
 
 mod bindings;
 pub mod core;
+pub mod handover;
+mod recovery;
 pub mod service;
 mod shadow;
 pub mod standby;
@@ -25,7 +32,5 @@ mod testing;
 pub mod upgrade;
 
 pub use self::core::CoreKind;
-pub use service::{
-    MasterError, MasterHandle, MasterOptions, RecoveryReport, SnapshotSource, Warm, now_ms, start,
-    start_warm,
-};
+pub use recovery::{MasterOptions, StartError, Warm};
+pub use service::{MasterHandle, RecoveryReport, SnapshotSource, start, start_warm};

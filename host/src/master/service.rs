@@ -42,11 +42,15 @@
 //! forgotten as a whole ([`Watchers`]), so a long-poll over 10,000 jobs
 //! costs the master one pass to register and one to drop, however it ends.
 
-use super::core::{Core, CoreKind, MasterComponent, NativeCore};
+use super::core::{Core, CoreKind, MasterComponent};
+use super::handover;
+use super::recovery::{
+    MasterOptions, Recovered, Replayer, ShadowFrom, StartError, Warm, replay_as_read,
+};
 use super::shadow::{Shadow, Taken};
-use super::store::{Snapshot as StoredSnapshot, StoreError};
 use super::upgrade::{self, Build, Builds, Switch};
-use crate::replication::{Completion, Events, Replication, ReplicationStatus, Started};
+use crate::contract::{MasterError, Poll, PollResult, ProgressReport, now_ms};
+use crate::replication::{Completion, Replication, ReplicationStatus, Started};
 use cohort_master::{
     Answer, Assignment, Command, Config, Effect, Failure, JobId, JobState, Millis, Outcome, Query,
     Rejection, Reply, decode, encode,
@@ -55,7 +59,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
 /// How long a wait for many jobs goes on gathering after the first of
@@ -70,31 +74,6 @@ const CHANNEL_CAPACITY: usize = 16_384;
 pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 /// Default number of events between snapshots.
 pub const SNAPSHOT_EVERY_DEFAULT: u64 = 200_000;
-/// Events applied per call while replaying the journal.
-pub(super) const REPLAY_CHUNK: usize = 4096;
-
-/// How to start the master.
-#[derive(Debug, Clone)]
-pub struct MasterOptions {
-    /// Where the journal and snapshots live.
-    pub data_dir: PathBuf,
-    /// The master's tunables.
-    pub config: Config,
-    /// Which backend runs the logic.
-    pub core: CoreKind,
-    /// Events between snapshots.
-    pub snapshot_every: u64,
-    /// Workers known to be alive now: their running attempts are kept.
-    /// Every other worker the journal knows is declared gone at start, and
-    /// its attempts re-queued.
-    pub live_workers: Vec<String>,
-    /// The master component already compiled (`None`: compile it, or load
-    /// it from `<data_dir>/compiled`).
-    pub component: Option<MasterComponent>,
-    /// Take snapshots from a shadow instance on its own thread
-    /// ([`super::shadow`]) rather than pausing the master for them.
-    pub shadow: bool,
-}
 
 /// Where the master's periodic snapshots are taken (`cohort node
 /// --snapshots`).
@@ -106,95 +85,13 @@ pub enum SnapshotSource {
     Master,
 }
 
-/// A running attempt's latest progress, carried by its worker's polls. It
-/// is volatile (not journaled): the master's node keeps the newest per job
-/// so any front-end can show it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ProgressReport {
-    /// The job.
-    pub id: JobId,
-    /// The attempt reporting.
-    pub attempt: u32,
-    /// In `[0, 1]`.
-    pub fraction: f32,
-    /// What it is doing.
-    pub message: String,
-}
-
 /// Most progress reports kept (one per running job); beyond, new ones are
 /// dropped until jobs settle.
 const PROGRESS_KEPT_MAX: usize = 1_000_000;
 
-/// A worker's poll: who it is, how much it can take, how long it may wait
-/// for work, and the progress of what it runs. Also its heartbeat.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Poll {
-    /// Worker id.
-    pub worker: String,
-    /// Its total slots.
-    pub slots: u32,
-    /// Jobs it can start now.
-    pub free: u32,
-    /// Longest wait for work, in milliseconds.
-    pub wait_ms: u64,
-    /// Progress of its running attempts.
-    pub progress: Vec<ProgressReport>,
-    /// Every attempt `(job, attempt)` it holds: running, or finished with
-    /// its outcome not yet acknowledged. A master that just took over
-    /// compares it, once per worker, with the attempts it believes the
-    /// worker runs: one missing was assigned by the old master in an
-    /// answer that never arrived, and is re-queued at once instead of at
-    /// its lease's end.
-    pub held: Vec<(JobId, u32)>,
-}
-
-/// What a worker's poll brings back.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PollResult {
-    /// Attempts to start.
-    pub assignments: Vec<Assignment>,
-    /// Attempts to stop (cancelled jobs): `(job, attempt)`.
-    pub stops: Vec<(JobId, u32)>,
-}
-
 /// Stop orders kept per worker until its next poll; a worker that never
 /// polls again is lost anyway, so older orders beyond this are dropped.
 const STOPS_PER_WORKER_MAX: usize = 10_000;
-
-/// Why a request to the master failed.
-#[derive(Debug, Clone, thiserror::Error, serde::Serialize, serde::Deserialize)]
-pub enum MasterError {
-    /// The master refused it.
-    #[error("{0}")]
-    Rejected(Rejection),
-    /// The master is stopping, stopped or failed.
-    #[error("the master is not available: {0}")]
-    Unavailable(String),
-    /// Too few replicas hold the journal: the request was refused, or its
-    /// outcome is not known to be durable (retry with the same
-    /// idempotency key).
-    #[error("not enough replicas: {0}")]
-    Unreplicated(String),
-    /// This node handed the master over to the node at this URL.
-    #[error("the master moved to {0}")]
-    Moved(String),
-    /// The master may have acted on the request but no answer came: while
-    /// the proxy still waits, it sends the request again; once it gives up
-    /// on a submission, whether the job exists is unknown.
-    #[error("no answer from the master; it may or may not have taken effect: {0}")]
-    Indeterminate(String),
-}
-
-/// Why the master could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The journal or a snapshot is damaged or unreadable.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The master component failed to load or to replay.
-    #[error("master: {0:#}")]
-    Core(anyhow::Error),
-}
 
 /// What startup found and did.
 #[derive(Debug, Clone, Default)]
@@ -458,7 +355,7 @@ impl MasterHandle {
         let rehearsal = self.ask(Request::Rehearse).await?;
         let token = rehearsal.token;
         let started = tokio::task::spawn_blocking(move || {
-            let core = upgrade::start(
+            let core = handover::start(
                 &component,
                 Some(&rehearsal.state),
                 upgrade::SNAPSHOT_UNREADABLE,
@@ -538,13 +435,6 @@ impl MasterHandle {
         let mut done = self.done.clone();
         let _ = done.wait_for(|done| *done).await;
     }
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> Millis {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Recovers the master from `options.data_dir` and starts its threads. Call
@@ -677,210 +567,6 @@ pub fn start_warm(
         },
         report,
     ))
-}
-
-/// The master components a recovery needs, each compiled once.
-struct Components<'a> {
-    options: &'a MasterOptions,
-    loaded: Loaded,
-}
-
-/// Master builds compiled so far.
-pub(super) type Loaded = HashMap<Build, MasterComponent>;
-
-impl<'a> Components<'a> {
-    fn new(options: &'a MasterOptions, mut loaded: Loaded) -> Self {
-        if let Some(component) = &options.component {
-            loaded.insert(Build::BuiltIn, component.clone());
-        }
-        Self { options, loaded }
-    }
-
-    fn get(&mut self, build: Build) -> Result<MasterComponent, StartError> {
-        if let Some(component) = self.loaded.get(&build) {
-            return Ok(component.clone());
-        }
-        let component = MasterComponent::load_build(&self.options.data_dir, build)
-            .map_err(|e| StartError::Core(e.context(format!("loading master {build}"))))?;
-        self.loaded.insert(build, component.clone());
-        Ok(component)
-    }
-}
-
-/// Replays `events` into `replayer` chunk by chunk as they are read,
-/// each after `prepare` and before `keep`; how many there were.
-fn replay_as_read(
-    replayer: &mut Replayer<'_>,
-    mut events: Events,
-    mut prepare: impl FnMut(&[Vec<u8>]) -> Result<(), String>,
-    mut keep: impl FnMut(Vec<Vec<u8>>),
-) -> Result<u64, StartError> {
-    let failed = |reason: String| StartError::Core(anyhow::anyhow!(reason));
-    let mut replayed = 0;
-    while let Some(chunk) = events.next_chunk().map_err(failed)? {
-        prepare(&chunk).map_err(failed)?;
-        replayer.replay(&chunk)?;
-        replayed += chunk.len() as u64;
-        keep(chunk);
-    }
-    Ok(replayed)
-}
-
-/// What a master recovers from: the newest snapshot and the journal's
-/// events after it.
-pub(super) struct Recovered {
-    pub snapshot: Option<StoredSnapshot>,
-    pub events: Vec<Vec<u8>>,
-}
-
-/// Where the master's shadow gets its starting state.
-pub(super) enum ShadowFrom {
-    /// What the master recovered from.
-    Recovered(Arc<Recovered>),
-    /// Read from disk, up to where the master started (the master started
-    /// from a warm standby, with no full read to share).
-    Disk(crate::replication::storage::Restore),
-}
-
-/// A master a warm standby kept up to date (`super::standby`), with
-/// everything before `at` applied: a master taking over starts from it.
-pub struct Warm {
-    core: Box<dyn Core>,
-    builds: Builds,
-    loaded: Loaded,
-    at: u64,
-}
-
-impl std::fmt::Debug for Warm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Warm").field("at", &self.at).finish()
-    }
-}
-
-/// A master brought up to date from the journal, as the live master went:
-/// events applied in chunks, builds switched at switch records. Recovery
-/// and the shadow ([`super::shadow`]) both replay through it, so they
-/// reach the same state.
-pub(super) struct Replayer<'a> {
-    pub core: Box<dyn Core>,
-    pub builds: Builds,
-    kind: CoreKind,
-    components: Components<'a>,
-}
-
-impl<'a> Replayer<'a> {
-    /// The master as `snapshot` left it (empty without one).
-    pub fn recover(
-        options: &'a MasterOptions,
-        snapshot: Option<&StoredSnapshot>,
-    ) -> Result<Self, StartError> {
-        Self::recover_with(options, Loaded::new(), snapshot)
-    }
-
-    /// Goes on from a standby's master.
-    pub fn resume(options: &'a MasterOptions, warm: Warm) -> Self {
-        Self {
-            core: warm.core,
-            builds: warm.builds,
-            kind: options.core,
-            components: Components::new(options, warm.loaded),
-        }
-    }
-
-    /// This master, for another to go on from, having applied everything
-    /// before `at`.
-    pub fn into_warm(self, at: u64) -> Warm {
-        Warm {
-            core: self.core,
-            builds: self.builds,
-            loaded: self.components.loaded,
-            at,
-        }
-    }
-
-    /// [`Self::recover`], with the builds already compiled.
-    pub fn recover_with(
-        options: &'a MasterOptions,
-        loaded: Loaded,
-        snapshot: Option<&StoredSnapshot>,
-    ) -> Result<Self, StartError> {
-        let (builds, state) = match snapshot {
-            Some(snapshot) => upgrade::unwrap_state(&snapshot.state).map_err(|e| {
-                StartError::Core(anyhow::anyhow!("snapshot {}: {e}", snapshot.index))
-            })?,
-            None => (Builds::default(), &[][..]),
-        };
-        let state = snapshot.map(|_| state);
-        let mut components = Components::new(options, loaded);
-        let core: Box<dyn Core> = match options.core {
-            CoreKind::Wasm => Box::new(
-                components
-                    .get(builds.active)?
-                    .instantiate(state)
-                    .map_err(StartError::Core)?
-                    .map_err(|r| StartError::Core(anyhow::anyhow!("snapshot refused: {r}")))?,
-            ),
-            CoreKind::Native if builds.active != Build::BuiltIn => {
-                return Err(StartError::Core(anyhow::anyhow!(
-                    "the cluster runs the uploaded master {}, which --master-core native cannot run",
-                    builds.active
-                )));
-            }
-            CoreKind::Native => Box::new(
-                NativeCore::new(state)
-                    .map_err(|r| StartError::Core(anyhow::anyhow!("snapshot refused: {r}")))?,
-            ),
-        };
-        Ok(Self {
-            core,
-            builds,
-            kind: options.core,
-            components,
-        })
-    }
-
-    /// Applies `events` (journal entries: the master's events and switch
-    /// records) in order.
-    pub fn replay(&mut self, events: &[Vec<u8>]) -> Result<(), StartError> {
-        let mut from = 0;
-        for (at, event) in events.iter().enumerate() {
-            let Some(switch) = upgrade::decode_switch(event) else {
-                continue;
-            };
-            self.apply(&events[from..at])?;
-            from = at + 1;
-            let switch = switch.map_err(|e| StartError::Core(anyhow::anyhow!(e)))?;
-            if self.kind == CoreKind::Native {
-                return Err(StartError::Core(anyhow::anyhow!(
-                    "the journal switches to master {}, which --master-core native cannot run",
-                    switch.to
-                )));
-            }
-            let component = self.components.get(switch.to)?;
-            self.core = upgrade::hand_over(self.core.as_mut(), &component)
-                .map_err(StartError::Core)?
-                .map_err(|r| {
-                    StartError::Core(anyhow::anyhow!(
-                        "replaying the switch to {}: {r}",
-                        switch.to
-                    ))
-                })?;
-            self.builds = self.builds.switched(switch.to);
-        }
-        self.apply(&events[from..])
-    }
-
-    fn apply(&mut self, events: &[Vec<u8>]) -> Result<(), StartError> {
-        for chunk in events.chunks(REPLAY_CHUNK) {
-            self.core
-                .apply(chunk)
-                .map_err(StartError::Core)?
-                .map_err(|r| {
-                    StartError::Core(anyhow::anyhow!("the master refused a journal entry: {r}"))
-                })?;
-        }
-        Ok(())
-    }
 }
 
 #[derive(Default)]
@@ -1206,7 +892,7 @@ impl MasterLoop {
                 pause_ms: 0,
             }));
         }
-        if let Err(rejection) = upgrade::replay(core.as_mut(), &recording.events) {
+        if let Err(rejection) = handover::replay(core.as_mut(), &recording.events) {
             return Ok(Err(rejection));
         }
         // Both states at once, on two threads: the running master's (what
@@ -1250,7 +936,7 @@ impl MasterLoop {
             // running state as a replay of the switch will, and compare in
             // its format.
             let mut handed =
-                match upgrade::start(&component, Some(&running), upgrade::SNAPSHOT_UNREADABLE) {
+                match handover::start(&component, Some(&running), upgrade::SNAPSHOT_UNREADABLE) {
                     Ok(handed) => handed,
                     Err(rejection) => return Ok(Err(rejection)),
                 };

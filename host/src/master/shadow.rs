@@ -47,7 +47,7 @@
 //! * A stop still snapshots the master itself: the shadow may be behind,
 //!   and the next master should start from the newest state.
 
-use super::service::{MasterOptions, Recovered, Replayer, ShadowFrom};
+use super::recovery::{Loaded, MasterOptions, Recovered, Replayer, ShadowFrom, StartError};
 use super::upgrade::Builds;
 use crate::events::{self, emit};
 use std::sync::Arc;
@@ -78,7 +78,7 @@ impl Shadow {
     /// Starts the shadow: it recovers from `from` (the master's own
     /// recovery, whose compiled builds are `loaded`), then follows what
     /// it is fed.
-    pub fn start(options: MasterOptions, loaded: super::service::Loaded, from: ShadowFrom) -> Self {
+    pub fn start(options: MasterOptions, loaded: Loaded, from: ShadowFrom) -> Self {
         let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_WAITING_MAX);
         let failed = Arc::new(AtomicBool::new(false));
         let flag = failed.clone();
@@ -152,12 +152,12 @@ impl Shadow {
 
 fn run(
     options: &MasterOptions,
-    loaded: super::service::Loaded,
+    loaded: Loaded,
     from: ShadowFrom,
     rx: Receiver<Input>,
     given_up: &AtomicBool,
 ) -> anyhow::Result<()> {
-    let fail = |e: super::service::StartError| anyhow::anyhow!("{e}");
+    let fail = |e: StartError| anyhow::anyhow!("{e}");
     let from = match from {
         ShadowFrom::Recovered(recovered) => recovered,
         ShadowFrom::Disk(plan) => {

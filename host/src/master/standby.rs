@@ -45,7 +45,7 @@
 //!   and applying every event once more per node. `cohort node --standby
 //!   off` turns it off.
 
-use super::service::{Loaded, MasterOptions, Replayer, Warm};
+use super::recovery::{Loaded, MasterOptions, Replayer, Warm};
 use super::upgrade;
 use crate::events::{self, emit};
 use crate::replication::{Follow, Replication};

@@ -2,7 +2,7 @@
 //! master's options, and events a master decided.
 
 use super::core::{Core, CoreKind, NativeCore};
-use super::service::MasterOptions;
+use super::recovery::MasterOptions;
 use cohort_master::{Command, Config, JobSpec, RequestId, encode};
 
 /// Options of a native master in `dir`.

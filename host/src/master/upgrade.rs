@@ -39,14 +39,11 @@
 //! state the check started from, reach the same state as handing it the
 //! running master's state at the switch ([`REPLAY_DIVERGED`]).
 
-use super::core::{Core, CoreResult, MasterComponent};
 use crate::runtime::Digest;
-use cohort_master::Rejection;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// First byte of a switch record in the journal.
 pub const TAG_SWITCH: u8 = 0xF2;
 /// First byte of a snapshot's master state that names the builds.
 pub const TAG_BUILD: u8 = 0xF3;
@@ -216,103 +213,6 @@ pub fn builds_needed<'a>(
     needed
 }
 
-fn refuse(code: &str, message: impl Into<String>) -> Rejection {
-    Rejection::new(code, message)
-}
-
-/// Checks an uploaded master before anything is stored: it compiles, has
-/// only allowed imports, exports the master world and starts empty.
-/// Blocking (it compiles, through `data_dir`'s compile cache if given, so
-/// a later take-over loads the artifact instead of compiling again).
-pub fn check_component(wasm: &[u8], data_dir: Option<&Path>) -> Result<MasterComponent, Rejection> {
-    if wasm.len() > MASTER_BYTES_MAX {
-        return Err(refuse(
-            INVALID_MASTER,
-            format!(
-                "{} bytes; a master is at most {MASTER_BYTES_MAX}",
-                wasm.len()
-            ),
-        ));
-    }
-    let component = MasterComponent::compile(wasm, data_dir).map_err(|e| {
-        refuse(
-            INVALID_MASTER,
-            format!("not a Wasm component this node can compile: {e:#}"),
-        )
-    })?;
-    if let Some(import) = component
-        .imports()
-        .into_iter()
-        .find(|name| !ALLOWED_IMPORT_PREFIXES.iter().any(|p| name.starts_with(p)))
-    {
-        return Err(refuse(
-            NONDETERMINISTIC_IMPORT,
-            format!(
-                "the component imports `{import}`; a master must be deterministic, so it may \
-                 import only {}",
-                ALLOWED_IMPORT_PREFIXES.join(", ")
-            ),
-        ));
-    }
-    start(&component, None, MASTER_TRAPS)?;
-    Ok(component)
-}
-
-/// A new instance of `component` from `state`, its failures as the
-/// upgrade's refusals (`code` for a trap or a refused state).
-pub fn start(
-    component: &MasterComponent,
-    state: Option<&[u8]>,
-    code: &str,
-) -> Result<Box<dyn Core>, Rejection> {
-    let linked = component.link().map_err(|e| {
-        refuse(
-            WRONG_WORLD,
-            format!("the component does not export the master world `cohort:master/master`: {e:#}"),
-        )
-    })?;
-    let what = if state.is_some() {
-        "from the running master's state"
-    } else {
-        "empty"
-    };
-    match component.init(linked, state) {
-        Ok(Ok(core)) => Ok(Box::new(core)),
-        Ok(Err(rejection)) => Err(refuse(code, format!("`init` {what} refused: {rejection}"))),
-        Err(trap) => Err(refuse(code, format!("`init` {what} trapped: {trap:#}"))),
-    }
-}
-
-/// Hands `core`'s state to a new instance of `component`: what the live
-/// switch does, and what every replay of a switch record does again.
-pub fn hand_over(core: &mut dyn Core, component: &MasterComponent) -> CoreResult<Box<dyn Core>> {
-    let state = core.snapshot()?;
-    Ok(start(component, Some(&state), SNAPSHOT_UNREADABLE))
-}
-
-/// Applies `events` in chunks; a rejection or trap is the upgrade's
-/// [`REPLAY_DIVERGED`].
-pub fn replay(core: &mut dyn Core, events: &[Vec<u8>]) -> Result<(), Rejection> {
-    for chunk in events.chunks(super::service::REPLAY_CHUNK) {
-        match core.apply(chunk) {
-            Ok(Ok(_)) => {}
-            Ok(Err(rejection)) => {
-                return Err(refuse(
-                    REPLAY_DIVERGED,
-                    format!("the new master refused a journaled event: {rejection}"),
-                ));
-            }
-            Err(trap) => {
-                return Err(refuse(
-                    REPLAY_DIVERGED,
-                    format!("the new master trapped replaying the journal: {trap:#}"),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Uploaded master components on this node's disk,
 /// `<data>/masters/<sha256>.wasm`, written whole or not at all.
 #[derive(Debug, Clone)]
@@ -445,51 +345,6 @@ mod tests {
             vec![[1; 32], [2; 32]]
         );
         assert!(builds_needed(None, &[vec![4u8]]).is_empty());
-    }
-
-    fn guest(name: &str) -> Vec<u8> {
-        std::fs::read(format!("{}/{name}.wasm", env!("COHORT_GUESTS_DIR"))).unwrap()
-    }
-
-    fn refusal(wasm: &[u8]) -> String {
-        match check_component(wasm, None) {
-            Ok(_) => "accepted".into(),
-            Err(rejection) => rejection.code,
-        }
-    }
-
-    #[test]
-    fn the_built_in_and_the_example_master_pass_the_checks() {
-        for wasm in [crate::guests::MASTER.to_vec(), guest("fifo_master")] {
-            let component = check_component(&wasm, None).unwrap();
-            // Each reads the other's state: they share the state format.
-            let mut core = start(&component, None, MASTER_TRAPS).unwrap();
-            let state = core.snapshot().unwrap();
-            let builtin = MasterComponent::load(None).unwrap();
-            let mut handed = hand_over(core.as_mut(), &builtin).unwrap().unwrap();
-            assert_eq!(handed.snapshot().unwrap(), state);
-        }
-    }
-
-    #[test]
-    fn broken_masters_are_refused_by_name() {
-        assert_eq!(refusal(b"\0asm not really"), INVALID_MASTER);
-        assert_eq!(refusal(&guest("fixture_wrong_world")), WRONG_WORLD);
-        assert_eq!(refusal(&guest("fixture_master_trap")), MASTER_TRAPS);
-        assert_eq!(
-            refusal(&guest("fixture_master_clock")),
-            NONDETERMINISTIC_IMPORT
-        );
-        // A job component imports the job host's interfaces.
-        assert_eq!(refusal(&guest("fixture_echo")), NONDETERMINISTIC_IMPORT);
-        // Starts empty, but cannot read a running master's state.
-        let stale = check_component(&guest("fixture_master_stale"), None).unwrap();
-        let builtin = MasterComponent::load(None).unwrap();
-        let mut running = builtin.instantiate(None).unwrap().unwrap();
-        let Err(refused) = hand_over(&mut running, &stale).unwrap() else {
-            panic!("a master that reads no snapshot took the state");
-        };
-        assert_eq!(refused.code, SNAPSHOT_UNREADABLE);
     }
 
     #[test]

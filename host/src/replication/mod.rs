@@ -58,8 +58,8 @@ pub mod storage;
 pub(crate) mod testing;
 pub mod transport;
 
+use crate::contract::MasterError;
 use crate::events::{self, emit};
-use crate::master::service::MasterError;
 use crate::master::store::Snapshot as StoredSnapshot;
 use cohort_replication::{
     Effect, Message, NodeId, Options, Output, Payload, ProposeError, Replicator, Snapshot,

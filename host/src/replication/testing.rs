@@ -4,7 +4,7 @@
 
 use super::transport::MemNetwork;
 use super::{Completion, Replication, Started, options};
-use crate::master::service::MasterError;
+use crate::contract::MasterError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;

@@ -14,7 +14,7 @@
 //! * [`MemNetwork`]: in-process delivery between drivers, with partitions,
 //!   for the driver's tests.
 
-use crate::cluster::membership::View;
+use crate::membership::View;
 use crate::peer::{Peer, TRANSFER_TIMEOUT};
 use cohort_replication::{Message, NodeId};
 use serde::{Deserialize, Serialize};

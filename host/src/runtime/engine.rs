@@ -395,7 +395,15 @@ impl Runtime {
             .expect("the slot semaphore is never closed");
         match &self.inner.sandboxes {
             Some(sandboxes) => sandboxes.run(module.digest(), request).await,
-            None => job::execute(&self.inner.engine, module, request, self.inner.epochs).await,
+            None => {
+                job::execute(
+                    &self.inner.engine,
+                    &module.inner.pre,
+                    request,
+                    self.inner.epochs,
+                )
+                .await
+            }
         }
     }
 

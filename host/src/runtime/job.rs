@@ -21,11 +21,10 @@
 //! stable code ([`JobFailure::code`]). Flags set by the limiter and the
 //! deadline callback, not error-message matching, decide which limit was hit.
 
-use super::bindings::Job;
 use super::bindings::cohort::job::{host, types};
+use super::bindings::{Job, JobPre};
 use super::limits::JobLimits;
 use super::log::{JobLog, SharedLog};
-use super::module::Module;
 use super::observer::JobObserver;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
@@ -392,13 +391,14 @@ fn truncate_utf8(mut text: String, bytes_max: usize) -> String {
     text
 }
 
-/// Runs one attempt of `module` on `request` and reports how it ended.
+/// Runs one attempt of a module (its instance-pre, `pre`) on `request` and
+/// reports how it ended.
 /// Never panics on anything the guest does.
 /// `epochs` says whether the engine checks epochs (in-thread isolation);
 /// without them the deadline is kept by whoever runs this process.
 pub(crate) async fn execute(
     engine: &Engine,
-    module: &Module,
+    pre: &JobPre<JobState>,
     request: JobRequest,
     epochs: bool,
 ) -> JobReport {
@@ -455,7 +455,7 @@ pub(crate) async fn execute(
         });
     }
 
-    let call = call_run(&mut store, module, &input);
+    let call = call_run(&mut store, pre, &input);
     let result = tokio::time::timeout(limits.timeout() + HOST_TIMEOUT_GRACE, call).await;
     let duration = started.elapsed();
 
@@ -502,12 +502,10 @@ enum CallError {
 
 async fn call_run(
     store: &mut Store<JobState>,
-    module: &Module,
+    pre: &JobPre<JobState>,
     input: &[u8],
 ) -> Result<Result<Vec<u8>, types::JobError>, CallError> {
-    let instance: Job = module
-        .inner
-        .pre
+    let instance: Job = pre
         .instantiate_async(&mut *store)
         .await
         .map_err(CallError::Instantiate)?;

@@ -10,6 +10,7 @@ pub mod log;
 pub mod module;
 pub mod observer;
 pub mod sandbox;
+pub mod sandbox_child;
 
 pub use engine::{Isolation, Runtime, RuntimeConfig, RuntimeError};
 pub use job::{JobFailure, JobReport, JobRequest, Progress};

@@ -50,15 +50,12 @@
 //! seccomp filter, namespaces or resource limits of the OS beyond wasmtime's
 //! own. It isolates faults and time, not a guest that escaped wasmtime.
 
-use super::engine::Runtime;
 use super::job::{JobFailure, JobReport, JobRequest, Progress, bounded_output};
-use super::limits::{JobLimits, MEMORY_BYTES_CEILING};
+use super::limits::JobLimits;
 use super::log::JobLog;
 use super::module::Digest;
 use super::observer::JobObserver;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
-use std::io::{Read, Write};
-use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -74,8 +71,6 @@ const KILL_GRACE: Duration = Duration::from_millis(250);
 /// Room in a child's frame beyond the job's own bytes (codes, messages,
 /// backtraces, the log's truncation marker).
 const FRAME_SLACK_BYTES: u64 = 1 << 20;
-/// Largest request a child accepts: an input and a resume state.
-const REQUEST_BYTES_MAX: u64 = 1 << 30;
 /// The only environment variables a sandbox process is given: its log
 /// filter and Rust's backtrace switch.
 const SANDBOX_ENV: &[&str] = &["COHORT_LOG", "RUST_BACKTRACE"];
@@ -83,23 +78,19 @@ const SANDBOX_ENV: &[&str] = &["COHORT_LOG", "RUST_BACKTRACE"];
 /// (a quarter of the idle limit, within these).
 const REAPER_PERIOD_MIN: Duration = Duration::from_millis(10);
 const REAPER_PERIOD_MAX: Duration = Duration::from_secs(5);
-/// How often a child checks that the node that started it is still there.
-const ORPHAN_CHECK: Duration = Duration::from_millis(200);
-/// How a child whose node is gone exits.
-const ORPHANED_EXIT_CODE: i32 = 3;
 
 /// One attempt, node to child.
 #[derive(Debug, Serialize, Deserialize)]
-struct Request {
-    digest: [u8; 32],
-    input: Vec<u8>,
-    limits: JobLimits,
-    resume_state: Option<Vec<u8>>,
+pub(super) struct Request {
+    pub(super) digest: [u8; 32],
+    pub(super) input: Vec<u8>,
+    pub(super) limits: JobLimits,
+    pub(super) resume_state: Option<Vec<u8>>,
 }
 
 /// What a child tells the node about the attempt it runs.
 #[derive(Debug, Serialize, Deserialize)]
-enum Event {
+pub(super) enum Event {
     /// Log bytes the job's log kept.
     Log(Vec<u8>),
     /// A progress report, already clamped and truncated.
@@ -113,7 +104,7 @@ enum Event {
 /// What a finished attempt's [`JobReport`] holds beyond the log, progress
 /// and checkpoint already relayed.
 #[derive(Debug, Serialize, Deserialize)]
-struct Done {
+pub(super) struct Done {
     /// The output, or the failure as JSON: `JobFailure` is internally
     /// tagged, which postcard cannot carry, and its JSON is its API form.
     outcome: Result<Vec<u8>, String>,
@@ -121,21 +112,6 @@ struct Done {
     log_dropped_bytes: u64,
     duration_us: u64,
     memory_peak_bytes: u64,
-}
-
-/// The arguments of `cohort sandbox`, which only a node starts.
-#[derive(Debug, Clone, clap::Args)]
-pub struct SandboxArgs {
-    /// The node runtime's data directory (its compiled-module cache).
-    #[arg(long)]
-    pub data_dir: PathBuf,
-    /// The node's largest job memory limit.
-    #[arg(long)]
-    pub memory_bytes_max: u64,
-    /// The node's process id: this process exits once its parent is another
-    /// (the node died, even before this process started).
-    #[arg(long)]
-    pub parent_pid: i32,
 }
 
 /// The node's side: starts children, hands each one job at a time.
@@ -458,7 +434,7 @@ impl Seen {
 impl Done {
     /// What the child sends at the end of `report` (whose log, progress and
     /// checkpoint it has already relayed).
-    fn of(report: JobReport) -> Self {
+    pub(super) fn of(report: JobReport) -> Self {
         Self {
             outcome: report.outcome.map_err(|failure| {
                 serde_json::to_string(&failure).expect("a job failure serializes")
@@ -478,7 +454,7 @@ fn decode_failure(json: &str) -> JobFailure {
 }
 
 /// `message` as one frame (length, then body), written with one call.
-fn frame(message: &impl Serialize) -> std::io::Result<Vec<u8>> {
+pub(super) fn frame(message: &impl Serialize) -> std::io::Result<Vec<u8>> {
     let mut frame = postcard::to_extend(message, vec![0u8; 4]).map_err(std::io::Error::other)?;
     let length = u32::try_from(frame.len() - 4)
         .map_err(|_| std::io::Error::other("a message is larger than a frame"))?;
@@ -490,7 +466,7 @@ fn invalid(message: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, message)
 }
 
-fn decode<T: DeserializeOwned>(body: &[u8]) -> std::io::Result<T> {
+pub(super) fn decode<T: DeserializeOwned>(body: &[u8]) -> std::io::Result<T> {
     match postcard::take_from_bytes(body) {
         Ok((value, [])) => Ok(value),
         Ok((_, rest)) => Err(invalid(format!(
@@ -499,140 +475,6 @@ fn decode<T: DeserializeOwned>(body: &[u8]) -> std::io::Result<T> {
         ))),
         Err(error) => Err(invalid(format!("a frame does not decode: {error}"))),
     }
-}
-
-/// Forwards a running job's log, progress and checkpoints to the node.
-#[derive(Debug)]
-struct Forward {
-    /// Standard output as a plain file: `std::io::Stdout` splits writes at
-    /// newlines, and a frame is binary.
-    out: Mutex<std::fs::File>,
-}
-
-impl Forward {
-    fn send(&self, event: &Event) -> std::io::Result<()> {
-        let frame = frame(event)?;
-        let mut out = self
-            .out
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        out.write_all(&frame)?;
-        out.flush()
-    }
-}
-
-impl JobObserver for Forward {
-    // A failed write means the node is gone or stopped listening; the job
-    // ends when the node kills this process or the watchdog sees it gone.
-    fn log(&self, bytes: &[u8]) {
-        let _ = self.send(&Event::Log(bytes.to_vec()));
-    }
-
-    fn progress(&self, fraction: f32, message: &str) {
-        let _ = self.send(&Event::Progress(Progress {
-            fraction,
-            message: message.to_string(),
-        }));
-    }
-
-    fn checkpoint(&self, state: &[u8]) {
-        let _ = self.send(&Event::Checkpoint(state.to_vec()));
-    }
-}
-
-/// `cohort sandbox`: runs the jobs a node sends on stdin, one at a time,
-/// until stdin closes.
-pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
-    spawn_orphan_watchdog(args.parent_pid);
-    anyhow::ensure!(
-        (1..=MEMORY_BYTES_CEILING).contains(&args.memory_bytes_max),
-        "--memory-bytes-max must be 1..={MEMORY_BYTES_CEILING}"
-    );
-    let executor = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let runtime = Runtime::sandbox_child(args.data_dir, args.memory_bytes_max)?;
-    let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
-    let forward = Arc::new(Forward {
-        out: Mutex::new(std::fs::File::from(stdout)),
-    });
-    let mut stdin = std::io::stdin().lock();
-    while let Some(request) = read_request(&mut stdin)? {
-        let digest = Digest::from(request.digest);
-        let request_limits = request.limits;
-        let report = executor.block_on(async {
-            match runtime.cached(&digest).await {
-                Some(module) => {
-                    let observer: Arc<dyn JobObserver> = forward.clone();
-                    let job = JobRequest {
-                        input: request.input,
-                        limits: request_limits,
-                        resume_state: request.resume_state,
-                        observer: Some(observer),
-                    };
-                    runtime.run(&module, job).await
-                }
-                None => JobReport {
-                    outcome: Err(JobFailure::Internal {
-                        message: format!(
-                            "module {digest} is not in the compiled-module cache the sandbox reads"
-                        ),
-                    }),
-                    log: Vec::new(),
-                    log_dropped_bytes: 0,
-                    progress: None,
-                    checkpoint: None,
-                    duration: Duration::ZERO,
-                    memory_peak_bytes: 0,
-                },
-            }
-        });
-        forward.send(&Event::Done(Done::of(report)))?;
-    }
-    Ok(())
-}
-
-/// The next request, or `None` once the node closed stdin.
-fn read_request(stdin: &mut impl Read) -> anyhow::Result<Option<Request>> {
-    let mut length = [0u8; 4];
-    match stdin.read_exact(&mut length) {
-        Ok(()) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(error) => return Err(error.into()),
-    }
-    let length = u64::from(u32::from_le_bytes(length));
-    anyhow::ensure!(
-        length <= REQUEST_BYTES_MAX,
-        "a {length}-byte request is over {REQUEST_BYTES_MAX}"
-    );
-    let mut body = vec![0u8; length as usize];
-    stdin.read_exact(&mut body)?;
-    Ok(Some(decode(&body)?))
-}
-
-/// Exits this process once its parent is not `parent` (the node died and
-/// the process was re-parented). The node names itself rather than this
-/// process reading its parent at start: a node that died between the spawn
-/// and that read would otherwise never be missed.
-fn spawn_orphan_watchdog(parent: i32) {
-    let orphaned = move || {
-        // SAFETY: getppid has no preconditions and cannot fail.
-        unsafe { libc::getppid() != parent }
-    };
-    if orphaned() {
-        std::process::exit(ORPHANED_EXIT_CODE);
-    }
-    std::thread::Builder::new()
-        .name("cohort-sandbox-watchdog".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(ORPHAN_CHECK);
-                if orphaned() {
-                    std::process::exit(ORPHANED_EXIT_CODE);
-                }
-            }
-        })
-        .expect("can spawn the sandbox watchdog thread");
 }
 
 #[cfg(test)]
@@ -702,14 +544,5 @@ mod tests {
         );
         assert_eq!(back.duration, Duration::from_millis(5));
         assert_eq!(back.memory_peak_bytes, 6);
-    }
-
-    #[test]
-    fn a_request_over_the_bound_is_refused_before_it_is_read() {
-        let mut frame = u32::MAX.to_le_bytes().to_vec();
-        frame.extend_from_slice(&[0; 16]);
-        let error = read_request(&mut frame.as_slice()).unwrap_err();
-        assert!(error.to_string().contains("over"), "{error}");
-        assert!(read_request(&mut [].as_slice()).unwrap().is_none());
     }
 }

@@ -149,12 +149,7 @@ impl Sealer {
         context: &[&[u8]],
         plaintext: &[u8],
     ) -> (Vec<u8>, [u8; 24]) {
-        self.seal_at(
-            purpose,
-            context,
-            crate::master::service::now_ms(),
-            plaintext,
-        )
+        self.seal_at(purpose, context, crate::contract::now_ms(), plaintext)
     }
 
     /// [`seal`](Self::seal) at a given time.
@@ -201,7 +196,7 @@ impl Sealer {
         self.open_at(
             purpose,
             context,
-            crate::master::service::now_ms(),
+            crate::contract::now_ms(),
             message,
             freshness,
         )

@@ -4,7 +4,7 @@
 //! required keys parse, with every field read as published, or `None`;
 //! never a panic. Views built from such members answer every question.
 //! Long run:
-//! `PROPTEST_CASES=100000 cargo test -p cohort --lib cluster::membership`.
+//! `PROPTEST_CASES=100000 cargo test -p cohort --lib membership`.
 
 use super::*;
 use proptest::collection::btree_map;

@@ -1,0 +1,196 @@
+//! `cohort sandbox`: the child's side of process isolation.
+//!
+//! A node starts this process (the same binary) and hands it one job at a
+//! time over stdin; the child runs each with a [`Runtime`] of its own and
+//! answers with the frames described in [`super::sandbox`], which owns the
+//! wire and the node's side (the pool). Kept apart from that module so that
+//! the pool, which the engine holds, does not import the engine back.
+//!
+//! The child trusts the node and nothing else: it reads only frames bounded
+//! by [`REQUEST_BYTES_MAX`], loads modules only from the compiled-module
+//! cache the node wrote, and exits when its stdin closes or its parent is
+//! gone (see the watchdog below).
+
+use super::engine::Runtime;
+use super::job::{JobFailure, JobReport, JobRequest, Progress};
+use super::limits::MEMORY_BYTES_CEILING;
+use super::module::Digest;
+use super::observer::JobObserver;
+use super::sandbox::{Done, Event, Request, decode, frame};
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Largest request a child accepts: an input and a resume state.
+const REQUEST_BYTES_MAX: u64 = 1 << 30;
+
+/// How often a child checks that the node that started it is still there.
+const ORPHAN_CHECK: Duration = Duration::from_millis(200);
+
+/// How a child whose node is gone exits.
+const ORPHANED_EXIT_CODE: i32 = 3;
+
+/// The arguments of `cohort sandbox`, which only a node starts.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SandboxArgs {
+    /// The node runtime's data directory (its compiled-module cache).
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// The node's largest job memory limit.
+    #[arg(long)]
+    pub memory_bytes_max: u64,
+    /// The node's process id: this process exits once its parent is another
+    /// (the node died, even before this process started).
+    #[arg(long)]
+    pub parent_pid: i32,
+}
+
+/// Forwards a running job's log, progress and checkpoints to the node.
+#[derive(Debug)]
+struct Forward {
+    /// Standard output as a plain file: `std::io::Stdout` splits writes at
+    /// newlines, and a frame is binary.
+    out: Mutex<std::fs::File>,
+}
+
+impl Forward {
+    fn send(&self, event: &Event) -> std::io::Result<()> {
+        let frame = frame(event)?;
+        let mut out = self
+            .out
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        out.write_all(&frame)?;
+        out.flush()
+    }
+}
+
+impl JobObserver for Forward {
+    // A failed write means the node is gone or stopped listening; the job
+    // ends when the node kills this process or the watchdog sees it gone.
+    fn log(&self, bytes: &[u8]) {
+        let _ = self.send(&Event::Log(bytes.to_vec()));
+    }
+
+    fn progress(&self, fraction: f32, message: &str) {
+        let _ = self.send(&Event::Progress(Progress {
+            fraction,
+            message: message.to_string(),
+        }));
+    }
+
+    fn checkpoint(&self, state: &[u8]) {
+        let _ = self.send(&Event::Checkpoint(state.to_vec()));
+    }
+}
+
+/// `cohort sandbox`: runs the jobs a node sends on stdin, one at a time,
+/// until stdin closes.
+pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
+    spawn_orphan_watchdog(args.parent_pid);
+    anyhow::ensure!(
+        (1..=MEMORY_BYTES_CEILING).contains(&args.memory_bytes_max),
+        "--memory-bytes-max must be 1..={MEMORY_BYTES_CEILING}"
+    );
+    let executor = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let runtime = Runtime::sandbox_child(args.data_dir, args.memory_bytes_max)?;
+    let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
+    let forward = Arc::new(Forward {
+        out: Mutex::new(std::fs::File::from(stdout)),
+    });
+    let mut stdin = std::io::stdin().lock();
+    while let Some(request) = read_request(&mut stdin)? {
+        let digest = Digest::from(request.digest);
+        let request_limits = request.limits;
+        let report = executor.block_on(async {
+            match runtime.cached(&digest).await {
+                Some(module) => {
+                    let observer: Arc<dyn JobObserver> = forward.clone();
+                    let job = JobRequest {
+                        input: request.input,
+                        limits: request_limits,
+                        resume_state: request.resume_state,
+                        observer: Some(observer),
+                    };
+                    runtime.run(&module, job).await
+                }
+                None => JobReport {
+                    outcome: Err(JobFailure::Internal {
+                        message: format!(
+                            "module {digest} is not in the compiled-module cache the sandbox reads"
+                        ),
+                    }),
+                    log: Vec::new(),
+                    log_dropped_bytes: 0,
+                    progress: None,
+                    checkpoint: None,
+                    duration: Duration::ZERO,
+                    memory_peak_bytes: 0,
+                },
+            }
+        });
+        forward.send(&Event::Done(Done::of(report)))?;
+    }
+    Ok(())
+}
+
+/// The next request, or `None` once the node closed stdin.
+fn read_request(stdin: &mut impl Read) -> anyhow::Result<Option<Request>> {
+    let mut length = [0u8; 4];
+    match stdin.read_exact(&mut length) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(error) => return Err(error.into()),
+    }
+    let length = u64::from(u32::from_le_bytes(length));
+    anyhow::ensure!(
+        length <= REQUEST_BYTES_MAX,
+        "a {length}-byte request is over {REQUEST_BYTES_MAX}"
+    );
+    let mut body = vec![0u8; length as usize];
+    stdin.read_exact(&mut body)?;
+    Ok(Some(decode(&body)?))
+}
+
+/// Exits this process once its parent is not `parent` (the node died and
+/// the process was re-parented). The node names itself rather than this
+/// process reading its parent at start: a node that died between the spawn
+/// and that read would otherwise never be missed.
+fn spawn_orphan_watchdog(parent: i32) {
+    let orphaned = move || {
+        // SAFETY: getppid has no preconditions and cannot fail.
+        unsafe { libc::getppid() != parent }
+    };
+    if orphaned() {
+        std::process::exit(ORPHANED_EXIT_CODE);
+    }
+    std::thread::Builder::new()
+        .name("cohort-sandbox-watchdog".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(ORPHAN_CHECK);
+                if orphaned() {
+                    std::process::exit(ORPHANED_EXIT_CODE);
+                }
+            }
+        })
+        .expect("can spawn the sandbox watchdog thread");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_over_the_bound_is_refused_before_it_is_read() {
+        let mut frame = u32::MAX.to_le_bytes().to_vec();
+        frame.extend_from_slice(&[0; 16]);
+        let error = read_request(&mut frame.as_slice()).unwrap_err();
+        assert!(error.to_string().contains("over"), "{error}");
+        assert!(read_request(&mut [].as_slice()).unwrap().is_none());
+    }
+}
