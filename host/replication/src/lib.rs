@@ -10,15 +10,17 @@
 //! Networking, disk and clocks are the caller's: messages come in through
 //! `step`, time through `tick`, and every input returns the messages to
 //! send and the effects to apply. The same code runs in the node and in
-//! the deterministic simulator ([`sim`], built for tests and with the
+//! the deterministic simulator (`sim`, built for tests and with the
 //! `sim` feature), which runs many nodes over a network that drops,
 //! delays, duplicates and partitions, with crashes that lose unsynced
 //! writes, pauses and clock skew, and checks after each seed that nothing
 //! acknowledged was lost, no request made two jobs, one master led each
-//! epoch and every journal converged.
+//! epoch and every journal converged. Its seeded generator ([`rng::Rng`])
+//! is public so the host's fault-injection tests draw from the same one.
 
 pub mod message;
 pub mod node;
+pub mod rng;
 pub mod shape;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;

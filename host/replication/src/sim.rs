@@ -39,6 +39,7 @@
 
 use crate::message::Message;
 use crate::node::{Effect, Options, Replicator};
+use crate::rng::Rng;
 use crate::storage::{Entry, MemStorage, NodeId, Payload, Snapshot, Storage};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
@@ -125,37 +126,11 @@ pub fn run(seed: u64, config: &Config) -> Report {
 
 /// The config a seed runs with: node count and fault mix vary by seed.
 pub fn config_for(seed: u64) -> Config {
-    let mut rng = Rng(seed ^ 0x5eed_c0f1_9000_0000);
+    let mut rng = Rng::new(seed ^ 0x5eed_c0f1_9000_0000);
     Config {
         nodes: [1, 2, 3, 3, 3, 4, 5, 5][rng.below(8) as usize],
         clients: 1 + rng.below(4) as usize,
         ..Config::default()
-    }
-}
-
-/// splitmix64: small, fast, and the same everywhere.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn chance(&mut self, per_million: u64) -> bool {
-        self.below(1_000_000) < per_million
-    }
-
-    fn between(&mut self, low: u64, high: u64) -> u64 {
-        low + self.below(high - low + 1)
     }
 }
 
@@ -308,7 +283,7 @@ const CLIENT_TIMEOUT_MS: u64 = 800;
 
 impl Sim {
     fn new(seed: u64, config: Config) -> Self {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let nodes = (0..config.nodes)
             .map(|i| SimNode {
                 replicator: None,
