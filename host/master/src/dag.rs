@@ -28,13 +28,26 @@
 //! `{"input": S, "parents": [{"id", "name", "output": S}]}`, where each
 //! `S` is a string when the bytes are UTF-8 and `{"base64": "..."}`
 //! otherwise, and `output` is `null` when the parent's record is gone.
+//!
+//! # In the master
+//!
+//! The decision, the `DagCreated` apply, the cascade at a job's end
+//! (`Master::settle_dag`), the input envelope at assignment and the
+//! DAG's view are here too, as `impl Master`. A journal is decoded, not
+//! trusted: a DAG id or job already in a DAG, or a job that does not
+//! exist, leaves `DagCreated` without effect on it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
+use crate::index::ready_key;
+use crate::jobs::IDEMPOTENCY_KEY_BYTES_MAX;
+use crate::master::{Job, Master, reject};
 use crate::protocol::*;
+use crate::requests::REQUESTS_MAX;
+use crate::validation::{validate_options, validate_spec};
 
 /// Most jobs in one DAG.
 pub const DAG_JOBS_MAX: usize = 10_000;
@@ -212,6 +225,439 @@ pub(crate) fn envelope(input: &[u8], parents: &[(JobId, &str, Option<&[u8]>)]) -
     }
     out.push_str("]}");
     out.into_bytes()
+}
+
+impl Master {
+    pub(crate) fn decide_dag(&self, now: Millis, spec: &DagSpec) -> Result<Decision, Rejection> {
+        if let Some(existing) = self.existing_dag(spec)? {
+            return Ok(existing);
+        }
+        validate_shape(spec)?;
+        self.check_dag_jobs(spec)?;
+        let n = spec.nodes.len() as u64;
+        if self.queued().saturating_add(n) > self.config.queue_max {
+            return reject(
+                codes::QUEUE_FULL,
+                format!(
+                    "{} jobs are waiting and the DAG adds {n}, the limit is {}",
+                    self.queued(),
+                    self.config.queue_max
+                ),
+            );
+        }
+        Ok(self.dag_decision(now, spec))
+    }
+
+    /// The answer to a DAG submitted before: by the same request, or
+    /// under the same idempotency key.
+    fn existing_dag(&self, spec: &DagSpec) -> Result<Option<Decision>, Rejection> {
+        let existing = |dag: DagId, created: bool| {
+            let jobs = self
+                .dags
+                .dags
+                .get(&dag)
+                .map_or(Vec::new(), |d| d.jobs.clone());
+            Ok(Some(Decision {
+                events: Vec::new(),
+                reply: Reply::Dag {
+                    id: dag,
+                    jobs,
+                    existing: !created,
+                },
+            }))
+        };
+        if let Some(seen) = self.requests.get(&spec.request)
+            && let Some(node) = self.dags.nodes.get(&seen.job)
+        {
+            return existing(node.dag, true);
+        }
+        if let Some(key) = &spec.idempotency_key {
+            if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
+                return reject(
+                    codes::INVALID_DAG,
+                    format!("idempotency_key: 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes"),
+                );
+            }
+            if let Some(&dag) = self.dags.keys.get(key) {
+                return existing(dag, false);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Checks each job of a DAG: its spec and options, and its parents
+    /// that are existing jobs (held, and not ended but by success).
+    fn check_dag_jobs(&self, spec: &DagSpec) -> Result<(), Rejection> {
+        let invalid = |message: String| Err(Rejection::new(codes::INVALID_DAG, message));
+        for (i, node) in spec.nodes.iter().enumerate() {
+            if node.spec.idempotency_key.is_some() {
+                return invalid(format!(
+                    "jobs[{i}].idempotency_key: a DAG's jobs take none (give the DAG one)"
+                ));
+            }
+            if node.options.unique.is_some() {
+                return invalid(format!("jobs[{i}].unique_key: a DAG's jobs take none"));
+            }
+            validate_spec(&self.config, &node.spec)
+                .and_then(|()| validate_options(&node.options))
+                .map_err(|r| Rejection::new(&r.code, format!("jobs[{i}]: {}", r.message)))?;
+            for parent in &node.after {
+                let DagRef::Job(id) = *parent else { continue };
+                let job = self.job(id).map_err(|r| {
+                    Rejection::new(
+                        codes::INVALID_DAG,
+                        format!("jobs[{i}].after: {}", r.message),
+                    )
+                })?;
+                if job.state.is_terminal() && job.state != JobState::Succeeded {
+                    return invalid(format!(
+                        "jobs[{i}].after: job {id} is {}; retry it first",
+                        job.state.name()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The decision of a checked DAG: a `Submitted` per job, then the
+    /// `DagCreated` with the edges.
+    fn dag_decision(&self, now: Millis, spec: &DagSpec) -> Decision {
+        let n = spec.nodes.len() as u64;
+        let first = self.next_id;
+        let ids: Vec<JobId> = (0..n).map(|k| first.saturating_add(k)).collect();
+        let mut events: Vec<Event> = (spec.nodes.iter().zip(&ids))
+            .map(|(node, &id)| Event {
+                at: now,
+                kind: EventKind::Submitted {
+                    id,
+                    spec: node.spec.clone(),
+                    request: None,
+                    options: node.options.clone(),
+                },
+            })
+            .collect();
+        let nodes = (spec.nodes.iter().zip(&ids))
+            .map(|(node, &id)| {
+                let mut parents: Vec<JobId> = (node.after.iter())
+                    .map(|parent| match *parent {
+                        DagRef::Node(p) => ids[p as usize],
+                        DagRef::Job(id) => id,
+                    })
+                    .collect();
+                parents.sort_unstable();
+                parents.dedup();
+                DagNode {
+                    id,
+                    name: node.name.clone(),
+                    parents,
+                    outputs: node.outputs,
+                }
+            })
+            .collect();
+        let dag = self.dags.next;
+        events.push(Event {
+            at: now,
+            kind: EventKind::DagCreated {
+                dag,
+                on_failure: spec.on_failure,
+                nodes,
+                request: Some(spec.request),
+                idempotency_key: spec.idempotency_key.clone(),
+            },
+        });
+        Decision {
+            events,
+            reply: Reply::Dag {
+                id: dag,
+                jobs: ids,
+                existing: false,
+            },
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn apply_dag_created(
+        &mut self,
+        id: DagId,
+        on_failure: OnFailure,
+        nodes: &[DagNode],
+        request: Option<RequestId>,
+        key: &Option<String>,
+        at: Millis,
+        effects: &mut Vec<Effect>,
+    ) {
+        // A journal is decoded, not trusted: a DAG id or job already in a
+        // DAG, or a job that does not exist, leaves the event without
+        // effect on it.
+        if self.dags.dags.contains_key(&id) {
+            return;
+        }
+        let nodes: Vec<&DagNode> = (nodes.iter())
+            .filter(|node| self.holds(node.id) && !self.dags.nodes.contains_key(&node.id))
+            .collect();
+        self.dags.next = self.dags.next.max(id.saturating_add(1));
+        let jobs: Vec<JobId> = nodes.iter().map(|node| node.id).collect();
+        self.dags.dags.insert(
+            id,
+            Dag {
+                on_failure,
+                created_at: at,
+                left: jobs.len() as u64,
+                jobs,
+                key: key.clone(),
+            },
+        );
+        if let Some(key) = key {
+            self.dags.keys.insert(key.clone(), id);
+        }
+        for node in &nodes {
+            self.dags.nodes.insert(
+                node.id,
+                Node {
+                    dag: id,
+                    name: node.name.clone(),
+                    parents: node.parents.clone(),
+                    outputs: node.outputs,
+                },
+            );
+            for &parent in &node.parents {
+                self.dags.children.entry(parent).or_default().push(node.id);
+            }
+        }
+        if let (Some(request), Some(first)) = (request, nodes.first()) {
+            self.remember_request(request, first.id, at, REQUESTS_MAX);
+        }
+        self.hold_dag_jobs(id, &nodes, at, effects);
+    }
+
+    /// Takes the new DAG `id`'s jobs with a parent that has not succeeded
+    /// out of the line; one whose parent already failed is cancelled at
+    /// once.
+    fn hold_dag_jobs(
+        &mut self,
+        id: DagId,
+        nodes: &[&DagNode],
+        at: Millis,
+        effects: &mut Vec<Effect>,
+    ) {
+        let mut failed = Vec::new();
+        for node in nodes {
+            let unfinished = self.unsucceeded_parents(node.id);
+            if unfinished == 0 || self.state_of(node.id) != Some(JobState::Queued) {
+                continue;
+            }
+            self.unqueue(node.id);
+            self.dags.waiting.insert(node.id, unfinished);
+            for parent in &node.parents {
+                if let Some(state) = self.state_of(*parent)
+                    && state.is_terminal()
+                    && state != JobState::Succeeded
+                {
+                    failed.push((*parent, state));
+                }
+            }
+        }
+        for (parent, state) in failed {
+            // Replays the parent's failure for its new children.
+            let children = self.dags.children.get(&parent).cloned().unwrap_or_default();
+            for child in children {
+                if self.dags.nodes.get(&child).is_some_and(|n| n.dag == id) {
+                    let failure = Failure {
+                        code: "parent_failed".into(),
+                        message: format!("job {parent} ended {}", state.name()),
+                    };
+                    self.cancel(child, Some(failure), at, effects);
+                }
+            }
+        }
+    }
+
+    /// Carries job `id`'s end in `state` to the DAG jobs waiting on it,
+    /// on a work list (see the module notes).
+    pub(crate) fn settle_dag(
+        &mut self,
+        id: JobId,
+        state: JobState,
+        at: Millis,
+        effects: &mut Vec<Effect>,
+    ) {
+        if !self.dags.children.contains_key(&id) && !self.dags.nodes.contains_key(&id) {
+            return;
+        }
+        let mut ended = vec![(id, state)];
+        // DAGs cancelled whole by this cascade: their jobs are all handled.
+        let mut cancelled_dags = BTreeSet::new();
+        while let Some((id, state)) = ended.pop() {
+            let children = self.dags.children.get(&id).cloned().unwrap_or_default();
+            if state == JobState::Succeeded {
+                self.release_children(children, effects);
+                continue;
+            }
+            for (job, code) in self.doomed_by(id, children, &mut cancelled_dags) {
+                let unfinished = self.jobs.get(&job).is_some_and(|j| !j.state.is_terminal());
+                if !unfinished {
+                    continue;
+                }
+                let failure = Failure {
+                    code: code.into(),
+                    message: format!("job {id} ended {}", state.name()),
+                };
+                self.cancel_one(job, Some(failure), at, effects);
+                ended.push((job, JobState::Cancelled));
+            }
+        }
+    }
+
+    /// A parent of `children` succeeded: each waits for one parent less,
+    /// and joins the line at none.
+    fn release_children(&mut self, children: Vec<JobId>, effects: &mut Vec<Effect>) {
+        for child in children {
+            let Some(left) = self.dags.waiting.get_mut(&child) else {
+                continue;
+            };
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                self.dags.waiting.remove(&child);
+                if let Some(job) = self.jobs.get(&child)
+                    && job.state == JobState::Queued
+                {
+                    self.index
+                        .enqueue(ready_key(self.order, job, child), self.keyed.key(child));
+                    effects.push(Effect::WorkAvailable);
+                }
+            }
+        }
+    }
+
+    /// The jobs job `id`'s failure cancels, with the code: the whole DAG
+    /// of a `cancel_dag` job, and each waiting child by its own DAG's
+    /// policy (a DAG already in `cancelled_dags` is not named again).
+    fn doomed_by(
+        &self,
+        id: JobId,
+        children: Vec<JobId>,
+        cancelled_dags: &mut BTreeSet<DagId>,
+    ) -> Vec<(JobId, &'static str)> {
+        let mut doomed: Vec<(JobId, &str)> = Vec::new();
+        let mut cancel_dag = |dag_id: DagId, doomed: &mut Vec<(JobId, &str)>| {
+            if let Some(dag) = self.dags.dags.get(&dag_id)
+                && dag.on_failure == OnFailure::CancelDag
+                && cancelled_dags.insert(dag_id)
+            {
+                doomed.extend(dag.jobs.iter().map(|&job| (job, "dag_cancelled")));
+                return true;
+            }
+            false
+        };
+        if let Some(node) = self.dags.nodes.get(&id) {
+            cancel_dag(node.dag, &mut doomed);
+        }
+        for child in children {
+            let Some(node) = self.dags.nodes.get(&child) else {
+                continue;
+            };
+            let whole = (self.dags.dags.get(&node.dag))
+                .is_some_and(|dag| dag.on_failure == OnFailure::CancelDag);
+            if !whole {
+                doomed.push((child, "parent_failed"));
+            } else {
+                cancel_dag(node.dag, &mut doomed);
+            }
+        }
+        doomed
+    }
+
+    /// How many of a DAG job's parents have not succeeded (a purged one
+    /// counts as succeeded: only finished jobs are purged, and a failed
+    /// one already acted on its children).
+    pub(crate) fn unsucceeded_parents(&self, id: JobId) -> u32 {
+        let Some(node) = self.dags.nodes.get(&id) else {
+            return 0;
+        };
+        (node.parents.iter())
+            .filter(|parent| {
+                self.state_of(**parent)
+                    .is_some_and(|state| state != JobState::Succeeded)
+            })
+            .count() as u32
+    }
+
+    /// Forgets a purged job's DAG records (and the DAG with its last job).
+    pub(crate) fn forget_dag_job(&mut self, id: JobId) {
+        self.dags.waiting.remove(&id);
+        let Some(node) = self.dags.nodes.remove(&id) else {
+            return;
+        };
+        for parent in &node.parents {
+            if let Some(children) = self.dags.children.get_mut(parent) {
+                children.retain(|&child| child != id);
+                if children.is_empty() {
+                    self.dags.children.remove(parent);
+                }
+            }
+        }
+        if let Some(dag) = self.dags.dags.get_mut(&node.dag) {
+            dag.left = dag.left.saturating_sub(1);
+            if dag.left == 0 {
+                let dag = self.dags.dags.remove(&node.dag).expect("present");
+                if let Some(key) = dag.key {
+                    self.dags.keys.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// The input job `id`'s attempt is given: its own, or, for a DAG's
+    /// child that asked for them, the envelope with its parents' outputs.
+    pub(crate) fn assignment_input(&self, id: JobId, job: &Job) -> Vec<u8> {
+        match self.dags.nodes.get(&id) {
+            Some(node) if node.outputs && !node.parents.is_empty() => {
+                let outputs: Vec<Option<Vec<u8>>> = (node.parents.iter())
+                    .map(|parent| self.find(*parent).and_then(|j| j.into_owned().result))
+                    .collect();
+                let parents: Vec<(JobId, &str, Option<&[u8]>)> = (node.parents.iter())
+                    .zip(&outputs)
+                    .map(|(parent, output)| {
+                        let name = self.dags.nodes.get(parent).map_or("", |n| &n.name);
+                        (*parent, name, output.as_deref())
+                    })
+                    .collect();
+                envelope(&job.spec.input, &parents)
+            }
+            _ => job.spec.input.clone(),
+        }
+    }
+
+    /// Answers [`Query::Dag`].
+    pub(crate) fn dag_view(&self, id: DagId) -> Result<Answer, Rejection> {
+        let Some(dag) = self.dags.dags.get(&id) else {
+            return reject(codes::DAG_NOT_FOUND, format!("no DAG {id}"));
+        };
+        let mut counts = [0u64; JobState::COUNT];
+        let mut waiting = 0;
+        let jobs = (dag.jobs.iter())
+            .map(|job| {
+                let state = self.state_of(*job);
+                if let Some(state) = state {
+                    counts[state as usize] += 1;
+                }
+                waiting += u64::from(self.dags.waiting.contains_key(job));
+                let node = self.dags.nodes.get(job);
+                let name = node.map_or(String::new(), |n| n.name.clone());
+                let parents = node.map_or(Vec::new(), |n| n.parents.clone());
+                (*job, name, state, parents)
+            })
+            .collect();
+        Ok(Answer::Dag(Box::new(DagView {
+            id,
+            on_failure: dag.on_failure,
+            created_at: dag.created_at,
+            counts,
+            waiting,
+            jobs,
+        })))
+    }
 }
 
 #[cfg(test)]

@@ -440,18 +440,7 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
                 next,
             }
         }),
-        (schedule_name(), n64(), any::<bool>(), option::of(n64())).prop_map(
-            |(name, tick, full, next)| EventKind::ScheduleSkipped {
-                name,
-                tick,
-                reason: if full {
-                    SkipReason::QueueFull
-                } else {
-                    SkipReason::Overlap
-                },
-                next,
-            }
-        ),
+        schedule_skipped(),
         (schedule_name(), n64(), option::of(n64()))
             .prop_map(|(name, tick, next)| EventKind::ScheduleBuffered { name, tick, next }),
         (schedule_name(), n64(), n64(), option::of(n64())).prop_map(|(name, from, to, next)| {
@@ -467,23 +456,42 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         (schedule_name(), n64(), n64())
             .prop_map(|(name, from, to)| EventKind::ScheduleBackfilled { name, from, to }),
         schedule_name().prop_map(|name| EventKind::ScheduleDeleted { name }),
-        (
-            n64(),
-            on_failure(),
-            vec(dag_node(), 0..6),
-            option::of(request_id()),
-            option::of(text())
-        )
-            .prop_map(|(dag, on_failure, nodes, request, idempotency_key)| {
-                EventKind::DagCreated {
-                    dag,
-                    on_failure,
-                    nodes,
-                    request,
-                    idempotency_key,
-                }
-            }),
+        dag_created(),
     ]
+}
+
+fn schedule_skipped() -> impl Strategy<Value = EventKind> {
+    (schedule_name(), n64(), any::<bool>(), option::of(n64())).prop_map(
+        |(name, tick, full, next)| EventKind::ScheduleSkipped {
+            name,
+            tick,
+            reason: if full {
+                SkipReason::QueueFull
+            } else {
+                SkipReason::Overlap
+            },
+            next,
+        },
+    )
+}
+
+fn dag_created() -> impl Strategy<Value = EventKind> {
+    (
+        n64(),
+        on_failure(),
+        vec(dag_node(), 0..6),
+        option::of(request_id()),
+        option::of(text()),
+    )
+        .prop_map(
+            |(dag, on_failure, nodes, request, idempotency_key)| EventKind::DagCreated {
+                dag,
+                on_failure,
+                nodes,
+                request,
+                idempotency_key,
+            },
+        )
 }
 
 prop_compose! {

@@ -9,17 +9,35 @@
 //!
 //! * [`protocol`] — commands, events, effects, replies, queries, answers and
 //!   their versioned postcard encoding.
-//! * [`master`] — the state and its `decide`/`apply`/`query`/`snapshot`.
+//! * [`master`] — the state and its `decide`/`apply`/`query`/`snapshot`;
+//!   each concern (jobs, attempts, keys, schedules, DAGs, snapshots, ...)
+//!   adds to `impl Master` from a private module of its own, listed in
+//!   [`master`]'s notes.
 //! * [`Machine`] — the byte-level face of the master, exactly what the
 //!   component exports; the host's native backend calls it directly, so a
 //!   scenario replayed natively and through Wasm must give identical bytes.
 
+mod attempts;
+mod bulk;
 pub mod dag;
+mod done;
+mod index;
+mod jobs;
+mod keys;
 pub mod master;
 pub mod protocol;
+mod query;
 mod requests;
+mod restore;
+mod scan;
 pub mod scenarios;
 pub mod schedule;
+mod snapshot;
+mod tick;
+mod tokens;
+mod uniqueness;
+mod validation;
+mod workers;
 
 #[cfg(test)]
 mod tests;

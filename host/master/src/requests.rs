@@ -21,7 +21,13 @@
 //! bytes against 56, by their sizes); ids submitted one at a
 //! time, from several nodes interleaved, each in its own millisecond, make
 //! such runs. That is the worst case, and it is bounded by
-//! [`REQUESTS_MAX`](crate::master::REQUESTS_MAX) like the rest.
+//! [`REQUESTS_MAX`] like the rest.
+//!
+//! The master's side is here too: a `Submitted` event remembers its id
+//! (forgetting the oldest beyond [`REQUESTS_MAX`]), and a `Tick` forgets
+//! every id past [`REQUEST_TTL_MS`] in one `RequestsExpired` event once
+//! the oldest is a [`REQUEST_PURGE_PERIOD_MS`] overdue. This module does
+//! not decide what a remembered submission is answered (see `jobs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -31,7 +37,30 @@ use std::ops::Bound;
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{JobId, Millis, RequestId};
+use crate::master::Master;
+use crate::protocol::{EventKind, JobId, Millis, RequestId};
+
+/// How long after its decision a submission's request id is remembered at
+/// least. A node sends a request again only within `PROXY_WAIT` (10 s) of
+/// sending it first, so the resend is decided seconds after the first
+/// copy, unless the master is frozen in between: one paused for longer
+/// than the failure detector allows is replaced, and its late decisions
+/// never commit. Five minutes leaves a wide margin. (A lone back-end node,
+/// which nobody replaces, frozen for longer than this between deciding a
+/// submission and deciding its resend would make a second job.)
+pub const REQUEST_TTL_MS: Millis = 5 * 60_000;
+/// Expired request ids are forgotten together, once the oldest is this far
+/// past [`REQUEST_TTL_MS`]: one event per period under steady load, not
+/// one per tick.
+pub const REQUEST_PURGE_PERIOD_MS: Millis = 10_000;
+/// Most request ids remembered; beyond, the oldest is forgotten at each new
+/// submission. At the highest submission rate measured (about 100,000 per
+/// second in bursts, BENCHMARKS.md) this still covers 10 s, as long as a
+/// node resends one request; at sustained rates (about 10,000 per second),
+/// 100 s. Full, the table takes about 125 MiB if every id came alone (a
+/// run each, a little more than the 110 MiB measured for one map entry
+/// per id) and a few MiB if they came in batches (`Requests`).
+pub const REQUESTS_MAX: usize = 1_000_000;
 
 /// What the master remembers of a submission's request id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -252,6 +281,38 @@ impl fmt::Debug for Requests {
 /// The map a snapshot holds: what tests write to build a snapshot of an
 /// older version. A snapshot itself writes the entries one by one
 /// (`Master::write_part`) and a restore reads them so (`Restoring`).
+impl Master {
+    /// Remembers that `request` created `job` at `at`, forgetting the
+    /// oldest ids beyond `max`.
+    pub(crate) fn remember_request(
+        &mut self,
+        request: RequestId,
+        job: JobId,
+        at: Millis,
+        max: usize,
+    ) {
+        // `decide` never repeats an id it remembers, but a journal is
+        // decoded, not trusted: a repeat replaces the entry, consistently.
+        self.requests.insert(request, Request { job, at });
+        while self.requests.len() > max && self.requests.pop_oldest().is_some() {}
+    }
+
+    /// The event forgetting the request ids past their time at `now`, when
+    /// the oldest is a period overdue.
+    pub(crate) fn requests_expired(&self, now: Millis) -> Option<EventKind> {
+        let oldest = self.requests.oldest_at()?;
+        (oldest.saturating_add(REQUEST_TTL_MS + REQUEST_PURGE_PERIOD_MS) <= now).then(|| {
+            EventKind::RequestsExpired {
+                before: now.saturating_sub(REQUEST_TTL_MS),
+            }
+        })
+    }
+
+    pub(crate) fn apply_requests_expired(&mut self, before: Millis) {
+        self.requests.expire_before(before);
+    }
+}
+
 #[cfg(test)]
 impl Serialize for Requests {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -478,3 +539,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "requests_tests.rs"]
+mod request_tests;

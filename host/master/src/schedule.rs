@@ -32,6 +32,15 @@
 //! `croner` on wall-clock time in the schedule's zone, at one-second
 //! resolution; a wall-clock time that a daylight-saving change skips fires
 //! at the end of the gap, one it repeats fires once.
+//!
+//! # In the master
+//!
+//! The commands (create, pause, delete, backfill), the events they and a
+//! `Tick` decide, and their `apply` are here too, as `impl Master`: a
+//! fired tick adds its job as a submission would (see `jobs`), and the
+//! schedule keeps the jobs it fired that have not finished (`active`), by
+//! which its overlap policy decides. Schedules are kept in snapshots from
+//! version 5 on.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -41,7 +50,9 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use serde::{Deserialize, Serialize};
 
+use crate::master::{Master, decided, reject};
 use crate::protocol::*;
+use crate::validation::{validate_options, validate_spec};
 
 /// Most schedules a cluster holds.
 pub const SCHEDULES_MAX: usize = 10_000;
@@ -291,6 +302,337 @@ pub(crate) fn validate(spec: &ScheduleSpec, now: Millis) -> Result<Option<Millis
         }
     }
     Ok(tick_after(&spec.every, now, now))
+}
+
+impl Master {
+    pub(crate) fn schedule(&self, name: &str) -> Result<&Schedule, Rejection> {
+        self.schedules
+            .get(name)
+            .ok_or_else(|| Rejection::new(codes::SCHEDULE_NOT_FOUND, format!("no schedule {name}")))
+    }
+
+    pub(crate) fn decide_create_schedule(
+        &self,
+        now: Millis,
+        spec: &ScheduleSpec,
+    ) -> Result<Decision, Rejection> {
+        validate_spec(&self.config, &spec.job)?;
+        validate_options(&spec.options)?;
+        let next = validate(spec, now)?;
+        if self.schedules.contains_key(&spec.name) {
+            return reject(
+                codes::SCHEDULE_EXISTS,
+                format!("a schedule named {} exists", spec.name),
+            );
+        }
+        if self.schedules.len() >= SCHEDULES_MAX {
+            return reject(
+                codes::INVALID_SCHEDULE,
+                format!("at most {SCHEDULES_MAX} schedules; delete some first"),
+            );
+        }
+        decided(
+            now,
+            vec![EventKind::ScheduleCreated {
+                spec: spec.clone(),
+                next,
+            }],
+        )
+    }
+
+    pub(crate) fn decide_pause_schedule(
+        &self,
+        now: Millis,
+        name: &str,
+        paused: bool,
+    ) -> Result<Decision, Rejection> {
+        let schedule = self.schedule(name)?;
+        if schedule.paused == paused {
+            return decided(now, Vec::new());
+        }
+        let next = match paused {
+            true => schedule.next,
+            false => schedule.tick_after(now),
+        };
+        decided(
+            now,
+            vec![EventKind::SchedulePaused {
+                name: name.to_owned(),
+                paused,
+                next,
+            }],
+        )
+    }
+
+    pub(crate) fn decide_delete_schedule(
+        &self,
+        now: Millis,
+        name: &str,
+    ) -> Result<Decision, Rejection> {
+        self.schedule(name)?;
+        decided(
+            now,
+            vec![EventKind::ScheduleDeleted {
+                name: name.to_owned(),
+            }],
+        )
+    }
+
+    pub(crate) fn decide_backfill(
+        &self,
+        now: Millis,
+        name: &str,
+        from: Millis,
+        to: Millis,
+    ) -> Result<Decision, Rejection> {
+        let schedule = self.schedule(name)?;
+        if from >= to {
+            return reject(codes::INVALID_SCHEDULE, "from: must be before to");
+        }
+        let ticks = schedule.missed_ticks(from, to, BACKFILL_TICKS_MAX);
+        if ticks.len() > BACKFILL_TICKS_MAX {
+            return reject(
+                codes::INVALID_SCHEDULE,
+                format!(
+                    "to: more than {BACKFILL_TICKS_MAX} missed ticks in from..to; backfill a narrower range at a time"
+                ),
+            );
+        }
+        if self.queued().saturating_add(ticks.len() as u64) > self.config.queue_max {
+            return reject(
+                codes::QUEUE_FULL,
+                format!(
+                    "{} jobs are waiting and the backfill adds {}, the limit is {}",
+                    self.queued(),
+                    ticks.len(),
+                    self.config.queue_max
+                ),
+            );
+        }
+        let ids: Vec<JobId> = (0..ticks.len() as u64)
+            .map(|n| self.next_id.saturating_add(n))
+            .collect();
+        let mut events: Vec<Event> = (ticks.iter().zip(&ids))
+            .map(|(&tick, &id)| Event {
+                at: now,
+                kind: EventKind::ScheduleFired {
+                    name: name.to_owned(),
+                    tick,
+                    id,
+                    next: schedule.next,
+                },
+            })
+            .collect();
+        if !ticks.is_empty() {
+            events.push(Event {
+                at: now,
+                kind: EventKind::ScheduleBackfilled {
+                    name: name.to_owned(),
+                    from,
+                    to,
+                },
+            });
+        }
+        Ok(Decision {
+            events,
+            reply: Reply::Backfilled { ids },
+        })
+    }
+
+    /// The events of the schedules' due ticks (see the module notes), while
+    /// `kinds` holds fewer than `room`.
+    pub(crate) fn decide_schedules(&self, now: Millis, room: usize, kinds: &mut Vec<EventKind>) {
+        let new_jobs = std::cell::Cell::new(0u64);
+        for (name, schedule) in &self.schedules {
+            let due = schedule.next.is_some_and(|next| next <= now) || schedule.buffered.is_some();
+            if schedule.paused || !due || kinds.len() >= room {
+                continue;
+            }
+            self.decide_schedule(now, room, name, schedule, &new_jobs, kinds);
+        }
+    }
+
+    /// The events of one due schedule's ticks; `new_jobs` counts the jobs
+    /// the events so far fire, for their ids.
+    fn decide_schedule(
+        &self,
+        now: Millis,
+        room: usize,
+        name: &str,
+        schedule: &Schedule,
+        new_jobs: &std::cell::Cell<u64>,
+        kinds: &mut Vec<EventKind>,
+    ) {
+        let full = |kinds: &Vec<EventKind>| kinds.len() >= room;
+        // Jobs of this schedule that will be unfinished after the
+        // events so far.
+        let mut active: Vec<JobId> = schedule.active.iter().copied().collect();
+        let mut buffered = schedule.buffered;
+        let mut next = schedule.next;
+        let fire = |kinds: &mut Vec<EventKind>, tick, next, active: &mut Vec<JobId>| {
+            let id = self.next_id.saturating_add(new_jobs.get());
+            new_jobs.set(new_jobs.get() + 1);
+            active.push(id);
+            kinds.push(EventKind::ScheduleFired {
+                name: name.to_owned(),
+                tick,
+                id,
+                next,
+            });
+        };
+        if let Some(tick) = buffered
+            && active.is_empty()
+        {
+            fire(kinds, tick, next, &mut active);
+            buffered = None;
+        }
+        let mut decided = 0;
+        while let Some(tick) = next {
+            if tick > now || full(kinds) || decided == TICKS_PER_TICK_MAX {
+                break;
+            }
+            decided += 1;
+            let window = schedule.spec.catch_up_ms.saturating_add(LATE_GRACE_MS);
+            let earliest = now.saturating_sub(window);
+            if tick < earliest {
+                next = schedule.tick_after(earliest.saturating_sub(1));
+                kinds.push(EventKind::ScheduleMissed {
+                    name: name.to_owned(),
+                    from: tick,
+                    to: next.unwrap_or(earliest),
+                    next,
+                });
+                continue;
+            }
+            let following = schedule.tick_after(tick);
+            let skip = |reason| EventKind::ScheduleSkipped {
+                name: name.to_owned(),
+                tick,
+                reason,
+                next: following,
+            };
+            if self.queued().saturating_add(new_jobs.get()) >= self.config.queue_max {
+                kinds.push(skip(SkipReason::QueueFull));
+            } else if active.is_empty() {
+                fire(kinds, tick, following, &mut active);
+            } else {
+                match schedule.spec.overlap {
+                    Overlap::AllowAll => fire(kinds, tick, following, &mut active),
+                    Overlap::Skip => kinds.push(skip(SkipReason::Overlap)),
+                    Overlap::BufferOne if buffered.is_none() => {
+                        buffered = Some(tick);
+                        kinds.push(EventKind::ScheduleBuffered {
+                            name: name.to_owned(),
+                            tick,
+                            next: following,
+                        });
+                    }
+                    Overlap::BufferOne => kinds.push(skip(SkipReason::Overlap)),
+                    Overlap::CancelRunning => {
+                        kinds.extend(active.drain(..).map(|id| EventKind::Cancelled { id }));
+                        fire(kinds, tick, following, &mut active);
+                    }
+                }
+            }
+            next = following;
+        }
+    }
+
+    pub(crate) fn apply_schedule_created(
+        &mut self,
+        spec: &ScheduleSpec,
+        next: Option<Millis>,
+        at: Millis,
+    ) {
+        if !self.schedules.contains_key(&spec.name) {
+            let schedule = Schedule::new(spec.clone(), at, next);
+            self.schedules.insert(spec.name.clone(), schedule);
+        }
+    }
+
+    pub(crate) fn apply_schedule_fired(
+        &mut self,
+        name: &str,
+        tick: Millis,
+        id: JobId,
+        next: Option<Millis>,
+        at: Millis,
+        effects: &mut Vec<Effect>,
+    ) {
+        let Some(schedule) = self.schedules.get(name) else {
+            return;
+        };
+        if self.holds(id) {
+            return;
+        }
+        let (spec, options) = (schedule.spec.job.clone(), schedule.spec.options.clone());
+        self.add_job(id, spec, &options, at);
+        self.index.fired_by.insert(id, name.to_owned());
+        let schedule = self.schedules.get_mut(name).expect("present");
+        schedule.active.insert(id);
+        if schedule.last.is_none_or(|(last, _)| last < tick) {
+            schedule.last = Some((tick, id));
+        }
+        schedule.fired_total += 1;
+        if schedule.buffered == Some(tick) {
+            schedule.buffered = None;
+        }
+        schedule.next = next;
+        effects.push(Effect::WorkAvailable);
+    }
+
+    pub(crate) fn apply_schedule_skipped(&mut self, name: &str, next: Option<Millis>) {
+        if let Some(schedule) = self.schedules.get_mut(name) {
+            schedule.skipped_total += 1;
+            schedule.next = next;
+        }
+    }
+
+    pub(crate) fn apply_schedule_buffered(
+        &mut self,
+        name: &str,
+        tick: Millis,
+        next: Option<Millis>,
+    ) {
+        if let Some(schedule) = self.schedules.get_mut(name) {
+            schedule.buffered = Some(tick);
+            schedule.next = next;
+        }
+    }
+
+    pub(crate) fn apply_schedule_missed(
+        &mut self,
+        name: &str,
+        from: Millis,
+        to: Millis,
+        next: Option<Millis>,
+    ) {
+        if let Some(schedule) = self.schedules.get_mut(name) {
+            schedule.miss(from, to);
+            schedule.next = next;
+        }
+    }
+
+    pub(crate) fn apply_schedule_paused(&mut self, name: &str, paused: bool, next: Option<Millis>) {
+        if let Some(schedule) = self.schedules.get_mut(name) {
+            schedule.paused = paused;
+            schedule.next = next;
+        }
+    }
+
+    pub(crate) fn apply_schedule_backfilled(&mut self, name: &str, from: Millis, to: Millis) {
+        if let Some(schedule) = self.schedules.get_mut(name) {
+            schedule.unmiss(from, to);
+        }
+    }
+
+    pub(crate) fn apply_schedule_deleted(&mut self, name: &str) {
+        if let Some(schedule) = self.schedules.remove(name) {
+            for id in schedule.active {
+                self.index.fired_by.remove(&id);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,236 @@
+//! What the master derives from its state rather than keeps: the line of
+//! runnable jobs, lease and backoff timers, counts, idempotency keys.
+//!
+//! The index is never journaled or snapshotted; it is rebuilt from the
+//! jobs on restore ([`Master::rebuild_index`]) and kept in step by every
+//! `apply`, so a restored master and the one that wrote the snapshot
+//! compare equal, index included (unit tests check it). How the line is
+//! ordered ([`Order`]) is a property of the master build, which is why two
+//! builds that differ only there can read each other's snapshots.
+//!
+//! Invariant: `ready` holds every runnable job without a key limit and
+//! exactly the first of each limited key's line; a job that waits for DAG
+//! parents or a backoff is in no line. This module does not decide which
+//! ready job may start (see `keys`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::master::{Job, Master};
+use crate::protocol::*;
+
+/// How the master lines runnable jobs up for workers: the one scheduling
+/// policy a master build may choose without changing its state or events.
+///
+/// The line is an index rebuilt from the jobs, never journaled or
+/// snapshotted, so two builds that differ only here read each other's
+/// snapshots and journals and reach byte-identical states: one can be
+/// switched for the other on a running cluster (`cohort master upgrade`),
+/// and what changes is which job the next poll hands out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Order {
+    /// Highest priority first, first come first served within a priority
+    /// (the built-in master).
+    #[default]
+    Priority,
+    /// First come first served, whatever the priority.
+    Fifo,
+}
+
+/// A runnable job's place in line: (-priority, seq, id).
+pub(crate) type Place = (i64, u64, JobId);
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Index {
+    /// Runnable jobs without a key limit, and the first in line of each
+    /// limited key.
+    pub(crate) ready: BTreeSet<Place>,
+    /// Runnable jobs per limited key, in line.
+    pub(crate) key_ready: BTreeMap<String, BTreeSet<Place>>,
+    /// Running attempts per limited key.
+    pub(crate) key_running: BTreeMap<String, u32>,
+    /// Uniqueness holds by their end: (until, key).
+    pub(crate) unique_until: BTreeSet<(Millis, String)>,
+    /// Limited keys by their latest start: (at, key).
+    pub(crate) latest_start: BTreeSet<(Millis, String)>,
+    /// Jobs backing off: (not_before, id).
+    pub(crate) delayed: BTreeSet<(Millis, JobId)>,
+    /// Running attempts: (lease_until, id).
+    pub(crate) leases: BTreeSet<(Millis, JobId)>,
+    /// Finished jobs: (finished_at, id).
+    pub(crate) finished: BTreeSet<(Millis, JobId)>,
+    pub(crate) keys: BTreeMap<String, JobId>,
+    pub(crate) counts: [u64; JobState::COUNT],
+    pub(crate) result_bytes: u64,
+    /// Jobs held per module.
+    pub(crate) modules: BTreeMap<Digest, u64>,
+    /// The schedule that fired each unfinished job a schedule fired.
+    pub(crate) fired_by: BTreeMap<JobId, String>,
+}
+
+impl Index {
+    /// Counts a finished job in, as [`Master::rebuild_index`] counts in an
+    /// unfinished one.
+    pub(crate) fn add_done(&mut self, id: JobId, job: &Job) {
+        self.counts[job.state as usize] += 1;
+        *self.modules.entry(job.spec.module).or_default() += 1;
+        if let Some(key) = &job.spec.idempotency_key {
+            self.keys.insert(key.clone(), id);
+        }
+        self.finished.insert((job.finished_at.unwrap_or(0), id));
+        self.result_bytes += job.result.as_ref().map_or(0, |r| r.len() as u64);
+    }
+
+    /// Puts a runnable job in line: in [`ready`](Self::ready), or in its
+    /// key's line (and in `ready` if it is now that line's first).
+    pub(crate) fn enqueue(&mut self, place: Place, key: Option<&str>) {
+        let Some(key) = key else {
+            self.ready.insert(place);
+            return;
+        };
+        let line = self.key_ready.entry(key.to_owned()).or_default();
+        let first = line.first().copied();
+        line.insert(place);
+        if first.is_none_or(|first| place < first) {
+            if let Some(first) = first {
+                self.ready.remove(&first);
+            }
+            self.ready.insert(place);
+        }
+    }
+
+    /// Takes a job out of line (the next of its key's line moves up).
+    pub(crate) fn dequeue(&mut self, place: Place, key: Option<&str>) {
+        let Some(key) = key else {
+            self.ready.remove(&place);
+            return;
+        };
+        let Some(line) = self.key_ready.get_mut(key) else {
+            return;
+        };
+        line.remove(&place);
+        if self.ready.remove(&place)
+            && let Some(&next) = line.first()
+        {
+            self.ready.insert(next);
+        }
+        if line.is_empty() {
+            self.key_ready.remove(key);
+        }
+    }
+}
+
+impl Master {
+    /// This master with runnable jobs lined up by `order` (the line is
+    /// rebuilt at once).
+    pub fn with_order(mut self, order: Order) -> Self {
+        self.order = order;
+        self.index.ready.clear();
+        self.index.key_ready.clear();
+        for (&id, job) in &self.jobs {
+            if job.state == JobState::Queued
+                && job.not_before.is_none()
+                && !self.dags.waiting.contains_key(&id)
+            {
+                (self.index).enqueue(ready_key(order, job, id), self.keyed.key(id));
+            }
+        }
+        self
+    }
+
+    /// Builds the index from the unfinished jobs and `done`, the entries
+    /// of the finished ones ([`Index::add_done`]).
+    pub(crate) fn rebuild_index(&mut self, done: Index) {
+        // A snapshot is decoded, not trusted: a worker "running" a job the
+        // snapshot does not hold would make a later event fail. Every node
+        // restoring the same bytes drops the same references, so replicas
+        // stay identical.
+        let jobs = &self.jobs;
+        for worker in self.workers.values_mut() {
+            worker.running.retain(|id| jobs.contains_key(id));
+        }
+        // Options of jobs the snapshot does not hold are dropped, like the
+        // workers' references above.
+        let held = |id: &JobId| jobs.contains_key(id) || self.done.contains_key(id);
+        self.keyed.options.retain(|id, _| held(id));
+        // DAG records of jobs the snapshot does not hold are dropped too;
+        // only queued jobs wait.
+        self.dags.nodes.retain(|id, _| held(id));
+        (self.dags.waiting).retain(|id, _| {
+            jobs.get(id)
+                .is_some_and(|job| job.state == JobState::Queued)
+        });
+        self.dags.rebuild();
+        let mut fired_by = BTreeMap::new();
+        for (name, schedule) in &mut self.schedules {
+            schedule
+                .active
+                .retain(|id| jobs.get(id).is_some_and(|job| !job.state.is_terminal()));
+            for &id in &schedule.active {
+                fired_by.insert(id, name.clone());
+            }
+        }
+        let mut index = Index {
+            unique_until: (self.keyed.uniques.iter())
+                .map(|(key, hold)| (hold.until, key.clone()))
+                .collect(),
+            latest_start: (self.keyed.starts.iter())
+                .filter_map(|(key, starts)| Some((*starts.back()?, key.clone())))
+                .collect(),
+            fired_by,
+            ..done
+        };
+        for (&id, job) in &self.jobs {
+            index.counts[job.state as usize] += 1;
+            *index.modules.entry(job.spec.module).or_default() += 1;
+            if let Some(key) = &job.spec.idempotency_key {
+                index.keys.insert(key.clone(), id);
+            }
+            match job.state {
+                JobState::Queued if self.dags.waiting.contains_key(&id) => {}
+                JobState::Queued => match job.not_before {
+                    Some(at) => {
+                        index.delayed.insert((at, id));
+                    }
+                    None => index.enqueue(ready_key(self.order, job, id), self.keyed.key(id)),
+                },
+                JobState::Running => {
+                    if let Some(until) = job.lease_until {
+                        index.leases.insert((until, id));
+                    }
+                    if let Some(key) = self.keyed.key(id) {
+                        *index.key_running.entry(key.to_owned()).or_default() += 1;
+                    }
+                }
+                // Finished jobs were counted from `done`.
+                _ => {}
+            }
+        }
+        self.index = index;
+    }
+
+    /// Removes a queued job from the ready or delayed set.
+    pub(crate) fn unqueue(&mut self, id: JobId) {
+        let job = self.jobs.get_mut(&id).expect("caller checked");
+        match job.not_before.take() {
+            Some(at) => {
+                self.index.delayed.remove(&(at, id));
+            }
+            None => self
+                .index
+                .dequeue(ready_key(self.order, job, id), self.keyed.key(id)),
+        }
+    }
+}
+
+pub(crate) fn ready_key(order: Order, job: &Job, id: JobId) -> Place {
+    match order {
+        Order::Priority => (-(job.spec.priority as i64), job.seq, id),
+        Order::Fifo => (0, job.seq, id),
+    }
+}
+
+pub(crate) fn set_state(counts: &mut [u64; JobState::COUNT], job: &mut Job, state: JobState) {
+    counts[job.state as usize] -= 1;
+    counts[state as usize] += 1;
+    job.state = state;
+}

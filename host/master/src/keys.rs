@@ -1,0 +1,179 @@
+//! Concurrency and rate keys: at most `running_max` attempts of a key's
+//! jobs at once, at most `starts_per_second` started in any
+//! [`RATE_WINDOW_MS`].
+//!
+//! Each limited key has its own line of ready jobs, and only its first is
+//! in the shared `ready` line (`Index::enqueue`), so a poll looks at one
+//! job per waiting key ([`Master::startable`]) however long the key's line.
+//! Start times are state, not index: a purged job's starts still count
+//! for their window. [`Keyed`] also holds every job's options and the
+//! uniqueness holds (see `uniqueness`), since all three are what
+//! [`JobOptions`] leave behind.
+//!
+//! Invariants: a key's running count is the number of its jobs running;
+//! no key keeps more than [`KEY_LIMIT_MAX`] start times; an event that
+//! adds a start forgets at most [`FORGET_PER_EVENT`] idle keys, so no
+//! `apply` does unbounded work. This module does not check options (see
+//! `validation`).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
+
+use serde::{Deserialize, Serialize};
+
+use crate::master::Master;
+use crate::protocol::*;
+use crate::uniqueness::Hold;
+
+/// Longest concurrency, rate or uniqueness key.
+pub const KEY_BYTES_MAX: usize = 256;
+/// Largest `running_max` and `starts_per_second` a key limit may ask for.
+pub const KEY_LIMIT_MAX: u32 = 10_000;
+/// The window a key's `starts_per_second` counts starts in.
+pub const RATE_WINDOW_MS: Millis = 1_000;
+/// Ended uniqueness holds and idle rate windows forgotten per event that
+/// adds one: they go faster than they come, and no event does unbounded
+/// work.
+pub(crate) const FORGET_PER_EVENT: usize = 8;
+
+/// What jobs submitted with [`JobOptions`] leave behind. Holds and start
+/// times outlive the jobs (a purged job's key still holds for its window,
+/// its starts still count for a second), so they are state, not index.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Keyed {
+    /// The options of every job submitted with some.
+    pub(crate) options: BTreeMap<JobId, JobOptions>,
+    /// Uniqueness keys: the job holding each, and until when.
+    pub(crate) uniques: BTreeMap<String, Hold>,
+    /// Start times of the latest attempts per limited key, oldest first
+    /// (at most [`KEY_LIMIT_MAX`], the highest rate one may ask for).
+    pub(crate) starts: BTreeMap<String, VecDeque<Millis>>,
+}
+
+impl Keyed {
+    /// The limit job `id` was submitted with.
+    pub(crate) fn limit(&self, id: JobId) -> Option<&KeyLimit> {
+        self.options.get(&id)?.limit.as_ref()
+    }
+
+    /// The key of job `id`'s limit.
+    pub(crate) fn key(&self, id: JobId) -> Option<&str> {
+        self.limit(id).map(|limit| limit.key.as_str())
+    }
+}
+
+impl Master {
+    /// Up to `free` ready jobs that may start at `now`, in line: a limited
+    /// key's jobs only while the key is under its limits, counting the
+    /// starts this decision makes. A key whose first job may not start is
+    /// passed over whole, so a poll looks at no more than one job per
+    /// waiting key beyond those it starts.
+    pub(crate) fn startable(&self, now: Millis, free: usize) -> Vec<JobId> {
+        let mut out = Vec::new();
+        let mut lines = self.index.ready.iter().copied().peekable();
+        // The next of a key's jobs, once the one before it was taken.
+        let mut moved_up = BTreeSet::new();
+        let mut started: BTreeMap<&str, u32> = BTreeMap::new();
+        while out.len() < free {
+            let place = match (lines.peek(), moved_up.first()) {
+                (Some(first), Some(up)) if up < first => moved_up.pop_first(),
+                (Some(_), _) => lines.next(),
+                (None, _) => moved_up.pop_first(),
+            };
+            let Some(place) = place else {
+                break;
+            };
+            let id = place.2;
+            let Some(limit) = self.keyed.limit(id) else {
+                out.push(id);
+                continue;
+            };
+            let count = started.entry(limit.key.as_str()).or_default();
+            if !self.under_limit(limit, now, *count) {
+                continue;
+            }
+            *count += 1;
+            out.push(id);
+            // A journal is decoded, not trusted: a job replaced under its
+            // id may name a key whose line is gone; it then moves no one up.
+            let line = self.index.key_ready.get(&limit.key);
+            let after = (Bound::Excluded(place), Bound::Unbounded);
+            if let Some(&next) = line.and_then(|line| line.range(after).next()) {
+                moved_up.insert(next);
+            }
+        }
+        out
+    }
+
+    /// Whether one more attempt of `limit`'s key may start at `now`, with
+    /// `started` more already started by the decision being made.
+    fn under_limit(&self, limit: &KeyLimit, now: Millis, started: u32) -> bool {
+        if let Some(max) = limit.running_max {
+            let running = self.index.key_running.get(&limit.key).copied();
+            if running.unwrap_or(0).saturating_add(started) >= max {
+                return false;
+            }
+        }
+        if let Some(rate) = limit.starts_per_second {
+            let since = now.saturating_sub(RATE_WINDOW_MS);
+            let recent = self.keyed.starts.get(&limit.key).map_or(0, |starts| {
+                starts.len() - starts.partition_point(|&at| at <= since)
+            });
+            if (recent as u32).saturating_add(started) >= rate {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Counts an attempt of job `id` started at `at` against its key, if
+    /// it has a limit.
+    pub(crate) fn key_started(&mut self, id: JobId, at: Millis) {
+        if let Some(key) = self.keyed.key(id) {
+            *self.index.key_running.entry(key.to_owned()).or_default() += 1;
+            let key = key.to_owned();
+            self.note_start(key, at);
+        }
+    }
+
+    /// Counts an ended attempt of job `id` off its key, if it has a limit.
+    pub(crate) fn key_ended(&mut self, id: JobId, effects: &mut Vec<Effect>) {
+        if let Some(key) = self.keyed.key(id)
+            && let Some(running) = self.index.key_running.get_mut(key)
+        {
+            *running -= 1;
+            if *running == 0 {
+                self.index.key_running.remove(key);
+            }
+            // A place under the key's limit opened: its next job may start.
+            if self.index.key_ready.contains_key(key) {
+                effects.push(Effect::WorkAvailable);
+            }
+        }
+    }
+
+    /// Records an attempt of a limited key's job started at `at`; forgets
+    /// the start times of keys idle for a whole window.
+    fn note_start(&mut self, key: String, at: Millis) {
+        let idle = at.saturating_sub(RATE_WINDOW_MS);
+        for _ in 0..FORGET_PER_EVENT {
+            match self.index.latest_start.first() {
+                Some((latest, _)) if *latest <= idle => {
+                    let (_, key) = self.index.latest_start.pop_first().expect("present");
+                    self.keyed.starts.remove(&key);
+                }
+                _ => break,
+            }
+        }
+        let starts = self.keyed.starts.entry(key.clone()).or_default();
+        if let Some(&latest) = starts.back() {
+            self.index.latest_start.remove(&(latest, key.clone()));
+        }
+        starts.push_back(at);
+        if starts.len() > KEY_LIMIT_MAX as usize {
+            starts.pop_front();
+        }
+        let latest = *starts.back().expect("just pushed");
+        self.index.latest_start.insert((latest, key));
+    }
+}

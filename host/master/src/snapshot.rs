@@ -1,0 +1,265 @@
+//! Writing the state as a snapshot, whole or in parts.
+//!
+//! The snapshot's layout is written here and only here
+//! ([`Master::write_part`]); `restore` reads it back. Its first part is
+//! the bytes a derived `Serialize` of the whole state wrote before
+//! finished jobs were packed, so every snapshot version reads the same
+//! way, and later parts (tokens, request ids, keys, schedules, DAGs) were
+//! appended one version at a time ([`SNAPSHOT_VERSION`]).
+//!
+//! Invariants: the parts of a snapshot written with a [`SnapshotCursor`]
+//! are, concatenated, exactly the whole snapshot's bytes, as long as
+//! nothing is applied in between; a whole snapshot is measured before it
+//! is written ([`Count`]), so its buffer never grows. The index is not
+//! written: it is rebuilt on restore.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+use serde::{Deserialize, Serialize};
+
+use crate::master::Master;
+use crate::protocol::*;
+use crate::scan::Held;
+use crate::workers::Worker;
+
+/// Version byte of snapshots: the state, then API tokens, then request
+/// ids, then what keys hold. Older snapshots are still read: version 3 (no
+/// keys), version 2 (tokens, no request ids) and version 1 (the state
+/// alone, from before tokens existed).
+pub const SNAPSHOT_VERSION: u8 = 5;
+
+/// The most a part's buffer is allocated with before it is written (a
+/// part asked to be larger grows as it is written).
+const SNAPSHOT_PART_PRESIZE_MAX: usize = 4 << 20;
+
+/// The fields of [`Master`] before its jobs, as its snapshot holds them.
+#[derive(Serialize)]
+pub(crate) struct HeadRef<'a> {
+    pub(crate) config: &'a Config,
+    pub(crate) next_id: JobId,
+    pub(crate) next_seq: u64,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Head {
+    pub(crate) config: Config,
+    pub(crate) next_id: JobId,
+    pub(crate) next_seq: u64,
+}
+
+/// The fields of [`Master`] after its jobs, as its snapshot holds them.
+#[derive(Serialize)]
+struct TailRef<'a> {
+    workers: &'a BTreeMap<String, Worker>,
+    submitted_total: u64,
+    attempts_total: u64,
+    retries_total: u64,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Tail {
+    pub(crate) workers: BTreeMap<String, Worker>,
+    pub(crate) submitted_total: u64,
+    pub(crate) attempts_total: u64,
+    pub(crate) retries_total: u64,
+}
+
+/// Where the next part of a snapshot written in parts
+/// ([`Master::snapshot_part`]) starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SnapshotCursor {
+    /// At its beginning.
+    #[default]
+    Start,
+    /// At the jobs after this bound.
+    Jobs(Bound<JobId>),
+    /// At the request ids after this one (`None`: at the first).
+    Requests(Option<RequestId>),
+    /// At what follows the request ids.
+    Rest,
+    /// Past its end.
+    End,
+}
+
+/// Where a snapshot is written: a buffer, or a count of its bytes.
+pub(crate) trait Sink {
+    fn put<T: Serialize + ?Sized>(&mut self, value: &T);
+    fn raw(&mut self, bytes: &[u8]);
+    /// Bytes written so far.
+    fn len(&self) -> usize;
+}
+
+impl Sink for Vec<u8> {
+    fn put<T: Serialize + ?Sized>(&mut self, value: &T) {
+        let out = std::mem::take(self);
+        *self = postcard::to_extend(value, out).expect("postcard encoding into a Vec");
+    }
+
+    fn raw(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+/// Bytes a [`Sink`] would have been given.
+struct Count(usize);
+
+impl Sink for Count {
+    fn put<T: Serialize + ?Sized>(&mut self, value: &T) {
+        let size = postcard::ser_flavors::Size::default();
+        self.0 +=
+            postcard::serialize_with_flavor(value, size).expect("postcard measures any value");
+    }
+
+    fn raw(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len();
+    }
+
+    fn len(&self) -> usize {
+        self.0
+    }
+}
+
+impl Master {
+    /// `postcard` of the fields up to `retries_total`, as if `jobs` and
+    /// `done` were one map (the snapshot's first part; the bytes a
+    /// derived `Serialize` of the whole state wrote before jobs were
+    /// packed, so every snapshot version reads the same way).
+    #[cfg(test)]
+    fn write_state(&self, sink: &mut impl Sink) {
+        self.write_head(sink);
+        self.write_jobs(sink, Bound::Unbounded, usize::MAX);
+        self.write_tail(sink);
+    }
+
+    /// The state's fields before its jobs, and how many jobs follow.
+    fn write_head(&self, sink: &mut impl Sink) {
+        sink.put(&HeadRef {
+            config: &self.config,
+            next_id: self.next_id,
+            next_seq: self.next_seq,
+        });
+        sink.put(&(self.jobs.len() + self.done.len()));
+    }
+
+    /// The jobs after `past`, each its id and record, until `sink` holds
+    /// `bytes_max`: the last id written then, or `None` once every job is.
+    fn write_jobs(
+        &self,
+        sink: &mut impl Sink,
+        past: Bound<JobId>,
+        bytes_max: usize,
+    ) -> Option<JobId> {
+        for (id, held) in self.scan(past, false) {
+            sink.put(&id);
+            match held {
+                Held::Live(job) => sink.put(job),
+                Held::Done(done) => sink.raw(done.record()),
+            }
+            if sink.len() >= bytes_max {
+                return Some(id);
+            }
+        }
+        None
+    }
+
+    /// The state's fields after its jobs.
+    fn write_tail(&self, sink: &mut impl Sink) {
+        sink.put(&TailRef {
+            workers: &self.workers,
+            submitted_total: self.submitted_total,
+            attempts_total: self.attempts_total,
+            retries_total: self.retries_total,
+        });
+    }
+
+    /// [`write_state`](Self::write_state) after `out`.
+    #[cfg(test)]
+    pub(crate) fn encode_state(&self, mut out: Vec<u8>) -> Vec<u8> {
+        self.write_state(&mut out);
+        out
+    }
+
+    /// Writes the snapshot from `cursor` on into `sink`, until it holds
+    /// `bytes_max` (at least one byte is always written) or the snapshot
+    /// ends, and moves `cursor` to where the next part starts.
+    ///
+    /// The snapshot's layout is here and only here: the version, the
+    /// state's head, its jobs, its tail, the tokens, the request ids
+    /// (a map: their count, then each id and request), the keys, the
+    /// schedules and the DAGs.
+    fn write_part(&self, sink: &mut impl Sink, cursor: &mut SnapshotCursor, bytes_max: usize) {
+        let bytes_max = bytes_max.max(1);
+        loop {
+            match *cursor {
+                SnapshotCursor::Start => {
+                    sink.raw(&[SNAPSHOT_VERSION]);
+                    self.write_head(sink);
+                    *cursor = SnapshotCursor::Jobs(Bound::Unbounded);
+                }
+                SnapshotCursor::Jobs(past) => {
+                    if let Some(last) = self.write_jobs(sink, past, bytes_max) {
+                        *cursor = SnapshotCursor::Jobs(Bound::Excluded(last));
+                        return;
+                    }
+                    self.write_tail(sink);
+                    sink.put(&self.tokens);
+                    sink.put(&self.requests.len());
+                    *cursor = SnapshotCursor::Requests(None);
+                }
+                SnapshotCursor::Requests(past) => {
+                    for entry in self.requests.iter_after(past) {
+                        sink.put(&entry);
+                        if sink.len() >= bytes_max {
+                            *cursor = SnapshotCursor::Requests(Some(entry.0));
+                            return;
+                        }
+                    }
+                    *cursor = SnapshotCursor::Rest;
+                }
+                SnapshotCursor::Rest => {
+                    sink.put(&self.keyed);
+                    sink.put(&self.schedules);
+                    sink.put(&self.dags);
+                    *cursor = SnapshotCursor::End;
+                }
+                SnapshotCursor::End => return,
+            }
+            if sink.len() >= bytes_max {
+                return;
+            }
+        }
+    }
+
+    /// The next part of this state's snapshot from `cursor`, at least one
+    /// byte and about `bytes_max` (a part ends after the job or request id
+    /// that reached it); empty once the snapshot is whole. The parts in
+    /// order are exactly [`snapshot`](Self::snapshot), if nothing is
+    /// applied in between; written in parts, a snapshot never needs a
+    /// buffer of its whole size in the component's memory.
+    pub fn snapshot_part(&self, cursor: &mut SnapshotCursor, bytes_max: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(bytes_max.clamp(1, SNAPSHOT_PART_PRESIZE_MAX));
+        self.write_part(&mut out, cursor, bytes_max);
+        out
+    }
+
+    /// The whole state as versioned bytes: `[SNAPSHOT_VERSION] ++
+    /// postcard(state) ++ postcard(tokens) ++ postcard(request ids) ++
+    /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs)`.
+    ///
+    /// Measured first, then written into a buffer of that size: grown by
+    /// doubling, the buffer of a snapshot of a million finished jobs took
+    /// some 190 MiB of the component's memory at its peak, which Wasm
+    /// memory keeps (BENCHMARKS.md, "Finished jobs packed").
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut size = Count(0);
+        self.write_part(&mut size, &mut SnapshotCursor::Start, usize::MAX);
+        let mut out = Vec::with_capacity(size.0);
+        self.write_part(&mut out, &mut SnapshotCursor::Start, usize::MAX);
+        out
+    }
+}
