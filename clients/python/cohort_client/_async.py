@@ -12,7 +12,7 @@ import httpx
 
 from . import _core
 from ._core import BATCHES_IN_FLIGHT, WAIT_SLOTS, BatchQueue, JobCore, Module, Pending, Settings, WaitBook
-from ._plans import Plan, Plans, Send
+from ._plans import Plan, Plans, Send, awaiting
 from .errors import CohortError, WaitTimeout
 
 T = TypeVar("T")
@@ -21,17 +21,14 @@ T = TypeVar("T")
 class AsyncJob(JobCore):
     """A submitted job. Made by `AsyncClient.submit` or `AsyncClient.get`."""
 
+    _accepted: asyncio.Event
+    _done: asyncio.Event
+
     def __init__(self, client: "AsyncClient", idempotency_key: Optional[str]) -> None:
         super().__init__(idempotency_key)
         self._client = client
         self._accepted = asyncio.Event()
         self._done = asyncio.Event()
-
-    def _signal_accepted(self) -> None:
-        self._accepted.set()
-
-    def _signal_finished(self) -> None:
-        self._done.set()
 
     @property
     def id(self) -> Awaitable[int]:
@@ -53,21 +50,13 @@ class AsyncJob(JobCore):
         await self._accepted.wait()
         return self._accepted_existing()
 
-    def done(self) -> bool:
-        """Whether the job's outcome is known (finished, or refused)."""
-        return self._done.is_set()
-
     async def result(self, timeout: Optional[float] = None) -> bytes:
         """The job's output, once it succeeded; as `Job.result`."""
         try:
             await asyncio.wait_for(self._done.wait(), timeout)
         except asyncio.TimeoutError:
             raise WaitTimeout(timeout or 0.0) from None
-        output = self._settled_output()
-        if output is None:
-            output = await self._client._run(self._client._plans.fetch_result(self._accepted_id()))
-            self._keep_output(output)
-        return output
+        return await self._client._run(self._client._plans.output(self))
 
     async def json(self, timeout: Optional[float] = None) -> Any:
         """The output parsed as JSON."""
@@ -84,9 +73,6 @@ class AsyncJob(JobCore):
     async def cancel(self) -> Dict[str, Any]:
         """Cancel the job; as `Job.cancel`."""
         return await self._client._run(self._client._plans.cancel(await self.id))
-
-    def __repr__(self) -> str:
-        return self._describe()
 
 
 class AsyncClient:
@@ -149,9 +135,9 @@ class AsyncClient:
         """HTTP requests sent so far, by route, every try counted."""
         return self._plans.counter.snapshot()
 
-    async def upload(self, module: Union[str, "os.PathLike[str]", bytes]) -> str:
-        """Upload a module and return its digest; as `Client.upload`."""
-        return await self._run(self._plans.upload(module))
+    # One request flow each: written once, with its signature and
+    # documentation, in `Plans`.
+    upload = awaiting(Plans.upload)
 
     async def submit(
         self,
@@ -171,25 +157,25 @@ class AsyncClient:
         after: Optional[Sequence[int]] = None,
     ) -> AsyncJob:
         """Queue a job and return its handle at once; as `Client.submit`."""
-        digest = await self._run(self._plans.digest(module))
+        key, body = await self._run(
+            self._plans.submission(
+                module,
+                input,
+                idempotency_key,
+                timeout_ms=timeout_ms,
+                memory_bytes=memory_bytes,
+                max_attempts=max_attempts,
+                priority=priority,
+                concurrency_key=concurrency_key,
+                concurrency_limit=concurrency_limit,
+                rate_limit=rate_limit,
+                unique_key=unique_key,
+                unique_window_ms=unique_window_ms,
+                after=after,
+            )
+        )
         if self._closing:
             raise _core.closed_error()
-        key = idempotency_key if idempotency_key is not None else _core.new_idempotency_key()
-        body = _core.encode_submission(
-            digest,
-            input,
-            timeout_ms=timeout_ms,
-            memory_bytes=memory_bytes,
-            max_attempts=max_attempts,
-            priority=priority,
-            idempotency_key=key,
-            concurrency_key=concurrency_key,
-            concurrency_limit=concurrency_limit,
-            rate_limit=rate_limit,
-            unique_key=unique_key,
-            unique_window_ms=unique_window_ms,
-            after=after,
-        )
         job = AsyncJob(self, key)
         if self._batcher is None:
             self._batch_changed = asyncio.Event()
@@ -227,92 +213,16 @@ class AsyncClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         return [await job.result(_core.remaining(deadline)) for job in jobs]
 
-    async def create_schedule(
-        self,
-        name: str,
-        module: Module,
-        input: Any = None,
-        *,
-        cron: Optional[str] = None,
-        timezone: Optional[str] = None,
-        every_ms: Optional[int] = None,
-        overlap: Optional[str] = None,
-        catch_up_ms: Optional[int] = None,
-        timeout_ms: Optional[int] = None,
-        max_attempts: Optional[int] = None,
-        priority: Optional[int] = None,
-        concurrency_key: Optional[str] = None,
-        concurrency_limit: Optional[int] = None,
-    ) -> Dict[str, Any]:
-        """Create a schedule that submits ``module`` with ``input`` at every
-        tick of ``cron`` (read in ``timezone``, default UTC) or every
-        ``every_ms``; ``overlap`` is ``skip`` (default), ``buffer_one``,
-        ``allow_all`` or ``cancel_running``. Returns the schedule, with its
-        next ticks (``upcoming``). Each tick fires exactly once."""
-        timing = {
-            "cron": cron,
-            "timezone": timezone,
-            "every_ms": every_ms,
-            "overlap": overlap,
-            "catch_up_ms": catch_up_ms,
-        }
-        options = {
-            "timeout_ms": timeout_ms,
-            "max_attempts": max_attempts,
-            "priority": priority,
-            "concurrency_key": concurrency_key,
-            "concurrency_limit": concurrency_limit,
-        }
-        return (await self._run(self._plans.create_schedule(name, module, input, timing, options)))
-
-    async def schedules(self) -> List[Dict[str, Any]]:
-        """Every schedule, by name."""
-        return (await self._run(self._plans.json("GET", "/v1/schedules")))["schedules"]
-
-    async def schedule(self, name: str) -> Dict[str, Any]:
-        """One schedule: timing, next ticks, unfinished jobs, counters,
-        missed ranges."""
-        return (await self._run(self._plans.json("GET", _core.schedule_path(name))))
-
-    async def pause_schedule(self, name: str) -> Dict[str, Any]:
-        """Pause a schedule: its ticks neither fire nor count as missed."""
-        return (await self._run(self._plans.json("POST", _core.schedule_path(name, "pause"), {})))
-
-    async def resume_schedule(self, name: str) -> Dict[str, Any]:
-        """Resume a schedule from its first tick after now."""
-        return (await self._run(self._plans.json("POST", _core.schedule_path(name, "resume"), {})))
-
-    async def delete_schedule(self, name: str) -> None:
-        """Delete a schedule; the jobs it fired stay."""
-        await self._run(self._plans.json("DELETE", _core.schedule_path(name)))
-
-    async def backfill(self, name: str, from_ms: Optional[int] = None, to_ms: Optional[int] = None) -> List[int]:
-        """Fire a schedule's missed ticks in ``from_ms..to_ms`` (default:
-        all, at most 1,000 at a time); the new jobs' ids."""
-        body = {key: value for key, value in (("from", from_ms), ("to", to_ms)) if value is not None}
-        answer = await self._run(self._plans.json("POST", _core.schedule_path(name, "backfill"), body))
-        return list(answer["ids"])
-
-    async def submit_dag(
-        self,
-        jobs: Sequence[Dict[str, Any]],
-        *,
-        on_failure: Optional[str] = None,
-        idempotency_key: Optional[str] = None,
-    ) -> Dict[str, Any]:
-        """Submit jobs with edges as one DAG, all or nothing. Each job is a
-        dict: ``name``, ``module`` (a digest or a path), ``input``, ``after``
-        (names of the DAG's jobs it waits for), ``after_jobs`` (ids of
-        existing jobs), ``parent_outputs`` (default true: the input becomes
-        ``{"input", "parents": [{"id", "name", "output"}]}``) and any option
-        of `submit`. Returns ``{"id", "jobs": [ids in order], "existing"}``;
-        the client makes an idempotency key when none is given."""
-        return (await self._run(self._plans.submit_dag(jobs, on_failure, idempotency_key)))
-
-    async def dag(self, dag_id: int) -> Dict[str, Any]:
-        """A DAG's status: ``state`` (``running``, ``succeeded``, ``failed``,
-        ``cancelled``), ``counts``, ``waiting`` and every job."""
-        return (await self._run(self._plans.json("GET", f"/v1/dags/{int(dag_id)}")))
+    # One request flow each, as `upload`.
+    create_schedule = awaiting(Plans.create_schedule)
+    schedules = awaiting(Plans.schedules)
+    schedule = awaiting(Plans.schedule)
+    pause_schedule = awaiting(Plans.pause_schedule)
+    resume_schedule = awaiting(Plans.resume_schedule)
+    delete_schedule = awaiting(Plans.delete_schedule)
+    backfill = awaiting(Plans.backfill)
+    submit_dag = awaiting(Plans.submit_dag)
+    dag = awaiting(Plans.dag)
 
     async def get(self, job_id: int) -> AsyncJob:
         """A handle for a job submitted elsewhere."""

@@ -22,10 +22,11 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Deque, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 import httpx
 
+from ._codes import ERROR_CODES
 from .errors import CohortError, JobFailed
 
 __version__ = "0.1.0"
@@ -165,6 +166,26 @@ def error_from_answer(status: int, body: bytes) -> CohortError:
     if not isinstance(retryable, bool):
         retryable = status in (408, 429, 503)
     return CohortError(code, message, status, retryable or status in (429, 503))
+
+
+#: The status the server answers a code it does not know with (one from a
+#: newer master, say); also this client's for a code not in its table.
+UNKNOWN_CODE_STATUS = 500
+
+
+def status_of_code(code: str) -> int:
+    """The HTTP status the server answers ``code`` with: its row of the
+    server's table (`_codes`, from clients/openapi.json), or 500."""
+    row = ERROR_CODES.get(code)
+    return UNKNOWN_CODE_STATUS if row is None else row[0]
+
+
+def refused_item_error(result: Mapping[str, Any]) -> CohortError:
+    """The error of a job a batch's answer refused (its item is an error
+    inside the ``202``). Its status is the one the server answers its code
+    with: what the same job, submitted alone, would have been refused with."""
+    code = str(result["code"])
+    return CohortError(code, str(result.get("message", "")), status_of_code(code), result.get("retryable") is True)
 
 
 def parse_retry_after(value: Optional[str]) -> Optional[float]:
@@ -425,12 +446,25 @@ class Finished:
     output_bytes: Optional[int]
 
 
+class Signal(Protocol):
+    """What a job handle's callers wait on: a ``threading.Event`` or an
+    ``asyncio.Event``."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+
 class JobCore:
     """What a job handle knows of its job.
 
-    `Job` and `AsyncJob` add how a caller waits for it: `_signal_accepted`
-    and `_signal_finished` wake their waiters.
+    `Job` and `AsyncJob` add how a caller waits for it: they make the two
+    signals below (events of their kind), set here when the job is accepted
+    or refused (``_accepted``) and when its outcome is known (``_done``).
     """
+
+    _accepted: Signal
+    _done: Signal
 
     def __init__(self, idempotency_key: Optional[str]) -> None:
         self._key = idempotency_key
@@ -445,11 +479,15 @@ class JobCore:
         """The submission's key (``None`` for a handle from ``get``)."""
         return self._key
 
+    def done(self) -> bool:
+        """Whether the job's outcome is known (finished, or refused)."""
+        return self._done.is_set()
+
     def _signal_accepted(self) -> None:
-        raise NotImplementedError
+        self._accepted.set()
 
     def _signal_finished(self) -> None:
-        raise NotImplementedError
+        self._done.set()
 
     def _accept(self, job_id: int, existing: bool) -> None:
         self._id = job_id
@@ -501,7 +539,7 @@ class JobCore:
     def _keep_output(self, output: bytes) -> None:
         self._output = output
 
-    def _describe(self) -> str:
+    def __repr__(self) -> str:
         if self._failure is not None:
             state = f"error={self._failure.code}"
         elif self._finished is not None:
@@ -670,9 +708,7 @@ def settle_batch(items: Sequence[Pending], body: bytes) -> Tuple[List[JobCore], 
             accepted.append(item.job)
             continue
         if isinstance(result, dict) and isinstance(result.get("code"), str):
-            error = CohortError(
-                result["code"], str(result.get("message", "")), None, result.get("retryable") is True
-            )
+            error = refused_item_error(result)
         else:
             error = bad_answer(f"a batch's result that is neither an id nor an error: {result!r}")
         if error.retryable and now < item.deadline:

@@ -7,12 +7,32 @@ return value is the flow's result; a failure is raised as `CohortError`.
 `Client` runs plans with ``httpx.Client`` and ``time.sleep``, `AsyncClient`
 with ``httpx.AsyncClient`` and ``asyncio.sleep``: retries, failover, the
 batch's resending and the fallbacks below exist only here.
+
+A client method that is one request flow and nothing else (uploads,
+schedules, DAGs) is written here once, as a plan with the method's
+signature and documentation, and made a method of each client by
+`blocking` or `awaiting`; so the two clients cannot drift apart on it.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
-from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, TypeVar, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Coroutine,
+    Dict,
+    Generator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 import httpx
 
@@ -31,7 +51,13 @@ from ._core import (
 )
 from .errors import CohortError
 
+if TYPE_CHECKING:
+    from typing_extensions import Concatenate, ParamSpec
+
+    P = ParamSpec("P")
+
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Send:
@@ -58,6 +84,8 @@ class Sleep:
 
 Op = Union[Send, Sleep]
 Plan = Generator[Op, Any, T]
+
+
 
 
 class Plans:
@@ -99,33 +127,22 @@ class Plans:
                 raise attempts.last_error
             yield Sleep(pause)
 
-    def upload(self, module: Module) -> Plan[str]:
-        """Upload a module given as a path or bytes; its digest. A path is
-        uploaded once (again if the file changes). When the token may not
-        upload (``forbidden``), the module is named by its digest, as
-        ``cohort submit`` does: someone else may have uploaded it."""
-        cached = self.modules.cached(module)
-        if cached is not None:
-            return cached
-        data = ModuleCache.read(module)
-        digest = self.modules.was_uploaded(data)
-        if digest is None:
-            try:
-                response = yield from self.call("POST", "/v1/modules", content=data)
-                digest = _core.digest_of_upload(response.content)
-            except CohortError as error:
-                if error.code != "forbidden":
-                    raise
-                digest = _core.local_digest(data)
-        self.modules.remember(module, digest)
-        return digest
-
     def digest(self, module: Module) -> Plan[str]:
         """The digest ``module`` names, uploading it if it is a path or bytes."""
         named = ModuleCache.digest_named(module)
         if named is not None:
             return named
         return (yield from self.upload(module))
+
+    def submission(
+        self, module: Module, input: Any, idempotency_key: Optional[str], **options: Any
+    ) -> Plan[Tuple[str, bytes]]:
+        """A job's idempotency key (the caller's, or one the client makes, so
+        that retries never make a second job) and its item of a batch; the
+        module is uploaded first if it is a path or bytes."""
+        digest = yield from self.digest(module)
+        key = idempotency_key if idempotency_key is not None else _core.new_idempotency_key()
+        return key, _core.encode_submission(digest, input, idempotency_key=key, **options)
 
     def send_batch(self, batch: List[Pending], accepted: Callable[[List[JobCore]], None]) -> Plan[None]:
         """Send a batch; hand its accepted jobs to ``accepted``; send its
@@ -153,20 +170,118 @@ class Plans:
         response = yield from self.call(method, path, content=content)
         return _core.load_json(response.content)
 
+    # The clients' methods that are one request flow each (see `blocking`):
+    # their signatures and documentation are `Client`'s and `AsyncClient`'s.
+
+    def upload(self, module: Module) -> Plan[str]:
+        """Upload a module (a path to a ``.wasm`` file, or its bytes) and
+        return its digest. A path is uploaded once and then remembered
+        (until the file changes). If the token may not upload
+        (``forbidden``), the module is named by its digest, as ``cohort
+        submit`` does: someone else may have uploaded it."""
+        cached = self.modules.cached(module)
+        if cached is not None:
+            return cached
+        data = ModuleCache.read(module)
+        digest = self.modules.was_uploaded(data)
+        if digest is None:
+            try:
+                response = yield from self.call("POST", "/v1/modules", content=data)
+                digest = _core.digest_of_upload(response.content)
+            except CohortError as error:
+                if error.code != "forbidden":
+                    raise
+                digest = _core.local_digest(data)
+        self.modules.remember(module, digest)
+        return digest
+
     def create_schedule(
-        self, name: str, module: Module, input: Any, timing: Dict[str, Any], options: Dict[str, Any]
+        self,
+        name: str,
+        module: Module,
+        input: Any = None,
+        *,
+        cron: Optional[str] = None,
+        timezone: Optional[str] = None,
+        every_ms: Optional[int] = None,
+        overlap: Optional[str] = None,
+        catch_up_ms: Optional[int] = None,
+        timeout_ms: Optional[int] = None,
+        max_attempts: Optional[int] = None,
+        priority: Optional[int] = None,
+        concurrency_key: Optional[str] = None,
+        concurrency_limit: Optional[int] = None,
     ) -> Plan[Dict[str, Any]]:
-        """``POST /v1/schedules``: the schedule."""
+        """Create a schedule that submits ``module`` with ``input`` at every
+        tick of ``cron`` (read in ``timezone``, default UTC) or every
+        ``every_ms``; ``overlap`` is ``skip`` (default), ``buffer_one``,
+        ``allow_all`` or ``cancel_running``. Returns the schedule, with its
+        next ticks (``upcoming``). Each tick fires exactly once."""
         digest = yield from self.digest(module)
-        body: Dict[str, Any] = {"name": name, "job": _core.job_body(digest, input, **options)}
+        job = _core.job_body(
+            digest,
+            input,
+            timeout_ms=timeout_ms,
+            max_attempts=max_attempts,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
+        )
+        timing = {
+            "cron": cron,
+            "timezone": timezone,
+            "every_ms": every_ms,
+            "overlap": overlap,
+            "catch_up_ms": catch_up_ms,
+        }
+        body: Dict[str, Any] = {"name": name, "job": job}
         body.update((key, value) for key, value in timing.items() if value is not None)
         return (yield from self.json("POST", "/v1/schedules", body))
 
+    def schedules(self) -> Plan[List[Dict[str, Any]]]:
+        """Every schedule, by name."""
+        answer = yield from self.json("GET", "/v1/schedules")
+        return list(answer["schedules"])
+
+    def schedule(self, name: str) -> Plan[Dict[str, Any]]:
+        """One schedule: timing, next ticks, unfinished jobs, counters,
+        missed ranges."""
+        return (yield from self.json("GET", _core.schedule_path(name)))
+
+    def pause_schedule(self, name: str) -> Plan[Dict[str, Any]]:
+        """Pause a schedule: its ticks neither fire nor count as missed."""
+        return (yield from self.json("POST", _core.schedule_path(name, "pause"), {}))
+
+    def resume_schedule(self, name: str) -> Plan[Dict[str, Any]]:
+        """Resume a schedule from its first tick after now."""
+        return (yield from self.json("POST", _core.schedule_path(name, "resume"), {}))
+
+    def delete_schedule(self, name: str) -> Plan[None]:
+        """Delete a schedule; the jobs it fired stay."""
+        yield from self.json("DELETE", _core.schedule_path(name))
+
+    def backfill(self, name: str, from_ms: Optional[int] = None, to_ms: Optional[int] = None) -> Plan[List[int]]:
+        """Fire a schedule's missed ticks in ``from_ms..to_ms`` (default:
+        all, at most 1,000 at a time); the new jobs' ids."""
+        body = {key: value for key, value in (("from", from_ms), ("to", to_ms)) if value is not None}
+        answer = yield from self.json("POST", _core.schedule_path(name, "backfill"), body)
+        return list(answer["ids"])
+
     def submit_dag(
-        self, jobs: Sequence[Dict[str, Any]], on_failure: Optional[str], idempotency_key: Optional[str]
+        self,
+        jobs: Sequence[Dict[str, Any]],
+        *,
+        on_failure: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
     ) -> Plan[Dict[str, Any]]:
-        """``POST /v1/dags``, with a key of the client's when none is given,
-        so that a retry never makes a second DAG."""
+        """Submit jobs with edges as one DAG, all or nothing. Each job is a
+        dict: ``name``, ``module`` (a digest or a path), ``input``, ``after``
+        (names of the DAG's jobs it waits for), ``after_jobs`` (ids of
+        existing jobs), ``parent_outputs`` (default true: the input becomes
+        ``{"input", "parents": [{"id", "name", "output"}]}``) and any option
+        of `submit`. Returns ``{"id", "jobs": [ids in order], "existing"}``;
+        the client makes an idempotency key when none is given, so that a
+        retry never makes a second DAG."""
         body_jobs: List[Dict[str, Any]] = []
         for job in jobs:
             options = dict(job)
@@ -188,6 +303,11 @@ class Plans:
             body["on_failure"] = on_failure
         return (yield from self.json("POST", "/v1/dags", body))
 
+    def dag(self, dag_id: int) -> Plan[Dict[str, Any]]:
+        """A DAG's status: ``state`` (``running``, ``succeeded``, ``failed``,
+        ``cancelled``), ``counts``, ``waiting`` and every job."""
+        return (yield from self.json("GET", f"/v1/dags/{int(dag_id)}"))
+
     def wait(self, ids: Sequence[int], wait_ms: int) -> Plan[Dict[int, Finished]]:
         """One ``POST /v1/jobs/wait``: the jobs among ``ids`` that finished."""
         response = yield from self.call(
@@ -195,10 +315,15 @@ class Plans:
         )
         return _core.parse_wait_answer(response.content)
 
-    def fetch_result(self, job_id: int) -> Plan[bytes]:
-        """A succeeded job's output, too large to have come inline."""
-        response = yield from self.call("GET", f"/v1/jobs/{job_id}/result")
-        return response.content
+    def output(self, job: JobCore) -> Plan[bytes]:
+        """A finished job's output: as it came inline, or fetched (once)
+        when it was too large to. Raises why the job has none."""
+        output = job._settled_output()
+        if output is None:
+            response = yield from self.call("GET", f"/v1/jobs/{job._accepted_id()}/result")
+            output = response.content
+            job._keep_output(output)
+        return output
 
     def job_view(self, method: str, job_id: int) -> Plan[Dict[str, Any]]:
         """``GET`` or ``DELETE /v1/jobs/{id}``: the job's view."""
@@ -220,3 +345,34 @@ class Plans:
             if view.get("state") != "cancelled":
                 raise error
             return view
+
+
+def blocking(plan: Callable[Concatenate[Plans, P], Plan[T]]) -> Callable[Concatenate[Any, P], T]:
+    """``plan`` as a method of `Client`: carried out before it returns."""
+
+    def method(client: Any, *args: Any, **kwargs: Any) -> T:
+        return client._run(plan(client._plans, *args, **kwargs))
+
+    return _presented_as(method, plan)
+
+
+def awaiting(plan: Callable[Concatenate[Plans, P], Plan[T]]) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+    """``plan`` as a method of `AsyncClient`: a coroutine that carries it out."""
+
+    async def method(client: Any, *args: Any, **kwargs: Any) -> T:
+        return await client._run(plan(client._plans, *args, **kwargs))
+
+    return _presented_as(method, plan)
+
+
+def _presented_as(method: F, plan: Callable[..., Any]) -> F:
+    """``method`` with ``plan``'s name, documentation and signature, except
+    that it returns the plan's result (``X`` for ``Plan[X]``): what ``help``
+    and ``inspect`` show of the client's method."""
+    functools.update_wrapper(method, plan)
+    signature = inspect.signature(plan)
+    returns = signature.return_annotation
+    if isinstance(returns, str) and returns.startswith("Plan[") and returns.endswith("]"):
+        result = returns[len("Plan[") : -1]
+        method.__signature__ = signature.replace(return_annotation=result)  # type: ignore[attr-defined]
+    return method

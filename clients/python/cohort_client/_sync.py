@@ -13,7 +13,7 @@ import httpx
 
 from . import _core
 from ._core import BATCHES_IN_FLIGHT, WAIT_SLOTS, BatchQueue, JobCore, Module, Pending, Settings, WaitBook
-from ._plans import Plan, Plans, Send
+from ._plans import Plan, Plans, Send, blocking
 from .errors import CohortError, WaitTimeout
 
 T = TypeVar("T")
@@ -22,17 +22,14 @@ T = TypeVar("T")
 class Job(JobCore):
     """A submitted job. Made by `Client.submit` or `Client.get`."""
 
+    _accepted: threading.Event
+    _done: threading.Event
+
     def __init__(self, client: "Client", idempotency_key: Optional[str]) -> None:
         super().__init__(idempotency_key)
         self._client = client
         self._accepted = threading.Event()
         self._done = threading.Event()
-
-    def _signal_accepted(self) -> None:
-        self._accepted.set()
-
-    def _signal_finished(self) -> None:
-        self._done.set()
 
     @property
     def id(self) -> int:
@@ -48,10 +45,6 @@ class Job(JobCore):
         self._accepted.wait()
         return self._accepted_existing()
 
-    def done(self) -> bool:
-        """Whether the job's outcome is known (finished, or refused)."""
-        return self._done.is_set()
-
     def result(self, timeout: Optional[float] = None) -> bytes:
         """The job's output, once it succeeded.
 
@@ -61,11 +54,7 @@ class Job(JobCore):
         """
         if not self._done.wait(timeout):
             raise WaitTimeout(timeout or 0.0)
-        output = self._settled_output()
-        if output is None:
-            output = self._client._run(self._client._plans.fetch_result(self._accepted_id()))
-            self._keep_output(output)
-        return output
+        return self._client._run(self._client._plans.output(self))
 
     def json(self, timeout: Optional[float] = None) -> Any:
         """The output parsed as JSON."""
@@ -84,9 +73,6 @@ class Job(JobCore):
         returns it as `status` does. A job already cancelled is returned as
         it is; cancelling one that finished otherwise raises ``job_finished``."""
         return self._client._run(self._client._plans.cancel(self.id))
-
-    def __repr__(self) -> str:
-        return self._describe()
 
 
 class Client:
@@ -173,12 +159,9 @@ class Client:
         every try counted."""
         return self._plans.counter.snapshot()
 
-    def upload(self, module: Union[str, "os.PathLike[str]", bytes]) -> str:
-        """Upload a module (a path to a ``.wasm`` file, or its bytes) and
-        return its digest. A path is uploaded once and then remembered
-        (until the file changes). If the token may not upload, the module is
-        named by its digest, as it may have been uploaded by someone else."""
-        return self._run(self._plans.upload(module))
+    # One request flow each: written once, with its signature and
+    # documentation, in `Plans`.
+    upload = blocking(Plans.upload)
 
     def submit(
         self,
@@ -210,22 +193,22 @@ class Client:
         submission whose ``unique_key`` matches a job submitted less than
         ``unique_window_ms`` earlier gets that job instead of a new one.
         """
-        digest = self._run(self._plans.digest(module))
-        key = idempotency_key if idempotency_key is not None else _core.new_idempotency_key()
-        body = _core.encode_submission(
-            digest,
-            input,
-            timeout_ms=timeout_ms,
-            memory_bytes=memory_bytes,
-            max_attempts=max_attempts,
-            priority=priority,
-            idempotency_key=key,
-            concurrency_key=concurrency_key,
-            concurrency_limit=concurrency_limit,
-            rate_limit=rate_limit,
-            unique_key=unique_key,
-            unique_window_ms=unique_window_ms,
-            after=after,
+        key, body = self._run(
+            self._plans.submission(
+                module,
+                input,
+                idempotency_key,
+                timeout_ms=timeout_ms,
+                memory_bytes=memory_bytes,
+                max_attempts=max_attempts,
+                priority=priority,
+                concurrency_key=concurrency_key,
+                concurrency_limit=concurrency_limit,
+                rate_limit=rate_limit,
+                unique_key=unique_key,
+                unique_window_ms=unique_window_ms,
+                after=after,
+            )
         )
         job = Job(self, key)
         with self._lock:
@@ -267,92 +250,16 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         return [job.result(_core.remaining(deadline)) for job in jobs]
 
-    def create_schedule(
-        self,
-        name: str,
-        module: Module,
-        input: Any = None,
-        *,
-        cron: Optional[str] = None,
-        timezone: Optional[str] = None,
-        every_ms: Optional[int] = None,
-        overlap: Optional[str] = None,
-        catch_up_ms: Optional[int] = None,
-        timeout_ms: Optional[int] = None,
-        max_attempts: Optional[int] = None,
-        priority: Optional[int] = None,
-        concurrency_key: Optional[str] = None,
-        concurrency_limit: Optional[int] = None,
-    ) -> Dict[str, Any]:
-        """Create a schedule that submits ``module`` with ``input`` at every
-        tick of ``cron`` (read in ``timezone``, default UTC) or every
-        ``every_ms``; ``overlap`` is ``skip`` (default), ``buffer_one``,
-        ``allow_all`` or ``cancel_running``. Returns the schedule, with its
-        next ticks (``upcoming``). Each tick fires exactly once."""
-        timing = {
-            "cron": cron,
-            "timezone": timezone,
-            "every_ms": every_ms,
-            "overlap": overlap,
-            "catch_up_ms": catch_up_ms,
-        }
-        options = {
-            "timeout_ms": timeout_ms,
-            "max_attempts": max_attempts,
-            "priority": priority,
-            "concurrency_key": concurrency_key,
-            "concurrency_limit": concurrency_limit,
-        }
-        return self._run(self._plans.create_schedule(name, module, input, timing, options))
-
-    def schedules(self) -> List[Dict[str, Any]]:
-        """Every schedule, by name."""
-        return self._run(self._plans.json("GET", "/v1/schedules"))["schedules"]
-
-    def schedule(self, name: str) -> Dict[str, Any]:
-        """One schedule: timing, next ticks, unfinished jobs, counters,
-        missed ranges."""
-        return self._run(self._plans.json("GET", _core.schedule_path(name)))
-
-    def pause_schedule(self, name: str) -> Dict[str, Any]:
-        """Pause a schedule: its ticks neither fire nor count as missed."""
-        return self._run(self._plans.json("POST", _core.schedule_path(name, "pause"), {}))
-
-    def resume_schedule(self, name: str) -> Dict[str, Any]:
-        """Resume a schedule from its first tick after now."""
-        return self._run(self._plans.json("POST", _core.schedule_path(name, "resume"), {}))
-
-    def delete_schedule(self, name: str) -> None:
-        """Delete a schedule; the jobs it fired stay."""
-        self._run(self._plans.json("DELETE", _core.schedule_path(name)))
-
-    def backfill(self, name: str, from_ms: Optional[int] = None, to_ms: Optional[int] = None) -> List[int]:
-        """Fire a schedule's missed ticks in ``from_ms..to_ms`` (default:
-        all, at most 1,000 at a time); the new jobs' ids."""
-        body = {key: value for key, value in (("from", from_ms), ("to", to_ms)) if value is not None}
-        answer = self._run(self._plans.json("POST", _core.schedule_path(name, "backfill"), body))
-        return list(answer["ids"])
-
-    def submit_dag(
-        self,
-        jobs: Sequence[Dict[str, Any]],
-        *,
-        on_failure: Optional[str] = None,
-        idempotency_key: Optional[str] = None,
-    ) -> Dict[str, Any]:
-        """Submit jobs with edges as one DAG, all or nothing. Each job is a
-        dict: ``name``, ``module`` (a digest or a path), ``input``, ``after``
-        (names of the DAG's jobs it waits for), ``after_jobs`` (ids of
-        existing jobs), ``parent_outputs`` (default true: the input becomes
-        ``{"input", "parents": [{"id", "name", "output"}]}``) and any option
-        of `submit`. Returns ``{"id", "jobs": [ids in order], "existing"}``;
-        the client makes an idempotency key when none is given."""
-        return self._run(self._plans.submit_dag(jobs, on_failure, idempotency_key))
-
-    def dag(self, dag_id: int) -> Dict[str, Any]:
-        """A DAG's status: ``state`` (``running``, ``succeeded``, ``failed``,
-        ``cancelled``), ``counts``, ``waiting`` and every job."""
-        return self._run(self._plans.json("GET", f"/v1/dags/{int(dag_id)}"))
+    # One request flow each, as `upload`.
+    create_schedule = blocking(Plans.create_schedule)
+    schedules = blocking(Plans.schedules)
+    schedule = blocking(Plans.schedule)
+    pause_schedule = blocking(Plans.pause_schedule)
+    resume_schedule = blocking(Plans.resume_schedule)
+    delete_schedule = blocking(Plans.delete_schedule)
+    backfill = blocking(Plans.backfill)
+    submit_dag = blocking(Plans.submit_dag)
+    dag = blocking(Plans.dag)
 
     def get(self, job_id: int) -> Job:
         """A handle for a job submitted elsewhere."""

@@ -9,15 +9,18 @@ class CohortError(Exception):
     """Every failure the client reports.
 
     Attributes:
-        code: the server's stable code (the README's "Error codes"), a job's
-            own failure code, or one of the client's: ``unreachable`` (no
-            node answered within the retry deadline), ``wait_timeout``,
-            ``closed`` (the client was closed), ``bad_answer`` (a node
-            answered something that is not the API's format).
+        code: the server's stable code ("Error codes" in
+            docs/http-api.md), a job's own failure code, or one of the
+            client's: ``unreachable`` (no node answered within the retry
+            deadline), ``wait_timeout``, ``closed`` (the client was closed),
+            ``bad_answer`` (a node answered something that is not the API's
+            format).
         message: an explanation for people.
-        status: the HTTP status of the answer that carried the error, or
-            ``None`` when no answer did (a transport failure, an item of a
-            batch's answer, a job's own failure).
+        status: the HTTP status of the answer that carried the error; for
+            a job a batch's answer refused, the status the server answers
+            its code with (what the job, submitted alone, would have got);
+            ``None`` when no answer carried it (a transport failure, a
+            job's own failure).
         retryable: whether the same request, sent again later, may succeed.
     """
 

@@ -40,7 +40,7 @@ def test_async_client_does_the_same(
             refused = await client.submit("0" * 64, b"x")
             with pytest.raises(CohortError) as error:
                 await refused.id
-            assert error.value.code == "module_not_found"
+            assert (error.value.code, error.value.status) == ("module_not_found", 422)
 
             trap = await client.submit(trap_wasm, b"x", max_attempts=1)
             with pytest.raises(JobFailed) as failed:

@@ -127,6 +127,7 @@ def test_refusals_failures_and_cancels(start_node: StartNode, echo_wasm: str, tr
         with pytest.raises(CohortError) as refused:
             unknown.id
         assert refused.value.code == "module_not_found" and not refused.value.retryable
+        assert refused.value.status == 422, "a refused item has its code's status, as alone"
         with pytest.raises(CohortError) as again:
             unknown.result(timeout=RESULT_TIMEOUT_S)
         assert again.value.code == "module_not_found"

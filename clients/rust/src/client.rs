@@ -531,12 +531,17 @@ async fn send_batch(
         let request = BatchRequest {
             jobs: batch.iter().map(|q| q.request.clone()).collect(),
         };
-        let error = match node.submit_batch_within(&request, BATCH_TIMEOUT).await {
-            Ok(answer) if answer.results.len() != batch.len() => ClientError::Protocol(format!(
-                "{} answers to a batch of {}",
-                answer.results.len(),
-                batch.len()
-            )),
+        // The error to pause after, and whether the node answered (its
+        // items were refused: the node is not at fault).
+        let (error, answered) = match node.submit_batch_within(&request, BATCH_TIMEOUT).await {
+            Ok(answer) if answer.results.len() != batch.len() => (
+                ClientError::Protocol(format!(
+                    "{} answers to a batch of {}",
+                    answer.results.len(),
+                    batch.len()
+                )),
+                false,
+            ),
             Ok(answer) => {
                 shared.nodes.answered(index);
                 let mut again = Vec::new();
@@ -554,13 +559,7 @@ async fn send_batch(
                             let _ = queued.respond.send(Ok(accepted));
                         }
                         BatchItem::Refused(error) => {
-                            let error = ClientError::Api {
-                                status: 202,
-                                retryable: error.retryable.unwrap_or(false),
-                                code: error.code,
-                                message: error.message,
-                                retry_after: None,
-                            };
+                            let error = ClientError::refused(error);
                             if error.retryable() && Instant::now() < deadline {
                                 again.push(queued);
                                 last = Some(error);
@@ -572,11 +571,11 @@ async fn send_batch(
                 }
                 batch = again;
                 match last {
-                    Some(error) => error,
+                    Some(error) => (error, true),
                     None => return,
                 }
             }
-            Err(error) => error,
+            Err(error) => (error, false),
         };
         if !error.retryable() || Instant::now() >= deadline {
             for queued in batch {
@@ -584,7 +583,11 @@ async fn send_batch(
             }
             return;
         }
-        retry.pause(&shared.nodes, index, &error, deadline).await;
+        if answered {
+            retry.backoff(&error, deadline).await;
+        } else {
+            retry.pause(&shared.nodes, index, &error, deadline).await;
+        }
     }
 }
 
@@ -699,8 +702,7 @@ struct Retry {
 impl Retry {
     /// After `error` from node `index`: marks the node as failing if the
     /// error says it is (unreachable, `503`), then pauses — not at all if
-    /// another node may answer, else a random time up to the backoff (at
-    /// least the server's `Retry-After`), never past `deadline`.
+    /// another node may answer, else as [`backoff`](Self::backoff).
     async fn pause(&mut self, nodes: &Nodes, index: usize, error: &ClientError, deadline: Instant) {
         let node_failed = matches!(
             error,
@@ -709,6 +711,12 @@ impl Retry {
         if node_failed && nodes.failed(index) {
             return;
         }
+        self.backoff(error, deadline).await;
+    }
+
+    /// Pauses a random time up to the backoff (at least the server's
+    /// `Retry-After`), never past `deadline`: after a node that answered.
+    async fn backoff(&mut self, error: &ClientError, deadline: Instant) {
         let ceiling = BACKOFF_MIN
             .saturating_mul(1 << self.tries.min(16))
             .min(BACKOFF_MAX);

@@ -22,6 +22,7 @@
 //! ```
 
 mod client;
+mod codes;
 mod node;
 pub mod tls;
 pub mod transport;
@@ -31,5 +32,6 @@ pub use client::{
     BATCH_BYTES_MAX, BATCHES_IN_FLIGHT, Client, Job, LONG_WAIT_MS, Options, SHORT_WAIT_MS,
     WAIT_IDS_MAX, WAITS_IN_FLIGHT,
 };
-pub use node::{ClientError, JobQuery, Node};
+pub use codes::ERROR_CODES;
+pub use node::{ClientError, JobQuery, Node, UNKNOWN_CODE_STATUS, status_of_code};
 pub use types::*;

@@ -90,6 +90,33 @@ impl ClientError {
             | ClientError::WaitTimeout { .. } => false,
         }
     }
+
+    /// The error of a job a batch's answer refused (its item is an error
+    /// body inside the `202`). Its status is the one the server answers
+    /// its code with ([`status_of_code`]): what the same job, submitted
+    /// alone, would have been refused with.
+    pub fn refused(error: ErrorBody) -> Self {
+        ClientError::Api {
+            status: status_of_code(&error.code),
+            retryable: error.retryable.unwrap_or(false),
+            code: error.code,
+            message: error.message,
+            retry_after: None,
+        }
+    }
+}
+
+/// The status the server answers a code it does not know with (one from a
+/// newer master, say); also this client's for a code not in its table.
+pub const UNKNOWN_CODE_STATUS: u16 = 500;
+
+/// The HTTP status the server answers `code` with: its row of
+/// [`ERROR_CODES`](crate::ERROR_CODES), or [`UNKNOWN_CODE_STATUS`].
+pub fn status_of_code(code: &str) -> u16 {
+    crate::ERROR_CODES
+        .iter()
+        .find(|(known, _, _)| *known == code)
+        .map_or(UNKNOWN_CODE_STATUS, |&(_, status, _)| status)
 }
 
 /// Whether an error answer without a `retryable` field (an older server, a
@@ -528,5 +555,43 @@ mod query_tests {
             query.encode(),
             "state=failed&error=disk+full+%26+50%25&priority=-2&limit=5&order=newest&cursor=9"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(code: &str, retryable: Option<bool>) -> ErrorBody {
+        ErrorBody {
+            code: code.into(),
+            message: "why".into(),
+            retryable,
+        }
+    }
+
+    #[test]
+    fn a_refused_batch_item_has_the_status_its_code_is_answered_with() {
+        let cases = [
+            ("module_not_found", Some(false), 422, false),
+            ("invalid_job", Some(false), 422, false),
+            ("invalid_dag", Some(false), 422, false),
+            ("idempotency_conflict", Some(false), 409, false),
+            ("unique_keys_full", Some(true), 429, true),
+            ("queue_full", Some(true), 429, true),
+            ("outcome_unknown", Some(true), 503, true),
+            ("replicas_unavailable", None, 503, false),
+            // A code from a newer master: the server answers it with 500.
+            ("from_a_newer_master", Some(false), 500, false),
+        ];
+        for (code, retryable, status, retry) in cases {
+            let error = ClientError::refused(item(code, retryable));
+            assert_eq!(error.code(), code);
+            assert_eq!(error.retryable(), retry, "{code}");
+            match error {
+                ClientError::Api { status: got, .. } => assert_eq!(got, status, "{code}"),
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

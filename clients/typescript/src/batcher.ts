@@ -5,7 +5,7 @@
  * @packageDocumentation
  */
 
-import { CohortError, closedError, statusOfCode } from "./errors.js";
+import { CohortError, type RefusedItem, closedError, refusedItemError } from "./errors.js";
 import { Transport, backoffMs } from "./transport.js";
 
 /** Most body bytes of one batch request. */
@@ -26,7 +26,7 @@ export interface Submission {
 }
 
 /** One item of a batch's answer: accepted, or refused. */
-type BatchItem = { id: number; existing: boolean } | { code: string; message: string; retryable?: boolean };
+type BatchItem = { id: number; existing: boolean } | RefusedItem;
 
 /** A submission with its number of retries so far. */
 interface Queued {
@@ -120,13 +120,7 @@ export class Batcher {
     results.forEach((item, index) => {
       const queued = batch[index] as Queued;
       if ("id" in item) queued.submission.resolve(item.id);
-      else {
-        const error = new CohortError(item.code, item.message, {
-          status: statusOfCode(item.code),
-          retryable: item.retryable === true,
-        });
-        this.retryOrReject(queued, error);
-      }
+      else this.retryOrReject(queued, refusedItemError(item));
     });
   }
 

@@ -1,9 +1,10 @@
 /**
  * The one error type of the client, and its two refinements.
  *
- * Every failure carries cohort's stable `code` (the README's "Error codes"),
- * a `message` for people, the HTTP `status` it came with and whether trying
- * again later may succeed (`retryable`). A few codes are the client's own:
+ * Every failure carries cohort's stable `code` ("Error codes" in
+ * docs/http-api.md), a `message` for people, the HTTP `status` it came with
+ * and whether trying again later may succeed (`retryable`). A few codes are
+ * the client's own:
  *
  * - `unreachable`: no node answered before the retry deadline;
  * - `wait_timeout`: {@link WaitTimeout}, a `result()` that ran out of time;
@@ -14,44 +15,40 @@
  * @packageDocumentation
  */
 
-/** The HTTP statuses of the README's "Error codes" table, with their codes. */
-const CODES_BY_STATUS: ReadonlyArray<readonly [number, readonly string[]]> = [
-  [400, ["bad_json", "bad_request", "undecodable", "tls_required", "invalid_token"]],
-  [401, ["unauthorized"]],
-  [403, ["forbidden", "not_front_end"]],
-  [404, ["not_found", "job_not_found", "job_expired", "module_not_stored", "token_not_found"]],
-  [405, ["method_not_allowed"]],
-  [408, ["request_timeout"]],
-  [409, ["job_finished", "job_not_succeeded", "idempotency_conflict", "token_exists", "job_not_finished"]],
-  [413, ["body_too_large", "input_too_large", "module_too_large", "checkpoint_too_large"]],
-  [
-    422,
-    [
-      "module_invalid",
-      "module_wrong_world",
-      "module_job_version",
-      "module_unsupported_import",
-      "module_not_found",
-      "invalid_job",
-    ],
-  ],
-  [429, ["queue_full", "too_many_connections"]],
-  [431, ["headers_too_large"]],
-  [503, ["master_unavailable", "outcome_unknown", "replicas_unavailable", "replication_failed"]],
-];
-
-const STATUS_OF_CODE = new Map(
-  CODES_BY_STATUS.flatMap(([status, codes]) => codes.map((code) => [code, status] as const)),
-);
+import { ERROR_CODES } from "./codes.js";
 
 /**
- * The HTTP status cohort answers `code` with: a refused item of a batch
- * comes inside a `202`, but is the refusal a single submission would have
- * got with that status. A code the table does not know is a `500`, as on
- * the server.
+ * The status the server answers a code it does not know with (one from a
+ * newer master, say); also this client's for a code not in its table.
+ */
+const UNKNOWN_CODE_STATUS = 500;
+
+/**
+ * The HTTP status cohort answers `code` with: its row of the server's
+ * table (`codes.ts`, generated from clients/openapi.json), or `500`, as the
+ * server answers a code it does not know.
  */
 export function statusOfCode(code: string): number {
-  return STATUS_OF_CODE.get(code) ?? 500;
+  return ERROR_CODES.get(code)?.status ?? UNKNOWN_CODE_STATUS;
+}
+
+/** An item of a batch's answer that refused its job. */
+export interface RefusedItem {
+  code: string;
+  message: string;
+  retryable?: boolean | null;
+}
+
+/**
+ * The error of a job a batch's answer refused (its item is an error inside
+ * the `202`). Its status is the one the server answers its code with: what
+ * the same job, submitted alone, would have been refused with.
+ */
+export function refusedItemError(item: RefusedItem): CohortError {
+  return new CohortError(item.code, item.message, {
+    status: statusOfCode(item.code),
+    retryable: item.retryable === true,
+  });
 }
 
 /** What a {@link CohortError} is made of besides its code and message. */
