@@ -11,7 +11,7 @@
 //! 2026-11-23T13:43:28.123456Z  INFO cohort::events: hosting the master event=hosting epoch=2 voters=["n1", "n2", "n3"] snapshot=none events_replayed=12 took_ms=84
 //! ```
 //!
-//! Names and fields are a contract, like the API's error codes: the README
+//! Names and fields are a contract, like the API's error codes: `docs/http-api.md`
 //! lists them and tests match them. Messages are not. Free text in a field
 //! (a reason, an error) is quoted, so a line splits into fields without
 //! ambiguity; durations are whole milliseconds (`_ms`).
@@ -136,7 +136,7 @@ mod tests {
     fn names_are_unique_and_the_readme_lists_exactly_them() {
         let names: BTreeSet<&str> = ALL.iter().copied().collect();
         assert_eq!(names.len(), ALL.len(), "an event name repeats");
-        let section = crate::readme_section("\n### Logging\n");
+        let section = crate::doc_section("docs/http-api.md", "\n## Logging\n");
         let listed: BTreeSet<&str> = section
             .lines()
             .filter_map(|row| row.strip_prefix("| `"))

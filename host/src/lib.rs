@@ -47,15 +47,18 @@ pub mod runtime;
 pub mod security;
 pub mod worker;
 
-/// The README's `## ` or `### ` section titled `heading`, up to the next
-/// `## ` heading: for tests that keep README tables and the code in step.
+/// The section titled `heading` (`"\n## Title\n"`) of the document `file`
+/// (a path from the repository's root), up to the next `## ` heading: for
+/// tests that keep documented tables and the code in step.
 #[cfg(test)]
-pub(crate) fn readme_section(heading: &str) -> &'static str {
-    let readme = include_str!("../../README.md");
-    readme
-        .split(heading)
+pub(crate) fn doc_section(file: &str, heading: &str) -> &'static str {
+    let doc: &'static str = match file {
+        "docs/http-api.md" => include_str!("../../docs/http-api.md"),
+        other => panic!("{other:?} is not a document the tests include"),
+    };
+    doc.split(heading)
         .nth(1)
-        .unwrap_or_else(|| panic!("README has a section {heading:?}"))
+        .unwrap_or_else(|| panic!("{file} has a section {heading:?}"))
         .split("\n## ")
         .next()
         .unwrap_or_default()

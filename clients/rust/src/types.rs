@@ -36,7 +36,7 @@ pub struct Attempt {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
-    /// Stable machine-readable code (the README's "Error codes"
+    /// Stable machine-readable code ("Error codes" in docs/http-api.md
     /// for the API's own errors).
     pub code: String,
     /// Explanation.

@@ -333,7 +333,7 @@ mod tests {
     /// The codes of the README's table of statuses, with each row's status
     /// and whether the row says they are retryable.
     fn readme_codes() -> Vec<(u16, String, bool)> {
-        let section = crate::readme_section("\n## Error codes\n");
+        let section = crate::doc_section("docs/http-api.md", "\n## Error codes\n");
         let table = section
             .split("| status | codes | retryable |")
             .nth(1)

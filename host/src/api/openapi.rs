@@ -380,7 +380,7 @@ fn one_of(values: &[&str]) -> ObjectBuilder {
 /// A message for people, for the examples.
 fn example_message(code: ErrorCode) -> String {
     format!(
-        "{} (see the README's \"Error codes\")",
+        "{} (see \"Error codes\" in docs/http-api.md)",
         code.as_str().replace('_', " ")
     )
 }
