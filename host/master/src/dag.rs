@@ -300,7 +300,7 @@ impl Master {
             }
             validate_spec(&self.config, &node.spec)
                 .and_then(|()| validate_options(&node.options))
-                .map_err(|r| Rejection::new(&r.code, format!("jobs[{i}]: {}", r.message)))?;
+                .map_err(|r| Rejection::new(r.code, format!("jobs[{i}]: {}", r.message)))?;
             for parent in &node.after {
                 let DagRef::Job(id) = *parent else { continue };
                 let job = self.job(id).map_err(|r| {

@@ -61,7 +61,7 @@ macro_rules! guest_over_instance {
     ($component:ident, $order:expr) => {
         fn rejection(r: $crate::Rejection) -> Rejection {
             Rejection {
-                code: r.code,
+                code: r.code.as_str().to_string(),
                 message: r.message,
             }
         }

@@ -184,7 +184,7 @@ impl Default for Master {
     }
 }
 
-pub(crate) fn reject<T>(code: &str, message: impl Into<String>) -> Result<T, Rejection> {
+pub(crate) fn reject<T>(code: Code, message: impl Into<String>) -> Result<T, Rejection> {
     Err(Rejection::new(code, message))
 }
 

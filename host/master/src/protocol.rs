@@ -159,80 +159,217 @@ impl RequestId {
     pub const MIN: RequestId = RequestId { origin: 0, seq: 0 };
 }
 
-/// Stable rejection codes.
-pub mod codes {
+/// Why the master refused a command or query: a stable code.
+///
+/// On the wire (postcard, and the Wasm interface's `code` string) a code is
+/// its string ([`Code::as_str`]), so the bytes are what they were when codes
+/// were plain strings. A code this build does not know, from a newer master
+/// or made by the host (an upgrade's checks), is kept whole as
+/// [`Code::Other`]: it is passed on, never lost or misread.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Code {
     /// The job queue is at its bound.
-    pub const QUEUE_FULL: &str = "queue_full";
+    QueueFull,
     /// No job has this id (and none ever had).
-    pub const JOB_NOT_FOUND: &str = "job_not_found";
+    JobNotFound,
     /// The job existed but its record was removed after the retention time.
-    pub const JOB_EXPIRED: &str = "job_expired";
+    JobExpired,
     /// The job is already in a terminal state.
-    pub const JOB_FINISHED: &str = "job_finished";
+    JobFinished,
     /// The job has not finished, so there is no result yet.
-    pub const JOB_NOT_FINISHED: &str = "job_not_finished";
+    JobNotFinished,
     /// The idempotency key belongs to a job with a different module or input.
-    pub const IDEMPOTENCY_CONFLICT: &str = "idempotency_conflict";
+    IdempotencyConflict,
     /// A job spec or configuration field is out of range.
-    pub const INVALID_JOB: &str = "invalid_job";
+    InvalidJob,
     /// Bytes that are not a message of this format.
-    pub const UNDECODABLE: &str = "undecodable";
+    Undecodable,
     /// A message or snapshot of a format version this master does not read.
-    pub const UNKNOWN_VERSION: &str = "unknown_version";
+    UnknownVersion,
     /// A token with this id already exists.
-    pub const TOKEN_EXISTS: &str = "token_exists";
+    TokenExists,
     /// No token has this id.
-    pub const TOKEN_NOT_FOUND: &str = "token_not_found";
+    TokenNotFound,
     /// A token's id, name or scopes are out of range.
-    pub const INVALID_TOKEN: &str = "invalid_token";
+    InvalidToken,
     /// A job's input is over the input limit.
-    pub const INPUT_TOO_LARGE: &str = "input_too_large";
+    InputTooLarge,
     /// The job finished without a result.
-    pub const JOB_NOT_SUCCEEDED: &str = "job_not_succeeded";
+    JobNotSucceeded,
     /// A checkpoint over the checkpoint limit.
-    pub const CHECKPOINT_TOO_LARGE: &str = "checkpoint_too_large";
+    CheckpointTooLarge,
     /// A job filter or bulk action out of range.
-    pub const INVALID_FILTER: &str = "invalid_filter";
+    InvalidFilter,
     /// The master holds as many uniqueness keys as it may; they free up as
     /// their windows end.
-    pub const UNIQUE_KEYS_FULL: &str = "unique_keys_full";
+    UniqueKeysFull,
     /// A schedule's name, timing, template or backfill range is invalid.
-    pub const INVALID_SCHEDULE: &str = "invalid_schedule";
+    InvalidSchedule,
     /// A schedule with this name exists.
-    pub const SCHEDULE_EXISTS: &str = "schedule_exists";
+    ScheduleExists,
     /// No schedule has this name.
-    pub const SCHEDULE_NOT_FOUND: &str = "schedule_not_found";
+    ScheduleNotFound,
     /// A DAG with a cycle, an unknown or failed parent, or over a bound.
-    pub const INVALID_DAG: &str = "invalid_dag";
+    InvalidDag,
     /// No DAG has this id (or all its jobs were purged).
-    pub const DAG_NOT_FOUND: &str = "dag_not_found";
+    DagNotFound,
+    /// A code this build does not know.
+    Other(String),
+}
+
+impl Code {
+    /// Every code this build makes, in the order of the table.
+    pub const ALL: &[Code] = &[
+        Code::QueueFull,
+        Code::JobNotFound,
+        Code::JobExpired,
+        Code::JobFinished,
+        Code::JobNotFinished,
+        Code::IdempotencyConflict,
+        Code::InvalidJob,
+        Code::Undecodable,
+        Code::UnknownVersion,
+        Code::TokenExists,
+        Code::TokenNotFound,
+        Code::InvalidToken,
+        Code::InputTooLarge,
+        Code::JobNotSucceeded,
+        Code::CheckpointTooLarge,
+        Code::InvalidFilter,
+        Code::UniqueKeysFull,
+        Code::InvalidSchedule,
+        Code::ScheduleExists,
+        Code::ScheduleNotFound,
+        Code::InvalidDag,
+        Code::DagNotFound,
+    ];
+
+    /// The code on the wire (stable).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Code::QueueFull => "queue_full",
+            Code::JobNotFound => "job_not_found",
+            Code::JobExpired => "job_expired",
+            Code::JobFinished => "job_finished",
+            Code::JobNotFinished => "job_not_finished",
+            Code::IdempotencyConflict => "idempotency_conflict",
+            Code::InvalidJob => "invalid_job",
+            Code::Undecodable => "undecodable",
+            Code::UnknownVersion => "unknown_version",
+            Code::TokenExists => "token_exists",
+            Code::TokenNotFound => "token_not_found",
+            Code::InvalidToken => "invalid_token",
+            Code::InputTooLarge => "input_too_large",
+            Code::JobNotSucceeded => "job_not_succeeded",
+            Code::CheckpointTooLarge => "checkpoint_too_large",
+            Code::InvalidFilter => "invalid_filter",
+            Code::UniqueKeysFull => "unique_keys_full",
+            Code::InvalidSchedule => "invalid_schedule",
+            Code::ScheduleExists => "schedule_exists",
+            Code::ScheduleNotFound => "schedule_not_found",
+            Code::InvalidDag => "invalid_dag",
+            Code::DagNotFound => "dag_not_found",
+            Code::Other(code) => code,
+        }
+    }
+}
+
+impl From<&str> for Code {
+    fn from(code: &str) -> Self {
+        Code::ALL
+            .iter()
+            .find(|known| known.as_str() == code)
+            .cloned()
+            .unwrap_or_else(|| Code::Other(code.to_string()))
+    }
+}
+
+impl From<String> for Code {
+    fn from(code: String) -> Self {
+        match Code::from(code.as_str()) {
+            Code::Other(_) => Code::Other(code),
+            known => known,
+        }
+    }
+}
+
+impl core::fmt::Display for Code {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Code {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Code {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let code = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        Ok(Code::from(code.as_ref()))
+    }
+}
+
+/// The codes as constants, by their wire names.
+pub mod codes {
+    use super::Code;
+
+    /// [`Code::QueueFull`].
+    pub const QUEUE_FULL: Code = Code::QueueFull;
+    /// [`Code::JobNotFound`].
+    pub const JOB_NOT_FOUND: Code = Code::JobNotFound;
+    /// [`Code::JobExpired`].
+    pub const JOB_EXPIRED: Code = Code::JobExpired;
+    /// [`Code::JobFinished`].
+    pub const JOB_FINISHED: Code = Code::JobFinished;
+    /// [`Code::JobNotFinished`].
+    pub const JOB_NOT_FINISHED: Code = Code::JobNotFinished;
+    /// [`Code::IdempotencyConflict`].
+    pub const IDEMPOTENCY_CONFLICT: Code = Code::IdempotencyConflict;
+    /// [`Code::InvalidJob`].
+    pub const INVALID_JOB: Code = Code::InvalidJob;
+    /// [`Code::Undecodable`].
+    pub const UNDECODABLE: Code = Code::Undecodable;
+    /// [`Code::UnknownVersion`].
+    pub const UNKNOWN_VERSION: Code = Code::UnknownVersion;
+    /// [`Code::TokenExists`].
+    pub const TOKEN_EXISTS: Code = Code::TokenExists;
+    /// [`Code::TokenNotFound`].
+    pub const TOKEN_NOT_FOUND: Code = Code::TokenNotFound;
+    /// [`Code::InvalidToken`].
+    pub const INVALID_TOKEN: Code = Code::InvalidToken;
+    /// [`Code::InputTooLarge`].
+    pub const INPUT_TOO_LARGE: Code = Code::InputTooLarge;
+    /// [`Code::JobNotSucceeded`].
+    pub const JOB_NOT_SUCCEEDED: Code = Code::JobNotSucceeded;
+    /// [`Code::CheckpointTooLarge`].
+    pub const CHECKPOINT_TOO_LARGE: Code = Code::CheckpointTooLarge;
+    /// [`Code::InvalidFilter`].
+    pub const INVALID_FILTER: Code = Code::InvalidFilter;
+    /// [`Code::UniqueKeysFull`].
+    pub const UNIQUE_KEYS_FULL: Code = Code::UniqueKeysFull;
+    /// [`Code::InvalidSchedule`].
+    pub const INVALID_SCHEDULE: Code = Code::InvalidSchedule;
+    /// [`Code::ScheduleExists`].
+    pub const SCHEDULE_EXISTS: Code = Code::ScheduleExists;
+    /// [`Code::ScheduleNotFound`].
+    pub const SCHEDULE_NOT_FOUND: Code = Code::ScheduleNotFound;
+    /// [`Code::InvalidDag`].
+    pub const INVALID_DAG: Code = Code::InvalidDag;
+    /// [`Code::DagNotFound`].
+    pub const DAG_NOT_FOUND: Code = Code::DagNotFound;
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
-    pub const ALL: &[&str] = &[
-        QUEUE_FULL,
-        JOB_NOT_FOUND,
-        JOB_EXPIRED,
-        JOB_FINISHED,
-        JOB_NOT_FINISHED,
-        IDEMPOTENCY_CONFLICT,
-        INVALID_JOB,
-        UNDECODABLE,
-        UNKNOWN_VERSION,
-        TOKEN_EXISTS,
-        TOKEN_NOT_FOUND,
-        INVALID_TOKEN,
-        INPUT_TOO_LARGE,
-        JOB_NOT_SUCCEEDED,
-        CHECKPOINT_TOO_LARGE,
-        INVALID_FILTER,
-        UNIQUE_KEYS_FULL,
-        INVALID_SCHEDULE,
-        SCHEDULE_EXISTS,
-        SCHEDULE_NOT_FOUND,
-        INVALID_DAG,
-        DAG_NOT_FOUND,
-    ];
+    pub const ALL: &[Code] = Code::ALL;
 }
 
 /// Failure codes that mean "try again" (up to `max_attempts`): the attempt
@@ -250,15 +387,15 @@ pub const RETRYABLE_CODES: &[&str] = &[
 /// Why the master refused a command or query.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejection {
-    /// Stable machine-readable code (see [`codes`]).
-    pub code: String,
+    /// Stable machine-readable code.
+    pub code: Code,
     /// Explanation for people.
     pub message: String,
 }
 
 impl Rejection {
     /// A rejection with `code` and `message`.
-    pub fn new(code: &str, message: impl Into<String>) -> Self {
+    pub fn new(code: impl Into<Code>, message: impl Into<String>) -> Self {
         Self {
             code: code.into(),
             message: message.into(),

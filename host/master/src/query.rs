@@ -184,7 +184,7 @@ impl Master {
                         id,
                         state: None,
                         error: Some(Failure {
-                            code: unknown.code,
+                            code: unknown.code.as_str().to_string(),
                             message: unknown.message,
                         }),
                         output: None,

@@ -279,7 +279,7 @@ fn bad_schedules_are_refused_and_create_nothing() {
             .run(T, Command::CreateSchedule(spec.clone()))
             .unwrap_err();
         assert!(
-            [codes::INVALID_SCHEDULE, codes::INVALID_JOB].contains(&refused.code.as_str()),
+            [codes::INVALID_SCHEDULE, codes::INVALID_JOB].contains(&refused.code),
             "{spec:?}: {refused:?}"
         );
     }

@@ -869,7 +869,7 @@ fn finished_answers_only_finished_and_unknown_jobs_with_outputs_within_bounds() 
     );
     assert_eq!(
         jobs[0].error.as_ref().map(|e| e.code.as_str()),
-        Some(codes::JOB_NOT_FOUND)
+        Some(codes::JOB_NOT_FOUND.as_str())
     );
     // A job that failed for good: its state and error, no output.
     sim.ok(T + 3, finish(4, 1, "w1", failed("job_error")));
@@ -1154,3 +1154,17 @@ mod schedules;
 // DAGs.
 #[path = "dag_tests.rs"]
 mod dags;
+
+#[test]
+fn codes_keep_their_wire_strings_and_unknown_ones_survive() {
+    for code in Code::ALL {
+        assert_eq!(Code::from(code.as_str()), *code);
+        // A code is its string on the wire, as when codes were strings.
+        assert_eq!(encode(code), encode(&code.as_str().to_string()));
+    }
+    let newer = Rejection::new("a_code_from_a_newer_master", "m");
+    assert_eq!(newer.code, Code::Other("a_code_from_a_newer_master".into()));
+    let back: Rejection = decode(&encode(&newer)).unwrap();
+    assert_eq!(back, newer);
+    assert_eq!(back.code.as_str(), "a_code_from_a_newer_master");
+}
