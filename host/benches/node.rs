@@ -704,7 +704,7 @@ async fn history(core: CoreKind) {
     let rss = rss_bytes().saturating_sub(rss_before);
     let done = stats(&handle).await.jobs[JobState::Succeeded as usize];
     assert_eq!(done, HISTORY_JOBS, "every job is held, succeeded");
-    let snapshot_bytes = master::store::latest_snapshot(dir.path())
+    let snapshot_bytes = cohort::journal::durable::latest_snapshot(dir.path())
         .unwrap()
         .map_or(0, |s| s.state.len());
     // A filtered listing that matches none looks at its most jobs, every
@@ -946,7 +946,7 @@ async fn snapshot_pause() {
             .load(std::sync::atomic::Ordering::Relaxed);
         let rss = rss_bytes().saturating_sub(rss_before);
         let longest_pass = longest_pass.load(std::sync::atomic::Ordering::Relaxed);
-        let compacted = master::store::latest_snapshot(dir.path())
+        let compacted = cohort::journal::durable::latest_snapshot(dir.path())
             .unwrap()
             .map_or(0, |s| s.index);
         println!(

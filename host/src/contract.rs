@@ -35,6 +35,11 @@ const _: () = assert!(
     "a batch can carry at least one job of the largest size"
 );
 
+const _: () = assert!(
+    BATCH_JOBS_MAX <= cohort_master::master::FINISHED_IDS_MAX,
+    "a client waits for all of a batch's jobs with one wait request"
+);
+
 // ---- the master as its callers see it
 
 /// A running attempt's latest progress, carried by its worker's polls. It

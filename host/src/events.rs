@@ -142,7 +142,10 @@ mod tests {
             .filter_map(|row| row.strip_prefix("| `"))
             .filter_map(|row| row.split('`').next())
             .collect();
-        assert_eq!(listed, names, "README's event table vs events::ALL");
+        assert_eq!(
+            listed, names,
+            "docs/http-api.md's event table vs events::ALL"
+        );
     }
 
     /// The default filter shows events (and warnings) and nothing else,

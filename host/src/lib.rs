@@ -27,14 +27,16 @@ pub mod cli;
 /// CLI, the tests and the benchmarks use.
 pub use cohort_client as client;
 pub mod cluster;
+pub mod codes;
 pub mod contract;
 pub mod demo;
 pub mod events;
 pub mod exec;
 pub mod fault;
 pub mod guests;
-pub mod internal;
 pub mod journal;
+#[cfg(test)]
+mod layers;
 pub mod master;
 pub mod membership;
 pub mod metrics;

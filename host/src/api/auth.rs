@@ -16,52 +16,18 @@
 //! A missing, malformed, unknown or revoked token is `401 unauthorized`; a
 //! valid token without the scope is `403 forbidden`. Both are counted.
 
+use super::error::{ApiError, ErrorCode};
+use super::http::{Reply200, json};
+use super::types::RevokedResponse;
+use crate::cluster::link::MasterLink;
+use crate::runtime::Digest;
+#[cfg(doc)]
 use crate::security::token::Scope;
-use hyper::Method;
+use crate::security::token::TokenTable;
+use cohort_master::Command;
+use hyper::StatusCode;
 use serde::{Deserialize, Serialize};
-
-/// The scope a public route needs (`None`: open to anyone).
-pub fn needed_scope(method: &Method, segments: &[&str]) -> Option<Scope> {
-    match (method, segments) {
-        (&Method::GET, ["healthz" | "openapi.json"]) => None,
-        // The dashboard's files hold no data (served before this is asked).
-        (&Method::GET, [""] | ["index.html"] | ["dashboard", "app.js" | "style.css"]) => None,
-        (&Method::POST, ["v1", "jobs"] | ["v1", "jobs", "batch"] | ["v1", "dags"]) => {
-            Some(Scope::Submit)
-        }
-        (&Method::POST, ["v1", "jobs", "wait"]) => Some(Scope::Read),
-        // A schedule submits jobs: managing one is submitting.
-        (&Method::POST | &Method::DELETE, ["v1", "schedules", ..]) => Some(Scope::Submit),
-        (_, ["v1", "tokens", ..]) => Some(Scope::Admin),
-        (&Method::GET | &Method::HEAD, _) => Some(Scope::Read),
-        _ => Some(Scope::Admin),
-    }
-}
-
-/// The methods a known public route allows (for `405` and its `Allow`
-/// header), or `None` for an unknown route (the internal routes, all
-/// `POST`, are listed once with their body limits in `api`).
-pub fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
-    Some(match segments {
-        ["healthz"] | ["metrics"] | ["openapi.json"] => "GET",
-        [""] | ["index.html"] | ["dashboard", "app.js" | "style.css"] => "GET",
-        [
-            "v1",
-            "cluster" | "overview" | "events" | "whoami" | "master",
-        ] => "GET",
-        ["v1", "master", "upgrade" | "rollback"] => "POST",
-        ["v1", "modules"] | ["v1", "jobs"] | ["v1", "tokens"] | ["v1", "schedules"] => "GET, POST",
-        ["v1", "schedules", _] => "GET, DELETE",
-        ["v1", "dags"] => "POST",
-        ["v1", "dags", _] => "GET",
-        ["v1", "schedules", _, "pause" | "resume" | "backfill"] => "POST",
-        ["v1", "modules", _] | ["v1", "jobs", _, "result" | "input"] => "GET",
-        ["v1", "jobs", "batch" | "wait" | "bulk"] | ["v1", "node", "leave"] => "POST",
-        ["v1", "jobs", _] => "GET, DELETE",
-        ["v1", "tokens", _] | ["v1", "cluster", "voters", _] => "DELETE",
-        _ => return None,
-    })
-}
+use std::sync::Arc;
 
 /// `POST /v1/tokens`: a token made by the caller (`cohort token create`),
 /// of which the node sees only the hash.
@@ -133,34 +99,85 @@ pub enum TokenOp {
     List,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Refreshes `table` from the master's token records.
+pub async fn refresh_tokens(master: &MasterLink, table: &TokenTable) {
+    match master.tokens().await {
+        Ok(records) => table.replace(&records),
+        Err(error) => tracing::debug!("cannot refresh the tokens: {error}"),
+    }
+}
 
-    #[test]
-    fn scopes_of_routes() {
-        let scope = |m: Method, path: &str| {
-            let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-            needed_scope(&m, &segments)
-        };
-        assert_eq!(scope(Method::GET, "/healthz"), None);
-        assert_eq!(scope(Method::GET, "/openapi.json"), None);
-        assert_eq!(scope(Method::POST, "/v1/jobs/wait"), Some(Scope::Read));
-        assert_eq!(scope(Method::GET, "/metrics"), Some(Scope::Read));
-        assert_eq!(scope(Method::GET, "/v1/jobs/3/result"), Some(Scope::Read));
-        assert_eq!(scope(Method::GET, "/v1/tokens"), Some(Scope::Admin));
-        assert_eq!(scope(Method::POST, "/v1/jobs"), Some(Scope::Submit));
-        assert_eq!(scope(Method::POST, "/v1/jobs/batch"), Some(Scope::Submit));
-        for (m, p) in [
-            (Method::POST, "/v1/modules"),
-            (Method::DELETE, "/v1/jobs/3"),
-            (Method::POST, "/v1/node/leave"),
-            (Method::POST, "/v1/tokens"),
-            (Method::DELETE, "/v1/tokens/abc"),
-            (Method::PUT, "/no/such/route"),
-            (Method::POST, "/healthz"),
-        ] {
-            assert_eq!(scope(m.clone(), p), Some(Scope::Admin), "{m} {p}");
+/// Creates, revokes or lists tokens through the master (the public route
+/// and the sealed internal one).
+pub(crate) async fn token_op(
+    master: &MasterLink,
+    tokens: Option<&Arc<TokenTable>>,
+    op: TokenOp,
+) -> Result<Reply200, ApiError> {
+    match op {
+        TokenOp::List => {
+            let records = master.tokens().await?;
+            Ok(json(
+                StatusCode::OK,
+                &TokenListResponse {
+                    tokens: records
+                        .into_iter()
+                        .map(|r| TokenBody {
+                            id: r.id,
+                            name: r.name,
+                            scopes: r.scopes,
+                            created_at: r.created_at,
+                        })
+                        .collect(),
+                },
+            ))
+        }
+        TokenOp::Create(request) => {
+            if request.name.chars().count() > TOKEN_NAME_CHARS_MAX {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidToken,
+                    format!(
+                        "a token name is at most {} characters",
+                        TOKEN_NAME_CHARS_MAX
+                    ),
+                ));
+            }
+            let hash = request
+                .sha256
+                .parse::<Digest>()
+                .map_err(|_| {
+                    ApiError::new(ErrorCode::InvalidToken, "sha256 must be 64 hex digits")
+                })?
+                .to_bytes();
+            let record = cohort_master::TokenRecord {
+                id: request.id,
+                name: request.name,
+                scopes: request.scopes,
+                hash,
+                created_at: 0,
+            };
+            master.command(Command::CreateToken(record.clone())).await?;
+            if let Some(table) = tokens {
+                table.insert(&record);
+            }
+            Ok(json(
+                StatusCode::CREATED,
+                &TokenBody {
+                    id: record.id,
+                    name: record.name,
+                    scopes: record.scopes,
+                    created_at: 0,
+                },
+            ))
+        }
+        TokenOp::Revoke(id) => {
+            master
+                .command(Command::RevokeToken { id: id.clone() })
+                .await?;
+            if let Some(table) = tokens {
+                table.remove(&id);
+            }
+            Ok(json(StatusCode::OK, &RevokedResponse { id, revoked: true }))
         }
     }
 }

@@ -5,9 +5,7 @@
 
 use super::types::{DagJobBody, DagRequest, DagResponse, DagSubmitResponse};
 use super::{Api, ApiError, ErrorCode, Reply200, json};
-use cohort_master::{
-    Answer, Command, DagId, DagNodeSpec, DagRef, DagSpec, JobState, OnFailure, Query, Reply,
-};
+use cohort_master::{Command, DagId, DagNodeSpec, DagRef, DagSpec, JobState, OnFailure, Reply};
 use hyper::StatusCode;
 use std::collections::HashMap;
 
@@ -88,9 +86,7 @@ impl Api {
 
     /// `GET /v1/dags/{id}`.
     pub(super) async fn dag_status(&self, id: DagId) -> Result<Reply200, ApiError> {
-        let Answer::Dag(view) = self.master.query(Query::Dag { id }).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-        };
+        let view = self.master.dag(id).await?;
         let count = |state: JobState| view.counts[state as usize];
         let unfinished = count(JobState::Queued) + count(JobState::Running);
         let total: u64 = view.counts.iter().sum();

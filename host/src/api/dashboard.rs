@@ -28,10 +28,10 @@ use super::{Api, ApiError, ErrorCode, Reply200, bytes, json, number};
 use crate::runtime::Digest;
 use crate::security::token::{self, Scope, Scopes};
 use bytes::Bytes;
-use cohort_master::{Answer, BulkAction, Command, JobFilter, JobState, Query, Reply};
-use hyper::body::{Frame, Incoming};
+use cohort_master::{BulkAction, Command, JobFilter, JobState, Reply};
+use hyper::body::Frame;
 use hyper::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName, HeaderValue};
-use hyper::{Request, Response, StatusCode};
+use hyper::{Response, StatusCode};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -152,9 +152,8 @@ fn filter_from_body(body: JobFilterBody) -> Result<JobFilter, ApiError> {
 impl Api {
     /// `GET /v1/whoami`, given the scopes the request's token was checked
     /// for (`None`: the node needs no tokens, so everything is allowed).
-    pub(super) fn whoami(&self, request: &Request<Incoming>, scopes: Option<Scopes>) -> Reply200 {
-        let token = request
-            .headers()
+    pub(super) fn whoami(&self, headers: &hyper::HeaderMap, scopes: Option<Scopes>) -> Reply200 {
+        let token = headers
             .get(hyper::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| token::bearer(Some(v)).ok())
@@ -193,10 +192,7 @@ impl Api {
         };
         let filter = filter_from_body(request.filter)?;
         let answer = if request.dry_run {
-            let Answer::Count(matched) = self.master.query(Query::Bulk { action, filter }).await?
-            else {
-                return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-            };
+            let matched = self.master.bulk_count(action, filter).await?;
             BulkResponse {
                 matched: Some(matched),
                 changed: None,
@@ -219,23 +215,14 @@ impl Api {
 
     /// `GET /v1/jobs/{id}/input`.
     pub(super) async fn input(&self, id: u64) -> Result<Reply200, ApiError> {
-        let Answer::Input(input) = self.master.query(Query::Input { id }).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-        };
+        let input = self.master.input(id).await?;
         Ok(bytes("application/octet-stream", input))
     }
 
     /// `GET /v1/overview`, and each event of `GET /v1/events`.
     pub(super) async fn overview(&self) -> Result<OverviewResponse, ApiError> {
-        let Answer::Stats(stats) = self.master.query(Query::Stats).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-        };
-        let recent = Query::Recent {
-            window_ms: RECENT_MS,
-        };
-        let Answer::Recent(recent) = self.master.query(recent).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-        };
+        let stats = self.master.stats().await?;
+        let recent = self.master.recent(RECENT_MS).await?;
         let cluster = self.cluster_body().await?;
         let replicas = self
             .master

@@ -1,13 +1,13 @@
 //! The node-to-node routes (`/internal/v1/...`): the server side of the
 //! links between nodes, kept apart from the public API (`crate::api`).
 //!
-//! They share the node's one HTTP listener: `api` hands any path under
+//! They share the node's one HTTP listener: `api` hands any route under
 //! `/internal/` here before looking at tokens. Every body is sealed with
 //! the cluster key when the node has one (`crate::security::seal`), bound
 //! to its method and path, and the answer to the request's nonce and
 //! status; unsealed, foreign, stale or replayed requests are `401` and
-//! change nothing. The routes, all `POST`, each with its body limit
-//! ([`body_limit`]):
+//! change nothing. The routes, all `POST`, are entries of the one route
+//! table ([`super::routes`]), which gives each its body limit:
 //!
 //! * `master` — the proxy's requests to the master (`cluster::link`);
 //! * `replication` — replication messages between back-end nodes
@@ -18,12 +18,11 @@
 //!   stored on every back-end node before a switch (`crate::master::upgrade`);
 //! * `tokens` — token operations proved with the cluster key.
 
-use crate::api::auth;
-use crate::api::error::{ApiError, ErrorCode};
-use crate::api::types::ModuleBody;
-use crate::api::{
-    Reply200, bytes, error_response, json, no_route, not_stored, parse_digest, read_body, token_op,
-};
+use super::auth::{self, token_op};
+use super::error::{ApiError, ErrorCode};
+use super::http::{Reply200, bytes, error_response, json, not_stored, parse_digest, read_body};
+use super::routes::{Found, Handler};
+use super::types::ModuleBody;
 use crate::cluster::link::{self, MasterLink};
 use crate::master::upgrade::{self, MasterStore};
 use crate::modules::ModuleStore;
@@ -38,7 +37,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode};
 use std::sync::Arc;
 
 /// What the node-to-node routes reach on this node.
@@ -68,33 +67,14 @@ impl std::fmt::Debug for Internal {
     }
 }
 
-/// The internal routes (all `POST`) and the largest body each takes: the
-/// one list of them that [`Internal`] serves.
-pub fn body_limit(segments: &[&str]) -> Option<usize> {
-    Some(match segments {
-        ["internal", "v1", "master"] => crate::contract::BATCH_BODY_BYTES_MAX,
-        ["internal", "v1", "replication"] => crate::replication::transport::ENVELOPE_BYTES_MAX,
-        ["internal", "v1", "voters"] => crate::contract::CONTROL_BODY_BYTES_MAX,
-        ["internal", "v1", "modules"] => crate::runtime::module::MODULE_BYTES_MAX,
-        ["internal", "v1", "masters"] => upgrade::MASTER_BYTES_MAX,
-        ["internal", "v1", "modules", "fetch"]
-        | ["internal", "v1", "masters", "fetch"]
-        | ["internal", "v1", "tokens"] => crate::contract::CONTROL_BODY_BYTES_MAX,
-        _ => return None,
-    })
-}
-
 impl Internal {
-    pub async fn serve(&self, request: Request<Incoming>) -> Reply200 {
-        let path = request.uri().path().to_string();
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let method = request.method().clone();
-        let limit = match body_limit(&segments) {
-            Some(limit) if method == Method::POST => limit,
-            _ => return error_response(no_route(&method, &path, &segments)),
-        };
-        let sealed = request
-            .headers()
+    /// Serves `request`, whose route `found` is one of the sealed ones.
+    pub async fn serve(&self, found: Found<'_>, request: Request<Incoming>) -> Reply200 {
+        let route = found.route;
+        let limit = route.body_bytes_max;
+        let (parts, body) = request.into_parts();
+        let sealed = parts
+            .headers
             .get(CONTENT_TYPE)
             .is_some_and(|v| v.as_bytes() == SEALED_CONTENT_TYPE.as_bytes());
         let unauthorized = |reason: &'static str, message: String| {
@@ -111,12 +91,12 @@ impl Internal {
                     ),
                 );
             }
-            let body = match read_body(request, limit).await {
+            let body = match read_body(&parts.headers, body, limit, route.too_large).await {
                 Ok(body) => body,
                 Err(error) => return error_response(error),
             };
             return self
-                .route(&segments, body)
+                .route(route.handler, body)
                 .await
                 .unwrap_or_else(error_response);
         };
@@ -129,13 +109,14 @@ impl Internal {
                 ),
             );
         }
-        let body = match read_body(request, limit + crate::security::seal::OVERHEAD).await {
+        let limit = limit + crate::security::seal::OVERHEAD;
+        let body = match read_body(&parts.headers, body, limit, route.too_large).await {
             Ok(body) => body,
             Err(error) => return error_response(error),
         };
         let opened = match sealer.open(
             Purpose::Http,
-            &request_context(b"POST", path.as_bytes()),
+            &request_context(b"POST", parts.uri.path().as_bytes()),
             &body,
             Freshness::Once,
         ) {
@@ -143,7 +124,7 @@ impl Internal {
             Err(error) => return unauthorized(error.reason(), format!("refused: {error}")),
         };
         let answer = self
-            .route(&segments, Bytes::from(opened.plaintext))
+            .route(route.handler, Bytes::from(opened.plaintext))
             .await
             .unwrap_or_else(error_response);
         let (mut parts, body) = answer.into_parts();
@@ -162,13 +143,13 @@ impl Internal {
 
     /// The routes other nodes (and `cohort token --cluster-key`) call, with
     /// their bodies already opened.
-    async fn route(&self, segments: &[&str], body: Bytes) -> Result<Reply200, ApiError> {
-        match segments {
-            ["internal", "v1", "master"] => {
+    async fn route(&self, handler: Handler, body: Bytes) -> Result<Reply200, ApiError> {
+        match handler {
+            Handler::InternalMaster => {
                 let answer = link::serve_wire(&self.master, &body).await;
                 Ok(bytes("application/x-postcard", answer))
             }
-            ["internal", "v1", "voters"] => {
+            Handler::InternalVoters => {
                 let node: String = cohort_master::decode(&body)
                     .map_err(|r| ApiError::new(ErrorCode::BadRequest, r.to_string()))?;
                 let result = match &self.replication {
@@ -180,7 +161,7 @@ impl Internal {
                     cohort_master::encode(&result),
                 ))
             }
-            ["internal", "v1", "replication"] => {
+            Handler::InternalReplication => {
                 let Some(replication) = &self.replication else {
                     return Err(ApiError::new(
                         ErrorCode::BadRequest,
@@ -194,7 +175,7 @@ impl Internal {
                 }
                 Ok(bytes("application/x-postcard", Vec::new()))
             }
-            ["internal", "v1", "modules"] => {
+            Handler::InternalModules => {
                 let (digest, _) = self.modules.put(&body).await?;
                 Ok(json(
                     StatusCode::OK,
@@ -205,7 +186,7 @@ impl Internal {
                     },
                 ))
             }
-            ["internal", "v1", "modules", "fetch"] => {
+            Handler::InternalModuleFetch => {
                 let text = std::str::from_utf8(&body).unwrap_or_default();
                 let digest = parse_digest(text, ErrorCode::ModuleNotStored)?;
                 if !self.modules.contains(&digest) {
@@ -213,11 +194,11 @@ impl Internal {
                 }
                 Ok(bytes("application/wasm", self.modules.read(&digest).await?))
             }
-            ["internal", "v1", "masters"] => {
+            Handler::InternalMasters => {
                 let digest = store_master(&self.masters, body).await?;
                 Ok(json(StatusCode::OK, &upgrade_body(digest)))
             }
-            ["internal", "v1", "masters", "fetch"] => {
+            Handler::InternalMasterFetch => {
                 let text = std::str::from_utf8(&body).unwrap_or_default();
                 let digest = parse_digest(text, ErrorCode::NotFound)?.to_bytes();
                 match self.masters.read(&digest) {
@@ -225,12 +206,15 @@ impl Internal {
                     Err(error) => Err(ApiError::new(ErrorCode::NotFound, format!("{error:#}"))),
                 }
             }
-            ["internal", "v1", "tokens"] => {
+            Handler::InternalTokens => {
                 let op = cohort_master::decode::<auth::TokenOp>(&body)?;
                 token_op(&self.master, self.tokens.as_ref(), op).await
             }
-            // serve() routed only what body_limit knows.
-            _ => unreachable!("an internal route without a body limit"),
+            // The API hands over only the sealed routes.
+            public => Err(ApiError::new(
+                ErrorCode::Internal,
+                format!("{public:?} is not a node-to-node route"),
+            )),
         }
     }
 }

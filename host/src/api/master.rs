@@ -42,7 +42,7 @@ impl Api {
 
     /// `POST /v1/master/upgrade`: the body is the component.
     pub(super) async fn master_upgrade(&self, wasm: Bytes) -> Result<Reply200, ApiError> {
-        let digest = crate::internal::store_master(&self.internal.masters, wasm.clone()).await?;
+        let digest = super::internal::store_master(&self.internal.masters, wasm.clone()).await?;
         self.fetcher
             .replicate_to(MASTERS_PATH, &wasm)
             .await

@@ -1,8 +1,12 @@
 //! The public HTTP API (hyper, HTTP/1.1 keep-alive).
 //!
-//! Every route and its errors are listed in the README. The node-to-node
-//! routes share this listener but live in [`crate::internal`]: any path
-//! under `/internal/` goes there before tokens are looked at. Design notes:
+//! Every route is one entry of the route table ([`routes`]), which decides
+//! its scope, the nodes that serve it, its body limit and its handler; the
+//! routes and their errors are documented in `docs/http-api.md` and in the
+//! OpenAPI document built from the same table ([`openapi`]). The
+//! node-to-node routes share this listener but are served by [`internal`]:
+//! any route under `/internal/` goes there before tokens are looked at.
+//! Design notes:
 //!
 //! * **Errors** are JSON `{code, message, retryable}`; the code is one of
 //!   [`ErrorCode`], stable, and decides the status and `retryable` ([`error`]).
@@ -31,7 +35,7 @@
 //!   hold a connection for long.
 //! * **Security** ([`auth`], [`crate::security`]): tokens and scopes on the
 //!   public routes once the node has a cluster key; the `/internal/` routes
-//!   take sealed bodies instead ([`crate::internal`]).
+//!   take sealed bodies instead ([`internal`]).
 //!   With TLS on, a connection is TLS if its first byte starts a handshake;
 //!   plain connections may only use the sealed internal routes.
 
@@ -39,9 +43,12 @@ pub mod auth;
 pub mod dags;
 pub mod dashboard;
 pub mod error;
+pub mod http;
+pub mod internal;
 pub mod master;
 pub mod openapi;
 pub mod request_ids;
+pub mod routes;
 pub mod schedules;
 /// The JSON bodies, shared with the clients (`cohort_client::types`).
 pub use cohort_client::types;
@@ -56,21 +63,25 @@ use crate::security::Sealer;
 use crate::security::counters::{self, what};
 use crate::security::token::TokenTable;
 use crate::worker::ProgressBoard;
+pub use auth::refresh_tokens;
 use base64::Engine as _;
 use bytes::Bytes;
-use cohort_master::{
-    Answer, Command, JobOptions, JobSpec, JobState, JobView, KeyLimit, Query, Reply, Unique,
-};
+use cohort_master::{Command, JobOptions, JobSpec, JobState, JobView, KeyLimit, Reply, Unique};
 pub use error::{ApiError, ErrorCode};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+pub use http::{BODY_RATE_MIN, BODY_READ_BASE, body_deadline};
+pub(crate) use http::{
+    Body, Reply200, bytes, error_response, json, no_route, not_stored, parse_digest, parse_json,
+    read_body,
+};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{ALLOW, AUTHORIZATION, CONNECTION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::header::AUTHORIZATION;
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use routes::{Access, Handler, Miss, Serves};
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -131,18 +142,9 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 /// A TLS handshake must finish within this.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Every body gets this long, plus [`BODY_RATE_MIN`] for its size.
-pub const BODY_READ_BASE: Duration = Duration::from_secs(10);
-/// Slowest body upload waited for, in bytes per second.
-pub const BODY_RATE_MIN: u64 = 1 << 20;
 /// Longest wait for the master's token list when a request names an
 /// unknown token.
 const TOKEN_REFRESH_WAIT: Duration = Duration::from_secs(2);
-
-/// How long a body of at most `bytes` may take to arrive.
-pub fn body_deadline(bytes: u64) -> Duration {
-    BODY_READ_BASE + Duration::from_millis(bytes.saturating_mul(1000) / BODY_RATE_MIN)
-}
 
 /// Defaults applied to submissions that leave a field out.
 #[derive(Debug, Clone, Copy)]
@@ -177,7 +179,7 @@ pub struct Api {
     pub replication: Option<crate::replication::Replication>,
     /// The node-to-node routes (`/internal/...`), served on the same
     /// listener.
-    pub internal: Arc<crate::internal::Internal>,
+    pub internal: Arc<internal::Internal>,
     /// Asks the node to leave the cluster (as SIGTERM does).
     pub leave: Arc<tokio::sync::Notify>,
     /// Uploaded modules.
@@ -214,52 +216,6 @@ pub struct Security {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Started with `--insecure` (listening beyond loopback without a key).
     pub insecure: bool,
-}
-
-pub(crate) type Reply200 = Response<Full<Bytes>>;
-/// Any response body: whole ([`Reply200`]) or streamed (`GET /v1/events`).
-pub(crate) type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
-
-pub(crate) fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Reply200 {
-    let body = serde_json::to_vec(value).expect("API types serialize");
-    let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
-}
-
-pub(crate) fn bytes(content_type: &'static str, body: impl Into<Bytes>) -> Reply200 {
-    let mut response = Response::new(Full::new(body.into()));
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
-}
-
-pub(crate) fn error_response(error: ApiError) -> Reply200 {
-    let mut response = json(error.status, &error.body);
-    if matches!(
-        error.status,
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
-    ) {
-        response
-            .headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    if error.status == StatusCode::REQUEST_TIMEOUT {
-        // The rest of a slow body is not worth waiting for.
-        response
-            .headers_mut()
-            .insert(CONNECTION, HeaderValue::from_static("close"));
-    }
-    if let Some(allow) = error.allow {
-        response
-            .headers_mut()
-            .insert(ALLOW, HeaderValue::from_static(allow));
-    }
-    response
 }
 
 /// Serves `api` on `listener` until `shutdown` turns true, then lets open
@@ -439,7 +395,7 @@ async fn serve_io<I>(
 {
     let service = hyper::service::service_fn(move |request| {
         let api = api.clone();
-        async move { Ok::<_, Infallible>(api.handle(request, secure).await) }
+        async move { Ok::<_, std::convert::Infallible>(api.handle(request, secure).await) }
     });
     let connection = graceful.watch(
         http.serve_connection(TokioIo::new(wire::JsonErrors::new(io)), service)
@@ -453,8 +409,8 @@ async fn serve_io<I>(
 /// The query string's parameters, percent-decoded (`+` is a space, as
 /// browsers send forms; bytes that are not UTF-8 become U+FFFD). A
 /// repeated name keeps its last value.
-fn params(request: &Request<Incoming>) -> HashMap<String, String> {
-    form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes())
+fn params(uri: &hyper::Uri) -> HashMap<String, String> {
+    form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
         .into_owned()
         .collect()
 }
@@ -593,187 +549,45 @@ fn job_id(text: &str) -> Result<u64, ApiError> {
     })
 }
 
-pub(crate) async fn read_body(request: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
-    read_body_as(request, limit, ErrorCode::BodyTooLarge).await
-}
-
-/// Reads a body of at most `limit` bytes (beyond: `too_large_code`) within
-/// [`body_deadline`].
-async fn read_body_as(
-    request: Request<Incoming>,
-    limit: usize,
-    too_large_code: ErrorCode,
-) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            too_large_code,
-            format!("the body limit here is {limit} bytes"),
-        )
-    };
-    let declared = request
-        .headers()
-        .get(hyper::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(too_large());
-    }
-    let deadline = body_deadline(declared.unwrap_or(limit as u64));
-    let collected =
-        tokio::time::timeout(deadline, Limited::new(request.into_body(), limit).collect());
-    let Ok(collected) = collected.await else {
-        counters::refused(what::CONNECTION, "slow_body");
-        return Err(ApiError::new(
-            ErrorCode::RequestTimeout,
-            format!("the body did not arrive within {deadline:?}"),
-        ));
-    };
-    match collected {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
-        Err(error) => Err(ApiError::new(
-            ErrorCode::BadRequest,
-            format!("could not read the body: {error}"),
-        )),
-    }
-}
-
-/// A module digest from a request; a malformed one is reported with `code`,
-/// like a module that does not exist.
-pub(crate) fn parse_digest(text: &str, code: ErrorCode) -> Result<Digest, ApiError> {
-    text.parse()
-        .map_err(|e: crate::runtime::module::DigestParseError| ApiError::new(code, e.to_string()))
-}
-
-pub(crate) fn not_stored(code: ErrorCode, digest: &Digest) -> ApiError {
-    ApiError::new(
-        code,
-        format!("no module {digest} is stored; upload it with POST /v1/modules"),
-    )
-}
-
-/// `405` with the allowed methods for a known route, `404` otherwise.
-pub(crate) fn no_route(method: &Method, path: &str, segments: &[&str]) -> ApiError {
-    let allowed = match crate::internal::body_limit(segments) {
-        Some(_) => Some("POST"),
-        None => auth::allowed_methods(segments),
-    };
-    match allowed {
-        Some(allow) => ApiError::method_not_allowed(
-            allow,
-            format!("{method} is not allowed on {path} (allowed: {allow})"),
-        ),
-        None => ApiError::new(ErrorCode::NotFound, format!("no route {path}")),
-    }
-}
-
-/// Refreshes `table` from the master's token records.
-pub async fn refresh_tokens(master: &MasterLink, table: &TokenTable) {
-    match master.query(Query::Tokens).await {
-        Ok(Answer::Tokens(records)) => table.replace(&records),
-        Ok(_) => {}
-        Err(error) => tracing::debug!("cannot refresh the tokens: {error}"),
-    }
-}
-
-/// Creates, revokes or lists tokens through the master (the public route
-/// and the sealed internal one).
-pub(crate) async fn token_op(
-    master: &MasterLink,
-    tokens: Option<&Arc<TokenTable>>,
-    op: auth::TokenOp,
-) -> Result<Reply200, ApiError> {
-    match op {
-        auth::TokenOp::List => {
-            let Answer::Tokens(records) = master.query(Query::Tokens).await? else {
-                return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-            };
-            Ok(json(
-                StatusCode::OK,
-                &auth::TokenListResponse {
-                    tokens: records
-                        .into_iter()
-                        .map(|r| auth::TokenBody {
-                            id: r.id,
-                            name: r.name,
-                            scopes: r.scopes,
-                            created_at: r.created_at,
-                        })
-                        .collect(),
-                },
-            ))
-        }
-        auth::TokenOp::Create(request) => {
-            if request.name.chars().count() > auth::TOKEN_NAME_CHARS_MAX {
-                return Err(ApiError::new(
-                    ErrorCode::InvalidToken,
-                    format!(
-                        "a token name is at most {} characters",
-                        auth::TOKEN_NAME_CHARS_MAX
-                    ),
-                ));
-            }
-            let hash = request
-                .sha256
-                .parse::<Digest>()
-                .map_err(|_| {
-                    ApiError::new(ErrorCode::InvalidToken, "sha256 must be 64 hex digits")
-                })?
-                .to_bytes();
-            let record = cohort_master::TokenRecord {
-                id: request.id,
-                name: request.name,
-                scopes: request.scopes,
-                hash,
-                created_at: 0,
-            };
-            master.command(Command::CreateToken(record.clone())).await?;
-            if let Some(table) = tokens {
-                table.insert(&record);
-            }
-            Ok(json(
-                StatusCode::CREATED,
-                &auth::TokenBody {
-                    id: record.id,
-                    name: record.name,
-                    scopes: record.scopes,
-                    created_at: 0,
-                },
-            ))
-        }
-        auth::TokenOp::Revoke(id) => {
-            master
-                .command(Command::RevokeToken { id: id.clone() })
-                .await?;
-            if let Some(table) = tokens {
-                table.remove(&id);
-            }
-            Ok(json(StatusCode::OK, &RevokedResponse { id, revoked: true }))
-        }
-    }
-}
-
-fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::new(ErrorCode::BadJson, e.to_string()))
-}
-
 impl Api {
     async fn handle(self: &Arc<Self>, request: Request<Incoming>, secure: bool) -> Response<Body> {
-        let path = request.uri().path();
         let whole = |response: Reply200| response.map(BodyExt::boxed);
+        let path = request.uri().path().to_string();
+        let method = request.method().clone();
+        let segments = routes::segments(&path);
+        let found = routes::find(&method, &segments);
         let response = if path.starts_with("/internal/") {
-            whole(self.internal.serve(request).await)
-        } else if path == "/v1/events" && request.method() == Method::GET {
-            self.admit(&request, secure)
-                .await
-                .and_then(|_| self.events())
-                .unwrap_or_else(|error| whole(error_response(error)))
+            // Node to node: sealed bodies, no tokens (`internal`).
+            match found {
+                Ok(found) if found.route.access == Access::Sealed => {
+                    whole(self.internal.serve(found, request).await)
+                }
+                Ok(_) => whole(error_response(no_route(Miss::NotFound, &method, &path))),
+                Err(miss) => whole(error_response(no_route(miss, &method, &path))),
+            }
         } else {
-            whole(
-                self.public(request, secure)
-                    .await
-                    .unwrap_or_else(error_response),
-            )
+            match self.admit(&request, secure, &found).await {
+                Err(error) => whole(error_response(error)),
+                Ok(_)
+                    if found.is_err() || found.is_ok_and(|f| f.route.access == Access::Sealed) =>
+                {
+                    let miss = found.err().unwrap_or(Miss::NotFound);
+                    whole(error_response(no_route(miss, &method, &path)))
+                }
+                Ok(scopes) => {
+                    let found = found.expect("a route");
+                    if found.route.handler == Handler::Events {
+                        self.events()
+                            .unwrap_or_else(|error| whole(error_response(error)))
+                    } else {
+                        whole(
+                            self.dispatch(found, request, scopes)
+                                .await
+                                .unwrap_or_else(error_response),
+                        )
+                    }
+                }
+            }
         };
         self.responses
             .get_or_create(&vec![(
@@ -816,13 +630,15 @@ impl Api {
     }
 
     /// Whether this request may be served here: TLS when TLS is on, a
-    /// token with the route's scope when tokens are on, and a front-end
-    /// node for the API itself. Returns the token's scopes when one was
+    /// token with the route's scope when tokens are on (a request without
+    /// a route needs one too: see [`routes`]), and a front-end node unless
+    /// every node serves the route. Returns the token's scopes when one was
     /// checked.
     async fn admit(
         &self,
         request: &Request<Incoming>,
         secure: bool,
+        found: &Result<routes::Found<'_>, Miss>,
     ) -> Result<Option<crate::security::token::Scopes>, ApiError> {
         if self.security.tls.is_some() && !secure {
             counters::refused(what::CONNECTION, "plain_http_on_tls");
@@ -831,12 +647,10 @@ impl Api {
                 "this node serves its API over TLS: use https://",
             ));
         }
-        let path = request.uri().path().to_string();
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let method = request.method().clone();
+        let method = request.method();
         let mut checked = None;
         if let Some(table) = &self.security.tokens
-            && let Some(scope) = auth::needed_scope(&method, &segments)
+            && let Some(scope) = routes::scope(method, found)
         {
             let scopes = self.authenticate(table, request).await?;
             checked = Some(scopes);
@@ -845,20 +659,18 @@ impl Api {
                 return Err(ApiError::new(
                     ErrorCode::Forbidden,
                     format!(
-                        "{method} {path} needs a token with the {} scope",
+                        "{method} {} needs a token with the {} scope",
+                        request.uri().path(),
                         scope.name()
                     ),
                 ));
             }
         }
-        let open_to_all = matches!(
-            segments.as_slice(),
-            ["healthz" | "metrics" | "openapi.json"]
-                | ["v1", "cluster" | "overview" | "events" | "whoami"]
-                | ["v1", "modules", _]
-                | ["v1", "node", "leave"]
-        );
-        if !self.node.roles.front_end && !open_to_all {
+        let serves = match found {
+            Ok(found) => found.route.serves,
+            Err(miss) => miss.serves(),
+        };
+        if !self.node.roles.front_end && serves == Serves::FrontEnd {
             return Err(ApiError::new(
                 ErrorCode::NotFrontEnd,
                 format!(
@@ -870,176 +682,189 @@ impl Api {
         Ok(checked)
     }
 
-    async fn public(&self, request: Request<Incoming>, secure: bool) -> Result<Reply200, ApiError> {
-        // The page holds no data, but a token is typed into it: over TLS
-        // when the node has TLS.
-        if request.method() == Method::GET
-            && (secure || self.security.tls.is_none())
-            && let Some(page) = dashboard::asset(request.uri().path())
-        {
-            return Ok(page);
-        }
-        let scopes = self.admit(&request, secure).await?;
-        let path = request.uri().path().to_string();
-        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let method = request.method().clone();
-        match (&method, segments.as_slice()) {
-            (&Method::GET, ["healthz"]) => self.health(),
-            (&Method::GET, ["openapi.json"]) => Ok(bytes("application/json", openapi::document())),
-            (&Method::POST, ["v1", "node", "leave"]) => {
-                self.leave.notify_one();
-                Ok(json(
-                    StatusCode::ACCEPTED,
-                    &LeavingResponse {
-                        node: self.node.id.clone(),
-                        status: "leaving".into(),
-                    },
-                ))
-            }
-            (&Method::GET, ["metrics"]) => self.metrics().await,
-            (&Method::POST, ["v1", "modules"]) => {
-                let body = read_body_as(
-                    request,
-                    crate::runtime::module::MODULE_BYTES_MAX,
-                    ErrorCode::ModuleTooLarge,
-                )
-                .await?;
-                let (digest, new) = self.modules.put(&body).await?;
-                self.fetcher
-                    .replicate(&body)
-                    .await
-                    .map_err(|e| ApiError::new(ErrorCode::ReplicationFailed, e.to_string()))?;
-                let status = if new {
-                    StatusCode::CREATED
-                } else {
-                    StatusCode::OK
-                };
-                Ok(json(
-                    status,
-                    &ModuleBody {
-                        digest: digest.to_string(),
-                        bytes: body.len() as u64,
-                        ..ModuleBody::default()
-                    },
-                ))
-            }
-            (&Method::GET, ["v1", "modules"]) => self.module_list().await,
-            (&Method::GET, ["v1", "modules", digest]) => {
-                let digest = parse_digest(digest, ErrorCode::ModuleNotStored)?;
-                if !self.modules.contains(&digest) {
-                    return Err(not_stored(ErrorCode::ModuleNotStored, &digest));
-                }
-                let wasm = self.modules.read(&digest).await?;
-                Ok(bytes("application/wasm", wasm))
-            }
-            (&Method::POST, ["v1", "jobs"]) => {
-                let body = read_body(request, JOB_BODY_BYTES_MAX).await?;
-                let submit: SubmitRequest = parse_json(&body)?;
-                let accepted = self.submit(submit).await?;
+    /// Answers a public request already admitted: reads its body within
+    /// the route's bound, then hands it to the route's handler.
+    async fn dispatch(
+        &self,
+        found: routes::Found<'_>,
+        request: Request<Incoming>,
+        scopes: Option<crate::security::token::Scopes>,
+    ) -> Result<Reply200, ApiError> {
+        let route = found.route;
+        let (parts, incoming) = request.into_parts();
+        let body = if route.body_bytes_max > 0 {
+            read_body(
+                &parts.headers,
+                incoming,
+                route.body_bytes_max,
+                route.too_large,
+            )
+            .await?
+        } else {
+            Bytes::new()
+        };
+        // Every route with a `{...}` segment names it; the table's test
+        // holds that, so an empty one is only ever a route without.
+        let param = found.param.unwrap_or_default();
+        let params = || params(&parts.uri);
+        match route.handler {
+            Handler::Healthz => self.health(),
+            Handler::OpenApi => Ok(bytes("application/json", openapi::document())),
+            Handler::Metrics => self.metrics().await,
+            Handler::NodeLeave => Ok(self.node_leave()),
+            Handler::DashboardPage
+            | Handler::DashboardIndex
+            | Handler::DashboardScript
+            | Handler::DashboardStyle => dashboard::asset(parts.uri.path())
+                .ok_or_else(|| no_route(Miss::NotFound, &parts.method, parts.uri.path())),
+            Handler::ModuleUpload => self.module_upload(body).await,
+            Handler::ModuleList => self.module_list().await,
+            Handler::ModuleGet => self.module_get(param).await,
+            Handler::JobSubmit => {
+                let accepted = self.submit(parse_json(&body)?).await?;
                 Ok(json(StatusCode::ACCEPTED, &accepted))
             }
-            (&Method::POST, ["v1", "jobs", "batch"]) => {
-                let body = read_body(request, BATCH_BODY_BYTES_MAX).await?;
-                let batch: BatchRequest = parse_json(&body)?;
-                Ok(json(StatusCode::ACCEPTED, &self.submit_batch(batch).await?))
+            Handler::JobBatch => {
+                let accepted = self.submit_batch(parse_json(&body)?).await?;
+                Ok(json(StatusCode::ACCEPTED, &accepted))
             }
-            (&Method::POST, ["v1", "jobs", "wait"]) => {
-                let body = read_body(request, WAIT_BODY_BYTES_MAX).await?;
-                let wait: WaitRequest = parse_json(&body)?;
-                Ok(json(StatusCode::OK, &self.wait_finished(wait).await?))
+            Handler::JobWait => {
+                let finished = self.wait_finished(parse_json(&body)?).await?;
+                Ok(json(StatusCode::OK, &finished))
             }
-            (&Method::GET, ["v1", "jobs"]) => self.list(&params(&request)).await,
-            (&Method::POST, ["v1", "jobs", "bulk"]) => {
-                let body = read_body(request, CONTROL_BODY_BYTES_MAX).await?;
-                self.bulk(parse_json(&body)?).await
+            Handler::JobList => self.list(&params()).await,
+            Handler::JobBulk => self.bulk(parse_json(&body)?).await,
+            Handler::JobGet => self.job_get(job_id(param)?, &params()).await,
+            Handler::JobCancel => self.job_cancel(job_id(param)?).await,
+            Handler::JobResult => self.job_result(job_id(param)?, &params()).await,
+            Handler::JobInput => self.input(job_id(param)?).await,
+            Handler::DagSubmit => self.dag_submit(parse_json(&body)?).await,
+            Handler::DagGet => self.dag_status(job_id(param)?).await,
+            Handler::ScheduleList => self.schedule_list().await,
+            Handler::ScheduleCreate => self.schedule_create(parse_json(&body)?).await,
+            Handler::ScheduleGet => self.schedule_get(param).await,
+            Handler::ScheduleDelete => self.schedule_delete(param).await,
+            Handler::SchedulePause => self.schedule_pause(param, true).await,
+            Handler::ScheduleResume => self.schedule_pause(param, false).await,
+            Handler::ScheduleBackfill => self.schedule_backfill(param, parse_json(&body)?).await,
+            Handler::Overview => Ok(json(StatusCode::OK, &self.overview().await?)),
+            // Streamed: `handle` answers it before dispatching.
+            Handler::Events => Err(ApiError::new(ErrorCode::Internal, "a streamed route")),
+            Handler::Whoami => Ok(self.whoami(&parts.headers, scopes)),
+            Handler::Cluster => self.cluster().await,
+            Handler::VoterRemove => self.remove_voter(param).await,
+            Handler::MasterBuild => self.master_build().await,
+            Handler::MasterUpgrade => self.master_upgrade(body).await,
+            Handler::MasterRollback => self.master_rollback().await,
+            Handler::TokenList => self.tokens(auth::TokenOp::List).await,
+            Handler::TokenCreate => self.tokens(auth::TokenOp::Create(parse_json(&body)?)).await,
+            Handler::TokenRevoke => self.tokens(auth::TokenOp::Revoke(param.to_string())).await,
+            Handler::InternalMaster
+            | Handler::InternalReplication
+            | Handler::InternalVoters
+            | Handler::InternalModules
+            | Handler::InternalModuleFetch
+            | Handler::InternalMasters
+            | Handler::InternalMasterFetch
+            | Handler::InternalTokens => {
+                Err(no_route(Miss::NotFound, &parts.method, parts.uri.path()))
             }
-            (&Method::GET, ["v1", "overview"]) => Ok(json(StatusCode::OK, &self.overview().await?)),
-            (&Method::GET, ["v1", "whoami"]) => Ok(self.whoami(&request, scopes)),
-            (&Method::GET, ["v1", "jobs", id, "input"]) => self.input(job_id(id)?).await,
-            // `batch`, `wait` and `bulk` are routes of their own (405 for GET).
-            (&Method::GET, ["v1", "jobs", id]) if !matches!(*id, "batch" | "wait" | "bulk") => {
-                let id = job_id(id)?;
-                self.wait(id, &params(&request)).await?;
-                let Answer::Job(view) = self.master.query(Query::Job { id }).await? else {
-                    return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-                };
-                let mut response = self.job_response(*view);
-                if response.state == "running" && response.progress.is_none() {
-                    // Running on another node: its worker's last poll brought it.
-                    let current = response.attempts.last().map(|a| a.number);
-                    response.progress = self
-                        .master
-                        .progress(id)
-                        .await?
-                        .filter(|p| Some(p.attempt) == current)
-                        .map(|p| ProgressBody {
-                            fraction: p.fraction,
-                            message: p.message,
-                        });
-                }
-                Ok(json(StatusCode::OK, &response))
-            }
-            (&Method::DELETE, ["v1", "jobs", id]) if !matches!(*id, "batch" | "wait" | "bulk") => {
-                let id = job_id(id)?;
-                self.master.command(Command::Cancel { id }).await?;
-                let Answer::Job(view) = self.master.query(Query::Job { id }).await? else {
-                    return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-                };
-                Ok(json(StatusCode::OK, &self.job_response(*view)))
-            }
-            (&Method::GET, ["v1", "jobs", id, "result"]) => {
-                let id = job_id(id)?;
-                self.wait(id, &params(&request)).await?;
-                match self.master.query(Query::Result { id }).await? {
-                    Answer::Result(result) => Ok(bytes("application/octet-stream", result)),
-                    _ => Err(ApiError::new(ErrorCode::Internal, "unexpected answer")),
-                }
-            }
-            (&Method::POST, ["v1", "dags"]) => {
-                let body = read_body(request, BATCH_BODY_BYTES_MAX).await?;
-                self.dag_submit(parse_json(&body)?).await
-            }
-            (&Method::GET, ["v1", "dags", id]) => self.dag_status(job_id(id)?).await,
-            (&Method::GET, ["v1", "schedules"]) => self.schedule_list().await,
-            (&Method::POST, ["v1", "schedules"]) => {
-                let body = read_body(request, JOB_BODY_BYTES_MAX).await?;
-                self.schedule_create(parse_json(&body)?).await
-            }
-            (&Method::GET, ["v1", "schedules", name]) => self.schedule_get(name).await,
-            (&Method::DELETE, ["v1", "schedules", name]) => self.schedule_delete(name).await,
-            (&Method::POST, ["v1", "schedules", name, action @ ("pause" | "resume")]) => {
-                self.schedule_pause(name, *action == "pause").await
-            }
-            (&Method::POST, ["v1", "schedules", name, "backfill"]) => {
-                let body = read_body(request, CONTROL_BODY_BYTES_MAX).await?;
-                self.schedule_backfill(name, parse_json(&body)?).await
-            }
-            (&Method::GET, ["v1", "cluster"]) => self.cluster().await,
-            (&Method::GET, ["v1", "master"]) => self.master_build().await,
-            (&Method::POST, ["v1", "master", "upgrade"]) => {
-                let limit = crate::master::upgrade::MASTER_BYTES_MAX;
-                let body = read_body_as(request, limit, ErrorCode::BodyTooLarge).await?;
-                self.master_upgrade(body).await
-            }
-            (&Method::POST, ["v1", "master", "rollback"]) => self.master_rollback().await,
-            (&Method::DELETE, ["v1", "cluster", "voters", node]) => self.remove_voter(node).await,
-            (&Method::GET, ["v1", "tokens"]) => self.tokens(auth::TokenOp::List).await,
-            (&Method::POST, ["v1", "tokens"]) => {
-                let body = read_body(request, CONTROL_BODY_BYTES_MAX).await?;
-                self.tokens(auth::TokenOp::Create(parse_json(&body)?)).await
-            }
-            (&Method::DELETE, ["v1", "tokens", id]) => {
-                self.tokens(auth::TokenOp::Revoke(id.to_string())).await
-            }
-            _ => Err(no_route(&method, &path, &segments)),
         }
     }
 
-    /// A node-to-node request: opened with the cluster key (if the node has
-    /// one), routed, and its answer sealed bound to the request.
+    /// `POST /v1/node/leave`: the node leaves as on SIGTERM.
+    fn node_leave(&self) -> Reply200 {
+        self.leave.notify_one();
+        json(
+            StatusCode::ACCEPTED,
+            &LeavingResponse {
+                node: self.node.id.clone(),
+                status: "leaving".into(),
+            },
+        )
+    }
+
+    /// `GET /v1/modules/{digest}`: a module's bytes.
+    async fn module_get(&self, digest: &str) -> Result<Reply200, ApiError> {
+        let digest = parse_digest(digest, ErrorCode::ModuleNotStored)?;
+        if !self.modules.contains(&digest) {
+            return Err(not_stored(ErrorCode::ModuleNotStored, &digest));
+        }
+        let wasm = self.modules.read(&digest).await?;
+        Ok(bytes("application/wasm", wasm))
+    }
+
+    /// `DELETE /v1/jobs/{id}`: cancels the job; answers its record.
+    async fn job_cancel(&self, id: u64) -> Result<Reply200, ApiError> {
+        self.master.command(Command::Cancel { id }).await?;
+        let view = self.master.job(id).await?;
+        Ok(json(StatusCode::OK, &self.job_response(view)))
+    }
+
+    /// `GET /v1/jobs/{id}/result`: a succeeded job's output, once settled
+    /// if asked to wait.
+    async fn job_result(
+        &self,
+        id: u64,
+        params: &HashMap<String, String>,
+    ) -> Result<Reply200, ApiError> {
+        self.wait(id, params).await?;
+        let result = self.master.result(id).await?;
+        Ok(bytes("application/octet-stream", result))
+    }
+
+    /// `POST /v1/modules`: stores the module here and on the other back-end
+    /// nodes.
+    async fn module_upload(&self, body: Bytes) -> Result<Reply200, ApiError> {
+        let (digest, new) = self.modules.put(&body).await?;
+        self.fetcher
+            .replicate(&body)
+            .await
+            .map_err(|e| ApiError::new(ErrorCode::ReplicationFailed, e.to_string()))?;
+        let status = if new {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        Ok(json(
+            status,
+            &ModuleBody {
+                digest: digest.to_string(),
+                bytes: body.len() as u64,
+                ..ModuleBody::default()
+            },
+        ))
+    }
+
+    /// `GET /v1/jobs/{id}`: the job, once settled if asked to wait, with
+    /// the progress of its running attempt.
+    async fn job_get(
+        &self,
+        id: u64,
+        params: &HashMap<String, String>,
+    ) -> Result<Reply200, ApiError> {
+        self.wait(id, params).await?;
+        let view = self.master.job(id).await?;
+        let mut response = self.job_response(view);
+        if response.state == "running" && response.progress.is_none() {
+            // Running on another node: its worker's last poll brought it.
+            let current = response.attempts.last().map(|a| a.number);
+            response.progress = self
+                .master
+                .progress(id)
+                .await?
+                .filter(|p| Some(p.attempt) == current)
+                .map(|p| ProgressBody {
+                    fraction: p.fraction,
+                    message: p.message,
+                });
+        }
+        Ok(json(StatusCode::OK, &response))
+    }
+
     /// Creates, revokes or lists tokens through the master.
     async fn tokens(&self, op: auth::TokenOp) -> Result<Reply200, ApiError> {
-        token_op(&self.master, self.security.tokens.as_ref(), op).await
+        auth::token_op(&self.master, self.security.tokens.as_ref(), op).await
     }
 
     fn health(&self) -> Result<Reply200, ApiError> {
@@ -1191,15 +1016,15 @@ impl Api {
         if wait.ids.is_empty() {
             return Ok(WaitResponse { jobs: Vec::new() });
         }
-        let query = Query::Finished {
-            ids: wait.ids,
-            output_max: WAIT_OUTPUT_BYTES_MAX,
-            output_total: WAIT_OUTPUTS_BYTES_MAX,
-        };
-        let wait = Duration::from_millis(wait.wait_ms.min(WAIT_MS_MAX));
-        let Answer::Finished(jobs) = self.master.wait_finished(query, wait).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-        };
+        let waiting = Duration::from_millis(wait.wait_ms.min(WAIT_MS_MAX));
+        let jobs = (self.master)
+            .finished(
+                wait.ids,
+                WAIT_OUTPUT_BYTES_MAX,
+                WAIT_OUTPUTS_BYTES_MAX,
+                waiting,
+            )
+            .await?;
         let engine = &base64::engine::general_purpose::STANDARD;
         Ok(WaitResponse {
             jobs: jobs
@@ -1239,15 +1064,9 @@ impl Api {
                 format!("limit must be 1 to {most}, got {limit}"),
             ));
         }
-        let query = Query::Jobs {
-            filter,
-            after: number(params, "cursor")?,
-            limit,
-            newest_first,
-        };
-        let Answer::Jobs { jobs, next } = self.master.query(query).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-        };
+        let after = number(params, "cursor")?;
+        let page = self.master.jobs(filter, after, limit, newest_first).await?;
+        let (jobs, next) = (page.jobs, page.next);
         Ok(json(
             StatusCode::OK,
             &JobListResponse {
@@ -1333,9 +1152,7 @@ impl Api {
     /// `GET /v1/modules`: what each module is, and how many jobs the
     /// master holds that run it.
     async fn module_list(&self) -> Result<Reply200, ApiError> {
-        let Answer::ModuleUse(uses) = self.master.query(Query::ModuleUse).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-        };
+        let uses = self.master.module_use().await?;
         let uses: HashMap<[u8; 32], u64> = uses.into_iter().collect();
         let mut modules = Vec::new();
         for module in self.modules.list() {
@@ -1354,9 +1171,7 @@ impl Api {
 
     /// `GET /v1/cluster`'s answer.
     async fn cluster_body(&self) -> Result<ClusterResponse, ApiError> {
-        let Answer::Workers(workers) = self.master.query(Query::Workers).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-        };
+        let workers = self.master.workers().await?;
         let busy = |id: &str| workers.iter().find(|w| w.id == id).map_or(0, |w| w.running);
         let (master_node, master_epoch) = self.master.host().unwrap_or_default();
         let view = self.view.borrow().clone();
@@ -1477,9 +1292,7 @@ impl Api {
     }
 
     async fn metrics(&self) -> Result<Reply200, ApiError> {
-        let Answer::Stats(stats) = self.master.query(Query::Stats).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-        };
+        let stats = self.master.stats().await?;
         let local = self.master.local();
         let idle = crate::master::service::MasterCounters::default();
         let counters = local.as_ref().map_or(&idle, |m| m.counters());

@@ -10,7 +10,7 @@ use super::types::{
 };
 use super::{Api, ApiError, ErrorCode, Reply200, json};
 use crate::runtime::Digest;
-use cohort_master::{Answer, Command, Every, Overlap, Query, Reply, ScheduleSpec, ScheduleView};
+use cohort_master::{Command, Every, Overlap, Reply, ScheduleSpec, ScheduleView};
 use hyper::StatusCode;
 
 /// The catch-up window of a schedule that does not give one.
@@ -67,9 +67,7 @@ impl Api {
 
     /// `GET /v1/schedules`.
     pub(super) async fn schedule_list(&self) -> Result<Reply200, ApiError> {
-        let Answer::Schedules(views) = self.master.query(Query::Schedules).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-        };
+        let views = self.master.schedules().await?;
         let schedules = views.into_iter().map(response).collect();
         Ok(json(StatusCode::OK, &ScheduleListResponse { schedules }))
     }
@@ -131,11 +129,7 @@ impl Api {
     }
 
     async fn schedule_view(&self, name: &str) -> Result<ScheduleView, ApiError> {
-        let query = Query::Schedule { name: name.into() };
-        let Answer::Schedule(view) = self.master.query(query).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected answer"));
-        };
-        Ok(*view)
+        Ok(self.master.schedule(name.into()).await?)
     }
 }
 

@@ -13,6 +13,7 @@
 pub mod history;
 pub mod link;
 pub mod modules;
+pub mod queries;
 pub mod singleton;
 
 #[cfg(test)]

@@ -484,7 +484,7 @@ mod properties {
     //! written or a `Snapshot` error naming the file, never a panic, and a
     //! header claiming a huge state is refused for what the file holds, not
     //! allocated for. Long run:
-    //! `PROPTEST_CASES=100000 cargo test -p cohort --lib master::store`.
+    //! `PROPTEST_CASES=100000 cargo test -p cohort --lib journal::durable`.
     use super::*;
     use proptest::collection::vec;
     use proptest::prelude::*;

@@ -274,10 +274,7 @@ pub struct WasmCore {
 }
 
 fn rejection(r: RejectionRecord) -> Rejection {
-    Rejection {
-        code: r.code,
-        message: r.message,
-    }
+    Rejection::new(r.code, r.message)
 }
 
 impl Core for WasmCore {
@@ -374,13 +371,13 @@ mod tests {
                         out.extend(events.iter().cloned());
                         out.extend(core.apply(&events).unwrap().unwrap());
                     }
-                    Err(rejection) => out.push(rejection.code.into_bytes()),
+                    Err(rejection) => out.push(rejection.code.as_str().as_bytes().to_vec()),
                 }
                 for id in 0..4 {
                     let query = cohort_master::Query::Job { id };
                     match core.query(now, encode(&query)).unwrap() {
                         Ok(answer) => out.push(answer),
-                        Err(rejection) => out.push(rejection.code.into_bytes()),
+                        Err(rejection) => out.push(rejection.code.as_str().as_bytes().to_vec()),
                     }
                 }
             }

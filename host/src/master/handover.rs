@@ -8,15 +8,13 @@
 //! ([`replay`]). The live switch, every replay of a switch record and a
 //! recovery all go through these same functions, so they cannot disagree.
 //!
-//! Every refusal carries one of the upgrade's codes (`upgrade::INVALID_MASTER`
+//! Every refusal carries one of the upgrade's codes ([`ErrorCode::InvalidMaster`]
 //! and the rest); nothing here touches the journal or the disk but the
 //! compile cache.
 
 use super::core::{Core, CoreResult, MasterComponent};
-use super::upgrade::{
-    ALLOWED_IMPORT_PREFIXES, INVALID_MASTER, MASTER_BYTES_MAX, MASTER_TRAPS,
-    NONDETERMINISTIC_IMPORT, REPLAY_DIVERGED, SNAPSHOT_UNREADABLE, WRONG_WORLD,
-};
+use super::upgrade::{ALLOWED_IMPORT_PREFIXES, MASTER_BYTES_MAX};
+use crate::codes::ErrorCode;
 use cohort_master::Rejection;
 use std::path::Path;
 
@@ -24,8 +22,8 @@ use std::path::Path;
 /// Events applied per call while replaying the journal.
 pub(crate) const REPLAY_CHUNK: usize = 4096;
 
-fn refuse(code: &str, message: impl Into<String>) -> Rejection {
-    Rejection::new(code, message)
+fn refuse(code: ErrorCode, message: impl Into<String>) -> Rejection {
+    Rejection::new(code.as_str(), message)
 }
 
 /// Checks an uploaded master before anything is stored: it compiles, has
@@ -35,7 +33,7 @@ fn refuse(code: &str, message: impl Into<String>) -> Rejection {
 pub fn check_component(wasm: &[u8], data_dir: Option<&Path>) -> Result<MasterComponent, Rejection> {
     if wasm.len() > MASTER_BYTES_MAX {
         return Err(refuse(
-            INVALID_MASTER,
+            ErrorCode::InvalidMaster,
             format!(
                 "{} bytes; a master is at most {MASTER_BYTES_MAX}",
                 wasm.len()
@@ -44,7 +42,7 @@ pub fn check_component(wasm: &[u8], data_dir: Option<&Path>) -> Result<MasterCom
     }
     let component = MasterComponent::compile(wasm, data_dir).map_err(|e| {
         refuse(
-            INVALID_MASTER,
+            ErrorCode::InvalidMaster,
             format!("not a Wasm component this node can compile: {e:#}"),
         )
     })?;
@@ -54,7 +52,7 @@ pub fn check_component(wasm: &[u8], data_dir: Option<&Path>) -> Result<MasterCom
         .find(|name| !ALLOWED_IMPORT_PREFIXES.iter().any(|p| name.starts_with(p)))
     {
         return Err(refuse(
-            NONDETERMINISTIC_IMPORT,
+            ErrorCode::MasterNondeterministicImport,
             format!(
                 "the component imports `{import}`; a master must be deterministic, so it may \
                  import only {}",
@@ -62,7 +60,7 @@ pub fn check_component(wasm: &[u8], data_dir: Option<&Path>) -> Result<MasterCom
             ),
         ));
     }
-    start(&component, None, MASTER_TRAPS)?;
+    start(&component, None, ErrorCode::MasterTraps)?;
     Ok(component)
 }
 
@@ -71,11 +69,11 @@ pub fn check_component(wasm: &[u8], data_dir: Option<&Path>) -> Result<MasterCom
 pub fn start(
     component: &MasterComponent,
     state: Option<&[u8]>,
-    code: &str,
+    code: ErrorCode,
 ) -> Result<Box<dyn Core>, Rejection> {
     let linked = component.link().map_err(|e| {
         refuse(
-            WRONG_WORLD,
+            ErrorCode::MasterWrongWorld,
             format!("the component does not export the master world `cohort:master/master`: {e:#}"),
         )
     })?;
@@ -95,24 +93,28 @@ pub fn start(
 /// switch does, and what every replay of a switch record does again.
 pub fn hand_over(core: &mut dyn Core, component: &MasterComponent) -> CoreResult<Box<dyn Core>> {
     let state = core.snapshot()?;
-    Ok(start(component, Some(&state), SNAPSHOT_UNREADABLE))
+    Ok(start(
+        component,
+        Some(&state),
+        ErrorCode::MasterSnapshotUnreadable,
+    ))
 }
 
 /// Applies `events` in chunks; a rejection or trap is the upgrade's
-/// [`REPLAY_DIVERGED`].
+/// [`ErrorCode::MasterReplayDiverged`].
 pub fn replay(core: &mut dyn Core, events: &[Vec<u8>]) -> Result<(), Rejection> {
     for chunk in events.chunks(REPLAY_CHUNK) {
         match core.apply(chunk) {
             Ok(Ok(_)) => {}
             Ok(Err(rejection)) => {
                 return Err(refuse(
-                    REPLAY_DIVERGED,
+                    ErrorCode::MasterReplayDiverged,
                     format!("the new master refused a journaled event: {rejection}"),
                 ));
             }
             Err(trap) => {
                 return Err(refuse(
-                    REPLAY_DIVERGED,
+                    ErrorCode::MasterReplayDiverged,
                     format!("the new master trapped replaying the journal: {trap:#}"),
                 ));
             }
@@ -132,7 +134,7 @@ mod tests {
     fn refusal(wasm: &[u8]) -> String {
         match check_component(wasm, None) {
             Ok(_) => "accepted".into(),
-            Err(rejection) => rejection.code,
+            Err(rejection) => rejection.code.as_str().to_string(),
         }
     }
 
@@ -141,7 +143,7 @@ mod tests {
         for wasm in [crate::guests::MASTER.to_vec(), guest("fifo_master")] {
             let component = check_component(&wasm, None).unwrap();
             // Each reads the other's state: they share the state format.
-            let mut core = start(&component, None, MASTER_TRAPS).unwrap();
+            let mut core = start(&component, None, ErrorCode::MasterTraps).unwrap();
             let state = core.snapshot().unwrap();
             let builtin = MasterComponent::load(None).unwrap();
             let mut handed = hand_over(core.as_mut(), &builtin).unwrap().unwrap();
@@ -151,15 +153,27 @@ mod tests {
 
     #[test]
     fn broken_masters_are_refused_by_name() {
-        assert_eq!(refusal(b"\0asm not really"), INVALID_MASTER);
-        assert_eq!(refusal(&guest("fixture_wrong_world")), WRONG_WORLD);
-        assert_eq!(refusal(&guest("fixture_master_trap")), MASTER_TRAPS);
+        assert_eq!(
+            refusal(b"\0asm not really"),
+            ErrorCode::InvalidMaster.as_str()
+        );
+        assert_eq!(
+            refusal(&guest("fixture_wrong_world")),
+            ErrorCode::MasterWrongWorld.as_str()
+        );
+        assert_eq!(
+            refusal(&guest("fixture_master_trap")),
+            ErrorCode::MasterTraps.as_str()
+        );
         assert_eq!(
             refusal(&guest("fixture_master_clock")),
-            NONDETERMINISTIC_IMPORT
+            ErrorCode::MasterNondeterministicImport.as_str()
         );
         // A job component imports the job host's interfaces.
-        assert_eq!(refusal(&guest("fixture_echo")), NONDETERMINISTIC_IMPORT);
+        assert_eq!(
+            refusal(&guest("fixture_echo")),
+            ErrorCode::MasterNondeterministicImport.as_str()
+        );
         // Starts empty, but cannot read a running master's state.
         let stale = check_component(&guest("fixture_master_stale"), None).unwrap();
         let builtin = MasterComponent::load(None).unwrap();
@@ -167,6 +181,6 @@ mod tests {
         let Err(refused) = hand_over(&mut running, &stale).unwrap() else {
             panic!("a master that reads no snapshot took the state");
         };
-        assert_eq!(refused.code, SNAPSHOT_UNREADABLE);
+        assert_eq!(refused.code, ErrorCode::MasterSnapshotUnreadable.as_str());
     }
 }

@@ -1,9 +1,9 @@
 //! The master, host side: runs the master component (`host/master`) on the
 //! node that hosts it, journals its events and serves its callers.
 //!
-//! From the bottom up (each imports only those above it in this list):
+//! From the bottom up (each imports only those above it in this list; the
+//! journal segments and snapshots on disk are `crate::journal::durable`):
 //!
-//! * [`store`] — journal segments and snapshots on disk.
 //! * [`upgrade`] — which master build runs: the journal's switch record,
 //!   the snapshot's build tag, uploaded builds on disk, the upgrade's codes.
 //! * [`core`] — the component (or the same logic linked natively) behind
@@ -26,7 +26,6 @@ mod recovery;
 pub mod service;
 mod shadow;
 pub mod standby;
-pub mod store;
 #[cfg(test)]
 mod testing;
 pub mod upgrade;

@@ -15,8 +15,8 @@
 
 use super::core::{Core, CoreKind, MasterComponent, NativeCore};
 use super::handover::{self, REPLAY_CHUNK};
-use super::store::{Snapshot as StoredSnapshot, StoreError};
 use super::upgrade::{self, Build, Builds};
+use crate::journal::durable::{Snapshot as StoredSnapshot, StoreError};
 use crate::replication::Events;
 use cohort_master::Config;
 use std::collections::HashMap;

@@ -49,8 +49,10 @@ use super::recovery::{
 };
 use super::shadow::{Shadow, Taken};
 use super::upgrade::{self, Build, Builds, Switch};
+use crate::codes::ErrorCode;
 use crate::contract::{MasterError, Poll, PollResult, ProgressReport, now_ms};
-use crate::replication::{Completion, Replication, ReplicationStatus, Started};
+use crate::journal::durable::Snapshot as StoredSnapshot;
+use crate::replication::{Completion, Events, Replication, ReplicationStatus, Started};
 use cohort_master::{
     Answer, Assignment, Command, Config, Effect, Failure, JobId, JobState, Millis, Outcome, Query,
     Rejection, Reply, decode, encode,
@@ -326,11 +328,12 @@ impl MasterHandle {
     /// or the built-in one) after checking it (see [`upgrade`]). A refusal
     /// changes nothing.
     pub async fn upgrade(&self, to: Build) -> Result<SwitchReport, MasterError> {
-        let refused =
-            |code: &str, message: String| MasterError::Rejected(Rejection::new(code, message));
+        let refused = |code: ErrorCode, message: String| {
+            MasterError::Rejected(Rejection::new(code.as_str(), message))
+        };
         if self.core == CoreKind::Native {
             return Err(refused(
-                upgrade::UPGRADE_UNSUPPORTED,
+                ErrorCode::UpgradeUnsupported,
                 "this node runs the master natively (--master-core native), which is always \
                  the built-in master"
                     .into(),
@@ -351,14 +354,14 @@ impl MasterHandle {
             tokio::task::spawn_blocking(move || MasterComponent::load_build(&data_dir, to))
                 .await
                 .map_err(|e| MasterError::Unavailable(format!("the compiler thread failed: {e}")))?
-                .map_err(|e| refused(upgrade::INVALID_MASTER, format!("{e:#}")))?;
+                .map_err(|e| refused(ErrorCode::InvalidMaster, format!("{e:#}")))?;
         let rehearsal = self.ask(Request::Rehearse).await?;
         let token = rehearsal.token;
         let started = tokio::task::spawn_blocking(move || {
             let core = handover::start(
                 &component,
                 Some(&rehearsal.state),
-                upgrade::SNAPSHOT_UNREADABLE,
+                ErrorCode::MasterSnapshotUnreadable,
             );
             (component, core)
         })
@@ -388,7 +391,7 @@ impl MasterHandle {
         let builds = self.builds();
         if builds == Builds::default() {
             return Err(MasterError::Rejected(Rejection::new(
-                upgrade::NOTHING_TO_ROLL_BACK,
+                ErrorCode::NothingToRollBack.as_str(),
                 "the built-in master runs and always did: there is nothing to roll back to",
             )));
         }
@@ -469,32 +472,9 @@ pub fn start_warm(
         ..
     } = started;
     let snapshot_index = snapshot.as_ref().map(|s| s.index);
-    let (replayer, shadow_from, events_replayed) = match (warm, warm_from) {
-        (Some(warm), Some(from)) if warm.at == from => {
-            let mut replayer = Replayer::resume(&options, warm);
-            let replayed = replay_as_read(&mut replayer, events, prepare, |_| {})?;
-            (replayer, ShadowFrom::Disk(restore), replayed)
-        }
-        (None, None) => {
-            // Each chunk is replayed as it arrives, and kept for the
-            // shadow, which starts from the same state.
-            let mut replayer = Replayer::recover(&options, snapshot.as_ref())?;
-            let mut all = Vec::new();
-            let replayed =
-                replay_as_read(&mut replayer, events, prepare, |chunk| all.extend(chunk))?;
-            let recovered = Arc::new(Recovered {
-                snapshot,
-                events: all,
-            });
-            (replayer, ShadowFrom::Recovered(recovered), replayed)
-        }
-        (warm, from) => {
-            return Err(StartError::Core(anyhow::anyhow!(
-                "a standby's state before {:?} cannot start a master whose journal is read from {from:?}",
-                warm.map(|w| w.at)
-            )));
-        }
-    };
+    let (replayer, shadow_from, events_replayed) = bring_up_to_date(
+        &options, warm, warm_from, snapshot, events, restore, prepare,
+    )?;
     let Replayer {
         core,
         builds,
@@ -567,6 +547,44 @@ pub fn start_warm(
         },
         report,
     ))
+}
+
+/// The master brought up to date: from the warm standby's state when it
+/// is the one the journal's read starts after, else from the snapshot,
+/// replaying the events as they are read; and where the shadow starts.
+fn bring_up_to_date<'a>(
+    options: &'a MasterOptions,
+    warm: Option<Warm>,
+    warm_from: Option<u64>,
+    snapshot: Option<StoredSnapshot>,
+    events: Events,
+    restore: crate::replication::storage::Restore,
+    prepare: impl FnMut(&[Vec<u8>]) -> Result<(), String>,
+) -> Result<(Replayer<'a>, ShadowFrom, u64), StartError> {
+    match (warm, warm_from) {
+        (Some(warm), Some(from)) if warm.at == from => {
+            let mut replayer = Replayer::resume(options, warm);
+            let replayed = replay_as_read(&mut replayer, events, prepare, |_| {})?;
+            Ok((replayer, ShadowFrom::Disk(restore), replayed))
+        }
+        (None, None) => {
+            // Each chunk is replayed as it arrives, and kept for the
+            // shadow, which starts from the same state.
+            let mut replayer = Replayer::recover(options, snapshot.as_ref())?;
+            let mut all = Vec::new();
+            let replayed =
+                replay_as_read(&mut replayer, events, prepare, |chunk| all.extend(chunk))?;
+            let recovered = Arc::new(Recovered {
+                snapshot,
+                events: all,
+            });
+            Ok((replayer, ShadowFrom::Recovered(recovered), replayed))
+        }
+        (warm, from) => Err(StartError::Core(anyhow::anyhow!(
+            "a standby's state before {:?} cannot start a master whose journal is read from {from:?}",
+            warm.map(|w| w.at)
+        ))),
+    }
 }
 
 #[derive(Default)]
@@ -711,21 +729,7 @@ impl MasterLoop {
     fn serve(&mut self, request: Request, ready: &Result<(), MasterError>) -> anyhow::Result<()> {
         let now = now_ms();
         if let Err(error) = ready.clone() {
-            // Refuse instead of deciding what could not be committed.
-            match request {
-                Request::Command(_, respond) => drop(respond.send(Err(error))),
-                Request::Query(_, respond) => drop(respond.send(Err(error))),
-                Request::Poll(_, _, respond) => drop(respond.send(Err(error))),
-                Request::Watch(..) => {}
-                Request::WaitFinished(_, respond, _) => drop(respond.send(Err(error))),
-                Request::Progress(id, respond) => {
-                    let _ = respond.send(self.progress.get(&id).cloned());
-                }
-                Request::Rehearse(respond) => drop(respond.send(Err(error))),
-                Request::Switch(_, respond) => drop(respond.send(Err(error))),
-                Request::EndRehearsal(_) => self.recording = None,
-                Request::Shutdown(_) => unreachable!("handled by the caller"),
-            }
+            self.refuse(request, error);
             return Ok(());
         }
         match request {
@@ -745,94 +749,15 @@ impl MasterLoop {
                     let _ = respond.send(outcome.and(answer));
                 });
             }
-            Request::Poll(
-                Poll {
-                    worker,
-                    slots,
-                    free,
-                    progress,
-                    held,
-                    ..
-                },
-                until,
-                respond,
-            ) => {
-                if let Some(believed) = self.believed.remove(&worker) {
-                    self.reconcile(now, &worker, believed, &held)?;
-                }
-                for report in progress {
-                    if self.progress.len() < PROGRESS_KEPT_MAX
-                        || self.progress.contains_key(&report.id)
-                    {
-                        self.progress.insert(report.id, report);
-                    }
-                }
-                let parked = Parked {
-                    worker,
-                    slots,
-                    free,
-                    until,
-                    respond,
-                };
-                if let Some(parked) = self.poll(now, parked)? {
-                    self.parked.push(parked);
-                }
-            }
+            Request::Poll(poll, until, respond) => self.serve_poll(now, poll, until, respond)?,
             Request::Progress(id, respond) => {
                 let _ = respond.send(self.progress.get(&id).cloned());
             }
-            Request::Watch(id, notify) => {
-                let settled = match self.query(now, &Query::Job { id })? {
-                    Ok(Answer::Job(view)) => view.state.is_terminal(),
-                    _ => true,
-                };
-                if settled {
-                    self.complete(move |outcome| {
-                        if outcome.is_ok() {
-                            let _ = notify.send(());
-                        }
-                    });
-                } else {
-                    self.watchers.add(vec![id], notify);
-                }
-            }
+            Request::Watch(id, notify) => self.serve_watch(now, id, notify)?,
             Request::WaitFinished(query, respond, notify) => {
-                let Query::Finished { ids, .. } = &query else {
-                    let _ = respond.send(Err(MasterError::Unavailable(
-                        "a wait for finished jobs needs Query::Finished".into(),
-                    )));
-                    return Ok(());
-                };
-                let ids = ids.clone();
-                let answer = self.query(now, &query)?.map_err(MasterError::Rejected);
-                if matches!(&answer, Ok(Answer::Finished(jobs)) if jobs.is_empty()) {
-                    self.watchers.add(ids, notify);
-                }
-                self.complete(move |outcome| {
-                    let _ = respond.send(outcome.and(answer));
-                });
+                self.serve_wait_finished(now, query, respond, notify)?;
             }
-            Request::Rehearse(respond) => {
-                self.rehearsals += 1;
-                let token = self.rehearsals;
-                self.recording = Some(Recording {
-                    token,
-                    events: Vec::new(),
-                    bytes: 0,
-                    overflowed: false,
-                });
-                // The state from which the recording starts.
-                self.take_snapshot(
-                    true,
-                    Box::new(move |state| {
-                        let _ = respond.send(
-                            state
-                                .map(|(_, state)| Rehearsal { token, state })
-                                .map_err(|e| MasterError::Unavailable(format!("{e:#}"))),
-                        );
-                    }),
-                )?;
-            }
+            Request::Rehearse(respond) => self.rehearse(respond)?,
             Request::Switch(switch, respond) => {
                 let result = self.switch(*switch)?;
                 match result {
@@ -852,6 +777,136 @@ impl MasterLoop {
         Ok(())
     }
 
+    /// Refuses `request` with `error` instead of deciding what could not
+    /// be committed (progress, held in memory, is still answered).
+    fn refuse(&mut self, request: Request, error: MasterError) {
+        match request {
+            Request::Command(_, respond) => drop(respond.send(Err(error))),
+            Request::Query(_, respond) => drop(respond.send(Err(error))),
+            Request::Poll(_, _, respond) => drop(respond.send(Err(error))),
+            Request::Watch(..) => {}
+            Request::WaitFinished(_, respond, _) => drop(respond.send(Err(error))),
+            Request::Progress(id, respond) => {
+                let _ = respond.send(self.progress.get(&id).cloned());
+            }
+            Request::Rehearse(respond) => drop(respond.send(Err(error))),
+            Request::Switch(_, respond) => drop(respond.send(Err(error))),
+            Request::EndRehearsal(_) => self.recording = None,
+            Request::Shutdown(_) => unreachable!("handled by the caller"),
+        }
+    }
+
+    /// A worker's poll: reconciles what a new master believes it runs,
+    /// keeps its progress, and answers with work now or parks it.
+    fn serve_poll(
+        &mut self,
+        now: Millis,
+        poll: Poll,
+        until: Instant,
+        respond: Respond<PollResult>,
+    ) -> anyhow::Result<()> {
+        let Poll {
+            worker,
+            slots,
+            free,
+            progress,
+            held,
+            ..
+        } = poll;
+        if let Some(believed) = self.believed.remove(&worker) {
+            self.reconcile(now, &worker, believed, &held)?;
+        }
+        for report in progress {
+            if self.progress.len() < PROGRESS_KEPT_MAX || self.progress.contains_key(&report.id) {
+                self.progress.insert(report.id, report);
+            }
+        }
+        let parked = Parked {
+            worker,
+            slots,
+            free,
+            until,
+            respond,
+        };
+        if let Some(parked) = self.poll(now, parked)? {
+            self.parked.push(parked);
+        }
+        Ok(())
+    }
+
+    /// Fires `notify` once job `id` has settled (at once, after commit, if
+    /// it already has, or is unknown).
+    fn serve_watch(
+        &mut self,
+        now: Millis,
+        id: JobId,
+        notify: oneshot::Sender<()>,
+    ) -> anyhow::Result<()> {
+        let settled = match self.query(now, &Query::Job { id })? {
+            Ok(Answer::Job(view)) => view.state.is_terminal(),
+            _ => true,
+        };
+        if settled {
+            self.complete(move |outcome| {
+                if outcome.is_ok() {
+                    let _ = notify.send(());
+                }
+            });
+        } else {
+            self.watchers.add(vec![id], notify);
+        }
+        Ok(())
+    }
+
+    /// Answers which of the jobs have finished; when none has, also
+    /// watches them all, so the caller can ask again on the first to settle.
+    fn serve_wait_finished(
+        &mut self,
+        now: Millis,
+        query: Query,
+        respond: Respond<Answer>,
+        notify: oneshot::Sender<()>,
+    ) -> anyhow::Result<()> {
+        let Query::Finished { ids, .. } = &query else {
+            let _ = respond.send(Err(MasterError::Unavailable(
+                "a wait for finished jobs needs Query::Finished".into(),
+            )));
+            return Ok(());
+        };
+        let ids = ids.clone();
+        let answer = self.query(now, &query)?.map_err(MasterError::Rejected);
+        if matches!(&answer, Ok(Answer::Finished(jobs)) if jobs.is_empty()) {
+            self.watchers.add(ids, notify);
+        }
+        self.complete(move |outcome| {
+            let _ = respond.send(outcome.and(answer));
+        });
+        Ok(())
+    }
+
+    /// Starts recording events for an upgrade's check, and answers with
+    /// the state the recording starts from.
+    fn rehearse(&mut self, respond: Respond<Rehearsal>) -> anyhow::Result<()> {
+        self.rehearsals += 1;
+        let token = self.rehearsals;
+        self.recording = Some(Recording {
+            token,
+            events: Vec::new(),
+            bytes: 0,
+            overflowed: false,
+        });
+        self.take_snapshot(
+            true,
+            Box::new(move |state| {
+                let _ = respond.send(
+                    state
+                        .map(|(_, state)| Rehearsal { token, state })
+                        .map_err(|e| MasterError::Unavailable(format!("{e:#}"))),
+                );
+            }),
+        )
+    }
+
     /// The switch itself (see [`upgrade`]): the new master replays what was
     /// decided since its rehearsal; its state must then be the running
     /// master's (compared as snapshots, taken on two threads at once), and
@@ -868,7 +923,12 @@ impl MasterLoop {
             mut core,
             component,
         } = switch;
-        let busy = |message: &str| Ok(Err(Rejection::new(upgrade::UPGRADE_BUSY, message)));
+        let busy = |message: &str| {
+            Ok(Err(Rejection::new(
+                ErrorCode::UpgradeBusy.as_str(),
+                message,
+            )))
+        };
         let recording = match self.recording.take() {
             Some(recording) if recording.token == token => recording,
             other => {
@@ -904,7 +964,7 @@ impl MasterLoop {
         let running = running?;
         let trapped = |e: String| {
             Ok(Err(Rejection::new(
-                upgrade::REPLAY_DIVERGED,
+                ErrorCode::MasterReplayDiverged.as_str(),
                 format!("the new master failed taking a snapshot: {e}"),
             )))
         };
@@ -915,7 +975,7 @@ impl MasterLoop {
         };
         let diverged = || {
             Ok(Err(Rejection::new(
-                upgrade::REPLAY_DIVERGED,
+                ErrorCode::MasterReplayDiverged.as_str(),
                 format!(
                     "replaying the {} events journaled during the check gave another state than \
                      the running master's: the new build does not read this journal the same way",
@@ -935,11 +995,14 @@ impl MasterLoop {
             // The new build writes another format: start it from the
             // running state as a replay of the switch will, and compare in
             // its format.
-            let mut handed =
-                match handover::start(&component, Some(&running), upgrade::SNAPSHOT_UNREADABLE) {
-                    Ok(handed) => handed,
-                    Err(rejection) => return Ok(Err(rejection)),
-                };
+            let mut handed = match handover::start(
+                &component,
+                Some(&running),
+                ErrorCode::MasterSnapshotUnreadable,
+            ) {
+                Ok(handed) => handed,
+                Err(rejection) => return Ok(Err(rejection)),
+            };
             match handed.snapshot() {
                 Ok(state) if state == replayed => handed,
                 Ok(_) => return diverged(),
@@ -1531,7 +1594,7 @@ mod tests {
             }
             // Written while the master runs: not the one a stop takes.
             let deadline = Instant::now() + Duration::from_secs(20);
-            while super::super::store::latest_snapshot(dir.path())
+            while crate::journal::durable::latest_snapshot(dir.path())
                 .unwrap()
                 .is_none_or(|s| s.index <= 200)
             {
@@ -1616,7 +1679,11 @@ mod tests {
         let Err(MasterError::Rejected(refusal)) = master.upgrade(stale).await else {
             panic!("a master that reads no snapshot was switched in");
         };
-        assert_eq!(refusal.code, upgrade::SNAPSHOT_UNREADABLE, "{refusal}");
+        assert_eq!(
+            refusal.code,
+            ErrorCode::MasterSnapshotUnreadable.as_str(),
+            "{refusal}"
+        );
         assert_eq!(master.builds(), Builds::default());
         let second = submit(&master, 2, 0).await;
         assert_eq!(next_started(&master).await, first);
@@ -1624,7 +1691,7 @@ mod tests {
         let Err(MasterError::Rejected(refusal)) = master.rollback().await else {
             panic!("a rollback with nothing to roll back to");
         };
-        assert_eq!(refusal.code, upgrade::NOTHING_TO_ROLL_BACK);
+        assert_eq!(refusal.code, ErrorCode::NothingToRollBack.as_str());
         master.shutdown().await;
     }
 
@@ -1649,7 +1716,11 @@ mod tests {
         let Err(MasterError::Rejected(refusal)) = master.rollback().await else {
             panic!("the built-in master took a state it cannot read");
         };
-        assert_eq!(refusal.code, upgrade::SNAPSHOT_UNREADABLE, "{refusal}");
+        assert_eq!(
+            refusal.code,
+            ErrorCode::MasterSnapshotUnreadable.as_str(),
+            "{refusal}"
+        );
         assert_eq!(master.builds().active, reformat);
         assert_eq!(next_started(&master).await, second);
         master.shutdown().await;

@@ -196,8 +196,8 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::durable::Snapshot as StoredSnapshot;
     use crate::master::core::{Core, NativeCore};
-    use crate::master::store::Snapshot as StoredSnapshot;
     use crate::master::testing::{self, decide};
     use crate::master::upgrade;
 

@@ -282,7 +282,7 @@ mod tests {
         // 130 submissions: the standby snapshotted n1's journal at least
         // twice.
         until("a snapshot on n1", || {
-            crate::master::store::latest_snapshot(&options.data_dir)
+            crate::journal::durable::latest_snapshot(&options.data_dir)
                 .unwrap()
                 .is_some_and(|s| s.index > 80)
         })

@@ -28,16 +28,16 @@
 //! # The checks
 //!
 //! A component is refused, and the running master left untouched, unless:
-//! it compiles as a component ([`INVALID_MASTER`]); it exports the master
-//! world ([`WRONG_WORLD`]); it imports nothing that could make it
-//! nondeterministic ([`NONDETERMINISTIC_IMPORT`]: the master world itself
+//! it compiles as a component ([`ErrorCode::InvalidMaster`](crate::codes::ErrorCode::InvalidMaster)); it exports the master
+//! world ([`ErrorCode::MasterWrongWorld`](crate::codes::ErrorCode::MasterWrongWorld)); it imports nothing that could make it
+//! nondeterministic ([`ErrorCode::MasterNondeterministicImport`](crate::codes::ErrorCode::MasterNondeterministicImport): the master world itself
 //! imports nothing, and the few WASI interfaces a Rust build links are
 //! allowed only because every call to them traps); `init` works, empty and
-//! from the running master's state ([`MASTER_TRAPS`],
-//! [`SNAPSHOT_UNREADABLE`]); and the events the running master journaled
+//! from the running master's state ([`ErrorCode::MasterTraps`](crate::codes::ErrorCode::MasterTraps),
+//! [`ErrorCode::MasterSnapshotUnreadable`](crate::codes::ErrorCode::MasterSnapshotUnreadable)); and the events the running master journaled
 //! while the new one was being checked, replayed by the new one from the
 //! state the check started from, reach the same state as handing it the
-//! running master's state at the switch ([`REPLAY_DIVERGED`]).
+//! running master's state at the switch ([`ErrorCode::MasterReplayDiverged`](crate::codes::ErrorCode::MasterReplayDiverged)).
 
 use crate::runtime::Digest;
 use serde::{Deserialize, Serialize};
@@ -50,28 +50,6 @@ pub const TAG_BUILD: u8 = 0xF3;
 
 /// Most bytes of an uploaded master component.
 pub const MASTER_BYTES_MAX: usize = 64 << 20;
-
-/// Not a Wasm component this node can compile.
-pub const INVALID_MASTER: &str = "invalid_master";
-/// A component that does not export the master world.
-pub const WRONG_WORLD: &str = "master_wrong_world";
-/// A component that imports a clock, randomness, files, sockets or
-/// anything else outside the allowed list.
-pub const NONDETERMINISTIC_IMPORT: &str = "master_nondeterministic_import";
-/// `init` trapped or refused to start empty.
-pub const MASTER_TRAPS: &str = "master_traps";
-/// `init` refused (or trapped on) the running master's state.
-pub const SNAPSHOT_UNREADABLE: &str = "master_snapshot_unreadable";
-/// Replaying the recent journal gave another state than the hand-over.
-pub const REPLAY_DIVERGED: &str = "master_replay_diverged";
-/// Another upgrade started meanwhile, or the running master journaled too
-/// much during the check to keep for the replay.
-pub const UPGRADE_BUSY: &str = "upgrade_busy";
-/// Nothing to roll back to: the built-in master runs and always did.
-pub const NOTHING_TO_ROLL_BACK: &str = "nothing_to_roll_back";
-/// This node runs the master natively (`--master-core native`), which can
-/// only be the built-in master.
-pub const UPGRADE_UNSUPPORTED: &str = "upgrade_unsupported";
 
 /// Imports an uploaded master may declare: the master world's types, and
 /// the WASI interfaces a Rust `wasm32-wasip2` build links for its standard

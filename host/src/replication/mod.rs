@@ -60,7 +60,7 @@ pub mod transport;
 
 use crate::contract::MasterError;
 use crate::events::{self, emit};
-use crate::master::store::Snapshot as StoredSnapshot;
+use crate::journal::durable::Snapshot as StoredSnapshot;
 use cohort_replication::{
     Effect, Message, NodeId, Options, Output, Payload, ProposeError, Replicator, Snapshot,
     TakeOverError,
@@ -1356,7 +1356,7 @@ impl Driver {
             let spawned = std::thread::Builder::new()
                 .name("cohort-snapshot".into())
                 .spawn(move || {
-                    crate::master::store::background_priority();
+                    crate::journal::durable::background_priority();
                     let input = match storage::write_snapshot(&dir, &snapshot) {
                         Ok(()) => Input::SnapshotWritten(Some(snapshot)),
                         Err(error) => {
@@ -1626,7 +1626,7 @@ mod tests {
             .standby_snapshot(at, b"after 5".to_vec());
         let dir = nodes[1].dir.path().to_path_buf();
         until("n1 holds the standby's snapshot", || {
-            crate::master::store::latest_snapshot(&dir)
+            crate::journal::durable::latest_snapshot(&dir)
                 .unwrap()
                 .is_some_and(|s| s.index == at)
         })
@@ -1732,7 +1732,7 @@ mod tests {
         later.fill(b"after 2".to_vec());
         replication.flush().await;
         let newest = || {
-            crate::master::store::latest_snapshot(dir.path())
+            crate::journal::durable::latest_snapshot(dir.path())
                 .unwrap()
                 .expect("a snapshot")
         };

@@ -22,8 +22,8 @@
 //!   hidden: the shape starts at the snapshot, whose last entry's epoch is
 //!   `base_epoch`.
 
+use crate::journal::durable::{self, Snapshot as StoredSnapshot};
 use crate::journal::{FsStorage, Journal};
-use crate::master::store::{self, Snapshot as StoredSnapshot};
 use cohort_replication::{
     Entry, NodeId, Payload, Shape, Snapshot, Storage, StorageError, take_within,
 };
@@ -86,13 +86,13 @@ pub fn split_snapshot_state(state: &[u8]) -> Result<(Vec<NodeId>, Vec<u8>), Stor
 /// Writes `snapshot` durably as this node's newest snapshot file (the
 /// voter set with the master's state), without touching the journal: safe
 /// on any thread, before the journal is compacted under it.
-pub fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> Result<(), store::StoreError> {
+pub fn write_snapshot(dir: &Path, snapshot: &Snapshot) -> Result<(), durable::StoreError> {
     let stored = StoredSnapshot {
         index: snapshot.index,
         epoch: snapshot.epoch,
         state: join_snapshot_state(&snapshot.voters, &snapshot.state),
     };
-    store::write_snapshot(dir, &stored)
+    durable::write_snapshot(dir, &stored)
 }
 
 /// The state a snapshot file stores for `voters` and the master's state.
@@ -148,8 +148,8 @@ impl JournalStorage {
 
     /// Opens (creating) the journal in `dir`.
     pub fn open(dir: &Path) -> Result<Self, StorageError> {
-        let promise = store::read_promise(dir).map_err(error)?;
-        let base = match store::latest_snapshot(dir).map_err(error)? {
+        let promise = durable::read_promise(dir).map_err(error)?;
+        let base = match durable::latest_snapshot(dir).map_err(error)? {
             Some(snapshot) => Base {
                 index: snapshot.index,
                 epoch: snapshot.epoch,
@@ -159,7 +159,7 @@ impl JournalStorage {
         };
         // Of the entries, only the voter changes since the snapshot are
         // kept (the master's events are read when it starts).
-        let (journal, recovered) = store::open_journal_keeping(dir, |index, data| {
+        let (journal, recovered) = durable::open_journal_keeping(dir, |index, data| {
             index >= base.index && data.first() == Some(&TAG_VOTERS)
         })
         .map_err(error)?;
@@ -295,7 +295,7 @@ impl Restore {
     pub fn read_snapshot(&self) -> Result<Option<StoredSnapshot>, StorageError> {
         let mut snapshot = match self.tail {
             Some(_) => None,
-            None => store::latest_snapshot(&self.dir).map_err(error)?,
+            None => durable::latest_snapshot(&self.dir).map_err(error)?,
         };
         if let Some(snapshot) = &mut snapshot {
             snapshot.state = split_snapshot_state(&snapshot.state)?.1;
@@ -387,7 +387,7 @@ impl Storage for JournalStorage {
     fn set_promise(&mut self, epoch: u64) -> Result<(), StorageError> {
         assert!(epoch >= self.promise, "a promise never goes down");
         if epoch > self.promise {
-            store::write_promise(&self.dir, epoch).map_err(error)?;
+            durable::write_promise(&self.dir, epoch).map_err(error)?;
             self.promise = epoch;
         }
         Ok(())
@@ -416,7 +416,7 @@ impl Storage for JournalStorage {
     }
 
     fn truncate(&mut self, index: u64) -> Result<(), StorageError> {
-        store::truncate_journal(&self.dir, &mut self.journal, index).map_err(error)?;
+        durable::truncate_journal(&self.dir, &mut self.journal, index).map_err(error)?;
         self.configs.retain(|(at, _)| *at < index);
         while self.window.back().is_some_and(|e| e.index >= index) {
             let cut = self.window.pop_back().expect("checked");
@@ -466,7 +466,7 @@ impl Storage for JournalStorage {
     }
 
     fn snapshot(&self) -> Result<Option<Snapshot>, StorageError> {
-        let Some(stored) = store::latest_snapshot(&self.dir).map_err(error)? else {
+        let Some(stored) = durable::latest_snapshot(&self.dir).map_err(error)? else {
             return Ok(None);
         };
         let (voters, state) = split_snapshot_state(&stored.state)?;

@@ -6,7 +6,7 @@
 //! ```
 //!
 //! The first key of a file seals; every key in it opens. That is all key
-//! rotation needs (README, "Rotating the cluster key"): add the new key
+//! rotation needs (`docs/security.md`, "Rotating the cluster key"): add the new key
 //! second, restart node by node; move it first, restart; drop the old one,
 //! restart. Each key is known on the wire by a 4-byte id derived from it
 //! (not the key), so a receiver picks the right key without trying all.

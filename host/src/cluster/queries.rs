@@ -1,0 +1,108 @@
+//! The master's queries as typed calls on [`MasterLink`].
+//!
+//! On the wire a query is one [`Query`] and its answer one [`Answer`]; the
+//! master answers each query with exactly one variant. Callers should not
+//! each re-check that pairing, so every query has one method here that
+//! returns what its variant carries. An answer of another variant (a
+//! master build that breaks the pairing) is `MasterError::Unavailable`,
+//! as any other answer the proxy cannot use.
+
+use super::link::MasterLink;
+use crate::contract::MasterError;
+use cohort_master::{
+    Answer, BulkAction, DagId, DagView, Digest, Finished, JobFilter, JobId, JobSummary, JobView,
+    Query, Recent, ScheduleView, Stats, TokenRecord, WorkerView,
+};
+use std::time::Duration;
+
+/// A page of [`MasterLink::jobs`]: the jobs, and the cursor for the next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPage {
+    /// The page.
+    pub jobs: Vec<JobSummary>,
+    /// Pass as `after` to continue; `None` at the end.
+    pub next: Option<JobId>,
+}
+
+fn mismatch(query: &str, answer: &Answer) -> MasterError {
+    MasterError::Unavailable(format!(
+        "the master answered a {query} query with {answer:?}"
+    ))
+}
+
+/// Defines one method per query: its name, arguments, the [`Query`] it
+/// sends, the [`Answer`] variant it expects and what it returns of it.
+macro_rules! queries {
+    ($(
+        $(#[$doc:meta])*
+        $name:ident($($arg:ident: $ty:ty),*) -> $out:ty =
+            $query:expr => $pattern:pat => $value:expr;
+    )*) => {
+        impl MasterLink {
+            $(
+                $(#[$doc])*
+                pub async fn $name(&self, $($arg: $ty),*) -> Result<$out, MasterError> {
+                    match self.query($query).await? {
+                        $pattern => Ok($value),
+                        other => Err(mismatch(stringify!($name), &other)),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+queries! {
+    /// One job's record.
+    job(id: JobId) -> JobView = Query::Job { id } => Answer::Job(view) => *view;
+    /// One job's result bytes.
+    result(id: JobId) -> Vec<u8> = Query::Result { id } => Answer::Result(bytes) => bytes;
+    /// One job's input bytes.
+    input(id: JobId) -> Vec<u8> = Query::Input { id } => Answer::Input(bytes) => bytes;
+    /// A page of the jobs `filter` matches (see [`Query::Jobs`]).
+    jobs(filter: JobFilter, after: Option<JobId>, limit: u32, newest_first: bool) -> JobPage =
+        Query::Jobs { filter, after, limit, newest_first } =>
+        Answer::Jobs { jobs, next } => JobPage { jobs, next };
+    /// How many jobs a bulk `action` over `filter` would change now.
+    bulk_count(action: BulkAction, filter: JobFilter) -> u64 =
+        Query::Bulk { action, filter } => Answer::Count(count) => count;
+    /// Jobs finished in the last `window_ms`.
+    recent(window_ms: u64) -> Recent = Query::Recent { window_ms } => Answer::Recent(recent) => recent;
+    /// Jobs the master holds per module.
+    module_use() -> Vec<(Digest, u64)> = Query::ModuleUse => Answer::ModuleUse(uses) => uses;
+    /// The master's counters.
+    stats() -> Stats = Query::Stats => Answer::Stats(stats) => stats;
+    /// The workers the master knows.
+    workers() -> Vec<WorkerView> = Query::Workers => Answer::Workers(workers) => workers;
+    /// The API tokens (hashes only).
+    tokens() -> Vec<TokenRecord> = Query::Tokens => Answer::Tokens(records) => records;
+    /// Every schedule, by name.
+    schedules() -> Vec<ScheduleView> = Query::Schedules => Answer::Schedules(views) => views;
+    /// One schedule.
+    schedule(name: String) -> ScheduleView =
+        Query::Schedule { name } => Answer::Schedule(view) => *view;
+    /// A DAG's status.
+    dag(id: DagId) -> DagView = Query::Dag { id } => Answer::Dag(view) => *view;
+}
+
+impl MasterLink {
+    /// The finished jobs among `ids` (outputs inline within the bounds),
+    /// waiting up to `wait` for the first to finish if none has.
+    pub async fn finished(
+        &self,
+        ids: Vec<JobId>,
+        output_max: u64,
+        output_total: u64,
+        wait: Duration,
+    ) -> Result<Vec<Finished>, MasterError> {
+        let query = Query::Finished {
+            ids,
+            output_max,
+            output_total,
+        };
+        match self.wait_finished(query, wait).await? {
+            Answer::Finished(jobs) => Ok(jobs),
+            other => Err(mismatch("finished", &other)),
+        }
+    }
+}
