@@ -249,6 +249,9 @@ pub struct MembershipConfig {
     pub keys: Vec<(String, String)>,
     /// Seals gossip with the cluster key (`None`: plain gossip).
     pub sealer: Option<std::sync::Arc<crate::security::Sealer>>,
+    /// A fault test's partition: gossip with the addresses it lists is
+    /// dropped (`None`: none).
+    pub partition: Option<crate::fault::Partition>,
 }
 
 struct Gossip {
@@ -315,7 +318,10 @@ async fn spawn_gossip(
     let handle = spawn_chitchat(
         chitchat_config,
         keys,
-        &crate::security::gossip::GossipTransport::new(config.sealer.clone()),
+        &crate::security::gossip::GossipTransport::new(
+            config.sealer.clone(),
+            config.partition.clone(),
+        ),
     )
     .await?;
     let chitchat = handle.chitchat();

@@ -209,21 +209,124 @@ fn security_settings(args: &NodeArgs) -> anyhow::Result<api::Security> {
 }
 
 /// Runs a node until SIGTERM/Ctrl-C (clean stop) or a master failure.
+///
+/// In order: the node's own disk and runtime ([`open_local`]), the HTTP
+/// listener and the node's identity, gossip ([`join`]), the proxy to the
+/// master, replication on back-end nodes, the worker, the API, then the
+/// singleton manager that hosts the master while this is the oldest live
+/// back-end node; it then waits for a reason to stop and stops in order
+/// ([`stop_in_order`]).
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
-    let data_dir = args.data_dir.clone();
-    std::fs::create_dir_all(&data_dir)
+    let data_dir = &args.data_dir;
+    std::fs::create_dir_all(data_dir)
         .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
-    let _lock = lock_data_dir(&data_dir)?;
+    // Held for the node's life: one node per data directory.
+    let _lock = lock_data_dir(data_dir)?;
+    let local = open_local(&args)?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let node_id = node_identity(&args.data_dir, args.node_id.as_deref(), addr)?;
+    let http = format!("http://{addr}");
+    let gossip_listen = args.gossip.unwrap_or(addr);
+    let membership = join(&args, &node_id, &http, gossip_listen, &local).await?;
+    let view = membership.view();
+    let (local_master, local_rx) = watch::channel(None);
+    let peer = Peer::node(local.security.sealer.clone()).partitioned(local.partition.clone());
+    let link = MasterLink::new(local_rx, view.clone(), peer.clone());
+    let fetcher = ModuleFetcher::new(view.clone(), peer.clone());
+    if let Some(table) = local.security.tokens.clone() {
+        spawn_token_refresh(link.clone(), table);
+    }
+    let replication = args
+        .roles
+        .back_end
+        .then(|| start_replication(&args, &node_id, &peer, &view, &link))
+        .transpose()?;
+    let wiring = Wiring {
+        node_id: node_id.clone(),
+        view: view.clone(),
+        link: link.clone(),
+        fetcher: fetcher.clone(),
+        replication: replication.clone(),
+    };
+    let leave = Arc::new(tokio::sync::Notify::new());
+    let progress = ProgressBoard::default();
+    let worker = start_worker(&args, &local, &wiring, &progress)?;
+    let (stop_serving, serving) = watch::channel(false);
+    let api = build_api(
+        &args,
+        local,
+        &wiring,
+        leave.clone(),
+        progress,
+        serving.clone(),
+    );
+    let server = tokio::spawn(api::serve(listener, api, serving));
+    let roles = args.roles;
+    println!("cohort node {node_id} ({roles}) gossiping on {gossip_listen}, listening on {http}");
+    std::io::stdout().flush()?;
+
+    let membership = Arc::new(membership);
+    spawn_view_publisher(membership.clone(), view.clone(), replication.clone());
+    let (stop_singleton, singleton_stopped) = watch::channel(false);
+    let singleton = replication.clone().map(|replication| {
+        let host = LocalMaster {
+            options: master_options(&args),
+            handed: replication.handed_over(),
+            replication,
+            link: link.clone(),
+            local: local_master,
+            running: None,
+            view: view.clone(),
+            component: precompile_master(&args.data_dir),
+            fetcher: fetcher.clone(),
+            standby: Arc::default(),
+        };
+        start_singleton(&args, membership.clone(), host, singleton_stopped)
+    });
+    let (failure, singleton) = wait_for_stop(&args, &leave, &link, singleton).await;
+    let stopping = Stopping {
+        membership,
+        view,
+        link,
+        worker,
+        singleton,
+        stop_singleton,
+        stop_serving,
+        server,
+        grace: args.shutdown_grace,
+    };
+    stop_in_order(stopping).await;
+    if let Some(error) = failure {
+        return Err(error);
+    }
+    emit!(info, events::STOPPED, "stopped cleanly");
+    Ok(())
+}
+
+/// What a node has of its own before it meets the cluster.
+struct Local {
+    /// A fault test's partition (`--fault-partition`), which both
+    /// transports honour.
+    partition: Option<crate::fault::Partition>,
+    security: api::Security,
+    slots: u32,
+    runtime: Runtime,
+    modules: Arc<ModuleStore>,
+}
+
+/// Checks the settings, and opens the runtime and the module store in the
+/// (locked) data directory.
+fn open_local(args: &NodeArgs) -> anyhow::Result<Local> {
+    let data_dir = &args.data_dir;
     anyhow::ensure!(
         args.retention.as_millis() <= u128::from(cohort_master::master::CONFIG_DURATION_MS_MAX),
         "--retention is at most 365 days"
     );
-    let security = security_settings(&args)?;
-    if let Some(file) = &args.fault_partition {
-        crate::fault::install(file.clone());
-    }
-    let roles = args.roles;
-    let slots = if roles.worker {
+    let security = security_settings(args)?;
+    let slots = if args.roles.worker {
         args.slots.unwrap_or_else(default_slots)
     } else {
         0
@@ -236,118 +339,88 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         ..RuntimeConfig::default()
     })?;
     let modules = Arc::new(
-        ModuleStore::open(&data_dir, runtime.clone())
+        ModuleStore::open(data_dir, runtime.clone())
             .with_context(|| format!("cannot open the module store in {}", data_dir.display()))?,
     );
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
-    let addr = listener.local_addr()?;
-    let node_id = node_identity(&data_dir, args.node_id.as_deref(), addr)?;
-    let http = format!("http://{addr}");
+    Ok(Local {
+        partition: args
+            .fault_partition
+            .clone()
+            .map(crate::fault::Partition::follow),
+        security,
+        slots,
+        runtime,
+        modules,
+    })
+}
 
-    let gossip_listen = args.gossip.unwrap_or(addr);
-    let generation = membership::new_generation();
-    let membership = Membership::gossip(
-        MembershipConfig {
-            node_id: node_id.clone(),
-            cluster_id: args.cluster_id.clone(),
-            gossip_listen,
-            gossip_advertise: args.advertise.unwrap_or(gossip_listen),
-            seeds: args.seeds.clone(),
-            keys: vec![
-                (keys::ROLES.into(), roles.to_string()),
-                (keys::HTTP.into(), http.clone()),
-                (keys::SLOTS.into(), slots.to_string()),
-                (keys::VERSION.into(), env!("CARGO_PKG_VERSION").into()),
-            ],
-            sealer: security.sealer.clone(),
-        },
-        generation,
-    )
-    .await
-    .with_context(|| format!("cannot gossip on {gossip_listen} (UDP)"))?;
-    let view = membership.view();
-    let (local_master, local_rx) = watch::channel(None);
-    let peer = Peer::node(security.sealer.clone());
-    let link = MasterLink::new(local_rx, view.clone(), peer.clone());
-    let fetcher = ModuleFetcher::new(view.clone(), peer.clone());
-    if let Some(table) = security.tokens.clone() {
-        let link = link.clone();
-        tokio::spawn(async move {
-            loop {
-                api::refresh_tokens(&link, &table).await;
-                tokio::time::sleep(crate::security::token::REFRESH_EVERY).await;
-            }
-        });
-    }
+/// What the node's parts are wired to.
+struct Wiring {
+    node_id: String,
+    view: watch::Receiver<membership::View>,
+    link: MasterLink,
+    fetcher: ModuleFetcher,
+    replication: Option<Replication>,
+}
 
-    // Back-end nodes replicate the master's journal. The first node of a
-    // cluster (started without seeds) may start the voter set.
-    let replication = if roles.back_end {
-        let transport = HttpTransport::new(node_id.clone(), peer.clone(), view.clone());
-        let voter_timeout = (!args.voter_timeout.is_zero()).then_some(args.voter_timeout);
-        let options = crate::replication::options(
-            &node_id,
-            args.bootstrap || args.seeds.is_empty(),
-            voter_timeout,
-        );
-        let replication = Replication::start(options, &data_dir, transport)
-            .with_context(|| format!("cannot open the journal in {}", data_dir.display()))?;
-        link.follow_replication(replication.leader());
-        Some(replication)
-    } else {
-        None
-    };
-    let leave = Arc::new(tokio::sync::Notify::new());
-    let progress = ProgressBoard::default();
-    let worker = (slots > 0)
+/// The worker, on nodes with slots.
+fn start_worker(
+    args: &NodeArgs,
+    local: &Local,
+    wiring: &Wiring,
+    progress: &ProgressBoard,
+) -> anyhow::Result<Option<Worker>> {
+    (local.slots > 0)
         .then(|| {
             Worker::start(
                 WorkerOptions {
-                    id: node_id.clone(),
-                    slots,
+                    id: wiring.node_id.clone(),
+                    slots: local.slots,
                     limits: JobLimits {
                         memory_bytes: args.job_memory,
                         ..JobLimits::default()
                     },
                 },
-                link.clone(),
-                modules.clone(),
-                fetcher.clone(),
-                runtime.clone(),
+                wiring.link.clone(),
+                local.modules.clone(),
+                wiring.fetcher.clone(),
+                local.runtime.clone(),
                 progress.clone(),
             )
         })
         .transpose()
-        .context("cannot start the job threads")?;
-    let internal = Arc::new(crate::internal::Internal {
-        node_id: node_id.clone(),
-        sealer: security.sealer.clone(),
-        master: link.clone(),
-        replication: replication.clone(),
-        modules: modules.clone(),
-        tokens: security.tokens.clone(),
-        masters: crate::master::upgrade::MasterStore::new(&data_dir),
-    });
-    let (stop_serving, serving) = watch::channel(false);
-    let history = Arc::new(crate::cluster::history::History::default());
-    tokio::spawn({
-        let (history, view) = (history.clone(), view.clone());
-        async move { history.follow(view).await }
-    });
-    let api = Arc::new(Api {
-        master: link.clone(),
-        fetcher: fetcher.clone(),
-        view: view.clone(),
-        replication: replication.clone(),
-        internal,
-        leave: leave.clone(),
-        modules,
+        .context("cannot start the job threads")
+}
+
+/// The API, public and node-to-node, as this node serves it.
+fn build_api(
+    args: &NodeArgs,
+    local: Local,
+    wiring: &Wiring,
+    leave: Arc<tokio::sync::Notify>,
+    progress: ProgressBoard,
+    closing: watch::Receiver<bool>,
+) -> Arc<Api> {
+    Arc::new(Api {
+        master: wiring.link.clone(),
+        fetcher: wiring.fetcher.clone(),
+        view: wiring.view.clone(),
+        replication: wiring.replication.clone(),
+        internal: Arc::new(crate::api::internal::Internal {
+            node_id: wiring.node_id.clone(),
+            sealer: local.security.sealer.clone(),
+            master: wiring.link.clone(),
+            replication: wiring.replication.clone(),
+            modules: local.modules.clone(),
+            tokens: local.security.tokens.clone(),
+            masters: crate::master::upgrade::MasterStore::new(&args.data_dir),
+        }),
+        leave,
+        modules: local.modules.clone(),
         progress,
         node: NodeInfo {
-            id: node_id.clone(),
-            roles,
+            id: wiring.node_id.clone(),
+            roles: args.roles,
         },
         defaults: JobDefaults {
             timeout_ms: args.job_timeout.as_millis() as u64,
@@ -355,141 +428,213 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             memory_bytes_max: args.job_memory_max,
         },
         responses: Default::default(),
-        security,
+        security: local.security,
         request_ids: Default::default(),
-        history: history.clone(),
+        history: follow_history(&wiring.view),
         event_streams: Arc::new(tokio::sync::Semaphore::new(
             api::dashboard::EVENT_STREAMS_MAX,
         )),
-        closing: serving.clone(),
-    });
-    let server = tokio::spawn(api::serve(listener, api, serving));
-    println!("cohort node {node_id} ({roles}) gossiping on {gossip_listen}, listening on {http}");
-    std::io::stdout().flush()?;
+        closing,
+    })
+}
 
-    // Back-end nodes compile the master component once, now, so taking the
-    // master over (hand-over or first start) does not wait for the compiler
-    // or compile it a second time.
+/// Starts gossip, publishing this node's roles, address, slots and version.
+async fn join(
+    args: &NodeArgs,
+    node_id: &str,
+    http: &str,
+    gossip_listen: SocketAddr,
+    local: &Local,
+) -> anyhow::Result<Membership> {
+    Membership::gossip(
+        MembershipConfig {
+            node_id: node_id.to_string(),
+            cluster_id: args.cluster_id.clone(),
+            gossip_listen,
+            gossip_advertise: args.advertise.unwrap_or(gossip_listen),
+            seeds: args.seeds.clone(),
+            keys: vec![
+                (keys::ROLES.into(), args.roles.to_string()),
+                (keys::HTTP.into(), http.to_string()),
+                (keys::SLOTS.into(), local.slots.to_string()),
+                (keys::VERSION.into(), env!("CARGO_PKG_VERSION").into()),
+            ],
+            sealer: local.security.sealer.clone(),
+            partition: local.partition.clone(),
+        },
+        membership::new_generation(),
+    )
+    .await
+    .with_context(|| format!("cannot gossip on {gossip_listen} (UDP)"))
+}
+
+/// Keeps the node's copy of the API tokens fresh.
+fn spawn_token_refresh(link: MasterLink, table: Arc<crate::security::token::TokenTable>) {
+    tokio::spawn(async move {
+        loop {
+            api::refresh_tokens(&link, &table).await;
+            tokio::time::sleep(crate::security::token::REFRESH_EVERY).await;
+        }
+    });
+}
+
+/// Back-end nodes replicate the master's journal. The first node of a
+/// cluster (started without seeds) may start the voter set.
+fn start_replication(
+    args: &NodeArgs,
+    node_id: &str,
+    peer: &Peer,
+    view: &watch::Receiver<membership::View>,
+    link: &MasterLink,
+) -> anyhow::Result<Replication> {
+    let transport = HttpTransport::new(node_id.to_string(), peer.clone(), view.clone());
+    let voter_timeout = (!args.voter_timeout.is_zero()).then_some(args.voter_timeout);
+    let options = crate::replication::options(
+        node_id,
+        args.bootstrap || args.seeds.is_empty(),
+        voter_timeout,
+    );
+    let replication = Replication::start(options, &args.data_dir, transport)
+        .with_context(|| format!("cannot open the journal in {}", args.data_dir.display()))?;
+    link.follow_replication(replication.leader());
+    Ok(replication)
+}
+
+/// What this node saw happen to the cluster lately, kept as the view
+/// changes.
+fn follow_history(
+    view: &watch::Receiver<membership::View>,
+) -> Arc<crate::cluster::history::History> {
+    let history = Arc::new(crate::cluster::history::History::default());
+    tokio::spawn({
+        let (history, view) = (history.clone(), view.clone());
+        async move { history.follow(view).await }
+    });
+    history
+}
+
+/// Back-end nodes compile the master component once, now, so taking the
+/// master over (hand-over or first start) does not wait for the compiler
+/// or compile it a second time.
+fn precompile_master(data_dir: &std::path::Path) -> Arc<OnceCell<MasterComponent>> {
     let component = Arc::new(OnceCell::new());
-    if roles.back_end {
+    tokio::spawn({
         let component = component.clone();
-        let data_dir = data_dir.clone();
-        tokio::spawn(async move {
+        let data_dir = data_dir.to_path_buf();
+        async move {
             if let Err(error) = master_component(&component, data_dir).await {
                 tracing::warn!("cannot precompile the master component: {error:#}");
             }
-        });
-    }
-
-    // The singleton manager, on back-end nodes: hosts the master while this
-    // is the oldest live back-end node.
-    let membership = Arc::new(membership);
-    // Publish where this node believes the master runs, as the view changes;
-    // tell replication which back-end nodes are members.
-    {
-        let membership = membership.clone();
-        let mut view = view.clone();
-        let replication = replication.clone();
-        tokio::spawn(async move {
-            let mut published = None;
-            let mut back_ends = Vec::new();
-            loop {
-                let seen = {
-                    let view = view.borrow_and_update();
-                    if let Some(replication) = &replication {
-                        let now: Vec<String> =
-                            view.back_ends().map(|m| m.node_id.clone()).collect();
-                        if now != back_ends {
-                            replication.set_members(now.clone());
-                            back_ends = now;
-                        }
-                    }
-                    view.master_host()
-                        .map(|m| format!("{}@{}", m.node_id, m.master_epoch.unwrap_or(0)))
-                        .unwrap_or_default()
-                };
-                if published.as_ref() != Some(&seen) {
-                    membership.publish(keys::MASTER_SEEN, Some(&seen)).await;
-                    published = Some(seen);
-                }
-                if view.changed().await.is_err() {
-                    return;
-                }
-            }
-        });
-    }
-    let (stop_singleton, singleton_stopped) = watch::channel(false);
-    let singleton = roles.back_end.then(|| {
-        let membership = membership.clone();
-        let mut host = LocalMaster {
-            options: MasterOptions {
-                data_dir: data_dir.clone(),
-                config: cohort_master::Config {
-                    queue_max: args.queue_max,
-                    retention_ms: args.retention.as_millis() as u64,
-                    ..cohort_master::Config::default()
-                },
-                core: args.master_core,
-                snapshot_every: args.snapshot_every,
-                live_workers: Vec::new(),
-                component: None,
-                shadow: args.snapshots == SnapshotSource::Shadow,
-            },
-            replication: replication.clone().expect("back-end nodes replicate"),
-            link: link.clone(),
-            local: local_master,
-            running: None,
-            view: view.clone(),
-            handed: replication
-                .as_ref()
-                .expect("back-end nodes replicate")
-                .handed_over(),
-            component,
-            fetcher: fetcher.clone(),
-            standby: Arc::default(),
-        };
-        if args.standby {
-            tokio::spawn(keep_standby(
-                host.options.clone(),
-                host.replication.clone(),
-                host.component.clone(),
-                host.standby.clone(),
-                host.fetcher.clone(),
-            ));
         }
-        let settle = if args.seeds.is_empty() {
-            Duration::ZERO
-        } else {
-            JOIN_SETTLE
-        };
-        tokio::spawn(async move {
-            let departed = departures(&host.replication, host.view.clone());
-            let deposed = deposals(&host.replication);
-            singleton::run(
-                &membership,
-                &mut host,
-                settle,
-                departed,
-                deposed,
-                singleton_stopped,
-            )
-            .await
-        })
     });
+    component
+}
 
-    let mut singleton = singleton;
+/// Publishes where this node believes the master runs, as the view
+/// changes, and tells replication which back-end nodes are members.
+fn spawn_view_publisher(
+    membership: Arc<Membership>,
+    mut view: watch::Receiver<membership::View>,
+    replication: Option<Replication>,
+) {
+    tokio::spawn(async move {
+        let mut published = None;
+        let mut back_ends = Vec::new();
+        loop {
+            let seen = {
+                let view = view.borrow_and_update();
+                if let Some(replication) = &replication {
+                    let now: Vec<String> = view.back_ends().map(|m| m.node_id.clone()).collect();
+                    if now != back_ends {
+                        replication.set_members(now.clone());
+                        back_ends = now;
+                    }
+                }
+                view.master_host()
+                    .map(|m| format!("{}@{}", m.node_id, m.master_epoch.unwrap_or(0)))
+                    .unwrap_or_default()
+            };
+            if published.as_ref() != Some(&seen) {
+                membership.publish(keys::MASTER_SEEN, Some(&seen)).await;
+                published = Some(seen);
+            }
+            if view.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// How this node starts the master when it hosts it.
+fn master_options(args: &NodeArgs) -> MasterOptions {
+    MasterOptions {
+        data_dir: args.data_dir.clone(),
+        config: cohort_master::Config {
+            queue_max: args.queue_max,
+            retention_ms: args.retention.as_millis() as u64,
+            ..cohort_master::Config::default()
+        },
+        core: args.master_core,
+        snapshot_every: args.snapshot_every,
+        live_workers: Vec::new(),
+        component: None,
+        shadow: args.snapshots == SnapshotSource::Shadow,
+    }
+}
+
+type SingletonTask = tokio::task::JoinHandle<anyhow::Result<()>>;
+
+/// The singleton manager, on back-end nodes: hosts the master while this
+/// is the oldest live back-end node (and keeps a warm standby otherwise).
+fn start_singleton(
+    args: &NodeArgs,
+    membership: Arc<Membership>,
+    mut host: LocalMaster,
+    stopped: watch::Receiver<bool>,
+) -> SingletonTask {
+    if args.standby {
+        tokio::spawn(keep_standby(
+            host.options.clone(),
+            host.replication.clone(),
+            host.component.clone(),
+            host.standby.clone(),
+            host.fetcher.clone(),
+        ));
+    }
+    let settle = if args.seeds.is_empty() {
+        Duration::ZERO
+    } else {
+        JOIN_SETTLE
+    };
+    tokio::spawn(async move {
+        let departed = departures(&host.replication, host.view.clone());
+        let deposed = deposals(&host.replication);
+        singleton::run(&membership, &mut host, settle, departed, deposed, stopped).await
+    })
+}
+
+/// Waits for a reason to stop: a signal, a leave request, a failed
+/// master, or the singleton manager ending. The error, if it is one, and
+/// the singleton manager if it still runs.
+async fn wait_for_stop(
+    args: &NodeArgs,
+    leave: &tokio::sync::Notify,
+    link: &MasterLink,
+    mut singleton: Option<SingletonTask>,
+) -> (Option<anyhow::Error>, Option<SingletonTask>) {
+    let grace_ms = millis(args.shutdown_grace);
     let failure = tokio::select! {
         signal = stop_signal() => {
-            emit!(info, events::STOPPING, cause = %signal, grace_ms = millis(args.shutdown_grace),
+            emit!(info, events::STOPPING, cause = %signal, grace_ms = grace_ms,
                 "{signal}: stopping (grace {:?} for running jobs)", args.shutdown_grace);
             None
         }
         () = leave.notified() => {
-            emit!(info, events::STOPPING, cause = %"leave", grace_ms = millis(args.shutdown_grace),
+            emit!(info, events::STOPPING, cause = %"leave", grace_ms = grace_ms,
                 "asked to leave: stopping (grace {:?} for running jobs)", args.shutdown_grace);
             None
         }
-        () = watch_failure(&link) => Some(anyhow::anyhow!(
+        () = watch_failure(link) => Some(anyhow::anyhow!(
             "the master failed (see the log above); restart the node to recover from its journal"
         )),
         result = async { singleton.as_mut().expect("guarded").await }, if singleton.is_some() => {
@@ -501,37 +646,59 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             })
         }
     };
-    // Stop in order. Announce the leave. If this node hosts the master and
-    // another back-end node can take it, hand it over first (flush,
-    // snapshot, send), so the cluster keeps a master while this node drains
-    // its worker; with no successor, drain first so the running attempts'
-    // outcomes still reach the master here. Then stop serving and leave.
+    (failure, singleton)
+}
+
+/// What a stopping node still has running.
+struct Stopping {
+    membership: Arc<Membership>,
+    view: watch::Receiver<membership::View>,
+    link: MasterLink,
+    worker: Option<Worker>,
+    singleton: Option<SingletonTask>,
+    stop_singleton: watch::Sender<bool>,
+    stop_serving: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+    grace: Duration,
+}
+
+/// Stops in order. Announces the leave. If this node hosts the master and
+/// another back-end node can take it, hands it over first (flush,
+/// snapshot, send), so the cluster keeps a master while this node drains
+/// its worker; with no successor, drains first so the running attempts'
+/// outcomes still reach the master here. Then stops serving and leaves.
+async fn stop_in_order(stopping: Stopping) {
+    let Stopping {
+        membership,
+        view,
+        link,
+        mut worker,
+        singleton,
+        stop_singleton,
+        stop_serving,
+        server,
+        grace,
+    } = stopping;
     membership.publish(keys::STATUS, Some("leaving")).await;
     let successor = view.borrow().successor().is_some();
-    let mut worker = worker;
     if link.local().is_some()
         && !successor
         && let Some(worker) = worker.take()
     {
-        worker.shutdown(args.shutdown_grace).await;
+        worker.shutdown(grace).await;
     }
     let _ = stop_singleton.send(true);
     if let Some(singleton) = singleton {
         let _ = singleton.await;
     }
     if let Some(worker) = worker {
-        worker.shutdown(args.shutdown_grace).await;
+        worker.shutdown(grace).await;
     }
     let _ = stop_serving.send(true);
     let _ = server.await;
     if let Ok(membership) = Arc::try_unwrap(membership) {
         membership.leave().await;
     }
-    if let Some(error) = failure {
-        return Err(error);
-    }
-    emit!(info, events::STOPPED, "stopped cleanly");
-    Ok(())
 }
 
 /// `duration` in whole milliseconds, as event fields give durations.
@@ -867,7 +1034,10 @@ impl LocalMaster {
     /// from runs that this node lacks (see `master::upgrade`), from the
     /// other back-end nodes; those the events switch to are fetched as
     /// the events are read, before they are replayed.
-    async fn fetch_builds(&self, snapshot: Option<&master::store::Snapshot>) -> anyhow::Result<()> {
+    async fn fetch_builds(
+        &self,
+        snapshot: Option<&crate::journal::durable::Snapshot>,
+    ) -> anyhow::Result<()> {
         let snapshot = snapshot.map(|s| s.state.as_slice());
         let needed = master::upgrade::builds_needed(snapshot, &[]);
         fetch_master_builds(&self.fetcher, &self.options.data_dir, needed).await

@@ -10,6 +10,7 @@
 //! key. Requests to the public API carry the caller's token and may use
 //! TLS (`https://` URLs).
 
+use crate::fault::Partition;
 use crate::security::Sealer;
 use crate::security::key::Purpose;
 use crate::security::seal::Freshness;
@@ -41,6 +42,9 @@ pub fn answer_context<'a>(nonce: &'a [u8; 24], status: &'a [u8; 2]) -> [&'a [u8]
 pub struct Peer {
     transport: Transport,
     sealer: Option<Arc<Sealer>>,
+    /// A fault test's partition: requests to an address it cuts off fail
+    /// at once, as unreachable.
+    partition: Option<Partition>,
 }
 
 impl std::fmt::Debug for Peer {
@@ -72,12 +76,19 @@ impl Peer {
         Ok(Self {
             transport: Transport::new(tls, token).map_err(anyhow::Error::msg)?,
             sealer,
+            partition: None,
         })
     }
 
     /// A node's client for other nodes.
     pub fn node(sealer: Option<Arc<Sealer>>) -> Self {
         Self::new(None, sealer, None).expect("a client without TLS roots or token")
+    }
+
+    /// This client, cut off from what `partition` lists (fault tests).
+    pub fn partitioned(mut self, partition: Option<Partition>) -> Self {
+        self.partition = partition;
+        self
     }
 
     /// Posts `body` to a node-to-node route at `url`, sealed when this node
@@ -196,7 +207,9 @@ impl Peer {
         body: Bytes,
         timeout: Duration,
     ) -> Result<(StatusCode, Bytes), PeerError> {
-        if crate::fault::blocks_url(url) {
+        if let Some(partition) = &self.partition
+            && partition.blocks_url(url)
+        {
             return Err(PeerError {
                 message: format!("{url}: cut off by fault injection"),
                 not_acted_on: true,

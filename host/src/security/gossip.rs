@@ -24,6 +24,7 @@
 use super::counters;
 use super::key::Purpose;
 use super::seal::{Freshness, OVERHEAD, Sealer};
+use crate::fault::{Partition, PartitionedSocket};
 use anyhow::Context;
 use async_trait::async_trait;
 use chitchat::ChitchatEnvelope;
@@ -47,16 +48,19 @@ fn is_icmp_report(error: &std::io::Error) -> bool {
     )
 }
 
-/// cohort's gossip transport: UDP, sealed when the node has a key.
+/// cohort's gossip transport: UDP, sealed when the node has a key, behind
+/// a fault test's partition when it has one.
 #[derive(Debug, Clone, Default)]
 pub struct GossipTransport {
     sealer: Option<Arc<Sealer>>,
+    partition: Option<Partition>,
 }
 
 impl GossipTransport {
-    /// Seals with `sealer`, or sends plain gossip with `None`.
-    pub fn new(sealer: Option<Arc<Sealer>>) -> Self {
-        Self { sealer }
+    /// Seals with `sealer`, or sends plain gossip with `None`; drops what
+    /// `partition` cuts off.
+    pub fn new(sealer: Option<Arc<Sealer>>, partition: Option<Partition>) -> Self {
+        Self { sealer, partition }
     }
 }
 
@@ -66,6 +70,16 @@ const CODEC_WAIT: Duration = Duration::from_millis(100);
 #[async_trait]
 impl Transport for GossipTransport {
     async fn open(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
+        let socket = self.open_socket(listen_addr).await?;
+        Ok(match &self.partition {
+            Some(partition) => Box::new(PartitionedSocket::new(socket, partition.clone())),
+            None => socket,
+        })
+    }
+}
+
+impl GossipTransport {
+    async fn open_socket(&self, listen_addr: SocketAddr) -> anyhow::Result<Box<dyn Socket>> {
         match &self.sealer {
             None => Ok(Box::new(PlainSocket(
                 chitchat::transport::UdpSocket::open(listen_addr).await?,
@@ -91,7 +105,7 @@ impl Transport for GossipTransport {
     }
 }
 
-/// Plain gossip (no key): chitchat's socket, behind the partition seam.
+/// Plain gossip (no key): chitchat's socket.
 struct PlainSocket(chitchat::transport::UdpSocket);
 
 #[async_trait]
@@ -105,19 +119,11 @@ impl Socket for PlainSocket {
         to: SocketAddr,
         envelope: ChitchatEnvelope,
     ) -> anyhow::Result<SendOutcome> {
-        if crate::fault::blocked(&to.to_string()) {
-            return Ok(SendOutcome { num_bytes_sent: 0 });
-        }
         self.0.send(to, envelope).await
     }
 
     async fn recv(&mut self) -> anyhow::Result<RecvOutcome> {
-        loop {
-            let received = self.0.recv().await?;
-            if !crate::fault::blocked(&received.from_addr.to_string()) {
-                return Ok(received);
-            }
-        }
+        self.0.recv().await
     }
 }
 
@@ -210,9 +216,6 @@ impl Codec {
                             continue;
                         }
                     };
-                    if crate::fault::blocked(&from_addr.to_string()) {
-                        continue;
-                    }
                     let opened = self
                         .sealer
                         .open(Purpose::Gossip, &[], &datagram[..len], Freshness::Once);
@@ -308,9 +311,6 @@ impl Socket for SealedSocket {
         to: SocketAddr,
         envelope: ChitchatEnvelope,
     ) -> anyhow::Result<SendOutcome> {
-        if crate::fault::blocked(&to.to_string()) {
-            return Ok(SendOutcome { num_bytes_sent: 0 });
-        }
         // Like a UDP send: queued, and lost if the queue is full.
         let _ = self.send_tx.try_send((to, envelope));
         Ok(SendOutcome { num_bytes_sent: 0 })
