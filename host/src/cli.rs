@@ -361,23 +361,10 @@ async fn submit_many(
 ) -> ExitCode {
     let started = Instant::now();
     let jobs: Vec<Job> = (0..many).map(|n| client.submit(request(Some(n)))).collect();
-    let mut accepted = Vec::with_capacity(jobs.len());
-    let mut ids = Vec::with_capacity(jobs.len());
-    let mut refused = Vec::new();
-    for job in jobs {
-        match job.id().await {
-            Ok(id) => {
-                ids.push(id);
-                accepted.push(job);
-            }
-            Err(ClientError::Api { code, message, .. }) => refused.push(ErrorBody {
-                code,
-                message,
-                retryable: None,
-            }),
-            Err(error) => return fail(error),
-        }
-    }
+    let (accepted, ids, refused) = match sort_submitted(jobs).await {
+        Ok(sorted) => sorted,
+        Err(error) => return fail(error),
+    };
     let submitted = started.elapsed();
     if !refused.is_empty() {
         eprintln!(
@@ -401,36 +388,10 @@ async fn submit_many(
             ExitCode::FAILURE
         };
     }
-    let bar = ProgressBar::new(ids.len() as u64);
-    if json {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} jobs finished  {per_sec}  eta {eta}")
-            .expect("a valid template"),
-    );
-    let mut states: std::collections::BTreeMap<String, u64> = Default::default();
-    let mut waits = tokio::task::JoinSet::new();
-    for job in accepted {
-        waits.spawn(async move { job.finished(None).await });
-    }
-    while let Some(joined) = waits.join_next().await {
-        match joined {
-            Ok(Ok(finished)) => {
-                *states.entry(finished.state).or_default() += 1;
-                bar.inc(1);
-            }
-            Ok(Err(error)) => {
-                bar.finish_and_clear();
-                return fail(error);
-            }
-            Err(error) => {
-                bar.finish_and_clear();
-                return fail(error);
-            }
-        }
-    }
-    bar.finish_and_clear();
+    let states = match wait_for_all(accepted, json).await {
+        Ok(states) => states,
+        Err(error) => return fail(error),
+    };
     let elapsed = started.elapsed();
     let succeeded = states.get("succeeded").copied().unwrap_or(0);
     if json {
@@ -457,6 +418,70 @@ async fn submit_many(
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The submitted jobs the server accepted, their ids, and its refusals;
+/// an error other than a refusal ends the submission.
+async fn sort_submitted(
+    jobs: Vec<Job>,
+) -> Result<(Vec<Job>, Vec<JobId>, Vec<ErrorBody>), ClientError> {
+    let mut accepted = Vec::with_capacity(jobs.len());
+    let mut ids = Vec::with_capacity(jobs.len());
+    let mut refused = Vec::new();
+    for job in jobs {
+        match job.id().await {
+            Ok(id) => {
+                ids.push(id);
+                accepted.push(job);
+            }
+            Err(ClientError::Api { code, message, .. }) => refused.push(ErrorBody {
+                code,
+                message,
+                retryable: None,
+            }),
+            Err(error) => return Err(error),
+        }
+    }
+    Ok((accepted, ids, refused))
+}
+
+/// Waits for every job behind a progress bar (hidden under `--json`);
+/// returns how many ended in each state.
+async fn wait_for_all(
+    jobs: Vec<Job>,
+    json: bool,
+) -> Result<std::collections::BTreeMap<String, u64>, String> {
+    let bar = ProgressBar::new(jobs.len() as u64);
+    if json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} jobs finished  {per_sec}  eta {eta}")
+            .expect("a valid template"),
+    );
+    let mut states: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut waits = tokio::task::JoinSet::new();
+    for job in jobs {
+        waits.spawn(async move { job.finished(None).await });
+    }
+    while let Some(joined) = waits.join_next().await {
+        match joined {
+            Ok(Ok(finished)) => {
+                *states.entry(finished.state).or_default() += 1;
+                bar.inc(1);
+            }
+            Ok(Err(error)) => {
+                bar.finish_and_clear();
+                return Err(error.to_string());
+            }
+            Err(error) => {
+                bar.finish_and_clear();
+                return Err(error.to_string());
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(states)
 }
 
 /// `cohort status`.
@@ -1089,36 +1114,7 @@ pub async fn schedule(args: ScheduleArgs) -> ExitCode {
                 .call(|node| async move { node.create_schedule(request).await })
                 .await
         }
-        ScheduleCommand::List => {
-            return match client
-                .call(|node| async move { node.schedules().await })
-                .await
-            {
-                Ok(list) if json => {
-                    print_json(&list);
-                    ExitCode::SUCCESS
-                }
-                Ok(list) => {
-                    println!(
-                        "{:<24} {:<22} {:<8} {:>8} next",
-                        "NAME", "EVERY", "STATE", "FIRED"
-                    );
-                    for schedule in &list.schedules {
-                        let next = schedule.upcoming.first().map(|t| t.to_string());
-                        println!(
-                            "{:<24} {:<22} {:<8} {:>8} {}",
-                            schedule.name,
-                            timing(schedule),
-                            if schedule.paused { "paused" } else { "active" },
-                            schedule.fired_total,
-                            next.unwrap_or_else(|| "-".into())
-                        );
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(error) => fail(error),
-            };
-        }
+        ScheduleCommand::List => return schedule_list(&client, json).await,
         ScheduleCommand::Show { name } => {
             let name = &name;
             client
@@ -1133,44 +1129,10 @@ pub async fn schedule(args: ScheduleArgs) -> ExitCode {
             let name = &name;
             (client.call(|node| async move { node.pause_schedule(name, false).await })).await
         }
-        ScheduleCommand::Delete { name } => {
-            let name = &name;
-            return match (client.call(|node| async move { node.delete_schedule(name).await })).await
-            {
-                Ok(deleted) if json => {
-                    print_json(&deleted);
-                    ExitCode::SUCCESS
-                }
-                Ok(deleted) => {
-                    println!("deleted {}", deleted.name);
-                    ExitCode::SUCCESS
-                }
-                Err(error) => fail(error),
-            };
-        }
+        ScheduleCommand::Delete { name } => return schedule_delete(&client, &name, json).await,
         ScheduleCommand::Backfill { name, from, to } => {
-            let (name, request) = (&name, &crate::client::BackfillRequest { from, to });
-            // Not retried on another node: a backfill that did happen
-            // would answer with no jobs the second time.
-            let node = match args.server.node() {
-                Ok(node) => node,
-                Err(error) => return fail(error),
-            };
-            return match node.backfill(name, request).await {
-                Ok(fired) if json => {
-                    print_json(&fired);
-                    ExitCode::SUCCESS
-                }
-                Ok(fired) => {
-                    println!(
-                        "fired {} missed ticks: jobs {:?}",
-                        fired.ids.len(),
-                        fired.ids
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(error) => fail(error),
-            };
+            let request = crate::client::BackfillRequest { from, to };
+            return schedule_backfill(&args.server, &name, &request, json).await;
         }
     };
     match shown {
@@ -1179,6 +1141,83 @@ pub async fn schedule(args: ScheduleArgs) -> ExitCode {
         Err(error) => return fail(error),
     }
     ExitCode::SUCCESS
+}
+
+/// `cohort schedule list`.
+async fn schedule_list(client: &Client, json: bool) -> ExitCode {
+    match client
+        .call(|node| async move { node.schedules().await })
+        .await
+    {
+        Ok(list) if json => {
+            print_json(&list);
+            ExitCode::SUCCESS
+        }
+        Ok(list) => {
+            println!(
+                "{:<24} {:<22} {:<8} {:>8} next",
+                "NAME", "EVERY", "STATE", "FIRED"
+            );
+            for schedule in &list.schedules {
+                let next = schedule.upcoming.first().map(|t| t.to_string());
+                println!(
+                    "{:<24} {:<22} {:<8} {:>8} {}",
+                    schedule.name,
+                    timing(schedule),
+                    if schedule.paused { "paused" } else { "active" },
+                    schedule.fired_total,
+                    next.unwrap_or_else(|| "-".into())
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(error),
+    }
+}
+
+/// `cohort schedule delete`.
+async fn schedule_delete(client: &Client, name: &str, json: bool) -> ExitCode {
+    match (client.call(|node| async move { node.delete_schedule(name).await })).await {
+        Ok(deleted) if json => {
+            print_json(&deleted);
+            ExitCode::SUCCESS
+        }
+        Ok(deleted) => {
+            println!("deleted {}", deleted.name);
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(error),
+    }
+}
+
+/// `cohort schedule backfill`.
+async fn schedule_backfill(
+    server: &ServerArg,
+    name: &str,
+    request: &crate::client::BackfillRequest,
+    json: bool,
+) -> ExitCode {
+    // Not retried on another node: a backfill that did happen would
+    // answer with no jobs the second time.
+    let node = match server.node() {
+        Ok(node) => node,
+        Err(error) => return fail(error),
+    };
+    match node.backfill(name, request).await {
+        Ok(fired) if json => {
+            print_json(&fired);
+            ExitCode::SUCCESS
+        }
+        Ok(fired) => {
+            println!(
+                "fired {} missed ticks: jobs {:?}",
+                fired.ids.len(),
+                fired.ids
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => fail(error),
+    }
 }
 
 async fn schedule_request(

@@ -221,17 +221,7 @@ async fn demo(
     nodes: &mut Vec<ChildNode>,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    for n in 1..=args.nodes {
-        let seed = nodes.first().map(|first| first.gossip().to_string());
-        let name = format!("demo-{n}");
-        let exe = exe.to_path_buf();
-        let root = root.to_path_buf();
-        let node = tokio::task::spawn_blocking(move || {
-            ChildNode::start(&exe, &root, &name, seed.as_deref())
-        })
-        .await??;
-        nodes.push(node);
-    }
+    start_nodes(args.nodes, exe, root, nodes).await?;
     let clients: Vec<Node> = nodes.iter().map(|n| Node::new(&n.url)).collect();
     let cluster = wait_for_cluster(&clients[0], args.nodes as usize).await?;
     println!(
@@ -260,6 +250,47 @@ async fn demo(
         .expect("a valid template"),
     );
     let render_started = Instant::now();
+    let ids = submit_tiles(args, &clients, &module, &tiles).await?;
+    let chaos_at =
+        (args.nodes >= 3 && !args.no_chaos).then_some((tiles.len() as f64 * CHAOS_AT) as u64);
+    let (canvas, per_node) = collect_tiles(args, nodes, clients, ids, chaos_at, &bar).await?;
+    bar.finish_and_clear();
+    let elapsed = render_started.elapsed();
+    write_png(&args.out, args.width, args.height, &canvas)?;
+    print_summary(args, tiles.len(), elapsed, &per_node);
+    Ok(())
+}
+
+/// Starts `count` nodes one after another, every one after the first
+/// seeded with the first one's gossip address.
+async fn start_nodes(
+    count: u32,
+    exe: &Path,
+    root: &Path,
+    nodes: &mut Vec<ChildNode>,
+) -> anyhow::Result<()> {
+    for n in 1..=count {
+        let seed = nodes.first().map(|first| first.gossip().to_string());
+        let name = format!("demo-{n}");
+        let exe = exe.to_path_buf();
+        let root = root.to_path_buf();
+        let node = tokio::task::spawn_blocking(move || {
+            ChildNode::start(&exe, &root, &name, seed.as_deref())
+        })
+        .await??;
+        nodes.push(node);
+    }
+    Ok(())
+}
+
+/// Submits one job per tile, each batch through the next node; returns
+/// every tile with its job's id.
+async fn submit_tiles(
+    args: &DemoArgs,
+    clients: &[Node],
+    module: &str,
+    tiles: &[Tile],
+) -> anyhow::Result<Vec<(Tile, u64)>> {
     let mut ids = Vec::with_capacity(tiles.len());
     for (n, chunk) in tiles.chunks(SUBMIT_BATCH).enumerate() {
         let client = &clients[n % clients.len()];
@@ -268,7 +299,7 @@ async fn demo(
                 .iter()
                 .map(|&tile| {
                     Ok(SubmitRequest {
-                        module: module.clone(),
+                        module: module.to_string(),
                         input_base64: Some(
                             base64::engine::general_purpose::STANDARD
                                 .encode(tile_input(args, tile)?),
@@ -287,14 +318,25 @@ async fn demo(
             }
         }
     }
+    Ok(ids)
+}
 
+/// Waits for every tile job ([`WAITS_IN_FLIGHT`] at once) and pastes its
+/// picture into the canvas, killing the master's node once `chaos_at`
+/// tiles are done; returns the canvas and how many tiles each node ran.
+async fn collect_tiles(
+    args: &DemoArgs,
+    nodes: &mut [ChildNode],
+    clients: Vec<Node>,
+    ids: Vec<(Tile, u64)>,
+    mut chaos_at: Option<u64>,
+    bar: &ProgressBar,
+) -> anyhow::Result<(Vec<u8>, BTreeMap<String, u64>)> {
     let mut canvas = vec![0u8; (args.width * args.height * 3) as usize];
     let mut per_node: BTreeMap<String, u64> = BTreeMap::new();
     let mut pending = ids.into_iter().enumerate();
     let mut waiting = JoinSet::new();
     let clients = std::sync::Arc::new(clients);
-    let mut chaos =
-        (args.nodes >= 3 && !args.no_chaos).then_some((tiles.len() as f64 * CHAOS_AT) as u64);
     let mut takeover = None;
     loop {
         while waiting.len() < WAITS_IN_FLIGHT {
@@ -312,18 +354,24 @@ async fn demo(
         paste(&mut canvas, args.width, tile, &png)?;
         *per_node.entry(worker).or_default() += 1;
         bar.inc(1);
-        if chaos.is_some_and(|at| bar.position() >= at) {
-            chaos = None;
-            takeover = Some(kill_the_master(nodes, &clients, &bar).await?);
+        if chaos_at.is_some_and(|at| bar.position() >= at) {
+            chaos_at = None;
+            takeover = Some(kill_the_master(nodes, &clients, bar).await?);
         }
     }
     if let Some(takeover) = takeover {
         takeover.await??;
     }
-    bar.finish_and_clear();
-    let elapsed = render_started.elapsed();
-    write_png(&args.out, args.width, args.height, &canvas)?;
-    let jobs = tiles.len();
+    Ok((canvas, per_node))
+}
+
+/// The closing line: the picture, the rate, and the jobs each node ran.
+fn print_summary(
+    args: &DemoArgs,
+    jobs: usize,
+    elapsed: Duration,
+    per_node: &BTreeMap<String, u64>,
+) {
     let spread: Vec<String> = per_node
         .iter()
         .map(|(node, count)| format!("{node}: {count}"))
@@ -342,7 +390,6 @@ async fn demo(
         },
         spread.join(", ")
     );
-    Ok(())
 }
 
 async fn wait_for_cluster(client: &Node, nodes: usize) -> anyhow::Result<ClusterResponse> {

@@ -19,6 +19,16 @@ fn counter(value: u64) -> Counter<u64, AtomicU64> {
     counter
 }
 
+fn gauge(value: u64) -> Gauge {
+    let gauge = Gauge::<i64>::default();
+    gauge.set(value as i64);
+    gauge
+}
+
+fn load(value: &AtomicU64) -> u64 {
+    value.load(Ordering::Relaxed)
+}
+
 /// Renders every metric.
 pub fn render(
     stats: &Stats,
@@ -27,6 +37,23 @@ pub fn render(
     responses: &Family<Labels, Counter<u64, AtomicU64>>,
 ) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::with_prefix("cohort");
+    register_jobs(&mut registry, stats);
+    register_journal(&mut registry, counters, replication);
+    register_master(&mut registry, counters);
+    register_replication(&mut registry, replication);
+    registry.register(
+        "http_responses",
+        "HTTP responses by status",
+        responses.clone(),
+    );
+    register_security(&mut registry);
+    let mut out = String::new();
+    encode(&mut out, &registry)?;
+    Ok(out)
+}
+
+/// The master's view of the jobs and workers.
+fn register_jobs(registry: &mut Registry, stats: &Stats) {
     let jobs = Family::<Labels, Gauge>::default();
     for state in JobState::ALL {
         jobs.get_or_create(&vec![("state".into(), state.name().into())])
@@ -48,13 +75,24 @@ pub fn render(
         "Attempts re-queued after a failure or expiry",
         counter(stats.retries_total),
     );
-    let workers = Gauge::<i64>::default();
-    workers.set(stats.workers as i64);
-    registry.register("workers", "Workers known to the master", workers);
-    let results = Gauge::<i64>::default();
-    results.set(stats.result_bytes as i64);
-    registry.register("result_bytes", "Bytes of job results held", results);
-    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    registry.register(
+        "workers",
+        "Workers known to the master",
+        gauge(stats.workers),
+    );
+    registry.register(
+        "result_bytes",
+        "Bytes of job results held",
+        gauge(stats.result_bytes),
+    );
+}
+
+/// This process's journal writes.
+fn register_journal(
+    registry: &mut Registry,
+    counters: &MasterCounters,
+    replication: &ReplicationStatus,
+) {
     registry.register(
         "journal_events",
         "Events made durable by this process",
@@ -72,6 +110,10 @@ pub fn render(
         "Time spent in journal fsync",
         sync_seconds,
     );
+}
+
+/// The master this node hosts.
+fn register_master(registry: &mut Registry, counters: &MasterCounters) {
     registry.register(
         "master_commands",
         "Commands decided by the master",
@@ -82,11 +124,6 @@ pub fn render(
         "Master snapshots written",
         counter(load(&counters.snapshots)),
     );
-    let gauge = |value: u64| {
-        let gauge = Gauge::<i64>::default();
-        gauge.set(value as i64);
-        gauge
-    };
     registry.register(
         "master_memory_bytes",
         "Linear memory of the master component this node hosts (its high-water mark: Wasm memory never shrinks; 0 when it hosts none)",
@@ -99,6 +136,10 @@ pub fn render(
         "Longest the master's thread spent in one pass on this node (deciding a batch of requests and handing it to replication, a snapshot included when it takes one itself), since it started: the longest it served nothing",
         longest,
     );
+}
+
+/// How far the voters are behind the master's journal.
+fn register_replication(registry: &mut Registry, replication: &ReplicationStatus) {
     registry.register(
         "replicas_needed",
         "Voters (back-end nodes, this one included) that must hold a journal batch before it is acknowledged: a majority",
@@ -135,11 +176,10 @@ pub fn render(
         "Back-end nodes in the journaled voter set, as this node's journal has it",
         gauge(replication.voters.len() as u64),
     );
-    registry.register(
-        "http_responses",
-        "HTTP responses by status",
-        responses.clone(),
-    );
+}
+
+/// What the node refused, by what and why.
+fn register_security(registry: &mut Registry) {
     let refused = Family::<Labels, Counter<u64, AtomicU64>>::default();
     for ((what, reason), count) in crate::security::counters::snapshot() {
         refused
@@ -154,7 +194,4 @@ pub fn render(
         "Gossip datagrams dropped, requests and connections refused, by what and why",
         refused,
     );
-    let mut out = String::new();
-    encode(&mut out, &registry)?;
-    Ok(out)
 }

@@ -25,11 +25,11 @@
 //! built-in master, so `--verify` compares the two builds up to the first
 //! switch to an uploaded one.
 
+use crate::journal::durable::{self, Snapshot};
 use crate::journal::log::read_entries;
 use crate::journal::{FsStorage, Storage};
 use crate::master::CoreKind;
-use crate::master::core::{Core, MasterComponent, NativeCore};
-use crate::master::store::{self, Snapshot};
+use crate::master::core::{Core, MasterComponent, NativeCore, WasmCore};
 use crate::master::upgrade::{self, Build, Builds, MasterStore};
 use crate::replication::storage::{TAG_NOOP, TAG_VOTERS, split_snapshot_state};
 use crate::runtime::Digest;
@@ -218,10 +218,10 @@ fn query(core: &mut dyn Core, query: Query) -> anyhow::Result<Option<Answer>> {
 }
 
 fn replay(args: &ReplayArgs) -> anyhow::Result<Value> {
-    let snapshots = store::snapshots(&args.data_dir)
+    let snapshots = durable::snapshots(&args.data_dir)
         .with_context(|| format!("reading {}", args.data_dir.display()))?;
     let newest = start(&args.data_dir, &snapshots)?.map(|at| &snapshots[at]);
-    let (mut builds, base) = match newest.map(master_state).transpose()? {
+    let (builds, base) = match newest.map(master_state).transpose()? {
         Some((builds, state)) => (builds, Some(state)),
         None => (Builds::default(), None),
     };
@@ -231,45 +231,55 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<Value> {
         kind: args.core,
         data_dir: &args.data_dir,
     };
-    let other_runner = Runner {
-        kind: match args.core {
-            CoreKind::Wasm => CoreKind::Native,
-            CoreKind::Native => CoreKind::Wasm,
+    let mut cores = Cores {
+        runner,
+        master: runner.core(builds.active, base.as_deref())?,
+        other: OtherBuild::start(args, runner, builds.active, base.as_deref(), from)?,
+        compared: match &args.compare {
+            None => None,
+            Some(path) => Some(Comparison::start(path, base.as_deref())?),
         },
-        ..runner
     };
-    let mut master = runner.core(builds.active, base.as_deref())?;
-    // The other build, while one exists for the build running.
-    let mut other = match args.verify && builds.active == Build::BuiltIn {
-        true => Some(other_runner.core(builds.active, base.as_deref())?),
-        false => None,
-    };
-    let mut compared_until = match (args.verify, other.is_some()) {
-        (true, false) => Some(from),
-        _ => None,
-    };
-    let mut switches = Vec::new();
-    let mut compared = match &args.compare {
-        None => None,
-        Some(path) => {
-            let wasm =
-                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            let not_master = || format!("{} is not a master component", path.display());
-            let component = MasterComponent::from_bytes(&wasm).with_context(not_master)?;
-            let instance = component
-                .instantiate(base.as_deref())
-                .with_context(not_master)?;
-            Some(instance.map_err(rejected)?)
-        }
-    };
-    let (mut differing, mut differences) = (0u64, Vec::new());
+    let replayed = replay_entries(args, &entries, from, builds, &mut cores)?;
+    report(args, &snapshots, newest, replayed, &mut cores)
+}
+
+/// Every core the events go through.
+struct Cores<'a> {
+    runner: Runner<'a>,
+    /// The build that replays, switching builds as the cluster did.
+    master: Box<dyn Core>,
+    other: OtherBuild<'a>,
+    compared: Option<Comparison>,
+}
+
+/// What replaying the journal's entries did, for the report.
+struct Replayed {
+    builds: Builds,
+    switches: Vec<Value>,
+    from: u64,
+    to: u64,
+    applied: u64,
+    stopped: String,
+    /// The events that changed `--job`'s record.
+    history: Vec<Value>,
+}
+
+/// Replays `entries` (the journal from `from` on) through `cores` up to
+/// where `args` says to stop.
+fn replay_entries(
+    args: &ReplayArgs,
+    entries: &[(u64, Vec<u8>)],
+    from: u64,
+    mut builds: Builds,
+    cores: &mut Cores,
+) -> anyhow::Result<Replayed> {
     let job_view = |core: &mut dyn Core, id: u64| -> anyhow::Result<Option<Vec<u8>>> {
         Ok(core.query(0, encode(&Query::Job { id }))?.ok())
     };
-    let mut history = Vec::new();
-    let mut divergence = None;
+    let (mut switches, mut history) = (Vec::new(), Vec::new());
     let (mut applied, mut stopped, mut to) = (0u64, "the end of the journal".to_string(), from);
-    for (index, data) in &entries {
+    for (index, data) in entries {
         if args.until.is_some_and(|until| *index >= until) {
             stopped = format!("before entry {index}");
             break;
@@ -277,18 +287,16 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<Value> {
         to = index + 1;
         if let Some(switch) = upgrade::decode_switch(data) {
             let switch = switch.map_err(anyhow::Error::msg)?;
-            runner.switch(&mut master, switch.to).with_context(|| {
-                format!("replaying the switch to {} at entry {index}", switch.to)
-            })?;
+            cores
+                .runner
+                .switch(&mut cores.master, switch.to)
+                .with_context(|| {
+                    format!("replaying the switch to {} at entry {index}", switch.to)
+                })?;
             builds = builds.switched(switch.to);
             switches
                 .push(json!({"index": index, "from": switch.from.name(), "to": switch.to.name()}));
-            if let Some(core) = other.as_mut()
-                && other_runner.switch(core, switch.to).is_err()
-            {
-                other = None;
-                compared_until = Some(*index);
-            }
+            cores.other.switch(*index, switch.to);
             continue;
         }
         if !is_event(data) {
@@ -301,93 +309,241 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<Value> {
             break;
         }
         let before = match args.job {
-            Some(id) => job_view(master.as_mut(), id)?,
+            Some(id) => job_view(cores.master.as_mut(), id)?,
             None => None,
         };
         let batch = std::slice::from_ref(data);
-        let effects = master.apply(batch)?.map_err(rejected)?;
+        let effects = cores.master.apply(batch)?.map_err(rejected)?;
         applied += 1;
         if let Some(id) = args.job {
-            let after = job_view(master.as_mut(), id)?;
+            let after = job_view(cores.master.as_mut(), id)?;
             if after != before {
-                let mut text = format!("{:?}", event.kind);
-                if text.len() > EVENT_TEXT_MAX {
-                    let cut = (0..=EVENT_TEXT_MAX)
-                        .rev()
-                        .find(|&i| text.is_char_boundary(i));
-                    text.truncate(cut.unwrap_or(0));
-                    text.push('…');
-                }
+                let text = event_text(&event.kind);
                 history.push(json!({"index": index, "at": event.at, "event": text}));
             }
         }
-        if let Some(other) = other.as_mut() {
-            let theirs = other.apply(batch)?.map_err(rejected)?;
-            if divergence.is_none() && theirs != effects {
-                divergence = Some(*index);
-            }
-        }
-        if let Some(compared) = compared.as_mut() {
-            let theirs = compared.apply(batch)?.map_err(rejected)?;
-            if theirs != effects {
-                differing += 1;
-                if differences.len() < DIFFERENCES_LISTED_MAX {
-                    let describe = |effects: &[Vec<u8>]| -> Vec<String> {
-                        (effects.iter())
-                            .map(|bytes| match decode::<cohort_master::Effect>(bytes) {
-                                Ok(effect) => format!("{effect:?}"),
-                                Err(r) => format!("undecodable: {}", r.message),
-                            })
-                            .collect()
-                    };
-                    differences.push(json!({
-                        "index": index,
-                        "at": event.at,
-                        "this": describe(&effects),
-                        "compared": describe(&theirs),
-                    }));
-                }
-            }
+        cores.other.apply(*index, batch, &effects)?;
+        if let Some(compared) = cores.compared.as_mut() {
+            compared.apply(*index, event.at, batch, &effects)?;
         }
     }
+    Ok(Replayed {
+        builds,
+        switches,
+        from,
+        to,
+        applied,
+        stopped,
+        history,
+    })
+}
+
+/// An event as a job's history shows it, cut to [`EVENT_TEXT_MAX`].
+fn event_text(kind: &impl std::fmt::Debug) -> String {
+    let mut text = format!("{kind:?}");
+    if text.len() > EVENT_TEXT_MAX {
+        let cut = (0..=EVENT_TEXT_MAX)
+            .rev()
+            .find(|&i| text.is_char_boundary(i));
+        text.truncate(cut.unwrap_or(0));
+        text.push('…');
+    }
+    text
+}
+
+/// The report: where the replay started and stopped, the state there,
+/// and what `--job`, `--compare` and `--verify` asked for.
+fn report(
+    args: &ReplayArgs,
+    snapshots: &[Snapshot],
+    newest: Option<&Snapshot>,
+    replayed: Replayed,
+    cores: &mut Cores,
+) -> anyhow::Result<Value> {
+    let Replayed {
+        builds,
+        switches,
+        from,
+        to,
+        applied,
+        stopped,
+        history,
+    } = replayed;
+    let master = cores.master.as_mut();
     let mut report = json!({
         "data_dir": args.data_dir.display().to_string(),
         "core": format!("{:?}", args.core).to_lowercase(),
         "snapshot": newest.map(|s| json!({"index": s.index, "epoch": s.epoch})),
         "master": {"build": builds.active.name(), "previous": builds.previous.name(), "switches": switches},
         "replayed": {"from": from, "to": to, "events": applied, "stopped": stopped},
-        "state": state(master.as_mut())?,
+        "state": state(master)?,
     });
     if let Some(id) = args.job {
-        report["job"] = match query(master.as_mut(), Query::Job { id })? {
-            Some(Answer::Job(view)) => {
-                let mut record = serde_json::to_value(&*view)?;
-                record["module"] = Digest::from(view.module).to_string().into();
-                record["state"] = view.state.name().into();
-                record
-            }
-            _ => json!(format!("no job {id} at this point")),
-        };
+        report["job"] = job_record(master, id)?;
         report["history"] = history.into();
     }
-    if let Some(compared) = compared.as_mut() {
-        let same_state = compared.snapshot()? == master.snapshot()?;
-        report["compare"] = json!({
-            "differing_events": differing,
-            "first_differences": differences,
-            "same_state_at_the_end": same_state,
-        });
+    if let Some(compared) = cores.compared.as_mut() {
+        report["compare"] = compared.report(master)?;
     }
     if args.verify {
+        let other = &mut cores.other;
         report["verify"] = verify(
             args,
-            &snapshots,
-            master.as_mut(),
-            other.as_mut(),
-            (divergence, compared_until),
+            snapshots,
+            master,
+            other.core.as_mut(),
+            (other.divergence, other.compared_until),
         )?;
     }
     Ok(report)
+}
+
+/// Job `id`'s record at the stop, or why there is none.
+fn job_record(master: &mut dyn Core, id: u64) -> anyhow::Result<Value> {
+    Ok(match query(master, Query::Job { id })? {
+        Some(Answer::Job(view)) => {
+            let mut record = serde_json::to_value(&*view)?;
+            record["module"] = Digest::from(view.module).to_string().into();
+            record["state"] = view.state.name().into();
+            record
+        }
+        _ => json!(format!("no job {id} at this point")),
+    })
+}
+
+/// `--verify`'s other build of the master (native for Wasm, Wasm for
+/// native), fed the same events while one exists for the build running.
+struct OtherBuild<'a> {
+    runner: Runner<'a>,
+    core: Option<Box<dyn Core>>,
+    /// The first entry after which its effects differed.
+    divergence: Option<u64>,
+    /// Where the comparison ended without it: from where an uploaded master
+    /// (which has no native build) runs.
+    compared_until: Option<u64>,
+}
+
+impl<'a> OtherBuild<'a> {
+    fn start(
+        args: &ReplayArgs,
+        runner: Runner<'a>,
+        active: Build,
+        base: Option<&[u8]>,
+        from: u64,
+    ) -> anyhow::Result<Self> {
+        let runner = Runner {
+            kind: match args.core {
+                CoreKind::Wasm => CoreKind::Native,
+                CoreKind::Native => CoreKind::Wasm,
+            },
+            ..runner
+        };
+        let core = match args.verify && active == Build::BuiltIn {
+            true => Some(runner.core(active, base)?),
+            false => None,
+        };
+        let compared_until = match (args.verify, core.is_some()) {
+            (true, false) => Some(from),
+            _ => None,
+        };
+        Ok(Self {
+            runner,
+            core,
+            divergence: None,
+            compared_until,
+        })
+    }
+
+    /// Follows the switch record at `index`, or ends the comparison there
+    /// when this build cannot run the one switched to.
+    fn switch(&mut self, index: u64, to: Build) {
+        if let Some(core) = self.core.as_mut()
+            && self.runner.switch(core, to).is_err()
+        {
+            self.core = None;
+            self.compared_until = Some(index);
+        }
+    }
+
+    /// Applies the event at `index`, noting the first whose effects differ
+    /// from `effects`, the running build's.
+    fn apply(&mut self, index: u64, batch: &[Vec<u8>], effects: &[Vec<u8>]) -> anyhow::Result<()> {
+        if let Some(core) = self.core.as_mut() {
+            let theirs = core.apply(batch)?.map_err(rejected)?;
+            if self.divergence.is_none() && theirs != effects {
+                self.divergence = Some(index);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `--compare`'s master component, fed the same events.
+struct Comparison {
+    core: WasmCore,
+    /// Events after which it asked for other effects.
+    differing: u64,
+    /// The first [`DIFFERENCES_LISTED_MAX`] of them, described.
+    differences: Vec<Value>,
+}
+
+impl Comparison {
+    /// The component at `path`, started from the replay's snapshot.
+    fn start(path: &Path, base: Option<&[u8]>) -> anyhow::Result<Self> {
+        let wasm = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let not_master = || format!("{} is not a master component", path.display());
+        let component = MasterComponent::from_bytes(&wasm).with_context(not_master)?;
+        let instance = component.instantiate(base).with_context(not_master)?;
+        Ok(Self {
+            core: instance.map_err(rejected)?,
+            differing: 0,
+            differences: Vec::new(),
+        })
+    }
+
+    /// Applies the event at `index`, decided `at`, and notes whether its
+    /// effects differ from `effects`, the running build's.
+    fn apply(
+        &mut self,
+        index: u64,
+        at: Millis,
+        batch: &[Vec<u8>],
+        effects: &[Vec<u8>],
+    ) -> anyhow::Result<()> {
+        let theirs = self.core.apply(batch)?.map_err(rejected)?;
+        if theirs != effects {
+            self.differing += 1;
+            if self.differences.len() < DIFFERENCES_LISTED_MAX {
+                self.differences.push(json!({
+                    "index": index,
+                    "at": at,
+                    "this": describe(effects),
+                    "compared": describe(&theirs),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// What it found, against `master`'s state at the stop.
+    fn report(&mut self, master: &mut dyn Core) -> anyhow::Result<Value> {
+        let same_state = self.core.snapshot()? == master.snapshot()?;
+        Ok(json!({
+            "differing_events": self.differing,
+            "first_differences": self.differences,
+            "same_state_at_the_end": same_state,
+        }))
+    }
+}
+
+/// Effects as `--compare` lists them.
+fn describe(effects: &[Vec<u8>]) -> Vec<String> {
+    (effects.iter())
+        .map(|bytes| match decode::<cohort_master::Effect>(bytes) {
+            Ok(effect) => format!("{effect:?}"),
+            Err(r) => format!("undecodable: {}", r.message),
+        })
+        .collect()
 }
 
 /// The state at the stop: counters, workers, what waits and runs,
@@ -463,26 +619,7 @@ fn verify(
     };
     let recorded = match snapshots {
         [.., older, newer] => {
-            let replayed = (|| -> anyhow::Result<Option<Vec<u8>>> {
-                let between = entries(&args.data_dir, older.index);
-                let Ok(between) = between else {
-                    return Ok(None);
-                };
-                let needed = (older.index..newer.index).count();
-                if between.iter().take_while(|(i, _)| *i < newer.index).count() != needed {
-                    return Ok(None);
-                }
-                let runner = Runner {
-                    kind: args.core,
-                    data_dir: &args.data_dir,
-                };
-                let (builds, state) = master_state(older)?;
-                let mut core = runner.core(builds.active, Some(&state))?;
-                for (_, data) in between.iter().take(needed) {
-                    runner.apply(&mut core, data)?;
-                }
-                Ok(Some(core.snapshot()?))
-            })()?;
+            let replayed = replay_between(args, older, newer)?;
             match replayed {
                 None => json!(format!(
                     "not checked: the journal no longer holds entries {} to {}",
@@ -504,4 +641,31 @@ fn verify(
         _ => json!("not checked: fewer than two snapshots"),
     };
     Ok(json!({"ok": ok, "builds": builds, "recorded": recorded}))
+}
+
+/// The master state of snapshot `older` replayed up to snapshot `newer`;
+/// `None` when the journal no longer holds every entry between them.
+fn replay_between(
+    args: &ReplayArgs,
+    older: &Snapshot,
+    newer: &Snapshot,
+) -> anyhow::Result<Option<Vec<u8>>> {
+    let between = entries(&args.data_dir, older.index);
+    let Ok(between) = between else {
+        return Ok(None);
+    };
+    let needed = (older.index..newer.index).count();
+    if between.iter().take_while(|(i, _)| *i < newer.index).count() != needed {
+        return Ok(None);
+    }
+    let runner = Runner {
+        kind: args.core,
+        data_dir: &args.data_dir,
+    };
+    let (builds, state) = master_state(older)?;
+    let mut core = runner.core(builds.active, Some(&state))?;
+    for (_, data) in between.iter().take(needed) {
+        runner.apply(&mut core, data)?;
+    }
+    Ok(Some(core.snapshot()?))
 }

@@ -50,7 +50,9 @@ use crate::cluster::link::MasterLink;
 use crate::cluster::modules::ModuleFetcher;
 use crate::contract::{MasterError, Poll, PollResult, ProgressReport};
 use crate::modules::ModuleStore;
-use crate::runtime::{Digest, JobFailure, JobLimits, JobObserver, JobRequest, Progress, Runtime};
+use crate::runtime::{
+    Digest, JobFailure, JobLimits, JobObserver, JobReport, JobRequest, Module, Progress, Runtime,
+};
 use cohort_master::{Assignment, Command, Failure, JobId, Outcome};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -217,6 +219,19 @@ impl Shared {
         cap.saturating_sub(in_hand)
     }
 
+    /// The next poll: its heartbeat, the attempts wanted, what the worker
+    /// holds and their progress.
+    fn next_poll(&self) -> Poll {
+        Poll {
+            worker: self.options.id.clone(),
+            slots: self.options.slots,
+            free: self.wanted(),
+            wait_ms: POLL_WAIT.as_millis() as u64,
+            progress: self.progress_reports(),
+            held: self.held(),
+        }
+    }
+
     /// Records the round trip of a poll that brought work.
     fn polled(&self, took: Duration) {
         average(&self.poll_us, took);
@@ -332,35 +347,12 @@ impl Worker {
 }
 
 async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
-    let options = &shared.options;
-    // A worker that starts runs nothing: whatever the master believes this
-    // worker id runs (a previous process that crashed and came back before
-    // membership noticed) is lost, and is re-queued now rather than when
-    // its leases run out.
-    let mut announced = false;
+    if !announce_fresh(&shared, &mut stopped).await {
+        return;
+    }
     loop {
         if *stopped.borrow() {
             return;
-        }
-        if !announced {
-            let fresh = Command::WorkerGone {
-                worker: options.id.clone(),
-            };
-            let told = tokio::select! {
-                told = shared.master.command(fresh) => told,
-                _ = stopped.changed() => return,
-            };
-            match told {
-                Ok(_) | Err(MasterError::Rejected(_)) => announced = true,
-                Err(error) => {
-                    tracing::debug!("cannot announce the worker yet: {error}");
-                    tokio::select! {
-                        _ = tokio::time::sleep(POLL_RETRY) => {}
-                        _ = stopped.changed() => return,
-                    }
-                    continue;
-                }
-            }
         }
         if shared.wanted() == 0 {
             // Wait for an attempt to finish, but come back in time for the
@@ -371,15 +363,7 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
                 _ = stopped.changed() => return,
             }
         }
-        let free = shared.wanted();
-        let poll = Poll {
-            worker: options.id.clone(),
-            slots: options.slots,
-            free,
-            wait_ms: POLL_WAIT.as_millis() as u64,
-            progress: shared.progress_reports(),
-            held: shared.held(),
-        };
+        let poll = shared.next_poll();
         let asked = tokio::time::Instant::now();
         let polled = tokio::select! {
             polled = shared.master.poll(poll) => polled,
@@ -389,29 +373,7 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
             shared.polled(asked.elapsed());
         }
         match polled {
-            Ok(PollResult { assignments, stops }) => {
-                for key in stops {
-                    if let Some(stop) = shared.running().remove(&key) {
-                        let _ = stop.send(());
-                    }
-                }
-                for assignment in assignments {
-                    let (stop, stopped) = oneshot::channel();
-                    shared
-                        .running()
-                        .insert((assignment.id, assignment.attempt), stop);
-                    let report = shared
-                        .reporting
-                        .clone()
-                        .try_acquire_owned()
-                        .expect("reporting permits outnumber slots");
-                    let shared = shared.clone();
-                    tokio::spawn(async move {
-                        run_attempt(&shared, assignment, stopped).await;
-                        drop(report);
-                    });
-                }
-            }
+            Ok(result) => take_poll_result(&shared, result),
             Err(
                 MasterError::Unavailable(reason)
                 | MasterError::Unreplicated(reason)
@@ -431,6 +393,64 @@ async fn poll_loop(shared: Arc<Shared>, mut stopped: watch::Receiver<bool>) {
                 tokio::time::sleep(POLL_RETRY).await;
             }
         }
+    }
+}
+
+/// Tells the master this worker runs nothing, retrying until a master
+/// answers; false if told to stop first.
+///
+/// A worker that starts runs nothing: whatever the master believes this
+/// worker id runs (a previous process that crashed and came back before
+/// membership noticed) is lost, and is re-queued now rather than when its
+/// leases run out.
+async fn announce_fresh(shared: &Shared, stopped: &mut watch::Receiver<bool>) -> bool {
+    loop {
+        if *stopped.borrow() {
+            return false;
+        }
+        let fresh = Command::WorkerGone {
+            worker: shared.options.id.clone(),
+        };
+        let told = tokio::select! {
+            told = shared.master.command(fresh) => told,
+            _ = stopped.changed() => return false,
+        };
+        match told {
+            Ok(_) | Err(MasterError::Rejected(_)) => return true,
+            Err(error) => {
+                tracing::debug!("cannot announce the worker yet: {error}");
+                tokio::select! {
+                    _ = tokio::time::sleep(POLL_RETRY) => {}
+                    _ = stopped.changed() => return false,
+                }
+            }
+        }
+    }
+}
+
+/// Stops the attempts the master stopped and starts the ones it assigned,
+/// each in a task of its own.
+fn take_poll_result(shared: &Arc<Shared>, PollResult { assignments, stops }: PollResult) {
+    for key in stops {
+        if let Some(stop) = shared.running().remove(&key) {
+            let _ = stop.send(());
+        }
+    }
+    for assignment in assignments {
+        let (stop, stopped) = oneshot::channel();
+        shared
+            .running()
+            .insert((assignment.id, assignment.attempt), stop);
+        let report = shared
+            .reporting
+            .clone()
+            .try_acquire_owned()
+            .expect("reporting permits outnumber slots");
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            run_attempt(&shared, assignment, stopped).await;
+            drop(report);
+        });
     }
 }
 
@@ -482,93 +502,12 @@ async fn run_in_slot(
     stopped: oneshot::Receiver<()>,
     slot: OwnedSemaphorePermit,
 ) {
-    let Assignment {
-        id,
-        attempt,
-        module,
-        input,
-        timeout_ms,
-        memory_bytes,
-        checkpoint,
-        ..
-    } = assignment;
-    let digest = Digest::from(module);
-    let (outcome, ran, log) = match shared.fetcher.get(&shared.modules, &digest).await {
-        Err(error) => (
-            Outcome::Failed(Failure {
-                code: "module_unavailable".into(),
-                message: format!("module {digest}: {error}"),
-            }),
-            None,
-            Vec::new(),
-        ),
-        Ok(compiled) => {
-            let (checkpoints, mut latest) = watch::channel(None);
-            let forwarder = Arc::new(Forwarder {
-                id,
-                progress: shared.progress.clone(),
-                checkpoint: checkpoints,
-            });
-            let master = shared.master.clone();
-            let sender = tokio::spawn(async move {
-                while latest.changed().await.is_ok() {
-                    let data = latest.borrow_and_update().clone();
-                    if let Some(data) = data {
-                        let command = Command::Checkpoint { id, attempt, data };
-                        if let Err(error) = master.command(command).await {
-                            tracing::warn!("job {id}: checkpoint not recorded: {error}");
-                        }
-                        // At most one checkpoint per interval reaches the
-                        // journal; newer ones replace older ones meanwhile.
-                        tokio::time::sleep(CHECKPOINT_INTERVAL).await;
-                    }
-                }
-            });
-            let limits = JobLimits {
-                timeout_ms,
-                memory_bytes: memory_bytes.unwrap_or(shared.options.limits.memory_bytes),
-                ..shared.options.limits
-            };
-            let request = JobRequest {
-                input,
-                limits,
-                resume_state: checkpoint,
-                observer: Some(forwarder),
-            };
-            let runtime = shared.runtime.clone();
-            let mut running = shared
-                .jobs
-                .spawn(async move { runtime.run(&compiled, request).await });
-            let report = tokio::select! {
-                report = &mut running => match report {
-                    Ok(report) => Some(report),
-                    Err(error) => {
-                        tracing::error!("job {id} attempt {attempt}: the job task failed: {error}");
-                        None
-                    }
-                },
-                Ok(()) = stopped => {
-                    running.abort();
-                    None
-                }
-            };
-            // The attempt is over: its outcome matters now, not a checkpoint
-            // still waiting for its interval (one that races the outcome is
-            // ignored by the master, whose attempt has ended).
-            sender.abort();
-            shared.progress.clear(id);
-            let Some(report) = report else {
-                tracing::debug!("job {id} attempt {attempt} stopped");
-                drop(slot);
-                shared.ran(None);
-                return;
-            };
-            let outcome = match report.outcome {
-                Ok(output) => Outcome::Succeeded(output),
-                Err(failure) => Outcome::Failed(failure_of(&failure)),
-            };
-            (outcome, Some(report.duration), report.log)
-        }
+    let (id, attempt) = (assignment.id, assignment.attempt);
+    let Some((outcome, ran, log)) = attempt_outcome(shared, assignment, stopped).await else {
+        tracing::debug!("job {id} attempt {attempt} stopped");
+        drop(slot);
+        shared.ran(None);
+        return;
     };
     // Held until reported: moved from running to unreported at once.
     shared
@@ -595,6 +534,117 @@ async fn run_in_slot(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .remove(&(id, attempt));
+}
+
+/// Fetches the attempt's module and runs it: its outcome, how long it ran
+/// and its log; `None` if it was stopped (or its task failed) before an
+/// outcome.
+async fn attempt_outcome(
+    shared: &Shared,
+    assignment: Assignment,
+    stopped: oneshot::Receiver<()>,
+) -> Option<(Outcome, Option<Duration>, Vec<u8>)> {
+    let Assignment {
+        id,
+        attempt,
+        module,
+        input,
+        timeout_ms,
+        memory_bytes,
+        checkpoint,
+        ..
+    } = assignment;
+    let digest = Digest::from(module);
+    let compiled = match shared.fetcher.get(&shared.modules, &digest).await {
+        Ok(compiled) => compiled,
+        Err(error) => {
+            let failure = Failure {
+                code: "module_unavailable".into(),
+                message: format!("module {digest}: {error}"),
+            };
+            return Some((Outcome::Failed(failure), None, Vec::new()));
+        }
+    };
+    let (checkpoints, latest) = watch::channel(None);
+    let forwarder = Arc::new(Forwarder {
+        id,
+        progress: shared.progress.clone(),
+        checkpoint: checkpoints,
+    });
+    let sender = tokio::spawn(send_checkpoints(shared.master.clone(), id, attempt, latest));
+    let limits = JobLimits {
+        timeout_ms,
+        memory_bytes: memory_bytes.unwrap_or(shared.options.limits.memory_bytes),
+        ..shared.options.limits
+    };
+    let request = JobRequest {
+        input,
+        limits,
+        resume_state: checkpoint,
+        observer: Some(forwarder),
+    };
+    let report = run_job(shared, (id, attempt), compiled, request, stopped).await;
+    // The attempt is over: its outcome matters now, not a checkpoint still
+    // waiting for its interval (one that races the outcome is ignored by
+    // the master, whose attempt has ended).
+    sender.abort();
+    shared.progress.clear(id);
+    let report = report?;
+    let outcome = match report.outcome {
+        Ok(output) => Outcome::Succeeded(output),
+        Err(failure) => Outcome::Failed(failure_of(&failure)),
+    };
+    Some((outcome, Some(report.duration), report.log))
+}
+
+/// Sends a running attempt's newest checkpoint to the master until the
+/// attempt ends (the caller aborts this).
+async fn send_checkpoints(
+    master: MasterLink,
+    id: JobId,
+    attempt: u32,
+    mut latest: watch::Receiver<Option<Vec<u8>>>,
+) {
+    while latest.changed().await.is_ok() {
+        let data = latest.borrow_and_update().clone();
+        if let Some(data) = data {
+            let command = Command::Checkpoint { id, attempt, data };
+            if let Err(error) = master.command(command).await {
+                tracing::warn!("job {id}: checkpoint not recorded: {error}");
+            }
+            // At most one checkpoint per interval reaches the journal;
+            // newer ones replace older ones meanwhile.
+            tokio::time::sleep(CHECKPOINT_INTERVAL).await;
+        }
+    }
+}
+
+/// Runs the job on the job threads until it ends or is stopped; `None`
+/// when stopped or when its task failed.
+async fn run_job(
+    shared: &Shared,
+    (id, attempt): (JobId, u32),
+    compiled: Module,
+    request: JobRequest,
+    stopped: oneshot::Receiver<()>,
+) -> Option<JobReport> {
+    let runtime = shared.runtime.clone();
+    let mut running = shared
+        .jobs
+        .spawn(async move { runtime.run(&compiled, request).await });
+    tokio::select! {
+        report = &mut running => match report {
+            Ok(report) => Some(report),
+            Err(error) => {
+                tracing::error!("job {id} attempt {attempt}: the job task failed: {error}");
+                None
+            }
+        },
+        Ok(()) = stopped => {
+            running.abort();
+            None
+        }
+    }
 }
 
 /// Reports an attempt's outcome, retrying while no master can take it (it

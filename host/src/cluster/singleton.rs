@@ -106,30 +106,13 @@ pub async fn run<H: Host>(
     // Workers out of the live set while this node hosts, since when.
     let mut suspects: BTreeMap<String, Instant> = BTreeMap::new();
     loop {
-        let mut view = views.borrow_and_update().clone();
-        let handed_over = {
-            let departed = departed.borrow_and_update();
-            for member in &mut view.members {
-                if departed.contains(&(member.node_id.clone(), member.generation)) {
-                    member.leaving = true;
-                }
-            }
-            !departed.is_empty()
-        };
+        let (view, handed_over) = view_with_departures(&mut views, &mut departed);
         // A hand-over means the old host chose this node: no need to wait
         // for the view to settle.
         let settled = handed_over || Instant::now() >= settled_at;
         let should = should_host(&view, settled);
         let alive = live_workers(&view);
-        let superseded = hosting.and_then(|epoch| {
-            let newer_elsewhere = view
-                .master_host()
-                .filter(|m| m.node_id != view.me)
-                .and_then(|m| m.master_epoch)
-                .filter(|&other| other > epoch);
-            let refused = Some(*deposed.borrow_and_update()).filter(|&other| other > epoch);
-            newer_elsewhere.max(refused)
-        });
+        let superseded = hosting.and_then(|epoch| superseding_epoch(&view, epoch, &mut deposed));
         if !should || hosting.is_some() {
             // A retry only means something while this node should start the
             // master and has not: kept past that, its instant (now in the
@@ -138,48 +121,23 @@ pub async fn run<H: Host>(
         }
         let retry_due = retry_at.is_none_or(|at| Instant::now() >= at);
         if let Some(newer) = superseded {
-            crate::events::emit!(
-                warn,
-                crate::events::SUPERSEDED,
-                epoch = hosting.unwrap_or(0),
-                newer,
-                "this node's master was superseded: stepping down and rejoining as the youngest node"
-            );
-            host.step_down().await;
+            step_down(membership, host, hosting.unwrap_or(0), newer).await?;
             hosting = None;
-            // The old identity keeps advertising its old epoch until it is
-            // declared dead, so nobody mistakes it for a master-less oldest
-            // node; the new one advertises nothing.
-            membership.rejoin().await?;
             settled_at = Instant::now() + REJOIN_SETTLE;
             continue;
         } else if should && hosting.is_none() && retry_due {
-            match host.start(alive.iter().cloned().collect()).await? {
+            match start_hosting(membership, host, &alive).await? {
                 Some(epoch) => {
-                    membership
-                        .publish(keys::MASTER_EPOCH, Some(&epoch.to_string()))
-                        .await;
                     hosting = Some(epoch);
                     retry_at = None;
                 }
                 None => retry_at = Some(Instant::now() + START_RETRY),
             }
         } else if !should && hosting.is_some() && settled {
-            // Stop (and hand over) before un-advertising, so the next host
-            // waits for the hand-over instead of starting without it.
-            host.stop().await;
-            membership.publish(keys::MASTER_EPOCH, None).await;
+            stop_hosting(membership, host).await;
             hosting = None;
         } else if hosting.is_some() {
-            let now = Instant::now();
-            for worker in workers.difference(&alive) {
-                suspects.entry(worker.clone()).or_insert(now);
-            }
-            suspects.retain(|worker, _| !alive.contains(worker));
-            let gone: Vec<String> = suspects
-                .extract_if(.., |_, since| now >= *since + WORKER_LOST_AFTER)
-                .map(|(worker, _)| worker)
-                .collect();
+            let gone = lost_workers(&mut suspects, &workers, &alive, Instant::now());
             if !gone.is_empty() {
                 host.workers_gone(gone).await;
             }
@@ -190,16 +148,8 @@ pub async fn run<H: Host>(
         workers = alive;
         // Every pass ends waiting for something new: a change (`changed`
         // marks it seen; a closed channel disables its branch), or an
-        // instant the next pass acts on and then drops (the view settled,
-        // a start is due again, a worker has been out long enough).
-        let lost_at = suspects
-            .values()
-            .min()
-            .map(|since| *since + WORKER_LOST_AFTER);
-        let wake_at = [(!settled).then_some(settled_at), retry_at, lost_at]
-            .into_iter()
-            .flatten()
-            .min();
+        // instant the next pass acts on and then drops.
+        let wake_at = earliest_wake((!settled).then_some(settled_at), retry_at, &suspects);
         tokio::select! {
             changed = views.changed() => if changed.is_err() { break },
             Ok(()) = departed.changed() => {}
@@ -209,10 +159,116 @@ pub async fn run<H: Host>(
         }
     }
     if hosting.is_some() {
-        host.stop().await;
-        membership.publish(keys::MASTER_EPOCH, None).await;
+        stop_hosting(membership, host).await;
     }
     Ok(())
+}
+
+/// The newest view, with the members known to be departing marked as
+/// leaving; and whether any is (a hand-over to this node).
+fn view_with_departures(
+    views: &mut watch::Receiver<View>,
+    departed: &mut watch::Receiver<BTreeSet<(String, u64)>>,
+) -> (View, bool) {
+    let mut view = views.borrow_and_update().clone();
+    let departed = departed.borrow_and_update();
+    for member in &mut view.members {
+        if departed.contains(&(member.node_id.clone(), member.generation)) {
+            member.leaving = true;
+        }
+    }
+    (view, !departed.is_empty())
+}
+
+/// A newer epoch than `epoch`, this node's master's, if one superseded it:
+/// advertised in gossip by another node, or reported by a replica that
+/// refused this one.
+fn superseding_epoch(view: &View, epoch: u64, deposed: &mut watch::Receiver<u64>) -> Option<u64> {
+    let newer_elsewhere = view
+        .master_host()
+        .filter(|m| m.node_id != view.me)
+        .and_then(|m| m.master_epoch)
+        .filter(|&other| other > epoch);
+    let refused = Some(*deposed.borrow_and_update()).filter(|&other| other > epoch);
+    newer_elsewhere.max(refused)
+}
+
+/// Stops a superseded master and rejoins membership as the youngest node.
+async fn step_down<H: Host>(
+    membership: &Membership,
+    host: &mut H,
+    epoch: u64,
+    newer: u64,
+) -> anyhow::Result<()> {
+    crate::events::emit!(
+        warn,
+        crate::events::SUPERSEDED,
+        epoch,
+        newer,
+        "this node's master was superseded: stepping down and rejoining as the youngest node"
+    );
+    host.step_down().await;
+    // The old identity keeps advertising its old epoch until it is
+    // declared dead, so nobody mistakes it for a master-less oldest node;
+    // the new one advertises nothing.
+    membership.rejoin().await?;
+    Ok(())
+}
+
+/// Starts the master and advertises its epoch; `None` if it cannot start
+/// yet.
+async fn start_hosting<H: Host>(
+    membership: &Membership,
+    host: &mut H,
+    alive: &BTreeSet<String>,
+) -> anyhow::Result<Option<u64>> {
+    let started = host.start(alive.iter().cloned().collect()).await?;
+    if let Some(epoch) = started {
+        membership
+            .publish(keys::MASTER_EPOCH, Some(&epoch.to_string()))
+            .await;
+    }
+    Ok(started)
+}
+
+/// Stops the master and stops advertising it.
+async fn stop_hosting<H: Host>(membership: &Membership, host: &mut H) {
+    // Stop (and hand over) before un-advertising, so the next host waits
+    // for the hand-over instead of starting without it.
+    host.stop().await;
+    membership.publish(keys::MASTER_EPOCH, None).await;
+}
+
+/// The earliest instant a pass has something to do without news: the view
+/// settled, a start is due again, a worker has been out long enough.
+fn earliest_wake(
+    settle_at: Option<Instant>,
+    retry_at: Option<Instant>,
+    suspects: &BTreeMap<String, Instant>,
+) -> Option<Instant> {
+    let lost_at = suspects
+        .values()
+        .min()
+        .map(|since| *since + WORKER_LOST_AFTER);
+    [settle_at, retry_at, lost_at].into_iter().flatten().min()
+}
+
+/// Notes the workers that left the live set since the last pass, forgets
+/// those back in it, and takes out those gone for [`WORKER_LOST_AFTER`].
+fn lost_workers(
+    suspects: &mut BTreeMap<String, Instant>,
+    workers: &BTreeSet<String>,
+    alive: &BTreeSet<String>,
+    now: Instant,
+) -> Vec<String> {
+    for worker in workers.difference(alive) {
+        suspects.entry(worker.clone()).or_insert(now);
+    }
+    suspects.retain(|worker, _| !alive.contains(worker));
+    suspects
+        .extract_if(.., |_, since| now >= *since + WORKER_LOST_AFTER)
+        .map(|(worker, _)| worker)
+        .collect()
 }
 
 #[cfg(test)]
