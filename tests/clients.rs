@@ -99,6 +99,12 @@ fn refusals_and_failed_jobs_carry_their_codes() {
         let error = unknown.id().await.unwrap_err();
         assert_eq!(error.code(), "module_not_found", "{error}");
         assert!(!error.retryable());
+        // A batch's refused item has the status its code is answered with
+        // (what the job, submitted alone, would have got), not the 202.
+        assert!(
+            matches!(error, ClientError::Api { status: 422, .. }),
+            "{error:?}"
+        );
 
         let trap = upload(&Api::new(&node.url), "fixture_trap").await;
         let job = client.submit(SubmitRequest {
@@ -274,10 +280,12 @@ fn run(command: &mut Command) -> String {
 }
 
 /// The environment the clients' own suites read: which binary to start
-/// nodes from, and the components to run.
+/// nodes from, the components to run, and the node's OpenAPI document
+/// (whose error codes each client's table must be).
 fn suite_env(command: &mut Command) -> &mut Command {
     command
         .env("COHORT_BIN", env!("CARGO_BIN_EXE_cohort"))
+        .env("COHORT_OPENAPI_JSON", root().join("clients/openapi.json"))
         .env("COHORT_ECHO_WASM", guest("fixture_echo"))
         .env("COHORT_TRAP_WASM", guest("fixture_trap"))
         .env_remove("COHORT_LOG")

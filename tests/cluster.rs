@@ -85,6 +85,7 @@ fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
     rt.block_on(async {
         let cluster = converge(&n4, "4 live nodes", |c| live(c).len() == 4).await;
         assert_eq!(cluster.master_node, "n1");
+        // A sleep: the master must stay put for a while, not just now.
         tokio::time::sleep(Duration::from_secs(2)).await;
         for node in [&n1, &n4] {
             let cluster = Api::new(&node.url).cluster().await.unwrap();

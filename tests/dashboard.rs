@@ -14,13 +14,10 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
-use support::{Node, run_bounded, runtime, settle, upload};
+use support::{Node, OBSERVE, eventually, eventually_async, run_bounded, runtime, settle, upload};
 
 /// The repository root.
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-/// Longest a state may take to show.
-const OBSERVE: Duration = Duration::from_secs(30);
 /// Jobs in the journal for the first-render measurement.
 const RENDER_JOBS: usize = 100_000;
 
@@ -101,15 +98,16 @@ async fn jobs_in_every_state(client: &Api) -> Jobs {
 }
 
 async fn wait_state(client: &Api, id: u64, state: &str) {
-    let started = Instant::now();
-    loop {
+    let what = format!("job {id} to be {state}");
+    eventually_async(&what, OBSERVE, async || {
         let job = client.job(id, 0).await.unwrap();
         if job.state == state {
-            return;
+            Ok(())
+        } else {
+            Err(format!("it stayed {}", job.state))
         }
-        assert!(started.elapsed() < OBSERVE, "job {id} stayed {}", job.state);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 /// The body of a `GET` of `path` (query string as written).
@@ -288,10 +286,12 @@ fn the_overview_its_event_stream_inputs_and_modules_describe_the_node() {
             .submit(&support::job(&jobs.echo, "live"))
             .await
             .unwrap();
-        let started = Instant::now();
-        while stream.next_overview()["submitted_total"].as_u64().unwrap() == submitted {
-            assert!(started.elapsed() < OBSERVE, "no event showed the new job");
-        }
+        eventually("an event showing the new job", OBSERVE, || {
+            match stream.next_overview()["submitted_total"].as_u64().unwrap() {
+                total if total == submitted => Err(format!("submitted_total stayed {total}")),
+                _ => Ok(()),
+            }
+        });
         // A job's input, as it was sent.
         let queued = jobs.by_state["queued"][0];
         let input = get(&client, &format!("/v1/jobs/{queued}/input")).await;

@@ -7,6 +7,7 @@
 mod support;
 
 use cohort::client::Node as Api;
+use cohort_replication::rng::Rng;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -409,35 +410,15 @@ fn five_back_ends_with_default_flags_survive_a_partition_of_the_master_with_one_
     check_journals(&all);
 }
 
-/// A small seeded generator (splitmix64): schedules are reproducible from
-/// the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn millis(&mut self, low: u64, high: u64) -> Duration {
-        Duration::from_millis(low + self.below(high - low))
-    }
-}
-
 /// Schedules per run, and faults per schedule.
 const SCHEDULES: usize = 2;
 const FAULTS_PER_SCHEDULE: usize = 3;
 
 /// Runs short random fault schedules (seed from `COHORT_FAULT_SEED`, else
 /// the clock; printed either way) against fresh 3-node clusters under a
-/// steady burst, and checks the invariants after each.
+/// steady burst, and checks the invariants after each. The schedule is
+/// drawn from the replication simulator's generator: a printed seed
+/// replays the same schedule.
 #[test]
 fn random_fault_schedules_keep_the_invariants() {
     let _turn = exclusive();
@@ -451,7 +432,7 @@ fn random_fault_schedules_keep_the_invariants() {
                 .as_nanos() as u64
         });
     eprintln!("fault schedule seed: {seed} (rerun with COHORT_FAULT_SEED={seed})");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     for schedule in 0..SCHEDULES {
         let dir = tempfile::tempdir().unwrap();
         let rt = runtime();
@@ -470,6 +451,7 @@ fn random_fault_schedules_keep_the_invariants() {
         let burst = Burst::start(&rt, &targets, &echo, 4);
         let ledger = burst.ledger.clone();
         for _ in 0..FAULTS_PER_SCHEDULE {
+            // A sleep: the burst runs a random while between faults.
             std::thread::sleep(rng.millis(300, 1000));
             let victim = rng.below(3) as usize;
             let fault = rng.below(3);
@@ -490,6 +472,7 @@ fn random_fault_schedules_keep_the_invariants() {
                     drop(node);
                     *targets.lock().unwrap() =
                         running(&nodes).iter().map(|u| Api::new(u)).collect();
+                    // A sleep: the node stays down for the drawn time.
                     std::thread::sleep(down);
                     let seed_node = nodes.iter().flatten().next().unwrap();
                     let restarted = start(&dir, names[victim], ALL, Some(seed_node));
@@ -500,6 +483,7 @@ fn random_fault_schedules_keep_the_invariants() {
                 _ => {
                     let node = nodes[victim].as_ref().unwrap();
                     node.signal("STOP");
+                    // A sleep: the pause lasts the drawn time.
                     std::thread::sleep(down);
                     node.signal("CONT");
                 }

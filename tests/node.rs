@@ -11,8 +11,11 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use support::{Node, SETTLE, converge, guest, job, parse_event, runtime, settle, upload};
+use std::time::Duration;
+use support::{
+    Node, SETTLE, converge, eventually, eventually_async, guest, job, parse_event, runtime, settle,
+    upload,
+};
 
 /// The status and code of an API error; checks that the body said whether
 /// a retry may help, as the code's table does (`job_not_finished` is a
@@ -428,23 +431,23 @@ fn failing_jobs(args: &[&str]) {
         let mut long = job(&spin, "");
         long.timeout_ms = Some(600_000);
         let id = client.submit(&long).await.unwrap().id;
-        let started = Instant::now();
-        while client.job(id, 0).await.unwrap().state != "running" {
-            assert!(started.elapsed() < SETTLE);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        eventually_async(&format!("job {id} to run"), SETTLE, async || {
+            match client.job(id, 0).await.unwrap().state.as_str() {
+                "running" => Ok(()),
+                state => Err(format!("it is {state}")),
+            }
+        })
+        .await;
         assert_eq!(client.cancel(id).await.unwrap().state, "cancelled");
-        let cluster = client.cluster().await.unwrap();
-        let started = Instant::now();
-        let mut busy = cluster.workers[0].running;
-        while busy > 0 {
-            assert!(
-                started.elapsed() < SETTLE,
-                "the cancelled attempt still runs"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            busy = client.cluster().await.unwrap().workers[0].running;
-        }
+        eventually_async(
+            "the cancelled attempt to stop",
+            SETTLE,
+            async || match client.cluster().await.unwrap().workers[0].running {
+                0 => Ok(()),
+                busy => Err(format!("the worker still runs {busy}")),
+            },
+        )
+        .await;
     });
 }
 
@@ -513,11 +516,12 @@ fn kill_9_during_a_burst_loses_no_acknowledged_job() {
         let acked = acked.clone();
         async move { burst(&url, &echo, 8, acked).await }
     });
-    let started = Instant::now();
-    while acked.lock().unwrap().len() < 100 {
-        assert!(started.elapsed() < SETTLE, "the burst did not get going");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually("the burst to get going", SETTLE, || {
+        match acked.lock().unwrap().len() {
+            len if len >= 100 => Ok(()),
+            len => Err(format!("{len} of 100 jobs acknowledged")),
+        }
+    });
     node.kill();
     let acked = rt.block_on(submitting).unwrap();
 

@@ -3,6 +3,10 @@
 //! get wrong: a process that dies mid-job, one that speaks garbage, and
 //! one whose node is gone.
 
+mod support;
+
+use support::{OBSERVE, eventually_async};
+
 const ISOLATION: Isolation = Isolation::Process;
 
 include!("runtime/cases.rs");
@@ -53,16 +57,16 @@ fn exited(pid: i32) -> bool {
     }
 }
 
-/// Waits (bounded) until `condition` holds.
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !condition() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+/// Waits (bounded) until process `pid` has [`exited`].
+async fn wait_exited(what: &str, pid: i32) {
+    eventually_async(what, OBSERVE, async || {
+        if exited(pid) {
+            Ok(())
+        } else {
+            Err(format!("process {pid} still runs"))
+        }
+    })
+    .await
 }
 
 /// A one-slot runtime whose sandboxes run `cohort` as `<dir>/<name>` (a
@@ -111,8 +115,12 @@ async fn a_sandbox_killed_mid_job_fails_that_attempt_only() {
         let (rt, module) = (rt.clone(), module.clone());
         tokio::spawn(async move { rt.run_input(&module, Vec::new()).await })
     };
-    eventually("the job's sandbox process", || {
-        !sandbox_children(&program).is_empty()
+    eventually_async("the job's sandbox process", OBSERVE, async || {
+        if sandbox_children(&program).is_empty() {
+            Err("none started yet")
+        } else {
+            Ok(())
+        }
     })
     .await;
     sigkill(the_sandbox(&program));
@@ -187,7 +195,7 @@ async fn a_sandbox_whose_node_is_gone_exits() {
     assert!(!exited(sandbox));
     node.kill().unwrap();
     node.wait().unwrap();
-    eventually("the orphaned sandbox exits", || exited(sandbox)).await;
+    wait_exited("the orphaned sandbox to exit", sandbox).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +206,7 @@ async fn an_idle_sandbox_that_died_is_replaced_before_a_job_reaches_it() {
     assert_echoes(&rt, &module, b"one").await;
     let idle = the_sandbox(&program);
     sigkill(idle);
-    eventually("the idle sandbox is dead", || exited(idle)).await;
+    wait_exited("the killed idle sandbox to exit", idle).await;
     assert_echoes(&rt, &module, b"two").await;
 }
 
@@ -213,6 +221,6 @@ async fn a_sandbox_idle_past_its_limit_is_stopped_and_the_next_job_starts_anothe
     let module = load(&rt, "fixture_echo").await;
     assert_echoes(&rt, &module, b"one").await;
     let idle = the_sandbox(&program);
-    eventually("the idle sandbox is stopped", || exited(idle)).await;
+    wait_exited("the idle sandbox to be stopped", idle).await;
     assert_echoes(&rt, &module, b"two").await;
 }

@@ -16,10 +16,9 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use support::faults::{Burst, check_jobs, check_journals, exclusive};
-use support::{Node, converge_via, live, runtime, start_with, upload};
-
-/// Longest a security condition may take to show.
-const OBSERVE: Duration = Duration::from_secs(30);
+use support::{
+    Node, OBSERVE, converge_via, eventually, eventually_async, live, runtime, start_with, upload,
+};
 
 /// Writes a key file holding `keys` (texts from `generate`) as `name`.
 fn key_file(dir: &Path, name: &str, keys: &[&str]) -> PathBuf {
@@ -65,15 +64,14 @@ fn refused(what: &str, reason: &str) -> String {
 
 /// Waits (bounded) until `series` reaches `at_least`.
 async fn wait_metric(client: &Api, series: &str, at_least: u64) {
-    let started = Instant::now();
-    loop {
-        let value = metric(client, series).await;
-        if value >= at_least {
-            return;
+    let what = format!("{series} to reach {at_least}");
+    eventually_async(&what, OBSERVE, async || {
+        match metric(client, series).await {
+            value if value >= at_least => Ok(()),
+            value => Err(format!("it stayed at {value}")),
         }
-        assert!(started.elapsed() < OBSERVE, "{series} stayed at {value}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 fn status_code(result: Result<(hyper::StatusCode, bytes::Bytes), ClientError>) -> (u16, String) {
@@ -216,14 +214,15 @@ fn only_holders_of_the_key_join_and_reach_internal_routes() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let started = Instant::now();
-        while on_n2.cluster().await.is_ok() {
-            assert!(
-                started.elapsed() < OBSERVE,
-                "n2 still takes a revoked token"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually_async(
+            "n2 to refuse the revoked token",
+            OBSERVE,
+            async || match on_n2.cluster().await {
+                Ok(_) => Err("n2 still takes it"),
+                Err(_) => Ok(()),
+            },
+        )
+        .await;
         // The members still work together.
         let echo = upload(&c1, "fixture_echo").await;
         let id = client(&n2, &admin)
@@ -717,15 +716,8 @@ fn the_cluster_key_rotates_under_load_without_losing_a_job() {
             targets.lock().unwrap()[i] = client(&nodes[i], &admin);
             all_live(&nodes);
             // Submissions go on after each restart.
-            let started = Instant::now();
-            while burst.ledger.len() < before + 20 {
-                assert!(
-                    started.elapsed() < OBSERVE,
-                    "{phase}: no progress after restarting {}",
-                    names[i]
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            let what = format!("{phase}: progress after restarting {}", names[i]);
+            wait_acks(&burst.ledger, before + 20, &what);
         }
     }
     let ledger = burst.ledger.clone();
@@ -789,8 +781,7 @@ fn one_client_address_holds_a_bounded_number_of_connections() {
     );
     // Closing one makes room again.
     held.truncate(held.len() - 1);
-    let started = Instant::now();
-    loop {
+    eventually("room after a close", OBSERVE, || {
         let mut again = connect();
         again.set_read_timeout(Some(OBSERVE)).unwrap();
         again
@@ -799,13 +790,11 @@ fn one_client_address_holds_a_bounded_number_of_connections() {
         let mut answer = String::new();
         let _ = again.read_to_string(&mut answer);
         if answer.starts_with("HTTP/1.1 200") {
-            break;
+            Ok(())
+        } else {
+            Err(answer)
         }
-        assert!(
-            started.elapsed() < OBSERVE,
-            "no room after a close: {answer}"
-        );
-    }
+    });
     // The node's own address is not counted.
     let cluster = runtime().block_on(Api::new(&node.url).cluster()).unwrap();
     assert_eq!(live(&cluster).len(), 1);
@@ -813,15 +802,11 @@ fn one_client_address_holds_a_bounded_number_of_connections() {
 
 /// Waits (bounded) until `ledger` holds `count` acknowledgements.
 fn wait_acks(ledger: &support::faults::Ledger, count: usize, what: &str) {
-    let started = Instant::now();
-    while ledger.len() < count {
-        assert!(
-            started.elapsed() < OBSERVE,
-            "{what}: {} acknowledged",
-            ledger.len()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let what = format!("{what}: {count} acknowledged");
+    eventually(&what, OBSERVE, || match ledger.len() {
+        len if len >= count => Ok(()),
+        len => Err(format!("{len} are")),
+    });
 }
 
 #[test]

@@ -10,30 +10,30 @@ mod support;
 use cohort::client::{ClientError, JobQuery, Node as Api};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use support::{Node, converge, guest, live, runtime, settle, start_with, upload};
+use support::{
+    Node, OBSERVE, converge, eventually_async, guest, live, runtime, settle, start_with, upload,
+};
 
 const ALL: &str = "back-end,worker,front-end";
 const NO_STANDBY: &[&str] = &["--standby", "off"];
 
-/// Longest a state may take to show.
-const OBSERVE: Duration = Duration::from_secs(60);
+/// Submissions the stream gets acknowledged between two steps of the
+/// test, so that every master along the way serves a run of them.
+const STREAM_STRIDE: usize = 20;
 
 /// The master build as the node at `url` reports it, retried while the
 /// cluster settles.
 async fn build_at(url: &str) -> String {
-    let started = Instant::now();
-    loop {
-        match Api::new(url).master_build().await {
-            Ok(build) => return build.build,
-            Err(error) if started.elapsed() < OBSERVE => {
-                eprintln!("waiting for the master: {error}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(error) => panic!("{error}"),
-        }
-    }
+    let what = format!("the master build at {url}");
+    eventually_async(&what, OBSERVE, async || {
+        let build = Api::new(url).master_build().await;
+        build.map(|b| b.build).inspect_err(|error| {
+            eprintln!("waiting for the master: {error}");
+        })
+    })
+    .await
 }
 
 /// What a stream saw: each acknowledged key's job id, and when each
@@ -45,6 +45,8 @@ type Seen = (BTreeMap<String, u64>, Vec<(Instant, Duration)>);
 /// submission's time from first try to acknowledgement.
 struct Stream {
     stop: Arc<AtomicBool>,
+    /// Submissions acknowledged so far.
+    acked: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<Seen>,
 }
 
@@ -52,6 +54,8 @@ impl Stream {
     fn start(urls: Vec<String>, module: String) -> Stream {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let acked_count = Arc::new(AtomicUsize::new(0));
+        let counter = acked_count.clone();
         let task = tokio::spawn(async move {
             let mut acked = BTreeMap::new();
             let mut latencies = Vec::new();
@@ -63,29 +67,45 @@ impl Stream {
                 request.idempotency_key = Some(key.clone());
                 let began = Instant::now();
                 let mut turn = 0usize;
-                let id = loop {
-                    let url = &urls[turn % urls.len()];
-                    match Api::new(url).submit(&request).await {
-                        Ok(submitted) => break submitted.id,
-                        Err(error) => {
-                            // A node down or a master moving: the same key
-                            // elsewhere, until one answers.
-                            assert!(
-                                began.elapsed() < OBSERVE,
-                                "submission {key} unanswered: {error}"
-                            );
-                            turn += 1;
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                    }
-                };
+                // A node down or a master moving: the same key elsewhere,
+                // until one answers.
+                let what = format!("an answer to submission {key}");
+                // Each try owns what it sends (its future cannot borrow
+                // from the closure that counts the turns).
+                let id = eventually_async(&what, OBSERVE, || {
+                    let client = Api::new(&urls[turn % urls.len()]);
+                    turn += 1;
+                    let request = request.clone();
+                    async move { client.submit(&request).await.map(|s| s.id) }
+                })
+                .await;
                 latencies.push((began, began.elapsed()));
                 acked.insert(key, id);
+                counter.fetch_add(1, Ordering::Relaxed);
+                // Paces the stream: a steady load, not a flood.
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             (acked, latencies)
         });
-        Stream { stop, task }
+        Stream {
+            stop,
+            acked: acked_count,
+            task,
+        }
+    }
+
+    /// Waits (bounded) until [`STREAM_STRIDE`] more submissions are
+    /// acknowledged: the stream flows through the cluster as it is now.
+    async fn flows(&self) {
+        let count = self.acked.load(Ordering::Relaxed) + STREAM_STRIDE;
+        let what = format!("{count} submissions of the stream acknowledged");
+        eventually_async(&what, OBSERVE, async || {
+            match self.acked.load(Ordering::Relaxed) {
+                acked if acked >= count => Ok(()),
+                acked => Err(format!("{acked} are")),
+            }
+        })
+        .await
     }
 
     async fn finish(self) -> Seen {
@@ -162,7 +182,7 @@ fn the_master_is_upgraded_and_rolled_back_under_load_and_survives_a_kill() {
 
         let urls: Vec<String> = nodes.iter().flatten().map(|n| n.url.clone()).collect();
         let stream = Stream::start(urls, echo.clone());
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        stream.flows().await;
 
         // The yardstick: a graceful hand-over of the master (its window
         // runs to the upgrade, the upgrade's to the kill).
@@ -179,7 +199,7 @@ fn the_master_is_upgraded_and_rolled_back_under_load_and_survives_a_kill() {
         nodes[at] = Some(start_with(&dir, names[at], ALL, Some(other), NO_STANDBY));
         let back = nodes[at].as_ref().unwrap();
         converge(back, "3 live nodes", |c| live(c).len() == 3).await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        stream.flows().await;
 
         // The upgrade, through the CLI of a node that may not host the
         // master.
@@ -241,19 +261,20 @@ fn the_master_is_upgraded_and_rolled_back_under_load_and_survives_a_kill() {
         // build from the others, and the next standby follows.
         let late = support::start(&dir, "n4", "back-end", Some(back));
         let copy = dir.path().join("n4").join("masters").join(&fetched_name);
-        let deadline = Instant::now() + OBSERVE;
-        loop {
+        let what = "a standby on n4 with the fetched build";
+        eventually_async(what, OBSERVE, async || {
             let stderr = late.stderr();
             let ready = stderr.rfind("event=standby_ready");
             let ended = stderr.rfind("event=standby_ended");
             if copy.is_file() && ready > ended {
-                break;
+                Ok(())
+            } else {
+                Err(format!("its stderr:\n{stderr}"))
             }
-            assert!(Instant::now() < deadline, "no standby on n4:\n{stderr}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
         assert_eq!(std::fs::read(&copy).unwrap(), fifo);
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        stream.flows().await;
 
         // And back.
         let out = nodes[via]
@@ -274,7 +295,7 @@ fn the_master_is_upgraded_and_rolled_back_under_load_and_survives_a_kill() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("build:    built-in"), "{text}");
         assert!(text.contains(&format!("previous: {fifo_build}")), "{text}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        stream.flows().await;
         let (acked, latencies) = stream.finish().await;
 
         // Nothing acknowledged was lost or made twice, and each ran to one

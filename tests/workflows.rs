@@ -14,15 +14,15 @@ use cohort::api::types::{
 };
 use cohort::client::{ClientError, JobQuery, Node as Api};
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
-use support::{Node, converge, cut_off, guest as guest_file, live, runtime, settle, start, upload};
+use std::time::Duration;
+use support::{
+    Node, OBSERVE, converge, cut_off, eventually, eventually_async, guest as guest_file, live,
+    runtime, settle, start, upload,
+};
 
 fn guest_path(name: &str) -> String {
     guest_file(name).to_str().unwrap().to_string()
 }
-
-/// Longest a state may take to show.
-const OBSERVE: Duration = Duration::from_secs(60);
 
 /// A primes job of about a tenth of a second.
 fn primes(module: &str, n: u64) -> SubmitRequest {
@@ -91,16 +91,18 @@ async fn jobs_of(client: &Api, module: &str) -> Vec<JobSummaryBody> {
 
 /// The schedule through whichever node answers.
 async fn schedule_of(nodes: &[Option<Node>], name: &str) -> ScheduleResponse {
-    let started = Instant::now();
-    loop {
+    let what = format!("a node to answer for {name}");
+    eventually_async(&what, OBSERVE, async || {
+        let mut errors = Vec::new();
         for node in nodes.iter().flatten() {
-            if let Ok(schedule) = Api::new(&node.url).schedule(name).await {
-                return schedule;
+            match Api::new(&node.url).schedule(name).await {
+                Ok(schedule) => return Ok(schedule),
+                Err(error) => errors.push(error.to_string()),
             }
         }
-        assert!(started.elapsed() < OBSERVE, "no node answers for {name}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Err(errors.join("; "))
+    })
+    .await
 }
 
 /// Most a tick may fire after its time here: the time to detect a dead
@@ -139,16 +141,18 @@ fn a_schedule_every_second_fires_each_tick_once_across_kills_a_partition_and_a_h
         {
             let fired = schedule_of(&nodes, "every-second").await.fired_total;
             // Let a few ticks fire under this master first.
-            loop {
-                let now = schedule_of(&nodes, "every-second").await.fired_total;
-                if now >= fired + 3 {
-                    break;
+            let what = format!("3 more ticks than {fired} before the {fault}");
+            eventually_async(&what, OBSERVE, async || {
+                match schedule_of(&nodes, "every-second").await.fired_total {
+                    now if now >= fired + 3 => Ok(()),
+                    now => Err(format!("{now} fired")),
                 }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+            })
+            .await;
             // A tick just fired: place the fault shortly before the next
             // one (at a different point each time), so that the next
-            // master has a tick to fire late.
+            // master has a tick to fire late. A sleep: the timing is the
+            // point.
             tokio::time::sleep(Duration::from_millis(500 + 100 * n as u64)).await;
             let any = nodes.iter().flatten().next().unwrap();
             let cluster = converge(any, "a master", |c| !c.master_node.is_empty()).await;
@@ -203,14 +207,18 @@ fn a_schedule_every_second_fires_each_tick_once_across_kills_a_partition_and_a_h
             let back = nodes[at].as_ref().unwrap();
             converge(back, "3 live nodes", |c| live(c).len() == 3).await;
         }
-        // Run past a minute in all.
-        loop {
+        // Run past a minute in all: at most 62 s from the creation, and
+        // the time a tick may take to show.
+        let until = created.created_at + 62_000;
+        let what = format!("a tick at or after {until}");
+        eventually_async(&what, Duration::from_secs(62) + OBSERVE, async || {
             let schedule = schedule_of(&nodes, "every-second").await;
-            if schedule.last_tick.unwrap_or(0) >= created.created_at + 62_000 {
-                break;
+            match schedule.last_tick {
+                Some(last) if last >= until => Ok(()),
+                _ => Err(format!("{schedule:?}")),
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        })
+        .await;
         let any = Api::new(&nodes[1].as_ref().unwrap().url);
         any.pause_schedule("every-second", true).await.unwrap();
         let schedule = schedule_of(&nodes, "every-second").await;
@@ -287,34 +295,27 @@ fn a_dag_of_a_thousand_jobs_runs_in_topological_order_with_its_parents_outputs()
         let submitted = client.submit_dag(&request).await.unwrap();
         assert_eq!(submitted.jobs.len(), N);
         // Kill the master's node midway: the DAG goes on from the journal.
-        let started = Instant::now();
-        loop {
+        eventually_async("300 of the DAG's jobs to succeed", OBSERVE, async || {
             let status = client.dag(submitted.id).await.unwrap();
             if status.counts["succeeded"] >= 300 {
-                break;
+                Ok(())
+            } else {
+                Err(format!("{:?}", status.counts))
             }
-            assert!(
-                started.elapsed() < OBSERVE,
-                "the DAG does not run: {:?}",
-                status.counts
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
         n1.kill();
         let n1 = start(&dir, "n1", ALL, Some(&n2));
         converge(&n2, "n1 back", |c| live(c).len() == 2).await;
-        let status = loop {
+        let status = eventually_async("the DAG to end", 3 * OBSERVE, async || {
             let status = client.dag(submitted.id).await.unwrap();
             if status.state != "running" {
-                break status;
+                Ok(status)
+            } else {
+                Err(format!("{:?}", status.counts))
             }
-            assert!(
-                started.elapsed() < 3 * OBSERVE,
-                "the DAG does not end: {:?}",
-                status.counts
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        })
+        .await;
         assert_eq!(status.state, "succeeded", "{:?}", status.counts);
         assert_eq!(status.counts["succeeded"], N as u64);
 
@@ -455,17 +456,18 @@ fn a_concurrency_key_of_two_holds_across_three_nodes_and_a_master_kill() {
         }
         // Kill -9 the master's node once a quarter of k's jobs succeeded:
         // the next master must go on enforcing the limits it replays.
-        let started = Instant::now();
-        loop {
+        eventually_async("10 of k's jobs to succeed", OBSERVE, async || {
             let mut done = 0;
             for id in &keyed {
                 done += usize::from(c2.job(*id, 0).await.unwrap().state == "succeeded");
             }
             if done >= 10 {
-                break;
+                Ok(())
+            } else {
+                Err(format!("{done} did"))
             }
-            assert!(started.elapsed() < OBSERVE, "k's jobs do not run");
-        }
+        })
+        .await;
         n1.kill();
         converge(&n2, "a new master on n2 or n3", |c| {
             live(c).len() == 2 && c.master_node != "n1" && !c.master_node.is_empty()
@@ -542,15 +544,15 @@ fn a_unique_key_gives_its_windows_job_and_bad_options_name_their_field() {
             ..support::job(&echo, input)
         };
         let held = client.submit(&short("1")).await.unwrap();
-        let started = Instant::now();
-        let next = loop {
+        let next = eventually_async("the 50 ms window to end", OBSERVE, async || {
             let reply = client.submit(&short("2")).await.unwrap();
             if !reply.existing {
-                break reply;
+                return Ok(reply);
             }
             assert_eq!(reply.id, held.id);
-            assert!(started.elapsed() < OBSERVE, "the 50 ms window never ended");
-        };
+            Err(format!("job {} is still the key's", reply.id))
+        })
+        .await;
         assert_ne!(next.id, held.id);
 
         // Bad options: 422 invalid_job, the message names the field, and
@@ -728,15 +730,15 @@ fn the_cli_manages_schedules_and_dags() {
     let (_, out, _) = cli(&["schedule", "list"]);
     assert!(out.contains("beat") && out.contains("active"), "{out}");
     // Wait for a tick to fire, observed in the schedule's record.
-    let started = Instant::now();
-    loop {
+    eventually("a tick to fire", OBSERVE, || {
         let (_, out, _) = cli(&["schedule", "show", "beat", "--json"]);
         let shown: serde_json::Value = serde_json::from_str(&out).unwrap();
         if shown["fired_total"].as_u64().unwrap() >= 1 {
-            break;
+            Ok(())
+        } else {
+            Err(out)
         }
-        assert!(started.elapsed() < OBSERVE, "no tick fired: {out}");
-    }
+    });
     let (code, out, _) = cli(&["schedule", "pause", "beat"]);
     assert_eq!(code, Some(0));
     assert!(out.contains("paused"), "{out}");

@@ -8,7 +8,7 @@
 //!   newest epoch's journal: where two journals both hold an entry, it is
 //!   the same entry, and none is longer than the newest.
 
-use super::{Node, job, settle};
+use super::{Node, eventually, eventually_async, job, settle};
 use cohort::api::types::JobResponse;
 use cohort::client::Node as Api;
 use cohort::journal::{FsStorage, Shape, log::read_entries};
@@ -32,7 +32,8 @@ pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
 const JOURNALS_AGREE: Duration = Duration::from_secs(30);
 /// Longest submissions may take to flow again after a fault.
 const ACKS_WAIT: Duration = Duration::from_secs(30);
-/// Pause of a submitter after a refused request.
+/// Pause of a submitter after a refused request, so that submitters do
+/// not spin against a node that is down or a master that is moving.
 const ERROR_PAUSE: Duration = Duration::from_millis(20);
 
 /// Jobs acknowledged to clients, and how many requests failed.
@@ -57,39 +58,30 @@ impl Ledger {
 
     /// Waits (bounded) until at least `count` jobs are acknowledged.
     pub async fn wait_for(&self, count: usize) {
-        let started = Instant::now();
-        while self.len() < count {
-            assert!(
-                started.elapsed() < super::CONVERGE,
-                "only {} of {count} jobs acknowledged",
-                self.len()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let what = format!("{count} jobs acknowledged");
+        eventually_async(&what, super::CONVERGE, async || match self.len() {
+            len if len >= count => Ok(()),
+            len => Err(format!("only {len} are")),
+        })
+        .await
     }
 
     /// Waits (bounded by [`ACKS_WAIT`]) until `count` jobs were
     /// acknowledged after `instant`: submissions flow.
     pub fn wait_acked_after(&self, instant: Instant, count: usize) {
-        let started = Instant::now();
-        loop {
-            let acked = self
-                .acked_at
-                .lock()
-                .unwrap()
-                .iter()
+        let what = format!("{count} jobs acknowledged");
+        eventually(&what, ACKS_WAIT, || {
+            let acked = (self.acked_at.lock().unwrap().iter())
                 .filter(|&&at| at > instant)
                 .count();
             if acked >= count {
-                return;
+                return Ok(());
             }
-            assert!(
-                started.elapsed() < ACKS_WAIT,
-                "{acked} of {count} jobs acknowledged within {ACKS_WAIT:?}; first error: {:?}",
+            Err(format!(
+                "{acked} were; first error: {:?}",
                 self.first_error.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            ))
+        })
     }
 
     /// The first acknowledgement after `instant`.
@@ -158,6 +150,7 @@ impl Burst {
                                     .lock()
                                     .unwrap()
                                     .get_or_insert(error.to_string());
+                                // A sleep: pacing, not waiting (see ERROR_PAUSE).
                                 tokio::time::sleep(ERROR_PAUSE).await;
                             }
                         }
@@ -289,14 +282,7 @@ fn journals_disagree(nodes: &[&Node]) -> Option<String> {
 /// Waits (bounded) until every back-end node's journal is a prefix of the
 /// newest epoch's journal.
 pub fn check_journals(nodes: &[&Node]) {
-    let started = Instant::now();
-    loop {
-        match journals_disagree(nodes) {
-            None => return,
-            Some(reason) if started.elapsed() > JOURNALS_AGREE => {
-                panic!("journals disagree after {JOURNALS_AGREE:?}: {reason}")
-            }
-            Some(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
+    eventually("the journals to agree", JOURNALS_AGREE, || {
+        journals_disagree(nodes).map_or(Ok(()), Err)
+    })
 }

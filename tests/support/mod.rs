@@ -9,6 +9,7 @@ pub mod text;
 use cohort::api::types::{ClusterResponse, JobResponse, SubmitRequest};
 use cohort::client::{ClientError, Node as Api};
 use std::collections::BTreeMap;
+use std::fmt::Display;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -20,11 +21,71 @@ pub const PROCESS_TIMEOUT: Duration = Duration::from_secs(120);
 /// A node must print its address within this.
 const NODE_START_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Longest a test waits for a node to report an event.
+/// Longest a test waits for a node to report an event, write a line or
+/// exit.
 pub const EVENT_WAIT: Duration = Duration::from_secs(30);
 
 /// Longest any single job in these tests may take to settle.
 pub const SETTLE: Duration = Duration::from_secs(90);
+
+/// Longest a state a test observes through the API (a metric, a job's
+/// state, a schedule's tick, a DAG's progress) may take to show: a minute,
+/// for a loaded 2-CPU machine where a master may move meanwhile.
+pub const OBSERVE: Duration = Duration::from_secs(60);
+
+/// How often [`eventually`] checks: short next to every bound above, long
+/// enough that a check which reads journals or starts a process does not
+/// keep a core busy.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Checks `check` every [`POLL_INTERVAL`] until it returns `Ok`, and
+/// returns that value. `Err` says what the check saw instead; past
+/// `timeout` the test fails with `what` it waited for, how long, and the
+/// last thing seen.
+pub fn eventually<T, S: Display>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<T, S>,
+) -> T {
+    let started = Instant::now();
+    loop {
+        let seen = match check() {
+            Ok(value) => return value,
+            Err(seen) => seen,
+        };
+        if started.elapsed() >= timeout {
+            timed_out(what, timeout, started, seen);
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// [`eventually`] for a check that awaits (an API call); sleeps on the
+/// async runtime between checks. (`check` returns a future rather than
+/// being an `AsyncFnMut`: a future that names its type stays `Send` in a
+/// spawned task.)
+pub async fn eventually_async<T, S: Display, F: Future<Output = Result<T, S>>>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let started = Instant::now();
+    loop {
+        let seen = match check().await {
+            Ok(value) => return value,
+            Err(seen) => seen,
+        };
+        if started.elapsed() >= timeout {
+            timed_out(what, timeout, started, seen);
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+fn timed_out(what: &str, timeout: Duration, started: Instant, seen: impl Display) -> ! {
+    let waited = started.elapsed();
+    panic!("waited {waited:.1?} (bound {timeout:?}) for {what}; last seen: {seen}");
+}
 
 /// The async runtime a test drives its HTTP clients with.
 pub fn runtime() -> tokio::runtime::Runtime {
@@ -60,61 +121,63 @@ pub async fn running_with_checkpoint(
     ids: &[u64],
     worker: &str,
     within: Duration,
-    mut also: impl FnMut(&JobResponse) -> bool,
+    also: impl FnMut(&JobResponse) -> bool,
 ) -> JobResponse {
-    let started = Instant::now();
-    loop {
+    let what = format!("a job running on {worker} with a checkpoint saved");
+    // Each check's future calls `also`.
+    let also = &std::cell::RefCell::new(also);
+    eventually_async(&what, within, || async move {
+        let mut states = Vec::new();
         for id in ids {
             let job = client.job(*id, 0).await.unwrap();
             let on_worker = job.attempts.last().is_some_and(|a| a.worker == worker);
-            let wanted = also(&job);
+            let wanted = (also.borrow_mut())(&job);
             if job.state == "running" && on_worker && job.has_checkpoint && wanted {
-                return job;
+                return Ok(job);
             }
+            let last_worker = job.attempts.last().map(|a| a.worker.clone());
+            states.push((job.id, job.state, last_worker, job.has_checkpoint));
         }
-        assert!(
-            started.elapsed() < within,
-            "no job running on {worker} saved a checkpoint within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Err(format!("(id, state, worker, checkpoint): {states:?}"))
+    })
+    .await
 }
 
 /// Waits (bounded by [`SETTLE`]) until job `id` is no longer queued or
 /// running; returns it.
 pub async fn settle(client: &Api, id: u64) -> JobResponse {
     let started = Instant::now();
-    loop {
+    eventually_async(&format!("job {id} to settle"), SETTLE, async || {
+        // A long poll: answers as soon as the job changes.
         let job = retrying(started, || client.job(id, 5_000)).await;
-        if !matches!(job.state.as_str(), "queued" | "running") {
-            return job;
+        match job.state.as_str() {
+            "queued" | "running" => Err(format!("{job:?}")),
+            _ => Ok(job),
         }
-        assert!(
-            started.elapsed() < SETTLE,
-            "job {id} did not settle: {job:?}"
-        );
-    }
+    })
+    .await
 }
 
 /// Runs `call` until it succeeds, retrying (within [`SETTLE`] of
 /// `started`) while the cluster answers that it cannot serve yet (an error
 /// the server calls retryable: `503`s are what a cluster says right after
-/// a fault, and a client retries them).
+/// a fault, and a client retries them). Any other error fails the test.
 pub async fn retrying<T, F: std::future::Future<Output = Result<T, ClientError>>>(
     started: Instant,
     mut call: impl FnMut() -> F,
 ) -> T {
-    loop {
-        match call().await {
-            Ok(value) => return value,
-            Err(error @ ClientError::Api { .. })
-                if error.retryable() && started.elapsed() < SETTLE =>
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+    let left = SETTLE.saturating_sub(started.elapsed());
+    eventually_async("an answer that is not a retryable error", left, || {
+        let answer = call();
+        async move {
+            match answer.await {
+                Ok(value) => Ok(value),
+                Err(error @ ClientError::Api { .. }) if error.retryable() => Err(error),
+                Err(error) => panic!("{error}"),
             }
-            Err(error) => panic!("{error}"),
         }
-    }
+    })
+    .await
 }
 
 /// The node's `/metrics` text.
@@ -175,17 +238,22 @@ pub fn pinned_venv(name: &str, requirements: &Path) -> PathBuf {
 
 /// Waits for `child`, killing it past `timeout`.
 fn wait_bounded(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus {
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
+    let reaper = Reaper(child);
+    eventually(&format!("{what} to exit"), timeout, || {
+        reaper.0.try_wait().unwrap().ok_or("it still runs")
+    })
+}
+
+/// Kills and reaps its child if dropped while the test panics: a process
+/// that overran its bound does not outlive the test.
+struct Reaper<'a>(&'a mut Child);
+
+impl Drop for Reaper<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
         }
-        if started.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} ran longer than {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -193,8 +261,7 @@ fn wait_bounded(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus 
 /// `https://`) by proving the cluster key in `key`; retried while the
 /// master comes up, for at most [`EVENT_WAIT`].
 pub fn token_at(server: &str, key: &Path, scopes: &str) -> String {
-    let started = Instant::now();
-    loop {
+    eventually("a token", EVENT_WAIT, || {
         let out = cohort(
             &[
                 "token",
@@ -208,18 +275,13 @@ pub fn token_at(server: &str, key: &Path, scopes: &str) -> String {
             ],
             b"",
         );
-        if out.status.success() {
-            let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
-            assert!(token.starts_with("cohort_"), "{token}");
-            return token;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
         }
-        assert!(
-            started.elapsed() < EVENT_WAIT,
-            "no token: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        assert!(token.starts_with("cohort_"), "{token}");
+        Ok(token)
+    })
 }
 
 /// Runs `cohort` with `args` and `stdin`, killing it if it overruns.
@@ -257,6 +319,9 @@ pub struct Node {
     /// Its data directory.
     pub data_dir: PathBuf,
     stderr: Arc<Mutex<Vec<u8>>>,
+    /// The thread copying its stderr into `stderr`; it ends when every
+    /// writer (the node, and any sandbox process it started) closed it.
+    stderr_reader: std::thread::JoinHandle<()>,
 }
 
 impl Node {
@@ -285,7 +350,7 @@ impl Node {
         let stderr = Arc::new(Mutex::new(Vec::new()));
         let sink = stderr.clone();
         let mut pipe = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
+        let stderr_reader = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n) = pipe.read(&mut buf) {
                 if n == 0 {
@@ -304,24 +369,29 @@ impl Node {
                 }
             }
         });
-        let started = Instant::now();
-        loop {
-            if let Ok(url) = rx.recv_timeout(Duration::from_millis(50)) {
-                return Ok(Node {
-                    child,
-                    url,
-                    data_dir: data_dir.to_path_buf(),
-                    stderr,
-                });
+        // Dropped (so killed, its stderr printed) if it never serves.
+        let mut node = Node {
+            child,
+            url: String::new(),
+            data_dir: data_dir.to_path_buf(),
+            stderr,
+            stderr_reader,
+        };
+        let served = eventually("the node to print its address", NODE_START_TIMEOUT, || {
+            if let Ok(url) = rx.try_recv() {
+                return Ok(Some(url));
             }
-            if let Some(_status) = child.try_wait().unwrap() {
-                std::thread::sleep(Duration::from_millis(100));
-                return Err(String::from_utf8_lossy(&stderr.lock().unwrap()).into_owned());
+            match node.child.try_wait().unwrap() {
+                Some(_exited) => Ok(None),
+                None => Err("it printed none yet"),
             }
-            if started.elapsed() > NODE_START_TIMEOUT {
-                let _ = child.kill();
-                panic!("the node printed no address within {NODE_START_TIMEOUT:?}");
+        });
+        match served {
+            Some(url) => {
+                node.url = url;
+                Ok(node)
             }
+            None => Err(node.stderr_when_closed()),
         }
     }
 
@@ -342,6 +412,19 @@ impl Node {
         String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
     }
 
+    /// All the node wrote to stderr, once the pipe is closed (the node
+    /// exited): waits (bounded) until the last of it has been read.
+    fn stderr_when_closed(&self) -> String {
+        eventually("the exited node's stderr to close", EVENT_WAIT, || {
+            if self.stderr_reader.is_finished() {
+                Ok(())
+            } else {
+                Err(format!("read so far:\n{}", self.stderr()))
+            }
+        });
+        self.stderr()
+    }
+
     /// The fields of every node event `name` the node reported so far, in
     /// order (see `cohort::events`).
     pub fn events(&self, name: &str) -> Vec<BTreeMap<String, String>> {
@@ -359,48 +442,35 @@ impl Node {
     /// Waits (bounded by [`EVENT_WAIT`]) until the node reports event
     /// `name` with (at least) the fields `with`; returns all its fields.
     pub fn wait_event(&self, name: &str, with: &[(&str, &str)]) -> BTreeMap<String, String> {
-        let started = Instant::now();
-        loop {
+        let what = format!("the node to report {name} with {with:?}");
+        eventually(&what, EVENT_WAIT, || {
             let found = self.events(name).into_iter().find(|fields| {
                 with.iter()
                     .all(|(key, value)| fields.get(*key).map(String::as_str) == Some(*value))
             });
-            if let Some(fields) = found {
-                return fields;
-            }
-            assert!(
-                started.elapsed() < EVENT_WAIT,
-                "the node never reported {name} with {with:?}; its stderr:\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            found.ok_or_else(|| format!("its stderr:\n{}", self.stderr()))
+        })
     }
 
-    /// Waits (bounded) until the node's stderr contains `text`; returns it.
-    /// For prose meant for people (a warning); match events with
-    /// [`wait_event`](Self::wait_event).
+    /// Waits (bounded by [`EVENT_WAIT`]) until the node's stderr contains
+    /// `text`; returns it. For prose meant for people (a warning); match
+    /// events with [`wait_event`](Self::wait_event).
     pub fn wait_stderr(&self, text: &str) -> String {
-        let started = Instant::now();
-        loop {
+        eventually(&format!("the node to write {text:?}"), EVENT_WAIT, || {
             let stderr = self.stderr();
             if stderr.contains(text) {
-                return stderr;
+                Ok(stderr)
+            } else {
+                Err(format!("its stderr:\n{stderr}"))
             }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the node never wrote {text:?}; its stderr:\n{stderr}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        })
     }
 
-    /// Waits (bounded) for the node to exit by itself; returns its status
-    /// and stderr.
+    /// Waits (bounded by [`EVENT_WAIT`]) for the node to exit by itself;
+    /// returns its status and all it wrote to stderr.
     pub fn wait_exit(&mut self) -> (ExitStatus, String) {
-        let status = wait_bounded(&mut self.child, Duration::from_secs(30), "a failing node");
-        std::thread::sleep(Duration::from_millis(100));
-        (status, self.stderr())
+        let status = wait_bounded(&mut self.child, EVENT_WAIT, "a failing node");
+        (status, self.stderr_when_closed())
     }
 
     /// SIGKILL, as a crash would.
@@ -425,7 +495,7 @@ impl Node {
             .status()
             .expect("kill runs");
         assert!(status.success());
-        wait_bounded(&mut self.child, Duration::from_secs(30), "a stopping node")
+        wait_bounded(&mut self.child, EVENT_WAIT, "a stopping node")
     }
 
     /// Runs a `cohort` client command against this node.
@@ -567,21 +637,12 @@ pub async fn converge_via(
     what: &str,
     done: impl Fn(&ClusterResponse) -> bool,
 ) -> ClusterResponse {
-    let started = Instant::now();
-    loop {
-        if let Ok(cluster) = client.cluster().await
-            && done(&cluster)
-        {
-            return cluster;
-        }
-        assert!(
-            started.elapsed() < CONVERGE,
-            "{} never saw {what}: {:?}",
-            client.server(),
-            client.cluster().await
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let waiting = format!("{} to see {what}", client.server());
+    eventually_async(&waiting, CONVERGE, async || match client.cluster().await {
+        Ok(cluster) if done(&cluster) => Ok(cluster),
+        seen => Err(format!("{seen:?}")),
+    })
+    .await
 }
 
 pub fn live(cluster: &ClusterResponse) -> Vec<&str> {
@@ -652,6 +713,7 @@ pub fn assert_idle(nodes: &[&Node]) {
     for _ in 0..IDLE_WINDOWS_MAX {
         let before: Vec<Duration> = nodes.iter().map(|n| cpu_time(n.pid())).collect();
         let started = Instant::now();
+        // The sleep is the measurement: the nodes' CPU time over a window.
         std::thread::sleep(IDLE_WINDOW);
         let elapsed = started.elapsed().as_secs_f64();
         let used: Vec<(String, f64)> = nodes
