@@ -72,7 +72,7 @@ fn main() {
         .to_path_buf();
     for watched in [
         "wit",
-        "host/master",
+        "host/master-machine",
         "guest-sdk",
         "examples",
         "tests/fixtures",

@@ -5,7 +5,7 @@
 pub const MANDELBROT: &[u8] =
     include_bytes!(concat!(env!("COHORT_GUESTS_DIR"), "/mandelbrot.wasm"));
 
-/// The built-in master component (`host/master/component`, world
+/// The built-in master component (`host/master-machine/component`, world
 /// `cohort:master/master`).
 pub const MASTER: &[u8] = include_bytes!(concat!(
     env!("COHORT_GUESTS_DIR"),

@@ -14,7 +14,7 @@
 
 use crate::api::{self, Api, JobDefaults, NodeInfo};
 use crate::cluster::link::MasterLink;
-use crate::cluster::modules::ModuleFetcher;
+use crate::cluster::module_fetch::ModuleFetcher;
 use crate::cluster::singleton;
 use crate::events::{self, emit};
 use crate::master::core::MasterComponent;
@@ -926,7 +926,7 @@ async fn fetch_master_builds(
         }
         let name = crate::runtime::Digest::from(digest);
         let wasm = fetcher
-            .fetch(crate::cluster::modules::MASTER_FETCH_PATH, &name)
+            .fetch(crate::cluster::module_fetch::MASTER_FETCH_PATH, &name)
             .await
             .map_err(|e| anyhow::anyhow!("master {e}"))?
             .ok_or_else(|| {

@@ -31,7 +31,7 @@ use crate::journal::{FsStorage, Storage};
 use crate::master::CoreKind;
 use crate::master::core::{Core, MasterComponent, NativeCore, WasmCore};
 use crate::master::upgrade::{self, Build, Builds, MasterStore};
-use crate::replication::storage::{TAG_NOOP, TAG_VOTERS, split_snapshot_state};
+use crate::replication::journal_storage::{TAG_NOOP, TAG_VOTERS, split_snapshot_state};
 use crate::runtime::Digest;
 use anyhow::{Context, bail};
 use cohort_master::{Answer, JobFilter, JobState, Millis, Query, decode, decode_event, encode};

@@ -47,7 +47,7 @@
 //!   unfinished attempts are re-queued at once rather than at lease expiry.
 
 use crate::cluster::link::MasterLink;
-use crate::cluster::modules::ModuleFetcher;
+use crate::cluster::module_fetch::ModuleFetcher;
 use crate::contract::{MasterError, Poll, PollResult, ProgressReport};
 use crate::modules::ModuleStore;
 use crate::runtime::{

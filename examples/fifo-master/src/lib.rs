@@ -13,7 +13,7 @@
 //! ```
 //!
 //! A master with a deeper change (new state, new events) is built the same
-//! way, from a fork of `host/master`: keep it deterministic (no clock, no
+//! way, from a fork of `host/master-machine`: keep it deterministic (no clock, no
 //! randomness, no I/O; time arrives as `now-ms`), make it read the running
 //! master's snapshot, and `cohort master upgrade` checks the rest.
 

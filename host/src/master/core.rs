@@ -18,7 +18,7 @@ use std::path::Path;
 use wasmtime::component::{Component, Func, Linker, TypedFunc};
 use wasmtime::{Config, Engine, Store};
 
-use super::bindings;
+use super::master_world;
 use super::upgrade::{Build, MasterStore};
 
 /// A master call either returns the master's answer (possibly a rejection),
@@ -171,7 +171,7 @@ impl MasterComponent {
         // its snapshot is bounded by the job and history caps instead.
         store.set_hostcall_fuel(MASTER_HOSTCALL_BYTES_MAX);
         let instance = self.linker.instantiate(&mut store, &self.component)?;
-        let master = bindings::Master::new(&mut store, &instance)?;
+        let master = master_world::Master::new(&mut store, &instance)?;
         // `master-parts`' exports beyond `master`, when the build has them.
         let part = instance
             .get_typed_func::<(u32,), (Vec<u8>,)>(&mut store, "snapshot-part")
@@ -230,7 +230,7 @@ impl MasterComponent {
 type SnapshotPart = TypedFunc<(u32,), (Vec<u8>,)>;
 
 /// The world's `rejection` record.
-type RejectionRecord = bindings::cohort::master::types::Rejection;
+type RejectionRecord = master_world::cohort::master::types::Rejection;
 
 /// Bytes of a snapshot in each `snapshot-part` and `init-part` call: the
 /// most of it the component holds at once.
@@ -239,7 +239,7 @@ const SNAPSHOT_PART_BYTES: u32 = 1 << 20;
 /// A master instance that exports the right world, before `init`.
 pub struct Linked {
     store: Store<MemoryGauge>,
-    master: bindings::Master,
+    master: master_world::Master,
     part: Option<SnapshotPart>,
     /// `init-part` (`(list<u8>, bool) -> result<_, rejection>`), if the
     /// build exports it.
@@ -268,7 +268,7 @@ fn load_cached(engine: &Engine, data_dir: &Path, wasm: &[u8]) -> anyhow::Result<
 /// The master running in its Wasm component.
 pub struct WasmCore {
     store: Store<MemoryGauge>,
-    master: bindings::Master,
+    master: master_world::Master,
     /// `snapshot-part`, if the build exports it.
     part: Option<SnapshotPart>,
 }

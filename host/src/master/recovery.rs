@@ -117,7 +117,7 @@ pub(super) enum ShadowFrom {
     Recovered(Arc<Recovered>),
     /// Read from disk, up to where the master started (the master started
     /// from a warm standby, with no full read to share).
-    Disk(crate::replication::storage::Restore),
+    Disk(crate::replication::journal_storage::Restore),
 }
 
 /// A master a warm standby kept up to date (`super::standby`), with

@@ -558,7 +558,7 @@ fn bring_up_to_date<'a>(
     warm_from: Option<u64>,
     snapshot: Option<StoredSnapshot>,
     events: Events,
-    restore: crate::replication::storage::Restore,
+    restore: crate::replication::journal_storage::Restore,
     prepare: impl FnMut(&[Vec<u8>]) -> Result<(), String>,
 ) -> Result<(Replayer<'a>, ShadowFrom, u64), StartError> {
     match (warm, warm_from) {

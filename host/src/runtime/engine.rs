@@ -34,8 +34,8 @@
 //! Fetching modules from other nodes, queueing, retries and where a job runs
 //! belong to the worker and the master; this module runs what it is given.
 
-use super::bindings::{Job, JobPre};
 use super::job::{self, EPOCH_TICK, JobReport, JobRequest, JobState, TABLE_ELEMENTS_MAX};
+use super::job_world::{Job, JobPre};
 use super::limits::{JobLimits, MEMORY_BYTES_CEILING};
 use super::module::{
     self, Digest, DiskCache, JOB_PACKAGE_VERSION, MODULE_BYTES_MAX, Module, ModuleError,

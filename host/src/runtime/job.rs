@@ -21,10 +21,10 @@
 //! stable code ([`JobFailure::code`]). Flags set by the limiter and the
 //! deadline callback, not error-message matching, decide which limit was hit.
 
-use super::bindings::cohort::job::{host, types};
-use super::bindings::{Job, JobPre};
+use super::job_log::{JobLog, SharedLog};
+use super::job_world::cohort::job::{host, types};
+use super::job_world::{Job, JobPre};
 use super::limits::JobLimits;
-use super::log::{JobLog, SharedLog};
 use super::observer::JobObserver;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};

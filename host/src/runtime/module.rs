@@ -18,8 +18,8 @@
 //! (deserializing compiled code is `unsafe` in wasmtime for that reason); a
 //! file that fails to load is deleted and recompiled, never trusted.
 
-use super::bindings::JobPre;
 use super::job::JobState;
+use super::job_world::JobPre;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use std::fmt;

@@ -51,8 +51,8 @@
 //! own. It isolates faults and time, not a guest that escaped wasmtime.
 
 use super::job::{JobFailure, JobReport, JobRequest, Progress, bounded_output};
+use super::job_log::JobLog;
 use super::limits::JobLimits;
-use super::log::JobLog;
 use super::module::Digest;
 use super::observer::JobObserver;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};

@@ -1,4 +1,4 @@
-//! The master, host side: runs the master component (`host/master`) on the
+//! The master, host side: runs the master component (`host/master-machine`) on the
 //! node that hosts it, journals its events and serves its callers.
 //!
 //! From the bottom up (each imports only those above it in this list; the
@@ -19,9 +19,9 @@
 //!   replication (`crate::replication`); the [`MasterHandle`] every caller
 //!   uses.
 
-mod bindings;
 pub mod core;
 pub mod handover;
+mod master_world;
 mod recovery;
 pub mod service;
 mod shadow;

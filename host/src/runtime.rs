@@ -2,11 +2,11 @@
 //!
 //! See [`engine`] for the design notes.
 
-pub mod bindings;
 pub mod engine;
 pub mod job;
+pub mod job_log;
+pub mod job_world;
 pub mod limits;
-pub mod log;
 pub mod module;
 pub mod observer;
 pub mod sandbox;

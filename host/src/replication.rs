@@ -53,7 +53,7 @@
 //! claims above its own promise); waiting batches are in index order, so
 //! completions run in the order the master decided them.
 
-pub mod storage;
+pub mod journal_storage;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod transport;
@@ -65,12 +65,12 @@ use cohort_replication::{
     Effect, Message, NodeId, Options, Output, Payload, ProposeError, Replicator, Snapshot,
     TakeOverError,
 };
+use journal_storage::JournalStorage;
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-use storage::JournalStorage;
 use tokio::sync::{oneshot, watch};
 pub use transport::Transport;
 
@@ -118,7 +118,7 @@ pub struct Started {
     /// The whole read (newest snapshot, events after it) up to the same
     /// end, for whoever needs the state from disk (the master's shadow
     /// after a warm start).
-    pub restore: storage::Restore,
+    pub restore: journal_storage::Restore,
 }
 
 /// The master's events after [`Started::snapshot`], in order, as the
@@ -270,7 +270,10 @@ enum Input {
     /// was not started.
     RestoreFailed(u64),
     /// A standby to feed ([`Replication::follow`]).
-    Follow(Follower, oneshot::Sender<Result<storage::Restore, String>>),
+    Follow(
+        Follower,
+        oneshot::Sender<Result<journal_storage::Restore, String>>,
+    ),
     /// A standby's state after the entries before the index.
     StandbySnapshot(u64, Vec<u8>),
     /// The snapshot file `compact` had written on its own thread is
@@ -602,7 +605,7 @@ impl Replication {
     /// when this node's master starts (from the standby's state, if it
     /// kept up: [`Started::warm`]). One standby at a time: a new one
     /// replaces the last.
-    pub async fn follow(&self, follower: Follower) -> Result<storage::Restore, String> {
+    pub async fn follow(&self, follower: Follower) -> Result<journal_storage::Restore, String> {
         let (tx, rx) = oneshot::channel();
         if !self.send(Input::Follow(follower, tx)) {
             return Err("replication stopped".into());
@@ -1357,7 +1360,7 @@ impl Driver {
                 .name("cohort-snapshot".into())
                 .spawn(move || {
                     crate::journal::durable::background_priority();
-                    let input = match storage::write_snapshot(&dir, &snapshot) {
+                    let input = match journal_storage::write_snapshot(&dir, &snapshot) {
                         Ok(()) => Input::SnapshotWritten(Some(snapshot)),
                         Err(error) => {
                             tracing::error!(%error, "cannot store a snapshot");

@@ -1,7 +1,7 @@
 //! The master a component instance holds, behind the functions of
 //! `wit/master.wit`'s world: what a master component crate's exports call.
 //!
-//! A component crate (the built-in `host/master/component`, or a custom
+//! A component crate (the built-in `host/master-machine/component`, or a custom
 //! build such as `examples/fifo-master`) generates the world's bindings and
 //! forwards each export here, choosing its [`Order`] at `init`. Keeping the
 //! instance here means every master build runs exactly this code.

@@ -8,7 +8,7 @@
 
 use super::types::{MasterBuildResponse, MasterSwitchResponse};
 use super::{Api, ApiError, ErrorCode, Reply200, json};
-use crate::cluster::modules::MASTERS_PATH;
+use crate::cluster::module_fetch::MASTERS_PATH;
 use crate::master::service::SwitchReport;
 use crate::master::upgrade::{Build, Builds};
 use bytes::Bytes;

@@ -1,7 +1,7 @@
 //! cohort's master: the job scheduler as a pure, deterministic state machine.
 //!
 //! The same code runs two ways. Wrapped by a thin component crate
-//! (`host/master/component`, the built-in master the `cohort` host embeds;
+//! (`host/master-machine/component`, the built-in master the `cohort` host embeds;
 //! `examples/fifo-master`, a custom one) and built for `wasm32-wasip2`, it
 //! is the master component of `wit/master.wit`; linked natively it gives the
 //! host the message types and lets the scheduling logic be unit-tested

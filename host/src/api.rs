@@ -45,17 +45,17 @@ pub mod dashboard;
 pub mod error;
 pub mod http;
 pub mod internal;
-pub mod master;
 pub mod openapi;
 pub mod request_ids;
 pub mod routes;
 pub mod schedules;
+pub mod upgrades;
 /// The JSON bodies, shared with the clients (`cohort_client::types`).
 pub use cohort_client::types;
 pub mod wire;
 
 use crate::cluster::link::MasterLink;
-use crate::cluster::modules::ModuleFetcher;
+use crate::cluster::module_fetch::ModuleFetcher;
 use crate::membership::{Roles, View};
 use crate::modules::ModuleStore;
 use crate::runtime::Digest;

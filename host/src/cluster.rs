@@ -7,12 +7,12 @@
 //!   (The replicated journal, take-over and hand-over are
 //!   `crate::replication`.)
 //! * [`link`] — the singleton proxy every node uses to reach the master.
-//! * [`modules`] — uploads replicated to every back-end node; fetch on
+//! * [`module_fetch`] — uploads replicated to every back-end node; fetch on
 //!   first use elsewhere.
 
 pub mod history;
 pub mod link;
-pub mod modules;
+pub mod module_fetch;
 pub mod queries;
 pub mod singleton;
 
