@@ -1168,3 +1168,118 @@ fn codes_keep_their_wire_strings_and_unknown_ones_survive() {
     assert_eq!(back, newer);
     assert_eq!(back.code.as_str(), "a_code_from_a_newer_master");
 }
+
+/// The folder of the scenarios' blessed transcripts.
+fn transcripts_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")
+}
+
+/// `text` with each run of one number repeated (a digest `[1, 1, ...]`)
+/// written `[1; 32]`, so a transcript's lines stay readable.
+fn compact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(']') else {
+            out.push_str(&rest[open..]);
+            return out;
+        };
+        let items: Vec<&str> = after[..close].split(", ").collect();
+        let numbers = items
+            .iter()
+            .all(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()));
+        if numbers && items.len() > 4 && items.iter().all(|i| *i == items[0]) {
+            out.push_str(&format!("[{}; {}]", items[0], items.len()));
+            rest = &after[close + 1..];
+        } else {
+            out.push('[');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A scenario's name as a file name: lower-case words joined by `-`.
+fn slug(name: &str) -> String {
+    let words: Vec<String> = name
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    words.join("-")
+}
+
+/// What the master says, step by step, as it runs `scenario` from empty:
+/// each command (`>`), its reply or refusal (`<`), the events it decided
+/// and the effects they had.
+fn transcript(scenario: &scenarios::Scenario) -> String {
+    use std::fmt::Write;
+    let mut text = format!("# {}\n", scenario.name);
+    let mut sim = Sim::new();
+    for (now, command) in &scenario.steps {
+        let (events, effects) = (sim.events.len(), sim.effects.len());
+        let _ = writeln!(text, "\n> at {now}: {}", compact(&format!("{command:?}")));
+        match sim.run(*now, command.clone()) {
+            Ok(reply) => writeln!(text, "< {}", compact(&format!("{reply:?}"))),
+            Err(refused) => writeln!(text, "< refused {refused}"),
+        }
+        .expect("writes to a string");
+        for event in &sim.events[events..] {
+            let _ = writeln!(
+                text,
+                "  event at {}: {}",
+                event.at,
+                compact(&format!("{:?}", event.kind))
+            );
+        }
+        for effect in &sim.effects[effects..] {
+            let _ = writeln!(text, "  effect {}", compact(&format!("{effect:?}")));
+        }
+    }
+    text
+}
+
+/// Every scenario's transcript is the one committed beside the crate
+/// (`scenarios/<name>.txt`): a change of the master's behaviour shows as a
+/// text diff to review. `COHORT_BLESS=1` rewrites them.
+#[test]
+fn scenario_transcripts_are_the_blessed_ones() {
+    let dir = transcripts_dir();
+    let bless = std::env::var_os("COHORT_BLESS").is_some();
+    let mut names = std::collections::BTreeSet::new();
+    let mut differ = Vec::new();
+    for scenario in scenarios::all() {
+        let file = format!("{}.txt", slug(scenario.name));
+        let path = dir.join(&file);
+        let text = transcript(&scenario);
+        if bless {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &text).unwrap();
+        } else if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+            differ.push(file.clone());
+        }
+        names.insert(file);
+    }
+    assert!(
+        differ.is_empty(),
+        "the master now answers these scenarios otherwise: {differ:?}; if that is intended, \
+         run COHORT_BLESS=1 cargo test -p cohort-master scenario_transcripts and review the diff"
+    );
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            names.contains(&name),
+            "scenarios/{name} belongs to no scenario: remove it"
+        );
+    }
+}
+
+#[test]
+fn compact_folds_only_runs_of_one_number() {
+    assert_eq!(compact("m: [7, 7, 7, 7, 7, 7], x"), "m: [7; 6], x");
+    assert_eq!(compact("[1, 2, 3, 4, 5]"), "[1, 2, 3, 4, 5]");
+    assert_eq!(compact("[a, a, a, a, a] [3, 3]"), "[a, a, a, a, a] [3, 3]");
+}
