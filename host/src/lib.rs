@@ -1,24 +1,34 @@
 //! cohort: a job coordinator that runs WebAssembly jobs on a cluster.
 //!
-//! This crate is the `cohort` binary and its library. Modules:
+//! This crate is the `cohort` binary and its library. Its modules, in
+//! layers from the top down; each imports only those on lower lines (the
+//! `layers` test checks it; ARCHITECTURE.md, "The map", draws it):
 //!
-//! * [`runtime`] — the sandboxed wasmtime runtime that runs job modules.
-//! * [`master`] — the host side of the master: its component, the
-//!   group-committing journal writer, snapshots and recovery.
-//! * [`journal`] — the append-only, checksummed journal of master events.
+//! * [`cli`], [`demo`], [`node`] — the client commands, `cohort demo`, and
+//!   `cohort node`: everything below in one process.
+//! * [`api`] — the HTTP API, public and node-to-node, from one route table.
 //! * [`worker`] — pulls attempts from the master and runs them.
-//! * [`modules`] — uploaded job modules, content-addressed on disk.
-//! * [`api`] — the HTTP API; [`client`] and [`cli`] — its client and the
-//!   CLI commands built on it; [`metrics`] — `/metrics`.
-//! * [`node`] — `cohort node`: everything above in one process;
-//!   [`events`] — what it reports happening, machine-readable.
-//! * [`peer`] — bounded HTTP exchanges with other cohort processes.
+//! * [`cluster`] — the master as a singleton, the proxy that reaches it
+//!   from any node, modules across nodes; [`metrics`] — `/metrics`;
+//!   [`replay`] — `cohort replay`.
+//! * [`master`] — the host side of the master: its component, the master
+//!   thread, recovery, upgrades, standbys.
+//! * [`replication`] — the driver of the replication protocol
+//!   (`cohort-replication`): the journal replicated to the back-end nodes.
+//! * [`peer`] — bounded HTTP exchanges with other cohort processes;
+//!   [`membership`] — who is in the cluster (chitchat gossip).
 //! * [`security`] — the cluster key (sealed gossip and node-to-node
 //!   bodies), API tokens and TLS.
-//! * [`exec`] — `cohort exec`: run one module locally, no server.
-//! * [`demo`] — `cohort demo`: render a picture from many mandelbrot jobs.
-//! * [`guests`] — the components built into this binary (the master and the
-//!   mandelbrot example).
+//! * [`exec`] — `cohort exec`: run one module locally, no server;
+//!   [`modules`] — uploaded job modules, content-addressed on disk;
+//!   [`fault`] — network partitions for fault tests.
+//! * [`runtime`] — the sandboxed wasmtime runtime that runs job modules;
+//!   [`journal`] — the append-only, checksummed journal, snapshots on disk;
+//!   [`build`] — `cohort build`, `new` and `toolchain`.
+//! * [`contract`] — what every layer knows of the master; [`codes`] — every
+//!   error code; [`events`] — what a node reports happening; [`guests`] —
+//!   the components built into this binary. [`client`] is the Rust client
+//!   of the HTTP API, which the CLI uses.
 
 pub mod api;
 pub mod build;

@@ -484,23 +484,7 @@ impl MasterLink {
                 },
             };
             let tried = there.clone();
-            let result = match (here, there) {
-                (Some(master), _) => Some(serve_local(&master, request.clone()).await),
-                (None, Some(url)) => {
-                    let exchange = self.remote(&url, &request);
-                    Some(if from_view {
-                        tokio::select! {
-                            result = exchange => result,
-                            () = host_changes(view.clone(), &url) => Err(MasterError::Indeterminate(
-                                format!("{url} stopped hosting the master mid-request"),
-                            )),
-                        }
-                    } else {
-                        exchange.await
-                    })
-                }
-                (None, None) => None,
-            };
+            let result = self.try_once(&request, here, there, from_view, &view).await;
             match result {
                 Some(Err(MasterError::Moved(url))) => {
                     last_error = format!("the master moved to {url}");
@@ -556,6 +540,36 @@ impl MasterLink {
                 Ok(()) = view.changed() => {}
                 _ = tokio::time::sleep(RETRY_PAUSE) => {}
             }
+        }
+    }
+
+    /// One try: the local master if this node hosts it, else the node at
+    /// `there` (an exchange abandoned if the view stops naming it, when
+    /// the view named it); `None` when no master is known.
+    async fn try_once(
+        &self,
+        request: &WireRequest,
+        here: Option<MasterHandle>,
+        there: Option<String>,
+        from_view: bool,
+        view: &watch::Receiver<View>,
+    ) -> Option<Result<WireResponse, MasterError>> {
+        match (here, there) {
+            (Some(master), _) => Some(serve_local(&master, request.clone()).await),
+            (None, Some(url)) => {
+                let exchange = self.remote(&url, request);
+                Some(if from_view {
+                    tokio::select! {
+                        result = exchange => result,
+                        () = host_changes(view.clone(), &url) => Err(MasterError::Indeterminate(
+                            format!("{url} stopped hosting the master mid-request"),
+                        )),
+                    }
+                } else {
+                    exchange.await
+                })
+            }
+            (None, None) => None,
         }
     }
 

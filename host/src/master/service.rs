@@ -955,6 +955,44 @@ impl MasterLoop {
         if let Err(rejection) = handover::replay(core.as_mut(), &recording.events) {
             return Ok(Err(rejection));
         }
+        let handed = match self.checked_handover(core, &component, recording.events.len())? {
+            Ok(handed) => handed,
+            Err(rejection) => return Ok(Err(rejection)),
+        };
+        self.core = handed;
+        self.builds = self.builds.switched(to);
+        *self.shared_builds.lock().unwrap_or_else(|e| e.into_inner()) = self.builds;
+        self.batch
+            .events
+            .push(upgrade::encode_switch(&Switch { from, to }));
+        self.events_since_snapshot += 1;
+        crate::events::emit!(
+            info,
+            crate::events::MASTER_SWITCHED,
+            from = %from,
+            to = %to,
+            replayed = recording.events.len(),
+            "the master switched to another build"
+        );
+        Ok(Ok(SwitchReport {
+            from,
+            to,
+            switched: true,
+            replayed_events: recording.events.len() as u64,
+            pause_ms: began.elapsed().as_millis() as u64,
+        }))
+    }
+
+    /// The new build's instance to run from here on, if its state after
+    /// replaying the `replayed_events` recorded events is the running
+    /// master's (see [`switch`](Self::switch)); a refusal otherwise. An
+    /// error is the running master's own failure.
+    fn checked_handover(
+        &mut self,
+        mut core: Box<dyn Core>,
+        component: &MasterComponent,
+        replayed_events: usize,
+    ) -> anyhow::Result<Result<Box<dyn Core>, Rejection>> {
         // Both states at once, on two threads: the running master's (what
         // it hands over) and the new build's after its replay.
         let (running, replayed) = std::thread::scope(|scope| {
@@ -979,11 +1017,11 @@ impl MasterLoop {
                 format!(
                     "replaying the {} events journaled during the check gave another state than \
                      the running master's: the new build does not read this journal the same way",
-                    recording.events.len()
+                    replayed_events
                 ),
             )))
         };
-        let handed = if running.first() == replayed.first() {
+        Ok(Ok(if running.first() == replayed.first() {
             // The same snapshot format: the replayed instance holds the
             // running state byte for byte, and is what a replay of the
             // switch record builds (`init` of those bytes).
@@ -996,7 +1034,7 @@ impl MasterLoop {
             // running state as a replay of the switch will, and compare in
             // its format.
             let mut handed = match handover::start(
-                &component,
+                component,
                 Some(&running),
                 ErrorCode::MasterSnapshotUnreadable,
             ) {
@@ -1008,28 +1046,6 @@ impl MasterLoop {
                 Ok(_) => return diverged(),
                 Err(e) => return trapped(format!("{e:#}")),
             }
-        };
-        self.core = handed;
-        self.builds = self.builds.switched(to);
-        *self.shared_builds.lock().unwrap_or_else(|e| e.into_inner()) = self.builds;
-        self.batch
-            .events
-            .push(upgrade::encode_switch(&Switch { from, to }));
-        self.events_since_snapshot += 1;
-        crate::events::emit!(
-            info,
-            crate::events::MASTER_SWITCHED,
-            from = %from,
-            to = %to,
-            replayed = recording.events.len(),
-            "the master switched to another build"
-        );
-        Ok(Ok(SwitchReport {
-            from,
-            to,
-            switched: true,
-            replayed_events: recording.events.len() as u64,
-            pause_ms: began.elapsed().as_millis() as u64,
         }))
     }
 
