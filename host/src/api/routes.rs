@@ -272,8 +272,6 @@ pub enum Miss {
         allow: &'static str,
         /// Which nodes serve the resource.
         serves: Serves,
-        /// Whether the resource's routes are node-to-node.
-        sealed: bool,
     },
 }
 
@@ -372,7 +370,6 @@ pub fn find<'a>(method: &Method, segments: &[&'a str]) -> Result<Found<'a>, Miss
     Err(Miss::MethodNotAllowed {
         allow,
         serves: first.serves,
-        sealed: first.access == Access::Sealed,
     })
 }
 
