@@ -32,6 +32,7 @@ mod restore;
 mod scan;
 pub mod scenarios;
 pub mod schedule;
+pub mod script;
 mod snapshot;
 mod tick;
 mod tokens;

@@ -1,11 +1,18 @@
-//! Scripted command sequences that exercise every transition of the master.
+//! The master's scenarios: command sequences that exercise every
+//! transition of the master, written as text scripts in `scenarios/*.txt`
+//! beside the crate (format: [`crate::script`]), each command followed by
+//! what the master answered.
 //!
-//! The unit tests run them natively; the host's tests replay the same steps
-//! through the Wasm build and require byte-identical events, effects,
-//! replies, answers and snapshots. A step is `(now, command)`.
+//! The unit tests run them natively and compare the answers with the ones
+//! written in the scripts (`COHORT_BLESS=1` rewrites them); the host's
+//! tests replay the same steps through the Wasm build and require
+//! byte-identical events, effects, replies, answers and snapshots. The
+//! scripts are compiled in, so [`all`] reads no file. A step is
+//! `(now, command)`. The helpers below build commands with the defaults
+//! the scripts use, for the tests that build theirs in Rust.
 
-use crate::master::{REQUEST_PURGE_PERIOD_MS, REQUEST_TTL_MS};
 use crate::protocol::*;
+use crate::script::{self, Script};
 
 /// A named sequence of `(now, command)` steps.
 #[derive(Debug, Clone)]
@@ -14,6 +21,66 @@ pub struct Scenario {
     pub name: &'static str,
     /// The steps, in order.
     pub steps: Vec<(Millis, Command)>,
+}
+
+/// `[(file, text)]` of the files named, from `scenarios/`.
+macro_rules! embed {
+    ($($file:literal),* $(,)?) => {
+        [$(($file, include_str!(concat!("../scenarios/", $file)))),*]
+    };
+}
+
+/// The scripts, `(file name in scenarios/, text)`, in order: a scenario's
+/// place numbers its requests' origin (from 1), so scenarios replayed on
+/// one master (as the host's comparison of the Wasm and native builds
+/// does) are distinct submissions, and the order is part of what the host
+/// compares. A new scenario is a new file, named at the end of this list.
+pub const SCRIPTS: &[(&str, &str)] = &embed![
+    "success.txt",
+    "priority-and-fifo.txt",
+    "retry-with-backoff-then-dead.txt",
+    "job-error-fails-at-once.txt",
+    "lease-expiry-late-result-ignored.txt",
+    "cancel-queued-running-and-finished.txt",
+    "idempotency-keys.txt",
+    "bounded-queue.txt",
+    "worker-lost-by-silence-and-by-membership.txt",
+    "checkpoint-carried-to-the-retry.txt",
+    "retention-purges-finished-jobs.txt",
+    "a-request-id-sent-twice-is-one-job-until-it-expires.txt",
+    "keys-limit-running-attempts-and-starts-per-second.txt",
+    "a-unique-key-answers-with-its-window-s-job.txt",
+    "api-tokens-are-created-refused-when-invalid-or-taken-and-revoked.txt",
+    "a-dag-runs-in-order-children-get-their-parents-outputs-a-failure-skips.txt",
+    "schedules-fire-once-per-tick-by-cron-in-a-time-zone-and-by-interval.txt",
+];
+
+/// Every script, read, with its file name.
+///
+/// # Panics
+///
+/// If a script is malformed, with its file, line and error.
+pub fn scripts() -> Vec<(&'static str, Script<'static>)> {
+    (SCRIPTS.iter().zip(1..))
+        .map(|(&(file, text), origin)| {
+            match script::parse(&format!("scenarios/{file}"), text, origin) {
+                Ok(script) => (file, script),
+                Err(error) => panic!("{error}"),
+            }
+        })
+        .collect()
+}
+
+/// Every scenario, in [`SCRIPTS`]' order.
+pub fn all() -> Vec<Scenario> {
+    (scripts().into_iter())
+        .map(|(_, script)| Scenario {
+            name: script.name,
+            steps: (script.steps.into_iter())
+                .map(|step| (step.at, step.command))
+                .collect(),
+        })
+        .collect()
 }
 
 /// A job spec with test defaults: module `[n; 32]`, 1 s timeout, 3 attempts.
@@ -98,453 +165,6 @@ pub fn failed(code: &str) -> Outcome {
         code: code.into(),
         message: format!("{code} happened"),
     })
-}
-
-/// Every scenario.
-pub fn all() -> Vec<Scenario> {
-    let t = 1_000_000;
-    let mut all = vec![
-        success(t),
-        priority_and_fifo(t),
-        retry_then_dead(t),
-        job_error(t),
-        lease_expiry(t),
-        cancel(t),
-        idempotency_keys(t),
-        bounded_queue(t),
-        worker_lost(t),
-        checkpoint_carried(t),
-        retention(t),
-        request_ids(t),
-        key_limits(t),
-        unique_keys(t),
-        tokens(t),
-        dag(t),
-        schedules(),
-    ];
-    // Requests of different scenarios come from different origins, so
-    // scenarios replayed on one master (as the host's comparison of the
-    // Wasm and native builds does) are distinct submissions.
-    for (n, scenario) in all.iter_mut().enumerate() {
-        for (_, command) in &mut scenario.steps {
-            match command {
-                Command::Submit { request, .. } => request.origin = n as u64 + 1,
-                Command::SubmitDag(spec) => spec.request.origin = n as u64 + 1,
-                _ => {}
-            }
-        }
-    }
-    all
-}
-
-// One function per scenario, in `all`'s order: a scenario's place numbers
-// its requests' origin, so the order is part of what the host compares.
-
-fn success(t: Millis) -> Scenario {
-    Scenario {
-        name: "success",
-        steps: vec![
-            (t, submit(1, spec(1, b"a"))),
-            (t + 1, poll("w1", 4)),
-            (t + 2, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec()))),
-        ],
-    }
-}
-
-fn priority_and_fifo(t: Millis) -> Scenario {
-    let mut high = spec(2, b"high");
-    high.priority = 5;
-    Scenario {
-        name: "priority and fifo",
-        steps: vec![
-            (t, submit(1, spec(1, b"1"))),
-            (t, submit(2, spec(1, b"2"))),
-            (t, submit(3, high)),
-            (t + 1, poll("w1", 2)),
-            (t + 2, poll("w2", 2)),
-        ],
-    }
-}
-
-fn retry_then_dead(t: Millis) -> Scenario {
-    Scenario {
-        name: "retry with backoff, then dead",
-        steps: vec![
-            (t, submit(1, spec(1, b"x"))),
-            (t + 1, poll("w1", 1)),
-            (t + 2, finish(1, 1, "w1", failed("trap"))),
-            (t + 3, poll("w1", 1)),
-            (t + 600, Command::Tick),
-            (t + 601, poll("w1", 1)),
-            (t + 602, finish(1, 2, "w1", failed("timeout"))),
-            (t + 2_000, Command::Tick),
-            (t + 2_001, poll("w1", 1)),
-            (t + 2_002, finish(1, 3, "w1", failed("internal"))),
-        ],
-    }
-}
-
-fn job_error(t: Millis) -> Scenario {
-    Scenario {
-        name: "job error fails at once",
-        steps: vec![
-            (t, submit(1, spec(1, b"x"))),
-            (t + 1, poll("w1", 1)),
-            (t + 2, finish(1, 1, "w1", failed("job_error"))),
-        ],
-    }
-}
-
-fn lease_expiry(t: Millis) -> Scenario {
-    Scenario {
-        name: "lease expiry, late result ignored",
-        steps: vec![
-            (t, submit(1, spec(1, b"x"))),
-            (t + 1, poll("w1", 1)),
-            (t + 1 + 6_001, Command::Tick),
-            (t + 8_000, Command::Tick),
-            (t + 8_001, poll("w2", 1)),
-            (
-                t + 8_002,
-                finish(1, 1, "w1", Outcome::Succeeded(b"late".to_vec())),
-            ),
-            (
-                t + 8_003,
-                finish(1, 2, "w2", Outcome::Succeeded(b"on time".to_vec())),
-            ),
-            (
-                t + 8_004,
-                finish(1, 2, "w2", Outcome::Succeeded(b"twice".to_vec())),
-            ),
-        ],
-    }
-}
-
-fn cancel(t: Millis) -> Scenario {
-    Scenario {
-        name: "cancel queued, running and finished",
-        steps: vec![
-            (t, submit(1, spec(1, b"q"))),
-            (t, submit(2, spec(1, b"r"))),
-            (t + 1, Command::Cancel { id: 1 }),
-            (t + 2, poll("w1", 4)),
-            (t + 3, Command::Cancel { id: 2 }),
-            (
-                t + 4,
-                finish(2, 1, "w1", Outcome::Succeeded(b"late".to_vec())),
-            ),
-            (t + 5, Command::Cancel { id: 2 }),
-            (t + 6, Command::Cancel { id: 99 }),
-        ],
-    }
-}
-
-fn idempotency_keys(t: Millis) -> Scenario {
-    let mut keyed = spec(1, b"k");
-    keyed.idempotency_key = Some("key-1".into());
-    let mut other = keyed.clone();
-    other.input = b"different".to_vec();
-    Scenario {
-        name: "idempotency keys",
-        steps: vec![
-            (t, submit(1, keyed.clone())),
-            (t + 1, submit(2, keyed)),
-            (t + 2, submit(3, other)),
-        ],
-    }
-}
-
-fn bounded_queue(t: Millis) -> Scenario {
-    Scenario {
-        name: "bounded queue",
-        steps: vec![
-            (
-                t,
-                Command::Configure(Config {
-                    queue_max: 2,
-                    ..Config::default()
-                }),
-            ),
-            (t, submit(1, spec(1, b"1"))),
-            (t, submit(2, spec(1, b"2"))),
-            (t, submit(3, spec(1, b"3"))),
-            (t + 1, poll("w1", 1)),
-            (t + 2, submit(4, spec(1, b"4"))),
-        ],
-    }
-}
-
-fn worker_lost(t: Millis) -> Scenario {
-    let mut slow = spec(1, b"slow");
-    slow.timeout_ms = 60_000;
-    Scenario {
-        name: "worker lost by silence and by membership",
-        steps: vec![
-            (t, submit(1, slow.clone())),
-            (t, submit(2, slow)),
-            (t + 1, poll("w1", 1)),
-            (t + 1, poll("w2", 1)),
-            (
-                t + 500,
-                Command::WorkerGone {
-                    worker: "w2".into(),
-                },
-            ),
-            (t + 10_001, Command::Tick),
-            (t + 10_002, Command::Tick),
-        ],
-    }
-}
-
-fn checkpoint_carried(t: Millis) -> Scenario {
-    Scenario {
-        name: "checkpoint carried to the retry",
-        steps: vec![
-            (t, submit(1, spec(1, b"long"))),
-            (t + 1, poll("w1", 1)),
-            (
-                t + 2,
-                Command::Checkpoint {
-                    id: 1,
-                    attempt: 1,
-                    data: b"half".to_vec(),
-                },
-            ),
-            (
-                t + 3,
-                Command::WorkerGone {
-                    worker: "w1".into(),
-                },
-            ),
-            (
-                t + 4,
-                Command::Checkpoint {
-                    id: 1,
-                    attempt: 1,
-                    data: b"stale".to_vec(),
-                },
-            ),
-            (t + 600, Command::Tick),
-            (t + 601, poll("w2", 1)),
-        ],
-    }
-}
-
-fn retention(t: Millis) -> Scenario {
-    Scenario {
-        name: "retention purges finished jobs",
-        steps: vec![
-            (t, submit(1, spec(1, b"a"))),
-            (t + 1, poll("w1", 1)),
-            (t + 2, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec()))),
-            (t + 3_600_001, Command::Tick),
-            (t + 3_600_003, Command::Tick),
-        ],
-    }
-}
-
-fn request_ids(t: Millis) -> Scenario {
-    Scenario {
-        name: "a request id sent twice is one job, until it expires",
-        steps: vec![
-            (t, submit(1, spec(1, b"a"))),
-            // A forward retried: the same request, the same job.
-            (t + 1, submit(1, spec(1, b"a"))),
-            // Another request with the same content: another job.
-            (t + 2, submit(2, spec(1, b"a"))),
-            (t + 3, poll("w1", 1)),
-            (t + 4, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec()))),
-            (t + 5, submit(1, spec(1, b"a"))),
-            (t + REQUEST_TTL_MS, Command::Tick),
-            (
-                t + 2 + REQUEST_TTL_MS + REQUEST_PURGE_PERIOD_MS,
-                Command::Tick,
-            ),
-            // Forgotten: request 1 is new again.
-            (
-                t + 3 + REQUEST_TTL_MS + REQUEST_PURGE_PERIOD_MS,
-                submit(1, spec(1, b"a")),
-            ),
-        ],
-    }
-}
-
-fn key_limits(t: Millis) -> Scenario {
-    Scenario {
-        name: "keys limit running attempts and starts per second",
-        steps: vec![
-            (
-                t,
-                submit_with(1, spec(1, b"a"), limited("k", Some(2), None)),
-            ),
-            (
-                t,
-                submit_with(2, spec(1, b"b"), limited("k", Some(2), None)),
-            ),
-            (
-                t,
-                submit_with(3, spec(1, b"c"), limited("k", Some(2), None)),
-            ),
-            (t, submit(4, spec(1, b"free"))),
-            (
-                t,
-                submit_with(5, spec(1, b"r1"), limited("r", None, Some(1))),
-            ),
-            (
-                t,
-                submit_with(6, spec(1, b"r2"), limited("r", None, Some(1))),
-            ),
-            // Starts a, b, free and r1: c waits for a place, r2 for
-            // the next second.
-            (t + 1, poll("w1", 8)),
-            (t + 2, poll("w2", 8)),
-            (t + 3, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec()))),
-            // c takes a's place.
-            (t + 4, poll("w2", 8)),
-            (t + 1_000, poll("w2", 8)),
-            // r1 started at t + 1: a second later r2 may start.
-            (t + 1_001, poll("w2", 8)),
-            (t + 1_002, finish(2, 1, "w1", failed("trap"))),
-            (t + 1_003, Command::Cancel { id: 3 }),
-        ],
-    }
-}
-
-fn unique_keys(t: Millis) -> Scenario {
-    Scenario {
-        name: "a unique key answers with its window's job",
-        steps: vec![
-            (t, submit_with(1, spec(1, b"a"), unique("u", 1_000))),
-            // Within the window, whatever the input: job 1.
-            (t + 10, submit_with(2, spec(1, b"b"), unique("u", 1_000))),
-            (t + 11, poll("w1", 1)),
-            (
-                t + 12,
-                finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec())),
-            ),
-            (t + 999, submit_with(3, spec(1, b"c"), unique("u", 1_000))),
-            // The window ended: a new job.
-            (t + 1_000, submit_with(4, spec(1, b"d"), unique("u", 1_000))),
-            (t + 1_001, submit_with(5, spec(1, b"e"), unique("", 1_000))),
-            (t + 1_002, submit_with(6, spec(1, b"f"), unique("v", 0))),
-            (
-                t + 1_003,
-                submit_with(7, spec(1, b"g"), limited("k", None, None)),
-            ),
-            (
-                t + 1_004,
-                submit_with(8, spec(1, b"h"), limited("k", Some(0), None)),
-            ),
-        ],
-    }
-}
-
-fn tokens(t: Millis) -> Scenario {
-    Scenario {
-        name: "API tokens are created, refused when invalid or taken, and revoked",
-        steps: vec![
-            (t, Command::CreateToken(token("ci", &["submit", "read"]))),
-            (t + 1, Command::CreateToken(token("ci", &["read"]))),
-            (t + 2, Command::CreateToken(token("bad id!", &["read"]))),
-            (t + 3, Command::CreateToken(token("x", &["root"]))),
-            (t + 4, Command::CreateToken(token("y", &[]))),
-            (t + 5, Command::CreateToken(token("ops", &["admin"]))),
-            (t + 6, Command::RevokeToken { id: "ci".into() }),
-            (t + 7, Command::RevokeToken { id: "ci".into() }),
-        ],
-    }
-}
-
-fn dag(t: Millis) -> Scenario {
-    Scenario {
-        name: "a DAG runs in order, children get their parents' outputs, a failure skips",
-        steps: vec![
-            (
-                t,
-                submit_dag(
-                    1,
-                    vec![
-                        dag_node("a", vec![]),
-                        dag_node("b", vec![DagRef::Node(0)]),
-                        dag_node("c", vec![DagRef::Node(0), DagRef::Node(1)]),
-                        dag_node("f", vec![]),
-                        dag_node("g", vec![DagRef::Node(3)]),
-                    ],
-                    OnFailure::SkipDescendants,
-                ),
-            ),
-            (t + 1, poll("w1", 4)),
-            (t + 2, finish(1, 1, "w1", Outcome::Succeeded(b"A".to_vec()))),
-            (t + 3, finish(4, 1, "w1", failed("job_error"))),
-            (t + 4, poll("w1", 4)),
-            (t + 5, finish(2, 1, "w1", Outcome::Succeeded(vec![0, 0xff]))),
-            (t + 6, poll("w1", 4)),
-            (
-                t + 7,
-                submit_dag(
-                    2,
-                    vec![dag_node("x", vec![DagRef::Node(0)])],
-                    OnFailure::CancelDag,
-                ),
-            ),
-        ],
-    }
-}
-
-fn schedules() -> Scenario {
-    Scenario {
-        name: "schedules fire once per tick, by cron in a time zone and by interval",
-        steps: {
-            // 2026-03-28T23:59:00Z: Paris skips 02:00-03:00 on the 29th.
-            let night = 1_774_742_340_000;
-            let cron = Every::Cron {
-                expression: "0 */30 * * * *".into(),
-                timezone: "Europe/Paris".into(),
-            };
-            let interval = Every::Interval { ms: 1_000 };
-            vec![
-                (
-                    night,
-                    create_schedule("paris", cron, Overlap::AllowAll, 60_000),
-                ),
-                (
-                    night,
-                    create_schedule("s", interval.clone(), Overlap::Skip, 0),
-                ),
-                (
-                    night,
-                    create_schedule("bad", interval, Overlap::Skip, 8 * 86_400_000),
-                ),
-                (night + 1_000, Command::Tick),
-                (night + 2_000, poll("w1", 1)),
-                (night + 3_000, Command::Tick),
-                (night + 3_000, Command::Tick),
-                // Four hours later: the cron's ticks beyond its minute of
-                // catch-up are missed, the rest fire.
-                (night + 4 * 3_600_000, Command::Tick),
-                (
-                    night + 4 * 3_600_000 + 1,
-                    Command::Backfill {
-                        name: "paris".into(),
-                        from: 0,
-                        to: u64::MAX,
-                    },
-                ),
-                (
-                    night + 4 * 3_600_000 + 2,
-                    Command::PauseSchedule {
-                        name: "s".into(),
-                        paused: true,
-                    },
-                ),
-                (night + 5 * 3_600_000, Command::Tick),
-                (
-                    night + 5 * 3_600_000 + 1,
-                    Command::DeleteSchedule { name: "s".into() },
-                ),
-            ]
-        },
-    }
 }
 
 /// A command creating schedule `name` of `spec(1, name)`.

@@ -1,6 +1,7 @@
 //! Unit tests of the scheduling logic, natively.
 
 use crate::scenarios::{self, failed, finish, poll, spec};
+use crate::script::Script;
 use crate::*;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -1212,56 +1213,61 @@ fn slug(name: &str) -> String {
     words.join("-")
 }
 
-/// What the master says, step by step, as it runs `scenario` from empty:
-/// each command (`>`), its reply or refusal (`<`), the events it decided
-/// and the effects they had.
-fn transcript(scenario: &scenarios::Scenario) -> String {
+/// What the master says to `command` at `now`: its reply or refusal
+/// (`<`), then, indented, the events it decided and the effects they had.
+fn output(sim: &mut Sim, now: Millis, command: &Command) -> String {
     use std::fmt::Write;
-    let mut text = format!("# {}\n", scenario.name);
-    let mut sim = Sim::new();
-    for (now, command) in &scenario.steps {
-        let (events, effects) = (sim.events.len(), sim.effects.len());
-        let _ = writeln!(text, "\n> at {now}: {}", compact(&format!("{command:?}")));
-        match sim.run(*now, command.clone()) {
-            Ok(reply) => writeln!(text, "< {}", compact(&format!("{reply:?}"))),
-            Err(refused) => writeln!(text, "< refused {refused}"),
-        }
-        .expect("writes to a string");
-        for event in &sim.events[events..] {
-            let _ = writeln!(
-                text,
-                "  event at {}: {}",
-                event.at,
-                compact(&format!("{:?}", event.kind))
-            );
-        }
-        for effect in &sim.effects[effects..] {
-            let _ = writeln!(text, "  effect {}", compact(&format!("{effect:?}")));
-        }
+    let mut text = String::new();
+    let (events, effects) = (sim.events.len(), sim.effects.len());
+    match sim.run(now, command.clone()) {
+        Ok(reply) => writeln!(text, "< {}", compact(&format!("{reply:?}"))),
+        Err(refused) => writeln!(text, "< refused {refused}"),
+    }
+    .expect("writes to a string");
+    for event in &sim.events[events..] {
+        let _ = writeln!(
+            text,
+            "  event at {}: {}",
+            event.at,
+            compact(&format!("{:?}", event.kind))
+        );
+    }
+    for effect in &sim.effects[effects..] {
+        let _ = writeln!(text, "  effect {}", compact(&format!("{effect:?}")));
     }
     text
 }
 
-/// Every scenario's transcript is the one committed beside the crate
-/// (`scenarios/<name>.txt`): a change of the master's behaviour shows as a
-/// text diff to review. `COHORT_BLESS=1` rewrites them.
+/// `script` as its file should read: its commands as written, each with
+/// what the master, run from empty, says to it.
+fn transcript(script: &Script<'_>) -> String {
+    let mut sim = Sim::new();
+    script.render(|step| output(&mut sim, step.at, &step.command))
+}
+
+/// Every scenario's script (`scenarios/<name>.txt`, named after its first
+/// line) holds, under each command, what the master answers to it now: a
+/// change of the master's behaviour shows as a text diff to review.
+/// `COHORT_BLESS=1` rewrites the answers, keeping the commands as written.
 #[test]
 fn scenario_transcripts_are_the_blessed_ones() {
     let dir = transcripts_dir();
     let bless = std::env::var_os("COHORT_BLESS").is_some();
     let mut names = std::collections::BTreeSet::new();
     let mut differ = Vec::new();
-    for scenario in scenarios::all() {
-        let file = format!("{}.txt", slug(scenario.name));
-        let path = dir.join(&file);
-        let text = transcript(&scenario);
+    for ((file, committed), (_, script)) in scenarios::SCRIPTS.iter().zip(scenarios::scripts()) {
+        assert_eq!(
+            *file,
+            format!("{}.txt", slug(script.name)),
+            "scenarios/{file} is named after its first line"
+        );
+        let text = transcript(&script);
         if bless {
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(&path, &text).unwrap();
-        } else if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
-            differ.push(file.clone());
+            std::fs::write(dir.join(file), &text).unwrap();
+        } else if text != *committed {
+            differ.push(file.to_string());
         }
-        names.insert(file);
+        names.insert(file.to_string());
     }
     assert!(
         differ.is_empty(),
@@ -1272,7 +1278,7 @@ fn scenario_transcripts_are_the_blessed_ones() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         assert!(
             names.contains(&name),
-            "scenarios/{name} belongs to no scenario: remove it"
+            "scenarios/{name} belongs to no scenario: remove it, or name it in scenarios::SCRIPTS"
         );
     }
 }
