@@ -45,11 +45,16 @@ fn main() {
     }
     let started = std::time::Instant::now();
     let (mut failed, mut acked, mut epochs, mut faults) = (Vec::new(), 0, 0, 0);
+    let (mut retried, mut redirects, mut unavailable, mut indeterminate) = (0, 0, 0, 0);
     for seed in from..from + count {
         let report = run(seed, &config_for(seed));
         acked += report.acked;
         epochs += report.epochs;
         faults += report.faults;
+        retried += report.retried;
+        redirects += report.redirects;
+        unavailable += report.unavailable;
+        indeterminate += report.indeterminate;
         if !report.violations.is_empty() {
             println!("seed {seed} FAILED: {}", report.violations.join(" | "));
             failed.push(seed);
@@ -59,6 +64,10 @@ fn main() {
         "{count} seeds from {from} in {:.1?}: {} failed; {acked} requests answered, {epochs} epochs led, {faults} faults injected",
         started.elapsed(),
         failed.len()
+    );
+    println!(
+        "proxy: {retried} calls answered after a retry, {redirects} redirects followed, \
+         {unavailable} given up as unavailable, {indeterminate} as indeterminate"
     );
     if !failed.is_empty() {
         println!("replay one with: --seed {}", failed[0]);

@@ -7,6 +7,10 @@
 //! advanced journal a majority of voters holds), hand-over, catch-up of a
 //! lagging or new replica, step-down, and the journaled voter set.
 //!
+//! How any node reaches the master through whichever node hosts it is
+//! decided here too ([`proxy::Call`]): the node's proxy and the simulator
+//! run the same retry rules.
+//!
 //! Networking, disk and clocks are the caller's: messages come in through
 //! `step`, time through `tick`, and every input returns the messages to
 //! send and the effects to apply. The same code runs in the node and in
@@ -20,6 +24,7 @@
 
 pub mod message;
 pub mod node;
+pub mod proxy;
 pub mod rng;
 pub mod shape;
 #[cfg(any(test, feature = "sim"))]

@@ -24,9 +24,17 @@
 //!   carry an id the master deduplicates on, so a resent request answers
 //!   the job it made. [`Config::request_ids`] off turns that off, to show
 //!   the checker catches duplicates.
-//! * **Clients** send one request at a time to a random node, which
-//!   forwards it to the master it knows; an unanswered request is sent
-//!   again, with the same id, to another node.
+//! * **Clients** send one request at a time to a random node, whose proxy
+//!   forwards it to the master it knows, following the node's own rules
+//!   ([`crate::proxy::Call`]: retry, follow a redirect, give up as
+//!   unavailable or as indeterminate). Forwarded requests and their
+//!   answers travel as over TCP (delayed or lost, never duplicated); a
+//!   lost one times out. A client sends an indeterminate request again
+//!   with the same id (an idempotency key), and an unavailable one as a
+//!   new request; an unanswered one is sent again, with the same id, to
+//!   another node. [`Config::indeterminate`] off makes the proxy report a
+//!   failure after which the master may have acted as harmless, to show
+//!   the checker catches it.
 //!
 //! # What is checked
 //!
@@ -35,10 +43,12 @@
 //! stop and the network heals: the cluster converges (one master, every
 //! journal equal to its journal, every request answered) within a bound,
 //! and the final state holds every acknowledged job at the index the client
-//! was told, with no request in two jobs.
+//! was told, with no request in two jobs and no job for a request the
+//! proxy gave up on as unavailable (when the client sent it only once).
 
 use crate::message::Message;
 use crate::node::{Effect, Options, Replicator};
+use crate::proxy::{Call, Failure, Next, Stop};
 use crate::rng::Rng;
 use crate::storage::{Entry, MemStorage, NodeId, Payload, Snapshot, Storage};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -56,6 +66,9 @@ pub struct Config {
     pub converge_ms: u64,
     /// Whether the master deduplicates requests by id.
     pub request_ids: bool,
+    /// Whether the proxy reports a failure after which the master may have
+    /// acted as such (off: as harmless, the defect the checker must see).
+    pub indeterminate: bool,
     /// Whether faults are injected at all.
     pub faults: bool,
     /// Keep a trace of faults and role changes in the report.
@@ -70,6 +83,7 @@ impl Default for Config {
             fault_ms: 6_000,
             converge_ms: 30_000,
             request_ids: true,
+            indeterminate: true,
             faults: true,
             trace: false,
         }
@@ -97,6 +111,14 @@ pub struct Report {
     pub voter_changes: usize,
     /// Snapshots taken by masters.
     pub snapshots: usize,
+    /// Proxy calls answered after more than one try.
+    pub retried: usize,
+    /// Redirects a proxy followed at once.
+    pub redirects: usize,
+    /// Proxy calls given up as unavailable.
+    pub unavailable: usize,
+    /// Proxy calls given up as indeterminate.
+    pub indeterminate: usize,
     /// Invariants broken (empty when the run passed).
     pub violations: Vec<String>,
     /// Faults and role changes, in order (with [`Config::trace`]).
@@ -138,17 +160,52 @@ pub fn config_for(seed: u64) -> Config {
 #[derive(Debug, Clone)]
 enum Packet {
     Core(Message),
-    /// A client's request (forwarded at most twice).
+    /// A client's request to a node's proxy.
     Submit {
         client: usize,
         request: u64,
-        hops: u8,
     },
-    /// The answer: the request's job is entry `job`.
+    /// A proxy's try, to the node it believes hosts the master.
+    Forward {
+        call: u64,
+        attempt: u32,
+        request: u64,
+    },
+    /// The answer to a [`Packet::Forward`].
+    Forwarded {
+        call: u64,
+        attempt: u32,
+        reply: Forwarded,
+    },
+    /// The proxy's answer: the request's job is entry `job`.
     Done {
         request: u64,
         job: u64,
     },
+    /// The proxy gave up.
+    Refused {
+        request: u64,
+        indeterminate: bool,
+    },
+}
+
+/// What the master's node answers a forwarded request.
+#[derive(Debug, Clone, Copy)]
+enum Forwarded {
+    /// Its job.
+    Job(u64),
+    /// Not here: the master is on that node.
+    Moved(usize),
+    /// Not here, and no other host known.
+    NotHere,
+}
+
+impl Packet {
+    /// Forwarded requests and their answers travel as over TCP: lost
+    /// (which the proxy sees as a timeout), never duplicated.
+    fn duplicable(&self) -> bool {
+        !matches!(self, Packet::Forward { .. } | Packet::Forwarded { .. })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -191,8 +248,22 @@ struct Master {
     jobs: BTreeMap<u64, u64>,
     /// Every job with its request, in index order.
     entries: Vec<(u64, u64)>,
-    /// Answers waiting for their entry to commit: (job, client, request).
-    waiting: Vec<(u64, usize, u64)>,
+    /// Answers waiting for their entry to commit: the job, and the proxy
+    /// call to answer (node, call, attempt).
+    waiting: Vec<(u64, usize, u64, u32)>,
+}
+
+/// A proxy's call in progress on one node.
+#[derive(Debug)]
+struct ProxyCall {
+    call: Call<usize>,
+    client: usize,
+    request: u64,
+    /// The try on the wire: target, when sent, and whether the view named
+    /// it (its exchange is abandoned once the view stops naming it).
+    in_flight: Option<(usize, u64, bool)>,
+    /// When a waiting call tries again.
+    wake_at: u64,
 }
 
 fn request_of(payload: &Payload) -> Option<u64> {
@@ -246,6 +317,16 @@ struct SimNode {
     skew: i64,
     master: Option<Master>,
     next_tick: u64,
+    /// The proxy's calls in progress (lost in a crash).
+    calls: BTreeMap<u64, ProxyCall>,
+    next_call: u64,
+    /// Where this node handed the master over to, until it leads again
+    /// (it answers forwarded requests "moved" there, as a node does).
+    moved: Option<usize>,
+    /// The master's host and epoch as gossip shows it: replication's
+    /// leader as it was when gossip last spread it (it lags).
+    gossip: Option<(usize, u64)>,
+    next_gossip: u64,
 }
 
 #[derive(Debug, Default)]
@@ -275,11 +356,23 @@ struct Sim {
     leaders: BTreeMap<u64, usize>,
     committed: BTreeMap<u64, (u64, Payload)>,
     acked: BTreeMap<u64, u64>,
+    /// Times each request was sent by its client.
+    sends: BTreeMap<u64, u32>,
+    /// Requests sent once and refused as unavailable: never a job.
+    refused: BTreeSet<u64>,
     report: Report,
 }
 
 const TICK_MS: u64 = 10;
-const CLIENT_TIMEOUT_MS: u64 = 800;
+/// How long a proxy call retries (the node's `PROXY_WAIT`, scaled down).
+const PROXY_WAIT_MS: u64 = 1_500;
+/// How long a proxy waits for one forwarded request's answer.
+const EXCHANGE_MS: u64 = 300;
+/// Pause between a proxy's tries while no master answers.
+const RETRY_PAUSE_MS: u64 = 20;
+/// A client sends a request again after this long without an answer:
+/// longer than a proxy call, so a live proxy answers first.
+const CLIENT_TIMEOUT_MS: u64 = PROXY_WAIT_MS + EXCHANGE_MS + 1_000;
 
 impl Sim {
     fn new(seed: u64, config: Config) -> Self {
@@ -297,6 +390,11 @@ impl Sim {
                 },
                 master: None,
                 next_tick: rng.below(TICK_MS),
+                calls: BTreeMap::new(),
+                next_call: 0,
+                moved: None,
+                gossip: None,
+                next_gossip: 0,
             })
             .collect();
         let drop_rate = if config.faults { rng.below(50_000) } else { 0 };
@@ -319,6 +417,8 @@ impl Sim {
             leaders: BTreeMap::new(),
             committed: BTreeMap::new(),
             acked: BTreeMap::new(),
+            sends: BTreeMap::new(),
+            refused: BTreeSet::new(),
             report: Report {
                 seed,
                 ..Report::default()
@@ -357,6 +457,9 @@ impl Sim {
         let replicator = Replicator::new(self.options(node), disk);
         self.nodes[node].replicator = Some(replicator);
         self.nodes[node].master = None;
+        self.nodes[node].calls.clear();
+        self.nodes[node].moved = None;
+        self.nodes[node].gossip = None;
     }
 
     fn crash(&mut self, node: usize) {
@@ -365,6 +468,7 @@ impl Sim {
             self.nodes[node].disk = replicator.storage().crash();
         }
         self.nodes[node].master = None;
+        self.nodes[node].calls.clear();
         self.nodes[node].generation = self.generations;
         self.generations += 1;
     }
@@ -386,7 +490,7 @@ impl Sim {
         if self.faulting && self.rng.chance(self.drop_rate) {
             return;
         }
-        let copies = if self.faulting && self.rng.chance(self.dup_rate) {
+        let copies = if self.faulting && packet.duplicable() && self.rng.chance(self.dup_rate) {
             2
         } else {
             1
@@ -420,6 +524,7 @@ impl Sim {
             }
             self.deliver();
             self.tick_nodes();
+            self.tick_proxies();
             self.clients_act();
             if !self.faulting && self.converged() {
                 break;
@@ -486,8 +591,9 @@ impl Sim {
                             self.replica(target).storage().shape()
                         );
                         self.trace(|| format!("n{leader} hands over to n{target}: {shapes}"));
-                        let target = Self::name(target);
-                        if let Ok(output) = self.replicator(leader).hand_over(&target) {
+                        let name = Self::name(target);
+                        if let Ok(output) = self.replicator(leader).hand_over(&name) {
+                            self.nodes[leader].moved = Some(target);
                             self.apply(leader, output);
                         }
                     }
@@ -550,11 +656,14 @@ impl Sim {
                 continue;
             }
             match to {
-                Address::Client(client) => {
-                    if let Packet::Done { request, job } = message.packet {
-                        self.answered(client, request, job);
-                    }
-                }
+                Address::Client(client) => match message.packet {
+                    Packet::Done { request, job } => self.answered(client, request, job),
+                    Packet::Refused {
+                        request,
+                        indeterminate,
+                    } => self.refused(client, request, indeterminate),
+                    _ => {}
+                },
                 Address::Node(node) => {
                     if !self.up(node) {
                         continue;
@@ -584,40 +693,123 @@ impl Sim {
                     .step(now, &Self::name(sender), message);
                 self.apply(node, output);
             }
-            Packet::Submit {
-                client,
+            Packet::Submit { client, request } => self.submit(node, client, request),
+            Packet::Forward {
+                call,
+                attempt,
                 request,
-                hops,
-            } => self.submit(node, client, request, hops),
-            Packet::Done { .. } => {}
+            } => {
+                if let Address::Node(proxy) = from {
+                    self.serve(node, proxy, call, attempt, request);
+                }
+            }
+            Packet::Forwarded {
+                call,
+                attempt,
+                reply,
+            } => self.forwarded(node, call, attempt, reply),
+            Packet::Done { .. } | Packet::Refused { .. } => {}
         }
     }
 
-    fn submit(&mut self, node: usize, client: usize, request: u64, hops: u8) {
+    /// A client's request reaches this node's proxy: a new call.
+    fn submit(&mut self, node: usize, client: usize, request: u64) {
         let now = self.clock(node);
-        if self.nodes[node].master.is_none() {
-            // Forward to the master this node knows of.
-            let leader = self.nodes[node]
-                .replicator
-                .as_ref()
-                .and_then(|r| r.leader().map(|(id, _)| Self::index_of(id)));
-            if let Some(leader) = leader
-                && leader != node
-                && hops < 2
-            {
-                let packet = Packet::Submit {
-                    client,
-                    request,
-                    hops: hops + 1,
-                };
-                self.post(Address::Node(node), Address::Node(leader), packet);
-            }
+        let state = &mut self.nodes[node];
+        let id = state.next_call;
+        state.next_call += 1;
+        let call = ProxyCall {
+            call: Call::new(now, PROXY_WAIT_MS, true),
+            client,
+            request,
+            in_flight: None,
+            wake_at: now,
+        };
+        state.calls.insert(id, call);
+        self.try_call(node, id);
+    }
+
+    /// Replication's leader on `node`, and its epoch.
+    fn leader_of(&self, node: usize) -> Option<(usize, u64)> {
+        self.nodes[node]
+            .replicator
+            .as_ref()
+            .and_then(|r| r.leader().map(|(id, epoch)| (Self::index_of(id), epoch)))
+    }
+
+    /// Where `node`'s proxy sends a try, as the node's `MasterLink::target`
+    /// chooses: replication's leader when its epoch is newer than the one
+    /// gossip shows (replication hears first), else gossip's host; and
+    /// whether gossip named it. Never the node itself.
+    fn view_of(&self, node: usize) -> Option<(usize, bool)> {
+        let gossip = self.nodes[node].gossip;
+        let newer = self
+            .leader_of(node)
+            .filter(|&(_, epoch)| gossip.is_none_or(|(_, seen)| epoch > seen));
+        match newer {
+            Some((host, _)) => Some((host, false)),
+            None => gossip.map(|(host, _)| (host, true)),
+        }
+        .filter(|&(host, _)| host != node)
+    }
+
+    /// One try of a call: the local master if this node hosts it, else the
+    /// node the call's redirect or the view names.
+    fn try_call(&mut self, node: usize, id: u64) {
+        let now = self.clock(node);
+        let named = self.view_of(node);
+        let view = named.map(|(host, _)| host);
+        let hosting = self.nodes[node].master.is_some();
+        let Some(pending) = self.nodes[node].calls.get_mut(&id) else {
             return;
+        };
+        let there = pending.call.target(view);
+        let attempt = pending.call.tries();
+        let request = pending.request;
+        if hosting {
+            pending.in_flight = Some((node, now, false));
+            self.serve(node, node, id, attempt, request);
+            return;
+        }
+        match there {
+            None => self.proxy_failed(node, id, Failure::NoMaster),
+            Some(target) => {
+                let from_view = !pending.call.redirected()
+                    && named.is_some_and(|(host, gossip)| gossip && host == target);
+                pending.in_flight = Some((target, now, from_view));
+                let packet = Packet::Forward {
+                    call: id,
+                    attempt,
+                    request,
+                };
+                self.post(Address::Node(node), Address::Node(target), packet);
+            }
+        }
+    }
+
+    /// A forwarded request at the node it was sent to: the master acts on
+    /// it, or the node says where the master is.
+    fn serve(&mut self, node: usize, proxy: usize, call: u64, attempt: u32, request: u64) {
+        let now = self.clock(node);
+        let answer = |sim: &mut Self, reply| {
+            let packet = Packet::Forwarded {
+                call,
+                attempt,
+                reply,
+            };
+            sim.post(Address::Node(node), Address::Node(proxy), packet);
+        };
+        if self.nodes[node].master.is_none() {
+            let reply = match self.nodes[node].moved {
+                Some(host) => Forwarded::Moved(host),
+                None => Forwarded::NotHere,
+            };
+            return answer(self, reply);
         }
         let dedup = self.config.request_ids;
         let master = self.nodes[node].master.as_mut().expect("checked");
         if dedup && let Some(&job) = master.jobs.get(&request) {
-            master.waiting.push((job, client, request));
+            master.waiting.push((job, proxy, call, attempt));
             self.release(node);
             return;
         }
@@ -628,11 +820,99 @@ impl Sim {
                 let master = self.nodes[node].master.as_mut().expect("checked");
                 master.jobs.insert(request, job);
                 master.entries.push((request, job));
-                master.waiting.push((job, client, request));
+                master.waiting.push((job, proxy, call, attempt));
                 self.apply(node, output);
             }
-            Err(_) => {
-                // Not leading after all: the client will resend.
+            // Not leading after all: nothing was proposed.
+            Err(_) => answer(self, Forwarded::NotHere),
+        }
+    }
+
+    /// The answer to one of this node's proxy's tries.
+    fn forwarded(&mut self, node: usize, id: u64, attempt: u32, reply: Forwarded) {
+        let Some(pending) = self.nodes[node].calls.get(&id) else {
+            return;
+        };
+        // An answer to an earlier try, which already timed out: ignored
+        // (the job it names, if any, is the one a later try finds).
+        if pending.call.tries() != attempt || pending.in_flight.is_none() {
+            return;
+        }
+        let failure = match reply {
+            Forwarded::Job(job) => {
+                let pending = self.nodes[node].calls.remove(&id).expect("checked");
+                if pending.call.tries() > 1 {
+                    self.report.retried += 1;
+                }
+                let request = pending.request;
+                let packet = Packet::Done { request, job };
+                self.post(Address::Node(node), Address::Client(pending.client), packet);
+                return;
+            }
+            Forwarded::Moved(host) => Failure::Moved(host),
+            Forwarded::NotHere => Failure::NotActed("this node does not host the master".into()),
+        };
+        self.proxy_failed(node, id, failure);
+    }
+
+    /// A try failed: the proxy's rules say what next.
+    fn proxy_failed(&mut self, node: usize, id: u64, failure: Failure<usize>) {
+        let now = self.clock(node);
+        let failure = match failure {
+            Failure::MayHaveActed(why) if !self.config.indeterminate => Failure::NotActed(why),
+            failure => failure,
+        };
+        let Some(pending) = self.nodes[node].calls.get_mut(&id) else {
+            return;
+        };
+        pending.in_flight = None;
+        match pending.call.failed(now, failure) {
+            Next::Now => {
+                self.report.redirects += 1;
+                self.try_call(node, id);
+            }
+            Next::Wait => pending.wake_at = now + RETRY_PAUSE_MS,
+            Next::Stop(stop) => {
+                let pending = self.nodes[node].calls.remove(&id).expect("checked");
+                let indeterminate = matches!(stop, Stop::Indeterminate(_));
+                let packet = Packet::Refused {
+                    request: pending.request,
+                    indeterminate,
+                };
+                self.post(Address::Node(node), Address::Client(pending.client), packet);
+            }
+        }
+    }
+
+    /// Proxies time out their tries and wake their waiting calls.
+    fn tick_proxies(&mut self) {
+        for node in 0..self.nodes.len() {
+            if !self.up(node) || self.nodes[node].paused_until > self.now {
+                continue;
+            }
+            let now = self.clock(node);
+            if now >= self.nodes[node].next_gossip {
+                self.nodes[node].gossip = self.leader_of(node);
+                self.nodes[node].next_gossip = now + self.rng.between(100, 500);
+            }
+            let gossip = self.nodes[node].gossip.map(|(host, _)| host);
+            let ids: Vec<u64> = self.nodes[node].calls.keys().copied().collect();
+            for id in ids {
+                let Some(pending) = self.nodes[node].calls.get(&id) else {
+                    continue;
+                };
+                match pending.in_flight {
+                    Some((_, sent, _)) if now >= sent + EXCHANGE_MS => {
+                        let why = format!("no answer within {EXCHANGE_MS} ms");
+                        self.proxy_failed(node, id, Failure::MayHaveActed(why));
+                    }
+                    Some((target, _, true)) if gossip != Some(target) => {
+                        let why = format!("n{target} stopped hosting the master mid-request");
+                        self.proxy_failed(node, id, Failure::MayHaveActed(why));
+                    }
+                    None if now >= pending.wake_at => self.try_call(node, id),
+                    _ => {}
+                }
             }
         }
     }
@@ -648,12 +928,13 @@ impl Sim {
             .drain(..)
             .partition(|(job, ..)| *job < commit);
         master.waiting = waiting;
-        for (job, client, request) in done {
-            self.post(
-                Address::Node(node),
-                Address::Client(client),
-                Packet::Done { request, job },
-            );
+        for (job, proxy, call, attempt) in done {
+            let packet = Packet::Forwarded {
+                call,
+                attempt,
+                reply: Forwarded::Job(job),
+            };
+            self.post(Address::Node(node), Address::Node(proxy), packet);
         }
     }
 
@@ -677,6 +958,7 @@ impl Sim {
                         self.violation(format!("n{other} and n{node} both led epoch {epoch}"));
                     }
                     self.report.epochs += 1;
+                    self.nodes[node].moved = None;
                     // The master starts from the journal.
                     let storage = self.replicator(node).storage();
                     let mut master = Master::default();
@@ -827,30 +1109,29 @@ impl Sim {
     }
 
     fn clients_act(&mut self) {
-        let n = self.nodes.len() as u64;
         for client in 0..self.clients.len() {
             let state = &self.clients[client];
-            let (request, resend) = match state.pending {
-                Some((request, sent)) if self.now >= sent + CLIENT_TIMEOUT_MS => (request, true),
+            let request = match state.pending {
+                Some((request, sent)) if self.now >= sent + CLIENT_TIMEOUT_MS => request,
                 Some(_) => continue,
                 None if self.faulting && self.now >= state.next_send => {
                     let request = self.next_request;
                     self.next_request += 1;
-                    (request, false)
+                    request
                 }
                 None => continue,
             };
-            // A resend without request ids is a new request to the master.
-            let _ = resend;
-            self.clients[client].pending = Some((request, self.now));
-            let node = self.rng.below(n) as usize;
-            let packet = Packet::Submit {
-                client,
-                request,
-                hops: 0,
-            };
-            self.post(Address::Client(client), Address::Node(node), packet);
+            self.send(client, request);
         }
+    }
+
+    /// Sends `request` (new or again, with the same id) to a random node.
+    fn send(&mut self, client: usize, request: u64) {
+        self.clients[client].pending = Some((request, self.now));
+        *self.sends.entry(request).or_default() += 1;
+        let node = self.rng.below(self.nodes.len() as u64) as usize;
+        let packet = Packet::Submit { client, request };
+        self.post(Address::Client(client), Address::Node(node), packet);
     }
 
     fn answered(&mut self, client: usize, request: u64, job: u64) {
@@ -867,6 +1148,28 @@ impl Sim {
             state.pending = None;
             state.next_send = self.now + self.rng.between(0, 20);
         }
+    }
+
+    /// A proxy gave up on `request`. Indeterminate: sent again with the
+    /// same id. Unavailable: no master acted on it, so the client moves on
+    /// to a new request, and the checker holds the proxy to its word if
+    /// this was the request's only send.
+    fn refused(&mut self, client: usize, request: u64, indeterminate: bool) {
+        if self.clients[client].pending.map(|(r, _)| r) != Some(request) {
+            return;
+        }
+        if indeterminate {
+            self.report.indeterminate += 1;
+            self.send(client, request);
+            return;
+        }
+        self.report.unavailable += 1;
+        if self.sends.get(&request) == Some(&1) {
+            self.refused.insert(request);
+        }
+        let state = &mut self.clients[client];
+        state.pending = None;
+        state.next_send = self.now + self.rng.between(0, 20);
     }
 
     /// Whether the healed cluster settled: one master, every journal
@@ -953,6 +1256,13 @@ impl Sim {
                 ));
             }
         }
+        for request in &self.refused {
+            if let Some(jobs) = by_request.get(request) {
+                problems.push(format!(
+                    "request {request} was refused as unavailable, yet made jobs {jobs:?}"
+                ));
+            }
+        }
         for (request, job) in &self.acked {
             match by_request.get(request) {
                 None => problems.push(format!(
@@ -1018,6 +1328,41 @@ mod tests {
         let a = run(7, &config_for(7));
         let b = run(7, &config_for(7));
         assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    }
+
+    #[test]
+    fn the_proxy_retries_redirects_and_gives_up_both_ways() {
+        // The node's proxy rules run here: every path of them is taken.
+        let mut total = Report::default();
+        for seed in 0..60 {
+            let report = run(seed, &config_for(seed));
+            total.retried += report.retried;
+            total.redirects += report.redirects;
+            total.unavailable += report.unavailable;
+            total.indeterminate += report.indeterminate;
+        }
+        assert!(total.retried > 0, "{total:?}");
+        assert!(total.redirects > 0, "{total:?}");
+        assert!(total.unavailable > 0, "{total:?}");
+        assert!(total.indeterminate > 0, "{total:?}");
+    }
+
+    #[test]
+    fn a_proxy_that_calls_a_timeout_harmless_is_caught() {
+        // The defect `Stop::Indeterminate` exists for: a request that timed
+        // out reached the master, and the proxy then reported "no master
+        // acted", so its client sent a new one.
+        let found = (0..200).any(|seed| {
+            let config = Config {
+                indeterminate: false,
+                ..config_for(seed)
+            };
+            run(seed, &config)
+                .violations
+                .iter()
+                .any(|v| v.contains("refused as unavailable"))
+        });
+        assert!(found, "no seed in 0..200 caught the lying proxy");
     }
 
     #[test]

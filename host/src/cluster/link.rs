@@ -14,7 +14,10 @@
 //! API answers as `503` with `Retry-After`: requests never hang and never
 //! pile up without bound.
 //!
-//! **Every request is safe to send again**, so a call is retried after any
+//! When to try again, follow a redirect or give up is decided by the
+//! sans-IO [`proxy::Call`], which the replication simulator drives through
+//! the same faults as the journal. **Every request is safe to send
+//! again**, so a call is retried after any
 //! failure, even one after which the master may have acted (a timeout, a
 //! connection dropped mid-answer, an answer that does not verify). Reports
 //! of an attempt count once, cancels and reads repeat freely, and a
@@ -27,7 +30,7 @@
 //!
 //! **Commands to a remote master are coalesced.** Commands (submissions,
 //! outcome reports, cancels, checkpoints) to one node travel as one
-//! `Batch` request when several are waiting: at most [`BATCHES_IN_FLIGHT`]
+//! `Batch` request when several are waiting: at most [`PROXY_BATCHES_IN_FLIGHT`]
 //! batches per destination are on the wire, and whatever arrives meanwhile
 //! goes in the next one, so a lone command leaves at once and a stream of
 //! them shares requests and the master's journal syncs (group commit across
@@ -39,8 +42,16 @@
 //! unknown: the call then fails with `Indeterminate` (`503
 //! outcome_unknown`), because the client, retrying without an idempotency
 //! key, would be sending a new request.
+//!
+//! [`PROXY_WAIT`]: crate::limits::PROXY_WAIT
+//! [`PROXY_WAITING_MAX`]: crate::limits::PROXY_WAITING_MAX
+//! [`PROXY_BATCHES_IN_FLIGHT`]: crate::limits::PROXY_BATCHES_IN_FLIGHT
 
 use crate::contract::{MasterError, Poll, PollResult, ProgressReport};
+use crate::limits::{
+    BATCH_BYTES_MAX, BATCH_COMMANDS_MAX, PROXY_BATCHES_IN_FLIGHT, PROXY_RETRY_PAUSE, PROXY_WAIT,
+    PROXY_WAITING_MAX, UPGRADE_WAIT, WIRE_SLACK,
+};
 use crate::master::MasterHandle;
 use crate::master::service::SwitchReport;
 use crate::master::upgrade::{Build, Builds};
@@ -48,6 +59,7 @@ use crate::membership::View;
 use crate::peer::Peer;
 use crate::replication::Leader;
 use cohort_master::{Answer, Command, JobId, Query, Reply, decode, encode};
+use cohort_replication::proxy;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -55,25 +67,8 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::time::Instant;
 
-/// Longest a call waits for a reachable master.
-pub const PROXY_WAIT: Duration = Duration::from_secs(10);
-/// Most calls waiting for a master at once.
-pub const PROXY_WAITING_MAX: usize = 1024;
-/// Pause between attempts while no master answers.
-const RETRY_PAUSE: Duration = Duration::from_millis(20);
-/// Extra time allowed on the wire beyond a call's own wait.
-const WIRE_SLACK: Duration = Duration::from_secs(10);
-/// Longest an upgrade's check may take on the master's node.
-pub const UPGRADE_WAIT: Duration = Duration::from_secs(120);
 /// The internal route.
 pub const MASTER_PATH: &str = "/internal/v1/master";
-/// Batches of commands on the wire at once per destination.
-pub const BATCHES_IN_FLIGHT: usize = 2;
-/// Most commands in one batch.
-pub const BATCH_COMMANDS_MAX: usize = 1024;
-/// Most encoded bytes of commands in one batch (a single larger command
-/// goes alone); well within the route's body limit.
-const BATCH_BYTES_MAX: usize = crate::contract::BATCH_BODY_BYTES_MAX / 4;
 
 /// A master operation on the wire.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -455,81 +450,59 @@ impl MasterLink {
         }
     }
 
+    /// Tries `request` until a master answers, as [`proxy::Call`] decides
+    /// (see the module docs).
     async fn call(&self, request: WireRequest) -> Result<WireResponse, MasterError> {
         let wait = self.inner.wait;
-        let deadline = Instant::now() + wait;
+        let started = Instant::now();
+        let now = || started.elapsed().as_millis() as u64;
+        let mut call = proxy::Call::new(0, wait.as_millis() as u64, request.outcome_matters());
         let mut local = self.inner.local.clone();
         let mut view = self.inner.view.clone();
         let mut _waiting = None;
-        let mut last_error = String::from("no node hosts the master yet");
-        let started = Instant::now();
-        let mut tries = 0u32;
-        let mut redirect: Option<String> = None;
-        // The first failure after which the master may have acted: the call
-        // goes on (the request is safe to repeat), but if no answer ever
-        // comes, the outcome is unknown rather than "no master".
-        let mut unanswered: Option<String> = None;
         loop {
-            tries += 1;
             let here = local.borrow_and_update().clone();
-            // A hint to follow, or the host the view names (whose exchange
-            // is abandoned if the view stops naming it).
-            let redirected = redirect.take();
-            let hinted = redirected.is_some();
-            let (there, from_view) = match redirected {
-                Some(url) => (Some(url), false),
-                None => match self.target(&view.borrow_and_update()) {
-                    Some((url, from_view)) => (Some(url), from_view),
-                    None => (None, false),
-                },
-            };
-            let tried = there.clone();
-            let result = self.try_once(&request, here, there, from_view, &view).await;
-            match result {
-                Some(Err(MasterError::Moved(url))) => {
-                    last_error = format!("the master moved to {url}");
-                    if tried.as_ref() != Some(&url) && Instant::now() < deadline {
-                        // Follow the hint instead of waiting for gossip: at
-                        // once, unless this try already followed one (two
-                        // nodes naming each other would bounce the call
-                        // between them without a pause until the deadline).
-                        redirect = Some(url);
-                        if !hinted {
-                            continue;
-                        }
-                    }
-                }
-                Some(Err(MasterError::Unavailable(reason))) => last_error = reason,
+            // A redirect to follow, or the host the view names (whose
+            // exchange is abandoned if the view stops naming it).
+            let named = self.target(&view.borrow_and_update());
+            let there = call.target(named.as_ref().map(|(url, _)| url.clone()));
+            let from_view = named.is_some_and(|(url, from_view)| {
+                from_view && there.as_ref() == Some(&url) && !call.redirected()
+            });
+            let failure = match self.try_once(&request, here, there, from_view, &view).await {
+                None => proxy::Failure::NoMaster,
+                Some(Err(MasterError::Moved(url))) => proxy::Failure::Moved(url),
+                Some(Err(MasterError::Unavailable(reason))) => proxy::Failure::NotActed(reason),
                 Some(Err(MasterError::Indeterminate(reason))) => {
-                    unanswered.get_or_insert_with(|| reason.clone());
-                    last_error = reason;
+                    proxy::Failure::MayHaveActed(reason)
                 }
                 Some(done) => {
-                    if tries > 1 {
+                    if call.tries() > 1 {
                         tracing::info!(
-                            "reached the master after {tries} tries in {:.1?}",
+                            "reached the master after {} tries in {:.1?}",
+                            call.tries(),
                             started.elapsed()
                         );
                     }
                     return done;
                 }
-                None => {}
-            }
-            tracing::debug!("master not reachable (try {tries}): {last_error}");
-            let give_up = |why: String| match &unanswered {
-                Some(first) if request.outcome_matters() => {
-                    MasterError::Indeterminate(format!("{why}, after {first} (last: {last_error})"))
-                }
-                _ => MasterError::Unavailable(format!("{why}: {last_error}")),
             };
-            if Instant::now() >= deadline {
-                return Err(give_up(format!("no master answered within {wait:?}")));
+            let next = call.failed(now(), failure);
+            tracing::debug!(
+                "master not reachable (try {}): {}",
+                call.tries(),
+                call.last_error()
+            );
+            match next {
+                proxy::Next::Now => continue,
+                proxy::Next::Stop(stop) => return Err(stopped(stop)),
+                proxy::Next::Wait => {}
             }
             if _waiting.is_none() {
                 let permit = self.inner.waiting.try_acquire().map_err(|_| {
-                    give_up(format!(
+                    stopped(call.stop(format!(
                         "{PROXY_WAITING_MAX} requests are already waiting for the master"
-                    ))
+                    )))
                 })?;
                 _waiting = Some(permit);
             }
@@ -538,7 +511,7 @@ impl MasterLink {
             tokio::select! {
                 Ok(()) = local.changed() => {}
                 Ok(()) = view.changed() => {}
-                _ = tokio::time::sleep(RETRY_PAUSE) => {}
+                _ = tokio::time::sleep(PROXY_RETRY_PAUSE) => {}
             }
         }
     }
@@ -599,7 +572,7 @@ impl MasterLink {
                 bytes,
                 respond,
             });
-            let flush = lane.in_flight < BATCHES_IN_FLIGHT;
+            let flush = lane.in_flight < PROXY_BATCHES_IN_FLIGHT;
             if flush {
                 lane.in_flight += 1;
             }
@@ -729,6 +702,14 @@ async fn host_changes(mut view: watch::Receiver<View>, url: &str) {
     }
 }
 
+/// A call given up, as the API reports it.
+fn stopped(stop: proxy::Stop) -> MasterError {
+    match stop {
+        proxy::Stop::Unavailable(why) => MasterError::Unavailable(why),
+        proxy::Stop::Indeterminate(why) => MasterError::Indeterminate(why),
+    }
+}
+
 fn unexpected(response: WireResponse) -> MasterError {
     MasterError::Unavailable(format!("unexpected answer from the master: {response:?}"))
 }
@@ -797,7 +778,7 @@ mod tests {
         // Each hint is followed at once only after a pause: about one
         // request per pause (back to back, they would be hundreds).
         let asked = served.load(Ordering::Relaxed);
-        let bound = 2 * window.as_millis() / RETRY_PAUSE.as_millis();
+        let bound = 2 * window.as_millis() / PROXY_RETRY_PAUSE.as_millis();
         assert!((asked as u128) < bound, "{asked} requests in {window:?}");
     }
 
@@ -821,7 +802,7 @@ mod tests {
             data_dir: dir.to_path_buf(),
             config: Config::default(),
             core: CoreKind::Native,
-            snapshot_every: crate::master::service::SNAPSHOT_EVERY_DEFAULT,
+            snapshot_every: crate::limits::SNAPSHOT_EVERY_DEFAULT,
             live_workers: Vec::new(),
             component: None,
             shadow: true,
