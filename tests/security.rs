@@ -266,7 +266,7 @@ fn forged_replayed_and_stale_gossip_is_dropped_and_counted() {
         send(&forged);
         wait_metric(&c, &refused("gossip", "forged"), 1).await;
         // Sealed a minute ago.
-        let old = cohort::security::seal::WINDOW_MS * 2;
+        let old = cohort::limits::SEAL_WINDOW_MS * 2;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -648,7 +648,7 @@ fn bad_input_gets_json_errors_with_stable_codes() {
         "{answer}"
     );
     // A module over 64 MiB: module_too_large, decided from the length.
-    let too_big = cohort::runtime::module::MODULE_BYTES_MAX + 1;
+    let too_big = cohort::limits::MODULE_BYTES_MAX + 1;
     let answer = raw_exchange(
         &node.url,
         &format!(
@@ -759,7 +759,7 @@ fn one_client_address_holds_a_bounded_number_of_connections() {
         socket.connect(&addr.into()).unwrap();
         std::net::TcpStream::from(socket)
     };
-    let mut held: Vec<std::net::TcpStream> = (0..cohort::api::CONNECTIONS_PER_CLIENT_MAX)
+    let mut held: Vec<std::net::TcpStream> = (0..cohort::limits::CONNECTIONS_PER_CLIENT_MAX)
         .map(|_| connect())
         .collect();
     // Each of those is served: the last one answers a request.

@@ -727,7 +727,7 @@ async fn history(core: CoreKind) {
     let (least, greatest, median) = spread(&mut times);
     println!(
         "history ({core:?} master): a listing by error text that matches none, {} jobs looked at: {least:.1?}–{greatest:.1?}, median {median:.1?} (5 runs)",
-        cohort_master::master::LIST_SCAN_MAX
+        cohort_master::limits::LIST_SCAN_MAX
     );
     let linear = handle
         .counters()

@@ -38,6 +38,15 @@
 //!   take sealed bodies instead ([`internal`]).
 //!   With TLS on, a connection is TLS if its first byte starts a handshake;
 //!   plain connections may only use the sealed internal routes.
+//!
+//! [`JOB_BODY_BYTES_MAX`]: crate::limits::JOB_BODY_BYTES_MAX
+//! [`BATCH_BODY_BYTES_MAX`]: crate::limits::BATCH_BODY_BYTES_MAX
+//! [`WAIT_BODY_BYTES_MAX`]: crate::limits::WAIT_BODY_BYTES_MAX
+//! [`WAIT_MS_MAX`]: crate::limits::WAIT_MS_MAX
+//! [`WAIT_OUTPUT_BYTES_MAX`]: crate::limits::WAIT_OUTPUT_BYTES_MAX
+//! [`WAIT_OUTPUTS_BYTES_MAX`]: crate::limits::WAIT_OUTPUTS_BYTES_MAX
+//! [`CONNECTIONS_MAX`]: crate::limits::CONNECTIONS_MAX
+//! [`HEADER_READ_TIMEOUT`]: crate::limits::HEADER_READ_TIMEOUT
 
 pub mod auth;
 pub mod dags;
@@ -51,6 +60,12 @@ pub mod routes;
 pub mod schedules;
 pub mod upgrades;
 /// The JSON bodies, shared with the clients (`cohort_client::types`).
+use crate::limits::{
+    ACCEPT_RETRY_PAUSE, BATCH_JOBS_MAX, CONNECTIONS_MAX, CONNECTIONS_PER_CLIENT_MAX,
+    HEADER_READ_TIMEOUT, IDEMPOTENCY_KEY_CHARS_MAX, KEY_CHARS_MAX, LIST_LIMIT_DEFAULT,
+    REFUSAL_WRITE_TIMEOUT, SHUTDOWN_GRACE, TLS_HANDSHAKE_TIMEOUT, TOKEN_REFRESH_WAIT,
+    VOTER_CHANGE_TIMEOUT, WAIT_MS_MAX, WAIT_OUTPUT_BYTES_MAX, WAIT_OUTPUTS_BYTES_MAX,
+};
 pub use cohort_client::types;
 pub mod wire;
 
@@ -68,7 +83,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use cohort_master::{Command, JobOptions, JobSpec, JobState, JobView, KeyLimit, Reply, Unique};
 pub use error::{ApiError, ErrorCode};
-pub use http::{BODY_RATE_MIN, BODY_READ_BASE, body_deadline};
+pub use http::body_deadline;
 pub(crate) use http::{
     Body, Reply200, bytes, error_response, json, no_route, not_stored, parse_digest, parse_json,
     read_body,
@@ -92,59 +107,10 @@ use types::*;
 /// How `input_base64` is read: the standard alphabet, padded, and
 /// lenient about the unused bits of the last symbol, which some encoders
 /// leave set (the bytes are the same either way).
-pub use crate::contract::{
-    BATCH_BODY_BYTES_MAX, BATCH_JOBS_MAX, CONTROL_BODY_BYTES_MAX, JOB_BODY_BYTES_MAX,
-    WAIT_BODY_BYTES_MAX,
-};
-
 const INPUT_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
     &base64::alphabet::STANDARD,
     base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
 );
-
-/// Longest idempotency key, in characters (within the master's limit in
-/// bytes, whatever the characters).
-pub const IDEMPOTENCY_KEY_CHARS_MAX: usize = 64;
-const _: () = assert!(
-    IDEMPOTENCY_KEY_CHARS_MAX * 4 <= cohort_master::master::IDEMPOTENCY_KEY_BYTES_MAX,
-    "any key the API takes fits the master's limit in bytes"
-);
-/// Longest concurrency or uniqueness key, in characters (within the
-/// master's limit in bytes, whatever the characters).
-pub const KEY_CHARS_MAX: usize = 64;
-const _: () = assert!(
-    KEY_CHARS_MAX * 4 <= cohort_master::master::KEY_BYTES_MAX,
-    "any key the API takes fits the master's limit in bytes"
-);
-/// Longest `wait_ms` honoured.
-pub const WAIT_MS_MAX: u64 = 60_000;
-/// Largest output `POST /v1/jobs/wait` sends inline.
-pub const WAIT_OUTPUT_BYTES_MAX: u64 = 64 << 10;
-/// Most output bytes one `POST /v1/jobs/wait` answer sends inline.
-pub const WAIT_OUTPUTS_BYTES_MAX: u64 = 4 << 20;
-/// Longest a voter removal asked of the master's node may take.
-const VOTER_CHANGE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Jobs per page of `GET /v1/jobs` when `limit` is not given.
-pub const LIST_LIMIT_DEFAULT: u32 = 100;
-/// Pause after a failed `accept` (out of file descriptors and the like).
-const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(50);
-/// Time given to open connections to finish when the node stops.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-/// Connections served at once (each may hold a long-poll and a body).
-pub const CONNECTIONS_MAX: usize = 4096;
-/// Connections one client address may hold at once. The cluster's own
-/// nodes are not counted: a node forwarding to the master holds one
-/// connection per request in flight.
-pub const CONNECTIONS_PER_CLIENT_MAX: usize = 256;
-/// A client must send its request headers within this.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest spent writing the `429` to a client over its connection bound.
-const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
-/// A TLS handshake must finish within this.
-pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest wait for the master's token list when a request names an
-/// unknown token.
-const TOKEN_REFRESH_WAIT: Duration = Duration::from_secs(2);
 
 /// Defaults applied to submissions that leave a field out.
 #[derive(Debug, Clone, Copy)]
@@ -486,7 +452,7 @@ fn accepted(reply: Reply) -> Result<SubmitResponse, ApiError> {
 }
 
 fn options(submit: &SubmitRequest) -> Result<JobOptions, ApiError> {
-    use cohort_master::master::{KEY_LIMIT_MAX, UNIQUE_WINDOW_MS_MAX};
+    use cohort_master::limits::{KEY_LIMIT_MAX, UNIQUE_WINDOW_MS_MAX};
     let invalid = |message: String| Err(ApiError::new(ErrorCode::InvalidJob, message));
     for (field, key) in [
         ("concurrency_key", &submit.concurrency_key),
@@ -1004,12 +970,12 @@ impl Api {
     }
 
     async fn wait_finished(&self, wait: WaitRequest) -> Result<WaitResponse, ApiError> {
-        if wait.ids.len() > cohort_master::master::FINISHED_IDS_MAX {
+        if wait.ids.len() > cohort_master::limits::FINISHED_IDS_MAX {
             return Err(ApiError::new(
                 ErrorCode::BodyTooLarge,
                 format!(
                     "at most {} ids per wait",
-                    cohort_master::master::FINISHED_IDS_MAX
+                    cohort_master::limits::FINISHED_IDS_MAX
                 ),
             ));
         }
@@ -1057,7 +1023,7 @@ impl Api {
             }
         };
         let limit = number(params, "limit")?.unwrap_or(LIST_LIMIT_DEFAULT);
-        let most = cohort_master::master::LIST_LIMIT_MAX;
+        let most = cohort_master::limits::LIST_LIMIT_MAX;
         if !(1..=most).contains(&limit) {
             return Err(ApiError::new(
                 ErrorCode::BadRequest,

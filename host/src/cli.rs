@@ -5,17 +5,14 @@
 
 use crate::api::types::*;
 use crate::client::{Client, ClientError, Job, Node, Options};
-use crate::runtime::limits;
+use crate::limits::{DAG_POLL, TOKEN_CALL_TIMEOUT};
+use crate::runtime::job_limits;
 use cohort_master::JobId;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-/// Longest a token operation sealed with the cluster key may take (it
-/// waits for the master's journal).
-const TOKEN_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the server is.
 #[derive(Debug, Clone, clap::Args)]
@@ -84,10 +81,10 @@ pub struct SubmitArgs {
     #[arg(long)]
     pub wait: bool,
     /// Time limit of one attempt, e.g. `30s` [default: the node's].
-    #[arg(long, value_parser = limits::parse_duration)]
+    #[arg(long, value_parser = job_limits::parse_duration)]
     pub timeout: Option<Duration>,
     /// Memory limit of one attempt, e.g. `64MiB` [default: the node's].
-    #[arg(long, value_parser = limits::parse_bytes)]
+    #[arg(long, value_parser = job_limits::parse_bytes)]
     pub memory: Option<u64>,
     /// Attempts before the job is dead-lettered [default: the node's].
     #[arg(long)]
@@ -114,7 +111,7 @@ pub struct SubmitArgs {
     #[arg(long, requires = "unique_for")]
     pub unique_key: Option<String>,
     /// How long the --unique-key holds after a submission, e.g. `1h`.
-    #[arg(long, requires = "unique_key", value_parser = limits::parse_duration)]
+    #[arg(long, requires = "unique_key", value_parser = job_limits::parse_duration)]
     pub unique_for: Option<Duration>,
     #[command(flatten)]
     #[allow(missing_docs)]
@@ -1067,20 +1064,20 @@ pub struct ScheduleCreateArgs {
     #[arg(long, requires = "cron")]
     pub timezone: Option<String>,
     /// Fire at this interval instead, e.g. `30s`, `5m` (at least 1s).
-    #[arg(long, value_parser = limits::parse_duration)]
+    #[arg(long, value_parser = job_limits::parse_duration)]
     pub every: Option<Duration>,
     /// While the previous tick's job has not finished: skip, buffer_one,
     /// allow_all or cancel_running [default: skip].
     #[arg(long)]
     pub overlap: Option<String>,
     /// Ticks missed by at most this much fire late, e.g. `10m` [default: 1m].
-    #[arg(long, value_parser = limits::parse_duration)]
+    #[arg(long, value_parser = job_limits::parse_duration)]
     pub catch_up: Option<Duration>,
     /// Input file for every job, or `-` for stdin [default: empty input].
     #[arg(long, short)]
     pub input: Option<PathBuf>,
     /// Time limit of one attempt, e.g. `30s` [default: the node's].
-    #[arg(long, value_parser = limits::parse_duration)]
+    #[arg(long, value_parser = job_limits::parse_duration)]
     pub timeout: Option<Duration>,
     /// Attempts before a job is dead-lettered [default: the node's].
     #[arg(long)]
@@ -1318,9 +1315,6 @@ pub enum DagCommand {
         id: u64,
     },
 }
-
-/// How often `cohort dag submit --wait` asks for the DAG's status.
-const DAG_POLL: Duration = Duration::from_millis(200);
 
 /// `cohort dag ...`.
 pub async fn dag(args: DagArgs) -> ExitCode {

@@ -1,44 +1,22 @@
-//! The ground floor of the node: what every layer may know about the master
-//! and the node's shared bounds, depending on none of them.
+//! The ground floor of the node: what every layer may know about the
+//! master, depending on none of them.
 //!
 //! The master's service (`crate::master`) runs the master; the API
 //! (`crate::api`) serves it; replication, security, cluster and the worker
 //! sit between or below them. Each of those needs a few of the same facts:
 //! how a request to the master fails ([`MasterError`]), what a worker's poll
-//! carries ([`Poll`], [`PollResult`], [`ProgressReport`]), the clock the
-//! master's commands are stamped with ([`now_ms`]) and how large a body may
-//! be (the `*_BODY_BYTES_MAX` bounds, which the proxy sizes its batches
-//! from). They live here so that no lower layer imports the service or the
-//! API to learn them: imports run one way, down to this file.
+//! carries ([`Poll`], [`PollResult`], [`ProgressReport`]) and the clock the
+//! master's commands are stamped with ([`now_ms`]). They live here so that
+//! no lower layer imports the service or the API to learn them: imports run
+//! one way, down to this file. How large a body may be (the
+//! `*_BODY_BYTES_MAX` bounds, which the proxy sizes its batches from) is in
+//! [`crate::limits`], beside every other limit.
 //!
-//! This module holds types and constants only: no I/O, no state, nothing
+//! This module holds types and functions only: no I/O, no state, nothing
 //! that could pull another module of the crate in.
 
 use cohort_master::{Assignment, JobId, Millis, Rejection};
 use std::time::{SystemTime, UNIX_EPOCH};
-
-// ---- bounds on request bodies (the API's and the node-to-node routes')
-
-/// Largest `POST /v1/jobs` body: a 4 MiB input in base64 plus the fields.
-pub const JOB_BODY_BYTES_MAX: usize = 6 << 20;
-/// Largest `POST /v1/jobs/batch` body.
-pub const BATCH_BODY_BYTES_MAX: usize = 64 << 20;
-/// Most jobs in one batch.
-pub const BATCH_JOBS_MAX: usize = 10_000;
-/// Largest `POST /v1/jobs/wait` body: 10,000 ids of 20 digits and commas.
-pub const WAIT_BODY_BYTES_MAX: usize = 256 << 10;
-/// Largest body of the small control requests (token operations, a module
-/// fetch by digest).
-pub const CONTROL_BODY_BYTES_MAX: usize = 64 << 10;
-const _: () = assert!(
-    BATCH_BODY_BYTES_MAX >= JOB_BODY_BYTES_MAX,
-    "a batch can carry at least one job of the largest size"
-);
-
-const _: () = assert!(
-    BATCH_JOBS_MAX <= cohort_master::master::FINISHED_IDS_MAX,
-    "a client waits for all of a batch's jobs with one wait request"
-);
 
 // ---- the master as its callers see it
 

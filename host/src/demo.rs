@@ -19,6 +19,11 @@
 use crate::api::types::{BatchItem, BatchRequest, ClusterResponse, SubmitRequest};
 use crate::client::Node;
 use crate::guests;
+use crate::limits::{
+    DEMO_CHILD_EXIT_POLL, DEMO_CLUSTER_POLL, DEMO_NODES_MAX, DEMO_SIDE_MAX, DEMO_START_TIMEOUT,
+    DEMO_STOP_GRACE, DEMO_SUBMIT_BATCH, DEMO_TILE_SIDE_MAX, DEMO_TILE_SIDE_MIN, DEMO_WAIT_RETRY,
+    DEMO_WAIT_TRIES_MAX, DEMO_WAITS_IN_FLIGHT,
+};
 use base64::Engine as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
@@ -27,28 +32,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
-
-/// Largest picture side the demo draws, in pixels.
-const SIDE_MAX: u32 = 16_384;
-/// Tile sides the demo accepts; the upper bound is the mandelbrot example's
-/// own limit on one tile.
-const TILE_SIDE_MIN: u32 = 16;
-const TILE_SIDE_MAX: u32 = 1024;
-/// Nodes the demo cluster may have.
-const NODES_MAX: u32 = 9;
-/// Tiles waited for at once.
-const WAITS_IN_FLIGHT: usize = 64;
-/// A node must print its address within this, and the cluster form within
-/// it too.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
-/// Time each child gets to stop after SIGTERM before it is killed.
-const STOP_GRACE: Duration = Duration::from_secs(5);
-/// How often a stopping child is checked for exit, and the forming
-/// cluster for its members.
-const CHILD_EXIT_POLL: Duration = Duration::from_millis(20);
-const CLUSTER_POLL: Duration = Duration::from_millis(100);
-/// Jobs per submission request.
-const SUBMIT_BATCH: usize = 1000;
 
 /// Arguments of `cohort demo`.
 #[derive(Debug, clap::Args)]
@@ -79,10 +62,6 @@ pub struct DemoArgs {
 
 /// Fraction of the tiles done when the chaos kills the master's node.
 const CHAOS_AT: f64 = 1.0 / 3.0;
-/// Tries of a tile's status, moving to the next node after each failure.
-const WAIT_TRIES_MAX: usize = 100;
-/// Pause between those tries.
-const WAIT_RETRY: Duration = Duration::from_millis(100);
 
 /// A child `cohort node`, stopped when dropped.
 struct ChildNode {
@@ -130,7 +109,7 @@ impl ChildNode {
             url: String::new(),
             log,
         };
-        match rx.recv_timeout(START_TIMEOUT) {
+        match rx.recv_timeout(DEMO_START_TIMEOUT) {
             Ok(url) => {
                 node.url = url;
                 Ok(node)
@@ -166,12 +145,12 @@ impl Drop for ChildNode {
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             self.terminate();
-            let deadline = Instant::now() + STOP_GRACE;
+            let deadline = Instant::now() + DEMO_STOP_GRACE;
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = self.child.try_wait() {
                     return;
                 }
-                std::thread::sleep(CHILD_EXIT_POLL);
+                std::thread::sleep(DEMO_CHILD_EXIT_POLL);
             }
             let _ = self.child.kill();
         }
@@ -182,16 +161,16 @@ impl Drop for ChildNode {
 /// Runs the demo, printing progress and a summary; stops on Ctrl-C.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
-        (1..=SIDE_MAX).contains(&args.width) && (1..=SIDE_MAX).contains(&args.height),
-        "width and height must be 1..={SIDE_MAX}"
+        (1..=DEMO_SIDE_MAX).contains(&args.width) && (1..=DEMO_SIDE_MAX).contains(&args.height),
+        "width and height must be 1..={DEMO_SIDE_MAX}"
     );
     anyhow::ensure!(
-        (TILE_SIDE_MIN..=TILE_SIDE_MAX).contains(&args.tile),
-        "tile must be {TILE_SIDE_MIN}..={TILE_SIDE_MAX} pixels"
+        (DEMO_TILE_SIDE_MIN..=DEMO_TILE_SIDE_MAX).contains(&args.tile),
+        "tile must be {DEMO_TILE_SIDE_MIN}..={DEMO_TILE_SIDE_MAX} pixels"
     );
     anyhow::ensure!(
-        (1..=NODES_MAX).contains(&args.nodes),
-        "nodes must be 1..={NODES_MAX}"
+        (1..=DEMO_NODES_MAX).contains(&args.nodes),
+        "nodes must be 1..={DEMO_NODES_MAX}"
     );
     let root = tempfile::Builder::new().prefix("cohort-demo-").tempdir()?;
     let exe = std::env::current_exe()?;
@@ -292,7 +271,7 @@ async fn submit_tiles(
     tiles: &[Tile],
 ) -> anyhow::Result<Vec<(Tile, u64)>> {
     let mut ids = Vec::with_capacity(tiles.len());
-    for (n, chunk) in tiles.chunks(SUBMIT_BATCH).enumerate() {
+    for (n, chunk) in tiles.chunks(DEMO_SUBMIT_BATCH).enumerate() {
         let client = &clients[n % clients.len()];
         let batch = BatchRequest {
             jobs: chunk
@@ -321,7 +300,7 @@ async fn submit_tiles(
     Ok(ids)
 }
 
-/// Waits for every tile job ([`WAITS_IN_FLIGHT`] at once) and pastes its
+/// Waits for every tile job ([`DEMO_WAITS_IN_FLIGHT`] at once) and pastes its
 /// picture into the canvas, killing the master's node once `chaos_at`
 /// tiles are done; returns the canvas and how many tiles each node ran.
 async fn collect_tiles(
@@ -339,7 +318,7 @@ async fn collect_tiles(
     let clients = std::sync::Arc::new(clients);
     let mut takeover = None;
     loop {
-        while waiting.len() < WAITS_IN_FLIGHT {
+        while waiting.len() < DEMO_WAITS_IN_FLIGHT {
             let Some((n, (tile, id))) = pending.next() else {
                 break;
             };
@@ -393,7 +372,7 @@ fn print_summary(
 }
 
 async fn wait_for_cluster(client: &Node, nodes: usize) -> anyhow::Result<ClusterResponse> {
-    let deadline = Instant::now() + START_TIMEOUT;
+    let deadline = Instant::now() + DEMO_START_TIMEOUT;
     loop {
         if let Ok(cluster) = client.cluster().await
             && cluster.nodes.iter().filter(|n| n.status == "live").count() == nodes
@@ -404,9 +383,9 @@ async fn wait_for_cluster(client: &Node, nodes: usize) -> anyhow::Result<Cluster
         }
         anyhow::ensure!(
             Instant::now() < deadline,
-            "the demo cluster did not form within {START_TIMEOUT:?}"
+            "the demo cluster did not form within {DEMO_START_TIMEOUT:?}"
         );
-        tokio::time::sleep(CLUSTER_POLL).await;
+        tokio::time::sleep(DEMO_CLUSTER_POLL).await;
     }
 }
 
@@ -434,7 +413,7 @@ async fn kill_the_master(
     let survivor = clients[(victim + 1) % clients.len()].clone();
     let bar = bar.clone();
     Ok(tokio::spawn(async move {
-        let deadline = killed + START_TIMEOUT;
+        let deadline = killed + DEMO_START_TIMEOUT;
         loop {
             if let Ok(cluster) = survivor.cluster().await
                 && cluster.master_epoch > epoch
@@ -453,9 +432,9 @@ async fn kill_the_master(
             }
             anyhow::ensure!(
                 Instant::now() < deadline,
-                "no node took the master over within {START_TIMEOUT:?}"
+                "no node took the master over within {DEMO_START_TIMEOUT:?}"
             );
-            tokio::time::sleep(CLUSTER_POLL).await;
+            tokio::time::sleep(DEMO_CLUSTER_POLL).await;
         }
     }))
 }
@@ -489,11 +468,11 @@ async fn tile_result(clients: &[Node], n: usize, id: u64) -> anyhow::Result<(Str
             Err(error) => {
                 failures += 1;
                 anyhow::ensure!(
-                    failures < WAIT_TRIES_MAX,
+                    failures < DEMO_WAIT_TRIES_MAX,
                     "tile job {id}: no node answered: {error}"
                 );
                 at += 1;
-                tokio::time::sleep(WAIT_RETRY).await;
+                tokio::time::sleep(DEMO_WAIT_RETRY).await;
                 continue;
             }
         };

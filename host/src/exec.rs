@@ -5,7 +5,7 @@
 //! exit code says how the job ended (see [`ExitStatus`]). The limits are the
 //! same ones a cluster node enforces.
 
-use crate::runtime::limits::{self, JobLimits};
+use crate::runtime::job_limits::{self, JobLimits};
 use crate::runtime::{
     Isolation, JobFailure, JobObserver, JobReport, JobRequest, ModuleError, Runtime, RuntimeConfig,
 };
@@ -26,16 +26,16 @@ pub struct ExecArgs {
     // Limits left out take the values of `JobLimits::default()`, the same
     // defaults a node applies; the numbers in the help text are for people.
     /// Wall-clock limit, e.g. `500ms`, `30s`, `5m` [default: 60s].
-    #[arg(long, value_parser = limits::parse_duration)]
+    #[arg(long, value_parser = job_limits::parse_duration)]
     pub timeout: Option<Duration>,
     /// Linear-memory limit, e.g. `64MiB`, `1GiB` [default: 256MiB].
-    #[arg(long, value_parser = limits::parse_bytes)]
+    #[arg(long, value_parser = job_limits::parse_bytes)]
     pub memory: Option<u64>,
     /// Largest output accepted [default: 16MiB].
-    #[arg(long, value_parser = limits::parse_bytes)]
+    #[arg(long, value_parser = job_limits::parse_bytes)]
     pub output_limit: Option<u64>,
     /// Log bytes kept; the rest is dropped with a marker [default: 1MiB].
-    #[arg(long, value_parser = limits::parse_bytes)]
+    #[arg(long, value_parser = job_limits::parse_bytes)]
     pub log_limit: Option<u64>,
     /// A checkpoint file to resume from (as saved by `--save-checkpoint`).
     #[arg(long)]
@@ -260,19 +260,19 @@ mod tests {
     fn help_text_defaults_match_the_runtime_defaults() {
         let defaults = JobLimits::default();
         assert_eq!(
-            help_default("timeout", limits::parse_duration),
+            help_default("timeout", job_limits::parse_duration),
             defaults.timeout()
         );
         assert_eq!(
-            help_default("memory", limits::parse_bytes),
+            help_default("memory", job_limits::parse_bytes),
             defaults.memory_bytes
         );
         assert_eq!(
-            help_default("output_limit", limits::parse_bytes),
+            help_default("output_limit", job_limits::parse_bytes),
             defaults.output_bytes
         );
         assert_eq!(
-            help_default("log_limit", limits::parse_bytes),
+            help_default("log_limit", job_limits::parse_bytes),
             defaults.log_bytes
         );
     }

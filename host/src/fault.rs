@@ -2,7 +2,7 @@
 //! tests.
 //!
 //! A node started with the hidden `--fault-partition FILE` flag follows
-//! FILE ([`Partition::follow`], re-read every [`POLL`]): each line names an
+//! FILE ([`Partition::follow`], re-read every [`PARTITION_POLL`]): each line names an
 //! address (`host:port`, the HTTP and gossip address of another node).
 //! While an address is listed, the node's two transports behave as if the
 //! network to it were cut: gossip to and from it is dropped by
@@ -13,7 +13,10 @@
 //!
 //! Nothing here is global: a node without the flag has no [`Partition`],
 //! its transports no wrapper and no check.
+//!
+//! [`PARTITION_POLL`]: crate::limits::PARTITION_POLL
 
+use crate::limits::PARTITION_POLL;
 use async_trait::async_trait;
 use chitchat::ChitchatEnvelope;
 use chitchat::transport::{RecvOutcome, SendOutcome, Socket};
@@ -21,10 +24,6 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
-
-/// How often the partition file is read.
-pub const POLL: Duration = Duration::from_millis(100);
 
 /// The addresses this node is cut off from. Cheap to clone: clones share
 /// the set.
@@ -44,7 +43,7 @@ impl Partition {
         let following = partition.clone();
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(POLL).await;
+                tokio::time::sleep(PARTITION_POLL).await;
                 following.apply(&tokio::fs::read_to_string(&file).await.unwrap_or_default());
             }
         });

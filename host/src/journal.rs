@@ -10,7 +10,3 @@ pub mod storage;
 
 pub use log::{Entry, Journal, JournalError, Recovered, Shape};
 pub use storage::{FsStorage, MemStorage, Storage};
-
-/// An fsync slower than this is logged: it delays every acknowledgement
-/// waiting for it (disks and virtual machines stall now and then).
-pub const SLOW_SYNC: std::time::Duration = std::time::Duration::from_millis(50);

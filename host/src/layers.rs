@@ -9,7 +9,7 @@ use std::path::Path;
 /// The crate's top-level modules, bottom layer first. A module may use
 /// those on earlier lines, and itself.
 const LAYERS: &[&[&str]] = &[
-    &["contract", "codes", "events", "guests"],
+    &["contract", "limits", "codes", "events", "guests"],
     &["runtime", "journal", "build"],
     &["exec", "modules", "fault"],
     &["security"],

@@ -25,10 +25,11 @@
 //! * [`runtime`] — the sandboxed wasmtime runtime that runs job modules;
 //!   [`journal`] — the append-only, checksummed journal, snapshots on disk;
 //!   [`build`] — `cohort build`, `new` and `toolchain`.
-//! * [`contract`] — what every layer knows of the master; [`codes`] — every
-//!   error code; [`events`] — what a node reports happening; [`guests`] —
-//!   the components built into this binary. [`client`] is the Rust client
-//!   of the HTTP API, which the CLI uses.
+//! * [`contract`] — what every layer knows of the master; [`limits`] —
+//!   every limit of the crate (sizes, counts, timeouts), in one place;
+//!   [`codes`] — every error code; [`events`] — what a node reports
+//!   happening; [`guests`] — the components built into this binary.
+//!   [`client`] is the Rust client of the HTTP API, which the CLI uses.
 
 pub mod api;
 pub mod build;
@@ -47,6 +48,7 @@ pub mod guests;
 pub mod journal;
 #[cfg(test)]
 mod layers;
+pub mod limits;
 pub mod master;
 pub mod membership;
 pub mod metrics;

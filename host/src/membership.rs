@@ -20,7 +20,15 @@
 //! [`DEAD_NODE_GRACE`]. A node that stops cleanly first publishes
 //! `status=leaving` and gossips it for a few rounds, so the others stop
 //! counting on it before the detector would notice.
+//!
+//! [`GOSSIP_INTERVAL`]: crate::limits::GOSSIP_INTERVAL
+//! [`PHI_THRESHOLD`]: crate::limits::PHI_THRESHOLD
+//! [`DEAD_NODE_GRACE`]: crate::limits::DEAD_NODE_GRACE
 
+use crate::limits::{
+    DEAD_NODE_GRACE, DELETED_KEY_GRACE, GOSSIP_HEARTBEAT_INTERVAL_MAX, GOSSIP_HEARTBEAT_SAMPLES,
+    GOSSIP_INTERVAL, LEAVE_ROUNDS, PHI_THRESHOLD,
+};
 use chitchat::{
     ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState, ProtocolVersion,
     spawn_chitchat,
@@ -28,24 +36,7 @@ use chitchat::{
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::watch;
-
-/// Time between gossip rounds.
-pub const GOSSIP_INTERVAL: Duration = Duration::from_millis(100);
-/// Phi above which a silent node is declared dead.
-pub const PHI_THRESHOLD: f64 = 8.0;
-/// How long dead nodes are remembered (shown as dead) before being dropped.
-pub const DEAD_NODE_GRACE: Duration = Duration::from_secs(60);
-/// Heartbeat intervals the failure detector averages over.
-const HEARTBEAT_SAMPLES: usize = 1000;
-/// Longer silences are not counted as intervals (a paused process).
-const HEARTBEAT_INTERVAL_MAX: Duration = Duration::from_secs(10);
-/// How long deleted keys are remembered (so late peers learn of the
-/// deletion) before they are garbage-collected.
-const DELETED_KEY_GRACE: Duration = Duration::from_secs(3600);
-/// Gossip rounds a leaving node waits so the others hear it is leaving.
-const LEAVE_ROUNDS: u32 = 3;
 
 /// Keys each node publishes.
 pub mod keys {
@@ -305,8 +296,8 @@ async fn spawn_gossip(
         seed_nodes: config.seeds.clone(),
         failure_detector_config: FailureDetectorConfig {
             phi_threshold: PHI_THRESHOLD,
-            sampling_window_size: HEARTBEAT_SAMPLES,
-            max_interval: HEARTBEAT_INTERVAL_MAX,
+            sampling_window_size: GOSSIP_HEARTBEAT_SAMPLES,
+            max_interval: GOSSIP_HEARTBEAT_INTERVAL_MAX,
             initial_interval: GOSSIP_INTERVAL,
             dead_node_grace_period: DEAD_NODE_GRACE,
         },

@@ -17,6 +17,12 @@ use crate::cluster::link::MasterLink;
 use crate::cluster::module_fetch::ModuleFetcher;
 use crate::cluster::singleton;
 use crate::events::{self, emit};
+use crate::limits::{
+    DEPARTED_KEPT_MAX, EVENT_STREAMS_MAX, HANDOVER_WAIT, JOIN_SETTLE,
+    MASTER_FAILURE_CHECK_INTERVAL, MASTER_START_RETRY, SLOTS_MIN, SLOTS_PER_CPU,
+    SNAPSHOT_EVERY_DEFAULT, STANDBY_CHECK, STANDBY_RETRY, STANDBY_RETRY_MAX, STANDBY_SETTLED,
+    TOKEN_REFRESH_EVERY,
+};
 use crate::master::core::MasterComponent;
 use crate::master::{self, CoreKind, MasterOptions, SnapshotSource};
 use crate::membership::{self, Membership, MembershipConfig, Roles, keys};
@@ -24,7 +30,7 @@ use crate::modules::ModuleStore;
 use crate::peer::Peer;
 use crate::replication::Replication;
 use crate::replication::transport::HttpTransport;
-use crate::runtime::limits::{self, JobLimits};
+use crate::runtime::job_limits::{self, JobLimits};
 use crate::runtime::{Isolation, Runtime, RuntimeConfig};
 use crate::worker::{ProgressBoard, Worker, WorkerOptions};
 use anyhow::Context;
@@ -74,13 +80,13 @@ pub struct NodeArgs {
     #[arg(long, env = "COHORT_SLOTS")]
     pub slots: Option<u32>,
     /// Time limit of an attempt when a job does not set one.
-    #[arg(long, value_parser = limits::parse_duration, default_value = "60s")]
+    #[arg(long, value_parser = job_limits::parse_duration, default_value = "60s")]
     pub job_timeout: Duration,
     /// Memory limit of an attempt when a job does not set one.
-    #[arg(long, value_parser = limits::parse_bytes, default_value = "256MiB")]
+    #[arg(long, value_parser = job_limits::parse_bytes, default_value = "256MiB")]
     pub job_memory: u64,
     /// Largest memory limit a job may ask for on this node.
-    #[arg(long, value_parser = limits::parse_bytes, default_value = "4GiB")]
+    #[arg(long, value_parser = job_limits::parse_bytes, default_value = "4GiB")]
     pub job_memory_max: u64,
     /// Where this node's jobs run: `thread` (on the node's threads; compiled
     /// code checks epochs to keep deadlines) or `process` (each running job
@@ -100,13 +106,13 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = cohort_master::Config::default().queue_max)]
     pub queue_max: u64,
     /// How long finished jobs (and their results) stay queryable.
-    #[arg(long, value_parser = limits::parse_duration, default_value = "1h")]
+    #[arg(long, value_parser = job_limits::parse_duration, default_value = "1h")]
     pub retention: Duration,
     /// How long running attempts may take to finish when the node stops.
-    #[arg(long, value_parser = limits::parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = job_limits::parse_duration, default_value = "10s")]
     pub shutdown_grace: Duration,
     /// Events between master snapshots.
-    #[arg(long, default_value_t = master::service::SNAPSHOT_EVERY_DEFAULT)]
+    #[arg(long, default_value_t = SNAPSHOT_EVERY_DEFAULT)]
     pub snapshot_every: u64,
     /// Where the master's periodic snapshots are taken: `shadow`, a second
     /// instance of the master on its own thread that applies every event
@@ -129,7 +135,7 @@ pub struct NodeArgs {
     pub bootstrap: bool,
     /// A voter gone from the cluster this long is removed from the voter
     /// set (it is added back once it returns and catches up); `0` never.
-    #[arg(long, env = "COHORT_VOTER_TIMEOUT", value_parser = limits::parse_duration, default_value = "10m")]
+    #[arg(long, env = "COHORT_VOTER_TIMEOUT", value_parser = job_limits::parse_duration, default_value = "10m")]
     pub voter_timeout: Duration,
     /// Run the master's logic natively instead of in its Wasm component
     /// (for comparisons).
@@ -322,7 +328,7 @@ struct Local {
 fn open_local(args: &NodeArgs) -> anyhow::Result<Local> {
     let data_dir = &args.data_dir;
     anyhow::ensure!(
-        args.retention.as_millis() <= u128::from(cohort_master::master::CONFIG_DURATION_MS_MAX),
+        args.retention.as_millis() <= u128::from(cohort_master::limits::CONFIG_DURATION_MS_MAX),
         "--retention is at most 365 days"
     );
     let security = security_settings(args)?;
@@ -431,9 +437,7 @@ fn build_api(
         security: local.security,
         request_ids: Default::default(),
         history: follow_history(&wiring.view),
-        event_streams: Arc::new(tokio::sync::Semaphore::new(
-            api::dashboard::EVENT_STREAMS_MAX,
-        )),
+        event_streams: Arc::new(tokio::sync::Semaphore::new(EVENT_STREAMS_MAX)),
         closing,
     })
 }
@@ -473,7 +477,7 @@ fn spawn_token_refresh(link: MasterLink, table: Arc<crate::security::token::Toke
     tokio::spawn(async move {
         loop {
             api::refresh_tokens(&link, &table).await;
-            tokio::time::sleep(crate::security::token::REFRESH_EVERY).await;
+            tokio::time::sleep(TOKEN_REFRESH_EVERY).await;
         }
     });
 }
@@ -720,10 +724,6 @@ async fn master_component(
     .await
 }
 
-/// How long a node that joins through seeds listens to gossip before it
-/// decides whether it hosts the master, so it first hears of older nodes.
-const JOIN_SETTLE: Duration = Duration::from_secs(1);
-
 /// The node that handed the master over to this one, as the singleton
 /// wants it: `(node id, generation)` of departed hosts, treated as leaving
 /// at once (without waiting for gossip).
@@ -806,9 +806,6 @@ fn departures(
     rx
 }
 
-/// Departed hosts remembered at most.
-const DEPARTED_KEPT_MAX: usize = 64;
-
 /// The epoch that superseded this node's master, for the singleton (0:
 /// none).
 fn deposals(replication: &Replication) -> watch::Receiver<u64> {
@@ -826,10 +823,6 @@ fn deposals(replication: &Replication) -> watch::Receiver<u64> {
     });
     rx
 }
-
-/// Longest a node that should host the master waits for the node still
-/// advertising it to hand it over.
-const HANDOVER_WAIT: Duration = Duration::from_secs(10);
 
 /// The master on this node, started and stopped by the singleton manager.
 struct LocalMaster {
@@ -941,16 +934,6 @@ async fn fetch_master_builds(
     }
     Ok(())
 }
-
-/// How often a node checks that its warm standby runs; the least time
-/// between two starts of one, doubled after each standby that ended
-/// within [`STANDBY_SETTLED`] of its start (one that keeps failing, for a
-/// build this node lacks, say, is not restarted in a loop), up to
-/// [`STANDBY_RETRY_MAX`].
-const STANDBY_CHECK: Duration = Duration::from_secs(1);
-const STANDBY_RETRY: Duration = Duration::from_secs(5);
-const STANDBY_RETRY_MAX: Duration = Duration::from_secs(300);
-const STANDBY_SETTLED: Duration = Duration::from_secs(60);
 
 /// Keeps a warm standby ([`master::standby`]) running on this back-end
 /// node while another node leads the journal. One that ended for lack of
@@ -1152,7 +1135,7 @@ impl singleton::Host for LocalMaster {
                     info,
                     events::TAKEOVER_DEFERRED,
                     reason = reason.to_string().as_str(),
-                    retry_ms = millis(singleton::START_RETRY),
+                    retry_ms = millis(MASTER_START_RETRY),
                     "cannot take the master over yet"
                 );
                 return Ok(None);
@@ -1242,10 +1225,6 @@ fn default_slots() -> u32 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
     (cpus * SLOTS_PER_CPU).max(SLOTS_MIN)
 }
-
-/// Default worker slots per CPU, and the least.
-const SLOTS_PER_CPU: u32 = 8;
-const SLOTS_MIN: u32 = 16;
 
 /// Holds `<data>/LOCK` locked for the node's lifetime.
 fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
@@ -1339,12 +1318,9 @@ async fn stop_signal() -> &'static str {
     }
 }
 
-/// How often the node checks whether its master stopped after a failure.
-const FAILURE_CHECK_INTERVAL: Duration = Duration::from_millis(200);
-
 async fn watch_failure(link: &MasterLink) {
     while !link.local().is_some_and(|m| m.has_failed()) {
-        tokio::time::sleep(FAILURE_CHECK_INTERVAL).await;
+        tokio::time::sleep(MASTER_FAILURE_CHECK_INTERVAL).await;
     }
 }
 
@@ -1364,9 +1340,9 @@ mod tests {
         let args = Cli::parse_from(["node"]).node;
         assert_eq!(
             args.job_timeout.as_millis() as u64,
-            limits::TIMEOUT_MS_DEFAULT
+            crate::limits::TIMEOUT_MS_DEFAULT
         );
-        assert_eq!(args.job_memory, limits::MEMORY_BYTES_DEFAULT);
+        assert_eq!(args.job_memory, crate::limits::MEMORY_BYTES_DEFAULT);
         assert_eq!(args.listen.to_string(), "127.0.0.1:7070");
         assert_eq!(args.data_dir, PathBuf::from("cohort-data"));
     }

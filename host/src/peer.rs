@@ -20,10 +20,6 @@ use hyper::{Method, StatusCode};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Longest a bulk transfer between nodes may take: a module, a snapshot
-/// of the master's state, a hand-over, a page of journal entries.
-pub const TRANSFER_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// Content type of a sealed node-to-node body.
 pub const SEALED_CONTENT_TYPE: &str = "application/x-cohort-sealed";
 

@@ -28,6 +28,7 @@
 use crate::journal::durable::{self, Snapshot};
 use crate::journal::log::read_entries;
 use crate::journal::{FsStorage, Storage};
+use crate::limits::{REPLAY_DIFFERENCES_LISTED_MAX, REPLAY_EVENT_TEXT_MAX, REPLAY_LISTED_MAX};
 use crate::master::CoreKind;
 use crate::master::core::{Core, MasterComponent, NativeCore, WasmCore};
 use crate::master::upgrade::{self, Build, Builds, MasterStore};
@@ -70,14 +71,6 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "MASTER.wasm")]
     pub compare: Option<PathBuf>,
 }
-
-/// Most differing entries `--compare` lists.
-const DIFFERENCES_LISTED_MAX: usize = 20;
-
-/// Most ids of queued and of running jobs listed in the state.
-const LISTED_MAX: u32 = 100;
-/// Longest description of one event in a job's history.
-const EVENT_TEXT_MAX: usize = 400;
 
 /// Runs `cohort replay`: prints the report; fails when `--verify` finds a
 /// difference, or the directory cannot be read.
@@ -338,11 +331,11 @@ fn replay_entries(
     })
 }
 
-/// An event as a job's history shows it, cut to [`EVENT_TEXT_MAX`].
+/// An event as a job's history shows it, cut to [`REPLAY_EVENT_TEXT_MAX`].
 fn event_text(kind: &impl std::fmt::Debug) -> String {
     let mut text = format!("{kind:?}");
-    if text.len() > EVENT_TEXT_MAX {
-        let cut = (0..=EVENT_TEXT_MAX)
+    if text.len() > REPLAY_EVENT_TEXT_MAX {
+        let cut = (0..=REPLAY_EVENT_TEXT_MAX)
             .rev()
             .find(|&i| text.is_char_boundary(i));
         text.truncate(cut.unwrap_or(0));
@@ -483,7 +476,7 @@ struct Comparison {
     core: WasmCore,
     /// Events after which it asked for other effects.
     differing: u64,
-    /// The first [`DIFFERENCES_LISTED_MAX`] of them, described.
+    /// The first [`REPLAY_DIFFERENCES_LISTED_MAX`] of them, described.
     differences: Vec<Value>,
 }
 
@@ -513,7 +506,7 @@ impl Comparison {
         let theirs = self.core.apply(batch)?.map_err(rejected)?;
         if theirs != effects {
             self.differing += 1;
-            if self.differences.len() < DIFFERENCES_LISTED_MAX {
+            if self.differences.len() < REPLAY_DIFFERENCES_LISTED_MAX {
                 self.differences.push(json!({
                     "index": index,
                     "at": at,
@@ -569,7 +562,7 @@ fn state(core: &mut dyn Core) -> anyhow::Result<Value> {
                 ..JobFilter::default()
             },
             after: None,
-            limit: LISTED_MAX,
+            limit: REPLAY_LISTED_MAX,
             newest_first: false,
         };
         if let Some(Answer::Jobs { jobs, .. }) = query(core, listing)? {

@@ -52,6 +52,10 @@
 //! every one it led before (no two masters share an epoch, and a node
 //! claims above its own promise); waiting batches are in index order, so
 //! completions run in the order the master decided them.
+//!
+//! [`STALL_COVERED_MAX`]: crate::limits::STALL_COVERED_MAX
+//! [`BATCHES_IN_FLIGHT_MAX`]: crate::limits::BATCHES_IN_FLIGHT_MAX
+//! [`COMMIT_WAIT`]: crate::limits::COMMIT_WAIT
 
 pub mod journal_storage;
 #[cfg(test)]
@@ -61,6 +65,11 @@ pub mod transport;
 use crate::contract::MasterError;
 use crate::events::{self, emit};
 use crate::journal::durable::Snapshot as StoredSnapshot;
+use crate::limits::{
+    BATCHES_IN_FLIGHT_MAX, CLAIM_RETRY_MS, CLAIM_TIMEOUT_MS, COMMIT_WAIT, FOLLOW_BYTES_MAX,
+    HANDOVER_CATCH_UP_MAX, HEARTBEAT_MS, INPUTS_PER_WAKE_MAX, LEASE_MS, QUORUM_SILENCE_MAX_MS,
+    REPLICATION_REQUEST_TIMEOUT_MS, REPLICATION_TICK, STALL_COVERED_MAX, UNCLAIMED_MAX,
+};
 use cohort_replication::{
     Effect, Message, NodeId, Options, Output, Payload, ProposeError, Replicator, Snapshot,
     TakeOverError,
@@ -73,29 +82,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 pub use transport::Transport;
-
-/// Longest a batch waits to be committed before its callers are told
-/// `replicas_unavailable`.
-pub const COMMIT_WAIT: Duration = Duration::from_secs(5);
-/// Master batches handed over but not yet appended, at most.
-pub const BATCHES_IN_FLIGHT_MAX: usize = 64;
-/// Inputs handled per wake-up at most, before timers run again.
-const INPUTS_PER_WAKE_MAX: usize = 4096;
-/// Entry bytes read for a standby per wake-up at most: a standby far
-/// behind catches up over several wake-ups, never holding this thread.
-const FOLLOW_BYTES_MAX: usize = 1 << 20;
-/// How often the core's timers run.
-const TICK: Duration = Duration::from_millis(10);
-/// Longest the pulse covers a replication thread held in one step (see
-/// the module notes): a disk stalled longer is taken for a dead one.
-pub const STALL_COVERED_MAX: Duration = Duration::from_secs(2);
-/// A master refuses new work while no majority of voters acknowledged an
-/// append this recently.
-const QUORUM_SILENCE_MAX_MS: u64 = 3_000;
-/// Longest a node leads without its master started before stepping down.
-const UNCLAIMED_MAX: Duration = Duration::from_secs(5);
-/// Longest a hand-over waits for the successor to catch up.
-const HANDOVER_CATCH_UP_MAX: Duration = Duration::from_secs(10);
 
 /// Something to run once its batch is committed, or failed.
 pub type Completion = Box<dyn FnOnce(Result<(), MasterError>) + Send>;
@@ -410,28 +396,15 @@ impl std::fmt::Debug for Replication {
     }
 }
 
-/// How often an idle master tells its followers it is alive. The messages
-/// are small and go to the voters only, so a short period costs little and
-/// sets how soon a dead master is noticed.
-pub const HEARTBEAT_MS: u64 = 25;
-/// How long a follower that heard its master declines claims. A follower
-/// calls its master silent one heartbeat later ([`silence_ms`]) and the
-/// oldest back-end node then takes over: kill -9 of the master to a new
-/// master is about this plus a claim's round trip and the master's start,
-/// instead of gossip's failure detection (~0.45 s) and the 1.5 s lease
-/// this replaced. Leases only keep a live master from being replaced on a
-/// mistake; fencing by epoch is what keeps two masters from committing.
-pub const LEASE_MS: u64 = 125;
-
 /// Timings of the core for a real node.
 pub fn options(id: &str, bootstrap: bool, voter_timeout: Option<Duration>) -> Options {
     Options {
         bootstrap,
         heartbeat_ms: HEARTBEAT_MS,
-        request_timeout_ms: 1_000,
+        request_timeout_ms: REPLICATION_REQUEST_TIMEOUT_MS,
         lease_ms: LEASE_MS,
-        claim_timeout_ms: 1_000,
-        retry_ms: 250,
+        claim_timeout_ms: CLAIM_TIMEOUT_MS,
+        retry_ms: CLAIM_RETRY_MS,
         voter_timeout_ms: voter_timeout.map(|t| t.as_millis() as u64),
         ..Options::new(id)
     }
@@ -832,7 +805,7 @@ impl Driver {
                     d.apply(output);
                     d.housekeeping();
                 });
-                next_tick = Instant::now() + TICK;
+                next_tick = Instant::now() + REPLICATION_TICK;
             }
             self.publish();
             let busy = pass.elapsed();

@@ -4,9 +4,9 @@
 
 pub mod engine;
 pub mod job;
+pub mod job_limits;
 pub mod job_log;
 pub mod job_world;
-pub mod limits;
 pub mod module;
 pub mod observer;
 pub mod sandbox;
@@ -14,6 +14,6 @@ pub mod sandbox_child;
 
 pub use engine::{Isolation, Runtime, RuntimeConfig, RuntimeError};
 pub use job::{JobFailure, JobReport, JobRequest, Progress};
-pub use limits::JobLimits;
+pub use job_limits::JobLimits;
 pub use module::{Digest, Module, ModuleError};
 pub use observer::JobObserver;

@@ -45,10 +45,18 @@
 //! * **Shutdown**: stop polling, let running attempts finish within a grace
 //!   period, stop the rest, then tell the master this worker is gone so its
 //!   unfinished attempts are re-queued at once rather than at lease expiry.
+//!
+//! [`POLL_WAIT`]: crate::limits::POLL_WAIT
+//! [`PREFETCH_RUN_MAX`]: crate::limits::PREFETCH_RUN_MAX
+//! [`PREFETCH_PER_SLOT_MAX`]: crate::limits::PREFETCH_PER_SLOT_MAX
 
 use crate::cluster::link::MasterLink;
 use crate::cluster::module_fetch::ModuleFetcher;
 use crate::contract::{MasterError, Poll, PollResult, ProgressReport};
+use crate::limits::{
+    CHECKPOINT_INTERVAL, GONE_REPORT_WAIT, LOG_TAIL_BYTES, POLL_RETRY, POLL_WAIT,
+    PREFETCH_PER_SLOT_MAX, PREFETCH_RUN_MAX, REPORT_RETRY_WAIT, REPORTING_MAX,
+};
 use crate::modules::ModuleStore;
 use crate::runtime::{
     Digest, JobFailure, JobLimits, JobObserver, JobReport, JobRequest, Module, Progress, Runtime,
@@ -60,32 +68,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 
-/// Longest a poll waits for work; also the heartbeat period.
-pub const POLL_WAIT: Duration = Duration::from_secs(1);
-/// Least time between two checkpoints of one attempt sent to the master:
-/// a job may checkpoint after every slice of work, and each recorded one is
-/// a journal write.
-const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
-/// Longest a stopping worker tries to tell the master it is gone.
-const GONE_REPORT_WAIT: Duration = Duration::from_secs(2);
-/// Pause after a failed poll before the next.
-const POLL_RETRY: Duration = Duration::from_millis(200);
-/// Longest an attempt's outcome report is retried while no master takes it.
-const REPORT_RETRY_WAIT: Duration = Duration::from_secs(30);
-/// Attempts whose outcome may be on its way to the master at once (slots
-/// are freed before the report is acknowledged).
-const REPORTING_MAX: usize = 1 << 20;
-/// Most attempts per slot a worker takes beyond its free slots while its
-/// jobs are short (see the module docs). Throughput bench, one node with
-/// the default slots and a fixed prefetch: 1 per slot 27k jobs/s, 4 39k/s,
-/// 16 43k/s.
-const PREFETCH_PER_SLOT_MAX: u64 = 16;
-/// Moving average of attempts' run time under which a worker prefetches.
-const PREFETCH_RUN_MAX: Duration = Duration::from_millis(5);
 /// A moving average with no sample yet.
 const UNKNOWN_US: u64 = u64::MAX;
-/// Bytes of the end of an attempt's log sent with its outcome.
-const LOG_TAIL_BYTES: usize = cohort_master::master::LOG_TAIL_BYTES_MAX;
 
 /// Live progress of attempts running on this node, for the API.
 #[derive(Debug, Clone, Default)]

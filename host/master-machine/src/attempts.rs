@@ -16,12 +16,9 @@
 //! `jobs`).
 
 use crate::index::{ready_key, set_state};
+use crate::limits::{LOG_TAIL_BYTES_MAX, WORKER_ID_BYTES_MAX};
 use crate::master::{Master, decided, reject};
 use crate::protocol::*;
-use crate::workers::WORKER_ID_BYTES_MAX;
-
-/// Bytes of an attempt's log kept (its end).
-pub const LOG_TAIL_BYTES_MAX: usize = 4096;
 
 impl Master {
     pub(crate) fn decide_poll(

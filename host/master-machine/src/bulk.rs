@@ -1,7 +1,7 @@
 //! Bulk actions: cancel, or retry, every job a [`JobFilter`] matches.
 //!
 //! A `Bulk` is one decision holding one event per job changed (at most
-//! [`BULK_MAX`]; run it again for the rest), all in one batch, and the
+//! [`BULK_MAX`](crate::limits::BULK_MAX); run it again for the rest), all in one batch, and the
 //! same filter as a query counts what it would change, so a preview and
 //! the action agree. A retry (`Retried`) moves a failed, dead or cancelled
 //! job back to `queued` with its attempts kept and its limit raised by the
@@ -12,6 +12,7 @@
 //! changes are unpacked. This module does not define what a filter
 //! matches (see `query`).
 
+use crate::limits::BULK_MAX;
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
@@ -21,9 +22,6 @@ use crate::protocol::*;
 use crate::query::filter_matches;
 use crate::scan::{Facts, Held};
 use crate::validation::validate_bulk;
-
-/// Most jobs one [`Command::Bulk`] changes (run it again for the rest).
-pub const BULK_MAX: usize = 10_000;
 
 impl Master {
     pub(crate) fn decide_bulk(

@@ -37,28 +37,19 @@
 //! trusted: a DAG id or job already in a DAG, or a job that does not
 //! exist, leaves `DagCreated` without effect on it.
 
+use crate::limits::{
+    DAG_INPUT_BYTES_MAX, DAG_JOBS_MAX, EDGES_MAX, IDEMPOTENCY_KEY_BYTES_MAX, NODE_NAME_BYTES_MAX,
+    PARENTS_MAX, REQUESTS_MAX,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use crate::index::ready_key;
-use crate::jobs::IDEMPOTENCY_KEY_BYTES_MAX;
 use crate::master::{Job, Master, reject};
 use crate::protocol::*;
-use crate::requests::REQUESTS_MAX;
 use crate::validation::{validate_options, validate_spec};
-
-/// Most jobs in one DAG.
-pub const DAG_JOBS_MAX: usize = 10_000;
-/// Most parents of one job.
-pub const PARENTS_MAX: usize = 100;
-/// Most edges in one DAG.
-pub const EDGES_MAX: usize = 100_000;
-/// Most input bytes of all a DAG's jobs together.
-pub const DAG_INPUT_BYTES_MAX: u64 = 16 << 20;
-/// Longest name of a DAG's job, in bytes.
-pub const NODE_NAME_BYTES_MAX: usize = 128;
 
 /// The DAGs: state (kept in snapshots) but for `children`, an index
 /// rebuilt from `nodes`.

@@ -15,13 +15,10 @@
 //! does not run attempts (see `attempts`).
 
 use crate::index::{ready_key, set_state};
+use crate::limits::REQUESTS_MAX;
 use crate::master::{Job, Master, decided, reject};
 use crate::protocol::*;
-use crate::requests::REQUESTS_MAX;
 use crate::validation::{validate_options, validate_spec};
-
-/// Longest idempotency key.
-pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
 
 impl Master {
     pub(crate) fn decide_submit(

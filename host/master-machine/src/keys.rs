@@ -1,6 +1,6 @@
 //! Concurrency and rate keys: at most `running_max` attempts of a key's
 //! jobs at once, at most `starts_per_second` started in any
-//! [`RATE_WINDOW_MS`].
+//! [`RATE_WINDOW_MS`](crate::limits::RATE_WINDOW_MS).
 //!
 //! Each limited key has its own line of ready jobs, and only its first is
 //! in the shared `ready` line (`Index::enqueue`), so a poll looks at one
@@ -16,6 +16,7 @@
 //! `apply` does unbounded work. This module does not check options (see
 //! `validation`).
 
+use crate::limits::{FORGET_PER_EVENT, KEY_LIMIT_MAX, RATE_WINDOW_MS};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 
@@ -24,17 +25,6 @@ use serde::{Deserialize, Serialize};
 use crate::master::Master;
 use crate::protocol::*;
 use crate::uniqueness::Hold;
-
-/// Longest concurrency, rate or uniqueness key.
-pub const KEY_BYTES_MAX: usize = 256;
-/// Largest `running_max` and `starts_per_second` a key limit may ask for.
-pub const KEY_LIMIT_MAX: u32 = 10_000;
-/// The window a key's `starts_per_second` counts starts in.
-pub const RATE_WINDOW_MS: Millis = 1_000;
-/// Ended uniqueness holds and idle rate windows forgotten per event that
-/// adds one: they go faster than they come, and no event does unbounded
-/// work.
-pub(crate) const FORGET_PER_EVENT: usize = 8;
 
 /// What jobs submitted with [`JobOptions`] leave behind. Holds and start
 /// times outlive the jobs (a purged job's key still holds for its window,

@@ -24,6 +24,7 @@ mod done;
 mod index;
 mod jobs;
 mod keys;
+pub mod limits;
 pub mod master;
 pub mod protocol;
 mod query;

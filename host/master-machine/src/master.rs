@@ -21,7 +21,7 @@
 //! recorded, so each job has exactly one outcome.
 //!
 //! A [`Command::Bulk`] cancels, or retries, every job a [`JobFilter`]
-//! matches (at most [`BULK_MAX`]) in one decision: one event per job, all
+//! matches (at most [`BULK_MAX`](crate::limits::BULK_MAX)) in one decision: one event per job, all
 //! in one batch. A retry (`Retried`) moves a failed, dead or cancelled job
 //! back to `queued` with its attempts kept and its limit raised by the
 //! attempts granted; the outcome it had is cleared.
@@ -43,15 +43,15 @@
 //! The table is state like any other: filled by `Submitted` events, kept in
 //! snapshots, rebuilt identically by replay; it holds a batch's ids as one
 //! run (`requests::Requests`). An id is remembered for at
-//! least [`REQUEST_TTL_MS`] after its decision (far longer than a node
-//! retries one request: [`REQUEST_TTL_MS`] explains) and for at most
-//! [`REQUESTS_MAX`] submissions (the oldest are forgotten first beyond it).
+//! least [`REQUEST_TTL_MS`](crate::limits::REQUEST_TTL_MS) after its decision (far longer than a node
+//! retries one request: [`REQUEST_TTL_MS`](crate::limits::REQUEST_TTL_MS) explains) and for at most
+//! [`REQUESTS_MAX`](crate::limits::REQUESTS_MAX) submissions (the oldest are forgotten first beyond it).
 //!
 //! # Keys
 //!
 //! A submission's [`JobOptions`] may name a key with limits ([`KeyLimit`]:
 //! at most `running_max` attempts of the key's jobs at once, at most
-//! `starts_per_second` started in any [`RATE_WINDOW_MS`]) and a uniqueness
+//! `starts_per_second` started in any [`RATE_WINDOW_MS`](crate::limits::RATE_WINDOW_MS)) and a uniqueness
 //! key ([`Unique`]: a submission whose key a job submitted less than
 //! `window_ms` earlier holds gets that job). Each limited key has its own
 //! line of ready jobs; `ready` holds only the unkeyed jobs and the first of
@@ -69,9 +69,9 @@
 //! Finished jobs, most of the state, are held packed (`Done`): the
 //! bytes a snapshot holds for each, unpacked when one is read, retried or
 //! purged. `apply` packs the jobs an event finished as its last step.
-//! `Tick` emits at most [`TICK_EVENTS_MAX`] events so no single batch is
-//! unbounded, a `Bulk` at most [`BULK_MAX`]; a listing scans at most
-//! [`LIST_SCAN_MAX`] jobs and says where to go on.
+//! `Tick` emits at most [`TICK_EVENTS_MAX`](crate::limits::TICK_EVENTS_MAX) events so no single batch is
+//! unbounded, a `Bulk` at most [`BULK_MAX`](crate::limits::BULK_MAX); a listing scans at most
+//! [`LIST_SCAN_MAX`](crate::limits::LIST_SCAN_MAX) jobs and says where to go on.
 //!
 //! # Where the rest lives
 //!
@@ -90,23 +90,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::attempts::LOG_TAIL_BYTES_MAX;
-pub use crate::bulk::BULK_MAX;
 pub use crate::index::Order;
-pub use crate::jobs::IDEMPOTENCY_KEY_BYTES_MAX;
-pub use crate::keys::{KEY_BYTES_MAX, KEY_LIMIT_MAX, RATE_WINDOW_MS};
-pub use crate::query::{
-    FILTER_IDS_MAX, FILTER_TEXT_BYTES_MAX, FINISHED_IDS_MAX, LIST_LIMIT_MAX, LIST_SCAN_MAX,
-    RECENT_SCAN_MAX,
-};
-pub use crate::requests::{REQUEST_PURGE_PERIOD_MS, REQUEST_TTL_MS, REQUESTS_MAX};
 pub use crate::restore::Restoring;
 pub use crate::snapshot::{SNAPSHOT_VERSION, SnapshotCursor};
-pub use crate::tick::TICK_EVENTS_MAX;
-pub use crate::tokens::{TOKEN_ID_BYTES_MAX, TOKEN_NAME_BYTES_MAX, TOKEN_SCOPES, TOKENS_MAX};
-pub use crate::uniqueness::{UNIQUE_KEYS_MAX, UNIQUE_WINDOW_MS_MAX};
-pub use crate::validation::{ATTEMPTS_MAX_MAX, CONFIG_DURATION_MS_MAX};
-pub use crate::workers::{WORKER_ID_BYTES_MAX, WORKER_SEEN_PER_TTL};
+pub use crate::tokens::TOKEN_SCOPES;
 
 use crate::dag::Dags;
 use crate::done::Done;

@@ -504,7 +504,7 @@ impl JobOptions {
 /// job being started carries, before an attempt of it starts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyLimit {
-    /// The key (1 to [`KEY_BYTES_MAX`](crate::master::KEY_BYTES_MAX)
+    /// The key (1 to [`KEY_BYTES_MAX`](crate::limits::KEY_BYTES_MAX)
     /// bytes).
     pub key: String,
     /// At most this many attempts of the key's jobs run at once.
@@ -517,7 +517,7 @@ pub struct KeyLimit {
 /// earlier gets that job, whatever its state, instead of a new one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unique {
-    /// The key (1 to [`KEY_BYTES_MAX`](crate::master::KEY_BYTES_MAX)
+    /// The key (1 to [`KEY_BYTES_MAX`](crate::limits::KEY_BYTES_MAX)
     /// bytes).
     pub key: String,
     /// How long after the job's submission the key holds.
@@ -610,7 +610,7 @@ pub enum Command {
         id: String,
     },
     /// Cancel or retry every job `filter` matches that the action applies
-    /// to, at most [`BULK_MAX`](crate::master::BULK_MAX) of them, in one
+    /// to, at most [`BULK_MAX`](crate::limits::BULK_MAX) of them, in one
     /// decision (the events of all of them commit together).
     Bulk {
         /// What to do.
@@ -634,7 +634,7 @@ pub enum Command {
         name: String,
     },
     /// Fire a schedule's missed ticks in `from..to` (at most
-    /// [`BACKFILL_TICKS_MAX`](crate::schedule::BACKFILL_TICKS_MAX)).
+    /// [`BACKFILL_TICKS_MAX`](crate::limits::BACKFILL_TICKS_MAX)).
     Backfill {
         /// The schedule.
         name: String,
@@ -654,7 +654,7 @@ pub type DagId = u64;
 /// A DAG as submitted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DagSpec {
-    /// Its jobs (at most [`DAG_JOBS_MAX`](crate::dag::DAG_JOBS_MAX)).
+    /// Its jobs (at most [`DAG_JOBS_MAX`](crate::limits::DAG_JOBS_MAX)).
     pub nodes: Vec<DagNodeSpec>,
     /// What a job's failure does to the rest.
     pub on_failure: OnFailure,
@@ -734,7 +734,7 @@ pub struct DagNode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScheduleSpec {
     /// Its name, unique in the cluster (1 to
-    /// [`SCHEDULE_NAME_BYTES_MAX`](crate::schedule::SCHEDULE_NAME_BYTES_MAX)
+    /// [`SCHEDULE_NAME_BYTES_MAX`](crate::limits::SCHEDULE_NAME_BYTES_MAX)
     /// bytes of `A-Z a-z 0-9 . _ -`).
     pub name: String,
     /// When it fires.
@@ -856,10 +856,10 @@ pub struct JobFilter {
     /// Submitted at or before.
     pub to: Option<Millis>,
     /// Text found in the error's code or message, ignoring ASCII case
-    /// (at most [`FILTER_TEXT_BYTES_MAX`](crate::master::FILTER_TEXT_BYTES_MAX)).
+    /// (at most [`FILTER_TEXT_BYTES_MAX`](crate::limits::FILTER_TEXT_BYTES_MAX)).
     pub error: Option<String>,
     /// Only these jobs (at most
-    /// [`FILTER_IDS_MAX`](crate::master::FILTER_IDS_MAX)).
+    /// [`FILTER_IDS_MAX`](crate::limits::FILTER_IDS_MAX)).
     pub ids: Option<Vec<JobId>>,
 }
 
@@ -1290,7 +1290,7 @@ pub enum Query {
     Tokens,
     /// Which of `ids` have finished (or are unknown), with their outcome:
     /// what a client waiting for many jobs at once asks for. At most
-    /// [`FINISHED_IDS_MAX`](crate::master::FINISHED_IDS_MAX) ids. A
+    /// [`FINISHED_IDS_MAX`](crate::limits::FINISHED_IDS_MAX) ids. A
     /// succeeded job's output comes along when it is at most `output_max`
     /// bytes and the answer's outputs stay within `output_total`.
     Finished {
@@ -1343,7 +1343,7 @@ pub struct ScheduleView {
     /// Paused.
     pub paused: bool,
     /// Its next ticks (at most
-    /// [`UPCOMING_MAX`](crate::schedule::UPCOMING_MAX); none while paused).
+    /// [`UPCOMING_MAX`](crate::limits::UPCOMING_MAX); none while paused).
     pub upcoming: Vec<Millis>,
     /// A tick kept by `buffer_one`, fired when the running job ends.
     pub buffered: Option<Millis>,
@@ -1518,7 +1518,7 @@ pub enum Answer {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Recent {
     /// Jobs finished in the window (at most
-    /// [`RECENT_SCAN_MAX`](crate::master::RECENT_SCAN_MAX) are looked at).
+    /// [`RECENT_SCAN_MAX`](crate::limits::RECENT_SCAN_MAX) are looked at).
     pub finished: u64,
     /// Median time from submission to the end, in ms (`None` if none).
     pub p50_ms: Option<u64>,

@@ -2,7 +2,7 @@
 //! (a view, a listing's summary) and filtered by.
 //!
 //! Queries never change the state and never need the journal. Every
-//! scan is bounded: a listing looks at most at [`LIST_SCAN_MAX`] jobs and
+//! scan is bounded: a listing looks at most at [`LIST_SCAN_MAX`](crate::limits::LIST_SCAN_MAX) jobs and
 //! returns a cursor to go on from, recent finishes look at most at
 //! [`RECENT_SCAN_MAX`], a `Finished` asks about at most
 //! [`FINISHED_IDS_MAX`] ids and its outputs fit the sizes asked for.
@@ -13,6 +13,7 @@
 //! concern (a DAG, a schedule, the workers, the tokens, a bulk preview)
 //! live with it and are dispatched from here.
 
+use crate::limits::{FINISHED_IDS_MAX, LIST_LIMIT_MAX, LIST_SCAN_MAX, RECENT_SCAN_MAX};
 use std::ops::Bound;
 
 use crate::master::{Job, Master, reject};
@@ -20,21 +21,6 @@ use crate::protocol::*;
 use crate::scan::Facts;
 use crate::schedule::Schedule;
 use crate::validation::validate_filter;
-
-/// Most jobs one listing returns.
-pub const LIST_LIMIT_MAX: u32 = 1000;
-/// Longest text a [`JobFilter`] looks for in errors.
-pub const FILTER_TEXT_BYTES_MAX: usize = 256;
-/// Most ids a [`JobFilter`] may name.
-pub const FILTER_IDS_MAX: usize = 1000;
-/// Most finished jobs one [`Query::Recent`] looks at.
-pub const RECENT_SCAN_MAX: usize = 100_000;
-/// Most ids one [`Query::Finished`] may ask about: the API's most jobs
-/// per batch, so a client may wait for a whole batch in one request.
-pub const FINISHED_IDS_MAX: usize = 10_000;
-/// Most jobs one listing looks at (a filtered listing returns a cursor to
-/// continue rather than scanning everything).
-pub const LIST_SCAN_MAX: usize = 100_000;
 
 impl Master {
     /// Answers a read-only query.

@@ -21,14 +21,15 @@
 //! bytes against 56, by their sizes); ids submitted one at a
 //! time, from several nodes interleaved, each in its own millisecond, make
 //! such runs. That is the worst case, and it is bounded by
-//! [`REQUESTS_MAX`] like the rest.
+//! [`REQUESTS_MAX`](crate::limits::REQUESTS_MAX) like the rest.
 //!
 //! The master's side is here too: a `Submitted` event remembers its id
-//! (forgetting the oldest beyond [`REQUESTS_MAX`]), and a `Tick` forgets
-//! every id past [`REQUEST_TTL_MS`] in one `RequestsExpired` event once
+//! (forgetting the oldest beyond [`REQUESTS_MAX`](crate::limits::REQUESTS_MAX)), and a `Tick` forgets
+//! every id past [`REQUEST_TTL_MS`](crate::limits::REQUEST_TTL_MS) in one `RequestsExpired` event once
 //! the oldest is a [`REQUEST_PURGE_PERIOD_MS`] overdue. This module does
 //! not decide what a remembered submission is answered (see `jobs`).
 
+use crate::limits::{REQUEST_PURGE_PERIOD_MS, REQUEST_TTL_MS};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Bound;
@@ -39,28 +40,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::master::Master;
 use crate::protocol::{EventKind, JobId, Millis, RequestId};
-
-/// How long after its decision a submission's request id is remembered at
-/// least. A node sends a request again only within `PROXY_WAIT` (10 s) of
-/// sending it first, so the resend is decided seconds after the first
-/// copy, unless the master is frozen in between: one paused for longer
-/// than the failure detector allows is replaced, and its late decisions
-/// never commit. Five minutes leaves a wide margin. (A lone back-end node,
-/// which nobody replaces, frozen for longer than this between deciding a
-/// submission and deciding its resend would make a second job.)
-pub const REQUEST_TTL_MS: Millis = 5 * 60_000;
-/// Expired request ids are forgotten together, once the oldest is this far
-/// past [`REQUEST_TTL_MS`]: one event per period under steady load, not
-/// one per tick.
-pub const REQUEST_PURGE_PERIOD_MS: Millis = 10_000;
-/// Most request ids remembered; beyond, the oldest is forgotten at each new
-/// submission. At the highest submission rate measured (about 100,000 per
-/// second in bursts, BENCHMARKS.md) this still covers 10 s, as long as a
-/// node resends one request; at sustained rates (about 10,000 per second),
-/// 100 s. Full, the table takes about 125 MiB if every id came alone (a
-/// run each, a little more than the 110 MiB measured for one map entry
-/// per id) and a few MiB if they came in batches (`Requests`).
-pub const REQUESTS_MAX: usize = 1_000_000;
 
 /// What the master remembers of a submission's request id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -42,6 +42,11 @@
 //! which its overlap policy decides. Schedules are kept in snapshots from
 //! version 5 on.
 
+use crate::limits::{
+    BACKFILL_TICKS_MAX, CATCH_UP_MS_MAX, EXPRESSION_BYTES_MAX, INTERVAL_MS_MAX, INTERVAL_MS_MIN,
+    LATE_GRACE_MS, MISSED_RANGES_MAX, SCHEDULE_NAME_BYTES_MAX, SCHEDULES_MAX, TICKS_PER_TICK_MAX,
+    UPCOMING_MAX,
+};
 use std::collections::{BTreeSet, VecDeque};
 
 use croner::Cron;
@@ -53,33 +58,6 @@ use serde::{Deserialize, Serialize};
 use crate::master::{Master, decided, reject};
 use crate::protocol::*;
 use crate::validation::{validate_options, validate_spec};
-
-/// Most schedules a cluster holds.
-pub const SCHEDULES_MAX: usize = 10_000;
-/// Longest schedule name, in bytes.
-pub const SCHEDULE_NAME_BYTES_MAX: usize = 128;
-/// Longest cron expression, in bytes.
-pub const EXPRESSION_BYTES_MAX: usize = 256;
-/// Shortest interval (cron's own resolution is a second as well).
-pub const INTERVAL_MS_MIN: Millis = 1_000;
-/// Longest interval.
-pub const INTERVAL_MS_MAX: Millis = 366 * 24 * 3_600_000;
-/// Longest catch-up window.
-pub const CATCH_UP_MS_MAX: Millis = 7 * 24 * 3_600_000;
-/// Most ticks one backfill fires.
-pub const BACKFILL_TICKS_MAX: usize = 1_000;
-/// Missed ranges kept per schedule (the oldest are forgotten beyond it).
-pub const MISSED_RANGES_MAX: usize = 100;
-/// Next ticks a schedule's view lists.
-pub const UPCOMING_MAX: usize = 5;
-/// How late a tick may be decided and still count as on time, whatever
-/// the catch-up window: the host ticks the master every 100 ms, and a busy
-/// master may come to a tick a little later (so a window of 0 means "never
-/// fire late", not "miss every tick").
-pub const LATE_GRACE_MS: Millis = 1_000;
-/// Most ticks of one schedule one `Tick` decides (the rest wait for the
-/// next `Tick`, a tenth of a second later).
-pub const TICKS_PER_TICK_MAX: usize = 1_000;
 
 /// A schedule as the master keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,8 +3,8 @@
 //! policies, and bad schedules.
 
 use super::*;
+use crate::limits::BACKFILL_TICKS_MAX;
 use crate::scenarios::create_schedule;
-use crate::schedule::BACKFILL_TICKS_MAX;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -373,7 +373,7 @@ proptest! {
                     prop_assert!(seen.insert(*tick), "tick {tick} fired twice");
                     prop_assert!(*tick <= event.at);
                     if overlap != Overlap::BufferOne {
-                        let window = catch_up + crate::schedule::LATE_GRACE_MS;
+                        let window = catch_up + crate::limits::LATE_GRACE_MS;
                         prop_assert!(event.at - tick <= window, "tick {tick} fired at {}", event.at);
                     }
                 }

@@ -13,6 +13,7 @@
 //! is written ([`Count`]), so its buffer never grows. The index is not
 //! written: it is rebuilt on restore.
 
+use crate::limits::SNAPSHOT_PART_PRESIZE_MAX;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
@@ -28,10 +29,6 @@ use crate::workers::Worker;
 /// keys), version 2 (tokens, no request ids) and version 1 (the state
 /// alone, from before tokens existed).
 pub const SNAPSHOT_VERSION: u8 = 5;
-
-/// The most a part's buffer is allocated with before it is written (a
-/// part asked to be larger grows as it is written).
-const SNAPSHOT_PART_PRESIZE_MAX: usize = 4 << 20;
 
 /// The fields of [`Master`] before its jobs, as its snapshot holds them.
 #[derive(Serialize)]

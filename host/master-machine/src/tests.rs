@@ -547,7 +547,7 @@ fn listing_filters_by_every_field_and_pages_newest_first() {
     assert!(summary.finished_at.is_some());
     // Bounds are refused with a code naming the field.
     let long = JobFilter {
-        error: Some("x".repeat(crate::master::FILTER_TEXT_BYTES_MAX + 1)),
+        error: Some("x".repeat(crate::limits::FILTER_TEXT_BYTES_MAX + 1)),
         ..JobFilter::default()
     };
     let refused = sim.master.query(
@@ -661,7 +661,7 @@ fn a_bulk_retry_queues_failed_dead_and_cancelled_jobs_with_more_attempts() {
 #[test]
 fn one_bulk_command_changes_at_most_its_bound() {
     let mut sim = Sim::new();
-    let over = crate::master::BULK_MAX + 3;
+    let over = crate::limits::BULK_MAX + 3;
     for n in 0..over {
         sim.ok(T, new_submit(spec(1, &n.to_le_bytes())));
     }
@@ -669,7 +669,7 @@ fn one_bulk_command_changes_at_most_its_bound() {
         action: BulkAction::Cancel,
         filter: JobFilter::default(),
     };
-    let changed = crate::master::BULK_MAX as u64;
+    let changed = crate::limits::BULK_MAX as u64;
     assert_eq!(sim.ok(T, cancel.clone()), Reply::Bulk { changed });
     assert_eq!(sim.ok(T, cancel), Reply::Bulk { changed: 3 });
     assert_eq!(
@@ -887,7 +887,7 @@ fn finished_answers_only_finished_and_unknown_jobs_with_outputs_within_bounds() 
         (jobs[0].output.as_ref(), jobs[0].output_bytes),
         (None, None)
     );
-    let too_many = ask(vec![1; crate::master::FINISHED_IDS_MAX + 1], 8, 8);
+    let too_many = ask(vec![1; crate::limits::FINISHED_IDS_MAX + 1], 8, 8);
     assert_eq!(
         sim.master.query(0, &too_many).unwrap_err().code,
         codes::UNDECODABLE
@@ -1136,7 +1136,7 @@ mod key_limits {
                     prop_assert!(running as u32 <= limit.running_max.expect("max"), "{key}: {running} running");
                     if let Some(rate) = limit.starts_per_second {
                         for &(start, _) in times {
-                            let within = times.iter().filter(|(s, _)| *s >= start && *s < start + crate::master::RATE_WINDOW_MS).count();
+                            let within = times.iter().filter(|(s, _)| *s >= start && *s < start + crate::limits::RATE_WINDOW_MS).count();
                             prop_assert!(within as u32 <= rate, "{key}: {within} starts in a second from {start}");
                         }
                     }

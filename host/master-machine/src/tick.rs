@@ -6,16 +6,14 @@
 //! retention or beyond their bounds are purged (oldest first), schedules
 //! fire (see [`crate::schedule`]) and old request ids are forgotten.
 //!
-//! Invariant: one tick decides at most [`TICK_EVENTS_MAX`] events, so no
+//! Invariant: one tick decides at most [`TICK_EVENTS_MAX`](crate::limits::TICK_EVENTS_MAX) events, so no
 //! batch is unbounded; what did not fit waits for the next tick, in the
 //! same order. Like every decision, a tick reads the state and changes
 //! nothing; the events it decides do the work when applied.
 
+use crate::limits::TICK_EVENTS_MAX;
 use crate::master::{Master, decided};
 use crate::protocol::*;
-
-/// Most events one `Tick` produces; the rest wait for the next tick.
-pub const TICK_EVENTS_MAX: usize = 4096;
 
 /// Whether a tick's events so far leave room for another.
 fn room(kinds: &[EventKind]) -> bool {

@@ -11,16 +11,11 @@
 //! module does not authenticate anything: the host does, with these
 //! records.
 
+use crate::limits::TOKENS_MAX;
 use crate::master::{Master, decided, reject};
 use crate::protocol::*;
 use crate::validation::validate_token;
 
-/// Most API tokens kept.
-pub const TOKENS_MAX: usize = 10_000;
-/// Longest token id.
-pub const TOKEN_ID_BYTES_MAX: usize = 64;
-/// Longest token name.
-pub const TOKEN_NAME_BYTES_MAX: usize = 256;
 /// The scopes a token may carry.
 pub const TOKEN_SCOPES: [&str; 3] = ["read", "submit", "admin"];
 

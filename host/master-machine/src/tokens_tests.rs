@@ -2,6 +2,7 @@
 //! snapshots, and the first snapshot format (no tokens) still restores.
 
 use super::*;
+use crate::limits::{TOKEN_ID_BYTES_MAX, TOKEN_NAME_BYTES_MAX};
 use crate::master::*;
 use crate::scenarios::token;
 

@@ -12,17 +12,11 @@
 //! unbounded work. This module does not check the key or the window (see
 //! `validation`).
 
+use crate::limits::{FORGET_PER_EVENT, UNIQUE_KEYS_MAX};
 use serde::{Deserialize, Serialize};
 
-use crate::keys::FORGET_PER_EVENT;
 use crate::master::{Master, reject};
 use crate::protocol::*;
-
-/// Longest uniqueness window (30 days).
-pub const UNIQUE_WINDOW_MS_MAX: Millis = 30 * 24 * 3_600_000;
-/// Most uniqueness keys held at once (`unique_keys_full` beyond, until
-/// windows end).
-pub const UNIQUE_KEYS_MAX: usize = 1_000_000;
 
 /// A uniqueness key's job and the end of its window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

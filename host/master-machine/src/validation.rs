@@ -11,20 +11,16 @@
 //! This module reads no state: checks against what the master holds (a
 //! taken name, a full queue) stay with their concern.
 
+use crate::limits::{
+    ATTEMPTS_MAX_MAX, CONFIG_DURATION_MS_MAX, FILTER_IDS_MAX, FILTER_TEXT_BYTES_MAX,
+    IDEMPOTENCY_KEY_BYTES_MAX, KEY_BYTES_MAX, KEY_LIMIT_MAX, TOKEN_ID_BYTES_MAX,
+    TOKEN_NAME_BYTES_MAX, UNIQUE_WINDOW_MS_MAX,
+};
 use std::collections::BTreeSet;
 
-use crate::jobs::IDEMPOTENCY_KEY_BYTES_MAX;
-use crate::keys::{KEY_BYTES_MAX, KEY_LIMIT_MAX};
 use crate::master::reject;
 use crate::protocol::*;
-use crate::query::{FILTER_IDS_MAX, FILTER_TEXT_BYTES_MAX};
-use crate::tokens::{TOKEN_ID_BYTES_MAX, TOKEN_NAME_BYTES_MAX, TOKEN_SCOPES};
-use crate::uniqueness::UNIQUE_WINDOW_MS_MAX;
-
-/// Longest duration a configuration may set (a year).
-pub const CONFIG_DURATION_MS_MAX: u64 = 365 * 24 * 3_600_000;
-/// Largest `attempts_max` a configuration may set.
-pub const ATTEMPTS_MAX_MAX: u32 = 10_000;
+use crate::tokens::TOKEN_SCOPES;
 
 /// Checks a job's spec against the configuration.
 pub(crate) fn validate_spec(config: &Config, spec: &JobSpec) -> Result<(), Rejection> {

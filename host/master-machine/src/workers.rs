@@ -11,18 +11,13 @@
 //! it holds (restore drops any other). This module does not decide which
 //! jobs a poll gets (see `attempts`).
 
+use crate::limits::WORKER_SEEN_PER_TTL;
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
 use crate::master::{Master, decided};
 use crate::protocol::*;
-
-/// Longest worker id.
-pub const WORKER_ID_BYTES_MAX: usize = 256;
-/// A polling worker is journaled as seen this many times per worker TTL
-/// (not on every poll), so it is never lost while it polls.
-pub const WORKER_SEEN_PER_TTL: u64 = 4;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Worker {

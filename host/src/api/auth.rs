@@ -20,6 +20,7 @@ use super::error::{ApiError, ErrorCode};
 use super::http::{Reply200, json};
 use super::types::RevokedResponse;
 use crate::cluster::link::MasterLink;
+use crate::limits::TOKEN_NAME_CHARS_MAX;
 use crate::runtime::Digest;
 #[cfg(doc)]
 use crate::security::token::Scope;
@@ -49,10 +50,6 @@ pub struct TokenCreateRequest {
     #[schema(pattern = "^(sha256:)?[0-9a-fA-F]{64}$")]
     pub sha256: String,
 }
-
-/// Longest token name, in characters (within the master's limit in bytes).
-pub const TOKEN_NAME_CHARS_MAX: usize = 64;
-const _: () = assert!(TOKEN_NAME_CHARS_MAX * 4 <= cohort_master::master::TOKEN_NAME_BYTES_MAX);
 
 /// A scope's name, as tokens carry it (in the OpenAPI document; the
 /// master checks the names, [`Scope`] is what a node enforces).

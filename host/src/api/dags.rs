@@ -20,7 +20,7 @@ impl Api {
                 None => return invalid("on_failure: skip_descendants or cancel_dag".into()),
             },
         };
-        let max = cohort_master::dag::DAG_JOBS_MAX;
+        let max = cohort_master::limits::DAG_JOBS_MAX;
         if request.jobs.is_empty() || request.jobs.len() > max {
             return invalid(format!("jobs: 1 to {max} per DAG"));
         }

@@ -19,12 +19,18 @@
 //!   together. A `dry_run` asks the same question as a query and changes
 //!   nothing: the page shows the count before the user confirms.
 //! * `GET /v1/whoami` tells the page which buttons to show.
+//!
+//! [`EVENTS_INTERVAL`]: crate::limits::EVENTS_INTERVAL
+//! [`EVENT_STREAMS_MAX`]: crate::limits::EVENT_STREAMS_MAX
 
 use super::types::{
     BulkRequest, BulkResponse, HistoryBody, JobFilterBody, LatencyBody, MasterBody,
     OverviewResponse, ReplicaBody, WhoamiResponse,
 };
 use super::{Api, ApiError, ErrorCode, Reply200, bytes, json, number};
+use crate::limits::{
+    EVENT_STREAMS_MAX, EVENTS_BUFFERED, EVENTS_INTERVAL, FILTER_TEXT_CHARS_MAX, RECENT_MS,
+};
 use crate::runtime::Digest;
 use crate::security::token::{self, Scope, Scopes};
 use bytes::Bytes;
@@ -37,24 +43,10 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 const INDEX_HTML: &str = include_str!("../dashboard/index.html");
 const APP_JS: &str = include_str!("../dashboard/app.js");
 const STYLE_CSS: &str = include_str!("../dashboard/style.css");
-
-/// Time between two overviews on an event stream.
-pub const EVENTS_INTERVAL: Duration = Duration::from_secs(1);
-/// Events queued ahead of a slow reader; beyond, the stream's task waits
-/// to send, so a slow reader slows its own stream and queues nothing more.
-const EVENTS_BUFFERED: usize = 2;
-/// Event streams one node serves at once.
-pub const EVENT_STREAMS_MAX: usize = 64;
-/// Longest text a filter looks for in errors (within the master's
-/// bound in bytes, whatever the characters).
-pub const FILTER_TEXT_CHARS_MAX: usize = cohort_master::master::FILTER_TEXT_BYTES_MAX / 4;
-/// The window of the overview's recent finishes and latency.
-pub const RECENT_MS: u64 = 10_000;
 
 /// The dashboard's files, by path (`None`: not one of them).
 pub(super) fn asset(path: &str) -> Option<Reply200> {
@@ -134,7 +126,7 @@ fn filter_from_body(body: JobFilterBody) -> Result<JobFilter, ApiError> {
     {
         return Err(bad(format!("error: at most {most} characters")));
     }
-    let most = cohort_master::master::FILTER_IDS_MAX;
+    let most = cohort_master::limits::FILTER_IDS_MAX;
     if body.ids.as_ref().is_some_and(|ids| ids.len() > most) {
         return Err(bad(format!("ids: at most {most} ids")));
     }

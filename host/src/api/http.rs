@@ -9,6 +9,7 @@
 
 use super::error::{ApiError, ErrorCode};
 use super::routes::Miss;
+use crate::limits::{BODY_RATE_MIN, BODY_READ_BASE};
 use crate::runtime::Digest;
 use crate::security::counters::{self, what};
 use bytes::Bytes;
@@ -18,11 +19,6 @@ use hyper::header::{ALLOW, CONNECTION, CONTENT_TYPE, HeaderMap, HeaderValue, RET
 use hyper::{Method, Response, StatusCode};
 use std::convert::Infallible;
 use std::time::Duration;
-
-/// Every body gets this long, plus [`BODY_RATE_MIN`] for its size.
-pub const BODY_READ_BASE: Duration = Duration::from_secs(10);
-/// The slowest body rate waited for, in bytes a second.
-pub const BODY_RATE_MIN: u64 = 1 << 20;
 
 /// How long a body of at most `bytes` may take to arrive.
 pub fn body_deadline(bytes: u64) -> Duration {

@@ -18,10 +18,10 @@
 //!   rewrites it).
 
 use super::auth::{ScopeName, TokenBody, TokenCreateRequest, TokenListResponse};
-use super::dashboard;
 use super::error::{ErrorCode, error_body};
 use super::routes::{Access, Handler, ROUTES, Verb};
 use super::types::*;
+use crate::limits::FILTER_TEXT_CHARS_MAX;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -105,8 +105,8 @@ fn refine(document: &mut Value) {
     let filter = &mut schemas["JobFilterBody"]["properties"];
     filter["state"]["enum"] = json!(STATES);
     filter["module"]["pattern"] = SHA256.into();
-    filter["error"]["maxLength"] = dashboard::FILTER_TEXT_CHARS_MAX.into();
-    filter["ids"]["maxItems"] = cohort_master::master::FILTER_IDS_MAX.into();
+    filter["error"]["maxLength"] = FILTER_TEXT_CHARS_MAX.into();
+    filter["ids"]["maxItems"] = cohort_master::limits::FILTER_IDS_MAX.into();
     let bulk = &mut schemas["BulkRequest"]["properties"];
     bulk["action"]["enum"] = json!(["cancel", "retry"]);
     bulk["attempts"]["minimum"] = 1.into();
@@ -515,7 +515,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .param("priority", Query, ObjectBuilder::new().schema_type(Type::Integer).format(Some(utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Int32))), "Only jobs of this priority.")
             .param("from", Query, integer(0, u64::MAX), "Only jobs submitted at or after (ms since the Unix epoch).")
             .param("to", Query, integer(0, u64::MAX), "Only jobs submitted at or before.")
-            .param("error", Query, text().max_length(Some(dashboard::FILTER_TEXT_CHARS_MAX)), "Only jobs whose error code or message holds this text (ASCII case ignored).")
+            .param("error", Query, text().max_length(Some(FILTER_TEXT_CHARS_MAX)), "Only jobs whose error code or message holds this text (ASCII case ignored).")
             .param("order", Query, one_of(&["oldest", "newest"]), "`oldest` first (by id, the default) or `newest` first.")
             .param("limit", Query, integer(1, 1000), "Most jobs (default 100).")
             .param("cursor", Query, integer(0, u64::MAX), "The `next_cursor` of the previous page.")

@@ -32,12 +32,10 @@
 //! Paths under `/internal/` never need a token: their routes are sealed.
 
 use super::error::ErrorCode;
-use crate::contract::{
-    BATCH_BODY_BYTES_MAX, CONTROL_BODY_BYTES_MAX, JOB_BODY_BYTES_MAX, WAIT_BODY_BYTES_MAX,
+use crate::limits::{
+    BATCH_BODY_BYTES_MAX, CONTROL_BODY_BYTES_MAX, ENVELOPE_BYTES_MAX, JOB_BODY_BYTES_MAX,
+    MASTER_BYTES_MAX, MODULE_BYTES_MAX, WAIT_BODY_BYTES_MAX,
 };
-use crate::master::upgrade::MASTER_BYTES_MAX;
-use crate::replication::transport::ENVELOPE_BYTES_MAX;
-use crate::runtime::module::MODULE_BYTES_MAX;
 use crate::security::token::Scope;
 use hyper::Method;
 

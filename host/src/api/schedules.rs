@@ -9,12 +9,10 @@ use super::types::{
     ScheduleRequest, ScheduleResponse,
 };
 use super::{Api, ApiError, ErrorCode, Reply200, json};
+use crate::limits::CATCH_UP_MS_DEFAULT;
 use crate::runtime::Digest;
 use cohort_master::{Command, Every, Overlap, Reply, ScheduleSpec, ScheduleView};
 use hyper::StatusCode;
-
-/// The catch-up window of a schedule that does not give one.
-pub const CATCH_UP_MS_DEFAULT: u64 = 60_000;
 
 impl Api {
     /// `POST /v1/schedules`.

@@ -4,17 +4,17 @@
 //!
 //! It is derived from the membership view alone (each change of the view
 //! is compared with the one before), so every node keeps its own account
-//! of what it saw, in memory, at most [`HISTORY_MAX`] entries; nothing is
+//! of what it saw, in memory, at most [`CLUSTER_HISTORY_MAX`] entries; nothing is
 //! journaled or gossiped for it. A node that started later has a shorter
 //! history.
+//!
+//! [`CLUSTER_HISTORY_MAX`]: crate::limits::CLUSTER_HISTORY_MAX
 
+use crate::limits::CLUSTER_HISTORY_MAX;
 use crate::membership::View;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use tokio::sync::watch;
-
-/// Entries kept, newest first.
-pub const HISTORY_MAX: usize = 50;
 
 /// One thing that happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +40,7 @@ impl History {
     fn push(&self, entry: Entry) {
         let mut entries = self.lock();
         entries.push_front(entry);
-        entries.truncate(HISTORY_MAX);
+        entries.truncate(CLUSTER_HISTORY_MAX);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Entry>> {
@@ -168,12 +168,12 @@ mod tests {
     fn only_the_newest_entries_are_kept() {
         let history = History::default();
         let (a, b) = (view(&[]), view(&[("a", 1, false, None)]));
-        for at in 0..HISTORY_MAX as u64 {
+        for at in 0..CLUSTER_HISTORY_MAX as u64 {
             history.record(2 * at, &a, &b);
             history.record(2 * at + 1, &b, &a);
         }
         let entries = history.entries();
-        assert_eq!(entries.len(), HISTORY_MAX);
-        assert_eq!(entries[0].at, 2 * HISTORY_MAX as u64 - 1);
+        assert_eq!(entries.len(), CLUSTER_HISTORY_MAX);
+        assert_eq!(entries[0].at, 2 * CLUSTER_HISTORY_MAX as u64 - 1);
     }
 }

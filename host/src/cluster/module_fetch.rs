@@ -4,9 +4,10 @@
 //! it in its own store (and compile cache) from then on. Uploaded master
 //! components travel the same way (`crate::master::upgrade`).
 
+use crate::limits::TRANSFER_TIMEOUT;
 use crate::membership::View;
 use crate::modules::ModuleStore;
-use crate::peer::{Peer, TRANSFER_TIMEOUT};
+use crate::peer::Peer;
 use crate::runtime::{Digest, Module, ModuleError};
 use bytes::Bytes;
 use tokio::sync::watch;

@@ -24,7 +24,7 @@
 //! steps down at once, without a hand-over, and rejoins membership with a
 //! new generation, so it is the youngest and the master does not move back
 //! to it. A start that cannot happen yet (too few replicas answer) is
-//! retried every [`START_RETRY`] while this node still should host, and
+//! retried every [`MASTER_START_RETRY`] while this node still should host, and
 //! forgotten once it should not: every pass of the manager ends waiting for
 //! a change or for an instant still ahead, so a node that hosts nothing
 //! idles.
@@ -32,21 +32,16 @@
 //! The decision itself is [`should_host`], a pure function of the view; the
 //! master is behind the [`Host`] trait, so both are unit-tested with the
 //! in-memory membership twin.
+//!
+//! [`WORKER_LOST_AFTER`]: crate::limits::WORKER_LOST_AFTER
+//! [`MASTER_START_RETRY`]: crate::limits::MASTER_START_RETRY
 
+use crate::limits::{MASTER_START_RETRY, REJOIN_SETTLE, WORKER_LOST_AFTER};
 use crate::membership::{Membership, View, keys};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
-
-/// Pause before trying again to start a master that could not start yet.
-pub const START_RETRY: Duration = Duration::from_millis(250);
-/// How long a worker must stay out of the live set before its attempts are
-/// re-queued (a worker that comes back sooner keeps them).
-pub const WORKER_LOST_AFTER: Duration = Duration::from_secs(2);
-/// How long a node that rejoined listens to gossip before deciding again
-/// (its fresh view first shows only itself).
-const REJOIN_SETTLE: Duration = Duration::from_secs(1);
 
 /// Whether this node (`view.me`) should host the master.
 pub fn should_host(view: &View, settled: bool) -> bool {
@@ -131,7 +126,7 @@ pub async fn run<H: Host>(
                     hosting = Some(epoch);
                     retry_at = None;
                 }
-                None => retry_at = Some(Instant::now() + START_RETRY),
+                None => retry_at = Some(Instant::now() + MASTER_START_RETRY),
             }
         } else if !should && hosting.is_some() && settled {
             stop_hosting(membership, host).await;
@@ -531,7 +526,7 @@ mod tests {
             settle().await;
             assert_eq!(b.log.take(), ["start []"]);
             // Long past the retry a is no longer due: it waits, idle.
-            tokio::time::sleep(START_RETRY * 10).await;
+            tokio::time::sleep(MASTER_START_RETRY * 10).await;
             assert!(a.log.take().is_empty());
             drop((a, b));
         });
@@ -543,7 +538,7 @@ mod tests {
             let cluster = MemCluster::new();
             let a = spawn(&cluster, "a", 20, "back-end");
             a.log.refuse_starts();
-            tokio::time::sleep(START_RETRY * 5 / 2).await;
+            tokio::time::sleep(MASTER_START_RETRY * 5 / 2).await;
             assert_eq!(a.log.take(), ["refused start []"; 3]);
             drop(a);
         });
@@ -559,7 +554,7 @@ mod tests {
             assert_eq!(b.log.take(), ["start []"]);
             // a's replica hears of a newer master while a hosts nothing.
             a.deposed.send_replace(5);
-            tokio::time::sleep(START_RETRY * 10).await;
+            tokio::time::sleep(MASTER_START_RETRY * 10).await;
             assert!(a.log.take().is_empty());
             drop((a, b));
         });

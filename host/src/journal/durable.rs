@@ -12,14 +12,12 @@
 //! crash leaves either the old or the new one; the journal segments below a
 //! snapshot are then deleted and the snapshot before it kept as a spare.
 
-use crate::journal::log::SEGMENT_BYTES_MAX;
 use crate::journal::{Entry, FsStorage, Journal, JournalError};
+use crate::limits::{SEGMENT_BYTES_MAX, SNAPSHOT_SYNC_BYTES, SNAPSHOTS_KEPT};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Snapshots kept (the newest plus spares).
-const SNAPSHOTS_KEPT: usize = 2;
 /// index u64, epoch u64, state length u64, crc32 of those and the state.
 const SNAPSHOT_HEADER_BYTES: usize = 28;
 
@@ -316,9 +314,6 @@ pub fn background_priority() {
         );
     }
 }
-
-/// Bytes of a snapshot file written between two syncs.
-const SNAPSHOT_SYNC_BYTES: usize = 4 << 20;
 
 /// Writes a snapshot durably and removes all but the newest two.
 pub fn write_snapshot(data_dir: &Path, snapshot: &Snapshot) -> Result<(), StoreError> {

@@ -31,11 +31,13 @@
 //! persist a later frame of the batch but not an earlier one; scan calls that
 //! corruption. It fails safe (the node refuses to start and names the
 //! offset) rather than guessing.
+//!
+//! [`RECORD_BYTES_MAX`]: crate::limits::RECORD_BYTES_MAX
+
+use crate::limits::RECORD_BYTES_MAX;
 
 /// Bytes before each payload: length and the two checksums.
 pub const FRAME_HEADER_BYTES: usize = 12;
-/// Largest payload a frame may carry.
-pub const RECORD_BYTES_MAX: usize = 64 << 20;
 
 /// Appends one frame to `out` whose payload is `parts` concatenated (so a
 /// caller with a header and a body need not join them first).

@@ -35,12 +35,13 @@
 //! replica drops its entries from there on ([`Journal::truncate_from`]) and
 //! takes the master's; a replica too far behind gets a snapshot instead and
 //! restarts its journal at the snapshot's index ([`Journal::reset_to`]).
+//!
+//! [`SEGMENT_BYTES_MAX`]: crate::limits::SEGMENT_BYTES_MAX
 
 use super::frame::{self, Tail};
 use super::storage::Storage;
+use crate::limits::SEGMENT_BYTES_MAX;
 
-/// A segment is closed and a new one started past this size.
-pub const SEGMENT_BYTES_MAX: u64 = 64 << 20;
 /// Bytes of an entry's header inside its frame: index and epoch.
 const ENTRY_HEADER_BYTES: usize = 16;
 

@@ -10,6 +10,7 @@
 //! must stay pure, so every import it declares is linked to a trap: the
 //! first attempt to read a clock, a file or randomness would fail loudly.
 
+use crate::limits::{MASTER_HOSTCALL_BYTES_MAX, SNAPSHOT_PART_BYTES};
 use crate::runtime::Digest;
 use crate::runtime::engine::engine_fingerprint;
 use crate::runtime::module::DiskCache;
@@ -91,10 +92,6 @@ impl std::fmt::Debug for MasterComponent {
         f.debug_struct("MasterComponent").finish_non_exhaustive()
     }
 }
-
-/// Most bytes the master component may hand the host in one call (its
-/// snapshot is the largest).
-const MASTER_HOSTCALL_BYTES_MAX: usize = 4 << 30;
 
 impl MasterComponent {
     /// Compiles the embedded master component, reusing a compiled artifact
@@ -231,10 +228,6 @@ type SnapshotPart = TypedFunc<(u32,), (Vec<u8>,)>;
 
 /// The world's `rejection` record.
 type RejectionRecord = master_world::cohort::master::types::Rejection;
-
-/// Bytes of a snapshot in each `snapshot-part` and `init-part` call: the
-/// most of it the component holds at once.
-const SNAPSHOT_PART_BYTES: u32 = 1 << 20;
 
 /// A master instance that exports the right world, before `init`.
 pub struct Linked {

@@ -13,14 +13,11 @@
 //! compile cache.
 
 use super::core::{Core, CoreResult, MasterComponent};
-use super::upgrade::{ALLOWED_IMPORT_PREFIXES, MASTER_BYTES_MAX};
+use super::upgrade::ALLOWED_IMPORT_PREFIXES;
 use crate::codes::ErrorCode;
+use crate::limits::{MASTER_BYTES_MAX, REPLAY_CHUNK};
 use cohort_master::Rejection;
 use std::path::Path;
-
-/// First byte of a switch record in the journal.
-/// Events applied per call while replaying the journal.
-pub(crate) const REPLAY_CHUNK: usize = 4096;
 
 fn refuse(code: ErrorCode, message: impl Into<String>) -> Rejection {
     Rejection::new(code.as_str(), message)

@@ -14,9 +14,10 @@
 //! the recovery (`StartError`), never skips it.
 
 use super::core::{Core, CoreKind, MasterComponent, NativeCore};
-use super::handover::{self, REPLAY_CHUNK};
+use super::handover;
 use super::upgrade::{self, Build, Builds};
 use crate::journal::durable::{Snapshot as StoredSnapshot, StoreError};
+use crate::limits::REPLAY_CHUNK;
 use crate::replication::Events;
 use cohort_master::Config;
 use std::collections::HashMap;

@@ -41,6 +41,9 @@
 //! watch over all of them: it fires on the first to settle and is then
 //! forgotten as a whole ([`Watchers`]), so a long-poll over 10,000 jobs
 //! costs the master one pass to register and one to drop, however it ends.
+//!
+//! [`BATCH_REQUESTS_MAX`]: crate::limits::BATCH_REQUESTS_MAX
+//! [`SNAPSHOT_EVERY_DEFAULT`]: crate::limits::SNAPSHOT_EVERY_DEFAULT
 
 use super::core::{Core, CoreKind, MasterComponent};
 use super::handover;
@@ -52,6 +55,10 @@ use super::upgrade::{self, Build, Builds, Switch};
 use crate::codes::ErrorCode;
 use crate::contract::{MasterError, Poll, PollResult, ProgressReport, now_ms};
 use crate::journal::durable::Snapshot as StoredSnapshot;
+use crate::limits::{
+    BATCH_REQUESTS_MAX, MASTER_CHANNEL_CAPACITY, MASTER_TICK_INTERVAL, PROGRESS_KEPT_MAX,
+    RECORDING_BYTES_MAX, STOPS_PER_WORKER_MAX, WAIT_GATHER,
+};
 use crate::replication::{Completion, Events, Replication, ReplicationStatus, Started};
 use cohort_master::{
     Answer, Assignment, Command, Config, Effect, Failure, JobId, JobState, Millis, Outcome, Query,
@@ -64,19 +71,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
-/// How long a wait for many jobs goes on gathering after the first of
-/// them finished ([`MasterHandle::wait_finished`]).
-pub const WAIT_GATHER: Duration = Duration::from_millis(10);
-/// Requests one batch takes from the channel at most.
-pub const BATCH_REQUESTS_MAX: usize = 4096;
-/// Requests that may wait for the master thread; senders wait beyond it.
-const CHANNEL_CAPACITY: usize = 16_384;
-/// How often time is passed to the master (`Tick`): lease expiry, backoff
-/// release, retention.
-pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
-/// Default number of events between snapshots.
-pub const SNAPSHOT_EVERY_DEFAULT: u64 = 200_000;
-
 /// Where the master's periodic snapshots are taken (`cohort node
 /// --snapshots`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -86,14 +80,6 @@ pub enum SnapshotSource {
     /// The master's own thread, which pauses for it.
     Master,
 }
-
-/// Most progress reports kept (one per running job); beyond, new ones are
-/// dropped until jobs settle.
-const PROGRESS_KEPT_MAX: usize = 1_000_000;
-
-/// Stop orders kept per worker until its next poll; a worker that never
-/// polls again is lost anyway, so older orders beyond this are dropped.
-const STOPS_PER_WORKER_MAX: usize = 10_000;
 
 /// What startup found and did.
 #[derive(Debug, Clone, Default)]
@@ -175,9 +161,6 @@ struct Recording {
     bytes: usize,
     overflowed: bool,
 }
-
-/// Most bytes of events kept while an upgrade is checked.
-const RECORDING_BYTES_MAX: usize = 64 << 20;
 
 /// What an upgrade or rollback did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -495,7 +478,7 @@ pub fn start_warm(
 
     let counters = Arc::new(MasterCounters::default());
     let failed = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+    let (tx, rx) = mpsc::channel(MASTER_CHANNEL_CAPACITY);
     let superseded = replication.superseded();
     let (done_tx, done) = watch::channel(false);
     let shared_builds = Arc::new(std::sync::Mutex::new(builds));
@@ -655,7 +638,7 @@ impl MasterLoop {
 
     fn run(mut self) {
         (self.counters.memory_bytes).store(self.core.memory_bytes(), Ordering::Relaxed);
-        let mut next_tick = Instant::now() + TICK_INTERVAL;
+        let mut next_tick = Instant::now() + MASTER_TICK_INTERVAL;
         loop {
             let wait = next_tick.saturating_duration_since(Instant::now());
             let first = self
@@ -678,7 +661,7 @@ impl MasterLoop {
             };
             let result = result.and_then(|shutdown| {
                 if Instant::now() >= next_tick {
-                    next_tick = Instant::now() + TICK_INTERVAL;
+                    next_tick = Instant::now() + MASTER_TICK_INTERVAL;
                     self.execute(now_ms(), &Command::Tick)??;
                     self.expire_parked();
                     // A key's rate window moves on with time, not with an
@@ -1064,7 +1047,7 @@ impl MasterLoop {
                     ..cohort_master::JobFilter::default()
                 },
                 after,
-                limit: cohort_master::master::LIST_LIMIT_MAX,
+                limit: cohort_master::limits::LIST_LIMIT_MAX,
                 newest_first: false,
             };
             let Ok(Answer::Jobs { jobs, next }) = self.query(now, &page)? else {
@@ -1451,7 +1434,7 @@ mod tests {
             data_dir: dir.to_path_buf(),
             config: Config::default(),
             core: CoreKind::Native,
-            snapshot_every: SNAPSHOT_EVERY_DEFAULT,
+            snapshot_every: crate::limits::SNAPSHOT_EVERY_DEFAULT,
             live_workers: live_workers.iter().map(|w| w.to_string()).collect(),
             component: None,
             shadow: true,

@@ -41,23 +41,21 @@
 //!   (`master_shadow_failed`) and is gone; the master then snapshots on its
 //!   own thread, as without a shadow. It never stops the master.
 //! * The shadow never holds the master back: one that falls
-//!   [`BATCHES_WAITING_MAX`] batches behind is given up like a failed one.
+//!   [`SHADOW_BATCHES_WAITING_MAX`] batches behind is given up like a failed one.
 //!   It runs at the master's priority: it must keep up, and a lower one
 //!   would let a busy machine starve it.
 //! * A stop still snapshots the master itself: the shadow may be behind,
 //!   and the next master should start from the newest state.
+//!
+//! [`SHADOW_BATCHES_WAITING_MAX`]: crate::limits::SHADOW_BATCHES_WAITING_MAX
 
 use super::recovery::{Loaded, MasterOptions, Recovered, Replayer, ShadowFrom, StartError};
 use super::upgrade::Builds;
 use crate::events::{self, emit};
+use crate::limits::SHADOW_BATCHES_WAITING_MAX;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
-
-/// Batches waiting for the shadow at most; beyond, the shadow is given
-/// up. A shadow serializing a million jobs is busy for about a second;
-/// this holds far more batches than a master proposes in that time.
-const BATCHES_WAITING_MAX: usize = 65_536;
 
 /// What to do with a snapshot: the builds it runs and its state, or why
 /// there is none.
@@ -79,7 +77,7 @@ impl Shadow {
     /// recovery, whose compiled builds are `loaded`), then follows what
     /// it is fed.
     pub fn start(options: MasterOptions, loaded: Loaded, from: ShadowFrom) -> Self {
-        let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_WAITING_MAX);
+        let (tx, rx) = std::sync::mpsc::sync_channel(SHADOW_BATCHES_WAITING_MAX);
         let failed = Arc::new(AtomicBool::new(false));
         let flag = failed.clone();
         let spawned = std::thread::Builder::new()
@@ -108,7 +106,7 @@ impl Shadow {
     }
 
     /// Applies `events` (the master's batch, as proposed) after what came
-    /// before. Never waits: a shadow [`BATCHES_WAITING_MAX`] batches
+    /// before. Never waits: a shadow [`SHADOW_BATCHES_WAITING_MAX`] batches
     /// behind is given up (the master then snapshots itself), so the
     /// master never serves at the shadow's pace.
     pub fn feed(&self, events: &[Vec<u8>]) {
@@ -122,7 +120,7 @@ impl Shadow {
                 emit!(
                     error,
                     events::MASTER_SHADOW_FAILED,
-                    error = %format!("it fell {BATCHES_WAITING_MAX} batches behind"),
+                    error = %format!("it fell {SHADOW_BATCHES_WAITING_MAX} batches behind"),
                     "the master's shadow failed; the master takes its snapshots itself"
                 );
             }

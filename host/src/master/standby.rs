@@ -36,7 +36,7 @@
 //!   ([`crate::replication::Started::warm`]); [`Standby::promote`] then
 //!   hands the standby's master over (once it applied what it was
 //!   handed), and the master replays just those entries.
-//! * A standby that falls [`BATCHES_WAITING_MAX`] batches behind, fails
+//! * A standby that falls [`STANDBY_BATCHES_WAITING_MAX`] batches behind, fails
 //!   (a trap, a refused event, a build this node lacks), or whose journal
 //!   was replaced under it (the master sent a snapshot) ends; the node
 //!   starts another ([`crate::node`]) from this node's journal. A take-over
@@ -44,20 +44,18 @@
 //! * Cost: a copy of the master's state in memory on every back-end node,
 //!   and applying every event once more per node. `cohort node --standby
 //!   off` turns it off.
+//!
+//! [`STANDBY_BATCHES_WAITING_MAX`]: crate::limits::STANDBY_BATCHES_WAITING_MAX
 
 use super::recovery::{Loaded, MasterOptions, Replayer, Warm};
 use super::upgrade;
 use crate::events::{self, emit};
+use crate::limits::STANDBY_BATCHES_WAITING_MAX;
 use crate::replication::{Follow, Replication};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use tokio::sync::oneshot;
-
-/// Batches waiting for the standby at most; beyond, it is given up. A
-/// follower hands over committed entries about once per replication
-/// wake-up, so this is minutes of a busy cluster.
-const BATCHES_WAITING_MAX: usize = 65_536;
 
 enum Input {
     Follow(Follow),
@@ -78,7 +76,7 @@ impl Standby {
     /// `replication`, recovers from this node's journal, then follows.
     /// `options.component` should hold the compiled master.
     pub fn start(options: MasterOptions, replication: Replication) -> Self {
-        let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_WAITING_MAX);
+        let (tx, rx) = std::sync::mpsc::sync_channel(STANDBY_BATCHES_WAITING_MAX);
         let ended = Arc::new(AtomicBool::new(false));
         let follower = {
             let tx = tx.clone();
@@ -94,7 +92,7 @@ impl Standby {
                         emit!(
                             warn,
                             events::STANDBY_ENDED,
-                            reason = %format!("it fell {BATCHES_WAITING_MAX} batches behind"),
+                            reason = %format!("it fell {STANDBY_BATCHES_WAITING_MAX} batches behind"),
                             "the warm standby ended"
                         );
                         false

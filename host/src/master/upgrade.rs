@@ -44,12 +44,10 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// First byte of a switch record in the journal.
 pub const TAG_SWITCH: u8 = 0xF2;
 /// First byte of a snapshot's master state that names the builds.
 pub const TAG_BUILD: u8 = 0xF3;
-
-/// Most bytes of an uploaded master component.
-pub const MASTER_BYTES_MAX: usize = 64 << 20;
 
 /// Imports an uploaded master may declare: the master world's types, and
 /// the WASI interfaces a Rust `wasm32-wasip2` build links for its standard

@@ -11,7 +11,7 @@
 //!   postcard(voters, master state)`, so the voter set in force at the
 //!   snapshot survives compaction. A file without the magic byte is the
 //!   master's state alone (written before the voter set was journaled).
-//! * **A window in memory.** The newest entries (up to [`WINDOW_BYTES_MAX`])
+//! * **A window in memory.** The newest entries (up to [`REPLICATION_WINDOW_BYTES_MAX`])
 //!   are kept in memory as appended, so sending them to replicas reads no
 //!   file; a replica further behind is served from the segment files (a
 //!   read loads whole segments, which is fine for catching up and ruinous
@@ -21,9 +21,12 @@
 //!   snapshot's index (a segment is deleted only once wholly below it) are
 //!   hidden: the shape starts at the snapshot, whose last entry's epoch is
 //!   `base_epoch`.
+//!
+//! [`REPLICATION_WINDOW_BYTES_MAX`]: crate::limits::REPLICATION_WINDOW_BYTES_MAX
 
 use crate::journal::durable::{self, Snapshot as StoredSnapshot};
 use crate::journal::{FsStorage, Journal};
+use crate::limits::{REPLICATION_WINDOW_BYTES_MAX, RESTORE_CHUNK, SLOW_SYNC};
 use cohort_replication::{
     Entry, NodeId, Payload, Shape, Snapshot, Storage, StorageError, take_within,
 };
@@ -101,9 +104,6 @@ pub fn join_snapshot_state(voters: &[NodeId], master: &[u8]) -> Vec<u8> {
     state.extend(postcard::to_allocvec(&(voters, master)).expect("encodes"));
     state
 }
-
-/// Bytes of recent entries kept in memory for replication.
-pub const WINDOW_BYTES_MAX: usize = 64 << 20;
 
 fn error(e: impl std::fmt::Display) -> StorageError {
     StorageError(format!("{e:#}"))
@@ -233,9 +233,6 @@ impl JournalStorage {
         }
     }
 }
-
-/// Events a [`Restore`] hands on at a time.
-pub const RESTORE_CHUNK: usize = 16_384;
 
 /// A master's starting point to be read from a data directory, up to the
 /// journal's end when it was planned ([`JournalStorage::restore_plan`]).
@@ -407,7 +404,7 @@ impl Storage for JournalStorage {
             epoch,
             payload,
         });
-        while self.window_bytes > WINDOW_BYTES_MAX
+        while self.window_bytes > REPLICATION_WINDOW_BYTES_MAX
             && let Some(old) = self.window.pop_front()
         {
             self.window_bytes -= old.payload.size();
@@ -438,7 +435,7 @@ impl Storage for JournalStorage {
             self.syncs += 1;
             self.sync_nanos += started.elapsed().as_nanos() as u64;
         }
-        if started.elapsed() > crate::journal::SLOW_SYNC {
+        if started.elapsed() > SLOW_SYNC {
             tracing::info!(elapsed = ?started.elapsed(), "slow journal fsync");
         }
         Ok(())

@@ -14,25 +14,19 @@
 //! * [`MemNetwork`]: in-process delivery between drivers, with partitions,
 //!   for the driver's tests.
 
+use crate::limits::{
+    MESSAGES_PER_POST_MAX, REPLICATION_POST_TIMEOUT, REPLICATION_QUEUE_MAX, TRANSFER_TIMEOUT,
+};
 use crate::membership::View;
-use crate::peer::{Peer, TRANSFER_TIMEOUT};
+use crate::peer::Peer;
 use cohort_replication::{Message, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 /// The internal route replication messages arrive on.
 pub const REPLICATION_PATH: &str = "/internal/v1/replication";
-/// Largest envelope accepted (a snapshot of the master's state).
-pub const ENVELOPE_BYTES_MAX: usize = 1 << 30;
-/// Messages queued per destination at most.
-const QUEUE_MAX: usize = 4096;
-/// Messages one post carries at most.
-const MESSAGES_PER_POST_MAX: usize = 256;
-/// Longest one post may take (snapshots excepted).
-const POST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Messages from one node, as posted.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -86,7 +80,7 @@ impl HttpTransport {
         {
             return queue.clone();
         }
-        let (tx, rx) = mpsc::channel(QUEUE_MAX);
+        let (tx, rx) = mpsc::channel(REPLICATION_QUEUE_MAX);
         queues.insert(to.clone(), tx.clone());
         let sender = Sender {
             me: self.me.clone(),
@@ -137,7 +131,7 @@ impl Sender {
             let timeout = if bulky {
                 TRANSFER_TIMEOUT
             } else {
-                POST_TIMEOUT
+                REPLICATION_POST_TIMEOUT
             };
             if let Err(error) = self
                 .peer

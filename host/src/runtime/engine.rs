@@ -33,15 +33,24 @@
 //!
 //! Fetching modules from other nodes, queueing, retries and where a job runs
 //! belong to the worker and the master; this module runs what it is given.
+//!
+//! [`EPOCH_TICK`]: crate::limits::EPOCH_TICK
 
-use super::job::{self, EPOCH_TICK, JobReport, JobRequest, JobState, TABLE_ELEMENTS_MAX};
+use super::job::{self, JobReport, JobRequest, JobState};
+use super::job_limits::JobLimits;
 use super::job_world::{Job, JobPre};
-use super::limits::{JobLimits, MEMORY_BYTES_CEILING};
 use super::module::{
-    self, Digest, DiskCache, JOB_PACKAGE_VERSION, MODULE_BYTES_MAX, Module, ModuleError,
-    ModuleInner,
+    self, Digest, DiskCache, JOB_PACKAGE_VERSION, Module, ModuleError, ModuleInner,
 };
 use super::sandbox::Sandboxes;
+use crate::limits::{
+    COMPILES_CONCURRENT_MAX, CONCURRENT_JOBS_DEFAULT, CONCURRENT_JOBS_MAX,
+    CORE_INSTANCES_PER_COMPONENT_MAX, EPOCH_TICK, INSTANCE_METADATA_BYTES_MAX,
+    MEMORIES_PER_COMPONENT_MAX, MEMORY_BYTES_CEILING, MEMORY_KEEP_RESIDENT_BYTES,
+    MEMORY_KEEP_RESIDENT_SCANNED_BYTES, MODULE_BYTES_MAX, MODULE_CACHE_LEN_DEFAULT,
+    SANDBOX_IDLE_MAX_DEFAULT, SANDBOX_MODULE_CACHE_LEN, TABLE_ELEMENTS_MAX,
+    TABLES_PER_COMPONENT_MAX,
+};
 use lru::LruCache;
 use std::hash::{Hash, Hasher};
 use std::num::NonZeroUsize;
@@ -52,53 +61,6 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
-
-/// Default number of jobs that may run at once in one runtime.
-pub const CONCURRENT_JOBS_DEFAULT: u32 = 64;
-/// Most jobs one runtime may run at once: each slot reserves address space
-/// for its memories (4 GiB + guard each), and 10,000 slots stay well inside
-/// a 64-bit process's 128 TiB.
-pub const CONCURRENT_JOBS_MAX: u32 = 10_000;
-/// Default number of compiled modules kept in memory.
-pub const MODULE_CACHE_LEN_DEFAULT: usize = 64;
-/// Modules compiled at once. Each compilation already uses every core
-/// (Cranelift compiles functions in parallel), so more would only multiply
-/// memory use; further loads wait their turn.
-const COMPILES_CONCURRENT_MAX: usize = 2;
-/// Compiled modules a sandbox process keeps in memory: it runs one job at a
-/// time, and the node's disk cache is a read away.
-const SANDBOX_MODULE_CACHE_LEN: usize = 8;
-/// How long a sandbox process may wait for a job before it is stopped: long
-/// enough that a steady trickle of jobs reuses it, short enough that a node
-/// that was busy once gives the memory back.
-pub const SANDBOX_IDLE_MAX_DEFAULT: Duration = Duration::from_secs(60);
-/// Core instances one job component may create. Rust components for
-/// wasm32-wasip2 create 2 to 4 (the program plus adapter shims);
-/// componentize-py's create 14 (38 when built with `--stub-wasi`, which
-/// adds a stub instance per WASI interface); componentize-js's fewer than 16.
-/// The pool reserves no memory per instance slot, only this count.
-const CORE_INSTANCES_PER_COMPONENT_MAX: u32 = 64;
-/// Linear memories one job component may define: every toolchain above
-/// uses one (the language runtime and libc share it); a few more leave
-/// room for components composed of several programs.
-const MEMORIES_PER_COMPONENT_MAX: u32 = 4;
-/// Tables one job component may define: one per core module that calls
-/// indirectly (the runtime, libc, each adapter shim); 8 sufficed for
-/// Rust, componentize-py and componentize-js builds, 16 leaves room.
-const TABLES_PER_COMPONENT_MAX: u32 = 16;
-/// Largest component/core instance metadata; generous for big Rust programs.
-const INSTANCE_METADATA_BYTES_MAX: usize = 1 << 20;
-/// Bytes of a freed linear memory that are reset in place (instead of
-/// returned to the OS with `madvise`, whose TLB shootdowns and the next
-/// job's page faults were most of an empty job's cost) when the kernel can
-/// tell which pages a job dirtied (`PAGEMAP_SCAN`, Linux ≥ 6.7): only those
-/// are reset, so the cost follows what the job touched, not this bound.
-const MEMORY_KEEP_RESIDENT_SCANNED_BYTES: usize = 16 << 20;
-/// The same without `PAGEMAP_SCAN`, where the lowest bytes are zeroed
-/// whether touched or not. Measured on the empty-job benchmark: 1 MiB costs
-/// more in zeroing than it saves (p50 32 µs), none costs page faults
-/// (20 µs), 64 KiB covers a small job's hot stack and heap (14 µs).
-const MEMORY_KEEP_RESIDENT_BYTES: usize = 64 << 10;
 
 /// Where a job's code runs, and so how its deadline is kept.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -20,12 +20,18 @@
 //! A job can end in exactly one [`JobReport::outcome`]; failures carry a
 //! stable code ([`JobFailure::code`]). Flags set by the limiter and the
 //! deadline callback, not error-message matching, decide which limit was hit.
+//!
+//! [`EPOCH_TICK`]: crate::limits::EPOCH_TICK
 
+use super::job_limits::JobLimits;
 use super::job_log::{JobLog, SharedLog};
 use super::job_world::cohort::job::{host, types};
 use super::job_world::{Job, JobPre};
-use super::limits::JobLimits;
 use super::observer::JobObserver;
+use crate::limits::{
+    ERROR_CODE_BYTES_MAX, ERROR_MESSAGE_BYTES_MAX, HOST_TIMEOUT_GRACE, PROGRESS_MESSAGE_BYTES_MAX,
+    TABLE_ELEMENTS_MAX,
+};
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,22 +42,6 @@ use wasmtime_wasi_http::{
     Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
     WasiHttpView,
 };
-
-/// How often the engine's epoch advances: the granularity of deadlines and
-/// the longest a job runs before yielding to the executor.
-pub const EPOCH_TICK: Duration = Duration::from_millis(10);
-/// Extra time the host-side timeout allows beyond the job's deadline, so that
-/// the epoch deadline (which stops the guest cleanly) fires first.
-const HOST_TIMEOUT_GRACE: Duration = Duration::from_millis(100);
-/// Longest progress message kept, in bytes.
-const PROGRESS_MESSAGE_BYTES_MAX: usize = 256;
-/// Longest job-error code kept, in bytes.
-const ERROR_CODE_BYTES_MAX: usize = 64;
-/// Longest job-error message kept, in bytes.
-const ERROR_MESSAGE_BYTES_MAX: usize = 4096;
-/// Most elements one table of a job instance may grow to (function pointers
-/// of big programs); also sizes the instance pool's tables.
-pub(crate) const TABLE_ELEMENTS_MAX: usize = 100_000;
 
 /// What to run: the input and the conditions of this attempt.
 #[derive(Debug, Default)]

@@ -8,15 +8,13 @@
 //! costs the host nothing but the time to discard them.
 
 use super::observer::JobObserver;
+use crate::limits::WRITE_CHUNK_BYTES_MAX;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
-
-/// Largest single write accepted from the guest's stdout/stderr at once.
-const WRITE_CHUNK_BYTES_MAX: usize = 64 << 10;
 
 /// A job's log: kept bytes, and how many were dropped past the cap.
 #[derive(Debug)]

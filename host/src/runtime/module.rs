@@ -27,9 +27,6 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 
-/// Largest module accepted, in bytes.
-pub const MODULE_BYTES_MAX: usize = 64 << 20;
-
 /// The sha256 of a module's bytes: its name everywhere in cohort.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
@@ -107,6 +104,8 @@ impl TryFrom<String> for Digest {
 #[derive(Debug, thiserror::Error)]
 pub enum ModuleError {
     /// Larger than [`MODULE_BYTES_MAX`].
+    ///
+    /// [`MODULE_BYTES_MAX`]: crate::limits::MODULE_BYTES_MAX
     #[error("module is {size} bytes; the limit is {limit} bytes")]
     TooLarge {
         /// Its size.

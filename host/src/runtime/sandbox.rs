@@ -51,10 +51,14 @@
 //! own. It isolates faults and time, not a guest that escaped wasmtime.
 
 use super::job::{JobFailure, JobReport, JobRequest, Progress, bounded_output};
+use super::job_limits::JobLimits;
 use super::job_log::JobLog;
-use super::limits::JobLimits;
 use super::module::Digest;
 use super::observer::JobObserver;
+use crate::limits::{
+    SANDBOX_FRAME_SLACK_BYTES, SANDBOX_KILL_GRACE, SANDBOX_REAPER_PERIOD_MAX,
+    SANDBOX_REAPER_PERIOD_MIN,
+};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -63,21 +67,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
-/// How long past a job's deadline the node waits before killing its child.
-/// The child's own timeout (which fires when the guest waits in a host
-/// call) ends such an attempt cleanly 100 ms past the deadline, keeping the
-/// child for the next job; a guest busy in its own code is killed here.
-const KILL_GRACE: Duration = Duration::from_millis(250);
-/// Room in a child's frame beyond the job's own bytes (codes, messages,
-/// backtraces, the log's truncation marker).
-const FRAME_SLACK_BYTES: u64 = 1 << 20;
 /// The only environment variables a sandbox process is given: its log
 /// filter and Rust's backtrace switch.
 const SANDBOX_ENV: &[&str] = &["COHORT_LOG", "RUST_BACKTRACE"];
-/// Shortest and longest wait between two looks for idle children to stop
-/// (a quarter of the idle limit, within these).
-const REAPER_PERIOD_MIN: Duration = Duration::from_millis(10);
-const REAPER_PERIOD_MAX: Duration = Duration::from_secs(5);
 
 /// One attempt, node to child.
 #[derive(Debug, Serialize, Deserialize)]
@@ -181,7 +173,7 @@ impl Sandboxes {
             resume_state,
             observer,
         } = request;
-        let deadline = tokio::time::Instant::now() + limits.timeout() + KILL_GRACE;
+        let deadline = tokio::time::Instant::now() + limits.timeout() + SANDBOX_KILL_GRACE;
         let mut seen = Seen {
             log: JobLog::new(
                 usize::try_from(limits.log_bytes).unwrap_or(usize::MAX),
@@ -303,7 +295,7 @@ fn lock(idle: &Mutex<Vec<Idle>>) -> std::sync::MutexGuard<'_, Vec<Idle>> {
 /// Stops children idle for `idle_max` (dropping one kills it), checking a
 /// few times per `idle_max`, until the runtime that owns `idle` is gone.
 fn spawn_reaper(idle: std::sync::Weak<Mutex<Vec<Idle>>>, idle_max: Duration) {
-    let every = (idle_max / 4).clamp(REAPER_PERIOD_MIN, REAPER_PERIOD_MAX);
+    let every = (idle_max / 4).clamp(SANDBOX_REAPER_PERIOD_MIN, SANDBOX_REAPER_PERIOD_MAX);
     std::thread::Builder::new()
         .name("cohort-sandbox-reaper".into())
         .spawn(move || {
@@ -335,8 +327,10 @@ impl Sandbox {
         self.stdin.flush().await?;
 
         let limits = &request.limits;
-        let frame_max =
-            limits.output_bytes + limits.log_bytes + limits.checkpoint_bytes + FRAME_SLACK_BYTES;
+        let frame_max = limits.output_bytes
+            + limits.log_bytes
+            + limits.checkpoint_bytes
+            + SANDBOX_FRAME_SLACK_BYTES;
         loop {
             let mut length = [0u8; 4];
             self.stdout.read_exact(&mut length).await?;

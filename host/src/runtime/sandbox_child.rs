@@ -7,27 +7,23 @@
 //! the pool, which the engine holds, does not import the engine back.
 //!
 //! The child trusts the node and nothing else: it reads only frames bounded
-//! by [`REQUEST_BYTES_MAX`], loads modules only from the compiled-module
+//! by [`SANDBOX_REQUEST_BYTES_MAX`], loads modules only from the compiled-module
 //! cache the node wrote, and exits when its stdin closes or its parent is
 //! gone (see the watchdog below).
+//!
+//! [`SANDBOX_REQUEST_BYTES_MAX`]: crate::limits::SANDBOX_REQUEST_BYTES_MAX
 
 use super::engine::Runtime;
 use super::job::{JobFailure, JobReport, JobRequest, Progress};
-use super::limits::MEMORY_BYTES_CEILING;
 use super::module::Digest;
 use super::observer::JobObserver;
 use super::sandbox::{Done, Event, Request, decode, frame};
+use crate::limits::{MEMORY_BYTES_CEILING, SANDBOX_ORPHAN_CHECK, SANDBOX_REQUEST_BYTES_MAX};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Largest request a child accepts: an input and a resume state.
-const REQUEST_BYTES_MAX: u64 = 1 << 30;
-
-/// How often a child checks that the node that started it is still there.
-const ORPHAN_CHECK: Duration = Duration::from_millis(200);
 
 /// How a child whose node is gone exits.
 const ORPHANED_EXIT_CODE: i32 = 3;
@@ -148,8 +144,8 @@ fn read_request(stdin: &mut impl Read) -> anyhow::Result<Option<Request>> {
     }
     let length = u64::from(u32::from_le_bytes(length));
     anyhow::ensure!(
-        length <= REQUEST_BYTES_MAX,
-        "a {length}-byte request is over {REQUEST_BYTES_MAX}"
+        length <= SANDBOX_REQUEST_BYTES_MAX,
+        "a {length}-byte request is over {SANDBOX_REQUEST_BYTES_MAX}"
     );
     let mut body = vec![0u8; length as usize];
     stdin.read_exact(&mut body)?;
@@ -172,7 +168,7 @@ fn spawn_orphan_watchdog(parent: i32) {
         .name("cohort-sandbox-watchdog".into())
         .spawn(move || {
             loop {
-                std::thread::sleep(ORPHAN_CHECK);
+                std::thread::sleep(SANDBOX_ORPHAN_CHECK);
                 if orphaned() {
                     std::process::exit(ORPHANED_EXIT_CODE);
                 }

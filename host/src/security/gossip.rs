@@ -25,19 +25,16 @@ use super::counters;
 use super::key::Purpose;
 use super::seal::{Freshness, OVERHEAD, Sealer};
 use crate::fault::{Partition, PartitionedSocket};
+use crate::limits::{
+    DATAGRAM_BYTES_MAX, GOSSIP_CODEC_WAIT, GOSSIP_RECEIVED_MAX, GOSSIP_RECV_ERROR_PAUSE,
+    GOSSIP_SENDING_MAX,
+};
 use anyhow::Context;
 use async_trait::async_trait;
 use chitchat::ChitchatEnvelope;
 use chitchat::transport::{RecvOutcome, SendOutcome, Socket, Transport};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// Largest UDP payload (IPv4).
-pub const DATAGRAM_BYTES_MAX: usize = 65_507;
-/// Pause after a receive error that is not an ICMP report (one gossip
-/// round).
-const RECV_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
 /// Whether a receive error is the report of an earlier send's ICMP
 /// "unreachable": it comes once per report, not on every call.
@@ -63,9 +60,6 @@ impl GossipTransport {
         Self { sealer, partition }
     }
 }
-
-/// Longest wait for a datagram to cross the loopback codec.
-const CODEC_WAIT: Duration = Duration::from_millis(100);
 
 #[async_trait]
 impl Transport for GossipTransport {
@@ -127,12 +121,6 @@ impl Socket for PlainSocket {
     }
 }
 
-/// Most opened envelopes waiting for chitchat; beyond, datagrams are
-/// dropped (and counted), as a full socket buffer would.
-const RECEIVED_MAX: usize = 1024;
-/// Most envelopes waiting to be sealed and sent.
-const SENDING_MAX: usize = 1024;
-
 /// Sealed gossip: chitchat's side of a [`Codec`] task.
 ///
 /// chitchat drops a pending `recv` whenever its gossip ticker fires, so
@@ -156,8 +144,8 @@ impl Drop for SealedSocket {
 impl SealedSocket {
     fn start(codec: Codec) -> anyhow::Result<Self> {
         let local_addr = codec.socket.local_addr()?;
-        let (send_tx, send_rx) = tokio::sync::mpsc::channel(SENDING_MAX);
-        let (received_tx, received_rx) = tokio::sync::mpsc::channel(RECEIVED_MAX);
+        let (send_tx, send_rx) = tokio::sync::mpsc::channel(GOSSIP_SENDING_MAX);
+        let (received_tx, received_rx) = tokio::sync::mpsc::channel(GOSSIP_RECEIVED_MAX);
         let codec = tokio::spawn(codec.run(send_rx, received_tx));
         Ok(Self {
             local_addr,
@@ -212,7 +200,7 @@ impl Codec {
                             // Anything else may fail every call alike:
                             // pause rather than spin.
                             tracing::warn!("gossip receive failed: {error}");
-                            tokio::time::sleep(RECV_ERROR_PAUSE).await;
+                            tokio::time::sleep(GOSSIP_RECV_ERROR_PAUSE).await;
                             continue;
                         }
                     };
@@ -273,7 +261,7 @@ impl Codec {
                 }
             }
         };
-        tokio::time::timeout(CODEC_WAIT, wait)
+        tokio::time::timeout(GOSSIP_CODEC_WAIT, wait)
             .await
             .map_err(|_| anyhow::anyhow!("the gossip codec did not answer"))?
     }
@@ -294,7 +282,7 @@ impl Codec {
                 }
             }
         };
-        tokio::time::timeout(CODEC_WAIT, wait)
+        tokio::time::timeout(GOSSIP_CODEC_WAIT, wait)
             .await
             .map_err(|_| "undecodable")?
     }

@@ -14,16 +14,13 @@
 //! Nothing here is hand-rolled cryptography: the per-purpose keys come from
 //! HKDF-SHA256 and are used by [`super::seal`] with XChaCha20-Poly1305.
 
+use crate::limits::{KEY_FILE_BYTES_MAX, KEYS_MAX};
 use hkdf::Hkdf;
 use sha2::Sha256;
 use std::path::Path;
 
 /// Bytes of a cluster key.
 pub const KEY_BYTES: usize = 32;
-/// Most keys one file may hold (rotation needs two).
-pub const KEYS_MAX: usize = 4;
-/// Largest key file read.
-const FILE_BYTES_MAX: u64 = 64 << 10;
 /// What every key line starts with.
 const PREFIX: &str = "cohort-cluster-key-v1:";
 /// HKDF salt: fixed, so the same key gives the same subkeys everywhere.
@@ -158,8 +155,11 @@ impl Keyring {
         };
         let file = std::fs::File::open(path).map_err(read)?;
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::Read::take(file, FILE_BYTES_MAX), &mut text)
-            .map_err(read)?;
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(file, KEY_FILE_BYTES_MAX),
+            &mut text,
+        )
+        .map_err(read)?;
         Self::parse(&text).map_err(|error| match error {
             KeyError::Invalid(message) => {
                 KeyError::Invalid(format!("{}: {message}", path.display()))

@@ -17,7 +17,7 @@
 //! chance that two processes draw the same prefix is 2^-128) and sealing
 //! makes no system call.
 //!
-//! **Freshness.** A message whose sending time is more than [`WINDOW_MS`]
+//! **Freshness.** A message whose sending time is more than [`SEAL_WINDOW_MS`]
 //! away from the receiver's clock is refused (nodes' clocks must agree
 //! within that). Inside the window, a [`ReplayGuard`] remembers every
 //! nonce it accepted until the message could no longer pass the window, so
@@ -27,8 +27,11 @@
 //! Everything is checked in this order: shape, key id, tag, window,
 //! replay. Only authenticated messages ever reach the guard, so someone
 //! without the key cannot fill it.
+//!
+//! [`SEAL_WINDOW_MS`]: crate::limits::SEAL_WINDOW_MS
 
 use super::key::{KEY_BYTES, Keyring, Purpose};
+use crate::limits::{SEAL_REPLAY_ENTRIES_MAX, SEAL_WINDOW_MS};
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 
@@ -40,13 +43,6 @@ pub const HEADER_BYTES: usize = 1 + 4 + 8 + 24;
 pub const TAG_BYTES: usize = 16;
 /// Bytes sealing adds to a message.
 pub const OVERHEAD: usize = HEADER_BYTES + TAG_BYTES;
-/// Largest difference between a message's sending time and the receiver's
-/// clock, either way.
-pub const WINDOW_MS: u64 = 30_000;
-/// Most nonces one guard remembers (about 64 bytes each). Past it, new
-/// messages are refused rather than remembered badly; at the default window
-/// it allows 33k sealed messages a second per node.
-pub const REPLAY_ENTRIES_MAX: usize = 2_000_000;
 
 /// Why a sealed message was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -61,7 +57,9 @@ pub enum SealError {
     #[error("the seal does not verify (wrong key, cluster or route, or tampered with)")]
     Forged,
     /// Sent too long ago or too far in the future.
-    #[error("sent outside the {WINDOW_MS} ms freshness window (clocks apart, or replayed late)")]
+    #[error(
+        "sent outside the {SEAL_WINDOW_MS} ms freshness window (clocks apart, or replayed late)"
+    )]
     Stale,
     /// Accepted once already.
     #[error("replayed: this message was accepted before")]
@@ -132,8 +130,8 @@ impl Sealer {
             cluster_id: cluster_id.into(),
             nonce_prefix,
             nonce_counter: std::sync::atomic::AtomicU64::new(0),
-            gossip_guard: ReplayGuard::new(REPLAY_ENTRIES_MAX),
-            http_guard: ReplayGuard::new(REPLAY_ENTRIES_MAX),
+            gossip_guard: ReplayGuard::new(SEAL_REPLAY_ENTRIES_MAX),
+            http_guard: ReplayGuard::new(SEAL_REPLAY_ENTRIES_MAX),
         }
     }
 
@@ -231,7 +229,7 @@ impl Sealer {
             .len();
         plaintext.truncate(opened);
         if freshness == Freshness::Once {
-            if sent_ms.abs_diff(now_ms) > WINDOW_MS {
+            if sent_ms.abs_diff(now_ms) > SEAL_WINDOW_MS {
                 return Err(SealError::Stale);
             }
             let guard = match purpose {
@@ -308,7 +306,7 @@ impl ReplayGuard {
         while let Some(&(sent, old)) = inner.order.front() {
             // Entries behind the front may be older still; they stay a
             // little longer, which costs memory, never safety.
-            if sent.saturating_add(WINDOW_MS) >= now_ms {
+            if sent.saturating_add(SEAL_WINDOW_MS) >= now_ms {
                 break;
             }
             inner.order.pop_front();
@@ -384,7 +382,7 @@ mod tests {
             SealError::UnknownKey
         );
         // Too old, too new.
-        for at in [NOW + WINDOW_MS + 1, NOW - WINDOW_MS - 1] {
+        for at in [NOW + SEAL_WINDOW_MS + 1, NOW - SEAL_WINDOW_MS - 1] {
             let (message, _) = a.seal_at(Purpose::Http, CTX, NOW, b"x");
             assert_eq!(
                 a.open_at(Purpose::Http, CTX, at, &message, Freshness::Once)
@@ -501,12 +499,18 @@ mod tests {
         );
         // Still inside the window: remembered.
         assert_eq!(
-            guard.admit(NOW, &nonce(1), NOW + WINDOW_MS).unwrap_err(),
+            guard
+                .admit(NOW, &nonce(1), NOW + SEAL_WINDOW_MS)
+                .unwrap_err(),
             SealError::Replayed
         );
         // Past it, the window alone refuses them, so they are forgotten.
         guard
-            .admit(NOW + WINDOW_MS + 1, &nonce(4), NOW + WINDOW_MS + 1)
+            .admit(
+                NOW + SEAL_WINDOW_MS + 1,
+                &nonce(4),
+                NOW + SEAL_WINDOW_MS + 1,
+            )
             .unwrap();
         let remembered = guard.inner.lock().unwrap().seen.len();
         assert_eq!(remembered, 1);

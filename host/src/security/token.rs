@@ -11,25 +11,25 @@
 //!   node leave, manage tokens). `admin` implies the others.
 //!
 //! Every node keeps a [`TokenTable`], a copy of the master's records. It is
-//! refreshed every [`REFRESH_EVERY`] and whenever a request names an id it
+//! refreshed every [`TOKEN_REFRESH_EVERY`] and whenever a request names an id it
 //! does not know: such requests wait for one refresh that began after they
 //! arrived (concurrent ones share it), and refreshes for misses are at
-//! least [`MISS_REFRESH_MIN`] apart, so unknown ids cannot flood the
+//! least [`TOKEN_MISS_REFRESH_MIN`] apart, so unknown ids cannot flood the
 //! master. A new token works everywhere at once; a revoked one stops
-//! working everywhere within [`REFRESH_EVERY`] (at once on the node that
+//! working everywhere within [`TOKEN_REFRESH_EVERY`] (at once on the node that
 //! revoked it).
+//!
+//! [`TOKEN_REFRESH_EVERY`]: crate::limits::TOKEN_REFRESH_EVERY
+//! [`TOKEN_MISS_REFRESH_MIN`]: crate::limits::TOKEN_MISS_REFRESH_MIN
 
+use crate::limits::TOKEN_MISS_REFRESH_MIN;
 use cohort_master::TokenRecord;
 use sha2::{Digest as _, Sha256};
 use std::collections::HashMap;
 use std::sync::RwLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use subtle::ConstantTimeEq;
 
-/// How often a node refreshes its copy of the tokens.
-pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
-/// Least time between two refreshes caused by unknown token ids.
-pub const MISS_REFRESH_MIN: Duration = Duration::from_millis(50);
 /// What every token starts with.
 const PREFIX: &str = "cohort_";
 /// Hex digits of a token id.
@@ -279,7 +279,7 @@ impl TokenTable {
     }
 
     /// After a miss at `arrived`: runs `refresh` unless a refresh began
-    /// after `arrived` already, paced [`MISS_REFRESH_MIN`] apart.
+    /// after `arrived` already, paced [`TOKEN_MISS_REFRESH_MIN`] apart.
     pub async fn refresh_after_miss<F: std::future::Future<Output = ()>>(
         &self,
         arrived: Instant,
@@ -290,8 +290,10 @@ impl TokenTable {
             if began > arrived {
                 return;
             }
-            tokio::time::sleep_until(tokio::time::Instant::from_std(began + MISS_REFRESH_MIN))
-                .await;
+            tokio::time::sleep_until(tokio::time::Instant::from_std(
+                began + TOKEN_MISS_REFRESH_MIN,
+            ))
+            .await;
         }
         *last = Some(Instant::now());
         refresh.await;
@@ -364,6 +366,6 @@ mod tests {
         let started = tokio::time::Instant::now();
         table.refresh_after_miss(Instant::now(), refresh()).await;
         assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
-        assert!(started.elapsed() >= MISS_REFRESH_MIN);
+        assert!(started.elapsed() >= TOKEN_MISS_REFRESH_MIN);
     }
 }

@@ -1,30 +1,16 @@
-//! Per-job resource limits, with the defaults a node applies when a job does
-//! not ask for less (or more, up to the node's ceilings).
+//! Per-job resource limits ([`JobLimits`]): what one attempt may use,
+//! checked against the ceilings, and how limits are written on the command
+//! line. The defaults a node applies when a job does not ask for less (or
+//! more, up to the node's ceilings) and the ceilings themselves are in
+//! [`crate::limits`].
 
+use crate::limits::{
+    CHECKPOINT_BYTES_CEILING, CHECKPOINT_BYTES_DEFAULT, LOG_BYTES_CEILING, LOG_BYTES_DEFAULT,
+    MEMORY_BYTES_CEILING, MEMORY_BYTES_DEFAULT, OUTPUT_BYTES_CEILING, OUTPUT_BYTES_DEFAULT,
+    TIMEOUT_MS_CEILING, TIMEOUT_MS_DEFAULT,
+};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
-
-/// Default linear-memory ceiling of one job: 256 MiB.
-pub const MEMORY_BYTES_DEFAULT: u64 = 256 << 20;
-/// Default wall-clock time one attempt may run: 60 s.
-pub const TIMEOUT_MS_DEFAULT: u64 = 60_000;
-/// Default largest output a job may return: 16 MiB.
-pub const OUTPUT_BYTES_DEFAULT: u64 = 16 << 20;
-/// Default log bytes kept per job (stdout, stderr and `log` lines together).
-pub const LOG_BYTES_DEFAULT: u64 = 1 << 20;
-/// Default largest checkpoint a job may save: 16 MiB.
-pub const CHECKPOINT_BYTES_DEFAULT: u64 = 16 << 20;
-
-/// Hard ceilings: no request may go above these, whatever the node config.
-pub const MEMORY_BYTES_CEILING: u64 = 4 << 30;
-/// Longest timeout anyone can ask for: 24 h.
-pub const TIMEOUT_MS_CEILING: u64 = 24 * 3600 * 1000;
-/// Largest output anyone can ask for: 256 MiB.
-pub const OUTPUT_BYTES_CEILING: u64 = 256 << 20;
-/// Largest log anyone can ask for: 64 MiB.
-pub const LOG_BYTES_CEILING: u64 = 64 << 20;
-/// Largest checkpoint anyone can ask for: 256 MiB.
-pub const CHECKPOINT_BYTES_CEILING: u64 = 256 << 20;
 
 /// The resources one attempt of a job may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,158 @@
+//! Every limit of the master, in one place (as TigerBeetle's
+//! `constants.zig`): sizes, counts, windows and periods that bound what a
+//! command may ask and what one decision may do. A limit is written here
+//! and only here; the module that enforces it imports it. Where one limit
+//! must fit another, a compile-time assert at the end says so.
+
+use crate::protocol::Millis;
+
+// Jobs and their attempts.
+/// Longest idempotency key.
+pub const IDEMPOTENCY_KEY_BYTES_MAX: usize = 256;
+/// Bytes of an attempt's log kept (its end).
+pub const LOG_TAIL_BYTES_MAX: usize = 4096;
+/// Longest duration a configuration may set (a year).
+pub const CONFIG_DURATION_MS_MAX: u64 = 365 * 24 * 3_600_000;
+/// Largest `attempts_max` a configuration may set.
+pub const ATTEMPTS_MAX_MAX: u32 = 10_000;
+
+// Workers.
+/// Longest worker id.
+pub const WORKER_ID_BYTES_MAX: usize = 256;
+/// A polling worker is journaled as seen this many times per worker TTL
+/// (not on every poll), so it is never lost while it polls.
+pub const WORKER_SEEN_PER_TTL: u64 = 4;
+
+// Submissions remembered by request id.
+/// How long after its decision a submission's request id is remembered at
+/// least. A node sends a request again only within `PROXY_WAIT` (10 s) of
+/// sending it first, so the resend is decided seconds after the first
+/// copy, unless the master is frozen in between: one paused for longer
+/// than the failure detector allows is replaced, and its late decisions
+/// never commit. Five minutes leaves a wide margin. (A lone back-end node,
+/// which nobody replaces, frozen for longer than this between deciding a
+/// submission and deciding its resend would make a second job.)
+pub const REQUEST_TTL_MS: Millis = 5 * 60_000;
+/// Expired request ids are forgotten together, once the oldest is this far
+/// past [`REQUEST_TTL_MS`]: one event per period under steady load, not
+/// one per tick.
+pub const REQUEST_PURGE_PERIOD_MS: Millis = 10_000;
+/// Most request ids remembered; beyond, the oldest is forgotten at each new
+/// submission. At the highest submission rate measured (about 100,000 per
+/// second in bursts, BENCHMARKS.md) this still covers 10 s, as long as a
+/// node resends one request; at sustained rates (about 10,000 per second),
+/// 100 s. Full, the table takes about 125 MiB if every id came alone (a
+/// run each, a little more than the 110 MiB measured for one map entry
+/// per id) and a few MiB if they came in batches (`Requests`).
+pub const REQUESTS_MAX: usize = 1_000_000;
+
+// Keys: limits, rates and uniqueness.
+/// Longest concurrency, rate or uniqueness key.
+pub const KEY_BYTES_MAX: usize = 256;
+/// Largest `running_max` and `starts_per_second` a key limit may ask for.
+pub const KEY_LIMIT_MAX: u32 = 10_000;
+/// The window a key's `starts_per_second` counts starts in.
+pub const RATE_WINDOW_MS: Millis = 1_000;
+/// Ended uniqueness holds and idle rate windows forgotten per event that
+/// adds one: they go faster than they come, and no event does unbounded
+/// work.
+pub(crate) const FORGET_PER_EVENT: usize = 8;
+/// Longest uniqueness window (30 days).
+pub const UNIQUE_WINDOW_MS_MAX: Millis = 30 * 24 * 3_600_000;
+/// Most uniqueness keys held at once (`unique_keys_full` beyond, until
+/// windows end).
+pub const UNIQUE_KEYS_MAX: usize = 1_000_000;
+
+// Queries and listings.
+/// Most jobs one listing returns.
+pub const LIST_LIMIT_MAX: u32 = 1000;
+/// Longest text a [`JobFilter`](crate::protocol::JobFilter) looks for in errors.
+pub const FILTER_TEXT_BYTES_MAX: usize = 256;
+/// Most ids a [`JobFilter`](crate::protocol::JobFilter) may name.
+pub const FILTER_IDS_MAX: usize = 1000;
+/// Most finished jobs one [`Query::Recent`](crate::protocol::Query::Recent) looks at.
+pub const RECENT_SCAN_MAX: usize = 100_000;
+/// Most ids one [`Query::Finished`](crate::protocol::Query::Finished) may ask about: the API's most jobs
+/// per batch, so a client may wait for a whole batch in one request.
+pub const FINISHED_IDS_MAX: usize = 10_000;
+/// Most jobs one listing looks at (a filtered listing returns a cursor to
+/// continue rather than scanning everything).
+pub const LIST_SCAN_MAX: usize = 100_000;
+
+// Bulk operations.
+/// Most jobs one [`Command::Bulk`](crate::protocol::Command::Bulk) changes (run it again for the rest).
+pub const BULK_MAX: usize = 10_000;
+
+// API tokens.
+/// Most API tokens kept.
+pub const TOKENS_MAX: usize = 10_000;
+/// Longest token id.
+pub const TOKEN_ID_BYTES_MAX: usize = 64;
+/// Longest token name.
+pub const TOKEN_NAME_BYTES_MAX: usize = 256;
+
+// Schedules and the tick.
+/// Most schedules a cluster holds.
+pub const SCHEDULES_MAX: usize = 10_000;
+/// Longest schedule name, in bytes.
+pub const SCHEDULE_NAME_BYTES_MAX: usize = 128;
+/// Longest cron expression, in bytes.
+pub const EXPRESSION_BYTES_MAX: usize = 256;
+/// Shortest interval (cron's own resolution is a second as well).
+pub const INTERVAL_MS_MIN: Millis = 1_000;
+/// Longest interval.
+pub const INTERVAL_MS_MAX: Millis = 366 * 24 * 3_600_000;
+/// Longest catch-up window.
+pub const CATCH_UP_MS_MAX: Millis = 7 * 24 * 3_600_000;
+/// Most ticks one backfill fires.
+pub const BACKFILL_TICKS_MAX: usize = 1_000;
+/// Missed ranges kept per schedule (the oldest are forgotten beyond it).
+pub const MISSED_RANGES_MAX: usize = 100;
+/// Next ticks a schedule's view lists.
+pub const UPCOMING_MAX: usize = 5;
+/// How late a tick may be decided and still count as on time, whatever
+/// the catch-up window: the host ticks the master every 100 ms, and a busy
+/// master may come to a tick a little later (so a window of 0 means "never
+/// fire late", not "miss every tick").
+pub const LATE_GRACE_MS: Millis = 1_000;
+/// Most ticks of one schedule one `Tick` decides (the rest wait for the
+/// next `Tick`, a tenth of a second later).
+pub const TICKS_PER_TICK_MAX: usize = 1_000;
+/// Most events one `Tick` produces; the rest wait for the next tick.
+pub const TICK_EVENTS_MAX: usize = 4096;
+
+// DAGs.
+/// Most jobs in one DAG.
+pub const DAG_JOBS_MAX: usize = 10_000;
+/// Most parents of one job.
+pub const PARENTS_MAX: usize = 100;
+/// Most edges in one DAG.
+pub const EDGES_MAX: usize = 100_000;
+/// Most input bytes of all a DAG's jobs together.
+pub const DAG_INPUT_BYTES_MAX: u64 = 16 << 20;
+/// Longest name of a DAG's job, in bytes.
+pub const NODE_NAME_BYTES_MAX: usize = 128;
+
+// Snapshots.
+/// The most a part's buffer is allocated with before it is written (a
+/// part asked to be larger grows as it is written).
+pub(crate) const SNAPSHOT_PART_PRESIZE_MAX: usize = 4 << 20;
+
+// How the limits fit together.
+const _: () = {
+    // A listing can fill its largest page from what it may scan.
+    assert!(LIST_LIMIT_MAX as usize <= LIST_SCAN_MAX);
+    assert!(LIST_LIMIT_MAX as usize <= RECENT_SCAN_MAX);
+    // A filter names no more jobs than one page can show.
+    assert!(FILTER_IDS_MAX <= LIST_LIMIT_MAX as usize);
+    // Expired request ids are purged well within their time to live, so an
+    // id is forgotten at most one period late.
+    assert!(REQUEST_PURGE_PERIOD_MS < REQUEST_TTL_MS);
+    // A tick on time by the grace is still before the next tick of the
+    // shortest interval.
+    assert!(LATE_GRACE_MS <= INTERVAL_MS_MIN);
+    // A job waits for fewer parents than a DAG has jobs.
+    assert!(PARENTS_MAX < DAG_JOBS_MAX);
+    // One tick's events can hold every tick one schedule may fire in it.
+    assert!(TICKS_PER_TICK_MAX <= TICK_EVENTS_MAX);
+};
