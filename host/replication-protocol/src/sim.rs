@@ -890,11 +890,10 @@ impl Sim {
             if !self.up(node) || self.nodes[node].paused_until > self.now {
                 continue;
             }
-            let now = self.clock(node);
-            if now >= self.nodes[node].next_gossip {
-                self.nodes[node].gossip = self.leader_of(node);
-                self.nodes[node].next_gossip = now + self.rng.between(100, 500);
+            if self.nodes[node].calls.is_empty() {
+                continue;
             }
+            let now = self.clock(node);
             let gossip = self.nodes[node].gossip.map(|(host, _)| host);
             let ids: Vec<u64> = self.nodes[node].calls.keys().copied().collect();
             for id in ids {
@@ -1087,6 +1086,12 @@ impl Sim {
             }
             self.nodes[node].next_tick = self.now + TICK_MS;
             let now = self.clock(node);
+            // Gossip spreads the master's host a while after replication
+            // knows it.
+            if now >= self.nodes[node].next_gossip {
+                self.nodes[node].gossip = self.leader_of(node);
+                self.nodes[node].next_gossip = now + self.rng.between(100, 500);
+            }
             let members: Vec<NodeId> = (0..self.nodes.len())
                 .filter(|&other| self.up(other) && (other == node || !self.cut_off(node, other)))
                 .map(Self::name)
