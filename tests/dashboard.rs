@@ -49,6 +49,8 @@ fn submit(module: &str, input: &str, max_attempts: Option<u32>) -> SubmitRequest
 /// every state: succeeded, failed, dead, running, queued, cancelled.
 async fn jobs_in_every_state(client: &Api) -> Jobs {
     let echo = upload(client, "fixture_echo").await;
+    // The modules page names the deployments that run a module.
+    client.deploy("greet", &echo).await.unwrap();
     let primes = upload(client, "primes").await;
     let trap = upload(client, "fixture_trap").await;
     let spin = upload(client, "fixture_spin").await;

@@ -659,3 +659,137 @@ fn event_lines_parse_into_names_and_fields() {
     assert_eq!(fields.len(), 4);
     assert!(parse_event("  WARN cohort::node: no event here").is_none());
 }
+
+/// Deployments end to end: a name deployed with the CLI, jobs and a
+/// schedule naming it, a new version, a rollback, every refusal with its
+/// code, and the names surviving a kill -9 (they are master state).
+#[test]
+fn jobs_run_a_deployment_by_name_across_deploys_rollbacks_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Node::start(dir.path(), &["--slots", "2"]);
+    let rt = runtime();
+    let client = Api::new(&node.url);
+    let echo_file = guest("fixture_echo");
+    let out = node.cli(&["deploy", "greet", echo_file.to_str().unwrap()], b"");
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("version 1"),
+        "{out:?}"
+    );
+    let (echo, wordcount) = rt.block_on(async {
+        (
+            upload(&client, "fixture_echo").await,
+            upload(&client, "wordcount").await,
+        )
+    });
+    rt.block_on(async {
+        // A job by name runs the name's module and records name and version.
+        let id = client.submit(&job("greet", "hello")).await.unwrap().id;
+        let done = settle(&client, id).await;
+        assert_eq!(done.state, "succeeded", "{done:?}");
+        assert_eq!(
+            (
+                done.module.as_str(),
+                done.module_name.as_deref(),
+                done.module_version
+            ),
+            (echo.as_str(), Some("greet"), Some(1))
+        );
+        assert_eq!(&client.result(id).await.unwrap()[..], b"hello");
+
+        // A new version: later jobs run it; the same module again is no new
+        // version.
+        let deployed = client.deploy("greet", &wordcount).await.unwrap();
+        assert_eq!((deployed.version, deployed.existing), (2, false));
+        let again = client.deploy("greet", &wordcount).await.unwrap();
+        assert_eq!((again.version, again.existing), (2, true));
+        let id = client.submit(&job("greet", "a b a")).await.unwrap().id;
+        let done = settle(&client, id).await;
+        assert_eq!(
+            (done.module.as_str(), done.module_version),
+            (wordcount.as_str(), Some(2))
+        );
+        let counted: serde_json::Value =
+            serde_json::from_slice(&client.result(id).await.unwrap()).unwrap();
+        assert_eq!(counted["words"], 3);
+
+        // Refusals, each with its code.
+        let refused = |module: &str| job(module, "x");
+        assert_eq!(
+            api_error(client.submit(&refused("nobody")).await).await,
+            (404, "module_name_not_found".into())
+        );
+        assert_eq!(
+            api_error(client.submit(&refused("Not A Name")).await).await,
+            (422, "invalid_module_name".into())
+        );
+        assert_eq!(
+            api_error(client.deploy("greet", &"0".repeat(64)).await).await,
+            (422, "module_not_found".into())
+        );
+        assert_eq!(
+            api_error(client.deploy("-greet", &echo).await).await,
+            (422, "invalid_module_name".into())
+        );
+        assert_eq!(
+            api_error(client.rollback("greet", Some(9)).await).await,
+            (404, "module_version_not_found".into())
+        );
+        assert_eq!(
+            api_error(client.rollback("nobody", None).await).await,
+            (404, "module_name_not_found".into())
+        );
+    });
+
+    // A rollback (CLI) is a new version running the previous module.
+    let out = node.cli(&["rollback", "greet", "--json"], b"");
+    assert!(out.status.success(), "{out:?}");
+    let rolled: DeployResponse = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((rolled.version, rolled.digest.as_str()), (3, echo.as_str()));
+
+    // Names are the master's state: they survive a kill -9.
+    node.kill();
+    let node = Node::start(dir.path(), &["--slots", "2"]);
+    let client = Api::new(&node.url);
+    rt.block_on(async {
+        converge(&node, "the master recovered", |c| c.master_epoch > 0).await;
+        let shown = client.deployment("greet").await.unwrap();
+        let versions: Vec<(u32, Option<u32>)> = shown
+            .versions
+            .iter()
+            .map(|v| (v.version, v.rollback_of))
+            .collect();
+        assert_eq!(versions, [(3, Some(1)), (2, None), (1, None)]);
+        assert_eq!(shown.versions_total, 3);
+        let listed = client.deployments().await.unwrap().deployments;
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].current.digest, echo);
+        let id = client.submit(&job("greet", "again")).await.unwrap().id;
+        assert_eq!(&settle_result(&client, id).await[..], b"again");
+
+        // A schedule naming it keeps it deployed.
+        let schedule = ScheduleRequest {
+            name: "greeter".into(),
+            every_ms: Some(3_600_000),
+            job: job("greet", "tick"),
+            ..ScheduleRequest::default()
+        };
+        client.create_schedule(&schedule).await.unwrap();
+        assert_eq!(
+            api_error(client.undeploy("greet").await).await,
+            (409, "module_name_in_use".into())
+        );
+        client.delete_schedule("greeter").await.unwrap();
+        assert!(client.undeploy("greet").await.unwrap().deleted);
+        assert_eq!(
+            api_error(client.deployment("greet").await).await,
+            (404, "module_name_not_found".into())
+        );
+    });
+}
+
+async fn settle_result(client: &Api, id: u64) -> bytes::Bytes {
+    let done = settle(client, id).await;
+    assert_eq!(done.state, "succeeded", "{done:?}");
+    client.result(id).await.unwrap()
+}

@@ -51,6 +51,7 @@
 pub mod auth;
 pub mod dags;
 pub mod dashboard;
+pub mod deployments;
 pub mod error;
 pub mod http;
 pub mod internal;
@@ -503,7 +504,11 @@ fn options(submit: &SubmitRequest) -> Result<JobOptions, ApiError> {
             window_ms,
         }),
     };
-    Ok(JobOptions { limit, unique })
+    Ok(JobOptions {
+        limit,
+        unique,
+        module: None,
+    })
 }
 
 fn job_id(text: &str) -> Result<u64, ApiError> {
@@ -686,6 +691,13 @@ impl Api {
             Handler::ModuleUpload => self.module_upload(body).await,
             Handler::ModuleList => self.module_list().await,
             Handler::ModuleGet => self.module_get(param).await,
+            Handler::DeploymentList => self.deployment_list().await,
+            Handler::DeploymentGet => self.deployment_get(param).await,
+            Handler::Deploy => self.deploy(param, parse_json(&body)?).await,
+            Handler::DeploymentRollback => {
+                self.deployment_rollback(param, parse_json(&body)?).await
+            }
+            Handler::Undeploy => self.undeploy(param).await,
             Handler::JobSubmit => {
                 let accepted = self.submit(parse_json(&body)?).await?;
                 Ok(json(StatusCode::ACCEPTED, &accepted))
@@ -863,11 +875,22 @@ impl Api {
     /// What to run and what the master is asked beyond it, checked field
     /// by field (errors name the JSON field).
     async fn submission(&self, submit: SubmitRequest) -> Result<(JobSpec, JobOptions), ApiError> {
-        let options = options(&submit)?;
-        let digest = parse_digest(&submit.module, ErrorCode::ModuleNotFound)?;
-        if !self.fetcher.ensure(&self.modules, &digest).await? {
-            return Err(not_stored(ErrorCode::ModuleNotFound, &digest));
-        }
+        let mut options = options(&submit)?;
+        // A deployment's name is resolved by the master when it accepts the
+        // job (the placeholder digest is replaced); a name always points
+        // at a module stored in the cluster.
+        let digest = match module_ref(&submit.module)? {
+            ModuleRef::Name(name) => {
+                options.module = Some(name);
+                Digest::from([0; 32])
+            }
+            ModuleRef::Digest(digest) => {
+                if !self.fetcher.ensure(&self.modules, &digest).await? {
+                    return Err(not_stored(ErrorCode::ModuleNotFound, &digest));
+                }
+                digest
+            }
+        };
         let inputs = [
             submit.input.is_some(),
             submit.input_base64.is_some(),
@@ -1058,6 +1081,8 @@ impl Api {
         JobResponse {
             id: view.id,
             module: Digest::from(view.module).to_string(),
+            module_name: view.module_name,
+            module_version: view.module_version,
             state: view.state.name().into(),
             priority: view.priority,
             max_attempts: view.max_attempts,
@@ -1274,4 +1299,30 @@ impl Api {
             text,
         ))
     }
+}
+/// What a submission's `module` names.
+enum ModuleRef {
+    /// A module by its digest.
+    Digest(Digest),
+    /// A deployment by its name.
+    Name(String),
+}
+
+/// Reads a submission's `module`: 64 hex digits are a digest, anything
+/// else must be a deployment's name.
+fn module_ref(text: &str) -> Result<ModuleRef, ApiError> {
+    if text.len() == 64 {
+        return parse_digest(text, ErrorCode::ModuleNotFound).map(ModuleRef::Digest);
+    }
+    if cohort_master::valid_module_name(text) {
+        return Ok(ModuleRef::Name(text.to_owned()));
+    }
+    Err(ApiError::new(
+        ErrorCode::InvalidModuleName,
+        format!(
+            "module {text:?} is neither a sha256 (64 hex digits) nor a deployment name (1 to {} \
+             characters of a-z 0-9 . _ - starting with a letter or digit)",
+            cohort_master::limits::MODULE_NAME_BYTES_MAX
+        ),
+    ))
 }

@@ -1,7 +1,10 @@
 //! The client commands of the `cohort` CLI: `submit`, `status`, `result`,
-//! `jobs`, `cancel`, `cluster`, `leave`, `keygen` and `token`. Human output by default, `--json` for
+//! `jobs`, `cancel`, `cluster`, `leave`, `keygen`, `token`, and (in
+//! [`deployments`]) `deploy`, `rollback`, `deployments` and `undeploy`. Human output by default, `--json` for
 //! scripts. Exit code 0 on success, 1 when the server refused or a waited-for
 //! job did not succeed, 2 for usage errors (from the argument parser).
+
+pub mod deployments;
 
 use crate::api::types::*;
 use crate::client::{Client, ClientError, Job, Node, Options};
@@ -67,8 +70,8 @@ impl ServerArg {
 /// `cohort submit`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SubmitArgs {
-    /// A job module file (`.wasm`, uploaded first) or the sha256 of a module
-    /// already uploaded.
+    /// A job module file (`.wasm`, uploaded first), the sha256 of a module
+    /// already uploaded, or a deployment's name (`cohort deploy`).
     pub module: String,
     /// Input file, or `-` for stdin [default: empty input].
     #[arg(long, short)]

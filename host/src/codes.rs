@@ -93,6 +93,11 @@ error_codes! {
     ScheduleNotFound = "schedule_not_found", NOT_FOUND, false;
     /// No DAG has this id (or all its jobs were purged).
     DagNotFound = "dag_not_found", NOT_FOUND, false;
+    /// No deployment has this name.
+    ModuleNameNotFound = "module_name_not_found", NOT_FOUND, false;
+    /// A rollback to a version the deployment no longer keeps (or never
+    /// had).
+    ModuleVersionNotFound = "module_version_not_found", NOT_FOUND, false;
     /// A known route, another method.
     MethodNotAllowed = "method_not_allowed", METHOD_NOT_ALLOWED, false;
     /// The body did not arrive in time (the connection is closed).
@@ -112,8 +117,13 @@ error_codes! {
     /// Another master upgrade started meanwhile, or the cluster journaled
     /// too much while the new master was checked.
     UpgradeBusy = "upgrade_busy", CONFLICT, true;
-    /// A rollback while the built-in master runs and always did.
+    /// A master rollback while the built-in master runs and always did; a
+    /// deployment rollback with no earlier version.
     NothingToRollBack = "nothing_to_roll_back", CONFLICT, false;
+    /// Undeploying a name a schedule still names.
+    ModuleNameInUse = "module_name_in_use", CONFLICT, false;
+    /// A new deployment name beyond the cluster's limit of names.
+    ModuleNamesFull = "module_names_full", CONFLICT, false;
     /// The master's node runs the master natively (`--master-core native`).
     UpgradeUnsupported = "upgrade_unsupported", CONFLICT, false;
     /// The request body is over the route's limit.
@@ -150,6 +160,9 @@ error_codes! {
     MasterReplayDiverged = "master_replay_diverged", UNPROCESSABLE_ENTITY, false;
     /// A job field out of range.
     InvalidJob = "invalid_job", UNPROCESSABLE_ENTITY, false;
+    /// A deployment name that is not 1 to 63 characters of `a-z 0-9 . _ -`
+    /// starting with a letter or digit.
+    InvalidModuleName = "invalid_module_name", UNPROCESSABLE_ENTITY, false;
     /// A bulk action's filter or attempts out of range.
     InvalidFilter = "invalid_filter", UNPROCESSABLE_ENTITY, false;
     /// A schedule's name, timing (cron expression, time zone, interval),

@@ -60,6 +60,15 @@ enum Command {
     Leave(cohort::cli::ServerArg),
     /// Write a new cluster key file (give every node the same one).
     Keygen(cohort::cli::KeygenArgs),
+    /// Point a name at a module (uploading it if it is a file): jobs and
+    /// schedules may then name their module by it.
+    Deploy(cohort::cli::deployments::DeployArgs),
+    /// Point a name back at an earlier version's module.
+    Rollback(cohort::cli::deployments::RollbackArgs),
+    /// List the deployments, or show one with its versions.
+    Deployments(cohort::cli::deployments::DeploymentArgs),
+    /// Remove a deployment (jobs keep the module they resolved to).
+    Undeploy(cohort::cli::deployments::UndeployArgs),
     /// Create, list or revoke API tokens.
     #[command(subcommand)]
     Token(cohort::cli::TokenCommand),
@@ -132,6 +141,10 @@ fn main() -> ExitCode {
             Command::Leave(args) => cohort::cli::leave(args).await,
             Command::Keygen(args) => cohort::cli::keygen(args),
             Command::Token(command) => cohort::cli::token(command).await,
+            Command::Deploy(args) => cohort::cli::deployments::deploy(args).await,
+            Command::Rollback(args) => cohort::cli::deployments::rollback(args).await,
+            Command::Deployments(args) => cohort::cli::deployments::deployments(args).await,
+            Command::Undeploy(args) => cohort::cli::deployments::undeploy(args).await,
         }
     })
 }

@@ -171,6 +171,7 @@ async function pages() {
   await ready(page, 'modules');
   check(await page.locator(`[data-testid="modules-table"] tr[data-module="${jobs.module}"]`).count() === 1, 'the modules page lists the module');
   check((await page.textContent(`tr[data-module="${jobs.module}"]`)).includes('rust'), 'the module says its language');
+  check((await page.textContent(`tr[data-module="${jobs.module}"] [data-testid="module-names"]`)).includes('greet v1'), 'the module says the deployment that runs it');
   await shot(page, 'modules.png');
 
   // A read-only token sees everything and no button that changes things.

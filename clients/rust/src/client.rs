@@ -246,6 +246,22 @@ impl Client {
         Ok(digest)
     }
 
+    /// Uploads the module at `path` and points deployment `name` at it:
+    /// jobs may then name their module `name`. Safe to repeat (the same
+    /// module again makes no new version).
+    pub async fn deploy_file(
+        &self,
+        name: &str,
+        path: &Path,
+    ) -> Result<DeployResponse, ClientError> {
+        let digest = self.upload_file(path).await?;
+        self.call(|node| {
+            let digest = digest.clone();
+            async move { node.deploy(name, &digest).await }
+        })
+        .await
+    }
+
     /// The node URLs, in the order they are tried.
     pub fn urls(&self) -> Vec<String> {
         self.shared.nodes.urls()

@@ -478,6 +478,46 @@ impl Node {
         self.json(Method::GET, "/v1/modules", None).await
     }
 
+    /// Points deployment `name` at the stored module `digest` (a new
+    /// version unless it already points there).
+    pub async fn deploy(&self, name: &str, digest: &str) -> Result<DeployResponse, ClientError> {
+        let request = DeployRequest {
+            digest: digest.to_owned(),
+        };
+        let body = serde_json::to_vec(&request).expect("serializes");
+        let path = format!("/v1/deployments/{name}");
+        self.json(Method::POST, &path, Some(body)).await
+    }
+
+    /// Points deployment `name` back at an earlier version's module
+    /// (`to`: the version; `None`: the one before the current one).
+    pub async fn rollback(
+        &self,
+        name: &str,
+        to: Option<u32>,
+    ) -> Result<DeployResponse, ClientError> {
+        let body = serde_json::to_vec(&RollbackRequest { to }).expect("serializes");
+        let path = format!("/v1/deployments/{name}/rollback");
+        self.json(Method::POST, &path, Some(body)).await
+    }
+
+    /// Every deployment, by name.
+    pub async fn deployments(&self) -> Result<DeploymentListResponse, ClientError> {
+        self.json(Method::GET, "/v1/deployments", None).await
+    }
+
+    /// One deployment, with its kept versions.
+    pub async fn deployment(&self, name: &str) -> Result<DeploymentResponse, ClientError> {
+        let path = format!("/v1/deployments/{name}");
+        self.json(Method::GET, &path, None).await
+    }
+
+    /// Removes deployment `name` (jobs keep the module they resolved to).
+    pub async fn undeploy(&self, name: &str) -> Result<UndeployResponse, ClientError> {
+        let path = format!("/v1/deployments/{name}");
+        self.json(Method::DELETE, &path, None).await
+    }
+
     /// What this client's token may do.
     pub async fn whoami(&self) -> Result<WhoamiResponse, ClientError> {
         self.json(Method::GET, "/v1/whoami", None).await

@@ -55,8 +55,13 @@ pub struct ErrorBody {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
-    /// The module's sha256 (from `POST /v1/modules`).
-    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    /// The module: its sha256 (from `POST /v1/modules`), or a deployment's
+    /// name (from `POST /v1/deployments/{name}`), which the master resolves
+    /// to the name's current module when it accepts the job.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^([0-9a-f]{64}|[a-z0-9][a-z0-9._-]{0,62})$")
+    )]
     pub module: String,
     /// Input as UTF-8 text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -247,6 +252,12 @@ pub struct JobResponse {
     pub id: u64,
     /// Module sha256.
     pub module: String,
+    /// The deployment name it was submitted by, when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_name: Option<String>,
+    /// That name's version when the job was accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_version: Option<u32>,
     /// `queued`, `running`, `succeeded`, `failed`, `cancelled` or `dead`.
     pub state: String,
     /// Priority.
@@ -824,7 +835,8 @@ pub struct ScheduleResponse {
     pub overlap: String,
     /// The catch-up window.
     pub catch_up_ms: u64,
-    /// The module each job runs.
+    /// The module each job runs: its sha256, or the deployment name each
+    /// firing resolves.
     pub module: String,
     /// Each job's input size.
     pub input_bytes: u64,
@@ -908,6 +920,91 @@ pub struct ScheduleDeletedResponse {
     /// The schedule's name.
     pub name: String,
     /// `true`. The jobs it fired stay.
+    pub deleted: bool,
+}
+
+/// `POST /v1/deployments/{name}`: point the name at a stored module.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct DeployRequest {
+    /// The module's sha256 (from `POST /v1/modules`).
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    pub digest: String,
+}
+
+/// `POST /v1/deployments/{name}/rollback`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RollbackRequest {
+    /// The version to return to [default: the one current before the
+    /// current one].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<u32>,
+}
+
+/// One version of a deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeploymentVersion {
+    /// Its number (from 1, one more at every deploy or rollback).
+    pub version: u32,
+    /// The module's sha256.
+    pub digest: String,
+    /// When it became current (ms since the Unix epoch).
+    pub deployed_at: u64,
+    /// The version a rollback returned to, when this version is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback_of: Option<u32>,
+}
+
+/// A deployment: a name and the module it points at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeploymentResponse {
+    /// The name.
+    pub name: String,
+    /// The current version.
+    pub current: DeploymentVersion,
+    /// Versions ever made of this name.
+    pub versions_total: u32,
+    /// The versions kept, newest first (in `GET /v1/deployments/{name}`;
+    /// empty in the list).
+    #[serde(default)]
+    pub versions: Vec<DeploymentVersion>,
+}
+
+/// `GET /v1/deployments`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeploymentListResponse {
+    /// Every deployment, by name.
+    pub deployments: Vec<DeploymentResponse>,
+}
+
+/// `200` to a deploy or a rollback.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeployResponse {
+    /// The name.
+    pub name: String,
+    /// The version now current.
+    pub version: u32,
+    /// Its module's sha256.
+    pub digest: String,
+    /// `true` when the name already pointed at this module (no new
+    /// version).
+    pub existing: bool,
+}
+
+/// `200` to `DELETE /v1/deployments/{name}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UndeployResponse {
+    /// The name.
+    pub name: String,
+    /// `true`. Jobs accepted by this name keep the module they resolved to.
     pub deleted: bool,
 }
 

@@ -291,6 +291,7 @@ impl Master {
             }
             validate_spec(&self.config, &node.spec)
                 .and_then(|()| validate_options(&node.options))
+                .and_then(|()| self.resolve("module", &node.options).map(drop))
                 .map_err(|r| Rejection::new(r.code, format!("jobs[{i}]: {}", r.message)))?;
             for parent in &node.after {
                 let DagRef::Job(id) = *parent else { continue };
@@ -322,7 +323,14 @@ impl Master {
                 at: now,
                 kind: EventKind::Submitted {
                     id,
-                    spec: node.spec.clone(),
+                    // By module name: the digest current now (checked).
+                    spec: match self.deployments.digest(&node.options) {
+                        Some(module) => JobSpec {
+                            module,
+                            ..node.spec.clone()
+                        },
+                        None => node.spec.clone(),
+                    },
                     request: None,
                     options: node.options.clone(),
                 },

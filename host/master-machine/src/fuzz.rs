@@ -188,10 +188,30 @@ prop_compose! {
     }
 }
 
+/// Module names from a small set, so deploys, rollbacks, submissions and
+/// schedules by name meet.
+fn module_name() -> BoxedStrategy<String> {
+    prop_oneof![
+        4 => prop::sample::select(vec!["m0", "m1"]).prop_map(String::from),
+        1 => text(),
+    ]
+    .boxed()
+}
+
+/// Digests from a small set too, so a deploy may repeat the current one.
+fn digest() -> BoxedStrategy<Digest> {
+    prop_oneof![
+        3 => (0..3u8).prop_map(|n| [n; 32]),
+        1 => any::<[u8; 32]>(),
+    ]
+    .boxed()
+}
+
 prop_compose! {
     fn job_options()(
         limit in option::of((text(), option::of(n32()), option::of(n32()))),
         unique in option::of((text(), prop_oneof![n64(), 0..20_000u64])),
+        module in option::of(module_name()),
     ) -> JobOptions {
         JobOptions {
             limit: limit.map(|(key, running_max, starts_per_second)| KeyLimit {
@@ -200,7 +220,30 @@ prop_compose! {
                 starts_per_second,
             }),
             unique: unique.map(|(key, window_ms)| Unique { key, window_ms }),
+            module,
         }
+    }
+}
+
+prop_compose! {
+    fn module_version()(
+        version in n32(),
+        digest in digest(),
+        at in n64(),
+        rollback_of in option::of(n32()),
+    ) -> ModuleVersion {
+        ModuleVersion { version, digest, at, rollback_of }
+    }
+}
+
+prop_compose! {
+    fn deployment_view()(
+        name in module_name(),
+        current in module_version(),
+        versions in vec(module_version(), 0..3),
+        versions_total in n32(),
+    ) -> DeploymentView {
+        DeploymentView { name, current, versions, versions_total }
     }
 }
 
@@ -380,6 +423,11 @@ fn command() -> impl Strategy<Value = Command> {
         1 => (schedule_name(), n64(), n64())
             .prop_map(|(name, from, to)| Command::Backfill { name, from, to }),
         3 => dag_spec().prop_map(Command::SubmitDag),
+        3 => (module_name(), digest())
+            .prop_map(|(name, digest)| Command::Deploy { name, digest }),
+        2 => (module_name(), option::of(n32()))
+            .prop_map(|(name, to)| Command::Rollback { name, to }),
+        1 => module_name().prop_map(|name| Command::Undeploy { name }),
     ]
 }
 
@@ -457,6 +505,15 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
             .prop_map(|(name, from, to)| EventKind::ScheduleBackfilled { name, from, to }),
         schedule_name().prop_map(|name| EventKind::ScheduleDeleted { name }),
         dag_created(),
+        (module_name(), digest(), n32(), option::of(n32())).prop_map(
+            |(name, digest, version, rollback_of)| EventKind::Deployed {
+                name,
+                digest,
+                version,
+                rollback_of,
+            }
+        ),
+        module_name().prop_map(|name| EventKind::Undeployed { name }),
     ]
 }
 
@@ -519,6 +576,8 @@ fn query() -> impl Strategy<Value = Query> {
         n64().prop_map(|window_ms| Query::Recent { window_ms }),
         Just(Query::ModuleUse),
         n64().prop_map(|id| Query::Input { id }),
+        Just(Query::Deployments),
+        module_name().prop_map(|name| Query::Deployment { name }),
     ]
 }
 
@@ -528,6 +587,13 @@ fn reply() -> impl Strategy<Value = Reply> {
         (n64(), any::<bool>()).prop_map(|(id, existing)| Reply::Submitted { id, existing }),
         text().prop_map(|reason| Reply::Ignored { reason }),
         n64().prop_map(|changed| Reply::Bulk { changed }),
+        (n32(), digest(), any::<bool>()).prop_map(|(version, digest, existing)| {
+            Reply::Deployed {
+                version,
+                digest,
+                existing,
+            }
+        }),
     ]
 }
 
@@ -586,11 +652,13 @@ prop_compose! {
             (option::of(n64()), n64(), any::<bool>(), job_options()),
         (dag, parents, waiting) in
             (option::of((n64(), text())), vec(n64(), 0..3), any::<bool>()),
+        (module_name, module_version) in (option::of(module_name()), option::of(n32())),
     ) -> JobView {
         JobView {
             id, module, state, priority, max_attempts, timeout_ms, idempotency_key,
             submitted_at, finished_at, not_before, attempts, error,
             result_bytes, input_bytes, has_checkpoint, options, dag, parents, waiting,
+            module_name, module_version,
         }
     }
 }
@@ -652,6 +720,8 @@ fn answer() -> impl Strategy<Value = Answer> {
         }),
         vec((any::<[u8; 32]>(), n64()), 0..3).prop_map(Answer::ModuleUse),
         bytes().prop_map(Answer::Input),
+        vec(deployment_view(), 0..3).prop_map(Answer::Deployments),
+        deployment_view().prop_map(|view| Answer::Deployment(Box::new(view))),
     ]
 }
 
@@ -704,6 +774,7 @@ fn garbage() -> impl Strategy<Value = Vec<u8>> {
         4 => Just(FORMAT_VERSION),
         2 => Just(FORMAT_VERSION_1),
         2 => Just(FORMAT_VERSION_2),
+        2 => Just(FORMAT_VERSION_4),
         4 => Just(crate::master::SNAPSHOT_VERSION),
         1 => any::<u8>(),
     ];
@@ -936,8 +1007,9 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // The empty master ends with: job map (0), worker map (0), three
     // counters (0), token map (0), request map (0), what keys hold:
     // options, uniqueness holds and start times (0 each), schedules (0),
-    // and DAGs: the next id (1) and four maps (0 each).
-    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0]].concat();
+    // DAGs: the next id (1) and four maps (0 each), and deployments: two
+    // maps (0 each).
+    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0, 0, 0]].concat();
     assert_eq!(empty[empty.len() - tail.len()..], tail);
     [&empty[..empty.len() - tail.len()], claim, &tail[1..]].concat()
 }

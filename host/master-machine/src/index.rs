@@ -152,6 +152,7 @@ impl Master {
         // workers' references above.
         let held = |id: &JobId| jobs.contains_key(id) || self.done.contains_key(id);
         self.keyed.options.retain(|id, _| held(id));
+        self.deployments.jobs.retain(|id, _| held(id));
         // DAG records of jobs the snapshot does not hold are dropped too;
         // only queued jobs wait.
         self.dags.nodes.retain(|id, _| held(id));

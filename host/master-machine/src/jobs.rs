@@ -39,6 +39,7 @@ impl Master {
             // since, it gets the first one's answer.
             return answered(seen.job, false);
         }
+        let spec = &*self.resolved_spec(spec, options)?;
         let config = &self.config;
         validate_spec(config, spec)?;
         if let Some(id) = self.idempotent_job(spec)? {
@@ -141,8 +142,18 @@ impl Master {
             result: None,
             checkpoint: None,
         };
-        if !options.is_empty() {
-            self.keyed.options.insert(id, options.clone());
+        if options.limit.is_some() || options.unique.is_some() {
+            // The name is recorded with the deployments, not here.
+            let keyed = JobOptions {
+                module: None,
+                ..options.clone()
+            };
+            self.keyed.options.insert(id, keyed);
+        }
+        match &options.module {
+            Some(name) => self.deployments.record_job(id, name, &job.spec.module),
+            // A journal's id submitted twice replaces the first's record.
+            None => drop(self.deployments.jobs.remove(&id)),
         }
         if let Some(unique) = &options.unique {
             self.hold_unique(&unique.key, id, at.saturating_add(unique.window_ms), at);
@@ -274,6 +285,7 @@ impl Master {
                 self.index.keys.remove(key);
             }
             self.keyed.options.remove(&id);
+            self.deployments.jobs.remove(&id);
             self.forget_dag_job(id);
         }
     }

@@ -20,6 +20,7 @@
 mod attempts;
 mod bulk;
 pub mod dag;
+pub mod deployments;
 mod done;
 mod index;
 mod jobs;
@@ -47,6 +48,7 @@ mod tests;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub use deployments::valid_module_name;
 pub use master::{Master, Order};
 pub use protocol::*;
 

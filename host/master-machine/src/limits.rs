@@ -133,6 +133,17 @@ pub const DAG_INPUT_BYTES_MAX: u64 = 16 << 20;
 /// Longest name of a DAG's job, in bytes.
 pub const NODE_NAME_BYTES_MAX: usize = 128;
 
+// Deployments (module names).
+/// Longest deployment name, in bytes: below 64, so a name is never a hex
+/// digest.
+pub const MODULE_NAME_BYTES_MAX: usize = 63;
+/// Most deployment names held (`module_names_full` beyond).
+pub const MODULE_NAMES_MAX: usize = 10_000;
+/// Versions kept per deployment name: the newest; older ones are
+/// forgotten (a rollback to one is refused with
+/// `module_version_not_found`), their numbers never reused.
+pub const MODULE_VERSIONS_KEPT: usize = 50;
+
 // Snapshots.
 /// The most a part's buffer is allocated with before it is written (a
 /// part asked to be larger grows as it is written).
@@ -155,4 +166,10 @@ const _: () = {
     assert!(PARENTS_MAX < DAG_JOBS_MAX);
     // One tick's events can hold every tick one schedule may fire in it.
     assert!(TICKS_PER_TICK_MAX <= TICK_EVENTS_MAX);
+    // A deployment name is never mistaken for a module's hex digest.
+    assert!(MODULE_NAME_BYTES_MAX < 64);
+    // A rollback has a version before the current one to go to.
+    assert!(MODULE_VERSIONS_KEPT >= 2);
+    // Every name fits one answer of `Query::Deployments`.
+    assert!(MODULE_NAMES_MAX <= FINISHED_IDS_MAX);
 };

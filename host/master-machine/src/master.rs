@@ -65,7 +65,10 @@
 //! Queued jobs are bounded by `queue_max` (`queue_full` beyond it); inputs,
 //! results, checkpoints and log tails have size limits; finished jobs are
 //! purged after `retention_ms`, beyond `finished_max`, or when their results
-//! exceed `results_bytes_total_max`, oldest first; request ids as above.
+//! exceed `results_bytes_total_max`, oldest first; request ids as above;
+//! module names at most [`MODULE_NAMES_MAX`](crate::limits::MODULE_NAMES_MAX),
+//! each keeping its newest
+//! [`MODULE_VERSIONS_KEPT`](crate::limits::MODULE_VERSIONS_KEPT) versions.
 //! Finished jobs, most of the state, are held packed (`Done`): the
 //! bytes a snapshot holds for each, unpacked when one is read, retried or
 //! purged. `apply` packs the jobs an event finished as its last step.
@@ -80,7 +83,8 @@
 //! `impl Master`: `jobs` (submitting, cancelling, settling, purging),
 //! `attempts` (assigning, checkpoints, reports, retries), `workers`,
 //! `tick` (the periodic sweep), `keys` (concurrency and rate limits),
-//! `uniqueness`, `requests`, [`crate::schedule`], [`crate::dag`], `bulk`,
+//! `uniqueness`, `requests`, [`crate::schedule`], [`crate::dag`],
+//! [`crate::deployments`] (module names), `bulk`,
 //! `tokens`, `query` and `scan` (reads), `index` (what is rebuilt, not
 //! kept), `done` (finished jobs packed), `snapshot` and `restore`, and
 //! `validation` (what commands may ask for).
@@ -96,6 +100,7 @@ pub use crate::snapshot::{SNAPSHOT_VERSION, SnapshotCursor};
 pub use crate::tokens::TOKEN_SCOPES;
 
 use crate::dag::Dags;
+use crate::deployments::Deployments;
 use crate::done::Done;
 use crate::index::Index;
 use crate::keys::Keyed;
@@ -158,6 +163,9 @@ pub struct Master {
     /// DAGs (see [`crate::dag`]); written after the schedules in a
     /// snapshot.
     pub(crate) dags: Dags,
+    /// Module names and the jobs submitted by one (see
+    /// [`crate::deployments`]); written after the DAGs in a snapshot.
+    pub(crate) deployments: Deployments,
     // Indexes, rebuilt from the jobs on restore (not in snapshots).
     pub(crate) index: Index,
     /// How runnable jobs are lined up: a property of the master build, not
@@ -207,6 +215,7 @@ impl Master {
                 next: 1,
                 ..Dags::default()
             },
+            deployments: Deployments::default(),
             index: Index::default(),
             order: Order::default(),
         }
@@ -291,6 +300,9 @@ impl Master {
             Command::DeleteSchedule { name } => self.decide_delete_schedule(now, name),
             Command::Backfill { name, from, to } => self.decide_backfill(now, name, *from, *to),
             Command::SubmitDag(spec) => self.decide_dag(now, spec),
+            Command::Deploy { name, digest } => self.decide_deploy(now, name, digest),
+            Command::Rollback { name, to } => self.decide_rollback(now, name, *to),
+            Command::Undeploy { name } => self.decide_undeploy(now, name),
         }
     }
 
@@ -405,6 +417,13 @@ impl Master {
                 self.apply_retried(*id, *max_attempts, effects)
             }
             EventKind::Purged { id } => self.apply_purged(*id),
+            EventKind::Deployed {
+                name,
+                digest,
+                version,
+                rollback_of,
+            } => self.apply_deployed(name, digest, *version, *rollback_of, at),
+            EventKind::Undeployed { name } => self.apply_undeployed(name),
         }
     }
 

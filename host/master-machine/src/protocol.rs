@@ -8,18 +8,30 @@
 //! wrote them, so old journals stay replayable.
 //!
 //! Formats: 1, the first; 2, `Submit` and `Submitted` carry the
-//! submission's [`RequestId`], and `RequestsExpired` exists; 3 (now),
-//! `Submit` and `Submitted` carry the job's [`JobOptions`] (concurrency and
-//! rate keys, uniqueness). Events are the only messages kept on disk, so
-//! [`decode_event`] still reads formats 1 and 2 (whose `Submitted` lacks
-//! what came later); every other message of an older format is refused as
-//! an unknown version (nodes of one cluster run one format).
+//! submission's [`RequestId`], and `RequestsExpired` exists; 3, `Submit`
+//! and `Submitted` carry the job's [`JobOptions`] (concurrency and rate
+//! keys, uniqueness); 4, schedules and DAGs (commands, events, replies,
+//! queries and answers added at the end of their enums); 5 (now),
+//! deployments (module names: `Deploy`, `Rollback`, `Undeploy`, their
+//! events, reply, queries and answers, at the end of their enums) and
+//! [`JobOptions::module`], a third field of the options wherever they
+//! appear (`Submitted`, a DAG's jobs, `ScheduleCreated`). Events are the
+//! only messages kept on disk, so [`decode_event`] still reads formats 1
+//! to 4 (whose `Submitted` lacks what came later, and whose options have
+//! two fields: they decode with `module: None`); every other message of an
+//! older format is refused as an unknown version (nodes of one cluster run
+//! one format).
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 4;
+pub const FORMAT_VERSION: u8 = 5;
+
+/// The fourth format: the current types without `JobOptions::module` and
+/// the deployment commands, events, replies, queries and answers (added at
+/// the end of their enums); its events still decode ([`decode_event`]).
+pub const FORMAT_VERSION_4: u8 = 4;
 
 /// The third format: the current types without the schedule commands and
 /// events (added at the end of their enums, so its bytes decode as they
@@ -52,7 +64,7 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 /// Decodes versioned postcard bytes written by [`encode`].
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Rejection> {
     match bytes.split_first() {
-        Some((&FORMAT_VERSION, body)) => postcard::from_bytes(body)
+        Some((&FORMAT_VERSION, body)) => legacy::options(false, || postcard::from_bytes(body))
             .map_err(|error| Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))),
         Some((version, _)) => Err(Rejection::new(
             codes::UNKNOWN_VERSION,
@@ -64,18 +76,35 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Rejection> {
 
 /// Decodes a journaled [`Event`] of this format or of an older one.
 ///
-/// The formats differ in `Submitted` only: format 1's had no request id
-/// (it decodes with `request: None`), formats 1 and 2 had no options (they
-/// decode with none). Every other event of an older format has the same
-/// bytes in this one. Kinds added since a format are refused in its bytes,
-/// which never held them.
+/// Format 1's `Submitted` had no request id (it decodes with `request:
+/// None`), formats 1 and 2 had no options (they decode with none), and
+/// formats 3 and 4 had options without `module` (they decode with `module:
+/// None`, in `Submitted` and in `ScheduleCreated`'s spec alike). Every
+/// other event of an older format has the same bytes in this one. Kinds
+/// added since a format are refused in its bytes, which never held them.
 pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
     match bytes.split_first() {
         Some((&FORMAT_VERSION_1, body)) => older::event(body, older::FORMAT_1),
         Some((&FORMAT_VERSION_2, body)) => older::event(body, older::FORMAT_2),
-        Some((&FORMAT_VERSION_3, body)) => postcard::from_bytes(body)
-            .map_err(|error| Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))),
+        Some((&(FORMAT_VERSION_3 | FORMAT_VERSION_4), body)) => {
+            let event = legacy::options(true, || postcard::from_bytes(body)).map_err(|error| {
+                Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
+            })?;
+            before_format_5(event)
+        }
         _ => decode(bytes),
+    }
+}
+
+/// `event`, unless it is of a kind added in format 5 (which bytes of an
+/// older format never held).
+fn before_format_5(event: Event) -> Result<Event, Rejection> {
+    match event.kind {
+        EventKind::Deployed { .. } | EventKind::Undeployed { .. } => Err(Rejection::new(
+            codes::UNDECODABLE,
+            "a deployment event in the bytes of a format before 5",
+        )),
+        _ => Ok(event),
     }
 }
 
@@ -117,7 +146,8 @@ mod older {
             ));
         }
         if kind != SUBMITTED {
-            return postcard::from_bytes(body).map_err(undecodable);
+            let event = legacy::options(true, || postcard::from_bytes(body));
+            return before_format_5(event.map_err(undecodable)?);
         }
         let (id, spec, request) = if format.request {
             postcard::from_bytes::<(JobId, JobSpec, Option<RequestId>)>(fields)
@@ -213,6 +243,22 @@ pub enum Code {
     InvalidDag,
     /// No DAG has this id (or all its jobs were purged).
     DagNotFound,
+    /// A module name that is not 1 to
+    /// [`MODULE_NAME_BYTES_MAX`](crate::limits::MODULE_NAME_BYTES_MAX)
+    /// bytes of `a-z 0-9 . _ -` starting with a letter or a digit.
+    InvalidModuleName,
+    /// No deployment has this name.
+    ModuleNameNotFound,
+    /// The deployment does not keep this version (never made, or
+    /// forgotten beyond [`MODULE_VERSIONS_KEPT`](crate::limits::MODULE_VERSIONS_KEPT)).
+    ModuleVersionNotFound,
+    /// A rollback of a deployment with no version before the current one.
+    NothingToRollBack,
+    /// A schedule names the deployment, so it may not be removed.
+    ModuleNameInUse,
+    /// The master holds as many deployment names as it may
+    /// ([`MODULE_NAMES_MAX`](crate::limits::MODULE_NAMES_MAX)).
+    ModuleNamesFull,
     /// A code this build does not know.
     Other(String),
 }
@@ -242,6 +288,12 @@ impl Code {
         Code::ScheduleNotFound,
         Code::InvalidDag,
         Code::DagNotFound,
+        Code::InvalidModuleName,
+        Code::ModuleNameNotFound,
+        Code::ModuleVersionNotFound,
+        Code::NothingToRollBack,
+        Code::ModuleNameInUse,
+        Code::ModuleNamesFull,
     ];
 
     /// The code on the wire (stable).
@@ -269,6 +321,12 @@ impl Code {
             Code::ScheduleNotFound => "schedule_not_found",
             Code::InvalidDag => "invalid_dag",
             Code::DagNotFound => "dag_not_found",
+            Code::InvalidModuleName => "invalid_module_name",
+            Code::ModuleNameNotFound => "module_name_not_found",
+            Code::ModuleVersionNotFound => "module_version_not_found",
+            Code::NothingToRollBack => "nothing_to_roll_back",
+            Code::ModuleNameInUse => "module_name_in_use",
+            Code::ModuleNamesFull => "module_names_full",
             Code::Other(code) => code,
         }
     }
@@ -366,6 +424,18 @@ pub mod codes {
     pub const INVALID_DAG: Code = Code::InvalidDag;
     /// [`Code::DagNotFound`].
     pub const DAG_NOT_FOUND: Code = Code::DagNotFound;
+    /// [`Code::InvalidModuleName`].
+    pub const INVALID_MODULE_NAME: Code = Code::InvalidModuleName;
+    /// [`Code::ModuleNameNotFound`].
+    pub const MODULE_NAME_NOT_FOUND: Code = Code::ModuleNameNotFound;
+    /// [`Code::ModuleVersionNotFound`].
+    pub const MODULE_VERSION_NOT_FOUND: Code = Code::ModuleVersionNotFound;
+    /// [`Code::NothingToRollBack`].
+    pub const NOTHING_TO_ROLL_BACK: Code = Code::NothingToRollBack;
+    /// [`Code::ModuleNameInUse`].
+    pub const MODULE_NAME_IN_USE: Code = Code::ModuleNameInUse;
+    /// [`Code::ModuleNamesFull`].
+    pub const MODULE_NAMES_FULL: Code = Code::ModuleNamesFull;
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -484,19 +554,122 @@ pub struct JobSpec {
 }
 
 /// What a submission asks of the master beyond running the job: limits
-/// shared by every job with the same key, and uniqueness. None by default.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// shared by every job with the same key, uniqueness, and the module by
+/// its deployment name. None by default.
+///
+/// Its `Deserialize` is written by hand (in `legacy`): bytes of formats
+/// before 5 (events) and of snapshots before version 6 hold the first two
+/// fields only, and decode with `module: None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct JobOptions {
     /// Limits on the jobs that share a key, enforced cluster-wide.
     pub limit: Option<KeyLimit>,
     /// At most one job per key within a window.
     pub unique: Option<Unique>,
+    /// The module named by its deployment name; the master resolves it to
+    /// the current digest, which replaces `spec.module` (see
+    /// [`crate::deployments`]).
+    pub module: Option<String>,
+}
+
+/// The hand-written `Deserialize` of [`JobOptions`]: `limit`, `unique`,
+/// then `module` unless the bytes being decoded are of a format without it
+/// (events of formats before 5, snapshots before version 6), which
+/// [`legacy::options`] says for the decoding it wraps. Postcard lets a
+/// struct's visitor stop before its last field, so the older bytes decode
+/// as they are, with `module: None`.
+pub(crate) mod legacy {
+    use super::{JobOptions, KeyLimit, Unique};
+    use serde::Deserialize;
+    use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Whether the [`JobOptions`] being decoded lack `module`.
+        static TWO_FIELDS: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Runs `decode` with [`JobOptions`] read as two fields (no `module`)
+    /// when `two_fields`, as they were before format 5; puts back what was
+    /// in force after, even if `decode` panics.
+    pub(crate) fn options<T>(two_fields: bool, decode: impl FnOnce() -> T) -> T {
+        struct Restore(bool);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                TWO_FIELDS.with(|cell| cell.set(self.0));
+            }
+        }
+        let _restore = Restore(TWO_FIELDS.with(|cell| cell.replace(two_fields)));
+        decode()
+    }
+
+    const FIELDS: &[&str] = &["limit", "unique", "module"];
+
+    #[derive(Deserialize)]
+    #[serde(field_identifier, rename_all = "lowercase")]
+    enum Field {
+        Limit,
+        Unique,
+        Module,
+        #[serde(other)]
+        Other,
+    }
+
+    struct OptionsVisitor;
+
+    impl<'de> Visitor<'de> for OptionsVisitor {
+        type Value = JobOptions;
+
+        fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+            formatter.write_str("struct JobOptions")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<JobOptions, A::Error> {
+            let limit: Option<KeyLimit> = seq
+                .next_element()?
+                .ok_or_else(|| de::Error::invalid_length(0, &self))?;
+            let unique: Option<Unique> = seq
+                .next_element()?
+                .ok_or_else(|| de::Error::invalid_length(1, &self))?;
+            let module = if TWO_FIELDS.with(Cell::get) {
+                None
+            } else {
+                seq.next_element::<Option<String>>()?.flatten()
+            };
+            Ok(JobOptions {
+                limit,
+                unique,
+                module,
+            })
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<JobOptions, A::Error> {
+            let mut options = JobOptions::default();
+            while let Some(field) = map.next_key()? {
+                match field {
+                    Field::Limit => options.limit = map.next_value()?,
+                    Field::Unique => options.unique = map.next_value()?,
+                    Field::Module => options.module = map.next_value()?,
+                    Field::Other => {
+                        map.next_value::<de::IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(options)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for JobOptions {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_struct("JobOptions", FIELDS, OptionsVisitor)
+        }
+    }
 }
 
 impl JobOptions {
     /// True when the options ask for nothing.
     pub fn is_empty(&self) -> bool {
-        self.limit.is_none() && self.unique.is_none()
+        self.limit.is_none() && self.unique.is_none() && self.module.is_none()
     }
 }
 
@@ -646,6 +819,29 @@ pub enum Command {
     /// Queue a set of jobs with edges between them (and to existing jobs)
     /// as one DAG, all or nothing (see [`crate::dag`]).
     SubmitDag(DagSpec),
+    /// Point deployment `name` at module `digest`: a new version, unless
+    /// `digest` is the current one's (see [`crate::deployments`]).
+    Deploy {
+        /// The deployment's name ([`valid_module_name`](crate::valid_module_name)).
+        name: String,
+        /// The module (stored by the host before).
+        digest: Digest,
+    },
+    /// Return deployment `name` to an earlier version, as a new version
+    /// with that version's digest.
+    Rollback {
+        /// The deployment's name.
+        name: String,
+        /// The version to return to; `None`: the one current before the
+        /// current one.
+        to: Option<u32>,
+    },
+    /// Remove deployment `name` and its history (refused while a schedule
+    /// names it).
+    Undeploy {
+        /// The deployment's name.
+        name: String,
+    },
 }
 
 /// A DAG's id: dense, assigned by the master from 1.
@@ -1081,6 +1277,22 @@ pub enum EventKind {
         /// The DAG's idempotency key.
         idempotency_key: Option<String>,
     },
+    /// Deployment `name` now points at `digest`, as its `version`.
+    Deployed {
+        /// The deployment.
+        name: String,
+        /// Its module.
+        digest: Digest,
+        /// Its new version (from 1, never reused).
+        version: u32,
+        /// The version a rollback returned to.
+        rollback_of: Option<u32>,
+    },
+    /// Deployment `name` was removed with its history.
+    Undeployed {
+        /// The deployment.
+        name: String,
+    },
 }
 
 /// The reply to a command's sender, sent once its events are durable.
@@ -1119,6 +1331,16 @@ pub enum Reply {
         /// Its jobs, in the order submitted.
         jobs: Vec<JobId>,
         /// True if the submission created nothing.
+        existing: bool,
+    },
+    /// A [`Command::Deploy`] or [`Command::Rollback`] was accepted.
+    Deployed {
+        /// The deployment's current version.
+        version: u32,
+        /// Its module.
+        digest: Digest,
+        /// True if the digest was the current one's already (a deploy
+        /// that changed nothing).
         existing: bool,
     },
 }
@@ -1313,6 +1535,39 @@ pub enum Query {
         /// Its id.
         id: DagId,
     },
+    /// Every deployment, by name, without their versions.
+    Deployments,
+    /// One deployment, with the versions it keeps.
+    Deployment {
+        /// Its name.
+        name: String,
+    },
+}
+
+/// A deployment: a module name and the versions it pointed at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeploymentView {
+    /// Its name.
+    pub name: String,
+    /// The current version.
+    pub current: ModuleVersion,
+    /// The versions kept, newest first (empty in [`Answer::Deployments`]).
+    pub versions: Vec<ModuleVersion>,
+    /// Versions ever made under this name (the newest's number).
+    pub versions_total: u32,
+}
+
+/// One version of a deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleVersion {
+    /// Its number (from 1).
+    pub version: u32,
+    /// Its module.
+    pub digest: Digest,
+    /// When it was made.
+    pub at: Millis,
+    /// The version a rollback returned to, if it is one.
+    pub rollback_of: Option<u32>,
 }
 
 /// A DAG as the API shows it.
@@ -1422,6 +1677,10 @@ pub struct JobView {
     pub parents: Vec<JobId>,
     /// Whether it still waits for one of them.
     pub waiting: bool,
+    /// The deployment name its module was named by at submission.
+    pub module_name: Option<String>,
+    /// The deployment's version current at submission.
+    pub module_version: Option<u32>,
 }
 
 /// Short form of a job for listings.
@@ -1512,6 +1771,10 @@ pub enum Answer {
     Schedule(Box<ScheduleView>),
     /// For [`Query::Dag`].
     Dag(Box<DagView>),
+    /// For [`Query::Deployments`].
+    Deployments(Vec<DeploymentView>),
+    /// For [`Query::Deployment`].
+    Deployment(Box<DeploymentView>),
 }
 
 /// Jobs finished lately ([`Query::Recent`]).

@@ -42,6 +42,10 @@ impl Master {
             )),
             Query::Schedule { name } => Ok(Answer::Schedule(Box::new(self.schedule(name)?.view()))),
             Query::Dag { id } => self.dag_view(*id),
+            Query::Deployments => Ok(Answer::Deployments(self.deployments_view())),
+            Query::Deployment { name } => {
+                Ok(Answer::Deployment(Box::new(self.deployment_view(name)?)))
+            }
             Query::Input { id } => Ok(Answer::Input(self.job(*id)?.spec.input.clone())),
             Query::Stats => Ok(Answer::Stats(self.stats())),
             Query::Workers => Ok(Answer::Workers(self.workers_view())),
@@ -211,6 +215,9 @@ impl Master {
     }
 
     fn view(&self, id: JobId, job: &Job) -> JobView {
+        let named = self.deployments.of_job(id);
+        let mut options = self.keyed.options.get(&id).cloned().unwrap_or_default();
+        options.module = named.map(|(name, _)| name.to_owned());
         JobView {
             id,
             module: job.spec.module,
@@ -227,10 +234,12 @@ impl Master {
             result_bytes: job.result.as_ref().map(|r| r.len() as u64),
             input_bytes: job.spec.input.len() as u64,
             has_checkpoint: job.checkpoint.is_some(),
-            options: self.keyed.options.get(&id).cloned().unwrap_or_default(),
+            options,
             dag: (self.dags.nodes.get(&id)).map(|node| (node.dag, node.name.clone())),
             parents: (self.dags.nodes.get(&id)).map_or(Vec::new(), |node| node.parents.clone()),
             waiting: self.dags.waiting.contains_key(&id),
+            module_name: named.map(|(name, _)| name.to_owned()),
+            module_version: named.and_then(|(_, version)| version),
         }
     }
 }

@@ -229,7 +229,8 @@ fn events_of_format_2_replay_without_options() {
         decode::<Event>(&submitted).unwrap_err().code,
         codes::UNKNOWN_VERSION
     );
-    // This format's `Submitted` is format 2's followed by the options.
+    // This format's `Submitted` is format 2's followed by the options
+    // (three absent fields).
     let now = encode(&Event {
         at: 7,
         kind: EventKind::Submitted {
@@ -239,7 +240,7 @@ fn events_of_format_2_replay_without_options() {
             options: JobOptions::default(),
         },
     });
-    assert_eq!(now[1..now.len() - 2], submitted[1..]);
+    assert_eq!(now[1..now.len() - 3], submitted[1..]);
 }
 
 #[test]
@@ -295,8 +296,8 @@ fn events_of_format_3_replay_as_they_are_and_format_4_is_pinned() {
         decode::<Event>(&retried).unwrap_err().code,
         codes::UNKNOWN_VERSION
     );
-    // The new kinds' bytes: a change to them fails here, not in a
-    // journal someone replays.
+    // Format 4's new kinds' bytes, the same in format 5: a change to them
+    // fails here, not in a journal someone replays.
     let fired = Event {
         at: 9,
         kind: EventKind::ScheduleFired {
@@ -306,7 +307,12 @@ fn events_of_format_3_replay_as_they_are_and_format_4_is_pinned() {
             next: Some(10),
         },
     };
-    assert_eq!(encode(&fired), [4, 9, 16, 1, b's', 8, 3, 1, 10]);
+    let fired_4 = [4, 9, 16, 1, b's', 8, 3, 1, 10];
+    assert_eq!(decode_event(&fired_4).as_ref(), Ok(&fired));
+    assert_eq!(
+        encode(&fired)[..],
+        [&[FORMAT_VERSION][..], &fired_4[1..]].concat()
+    );
     let created = Event {
         at: 9,
         kind: EventKind::DagCreated {
@@ -322,9 +328,11 @@ fn events_of_format_3_replay_as_they_are_and_format_4_is_pinned() {
             idempotency_key: None,
         },
     };
+    let created_4 = [4, 9, 23, 1, 1, 1, 3, 1, b'a', 1, 2, 1, 0, 0];
+    assert_eq!(decode_event(&created_4).as_ref(), Ok(&created));
     assert_eq!(
-        encode(&created),
-        [4, 9, 23, 1, 1, 1, 3, 1, b'a', 1, 2, 1, 0, 0]
+        encode(&created)[..],
+        [&[FORMAT_VERSION][..], &created_4[1..]].concat()
     );
     for event in [fired, created] {
         assert_eq!(decode_event(&encode(&event)), Ok(event));
@@ -354,5 +362,5 @@ fn a_version_4_snapshot_restores_without_schedules_or_dags() {
     // And the current version keeps both.
     let now = Master::restore(&master.snapshot()).unwrap();
     assert_eq!(now, master);
-    assert_eq!(master.snapshot()[0], 5);
+    assert_eq!(master.snapshot()[0], SNAPSHOT_VERSION);
 }

@@ -30,7 +30,8 @@ use crate::snapshot::{Head, SNAPSHOT_VERSION, Tail};
 /// ones are packed as they are read, so each is decoded once and a
 /// snapshot is checked whole), the tail, then, by version, the tokens (2),
 /// the request ids (3: their count, then each), the keys (4), the
-/// schedules and DAGs (5).
+/// schedules and DAGs (5), the deployments and the jobs submitted by a
+/// module name (6).
 #[derive(Debug, Default)]
 pub struct Restoring {
     stage: Stage,
@@ -61,6 +62,7 @@ enum Stage {
     Keyed,
     Schedules,
     Dags,
+    Deployments,
     End,
 }
 
@@ -170,8 +172,14 @@ impl Restoring {
     }
 
     /// Decodes the next item from `bytes`: the bytes after it, or `None`
-    /// if they end within it.
+    /// if they end within it. [`JobOptions`] (in the keys and schedules)
+    /// have no `module` before version 6.
     fn step<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<&'a [u8]>, Rejection> {
+        crate::protocol::legacy::options(self.version < 6, || self.read_item(bytes))
+    }
+
+    /// [`step`](Self::step) in the format of the snapshot's version.
+    fn read_item<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<&'a [u8]>, Rejection> {
         let read = match self.stage {
             Stage::Version => self.read_version(bytes),
             Stage::Head => self.read_head(bytes),
@@ -207,6 +215,11 @@ impl Restoring {
             Stage::Dags => {
                 let (dags, rest) = taken!(take(bytes));
                 self.master.dags = dags;
+                Ok(Some((self.after(5, Stage::Deployments), rest)))
+            }
+            Stage::Deployments => {
+                let (deployments, rest) = taken!(take(bytes));
+                self.master.deployments = deployments;
                 Ok(Some((Stage::End, rest)))
             }
             Stage::End => return Ok(None),

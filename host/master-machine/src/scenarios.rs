@@ -53,6 +53,7 @@ pub const SCRIPTS: &[(&str, &str)] = &embed![
     "api-tokens-are-created-refused-when-invalid-or-taken-and-revoked.txt",
     "a-dag-runs-in-order-children-get-their-parents-outputs-a-failure-skips.txt",
     "schedules-fire-once-per-tick-by-cron-in-a-time-zone-and-by-interval.txt",
+    "deployments-name-a-module-roll-back-and-resolve-jobs-dags-and-schedules-by-name.txt",
 ];
 
 /// Every script, read, with its file name.
@@ -124,6 +125,7 @@ pub fn limited(key: &str, running_max: Option<u32>, starts_per_second: Option<u3
             starts_per_second,
         }),
         unique: None,
+        module: None,
     }
 }
 
@@ -135,6 +137,7 @@ pub fn unique(key: &str, window_ms: u64) -> JobOptions {
             key: key.into(),
             window_ms,
         }),
+        module: None,
     }
 }
 

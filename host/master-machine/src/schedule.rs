@@ -297,6 +297,9 @@ impl Master {
         validate_spec(&self.config, &spec.job)?;
         validate_options(&spec.options)?;
         let next = validate(spec, now)?;
+        // A schedule by module name keeps the name (each firing runs the
+        // digest current then) and the digest current now in its template.
+        let job = self.resolved_spec(&spec.job, &spec.options)?;
         if self.schedules.contains_key(&spec.name) {
             return reject(
                 codes::SCHEDULE_EXISTS,
@@ -312,7 +315,10 @@ impl Master {
         decided(
             now,
             vec![EventKind::ScheduleCreated {
-                spec: spec.clone(),
+                spec: ScheduleSpec {
+                    job: job.into_owned(),
+                    ..spec.clone()
+                },
                 next,
             }],
         )
@@ -543,7 +549,11 @@ impl Master {
         if self.holds(id) {
             return;
         }
-        let (spec, options) = (schedule.spec.job.clone(), schedule.spec.options.clone());
+        let (mut spec, options) = (schedule.spec.job.clone(), schedule.spec.options.clone());
+        // By module name: the digest current at the firing.
+        if let Some(digest) = self.deployments.digest(&options) {
+            spec.module = digest;
+        }
         self.add_job(id, spec, &options, at);
         self.index.fired_by.insert(id, name.to_owned());
         let schedule = self.schedules.get_mut(name).expect("present");

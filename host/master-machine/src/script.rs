@@ -49,12 +49,16 @@
 //!   [OPTIONS]` (keys after a `node=` are that job's; its input defaults to
 //!   its name). A `REF` is a job of the DAG by name, or by index (`0`), or
 //!   an existing job (`job:7`).
+//! * `deploy name=NAME module=N` (the digest `[N; 32]`), `rollback
+//!   name=NAME [to=VERSION]`, `undeploy name=NAME`
 //! * `json COMMAND`: any [`Command`] as serde JSON, for the rare ones.
 //!
 //! `JOB` is `[module=1] [input=""] [timeout_ms=1000] [memory_bytes=N]
 //! [max_attempts=3] [priority=0] [idempotency_key=K]` (`module=N` is the
-//! digest `[N; 32]`); `OPTIONS` are `[limit=KEY [running_max=N]
-//! [starts_per_second=N]] [unique=KEY window_ms=N]`.
+//! digest `[N; 32]`; `module=NAME`, not a number, names a deployment:
+//! [`JobOptions::module`], with the digest `[1; 32]` the master replaces);
+//! `OPTIONS` are `[limit=KEY [running_max=N] [starts_per_second=N]]
+//! [unique=KEY window_ms=N]`.
 
 use crate::protocol::*;
 use crate::scenarios::{dag_node, failed, finish, poll, schedule_spec, spec, submit_dag};
@@ -458,6 +462,17 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
         "delete-schedule" => Command::DeleteSchedule {
             name: args.need_text("name")?,
         },
+        "deploy" => Command::Deploy {
+            name: args.need_text("name")?,
+            digest: [args.need_number("module")?; 32],
+        },
+        "rollback" => Command::Rollback {
+            name: args.need_text("name")?,
+            to: args.number("to")?,
+        },
+        "undeploy" => Command::Undeploy {
+            name: args.need_text("name")?,
+        },
         "backfill" => Command::Backfill {
             name: args.need_text("name")?,
             from: args.number("from")?.unwrap_or(0),
@@ -467,7 +482,8 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
             return Err(
                 "unknown command: one of submit, poll, finish, cancel, checkpoint, \
                  worker-gone, tick, configure, create-token, revoke-token, create-schedule, \
-                 pause-schedule, resume-schedule, delete-schedule, backfill, submit-dag, json"
+                 pause-schedule, resume-schedule, delete-schedule, backfill, submit-dag, \
+                 deploy, rollback, undeploy, json"
                     .into(),
             );
         }
@@ -627,9 +643,15 @@ fn dag_ref(text: &str, names: &[String]) -> Result<DagRef, String> {
     }
 }
 
-/// A job's spec from the `JOB` arguments, `input` unless given.
+/// A job's spec from the `JOB` arguments, `input` unless given (a
+/// `module=` that is not a number is a deployment name, which
+/// [`options`] takes; the digest is then `[1; 32]`, which the master
+/// replaces).
 fn job(args: &mut Args, input: &[u8]) -> Result<JobSpec, String> {
-    let module = args.number("module")?.unwrap_or(1);
+    let module = match args.0.iter().find(|(key, _)| key == "module") {
+        Some((_, value)) if !is_number(value) => 1,
+        _ => args.number("module")?.unwrap_or(1),
+    };
     let input = args.bytes("input").unwrap_or_else(|| input.to_vec());
     let mut job = spec(module, &input);
     if let Some(ms) = args.number("timeout_ms")? {
@@ -646,8 +668,16 @@ fn job(args: &mut Args, input: &[u8]) -> Result<JobSpec, String> {
     Ok(job)
 }
 
-/// A job's options from the `OPTIONS` arguments.
+/// Whether `value` is written as a number (digits and `_`).
+fn is_number(value: &[u8]) -> bool {
+    value.first().is_some_and(u8::is_ascii_digit)
+        && value.iter().all(|b| b.is_ascii_digit() || *b == b'_')
+}
+
+/// A job's options from the `OPTIONS` arguments (and the deployment name
+/// a `module=` that is not a number gives).
 fn options(args: &mut Args) -> Result<JobOptions, String> {
+    let module = args.text("module")?;
     let running_max = args.number("running_max")?;
     let starts_per_second = args.number("starts_per_second")?;
     let limit = match args.text("limit")? {
@@ -666,7 +696,11 @@ fn options(args: &mut Args) -> Result<JobOptions, String> {
         (None, None) => None,
         _ => return Err("`unique=KEY` and `window_ms=N` go together".into()),
     };
-    Ok(JobOptions { limit, unique })
+    Ok(JobOptions {
+        limit,
+        unique,
+        module,
+    })
 }
 
 #[cfg(test)]
@@ -839,6 +873,75 @@ mod tests {
             ),
             expected
         );
+    }
+
+    #[test]
+    fn deployments_and_jobs_by_name_read_as_written() {
+        assert_eq!(
+            command("> at 5 deploy name=send-email module=3"),
+            Command::Deploy {
+                name: "send-email".into(),
+                digest: [3; 32]
+            }
+        );
+        assert_eq!(
+            command("> at 5 rollback name=m"),
+            Command::Rollback {
+                name: "m".into(),
+                to: None
+            }
+        );
+        assert_eq!(
+            command("> at 5 rollback name=m to=2"),
+            Command::Rollback {
+                name: "m".into(),
+                to: Some(2)
+            }
+        );
+        assert_eq!(
+            command("> at 5 undeploy name=m"),
+            Command::Undeploy { name: "m".into() }
+        );
+        // `module=` a number is a digest; anything else, a name.
+        let mut expected = submit_with(1, spec(1, b"a"), JobOptions::default());
+        if let Command::Submit {
+            request, options, ..
+        } = &mut expected
+        {
+            request.origin = 9;
+            options.module = Some("m-1".into());
+        }
+        assert_eq!(command("> at 5 submit seq=1 module=m-1 input=a"), expected);
+        let Command::Submit { spec, options, .. } = command("> at 5 submit seq=1 module=1_0")
+        else {
+            panic!("a submission")
+        };
+        assert_eq!((spec.module, options.module), ([10; 32], None));
+        let Command::CreateSchedule(schedule) =
+            command("> at 5 create-schedule name=s every_ms=9 module=m")
+        else {
+            panic!("a schedule")
+        };
+        assert_eq!(schedule.options.module.as_deref(), Some("m"));
+        let Command::SubmitDag(dag) = command("> at 5 submit-dag seq=2 node=a module=m node=b")
+        else {
+            panic!("a DAG")
+        };
+        let names: Vec<_> = dag.nodes.iter().map(|n| n.options.module.clone()).collect();
+        assert_eq!(names, [Some("m".into()), None]);
+        for (line, says) in [
+            ("> at 5 deploy name=m", "`module=` is missing"),
+            ("> at 5 deploy module=1", "`name=` is missing"),
+            ("> at 5 deploy name=m module=x", "`module`"),
+            ("> at 5 rollback name=m to=x", "`to`"),
+            ("> at 5 undeploy", "`name=` is missing"),
+        ] {
+            let error = refused(line);
+            assert!(
+                error.contains(says),
+                "{line}: {error} does not say {says:?}"
+            );
+        }
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! ([`Master::write_part`]); `restore` reads it back. Its first part is
 //! the bytes a derived `Serialize` of the whole state wrote before
 //! finished jobs were packed, so every snapshot version reads the same
-//! way, and later parts (tokens, request ids, keys, schedules, DAGs) were
+//! way, and later parts (tokens, request ids, keys, schedules, DAGs,
+//! deployments) were
 //! appended one version at a time ([`SNAPSHOT_VERSION`]).
 //!
 //! Invariants: the parts of a snapshot written with a [`SnapshotCursor`]
@@ -25,10 +26,13 @@ use crate::scan::Held;
 use crate::workers::Worker;
 
 /// Version byte of snapshots: the state, then API tokens, then request
-/// ids, then what keys hold. Older snapshots are still read: version 3 (no
-/// keys), version 2 (tokens, no request ids) and version 1 (the state
-/// alone, from before tokens existed).
-pub const SNAPSHOT_VERSION: u8 = 5;
+/// ids, then what keys hold, then schedules and DAGs, then deployments
+/// and the jobs submitted by a module name. Older snapshots are still
+/// read: version 5 (no deployments; its [`JobOptions`], in the keys and
+/// the schedules, have no `module`), version 4 (no schedules or DAGs),
+/// version 3 (no keys), version 2 (tokens, no request ids) and version 1
+/// (the state alone, from before tokens existed).
+pub const SNAPSHOT_VERSION: u8 = 6;
 
 /// The fields of [`Master`] before its jobs, as its snapshot holds them.
 #[derive(Serialize)]
@@ -188,7 +192,7 @@ impl Master {
     /// The snapshot's layout is here and only here: the version, the
     /// state's head, its jobs, its tail, the tokens, the request ids
     /// (a map: their count, then each id and request), the keys, the
-    /// schedules and the DAGs.
+    /// schedules, the DAGs and the deployments.
     fn write_part(&self, sink: &mut impl Sink, cursor: &mut SnapshotCursor, bytes_max: usize) {
         let bytes_max = bytes_max.max(1);
         loop {
@@ -222,6 +226,7 @@ impl Master {
                     sink.put(&self.keyed);
                     sink.put(&self.schedules);
                     sink.put(&self.dags);
+                    sink.put(&self.deployments);
                     *cursor = SnapshotCursor::End;
                 }
                 SnapshotCursor::End => return,
@@ -246,7 +251,8 @@ impl Master {
 
     /// The whole state as versioned bytes: `[SNAPSHOT_VERSION] ++
     /// postcard(state) ++ postcard(tokens) ++ postcard(request ids) ++
-    /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs)`.
+    /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs) ++
+    /// postcard(deployments)`.
     ///
     /// Measured first, then written into a buffer of that size: grown by
     /// doubling, the buffer of a snapshot of a million finished jobs took

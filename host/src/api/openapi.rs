@@ -392,6 +392,14 @@ fn operation(handler: Handler) -> Option<Doc> {
             "The schedule's name.",
         )
     };
+    let deployment = |r: Doc| {
+        r.param(
+            "name",
+            Path,
+            text().pattern(Some("^[a-z0-9][a-z0-9._-]{0,62}$")),
+            "The deployment's name.",
+        )
+    };
     let wait_ms = |r: Doc| {
         r.param(
             "wait_ms",
@@ -470,6 +478,25 @@ fn operation(handler: Handler) -> Option<Doc> {
             .param("digest", Path, text(), "The module's sha256 (64 hex digits).")
             .answers_raw(200, "application/wasm", "The component.")
             .errors(&[&[ModuleNotStored]]),
+        H::DeploymentList => doc("deployments", "Every deployment (a name pointing at a module)")
+            .answers::<DeploymentListResponse>(200, "Every name with its current version, by name (versions listed by `GET /v1/deployments/{name}`).")
+            .errors(&[MASTER]),
+        H::DeploymentGet => deployment(doc("deployments", "A deployment with its kept versions"))
+            .answers::<DeploymentResponse>(200, "Its current version and its kept versions, newest first.")
+            .errors(&[MASTER, &[ModuleNameNotFound]]),
+        H::Deploy => deployment(doc("deployments", "Point a name at a stored module"))
+            .describe("A new version of the name, unless it already points at this module (`existing`). Jobs, DAG jobs and schedules that name their module by this name run it from then on; jobs already accepted keep the module they were accepted with.")
+            .body::<DeployRequest>(serde_json::json!({"digest": "ab".repeat(32)}))
+            .answers::<DeployResponse>(200, "The version now current.")
+            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidModuleName, ModuleNotFound, ModuleNamesFull]]),
+        H::DeploymentRollback => deployment(doc("deployments", "Point a name back at an earlier version's module"))
+            .describe("A new version whose module is that of `to` (default: the version current before the current one). Two rollbacks in a row return to where the first started.")
+            .body::<RollbackRequest>(serde_json::json!({"to": 3}))
+            .answers::<DeployResponse>(200, "The version now current.")
+            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidModuleName, ModuleNameNotFound, ModuleVersionNotFound, NothingToRollBack]]),
+        H::Undeploy => deployment(doc("deployments", "Remove a deployment"))
+            .answers::<UndeployResponse>(200, "Removed, with its versions; jobs keep the module they resolved to.")
+            .errors(&[MASTER, &[InvalidModuleName, ModuleNameNotFound, ModuleNameInUse]]),
         H::JobSubmit => doc("jobs", "Submit a job")
             .describe("Answered once the job is durable on a majority of the voters. The same `idempotency_key` gives the same job; so does the same `unique_key` within its window. Jobs sharing a `concurrency_key` run at most `concurrency_limit` at once and start at most `rate_limit` a second.")
             .body::<SubmitRequest>(serde_json::json!({"module": "ab".repeat(32), "input": "a b a", "idempotency_key": "order-17"}))
@@ -480,6 +507,8 @@ fn operation(handler: Handler) -> Option<Doc> {
                 BodyTooLarge,
                 InputTooLarge,
                 ModuleNotFound,
+                InvalidModuleName,
+                ModuleNameNotFound,
                 InvalidJob,
                 IdempotencyConflict,
                 QueueFull,
@@ -533,7 +562,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("All or nothing: every job is checked as a submission, then the graph (names, cycles, parents that exist and have not failed; at most 10,000 jobs, 100 parents each). A job starts once all its parents succeeded and, unless `parent_outputs` is false, gets `{\"input\", \"parents\": [{\"id\", \"name\", \"output\"}]}` as its input. A failure cancels the failed job's descendants (`skip_descendants`) or the whole DAG (`cancel_dag`).")
             .body::<DagRequest>(serde_json::json!({"jobs": [{"name": "fetch", "job": {"module": "ab".repeat(32), "input": "https://example.com"}}, {"name": "count", "job": {"module": "cd".repeat(32)}, "after": ["fetch"]}], "on_failure": "skip_descendants"}))
             .answers::<DagSubmitResponse>(202, "Accepted, durable: the DAG's id and its jobs' ids in order.")
-            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidJob, InvalidDag, QueueFull, OutcomeUnknown]]),
+            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidJob, InvalidDag, QueueFull, OutcomeUnknown]]),
         H::DagGet => doc("dags", "A DAG's status")
             .param("id", Path, integer(0, u64::MAX), "The DAG's id.")
             .answers::<DagResponse>(200, "Its state, counts per state, waiting jobs and every job with its parents.")
@@ -542,7 +571,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("A job fired at every tick of `cron` (read in `timezone`) or of `every_ms`. Each tick fires exactly once across master hand-overs and crashes; ticks missed by more than `catch_up_ms` are recorded for a backfill. The job template is checked as a submission is.")
             .body::<ScheduleRequest>(serde_json::json!({"name": "nightly-report", "cron": "0 30 2 * * *", "timezone": "Europe/Paris", "overlap": "skip", "job": {"module": "ab".repeat(32), "input": "report"}}))
             .answers::<ScheduleResponse>(201, "Created, with its next ticks.")
-            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidJob, InvalidSchedule, ScheduleExists]]),
+            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidJob, InvalidSchedule, ScheduleExists]]),
         H::ScheduleList => doc("schedules", "Every schedule")
             .answers::<ScheduleListResponse>(200, "By name.")
             .errors(&[MASTER]),

@@ -147,7 +147,9 @@ fn response(view: ScheduleView) -> ScheduleResponse {
         every_ms,
         overlap: spec.overlap.name().into(),
         catch_up_ms: spec.catch_up_ms,
-        module: Digest::from(spec.job.module).to_string(),
+        // A schedule naming a deployment resolves it at each firing.
+        module: (spec.options.module.clone())
+            .unwrap_or_else(|| Digest::from(spec.job.module).to_string()),
         input_bytes: spec.job.input.len() as u64,
         priority: spec.job.priority,
         max_attempts: spec.job.max_attempts,

@@ -10,8 +10,8 @@
 use super::link::MasterLink;
 use crate::contract::MasterError;
 use cohort_master::{
-    Answer, BulkAction, DagId, DagView, Digest, Finished, JobFilter, JobId, JobSummary, JobView,
-    Query, Recent, ScheduleView, Stats, TokenRecord, WorkerView,
+    Answer, BulkAction, DagId, DagView, DeploymentView, Digest, Finished, JobFilter, JobId,
+    JobSummary, JobView, Query, Recent, ScheduleView, Stats, TokenRecord, WorkerView,
 };
 use std::time::Duration;
 
@@ -53,6 +53,11 @@ macro_rules! queries {
 }
 
 queries! {
+    /// Every deployment (without their versions).
+    deployments() -> Vec<DeploymentView> = Query::Deployments => Answer::Deployments(views) => views;
+    /// One deployment with its kept versions.
+    deployment(name: String) -> DeploymentView =
+        Query::Deployment { name } => Answer::Deployment(view) => *view;
     /// One job's record.
     job(id: JobId) -> JobView = Query::Job { id } => Answer::Job(view) => *view;
     /// One job's result bytes.

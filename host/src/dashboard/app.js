@@ -644,6 +644,9 @@ async function drawJob(body, job, still, previews) {
   const facts = el('dl', { class: 'facts' },
     [['state', el('span', { 'data-testid': 'job-state' }, badge(job.state))],
       ['module', el('a', { class: 'mono', href: `#/jobs?module=${job.module}` }, job.module)],
+      ['deployment', job.module_name
+        ? el('span', { 'data-testid': 'job-deployment' }, `${job.module_name} (version ${job.module_version})`)
+        : '—'],
       ['priority', job.priority], ['attempts', `${job.attempts.length} of at most ${job.max_attempts}`],
       ['timeout', duration(job.timeout_ms)], ['submitted', time(job.submitted_at)],
       ['finished', time(job.finished_at) || '—'],
@@ -752,8 +755,11 @@ function previewText(data) {
 // ---------------------------------------------------------------- modules
 
 async function modulesView(root, _params, still) {
-  const { modules } = await getJson('/v1/modules');
+  const [{ modules }, { deployments }] = await Promise.all([getJson('/v1/modules'), getJson('/v1/deployments')]);
   if (!still()) return;
+  // The names whose current version runs each module.
+  const names = {};
+  for (const d of deployments) (names[d.current.digest] ||= []).push(`${d.name} v${d.current.version}`);
   const download = async (digest) => {
     try {
       const data = await (await api(`/v1/modules/${digest}`)).blob();
@@ -764,13 +770,14 @@ async function modulesView(root, _params, still) {
     }
   };
   root.append(el('h1', {}, 'Modules'), el('table', { 'data-testid': 'modules-table' },
-    el('tr', {}, ['digest', 'language', 'world', 'size', 'stored here', 'jobs', ''].map((h) => el('th', {}, h))),
+    el('tr', {}, ['digest', 'deployed as', 'language', 'world', 'size', 'stored here', 'jobs', ''].map((h) => el('th', {}, h))),
     modules.length ? modules.map((m) => el('tr', { 'data-module': m.digest },
       el('td', { class: 'mono' }, el('a', { href: `#/jobs?module=${m.digest}`, title: 'its jobs' }, m.digest)),
+      el('td', { 'data-testid': 'module-names' }, (names[m.digest] || []).join(', ')),
       el('td', {}, m.language || ''), el('td', { class: 'mono' }, m.world || ''),
       el('td', {}, bytes(m.bytes)), el('td', {}, time(m.first_seen)), el('td', {}, m.jobs ?? ''),
       el('td', {}, el('button', { onclick: () => download(m.digest) }, 'Download'))))
-      : el('tr', {}, el('td', { colspan: 7, class: 'muted' }, 'No module uploaded yet.'))));
+      : el('tr', {}, el('td', { colspan: 8, class: 'muted' }, 'No module uploaded yet.'))));
 }
 
 start();

@@ -1,0 +1,143 @@
+//! `/v1/deployments`: names that point at modules.
+//!
+//! A deployment is a name (`send-email`) pointing at a stored module's
+//! digest, with its versions kept: deploying another module makes a new
+//! version, a rollback makes a new version pointing at an earlier one's
+//! module. Jobs, DAG jobs and schedules may name their module by a
+//! deployment's name; the master resolves it to the name's current module
+//! when it accepts the job (at each firing, for a schedule) and records
+//! name and version on the job. The node checks what only it can (the
+//! module is stored in the cluster); the master keeps the names, decides
+//! versions and validates names (`cohort_master::deployments`).
+
+use super::types::{
+    DeployRequest, DeployResponse, DeploymentListResponse, DeploymentResponse, DeploymentVersion,
+    RollbackRequest, UndeployResponse,
+};
+use super::{Api, ApiError, ErrorCode, Reply200, json};
+use crate::api::http::{not_stored, parse_digest};
+use crate::runtime::Digest;
+use cohort_master::{Command, DeploymentView, ModuleVersion, Reply};
+use hyper::StatusCode;
+
+impl Api {
+    /// `GET /v1/deployments`.
+    pub(super) async fn deployment_list(&self) -> Result<Reply200, ApiError> {
+        let views = self.master.deployments().await?;
+        let deployments = views.into_iter().map(response).collect();
+        Ok(json(
+            StatusCode::OK,
+            &DeploymentListResponse { deployments },
+        ))
+    }
+
+    /// `GET /v1/deployments/{name}`.
+    pub(super) async fn deployment_get(&self, name: &str) -> Result<Reply200, ApiError> {
+        let view = self.master.deployment(name.to_owned()).await?;
+        Ok(json(StatusCode::OK, &response(view)))
+    }
+
+    /// `POST /v1/deployments/{name}`: the module must be stored in the
+    /// cluster (uploaded with `POST /v1/modules`), so a name always points
+    /// at a module workers can fetch.
+    pub(super) async fn deploy(
+        &self,
+        name: &str,
+        request: DeployRequest,
+    ) -> Result<Reply200, ApiError> {
+        check_name(name)?;
+        let digest = parse_digest(&request.digest, ErrorCode::ModuleNotFound)?;
+        if !self.fetcher.ensure(&self.modules, &digest).await? {
+            return Err(not_stored(ErrorCode::ModuleNotFound, &digest));
+        }
+        let command = Command::Deploy {
+            name: name.to_owned(),
+            digest: digest.to_bytes(),
+        };
+        self.deployed(name, command).await
+    }
+
+    /// `POST /v1/deployments/{name}/rollback`.
+    pub(super) async fn deployment_rollback(
+        &self,
+        name: &str,
+        request: RollbackRequest,
+    ) -> Result<Reply200, ApiError> {
+        check_name(name)?;
+        let command = Command::Rollback {
+            name: name.to_owned(),
+            to: request.to,
+        };
+        self.deployed(name, command).await
+    }
+
+    /// `DELETE /v1/deployments/{name}`.
+    pub(super) async fn undeploy(&self, name: &str) -> Result<Reply200, ApiError> {
+        check_name(name)?;
+        let name = name.to_owned();
+        (self.master)
+            .command(Command::Undeploy { name: name.clone() })
+            .await?;
+        Ok(json(
+            StatusCode::OK,
+            &UndeployResponse {
+                name,
+                deleted: true,
+            },
+        ))
+    }
+
+    async fn deployed(&self, name: &str, command: Command) -> Result<Reply200, ApiError> {
+        let Reply::Deployed {
+            version,
+            digest,
+            existing,
+        } = self.master.command(command).await?
+        else {
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
+        };
+        Ok(json(
+            StatusCode::OK,
+            &DeployResponse {
+                name: name.to_owned(),
+                version,
+                digest: Digest::from(digest).to_string(),
+                existing,
+            },
+        ))
+    }
+}
+
+/// A name the master would refuse, refused before anything else is
+/// checked (the master's rule, so the two never disagree).
+fn check_name(name: &str) -> Result<(), ApiError> {
+    if cohort_master::valid_module_name(name) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        ErrorCode::InvalidModuleName,
+        format!(
+            "{name:?}: a deployment name is 1 to {} characters of a-z 0-9 . _ - starting with a \
+             letter or digit",
+            cohort_master::limits::MODULE_NAME_BYTES_MAX
+        ),
+    ))
+}
+
+fn version(version: ModuleVersion) -> DeploymentVersion {
+    DeploymentVersion {
+        version: version.version,
+        digest: Digest::from(version.digest).to_string(),
+        deployed_at: version.at,
+        rollback_of: version.rollback_of,
+    }
+}
+
+fn response(view: DeploymentView) -> DeploymentResponse {
+    DeploymentResponse {
+        name: view.name,
+        current: version(view.current),
+        versions_total: view.versions_total,
+        versions: view.versions.into_iter().map(version).collect(),
+    }
+}

@@ -1,0 +1,192 @@
+//! `cohort deploy`, `rollback`, `deployments` and `undeploy`: names that
+//! point at modules, so jobs and schedules name what they run
+//! (`cohort submit send-email`) and survive a rebuild.
+
+use super::{ServerArg, fail, print_json};
+use crate::api::types::{DeployResponse, DeploymentResponse, DeploymentVersion};
+use std::process::ExitCode;
+
+/// `cohort deploy NAME MODULE`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DeployArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    /// The name (1 to 63 characters of `a-z 0-9 . _ -`, starting with a
+    /// letter or digit).
+    pub name: String,
+    /// A job module file (`.wasm`, uploaded first) or the sha256 of a
+    /// module already uploaded.
+    pub module: String,
+}
+
+/// `cohort rollback NAME`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RollbackArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    /// The deployment's name.
+    pub name: String,
+    /// The version to return to [default: the one before the current one].
+    #[arg(long)]
+    pub to: Option<u32>,
+}
+
+/// `cohort deployments [NAME]` and `cohort undeploy NAME`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DeploymentArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    /// One deployment's name (with its versions) [default: every name].
+    pub name: Option<String>,
+}
+
+/// `cohort undeploy NAME`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct UndeployArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    /// The deployment's name.
+    pub name: String,
+}
+
+/// `cohort deploy`: uploads the module if it is a file, then points the
+/// name at it. Safe to repeat: the same module again makes no version.
+pub async fn deploy(args: DeployArgs) -> ExitCode {
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(error),
+    };
+    let path = std::path::Path::new(&args.module);
+    let deployed = if path.is_file() {
+        client.deploy_file(&args.name, path).await
+    } else {
+        let (name, digest) = (&args.name, &args.module);
+        client
+            .call(|node| async move { node.deploy(name, digest).await })
+            .await
+    };
+    match deployed {
+        Ok(deployed) => print_deployed(&deployed, args.server.json, "deployed"),
+        Err(error) => fail(error),
+    }
+}
+
+/// `cohort rollback`: sent to one node only, since a rollback repeated
+/// after a lost answer would roll back again.
+pub async fn rollback(args: RollbackArgs) -> ExitCode {
+    let node = match args.server.node() {
+        Ok(node) => node,
+        Err(error) => return fail(error),
+    };
+    match node.rollback(&args.name, args.to).await {
+        Ok(deployed) => print_deployed(&deployed, args.server.json, "rolled back"),
+        Err(error) => fail(error),
+    }
+}
+
+/// `cohort deployments`.
+pub async fn deployments(args: DeploymentArgs) -> ExitCode {
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(error),
+    };
+    let json = args.server.json;
+    if let Some(name) = &args.name {
+        return match client
+            .call(|node| async move { node.deployment(name).await })
+            .await
+        {
+            Ok(deployment) if json => {
+                print_json(&deployment);
+                ExitCode::SUCCESS
+            }
+            Ok(deployment) => {
+                print_deployment(&deployment);
+                ExitCode::SUCCESS
+            }
+            Err(error) => fail(error),
+        };
+    }
+    match client
+        .call(|node| async move { node.deployments().await })
+        .await
+    {
+        Ok(list) if json => print_json(&list),
+        Ok(list) if list.deployments.is_empty() => println!("no deployments"),
+        Ok(list) => {
+            println!(
+                "{:<24} {:>7}  {:<64}  DEPLOYED (ms)",
+                "NAME", "VERSION", "MODULE"
+            );
+            for deployment in &list.deployments {
+                let current = &deployment.current;
+                println!(
+                    "{:<24} {:>7}  {:<64}  {}",
+                    deployment.name, current.version, current.digest, current.deployed_at
+                );
+            }
+        }
+        Err(error) => return fail(error),
+    }
+    ExitCode::SUCCESS
+}
+
+/// `cohort undeploy`.
+pub async fn undeploy(args: UndeployArgs) -> ExitCode {
+    let node = match args.server.node() {
+        Ok(node) => node,
+        Err(error) => return fail(error),
+    };
+    match node.undeploy(&args.name).await {
+        Ok(removed) if args.server.json => print_json(&removed),
+        Ok(removed) => println!("undeployed {}", removed.name),
+        Err(error) => return fail(error),
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_deployed(deployed: &DeployResponse, json: bool, what: &str) -> ExitCode {
+    if json {
+        print_json(deployed);
+    } else if deployed.existing {
+        println!(
+            "{} already runs {} (version {}); nothing changed",
+            deployed.name, deployed.digest, deployed.version
+        );
+    } else {
+        println!(
+            "{what} {}: version {} runs {}",
+            deployed.name, deployed.version, deployed.digest
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_deployment(deployment: &DeploymentResponse) {
+    println!(
+        "{}: version {} of {}",
+        deployment.name, deployment.current.version, deployment.versions_total
+    );
+    println!(
+        "{:>7}  {:<64}  {:<24}  NOTE",
+        "VERSION", "MODULE", "DEPLOYED"
+    );
+    for version in &deployment.versions {
+        println!("{}", version_line(version));
+    }
+}
+
+fn version_line(version: &DeploymentVersion) -> String {
+    let note = version
+        .rollback_of
+        .map(|of| format!("rollback to {of}"))
+        .unwrap_or_default();
+    format!(
+        "{:>7}  {:<64}  {:<24}  {note}",
+        version.version, version.digest, version.deployed_at
+    )
+}
