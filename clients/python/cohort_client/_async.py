@@ -198,10 +198,10 @@ class AsyncClient:
         priority: Optional[int] = None,
     ) -> List[bytes]:
         """Run ``module`` on every input; the outputs, in order; as `Client.map`."""
-        digest = await self._run(self._plans.digest(module))
+        named = await self._run(self._plans.named(module))
         jobs = [
             await self.submit(
-                digest,
+                named,
                 item,
                 timeout_ms=timeout_ms,
                 memory_bytes=memory_bytes,
@@ -223,6 +223,11 @@ class AsyncClient:
     backfill = awaiting(Plans.backfill)
     submit_dag = awaiting(Plans.submit_dag)
     dag = awaiting(Plans.dag)
+    deploy = awaiting(Plans.deploy)
+    rollback = awaiting(Plans.rollback)
+    deployments = awaiting(Plans.deployments)
+    deployment = awaiting(Plans.deployment)
+    undeploy = awaiting(Plans.undeploy)
 
     async def get(self, job_id: int) -> AsyncJob:
         """A handle for a job submitted elsewhere."""

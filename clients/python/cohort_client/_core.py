@@ -31,7 +31,8 @@ from .errors import CohortError, JobFailed
 
 __version__ = "0.1.0"
 
-#: A module: its digest (64 hex digits), a path to a ``.wasm`` file, or its bytes.
+#: A module: its digest (64 hex digits), a deployment's name, a path to a
+#: ``.wasm`` file, or its bytes.
 Module = Union[str, "os.PathLike[str]", bytes]
 
 # The protocol's numbers (clients/PROTOCOL.md).
@@ -53,6 +54,9 @@ SERVER_BATCH_JOBS_MAX = 10_000
 CONNECT_TIMEOUT_S = 5.0
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+# A deployment's name: 1 to 63 of a-z 0-9 . _ -, starting with a letter or
+# digit (never a digest: a digest has 64).
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 _ID_SEGMENT = re.compile(r"/\d+(?=/|$)")
 
 
@@ -386,6 +390,19 @@ class ModuleCache:
             return module
         return None
 
+    @staticmethod
+    def named(module: Module) -> Optional[str]:
+        """What a job names ``module`` by as it is given, if it is a digest or
+        a deployment's name; ``None`` for a module to upload first. A string
+        in a name's shape (``send-email``, ``job.wasm``) is a path if a file
+        has it, and a name otherwise, as ``cohort submit`` decides."""
+        digest = ModuleCache.digest_named(module)
+        if digest is not None:
+            return digest
+        if isinstance(module, str) and _NAME.fullmatch(module) and not os.path.isfile(module):
+            return module
+        return None
+
     def cached(self, module: Module) -> Optional[str]:
         """The digest of a module already uploaded from this path."""
         if isinstance(module, (bytes, bytearray, memoryview)):
@@ -553,9 +570,9 @@ class JobCore:
 # Submissions and batches
 
 
-def encode_submission(digest: str, input: Any, *, idempotency_key: str, **options: Any) -> bytes:
+def encode_submission(module: str, input: Any, *, idempotency_key: str, **options: Any) -> bytes:
     """One job of ``POST /v1/jobs/batch``, as JSON (see `job_body`)."""
-    body = job_body(digest, input, **options)
+    body = job_body(module, input, **options)
     body["idempotency_key"] = idempotency_key
     return dump_json(body)
 
@@ -568,13 +585,21 @@ def schedule_path(name: str, action: Optional[str] = None) -> str:
     return path if action is None else f"{path}/{action}"
 
 
+def deployment_path(name: str, action: Optional[str] = None) -> str:
+    """The route of deployment ``name`` (and of an action on it)."""
+    from urllib.parse import quote
+
+    path = "/v1/deployments/" + quote(name, safe="")
+    return path if action is None else f"{path}/{action}"
+
+
 def dump_json(value: Any) -> bytes:
     """A request body."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
 def job_body(
-    digest: str,
+    module: str,
     input: Any,
     *,
     timeout_ms: Optional[int] = None,
@@ -588,9 +613,10 @@ def job_body(
     unique_window_ms: Optional[int] = None,
     after: Optional[Sequence[int]] = None,
 ) -> Dict[str, Any]:
-    """A job as ``POST /v1/jobs`` takes it: bytes go as ``input_base64``,
-    text as ``input``, any other value as ``input_json``."""
-    body: Dict[str, Any] = {"module": digest}
+    """A job as ``POST /v1/jobs`` takes it (``module``: a digest or a
+    deployment's name): bytes go as ``input_base64``, text as ``input``, any
+    other value as ``input_json``."""
+    body: Dict[str, Any] = {"module": module}
     if isinstance(input, (bytes, bytearray, memoryview)):
         body["input_base64"] = base64.b64encode(input).decode("ascii")
     elif isinstance(input, str):

@@ -9,8 +9,8 @@ with ``httpx.AsyncClient`` and ``asyncio.sleep``: retries, failover, the
 batch's resending and the fallbacks below exist only here.
 
 A client method that is one request flow and nothing else (uploads,
-schedules, DAGs) is written here once, as a plan with the method's
-signature and documentation, and made a method of each client by
+deployments, schedules, DAGs) is written here once, as a plan with the
+method's signature and documentation, and made a method of each client by
 `blocking` or `awaiting`; so the two clients cannot drift apart on it.
 """
 
@@ -127,9 +127,11 @@ class Plans:
                 raise attempts.last_error
             yield Sleep(pause)
 
-    def digest(self, module: Module) -> Plan[str]:
-        """The digest ``module`` names, uploading it if it is a path or bytes."""
-        named = ModuleCache.digest_named(module)
+    def named(self, module: Module) -> Plan[str]:
+        """What a job names ``module`` by: its digest or a deployment's name
+        as given (see `ModuleCache.named`), or the digest of a path or bytes,
+        uploaded first."""
+        named = ModuleCache.named(module)
         if named is not None:
             return named
         return (yield from self.upload(module))
@@ -140,9 +142,9 @@ class Plans:
         """A job's idempotency key (the caller's, or one the client makes, so
         that retries never make a second job) and its item of a batch; the
         module is uploaded first if it is a path or bytes."""
-        digest = yield from self.digest(module)
+        named = yield from self.named(module)
         key = idempotency_key if idempotency_key is not None else _core.new_idempotency_key()
-        return key, _core.encode_submission(digest, input, idempotency_key=key, **options)
+        return key, _core.encode_submission(named, input, idempotency_key=key, **options)
 
     def send_batch(self, batch: List[Pending], accepted: Callable[[List[JobCore]], None]) -> Plan[None]:
         """Send a batch; hand its accepted jobs to ``accepted``; send its
@@ -164,10 +166,12 @@ class Plans:
             if batch:
                 yield Sleep(min(backoff.pause(), max(0.0, deadline - time.monotonic())))
 
-    def json(self, method: str, path: str, body: Any = None) -> Plan[Any]:
-        """One request with a JSON body (or none); its JSON answer."""
+    def json(self, method: str, path: str, body: Any = None, *, deadline: Optional[float] = None) -> Plan[Any]:
+        """One request with a JSON body (or none); its JSON answer. Retried
+        until ``deadline`` as `call` does (a deadline already past: sent
+        once, never retried)."""
         content = None if body is None else _core.dump_json(body)
-        response = yield from self.call(method, path, content=content)
+        response = yield from self.call(method, path, content=content, deadline=deadline)
         return _core.load_json(response.content)
 
     # The clients' methods that are one request flow each (see `blocking`):
@@ -216,10 +220,11 @@ class Plans:
         tick of ``cron`` (read in ``timezone``, default UTC) or every
         ``every_ms``; ``overlap`` is ``skip`` (default), ``buffer_one``,
         ``allow_all`` or ``cancel_running``. Returns the schedule, with its
-        next ticks (``upcoming``). Each tick fires exactly once."""
-        digest = yield from self.digest(module)
+        next ticks (``upcoming``). Each tick fires exactly once. ``module``
+        is as `submit`'s: a deployment's name is resolved at each tick."""
+        named = yield from self.named(module)
         job = _core.job_body(
-            digest,
+            named,
             input,
             timeout_ms=timeout_ms,
             max_attempts=max_attempts,
@@ -275,11 +280,11 @@ class Plans:
         idempotency_key: Optional[str] = None,
     ) -> Plan[Dict[str, Any]]:
         """Submit jobs with edges as one DAG, all or nothing. Each job is a
-        dict: ``name``, ``module`` (a digest or a path), ``input``, ``after``
-        (names of the DAG's jobs it waits for), ``after_jobs`` (ids of
-        existing jobs), ``parent_outputs`` (default true: the input becomes
-        ``{"input", "parents": [{"id", "name", "output"}]}``) and any option
-        of `submit`. Returns ``{"id", "jobs": [ids in order], "existing"}``;
+        dict: ``name``, ``module`` (a digest, a deployment's name or a
+        path), ``input``, ``after`` (names of the DAG's jobs it waits for),
+        ``after_jobs`` (ids of existing jobs), ``parent_outputs`` (default
+        true: the input becomes ``{"input", "parents": [{"id", "name",
+        "output"}]}``) and any option of `submit`. Returns ``{"id", "jobs": [ids in order], "existing"}``;
         the client makes an idempotency key when none is given, so that a
         retry never makes a second DAG."""
         body_jobs: List[Dict[str, Any]] = []
@@ -292,8 +297,8 @@ class Plans:
                 if options.get(edge) is not None:
                     entry[edge] = options.pop(edge)
                 options.pop(edge, None)
-            digest = yield from self.digest(module)
-            entry["job"] = _core.job_body(digest, input, **options)
+            named = yield from self.named(module)
+            entry["job"] = _core.job_body(named, input, **options)
             body_jobs.append(entry)
         body: Dict[str, Any] = {
             "jobs": body_jobs,
@@ -307,6 +312,47 @@ class Plans:
         """A DAG's status: ``state`` (``running``, ``succeeded``, ``failed``,
         ``cancelled``), ``counts``, ``waiting`` and every job."""
         return (yield from self.json("GET", f"/v1/dags/{int(dag_id)}"))
+
+    def deploy(self, name: str, module: Module) -> Plan[Dict[str, Any]]:
+        """Point deployment ``name`` at ``module`` (a digest, or a path to a
+        ``.wasm`` file or its bytes, uploaded first as `upload` does): jobs,
+        DAG jobs and schedules may then give ``name`` as their module.
+        Returns ``{"name", "version", "digest", "existing"}``: a new version,
+        unless the name already pointed at this module (``existing``), so
+        it is safe to repeat."""
+        digest = ModuleCache.digest_named(module)
+        if digest is None:
+            digest = yield from self.upload(module)
+        return (yield from self.json("POST", _core.deployment_path(name), {"digest": digest}))
+
+    def rollback(self, name: str, to: Optional[int] = None) -> Plan[Dict[str, Any]]:
+        """Point deployment ``name`` back at the module of version ``to``
+        (default: the version current before the current one) as a new
+        version; returns it as `deploy` does. Sent once, to one node, and
+        never retried: a rollback repeated after a lost answer would roll
+        back again (so after an ``unreachable`` or any retryable error, look
+        at `deployment` before trying again). ``nothing_to_roll_back`` if
+        there is no earlier version, ``module_version_not_found`` if ``to``
+        is not kept."""
+        body = {} if to is None else {"to": to}
+        path = _core.deployment_path(name, "rollback")
+        return (yield from self.json("POST", path, body, deadline=time.monotonic()))
+
+    def deployments(self) -> Plan[List[Dict[str, Any]]]:
+        """Every deployment, by name: ``name``, ``current`` (``version``,
+        ``digest``, ``deployed_at``, ``rollback_of``) and ``versions_total``."""
+        answer = yield from self.json("GET", "/v1/deployments")
+        return list(answer["deployments"])
+
+    def deployment(self, name: str) -> Plan[Dict[str, Any]]:
+        """One deployment, as `deployments` lists it, with its ``versions``
+        kept (the newest 50), newest first."""
+        return (yield from self.json("GET", _core.deployment_path(name)))
+
+    def undeploy(self, name: str) -> Plan[None]:
+        """Remove deployment ``name`` and its versions; jobs keep the module
+        they resolved to. ``module_name_in_use`` while a schedule names it."""
+        yield from self.json("DELETE", _core.deployment_path(name))
 
     def wait(self, ids: Sequence[int], wait_ms: int) -> Plan[Dict[int, Finished]]:
         """One ``POST /v1/jobs/wait``: the jobs among ``ids`` that finished."""

@@ -65,7 +65,9 @@ class Job(JobCore):
         return self.result(timeout).decode("utf-8")
 
     def status(self) -> Dict[str, Any]:
-        """The job as ``GET /v1/jobs/{id}`` shows it: state, attempts, progress..."""
+        """The job as ``GET /v1/jobs/{id}`` shows it: state, attempts,
+        progress, ``module`` (the digest it runs) and, for a job submitted by
+        a deployment's name, ``module_name`` and ``module_version``..."""
         return self._client._run(self._client._plans.job_view("GET", self.id))
 
     def cancel(self) -> Dict[str, Any]:
@@ -182,7 +184,10 @@ class Client:
     ) -> Job:
         """Submit a job and return its handle at once.
 
-        ``module`` is a digest or a path (uploaded first, once). ``input``:
+        ``module`` is a digest, a deployment's name (resolved by the master
+        to the name's current module when it accepts the job; the job's
+        `status` then shows ``module_name`` and ``module_version``) or a path
+        (uploaded first, once). ``input``:
         bytes are sent as they are, a str as text, anything else as JSON,
         ``None`` as an empty input. The job goes out with the other
         submissions of its linger window; without an ``idempotency_key`` the
@@ -235,10 +240,10 @@ class Client:
     ) -> List[bytes]:
         """Run ``module`` on every input; the outputs, in order. Raises the
         first failure met. ``timeout`` (seconds) bounds the whole wait."""
-        digest = self._run(self._plans.digest(module))
+        named = self._run(self._plans.named(module))
         jobs = [
             self.submit(
-                digest,
+                named,
                 item,
                 timeout_ms=timeout_ms,
                 memory_bytes=memory_bytes,
@@ -260,6 +265,11 @@ class Client:
     backfill = blocking(Plans.backfill)
     submit_dag = blocking(Plans.submit_dag)
     dag = blocking(Plans.dag)
+    deploy = blocking(Plans.deploy)
+    rollback = blocking(Plans.rollback)
+    deployments = blocking(Plans.deployments)
+    deployment = blocking(Plans.deployment)
+    undeploy = blocking(Plans.undeploy)
 
     def get(self, job_id: int) -> Job:
         """A handle for a job submitted elsewhere."""

@@ -88,3 +88,33 @@ def test_async_client_does_the_same(
 
     asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT_S))
     assert len(all_job_ids(node.url)) == jobs_count + 200 + 2 + 1 + 1 + 1
+
+
+def test_async_deployments(start_node: StartNode, dead_url: str, echo_wasm: str, trap_wasm: str) -> None:
+    node = start_node("p1")
+
+    async def main() -> None:
+        async with AsyncClient(node.url) as client:
+            made = await client.deploy("async-echo", echo_wasm)
+            assert (made["version"], made["existing"]) == (1, False)
+            assert (await client.deploy("async-echo", made["digest"]))["existing"]
+            job = await client.submit("async-echo", "by name")
+            assert await job.text(timeout=RESULT_TIMEOUT_S) == "by name"
+            status = await job.status()
+            assert (status["module_name"], status["module_version"]) == ("async-echo", 1)
+            assert (await client.deploy("async-echo", trap_wasm))["version"] == 2
+            back = await client.rollback("async-echo")
+            assert (back["version"], back["digest"]) == (3, made["digest"])
+            assert (await client.deployment("async-echo"))["current"]["rollback_of"] == 1
+            assert [d["name"] for d in await client.deployments()] == ["async-echo"]
+            await client.undeploy("async-echo")
+            assert await client.deployments() == []
+
+        async with AsyncClient([dead_url, node.url]) as client:
+            await client.deploy("async-twice", made["digest"])  # the dead node is skipped now
+            with pytest.raises(CohortError) as nothing:
+                await client.rollback("async-twice")
+            assert nothing.value.code == "nothing_to_roll_back"
+            assert client.request_counts()["POST /v1/deployments/async-twice/rollback"] == 1
+
+    asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT_S))

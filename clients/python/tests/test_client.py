@@ -89,6 +89,80 @@ def test_schedules_and_dags(node: Node, echo_wasm: str) -> None:
         assert refused.value.code == "invalid_dag"
 
 
+def test_deployments_name_modules_and_roll_back(node: Node, dead_url: str, echo_wasm: str, trap_wasm: str) -> None:
+    with Client(node.url) as client:
+        echo = client.upload(echo_wasm)
+        first = client.deploy("py-echo", echo_wasm)
+        assert first == {"name": "py-echo", "version": 1, "digest": echo, "existing": False}
+        # Safe to repeat: the same module again makes no version (by digest too).
+        assert client.deploy("py-echo", echo_wasm)["existing"]
+        assert client.deploy("py-echo", echo) == {**first, "existing": True}
+
+        # Jobs, schedules and DAG jobs name their module by the name.
+        job = client.submit("py-echo", "by name")
+        assert job.text(timeout=RESULT_TIMEOUT_S) == "by name"
+        status = job.status()
+        assert (status["module"], status["module_name"], status["module_version"]) == (echo, "py-echo", 1)
+        assert client.map("py-echo", ["a", "b"], timeout=RESULT_TIMEOUT_S) == [b"a", b"b"]
+        dag = client.submit_dag([{"name": "a", "module": "py-echo", "input": "in a DAG"}])
+        assert client.get(dag["jobs"][0]).text(timeout=RESULT_TIMEOUT_S) == "in a DAG"
+        client.create_schedule("py-named", "py-echo", cron="0 0 * * *")
+        with pytest.raises(CohortError) as in_use:
+            client.undeploy("py-echo")
+        assert (in_use.value.code, in_use.value.status) == ("module_name_in_use", 409)
+        client.delete_schedule("py-named")
+
+        # A deploy changes what later jobs run, never what an accepted one runs.
+        trap = client.deploy("py-echo", trap_wasm)
+        assert (trap["version"], trap["existing"]) == (2, False) and trap["digest"] != echo
+        with pytest.raises(JobFailed):
+            client.submit("py-echo", "x", max_attempts=1).result(timeout=RESULT_TIMEOUT_S)
+        assert job.status()["module"] == echo
+
+        back = client.rollback("py-echo")
+        assert (back["version"], back["digest"], back["existing"]) == (3, echo, False)
+        assert client.submit("py-echo", "rolled back").text(timeout=RESULT_TIMEOUT_S) == "rolled back"
+        assert client.rollback("py-echo", to=2)["digest"] == trap["digest"]
+        shown = client.deployment("py-echo")
+        assert shown["current"]["version"] == 4 and shown["current"]["rollback_of"] == 2
+        assert shown["versions_total"] == 4
+        assert [v["version"] for v in shown["versions"]] == [4, 3, 2, 1]
+        listed = client.deployments()
+        assert [(d["name"], d["current"]["version"]) for d in listed] == [("py-echo", 4)]
+        with pytest.raises(CohortError) as not_kept:
+            client.rollback("py-echo", to=99)
+        assert not_kept.value.code == "module_version_not_found"
+
+        client.deploy("py-once", echo)
+        with pytest.raises(CohortError) as nothing:
+            client.rollback("py-once")
+        assert (nothing.value.code, nothing.value.status) == ("nothing_to_roll_back", 409)
+        client.undeploy("py-echo")
+        with pytest.raises(CohortError) as gone:
+            client.deployment("py-echo")
+        assert gone.value.code == "module_name_not_found"
+        assert [d["name"] for d in client.deployments()] == ["py-once"]
+        # A string in a name's shape that no file has is a name, not a path.
+        with pytest.raises(CohortError) as unknown:
+            client.submit("py-echo", "x").id
+        assert unknown.value.code == "module_name_not_found"
+        with pytest.raises(CohortError) as invalid:
+            client.deploy("Not_A_Name", echo)
+        assert invalid.value.code == "invalid_module_name"
+        client.deploy("py-twice", echo)
+        client.deploy("py-twice", trap["digest"])
+
+    # A rollback is sent once: after a failure it is not retried on the next
+    # node (it might have rolled back already); the next call goes there.
+    with Client([dead_url, node.url]) as client:
+        with pytest.raises(CohortError) as unreachable:
+            client.rollback("py-twice")
+        assert unreachable.value.code == "unreachable"
+        assert client.request_counts()["POST /v1/deployments/py-twice/rollback"] == 1
+        assert client.deployment("py-twice")["current"]["version"] == 2
+        assert client.rollback("py-twice")["version"] == 3
+
+
 def test_inputs_outputs_and_handles(node: Node, echo_wasm: str) -> None:
     large = os.urandom(100 << 10)  # over the 64 KiB a wait answer carries inline
     with Client([node.url]) as client:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
+
+import pytest
 
 from cohort_client import CohortError
 from cohort_client._core import (
@@ -11,6 +14,7 @@ from cohort_client._core import (
     Backoff,
     BatchQueue,
     JobCore,
+    ModuleCache,
     NodeSet,
     Pending,
     WaitBook,
@@ -122,3 +126,18 @@ def test_the_waiter_keeps_4_requests_and_the_last_waits_1_s() -> None:
     assert settled == []
     plan = book.next_request()
     assert plan == ([4, 5, 3], 1_000)
+
+
+def test_a_module_is_a_digest_a_name_or_a_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    digest = "ab" * 32
+    assert ModuleCache.named(digest) == digest
+    assert ModuleCache.named("send-email") == "send-email"
+    assert ModuleCache.named("v1.2_x") == "v1.2_x"
+    # Not in a name's shape: a path, uploaded first.
+    for path in ("Send-Email", "-x", "./job.wasm", "build/job.wasm", "x" * 64, b"\0asm"):
+        assert ModuleCache.named(path) is None, path
+    # A name's shape, but a file has it: a path, as `cohort submit` decides.
+    monkeypatch.chdir(tmp_path)
+    assert ModuleCache.named("job.wasm") == "job.wasm"
+    (tmp_path / "job.wasm").write_bytes(b"\0asm")
+    assert ModuleCache.named("job.wasm") is None

@@ -6,7 +6,7 @@
  */
 
 import { randomBytes } from "node:crypto";
-import { readFile } from "node:fs/promises";
+import { readFile, stat } from "node:fs/promises";
 import { resolve as resolvePath } from "node:path";
 import { Batcher } from "./batcher.js";
 import { CohortError, closedError } from "./errors.js";
@@ -16,6 +16,8 @@ import type {
   ClientOptions,
   DagJob,
   DagStatus,
+  DeploymentStatus,
+  DeployResult,
   ScheduleOptions,
   ScheduleStatus,
   SubmitOptions,
@@ -24,6 +26,8 @@ import { Waiter } from "./waiter.js";
 
 /** A module digest: the sha256 of its bytes, in hex. */
 const DIGEST = /^[0-9a-f]{64}$/;
+/** A deployment's name: 1 to 63 of `a-z 0-9 . _ -`, starting with a letter or digit (never a digest). */
+const NAME = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 /** Most jobs of one batch request the server takes. */
 const BATCH_JOBS_MAX = 10_000;
 /** Longest one try of a schedule or DAG call may take. */
@@ -49,6 +53,8 @@ export class Client {
   private readonly batcher: Batcher;
   /** Uploads of modules given as paths, by absolute path. */
   private readonly uploads = new Map<string, Promise<string>>();
+  /** Strings found to be deployment names (no file has them), so not looked up again. */
+  private readonly names = new Set<string>();
   /** Submissions that have not learnt their id yet. */
   private readonly submitting = new Set<Promise<unknown>>();
 
@@ -96,8 +102,11 @@ export class Client {
    * in one batch request with every other made within the linger window,
    * and the job is watched by the one waiter as soon as it is accepted.
    *
-   * @param module - a digest (64 hex digits) or the path of a `.wasm` file
-   *   (uploaded once).
+   * @param module - a digest (64 hex digits), a deployment's name (see
+   *   {@link Client.deploy}; the master resolves it to the name's current
+   *   module when it accepts the job), or the path of a `.wasm` file
+   *   (uploaded once). A string in a name's shape is a path if a file has
+   *   it, else a name.
    * @param input - bytes (`Uint8Array`, sent as `input_base64`), text
    *   (`input`) or any other JSON value (`input_json`); none: empty input.
    */
@@ -115,7 +124,7 @@ export class Client {
       ? Promise.reject(closedError())
       : DIGEST.test(module)
         ? enqueue(module)
-        : this.upload(module).then(enqueue);
+        : this.named(module).then(enqueue);
     this.submitting.add(id);
     const settled = (): void => void this.submitting.delete(id);
     id.then(settled, settled);
@@ -127,8 +136,9 @@ export class Client {
    * submission per input (batched), all awaited by the one waiter. Rejects
    * with the first failure.
    */
-  map(module: string, inputs: Iterable<unknown>, options: MapOptions = {}): Promise<Uint8Array[]> {
-    const jobs = Array.from(inputs, (input) => this.submit(module, input, options));
+  async map(module: string, inputs: Iterable<unknown>, options: MapOptions = {}): Promise<Uint8Array[]> {
+    const named = await this.named(module);
+    const jobs = Array.from(inputs, (input) => this.submit(named, input, options));
     return Promise.all(jobs.map((job) => job.result()));
   }
 
@@ -152,8 +162,7 @@ export class Client {
     input: unknown,
     options: ScheduleOptions,
   ): Promise<ScheduleStatus> {
-    const digest = DIGEST.test(module) ? module : await this.upload(module);
-    const job = { module: digest, ...submissionFields(input, options.job ?? {}, null) };
+    const job = { module: await this.named(module), ...submissionFields(input, options.job ?? {}, null) };
     const body: Record<string, unknown> = { name, job };
     if (options.cron !== undefined) body.cron = options.cron;
     if (options.timezone !== undefined) body.timezone = options.timezone;
@@ -202,10 +211,9 @@ export class Client {
   ): Promise<{ id: number; jobs: number[]; existing: boolean }> {
     const entries = [];
     for (const job of jobs) {
-      const digest = DIGEST.test(job.module) ? job.module : await this.upload(job.module);
       const entry: Record<string, unknown> = {
         name: job.name,
-        job: { module: digest, ...submissionFields(job.input, job.options ?? {}, null) },
+        job: { module: await this.named(job.module), ...submissionFields(job.input, job.options ?? {}, null) },
       };
       if (job.after !== undefined) entry.after = job.after;
       if (job.afterJobs !== undefined) entry.after_jobs = job.afterJobs;
@@ -225,15 +233,82 @@ export class Client {
     return this.call<DagStatus>("GET", `/v1/dags/${id}`);
   }
 
-  /** One JSON request, retried and failed over until the retry deadline. */
-  private call<T>(method: "GET" | "POST" | "DELETE", path: string, body?: unknown): Promise<T> {
+  /**
+   * Points deployment `name` at `module` (a digest, or a `.wasm` path or
+   * bytes, uploaded first as {@link Client.upload} does): jobs, DAG jobs and
+   * schedules may then give `name` as their module. Resolves to the version
+   * now current: a new one, unless the name already pointed at this module
+   * (`existing`), so it is safe to repeat.
+   */
+  async deploy(name: string, module: string | Uint8Array): Promise<DeployResult> {
+    const digest = typeof module === "string" && DIGEST.test(module) ? module : await this.upload(module);
+    return this.call<DeployResult>("POST", deploymentPath(name), { digest });
+  }
+
+  /**
+   * Points deployment `name` back at the module of version `to` (default:
+   * the version current before the current one), as a new version. Sent
+   * once, to one node, and never retried: a rollback repeated after a lost
+   * answer would roll back again (after an `unreachable` or any retryable
+   * error, look at {@link Client.deployment} before trying again). Rejects
+   * with `nothing_to_roll_back` if there is no earlier version,
+   * `module_version_not_found` if `to` is not kept.
+   */
+  rollback(name: string, to?: number): Promise<DeployResult> {
+    const body = to === undefined ? {} : { to };
+    return this.call<DeployResult>("POST", deploymentPath(name, "rollback"), body, Date.now());
+  }
+
+  /** Every deployment, by name, with its current version (`versions` empty). */
+  async deployments(): Promise<DeploymentStatus[]> {
+    return (await this.call<{ deployments: DeploymentStatus[] }>("GET", "/v1/deployments")).deployments;
+  }
+
+  /** One deployment, with the versions kept (the newest 50), newest first. */
+  deployment(name: string): Promise<DeploymentStatus> {
+    return this.call<DeploymentStatus>("GET", deploymentPath(name));
+  }
+
+  /**
+   * Removes deployment `name` and its versions; jobs keep the module they
+   * resolved to. Rejects with `module_name_in_use` while a schedule names it.
+   */
+  async undeploy(name: string): Promise<void> {
+    await this.call("DELETE", deploymentPath(name));
+  }
+
+  /**
+   * One JSON request, retried and failed over until `deadline` (default:
+   * the retry deadline; one already past: sent once, never retried).
+   */
+  private call<T>(
+    method: "GET" | "POST" | "DELETE",
+    path: string,
+    body?: unknown,
+    deadline = Date.now() + this.context.retryDeadlineMs,
+  ): Promise<T> {
     return this.context.transport.json<T>({
       method,
       path,
       body: body === undefined ? undefined : JSON.stringify(body),
-      deadline: Date.now() + this.context.retryDeadlineMs,
+      deadline,
       tryTimeoutMs: CALL_TRY_TIMEOUT_MS,
     });
+  }
+
+  /**
+   * What a job names `module` by: a digest or a deployment's name as
+   * given, or the digest of a path, uploaded first. A string in a name's
+   * shape (`send-email`, `job.wasm`) is a path if a file has it, and a name
+   * otherwise, as `cohort submit` decides.
+   */
+  private async named(module: string): Promise<string> {
+    if (DIGEST.test(module) || this.names.has(module)) return module;
+    if (NAME.test(module) && !this.uploads.has(resolvePath(module)) && !(await isFile(module))) {
+      this.names.add(module);
+      return module;
+    }
+    return this.upload(module);
   }
 
   /**
@@ -278,6 +353,21 @@ export class Client {
  */
 function newIdempotencyKey(): string {
   return `ts-${randomBytes(16).toString("hex")}`;
+}
+
+/** Whether a file is at `path`. */
+async function isFile(path: string): Promise<boolean> {
+  try {
+    return (await stat(path)).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/** The route of deployment `name` (and of an action on it). */
+function deploymentPath(name: string, action?: string): string {
+  const path = `/v1/deployments/${encodeURIComponent(name)}`;
+  return action === undefined ? path : `${path}/${action}`;
 }
 
 /** The route of schedule `name` (and of an action on it). */

@@ -99,7 +99,7 @@ export interface ScheduleStatus {
 export interface DagJob {
   /** Its name, unique in the DAG. */
   name: string;
-  /** A digest or the path of a `.wasm` file (uploaded once). */
+  /** A digest, a deployment's name, or the path of a `.wasm` file (uploaded once). */
   module: string;
   /** As `submit`'s input. */
   input?: unknown;
@@ -140,8 +140,12 @@ export interface AttemptStatus {
 /** A job as `GET /v1/jobs/{id}` and `DELETE /v1/jobs/{id}` answer it (times in ms since the Unix epoch). */
 export interface JobStatus {
   id: number;
-  /** The module's digest. */
+  /** The module's digest (the one its deployment name resolved to, when submitted by name). */
   module: string;
+  /** The deployment name it was submitted by, when it was. */
+  module_name?: string | null;
+  /** That name's version when the job was accepted. */
+  module_version?: number | null;
   /** `queued`, `running`, `succeeded`, `failed`, `dead` or `cancelled`. */
   state: string;
   priority: number;
@@ -167,4 +171,38 @@ export interface JobStatus {
   /** Its uniqueness key and window. */
   unique_key?: string | null;
   unique_window_ms?: number | null;
+}
+
+/** One version of a deployment. */
+export interface DeploymentVersion {
+  /** Its number (from 1, one more at every deploy or rollback). */
+  version: number;
+  /** The module's digest. */
+  digest: string;
+  /** When it became current (ms since the Unix epoch). */
+  deployed_at: number;
+  /** The version a rollback returned to, when this version is one. */
+  rollback_of?: number | null;
+}
+
+/** A deployment as `GET /v1/deployments/{name}` shows it: a name and the module it points at. */
+export interface DeploymentStatus {
+  name: string;
+  /** The current version. */
+  current: DeploymentVersion;
+  /** Versions ever made of this name. */
+  versions_total: number;
+  /** The versions kept (the newest 50), newest first; empty in {@link Client.deployments}' list. */
+  versions: DeploymentVersion[];
+}
+
+/** The answer to a deploy or a rollback: the version now current. */
+export interface DeployResult {
+  name: string;
+  /** The version now current. */
+  version: number;
+  /** Its module's digest. */
+  digest: string;
+  /** Whether the name already pointed at this module (no new version was made). */
+  existing: boolean;
 }

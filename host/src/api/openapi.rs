@@ -756,6 +756,13 @@ fn components() -> utoipa::openapi::Components {
         BackfillRequest,
         BackfillResponse,
         ScheduleDeletedResponse,
+        DeployRequest,
+        RollbackRequest,
+        DeploymentVersion,
+        DeploymentResponse,
+        DeploymentListResponse,
+        DeployResponse,
+        UndeployResponse,
         DagRequest,
         DagJobRequest,
         DagSubmitResponse,
@@ -805,6 +812,25 @@ mod tests {
                 code.as_str()
             );
         }
+    }
+
+    #[test]
+    fn every_schema_referenced_is_in_the_document() {
+        let document: serde_json::Value = serde_json::from_str(document()).unwrap();
+        let schemas = &document["components"]["schemas"];
+        let text = document.to_string();
+        let prefix = "\"#/components/schemas/";
+        let mut missing = Vec::new();
+        for (at, _) in text.match_indices(prefix) {
+            let rest = &text[at + prefix.len()..];
+            let name = &rest[..rest.find('"').unwrap()];
+            if schemas.get(name).is_none() {
+                missing.push(name.to_string());
+            }
+        }
+        missing.sort();
+        missing.dedup();
+        assert!(missing.is_empty(), "referenced but not listed: {missing:?}");
     }
 
     #[test]
