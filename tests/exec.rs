@@ -45,6 +45,75 @@ fn exec_runs_a_job_from_a_file_and_from_stdin() {
     assert_eq!(counts["words"], 6);
 }
 
+/// Compiled modules are cached in the user's cache directory by default:
+/// a second run loads the artifact, a damaged one is compiled again, and
+/// a directory others may write to is not used.
+#[test]
+fn exec_caches_compiled_modules_per_user_and_recovers_from_a_damaged_entry() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let path = guest("wordcount");
+        let mut args = vec!["exec", path.to_str().unwrap(), "-i", "-"];
+        args.extend_from_slice(extra);
+        let out = support::run_bounded(
+            std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+                .args(&args)
+                .env_remove("COHORT_CACHE_DIR")
+                .env_remove("XDG_CACHE_HOME")
+                .env("HOME", home.path()),
+            b"to be or not to be",
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        let counts: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(counts["words"], 6);
+        stderr
+    };
+    let cache = home.path().join(".cache/cohort");
+    let artifacts = || -> Vec<std::path::PathBuf> {
+        let compiled = cache.join("compiled");
+        let Ok(dirs) = std::fs::read_dir(compiled) else {
+            return Vec::new();
+        };
+        dirs.flat_map(|d| std::fs::read_dir(d.unwrap().path()).unwrap())
+            .map(|f| f.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+            .collect()
+    };
+
+    run(&[]);
+    let mode = std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the cache directory is the user's alone");
+    let [artifact] = artifacts().try_into().expect("one compiled module");
+    let whole = std::fs::read(&artifact).unwrap();
+
+    // A damaged entry (one byte flipped) is compiled again and replaced.
+    let mut damaged = whole.clone();
+    damaged[whole.len() / 2] ^= 0xff;
+    std::fs::write(&artifact, &damaged).unwrap();
+    run(&[]);
+    assert_eq!(std::fs::read(&artifact).unwrap(), whole);
+    // Cut short: the same.
+    std::fs::write(&artifact, &whole[..whole.len() / 3]).unwrap();
+    run(&[]);
+    assert_eq!(std::fs::read(&artifact).unwrap(), whole);
+
+    // `--no-cache` neither reads nor writes it.
+    std::fs::remove_file(&artifact).unwrap();
+    run(&["--no-cache"]);
+    assert!(artifacts().is_empty());
+
+    // A directory others may write to is refused, with a warning.
+    let shared = home.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let stderr = run(&["--cache-dir", shared.to_str().unwrap()]);
+    assert!(stderr.contains("not caching compiled modules"), "{stderr}");
+    assert!(stderr.contains("others may write to it"), "{stderr}");
+    assert!(!shared.join("compiled").exists());
+}
+
 #[test]
 fn exec_saves_and_resumes_checkpoints() {
     let dir = tempfile::tempdir().unwrap();

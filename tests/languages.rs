@@ -542,6 +542,11 @@ fn python_and_typescript_jobs_resume_on_another_node_after_a_kill() {
                     // far longer than usual on a loaded 2-CPU machine; this
                     // test is about resuming, not about timeouts.
                     timeout_ms: Some(JOB_TIMEOUT_MS),
+                    // Room for attempts lost to the load itself (three
+                    // nodes compiling Python and JS components and running
+                    // them on two CPUs: a worker's heartbeats can lag past
+                    // the failure detector), beyond the one the kill costs.
+                    max_attempts: Some(JOB_ATTEMPTS),
                     ..support::job(&digest, &format!(r#"{{"limit": {limit}}}"#))
                 };
                 ids.push((language, limit, client.submit(&request).await.unwrap().id));
@@ -580,6 +585,8 @@ const PRIMES_PY_LONG: u64 = 2_000_000_000;
 const PRIMES_TS_LONG: u64 = 100_000_000;
 /// The kill test's job timeout: far above the longest compile seen.
 const JOB_TIMEOUT_MS: u64 = 600_000;
+/// The kill test's attempts per job.
+const JOB_ATTEMPTS: u32 = 10;
 
 #[test]
 fn modules_for_another_job_version_or_with_foreign_imports_are_refused() {

@@ -4,14 +4,24 @@
 //! bytes, so it can be piped), the job's log and progress to stderr, and the
 //! exit code says how the job ended (see [`ExitStatus`]). The limits are the
 //! same ones a cluster node enforces.
+//!
+//! Compiled components are cached between runs, by default in a per-user
+//! directory ([`cache_dir`]: `$COHORT_CACHE_DIR`, else
+//! `$XDG_CACHE_HOME/cohort`, else `~/.cache/cohort`), bounded to
+//! [`EXEC_CACHE_BYTES_MAX`] (least recently used out), so a second run of
+//! a Python or JS job skips its seconds of compiling. Loading compiled code
+//! trusts the file, so the directory is used only if it is this user's and
+//! nobody else may write to it; a damaged file is recompiled (see the
+//! runtime's disk cache).
 
+use crate::limits::EXEC_CACHE_BYTES_MAX;
 use crate::runtime::job_limits::{self, JobLimits};
 use crate::runtime::{
     Isolation, JobFailure, JobObserver, JobReport, JobRequest, ModuleError, Runtime, RuntimeConfig,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -46,9 +56,13 @@ pub struct ExecArgs {
     /// Write the output to this file instead of stdout.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
-    /// Cache compiled modules in this directory between runs.
+    /// Cache compiled modules in this directory between runs [default:
+    /// `$XDG_CACHE_HOME/cohort`, else `~/.cache/cohort`].
     #[arg(long, env = "COHORT_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Compile the module anew, without reading or writing the cache.
+    #[arg(long, conflicts_with = "cache_dir")]
+    pub no_cache: bool,
     /// Where the job runs: `thread`, or `process` (a sandbox process killed
     /// at the time limit; compiled code skips epoch checks), as a node's
     /// `--job-isolation`.
@@ -128,8 +142,13 @@ async fn exec(args: ExecArgs) -> Result<ExitStatus, (ExitStatus, String)> {
         None => None,
     };
 
+    let data_dir = match args.no_cache {
+        true => None,
+        false => cache_dir(args.cache_dir.as_deref()),
+    };
     let runtime = Runtime::new(RuntimeConfig {
-        data_dir: args.cache_dir.clone(),
+        data_dir,
+        disk_cache_bytes_max: Some(EXEC_CACHE_BYTES_MAX),
         concurrent_jobs: 1,
         isolation: args.isolation,
         ..RuntimeConfig::default()
@@ -234,6 +253,68 @@ impl JobObserver for StderrObserver {
         self.bar.set_position((fraction * 1000.0) as u64);
         self.bar.set_message(message.to_string());
     }
+}
+
+/// The directory `cohort exec` caches compiled modules in: `explicit`
+/// (`--cache-dir`, `$COHORT_CACHE_DIR`), else the user's cache directory.
+/// `None`, with a warning, when it cannot be made or is not safe to load
+/// compiled code from: it must be a directory owned by this user that no
+/// one else may write to (compiled code runs as native code).
+pub fn cache_dir(explicit: Option<&Path>) -> Option<PathBuf> {
+    let dir = match explicit {
+        Some(dir) => dir.to_path_buf(),
+        None => default_cache_dir()?,
+    };
+    match private_dir(&dir) {
+        Ok(()) => Some(dir),
+        Err(why) => {
+            eprintln!(
+                "[cohort] warning: not caching compiled modules in {}: {why}",
+                dir.display()
+            );
+            None
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/cohort`, else `$HOME/.cache/cohort`.
+fn default_cache_dir() -> Option<PathBuf> {
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|path| path.is_absolute())
+    };
+    match absolute("XDG_CACHE_HOME") {
+        Some(cache) => Some(cache.join("cohort")),
+        None => absolute("HOME").map(|home| home.join(".cache").join("cohort")),
+    }
+}
+
+/// Creates `dir` (mode 0700) if missing; refuses one that is not a
+/// directory of this user's, or that others may write to.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| e.to_string())?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() {
+        return Err("it is not a directory (or is a symbolic link)".into());
+    }
+    if meta.uid() != me {
+        return Err(format!("it belongs to user {}, not to {me}", meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "others may write to it (mode {:o}); chmod go-w it",
+            meta.mode() & 0o777
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -151,6 +151,13 @@ pub(crate) const REJOIN_SETTLE: Duration = Duration::from_secs(1);
 /// newest first.
 pub const CLUSTER_HISTORY_MAX: usize = 50;
 
+// ---- `cohort exec`
+
+/// Most bytes of compiled modules `cohort exec` keeps in its per-user
+/// cache: about fifty Python or JavaScript jobs (a compiled Python job is
+/// about 35 MiB), far more Rust ones.
+pub const EXEC_CACHE_BYTES_MAX: u64 = 2 << 30;
+
 // ---- Workers
 
 /// Longest a poll waits for work; also the heartbeat period.

@@ -136,9 +136,23 @@ pub async fn running_with_checkpoint(
                 return Ok(job);
             }
             let last_worker = job.attempts.last().map(|a| a.worker.clone());
-            states.push((job.id, job.state, last_worker, job.has_checkpoint));
+            // How each ended attempt ended, so a failure says why jobs
+            // died rather than only that they did.
+            let ended: Vec<String> = (job.attempts.iter())
+                .filter_map(|a| {
+                    let outcome = a.outcome.as_deref()?;
+                    let message = a.message.as_deref().unwrap_or_default();
+                    Some(format!(
+                        "#{} on {}: {outcome} {message}",
+                        a.number, a.worker
+                    ))
+                })
+                .collect();
+            states.push((job.id, job.state, last_worker, job.has_checkpoint, ended));
         }
-        Err(format!("(id, state, worker, checkpoint): {states:?}"))
+        Err(format!(
+            "(id, state, worker, checkpoint, ended attempts): {states:?}"
+        ))
     })
     .await
 }
@@ -285,8 +299,15 @@ pub fn token_at(server: &str, key: &Path, scopes: &str) -> String {
 }
 
 /// Runs `cohort` with `args` and `stdin`, killing it if it overruns.
+/// `cohort exec` caches compiled modules under the build's own temporary
+/// directory, never the user's cache.
 pub fn cohort(args: &[&str], stdin: &[u8]) -> Output {
-    run_bounded(Command::new(env!("CARGO_BIN_EXE_cohort")).args(args), stdin)
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cohort"));
+    command.args(args).env_remove("COHORT_CACHE_DIR").env(
+        "XDG_CACHE_HOME",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("xdg-cache"),
+    );
+    run_bounded(&mut command, stdin)
 }
 
 /// Runs `command` with `stdin`, collecting its output; kills it (and fails

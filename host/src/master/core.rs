@@ -243,11 +243,12 @@ pub struct Linked {
 /// modules use: `<data>/compiled/<engine fingerprint>/<sha256>.cwasm`), or
 /// compiled now and stored there.
 fn load_cached(engine: &Engine, data_dir: &Path, wasm: &[u8]) -> anyhow::Result<Component> {
-    let cache = DiskCache::open(data_dir, &engine_fingerprint(engine))?;
+    let cache = DiskCache::open(data_dir, &engine_fingerprint(engine), None)?;
     let digest = Digest::of(wasm);
-    if let Ok(bytes) = std::fs::read(cache.path(&digest)) {
+    if let Ok(Some(bytes)) = cache.load(&digest) {
         // SAFETY: the cache holds only artifacts this code precompiled, under
-        // a directory named by the engine's compatibility fingerprint.
+        // a directory named by the engine's compatibility fingerprint, and
+        // `load` checked the file whole.
         if let Ok(component) = unsafe { Component::deserialize(engine, &bytes) } {
             return Ok(component);
         }

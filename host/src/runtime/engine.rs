@@ -99,6 +99,9 @@ pub struct RuntimeConfig {
     pub sandbox_program: Option<PathBuf>,
     /// How long a sandbox process may wait for a job before it is stopped.
     pub sandbox_idle_max: Duration,
+    /// Most bytes of compiled modules kept on disk (least recently used
+    /// first out); `None` keeps every one.
+    pub disk_cache_bytes_max: Option<u64>,
 }
 
 impl Default for RuntimeConfig {
@@ -111,6 +114,7 @@ impl Default for RuntimeConfig {
             isolation: Isolation::Thread,
             sandbox_program: None,
             sandbox_idle_max: SANDBOX_IDLE_MAX_DEFAULT,
+            disk_cache_bytes_max: None,
         }
     }
 }
@@ -260,10 +264,12 @@ impl Runtime {
             Some(dir) => {
                 let fingerprint = engine_fingerprint(&engine);
                 Some(
-                    DiskCache::open(dir, &fingerprint).map_err(|source| RuntimeError::Cache {
-                        path: dir.clone(),
-                        source,
-                    })?,
+                    DiskCache::open(dir, &fingerprint, config.disk_cache_bytes_max).map_err(
+                        |source| RuntimeError::Cache {
+                            path: dir.clone(),
+                            source,
+                        },
+                    )?,
                 )
             }
         };
@@ -333,13 +339,12 @@ impl Runtime {
             return Some(module.clone());
         }
         let disk = self.inner.disk_cache.as_ref()?;
-        let path = disk.path(digest);
-        if !path.exists() {
+        if !disk.path(digest).exists() {
             return None;
         }
         let this = self.clone();
         let digest = *digest;
-        tokio::task::spawn_blocking(move || this.load_artifact(digest, path))
+        tokio::task::spawn_blocking(move || this.load_artifact(digest))
             .await
             .ok()
             .flatten()
@@ -417,16 +422,22 @@ impl Runtime {
 
     /// Loads a compiled artifact from the disk cache; deletes it if it does
     /// not load or link (it will be recompiled from the module's bytes).
-    fn load_artifact(&self, digest: Digest, path: PathBuf) -> Option<Module> {
+    fn load_artifact(&self, digest: Digest) -> Option<Module> {
+        let disk = self.inner.disk_cache.as_ref()?;
+        let path = disk.path(&digest);
         // Read into memory rather than `deserialize_file`, which maps the
         // file: anything truncating a mapped file would crash the process.
-        let module = std::fs::read(&path)
+        let module = disk
+            .load(&digest)
             .map_err(|e| ModuleError::Internal(e.to_string()))
+            .and_then(|artifact| artifact.ok_or_else(|| ModuleError::Internal("gone".into())))
             .and_then(|artifact| {
                 // SAFETY: files in the disk cache are written only by
                 // `DiskCache::store` from `Component::serialize` of this engine
                 // configuration (the directory name is the engine's
-                // fingerprint), atomically; wasmtime also checks the header.
+                // fingerprint), atomically, in a directory only this user
+                // writes; `load` checked the file whole (its trailer's
+                // length and CRC-32), and wasmtime also checks the header.
                 unsafe { Component::deserialize(&self.inner.engine, &artifact) }
                     .map_err(|e| ModuleError::Internal(format!("{e:#}")))
             })

@@ -216,38 +216,214 @@ pub(crate) fn check_preamble(bytes: &[u8]) -> Result<(), ModuleError> {
 }
 
 /// The on-disk cache of compiled components for one engine configuration.
+///
+/// Each file is the artifact followed by a trailer ([`TRAILER_MAGIC`],
+/// the artifact's CRC-32 and its length): a file cut short or damaged on
+/// disk fails [`load`](Self::load) and is recompiled, never handed to
+/// wasmtime's `deserialize` (whose input must be an artifact it wrote).
+/// What keeps a *foreign* artifact out is the directory's owner: the node's
+/// own data directory, or for `cohort exec` a per-user directory checked
+/// to be the user's and writable by nobody else (`exec::cache_dir`).
+/// With a byte bound, the least recently used artifacts (of every engine
+/// fingerprint under `compiled/`) are removed after a store that went over
+/// it; a load marks an artifact used.
 #[derive(Debug)]
 pub(crate) struct DiskCache {
     dir: PathBuf,
+    /// `<data-dir>/compiled`, whose fingerprint directories the bound
+    /// covers.
+    root: PathBuf,
+    bytes_max: Option<u64>,
 }
 
+/// The first bytes of a cache file's trailer.
+const TRAILER_MAGIC: &[u8; 4] = b"CWC1";
+/// Magic, CRC-32 (LE) and artifact length (LE).
+const TRAILER_BYTES: usize = 4 + 4 + 8;
+
 impl DiskCache {
-    /// A cache under `data_dir/compiled/<fingerprint>/`, created if missing.
-    pub(crate) fn open(data_dir: &Path, fingerprint: &str) -> std::io::Result<Self> {
-        let dir = data_dir.join("compiled").join(fingerprint);
+    /// A cache under `data_dir/compiled/<fingerprint>/`, created if
+    /// missing; `bytes_max` bounds the artifacts under `compiled/`.
+    pub(crate) fn open(
+        data_dir: &Path,
+        fingerprint: &str,
+        bytes_max: Option<u64>,
+    ) -> std::io::Result<Self> {
+        let root = data_dir.join("compiled");
+        let dir = root.join(fingerprint);
         std::fs::create_dir_all(&dir)?;
-        Ok(Self { dir })
+        Ok(Self {
+            dir,
+            root,
+            bytes_max,
+        })
     }
 
     pub(crate) fn path(&self, digest: &Digest) -> PathBuf {
         self.dir.join(format!("{digest}.cwasm"))
     }
 
-    /// Writes `artifact` for `digest` atomically: readers see the whole file
-    /// or none.
+    /// Writes `artifact` for `digest` atomically (readers see the whole
+    /// file or none), then applies the bound.
     pub(crate) fn store(&self, digest: &Digest, artifact: &[u8]) -> std::io::Result<()> {
         use std::io::Write;
         let mut file = tempfile::NamedTempFile::new_in(&self.dir)?;
         file.write_all(artifact)?;
+        file.write_all(&trailer(artifact))?;
         file.as_file().sync_data()?;
         file.persist(self.path(digest)).map_err(|e| e.error)?;
+        if let Some(bytes_max) = self.bytes_max {
+            prune(&self.root, bytes_max, &self.path(digest));
+        }
         Ok(())
+    }
+
+    /// The artifact stored for `digest`: `Ok(None)` if there is none,
+    /// `Err` if the file is damaged (the caller removes it and compiles
+    /// again). Marks it used, for the bound.
+    pub(crate) fn load(&self, digest: &Digest) -> std::io::Result<Option<Vec<u8>>> {
+        let path = self.path(digest);
+        let mut bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let len = checked_len(&bytes).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: not a whole compiled module", path.display()),
+            )
+        })?;
+        bytes.truncate(len);
+        if self.bytes_max.is_some() {
+            // Best effort: a cache that cannot be touched only evicts
+            // less well.
+            let _ = std::fs::File::options()
+                .append(true)
+                .open(&path)
+                .and_then(|file| file.set_modified(std::time::SystemTime::now()));
+        }
+        Ok(Some(bytes))
+    }
+}
+
+fn trailer(artifact: &[u8]) -> [u8; TRAILER_BYTES] {
+    let mut trailer = [0; TRAILER_BYTES];
+    trailer[..4].copy_from_slice(TRAILER_MAGIC);
+    trailer[4..8].copy_from_slice(&crc32fast::hash(artifact).to_le_bytes());
+    trailer[8..].copy_from_slice(&(artifact.len() as u64).to_le_bytes());
+    trailer
+}
+
+/// The artifact's length if `file` is an artifact followed by its
+/// trailer, intact.
+fn checked_len(file: &[u8]) -> Option<usize> {
+    let len = file.len().checked_sub(TRAILER_BYTES)?;
+    let (artifact, trailer) = file.split_at(len);
+    (*trailer == self::trailer(artifact)).then_some(len)
+}
+
+/// Removes the least recently used artifacts under `root` (every
+/// fingerprint's) until they total at most `bytes_max`, never `keep` (the
+/// one just stored). Best effort: what cannot be read or removed stays.
+fn prune(root: &Path, bytes_max: u64, keep: &Path) {
+    let mut files = Vec::new();
+    let dirs = std::fs::read_dir(root).into_iter().flatten().flatten();
+    for dir in dirs {
+        for entry in std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "cwasm") {
+                continue;
+            }
+            if let Ok(meta) = entry.metadata() {
+                let used = meta.modified().unwrap_or(std::time::UNIX_EPOCH);
+                files.push((used, meta.len(), path));
+            }
+        }
+    }
+    let mut total: u64 = files.iter().map(|(_, len, _)| len).sum();
+    files.sort();
+    for (_, len, path) in files {
+        if total <= bytes_max {
+            break;
+        }
+        if path != keep && std::fs::remove_file(&path).is_ok() {
+            total -= len;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_disk_cache_hands_back_only_whole_artifacts() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path(), "fp", None).unwrap();
+        let digest = Digest::of(b"module");
+        assert!(cache.load(&digest).unwrap().is_none());
+        let artifact: Vec<u8> = (0..10_000u32).map(|n| n as u8).collect();
+        cache.store(&digest, &artifact).unwrap();
+        assert_eq!(cache.load(&digest).unwrap().unwrap(), artifact);
+        let file = std::fs::read(cache.path(&digest)).unwrap();
+        // One byte flipped anywhere, a file cut short, or a bare artifact
+        // (no trailer) is refused.
+        for at in [0, 5_000, file.len() - 10, file.len() - 1] {
+            let mut damaged = file.clone();
+            damaged[at] ^= 1;
+            std::fs::write(cache.path(&digest), &damaged).unwrap();
+            assert!(cache.load(&digest).is_err(), "flipped at {at}");
+        }
+        for bytes in [&file[..file.len() - 1], &file[..3], &artifact[..]] {
+            std::fs::write(cache.path(&digest), bytes).unwrap();
+            assert!(cache.load(&digest).is_err());
+        }
+    }
+
+    #[test]
+    fn a_bounded_disk_cache_drops_the_least_recently_used() {
+        let dir = tempfile::tempdir().unwrap();
+        // Another engine fingerprint's artifacts count against the bound too.
+        let other = DiskCache::open(dir.path(), "old", None).unwrap();
+        let cache = DiskCache::open(dir.path(), "fp", Some(25_000)).unwrap();
+        let artifact = vec![7u8; 10_000];
+        let digests: Vec<Digest> = (0..3u8).map(|n| Digest::of(&[n])).collect();
+        other.store(&digests[0], &artifact).unwrap();
+        let age = |cache: &DiskCache, digest: &Digest, secs: u64| {
+            let at = std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+            let file = std::fs::File::options()
+                .append(true)
+                .open(cache.path(digest))
+                .unwrap();
+            file.set_modified(at).unwrap();
+        };
+        age(&other, &digests[0], 300);
+        cache.store(&digests[1], &artifact).unwrap();
+        age(&cache, &digests[1], 200);
+        // Two stored: 20 KiB and a bit, within the bound.
+        assert!(other.path(&digests[0]).exists());
+        // A third goes over: the oldest (the other fingerprint's) leaves.
+        cache.store(&digests[2], &artifact).unwrap();
+        assert!(!other.path(&digests[0]).exists());
+        assert!(cache.path(&digests[1]).exists() && cache.path(&digests[2]).exists());
+        // A load marks an artifact used: the next one over the bound
+        // evicts the one not loaded.
+        age(&cache, &digests[2], 100);
+        cache.load(&digests[1]).unwrap().unwrap();
+        let fourth = Digest::of(b"fourth");
+        cache.store(&fourth, &artifact).unwrap();
+        assert!(cache.path(&digests[1]).exists(), "loaded lately: kept");
+        assert!(
+            !cache.path(&digests[2]).exists(),
+            "least recently used: gone"
+        );
+        assert!(cache.path(&fourth).exists(), "just stored: kept");
+    }
 
     #[test]
     fn digest_round_trips_through_hex() {
