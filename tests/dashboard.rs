@@ -58,13 +58,14 @@ async fn jobs_in_every_state(client: &Api) -> Jobs {
     let mut echoes = Vec::new();
     let mut add = |state, id, module: &str| {
         by_state.entry(state).or_default().push(id);
-        if module == echo {
+        if module == echo || module == "greet" {
             echoes.push(id);
         }
     };
     for (state, request) in [
         ("succeeded", submit(&echo, "hello", None)),
-        ("succeeded", submit(&echo, "world", None)),
+        // By the deployment's name: it runs echo, and says so by name.
+        ("succeeded", submit("greet", "world", None)),
         ("failed", submit(&primes, "not json", None)),
         ("dead", submit(&trap, "", Some(1))),
         // Long enough (≥ 40 ms) that the worker's average run time is over
@@ -159,6 +160,10 @@ fn listings_filter_and_page_and_bulk_actions_preview_then_change() {
         let mut echoes = jobs.echoes.clone();
         echoes.sort_by(|a, b| b.cmp(a));
         assert_eq!(ids(&page), echoes);
+        let named: Vec<_> = (page.jobs.iter())
+            .filter_map(|job| Some((job.module_name.as_deref()?, job.module_version?)))
+            .collect();
+        assert_eq!(named, [("greet", 1)], "the job submitted by name lists it");
         let first = list(&client, "order=newest&limit=2").await;
         let cursor = first.next_cursor.clone().expect("more pages");
         let second = list(&client, &format!("order=newest&limit=2&cursor={cursor}")).await;

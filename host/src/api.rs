@@ -1070,6 +1070,8 @@ impl Api {
                         module: Digest::from(j.module).to_string(),
                         priority: j.priority,
                         error_code: j.error_code,
+                        module_name: j.module_name,
+                        module_version: j.module_version,
                     })
                     .collect(),
                 next_cursor: next.map(|n| n.to_string()),

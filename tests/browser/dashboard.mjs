@@ -166,6 +166,11 @@ async function pages() {
   }
   await shot(page, 'jobs.png');
 
+  // A job submitted by a deployment's name is listed by that name.
+  await page.goto(`${URL_}/#/jobs?module=${jobs.module}`);
+  await ready(page, 'jobs');
+  check((await page.textContent('[data-testid="jobs-table"]')).includes('greet v1'), 'the jobs list names the deployment a job ran');
+
   // Modules.
   await page.click('[data-testid="nav-modules"]');
   await ready(page, 'modules');

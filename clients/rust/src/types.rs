@@ -447,6 +447,12 @@ pub struct JobSummaryBody {
     /// Why it failed, if it did.
     #[serde(default)]
     pub error_code: Option<String>,
+    /// The deployment name it was submitted by, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_name: Option<String>,
+    /// That name's version when the job was accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_version: Option<u32>,
 }
 
 /// `GET /v1/jobs`.

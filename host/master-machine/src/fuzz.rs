@@ -672,9 +672,14 @@ fn answer() -> impl Strategy<Value = Answer> {
             any::<i32>(),
             option::of(text()),
         ),
+        (option::of(text()), option::of(any::<u32>())),
     )
         .prop_map(
-            |((id, state, attempts, submitted_at), (finished_at, module, priority, error_code))| {
+            |(
+                (id, state, attempts, submitted_at),
+                (finished_at, module, priority, error_code),
+                (module_name, module_version),
+            )| {
                 JobSummary {
                     id,
                     state,
@@ -684,6 +689,8 @@ fn answer() -> impl Strategy<Value = Answer> {
                     module,
                     priority,
                     error_code,
+                    module_name,
+                    module_version,
                 }
             },
         );

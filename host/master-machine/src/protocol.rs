@@ -1702,6 +1702,10 @@ pub struct JobSummary {
     pub priority: i32,
     /// Why it failed, if it did.
     pub error_code: Option<String>,
+    /// The deployment name it was submitted by, if it was.
+    pub module_name: Option<String>,
+    /// That name's version when the job was accepted.
+    pub module_version: Option<u32>,
 }
 
 /// Counters over the whole master.

@@ -98,7 +98,7 @@ impl Master {
                 continue;
             };
             if filter_matches(filter, id, &job) {
-                jobs.push(summary(id, &job));
+                jobs.push(summary(id, &job, self.deployments.of_job(id)));
                 if jobs.len() == limit {
                     break;
                 }
@@ -244,8 +244,9 @@ impl Master {
     }
 }
 
-/// The listing's short form of a job.
-fn summary(id: JobId, job: &Facts) -> JobSummary {
+/// The listing's short form of a job, with the deployment name it was
+/// submitted by.
+fn summary(id: JobId, job: &Facts, named: Option<(&str, Option<u32>)>) -> JobSummary {
     JobSummary {
         id,
         state: job.state,
@@ -255,6 +256,8 @@ fn summary(id: JobId, job: &Facts) -> JobSummary {
         module: job.module,
         priority: job.priority,
         error_code: job.error.map(|(code, _)| code.to_owned()),
+        module_name: named.map(|(name, _)| name.to_owned()),
+        module_version: named.and_then(|(_, version)| version),
     }
 }
 

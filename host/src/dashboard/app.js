@@ -512,7 +512,9 @@ function drawJobs(table, jobs) {
     ...(jobs.length ? jobs.map((j) => el('tr', { 'data-job': j.id },
       el('td', {}, el('a', { href: `#/jobs/${j.id}` }, j.id)),
       el('td', { class: 'state' }, badge(j.state)),
-      el('td', { class: 'mono' }, el('a', { href: `#/jobs?module=${j.module}`, title: j.module }, short(j.module))),
+      // The deployment a job was submitted by says more than a digest.
+      el('td', { class: 'mono' }, el('a', { href: `#/jobs?module=${j.module}`, title: j.module },
+        j.module_name ? `${j.module_name} v${j.module_version}` : short(j.module))),
       el('td', {}, j.priority), el('td', {}, j.attempts),
       el('td', {}, time(j.submitted_at)), el('td', {}, time(j.finished_at)),
       el('td', { class: 'mono' }, j.error_code || '')))
