@@ -9,17 +9,9 @@ use crate::scenarios::{
     dag_node, finish, limited, poll, schedule_spec, spec, submit_dag, submit_with,
 };
 use crate::testing::restore_in_parts;
+use crate::testing::run;
 
 const T: Millis = 1_000_000;
-
-/// Decides `command` at `now` and applies its events; the reply.
-fn run(master: &mut Master, now: Millis, command: Command) -> Result<Reply, Rejection> {
-    let decision = master.decide(now, &command)?;
-    for event in &decision.events {
-        master.apply(event);
-    }
-    Ok(decision.reply)
-}
 
 /// The events `command` leads to at `now`, applied; panics if refused.
 fn events(master: &mut Master, now: Millis, command: Command) -> Vec<EventKind> {

@@ -12,11 +12,7 @@ use crate::snapshot::HeadRef;
 use crate::workers::Worker;
 
 fn run(master: &mut Master, now: Millis, command: Command) -> Reply {
-    let decision = master.decide(now, &command).unwrap();
-    for event in &decision.events {
-        master.apply(event);
-    }
-    decision.reply
+    crate::testing::run(master, now, command).unwrap()
 }
 
 /// Jobs 1 and 3 succeed, 2 fails, 4 runs, 5 waits.

@@ -6,16 +6,9 @@ use crate::keys::Keyed;
 use crate::master::*;
 use crate::protocol::*;
 use crate::scenarios::{request, spec, submit};
+use crate::testing::run;
 
 const T: Millis = 1_000_000;
-
-fn run(master: &mut Master, now: Millis, command: Command) -> Result<Reply, Rejection> {
-    let decision = master.decide(now, &command)?;
-    for event in &decision.events {
-        master.apply(event);
-    }
-    Ok(decision.reply)
-}
 
 fn submitted(id: JobId) -> Result<Reply, Rejection> {
     Ok(Reply::Submitted {

@@ -85,3 +85,17 @@ pub fn restore_in_parts(bytes: &[u8], size: usize) -> Result<crate::Master, crat
     }
     Ok(machine.master().clone())
 }
+
+/// Decides `command` at `now` on `master` and applies the events decided,
+/// as the host does; the reply.
+pub fn run(
+    master: &mut crate::Master,
+    now: crate::Millis,
+    command: crate::Command,
+) -> Result<crate::Reply, crate::Rejection> {
+    let decision = master.decide(now, &command)?;
+    for event in &decision.events {
+        master.apply(event);
+    }
+    Ok(decision.reply)
+}

@@ -7,11 +7,7 @@ use crate::master::*;
 use crate::scenarios::token;
 
 fn run(master: &mut Master, now: Millis, command: Command) -> Result<(), Rejection> {
-    let decision = master.decide(now, &command)?;
-    for event in &decision.events {
-        master.apply(event);
-    }
-    Ok(())
+    crate::testing::run(master, now, command).map(|_| ())
 }
 
 fn tokens(master: &Master) -> Vec<TokenRecord> {
