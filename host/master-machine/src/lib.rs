@@ -36,6 +36,7 @@ pub mod scenarios;
 pub mod schedule;
 pub mod script;
 mod snapshot;
+pub mod steps;
 mod tick;
 mod tokens;
 mod uniqueness;

@@ -27,7 +27,7 @@
 //! or a quoted string (`"on time"`, with `\"`, `\\`, `\n`, `\t`, `\r`,
 //! `\xNN`); bytes values (inputs, outputs, data) are its bytes. A key is
 //! given once. The verbs, with their defaults (those of the
-//! [`crate::scenarios`] helpers; `[...]` is optional):
+//! [`crate::steps`] builders; `[...]` is optional):
 //!
 //! * `submit seq=N [JOB] [OPTIONS]`: [`Command::Submit`] as request `seq`
 //!   (its origin is the one [`parse`] is given).
@@ -61,8 +61,8 @@
 //! [unique=KEY window_ms=N]`.
 
 use crate::protocol::*;
-use crate::scenarios::{dag_node, failed, finish, poll, schedule_spec, spec, submit_dag};
-use crate::scenarios::{submit_with, token};
+use crate::steps::{dag_node, failed, finish, poll, schedule_spec, spec, submit_dag};
+use crate::steps::{submit_with, token};
 use std::fmt;
 use std::str::FromStr;
 
@@ -706,7 +706,7 @@ fn options(args: &mut Args) -> Result<JobOptions, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenarios::{limited, request, submit, unique};
+    use crate::steps::{limited, request, submit, unique};
 
     /// The command of the one-line script `line`, from origin 9.
     fn one(line: &str) -> Result<(Millis, Command), String> {
