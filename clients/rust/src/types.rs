@@ -946,7 +946,12 @@ pub struct DeployRequest {
 pub struct RollbackRequest {
     /// The version to return to [default: the one current before the
     /// current one].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4_294_967_295_u64))]
     pub to: Option<u32>,
 }
 
@@ -1334,6 +1339,9 @@ mod decode_tests {
             (request.max_attempts, request.priority),
             (Some(3), Some(-2))
         );
+        let rollback: RollbackRequest = serde_json::from_str(r#"{"to":506280.0}"#).unwrap();
+        assert_eq!(rollback.to, Some(506_280));
+        assert!(serde_json::from_str::<RollbackRequest>(r#"{"to":1.5}"#).is_err());
         for bad in [r#"1.5"#, r#"-1"#, r#"4294967296"#, r#"1e30"#, r#""3""#] {
             let body = format!(r#"{{"module":"ab","max_attempts":{bad}}}"#);
             assert!(
