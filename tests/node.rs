@@ -766,6 +766,17 @@ fn jobs_run_a_deployment_by_name_across_deploys_rollbacks_and_a_restart() {
         assert_eq!(listed[0].current.digest, echo);
         let id = client.submit(&job("greet", "again")).await.unwrap().id;
         assert_eq!(&settle_result(&client, id).await[..], b"again");
+        // Listed by the name, whichever version each ran.
+        let query = cohort::client::JobQuery {
+            filter: JobFilterBody {
+                module: Some("greet".into()),
+                ..JobFilterBody::default()
+            },
+            ..cohort::client::JobQuery::default()
+        };
+        let listed = client.list(&query).await.unwrap().jobs;
+        let versions: Vec<Option<u32>> = listed.iter().map(|j| j.module_version).collect();
+        assert_eq!(versions, [Some(1), Some(2), Some(3)], "{listed:?}");
 
         // A schedule naming it keeps it deployed.
         let schedule = ScheduleRequest {

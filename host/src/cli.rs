@@ -145,7 +145,8 @@ pub struct FilterArgs {
     /// cancelled, dead).
     #[arg(long)]
     pub state: Option<String>,
-    /// Only jobs running this module (its sha256).
+    /// Only jobs running this module (its sha256), or submitted by this
+    /// deployment name.
     #[arg(long)]
     pub module: Option<String>,
     /// Only jobs of this priority.

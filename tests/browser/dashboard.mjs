@@ -178,6 +178,11 @@ async function pages() {
   check((await page.textContent(`tr[data-module="${jobs.module}"]`)).includes('rust'), 'the module says its language');
   check((await page.textContent(`tr[data-module="${jobs.module}"] [data-testid="module-names"]`)).includes('greet v1'), 'the module says the deployment that runs it');
   await shot(page, 'modules.png');
+  await page.click(`tr[data-module="${jobs.module}"] [data-testid="module-names"] a`);
+  await page.waitForFunction(() => window.location.hash.includes('module=greet'));
+  await ready(page, 'jobs');
+  check((await page.locator('[data-testid="jobs-table"] tr[data-job]').count()) === 1
+    && (await page.textContent('[data-testid="jobs-table"]')).includes('greet v1'), 'a deployment lists the jobs submitted by its name');
 
   // A read-only token sees everything and no button that changes things.
   const read = env('COHORT_READ_TOKEN');

@@ -497,7 +497,8 @@ pub struct JobFilterBody {
     /// In this state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
-    /// Running this module (sha256).
+    /// Running this module (its sha256), or submitted by this deployment
+    /// name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
     /// With this priority.

@@ -352,6 +352,55 @@ fn a_submission_by_name_runs_the_current_digest_and_records_its_version() {
 }
 
 #[test]
+fn listings_and_bulk_actions_filter_by_the_name_jobs_were_submitted_by() {
+    let mut master = Master::new();
+    run(&mut master, T, deploy("m", 1)).unwrap();
+    run(&mut master, T, submit_named(1, "m", b"a")).unwrap();
+    // The same module by digest: not submitted by the name.
+    run(
+        &mut master,
+        T,
+        submit_with(2, spec(1, b"b"), JobOptions::default()),
+    )
+    .unwrap();
+    run(&mut master, T, deploy("m", 2)).unwrap();
+    run(&mut master, T, submit_named(3, "m", b"c")).unwrap();
+    let by_name = |name: &str| JobFilter {
+        module_name: Some(name.into()),
+        ..JobFilter::default()
+    };
+    let list = |filter: JobFilter| {
+        let query = Query::Jobs {
+            filter,
+            after: None,
+            limit: 10,
+            newest_first: false,
+        };
+        match master.query(T, &query) {
+            Ok(Answer::Jobs { jobs, .. }) => Ok(jobs
+                .iter()
+                .map(|j| (j.id, j.module_version))
+                .collect::<Vec<_>>()),
+            Ok(other) => panic!("{other:?}"),
+            Err(rejection) => Err(rejection.code),
+        }
+    };
+    assert_eq!(list(by_name("m")), Ok(vec![(1, Some(1)), (3, Some(2))]));
+    assert_eq!(list(by_name("other")), Ok(vec![]));
+    assert_eq!(list(by_name("Not A Name")), Err(codes::INVALID_FILTER));
+    // A bulk action by name changes those jobs only.
+    let cancel = Command::Bulk {
+        action: BulkAction::Cancel,
+        filter: by_name("m"),
+    };
+    assert_eq!(
+        run(&mut master, T + 1, cancel).unwrap(),
+        Reply::Bulk { changed: 2 }
+    );
+    assert_eq!(job(&master, 2).state, JobState::Queued);
+}
+
+#[test]
 fn a_dag_s_jobs_by_name_run_the_current_digest() {
     let mut master = Master::new();
     let mut a = dag_node("a", Vec::new());

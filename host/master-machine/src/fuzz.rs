@@ -285,8 +285,18 @@ prop_compose! {
         (from, to, error, ids) in (
             option::of(n64()), option::of(n64()), option::of(text()), option::of(vec(n64(), 0..4)),
         ),
+        module_name in option::of(text()),
     ) -> JobFilter {
-        JobFilter { state, module, priority, from, to, error, ids }
+        JobFilter {
+            state,
+            module,
+            priority,
+            from,
+            to,
+            error,
+            ids,
+            module_name,
+        }
     }
 }
 

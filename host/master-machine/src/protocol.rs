@@ -1057,6 +1057,8 @@ pub struct JobFilter {
     /// Only these jobs (at most
     /// [`FILTER_IDS_MAX`](crate::limits::FILTER_IDS_MAX)).
     pub ids: Option<Vec<JobId>>,
+    /// Submitted by this deployment name (whichever version).
+    pub module_name: Option<String>,
 }
 
 /// An API token as the master keeps it: only the SHA-256 of its secret.

@@ -16,6 +16,7 @@
 use crate::limits::{FINISHED_IDS_MAX, LIST_LIMIT_MAX, LIST_SCAN_MAX, RECENT_SCAN_MAX};
 use std::ops::Bound;
 
+use crate::deployments::Deployments;
 use crate::master::{Job, Master, reject};
 use crate::protocol::*;
 use crate::scan::Facts;
@@ -97,7 +98,7 @@ impl Master {
             let Some(job) = held.facts() else {
                 continue;
             };
-            if filter_matches(filter, id, &job) {
+            if filter_matches(filter, id, &job, &self.deployments) {
                 jobs.push(summary(id, &job, self.deployments.of_job(id)));
                 if jobs.len() == limit {
                     break;
@@ -262,7 +263,12 @@ fn summary(id: JobId, job: &Facts, named: Option<(&str, Option<u32>)>) -> JobSum
 }
 
 /// Whether job `id` meets every condition of `filter`.
-pub(crate) fn filter_matches(filter: &JobFilter, id: JobId, job: &Facts) -> bool {
+pub(crate) fn filter_matches(
+    filter: &JobFilter,
+    id: JobId,
+    job: &Facts,
+    deployments: &Deployments,
+) -> bool {
     let contains = |haystack: &str, needle: &str| {
         haystack
             .as_bytes()
@@ -276,6 +282,11 @@ pub(crate) fn filter_matches(filter: &JobFilter, id: JobId, job: &Facts) -> bool
         && filter.from.is_none_or(|from| job.submitted_at >= from)
         && filter.to.is_none_or(|to| job.submitted_at <= to)
         && filter.ids.as_ref().is_none_or(|ids| ids.contains(&id))
+        && (filter.module_name.as_deref()).is_none_or(|wanted| {
+            deployments
+                .of_job(id)
+                .is_some_and(|(name, _)| name == wanted)
+        })
         && filter.error.as_deref().is_none_or(|text| {
             job.error
                 .is_some_and(|(code, message)| contains(code, text) || contains(message, text))

@@ -121,6 +121,14 @@ pub(crate) fn validate_filter(filter: &JobFilter) -> Result<(), Rejection> {
             format!("ids: at most {FILTER_IDS_MAX}"),
         );
     }
+    if let Some(name) = &filter.module_name
+        && !crate::deployments::valid_module_name(name)
+    {
+        return reject(
+            codes::INVALID_FILTER,
+            format!("module_name: {name:?} is no deployment name"),
+        );
+    }
     Ok(())
 }
 

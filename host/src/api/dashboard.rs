@@ -110,14 +110,22 @@ fn filter_from_body(body: JobFilterBody) -> Result<JobFilter, ApiError> {
             })
         })
         .transpose()?;
-    let module = body
-        .module
-        .map(|text| {
-            text.parse::<Digest>()
-                .map(|d| d.to_bytes())
-                .map_err(|_| bad(format!("module: {text:?} is not a sha256 (64 hex digits)")))
-        })
-        .transpose()?;
+    // A module is a digest (64 hex digits) or a deployment's name.
+    let (module, module_name) = match body.module {
+        None => (None, None),
+        Some(text) if text.len() == 64 => {
+            let digest = text
+                .parse::<Digest>()
+                .map_err(|_| bad(format!("module: {text:?} is not a sha256 (64 hex digits)")))?;
+            (Some(digest.to_bytes()), None)
+        }
+        Some(name) if cohort_master::valid_module_name(&name) => (None, Some(name)),
+        Some(text) => {
+            return Err(bad(format!(
+                "module: {text:?} is neither a sha256 (64 hex digits) nor a deployment name"
+            )));
+        }
+    };
     let most = FILTER_TEXT_CHARS_MAX;
     if body
         .error
@@ -138,6 +146,7 @@ fn filter_from_body(body: JobFilterBody) -> Result<JobFilter, ApiError> {
         to: body.to,
         error: body.error,
         ids: body.ids,
+        module_name,
     })
 }
 
@@ -357,11 +366,18 @@ mod tests {
                 to: Some(9),
                 error: Some("trap".into()),
                 ids: None,
+                module_name: None,
             }
+        );
+        // A deployment's name filters by the name jobs were submitted by.
+        let named = filter_from_params(&params(&[("module", "send-email")])).unwrap();
+        assert_eq!(
+            (named.module, named.module_name.as_deref()),
+            (None, Some("send-email"))
         );
         for (field, value) in [
             ("state", "lost"),
-            ("module", "abc"),
+            ("module", "Not A Name"),
             ("priority", "high"),
             ("from", "-1"),
             ("error", &"é".repeat(FILTER_TEXT_CHARS_MAX + 1)),

@@ -62,8 +62,8 @@ const STATES: &[&str] = &[
     "cancelled",
     "dead",
 ];
-/// A sha256 in hex.
-const SHA256: &str = "^[0-9a-fA-F]{64}$";
+/// A module as a filter names it: its sha256 or a deployment's name.
+const MODULE_REF: &str = "^([0-9a-fA-F]{64}|[a-z0-9][a-z0-9._-]{0,62})$";
 
 /// The document, as served (pretty JSON, built once).
 pub fn document() -> &'static str {
@@ -104,7 +104,7 @@ fn refine(document: &mut Value) {
     // A bulk request's filter and action, as the node checks them.
     let filter = &mut schemas["JobFilterBody"]["properties"];
     filter["state"]["enum"] = json!(STATES);
-    filter["module"]["pattern"] = SHA256.into();
+    filter["module"]["pattern"] = MODULE_REF.into();
     filter["error"]["maxLength"] = FILTER_TEXT_CHARS_MAX.into();
     filter["ids"]["maxItems"] = cohort_master::limits::FILTER_IDS_MAX.into();
     let bulk = &mut schemas["BulkRequest"]["properties"];
@@ -540,7 +540,7 @@ fn operation(handler: Handler) -> Option<Doc> {
         H::JobList => doc("jobs", "Jobs by id, a page at a time")
             .describe("Every filter given must hold. A page may be shorter than `limit` and still have a `next_cursor`: one request looks at most at 100,000 jobs.")
             .param("state", Query, one_of(STATES), "Only jobs in this state.")
-            .param("module", Query, text().pattern(Some(SHA256)), "Only jobs running this module (sha256).")
+            .param("module", Query, text().pattern(Some(MODULE_REF)), "Only jobs running this module (its sha256), or submitted by this deployment name.")
             .param("priority", Query, ObjectBuilder::new().schema_type(Type::Integer).format(Some(utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::Int32))), "Only jobs of this priority.")
             .param("from", Query, integer(0, u64::MAX), "Only jobs submitted at or after (ms since the Unix epoch).")
             .param("to", Query, integer(0, u64::MAX), "Only jobs submitted at or before.")

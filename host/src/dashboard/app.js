@@ -448,7 +448,7 @@ function filterForm(params) {
   const text = (name, size, placeholder) => el('input', {
     'data-testid': `filter-${name}`, name, size, placeholder, value: params.get(name) || '',
   });
-  const module = text('module', 20, 'sha256');
+  const module = text('module', 20, 'sha256 or name');
   const priority = el('input', { 'data-testid': 'filter-priority', name: 'priority', type: 'number', value: params.get('priority') || '', class: 'narrow' });
   const from = el('input', { 'data-testid': 'filter-from', type: 'datetime-local', value: localInput(params.get('from')) });
   const to = el('input', { 'data-testid': 'filter-to', type: 'datetime-local', value: localInput(params.get('to')) });
@@ -761,7 +761,7 @@ async function modulesView(root, _params, still) {
   if (!still()) return;
   // The names whose current version runs each module.
   const names = {};
-  for (const d of deployments) (names[d.current.digest] ||= []).push(`${d.name} v${d.current.version}`);
+  for (const d of deployments) (names[d.current.digest] ||= []).push(d);
   const download = async (digest) => {
     try {
       const data = await (await api(`/v1/modules/${digest}`)).blob();
@@ -775,7 +775,9 @@ async function modulesView(root, _params, still) {
     el('tr', {}, ['digest', 'deployed as', 'language', 'world', 'size', 'stored here', 'jobs', ''].map((h) => el('th', {}, h))),
     modules.length ? modules.map((m) => el('tr', { 'data-module': m.digest },
       el('td', { class: 'mono' }, el('a', { href: `#/jobs?module=${m.digest}`, title: 'its jobs' }, m.digest)),
-      el('td', { 'data-testid': 'module-names' }, (names[m.digest] || []).join(', ')),
+      el('td', { 'data-testid': 'module-names' }, (names[m.digest] || []).flatMap((d, i) => [
+        i ? ', ' : '',
+        el('a', { href: `#/jobs?module=${d.name}`, title: 'the jobs submitted by this name' }, `${d.name} v${d.current.version}`)])),
       el('td', {}, m.language || ''), el('td', { class: 'mono' }, m.world || ''),
       el('td', {}, bytes(m.bytes)), el('td', {}, time(m.first_seen)), el('td', {}, m.jobs ?? ''),
       el('td', {}, el('button', { onclick: () => download(m.digest) }, 'Download'))))
