@@ -86,8 +86,8 @@ use cohort_master::{Command, JobOptions, JobSpec, JobState, JobView, KeyLimit, R
 pub use error::{ApiError, ErrorCode};
 pub use http::body_deadline;
 pub(crate) use http::{
-    Body, Reply200, bytes, error_response, json, no_route, not_stored, parse_digest, parse_json,
-    read_body,
+    Body, ModuleRef, Reply200, bytes, error_response, json, module_ref, no_route, not_stored,
+    parse_digest, parse_json, read_body,
 };
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -879,7 +879,12 @@ impl Api {
         // A deployment's name is resolved by the master when it accepts the
         // job (the placeholder digest is replaced); a name always points
         // at a module stored in the cluster.
-        let digest = match module_ref(&submit.module)? {
+        let module = module_ref(
+            &submit.module,
+            ErrorCode::ModuleNotFound,
+            ErrorCode::InvalidModuleName,
+        )?;
+        let digest = match module {
             ModuleRef::Name(name) => {
                 options.module = Some(name);
                 Digest::from([0; 32])
@@ -1301,30 +1306,4 @@ impl Api {
             text,
         ))
     }
-}
-/// What a submission's `module` names.
-enum ModuleRef {
-    /// A module by its digest.
-    Digest(Digest),
-    /// A deployment by its name.
-    Name(String),
-}
-
-/// Reads a submission's `module`: 64 hex digits are a digest, anything
-/// else must be a deployment's name.
-fn module_ref(text: &str) -> Result<ModuleRef, ApiError> {
-    if text.len() == 64 {
-        return parse_digest(text, ErrorCode::ModuleNotFound).map(ModuleRef::Digest);
-    }
-    if cohort_master::valid_module_name(text) {
-        return Ok(ModuleRef::Name(text.to_owned()));
-    }
-    Err(ApiError::new(
-        ErrorCode::InvalidModuleName,
-        format!(
-            "module {text:?} is neither a sha256 (64 hex digits) nor a deployment name (1 to {} \
-             characters of a-z 0-9 . _ - starting with a letter or digit)",
-            cohort_master::limits::MODULE_NAME_BYTES_MAX
-        ),
-    ))
 }

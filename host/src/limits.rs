@@ -154,8 +154,8 @@ pub const CLUSTER_HISTORY_MAX: usize = 50;
 // ---- `cohort exec`
 
 /// Most bytes of compiled modules `cohort exec` keeps in its per-user
-/// cache: about fifty Python or JavaScript jobs (a compiled Python job is
-/// about 35 MiB), far more Rust ones.
+/// cache: a few dozen Python or JavaScript jobs (their size compiled is in
+/// BENCHMARKS.md, `#exec-first-run`), far more Rust ones.
 pub const EXEC_CACHE_BYTES_MAX: u64 = 2 << 30;
 
 // ---- Workers

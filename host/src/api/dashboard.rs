@@ -27,11 +27,10 @@ use super::types::{
     BulkRequest, BulkResponse, HistoryBody, JobFilterBody, LatencyBody, MasterBody,
     OverviewResponse, ReplicaBody, WhoamiResponse,
 };
-use super::{Api, ApiError, ErrorCode, Reply200, bytes, json, number};
+use super::{Api, ApiError, ErrorCode, ModuleRef, Reply200, bytes, json, module_ref, number};
 use crate::limits::{
     EVENT_STREAMS_MAX, EVENTS_BUFFERED, EVENTS_INTERVAL, FILTER_TEXT_CHARS_MAX, RECENT_MS,
 };
-use crate::runtime::Digest;
 use crate::security::token::{self, Scope, Scopes};
 use bytes::Bytes;
 use cohort_master::{BulkAction, Command, JobFilter, JobState, Reply};
@@ -111,20 +110,16 @@ fn filter_from_body(body: JobFilterBody) -> Result<JobFilter, ApiError> {
         })
         .transpose()?;
     // A module is a digest (64 hex digits) or a deployment's name.
-    let (module, module_name) = match body.module {
+    let module = (body.module.as_deref())
+        .map(|text| {
+            module_ref(text, ErrorCode::BadRequest, ErrorCode::BadRequest)
+                .map_err(|error| bad(format!("module: {}", error.body.message)))
+        })
+        .transpose()?;
+    let (module, module_name) = match module {
         None => (None, None),
-        Some(text) if text.len() == 64 => {
-            let digest = text
-                .parse::<Digest>()
-                .map_err(|_| bad(format!("module: {text:?} is not a sha256 (64 hex digits)")))?;
-            (Some(digest.to_bytes()), None)
-        }
-        Some(name) if cohort_master::valid_module_name(&name) => (None, Some(name)),
-        Some(text) => {
-            return Err(bad(format!(
-                "module: {text:?} is neither a sha256 (64 hex digits) nor a deployment name"
-            )));
-        }
+        Some(ModuleRef::Digest(digest)) => (Some(digest.to_bytes()), None),
+        Some(ModuleRef::Name(name)) => (None, Some(name)),
     };
     let most = FILTER_TEXT_CHARS_MAX;
     if body

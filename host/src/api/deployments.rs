@@ -15,7 +15,7 @@ use super::types::{
     RollbackRequest, UndeployResponse,
 };
 use super::{Api, ApiError, ErrorCode, Reply200, json};
-use crate::api::http::{not_stored, parse_digest};
+use crate::api::http::{check_name, not_stored, parse_digest};
 use crate::runtime::Digest;
 use cohort_master::{Command, DeploymentView, ModuleVersion, Reply};
 use hyper::StatusCode;
@@ -45,7 +45,7 @@ impl Api {
         name: &str,
         request: DeployRequest,
     ) -> Result<Reply200, ApiError> {
-        check_name(name)?;
+        check_name(name, ErrorCode::InvalidModuleName)?;
         let digest = parse_digest(&request.digest, ErrorCode::ModuleNotFound)?;
         if !self.fetcher.ensure(&self.modules, &digest).await? {
             return Err(not_stored(ErrorCode::ModuleNotFound, &digest));
@@ -63,7 +63,7 @@ impl Api {
         name: &str,
         request: RollbackRequest,
     ) -> Result<Reply200, ApiError> {
-        check_name(name)?;
+        check_name(name, ErrorCode::InvalidModuleName)?;
         let command = Command::Rollback {
             name: name.to_owned(),
             to: request.to,
@@ -73,7 +73,7 @@ impl Api {
 
     /// `DELETE /v1/deployments/{name}`.
     pub(super) async fn undeploy(&self, name: &str) -> Result<Reply200, ApiError> {
-        check_name(name)?;
+        check_name(name, ErrorCode::InvalidModuleName)?;
         let name = name.to_owned();
         (self.master)
             .command(Command::Undeploy { name: name.clone() })
@@ -106,22 +106,6 @@ impl Api {
             },
         ))
     }
-}
-
-/// A name the master would refuse, refused before anything else is
-/// checked (the master's rule, so the two never disagree).
-fn check_name(name: &str) -> Result<(), ApiError> {
-    if cohort_master::valid_module_name(name) {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        ErrorCode::InvalidModuleName,
-        format!(
-            "{name:?}: a deployment name is 1 to {} characters of a-z 0-9 . _ - starting with a \
-             letter or digit",
-            cohort_master::limits::MODULE_NAME_BYTES_MAX
-        ),
-    ))
 }
 
 fn version(version: ModuleVersion) -> DeploymentVersion {

@@ -120,6 +120,46 @@ pub(crate) fn parse_digest(text: &str, code: ErrorCode) -> Result<Digest, ApiErr
         .map_err(|e: crate::runtime::module::DigestParseError| ApiError::new(code, e.to_string()))
 }
 
+/// What a request's `module` names: 64 hex digits are a digest, anything
+/// else must be a deployment's name.
+pub(crate) enum ModuleRef {
+    /// A module by its digest.
+    Digest(Digest),
+    /// A deployment by its name.
+    Name(String),
+}
+
+/// Reads a `module`: a malformed digest is `digest_code`, a string that is
+/// neither a digest nor a deployment name is `name_code`.
+pub(crate) fn module_ref(
+    text: &str,
+    digest_code: ErrorCode,
+    name_code: ErrorCode,
+) -> Result<ModuleRef, ApiError> {
+    if text.len() == 64 {
+        return parse_digest(text, digest_code).map(ModuleRef::Digest);
+    }
+    check_name(text, name_code)?;
+    Ok(ModuleRef::Name(text.to_owned()))
+}
+
+/// A deployment name the master would refuse, refused as `code` before
+/// anything else is checked (the master's rule, so the two never
+/// disagree).
+pub(crate) fn check_name(name: &str, code: ErrorCode) -> Result<(), ApiError> {
+    if cohort_master::valid_module_name(name) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        code,
+        format!(
+            "{name:?} is neither a sha256 (64 hex digits) nor a deployment name (1 to {} \
+             characters of a-z 0-9 . _ - starting with a letter or digit)",
+            cohort_master::limits::MODULE_NAME_BYTES_MAX
+        ),
+    ))
+}
+
 pub(crate) fn not_stored(code: ErrorCode, digest: &Digest) -> ApiError {
     ApiError::new(
         code,

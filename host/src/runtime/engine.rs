@@ -430,7 +430,9 @@ impl Runtime {
         let module = disk
             .load(&digest)
             .map_err(|e| ModuleError::Internal(e.to_string()))
-            .and_then(|artifact| artifact.ok_or_else(|| ModuleError::Internal("gone".into())))
+            .and_then(|artifact| {
+                artifact.ok_or_else(|| ModuleError::Internal("removed while being read".into()))
+            })
             .and_then(|artifact| {
                 // SAFETY: files in the disk cache are written only by
                 // `DiskCache::store` from `Component::serialize` of this engine
