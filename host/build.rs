@@ -45,6 +45,8 @@ const JOBS: &[&str] = &[
     "fixture-future-job",
     "fixture-foreign-import",
     "fixture-kernels",
+    "fixture-http",
+    "webhook",
 ];
 
 /// What `cohort build` gives Rust jobs (see `host/src/build.rs`).

@@ -65,12 +65,19 @@
 //! on another machine, reads back with [`resume_state`]: a long job that
 //! checkpoints does not start over when its worker dies.
 //!
+//! # Outbound HTTP
+//!
+//! [`http`] makes blocking HTTP(S) calls (`http::get`, `http::post`,
+//! `http::Request`). A node lets a job reach only the URLs its operator
+//! granted to it; any other call fails with `http_denied`.
+//!
 //! # Execution model
 //!
 //! A job may be run more than once (cohort retries attempts whose worker died
 //! or whose deadline passed), so it should be idempotent: the same input gives
-//! the same output. It runs with no filesystem, no network and no environment
-//! variables, under memory and time limits set by the node.
+//! the same output. It runs with no filesystem, no environment variables and
+//! no network beyond the HTTP grants of its deployment, under memory and time
+//! limits set by the node.
 
 #![deny(missing_docs)]
 
@@ -83,6 +90,8 @@ use std::fmt;
 
 /// Marks the function that is this component's job. See the crate docs.
 pub use cohort_guest_macros::job;
+
+pub mod http;
 
 #[doc(hidden)]
 pub mod bindings {
