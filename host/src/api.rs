@@ -698,6 +698,9 @@ impl Api {
                 self.deployment_rollback(param, parse_json(&body)?).await
             }
             Handler::Undeploy => self.undeploy(param).await,
+            Handler::GrantAdd => self.grants_change(param, parse_json(&body)?, false).await,
+            Handler::GrantRevoke => self.grants_change(param, parse_json(&body)?, true).await,
+            Handler::GrantRevokeAll => self.grants_revoke_all(param).await,
             Handler::JobSubmit => {
                 let accepted = self.submit(parse_json(&body)?).await?;
                 Ok(json(StatusCode::ACCEPTED, &accepted))
@@ -1101,15 +1104,26 @@ impl Api {
             attempts: view
                 .attempts
                 .into_iter()
-                .map(|a| Attempt {
-                    number: a.number,
-                    worker: a.worker,
-                    started_at: a.started_at,
-                    ended_at: a.ended_at,
-                    outcome: a.outcome,
-                    message: a.message,
-                    duration_ms: a.duration_ms,
-                    log_tail: a.log_tail,
+                .map(|a| {
+                    let calls = view.calls.iter().find(|c| c.attempt == a.number);
+                    Attempt {
+                        number: a.number,
+                        worker: a.worker,
+                        started_at: a.started_at,
+                        ended_at: a.ended_at,
+                        outcome: a.outcome,
+                        message: a.message,
+                        duration_ms: a.duration_ms,
+                        log_tail: a.log_tail,
+                        calls: calls.map_or(Vec::new(), |c| {
+                            c.calls
+                                .iter()
+                                .cloned()
+                                .map(deployments::call_record)
+                                .collect()
+                        }),
+                        calls_dropped: calls.map_or(0, |c| c.dropped),
+                    }
                 })
                 .collect(),
             error: view.error.map(|f| ErrorBody {

@@ -124,6 +124,8 @@ error_codes! {
     ModuleNameInUse = "module_name_in_use", CONFLICT, false;
     /// A new deployment name beyond the cluster's limit of names.
     ModuleNamesFull = "module_names_full", CONFLICT, false;
+    /// A deployment name would hold more grants than its limit (32).
+    TooManyGrants = "too_many_grants", CONFLICT, false;
     /// The master's node runs the master natively (`--master-core native`).
     UpgradeUnsupported = "upgrade_unsupported", CONFLICT, false;
     /// The request body is over the route's limit.
@@ -163,6 +165,9 @@ error_codes! {
     /// A deployment name that is not 1 to 63 characters of `a-z 0-9 . _ -`
     /// starting with a letter or digit.
     InvalidModuleName = "invalid_module_name", UNPROCESSABLE_ENTITY, false;
+    /// A grant that is no `scheme://host[:port][/path]` pattern of http or
+    /// https, or methods that are no HTTP methods.
+    InvalidGrant = "invalid_grant", UNPROCESSABLE_ENTITY, false;
     /// A bulk action's filter or attempts out of range.
     InvalidFilter = "invalid_filter", UNPROCESSABLE_ENTITY, false;
     /// A schedule's name, timing (cron expression, time zone, interval),

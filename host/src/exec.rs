@@ -176,6 +176,7 @@ async fn exec(args: ExecArgs) -> Result<ExitStatus, (ExitStatus, String)> {
         limits,
         resume_state,
         observer: Some(observer),
+        egress: Vec::new(),
     };
     let report = runtime.run(&module, request).await;
     bar.finish_and_clear();

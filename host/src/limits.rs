@@ -342,6 +342,74 @@ const _: () = assert!(
 );
 const _: () = assert!(SANDBOX_REQUEST_BYTES_MAX <= u32::MAX as u64);
 
+// ---- Runtime: egress (a job's outbound HTTP calls, `runtime::egress`)
+
+/// Calls one attempt may make, refused ones included; later ones are
+/// refused (`egress_calls_exhausted`).
+pub const EGRESS_CALLS_PER_ATTEMPT_MAX: u32 = 1_000;
+/// Calls of one attempt in flight at once (each holds a socket, and while
+/// its name resolves a thread); more wait for one to end.
+pub const EGRESS_CALLS_AT_ONCE_MAX: u32 = 16;
+/// Request and response body bytes of one attempt, all its calls
+/// together: 256 MiB (`egress_bytes_exhausted` past it).
+pub const EGRESS_BYTES_PER_ATTEMPT_MAX: u64 = 256 << 20;
+/// Largest request body one call sends: 16 MiB
+/// (`egress_request_too_large`).
+pub const EGRESS_REQUEST_BYTES_MAX: u64 = 16 << 20;
+/// Largest response body one call receives: 16 MiB
+/// (`egress_response_too_large`).
+pub const EGRESS_RESPONSE_BYTES_MAX: u64 = 16 << 20;
+/// Largest response head (status line and headers) one call receives.
+pub const EGRESS_RESPONSE_HEAD_BYTES_MAX: usize = 64 << 10;
+/// Longest name lookup, TCP connection and TLS handshake of one call,
+/// together (a job may ask for less).
+pub const EGRESS_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait from a request to its response's head (a job may ask for
+/// less).
+pub const EGRESS_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait between two chunks of a response body (a job may ask for
+/// less).
+pub const EGRESS_BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest call, from its request to the end of its response body: a
+/// server trickling a byte at a time cannot hold an attempt longer.
+pub const EGRESS_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Addresses of one name tried at most (the resolver's first).
+pub(crate) const EGRESS_ADDRESSES_MAX: usize = 16;
+/// Refused addresses a log line names at most.
+pub(crate) const EGRESS_ADDRESSES_LOGGED_MAX: usize = 4;
+/// Longest method kept in a call's record, in bytes.
+pub const EGRESS_METHOD_BYTES_MAX: usize = 32;
+/// Longest origin (`scheme://host:port`) kept in a call's record, in bytes:
+/// a DNS name's 253 and the rest.
+pub const EGRESS_ORIGIN_BYTES_MAX: usize = 300;
+
+// An attempt can have as many calls in flight as it may make.
+const _: () = assert!(EGRESS_CALLS_AT_ONCE_MAX <= EGRESS_CALLS_PER_ATTEMPT_MAX);
+// One call at its size limits fits what an attempt may move.
+const _: () = assert!(
+    EGRESS_REQUEST_BYTES_MAX <= EGRESS_BYTES_PER_ATTEMPT_MAX
+        && EGRESS_RESPONSE_BYTES_MAX <= EGRESS_BYTES_PER_ATTEMPT_MAX
+);
+// Each phase's own limit can be reached before the whole call's.
+const _: () = assert!(
+    EGRESS_CONNECT_TIMEOUT.as_millis() < EGRESS_CALL_TIMEOUT.as_millis()
+        && EGRESS_FIRST_BYTE_TIMEOUT.as_millis() < EGRESS_CALL_TIMEOUT.as_millis()
+        && EGRESS_BETWEEN_BYTES_TIMEOUT.as_millis() < EGRESS_CALL_TIMEOUT.as_millis()
+);
+// An origin holds the longest DNS name with `https://`, a port and the
+// brackets of an IPv6 address.
+const _: () = assert!(EGRESS_ORIGIN_BYTES_MAX >= 253 + "https://[]:65535".len());
+// An attempt's record (a sandbox process sends it in its last frame)
+// fits the frame's slack many times over: each call is its method,
+// origin, error code and a few numbers.
+const _: () = assert!(
+    cohort_master::limits::CALLS_RECORDED_MAX
+        * (EGRESS_METHOD_BYTES_MAX + EGRESS_ORIGIN_BYTES_MAX + ERROR_CODE_BYTES_MAX + 64)
+        <= SANDBOX_FRAME_SLACK_BYTES as usize / 8
+);
+// hyper refuses a smaller bound on a response head.
+const _: () = assert!(EGRESS_RESPONSE_HEAD_BYTES_MAX >= 8192);
+
 // ---- The master service (`master`)
 
 /// How often time is passed to the master (`Tick`): lease expiry, backoff

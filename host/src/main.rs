@@ -69,6 +69,10 @@ enum Command {
     Deployments(cohort::cli::deployments::DeploymentArgs),
     /// Remove a deployment (jobs keep the module they resolved to).
     Undeploy(cohort::cli::deployments::UndeployArgs),
+    /// Let a deployment's jobs call HTTP(S) endpoints (`--http URL`).
+    Grant(cohort::cli::deployments::GrantArgs),
+    /// Take grants from a deployment (all, unless `--http` names some).
+    Revoke(cohort::cli::deployments::RevokeArgs),
     /// Create, list or revoke API tokens.
     #[command(subcommand)]
     Token(cohort::cli::TokenCommand),
@@ -145,6 +149,8 @@ fn main() -> ExitCode {
             Command::Rollback(args) => cohort::cli::deployments::rollback(args).await,
             Command::Deployments(args) => cohort::cli::deployments::deployments(args).await,
             Command::Undeploy(args) => cohort::cli::deployments::undeploy(args).await,
+            Command::Grant(args) => cohort::cli::deployments::grant(args).await,
+            Command::Revoke(args) => cohort::cli::deployments::revoke(args).await,
         }
     })
 }

@@ -47,6 +47,7 @@ pub fn render(
         responses.clone(),
     );
     register_security(&mut registry);
+    register_egress(&mut registry);
     let mut out = String::new();
     encode(&mut out, &registry)?;
     Ok(out)
@@ -193,5 +194,92 @@ fn register_security(registry: &mut Registry) {
         "security_refused",
         "Gossip datagrams dropped, requests and connections refused, by what and why",
         refused,
+    );
+}
+
+/// The outbound calls of the attempts this node ran, by result, and their
+/// body bytes: counted when an attempt is reported.
+static EGRESS: std::sync::Mutex<EgressCounts> = std::sync::Mutex::new(EgressCounts {
+    calls: std::collections::BTreeMap::new(),
+    sent: 0,
+    received: 0,
+});
+
+struct EgressCounts {
+    calls: std::collections::BTreeMap<&'static str, u64>,
+    sent: u64,
+    received: u64,
+}
+
+/// The results a call is counted under: `ok` (a response came), one of
+/// the host's codes, `unrecorded` (beyond an attempt's recorded calls) or
+/// `other` (a code this build does not make, so labels stay few).
+const EGRESS_RESULTS: &[&str] = &[
+    "ok",
+    "egress_invalid_uri",
+    "egress_denied",
+    "egress_calls_exhausted",
+    "egress_bytes_exhausted",
+    "egress_request_too_large",
+    "egress_response_too_large",
+    "egress_dns_failed",
+    "egress_address_refused",
+    "egress_connect_failed",
+    "egress_tls_failed",
+    "egress_timeout",
+    "egress_http_failed",
+    "egress_unfinished",
+    "unrecorded",
+    "other",
+];
+
+/// Counts an attempt's reported calls (and `dropped` more, unrecorded).
+pub fn count_egress(calls: &[cohort_master::HttpCall], dropped: u32) {
+    if calls.is_empty() && dropped == 0 {
+        return;
+    }
+    let mut counts = EGRESS.lock().unwrap_or_else(|e| e.into_inner());
+    for call in calls {
+        let result = match call.error.as_deref() {
+            None => "ok",
+            Some(code) => EGRESS_RESULTS
+                .iter()
+                .find(|known| **known == code)
+                .copied()
+                .unwrap_or("other"),
+        };
+        *counts.calls.entry(result).or_default() += 1;
+        counts.sent = counts.sent.saturating_add(call.sent_bytes);
+        counts.received = counts.received.saturating_add(call.received_bytes);
+    }
+    if dropped > 0 {
+        *counts.calls.entry("unrecorded").or_default() += u64::from(dropped);
+    }
+}
+
+fn register_egress(registry: &mut Registry) {
+    let counts = EGRESS.lock().unwrap_or_else(|e| e.into_inner());
+    let calls = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    for (result, count) in &counts.calls {
+        calls
+            .get_or_create(&vec![("result".into(), (*result).into())])
+            .inc_by(*count);
+    }
+    registry.register(
+        "egress_calls",
+        "Outbound HTTP calls of the jobs this node ran, by result (ok, or why not)",
+        calls,
+    );
+    let bytes = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    bytes
+        .get_or_create(&vec![("direction".into(), "sent".into())])
+        .inc_by(counts.sent);
+    bytes
+        .get_or_create(&vec![("direction".into(), "received".into())])
+        .inc_by(counts.received);
+    registry.register(
+        "egress_body_bytes",
+        "Body bytes of the outbound HTTP calls of the jobs this node ran",
+        bytes,
     );
 }

@@ -99,6 +99,10 @@ pub struct NodeArgs {
         default_value = "thread"
     )]
     pub job_isolation: Isolation,
+    /// A PEM file of CA certificates that jobs' HTTPS calls trust besides
+    /// the system's roots (a private CA of the services they are granted).
+    #[arg(long, env = "COHORT_EGRESS_CA", value_name = "FILE")]
+    pub egress_ca: Option<PathBuf>,
     /// Attempts of a job that does not set `max_attempts`.
     #[arg(long, default_value_t = 3)]
     pub max_attempts: u32,
@@ -342,6 +346,7 @@ fn open_local(args: &NodeArgs) -> anyhow::Result<Local> {
         concurrent_jobs: slots.max(1),
         memory_bytes_max: args.job_memory_max,
         isolation: args.job_isolation,
+        egress_ca: args.egress_ca.clone(),
         ..RuntimeConfig::default()
     })?;
     let modules = Arc::new(

@@ -2,6 +2,7 @@
 //!
 //! See [`engine`] for the design notes.
 
+pub mod egress;
 pub mod engine;
 pub mod job;
 pub mod job_limits;
@@ -12,6 +13,7 @@ pub mod observer;
 pub mod sandbox;
 pub mod sandbox_child;
 
+pub use egress::{AddressKind, CallError, EgressLimits, HttpCall, HttpGrant};
 pub use engine::{Isolation, Runtime, RuntimeConfig, RuntimeError};
 pub use job::{JobFailure, JobReport, JobRequest, Progress};
 pub use job_limits::JobLimits;

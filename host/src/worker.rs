@@ -487,7 +487,14 @@ async fn run_in_slot(
     slot: OwnedSemaphorePermit,
 ) {
     let (id, attempt) = (assignment.id, assignment.attempt);
-    let Some((outcome, ran, log)) = attempt_outcome(shared, assignment, stopped).await else {
+    let Some(Ended {
+        outcome,
+        ran,
+        log,
+        calls,
+        calls_dropped,
+    }) = attempt_outcome(shared, assignment, stopped).await
+    else {
         tracing::debug!("job {id} attempt {attempt} stopped");
         drop(slot);
         shared.ran(None);
@@ -504,6 +511,7 @@ async fn run_in_slot(
     shared.ran(ran);
     let duration_ms = ran.map_or(0, |ran| ran.as_millis() as u64);
     let start = log.len().saturating_sub(LOG_TAIL_BYTES);
+    crate::metrics::count_egress(&calls, calls_dropped);
     let command = Command::Finish {
         id,
         attempt,
@@ -511,6 +519,8 @@ async fn run_in_slot(
         outcome,
         duration_ms,
         log_tail: String::from_utf8_lossy(&log[start..]).into_owned(),
+        calls,
+        calls_dropped,
     };
     report_outcome(shared, command, id, attempt).await;
     shared
@@ -520,14 +530,25 @@ async fn run_in_slot(
         .remove(&(id, attempt));
 }
 
-/// Fetches the attempt's module and runs it: its outcome, how long it ran
-/// and its log; `None` if it was stopped (or its task failed) before an
-/// outcome.
+/// How an attempt ended, as its report to the master carries it.
+struct Ended {
+    outcome: Outcome,
+    /// How long it ran (`None`: it never started).
+    ran: Option<Duration>,
+    log: Vec<u8>,
+    /// Its outbound calls, the first ones, and how many more it made.
+    calls: Vec<cohort_master::HttpCall>,
+    calls_dropped: u32,
+}
+
+/// Fetches the attempt's module and runs it: its outcome, how long it ran,
+/// its log and its calls; `None` if it was stopped (or its task failed)
+/// before an outcome.
 async fn attempt_outcome(
     shared: &Shared,
     assignment: Assignment,
     stopped: oneshot::Receiver<()>,
-) -> Option<(Outcome, Option<Duration>, Vec<u8>)> {
+) -> Option<Ended> {
     let Assignment {
         id,
         attempt,
@@ -536,6 +557,7 @@ async fn attempt_outcome(
         timeout_ms,
         memory_bytes,
         checkpoint,
+        egress,
         ..
     } = assignment;
     let digest = Digest::from(module);
@@ -546,7 +568,13 @@ async fn attempt_outcome(
                 code: "module_unavailable".into(),
                 message: format!("module {digest}: {error}"),
             };
-            return Some((Outcome::Failed(failure), None, Vec::new()));
+            return Some(Ended {
+                outcome: Outcome::Failed(failure),
+                ran: None,
+                log: Vec::new(),
+                calls: Vec::new(),
+                calls_dropped: 0,
+            });
         }
     };
     let (checkpoints, latest) = watch::channel(None);
@@ -566,6 +594,7 @@ async fn attempt_outcome(
         limits,
         resume_state: checkpoint,
         observer: Some(forwarder),
+        egress,
     };
     let report = run_job(shared, (id, attempt), compiled, request, stopped).await;
     // The attempt is over: its outcome matters now, not a checkpoint still
@@ -578,7 +607,13 @@ async fn attempt_outcome(
         Ok(output) => Outcome::Succeeded(output),
         Err(failure) => Outcome::Failed(failure_of(&failure)),
     };
-    Some((outcome, Some(report.duration), report.log))
+    Some(Ended {
+        outcome,
+        ran: Some(report.duration),
+        log: report.log,
+        calls: report.calls,
+        calls_dropped: report.calls_dropped,
+    })
 }
 
 /// Sends a running attempt's newest checkpoint to the master until the

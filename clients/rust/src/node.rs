@@ -518,6 +518,39 @@ impl Node {
         self.json(Method::DELETE, &path, None).await
     }
 
+    /// Adds outbound HTTP(S) grants to deployment `name`; its grants after.
+    pub async fn grant(
+        &self,
+        name: &str,
+        grants: &[HttpGrantBody],
+    ) -> Result<GrantsResponse, ClientError> {
+        let request = GrantRequest {
+            http: grants.to_vec(),
+        };
+        let body = serde_json::to_vec(&request).expect("serializes");
+        let path = format!("/v1/deployments/{name}/grants");
+        self.json(Method::POST, &path, Some(body)).await
+    }
+
+    /// Takes `grants` from deployment `name` (none listed: every grant);
+    /// its grants after.
+    pub async fn revoke(
+        &self,
+        name: &str,
+        grants: &[HttpGrantBody],
+    ) -> Result<GrantsResponse, ClientError> {
+        if grants.is_empty() {
+            let path = format!("/v1/deployments/{name}/grants");
+            return self.json(Method::DELETE, &path, None).await;
+        }
+        let request = GrantRequest {
+            http: grants.to_vec(),
+        };
+        let body = serde_json::to_vec(&request).expect("serializes");
+        let path = format!("/v1/deployments/{name}/grants/revoke");
+        self.json(Method::POST, &path, Some(body)).await
+    }
+
     /// What this client's token may do.
     pub async fn whoami(&self) -> Result<WhoamiResponse, ClientError> {
         self.json(Method::GET, "/v1/whoami", None).await

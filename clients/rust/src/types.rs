@@ -30,6 +30,83 @@ pub struct Attempt {
     pub duration_ms: Option<u64>,
     /// End of its log.
     pub log_tail: String,
+    /// Its outbound HTTP calls, in order (the first 64): granted or
+    /// refused, never with a path, query, header or body.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<CallRecord>,
+    /// How many more calls it made than `calls` lists.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub calls_dropped: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One outbound HTTP call of an attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CallRecord {
+    /// Its method.
+    pub method: String,
+    /// `scheme://host:port` it went to.
+    pub origin: String,
+    /// The response's status, if one came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Why it failed, if it did: `egress_denied`, `egress_address_refused`,
+    /// `egress_timeout`, `egress_response_too_large`, ...
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Request body bytes sent.
+    pub sent_bytes: u64,
+    /// Response body bytes received.
+    pub received_bytes: u64,
+    /// From the request to the end of its response or its failure.
+    pub ms: u64,
+}
+
+/// What a deployment's jobs may reach over HTTP(S).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct HttpGrantBody {
+    /// `scheme://host[:port][/path]`: `https://api.example.com/v1/`,
+    /// `https://*.example.com`, `http://10.0.0.5:8080`, `http://[fd00::5]`;
+    /// a port of `*` allows any; the path is a prefix. Answers spell it in
+    /// full (`https://api.example.com:443/v1/`).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(max_length = 1024, example = "https://api.example.com/v1/")
+    )]
+    pub url: String,
+    /// Methods allowed [default: any].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    /// Whether a name may resolve to a private, loopback or link-local
+    /// address [default: false; an address in `url` is always allowed].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub private: bool,
+}
+
+/// `POST /v1/deployments/{name}/grants` (added) and
+/// `POST /v1/deployments/{name}/grants/revoke` (taken away).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct GrantRequest {
+    /// Outbound HTTP(S) grants.
+    pub http: Vec<HttpGrantBody>,
+}
+
+/// A deployment's grants after a change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GrantsResponse {
+    /// The deployment.
+    pub name: String,
+    /// All its grants now.
+    pub http: Vec<HttpGrantBody>,
 }
 
 /// Every error: a stable code and a message for people.
@@ -985,6 +1062,9 @@ pub struct DeploymentResponse {
     /// empty in the list).
     #[serde(default)]
     pub versions: Vec<DeploymentVersion>,
+    /// What its jobs may reach over HTTP(S).
+    #[serde(default)]
+    pub grants: Vec<HttpGrantBody>,
 }
 
 /// `GET /v1/deployments`.

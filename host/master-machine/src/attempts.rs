@@ -82,15 +82,16 @@ impl Master {
     }
 
     #[allow(clippy::too_many_arguments)]
+    /// The report of attempt `attempt` of job `id` from `worker`: its
+    /// outcome, run time, log tail and `(calls, calls dropped)`.
     pub(crate) fn decide_finish(
         &self,
         now: Millis,
-        id: JobId,
-        attempt: u32,
-        worker: &str,
+        (id, attempt, worker): (JobId, u32, &str),
         outcome: &Outcome,
         duration_ms: u64,
         log_tail: &str,
+        (calls, calls_dropped): (&[HttpCall], u32),
     ) -> Result<Decision, Rejection> {
         if let Err(reason) = self.current_attempt(id, attempt, Some(worker)) {
             return Ok(ignored(reason));
@@ -108,16 +109,17 @@ impl Master {
             }
             other => other.clone(),
         };
-        decided(
-            now,
-            vec![EventKind::Finished {
-                id,
-                attempt,
-                outcome,
-                duration_ms,
-                log_tail: tail(log_tail, LOG_TAIL_BYTES_MAX).into(),
-            }],
-        )
+        let mut kinds: Vec<EventKind> = Self::calls_event(id, attempt, calls, calls_dropped)
+            .into_iter()
+            .collect();
+        kinds.push(EventKind::Finished {
+            id,
+            attempt,
+            outcome,
+            duration_ms,
+            log_tail: tail(log_tail, LOG_TAIL_BYTES_MAX).into(),
+        });
+        decided(now, kinds)
     }
 
     /// Whether `attempt` is the running attempt of job `id` (held by
@@ -198,6 +200,7 @@ impl Master {
             timeout_ms: job.spec.timeout_ms,
             memory_bytes: job.spec.memory_bytes,
             checkpoint: job.checkpoint.clone(),
+            egress: self.egress_of_job(id),
         }));
     }
 

@@ -89,7 +89,7 @@ impl Deployment {
     }
 
     /// The view of it, with its versions newest first when `versions`.
-    fn view(&self, versions: bool) -> DeploymentView {
+    fn view(&self, versions: bool, grants: &[HttpGrant]) -> DeploymentView {
         DeploymentView {
             name: self.name.to_string(),
             current: self.current().clone(),
@@ -98,6 +98,7 @@ impl Deployment {
                 false => Vec::new(),
             },
             versions_total: self.current().version,
+            grants: grants.to_vec(),
         }
     }
 
@@ -202,6 +203,14 @@ impl Master {
                 format!("no module is deployed as {name:?}"),
             )
         })
+    }
+
+    /// The deployment named `name`, which must be a valid name.
+    pub(crate) fn deployment_named(&self, name: &str) -> Result<&Deployment, Rejection> {
+        if !valid_module_name(name) {
+            return Err(invalid_name("name", name));
+        }
+        self.deployment(name)
     }
 
     /// The current version of the deployment `options` name, if they name
@@ -385,19 +394,20 @@ impl Master {
 
     pub(crate) fn apply_undeployed(&mut self, name: &str) {
         self.deployments.names.remove(name);
+        self.egress.grants.remove(name);
     }
 
     /// Answers [`Query::Deployments`].
     pub(crate) fn deployments_view(&self) -> Vec<DeploymentView> {
         (self.deployments.names.values())
             .take(MODULE_NAMES_MAX)
-            .map(|deployment| deployment.view(false))
+            .map(|deployment| deployment.view(false, self.grants_of(&deployment.name)))
             .collect()
     }
 
     /// Answers [`Query::Deployment`].
     pub(crate) fn deployment_view(&self, name: &str) -> Result<DeploymentView, Rejection> {
-        Ok(self.deployment(name)?.view(true))
+        Ok(self.deployment(name)?.view(true, self.grants_of(name)))
     }
 }
 

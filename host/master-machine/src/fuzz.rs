@@ -236,14 +236,62 @@ prop_compose! {
     }
 }
 
+/// Grants: mostly ones the parser makes (so a grant command can be
+/// accepted), some made by hand from odd parts.
+fn grant() -> BoxedStrategy<HttpGrant> {
+    let methods = vec(
+        prop_oneof![Just("GET".to_owned()), Just("POST".to_owned()), text()],
+        0..3,
+    );
+    prop_oneof![
+        3 => (
+            prop_oneof![
+                Just("https://api.example.com/v1/"),
+                Just("http://127.0.0.1:8080"),
+                Just("https://*.example.com:*"),
+                Just("http://[fd00::5]/hooks"),
+            ],
+            methods.clone(),
+            any::<bool>(),
+        )
+            .prop_filter_map("a pattern the parser takes", |(url, methods, private)| {
+                HttpGrant::parse(url, &methods, private).ok()
+            }),
+        1 => (text(), text(), option::of(any::<u16>()), text(), methods, any::<bool>()).prop_map(
+            |(scheme, host, port, path, methods, private)| HttpGrant {
+                scheme,
+                host,
+                port,
+                path,
+                methods,
+                private,
+            }
+        ),
+    ]
+    .boxed()
+}
+
+prop_compose! {
+    fn http_call()(
+        method in text(),
+        origin in text(),
+        status in option::of(any::<u16>()),
+        error in option::of(text()),
+        (sent_bytes, received_bytes, ms) in (n64(), n64(), n64()),
+    ) -> HttpCall {
+        HttpCall { method, origin, status, error, sent_bytes, received_bytes, ms }
+    }
+}
+
 prop_compose! {
     fn deployment_view()(
         name in module_name(),
         current in module_version(),
         versions in vec(module_version(), 0..3),
         versions_total in n32(),
+        grants in vec(grant(), 0..3),
     ) -> DeploymentView {
-        DeploymentView { name, current, versions, versions_total }
+        DeploymentView { name, current, versions, versions_total, grants }
     }
 }
 
@@ -410,16 +458,25 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(worker, slots, free)| Command::Poll { worker, slots, free }),
         1 => (n64(), n32(), bytes())
             .prop_map(|(id, attempt, data)| Command::Checkpoint { id, attempt, data }),
-        4 => (n64(), n32(), text(), outcome(), n64(), text()).prop_map(
-            |(id, attempt, worker, outcome, duration_ms, log_tail)| Command::Finish {
-                id,
-                attempt,
-                worker,
-                outcome,
-                duration_ms,
-                log_tail,
-            }
-        ),
+        4 => (
+            (n64(), n32(), text(), outcome(), n64(), text()),
+            (vec(http_call(), 0..3), n32()),
+        )
+            .prop_map(
+                |(
+                    (id, attempt, worker, outcome, duration_ms, log_tail),
+                    (calls, calls_dropped),
+                )| Command::Finish {
+                    id,
+                    attempt,
+                    worker,
+                    outcome,
+                    duration_ms,
+                    log_tail,
+                    calls,
+                    calls_dropped,
+                }
+            ),
         1 => text().prop_map(|worker| Command::WorkerGone { worker }),
         2 => Just(Command::Tick),
         1 => token().prop_map(Command::CreateToken),
@@ -438,6 +495,10 @@ fn command() -> impl Strategy<Value = Command> {
         2 => (module_name(), option::of(n32()))
             .prop_map(|(name, to)| Command::Rollback { name, to }),
         1 => module_name().prop_map(|name| Command::Undeploy { name }),
+        2 => (module_name(), vec(grant(), 0..3))
+            .prop_map(|(name, grants)| Command::Grant { name, grants }),
+        1 => (module_name(), vec(grant(), 0..2))
+            .prop_map(|(name, grants)| Command::Revoke { name, grants }),
     ]
 }
 
@@ -524,6 +585,16 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
             }
         ),
         module_name().prop_map(|name| EventKind::Undeployed { name }),
+        (module_name(), vec(grant(), 0..3))
+            .prop_map(|(name, grants)| EventKind::Granted { name, grants }),
+        (n64(), n32(), vec(http_call(), 0..3), n32()).prop_map(|(id, attempt, calls, dropped)| {
+            EventKind::CallsRecorded {
+                id,
+                attempt,
+                calls,
+                dropped,
+            }
+        }),
     ]
 }
 
@@ -604,6 +675,7 @@ fn reply() -> impl Strategy<Value = Reply> {
                 existing,
             }
         }),
+        vec(grant(), 0..3).prop_map(|grants| Reply::Granted { grants }),
     ]
 }
 
@@ -617,8 +689,11 @@ prop_compose! {
         timeout_ms in n64(),
         memory_bytes in option::of(n64()),
         checkpoint in option::of(bytes()),
+        egress in vec(grant(), 0..2),
     ) -> Assignment {
-        Assignment { id, attempt, worker, module, input, timeout_ms, memory_bytes, checkpoint }
+        Assignment {
+            id, attempt, worker, module, input, timeout_ms, memory_bytes, checkpoint, egress,
+        }
     }
 }
 
@@ -663,12 +738,17 @@ prop_compose! {
         (dag, parents, waiting) in
             (option::of((n64(), text())), vec(n64(), 0..3), any::<bool>()),
         (module_name, module_version) in (option::of(module_name()), option::of(n32())),
+        calls in vec((n32(), vec(http_call(), 0..2), n32()), 0..2),
     ) -> JobView {
+        let calls = calls
+            .into_iter()
+            .map(|(attempt, calls, dropped)| AttemptCalls { attempt, calls, dropped })
+            .collect();
         JobView {
             id, module, state, priority, max_attempts, timeout_ms, idempotency_key,
             submitted_at, finished_at, not_before, attempts, error,
             result_bytes, input_bytes, has_checkpoint, options, dag, parents, waiting,
-            module_name, module_version,
+            module_name, module_version, calls,
         }
     }
 }
@@ -1024,9 +1104,9 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // The empty master ends with: job map (0), worker map (0), three
     // counters (0), token map (0), request map (0), what keys hold:
     // options, uniqueness holds and start times (0 each), schedules (0),
-    // DAGs: the next id (1) and four maps (0 each), and deployments: two
-    // maps (0 each).
-    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0, 0, 0]].concat();
+    // DAGs: the next id (1) and four maps (0 each), deployments: two
+    // maps (0 each), and egress: two maps (0 each).
+    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0, 0, 0, 0, 0]].concat();
     assert_eq!(empty[empty.len() - tail.len()..], tail);
     [&empty[..empty.len() - tail.len()], claim, &tail[1..]].concat()
 }

@@ -286,6 +286,7 @@ impl Master {
             }
             self.keyed.options.remove(&id);
             self.deployments.jobs.remove(&id);
+            self.egress.calls.remove(&id);
             self.forget_dag_job(id);
         }
     }

@@ -22,6 +22,8 @@ mod bulk;
 pub mod dag;
 pub mod deployments;
 mod done;
+pub mod egress;
+mod grants;
 mod index;
 mod jobs;
 mod keys;
@@ -50,6 +52,7 @@ mod tests;
 pub mod testing;
 
 pub use deployments::valid_module_name;
+pub use egress::{GrantHost, HttpCall, HttpGrant, strict_ipv4};
 pub use master::{Master, Order};
 pub use protocol::*;
 

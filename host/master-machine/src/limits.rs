@@ -144,6 +144,17 @@ pub const MODULE_NAMES_MAX: usize = 10_000;
 /// `module_version_not_found`), their numbers never reused.
 pub const MODULE_VERSIONS_KEPT: usize = 50;
 
+// Egress grants and call records (see `crate::egress`).
+/// Longest URL pattern of a grant, in bytes.
+pub const GRANT_URL_BYTES_MAX: usize = 1024;
+/// Most methods one grant lists.
+pub const GRANT_METHODS_MAX: usize = 16;
+/// Most grants one deployment name holds (`too_many_grants` beyond).
+pub const GRANTS_PER_NAME_MAX: usize = 32;
+/// Most calls kept in one attempt's record: the first ones; the rest are
+/// counted (`calls_dropped`).
+pub const CALLS_RECORDED_MAX: usize = 64;
+
 // Snapshots.
 /// The most a part's buffer is allocated with before it is written (a
 /// part asked to be larger grows as it is written).

@@ -102,6 +102,7 @@ pub use crate::tokens::TOKEN_SCOPES;
 use crate::dag::Dags;
 use crate::deployments::Deployments;
 use crate::done::Done;
+use crate::grants::Egress;
 use crate::index::Index;
 use crate::keys::Keyed;
 use crate::protocol::*;
@@ -166,6 +167,9 @@ pub struct Master {
     /// Module names and the jobs submitted by one (see
     /// [`crate::deployments`]); written after the DAGs in a snapshot.
     pub(crate) deployments: Deployments,
+    /// Grants by deployment name and calls by job (see
+    /// [`crate::grants`]); written after the deployments in a snapshot.
+    pub(crate) egress: Egress,
     // Indexes, rebuilt from the jobs on restore (not in snapshots).
     pub(crate) index: Index,
     /// How runnable jobs are lined up: a property of the master build, not
@@ -216,6 +220,7 @@ impl Master {
                 ..Dags::default()
             },
             deployments: Deployments::default(),
+            egress: Egress::default(),
             index: Index::default(),
             order: Order::default(),
         }
@@ -288,7 +293,16 @@ impl Master {
                 outcome,
                 duration_ms,
                 log_tail,
-            } => self.decide_finish(now, *id, *attempt, worker, outcome, *duration_ms, log_tail),
+                calls,
+                calls_dropped,
+            } => self.decide_finish(
+                now,
+                (*id, *attempt, worker),
+                outcome,
+                *duration_ms,
+                log_tail,
+                (calls, *calls_dropped),
+            ),
             Command::WorkerGone { worker } => self.decide_worker_gone(now, worker),
             Command::Tick => self.decide_tick(now),
             Command::CreateToken(record) => self.decide_create_token(now, record),
@@ -303,6 +317,8 @@ impl Master {
             Command::Deploy { name, digest } => self.decide_deploy(now, name, digest),
             Command::Rollback { name, to } => self.decide_rollback(now, name, *to),
             Command::Undeploy { name } => self.decide_undeploy(now, name),
+            Command::Grant { name, grants } => self.decide_grant(now, name, grants),
+            Command::Revoke { name, grants } => self.decide_revoke(now, name, grants),
         }
     }
 
@@ -424,6 +440,13 @@ impl Master {
                 rollback_of,
             } => self.apply_deployed(name, digest, *version, *rollback_of, at),
             EventKind::Undeployed { name } => self.apply_undeployed(name),
+            EventKind::Granted { name, grants } => self.apply_granted(name, grants),
+            EventKind::CallsRecorded {
+                id,
+                attempt,
+                calls,
+                dropped,
+            } => self.apply_calls_recorded(*id, *attempt, calls, *dropped),
         }
     }
 

@@ -11,22 +11,31 @@
 //! submission's [`RequestId`], and `RequestsExpired` exists; 3, `Submit`
 //! and `Submitted` carry the job's [`JobOptions`] (concurrency and rate
 //! keys, uniqueness); 4, schedules and DAGs (commands, events, replies,
-//! queries and answers added at the end of their enums); 5 (now),
+//! queries and answers added at the end of their enums); 5,
 //! deployments (module names: `Deploy`, `Rollback`, `Undeploy`, their
 //! events, reply, queries and answers, at the end of their enums) and
 //! [`JobOptions::module`], a third field of the options wherever they
-//! appear (`Submitted`, a DAG's jobs, `ScheduleCreated`). Events are the
-//! only messages kept on disk, so [`decode_event`] still reads formats 1
-//! to 4 (whose `Submitted` lacks what came later, and whose options have
-//! two fields: they decode with `module: None`); every other message of an
-//! older format is refused as an unknown version (nodes of one cluster run
-//! one format).
+//! appear (`Submitted`, a DAG's jobs, `ScheduleCreated`); 6 (now), egress
+//! grants and call records (`Grant`, `Revoke`, `Granted`,
+//! `CallsRecorded`, at the end of their enums; `Finish` carries the
+//! attempt's calls, an [`Assignment`] its grants, views show both). Events
+//! are the only messages kept on disk, so [`decode_event`] still reads
+//! formats 1 to 5 (whose `Submitted` lacks what came later, and whose
+//! options before 5 have two fields: they decode with `module: None`);
+//! every other message of an older format is refused as an unknown version
+//! (nodes of one cluster run one format).
 
+pub use crate::egress::{HttpCall, HttpGrant};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 5;
+pub const FORMAT_VERSION: u8 = 6;
+
+/// The fifth format: the current types without the egress commands and
+/// events (added at the end of their enums, so its events decode as they
+/// are; [`decode_event`]).
+pub const FORMAT_VERSION_5: u8 = 5;
 
 /// The fourth format: the current types without `JobOptions::module` and
 /// the deployment commands, events, replies, queries and answers (added at
@@ -90,7 +99,13 @@ pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
             let event = legacy::options(true, || postcard::from_bytes(body)).map_err(|error| {
                 Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
             })?;
-            before_format_5(event)
+            before_format_6(before_format_5(event)?)
+        }
+        Some((&FORMAT_VERSION_5, body)) => {
+            let event = legacy::options(false, || postcard::from_bytes(body)).map_err(|error| {
+                Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
+            })?;
+            before_format_6(event)
         }
         _ => decode(bytes),
     }
@@ -103,6 +118,17 @@ fn before_format_5(event: Event) -> Result<Event, Rejection> {
         EventKind::Deployed { .. } | EventKind::Undeployed { .. } => Err(Rejection::new(
             codes::UNDECODABLE,
             "a deployment event in the bytes of a format before 5",
+        )),
+        _ => Ok(event),
+    }
+}
+
+/// `event`, unless it is of a kind added in format 6.
+fn before_format_6(event: Event) -> Result<Event, Rejection> {
+    match event.kind {
+        EventKind::Granted { .. } | EventKind::CallsRecorded { .. } => Err(Rejection::new(
+            codes::UNDECODABLE,
+            "an egress event in the bytes of a format before 6",
         )),
         _ => Ok(event),
     }
@@ -259,6 +285,12 @@ pub enum Code {
     /// The master holds as many deployment names as it may
     /// ([`MODULE_NAMES_MAX`](crate::limits::MODULE_NAMES_MAX)).
     ModuleNamesFull,
+    /// A grant that is no `scheme://host[:port][/path]` pattern (see
+    /// [`crate::egress`]), or methods that are no HTTP methods.
+    InvalidGrant,
+    /// A deployment name holds as many grants as it may
+    /// ([`GRANTS_PER_NAME_MAX`](crate::limits::GRANTS_PER_NAME_MAX)).
+    TooManyGrants,
     /// A code this build does not know.
     Other(String),
 }
@@ -294,6 +326,8 @@ impl Code {
         Code::NothingToRollBack,
         Code::ModuleNameInUse,
         Code::ModuleNamesFull,
+        Code::InvalidGrant,
+        Code::TooManyGrants,
     ];
 
     /// The code on the wire (stable).
@@ -327,6 +361,8 @@ impl Code {
             Code::NothingToRollBack => "nothing_to_roll_back",
             Code::ModuleNameInUse => "module_name_in_use",
             Code::ModuleNamesFull => "module_names_full",
+            Code::InvalidGrant => "invalid_grant",
+            Code::TooManyGrants => "too_many_grants",
             Code::Other(code) => code,
         }
     }
@@ -436,6 +472,10 @@ pub mod codes {
     pub const MODULE_NAME_IN_USE: Code = Code::ModuleNameInUse;
     /// [`Code::ModuleNamesFull`].
     pub const MODULE_NAMES_FULL: Code = Code::ModuleNamesFull;
+    /// [`Code::InvalidGrant`].
+    pub const INVALID_GRANT: Code = Code::InvalidGrant;
+    /// [`Code::TooManyGrants`].
+    pub const TOO_MANY_GRANTS: Code = Code::TooManyGrants;
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -767,6 +807,11 @@ pub enum Command {
         duration_ms: u64,
         /// The end of the attempt's log.
         log_tail: String,
+        /// The attempt's outbound calls, the first
+        /// [`CALLS_RECORDED_MAX`](crate::limits::CALLS_RECORDED_MAX).
+        calls: Vec<HttpCall>,
+        /// How many more calls it made.
+        calls_dropped: u32,
     },
     /// A worker is known to be gone (membership, shutdown): re-queue its work.
     WorkerGone {
@@ -841,6 +886,21 @@ pub enum Command {
     Undeploy {
         /// The deployment's name.
         name: String,
+    },
+    /// Add `grants` to what deployment `name`'s jobs may reach (see
+    /// [`crate::egress`]); a grant it holds already is not added twice.
+    Grant {
+        /// The deployment's name.
+        name: String,
+        /// The grants to add.
+        grants: Vec<HttpGrant>,
+    },
+    /// Take `grants` from deployment `name` (none listed: all of them).
+    Revoke {
+        /// The deployment's name.
+        name: String,
+        /// The grants to take; empty: every one.
+        grants: Vec<HttpGrant>,
     },
 }
 
@@ -1295,6 +1355,25 @@ pub enum EventKind {
         /// The deployment.
         name: String,
     },
+    /// Deployment `name`'s grants are now `grants` (empty: none).
+    Granted {
+        /// The deployment.
+        name: String,
+        /// All its grants.
+        grants: Vec<HttpGrant>,
+    },
+    /// The outbound calls of a job's attempt, recorded with its report
+    /// (just before its `Finished`).
+    CallsRecorded {
+        /// The job.
+        id: JobId,
+        /// Its attempt.
+        attempt: u32,
+        /// The calls kept.
+        calls: Vec<HttpCall>,
+        /// How many more it made.
+        dropped: u32,
+    },
 }
 
 /// The reply to a command's sender, sent once its events are durable.
@@ -1345,6 +1424,11 @@ pub enum Reply {
         /// that changed nothing).
         existing: bool,
     },
+    /// A [`Command::Grant`] or [`Command::Revoke`] was accepted.
+    Granted {
+        /// The deployment's grants now.
+        grants: Vec<HttpGrant>,
+    },
 }
 
 /// A job's assignment to a worker: everything needed to run one attempt.
@@ -1366,6 +1450,9 @@ pub struct Assignment {
     pub memory_bytes: Option<u64>,
     /// The last checkpoint of an earlier attempt, to resume from.
     pub checkpoint: Option<Vec<u8>>,
+    /// What the attempt may reach over HTTP: its deployment name's grants
+    /// when it is assigned (none for a job submitted by digest).
+    pub egress: Vec<HttpGrant>,
 }
 
 /// What the host must do after events are applied and durable.
@@ -1557,6 +1644,8 @@ pub struct DeploymentView {
     pub versions: Vec<ModuleVersion>,
     /// Versions ever made under this name (the newest's number).
     pub versions_total: u32,
+    /// What its jobs may reach over HTTP.
+    pub grants: Vec<HttpGrant>,
 }
 
 /// One version of a deployment.
@@ -1683,6 +1772,20 @@ pub struct JobView {
     pub module_name: Option<String>,
     /// The deployment's version current at submission.
     pub module_version: Option<u32>,
+    /// The outbound calls of its attempts that made any.
+    pub calls: Vec<AttemptCalls>,
+}
+
+/// The outbound calls of one attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptCalls {
+    /// The attempt.
+    pub attempt: u32,
+    /// Its calls, the first
+    /// [`CALLS_RECORDED_MAX`](crate::limits::CALLS_RECORDED_MAX).
+    pub calls: Vec<HttpCall>,
+    /// How many more it made.
+    pub dropped: u32,
 }
 
 /// Short form of a job for listings.

@@ -241,6 +241,7 @@ impl Master {
             waiting: self.dags.waiting.contains_key(&id),
             module_name: named.map(|(name, _)| name.to_owned()),
             module_version: named.and_then(|(_, version)| version),
+            calls: self.calls_of(id),
         }
     }
 }

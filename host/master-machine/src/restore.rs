@@ -31,7 +31,7 @@ use crate::snapshot::{Head, SNAPSHOT_VERSION, Tail};
 /// snapshot is checked whole), the tail, then, by version, the tokens (2),
 /// the request ids (3: their count, then each), the keys (4), the
 /// schedules and DAGs (5), the deployments and the jobs submitted by a
-/// module name (6).
+/// module name (6), the egress grants and calls (7).
 #[derive(Debug, Default)]
 pub struct Restoring {
     stage: Stage,
@@ -63,6 +63,7 @@ enum Stage {
     Schedules,
     Dags,
     Deployments,
+    Egress,
     End,
 }
 
@@ -220,6 +221,11 @@ impl Restoring {
             Stage::Deployments => {
                 let (deployments, rest) = taken!(take(bytes));
                 self.master.deployments = deployments;
+                Ok(Some((self.after(6, Stage::Egress), rest)))
+            }
+            Stage::Egress => {
+                let (egress, rest) = taken!(take(bytes));
+                self.master.egress = egress;
                 Ok(Some((Stage::End, rest)))
             }
             Stage::End => return Ok(None),

@@ -56,6 +56,7 @@ pub const SCRIPTS: &[(&str, &str)] = &embed![
     "a-dag-runs-in-order-children-get-their-parents-outputs-a-failure-skips.txt",
     "schedules-fire-once-per-tick-by-cron-in-a-time-zone-and-by-interval.txt",
     "deployments-name-a-module-roll-back-and-resolve-jobs-dags-and-schedules-by-name.txt",
+    "grants-travel-with-a-deployment-name-to-each-attempt-and-calls-are-recorded.txt",
 ];
 
 /// Every script, read, with its file name.

@@ -473,6 +473,22 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
         "undeploy" => Command::Undeploy {
             name: args.need_text("name")?,
         },
+        "grant" | "revoke" => {
+            let name = args.need_text("name")?;
+            let methods: Vec<String> = match args.text("methods")? {
+                Some(methods) => methods.split(',').map(str::to_owned).collect(),
+                None => Vec::new(),
+            };
+            let private = args.flag("private")?.unwrap_or(false);
+            let grants = match args.text("http")? {
+                Some(url) => vec![HttpGrant::parse(&url, &methods, private)?],
+                None => Vec::new(),
+            };
+            match verb {
+                "grant" => Command::Grant { name, grants },
+                _ => Command::Revoke { name, grants },
+            }
+        }
         "backfill" => Command::Backfill {
             name: args.need_text("name")?,
             from: args.number("from")?.unwrap_or(0),
@@ -483,7 +499,7 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
                 "unknown command: one of submit, poll, finish, cancel, checkpoint, \
                  worker-gone, tick, configure, create-token, revoke-token, create-schedule, \
                  pause-schedule, resume-schedule, delete-schedule, backfill, submit-dag, \
-                 deploy, rollback, undeploy, json"
+                 deploy, rollback, undeploy, grant, revoke, json"
                     .into(),
             );
         }
@@ -517,6 +533,8 @@ fn finished(args: &mut Args) -> Result<Command, String> {
     if let Command::Finish {
         duration_ms,
         log_tail,
+        calls,
+        calls_dropped,
         ..
     } = &mut command
     {
@@ -526,6 +544,21 @@ fn finished(args: &mut Args) -> Result<Command, String> {
         if let Some(tail) = args.text("log_tail")? {
             *log_tail = tail;
         }
+        // `calls=N`: N calls to `https://api.example.com:443`, the first
+        // answered 200 and the others refused as `egress_denied`.
+        let count: usize = args.number("calls")?.unwrap_or(0);
+        *calls = (0..count)
+            .map(|n| HttpCall {
+                method: "POST".into(),
+                origin: "https://api.example.com:443".into(),
+                status: (n == 0).then_some(200),
+                error: (n > 0).then(|| "egress_denied".into()),
+                sent_bytes: 10,
+                received_bytes: if n == 0 { 20 } else { 0 },
+                ms: 7,
+            })
+            .collect();
+        *calls_dropped = args.number("calls_dropped")?.unwrap_or(0);
     }
     Ok(command)
 }

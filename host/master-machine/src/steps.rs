@@ -79,6 +79,8 @@ pub fn finish(id: JobId, attempt: u32, w: &str, outcome: Outcome) -> Command {
         outcome,
         duration_ms: 5,
         log_tail: "done\n".into(),
+        calls: Vec::new(),
+        calls_dropped: 0,
     }
 }
 

@@ -9,15 +9,22 @@
 //! name and version on the job. The node checks what only it can (the
 //! module is stored in the cluster); the master keeps the names, decides
 //! versions and validates names (`cohort_master::deployments`).
+//!
+//! `/v1/deployments/{name}/grants` adds what a name's jobs may reach over
+//! HTTP(S), `.../grants/revoke` and `DELETE .../grants` take it away (see
+//! `cohort_master::egress` for the patterns, `crate::runtime::egress` for
+//! where a call is checked). A grant is parsed here, for a clear error at
+//! once, and again by the master, which trusts no command.
 
 use super::types::{
-    DeployRequest, DeployResponse, DeploymentListResponse, DeploymentResponse, DeploymentVersion,
-    RollbackRequest, UndeployResponse,
+    CallRecord, DeployRequest, DeployResponse, DeploymentListResponse, DeploymentResponse,
+    DeploymentVersion, GrantRequest, GrantsResponse, HttpGrantBody, RollbackRequest,
+    UndeployResponse,
 };
 use super::{Api, ApiError, ErrorCode, Reply200, json};
 use crate::api::http::{check_name, not_stored, parse_digest};
 use crate::runtime::Digest;
-use cohort_master::{Command, DeploymentView, ModuleVersion, Reply};
+use cohort_master::{Command, DeploymentView, HttpCall, HttpGrant, ModuleVersion, Reply};
 use hyper::StatusCode;
 
 impl Api {
@@ -87,6 +94,62 @@ impl Api {
         ))
     }
 
+    /// `POST /v1/deployments/{name}/grants` (`revoke` false) and
+    /// `POST /v1/deployments/{name}/grants/revoke` (true).
+    pub(super) async fn grants_change(
+        &self,
+        name: &str,
+        request: GrantRequest,
+        revoke: bool,
+    ) -> Result<Reply200, ApiError> {
+        check_name(name, ErrorCode::InvalidModuleName)?;
+        let grants = (request.http.iter())
+            .map(|body| {
+                HttpGrant::parse(&body.url, &body.methods, body.private)
+                    .map_err(|why| ApiError::new(ErrorCode::InvalidGrant, why))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if grants.is_empty() {
+            return Err(ApiError::new(
+                ErrorCode::InvalidGrant,
+                "`http` lists no grant (DELETE /v1/deployments/{name}/grants revokes all)",
+            ));
+        }
+        let name = name.to_owned();
+        let command = match revoke {
+            false => Command::Grant { name, grants },
+            true => Command::Revoke { name, grants },
+        };
+        self.granted(command).await
+    }
+
+    /// `DELETE /v1/deployments/{name}/grants`: every grant of the name.
+    pub(super) async fn grants_revoke_all(&self, name: &str) -> Result<Reply200, ApiError> {
+        check_name(name, ErrorCode::InvalidModuleName)?;
+        let command = Command::Revoke {
+            name: name.to_owned(),
+            grants: Vec::new(),
+        };
+        self.granted(command).await
+    }
+
+    async fn granted(&self, command: Command) -> Result<Reply200, ApiError> {
+        let (Command::Grant { name, .. } | Command::Revoke { name, .. }) = &command else {
+            return Err(ApiError::new(ErrorCode::Internal, "not a grant command"));
+        };
+        let name = name.clone();
+        let Reply::Granted { grants } = self.master.command(command).await? else {
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
+        };
+        Ok(json(
+            StatusCode::OK,
+            &GrantsResponse {
+                name,
+                http: grants.iter().map(grant_body).collect(),
+            },
+        ))
+    }
+
     async fn deployed(&self, name: &str, command: Command) -> Result<Reply200, ApiError> {
         let Reply::Deployed {
             version,
@@ -123,5 +186,28 @@ fn response(view: DeploymentView) -> DeploymentResponse {
         current: version(view.current),
         versions_total: view.versions_total,
         versions: view.versions.into_iter().map(version).collect(),
+        grants: view.grants.iter().map(grant_body).collect(),
+    }
+}
+
+/// A grant as the API spells it.
+pub(crate) fn grant_body(grant: &HttpGrant) -> HttpGrantBody {
+    HttpGrantBody {
+        url: grant.url(),
+        methods: grant.methods.clone(),
+        private: grant.private,
+    }
+}
+
+/// A recorded call as the API shows it.
+pub(crate) fn call_record(call: HttpCall) -> CallRecord {
+    CallRecord {
+        method: call.method,
+        origin: call.origin,
+        status: call.status,
+        error: call.error,
+        sent_bytes: call.sent_bytes,
+        received_bytes: call.received_bytes,
+        ms: call.ms,
     }
 }

@@ -494,6 +494,19 @@ fn operation(handler: Handler) -> Option<Doc> {
             .body::<RollbackRequest>(serde_json::json!({"to": 3}))
             .answers::<DeployResponse>(200, "The version now current.")
             .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidModuleName, ModuleNameNotFound, ModuleVersionNotFound, NothingToRollBack]]),
+        H::GrantAdd => deployment(doc("deployments", "Grant a name's jobs outbound HTTP(S)"))
+            .describe("Adds grants to the name (a grant it holds already is not added twice). A job submitted by the name may then call what a grant allows: the node resolves the host itself and connects only to an address that passes (loopback, private, link-local and metadata addresses only when a grant names the address, or says `private` for a name). Attempts assigned from now on run with the name's grants; an undeploy takes them away.")
+            .body::<GrantRequest>(serde_json::json!({"http": [{"url": "https://api.example.com/v1/", "methods": ["POST"]}]}))
+            .answers::<GrantsResponse>(200, "Every grant of the name now.")
+            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidModuleName, InvalidGrant, ModuleNameNotFound, TooManyGrants]]),
+        H::GrantRevoke => deployment(doc("deployments", "Take grants from a name"))
+            .describe("Removes the grants listed (as they were granted); one the name does not hold changes nothing.")
+            .body::<GrantRequest>(serde_json::json!({"http": [{"url": "https://api.example.com/v1/", "methods": ["POST"]}]}))
+            .answers::<GrantsResponse>(200, "Every grant of the name now.")
+            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidModuleName, InvalidGrant, ModuleNameNotFound]]),
+        H::GrantRevokeAll => deployment(doc("deployments", "Take every grant from a name"))
+            .answers::<GrantsResponse>(200, "The name, with no grant left.")
+            .errors(&[MASTER, &[InvalidModuleName, ModuleNameNotFound]]),
         H::Undeploy => deployment(doc("deployments", "Remove a deployment"))
             .answers::<UndeployResponse>(200, "Removed, with its versions; jobs keep the module they resolved to.")
             .errors(&[MASTER, &[InvalidModuleName, ModuleNameNotFound, ModuleNameInUse]]),
@@ -763,6 +776,10 @@ fn components() -> utoipa::openapi::Components {
         DeploymentListResponse,
         DeployResponse,
         UndeployResponse,
+        GrantRequest,
+        GrantsResponse,
+        HttpGrantBody,
+        CallRecord,
         DagRequest,
         DagJobRequest,
         DagSubmitResponse,

@@ -1,9 +1,12 @@
 //! `cohort deploy`, `rollback`, `deployments` and `undeploy`: names that
 //! point at modules, so jobs and schedules name what they run
-//! (`cohort submit send-email`) and survive a rebuild.
+//! (`cohort submit send-email`) and survive a rebuild; `cohort grant` and
+//! `revoke`: what a name's jobs may reach over HTTP(S).
 
 use super::{ServerArg, fail, print_json};
-use crate::api::types::{DeployResponse, DeploymentResponse, DeploymentVersion};
+use crate::api::types::{
+    DeployResponse, DeploymentResponse, DeploymentVersion, GrantsResponse, HttpGrantBody,
+};
 use std::process::ExitCode;
 
 /// `cohort deploy NAME MODULE`.
@@ -51,6 +54,119 @@ pub struct UndeployArgs {
     pub server: ServerArg,
     /// The deployment's name.
     pub name: String,
+}
+
+/// `cohort grant NAME --http URL...`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GrantArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    /// The deployment's name.
+    pub name: String,
+    /// What its jobs may call: `scheme://host[:port][/path]`, e.g.
+    /// `https://api.example.com/v1/`, `https://*.example.com`,
+    /// `http://10.0.0.5:8080`, `http://[fd00::5]:*` (repeatable).
+    #[arg(long = "http", value_name = "URL", required = true)]
+    pub http: Vec<String>,
+    /// Methods allowed, comma-separated [default: any].
+    #[arg(long, value_delimiter = ',', value_name = "METHOD")]
+    pub methods: Vec<String>,
+    /// Let a host name resolve to a private, loopback or link-local
+    /// address (an address written in the URL is always allowed).
+    #[arg(long)]
+    pub private: bool,
+}
+
+/// `cohort revoke NAME [--http URL...]`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RevokeArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    /// The deployment's name.
+    pub name: String,
+    /// The grants to take, as granted (with the same `--methods` and
+    /// `--private`) [default: every grant of the name].
+    #[arg(long = "http", value_name = "URL")]
+    pub http: Vec<String>,
+    /// The methods the grants were given with.
+    #[arg(long, value_delimiter = ',', value_name = "METHOD")]
+    pub methods: Vec<String>,
+    /// The grants were given with `--private`.
+    #[arg(long)]
+    pub private: bool,
+}
+
+fn grant_bodies(urls: &[String], methods: &[String], private: bool) -> Vec<HttpGrantBody> {
+    (urls.iter())
+        .map(|url| HttpGrantBody {
+            url: url.clone(),
+            methods: methods.to_vec(),
+            private,
+        })
+        .collect()
+}
+
+/// `cohort grant`: safe to repeat (a grant held already is not added).
+pub async fn grant(args: GrantArgs) -> ExitCode {
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(error),
+    };
+    let grants = grant_bodies(&args.http, &args.methods, args.private);
+    let (name, grants) = (&args.name, &grants);
+    match client
+        .call(|node| async move { node.grant(name, grants).await })
+        .await
+    {
+        Ok(granted) => print_grants(&granted, args.server.json),
+        Err(error) => fail(error),
+    }
+}
+
+/// `cohort revoke`: safe to repeat.
+pub async fn revoke(args: RevokeArgs) -> ExitCode {
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(error),
+    };
+    let grants = grant_bodies(&args.http, &args.methods, args.private);
+    let (name, grants) = (&args.name, &grants);
+    match client
+        .call(|node| async move { node.revoke(name, grants).await })
+        .await
+    {
+        Ok(left) => print_grants(&left, args.server.json),
+        Err(error) => fail(error),
+    }
+}
+
+fn print_grants(grants: &GrantsResponse, json: bool) -> ExitCode {
+    if json {
+        print_json(grants);
+    } else if grants.http.is_empty() {
+        println!("{} has no grants: its jobs have no network", grants.name);
+    } else {
+        println!("{} may call:", grants.name);
+        for grant in &grants.http {
+            println!("  {}", grant_line(grant));
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn grant_line(grant: &HttpGrantBody) -> String {
+    let methods = match grant.methods.is_empty() {
+        true => "any method".to_owned(),
+        false => grant.methods.join(","),
+    };
+    let private = if grant.private {
+        ", private addresses"
+    } else {
+        ""
+    };
+    format!("{} ({methods}{private})", grant.url)
 }
 
 /// `cohort deploy`: uploads the module if it is a file, then points the
@@ -177,6 +293,15 @@ fn print_deployment(deployment: &DeploymentResponse) {
     );
     for version in &deployment.versions {
         println!("{}", version_line(version));
+    }
+    match deployment.grants.is_empty() {
+        true => println!("grants: none (its jobs have no network)"),
+        false => {
+            println!("grants:");
+            for grant in &deployment.grants {
+                println!("  {}", grant_line(grant));
+            }
+        }
     }
 }
 

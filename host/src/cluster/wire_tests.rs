@@ -82,6 +82,10 @@ fn samples() -> Vec<Vec<u8>> {
         timeout_ms: 1_000,
         memory_bytes: None,
         checkpoint: Some(b"cp".to_vec()),
+        egress: vec![
+            cohort_master::HttpGrant::parse("https://api.example.com/v1/", &["POST".into()], false)
+                .expect("a grant"),
+        ],
     };
     let requests = [
         WireRequest::Command(Command::Submit {
@@ -96,6 +100,16 @@ fn samples() -> Vec<Vec<u8>> {
             outcome: Outcome::Succeeded(b"out".to_vec()),
             duration_ms: 7,
             log_tail: "log".into(),
+            calls: vec![cohort_master::HttpCall {
+                method: "POST".into(),
+                origin: "https://api.example.com:443".into(),
+                status: Some(201),
+                error: None,
+                sent_bytes: 12,
+                received_bytes: 34,
+                ms: 5,
+            }],
+            calls_dropped: 1,
         }),
         WireRequest::Query(Query::Jobs {
             filter: cohort_master::JobFilter {

@@ -1103,6 +1103,8 @@ impl MasterLoop {
                 }),
                 duration_ms: 0,
                 log_tail: String::new(),
+                calls: Vec::new(),
+                calls_dropped: 0,
             };
             let _ = self.execute(now, &command)?;
         }

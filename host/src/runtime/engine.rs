@@ -4,8 +4,8 @@
 //!
 //! * **One engine, one linker, one ticker.** The [`Runtime`] owns a single
 //!   `Engine` (component model, epoch interruption, pooling allocator), a
-//!   `Linker` holding WASI p2 (with `wasi:http`, whose every request is
-//!   refused: linked so that language runtimes importing it load) plus
+//!   `Linker` holding WASI p2 (with `wasi:http`, whose requests go out only
+//!   as the job's egress grants allow: see [`super::egress`]) plus
 //!   cohort's `host` interface, and one thread
 //!   that advances the engine's epoch every [`EPOCH_TICK`]. Creating these is
 //!   expensive; running a job is not.
@@ -26,6 +26,10 @@
 //!   and each attempt runs in a pooled sandbox process that is killed at its
 //!   deadline (see [`super::sandbox`]). The engine settings differ, so each
 //!   way has its own disk-cache directory.
+//! * **Egress set up once.** The operator's extra CA file is read and
+//!   checked when the runtime is built (a bad one stops it from starting);
+//!   the TLS client configuration is built once, at the first `https` call,
+//!   and shared by every job.
 //! * **Bounded concurrency.** A semaphore sized to the instance pool keeps
 //!   jobs from failing on pool exhaustion: excess jobs wait for a slot.
 //!
@@ -36,6 +40,7 @@
 //!
 //! [`EPOCH_TICK`]: crate::limits::EPOCH_TICK
 
+use super::egress::{CallSink, Egress, EgressLimits};
 use super::job::{self, JobReport, JobRequest, JobState};
 use super::job_limits::JobLimits;
 use super::job_world::{Job, JobPre};
@@ -102,6 +107,11 @@ pub struct RuntimeConfig {
     /// Most bytes of compiled modules kept on disk (least recently used
     /// first out); `None` keeps every one.
     pub disk_cache_bytes_max: Option<u64>,
+    /// A PEM file of CA certificates that jobs' `https` calls trust besides
+    /// the system's roots; `None`: the system's only.
+    pub egress_ca: Option<PathBuf>,
+    /// The bounds of jobs' outbound calls.
+    pub egress_limits: EgressLimits,
 }
 
 impl Default for RuntimeConfig {
@@ -115,6 +125,8 @@ impl Default for RuntimeConfig {
             sandbox_program: None,
             sandbox_idle_max: SANDBOX_IDLE_MAX_DEFAULT,
             disk_cache_bytes_max: None,
+            egress_ca: None,
+            egress_limits: EgressLimits::default(),
         }
     }
 }
@@ -128,6 +140,9 @@ pub enum RuntimeError {
     /// wasmtime refused the engine configuration or the linker setup.
     #[error("cannot create the WebAssembly engine: {0}")]
     Engine(String),
+    /// The egress CA file cannot be read or holds no usable certificate.
+    #[error("cannot use the egress CA file: {0}")]
+    EgressCa(String),
     /// The compiled-module cache directory cannot be created.
     #[error("cannot create the module cache under {path}: {source}")]
     Cache {
@@ -160,6 +175,8 @@ struct Inner {
     sandboxes: Option<Sandboxes>,
     /// Whether compiled code checks epochs (in-thread isolation).
     epochs: bool,
+    /// How jobs' `wasi:http` requests go out.
+    egress: Egress,
     /// The disk cache's directory when the configuration gave none and
     /// sandbox processes need one; deleted with the runtime.
     _own_data_dir: Option<tempfile::TempDir>,
@@ -190,6 +207,7 @@ impl Runtime {
     pub(crate) fn sandbox_child(
         data_dir: PathBuf,
         memory_bytes_max: u64,
+        egress_ca: Option<PathBuf>,
     ) -> Result<Self, RuntimeError> {
         let config = RuntimeConfig {
             data_dir: Some(data_dir),
@@ -197,6 +215,7 @@ impl Runtime {
             module_cache_len: SANDBOX_MODULE_CACHE_LEN,
             memory_bytes_max,
             isolation: Isolation::Process,
+            egress_ca,
             ..RuntimeConfig::default()
         };
         Self::build(config, true)
@@ -213,6 +232,8 @@ impl Runtime {
                 "memory_bytes_max must be 1..={MEMORY_BYTES_CEILING}"
             )));
         }
+        let egress = Egress::new(config.egress_ca.as_deref(), config.egress_limits)
+            .map_err(RuntimeError::EgressCa)?;
         let engine = build_engine(&config).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::<JobState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
@@ -255,6 +276,7 @@ impl Runtime {
                 data_dir,
                 config.memory_bytes_max,
                 config.sandbox_idle_max,
+                config.egress_ca.clone(),
             ))
         } else {
             None
@@ -291,6 +313,7 @@ impl Runtime {
                 ticker_stop,
                 sandboxes,
                 epochs,
+                egress,
                 _own_data_dir: own_data_dir,
             }),
         })
@@ -352,7 +375,20 @@ impl Runtime {
 
     /// Runs one attempt of `module` on `request`, waiting for a free slot if
     /// all are busy. The job's limits are clamped to this runtime's ceilings.
-    pub async fn run(&self, module: &Module, mut request: JobRequest) -> JobReport {
+    pub async fn run(&self, module: &Module, request: JobRequest) -> JobReport {
+        self.run_with(module, request, None, None).await
+    }
+
+    /// [`run`](Self::run), with the egress bounds of `egress_limits` rather
+    /// than this runtime's and `on_call` told of each recorded call: how a
+    /// sandbox process runs the node's jobs.
+    pub(crate) async fn run_with(
+        &self,
+        module: &Module,
+        mut request: JobRequest,
+        egress_limits: Option<EgressLimits>,
+        on_call: Option<CallSink>,
+    ) -> JobReport {
         request.limits.memory_bytes = request.limits.memory_bytes.min(self.inner.memory_bytes_max);
         let _slot = self
             .inner
@@ -360,14 +396,24 @@ impl Runtime {
             .acquire()
             .await
             .expect("the slot semaphore is never closed");
+        let egress = match egress_limits {
+            Some(limits) => self.inner.egress.with_limits(limits),
+            None => self.inner.egress.clone(),
+        };
         match &self.inner.sandboxes {
-            Some(sandboxes) => sandboxes.run(module.digest(), request).await,
+            Some(sandboxes) => {
+                sandboxes
+                    .run(module.digest(), request, egress.limits())
+                    .await
+            }
             None => {
                 job::execute(
                     &self.inner.engine,
                     &module.inner.pre,
                     request,
                     self.inner.epochs,
+                    &egress,
+                    on_call,
                 )
                 .await
             }

@@ -3,9 +3,11 @@
 //!
 //! Each attempt gets a fresh `Store` (so nothing leaks between jobs) built
 //! around a [`JobState`]: a WASI context with no filesystem, no sockets, no
-//! environment and stdout/stderr wired into the job's bounded log; a resource
-//! limiter that caps linear memory and table growth; and the job's latest
-//! progress and checkpoint.
+//! environment and stdout/stderr wired into the job's bounded log;
+//! `wasi:http` whose requests go through the job's egress grants (none:
+//! every request is refused; see [`super::egress`]); a resource limiter
+//! that caps linear memory and table growth; and the job's latest progress,
+//! checkpoint and outbound calls.
 //!
 //! Time is bounded twice, because each mechanism alone has a hole:
 //!
@@ -23,6 +25,7 @@
 //!
 //! [`EPOCH_TICK`]: crate::limits::EPOCH_TICK
 
+use super::egress::{CallSink, Egress, HttpCall, HttpGrant, JobEgress, Ledger};
 use super::job_limits::JobLimits;
 use super::job_log::{JobLog, SharedLog};
 use super::job_world::cohort::job::{host, types};
@@ -38,10 +41,7 @@ use std::time::{Duration, Instant};
 use wasmtime::component::ResourceTable;
 use wasmtime::{Engine, ResourceLimiter, Store, Trap, UpdateDeadline, WasmBacktrace};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{
-    Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks,
-    WasiHttpView,
-};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 /// What to run: the input and the conditions of this attempt.
 #[derive(Debug, Default)]
@@ -54,6 +54,9 @@ pub struct JobRequest {
     pub resume_state: Option<Vec<u8>>,
     /// Who to tell about logs, progress and checkpoints as they happen.
     pub observer: Option<Arc<dyn JobObserver>>,
+    /// The outbound HTTP(S) calls the job may make; empty: none, every
+    /// request is refused (and recorded).
+    pub egress: Vec<HttpGrant>,
 }
 
 /// The latest progress report of a job.
@@ -113,6 +116,13 @@ pub struct JobReport {
     pub duration: Duration,
     /// The most linear memory the instance held at once, in bytes.
     pub memory_peak_bytes: u64,
+    /// The first [`CALLS_RECORDED_MAX`] outbound calls the job made, sent or
+    /// refused, in the order it made them.
+    ///
+    /// [`CALLS_RECORDED_MAX`]: cohort_master::limits::CALLS_RECORDED_MAX
+    pub calls: Vec<HttpCall>,
+    /// Calls made beyond those recorded.
+    pub calls_dropped: u32,
 }
 
 /// Why a job attempt produced no output. See [`code`](Self::code).
@@ -248,7 +258,7 @@ impl ResourceLimiter for JobLimiter {
 pub struct JobState {
     wasi: WasiCtx,
     http: WasiHttpCtx,
-    no_network: NoNetwork,
+    egress: JobEgress,
     table: ResourceTable,
     limiter: JobLimiter,
     log: SharedLog,
@@ -283,35 +293,8 @@ impl WasiHttpView for JobState {
         WasiHttpCtxView {
             ctx: &mut self.http,
             table: &mut self.table,
-            hooks: &mut self.no_network,
+            hooks: &mut self.egress,
         }
-    }
-}
-
-/// `wasi:http` for jobs: linked so that a component whose language runtime
-/// imports it (JavaScript built with its `fetch` support, say) loads, with
-/// every outgoing request refused as `HTTP-request-denied`. Jobs have no
-/// network.
-struct NoNetwork;
-
-impl WasiHttpHooks for NoNetwork {
-    fn send_request(
-        &mut self,
-        _request: http::Request<WasiBody>,
-        _options: Option<RequestOptions>,
-        _response_errors: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-    ) -> Box<
-        dyn Future<
-                Output = Result<
-                    (
-                        http::Response<WasiBody>,
-                        Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-                    ),
-                    HttpError,
-                >,
-            > + Send,
-    > {
-        Box::new(async { Err(HttpError::HttpRequestDenied) })
     }
 }
 
@@ -386,23 +369,31 @@ fn truncate_utf8(mut text: String, bytes_max: usize) -> String {
 /// Never panics on anything the guest does.
 /// `epochs` says whether the engine checks epochs (in-thread isolation);
 /// without them the deadline is kept by whoever runs this process.
+/// The job's `wasi:http` requests go out through `egress`; `on_call` hears
+/// of each recorded call as it ends.
 pub(crate) async fn execute(
     engine: &Engine,
     pre: &JobPre<JobState>,
     request: JobRequest,
     epochs: bool,
+    egress: &Egress,
+    on_call: Option<CallSink>,
 ) -> JobReport {
     let JobRequest {
         input,
         limits,
         resume_state,
         observer,
+        egress: grants,
     } = request;
     let log = SharedLog::new(JobLog::new(
         usize::try_from(limits.log_bytes).unwrap_or(usize::MAX),
         observer.clone(),
     ));
     let latest = Arc::new(Mutex::new(Latest::default()));
+    // Outside the store, so that the calls of an attempt cut off by the
+    // host-side timeout are reported too.
+    let ledger = Ledger::new(on_call);
     let wasi = WasiCtxBuilder::new()
         .stdout(log.clone())
         .stderr(log.clone())
@@ -414,7 +405,7 @@ pub(crate) async fn execute(
     let state = JobState {
         wasi,
         http: WasiHttpCtx::new(),
-        no_network: NoNetwork,
+        egress: JobEgress::new(egress.clone(), grants, ledger.clone(), log.clone()),
         table: ResourceTable::new(),
         limiter: JobLimiter {
             memory_bytes_max: limits.memory_bytes,
@@ -473,6 +464,9 @@ pub(crate) async fn execute(
     };
     let latest = std::mem::take(&mut *lock(&latest));
     let memory_peak_bytes = state.limiter.memory_peak_bytes;
+    // Before the store (and the responses it holds) goes: a call still
+    // running now is recorded as unfinished, however its drop goes.
+    let (calls, calls_dropped) = ledger.close();
     drop(store);
     JobReport {
         outcome,
@@ -482,6 +476,8 @@ pub(crate) async fn execute(
         checkpoint: latest.checkpoint,
         duration,
         memory_peak_bytes,
+        calls,
+        calls_dropped,
     }
 }
 

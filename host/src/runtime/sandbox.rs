@@ -27,15 +27,19 @@
 //!   the same engine settings and so the same cache directory, loads it by
 //!   digest. Without a data directory the runtime keeps one of its own.
 //! * **Frames over stdin/stdout.** Each frame is a little-endian `u32`
-//!   length then a postcard body. Node to child: one [`Request`] per job.
-//!   Child to node: [`Event::Log`], [`Event::Progress`] and
-//!   [`Event::Checkpoint`] as they happen (so the log and checkpoint of a
-//!   killed attempt survive, as they do in-thread), then [`Event::Done`]
-//!   with the outcome. Each byte crosses once: the node's report is built
-//!   from what was relayed, in a [`JobLog`] of its own.
+//!   length then a postcard body. Node to child: one [`Request`] per job
+//!   (with the job's egress grants and the node's egress bounds).
+//!   Child to node: [`Event::Log`], [`Event::Progress`],
+//!   [`Event::Checkpoint`] and [`Event::Call`] as they happen (so the log,
+//!   checkpoint and finished calls of a killed attempt survive, as they do
+//!   in-thread), then [`Event::Done`] with the outcome and the attempt's
+//!   record of calls, which replaces the calls relayed. Each log byte
+//!   crosses once: the node's report is built from what was relayed, in a
+//!   [`JobLog`] of its own.
 //! * **The child is hostile.** It runs untrusted code; if that code escaped
 //!   the sandbox, the frames are its voice. The node bounds every frame by
-//!   the job's own limits, and a frame that does not decode, an early exit
+//!   the job's own limits (and a record of calls by its bound, each call's
+//!   strings by theirs), and a frame that does not decode, an early exit
 //!   or a closed pipe fail the attempt with `internal` and kill the child.
 //!   A child's death never touches another job.
 //! * **Least environment.** A child gets none of the node's environment
@@ -50,6 +54,7 @@
 //! seccomp filter, namespaces or resource limits of the OS beyond wasmtime's
 //! own. It isolates faults and time, not a guest that escaped wasmtime.
 
+use super::egress::{self, EgressLimits, HttpCall, HttpGrant};
 use super::job::{JobFailure, JobReport, JobRequest, Progress, bounded_output};
 use super::job_limits::JobLimits;
 use super::job_log::JobLog;
@@ -59,6 +64,7 @@ use crate::limits::{
     SANDBOX_FRAME_SLACK_BYTES, SANDBOX_KILL_GRACE, SANDBOX_REAPER_PERIOD_MAX,
     SANDBOX_REAPER_PERIOD_MIN,
 };
+use cohort_master::limits::CALLS_RECORDED_MAX;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -78,6 +84,10 @@ pub(super) struct Request {
     pub(super) input: Vec<u8>,
     pub(super) limits: JobLimits,
     pub(super) resume_state: Option<Vec<u8>>,
+    /// The job's grants.
+    pub(super) egress: Vec<HttpGrant>,
+    /// The node's bounds on the job's calls.
+    pub(super) egress_limits: EgressLimits,
 }
 
 /// What a child tells the node about the attempt it runs.
@@ -89,6 +99,8 @@ pub(super) enum Event {
     Progress(Progress),
     /// A checkpoint within the job's limit.
     Checkpoint(Vec<u8>),
+    /// A call that entered the attempt's record, as it ended.
+    Call(HttpCall),
     /// The attempt's end.
     Done(Done),
 }
@@ -104,6 +116,9 @@ pub(super) struct Done {
     log_dropped_bytes: u64,
     duration_us: u64,
     memory_peak_bytes: u64,
+    /// The attempt's record of calls, in the order they were made.
+    calls: Vec<HttpCall>,
+    calls_dropped: u32,
 }
 
 /// The node's side: starts children, hands each one job at a time.
@@ -112,6 +127,8 @@ pub(crate) struct Sandboxes {
     program: PathBuf,
     data_dir: PathBuf,
     memory_bytes_max: u64,
+    /// The CA file children trust for jobs' `https` calls.
+    egress_ca: Option<PathBuf>,
     /// Children waiting for a job, and since when; the reaper thread holds
     /// a weak reference.
     idle: Arc<Mutex<Vec<Idle>>>,
@@ -141,16 +158,20 @@ struct Seen {
     progress: Option<Progress>,
     checkpoint: Option<Vec<u8>>,
     observer: Option<Arc<dyn JobObserver>>,
+    /// Calls relayed as they ended (in the order they ended).
+    calls: Vec<HttpCall>,
 }
 
 impl Sandboxes {
     /// Children are started by `program`; one idle for `idle_max` is
-    /// stopped (its memory is the node's).
+    /// stopped (its memory is the node's). They trust `egress_ca` for jobs'
+    /// `https` calls.
     pub(crate) fn new(
         program: PathBuf,
         data_dir: PathBuf,
         memory_bytes_max: u64,
         idle_max: Duration,
+        egress_ca: Option<PathBuf>,
     ) -> Self {
         let idle = Arc::new(Mutex::new(Vec::new()));
         spawn_reaper(Arc::downgrade(&idle), idle_max);
@@ -158,20 +179,28 @@ impl Sandboxes {
             program,
             data_dir,
             memory_bytes_max,
+            egress_ca,
             idle,
         }
     }
 
     /// Runs one attempt of the module `digest` (compiled into the disk cache
-    /// by this runtime) in a child. The caller holds one of the runtime's
-    /// slots, so there are never more children than slots.
-    pub(crate) async fn run(&self, digest: Digest, request: JobRequest) -> JobReport {
+    /// by this runtime) in a child, its calls bounded by `egress_limits`.
+    /// The caller holds one of the runtime's slots, so there are never more
+    /// children than slots.
+    pub(crate) async fn run(
+        &self,
+        digest: Digest,
+        request: JobRequest,
+        egress_limits: EgressLimits,
+    ) -> JobReport {
         let started = Instant::now();
         let JobRequest {
             input,
             limits,
             resume_state,
             observer,
+            egress,
         } = request;
         let deadline = tokio::time::Instant::now() + limits.timeout() + SANDBOX_KILL_GRACE;
         let mut seen = Seen {
@@ -182,6 +211,7 @@ impl Sandboxes {
             progress: None,
             checkpoint: None,
             observer,
+            calls: Vec::new(),
         };
         let mut sandbox = match self.take() {
             Ok(sandbox) => sandbox,
@@ -202,6 +232,8 @@ impl Sandboxes {
             input,
             limits,
             resume_state,
+            egress,
+            egress_limits,
         };
         let exchange = sandbox.exchange(&request, &mut seen);
         match tokio::time::timeout_at(deadline, exchange).await {
@@ -254,14 +286,18 @@ impl Sandboxes {
                 command.env(name, value);
             }
         }
-        let mut process = command
+        command
             .arg("sandbox")
             .arg("--data-dir")
             .arg(&self.data_dir)
             .arg("--memory-bytes-max")
             .arg(self.memory_bytes_max.to_string())
             .arg("--parent-pid")
-            .arg(std::process::id().to_string())
+            .arg(std::process::id().to_string());
+        if let Some(ca) = &self.egress_ca {
+            command.arg("--egress-ca").arg(ca);
+        }
+        let mut process = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -371,7 +407,19 @@ impl Sandbox {
                     }
                     seen.checkpoint = Some(state);
                 }
-                Event::Done(done) => return Ok(done),
+                Event::Call(call) => {
+                    if seen.calls.len() >= CALLS_RECORDED_MAX || !egress::is_bounded(&call) {
+                        return Err(invalid(format!(
+                            "it relayed a call over the record's bounds ({} calls so far)",
+                            seen.calls.len()
+                        )));
+                    }
+                    seen.calls.push(call);
+                }
+                Event::Done(done) => {
+                    check_calls(&done.calls)?;
+                    return Ok(done);
+                }
             }
         }
     }
@@ -395,16 +443,21 @@ impl Seen {
             Err(json) => Err(decode_failure(&json)),
         };
         self.log.count_dropped(done.log_dropped_bytes);
+        // The child's record is whole and in order; it replaces the relayed.
+        self.calls = done.calls;
         self.report(
             outcome,
             Duration::from_micros(done.duration_us),
             done.memory_peak_bytes,
+            done.calls_dropped,
         )
     }
 
-    /// The report of an attempt that ended without the child's word.
+    /// The report of an attempt that ended without the child's word: the
+    /// calls it relayed (those still running, and any beyond the record,
+    /// are unknown).
     fn failed(self, failure: JobFailure, started: Instant) -> JobReport {
-        self.report(Err(failure), started.elapsed(), 0)
+        self.report(Err(failure), started.elapsed(), 0, 0)
     }
 
     fn report(
@@ -412,6 +465,7 @@ impl Seen {
         outcome: Result<Vec<u8>, JobFailure>,
         duration: Duration,
         memory_peak_bytes: u64,
+        calls_dropped: u32,
     ) -> JobReport {
         JobReport {
             outcome,
@@ -421,6 +475,8 @@ impl Seen {
             checkpoint: self.checkpoint,
             duration,
             memory_peak_bytes,
+            calls: self.calls,
+            calls_dropped,
         }
     }
 }
@@ -436,8 +492,26 @@ impl Done {
             log_dropped_bytes: report.log_dropped_bytes,
             duration_us: u64::try_from(report.duration.as_micros()).unwrap_or(u64::MAX),
             memory_peak_bytes: report.memory_peak_bytes,
+            calls: report.calls,
+            calls_dropped: report.calls_dropped,
         }
     }
+}
+
+/// Refuses a child's record of calls that no attempt could have made.
+fn check_calls(calls: &[HttpCall]) -> std::io::Result<()> {
+    if calls.len() > CALLS_RECORDED_MAX {
+        return Err(invalid(format!(
+            "it reported {} calls; a record holds {CALLS_RECORDED_MAX}",
+            calls.len()
+        )));
+    }
+    if !calls.iter().all(egress::is_bounded) {
+        return Err(invalid(
+            "it reported a call whose method, origin or error is too long".to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// A failure the child sent as JSON.
@@ -482,12 +556,21 @@ mod tests {
             input: b"input".to_vec(),
             limits: JobLimits::default(),
             resume_state: Some(b"state".to_vec()),
+            egress: vec![
+                HttpGrant::parse("https://api.example.com/v1", &["POST".into()], true).unwrap(),
+            ],
+            egress_limits: EgressLimits {
+                calls_per_attempt: 3,
+                ..EgressLimits::default()
+            },
         };
         let body = postcard::to_allocvec(&request).unwrap();
         let back: Request = decode(&body).unwrap();
         assert_eq!(back.digest, [7; 32]);
         assert_eq!(back.limits, JobLimits::default());
         assert_eq!(back.resume_state.as_deref(), Some(&b"state"[..]));
+        assert_eq!(back.egress, request.egress);
+        assert_eq!(back.egress_limits, request.egress_limits);
 
         let mut longer = body.clone();
         longer.push(0);
@@ -508,6 +591,8 @@ mod tests {
             checkpoint: Some(vec![1]),
             duration: Duration::from_millis(5),
             memory_peak_bytes: 6,
+            calls: vec![call("egress_denied")],
+            calls_dropped: 7,
         };
         let event = Event::Done(Done::of(report));
         let body = postcard::to_allocvec(&event).unwrap();
@@ -520,6 +605,7 @@ mod tests {
             progress: None,
             checkpoint: None,
             observer: None,
+            calls: vec![call("egress_timeout")],
         };
         seen.log.append(b"log");
         let back = seen.done(done, &JobLimits::default());
@@ -538,5 +624,38 @@ mod tests {
         );
         assert_eq!(back.duration, Duration::from_millis(5));
         assert_eq!(back.memory_peak_bytes, 6);
+        // The child's record replaces the calls it relayed.
+        assert_eq!(back.calls, [call("egress_denied")]);
+        assert_eq!(back.calls_dropped, 7);
+    }
+
+    fn call(error: &str) -> HttpCall {
+        HttpCall {
+            method: "GET".into(),
+            origin: "https://api.example.com:443".into(),
+            status: None,
+            error: Some(error.into()),
+            sent_bytes: 0,
+            received_bytes: 0,
+            ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_record_of_calls_no_attempt_could_make_is_refused() {
+        assert!(check_calls(&vec![call("egress_denied"); CALLS_RECORDED_MAX]).is_ok());
+        assert!(check_calls(&vec![call("egress_denied"); CALLS_RECORDED_MAX + 1]).is_err());
+        let long_origin = HttpCall {
+            origin: "h".repeat(crate::limits::EGRESS_ORIGIN_BYTES_MAX + 1),
+            ..call("egress_denied")
+        };
+        assert!(check_calls(&[long_origin]).is_err());
+        let long_method = HttpCall {
+            method: "M".repeat(crate::limits::EGRESS_METHOD_BYTES_MAX + 1),
+            ..call("egress_denied")
+        };
+        assert!(check_calls(&[long_method]).is_err());
+        let long_code = call(&"e".repeat(crate::limits::ERROR_CODE_BYTES_MAX + 1));
+        assert!(check_calls(&[long_code]).is_err());
     }
 }

@@ -13,6 +13,7 @@
 //!
 //! [`SANDBOX_REQUEST_BYTES_MAX`]: crate::limits::SANDBOX_REQUEST_BYTES_MAX
 
+use super::egress::{CallSink, HttpCall};
 use super::engine::Runtime;
 use super::job::{JobFailure, JobReport, JobRequest, Progress};
 use super::module::Digest;
@@ -41,9 +42,13 @@ pub struct SandboxArgs {
     /// (the node died, even before this process started).
     #[arg(long)]
     pub parent_pid: i32,
+    /// A PEM file of CA certificates jobs' `https` calls trust besides the
+    /// system's roots (the node's own).
+    #[arg(long)]
+    pub egress_ca: Option<PathBuf>,
 }
 
-/// Forwards a running job's log, progress and checkpoints to the node.
+/// Forwards a running job's log, progress, checkpoints and calls to the node.
 #[derive(Debug)]
 struct Forward {
     /// Standard output as a plain file: `std::io::Stdout` splits writes at
@@ -93,7 +98,7 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
     let executor = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let runtime = Runtime::sandbox_child(args.data_dir, args.memory_bytes_max)?;
+    let runtime = Runtime::sandbox_child(args.data_dir, args.memory_bytes_max, args.egress_ca)?;
     let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
     let forward = Arc::new(Forward {
         out: Mutex::new(std::fs::File::from(stdout)),
@@ -106,13 +111,22 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
             match runtime.cached(&digest).await {
                 Some(module) => {
                     let observer: Arc<dyn JobObserver> = forward.clone();
+                    let relay = forward.clone();
+                    let on_call: CallSink = Arc::new(move |call: &HttpCall| {
+                        // As for the log: a node that stopped listening
+                        // kills this process soon.
+                        let _ = relay.send(&Event::Call(call.clone()));
+                    });
                     let job = JobRequest {
                         input: request.input,
                         limits: request_limits,
                         resume_state: request.resume_state,
                         observer: Some(observer),
+                        egress: request.egress,
                     };
-                    runtime.run(&module, job).await
+                    runtime
+                        .run_with(&module, job, Some(request.egress_limits), Some(on_call))
+                        .await
                 }
                 None => JobReport {
                     outcome: Err(JobFailure::Internal {
@@ -126,6 +140,8 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
                     checkpoint: None,
                     duration: Duration::ZERO,
                     memory_peak_bytes: 0,
+                    calls: Vec::new(),
+                    calls_dropped: 0,
                 },
             }
         });

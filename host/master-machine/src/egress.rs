@@ -1,0 +1,412 @@
+//! Egress grants: what a deployment's jobs may reach over HTTP, and the
+//! record of each call they made.
+//!
+//! A grant is written as a URL pattern, `scheme://host[:port][/path]`:
+//!
+//! * `scheme` is `http` or `https`;
+//! * `host` is a DNS name (`api.example.com`), a name under a suffix
+//!   (`*.example.com`: one or more labels before `.example.com`, never the
+//!   suffix itself), an IPv4 address in its one dotted-decimal form
+//!   (`10.0.0.5`) or an IPv6 address in brackets (`[fd00::5]`). A name
+//!   whose last label is a number is neither (URL parsers read
+//!   `2130706433` or `0x7f.1` as IPv4), so it is refused;
+//! * `port` is a number, `*` for any, or the scheme's own (80, 443);
+//! * `path` is a prefix of the request path (`/v1/` allows `/v1/charges`;
+//!   `/v1` allows `/v1` and `/v1/...`, not `/v1x`), `/` when absent. A
+//!   request path with a dot segment (`/v1/../admin`, also percent-encoded)
+//!   is refused under any prefix but `/`: the server, not the host, would
+//!   decide what it means.
+//!
+//! With the pattern come the methods it allows (none listed: any) and
+//! whether names may resolve to private addresses (`private`): loopback,
+//! private, link-local, unique-local and shared addresses are refused for
+//! a name unless its grant says `private`; a grant whose host is an address
+//! allows that address whatever its range. Checking the address a request
+//! really connects to is the host's part (`cohort::runtime::egress`); the
+//! master keeps grants and checks their syntax, deterministically.
+//!
+//! Grants attach to deployment names ([`crate::deployments`]): a job
+//! submitted by name runs with its name's grants as they are when it is
+//! assigned; a job submitted by digest has none.
+
+use serde::{Deserialize, Serialize};
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::limits::{GRANT_METHODS_MAX, GRANT_URL_BYTES_MAX};
+
+/// What a grant allows a job to reach.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HttpGrant {
+    /// `http` or `https`.
+    pub scheme: String,
+    /// Lowercase DNS name, `*.` and a suffix, an IPv4 address, or an IPv6
+    /// address without brackets.
+    pub host: String,
+    /// The port (`None`: any).
+    pub port: Option<u16>,
+    /// The path prefix, from `/`.
+    pub path: String,
+    /// Uppercase methods allowed (empty: any).
+    pub methods: Vec<String>,
+    /// Whether a name may resolve to a private address.
+    pub private: bool,
+}
+
+/// One outbound call of an attempt, as recorded: never a body, a query
+/// string, a path or a header (any may hold a credential).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpCall {
+    /// The request's method.
+    pub method: String,
+    /// `scheme://host:port` it went to.
+    pub origin: String,
+    /// The response's status, if one came.
+    pub status: Option<u16>,
+    /// Why it failed, if it did: a stable code (`egress_denied`,
+    /// `egress_timeout`, `egress_response_too_large`, ...).
+    pub error: Option<String>,
+    /// Request body bytes sent.
+    pub sent_bytes: u64,
+    /// Response body bytes received.
+    pub received_bytes: u64,
+    /// From the request to the end of its response (or the failure).
+    pub ms: u64,
+}
+
+/// A grant's host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GrantHost<'a> {
+    /// One name.
+    Name(&'a str),
+    /// Any name ending in `.suffix` (the suffix without its dot).
+    Suffix(&'a str),
+    /// One IPv4 address.
+    V4(Ipv4Addr),
+    /// One IPv6 address.
+    V6(Ipv6Addr),
+}
+
+impl HttpGrant {
+    /// Parses the pattern `url` with `methods` (any case) and `private`;
+    /// the error says what is wrong, for the one who wrote it.
+    pub fn parse(url: &str, methods: &[String], private: bool) -> Result<Self, String> {
+        if url.len() > GRANT_URL_BYTES_MAX {
+            return Err(format!(
+                "a grant's URL is at most {GRANT_URL_BYTES_MAX} bytes"
+            ));
+        }
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| format!("{url:?}: a grant is scheme://host[:port][/path]"))?;
+        let scheme = scheme.to_ascii_lowercase();
+        if scheme != "http" && scheme != "https" {
+            return Err(format!("{url:?}: the scheme is http or https"));
+        }
+        if rest.contains(['?', '#', '@', '\\']) || rest.chars().any(|c| c.is_control() || c == ' ')
+        {
+            return Err(format!(
+                "{url:?}: a grant has no user, query, fragment, backslash or space"
+            ));
+        }
+        let (authority, path) = match rest.find('/') {
+            Some(at) => rest.split_at(at),
+            None => (rest, "/"),
+        };
+        if path.split('/').any(is_dot_segment) {
+            return Err(format!("{url:?}: a grant's path has no . or .. segment"));
+        }
+        let (host, port) = split_port(authority)
+            .ok_or_else(|| format!("{url:?}: the port is a number from 1 to 65535, or *"))?;
+        let port = match port {
+            Some("*") => None,
+            Some(port) => Some(
+                port.parse::<u16>()
+                    .ok()
+                    .filter(|p| *p > 0 && port.bytes().all(|b| b.is_ascii_digit()))
+                    .ok_or_else(|| {
+                        format!("{url:?}: the port is a number from 1 to 65535, or *")
+                    })?,
+            ),
+            None => Some(if scheme == "https" { 443 } else { 80 }),
+        };
+        let host = grant_host(host).map_err(|why| format!("{url:?}: {why}"))?;
+        if methods.len() > GRANT_METHODS_MAX {
+            return Err(format!("a grant lists at most {GRANT_METHODS_MAX} methods"));
+        }
+        let mut upper = Vec::with_capacity(methods.len());
+        for method in methods {
+            let method = method.to_ascii_uppercase();
+            if method.is_empty()
+                || method.len() > 16
+                || !method.bytes().all(|b| b.is_ascii_uppercase())
+            {
+                return Err(format!(
+                    "{method:?} is no HTTP method (1 to 16 letters, e.g. GET, POST)"
+                ));
+            }
+            upper.push(method);
+        }
+        upper.sort();
+        upper.dedup();
+        Ok(Self {
+            scheme,
+            host,
+            port,
+            path: path.to_owned(),
+            methods: upper,
+            private,
+        })
+    }
+
+    /// The pattern as written back: `scheme://host:port/path`.
+    pub fn url(&self) -> String {
+        let host = match self.host.contains(':') {
+            true => format!("[{}]", self.host),
+            false => self.host.clone(),
+        };
+        let port = self.port.map_or("*".to_owned(), |p| p.to_string());
+        format!("{}://{host}:{port}{}", self.scheme, self.path)
+    }
+
+    /// The grant's host, told apart.
+    pub fn host(&self) -> GrantHost<'_> {
+        if let Some(suffix) = self.host.strip_prefix("*.") {
+            return GrantHost::Suffix(suffix);
+        }
+        if let Ok(v4) = self.host.parse() {
+            return GrantHost::V4(v4);
+        }
+        if let Ok(v6) = self.host.parse() {
+            return GrantHost::V6(v6);
+        }
+        GrantHost::Name(&self.host)
+    }
+
+    /// Whether a request to `scheme://host:port` with `method` and `path`
+    /// (the path without its query) is allowed. `host` is compared as the
+    /// request names it (lowercased, without a trailing dot; an IPv6
+    /// address without brackets); the address it resolves to is checked
+    /// apart (see the module's note).
+    pub fn allows(&self, scheme: &str, host: &str, port: u16, method: &str, path: &str) -> bool {
+        let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+        let host_matches = match self.host() {
+            GrantHost::Name(name) => host == name,
+            GrantHost::Suffix(suffix) => host
+                .strip_suffix(suffix)
+                .and_then(|head| head.strip_suffix('.'))
+                .is_some_and(|head| !head.is_empty()),
+            GrantHost::V4(v4) => host.parse::<Ipv4Addr>() == Ok(v4),
+            GrantHost::V6(v6) => host.parse::<Ipv6Addr>() == Ok(v6),
+        };
+        host_matches
+            && scheme.eq_ignore_ascii_case(&self.scheme)
+            && self.port.is_none_or(|p| p == port)
+            && (self.methods.is_empty() || self.methods.iter().any(|m| m == method))
+            && self.path_allows(path)
+    }
+
+    fn path_allows(&self, path: &str) -> bool {
+        if self.path == "/" {
+            return true;
+        }
+        if path.split('/').any(|segment| {
+            is_dot_segment(segment)
+                || is_dot_segment(&segment.to_ascii_lowercase().replace("%2e", "."))
+        }) {
+            return false;
+        }
+        match path.strip_prefix(self.path.as_str()) {
+            Some(rest) => self.path.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
+            None => false,
+        }
+    }
+}
+
+fn is_dot_segment(segment: &str) -> bool {
+    segment == "." || segment == ".."
+}
+
+/// `host[:port]` split (brackets kept off an IPv6 host); `None` if the
+/// brackets do not close.
+fn split_port(authority: &str) -> Option<(&str, Option<&str>)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        return match after {
+            "" => Some((host, None)),
+            _ => Some((host, Some(after.strip_prefix(':')?))),
+        };
+    }
+    Some(match authority.rsplit_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (authority, None),
+    })
+}
+
+/// The grant host of `host` as written (an IPv6 address without its
+/// brackets), normalized; or why it is none.
+fn grant_host(host: &str) -> Result<String, &'static str> {
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    if host.contains(':') {
+        let v6: Ipv6Addr = host.parse().map_err(|_| "not an IPv6 address")?;
+        if v6.is_unspecified() || v6.is_multicast() {
+            return Err("an unspecified or multicast address is never reachable");
+        }
+        return Ok(v6.to_string());
+    }
+    let (wildcard, name) = match host.strip_prefix("*.") {
+        Some(suffix) => (true, suffix),
+        None => (false, host.as_str()),
+    };
+    let labels: Vec<&str> = name.split('.').collect();
+    let numeric = |label: &str| {
+        label.bytes().all(|b| b.is_ascii_digit())
+            || label.starts_with("0x") && label[2..].bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    if labels.last().is_some_and(|last| numeric(last)) {
+        if wildcard {
+            return Err("a wildcard is for names, not addresses");
+        }
+        let v4 = strict_ipv4(name).ok_or(
+            "an IPv4 address is four decimal numbers from 0 to 255, without leading zeros",
+        )?;
+        if v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast() {
+            return Err("an unspecified, broadcast or multicast address is never reachable");
+        }
+        return Ok(v4.to_string());
+    }
+    let label_ok = |label: &&str| {
+        (1..=63).contains(&label.len())
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+    };
+    if name.is_empty() || name.len() > 253 || !labels.iter().all(label_ok) {
+        return Err("the host is a DNS name, *.name, an IPv4 address or [an IPv6 address]");
+    }
+    if wildcard && labels.len() < 2 {
+        return Err("a wildcard covers names under a domain of two labels or more (*.example.com)");
+    }
+    Ok(host)
+}
+
+/// `host` as an IPv4 address in its one dotted-decimal form: four numbers
+/// from 0 to 255 without leading zeros (no octal, hex or fewer parts).
+pub fn strict_ipv4(host: &str) -> Option<Ipv4Addr> {
+    let parts: Vec<&str> = host.split('.').collect();
+    if parts.len() != 4 {
+        return None;
+    }
+    let mut octets = [0u8; 4];
+    for (octet, part) in octets.iter_mut().zip(&parts) {
+        let canonical = !part.is_empty()
+            && part.len() <= 3
+            && part.bytes().all(|b| b.is_ascii_digit())
+            && (part.len() == 1 || !part.starts_with('0'));
+        *octet = part.parse().ok().filter(|_| canonical)?;
+    }
+    Some(Ipv4Addr::from(octets))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(url: &str) -> HttpGrant {
+        HttpGrant::parse(url, &[], false).unwrap()
+    }
+
+    #[test]
+    fn patterns_parse_to_their_parts() {
+        let g = HttpGrant::parse("HTTPS://API.Example.com/v1/", &["post".into()], false).unwrap();
+        assert_eq!(
+            (g.scheme.as_str(), g.host.as_str(), g.port, g.path.as_str()),
+            ("https", "api.example.com", Some(443), "/v1/")
+        );
+        assert_eq!(g.methods, ["POST"]);
+        assert_eq!(g.url(), "https://api.example.com:443/v1/");
+        assert_eq!(grant("http://10.0.0.5:8080").port, Some(8080));
+        assert_eq!(grant("http://10.0.0.5:*").port, None);
+        assert_eq!(grant("http://[FD00::5]:81/").host, "fd00::5");
+        assert_eq!(grant("http://[fd00::5]").url(), "http://[fd00::5]:80/");
+        assert_eq!(
+            grant("https://*.example.com").host(),
+            GrantHost::Suffix("example.com")
+        );
+    }
+
+    #[test]
+    fn odd_patterns_are_refused_with_a_reason() {
+        for bad in [
+            "api.example.com",
+            "ftp://example.com",
+            "http://",
+            "http://2130706433",
+            "http://0x7f000001",
+            "http://0177.0.0.1",
+            "http://127.1",
+            "http://127.0.0.01",
+            "http://0.0.0.0",
+            "http://255.255.255.255",
+            "http://[::]",
+            "http://[::1",
+            "http://*.com",
+            "http://*.10.0.0.1",
+            "http://a.example.com:0",
+            "http://a.example.com:65536",
+            "http://a.example.com:+80",
+            "http://user@a.example.com",
+            "http://a.example.com/?q",
+            "http://a.example.com/v1/../admin",
+            "http://a b.example.com",
+            "http://-a.example.com",
+        ] {
+            assert!(
+                HttpGrant::parse(bad, &[], false).is_err(),
+                "{bad} was accepted"
+            );
+        }
+        assert!(HttpGrant::parse("http://a.example.com", &["GE T".into()], false).is_err());
+    }
+
+    #[test]
+    fn a_grant_allows_its_host_port_method_and_path_only() {
+        let g = HttpGrant::parse("https://api.example.com/v1", &["POST".into()], false).unwrap();
+        assert!(g.allows("https", "api.example.com", 443, "POST", "/v1"));
+        assert!(g.allows("https", "API.example.com.", 443, "POST", "/v1/charges"));
+        assert!(!g.allows("https", "api.example.com", 443, "GET", "/v1"));
+        assert!(!g.allows("http", "api.example.com", 443, "POST", "/v1"));
+        assert!(!g.allows("https", "api.example.com", 8443, "POST", "/v1"));
+        assert!(!g.allows("https", "api.example.com.evil.net", 443, "POST", "/v1"));
+        assert!(!g.allows("https", "api.example.com", 443, "POST", "/v1x"));
+        assert!(!g.allows("https", "api.example.com", 443, "POST", "/v1/../admin"));
+        assert!(!g.allows("https", "api.example.com", 443, "POST", "/v1/%2E%2e/admin"));
+        let wild = grant("https://*.example.com");
+        assert!(wild.allows("https", "a.b.example.com", 443, "GET", "/"));
+        assert!(!wild.allows("https", "example.com", 443, "GET", "/"));
+        assert!(!wild.allows("https", "badexample.com", 443, "GET", "/"));
+        let any_port = grant("http://127.0.0.1:*");
+        assert!(any_port.allows("http", "127.0.0.1", 9, "DELETE", "/x"));
+        assert!(!any_port.allows("http", "127.0.0.2", 9, "DELETE", "/x"));
+        assert!(!any_port.allows("http", "2130706433", 9, "GET", "/"));
+        let v6 = grant("http://[::1]:8080");
+        assert!(v6.allows("http", "::1", 8080, "GET", "/"));
+        assert!(v6.allows("http", "0:0::1", 8080, "GET", "/"));
+    }
+
+    #[test]
+    fn only_the_dotted_decimal_form_is_an_ipv4_address() {
+        assert_eq!(strict_ipv4("10.0.0.5"), Some(Ipv4Addr::new(10, 0, 0, 5)));
+        for odd in [
+            "010.0.0.5",
+            "10.0.5",
+            "0xa.0.0.5",
+            "10.0.0.256",
+            "10.0.0.5.",
+            "",
+        ] {
+            assert_eq!(strict_ipv4(odd), None, "{odd}");
+        }
+    }
+}

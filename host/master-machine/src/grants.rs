@@ -1,0 +1,419 @@
+//! Grants per deployment name, and the outbound calls of attempts.
+//!
+//! A [`Command::Grant`] adds grants to a deployed name, a
+//! [`Command::Revoke`] takes some or all away; either decides one
+//! [`EventKind::Granted`] with the name's whole list after it, so applying
+//! it only replaces (a replay does the same whatever came before). An
+//! undeploy takes the name's grants with it: deploying the name again
+//! starts with none. A job submitted by name runs with its name's grants
+//! as they are when an attempt is assigned ([`Assignment::egress`]), so a
+//! revoke reaches every attempt that starts after it.
+//!
+//! A worker's report of an attempt carries its calls ([`Command::Finish`]);
+//! they are recorded as an [`EventKind::CallsRecorded`] just before the
+//! `Finished` event, kept per job and purged with it.
+//!
+//! Grants are decoded, not trusted: a command's grant must be exactly what
+//! [`HttpGrant::parse`] makes of its own pattern, so a hand-made grant that
+//! the parser would refuse (a host with a space, an unspecified address)
+//! is refused here too. Kept in snapshots from version 7.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::{CALLS_RECORDED_MAX, GRANTS_PER_NAME_MAX};
+use crate::master::{Master, reject};
+use crate::protocol::*;
+
+/// Longest method, origin and error code kept in a call's record (a
+/// worker's report is bounded before it is journaled).
+const CALL_FIELD_BYTES_MAX: usize = 300;
+
+/// The grants by deployment name and the calls by job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Form")]
+pub(crate) struct Egress {
+    /// Each deployment name's grants, sorted, never empty.
+    pub(crate) grants: BTreeMap<String, Vec<HttpGrant>>,
+    /// The calls of each job's attempts that made any.
+    pub(crate) calls: BTreeMap<JobId, Vec<AttemptCalls>>,
+}
+
+/// [`Egress`] as bytes hold it, bounded as it is read.
+#[derive(Deserialize)]
+struct Form {
+    grants: BTreeMap<String, Vec<HttpGrant>>,
+    calls: BTreeMap<JobId, Vec<AttemptCalls>>,
+}
+
+impl From<Form> for Egress {
+    fn from(form: Form) -> Self {
+        let mut grants = form.grants;
+        grants.retain(|_, list| {
+            list.retain(valid);
+            list.truncate(GRANTS_PER_NAME_MAX);
+            !list.is_empty()
+        });
+        let mut calls = form.calls;
+        for attempts in calls.values_mut() {
+            for attempt in attempts {
+                attempt.calls.truncate(CALLS_RECORDED_MAX);
+            }
+        }
+        Self { grants, calls }
+    }
+}
+
+/// Whether `grant` is what the parser makes of its own pattern.
+fn valid(grant: &HttpGrant) -> bool {
+    HttpGrant::parse(&grant.url(), &grant.methods, grant.private).as_ref() == Ok(grant)
+}
+
+/// `text` cut to at most `bytes_max` bytes, on a character boundary.
+fn bounded(text: &str, bytes_max: usize) -> String {
+    let mut cut = text.len().min(bytes_max);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text[..cut].to_owned()
+}
+
+impl Master {
+    /// The grants of deployment `name` (none if it has none).
+    pub(crate) fn grants_of(&self, name: &str) -> &[HttpGrant] {
+        self.egress.grants.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    /// What an attempt of job `id` may reach: its deployment name's grants.
+    pub(crate) fn egress_of_job(&self, id: JobId) -> Vec<HttpGrant> {
+        match self.deployments.of_job(id) {
+            Some((name, _)) => self.grants_of(name).to_vec(),
+            None => Vec::new(),
+        }
+    }
+
+    /// `grants`, each checked, or the refusal of the first that is not a
+    /// grant.
+    fn checked(grants: &[HttpGrant]) -> Result<(), Rejection> {
+        match grants.iter().find(|grant| !valid(grant)) {
+            Some(grant) => reject(
+                codes::INVALID_GRANT,
+                format!("{} is not a grant as its pattern reads", grant.url()),
+            ),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn decide_grant(
+        &self,
+        now: Millis,
+        name: &str,
+        grants: &[HttpGrant],
+    ) -> Result<Decision, Rejection> {
+        self.deployment_named(name)?;
+        Self::checked(grants)?;
+        let mut after = self.grants_of(name).to_vec();
+        after.extend_from_slice(grants);
+        after.sort();
+        after.dedup();
+        if after.len() > GRANTS_PER_NAME_MAX {
+            return reject(
+                codes::TOO_MANY_GRANTS,
+                format!(
+                    "{name} would hold {} grants, at most {GRANTS_PER_NAME_MAX}; \
+                     revoke some or use a wider pattern",
+                    after.len()
+                ),
+            );
+        }
+        self.granted(now, name, after)
+    }
+
+    pub(crate) fn decide_revoke(
+        &self,
+        now: Millis,
+        name: &str,
+        grants: &[HttpGrant],
+    ) -> Result<Decision, Rejection> {
+        self.deployment_named(name)?;
+        Self::checked(grants)?;
+        let mut after = self.grants_of(name).to_vec();
+        match grants.is_empty() {
+            true => after.clear(),
+            false => after.retain(|grant| !grants.contains(grant)),
+        }
+        self.granted(now, name, after)
+    }
+
+    /// The decision giving `name` the grants `after` (none if unchanged).
+    fn granted(
+        &self,
+        now: Millis,
+        name: &str,
+        after: Vec<HttpGrant>,
+    ) -> Result<Decision, Rejection> {
+        let events = match after.as_slice() == self.grants_of(name) {
+            true => Vec::new(),
+            false => vec![Event {
+                at: now,
+                kind: EventKind::Granted {
+                    name: name.to_owned(),
+                    grants: after.clone(),
+                },
+            }],
+        };
+        Ok(Decision {
+            events,
+            reply: Reply::Granted { grants: after },
+        })
+    }
+
+    pub(crate) fn apply_granted(&mut self, name: &str, grants: &[HttpGrant]) {
+        let mut grants: Vec<HttpGrant> = grants.iter().filter(|g| valid(g)).cloned().collect();
+        grants.truncate(GRANTS_PER_NAME_MAX);
+        match grants.is_empty() {
+            true => self.egress.grants.remove(name),
+            false => self.egress.grants.insert(name.to_owned(), grants),
+        };
+    }
+
+    /// The event recording an attempt's reported calls, bounded; `None` if
+    /// it made none.
+    pub(crate) fn calls_event(
+        id: JobId,
+        attempt: u32,
+        calls: &[HttpCall],
+        dropped: u32,
+    ) -> Option<EventKind> {
+        if calls.is_empty() && dropped == 0 {
+            return None;
+        }
+        let kept = calls.len().min(CALLS_RECORDED_MAX);
+        let beyond = u32::try_from(calls.len() - kept).unwrap_or(u32::MAX);
+        let calls = calls[..kept]
+            .iter()
+            .map(|call| HttpCall {
+                method: bounded(&call.method, CALL_FIELD_BYTES_MAX),
+                origin: bounded(&call.origin, CALL_FIELD_BYTES_MAX),
+                error: call
+                    .error
+                    .as_deref()
+                    .map(|e| bounded(e, CALL_FIELD_BYTES_MAX)),
+                ..call.clone()
+            })
+            .collect();
+        Some(EventKind::CallsRecorded {
+            id,
+            attempt,
+            calls,
+            dropped: dropped.saturating_add(beyond),
+        })
+    }
+
+    pub(crate) fn apply_calls_recorded(
+        &mut self,
+        id: JobId,
+        attempt: u32,
+        calls: &[HttpCall],
+        dropped: u32,
+    ) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        if job.attempts.last().map(|a| a.number) != Some(attempt) {
+            return;
+        }
+        let attempts = self.egress.calls.entry(id).or_default();
+        attempts.retain(|a| a.attempt != attempt);
+        attempts.push(AttemptCalls {
+            attempt,
+            calls: calls.iter().take(CALLS_RECORDED_MAX).cloned().collect(),
+            dropped,
+        });
+    }
+
+    /// The recorded calls of job `id`'s attempts.
+    pub(crate) fn calls_of(&self, id: JobId) -> Vec<AttemptCalls> {
+        self.egress.calls.get(&id).cloned().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(url: &str) -> HttpGrant {
+        HttpGrant::parse(url, &[], false).unwrap()
+    }
+
+    /// Decides `command` at 1 and applies what it decided; the reply.
+    fn run(master: &mut Master, command: Command) -> Result<Reply, Rejection> {
+        let decision = master.decide(1, &command)?;
+        for event in &decision.events {
+            master.apply(event);
+        }
+        Ok(decision.reply)
+    }
+
+    fn deployed() -> Master {
+        let mut master = Master::new();
+        let deploy = Command::Deploy {
+            name: "hooks".into(),
+            digest: [1; 32],
+        };
+        run(&mut master, deploy).unwrap();
+        master
+    }
+
+    #[test]
+    fn a_grant_the_parser_would_refuse_is_refused() {
+        let mut master = deployed();
+        let mut odd = grant("https://api.example.com");
+        odd.host = "0.0.0.0".into();
+        let refused = run(
+            &mut master,
+            Command::Grant {
+                name: "hooks".into(),
+                grants: vec![odd],
+            },
+        );
+        assert_eq!(refused.unwrap_err().code, codes::INVALID_GRANT);
+        let mut upper = grant("https://api.example.com");
+        upper.methods = vec!["get".into()];
+        let refused = run(
+            &mut master,
+            Command::Grant {
+                name: "hooks".into(),
+                grants: vec![upper],
+            },
+        );
+        assert_eq!(refused.unwrap_err().code, codes::INVALID_GRANT);
+        assert!(master.grants_of("hooks").is_empty());
+    }
+
+    #[test]
+    fn a_name_holds_at_most_its_bound_of_grants() {
+        let mut master = deployed();
+        let grants: Vec<HttpGrant> = (1..=GRANTS_PER_NAME_MAX as u16)
+            .map(|port| grant(&format!("http://10.0.0.1:{port}")))
+            .collect();
+        let name = "hooks".to_owned();
+        run(
+            &mut master,
+            Command::Grant {
+                name: name.clone(),
+                grants,
+            },
+        )
+        .unwrap();
+        let one_more = vec![grant("http://10.0.0.2")];
+        let refused = run(
+            &mut master,
+            Command::Grant {
+                name,
+                grants: one_more,
+            },
+        );
+        assert_eq!(refused.unwrap_err().code, codes::TOO_MANY_GRANTS);
+    }
+
+    #[test]
+    fn grants_and_calls_survive_a_snapshot_and_an_old_one_restores_with_none() {
+        let mut master = deployed();
+        let granted = vec![grant("https://api.example.com/v1/")];
+        let name = "hooks".to_owned();
+        run(
+            &mut master,
+            Command::Grant {
+                name,
+                grants: granted.clone(),
+            },
+        )
+        .unwrap();
+        master.egress.calls.insert(
+            7,
+            vec![AttemptCalls {
+                attempt: 1,
+                calls: Vec::new(),
+                dropped: 3,
+            }],
+        );
+        let restored = Master::restore(&master.snapshot()).unwrap();
+        assert_eq!(restored.grants_of("hooks"), granted.as_slice());
+        assert_eq!(restored.egress, master.egress);
+        // Version 6 ended where the egress part starts.
+        let mut old = master.snapshot();
+        old.truncate(old.len() - postcard::to_allocvec(&master.egress).unwrap().len());
+        old[0] = 6;
+        let restored = Master::restore(&old).unwrap();
+        assert!(restored.grants_of("hooks").is_empty());
+        assert_eq!(restored.deployments, master.deployments);
+    }
+
+    #[test]
+    fn format_5_events_decode_and_egress_kinds_are_refused_in_them() {
+        let deployed = Event {
+            at: 1,
+            kind: EventKind::Undeployed { name: "a".into() },
+        };
+        let bytes = encode(&deployed);
+        let old = [&[FORMAT_VERSION_5][..], &bytes[1..]].concat();
+        assert_eq!(decode_event(&old).unwrap(), deployed);
+        let granted = encode(&Event {
+            at: 1,
+            kind: EventKind::Granted {
+                name: "a".into(),
+                grants: Vec::new(),
+            },
+        });
+        let old = [&[FORMAT_VERSION_5][..], &granted[1..]].concat();
+        assert_eq!(decode_event(&old).unwrap_err().code, codes::UNDECODABLE);
+    }
+
+    #[test]
+    fn decoded_grants_are_checked_and_bounded() {
+        let mut bad = grant("https://api.example.com");
+        bad.host = "api example.com".into();
+        let form = Form {
+            grants: [
+                ("a".to_owned(), vec![bad.clone()]),
+                (
+                    "b".to_owned(),
+                    (0..GRANTS_PER_NAME_MAX as u16 + 5)
+                        .map(|p| grant(&format!("http://10.0.0.1:{}", p + 1)))
+                        .collect(),
+                ),
+            ]
+            .into(),
+            calls: BTreeMap::new(),
+        };
+        let egress = Egress::from(form);
+        assert!(!egress.grants.contains_key("a"));
+        assert_eq!(egress.grants["b"].len(), GRANTS_PER_NAME_MAX);
+        assert!(!valid(&bad));
+    }
+
+    #[test]
+    fn reported_calls_are_bounded_before_they_are_journaled() {
+        let call = HttpCall {
+            method: "P".repeat(1000),
+            origin: "http://x:80".into(),
+            status: Some(200),
+            error: None,
+            sent_bytes: 1,
+            received_bytes: 2,
+            ms: 3,
+        };
+        let calls = vec![call; CALLS_RECORDED_MAX + 3];
+        let Some(EventKind::CallsRecorded { calls, dropped, .. }) =
+            Master::calls_event(1, 1, &calls, 2)
+        else {
+            panic!("an event")
+        };
+        assert_eq!(calls.len(), CALLS_RECORDED_MAX);
+        assert_eq!(dropped, 5);
+        assert_eq!(calls[0].method.len(), CALL_FIELD_BYTES_MAX);
+        assert_eq!(Master::calls_event(1, 1, &[], 0), None);
+    }
+}

@@ -1,0 +1,600 @@
+//! Outbound HTTP end to end: a real node, a job (`fixture_http`) deployed
+//! by name, grants given and taken with the CLI, and local servers that
+//! count what reaches them. Every refusal is checked twice: the job sees
+//! an error, and the attempt's record shows the call with its code; the
+//! servers show that nothing refused ever arrived.
+
+mod support;
+
+use cohort::api::types::{CallRecord, JobResponse};
+use cohort::client::Node as Api;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// Longest a test server holds a request it never answers.
+const HANG_MAX: Duration = Duration::from_secs(20);
+
+/// One request as the test server saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    method: String,
+    path: String,
+    host: String,
+    /// Headers other than `host` and `content-length`, names lowercased.
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+/// A plain HTTP/1.1 server on 127.0.0.1 that answers by path: `/big`
+/// with `big_bytes` bytes, `/hang` never (until [`HANG_MAX`] or the test
+/// ends), `/trickle` one byte every 200 ms, anything else `200 hello`.
+/// It records every request it reads.
+struct Server {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Server {
+    fn start(big_bytes: usize) -> Server {
+        Server::start_with(big_bytes, None)
+    }
+
+    /// A server that speaks TLS with `tls`'s certificate when given.
+    fn start_with(big_bytes: usize, tls: Option<Arc<rustls::ServerConfig>>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (log, done) = (seen.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if done.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(stream) = stream else { continue };
+                let (log, done, tls) = (log.clone(), done.clone(), tls.clone());
+                std::thread::spawn(move || {
+                    stream
+                        .set_read_timeout(Some(Duration::from_secs(10)))
+                        .unwrap();
+                    match tls {
+                        None => serve(stream, &log, &done, big_bytes),
+                        Some(config) => {
+                            let Ok(session) = rustls::ServerConnection::new(config) else {
+                                return;
+                            };
+                            let stream = rustls::StreamOwned::new(session, stream);
+                            serve(stream, &log, &done, big_bytes)
+                        }
+                    }
+                });
+            }
+        });
+        Server { addr, seen, stop }
+    }
+
+    fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the accept loop so it sees the flag.
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn serve(stream: impl Read + Write, log: &Mutex<Vec<Seen>>, stop: &AtomicBool, big_bytes: usize) {
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut parts = line.split_whitespace();
+        let method = parts.next().unwrap_or_default().to_owned();
+        let path = parts.next().unwrap_or_default().to_owned();
+        let (mut host, mut length, mut headers) = (String::new(), 0usize, Vec::new());
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                return;
+            }
+            let header = header.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            let (name, value) = header.split_once(':').unwrap_or((header, ""));
+            match name.to_ascii_lowercase().as_str() {
+                "host" => host = value.trim().to_owned(),
+                "content-length" => length = value.trim().parse().unwrap_or(0),
+                other => headers.push((other.to_owned(), value.trim().to_owned())),
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        log.lock().unwrap().push(Seen {
+            method,
+            path: path.clone(),
+            host,
+            headers,
+            body,
+        });
+        let writer = reader.get_mut();
+        let answered = match path.as_str() {
+            "/big" => {
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {big_bytes}\r\n\r\n");
+                writer.write_all(head.as_bytes()).and_then(|()| {
+                    let chunk = vec![b'x'; 64 << 10];
+                    let mut left = big_bytes;
+                    while left > 0 {
+                        let n = left.min(chunk.len());
+                        writer.write_all(&chunk[..n])?;
+                        left -= n;
+                    }
+                    Ok(())
+                })
+            }
+            "/hang" => {
+                let until = Instant::now() + HANG_MAX;
+                while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                return;
+            }
+            "/trickle" => {
+                let head = "HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n";
+                let mut result = writer.write_all(head.as_bytes());
+                for _ in 0..1000 {
+                    if result.is_err() || stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                    result = writer.write_all(b"t");
+                }
+                result
+            }
+            "/reject" => writer.write_all(b"HTTP/1.1 500 Oops\r\ncontent-length: 4\r\n\r\noops"),
+            _ => writer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"),
+        };
+        if answered.is_err() {
+            return;
+        }
+    }
+}
+
+/// A call of the fixture's input.
+fn call(method: &str, url: &str) -> Value {
+    json!({"method": method, "url": url, "timeout_ms": 5_000})
+}
+
+/// Runs `fixture_http` (by `module`, a name or a digest) with `calls`; the
+/// settled job and the fixture's results.
+async fn run_calls(client: &Api, module: &str, calls: Vec<Value>) -> (JobResponse, Vec<Value>) {
+    let input = json!({ "calls": calls }).to_string();
+    let id = client.submit(&job(module, &input)).await.unwrap().id;
+    let done = settle(client, id).await;
+    assert_eq!(done.state, "succeeded", "{done:?}");
+    let output: Value = serde_json::from_slice(&client.result(id).await.unwrap()).unwrap();
+    let results = output["results"].as_array().unwrap().clone();
+    assert_eq!(results.len(), calls.len(), "{output}");
+    (done, results)
+}
+
+/// The recorded calls of the job's last attempt.
+fn calls_of(job: &JobResponse) -> &[CallRecord] {
+    &job.attempts.last().expect("an attempt").calls
+}
+
+/// The error codes of the recorded calls, in order (`ok` for a response).
+fn codes(job: &JobResponse) -> Vec<String> {
+    calls_of(job)
+        .iter()
+        .map(|c| c.error.clone().unwrap_or_else(|| "ok".into()))
+        .collect()
+}
+
+fn cli_ok(node: &Node, args: &[&str]) -> String {
+    let out = node.cli(args, b"");
+    assert!(out.status.success(), "cohort {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn deploy_caller(node: &Node) {
+    let file = guest("fixture_http");
+    cli_ok(node, &["deploy", "caller", file.to_str().unwrap()]);
+}
+
+/// Grants, each refusal form, the Host header, bounds and timeouts,
+/// revokes, and the records and metrics, on a node running jobs in its
+/// threads.
+#[test]
+fn a_job_reaches_what_its_name_is_granted_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &["--slots", "2"]);
+    grants_and_refusals(&node, dir.path());
+}
+
+/// The same checks with every job in a sandbox process.
+#[test]
+fn a_job_in_a_sandbox_process_is_held_to_the_same_grants() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &["--slots", "2", "--job-isolation", "process"]);
+    grants_and_refusals(&node, dir.path());
+}
+
+fn grants_and_refusals(node: &Node, _dir: &Path) {
+    let rt = runtime();
+    let client = Api::new(&node.url);
+    // Over the 16 MiB response bound.
+    let server = Server::start(17 << 20);
+    let other = Server::start(0);
+    let (p, q) = (server.port(), other.port());
+    deploy_caller(node);
+    let ok = format!("http://127.0.0.1:{p}/ok");
+
+    rt.block_on(async {
+        // No grant: no network, and the attempt says why.
+        let (done, results) = run_calls(&client, "caller", vec![call("POST", &ok)]).await;
+        assert_eq!(
+            results[0]["wasi_code"], "HTTP-request-denied",
+            "{results:?}"
+        );
+        assert_eq!(codes(&done), ["egress_denied"]);
+        assert_eq!(calls_of(&done)[0].origin, format!("http://127.0.0.1:{p}"));
+        assert!(server.seen().is_empty());
+    });
+
+    let shown = cli_ok(
+        node,
+        &["grant", "caller", "--http", &ok, "--methods", "POST"],
+    );
+    assert!(
+        shown.contains(&format!("http://127.0.0.1:{p}/ok (POST)")),
+        "{shown}"
+    );
+
+    rt.block_on(async {
+        let odd_hosts = [
+            format!("http://2130706433:{p}/ok"),
+            format!("http://0x7f000001:{p}/ok"),
+            format!("http://0177.0.0.1:{p}/ok"),
+            format!("http://127.1:{p}/ok"),
+            format!("http://0.0.0.0:{p}/ok"),
+            format!("http://[::ffff:127.0.0.1]:{p}/ok"),
+            format!("http://[::1]:{p}/ok"),
+            format!("http://localhost:{p}/ok"),
+        ];
+        let mut calls = vec![
+            call("POST", &ok),
+            call("GET", &ok),
+            call("POST", &format!("http://127.0.0.1:{p}/other")),
+            call("POST", &format!("http://127.0.0.1:{p}/ok/../admin")),
+            call("POST", &format!("http://127.0.0.1:{q}/ok")),
+            call("POST", &format!("https://127.0.0.1:{p}/ok")),
+        ];
+        calls.extend(odd_hosts.iter().map(|url| call("POST", url)));
+        let (done, results) = run_calls(&client, "caller", calls).await;
+        assert_eq!(results[0]["status"], 200, "{results:?}");
+        assert_eq!(results[0]["body"], "hello");
+        for (n, result) in results.iter().enumerate().skip(1) {
+            assert_eq!(
+                result["wasi_code"], "HTTP-request-denied",
+                "call {n}: {result}"
+            );
+        }
+        let mut expected = vec!["ok".to_owned()];
+        expected.extend(std::iter::repeat_n(
+            "egress_denied".to_owned(),
+            results.len() - 1,
+        ));
+        assert_eq!(codes(&done), expected);
+        // Only the granted call arrived, with the authority as its Host.
+        let seen = server.seen();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(
+            (seen[0].method.as_str(), seen[0].path.as_str()),
+            ("POST", "/ok")
+        );
+        assert_eq!(seen[0].host, format!("127.0.0.1:{p}"));
+        assert!(other.seen().is_empty());
+        let first = &calls_of(&done)[0];
+        assert_eq!((first.method.as_str(), first.status), ("POST", Some(200)));
+        assert_eq!(first.received_bytes, 5);
+
+        // A job cannot set the Host header: wasi:http refuses it before
+        // the node sees the request.
+        let mut spoofed = call("POST", &ok);
+        spoofed["headers"] = json!([["Host", "metadata.google.internal"]]);
+        let (_, results) = run_calls(&client, "caller", vec![spoofed]).await;
+        assert_eq!(results[0]["code"], "http_invalid_request", "{results:?}");
+        assert_eq!(server.seen().len(), 1);
+
+        // The same module by digest holds no grant: grants go with names.
+        let digest = upload(&client, "fixture_http").await;
+        let (done, _) = run_calls(&client, &digest, vec![call("POST", &ok)]).await;
+        assert_eq!(codes(&done), ["egress_denied"]);
+    });
+
+    // A name that resolves to loopback needs `--private`; the address
+    // written in a grant needs nothing more.
+    let by_name = format!("http://localhost:{p}/ok");
+    cli_ok(node, &["grant", "caller", "--http", &by_name]);
+    rt.block_on(async {
+        let (done, results) = run_calls(&client, "caller", vec![call("GET", &by_name)]).await;
+        assert!(results[0]["error"].is_string(), "{results:?}");
+        assert_eq!(codes(&done), ["egress_address_refused"]);
+    });
+    cli_ok(node, &["grant", "caller", "--http", &by_name, "--private"]);
+    rt.block_on(async {
+        let (done, results) = run_calls(&client, "caller", vec![call("GET", &by_name)]).await;
+        assert_eq!(results[0]["status"], 200, "{results:?}");
+        assert_eq!(codes(&done), ["ok"]);
+    });
+
+    // Bounds: a response over 16 MiB, a server that never answers, one
+    // that trickles.
+    let any = format!("http://127.0.0.1:{p}");
+    cli_ok(node, &["grant", "caller", "--http", &any]);
+    rt.block_on(async {
+        let mut big = call("GET", &format!("{any}/big"));
+        big["max_response_bytes"] = json!(64 << 20);
+        big["echo_body"] = json!(false);
+        let mut hang = call("GET", &format!("{any}/hang"));
+        hang["timeout_ms"] = json!(1_000);
+        let mut trickle = call("GET", &format!("{any}/trickle"));
+        trickle["timeout_ms"] = json!(1_000);
+        let (done, results) = run_calls(&client, "caller", vec![big, hang, trickle]).await;
+        for result in &results {
+            assert!(result["error"].is_string(), "{results:?}");
+        }
+        let codes = codes(&done);
+        assert_eq!(codes[0], "egress_response_too_large", "{codes:?}");
+        // The job's 1 s is both its own deadline and the node's first-byte
+        // timeout for the call: whichever fires first ends it.
+        assert_eq!(results[1]["code"], "http_timeout", "{results:?}");
+        assert!(
+            ["egress_timeout", "egress_unfinished"].contains(&codes[1].as_str()),
+            "{codes:?}"
+        );
+        // The job gave up on the trickle after its 1 s: the answer came
+        // (200), and the record shows how little of its body did.
+        let trickled = &calls_of(&done)[2];
+        assert_eq!(trickled.status, Some(200), "{trickled:?}");
+        assert!(trickled.received_bytes < 1000, "{trickled:?}");
+        let text = metrics(&client).await;
+        for result in ["ok", "egress_denied", "egress_address_refused"] {
+            assert!(
+                text.contains(&format!("cohort_egress_calls_total{{result=\"{result}\"}}")),
+                "{result} not counted:\n{text}"
+            );
+        }
+    });
+
+    // Revoked, the name's jobs have no network again.
+    let left = cli_ok(node, &["revoke", "caller"]);
+    assert!(left.contains("has no grants"), "{left}");
+    rt.block_on(async {
+        let before = server.seen().len();
+        let (done, _) = run_calls(&client, "caller", vec![call("POST", &ok)]).await;
+        assert_eq!(codes(&done), ["egress_denied"]);
+        assert_eq!(server.seen().len(), before);
+        let shown = client.deployment("caller").await.unwrap();
+        assert!(shown.grants.is_empty(), "{shown:?}");
+    });
+}
+
+/// Grant commands are checked by the node and by the master, and a bad
+/// one changes nothing.
+#[test]
+fn bad_grants_are_refused_with_their_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &["--slots", "1"]);
+    deploy_caller(&node);
+    for (url, want) in [
+        ("ftp://files.example.com", "invalid_grant"),
+        ("http://2130706433", "invalid_grant"),
+        ("http://0.0.0.0", "invalid_grant"),
+        ("http://*.com", "invalid_grant"),
+        ("http://user@example.com", "invalid_grant"),
+    ] {
+        let out = node.cli(&["grant", "caller", "--http", url], b"");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(want),
+            "{url}: {out:?}"
+        );
+    }
+    let out = node.cli(&["grant", "nobody", "--http", "https://example.com"], b"");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("module_name_not_found"),
+        "{out:?}"
+    );
+    let rt = runtime();
+    let client = Api::new(&node.url);
+    rt.block_on(async {
+        let shown = client.deployment("caller").await.unwrap();
+        assert!(shown.grants.is_empty(), "{shown:?}");
+    });
+}
+
+/// A CA and a server configuration with a certificate it signed for
+/// `127.0.0.1` and `localhost`; the CA's PEM is written to `ca_path`.
+fn certified(ca_path: &Path) -> Arc<rustls::ServerConfig> {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    std::fs::write(ca_path, ca_cert.pem()).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+    let cert = rcgen::CertificateParams::new(names)
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key.into())
+        .unwrap();
+    Arc::new(config)
+}
+
+/// HTTPS: a server whose certificate the operator's CA (`--egress-ca`)
+/// signed is reached; one signed by a CA nobody trusts is not, and the
+/// record says why.
+#[test]
+fn https_calls_trust_the_system_roots_and_the_operators_ca_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let trusted_ca = dir.path().join("trusted-ca.pem");
+    let trusted = Server::start_with(0, Some(certified(&trusted_ca)));
+    let stranger = Server::start_with(0, Some(certified(&dir.path().join("other-ca.pem"))));
+    let data = dir.path().join("data");
+    let ca = trusted_ca.to_str().unwrap();
+    let node = Node::start(&data, &["--slots", "1", "--egress-ca", ca]);
+    deploy_caller(&node);
+    let (t, u) = (trusted.port(), stranger.port());
+    for port in [t, u] {
+        cli_ok(
+            &node,
+            &[
+                "grant",
+                "caller",
+                "--http",
+                &format!("https://127.0.0.1:{port}"),
+            ],
+        );
+    }
+    let rt = runtime();
+    let client = Api::new(&node.url);
+    rt.block_on(async {
+        let calls = vec![
+            call("POST", &format!("https://127.0.0.1:{t}/ok")),
+            call("POST", &format!("https://127.0.0.1:{u}/ok")),
+        ];
+        let (done, results) = run_calls(&client, "caller", calls).await;
+        assert_eq!(results[0]["status"], 200, "{results:?}");
+        assert_eq!(results[0]["body"], "hello");
+        assert!(results[1]["error"].is_string(), "{results:?}");
+        assert_eq!(codes(&done), ["ok", "egress_tls_failed"]);
+        assert_eq!(trusted.seen().len(), 1);
+        assert!(stranger.seen().is_empty());
+    });
+    // A CA file that holds no certificate stops the node at start.
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate").unwrap();
+    let refused = Node::try_start(
+        &dir.path().join("data2"),
+        &["--egress-ca", empty.to_str().unwrap()],
+    );
+    assert!(refused.is_err(), "a node started with an unusable CA file");
+}
+
+/// The webhook example end to end: deployed and granted as its README
+/// says, it POSTs its event as JSON with an idempotency key that is the
+/// same for the same input, and a webhook's refusal fails the job.
+#[test]
+fn the_webhook_example_posts_its_event_with_a_stable_idempotency_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &["--slots", "1"]);
+    let hooks = Server::start(0);
+    let p = hooks.port();
+    let file = guest("webhook");
+    cli_ok(&node, &["deploy", "webhook", file.to_str().unwrap()]);
+    let granted = format!("http://127.0.0.1:{p}/hooks/");
+    cli_ok(
+        &node,
+        &["grant", "webhook", "--http", &granted, "--methods", "POST"],
+    );
+    let rt = runtime();
+    let client = Api::new(&node.url);
+    rt.block_on(async {
+        let input = json!({"url": format!("{granted}orders"), "event": {"order": 17}}).to_string();
+        for _ in 0..2 {
+            let id = client.submit(&job("webhook", &input)).await.unwrap().id;
+            let done = settle(&client, id).await;
+            assert_eq!(done.state, "succeeded", "{done:?}");
+            let out: Value = serde_json::from_slice(&client.result(id).await.unwrap()).unwrap();
+            assert_eq!(out["status"], 200);
+        }
+        let seen = hooks.seen();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        let header = |seen: &Seen, name: &str| {
+            (seen.headers.iter())
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        for delivery in &seen {
+            assert_eq!(
+                (delivery.method.as_str(), delivery.path.as_str()),
+                ("POST", "/hooks/orders")
+            );
+            assert_eq!(
+                header(delivery, "content-type").as_deref(),
+                Some("application/json")
+            );
+            let event: Value = serde_json::from_slice(&delivery.body).unwrap();
+            assert_eq!(event, json!({"order": 17}));
+        }
+        // The same input, the same key: a webhook that honours it delivers
+        // the event once.
+        let key = header(&seen[0], "idempotency-key").expect("an idempotency key");
+        assert_eq!(header(&seen[1], "idempotency-key"), Some(key));
+
+        let input =
+            json!({"url": format!("{granted}../reject"), "event": {"order": 18}}).to_string();
+        let id = client.submit(&job("webhook", &input)).await.unwrap().id;
+        let done = settle(&client, id).await;
+        assert_eq!(done.state, "failed", "{done:?}");
+        assert_eq!(codes(&done), ["egress_denied"]);
+        let input = json!({"url": format!("http://127.0.0.1:{p}/reject"), "event": {}}).to_string();
+        let id = client.submit(&job("webhook", &input)).await.unwrap().id;
+        let done = settle(&client, id).await;
+        assert_eq!(done.state, "failed", "{done:?}");
+        assert_eq!(codes(&done), ["egress_denied"]);
+    });
+    // Granted, the webhook's refusal is the job's failure.
+    cli_ok(
+        &node,
+        &[
+            "grant",
+            "webhook",
+            "--http",
+            &format!("http://127.0.0.1:{p}/reject"),
+        ],
+    );
+    rt.block_on(async {
+        let input = json!({"url": format!("http://127.0.0.1:{p}/reject"), "event": {}}).to_string();
+        let id = client.submit(&job("webhook", &input)).await.unwrap().id;
+        let done = settle(&client, id).await;
+        assert_eq!(done.state, "failed", "{done:?}");
+        let error = done.error.as_ref().expect("an error");
+        assert_eq!(error.code, "job_error", "{done:?}");
+        assert!(
+            error
+                .message
+                .starts_with("webhook_rejected: the server answered 500"),
+            "{done:?}"
+        );
+        assert_eq!(calls_of(&done)[0].status, Some(500));
+    });
+}
