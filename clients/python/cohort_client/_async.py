@@ -228,6 +228,8 @@ class AsyncClient:
     deployments = awaiting(Plans.deployments)
     deployment = awaiting(Plans.deployment)
     undeploy = awaiting(Plans.undeploy)
+    grant = awaiting(Plans.grant)
+    revoke = awaiting(Plans.revoke)
 
     async def get(self, job_id: int) -> AsyncJob:
         """A handle for a job submitted elsewhere."""

@@ -593,6 +593,38 @@ def deployment_path(name: str, action: Optional[str] = None) -> str:
     return path if action is None else f"{path}/{action}"
 
 
+#: An outbound HTTP(S) grant of a deployment: its URL pattern
+#: (``"https://api.example.com/v1/"``), or a dict ``{"url", "methods",
+#: "private"}`` as the API spells it.
+Grant = Union[str, Mapping[str, Any]]
+
+
+def grants_body(
+    http: Union[Grant, Sequence[Grant]], methods: Optional[Sequence[str]], private: bool
+) -> Dict[str, Any]:
+    """``{"http": [...]}`` of ``POST /v1/deployments/{name}/grants`` (and
+    ``.../grants/revoke``): each URL string with ``methods`` (none: any) and
+    ``private``, each dict as it is."""
+    if isinstance(http, (str, Mapping)):
+        http = [http]
+    if isinstance(methods, str):
+        methods = [methods]
+    grants: List[Dict[str, Any]] = []
+    for grant in http:
+        if isinstance(grant, str):
+            entry: Dict[str, Any] = {"url": grant}
+            if methods:
+                entry["methods"] = list(methods)
+            if private:
+                entry["private"] = True
+        elif isinstance(grant, Mapping):
+            entry = dict(grant)
+        else:
+            raise TypeError(f"a grant is a URL string or a dict with a 'url', not {type(grant).__name__}")
+        grants.append(entry)
+    return {"http": grants}
+
+
 def dump_json(value: Any) -> bytes:
     """A request body."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()

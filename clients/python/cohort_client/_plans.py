@@ -41,6 +41,7 @@ from ._core import (
     Attempts,
     Backoff,
     Finished,
+    Grant,
     JobCore,
     Module,
     ModuleCache,
@@ -340,7 +341,9 @@ class Plans:
 
     def deployments(self) -> Plan[List[Dict[str, Any]]]:
         """Every deployment, by name: ``name``, ``current`` (``version``,
-        ``digest``, ``deployed_at``, ``rollback_of``) and ``versions_total``."""
+        ``digest``, ``deployed_at``, ``rollback_of``), ``versions_total`` and
+        ``grants`` (what its jobs may reach over HTTP(S), as `grant`
+        answers them)."""
         answer = yield from self.json("GET", "/v1/deployments")
         return list(answer["deployments"])
 
@@ -353,6 +356,47 @@ class Plans:
         """Remove deployment ``name`` and its versions; jobs keep the module
         they resolved to. ``module_name_in_use`` while a schedule names it."""
         yield from self.json("DELETE", _core.deployment_path(name))
+
+    def grant(
+        self,
+        name: str,
+        http: Union[Grant, Sequence[Grant]],
+        methods: Optional[Sequence[str]] = None,
+        private: bool = False,
+    ) -> Plan[Dict[str, Any]]:
+        """Let the jobs of deployment ``name`` call HTTP(S) endpoints (admin
+        scope). ``http`` is a URL pattern (``"https://api.example.com/v1/"``:
+        ``scheme://host[:port][/path]``, the path a prefix, ``*.`` before a
+        domain, ``*`` for any port) or a list of them; each string is
+        granted with ``methods`` (default: any) and ``private`` (whether a
+        name may resolve to a private or loopback address), and a dict
+        ``{"url", "methods", "private"}`` in the list is granted as it is.
+        Returns ``{"name", "http": [...]}``: every grant of the name now,
+        each ``url`` spelled in full (``https://api.example.com:443/v1/``),
+        ``methods`` and ``private`` only when set. Safe to repeat (a grant
+        the name has is not added twice), so retried as `deploy` is.
+        ``invalid_grant`` for a pattern that is not one, ``too_many_grants``
+        past 32 grants, ``module_name_not_found`` for a name not deployed."""
+        body = _core.grants_body(http, methods, private)
+        return (yield from self.json("POST", _core.deployment_path(name, "grants"), body))
+
+    def revoke(
+        self,
+        name: str,
+        http: Optional[Union[Grant, Sequence[Grant]]] = None,
+        methods: Optional[Sequence[str]] = None,
+        private: bool = False,
+    ) -> Plan[Dict[str, Any]]:
+        """Take grants from deployment ``name`` (admin scope): those of
+        ``http``, given as `grant` takes them (a grant goes only if its URL,
+        methods and private flag are the ones given), or with ``http``
+        ``None`` every grant (its jobs then have no network; an empty list
+        is refused with ``invalid_grant``). Returns the
+        name's grants after, as `grant` does; safe to repeat, so retried."""
+        if http is None:
+            return (yield from self.json("DELETE", _core.deployment_path(name, "grants")))
+        body = _core.grants_body(http, methods, private)
+        return (yield from self.json("POST", _core.deployment_path(name, "grants/revoke"), body))
 
     def wait(self, ids: Sequence[int], wait_ms: int) -> Plan[Dict[int, Finished]]:
         """One ``POST /v1/jobs/wait``: the jobs among ``ids`` that finished."""

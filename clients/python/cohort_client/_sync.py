@@ -67,7 +67,11 @@ class Job(JobCore):
     def status(self) -> Dict[str, Any]:
         """The job as ``GET /v1/jobs/{id}`` shows it: state, attempts,
         progress, ``module`` (the digest it runs) and, for a job submitted by
-        a deployment's name, ``module_name`` and ``module_version``..."""
+        a deployment's name, ``module_name`` and ``module_version``... An
+        attempt that called out over HTTP(S) lists its ``calls`` (the first
+        64, each ``{"method", "origin", "status" or "error", "sent_bytes",
+        "received_bytes", "ms"}``; see `Client.grant`) and ``calls_dropped``
+        (how many more it made); both are absent when it made none."""
         return self._client._run(self._client._plans.job_view("GET", self.id))
 
     def cancel(self) -> Dict[str, Any]:
@@ -270,6 +274,8 @@ class Client:
     deployments = blocking(Plans.deployments)
     deployment = blocking(Plans.deployment)
     undeploy = blocking(Plans.undeploy)
+    grant = blocking(Plans.grant)
+    revoke = blocking(Plans.revoke)
 
     def get(self, job_id: int) -> Job:
         """A handle for a job submitted elsewhere."""

@@ -107,6 +107,15 @@ def test_async_deployments(start_node: StartNode, dead_url: str, echo_wasm: str,
             assert (back["version"], back["digest"]) == (3, made["digest"])
             assert (await client.deployment("async-echo"))["current"]["rollback_of"] == 1
             assert [d["name"] for d in await client.deployments()] == ["async-echo"]
+            granted = await client.grant("async-echo", ["https://api.example.com/v1/"], methods=["POST"])
+            api = {"url": "https://api.example.com:443/v1/", "methods": ["POST"]}
+            assert granted == {"name": "async-echo", "http": [api]}
+            assert (await client.deployment("async-echo"))["grants"] == [api]
+            with pytest.raises(CohortError) as bad:
+                await client.grant("async-echo", "ftp://x")
+            assert (bad.value.code, bad.value.status) == ("invalid_grant", 422)
+            assert await client.revoke("async-echo") == {"name": "async-echo", "http": []}
+            assert (await client.deployment("async-echo"))["grants"] == []
             await client.undeploy("async-echo")
             assert await client.deployments() == []
 

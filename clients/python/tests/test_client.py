@@ -163,6 +163,41 @@ def test_deployments_name_modules_and_roll_back(node: Node, dead_url: str, echo_
         assert client.rollback("py-twice")["version"] == 3
 
 
+def test_grants_say_what_a_deployment_may_call(node: Node, echo_wasm: str) -> None:
+    with Client(node.url) as client:
+        client.deploy("py-granted", echo_wasm)
+        assert client.deployment("py-granted")["grants"] == []
+        api = {"url": "https://api.example.com:443/v1/", "methods": ["POST"]}
+        granted = client.grant("py-granted", ["https://api.example.com/v1/"], methods=["POST"])
+        assert granted == {"name": "py-granted", "http": [api]}
+        # Safe to repeat (and retried): a grant the name has is not added twice.
+        assert client.grant("py-granted", "https://api.example.com/v1/", methods=["post"]) == granted
+        assert client.deployment("py-granted")["grants"] == [api]
+        assert [d["grants"] for d in client.deployments()] == [[api]]
+        # A dict is granted as it is.
+        internal = {"url": "http://10.0.0.5:8080/", "private": True}
+        both = client.grant("py-granted", [{"url": "http://10.0.0.5:8080", "private": True}])["http"]
+        assert sorted(both, key=lambda g: g["url"]) == [internal, api]
+
+        with pytest.raises(CohortError) as bad:
+            client.grant("py-granted", "ftp://x")
+        assert (bad.value.code, bad.value.status, bad.value.retryable) == ("invalid_grant", 422, False)
+        with pytest.raises(CohortError) as unknown:
+            client.grant("py-nowhere", "https://api.example.com/")
+        assert unknown.value.code == "module_name_not_found"
+        assert len(client.deployment("py-granted")["grants"]) == 2
+
+        # A revoke takes a grant as it was given: URL, methods, private flag.
+        assert len(client.revoke("py-granted", "https://api.example.com/v1/")["http"]) == 2
+        after = client.revoke("py-granted", "https://api.example.com/v1/", methods=["POST"])
+        assert after == {"name": "py-granted", "http": [internal]}
+        # None: every grant.
+        assert client.revoke("py-granted") == {"name": "py-granted", "http": []}
+        assert client.deployment("py-granted")["grants"] == []
+        assert client.revoke("py-granted")["http"] == []
+        assert client.request_counts()["DELETE /v1/deployments/py-granted/grants"] == 2
+
+
 def test_inputs_outputs_and_handles(node: Node, echo_wasm: str) -> None:
     large = os.urandom(100 << 10)  # over the 64 KiB a wait answer carries inline
     with Client([node.url]) as client:

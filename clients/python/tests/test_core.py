@@ -20,6 +20,7 @@ from cohort_client._core import (
     WaitBook,
     batch_body,
     error_from_answer,
+    grants_body,
     new_idempotency_key,
     settle_batch,
 )
@@ -141,3 +142,16 @@ def test_a_module_is_a_digest_a_name_or_a_path(tmp_path: Path, monkeypatch: pyte
     assert ModuleCache.named("job.wasm") == "job.wasm"
     (tmp_path / "job.wasm").write_bytes(b"\0asm")
     assert ModuleCache.named("job.wasm") is None
+
+
+def test_grants_are_url_strings_or_dicts() -> None:
+    assert grants_body("https://a.example/", None, False) == {"http": [{"url": "https://a.example/"}]}
+    assert grants_body(["https://a.example/", {"url": "http://10.0.0.5", "private": True}], ["POST"], True) == {
+        "http": [
+            {"url": "https://a.example/", "methods": ["POST"], "private": True},
+            {"url": "http://10.0.0.5", "private": True},
+        ]
+    }
+    assert grants_body(["https://a.example/"], "GET", False) == {"http": [{"url": "https://a.example/", "methods": ["GET"]}]}
+    with pytest.raises(TypeError):
+        grants_body([42], None, False)  # type: ignore[list-item]

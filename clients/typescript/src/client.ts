@@ -18,6 +18,8 @@ import type {
   DagStatus,
   DeploymentStatus,
   DeployResult,
+  GrantsResult,
+  HttpGrant,
   ScheduleOptions,
   ScheduleStatus,
   SubmitOptions,
@@ -278,6 +280,34 @@ export class Client {
   }
 
   /**
+   * Lets the jobs of deployment `name` call HTTP(S) endpoints (admin
+   * scope): each grant a URL pattern (`https://api.example.com/v1/`:
+   * `scheme://host[:port][/path]`, the path a prefix, `*.` before a
+   * domain, `*` for any port), allowed any method, or an {@link HttpGrant}
+   * with its `methods` and `private`. Resolves to every grant of the name
+   * now. Safe to repeat (a grant the name has is not added twice), so
+   * retried as {@link Client.deploy} is. Rejects with `invalid_grant` for
+   * a pattern that is not one, `too_many_grants` past 32,
+   * `module_name_not_found` for a name not deployed.
+   */
+  grant(name: string, grants: string | HttpGrant | readonly (string | HttpGrant)[]): Promise<GrantsResult> {
+    return this.call<GrantsResult>("POST", deploymentPath(name, "grants"), { http: grantList(grants) });
+  }
+
+  /**
+   * Takes grants from deployment `name` (admin scope): those given, as
+   * {@link Client.grant} takes them (a grant goes only if its URL,
+   * methods and `private` are the ones given), or, with none given, every
+   * grant (its jobs then have no network; an empty list is refused with
+   * `invalid_grant`). Resolves to the name's grants after; safe to repeat,
+   * so retried.
+   */
+  revoke(name: string, grants?: string | HttpGrant | readonly (string | HttpGrant)[]): Promise<GrantsResult> {
+    if (grants === undefined) return this.call<GrantsResult>("DELETE", deploymentPath(name, "grants"));
+    return this.call<GrantsResult>("POST", deploymentPath(name, "grants/revoke"), { http: grantList(grants) });
+  }
+
+  /**
    * One JSON request, retried and failed over until `deadline` (default:
    * the retry deadline; one already past: sent once, never retried).
    */
@@ -368,6 +398,12 @@ async function isFile(path: string): Promise<boolean> {
 function deploymentPath(name: string, action?: string): string {
   const path = `/v1/deployments/${encodeURIComponent(name)}`;
   return action === undefined ? path : `${path}/${action}`;
+}
+
+/** Grants as `{"http": [...]}` lists them: a URL string is `{ url }`, a grant is sent as it is. */
+function grantList(grants: string | HttpGrant | readonly (string | HttpGrant)[]): HttpGrant[] {
+  const list = (Array.isArray(grants) ? grants : [grants]) as readonly (string | HttpGrant)[];
+  return list.map((grant) => (typeof grant === "string" ? { url: grant } : grant));
 }
 
 /** The route of schedule `name` (and of an action on it). */

@@ -11,12 +11,15 @@ export { CohortError, JobFailed, WaitTimeout, type CohortErrorDetails } from "./
 export { Job } from "./job.js";
 export type {
   AttemptStatus,
+  CallRecord,
   ClientOptions,
   DagJob,
   DagStatus,
   DeploymentStatus,
   DeploymentVersion,
   DeployResult,
+  GrantsResult,
+  HttpGrant,
   JobStatus,
   ScheduleOptions,
   ScheduleStatus,

@@ -135,6 +135,60 @@ export interface AttemptStatus {
   message: string | null;
   duration_ms: number | null;
   log_tail: string;
+  /**
+   * Its outbound HTTP(S) calls, in order (the first 64), granted or
+   * refused; absent when it made none.
+   */
+  calls?: CallRecord[];
+  /** How many more calls it made than `calls` lists; absent when none. */
+  calls_dropped?: number;
+}
+
+/** One outbound HTTP(S) call of an attempt (never its path, query, headers or body). */
+export interface CallRecord {
+  /** Its method. */
+  method: string;
+  /** `scheme://host:port` it went to. */
+  origin: string;
+  /** The response's status, if one came. */
+  status?: number;
+  /** Why it failed, if it did: `egress_denied`, `egress_address_refused`, `egress_timeout`, `egress_response_too_large`, ... */
+  error?: string;
+  /** Request body bytes sent. */
+  sent_bytes: number;
+  /** Response body bytes received. */
+  received_bytes: number;
+  /** From the request to the end of its response or its failure, in ms. */
+  ms: number;
+}
+
+/**
+ * What a deployment's jobs may reach over HTTP(S) ({@link Client.grant}).
+ * Answers spell `url` in full (`https://api.example.com:443/v1/`) and give
+ * `methods` and `private` only when set.
+ */
+export interface HttpGrant {
+  /**
+   * `scheme://host[:port][/path]`: `https://api.example.com/v1/`,
+   * `https://*.example.com`, `http://10.0.0.5:8080`, `http://[fd00::5]`; a
+   * port of `*` allows any; the path is a prefix.
+   */
+  url: string;
+  /** The methods allowed (default: any). */
+  methods?: string[];
+  /**
+   * Whether a name may resolve to a private, loopback or link-local
+   * address (default false; an address written in `url` is always allowed).
+   */
+  private?: boolean;
+}
+
+/** The answer to a grant or a revoke: every grant of the deployment now. */
+export interface GrantsResult {
+  /** The deployment. */
+  name: string;
+  /** All its grants. */
+  http: HttpGrant[];
 }
 
 /** A job as `GET /v1/jobs/{id}` and `DELETE /v1/jobs/{id}` answer it (times in ms since the Unix epoch). */
@@ -194,6 +248,8 @@ export interface DeploymentStatus {
   versions_total: number;
   /** The versions kept (the newest 50), newest first; empty in {@link Client.deployments}' list. */
   versions: DeploymentVersion[];
+  /** What its jobs may reach over HTTP(S) (see {@link Client.grant}); absent from nodes older than grants. */
+  grants?: HttpGrant[];
 }
 
 /** The answer to a deploy or a rollback: the version now current. */

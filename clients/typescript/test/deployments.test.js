@@ -84,3 +84,35 @@ test("a rollback is sent once: not retried on the next node after a failure", { 
     await failing.close();
   }
 });
+
+test("grants say what a deployment's jobs may call; revoked one by one or all at once", { timeout: 30_000 }, async () => {
+  await client.deploy("ts-granted", echo);
+  assert.deepEqual((await client.deployment("ts-granted")).grants, []);
+  const api = { url: "https://api.example.com:443/v1/", methods: ["POST"] };
+  const granted = await client.grant("ts-granted", [{ url: "https://api.example.com/v1/", methods: ["POST"] }]);
+  assert.deepEqual(granted, { name: "ts-granted", http: [api] });
+  // Safe to repeat (and retried): a grant the name has is not added twice.
+  assert.deepEqual(await client.grant("ts-granted", { url: "https://api.example.com/v1/", methods: ["post"] }), granted);
+  assert.deepEqual((await client.deployment("ts-granted")).grants, [api]);
+  assert.deepEqual((await client.deployments()).find((d) => d.name === "ts-granted").grants, [api]);
+  // A URL string allows any method.
+  const anyMethod = { url: "https://*.example.org:*/" };
+  const both = (await client.grant("ts-granted", "https://*.example.org:*")).http;
+  assert.deepEqual([...both].sort((a, b) => a.url.localeCompare(b.url)), [anyMethod, api]);
+
+  await assert.rejects(client.grant("ts-granted", "ftp://x"), { code: "invalid_grant", status: 422, retryable: false });
+  await assert.rejects(client.grant("ts-nowhere", "https://api.example.com/"), { code: "module_name_not_found" });
+  assert.equal((await client.deployment("ts-granted")).grants.length, 2);
+
+  // A revoke takes a grant as it was given: URL, methods, private flag.
+  assert.equal((await client.revoke("ts-granted", "https://api.example.com/v1/")).http.length, 2);
+  assert.deepEqual(await client.revoke("ts-granted", [{ url: "https://api.example.com/v1/", methods: ["POST"] }]), {
+    name: "ts-granted",
+    http: [anyMethod],
+  });
+  // None given: every grant.
+  assert.deepEqual(await client.revoke("ts-granted"), { name: "ts-granted", http: [] });
+  assert.deepEqual((await client.deployment("ts-granted")).grants, []);
+  await assert.rejects(client.revoke("ts-granted", []), { code: "invalid_grant", status: 422 });
+  await client.undeploy("ts-granted");
+});
