@@ -4,14 +4,19 @@
 //! Chromium (Debian's package; `tests/browser/install-chromium` installs
 //! it when missing) driven by `tests/browser/dashboard.mjs` with the
 //! playwright-core pinned in `tests/browser/package-lock.json`.
-//! Screenshots land in `target/tmp/dashboard-screenshots/`.
+//! Screenshots land in `target/tmp/dashboard-screenshots/`. The page
+//! test also grants a deployment an HTTP server of its own and checks the
+//! grant on the modules page and a job's calls on its page.
 
 mod support;
 
-use cohort::api::types::{BulkRequest, JobFilterBody, JobListResponse, SubmitRequest};
+use cohort::api::types::{
+    BulkRequest, HttpGrantBody, JobFilterBody, JobListResponse, SubmitRequest,
+};
 use cohort::client::Node as Api;
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use support::{Node, OBSERVE, eventually, eventually_async, run_bounded, runtime, settle, upload};
@@ -442,6 +447,128 @@ fn drive(node: &Node, mode: &str, env: &[(&str, String)]) -> String {
     stdout
 }
 
+/// A plain HTTP/1.1 server on 127.0.0.1 that answers every request with
+/// `200 ok` and closes the connection; returns its port. It serves until
+/// the test's process ends.
+fn ok_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            // A client gone mid-request is its business, not the test's.
+            let _ = answer_ok(stream);
+        }
+    });
+    port
+}
+
+/// Reads one request (head and body), answers `200 ok`.
+fn answer_ok(stream: TcpStream) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(OBSERVE))?;
+    let mut reader = BufReader::new(stream);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    reader
+        .get_mut()
+        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+}
+
+/// Outbound HTTP as the pages show it: the deployment `caller`
+/// (`fixture_http`) granted POST to a local server, and a job of it that
+/// called that server and an address no grant names.
+struct Egress {
+    job: u64,
+    deployment: &'static str,
+    grant: String,
+    origin: String,
+    denied: String,
+}
+
+impl Egress {
+    /// As `COHORT_EGRESS` for the browser script.
+    fn json(&self) -> String {
+        serde_json::json!({
+            "job": self.job,
+            "deployment": self.deployment,
+            "grant": self.grant,
+            "origin": self.origin,
+            "denied": self.denied,
+        })
+        .to_string()
+    }
+}
+
+/// Deploys `fixture_http` as `caller`, grants it POST to a local server
+/// with the CLI (as `token`), and runs one job of it: one call granted, one
+/// refused.
+fn egress_job(node: &Node, token: &str) -> Egress {
+    let port = ok_server();
+    let grant = format!("http://127.0.0.1:{port}/");
+    let deployment = "caller";
+    let rt = runtime();
+    let client = Api::with_options(&node.url, Some(token), None).unwrap();
+    rt.block_on(async {
+        let digest = upload(&client, "fixture_http").await;
+        client.deploy(deployment, &digest).await.unwrap();
+    });
+    let args = ["grant", deployment, "--http", &grant, "--methods", "POST"];
+    let out = node.cli(&[&args[..], &["--token", token]].concat(), b"");
+    assert!(out.status.success(), "cohort {args:?}: {out:?}");
+    let origin = format!("http://127.0.0.1:{port}");
+    let denied = "http://203.0.113.9:80".to_owned();
+    rt.block_on(async {
+        let shown = client.deployment(deployment).await.unwrap();
+        let granted = HttpGrantBody {
+            url: grant.clone(),
+            methods: vec!["POST".into()],
+            private: false,
+        };
+        assert_eq!(shown.grants, [granted]);
+        let input = serde_json::json!({"calls": [
+            {"method": "POST", "url": format!("{origin}/x")},
+            {"url": "http://203.0.113.9/"},
+        ]});
+        let request = support::job(deployment, &input.to_string());
+        let id = client.submit(&request).await.unwrap().id;
+        let done = settle(&client, id).await;
+        assert_eq!(done.state, "succeeded", "{done:?}");
+        let calls = &done.attempts.last().expect("an attempt").calls;
+        let seen: Vec<_> = (calls.iter())
+            .map(|c| (&c.method[..], &c.origin[..], c.status, c.error.as_deref()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("POST", origin.as_str(), Some(200), None),
+                ("GET", denied.as_str(), None, Some("egress_denied")),
+            ]
+        );
+        Egress {
+            job: id,
+            deployment,
+            grant,
+            origin,
+            denied,
+        }
+    })
+}
+
 /// Writes the cluster key file and returns its path.
 fn key_file(dir: &Path) -> PathBuf {
     let path = dir.join("cluster.key");
@@ -460,6 +587,8 @@ fn every_page_works_in_a_real_browser_with_tokens() {
     );
     let admin = support::token_at(&node.url, &key, "admin");
     let read = support::token_at(&node.url, &key, "read");
+    // Before the jobs below: one of them holds the node's one slot.
+    let egress = egress_job(&node, &admin);
     let jobs = runtime().block_on(async {
         let client = Api::with_options(&node.url, Some(&admin), None).unwrap();
         jobs_in_every_state(&client).await
@@ -471,6 +600,7 @@ fn every_page_works_in_a_real_browser_with_tokens() {
             ("COHORT_TOKEN", admin),
             ("COHORT_READ_TOKEN", read),
             ("COHORT_JOBS", jobs.json()),
+            ("COHORT_EGRESS", egress.json()),
         ],
     );
     println!("{out}");

@@ -9,6 +9,10 @@
 //   COHORT_TOKEN     an admin token ('' when the node has no tokens)
 //   COHORT_READ_TOKEN  a read-only token ('' to skip that part)
 //   COHORT_JOBS      {"queued": [ids], ..., "module": "<echo digest>"}
+//   COHORT_EGRESS    {"job": id, "deployment": name, "grant": url,
+//                    "origin": url, "denied": url}: a deployment granted
+//                    `grant` for POST, and its job that called `origin`
+//                    (200) and `denied` (refused); '' to skip that part
 //   CHROMIUM         the browser's path
 //   NODE_MODULES     where playwright-core is installed
 //   SCREENSHOTS      where the PNGs go
@@ -133,6 +137,7 @@ async function pages() {
   await ready(page, 'jobs');
   await page.waitForSelector('[data-testid="job-state"]');
   check(await page.locator('[data-testid="job-attempts"] [data-attempt]').count() >= 1, 'the job shows its attempts');
+  check(await page.locator('[data-testid="attempt-calls"]').count() === 0, 'an attempt without HTTP calls shows no calls');
   check((await page.textContent('#view')).includes('job_error'), 'the job shows its error code');
   check((await text(page, '[data-testid="job-input"] pre')).length > 0, 'the job shows its input');
   await shot(page, 'job.png');
@@ -177,7 +182,44 @@ async function pages() {
   check(await page.locator(`[data-testid="modules-table"] tr[data-module="${jobs.module}"]`).count() === 1, 'the modules page lists the module');
   check((await page.textContent(`tr[data-module="${jobs.module}"]`)).includes('rust'), 'the module says its language');
   check((await page.textContent(`tr[data-module="${jobs.module}"] [data-testid="module-names"]`)).includes('greet v1'), 'the module says the deployment that runs it');
+  // Each deployment's grants, or none.
+  const egress = env('COHORT_EGRESS') ? JSON.parse(env('COHORT_EGRESS')) : null;
+  check((await text(page, 'tr[data-deployment="greet"] [data-testid="deployment-grants"]')) === 'no network',
+    'a deployment without grants says it has no network');
+  if (egress) {
+    const grants = `tr[data-deployment="${egress.deployment}"] [data-testid="deployment-grants"]`;
+    const grant = `${grants} li[data-grant="${egress.grant}"]`;
+    check(await page.locator(`${grants} li`).count() === 1
+      && (await text(page, `${grant} [data-testid="grant-url"]`)) === egress.grant
+      && (await text(page, `${grant} [data-testid="grant-methods"]`)) === 'POST'
+      && await page.locator(`${grant} [data-testid="grant-private"]`).count() === 0,
+    `the granted deployment shows its grant: "${await text(page, grants)}"`);
+  }
   await shot(page, 'modules.png');
+  if (egress) {
+    // Its job's calls: the granted one answered, the other refused.
+    await page.goto(`${URL_}/#/jobs/${egress.job}`);
+    await ready(page, 'jobs');
+    const calls = '[data-testid="attempt-calls"] tr[data-call]';
+    const rows = await page.locator(calls).evaluateAll((trs) => trs.map((tr) => ({
+      cells: [...tr.querySelectorAll('td')].map((td) => td.textContent.trim()),
+      failed: tr.classList.contains('failed'),
+      status: tr.querySelector('[data-testid="call-status"]')?.textContent ?? null,
+      error: tr.querySelector('[data-testid="call-error"]')?.textContent ?? null,
+    })));
+    const shown = JSON.stringify(rows);
+    check(rows.length === 2, `the job shows its two calls ${shown}`);
+    check(rows[0].cells[0] === 'POST' && rows[0].cells[1] === egress.origin && rows[0].status === '200'
+      && !rows[0].failed && rows[0].error === null, `the granted call shows its status ${shown}`);
+    check(rows[1].cells[0] === 'GET' && rows[1].cells[1] === egress.denied && rows[1].error === 'egress_denied'
+      && rows[1].failed && rows[1].status === null, `the refused call shows its code as a failure ${shown}`);
+    check(rows[0].cells[3] === '0 B' && rows[0].cells[4] === '2 B' && rows.every((row) => /^\d+(\.\d)? m?s$/.test(row.cells[5])),
+      `each call shows its bytes out and in and its time ${shown}`);
+    check(await page.locator('[data-testid="calls-dropped"]').count() === 0, 'no call went unrecorded');
+    await shot(page, 'job-calls.png');
+    await page.goto(`${URL_}/#/modules`);
+    await ready(page, 'modules');
+  }
   await page.click(`tr[data-module="${jobs.module}"] [data-testid="module-names"] a`);
   await page.waitForFunction(() => window.location.hash.includes('module=greet'));
   await ready(page, 'jobs');

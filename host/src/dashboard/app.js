@@ -667,7 +667,8 @@ async function drawJob(body, job, still, previews) {
       el('h2', {}, `Attempt ${a.number} on ${a.worker}: ${a.outcome || 'running'}`),
       el('p', { class: 'muted' }, `${time(a.started_at)} → ${time(a.ended_at) || 'now'}`,
         a.duration_ms !== null ? ` (ran ${duration(a.duration_ms)})` : '', a.message ? ` — ${a.message}` : ''),
-      a.log_tail ? el('pre', {}, a.log_tail) : el('p', { class: 'muted' }, 'No log.')))),
+      a.log_tail ? el('pre', {}, a.log_tail) : el('p', { class: 'muted' }, 'No log.'),
+      attemptCalls(a)))),
     el('h2', {}, `Input (${bytes(job.input_bytes)})`), input,
     el('h2', {}, 'Output'), output);
   await preview(input, `/v1/jobs/${job.id}/input`, `job-${job.id}-input`, still, previews);
@@ -676,6 +677,31 @@ async function drawJob(body, job, still, previews) {
   } else {
     output.append(el('p', { class: 'muted' }, `None: the job is ${job.state}.`));
   }
+}
+
+// An attempt's outbound HTTP calls, in order: where each went and how it
+// ended (a refused or failed call shows its code, marked as a failure).
+// Nothing when it made none.
+function attemptCalls(attempt) {
+  const calls = attempt.calls || [];
+  const dropped = attempt.calls_dropped || 0;
+  if (!calls.length && !dropped) return null;
+  const result = (c) => {
+    if (c.error) return el('span', { class: 'call-error', 'data-testid': 'call-error' }, c.error);
+    if (c.status === undefined || c.status === null) return el('span', { class: 'muted' }, 'no answer');
+    return el('span', { class: c.status >= 400 ? 'call-status bad' : 'call-status', 'data-testid': 'call-status' }, c.status);
+  };
+  return el('div', { class: 'calls', 'data-testid': 'attempt-calls' },
+    el('p', { class: 'muted' }, `Outbound HTTP calls: ${calls.length + dropped}`),
+    el('table', {},
+      el('tr', {}, ['method', 'origin', 'result', 'sent', 'received', 'time'].map((h) => el('th', {}, h))),
+      calls.map((c, i) => el('tr', { 'data-call': i, class: c.error ? 'failed' : null },
+        el('td', { class: 'mono' }, c.method), el('td', { class: 'mono' }, c.origin),
+        el('td', {}, result(c)),
+        el('td', { class: 'num' }, bytes(c.sent_bytes)), el('td', { class: 'num' }, bytes(c.received_bytes)),
+        el('td', { class: 'num' }, duration(c.ms))))),
+    dropped ? el('p', { class: 'muted', 'data-testid': 'calls-dropped' },
+      `${dropped} more call${dropped === 1 ? '' : 's'} not recorded.`) : null);
 }
 
 async function act(request) {
@@ -782,6 +808,27 @@ async function modulesView(root, _params, still) {
       el('td', {}, bytes(m.bytes)), el('td', {}, time(m.first_seen)), el('td', {}, m.jobs ?? ''),
       el('td', {}, el('button', { onclick: () => download(m.digest) }, 'Download'))))
       : el('tr', {}, el('td', { colspan: 8, class: 'muted' }, 'No module uploaded yet.'))));
+  // Each name, what it runs now, and what its jobs may call over HTTP(S).
+  root.append(el('h2', {}, 'Deployments'), el('table', { 'data-testid': 'deployments-table' },
+    el('tr', {}, ['name', 'version', 'module', 'may call'].map((h) => el('th', {}, h))),
+    deployments.length ? deployments.map((d) => el('tr', { 'data-deployment': d.name },
+      el('td', {}, el('a', { href: `#/jobs?module=${d.name}`, title: 'the jobs submitted by this name' }, d.name)),
+      el('td', {}, `v${d.current.version}`, el('span', { class: 'muted' }, ` of ${d.versions_total}`)),
+      el('td', { class: 'mono' }, el('a', { href: `#/jobs?module=${d.current.digest}`, title: d.current.digest }, short(d.current.digest))),
+      el('td', { 'data-testid': 'deployment-grants' }, grantList(d.grants || []))))
+      : el('tr', {}, el('td', { colspan: 4, class: 'muted' }, 'No deployment yet: jobs name their modules by digest.'))));
+}
+
+// A deployment's HTTP(S) grants, one a line: the URL (scheme, host, port
+// and path prefix), its methods, and whether a name in it may resolve to
+// a private address.
+function grantList(grants) {
+  if (!grants.length) return el('span', { class: 'muted', 'data-testid': 'no-network' }, 'no network');
+  return el('ul', { class: 'grants' }, grants.map((g) => el('li', { 'data-grant': g.url },
+    el('span', { class: 'mono', 'data-testid': 'grant-url' }, g.url), ' ',
+    el('span', { class: 'grant-methods', 'data-testid': 'grant-methods' },
+      g.methods && g.methods.length ? g.methods.join(', ') : 'any method'),
+    g.private ? [' ', el('span', { class: 'grant-private', 'data-testid': 'grant-private' }, 'private addresses')] : null)));
 }
 
 start();
