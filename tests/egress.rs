@@ -598,3 +598,70 @@ fn the_webhook_example_posts_its_event_with_a_stable_idempotency_key() {
         assert_eq!(calls_of(&done)[0].status, Some(500));
     });
 }
+
+/// A submission narrows what its name is granted for that one job, and is
+/// refused if it asks for more.
+#[test]
+fn a_submission_narrows_its_grants_and_never_widens_them() {
+    use cohort::api::types::HttpGrantBody;
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &["--slots", "1"]);
+    let server = Server::start(0);
+    let p = server.port();
+    deploy_caller(&node);
+    cli_ok(
+        &node,
+        &[
+            "grant",
+            "caller",
+            "--http",
+            &format!("http://127.0.0.1:{p}"),
+        ],
+    );
+    let rt = runtime();
+    let client = Api::new(&node.url);
+    let narrowed = |url: String, methods: &[&str], calls: &[Value]| {
+        let mut request = job("caller", &json!({ "calls": calls }).to_string());
+        request.egress = Some(vec![HttpGrantBody {
+            url,
+            methods: methods.iter().map(|m| (*m).to_owned()).collect(),
+            private: false,
+        }]);
+        request
+    };
+    rt.block_on(async {
+        let calls = [
+            call("POST", &format!("http://127.0.0.1:{p}/ok")),
+            call("GET", &format!("http://127.0.0.1:{p}/ok")),
+            call("POST", &format!("http://127.0.0.1:{p}/other")),
+        ];
+        let request = narrowed(format!("http://127.0.0.1:{p}/ok"), &["POST"], &calls);
+        let id = client.submit(&request).await.unwrap().id;
+        let done = settle(&client, id).await;
+        assert_eq!(done.state, "succeeded", "{done:?}");
+        assert_eq!(codes(&done), ["ok", "egress_denied", "egress_denied"]);
+        // The same calls without narrowing: the name's whole grant.
+        let (done, _) = run_calls(&client, "caller", calls.to_vec()).await;
+        assert_eq!(codes(&done), ["ok", "ok", "ok"]);
+
+        // Wider than the name's grants: refused at submission.
+        for wider in [
+            format!("http://127.0.0.1:{}", p.wrapping_add(1)),
+            format!("https://127.0.0.1:{p}"),
+            "http://api.example.com".to_owned(),
+        ] {
+            let refused = client.submit(&narrowed(wider.clone(), &[], &[])).await;
+            let error = refused.expect_err("a wider grant");
+            assert!(
+                error.to_string().contains("invalid_grant"),
+                "{wider}: {error}"
+            );
+        }
+        // Narrowing a job submitted by digest: it has nothing to narrow.
+        let digest = upload(&client, "fixture_http").await;
+        let mut by_digest = narrowed(format!("http://127.0.0.1:{p}/ok"), &[], &[]);
+        by_digest.module = digest;
+        let error = client.submit(&by_digest).await.expect_err("by digest");
+        assert!(error.to_string().contains("invalid_grant"), "{error}");
+    });
+}

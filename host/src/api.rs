@@ -504,10 +504,23 @@ fn options(submit: &SubmitRequest) -> Result<JobOptions, ApiError> {
             window_ms,
         }),
     };
+    let egress = match &submit.egress {
+        None => None,
+        Some(grants) => Some(
+            (grants.iter())
+                .map(|body| {
+                    cohort_master::HttpGrant::parse(&body.url, &body.methods, body.private).map_err(
+                        |why| ApiError::new(ErrorCode::InvalidGrant, format!("egress: {why}")),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+    };
     Ok(JobOptions {
         limit,
         unique,
         module: None,
+        egress,
     })
 }
 

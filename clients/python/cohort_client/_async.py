@@ -155,6 +155,7 @@ class AsyncClient:
         unique_key: Optional[str] = None,
         unique_window_ms: Optional[int] = None,
         after: Optional[Sequence[int]] = None,
+        egress: Optional[Any] = None,
     ) -> AsyncJob:
         """Queue a job and return its handle at once; as `Client.submit`."""
         key, body = await self._run(
@@ -172,6 +173,7 @@ class AsyncClient:
                 unique_key=unique_key,
                 unique_window_ms=unique_window_ms,
                 after=after,
+                egress=egress,
             )
         )
         if self._closing:

@@ -644,10 +644,13 @@ def job_body(
     unique_key: Optional[str] = None,
     unique_window_ms: Optional[int] = None,
     after: Optional[Sequence[int]] = None,
+    egress: Optional[Union[Grant, Sequence[Grant]]] = None,
 ) -> Dict[str, Any]:
     """A job as ``POST /v1/jobs`` takes it (``module``: a digest or a
     deployment's name): bytes go as ``input_base64``, text as ``input``, any
-    other value as ``input_json``."""
+    other value as ``input_json``. ``egress`` narrows what the job may call
+    to these grants (URL strings or dicts), each within a grant of the
+    deployment it is submitted by."""
     body: Dict[str, Any] = {"module": module}
     if isinstance(input, (bytes, bytearray, memoryview)):
         body["input_base64"] = base64.b64encode(input).decode("ascii")
@@ -666,6 +669,7 @@ def job_body(
         ("unique_key", unique_key),
         ("unique_window_ms", unique_window_ms),
         ("after", list(after) if after else None),
+        ("egress", grants_body(egress, None, False)["http"] if egress is not None else None),
     )
     for name, value in options:
         if value is not None:

@@ -185,6 +185,7 @@ class Client:
         unique_key: Optional[str] = None,
         unique_window_ms: Optional[int] = None,
         after: Optional[Sequence[int]] = None,
+        egress: Optional[Any] = None,
     ) -> Job:
         """Submit a job and return its handle at once.
 
@@ -201,6 +202,9 @@ class Client:
         at once and start at most ``rate_limit`` a second, cluster-wide. A
         submission whose ``unique_key`` matches a job submitted less than
         ``unique_window_ms`` earlier gets that job instead of a new one.
+        ``egress`` (URL strings or grant dicts) narrows what the job may
+        call to grants within its deployment name's (``invalid_grant`` if
+        wider).
         """
         key, body = self._run(
             self._plans.submission(
@@ -217,6 +221,7 @@ class Client:
                 unique_key=unique_key,
                 unique_window_ms=unique_window_ms,
                 after=after,
+                egress=egress,
             )
         )
         job = Job(self, key)

@@ -21,6 +21,7 @@ from cohort_client._core import (
     batch_body,
     error_from_answer,
     grants_body,
+    job_body,
     new_idempotency_key,
     settle_batch,
 )
@@ -155,3 +156,12 @@ def test_grants_are_url_strings_or_dicts() -> None:
     assert grants_body(["https://a.example/"], "GET", False) == {"http": [{"url": "https://a.example/", "methods": ["GET"]}]}
     with pytest.raises(TypeError):
         grants_body([42], None, False)  # type: ignore[list-item]
+
+
+def test_a_submission_narrows_its_grants_with_egress() -> None:
+    body = job_body("hooks", "x", egress=["http://127.0.0.1:8080/ok", {"url": "https://a.example/", "methods": ["POST"]}])
+    assert body["egress"] == [
+        {"url": "http://127.0.0.1:8080/ok"},
+        {"url": "https://a.example/", "methods": ["POST"]},
+    ]
+    assert "egress" not in job_body("hooks", "x")

@@ -236,6 +236,13 @@ pub struct SubmitRequest {
     #[serde(default, skip_serializing_if = "Vec::is_empty", with = "whole::many")]
     #[cfg_attr(feature = "openapi", schema(max_items = 100))]
     pub after: Vec<u64>,
+    /// Narrows what the job may call to these grants, each within a grant
+    /// of the deployment `module` names (a job may narrow its grants, never
+    /// widen them) [default: every grant of the name, as it is when each
+    /// attempt starts].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 32))]
+    pub egress: Option<Vec<HttpGrantBody>>,
 }
 
 impl SubmitRequest {

@@ -429,6 +429,7 @@ function submissionFields(input: unknown, options: SubmitOptions, key: string | 
   if (options.uniqueKey !== undefined) fields.unique_key = options.uniqueKey;
   if (options.uniqueWindowMs !== undefined) fields.unique_window_ms = options.uniqueWindowMs;
   if (options.after !== undefined) fields.after = options.after;
+  if (options.egress !== undefined) fields.egress = grantList(options.egress);
   if (key !== null) fields.idempotency_key = key;
   return fields;
 }

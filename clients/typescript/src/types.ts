@@ -53,6 +53,12 @@ export interface SubmitOptions {
    * input becomes `{"input", "parents": [{"id", "name", "output"}]}`.
    */
   after?: number[];
+  /**
+   * Narrows what the job may call to these grants (URL strings or grants),
+   * each within a grant of the deployment it names its module by: a job may
+   * narrow its grants, never widen them (`invalid_grant`).
+   */
+  egress?: string | HttpGrant | readonly (string | HttpGrant)[];
 }
 
 /** When and how a schedule fires ({@link Client.createSchedule}). */

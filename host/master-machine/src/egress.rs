@@ -205,6 +205,41 @@ impl HttpGrant {
             && self.path_allows(path)
     }
 
+    /// Whether everything `narrower` allows, this grant allows too: the
+    /// same scheme; its host this host, or a name under this suffix (a
+    /// suffix under it); its port this port (any, if this is any); its
+    /// path under this path; its methods among these (any, if these are
+    /// any); `private` only if this grant has it.
+    pub fn covers(&self, narrower: &HttpGrant) -> bool {
+        let host = match (self.host(), narrower.host()) {
+            (GrantHost::Suffix(wide), GrantHost::Suffix(narrow)) => narrow
+                .strip_suffix(wide)
+                .is_some_and(|head| head.is_empty() || head.ends_with('.')),
+            (GrantHost::Suffix(wide), GrantHost::Name(name)) => name
+                .strip_suffix(wide)
+                .and_then(|head| head.strip_suffix('.'))
+                .is_some_and(|head| !head.is_empty()),
+            (_, _) => self.host == narrower.host,
+        };
+        let port = self.port.is_none() || self.port == narrower.port;
+        let methods = self.methods.is_empty()
+            || (!narrower.methods.is_empty()
+                && narrower.methods.iter().all(|m| self.methods.contains(m)));
+        host && port
+            && methods
+            && self.scheme == narrower.scheme
+            && (self.private || !narrower.private)
+            && self.path_covers(&narrower.path)
+    }
+
+    /// Whether every path under the prefix `narrower` is under this one.
+    fn path_covers(&self, narrower: &str) -> bool {
+        match narrower.strip_prefix(self.path.as_str()) {
+            Some(rest) => self.path.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
+            None => false,
+        }
+    }
+
     fn path_allows(&self, path: &str) -> bool {
         if self.path == "/" {
             return true;
@@ -393,6 +428,41 @@ mod tests {
         let v6 = grant("http://[::1]:8080");
         assert!(v6.allows("http", "::1", 8080, "GET", "/"));
         assert!(v6.allows("http", "0:0::1", 8080, "GET", "/"));
+    }
+
+    #[test]
+    fn a_grant_covers_what_allows_no_more_than_it() {
+        let methods = |url: &str, methods: &[&str]| {
+            let methods: Vec<String> = methods.iter().map(|m| (*m).to_owned()).collect();
+            HttpGrant::parse(url, &methods, false).unwrap()
+        };
+        let wide = grant("https://*.example.com:*/v1/");
+        for narrower in [
+            "https://api.example.com/v1/charges",
+            "https://api.example.com:8443/v1/",
+            "https://*.eu.example.com/v1/x/",
+        ] {
+            assert!(wide.covers(&grant(narrower)), "{narrower}");
+        }
+        for wider in [
+            "http://api.example.com/v1/",
+            "https://example.com/v1/",
+            "https://api.example.com/",
+            "https://api.example.com/v10",
+            "https://*.org.example.net/v1/",
+            "https://api.example.org/v1/",
+        ] {
+            assert!(!wide.covers(&grant(wider)), "{wider}");
+        }
+        let post = methods("https://api.example.com", &["POST", "PUT"]);
+        assert!(post.covers(&methods("https://api.example.com/x", &["POST"])));
+        assert!(!post.covers(&methods("https://api.example.com/x", &[])));
+        assert!(!post.covers(&methods("https://api.example.com/x", &["GET"])));
+        assert!(!grant("http://10.0.0.1:80").covers(&grant("http://10.0.0.1:*")));
+        let public = grant("http://svc.internal");
+        let private = HttpGrant::parse("http://svc.internal", &[], true).unwrap();
+        assert!(private.covers(&public));
+        assert!(!public.covers(&private));
     }
 
     #[test]

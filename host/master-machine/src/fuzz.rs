@@ -212,6 +212,7 @@ prop_compose! {
         limit in option::of((text(), option::of(n32()), option::of(n32()))),
         unique in option::of((text(), prop_oneof![n64(), 0..20_000u64])),
         module in option::of(module_name()),
+        egress in option::of(vec(grant(), 0..2)),
     ) -> JobOptions {
         JobOptions {
             limit: limit.map(|(key, running_max, starts_per_second)| KeyLimit {
@@ -221,6 +222,7 @@ prop_compose! {
             }),
             unique: unique.map(|(key, window_ms)| Unique { key, window_ms }),
             module,
+            egress,
         }
     }
 }
@@ -1105,8 +1107,8 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // counters (0), token map (0), request map (0), what keys hold:
     // options, uniqueness holds and start times (0 each), schedules (0),
     // DAGs: the next id (1) and four maps (0 each), deployments: two
-    // maps (0 each), and egress: two maps (0 each).
-    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0, 0, 0, 0, 0]].concat();
+    // maps (0 each), and egress: three maps (0 each).
+    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]].concat();
     assert_eq!(empty[empty.len() - tail.len()..], tail);
     [&empty[..empty.len() - tail.len()], claim, &tail[1..]].concat()
 }

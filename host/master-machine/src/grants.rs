@@ -30,7 +30,8 @@ use crate::protocol::*;
 /// worker's report is bounded before it is journaled).
 const CALL_FIELD_BYTES_MAX: usize = 300;
 
-/// The grants by deployment name and the calls by job.
+/// The grants by deployment name, the narrowed grants and the calls by
+/// job.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "Form")]
 pub(crate) struct Egress {
@@ -38,6 +39,9 @@ pub(crate) struct Egress {
     pub(crate) grants: BTreeMap<String, Vec<HttpGrant>>,
     /// The calls of each job's attempts that made any.
     pub(crate) calls: BTreeMap<JobId, Vec<AttemptCalls>>,
+    /// The grants each job submitted with [`JobOptions::egress`] narrowed
+    /// its name's to (purged with the job).
+    pub(crate) narrowed: BTreeMap<JobId, Vec<HttpGrant>>,
 }
 
 /// [`Egress`] as bytes hold it, bounded as it is read.
@@ -45,6 +49,7 @@ pub(crate) struct Egress {
 struct Form {
     grants: BTreeMap<String, Vec<HttpGrant>>,
     calls: BTreeMap<JobId, Vec<AttemptCalls>>,
+    narrowed: BTreeMap<JobId, Vec<HttpGrant>>,
 }
 
 impl From<Form> for Egress {
@@ -61,7 +66,16 @@ impl From<Form> for Egress {
                 attempt.calls.truncate(CALLS_RECORDED_MAX);
             }
         }
-        Self { grants, calls }
+        let mut narrowed = form.narrowed;
+        for list in narrowed.values_mut() {
+            list.retain(valid);
+            list.truncate(GRANTS_PER_NAME_MAX);
+        }
+        Self {
+            grants,
+            calls,
+            narrowed,
+        }
     }
 }
 
@@ -85,11 +99,65 @@ impl Master {
         self.egress.grants.get(name).map_or(&[], Vec::as_slice)
     }
 
-    /// What an attempt of job `id` may reach: its deployment name's grants.
+    /// What an attempt of job `id` may reach: its deployment name's
+    /// grants now, or, if it was submitted narrowing them, those of its
+    /// own that one of them still covers.
     pub(crate) fn egress_of_job(&self, id: JobId) -> Vec<HttpGrant> {
-        match self.deployments.of_job(id) {
-            Some((name, _)) => self.grants_of(name).to_vec(),
-            None => Vec::new(),
+        let Some((name, _)) = self.deployments.of_job(id) else {
+            return Vec::new();
+        };
+        let held = self.grants_of(name);
+        match self.egress.narrowed.get(&id) {
+            None => held.to_vec(),
+            Some(own) => (own.iter())
+                .filter(|grant| held.iter().any(|wide| wide.covers(grant)))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Checks a submission's [`JobOptions::egress`]: valid grants, at most
+    /// [`GRANTS_PER_NAME_MAX`], each within a grant of the deployment name
+    /// the job names its module by. A submission may narrow what its
+    /// module's name holds, never widen it.
+    pub(crate) fn check_narrowed(&self, options: &JobOptions) -> Result<(), Rejection> {
+        let Some(own) = &options.egress else {
+            return Ok(());
+        };
+        let Some(name) = &options.module else {
+            return reject(
+                codes::INVALID_GRANT,
+                "egress: only a job that names its module by a deployment name has grants to narrow",
+            );
+        };
+        if own.len() > GRANTS_PER_NAME_MAX {
+            return reject(
+                codes::INVALID_GRANT,
+                format!("egress: at most {GRANTS_PER_NAME_MAX} grants"),
+            );
+        }
+        Self::checked(own)?;
+        let held = self.grants_of(name);
+        match own.iter().find(|g| !held.iter().any(|wide| wide.covers(g))) {
+            Some(wider) => reject(
+                codes::INVALID_GRANT,
+                format!(
+                    "egress: {} is not within a grant of {name} (a job may narrow its grants, never widen them)",
+                    wider.url()
+                ),
+            ),
+            None => Ok(()),
+        }
+    }
+
+    /// Records the grants job `id` narrowed its name's to, if it did.
+    pub(crate) fn record_narrowed(&mut self, id: JobId, options: &JobOptions) {
+        match &options.egress {
+            Some(own) => {
+                let own = own.iter().filter(|g| valid(g)).take(GRANTS_PER_NAME_MAX);
+                self.egress.narrowed.insert(id, own.cloned().collect());
+            }
+            None => drop(self.egress.narrowed.remove(&id)),
         }
     }
 
@@ -369,6 +437,24 @@ mod tests {
         });
         let old = [&[FORMAT_VERSION_5][..], &granted[1..]].concat();
         assert_eq!(decode_event(&old).unwrap_err().code, codes::UNDECODABLE);
+        // Format 5's options end before `egress`: the same bytes less its
+        // absent value decode with none.
+        let submitted = Event {
+            at: 1,
+            kind: EventKind::Submitted {
+                id: 3,
+                spec: crate::scenarios::spec(1, b"a"),
+                request: None,
+                options: JobOptions {
+                    module: Some("hooks".into()),
+                    ..JobOptions::default()
+                },
+            },
+        };
+        let now = encode(&submitted);
+        assert_eq!(now.last(), Some(&0));
+        let old = [&[FORMAT_VERSION_5][..], &now[1..now.len() - 1]].concat();
+        assert_eq!(decode_event(&old), Ok(submitted));
     }
 
     #[test]
@@ -387,6 +473,7 @@ mod tests {
             ]
             .into(),
             calls: BTreeMap::new(),
+            narrowed: BTreeMap::new(),
         };
         let egress = Egress::from(form);
         assert!(!egress.grants.contains_key("a"));

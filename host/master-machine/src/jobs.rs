@@ -46,6 +46,7 @@ impl Master {
             return answered(id, true);
         }
         validate_options(options)?;
+        self.check_narrowed(options)?;
         if let Some(id) = self.unique_holder(now, options)? {
             return answered(id, true);
         }
@@ -150,6 +151,7 @@ impl Master {
             };
             self.keyed.options.insert(id, keyed);
         }
+        self.record_narrowed(id, options);
         match &options.module {
             Some(name) => self.deployments.record_job(id, name, &job.spec.module),
             // A journal's id submitted twice replaces the first's record.
@@ -287,6 +289,7 @@ impl Master {
             self.keyed.options.remove(&id);
             self.deployments.jobs.remove(&id);
             self.egress.calls.remove(&id);
+            self.egress.narrowed.remove(&id);
             self.forget_dag_job(id);
         }
     }

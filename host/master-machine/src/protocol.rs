@@ -73,8 +73,10 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 /// Decodes versioned postcard bytes written by [`encode`].
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Rejection> {
     match bytes.split_first() {
-        Some((&FORMAT_VERSION, body)) => legacy::options(false, || postcard::from_bytes(body))
-            .map_err(|error| Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))),
+        Some((&FORMAT_VERSION, body)) => legacy::options(legacy::FIELDS_NOW, || {
+            postcard::from_bytes(body)
+        })
+        .map_err(|error| Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))),
         Some((version, _)) => Err(Rejection::new(
             codes::UNKNOWN_VERSION,
             format!("format version {version}, this master reads {FORMAT_VERSION}"),
@@ -96,13 +98,13 @@ pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
         Some((&FORMAT_VERSION_1, body)) => older::event(body, older::FORMAT_1),
         Some((&FORMAT_VERSION_2, body)) => older::event(body, older::FORMAT_2),
         Some((&(FORMAT_VERSION_3 | FORMAT_VERSION_4), body)) => {
-            let event = legacy::options(true, || postcard::from_bytes(body)).map_err(|error| {
+            let event = legacy::options(2, || postcard::from_bytes(body)).map_err(|error| {
                 Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
             })?;
             before_format_6(before_format_5(event)?)
         }
         Some((&FORMAT_VERSION_5, body)) => {
-            let event = legacy::options(false, || postcard::from_bytes(body)).map_err(|error| {
+            let event = legacy::options(3, || postcard::from_bytes(body)).map_err(|error| {
                 Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
             })?;
             before_format_6(event)
@@ -172,7 +174,7 @@ mod older {
             ));
         }
         if kind != SUBMITTED {
-            let event = legacy::options(true, || postcard::from_bytes(body));
+            let event = legacy::options(2, || postcard::from_bytes(body));
             return before_format_5(event.map_err(undecodable)?);
         }
         let (id, spec, request) = if format.request {
@@ -599,7 +601,8 @@ pub struct JobSpec {
 ///
 /// Its `Deserialize` is written by hand (in `legacy`): bytes of formats
 /// before 5 (events) and of snapshots before version 6 hold the first two
-/// fields only, and decode with `module: None`.
+/// fields only, and decode with `module: None`; those of format 5 and
+/// snapshot version 6 the first three, and decode with `egress: None`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct JobOptions {
     /// Limits on the jobs that share a key, enforced cluster-wide.
@@ -610,40 +613,48 @@ pub struct JobOptions {
     /// the current digest, which replaces `spec.module` (see
     /// [`crate::deployments`]).
     pub module: Option<String>,
+    /// What of its deployment name's grants the job may use: each of these
+    /// must lie within one of the name's grants ([`HttpGrant::covers`]);
+    /// `None`: all of them (see [`crate::grants`]).
+    pub egress: Option<Vec<HttpGrant>>,
 }
 
 /// The hand-written `Deserialize` of [`JobOptions`]: `limit`, `unique`,
-/// then `module` unless the bytes being decoded are of a format without it
-/// (events of formats before 5, snapshots before version 6), which
-/// [`legacy::options`] says for the decoding it wraps. Postcard lets a
-/// struct's visitor stop before its last field, so the older bytes decode
-/// as they are, with `module: None`.
+/// then `module` and `egress` as far as the bytes being decoded have them
+/// (events of formats before 5 and snapshots before version 6: neither;
+/// format 5 and version 6: `module` only), which [`legacy::options`] says
+/// for the decoding it wraps. Postcard lets a struct's visitor stop before
+/// its last field, so the older bytes decode as they are, with the later
+/// fields `None`.
 pub(crate) mod legacy {
-    use super::{JobOptions, KeyLimit, Unique};
+    use super::{HttpGrant, JobOptions, KeyLimit, Unique};
     use serde::Deserialize;
     use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
     use std::cell::Cell;
 
+    /// The fields [`JobOptions`] have in this format.
+    pub(crate) const FIELDS_NOW: u8 = 4;
+
     thread_local! {
-        /// Whether the [`JobOptions`] being decoded lack `module`.
-        static TWO_FIELDS: Cell<bool> = const { Cell::new(false) };
+        /// How many fields the [`JobOptions`] being decoded have.
+        static FIELDS_KEPT: Cell<u8> = const { Cell::new(FIELDS_NOW) };
     }
 
-    /// Runs `decode` with [`JobOptions`] read as two fields (no `module`)
-    /// when `two_fields`, as they were before format 5; puts back what was
-    /// in force after, even if `decode` panics.
-    pub(crate) fn options<T>(two_fields: bool, decode: impl FnOnce() -> T) -> T {
-        struct Restore(bool);
+    /// Runs `decode` with [`JobOptions`] read as their first `fields`
+    /// fields (2 before format 5, 3 in format 5, [`FIELDS_NOW`] since);
+    /// puts back what was in force after, even if `decode` panics.
+    pub(crate) fn options<T>(fields: u8, decode: impl FnOnce() -> T) -> T {
+        struct Restore(u8);
         impl Drop for Restore {
             fn drop(&mut self) {
-                TWO_FIELDS.with(|cell| cell.set(self.0));
+                FIELDS_KEPT.with(|cell| cell.set(self.0));
             }
         }
-        let _restore = Restore(TWO_FIELDS.with(|cell| cell.replace(two_fields)));
+        let _restore = Restore(FIELDS_KEPT.with(|cell| cell.replace(fields)));
         decode()
     }
 
-    const FIELDS: &[&str] = &["limit", "unique", "module"];
+    const FIELDS: &[&str] = &["limit", "unique", "module", "egress"];
 
     #[derive(Deserialize)]
     #[serde(field_identifier, rename_all = "lowercase")]
@@ -651,6 +662,7 @@ pub(crate) mod legacy {
         Limit,
         Unique,
         Module,
+        Egress,
         #[serde(other)]
         Other,
     }
@@ -671,15 +683,20 @@ pub(crate) mod legacy {
             let unique: Option<Unique> = seq
                 .next_element()?
                 .ok_or_else(|| de::Error::invalid_length(1, &self))?;
-            let module = if TWO_FIELDS.with(Cell::get) {
-                None
-            } else {
-                seq.next_element::<Option<String>>()?.flatten()
+            let fields = FIELDS_KEPT.with(Cell::get);
+            let module = match fields >= 3 {
+                true => seq.next_element::<Option<String>>()?.flatten(),
+                false => None,
+            };
+            let egress = match fields >= 4 {
+                true => seq.next_element::<Option<Vec<HttpGrant>>>()?.flatten(),
+                false => None,
             };
             Ok(JobOptions {
                 limit,
                 unique,
                 module,
+                egress,
             })
         }
 
@@ -690,6 +707,7 @@ pub(crate) mod legacy {
                     Field::Limit => options.limit = map.next_value()?,
                     Field::Unique => options.unique = map.next_value()?,
                     Field::Module => options.module = map.next_value()?,
+                    Field::Egress => options.egress = map.next_value()?,
                     Field::Other => {
                         map.next_value::<de::IgnoredAny>()?;
                     }

@@ -174,9 +174,14 @@ impl Restoring {
 
     /// Decodes the next item from `bytes`: the bytes after it, or `None`
     /// if they end within it. [`JobOptions`] (in the keys and schedules)
-    /// have no `module` before version 6.
+    /// have no `module` before version 6 and no `egress` before 7.
     fn step<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<&'a [u8]>, Rejection> {
-        crate::protocol::legacy::options(self.version < 6, || self.read_item(bytes))
+        let fields = match self.version {
+            ..6 => 2,
+            6 => 3,
+            _ => crate::protocol::legacy::FIELDS_NOW,
+        };
+        crate::protocol::legacy::options(fields, || self.read_item(bytes))
     }
 
     /// [`step`](Self::step) in the format of the snapshot's version.

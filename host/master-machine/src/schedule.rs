@@ -296,6 +296,7 @@ impl Master {
     ) -> Result<Decision, Rejection> {
         validate_spec(&self.config, &spec.job)?;
         validate_options(&spec.options)?;
+        self.check_narrowed(&spec.options)?;
         let next = validate(spec, now)?;
         // A schedule by module name keeps the name (each firing runs the
         // digest current then) and the digest current now in its template.

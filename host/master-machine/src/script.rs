@@ -729,10 +729,16 @@ fn options(args: &mut Args) -> Result<JobOptions, String> {
         (None, None) => None,
         _ => return Err("`unique=KEY` and `window_ms=N` go together".into()),
     };
+    // `egress=URL`: the job narrows its name's grants to this one.
+    let egress = match args.text("egress")? {
+        Some(url) => Some(vec![HttpGrant::parse(&url, &[], false)?]),
+        None => None,
+    };
     Ok(JobOptions {
         limit,
         unique,
         module,
+        egress,
     })
 }
 

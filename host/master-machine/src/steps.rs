@@ -46,6 +46,7 @@ pub fn limited(key: &str, running_max: Option<u32>, starts_per_second: Option<u3
         }),
         unique: None,
         module: None,
+        egress: None,
     }
 }
 
@@ -58,6 +59,7 @@ pub fn unique(key: &str, window_ms: u64) -> JobOptions {
             window_ms,
         }),
         module: None,
+        egress: None,
     }
 }
 
