@@ -67,6 +67,12 @@
 //!   latency above, on three nodes without a key and on three nodes with a
 //!   cluster key (sealed gossip and node-to-node bodies, clients with a
 //!   token), alternated in one run (`COHORT_BENCH_ROUNDS`, default 2).
+//! * egress: three nodes as in cluster; `fixture_http` deployed by name
+//!   and granted a local hyper server (in this process, answering `200
+//!   ok`); 1,000 jobs each making one GET to it, in batches over the three
+//!   front-ends, until all succeeded, next to the same 1,000 jobs with no
+//!   call, alternated over [`EGRESS_ROUNDS`]; checks that the server saw
+//!   each call once and that jobs' attempts recorded them.
 //!
 //! `COHORT_BENCH_BIN=PATH` runs the nodes from another `cohort` binary (an
 //! older commit's, for before/after in one run; the in-process sections,
@@ -89,6 +95,8 @@ use hdrhistogram::Histogram;
 use hyper::Method;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command as Process, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 fn main() {
@@ -160,6 +168,9 @@ fn main() {
     }
     if wanted("dag") {
         rt.block_on(dag_end_to_end());
+    }
+    if wanted("egress") {
+        rt.block_on(egress());
     }
 }
 
@@ -1658,4 +1669,167 @@ async fn takeover() {
     println!(
         "takeover: over {TAKEOVER_RUNS} runs, SIGKILL to the first acknowledged submission took {least:.2?} to {most:.2?} (median {median:.2?})"
     );
+}
+
+/// Rounds of the egress section, each 1,000 jobs with no call then 1,000
+/// making one.
+const EGRESS_ROUNDS: usize = 3;
+
+/// Longest the egress section waits for a round's jobs to succeed.
+const EGRESS_GIVE_UP: Duration = Duration::from_secs(120);
+
+/// Jobs of `fixture_http` by deployment name, each making one GET to a
+/// local server it is granted, on three nodes, against the same jobs with
+/// no call.
+async fn egress() {
+    const JOBS: usize = 1_000;
+    const BATCH: usize = 100;
+    const NAME: &str = "bench-http";
+    let served = Arc::new(AtomicU64::new(0));
+    let addr = ok_server(served.clone()).await;
+    let nodes = three_nodes(&[]).await;
+    let clients: Vec<Api> = nodes.iter().map(|n| Api::new(&n.url)).collect();
+    let wasm = std::fs::read(format!("{}/fixture_http.wasm", env!("COHORT_GUESTS_DIR"))).unwrap();
+    let digest = clients[2].upload(wasm).await.unwrap();
+    clients[2].deploy(NAME, &digest).await.unwrap();
+    let grant = cohort::client::HttpGrantBody {
+        url: format!("http://{addr}"),
+        ..Default::default()
+    };
+    clients[2].grant(NAME, &[grant]).await.unwrap();
+    let one_call = serde_json::json!({ "calls": [{ "url": format!("http://{addr}/") }] });
+    let inputs = [
+        ("no call", serde_json::json!({ "calls": [] })),
+        ("one GET", one_call),
+    ];
+    let origin = format!("http://{addr}");
+
+    // Warm-up: every node compiles the module and makes a call.
+    let mut done = 0;
+    for (_, input) in &inputs {
+        let ids = submit_spread(&clients, NAME, input, 300, BATCH).await;
+        done += ids.len() as u64;
+        until_succeeded(&clients[0], done).await;
+    }
+    let mut calls = served.load(Ordering::Relaxed);
+    for round in 1..=EGRESS_ROUNDS {
+        for (kind, input) in &inputs {
+            let started = Instant::now();
+            let ids = submit_spread(&clients, NAME, input, JOBS, BATCH).await;
+            let submitted = started.elapsed();
+            done += JOBS as u64;
+            until_succeeded(&clients[0], done).await;
+            let elapsed = started.elapsed();
+            let making = u64::from(*kind == "one GET");
+            let now = served.load(Ordering::Relaxed);
+            assert_eq!(
+                now - calls,
+                making * JOBS as u64,
+                "the server saw each call once"
+            );
+            calls = now;
+            // A few jobs' records: one attempt, with its call (or none).
+            for id in ids.iter().step_by(JOBS / 8).chain(ids.last()) {
+                let job = clients[*id as usize % 3].job(*id, 0).await.unwrap();
+                assert_eq!(job.state, "succeeded", "{job:?}");
+                let attempt = job.attempts.last().expect("an attempt");
+                assert_eq!(attempt.calls.len() as u64, making, "{job:?}");
+                for call in &attempt.calls {
+                    assert_eq!(
+                        (call.method.as_str(), call.origin.as_str(), call.status),
+                        ("GET", origin.as_str(), Some(200)),
+                        "{job:?}"
+                    );
+                    assert!(call.error.is_none(), "{job:?}");
+                }
+            }
+            println!(
+                "egress round {round}, {kind}: {JOBS} jobs submitted in {submitted:.2?}, all succeeded after {elapsed:.2?}: {:.0} jobs/s submit->result",
+                JOBS as f64 / elapsed.as_secs_f64()
+            );
+        }
+    }
+}
+
+/// Submits `jobs` jobs of deployment `name` with `input`, in batches of
+/// `batch` spread over `clients` (one task each); their ids.
+async fn submit_spread(
+    clients: &[Api],
+    name: &str,
+    input: &serde_json::Value,
+    jobs: usize,
+    batch: usize,
+) -> Vec<u64> {
+    let mut tasks = Vec::new();
+    for (c, client) in clients.iter().enumerate() {
+        let client = client.clone();
+        let request = BatchRequest {
+            jobs: vec![
+                SubmitRequest {
+                    module: name.to_string(),
+                    input_json: Some(input.clone()),
+                    ..SubmitRequest::default()
+                };
+                batch
+            ],
+        };
+        let batches = (c..jobs / batch).step_by(clients.len()).count();
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for _ in 0..batches {
+                for item in client.submit_batch(&request).await.unwrap().results {
+                    match item {
+                        BatchItem::Accepted(accepted) => ids.push(accepted.id),
+                        BatchItem::Refused(why) => panic!("refused: {why:?}"),
+                    }
+                }
+            }
+            ids
+        }));
+    }
+    let mut ids = Vec::new();
+    for task in tasks {
+        ids.extend(task.await.unwrap());
+    }
+    ids
+}
+
+/// Waits until the cluster counts `total` jobs succeeded; panics after
+/// [`EGRESS_GIVE_UP`], with the failed count.
+async fn until_succeeded(client: &Api, total: u64) {
+    let started = Instant::now();
+    while succeeded(client).await < total {
+        if started.elapsed() > EGRESS_GIVE_UP {
+            let failed = metric(client, "cohort_jobs{state=\"failed\"}").await;
+            panic!("{total} jobs not all succeeded in {EGRESS_GIVE_UP:?} ({failed} failed)");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A hyper HTTP/1.1 server on 127.0.0.1 answering every request `200 ok`,
+/// counting them in `served`; its address.
+async fn ok_server(served: Arc<AtomicU64>) -> std::net::SocketAddr {
+    use http_body_util::Full;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let served = served.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |_request| {
+                    served.fetch_add(1, Ordering::Relaxed);
+                    let ok = Full::new(bytes::Bytes::from_static(b"ok"));
+                    async move { Ok::<_, std::convert::Infallible>(hyper::Response::new(ok)) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
 }

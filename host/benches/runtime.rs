@@ -19,6 +19,15 @@
 //!    on a warm runtime, and `wordcount` on the same ~1 MB text. Python and
 //!    JS components are built with `cohort build` (installing the pinned
 //!    toolchains under `target/` on first use).
+//! 6. `cargo bench --bench runtime -- egress`: an outbound HTTP call from a
+//!    job. A hyper server on 127.0.0.1 in the bench's runtime answers
+//!    `200 ok`; one at a time, interleaved, [`EGRESS_JOBS`] each of:
+//!    `fixture_http` making one GET to it (granted
+//!    `http://127.0.0.1:PORT`; each call opens its own connection), the
+//!    same GET from a hyper client opening a new connection per call (the
+//!    work the job's call does, natively), and the same job with an empty
+//!    call list (the job without its call). In-thread, then in sandbox
+//!    processes.
 //!
 //! Numbers go to stdout as Markdown, ready for BENCHMARKS.md.
 //!
@@ -27,8 +36,15 @@
 //! only if a ratio exceeds [`GUARD_PRIMES_RATIO_MAX`] or
 //! [`GUARD_SANDBOXED_PRIMES_RATIO_MAX`].
 
+use bytes::Bytes;
 use cohort::runtime::{Isolation, JobRequest, Module, Runtime, RuntimeConfig};
+use cohort_master::HttpGrant;
 use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const OVERHEAD_WARMUP: u32 = 2_000;
@@ -61,12 +77,18 @@ const GUARD_SANDBOXED_PRIMES_RATIO_MAX: f64 = 2.5;
 const GUARD_PRIMES_RUNS: u32 = 5;
 
 fn main() {
-    // `cargo bench` passes `--bench`; the only filter is `guard`: the CI
+    // `cargo bench` passes `--bench`; the filters are `languages`,
+    // `egress`, `kernels` (each only that section) and `guard`: the CI
     // regression guard, a short run that fails only on a ratio measured
     // in the same run.
     let guard = std::env::args().skip(1).any(|a| a == "guard");
     if std::env::args().skip(1).any(|a| a == "languages") {
         languages();
+        return;
+    }
+    if std::env::args().skip(1).any(|a| a == "egress") {
+        egress(Isolation::Thread);
+        egress(Isolation::Process);
         return;
     }
     if std::env::args().skip(1).any(|a| a == "kernels") {
@@ -435,6 +457,149 @@ fn cohort_build(project: &str) -> String {
         .expect("cohort build runs");
     assert!(out.status.success(), "cohort build {project} failed");
     String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Jobs (and native calls) of each kind in the egress section.
+const EGRESS_JOBS: u32 = 1_000;
+/// Of each kind, run first and not measured.
+const EGRESS_WARMUP: u32 = 100;
+
+/// Section 6: a job's outbound GET against the same GET made natively, and
+/// the same job making no call, one at a time, interleaved.
+fn egress(isolation: Isolation) {
+    let rt = current_thread();
+    let (runtime, module) = load_bytes(&rt, 2, &guest("fixture_http"), isolation);
+    let served = Arc::new(AtomicU64::new(0));
+    let addr = rt.block_on(ok_server(served.clone()));
+    let grant = HttpGrant::parse(&format!("http://{addr}"), &[], false).unwrap();
+    let one_call = serde_json::json!({ "calls": [{ "url": format!("http://{addr}/") }] });
+    let one_call = one_call.to_string().into_bytes();
+    let no_call = br#"{"calls": []}"#.to_vec();
+    let job = |input: &[u8]| JobRequest {
+        input: input.to_vec(),
+        egress: vec![grant.clone()],
+        ..JobRequest::default()
+    };
+    let new = || Histogram::<u64>::new(3).unwrap();
+    let (mut with_call, mut native, mut without) = (new(), new(), new());
+    rt.block_on(async {
+        for i in 0..EGRESS_WARMUP + EGRESS_JOBS {
+            let measured = i >= EGRESS_WARMUP;
+
+            let started = Instant::now();
+            let report = runtime.run(&module, job(&one_call)).await;
+            let nanos = started.elapsed().as_nanos() as u64;
+            let output: serde_json::Value =
+                serde_json::from_slice(&report.outcome.expect("the job succeeds")).unwrap();
+            assert_eq!(output["results"][0]["status"], 200, "{output}");
+            assert_eq!(output["results"][0]["body"], "ok", "{output}");
+            assert!(
+                matches!(&report.calls[..], [call] if call.status == Some(200) && call.error.is_none()),
+                "the attempt records its one call: {:?}",
+                report.calls
+            );
+            if measured {
+                with_call.record(nanos).unwrap();
+            }
+
+            let started = Instant::now();
+            let body = native_get(addr).await;
+            let nanos = started.elapsed().as_nanos() as u64;
+            assert_eq!(&body[..], b"ok");
+            if measured {
+                native.record(nanos).unwrap();
+            }
+
+            let started = Instant::now();
+            let report = runtime.run(&module, job(&no_call)).await;
+            let nanos = started.elapsed().as_nanos() as u64;
+            assert_eq!(report.outcome.unwrap(), br#"{"results":[]}"#);
+            assert!(report.calls.is_empty());
+            if measured {
+                without.record(nanos).unwrap();
+            }
+        }
+    });
+    // Every job's call and every native call reached the server, once.
+    assert_eq!(
+        served.load(Ordering::Relaxed),
+        2 * u64::from(EGRESS_WARMUP + EGRESS_JOBS)
+    );
+    let us = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    println!(
+        "\n## Outbound HTTP call from a job: one GET to a local server (new connection each), {EGRESS_JOBS} of each one at a time, {isolation:?} isolation"
+    );
+    println!("| | p50 | p99 |");
+    println!("|---|---|---|");
+    for (name, h) in [
+        ("job making one GET", &with_call),
+        ("the same job with no call", &without),
+        ("native GET (hyper, new connection)", &native),
+    ] {
+        println!("| {name} | {:.1} µs | {:.1} µs |", us(h, 0.5), us(h, 0.99));
+    }
+    let call = us(&with_call, 0.5) - us(&without, 0.5);
+    println!(
+        "| the job's call (p50 with − p50 without) | {call:.1} µs | |\n| its overhead over the native call (p50) | {:.1} µs ({:.2}x) | |",
+        call - us(&native, 0.5),
+        call / us(&native, 0.5)
+    );
+}
+
+/// A hyper HTTP/1.1 server on 127.0.0.1 answering every request `200 ok`,
+/// counting them in `served`; its address.
+async fn ok_server(served: Arc<AtomicU64>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let served = served.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |_request| {
+                    served.fetch_add(1, Ordering::Relaxed);
+                    let ok = Full::new(Bytes::from_static(b"ok"));
+                    async move { Ok::<_, std::convert::Infallible>(hyper::Response::new(ok)) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// One GET of `/` at `addr` over a new connection, as a job's call makes
+/// it (connect, HTTP/1.1 handshake, the request, the whole body, then the
+/// connection dropped); the body.
+async fn native_get(addr: SocketAddr) -> Bytes {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    let request = hyper::Request::get("/")
+        .header(hyper::header::HOST, addr.to_string())
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let exchange = async {
+        let response = sender.send_request(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.into_body().collect().await.unwrap().to_bytes()
+    };
+    // Drive the connection on this task while waiting, as the job's call
+    // does.
+    let mut connection = std::pin::pin!(connection);
+    let mut exchange = std::pin::pin!(exchange);
+    tokio::select! {
+        body = &mut exchange => body,
+        ended = &mut connection => {
+            ended.unwrap();
+            exchange.await
+        }
+    }
 }
 
 #[path = "../../tests/support/text.rs"]
