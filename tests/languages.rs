@@ -2,19 +2,27 @@
 //! `cohort build` with the pinned toolchains (installed from PyPI and npm
 //! on first use; a missing toolchain fails these tests, it never skips
 //! them), the examples against their Rust twins byte for byte, uncaught
-//! errors, refused modules, and a kill-and-resume on a cluster.
+//! errors, refused modules, a kill-and-resume on a cluster, and outbound
+//! HTTP (Python's `cohort_job.http`, JavaScript's `fetch`) to a loopback
+//! server, granted and refused by deployment name.
 
 mod support;
 
-use cohort::api::types::SubmitRequest;
+use cohort::api::types::{JobResponse, SubmitRequest};
 use cohort::client::Node as Api;
+use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 use support::faults::check_job;
 use support::{
-    CONVERGE, cohort, converge, guest, run_bounded, running_with_checkpoint, runtime, start,
+    CONVERGE, Node, cohort, converge, guest, run_bounded, running_with_checkpoint, runtime, settle,
+    start,
 };
 
 /// The repository root.
@@ -453,8 +461,9 @@ fn the_js_sdk_types_are_what_jco_generates_from_the_wit() {
 #[test]
 fn a_component_importing_wasi_http_loads_and_its_requests_are_refused() {
     let _machine = shared();
-    // Built by componentize-js with its HTTP support left in (as stock
-    // tools do, unlike `cohort build`), so it imports wasi:http.
+    // Built by componentize-js with all its HTTP support left in, as stock
+    // tools do: it imports wasi:http and also exports the fetch event's
+    // wasi:http/incoming-handler (which `cohort build` never adds).
     built("tests/fixtures/echo-js"); // Installs the JS toolchain.
     let tools = std::fs::read_dir(toolchains())
         .unwrap()
@@ -607,5 +616,348 @@ fn modules_for_another_job_version_or_with_foreign_imports_are_refused() {
         assert_eq!(status, 2, "{stderr}");
         assert!(stderr.contains(&format!("[{code}]")), "{stderr}");
         assert!(stderr.contains(names), "{stderr}");
+    }
+}
+
+/// The names a component imports (its top-level import section).
+fn imports(module: &Path) -> Vec<String> {
+    use wasmparser::{Parser, Payload};
+    let wasm = std::fs::read(module).unwrap();
+    let (mut names, mut depth) = (Vec::new(), 0);
+    for payload in Parser::new(0).parse_all(&wasm) {
+        match payload.unwrap() {
+            Payload::ComponentImportSection(section) if depth == 0 => {
+                names.extend(
+                    section
+                        .into_iter()
+                        .map(|i| i.unwrap().name.name.to_string()),
+                );
+            }
+            // The sections of nested modules and components, up to their
+            // `End`, are not the component's own.
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth -= 1,
+            _ => {}
+        }
+    }
+    names
+}
+
+fn imports_wasi_http(module: &Path) -> bool {
+    imports(module)
+        .iter()
+        .any(|name| name.starts_with("wasi:http/outgoing-handler@0.2."))
+}
+
+#[test]
+fn js_jobs_import_wasi_http_only_when_their_code_names_fetch() {
+    let _machine = shared();
+    // A JavaScript job that never names fetch imports what it always did;
+    // one that does imports wasi:http. Python jobs always may call out.
+    let echo_js = built("tests/fixtures/echo-js");
+    let http_js = built("tests/fixtures/http-js");
+    assert!(!imports_wasi_http(&echo_js), "{:?}", imports(&echo_js));
+    assert!(
+        !imports(&echo_js)
+            .iter()
+            .any(|name| name.starts_with("wasi:http/")),
+        "{:?}",
+        imports(&echo_js)
+    );
+    assert!(imports_wasi_http(&http_js), "{:?}", imports(&http_js));
+    for python in ["tests/fixtures/echo-py", "tests/fixtures/http-py"] {
+        let module = built(python);
+        assert!(
+            imports_wasi_http(&module),
+            "{python}: {:?}",
+            imports(&module)
+        );
+        let wasm = std::fs::read(&module).unwrap();
+        assert_eq!(
+            cohort::modules::describe(&wasm).1.as_deref(),
+            Some("cohort:job/job@0.1.0"),
+            "{python} is still a job"
+        );
+    }
+    // Reached by a computed name, fetch rejects in a job built without
+    // wasi:http (rather than trapping in the engine).
+    let (code, output, stderr) = exec(&echo_js, b"call-out", &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let output = String::from_utf8_lossy(&output);
+    assert!(
+        output.starts_with("TypeError: fetch: this job was built without HTTP support"),
+        "{output}"
+    );
+    // `cohort exec` grants nothing: the Python client reports the refusal
+    // as the job error `http_denied`, naming the call.
+    let server = EchoServer::start();
+    let input = json!({"url": format!("http://127.0.0.1:{}/echo", server.port()), "body": {}});
+    let (code, _, stderr) = exec(
+        &built("tests/fixtures/http-py"),
+        input.to_string().as_bytes(),
+        &[],
+    );
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("egress_denied"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "http_denied: POST http://127.0.0.1:{}: the node did not allow this request",
+            server.port()
+        )),
+        "{stderr}"
+    );
+    assert!(server.seen().is_empty());
+}
+
+/// A job deployed by name, in Python and in JavaScript, POSTs JSON to a
+/// local server its name is granted and gets the answer; a URL it is not
+/// granted fails the job with an error that says so, the attempt records
+/// the call as `egress_denied`, and nothing reaches that server.
+#[test]
+fn python_and_javascript_jobs_call_what_their_name_is_granted() {
+    let _machine = shared();
+    let modules = [
+        ("http-js", "js", built("tests/fixtures/http-js")),
+        ("http-py", "python", built("tests/fixtures/http-py")),
+    ];
+    let granted = EchoServer::start();
+    let other = EchoServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(dir.path(), &["--slots", "2"]);
+    let grant = format!("http://127.0.0.1:{}/", granted.port());
+    for (name, _, module) in &modules {
+        cli_ok(&node, &["deploy", name, module.to_str().unwrap()]);
+        let shown = cli_ok(
+            &node,
+            &["grant", name, "--http", &grant, "--methods", "POST"],
+        );
+        assert!(shown.contains(&format!("{grant} (POST)")), "{shown}");
+    }
+    let client = Api::new(&node.url);
+    runtime().block_on(async {
+        for (name, header, _) in &modules {
+            let body = json!({"job": name, "text": "héllo", "n": [1, 2]});
+            let url = format!("{grant}echo/{name}?q=1");
+            let done = run_once(&client, name, json!({"url": url, "body": body})).await;
+            assert_eq!(done.state, "succeeded", "{name}: {done:?}");
+            let output: Value =
+                serde_json::from_slice(&client.result(done.id).await.unwrap()).unwrap();
+            assert_eq!(
+                output,
+                json!({
+                    "status": 201,
+                    "answer": "yes",
+                    "body": {"method": "POST", "path": format!("/echo/{name}?q=1"), "got": body},
+                }),
+                "{name}"
+            );
+            let seen = granted.seen();
+            let request = seen.last().unwrap();
+            assert_eq!(
+                request.header("x-cohort-test"),
+                Some(*header),
+                "{request:?}"
+            );
+            assert_eq!(
+                request.header("content-type"),
+                Some("application/json"),
+                "{request:?}"
+            );
+            assert_eq!(request.host, format!("127.0.0.1:{}", granted.port()));
+            let calls = &done.attempts.last().unwrap().calls;
+            assert_eq!(calls.len(), 1, "{calls:?}");
+            assert_eq!(
+                (
+                    calls[0].method.as_str(),
+                    calls[0].status,
+                    calls[0].error.as_deref()
+                ),
+                ("POST", Some(201), None),
+                "{calls:?}"
+            );
+            assert_eq!(
+                calls[0].origin,
+                format!("http://127.0.0.1:{}", granted.port())
+            );
+        }
+        assert_eq!(granted.seen().len(), modules.len());
+
+        // Another origin: not granted, whatever the method and path.
+        let origin = format!("http://127.0.0.1:{}", other.port());
+        for (name, _, _) in &modules {
+            let url = format!("{origin}/echo/{name}");
+            let done = run_once(&client, name, json!({"url": url, "body": {"n": 1}})).await;
+            assert_eq!(done.state, "failed", "{name}: {done:?}");
+            let attempt = done.attempts.last().unwrap();
+            assert_eq!(attempt.outcome.as_deref(), Some("job_error"), "{attempt:?}");
+            let message = attempt.message.clone().unwrap_or_default();
+            let expected = if *name == "http-py" {
+                format!(
+                    "http_denied: POST {origin}: the node did not allow this request: \
+                     no HTTP grant of this job covers it (HTTP-request-denied)"
+                )
+            } else {
+                format!(
+                    "uncaught_exception: TypeError: fetch POST {origin} failed: \
+                     the node did not allow the call"
+                )
+            };
+            assert!(message.starts_with(&expected), "{name}: {message}");
+            assert!(
+                attempt.log_tail.contains(&format!(
+                    "egress_denied: POST {origin} is not granted to this job"
+                )),
+                "{name}: {}",
+                attempt.log_tail
+            );
+            let errors: Vec<_> = attempt.calls.iter().map(|c| c.error.as_deref()).collect();
+            assert_eq!(
+                errors,
+                [Some("egress_denied")],
+                "{name}: {:?}",
+                attempt.calls
+            );
+            assert_eq!(attempt.calls[0].origin, origin);
+        }
+        assert!(other.seen().is_empty(), "{:?}", other.seen());
+    });
+}
+
+/// Submits `input` to the deployment `name` for one attempt (a job error is
+/// never retried anyway; a lost attempt should fail the test, not hide);
+/// returns the settled job.
+async fn run_once(client: &Api, name: &str, input: Value) -> JobResponse {
+    let request = SubmitRequest {
+        max_attempts: Some(1),
+        // Covers compiling the component on a loaded machine too.
+        timeout_ms: Some(JOB_TIMEOUT_MS),
+        ..support::job(name, &input.to_string())
+    };
+    let id = client.submit(&request).await.unwrap().id;
+    settle(client, id).await
+}
+
+fn cli_ok(node: &Node, args: &[&str]) -> String {
+    let out = node.cli(args, b"");
+    assert!(out.status.success(), "cohort {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// One request as [`EchoServer`] read it.
+#[derive(Debug, Clone)]
+struct Seen {
+    host: String,
+    /// Names lowercased.
+    headers: Vec<(String, String)>,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A plain HTTP/1.1 server on 127.0.0.1 that answers every request `201`
+/// with an `x-answer: yes` header and, as JSON, its method, path and body
+/// (parsed as JSON when it is), and records what it read.
+struct EchoServer {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl EchoServer {
+    fn start() -> EchoServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (log, done) = (seen.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if done.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(stream) = stream else { continue };
+                let log = log.clone();
+                std::thread::spawn(move || {
+                    // Bounded: a connection left open ends on its own.
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                    echo(stream, &log);
+                });
+            }
+        });
+        EchoServer { addr, seen, stop }
+    }
+
+    fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for EchoServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wakes the accept loop so it sees the flag.
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn echo(stream: TcpStream, log: &Mutex<Vec<Seen>>) {
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut parts = line.split_whitespace();
+        let method = parts.next().unwrap_or_default().to_owned();
+        let path = parts.next().unwrap_or_default().to_owned();
+        let (mut host, mut length, mut headers) = (String::new(), 0usize, Vec::new());
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                return;
+            }
+            let header = header.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            let (name, value) = header.split_once(':').unwrap_or((header, ""));
+            let (name, value) = (name.to_ascii_lowercase(), value.trim().to_owned());
+            match name.as_str() {
+                "host" => host = value,
+                "content-length" => length = value.parse().unwrap_or(0),
+                _ => headers.push((name, value)),
+            }
+        }
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let got = serde_json::from_slice::<Value>(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+        log.lock().unwrap().push(Seen { host, headers });
+        let answer = json!({"method": method, "path": path, "got": got}).to_string();
+        let head = format!(
+            "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\nx-answer: yes\r\n\
+             content-length: {}\r\n\r\n",
+            answer.len()
+        );
+        let writer = reader.get_mut();
+        if writer
+            .write_all(head.as_bytes())
+            .and_then(|()| writer.write_all(answer.as_bytes()))
+            .is_err()
+        {
+            return;
+        }
     }
 }

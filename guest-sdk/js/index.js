@@ -71,10 +71,18 @@
 //
 // A job may run more than once: cohort retries attempts whose worker died or
 // whose deadline passed, so a job should be idempotent (the same input gives
-// the same output). It runs with no filesystem, no network (fetch rejects
-// with a TypeError) and no environment variables, under the memory and time
-// limits of the node; clocks, random numbers and stdout/stderr are
-// available. Each attempt starts from a fresh instance.
+// the same output). It runs with no filesystem, no sockets and no
+// environment variables, under the memory and time limits of the node;
+// clocks, random numbers and stdout/stderr are available. Each attempt
+// starts from a fresh instance.
+//
+// Calling out
+//
+// `fetch` calls HTTP(S) endpoints, as far as the operator granted the job's
+// deployment name (`cohort grant NAME --http URL`): `cohort build` gives a
+// job whose code names `fetch` the engine's fetch over wasi:http (see
+// fetch.js). A call no grant covers rejects with a TypeError naming the
+// call, and the job's log has the node's reason (`egress_denied`).
 //
 // The module's top-level code runs at build time (componentize-js snapshots
 // the engine with Wizer) and its results are saved in the component: tables
@@ -108,13 +116,6 @@ const MAX_MESSAGE = 2000;
 /** Decodes strict UTF-8, keeping a leading byte order mark like Rust does. */
 const UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 const ENCODER = new TextEncoder();
-
-// The host grants no network. The engine's fetch would call WASI HTTP
-// functions the component is built without and trap; fail like a fetch
-// whose network is down instead, which a job can catch.
-globalThis.fetch = function fetch() {
-  return Promise.reject(new TypeError("fetch: cohort jobs have no network access"));
-};
 
 /**
  * Why a job failed: a short machine-readable `code` (such as `bad_input`)

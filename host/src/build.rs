@@ -20,6 +20,12 @@
 //!   SDKs and `wit/job.wit` are embedded too and written next to the
 //!   toolchains, so `cohort build` works anywhere the binary is, with no
 //!   checkout. Rust jobs depend on the `cohort-guest` crate instead.
+//! * **Jobs may call out.** Python jobs are built for a world that adds
+//!   `wasi:http/outgoing-handler` to the job world (the SDK's
+//!   `cohort_job.http` calls it); a JavaScript job whose code names `fetch`
+//!   is built with the engine's fetch over `wasi:http`, any other without
+//!   it (so its imports stay what they were). A node links `wasi:http` for
+//!   every job and sends only what the job's deployment name is granted.
 //! * **Only the component's path on stdout.** The tools' own output goes to
 //!   stderr, so `cohort submit $(cohort build .)` works.
 
@@ -46,12 +52,47 @@ const JS_TOOLCHAIN_LOCK: &str = include_str!("../../guest-sdk/js/toolchain/packa
 /// The job world every component is built against.
 const JOB_WIT: &str = include_str!("../../wit/job.wit");
 
+/// The world Python jobs are built for (`cohort:python/job`: the job world
+/// plus `wasi:http/outgoing-handler`, for `cohort_job.http`), in a WIT
+/// directory of its own, outside the Python path componentize-py bundles.
+const PYTHON_WIT_DIR: &str = "python-wit";
+
+/// The `--import-interface-name` options of componentize-py for the Python
+/// world: both `cohort:job/types` and `wasi:http/types` are `types`, and
+/// without these componentize-py would name neither so (the SDK imports
+/// `wit_world.imports.types` and `wit_world.imports.http_types`).
+const PYTHON_INTERFACE_NAMES: &[&str] = &[
+    "cohort:job/types@0.1.0=types",
+    "wasi:http/types@0.2.12=http_types",
+];
+
 /// The guest SDK files written next to the toolchains: (path, contents).
 const SDK_FILES: &[(&str, &str)] = &[
     ("wit/job.wit", JOB_WIT),
     (
+        "python-wit/job.wit",
+        include_str!("../../guest-sdk/python/wit/job.wit"),
+    ),
+    ("python-wit/deps/job.wit", JOB_WIT),
+    (
+        "python-wit/deps/http.wit",
+        include_str!("../../guest-sdk/python/wit/deps/http.wit"),
+    ),
+    (
+        "python-wit/deps/io.wit",
+        include_str!("../../guest-sdk/python/wit/deps/io.wit"),
+    ),
+    (
+        "python-wit/deps/clocks.wit",
+        include_str!("../../guest-sdk/python/wit/deps/clocks.wit"),
+    ),
+    (
         "python/cohort_job/__init__.py",
         include_str!("../../guest-sdk/python/cohort_job/__init__.py"),
+    ),
+    (
+        "python/cohort_job/http.py",
+        include_str!("../../guest-sdk/python/cohort_job/http.py"),
     ),
     (
         "python/cohort_job/py.typed",
@@ -62,6 +103,11 @@ const SDK_FILES: &[(&str, &str)] = &[
         include_str!("../../guest-sdk/js/package.json"),
     ),
     ("js/index.js", include_str!("../../guest-sdk/js/index.js")),
+    ("js/fetch.js", include_str!("../../guest-sdk/js/fetch.js")),
+    (
+        "js/no-fetch.js",
+        include_str!("../../guest-sdk/js/no-fetch.js"),
+    ),
     (
         "js/index.d.ts",
         include_str!("../../guest-sdk/js/index.d.ts"),
@@ -334,11 +380,17 @@ fn build_python(
     let sdk = ensure_sdk(toolchains)?;
     let out = output_path(project, &name, output)?;
     eprintln!("cohort build: componentize-py (Python job `{name}`, module `{module}`)");
-    run(python_tool(&tools)
+    let mut command = python_tool(&tools);
+    command
         .current_dir(project)
         .arg("-d")
-        .arg(sdk.join("wit/job.wit"))
-        .args(["-w", "job", "componentize", &module, "-p"])
+        .arg(sdk.join(PYTHON_WIT_DIR))
+        .args(["-w", "job"]);
+    for name in PYTHON_INTERFACE_NAMES {
+        command.args(["--import-interface-name", name]);
+    }
+    run(command
+        .args(["componentize", &module, "-p"])
         .arg(project)
         .arg("-p")
         .arg(sdk.join("python"))
@@ -469,37 +521,105 @@ fn build_js(project: &Path, output: Option<&Path>, toolchains: &Path) -> anyhow:
     // stack traces say `<name>.js:12:5`, not a temporary path.
     let bundle = format!("{name}.js");
     eprintln!("cohort build: esbuild (bundle {main})");
-    run(Command::new(bin.join("esbuild"))
-        .current_dir(project)
-        .arg(&entry)
-        .args([
-            "--bundle",
-            "--format=esm",
-            "--platform=neutral",
-            "--log-level=warning",
-        ])
-        // `neutral` reads no `main` field by default: npm dependencies
-        // that have only `main` would not resolve.
-        .arg("--main-fields=module,main")
-        .arg(format!("--alias:cohort-job={}", sdk.join("js").display()))
-        .arg("--external:cohort:job/*")
-        .arg(format!(
-            "--outfile={}",
-            scratch.path().join(&bundle).display()
-        ))
-        .stdout(to_stderr()))
-    .context("esbuild could not bundle the job; its messages are above")?;
-    eprintln!("cohort build: componentize-js (JavaScript job `{name}`)");
+    let http = bundle_js(
+        &bin.join("esbuild"),
+        project,
+        &entry,
+        &sdk.join("js"),
+        &scratch.path().join(&bundle),
+    )?;
+    eprintln!(
+        "cohort build: componentize-js (JavaScript job `{name}`, {})",
+        if http {
+            "with fetch over wasi:http"
+        } else {
+            "no fetch"
+        }
+    );
+    // `fetch-event` (an exported wasi:http/incoming-handler) is never
+    // wanted: a job is called through `run`.
+    let disabled: &[&str] = if http {
+        &["fetch-event"]
+    } else {
+        &["http", "fetch-event"]
+    };
     run(Command::new(bin.join("componentize-js"))
         .current_dir(scratch.path())
         .arg(&bundle)
         .arg("--wit")
         .arg(sdk.join("wit/job.wit"))
-        .args(["-n", "job", "-d", "http", "fetch-event", "-o"])
+        .args(["-n", "job", "-d"])
+        .args(disabled)
+        .arg("-o")
         .arg(&out)
         .stdout(to_stderr()))
     .context("componentize-js failed; its messages are above")?;
     Ok(out)
+}
+
+/// Bundles the job's `entry` (and what it imports, `cohort-job` being the
+/// SDK in `sdk_js`) into `bundle` with esbuild. Returns whether the code
+/// calls out: whether it names `fetch`.
+fn bundle_js(
+    esbuild: &Path,
+    project: &Path,
+    entry: &Path,
+    sdk_js: &Path,
+    bundle: &Path,
+) -> anyhow::Result<bool> {
+    let esbuild = |extra: &[String]| {
+        run(Command::new(esbuild)
+            .current_dir(project)
+            .arg(entry)
+            .args([
+                "--bundle",
+                "--format=esm",
+                "--platform=neutral",
+                "--log-level=warning",
+            ])
+            // `neutral` reads no `main` field by default: npm dependencies
+            // that have only `main` would not resolve.
+            .arg("--main-fields=module,main")
+            .arg(format!("--alias:cohort-job={}", sdk_js.display()))
+            .arg("--external:cohort:job/*")
+            .arg(format!("--outfile={}", bundle.display()))
+            .args(extra)
+            .stdout(to_stderr()))
+        .context("esbuild could not bundle the job; its messages are above")
+    };
+    // First without comments (esbuild keeps some, and names files in
+    // others), to see whether the code, the job's own or its
+    // dependencies', names `fetch`. Such a job gets the engine's fetch
+    // over wasi:http; any other is built without wasi:http, importing what
+    // it always did. (Its warnings are the second run's.)
+    esbuild(&[
+        "--minify-whitespace".into(),
+        "--legal-comments=none".into(),
+        "--log-level=error".into(),
+    ])?;
+    let code = fs::read_to_string(bundle)
+        .with_context(|| format!("cannot read the bundle {}", bundle.display()))?;
+    let http = names_fetch(&code);
+    // Then the bundle itself, the SDK's fetch module first: its fetch
+    // explains failures (with wasi:http), or rejects (without, where the
+    // engine's would trap).
+    let fetch_module = sdk_js.join(if http { "fetch.js" } else { "no-fetch.js" });
+    esbuild(&[format!("--inject:{}", fetch_module.display())])?;
+    Ok(http)
+}
+
+/// Whether bundled JavaScript (without comments) names `fetch`: the word,
+/// not part of a longer name (`prefetch`, `fetchAll`), as code that calls
+/// it (`fetch(url)`, `globalThis.fetch`, `self["fetch"]`) must.
+fn names_fetch(code: &str) -> bool {
+    let part_of_name = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
+    code.match_indices("fetch").any(|(at, word)| {
+        !code[..at].chars().next_back().is_some_and(part_of_name)
+            && !code[at + word.len()..]
+                .chars()
+                .next()
+                .is_some_and(part_of_name)
+    })
 }
 
 /// The directory the JS tools are installed in (installing them if needed).
@@ -966,6 +1086,28 @@ mod tests {
             Some(PathBuf::from("/t/my_job.wasm"))
         );
         assert_eq!(cdylib_artifact(messages.lines().next().unwrap()), None);
+    }
+
+    #[test]
+    fn fetch_is_found_as_a_word_of_the_bundle() {
+        for uses in [
+            "await fetch(url)",
+            "const f = globalThis.fetch;",
+            r#"self["fetch"](u)"#,
+            "fetch",
+        ] {
+            assert!(names_fetch(uses), "{uses}");
+        }
+        for not in [
+            "",
+            "prefetch(x)",
+            "fetchAll()",
+            "$fetch()",
+            "fetch_1",
+            "é.fetché",
+        ] {
+            assert!(!names_fetch(not), "{not}");
+        }
     }
 
     #[test]

@@ -67,3 +67,51 @@ test("logs, progress and checkpoints reach the host", () => {
   assert.equal(host.calls[2][0], "checkpoint");
   assert.throws(() => job("not a function"), TypeError);
 });
+
+test("fetch.js names the failed call and keeps the engine's error as its cause", async () => {
+  const engine = globalThis.fetch;
+  const calls = [];
+  globalThis.fetch = async (input, init) => {
+    calls.push([input, init]);
+    if (String(input instanceof Request ? input.url : input).includes("/ok")) {
+      return new Response("fine", { status: 201 });
+    }
+    if (String(input).includes("/odd")) {
+      throw new RangeError("not a network error");
+    }
+    throw new TypeError("NetworkError when attempting to fetch resource");
+  };
+  try {
+    await import("../fetch.js");
+    const answer = await fetch("http://127.0.0.1:9/ok", { method: "post", body: "x" });
+    assert.equal(answer.status, 201);
+    assert.equal(calls[0][1].body, "x");
+    const refused = await fetch("https://api.example.com:8443/v1/secret?key=k", { method: "post" })
+      .then(() => assert.fail("resolved"), (e) => e);
+    assert.ok(refused instanceof TypeError);
+    assert.match(refused.message, /^fetch POST https:\/\/api\.example\.com:8443 failed: /);
+    assert.match(refused.message, /egress_denied/);
+    assert.doesNotMatch(refused.message, /secret|key=/);
+    assert.match(refused.cause.message, /NetworkError/);
+    const request = new Request("http://h.example/x", { method: "PATCH" });
+    assert.match((await fetch(request).catch((e) => e)).message, /^fetch PATCH http:\/\/h\.example failed/);
+    assert.match((await fetch("not a url").catch((e) => e)).message, /^fetch GET failed/);
+    const odd = await fetch("http://h.example/odd").catch((e) => e);
+    assert.ok(odd instanceof RangeError);
+    assert.equal(fetch.name, "fetch");
+  } finally {
+    globalThis.fetch = engine;
+  }
+});
+
+test("no-fetch.js makes fetch reject, not trap", async () => {
+  const engine = globalThis.fetch;
+  try {
+    await import("../no-fetch.js");
+    const refused = await fetch("http://127.0.0.1:9/").then(() => assert.fail("resolved"), (e) => e);
+    assert.ok(refused instanceof TypeError);
+    assert.match(refused.message, /built without HTTP support/);
+  } finally {
+    globalThis.fetch = engine;
+  }
+});

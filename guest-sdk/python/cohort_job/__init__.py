@@ -92,9 +92,10 @@ Execution model
 
 A job may be run more than once (cohort retries attempts whose worker died
 or whose deadline passed), so it should be idempotent: the same input gives
-the same output. It runs with no filesystem, no network and no environment
+the same output. It runs with no filesystem, no sockets and no environment
 variables, under memory and time limits set by the node (``cohort exec``
-defaults to 256 MiB and 60 s).
+defaults to 256 MiB and 60 s). It may call the HTTP(S) endpoints the
+operator granted its deployment name, with :mod:`cohort_job.http`.
 
 The module's top-level code runs once, at build time, and what it leaves in
 memory is saved in the component: tables computed at import time cost
@@ -144,6 +145,7 @@ __all__ = [
     "checkpoint_json",
     "debug",
     "error",
+    "http",
     "info",
     "job",
     "log",
@@ -488,3 +490,9 @@ def job(fn: Optional[F] = None, *, input: str = "bytes", output: str = "bytes") 
     if fn is not None:
         return install(fn)
     return install
+
+
+# Imported here, at build time with the rest of the SDK, so that
+# `cohort_job.http` works in a job whether it imports the submodule or only
+# the package.
+from . import http  # noqa: E402
