@@ -537,7 +537,7 @@ fn egress_job(node: &Node, token: &str) -> Egress {
         let granted = HttpGrantBody {
             url: grant.clone(),
             methods: vec!["POST".into()],
-            private: false,
+            ..HttpGrantBody::default()
         };
         assert_eq!(shown.grants, [granted]);
         let input = serde_json::json!({"calls": [

@@ -625,7 +625,7 @@ fn a_submission_narrows_its_grants_and_never_widens_them() {
         request.egress = Some(vec![HttpGrantBody {
             url,
             methods: methods.iter().map(|m| (*m).to_owned()).collect(),
-            private: false,
+            ..HttpGrantBody::default()
         }]);
         request
     };
@@ -664,4 +664,147 @@ fn a_submission_narrows_its_grants_and_never_widens_them() {
         let error = client.submit(&by_digest).await.expect_err("by digest");
         assert!(error.to_string().contains("invalid_grant"), "{error}");
     });
+}
+
+/// Every file under `dir` that holds `needle`.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut left = vec![dir.to_path_buf()];
+    while let Some(path) = left.pop() {
+        if path.is_dir() {
+            left.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else if let Ok(bytes) = std::fs::read(&path)
+            && bytes.windows(needle.len()).any(|w| w == needle)
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Secrets: set with the CLI (sealed by the node), named by a grant's
+/// header, added by the node to that grant's requests only; the job never
+/// holds the value, a value the server echoes is masked in the job's log,
+/// no byte on the node's disk holds it, only an admin may touch secrets,
+/// and a node without a cluster key refuses them.
+#[test]
+fn a_granted_secret_reaches_its_host_only_and_nowhere_else() {
+    const VALUE: &str = "sk_live_Zq8xP3nV7kR2";
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("cluster.key");
+    std::fs::write(&key, cohort::security::key::generate()).unwrap();
+    let key_arg = key.to_str().unwrap();
+    let data = dir.path().join("data");
+    let node = Node::start(&data, &["--slots", "1", "--cluster-key", key_arg]);
+    let admin = token_at(&node.url, &key, "admin");
+    let submit = token_at(&node.url, &key, "submit,read");
+    let as_admin = |args: &[&str], stdin: &[u8]| {
+        let mut all = args.to_vec();
+        all.extend(["--token", &admin]);
+        let out = node.cli(&all, stdin);
+        assert!(out.status.success(), "cohort {args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let stripe = Server::start(0);
+    let other = Server::start(0);
+    let (s, o) = (stripe.port(), other.port());
+    let file = guest("fixture_http");
+    as_admin(&["deploy", "caller", file.to_str().unwrap()], b"");
+
+    // A grant naming a secret that does not exist is refused.
+    let stripe_url = format!("http://127.0.0.1:{s}/v1/");
+    let header = "Authorization: Bearer {secret:STRIPE}";
+    let mut args = vec!["grant", "caller", "--http", &stripe_url, "--header", header];
+    args.extend(["--token", &admin]);
+    let out = node.cli(&args, b"");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("secret_not_found"),
+        "{out:?}"
+    );
+
+    let set = as_admin(
+        &["secret", "set", "STRIPE"],
+        format!("{VALUE}\n").as_bytes(),
+    );
+    assert!(set.contains("secret STRIPE set"), "{set}");
+    as_admin(
+        &["grant", "caller", "--http", &stripe_url, "--header", header],
+        b"",
+    );
+    as_admin(
+        &[
+            "grant",
+            "caller",
+            "--http",
+            &format!("http://127.0.0.1:{o}"),
+        ],
+        b"",
+    );
+    let listed = as_admin(&["secret", "list"], b"");
+    assert!(
+        listed.contains("STRIPE") && listed.contains("caller"),
+        "{listed}"
+    );
+    assert!(!listed.contains(VALUE), "{listed}");
+
+    let rt = runtime();
+    let client = Api::with_options(&node.url, Some(&submit), None).unwrap();
+    rt.block_on(async {
+        let mut own = call("POST", &format!("{stripe_url}charges"));
+        own["headers"] = json!([["Authorization", "Bearer the-job-s-own"]]);
+        let calls = vec![own, call("POST", &format!("http://127.0.0.1:{o}/ok"))];
+        let (done, results) = run_calls(&client, "caller", calls).await;
+        assert_eq!(results[0]["status"], 200, "{results:?}");
+        assert_eq!(codes(&done), ["ok", "ok"]);
+        // The grant's host got the secret, in place of the job's header;
+        // the other host got nothing.
+        let seen = stripe.seen();
+        let auth = |seen: &Seen| {
+            (seen.headers.iter())
+                .find(|(n, _)| n == "authorization")
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            auth(&seen[0]).as_deref(),
+            Some(format!("Bearer {VALUE}").as_str())
+        );
+        assert_eq!(auth(&other.seen()[0]), None);
+        // Nothing the job reports holds the value.
+        let output = client.result(done.id).await.unwrap();
+        assert!(!output.windows(VALUE.len()).any(|w| w == VALUE.as_bytes()));
+        let shown = format!("{done:?}");
+        assert!(!shown.contains(VALUE), "{shown}");
+
+        // A token without admin may not touch secrets.
+        let refused = client
+            .set_secret("STRIPE", "stolen")
+            .await
+            .expect_err("submit token");
+        assert!(refused.to_string().contains("forbidden"), "{refused}");
+        let refused = client.secrets().await.expect_err("submit token");
+        assert!(refused.to_string().contains("forbidden"), "{refused}");
+    });
+
+    // In use, a secret stays; revoked, it goes.
+    let out = node.cli(&["secret", "delete", "STRIPE", "--token", &admin], b"");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("secret_in_use"),
+        "{out:?}"
+    );
+    // The value is nowhere on disk: not in the journal, the snapshots or
+    // the module store.
+    assert_eq!(
+        files_holding(&data, VALUE.as_bytes()),
+        Vec::<std::path::PathBuf>::new()
+    );
+    as_admin(&["revoke", "caller"], b"");
+    as_admin(&["secret", "delete", "STRIPE"], b"");
+
+    // A node without a cluster key refuses secrets.
+    let plain = Node::start(&dir.path().join("plain"), &["--slots", "1"]);
+    let out = plain.cli(&["secret", "set", "STRIPE"], b"x\n");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("secrets_unavailable"),
+        "{out:?}"
+    );
 }

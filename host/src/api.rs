@@ -59,6 +59,7 @@ pub mod openapi;
 pub mod request_ids;
 pub mod routes;
 pub mod schedules;
+pub mod secrets;
 pub mod upgrades;
 /// The JSON bodies, shared with the clients (`cohort_client::types`).
 use crate::limits::{
@@ -714,6 +715,9 @@ impl Api {
             Handler::GrantAdd => self.grants_change(param, parse_json(&body)?, false).await,
             Handler::GrantRevoke => self.grants_change(param, parse_json(&body)?, true).await,
             Handler::GrantRevokeAll => self.grants_revoke_all(param).await,
+            Handler::SecretList => self.secret_list().await,
+            Handler::SecretSet => self.secret_set(param, parse_json(&body)?).await,
+            Handler::SecretDelete => self.secret_delete(param).await,
             Handler::JobSubmit => {
                 let accepted = self.submit(parse_json(&body)?).await?;
                 Ok(json(StatusCode::ACCEPTED, &accepted))

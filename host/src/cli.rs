@@ -5,6 +5,7 @@
 //! job did not succeed, 2 for usage errors (from the argument parser).
 
 pub mod deployments;
+pub mod secrets;
 
 use crate::api::types::*;
 use crate::client::{Client, ClientError, Job, Node, Options};

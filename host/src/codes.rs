@@ -95,6 +95,8 @@ error_codes! {
     DagNotFound = "dag_not_found", NOT_FOUND, false;
     /// No deployment has this name.
     ModuleNameNotFound = "module_name_not_found", NOT_FOUND, false;
+    /// No secret has this name.
+    SecretNotFound = "secret_not_found", NOT_FOUND, false;
     /// A rollback to a version the deployment no longer keeps (or never
     /// had).
     ModuleVersionNotFound = "module_version_not_found", NOT_FOUND, false;
@@ -126,6 +128,13 @@ error_codes! {
     ModuleNamesFull = "module_names_full", CONFLICT, false;
     /// A deployment name would hold more grants than its limit (32).
     TooManyGrants = "too_many_grants", CONFLICT, false;
+    /// Deleting a secret a grant's header names.
+    SecretInUse = "secret_in_use", CONFLICT, false;
+    /// A new secret beyond the cluster's limit of secrets (1,000).
+    SecretsFull = "secrets_full", CONFLICT, false;
+    /// Secrets on a node without a cluster key: nothing would protect them
+    /// on disk.
+    SecretsUnavailable = "secrets_unavailable", CONFLICT, false;
     /// The master's node runs the master natively (`--master-core native`).
     UpgradeUnsupported = "upgrade_unsupported", CONFLICT, false;
     /// The request body is over the route's limit.
@@ -168,6 +177,9 @@ error_codes! {
     /// A grant that is no `scheme://host[:port][/path]` pattern of http or
     /// https, or methods that are no HTTP methods.
     InvalidGrant = "invalid_grant", UNPROCESSABLE_ENTITY, false;
+    /// A secret name that is not 1 to 64 of `A-Z 0-9 _` (not starting with
+    /// a digit), or a value that is empty or over 16 KiB.
+    InvalidSecret = "invalid_secret", UNPROCESSABLE_ENTITY, false;
     /// A bulk action's filter or attempts out of range.
     InvalidFilter = "invalid_filter", UNPROCESSABLE_ENTITY, false;
     /// A schedule's name, timing (cron expression, time zone, interval),

@@ -177,6 +177,7 @@ async fn exec(args: ExecArgs) -> Result<ExitStatus, (ExitStatus, String)> {
         resume_state,
         observer: Some(observer),
         egress: Vec::new(),
+        secrets: Default::default(),
     };
     let report = runtime.run(&module, request).await;
     bar.finish_and_clear();

@@ -53,6 +53,9 @@ pub const WAIT_BODY_BYTES_MAX: usize = 256 << 10;
 /// Largest body of the small control requests (token operations, a module
 /// fetch by digest).
 pub const CONTROL_BODY_BYTES_MAX: usize = 64 << 10;
+/// Largest value of a secret (`cohort secret set`), in bytes: sealed, it
+/// stays within the master's bound of a sealed secret.
+pub const SECRET_VALUE_BYTES_MAX: usize = 16 << 10;
 
 // A batch can carry at least one job of the largest size.
 const _: () = assert!(BATCH_BODY_BYTES_MAX >= JOB_BODY_BYTES_MAX);
@@ -382,6 +385,10 @@ pub const EGRESS_METHOD_BYTES_MAX: usize = 32;
 /// Longest origin (`scheme://host:port`) kept in a call's record, in bytes:
 /// a DNS name's 253 and the rest.
 pub const EGRESS_ORIGIN_BYTES_MAX: usize = 300;
+/// Shortest secret value masked in what an attempt reports (its log,
+/// progress and failure): a shorter one (`a`, `42`) would blot out the
+/// text around it without hiding anything worth hiding.
+pub const SECRET_MASKED_BYTES_MIN: usize = 4;
 
 // An attempt can have as many calls in flight as it may make.
 const _: () = assert!(EGRESS_CALLS_AT_ONCE_MAX <= EGRESS_CALLS_PER_ATTEMPT_MAX);
@@ -684,3 +691,10 @@ pub(crate) const REPLAY_EVENT_TEXT_MAX: usize = 400;
 
 /// How often a fault test's partition file is read.
 pub const PARTITION_POLL: Duration = Duration::from_millis(100);
+
+// A sealed secret (its value and the seal's overhead) fits the master's
+// bound.
+const _: () = assert!(
+    SECRET_VALUE_BYTES_MAX + crate::security::seal::OVERHEAD
+        <= cohort_master::limits::SECRET_SEALED_BYTES_MAX
+);

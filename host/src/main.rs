@@ -73,6 +73,9 @@ enum Command {
     Grant(cohort::cli::deployments::GrantArgs),
     /// Take grants from a deployment (all, unless `--http` names some).
     Revoke(cohort::cli::deployments::RevokeArgs),
+    /// Set, list or delete the secrets grants' headers name.
+    #[command(subcommand)]
+    Secret(cohort::cli::secrets::SecretCommand),
     /// Create, list or revoke API tokens.
     #[command(subcommand)]
     Token(cohort::cli::TokenCommand),
@@ -151,6 +154,7 @@ fn main() -> ExitCode {
             Command::Undeploy(args) => cohort::cli::deployments::undeploy(args).await,
             Command::Grant(args) => cohort::cli::deployments::grant(args).await,
             Command::Revoke(args) => cohort::cli::deployments::revoke(args).await,
+            Command::Secret(command) => cohort::cli::secrets::secret(command).await,
         }
     })
 }

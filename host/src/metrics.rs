@@ -211,27 +211,21 @@ struct EgressCounts {
     received: u64,
 }
 
-/// The results a call is counted under: `ok` (a response came), one of
-/// the host's codes, `unrecorded` (beyond an attempt's recorded calls) or
-/// `other` (a code this build does not make, so labels stay few).
-const EGRESS_RESULTS: &[&str] = &[
-    "ok",
-    "egress_invalid_uri",
-    "egress_denied",
-    "egress_calls_exhausted",
-    "egress_bytes_exhausted",
-    "egress_request_too_large",
-    "egress_response_too_large",
-    "egress_dns_failed",
-    "egress_address_refused",
-    "egress_connect_failed",
-    "egress_tls_failed",
-    "egress_timeout",
-    "egress_http_failed",
-    "egress_unfinished",
-    "unrecorded",
-    "other",
-];
+/// The result a call with `error` is counted under: `ok` (a response
+/// came), one of the runtime's codes ([`CallError::ALL`]), or `other` (a
+/// code this build does not make, so labels stay few); calls beyond an
+/// attempt's recorded ones are `unrecorded`.
+///
+/// [`CallError::ALL`]: crate::runtime::CallError::ALL
+fn egress_result(error: Option<&str>) -> &'static str {
+    match error {
+        None => "ok",
+        Some(code) => (crate::runtime::CallError::ALL.iter())
+            .map(|error| error.code())
+            .find(|known| *known == code)
+            .unwrap_or("other"),
+    }
+}
 
 /// Counts an attempt's reported calls (and `dropped` more, unrecorded).
 pub fn count_egress(calls: &[cohort_master::HttpCall], dropped: u32) {
@@ -240,14 +234,7 @@ pub fn count_egress(calls: &[cohort_master::HttpCall], dropped: u32) {
     }
     let mut counts = EGRESS.lock().unwrap_or_else(|e| e.into_inner());
     for call in calls {
-        let result = match call.error.as_deref() {
-            None => "ok",
-            Some(code) => EGRESS_RESULTS
-                .iter()
-                .find(|known| **known == code)
-                .copied()
-                .unwrap_or("other"),
-        };
+        let result = egress_result(call.error.as_deref());
         *counts.calls.entry(result).or_default() += 1;
         counts.sent = counts.sent.saturating_add(call.sent_bytes);
         counts.received = counts.received.saturating_add(call.received_bytes);

@@ -391,6 +391,7 @@ fn start_worker(
                         memory_bytes: args.job_memory,
                         ..JobLimits::default()
                     },
+                    sealer: local.security.sealer.clone(),
                 },
                 wiring.link.clone(),
                 local.modules.clone(),

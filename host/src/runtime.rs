@@ -15,7 +15,7 @@ pub mod sandbox_child;
 
 pub use egress::{AddressKind, CallError, EgressLimits, HttpCall, HttpGrant};
 pub use engine::{Isolation, Runtime, RuntimeConfig, RuntimeError};
-pub use job::{JobFailure, JobReport, JobRequest, Progress};
+pub use job::{JobFailure, JobReport, JobRequest, Progress, Secrets};
 pub use job_limits::JobLimits;
 pub use module::{Digest, Module, ModuleError};
 pub use observer::JobObserver;

@@ -33,6 +33,7 @@ pub mod counters;
 pub mod gossip;
 pub mod key;
 pub mod seal;
+pub mod secrets;
 pub mod tls;
 pub mod token;
 

@@ -104,6 +104,44 @@ pub struct WorkerOptions {
     /// Limits for what an attempt does not set (memory, output, log,
     /// checkpoint); the attempt's own timeout and memory limit win.
     pub limits: JobLimits,
+    /// The cluster key's sealer, which opens the secrets an attempt's
+    /// grants name (none: a node without a key, where secrets cannot be).
+    pub sealer: Option<Arc<crate::security::Sealer>>,
+}
+
+/// The plaintext of an attempt's sealed `secrets`, by name. One that does
+/// not open (sealed with a key this node no longer holds, or no key at
+/// all) is left out and said in the node's log: the calls that need it are
+/// then refused, and nothing else of the attempt changes.
+fn open_secrets(
+    sealer: Option<&crate::security::Sealer>,
+    id: JobId,
+    secrets: Vec<(String, Vec<u8>)>,
+) -> Vec<(String, String)> {
+    (secrets.into_iter())
+        .filter_map(|(name, sealed)| {
+            let opened = match sealer {
+                Some(sealer) => crate::security::secrets::open(sealer, &name, &sealed)
+                    .map_err(|error| error.to_string()),
+                None => Err("this node has no cluster key".to_owned()),
+            };
+            match opened.map(String::from_utf8) {
+                Ok(Ok(value)) => Some((name, value)),
+                Ok(Err(_)) => {
+                    tracing::warn!(
+                        "job {id}: secret {name} is not UTF-8 text; its calls are refused"
+                    );
+                    None
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        "job {id}: secret {name} cannot be opened ({error}); its calls are refused"
+                    );
+                    None
+                }
+            }
+        })
+        .collect()
 }
 
 /// A running worker.
@@ -558,6 +596,7 @@ async fn attempt_outcome(
         memory_bytes,
         checkpoint,
         egress,
+        secrets,
         ..
     } = assignment;
     let digest = Digest::from(module);
@@ -595,6 +634,11 @@ async fn attempt_outcome(
         resume_state: checkpoint,
         observer: Some(forwarder),
         egress,
+        secrets: crate::runtime::Secrets::new(open_secrets(
+            shared.options.sealer.as_deref(),
+            id,
+            secrets,
+        )),
     };
     let report = run_job(shared, (id, attempt), compiled, request, stopped).await;
     // The attempt is over: its outcome matters now, not a checkpoint still

@@ -232,6 +232,9 @@ class AsyncClient:
     undeploy = awaiting(Plans.undeploy)
     grant = awaiting(Plans.grant)
     revoke = awaiting(Plans.revoke)
+    set_secret = awaiting(Plans.set_secret)
+    secrets = awaiting(Plans.secrets)
+    delete_secret = awaiting(Plans.delete_secret)
 
     async def get(self, job_id: int) -> AsyncJob:
         """A handle for a job submitted elsewhere."""

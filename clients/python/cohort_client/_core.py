@@ -593,18 +593,28 @@ def deployment_path(name: str, action: Optional[str] = None) -> str:
     return path if action is None else f"{path}/{action}"
 
 
+def secret_path(name: str) -> str:
+    """The route of secret ``name``."""
+    from urllib.parse import quote
+
+    return "/v1/secrets/" + quote(name, safe="")
+
+
 #: An outbound HTTP(S) grant of a deployment: its URL pattern
 #: (``"https://api.example.com/v1/"``), or a dict ``{"url", "methods",
-#: "private"}`` as the API spells it.
+#: "private", "headers"}`` as the API spells it.
 Grant = Union[str, Mapping[str, Any]]
 
 
 def grants_body(
-    http: Union[Grant, Sequence[Grant]], methods: Optional[Sequence[str]], private: bool
+    http: Union[Grant, Sequence[Grant]],
+    methods: Optional[Sequence[str]],
+    private: bool,
+    headers: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, Any]:
     """``{"http": [...]}`` of ``POST /v1/deployments/{name}/grants`` (and
-    ``.../grants/revoke``): each URL string with ``methods`` (none: any) and
-    ``private``, each dict as it is."""
+    ``.../grants/revoke``): each URL string with ``methods`` (none: any),
+    ``private`` and ``headers`` (none: no header), each dict as it is."""
     if isinstance(http, (str, Mapping)):
         http = [http]
     if isinstance(methods, str):
@@ -617,6 +627,8 @@ def grants_body(
                 entry["methods"] = list(methods)
             if private:
                 entry["private"] = True
+            if headers:
+                entry["headers"] = dict(headers)
         elif isinstance(grant, Mapping):
             entry = dict(grant)
         else:

@@ -27,6 +27,7 @@ from typing import (
     Dict,
     Generator,
     List,
+    Mapping,
     Optional,
     Sequence,
     Tuple,
@@ -363,21 +364,30 @@ class Plans:
         http: Union[Grant, Sequence[Grant]],
         methods: Optional[Sequence[str]] = None,
         private: bool = False,
+        headers: Optional[Mapping[str, str]] = None,
     ) -> Plan[Dict[str, Any]]:
         """Let the jobs of deployment ``name`` call HTTP(S) endpoints (admin
         scope). ``http`` is a URL pattern (``"https://api.example.com/v1/"``:
         ``scheme://host[:port][/path]``, the path a prefix, ``*.`` before a
         domain, ``*`` for any port) or a list of them; each string is
-        granted with ``methods`` (default: any) and ``private`` (whether a
-        name may resolve to a private or loopback address), and a dict
-        ``{"url", "methods", "private"}`` in the list is granted as it is.
-        Returns ``{"name", "http": [...]}``: every grant of the name now,
-        each ``url`` spelled in full (``https://api.example.com:443/v1/``),
-        ``methods`` and ``private`` only when set. Safe to repeat (a grant
-        the name has is not added twice), so retried as `deploy` is.
-        ``invalid_grant`` for a pattern that is not one, ``too_many_grants``
-        past 32 grants, ``module_name_not_found`` for a name not deployed."""
-        body = _core.grants_body(http, methods, private)
+        granted with ``methods`` (default: any), ``private`` (whether a
+        name may resolve to a private or loopback address) and ``headers``
+        (default: none), and a dict ``{"url", "methods", "private",
+        "headers"}`` in the list is granted as it is. ``headers`` (at most
+        8) are set by the node on every request the grant allows, replacing
+        the job's: ``{"authorization": "Bearer {secret:STRIPE}"}``, where
+        ``{secret:NAME}`` is filled in from secret ``NAME`` (see
+        `set_secret`) by the node that sends the request, so the job never
+        holds the value. Returns ``{"name", "http": [...]}``: every grant of
+        the name now, each ``url`` spelled in full
+        (``https://api.example.com:443/v1/``), ``methods``, ``private`` and
+        ``headers`` only when set. Safe to repeat (a grant the name has is
+        not added twice), so retried as `deploy` is. ``invalid_grant`` for
+        a pattern, method or header that is not one, ``too_many_grants``
+        past 32 grants, ``module_name_not_found`` for a name not deployed,
+        ``secret_not_found`` for a header naming a secret that does not
+        exist."""
+        body = _core.grants_body(http, methods, private, headers)
         return (yield from self.json("POST", _core.deployment_path(name, "grants"), body))
 
     def revoke(
@@ -386,17 +396,47 @@ class Plans:
         http: Optional[Union[Grant, Sequence[Grant]]] = None,
         methods: Optional[Sequence[str]] = None,
         private: bool = False,
+        headers: Optional[Mapping[str, str]] = None,
     ) -> Plan[Dict[str, Any]]:
         """Take grants from deployment ``name`` (admin scope): those of
         ``http``, given as `grant` takes them (a grant goes only if its URL,
-        methods and private flag are the ones given), or with ``http``
-        ``None`` every grant (its jobs then have no network; an empty list
-        is refused with ``invalid_grant``). Returns the
-        name's grants after, as `grant` does; safe to repeat, so retried."""
+        methods, private flag and headers are the ones given), or with
+        ``http`` ``None`` every grant (its jobs then have no network; an
+        empty list is refused with ``invalid_grant``). Returns the name's
+        grants after, as `grant` does; safe to repeat, so retried."""
         if http is None:
             return (yield from self.json("DELETE", _core.deployment_path(name, "grants")))
-        body = _core.grants_body(http, methods, private)
+        body = _core.grants_body(http, methods, private, headers)
         return (yield from self.json("POST", _core.deployment_path(name, "grants/revoke"), body))
+
+    def set_secret(self, name: str, value: str) -> Plan[Dict[str, Any]]:
+        """Set secret ``name`` (1 to 64 of ``A-Z 0-9 _``, not starting with a
+        digit) to ``value`` (1 to 16,384 bytes of text; admin scope), for a
+        grant's ``headers`` to name as ``{secret:NAME}`` (see `grant`). The
+        node that receives it seals it with the cluster key before the
+        master sees it; nothing answers it back. Returns ``{"name",
+        "created"}`` (``created``: it did not exist before; false if an
+        earlier try, whose answer was lost, set it). Safe to repeat, so
+        retried as `grant` is. ``secrets_unavailable`` (409) on a node
+        without a cluster key, ``secrets_full`` (409) past 1,000 secrets,
+        ``invalid_secret`` (422) for a name or value out of range."""
+        return (yield from self.json("POST", _core.secret_path(name), {"value": value}))
+
+    def secrets(self) -> Plan[List[Dict[str, Any]]]:
+        """Every secret, by name (admin scope): ``name``, ``updated_at`` (ms
+        since the Unix epoch) and ``used_by`` (the deployments whose grants
+        name it); never a value."""
+        answer = yield from self.json("GET", "/v1/secrets")
+        return list(answer["secrets"])
+
+    def delete_secret(self, name: str) -> Plan[None]:
+        """Delete secret ``name`` (admin scope). ``secret_in_use`` (409)
+        while a grant names it (`secrets` says whose: revoke those grants
+        first), ``secret_not_found`` (404) if there is none. Sent once, to
+        one node, and never retried, as `rollback` is: a delete repeated
+        after a lost answer would say ``secret_not_found`` (so after an
+        ``unreachable`` or any retryable error, look at `secrets`)."""
+        yield from self.json("DELETE", _core.secret_path(name), deadline=time.monotonic())
 
     def wait(self, ids: Sequence[int], wait_ms: int) -> Plan[Dict[int, Finished]]:
         """One ``POST /v1/jobs/wait``: the jobs among ``ids`` that finished."""

@@ -281,6 +281,9 @@ class Client:
     undeploy = blocking(Plans.undeploy)
     grant = blocking(Plans.grant)
     revoke = blocking(Plans.revoke)
+    set_secret = blocking(Plans.set_secret)
+    secrets = blocking(Plans.secrets)
+    delete_secret = blocking(Plans.delete_secret)
 
     def get(self, job_id: int) -> Job:
         """A handle for a job submitted elsewhere."""

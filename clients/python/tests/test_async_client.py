@@ -114,7 +114,23 @@ def test_async_deployments(start_node: StartNode, dead_url: str, echo_wasm: str,
             with pytest.raises(CohortError) as bad:
                 await client.grant("async-echo", "ftp://x")
             assert (bad.value.code, bad.value.status) == ("invalid_grant", 422)
+            team = {"x-team": "ops"}
+            with_headers = await client.grant("async-echo", "https://api.example.com/", headers=team)
+            assert {"url": "https://api.example.com:443/", "headers": team} in with_headers["http"]
             assert await client.revoke("async-echo") == {"name": "async-echo", "http": []}
+            # No cluster key on this node: no secrets.
+            with pytest.raises(CohortError) as unavailable:
+                await client.set_secret("STRIPE", "sk_test_1")
+            assert (unavailable.value.code, unavailable.value.status, unavailable.value.retryable) == (
+                "secrets_unavailable",
+                409,
+                False,
+            )
+            assert await client.secrets() == []
+            with pytest.raises(CohortError) as missing:
+                await client.delete_secret("STRIPE")
+            assert missing.value.code == "secret_not_found"
+            assert client.request_counts()["DELETE /v1/secrets/STRIPE"] == 1
             assert (await client.deployment("async-echo"))["grants"] == []
             await client.undeploy("async-echo")
             assert await client.deployments() == []

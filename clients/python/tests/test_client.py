@@ -198,6 +198,40 @@ def test_grants_say_what_a_deployment_may_call(node: Node, echo_wasm: str) -> No
         assert client.request_counts()["DELETE /v1/deployments/py-granted/grants"] == 2
 
 
+def test_secrets_need_a_cluster_key_and_grants_carry_headers(node: Node, echo_wasm: str) -> None:
+    # The node has no cluster key: nothing would protect a secret on disk.
+    with Client(node.url) as client:
+        with pytest.raises(CohortError) as unavailable:
+            client.set_secret("STRIPE", "sk_test_1")
+        assert (unavailable.value.code, unavailable.value.status, unavailable.value.retryable) == (
+            "secrets_unavailable",
+            409,
+            False,
+        )
+        assert client.request_counts()["POST /v1/secrets/STRIPE"] == 1
+        with pytest.raises(CohortError) as invalid:
+            client.set_secret("not a name", "x")
+        assert (invalid.value.code, invalid.value.status) == ("invalid_secret", 422)
+        assert client.secrets() == []
+        with pytest.raises(CohortError) as missing:
+            client.delete_secret("STRIPE")
+        assert (missing.value.code, missing.value.status) == ("secret_not_found", 404)
+        assert client.request_counts()["DELETE /v1/secrets/STRIPE"] == 1
+
+        # A grant's headers: set by the node on the requests it allows.
+        client.deploy("py-headers", echo_wasm)
+        team = {"x-team": "ops"}
+        granted = client.grant("py-headers", "https://api.example.com/v1/", headers=team)
+        assert granted == {"name": "py-headers", "http": [{"url": "https://api.example.com:443/v1/", "headers": team}]}
+        assert client.deployment("py-headers")["grants"] == granted["http"]
+        with pytest.raises(CohortError) as unknown:
+            client.grant("py-headers", "https://api.stripe.com/", headers={"authorization": "Bearer {secret:STRIPE}"})
+        assert (unknown.value.code, unknown.value.status) == ("secret_not_found", 404)
+        # A revoke names the headers it was granted with.
+        assert len(client.revoke("py-headers", "https://api.example.com/v1/")["http"]) == 1
+        assert client.revoke("py-headers", "https://api.example.com/v1/", headers=team)["http"] == []
+
+
 def test_inputs_outputs_and_handles(node: Node, echo_wasm: str) -> None:
     large = os.urandom(100 << 10)  # over the 64 KiB a wait answer carries inline
     with Client([node.url]) as client:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
+import httpx
 import pytest
 
 from cohort_client import CohortError
@@ -17,6 +19,7 @@ from cohort_client._core import (
     ModuleCache,
     NodeSet,
     Pending,
+    Settings,
     WaitBook,
     batch_body,
     error_from_answer,
@@ -25,6 +28,7 @@ from cohort_client._core import (
     new_idempotency_key,
     settle_batch,
 )
+from cohort_client._plans import Plan, Plans, Send
 
 
 class Handle(JobCore):
@@ -165,3 +169,110 @@ def test_a_submission_narrows_its_grants_with_egress() -> None:
         {"url": "https://a.example/", "methods": ["POST"]},
     ]
     assert "egress" not in job_body("hooks", "x")
+
+
+def test_grants_may_carry_headers_naming_secrets() -> None:
+    headers = {"authorization": "Bearer {secret:STRIPE}"}
+    assert grants_body("https://api.stripe.com/v1/", ["POST"], False, headers) == {
+        "http": [{"url": "https://api.stripe.com/v1/", "methods": ["POST"], "headers": headers}]
+    }
+    # Each URL string gets its own copy; a dict keeps its own headers (or none).
+    body = grants_body(["https://a.example/", {"url": "https://b.example/"}], None, False, headers)
+    assert body == {"http": [{"url": "https://a.example/", "headers": headers}, {"url": "https://b.example/"}]}
+    assert body["http"][0]["headers"] is not headers
+    assert grants_body("https://a.example/", None, False, {}) == {"http": [{"url": "https://a.example/"}]}
+
+
+# The plans of single requests, against canned answers (no server).
+
+Answer = Union[httpx.Response, Exception]
+Sent = Tuple[str, str, Any]
+
+
+def carry_out(plan: "Plan[Any]", answers: Sequence[Answer]) -> Tuple[List[Sent], Any]:
+    """Run ``plan`` (without sleeping), answering its requests in order:
+    what it sent (method, URL, JSON body) and what it returned."""
+    sent: List[Sent] = []
+    pending = list(answers)
+    outcome: Optional[Answer] = None
+    try:
+        while True:
+            op = plan.send(outcome)
+            if isinstance(op, Send):
+                sent.append((op.method, op.url, None if op.content is None else json.loads(op.content)))
+                outcome = pending.pop(0)
+            else:
+                outcome = None
+    except StopIteration as done:
+        return sent, done.value
+
+
+def plans(*urls: str) -> Plans:
+    return Plans(Settings.make(list(urls) or ["http://a"], None, None, 1, 1000, 60.0, 30.0))
+
+
+def ok(body: Any) -> httpx.Response:
+    return httpx.Response(200, json=body)
+
+
+def refusal(status: int, code: str, retryable: bool) -> httpx.Response:
+    return httpx.Response(status, json={"code": code, "message": "why", "retryable": retryable})
+
+
+def test_a_grant_with_headers_and_its_revoke_send_them() -> None:
+    headers = {"authorization": "Bearer {secret:STRIPE}"}
+    answer = {"name": "pay", "http": [{"url": "https://api.stripe.com:443/v1/", "headers": headers}]}
+    sent, result = carry_out(plans().grant("pay", "https://api.stripe.com/v1/", headers=headers), [ok(answer)])
+    assert sent == [
+        ("POST", "http://a/v1/deployments/pay/grants", {"http": [{"url": "https://api.stripe.com/v1/", "headers": headers}]})
+    ]
+    assert result == answer
+    sent, _ = carry_out(plans().revoke("pay", "https://api.stripe.com/v1/", headers=headers), [ok(answer)])
+    assert sent == [
+        (
+            "POST",
+            "http://a/v1/deployments/pay/grants/revoke",
+            {"http": [{"url": "https://api.stripe.com/v1/", "headers": headers}]},
+        )
+    ]
+
+
+def test_setting_a_secret_is_retried_and_fails_over() -> None:
+    sent, result = carry_out(
+        plans("http://a", "http://b").set_secret("STRIPE", "sk_live_1"),
+        [httpx.ConnectError("refused"), refusal(503, "master_unavailable", True), ok({"name": "STRIPE", "created": True})],
+    )
+    body = {"value": "sk_live_1"}
+    assert [(method, url) for method, url, _ in sent] == [
+        ("POST", "http://a/v1/secrets/STRIPE"),
+        ("POST", "http://b/v1/secrets/STRIPE"),
+        ("POST", "http://a/v1/secrets/STRIPE"),
+    ]
+    assert all(content == body for _, _, content in sent)
+    assert result == {"name": "STRIPE", "created": True}
+
+
+def test_a_node_without_a_cluster_key_refuses_secrets_at_once() -> None:
+    with pytest.raises(CohortError) as refused:
+        carry_out(plans().set_secret("STRIPE", "x"), [refusal(409, "secrets_unavailable", False)])
+    assert (refused.value.code, refused.value.status, refused.value.retryable) == ("secrets_unavailable", 409, False)
+
+
+def test_secrets_are_listed_by_name() -> None:
+    listed = [{"name": "STRIPE", "updated_at": 1700000000000, "used_by": ["pay"]}]
+    sent, result = carry_out(plans().secrets(), [ok({"secrets": listed})])
+    assert sent == [("GET", "http://a/v1/secrets", None)]
+    assert result == listed
+
+
+def test_deleting_a_secret_is_sent_once() -> None:
+    sent, result = carry_out(plans().delete_secret("STRIPE"), [ok({"name": "STRIPE", "deleted": True})])
+    assert (sent, result) == ([("DELETE", "http://a/v1/secrets/STRIPE", None)], None)
+    # Not retried, not even on the next node: it may have been deleted.
+    for failure in (httpx.ConnectError("refused"), refusal(503, "master_unavailable", True)):
+        with pytest.raises(CohortError) as failed:
+            carry_out(plans("http://a", "http://b").delete_secret("STRIPE"), [failure])
+        assert failed.value.code in ("unreachable", "master_unavailable")
+    # A name is one path segment, whatever it holds.
+    sent, _ = carry_out(plans().delete_secret("A/B"), [ok({})])
+    assert sent[0][1] == "http://a/v1/secrets/A%2FB"

@@ -551,6 +551,27 @@ impl Node {
         self.json(Method::POST, &path, Some(body)).await
     }
 
+    /// Sets secret `name` to `value` (admin; the node seals it).
+    pub async fn set_secret(&self, name: &str, value: &str) -> Result<SecretResponse, ClientError> {
+        let request = SecretRequest {
+            value: value.to_owned(),
+        };
+        let body = serde_json::to_vec(&request).expect("serializes");
+        let path = format!("/v1/secrets/{name}");
+        self.json(Method::POST, &path, Some(body)).await
+    }
+
+    /// Every secret's name, time and users (never a value).
+    pub async fn secrets(&self) -> Result<SecretListResponse, ClientError> {
+        self.json(Method::GET, "/v1/secrets", None).await
+    }
+
+    /// Deletes secret `name` (refused while a grant names it).
+    pub async fn delete_secret(&self, name: &str) -> Result<SecretDeletedResponse, ClientError> {
+        let path = format!("/v1/secrets/{name}");
+        self.json(Method::DELETE, &path, None).await
+    }
+
     /// What this client's token may do.
     pub async fn whoami(&self) -> Result<WhoamiResponse, ClientError> {
         self.json(Method::GET, "/v1/whoami", None).await

@@ -87,6 +87,64 @@ pub struct HttpGrantBody {
     /// address [default: false; an address in `url` is always allowed].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub private: bool,
+    /// Headers the node sets on every request this grant allows, replacing
+    /// the job's: `{"authorization": "Bearer {secret:STRIPE}"}`. A
+    /// `{secret:NAME}` placeholder is filled in by the sending node from
+    /// the cluster's secrets, so the job never holds the value (at most 8;
+    /// not `host`, `content-length` or another header the node sets).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+/// `POST /v1/secrets/{name}`: a secret's value (admin scope).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SecretRequest {
+    /// The value: 1 to 16,384 bytes of UTF-8. Sealed with the cluster key
+    /// by the node that receives it; never answered back.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 16384))]
+    pub value: String,
+}
+
+/// A secret set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SecretResponse {
+    /// Its name.
+    pub name: String,
+    /// True if it did not exist before.
+    pub created: bool,
+}
+
+/// One secret as listed: never its value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SecretBody {
+    /// Its name.
+    pub name: String,
+    /// When it was last set (ms since the Unix epoch).
+    pub updated_at: u64,
+    /// The deployments whose grants name it.
+    pub used_by: Vec<String>,
+}
+
+/// `GET /v1/secrets`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SecretListResponse {
+    /// Every secret, by name.
+    pub secrets: Vec<SecretBody>,
+}
+
+/// `DELETE /v1/secrets/{name}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SecretDeletedResponse {
+    /// Its name.
+    pub name: String,
+    /// Always true.
+    pub deleted: bool,
 }
 
 /// `POST /v1/deployments/{name}/grants` (added) and

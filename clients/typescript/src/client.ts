@@ -22,6 +22,8 @@ import type {
   HttpGrant,
   ScheduleOptions,
   ScheduleStatus,
+  SecretInfo,
+  SecretResult,
   SubmitOptions,
 } from "./types.js";
 import { Waiter } from "./waiter.js";
@@ -284,11 +286,14 @@ export class Client {
    * scope): each grant a URL pattern (`https://api.example.com/v1/`:
    * `scheme://host[:port][/path]`, the path a prefix, `*.` before a
    * domain, `*` for any port), allowed any method, or an {@link HttpGrant}
-   * with its `methods` and `private`. Resolves to every grant of the name
-   * now. Safe to repeat (a grant the name has is not added twice), so
-   * retried as {@link Client.deploy} is. Rejects with `invalid_grant` for
-   * a pattern that is not one, `too_many_grants` past 32,
-   * `module_name_not_found` for a name not deployed.
+   * with its `methods`, `private` and `headers` (set by the node on the
+   * requests the grant allows; `{secret:NAME}` in one is filled in from
+   * secret `NAME`, see {@link Client.setSecret}). Resolves to every grant
+   * of the name now. Safe to repeat (a grant the name has is not added
+   * twice), so retried as {@link Client.deploy} is. Rejects with
+   * `invalid_grant` for a pattern, method or header that is not one,
+   * `too_many_grants` past 32, `module_name_not_found` for a name not
+   * deployed, `secret_not_found` for a header naming no secret.
    */
   grant(name: string, grants: string | HttpGrant | readonly (string | HttpGrant)[]): Promise<GrantsResult> {
     return this.call<GrantsResult>("POST", deploymentPath(name, "grants"), { http: grantList(grants) });
@@ -297,7 +302,7 @@ export class Client {
   /**
    * Takes grants from deployment `name` (admin scope): those given, as
    * {@link Client.grant} takes them (a grant goes only if its URL,
-   * methods and `private` are the ones given), or, with none given, every
+   * methods, `private` and `headers` are the ones given), or, with none given, every
    * grant (its jobs then have no network; an empty list is refused with
    * `invalid_grant`). Resolves to the name's grants after; safe to repeat,
    * so retried.
@@ -305,6 +310,37 @@ export class Client {
   revoke(name: string, grants?: string | HttpGrant | readonly (string | HttpGrant)[]): Promise<GrantsResult> {
     if (grants === undefined) return this.call<GrantsResult>("DELETE", deploymentPath(name, "grants"));
     return this.call<GrantsResult>("POST", deploymentPath(name, "grants/revoke"), { http: grantList(grants) });
+  }
+
+  /**
+   * Sets secret `name` (1 to 64 of `A-Z 0-9 _`, not starting with a digit)
+   * to `value` (1 to 16,384 bytes of text; admin scope), for a grant's
+   * `headers` to name as `{secret:NAME}` (see {@link HttpGrant.headers}).
+   * The node that receives it seals it with the cluster key before the
+   * master sees it; nothing answers it back. Safe to repeat, so retried as
+   * {@link Client.grant} is. Rejects with `secrets_unavailable` (409) on a
+   * node without a cluster key, `secrets_full` (409) past 1,000 secrets,
+   * `invalid_secret` (422) for a name or value out of range.
+   */
+  setSecret(name: string, value: string): Promise<SecretResult> {
+    return this.call<SecretResult>("POST", secretPath(name), { value });
+  }
+
+  /** Every secret, by name (admin scope): when it was last set and which deployments' grants name it; never a value. */
+  async secrets(): Promise<SecretInfo[]> {
+    return (await this.call<{ secrets: SecretInfo[] }>("GET", "/v1/secrets")).secrets;
+  }
+
+  /**
+   * Deletes secret `name` (admin scope). Rejects with `secret_in_use` (409)
+   * while a grant names it ({@link Client.secrets} says whose),
+   * `secret_not_found` (404) if there is none. Sent once, to one node, and
+   * never retried, as {@link Client.rollback} is: a delete repeated after a
+   * lost answer would say `secret_not_found` (after an `unreachable` or any
+   * retryable error, look at {@link Client.secrets}).
+   */
+  async deleteSecret(name: string): Promise<void> {
+    await this.call("DELETE", secretPath(name), undefined, Date.now());
   }
 
   /**
@@ -398,6 +434,11 @@ async function isFile(path: string): Promise<boolean> {
 function deploymentPath(name: string, action?: string): string {
   const path = `/v1/deployments/${encodeURIComponent(name)}`;
   return action === undefined ? path : `${path}/${action}`;
+}
+
+/** The route of secret `name`. */
+function secretPath(name: string): string {
+  return `/v1/secrets/${encodeURIComponent(name)}`;
 }
 
 /** Grants as `{"http": [...]}` lists them: a URL string is `{ url }`, a grant is sent as it is. */

@@ -23,5 +23,7 @@ export type {
   JobStatus,
   ScheduleOptions,
   ScheduleStatus,
+  SecretInfo,
+  SecretResult,
   SubmitOptions,
 } from "./types.js";

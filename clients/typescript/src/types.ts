@@ -171,7 +171,7 @@ export interface CallRecord {
 /**
  * What a deployment's jobs may reach over HTTP(S) ({@link Client.grant}).
  * Answers spell `url` in full (`https://api.example.com:443/v1/`) and give
- * `methods` and `private` only when set.
+ * `methods`, `private` and `headers` only when set.
  */
 export interface HttpGrant {
   /**
@@ -187,6 +187,33 @@ export interface HttpGrant {
    * address (default false; an address written in `url` is always allowed).
    */
   private?: boolean;
+  /**
+   * Headers the node sets on every request this grant allows, replacing
+   * the job's (at most 8; not `host`, `content-length` or another the node
+   * sets): `{ authorization: "Bearer {secret:STRIPE}" }`. A
+   * `{secret:NAME}` placeholder is filled in from secret `NAME`
+   * ({@link Client.setSecret}) by the node that sends the request, so the
+   * job never holds the value.
+   */
+  headers?: Record<string, string>;
+}
+
+/** The answer to {@link Client.setSecret}. */
+export interface SecretResult {
+  /** The secret's name. */
+  name: string;
+  /** Whether it did not exist before (false too if an earlier try, whose answer was lost, set it). */
+  created: boolean;
+}
+
+/** A secret as {@link Client.secrets} lists it: never its value. */
+export interface SecretInfo {
+  /** Its name. */
+  name: string;
+  /** When it was last set (ms since the Unix epoch). */
+  updated_at: number;
+  /** The deployments whose grants name it. */
+  used_by: string[];
 }
 
 /** The answer to a grant or a revoke: every grant of the deployment now. */

@@ -116,3 +116,35 @@ test("grants say what a deployment's jobs may call; revoked one by one or all at
   await assert.rejects(client.revoke("ts-granted", []), { code: "invalid_grant", status: 422 });
   await client.undeploy("ts-granted");
 });
+
+test("secrets need a cluster key; a grant's headers are kept and revoked with it", { timeout: 30_000 }, async () => {
+  // This node has no cluster key: nothing would protect a secret on disk.
+  const counter = countingFetch();
+  const counted = new Client(node.url, { fetch: counter.fetch });
+  try {
+    await assert.rejects(counted.setSecret("STRIPE", "sk_test_1"), {
+      code: "secrets_unavailable",
+      status: 409,
+      retryable: false,
+    });
+    assert.equal(counter.byPath.get("/v1/secrets/STRIPE"), 1);
+    await assert.rejects(counted.setSecret("not a name", "x"), { code: "invalid_secret", status: 422 });
+    assert.deepEqual(await counted.secrets(), []);
+    await assert.rejects(counted.deleteSecret("STRIPE"), { code: "secret_not_found", status: 404 });
+    assert.equal(counter.byPath.get("/v1/secrets/STRIPE"), 2);
+  } finally {
+    await counted.close();
+  }
+
+  await client.deploy("ts-headers", echo);
+  const team = { url: "https://api.example.com/v1/", headers: { "x-team": "ops" } };
+  const granted = await client.grant("ts-headers", team);
+  assert.deepEqual(granted, { name: "ts-headers", http: [{ ...team, url: "https://api.example.com:443/v1/" }] });
+  assert.deepEqual((await client.deployment("ts-headers")).grants, granted.http);
+  const secretHeader = { url: "https://api.stripe.com/", headers: { authorization: "Bearer {secret:STRIPE}" } };
+  await assert.rejects(client.grant("ts-headers", secretHeader), { code: "secret_not_found", status: 404 });
+  // A revoke names the headers it was granted with.
+  assert.equal((await client.revoke("ts-headers", "https://api.example.com/v1/")).http.length, 1);
+  assert.deepEqual((await client.revoke("ts-headers", team)).http, []);
+  await client.undeploy("ts-headers");
+});

@@ -191,6 +191,7 @@ impl Master {
         self.worker_runs(worker, id, at);
         self.attempts_total += 1;
         let job = &self.jobs[&id];
+        let (egress, secrets) = self.egress_of_job(id);
         effects.push(Effect::Assign(Assignment {
             id,
             attempt,
@@ -200,7 +201,8 @@ impl Master {
             timeout_ms: job.spec.timeout_ms,
             memory_bytes: job.spec.memory_bytes,
             checkpoint: job.checkpoint.clone(),
-            egress: self.egress_of_job(id),
+            egress,
+            secrets,
         }));
     }
 

@@ -28,11 +28,21 @@
 //! Grants attach to deployment names ([`crate::deployments`]): a job
 //! submitted by name runs with its name's grants as they are when it is
 //! assigned; a job submitted by digest has none.
+//!
+//! A grant may carry headers the host adds to every request it allows
+//! (`Authorization: Bearer {secret:STRIPE}`): a value is text with
+//! `{secret:NAME}` placeholders, filled in by the node that sends the
+//! request from the cluster's sealed secrets, so the job never holds the
+//! plaintext. Only the operator's grants carry headers; a job narrowing
+//! its grants names none ([`HttpGrant::covers`]).
 
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::limits::{GRANT_METHODS_MAX, GRANT_URL_BYTES_MAX};
+use crate::limits::{
+    GRANT_HEADER_BYTES_MAX, GRANT_HEADERS_MAX, GRANT_METHODS_MAX, GRANT_URL_BYTES_MAX,
+    SECRET_NAME_BYTES_MAX,
+};
 
 /// What a grant allows a job to reach.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -50,6 +60,75 @@ pub struct HttpGrant {
     pub methods: Vec<String>,
     /// Whether a name may resolve to a private address.
     pub private: bool,
+    /// Headers the host sets on every request this grant allows, by
+    /// lowercase name, their values templates with `{secret:NAME}`
+    /// placeholders ([`HttpGrant::with_headers`]).
+    pub headers: Vec<(String, String)>,
+}
+
+/// Header names a grant may not set: the host sets them, or they change
+/// how the message is framed.
+const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "proxy-connection",
+];
+
+/// Whether `name` may name a secret: 1 to [`SECRET_NAME_BYTES_MAX`] bytes
+/// of `A-Z 0-9 _`, not starting with a digit (as an environment
+/// variable's).
+pub fn valid_secret_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    (1..=SECRET_NAME_BYTES_MAX).contains(&bytes.len())
+        && !bytes[0].is_ascii_digit()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_')
+}
+
+/// One piece of a header template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// Text as it is.
+    Text(&'a str),
+    /// The value of the secret so named.
+    Secret(&'a str),
+}
+
+/// The pieces of the header template `value`, or why it is none: text and
+/// `{secret:NAME}` placeholders; a `{` that opens no placeholder is text.
+pub fn template(value: &str) -> Result<Vec<Piece<'_>>, String> {
+    let mut pieces = Vec::new();
+    let mut rest = value;
+    while let Some(at) = rest.find("{secret:") {
+        if at > 0 {
+            pieces.push(Piece::Text(&rest[..at]));
+        }
+        let after = &rest[at + "{secret:".len()..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| format!("{value:?}: a {{secret:NAME}} placeholder is not closed"))?;
+        let name = &after[..end];
+        if !valid_secret_name(name) {
+            return Err(format!(
+                "{name:?} is no secret name (1 to {SECRET_NAME_BYTES_MAX} of A-Z 0-9 _, not starting with a digit)"
+            ));
+        }
+        pieces.push(Piece::Secret(name));
+        rest = &after[end + 1..];
+    }
+    if !rest.is_empty() {
+        pieces.push(Piece::Text(rest));
+    }
+    Ok(pieces)
 }
 
 /// One outbound call of an attempt, as recorded: never a body, a query
@@ -155,6 +234,56 @@ impl HttpGrant {
             path: path.to_owned(),
             methods: upper,
             private,
+            headers: Vec::new(),
+        })
+    }
+
+    /// This grant setting `headers` (`name`, template) on the requests it
+    /// allows; the error says what is wrong. Names are lowercased and
+    /// sorted; a name may appear once, and may not be one the host sets
+    /// (`host`, `content-length`, ...).
+    pub fn with_headers(mut self, headers: &[(String, String)]) -> Result<Self, String> {
+        if headers.len() > GRANT_HEADERS_MAX {
+            return Err(format!("a grant sets at most {GRANT_HEADERS_MAX} headers"));
+        }
+        let mut checked = Vec::with_capacity(headers.len());
+        for (name, value) in headers {
+            let name = name.to_ascii_lowercase();
+            let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            if name.is_empty() || name.len() > 64 || !name.bytes().all(token) {
+                return Err(format!("{name:?} is no header name"));
+            }
+            if RESERVED_HEADERS.contains(&name.as_str()) {
+                return Err(format!("{name} is set by the host, not by a grant"));
+            }
+            if value.len() > GRANT_HEADER_BYTES_MAX
+                || value.bytes().any(|b| b.is_ascii_control() && b != b'\t')
+            {
+                return Err(format!(
+                    "the value of {name} is at most {GRANT_HEADER_BYTES_MAX} bytes, without control characters"
+                ));
+            }
+            template(value)?;
+            checked.push((name, value.clone()));
+        }
+        checked.sort();
+        if checked.windows(2).any(|pair| pair[0].0 == pair[1].0) {
+            return Err("a grant sets each header once".into());
+        }
+        self.headers = checked;
+        Ok(self)
+    }
+
+    /// The secrets its headers name.
+    pub fn secrets(&self) -> impl Iterator<Item = &str> {
+        (self.headers.iter()).flat_map(|(_, value)| {
+            template(value)
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|piece| match piece {
+                    Piece::Secret(name) => Some(name),
+                    Piece::Text(_) => None,
+                })
         })
     }
 
@@ -227,6 +356,7 @@ impl HttpGrant {
                 && narrower.methods.iter().all(|m| self.methods.contains(m)));
         host && port
             && methods
+            && narrower.headers.is_empty()
             && self.scheme == narrower.scheme
             && (self.private || !narrower.private)
             && self.path_covers(&narrower.path)

@@ -255,20 +255,28 @@ fn grant() -> BoxedStrategy<HttpGrant> {
             ],
             methods.clone(),
             any::<bool>(),
+            prop_oneof![
+                Just(Vec::new()),
+                Just(vec![("authorization".to_owned(), "Bearer {secret:API_KEY}".to_owned())]),
+                vec((text(), text()), 0..2),
+            ],
         )
-            .prop_filter_map("a pattern the parser takes", |(url, methods, private)| {
-                HttpGrant::parse(url, &methods, private).ok()
+            .prop_filter_map("a grant the parser takes", |(url, methods, private, headers)| {
+                HttpGrant::parse(url, &methods, private).and_then(|g| g.with_headers(&headers)).ok()
             }),
-        1 => (text(), text(), option::of(any::<u16>()), text(), methods, any::<bool>()).prop_map(
-            |(scheme, host, port, path, methods, private)| HttpGrant {
+        1 => (
+            (text(), text(), option::of(any::<u16>()), text()),
+            (methods, any::<bool>(), vec((text(), text()), 0..2)),
+        )
+            .prop_map(|((scheme, host, port, path), (methods, private, headers))| HttpGrant {
                 scheme,
                 host,
                 port,
                 path,
                 methods,
                 private,
-            }
-        ),
+                headers,
+            }),
     ]
     .boxed()
 }
@@ -501,7 +509,19 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(name, grants)| Command::Grant { name, grants }),
         1 => (module_name(), vec(grant(), 0..2))
             .prop_map(|(name, grants)| Command::Revoke { name, grants }),
+        2 => (secret_name(), bytes()).prop_map(|(name, sealed)| Command::SetSecret { name, sealed }),
+        1 => secret_name().prop_map(|name| Command::DeleteSecret { name }),
     ]
+}
+
+/// Secret names from a small set (so commands meet the same secret), and
+/// some text.
+fn secret_name() -> BoxedStrategy<String> {
+    prop_oneof![
+        3 => prop_oneof![Just("API_KEY"), Just("STRIPE"), Just("bad name")].prop_map(str::to_owned),
+        1 => text(),
+    ]
+    .boxed()
 }
 
 fn event_kind() -> impl Strategy<Value = EventKind> {
@@ -589,6 +609,8 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         module_name().prop_map(|name| EventKind::Undeployed { name }),
         (module_name(), vec(grant(), 0..3))
             .prop_map(|(name, grants)| EventKind::Granted { name, grants }),
+        (secret_name(), bytes()).prop_map(|(name, sealed)| EventKind::SecretSet { name, sealed }),
+        secret_name().prop_map(|name| EventKind::SecretDeleted { name }),
         (n64(), n32(), vec(http_call(), 0..3), n32()).prop_map(|(id, attempt, calls, dropped)| {
             EventKind::CallsRecorded {
                 id,
@@ -660,6 +682,7 @@ fn query() -> impl Strategy<Value = Query> {
         Just(Query::ModuleUse),
         n64().prop_map(|id| Query::Input { id }),
         Just(Query::Deployments),
+        Just(Query::Secrets),
         module_name().prop_map(|name| Query::Deployment { name }),
     ]
 }
@@ -678,6 +701,7 @@ fn reply() -> impl Strategy<Value = Reply> {
             }
         }),
         vec(grant(), 0..3).prop_map(|grants| Reply::Granted { grants }),
+        any::<bool>().prop_map(|created| Reply::SecretSet { created }),
     ]
 }
 
@@ -692,9 +716,11 @@ prop_compose! {
         memory_bytes in option::of(n64()),
         checkpoint in option::of(bytes()),
         egress in vec(grant(), 0..2),
+        secrets in vec((secret_name(), bytes()), 0..2),
     ) -> Assignment {
         Assignment {
             id, attempt, worker, module, input, timeout_ms, memory_bytes, checkpoint, egress,
+            secrets,
         }
     }
 }
@@ -820,6 +846,18 @@ fn answer() -> impl Strategy<Value = Answer> {
         vec((any::<[u8; 32]>(), n64()), 0..3).prop_map(Answer::ModuleUse),
         bytes().prop_map(Answer::Input),
         vec(deployment_view(), 0..3).prop_map(Answer::Deployments),
+        vec((secret_name(), n64(), vec(module_name(), 0..2)), 0..3).prop_map(|views| {
+            Answer::Secrets(
+                views
+                    .into_iter()
+                    .map(|(name, updated_at, used_by)| SecretView {
+                        name,
+                        updated_at,
+                        used_by,
+                    })
+                    .collect(),
+            )
+        }),
         deployment_view().prop_map(|view| Answer::Deployment(Box::new(view))),
     ]
 }
@@ -1107,8 +1145,8 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // counters (0), token map (0), request map (0), what keys hold:
     // options, uniqueness holds and start times (0 each), schedules (0),
     // DAGs: the next id (1) and four maps (0 each), deployments: two
-    // maps (0 each), and egress: three maps (0 each).
-    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0]].concat();
+    // maps (0 each), and egress: four maps (0 each).
+    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]].concat();
     assert_eq!(empty[empty.len() - tail.len()..], tail);
     [&empty[..empty.len() - tail.len()], claim, &tail[1..]].concat()
 }

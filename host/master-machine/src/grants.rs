@@ -13,16 +13,28 @@
 //! they are recorded as an [`EventKind::CallsRecorded`] just before the
 //! `Finished` event, kept per job and purged with it.
 //!
+//! Secrets are named values a node sealed with a key derived from the
+//! cluster key before it sent them ([`Command::SetSecret`]): the master
+//! keeps, journals and replicates only the sealed bytes, and never sees a
+//! plaintext. A grant's headers may name secrets (`{secret:NAME}`): a
+//! grant naming one that does not exist is refused, and so is deleting a
+//! secret a grant names. An attempt's assignment carries the sealed values
+//! its grants' headers name; the worker's node opens them.
+//!
 //! Grants are decoded, not trusted: a command's grant must be exactly what
-//! [`HttpGrant::parse`] makes of its own pattern, so a hand-made grant that
-//! the parser would refuse (a host with a space, an unspecified address)
-//! is refused here too. Kept in snapshots from version 7.
+//! [`HttpGrant::parse`] and [`HttpGrant::with_headers`] make of its own
+//! pattern and headers, so a hand-made grant they would refuse (a host
+//! with a space, an unspecified address, a `host` header) is refused here
+//! too. Kept in snapshots from version 7.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits::{CALLS_RECORDED_MAX, GRANTS_PER_NAME_MAX};
+use crate::egress::valid_secret_name;
+use crate::limits::{
+    CALLS_RECORDED_MAX, GRANTS_PER_NAME_MAX, SECRET_SEALED_BYTES_MAX, SECRETS_MAX,
+};
 use crate::master::{Master, reject};
 use crate::protocol::*;
 
@@ -42,6 +54,17 @@ pub(crate) struct Egress {
     /// The grants each job submitted with [`JobOptions::egress`] narrowed
     /// its name's to (purged with the job).
     pub(crate) narrowed: BTreeMap<JobId, Vec<HttpGrant>>,
+    /// The secrets by name: sealed values, never plaintext.
+    pub(crate) secrets: BTreeMap<String, Secret>,
+}
+
+/// A secret as the master keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Secret {
+    /// Its value, sealed by a node with the cluster key.
+    pub(crate) sealed: Vec<u8>,
+    /// When it was last set.
+    pub(crate) updated_at: Millis,
 }
 
 /// [`Egress`] as bytes hold it, bounded as it is read.
@@ -50,6 +73,7 @@ struct Form {
     grants: BTreeMap<String, Vec<HttpGrant>>,
     calls: BTreeMap<JobId, Vec<AttemptCalls>>,
     narrowed: BTreeMap<JobId, Vec<HttpGrant>>,
+    secrets: BTreeMap<String, Secret>,
 }
 
 impl From<Form> for Egress {
@@ -71,17 +95,29 @@ impl From<Form> for Egress {
             list.retain(valid);
             list.truncate(GRANTS_PER_NAME_MAX);
         }
+        let mut secrets = form.secrets;
+        secrets.retain(|name, secret| {
+            valid_secret_name(name) && secret.sealed.len() <= SECRET_SEALED_BYTES_MAX
+        });
+        while secrets.len() > SECRETS_MAX {
+            secrets.pop_last();
+        }
         Self {
             grants,
             calls,
             narrowed,
+            secrets,
         }
     }
 }
 
-/// Whether `grant` is what the parser makes of its own pattern.
+/// Whether `grant` is what the parser makes of its own pattern and
+/// headers.
 fn valid(grant: &HttpGrant) -> bool {
-    HttpGrant::parse(&grant.url(), &grant.methods, grant.private).as_ref() == Ok(grant)
+    HttpGrant::parse(&grant.url(), &grant.methods, grant.private)
+        .and_then(|parsed| parsed.with_headers(&grant.headers))
+        .as_ref()
+        == Ok(grant)
 }
 
 /// `text` cut to at most `bytes_max` bytes, on a character boundary.
@@ -101,19 +137,138 @@ impl Master {
 
     /// What an attempt of job `id` may reach: its deployment name's
     /// grants now, or, if it was submitted narrowing them, those of its
-    /// own that one of them still covers.
-    pub(crate) fn egress_of_job(&self, id: JobId) -> Vec<HttpGrant> {
+    /// own that one of them still covers (with that one's headers); and
+    /// the sealed secrets their headers name.
+    pub(crate) fn egress_of_job(&self, id: JobId) -> (Vec<HttpGrant>, Vec<(String, Vec<u8>)>) {
         let Some((name, _)) = self.deployments.of_job(id) else {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         };
         let held = self.grants_of(name);
-        match self.egress.narrowed.get(&id) {
+        let grants: Vec<HttpGrant> = match self.egress.narrowed.get(&id) {
             None => held.to_vec(),
             Some(own) => (own.iter())
-                .filter(|grant| held.iter().any(|wide| wide.covers(grant)))
-                .cloned()
+                .filter_map(|grant| {
+                    let wide = held.iter().find(|wide| wide.covers(grant))?;
+                    Some(HttpGrant {
+                        headers: wide.headers.clone(),
+                        ..grant.clone()
+                    })
+                })
                 .collect(),
+        };
+        let mut named: Vec<&str> = grants.iter().flat_map(HttpGrant::secrets).collect();
+        named.sort_unstable();
+        named.dedup();
+        let secrets = (named.into_iter())
+            .filter_map(|name| {
+                let secret = self.egress.secrets.get(name)?;
+                Some((name.to_owned(), secret.sealed.clone()))
+            })
+            .collect();
+        (grants, secrets)
+    }
+
+    /// The first secret `grants`' headers name that does not exist.
+    fn missing_secret<'a>(&self, grants: &'a [HttpGrant]) -> Option<&'a str> {
+        (grants.iter().flat_map(HttpGrant::secrets))
+            .find(|name| !self.egress.secrets.contains_key(*name))
+    }
+
+    pub(crate) fn decide_set_secret(
+        &self,
+        now: Millis,
+        name: &str,
+        sealed: &[u8],
+    ) -> Result<Decision, Rejection> {
+        if !valid_secret_name(name) {
+            return reject(
+                codes::INVALID_SECRET,
+                format!(
+                    "{name:?} is no secret name (1 to 64 of A-Z 0-9 _, not starting with a digit)"
+                ),
+            );
         }
+        if sealed.is_empty() || sealed.len() > SECRET_SEALED_BYTES_MAX {
+            return reject(
+                codes::INVALID_SECRET,
+                format!("a sealed secret is 1 to {SECRET_SEALED_BYTES_MAX} bytes"),
+            );
+        }
+        let created = !self.egress.secrets.contains_key(name);
+        if created && self.egress.secrets.len() >= SECRETS_MAX {
+            return reject(
+                codes::SECRETS_FULL,
+                format!("at most {SECRETS_MAX} secrets; delete some first"),
+            );
+        }
+        Ok(Decision {
+            events: vec![Event {
+                at: now,
+                kind: EventKind::SecretSet {
+                    name: name.to_owned(),
+                    sealed: sealed.to_vec(),
+                },
+            }],
+            reply: Reply::SecretSet { created },
+        })
+    }
+
+    pub(crate) fn decide_delete_secret(
+        &self,
+        now: Millis,
+        name: &str,
+    ) -> Result<Decision, Rejection> {
+        if !self.egress.secrets.contains_key(name) {
+            return reject(
+                codes::SECRET_NOT_FOUND,
+                format!("no secret is named {name:?}"),
+            );
+        }
+        if let Some(user) = self.users_of_secret(name).first() {
+            return reject(
+                codes::SECRET_IN_USE,
+                format!("a grant of {user} names {name}; revoke it first"),
+            );
+        }
+        crate::master::decided(
+            now,
+            vec![EventKind::SecretDeleted {
+                name: name.to_owned(),
+            }],
+        )
+    }
+
+    /// The deployment names whose grants name secret `name`.
+    fn users_of_secret(&self, name: &str) -> Vec<String> {
+        (self.egress.grants.iter())
+            .filter(|(_, grants)| grants.iter().any(|g| g.secrets().any(|s| s == name)))
+            .map(|(user, _)| user.clone())
+            .collect()
+    }
+
+    pub(crate) fn apply_secret_set(&mut self, name: &str, sealed: &[u8], at: Millis) {
+        if valid_secret_name(name) && sealed.len() <= SECRET_SEALED_BYTES_MAX {
+            let secret = Secret {
+                sealed: sealed.to_vec(),
+                updated_at: at,
+            };
+            self.egress.secrets.insert(name.to_owned(), secret);
+        }
+    }
+
+    pub(crate) fn apply_secret_deleted(&mut self, name: &str) {
+        self.egress.secrets.remove(name);
+    }
+
+    /// Answers [`Query::Secrets`]: names, times and users, never values.
+    pub(crate) fn secrets_view(&self) -> Vec<SecretView> {
+        (self.egress.secrets.iter())
+            .map(|(name, secret)| SecretView {
+                name: name.clone(),
+                updated_at: secret.updated_at,
+                used_by: self.users_of_secret(name),
+            })
+            .collect()
     }
 
     /// Checks a submission's [`JobOptions::egress`]: valid grants, at most
@@ -181,6 +336,12 @@ impl Master {
     ) -> Result<Decision, Rejection> {
         self.deployment_named(name)?;
         Self::checked(grants)?;
+        if let Some(missing) = self.missing_secret(grants) {
+            return reject(
+                codes::SECRET_NOT_FOUND,
+                format!("no secret is named {missing:?} (cohort secret set {missing})"),
+            );
+        }
         let mut after = self.grants_of(name).to_vec();
         after.extend_from_slice(grants);
         after.sort();
@@ -458,6 +619,56 @@ mod tests {
     }
 
     #[test]
+    fn a_narrowed_job_gets_the_headers_and_secrets_of_the_grant_that_covers_it() {
+        let mut master = deployed();
+        let set = Command::SetSecret {
+            name: "STRIPE".into(),
+            sealed: b"sealed".to_vec(),
+        };
+        run(&mut master, set).unwrap();
+        let headers = vec![(
+            "authorization".to_owned(),
+            "Bearer {secret:STRIPE}".to_owned(),
+        )];
+        let wide = grant("https://api.stripe.example/v1/")
+            .with_headers(&headers)
+            .unwrap();
+        let name = "hooks".to_owned();
+        run(
+            &mut master,
+            Command::Grant {
+                name,
+                grants: vec![wide],
+            },
+        )
+        .unwrap();
+        // A job's own grant may not carry headers: they are the operator's.
+        let mut options = JobOptions {
+            module: Some("hooks".into()),
+            egress: Some(vec![
+                grant("https://api.stripe.example/v1/charges")
+                    .with_headers(&headers)
+                    .unwrap(),
+            ]),
+            ..JobOptions::default()
+        };
+        let refused = master.check_narrowed(&options).unwrap_err();
+        assert_eq!(refused.code, codes::INVALID_GRANT);
+        options.egress = Some(vec![grant("https://api.stripe.example/v1/charges")]);
+        master.check_narrowed(&options).unwrap();
+        master.deployments.record_job(9, "hooks", &[1; 32]);
+        master.record_narrowed(9, &options);
+        let (egress, secrets) = master.egress_of_job(9);
+        assert_eq!(egress.len(), 1);
+        assert_eq!(egress[0].path, "/v1/charges");
+        assert_eq!(egress[0].headers, headers);
+        assert_eq!(secrets, [("STRIPE".to_owned(), b"sealed".to_vec())]);
+        // Secrets survive a snapshot.
+        let restored = Master::restore(&master.snapshot()).unwrap();
+        assert_eq!(restored.egress.secrets, master.egress.secrets);
+    }
+
+    #[test]
     fn decoded_grants_are_checked_and_bounded() {
         let mut bad = grant("https://api.example.com");
         bad.host = "api example.com".into();
@@ -474,6 +685,7 @@ mod tests {
             .into(),
             calls: BTreeMap::new(),
             narrowed: BTreeMap::new(),
+            secrets: BTreeMap::new(),
         };
         let egress = Egress::from(form);
         assert!(!egress.grants.contains_key("a"));

@@ -154,6 +154,19 @@ pub const GRANTS_PER_NAME_MAX: usize = 32;
 /// Most calls kept in one attempt's record: the first ones; the rest are
 /// counted (`calls_dropped`).
 pub const CALLS_RECORDED_MAX: usize = 64;
+/// Most headers one grant sets.
+pub const GRANT_HEADERS_MAX: usize = 8;
+/// Longest value template of a grant's header, in bytes.
+pub const GRANT_HEADER_BYTES_MAX: usize = 1024;
+
+// Secrets (see `crate::grants`).
+/// Longest secret name, in bytes.
+pub const SECRET_NAME_BYTES_MAX: usize = 64;
+/// Most secrets held (`secrets_full` beyond).
+pub const SECRETS_MAX: usize = 1_000;
+/// Largest sealed value of a secret, in bytes: its plaintext (at most
+/// 16 KiB, checked by the node that seals it) and the seal's overhead.
+pub const SECRET_SEALED_BYTES_MAX: usize = (16 << 10) + 128;
 
 // Snapshots.
 /// The most a part's buffer is allocated with before it is written (a

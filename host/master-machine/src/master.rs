@@ -319,6 +319,8 @@ impl Master {
             Command::Undeploy { name } => self.decide_undeploy(now, name),
             Command::Grant { name, grants } => self.decide_grant(now, name, grants),
             Command::Revoke { name, grants } => self.decide_revoke(now, name, grants),
+            Command::SetSecret { name, sealed } => self.decide_set_secret(now, name, sealed),
+            Command::DeleteSecret { name } => self.decide_delete_secret(now, name),
         }
     }
 
@@ -441,6 +443,8 @@ impl Master {
             } => self.apply_deployed(name, digest, *version, *rollback_of, at),
             EventKind::Undeployed { name } => self.apply_undeployed(name),
             EventKind::Granted { name, grants } => self.apply_granted(name, grants),
+            EventKind::SecretSet { name, sealed } => self.apply_secret_set(name, sealed, at),
+            EventKind::SecretDeleted { name } => self.apply_secret_deleted(name),
             EventKind::CallsRecorded {
                 id,
                 attempt,

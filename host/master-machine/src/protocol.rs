@@ -16,9 +16,11 @@
 //! events, reply, queries and answers, at the end of their enums) and
 //! [`JobOptions::module`], a third field of the options wherever they
 //! appear (`Submitted`, a DAG's jobs, `ScheduleCreated`); 6 (now), egress
-//! grants and call records (`Grant`, `Revoke`, `Granted`,
+//! grants, secrets and call records (`Grant`, `Revoke`, `SetSecret`,
+//! `DeleteSecret`, `Granted`, `SecretSet`, `SecretDeleted`,
 //! `CallsRecorded`, at the end of their enums; `Finish` carries the
-//! attempt's calls, an [`Assignment`] its grants, views show both). Events
+//! attempt's calls, an [`Assignment`] its grants and sealed secrets,
+//! views show grants and calls; [`JobOptions::egress`] a fourth field). Events
 //! are the only messages kept on disk, so [`decode_event`] still reads
 //! formats 1 to 5 (whose `Submitted` lacks what came later, and whose
 //! options before 5 have two fields: they decode with `module: None`);
@@ -128,7 +130,10 @@ fn before_format_5(event: Event) -> Result<Event, Rejection> {
 /// `event`, unless it is of a kind added in format 6.
 fn before_format_6(event: Event) -> Result<Event, Rejection> {
     match event.kind {
-        EventKind::Granted { .. } | EventKind::CallsRecorded { .. } => Err(Rejection::new(
+        EventKind::Granted { .. }
+        | EventKind::SecretSet { .. }
+        | EventKind::SecretDeleted { .. }
+        | EventKind::CallsRecorded { .. } => Err(Rejection::new(
             codes::UNDECODABLE,
             "an egress event in the bytes of a format before 6",
         )),
@@ -293,6 +298,16 @@ pub enum Code {
     /// A deployment name holds as many grants as it may
     /// ([`GRANTS_PER_NAME_MAX`](crate::limits::GRANTS_PER_NAME_MAX)).
     TooManyGrants,
+    /// No secret has this name.
+    SecretNotFound,
+    /// A grant's header names the secret, so it may not be deleted.
+    SecretInUse,
+    /// A secret name that is not 1 to 64 of `A-Z 0-9 _`, or a sealed value
+    /// over its bound.
+    InvalidSecret,
+    /// The master holds as many secrets as it may
+    /// ([`SECRETS_MAX`](crate::limits::SECRETS_MAX)).
+    SecretsFull,
     /// A code this build does not know.
     Other(String),
 }
@@ -330,6 +345,10 @@ impl Code {
         Code::ModuleNamesFull,
         Code::InvalidGrant,
         Code::TooManyGrants,
+        Code::SecretNotFound,
+        Code::SecretInUse,
+        Code::InvalidSecret,
+        Code::SecretsFull,
     ];
 
     /// The code on the wire (stable).
@@ -365,6 +384,10 @@ impl Code {
             Code::ModuleNamesFull => "module_names_full",
             Code::InvalidGrant => "invalid_grant",
             Code::TooManyGrants => "too_many_grants",
+            Code::SecretNotFound => "secret_not_found",
+            Code::SecretInUse => "secret_in_use",
+            Code::InvalidSecret => "invalid_secret",
+            Code::SecretsFull => "secrets_full",
             Code::Other(code) => code,
         }
     }
@@ -478,6 +501,14 @@ pub mod codes {
     pub const INVALID_GRANT: Code = Code::InvalidGrant;
     /// [`Code::TooManyGrants`].
     pub const TOO_MANY_GRANTS: Code = Code::TooManyGrants;
+    /// [`Code::SecretNotFound`].
+    pub const SECRET_NOT_FOUND: Code = Code::SecretNotFound;
+    /// [`Code::SecretInUse`].
+    pub const SECRET_IN_USE: Code = Code::SecretInUse;
+    /// [`Code::InvalidSecret`].
+    pub const INVALID_SECRET: Code = Code::InvalidSecret;
+    /// [`Code::SecretsFull`].
+    pub const SECRETS_FULL: Code = Code::SecretsFull;
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -919,6 +950,19 @@ pub enum Command {
         name: String,
         /// The grants to take; empty: every one.
         grants: Vec<HttpGrant>,
+    },
+    /// Set secret `name` to `sealed`: its value sealed by a node with the
+    /// cluster key (the master never sees the plaintext).
+    SetSecret {
+        /// The secret's name ([`valid_secret_name`](crate::egress::valid_secret_name)).
+        name: String,
+        /// Its sealed value.
+        sealed: Vec<u8>,
+    },
+    /// Delete secret `name` (refused while a grant names it).
+    DeleteSecret {
+        /// The secret's name.
+        name: String,
     },
 }
 
@@ -1380,6 +1424,18 @@ pub enum EventKind {
         /// All its grants.
         grants: Vec<HttpGrant>,
     },
+    /// Secret `name` now has the sealed value `sealed`.
+    SecretSet {
+        /// The secret.
+        name: String,
+        /// Its sealed value.
+        sealed: Vec<u8>,
+    },
+    /// Secret `name` was deleted.
+    SecretDeleted {
+        /// The secret.
+        name: String,
+    },
     /// The outbound calls of a job's attempt, recorded with its report
     /// (just before its `Finished`).
     CallsRecorded {
@@ -1447,6 +1503,11 @@ pub enum Reply {
         /// The deployment's grants now.
         grants: Vec<HttpGrant>,
     },
+    /// A [`Command::SetSecret`] was accepted.
+    SecretSet {
+        /// True if the secret did not exist before.
+        created: bool,
+    },
 }
 
 /// A job's assignment to a worker: everything needed to run one attempt.
@@ -1471,6 +1532,9 @@ pub struct Assignment {
     /// What the attempt may reach over HTTP: its deployment name's grants
     /// when it is assigned (none for a job submitted by digest).
     pub egress: Vec<HttpGrant>,
+    /// The sealed values of the secrets the headers of `egress` name, by
+    /// name: the worker's node opens them with the cluster key.
+    pub secrets: Vec<(String, Vec<u8>)>,
 }
 
 /// What the host must do after events are applied and durable.
@@ -1649,6 +1713,20 @@ pub enum Query {
         /// Its name.
         name: String,
     },
+    /// Every secret's name, when it was set and who uses it (never a
+    /// value, sealed or not).
+    Secrets,
+}
+
+/// A secret as the API lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretView {
+    /// Its name.
+    pub name: String,
+    /// When it was last set.
+    pub updated_at: Millis,
+    /// The deployment names whose grants name it.
+    pub used_by: Vec<String>,
 }
 
 /// A deployment: a module name and the versions it pointed at.
@@ -1902,6 +1980,8 @@ pub enum Answer {
     Deployments(Vec<DeploymentView>),
     /// For [`Query::Deployment`].
     Deployment(Box<DeploymentView>),
+    /// For [`Query::Secrets`].
+    Secrets(Vec<SecretView>),
 }
 
 /// Jobs finished lately ([`Query::Recent`]).

@@ -44,6 +44,7 @@ impl Master {
             Query::Schedule { name } => Ok(Answer::Schedule(Box::new(self.schedule(name)?.view()))),
             Query::Dag { id } => self.dag_view(*id),
             Query::Deployments => Ok(Answer::Deployments(self.deployments_view())),
+            Query::Secrets => Ok(Answer::Secrets(self.secrets_view())),
             Query::Deployment { name } => {
                 Ok(Answer::Deployment(Box::new(self.deployment_view(name)?)))
             }

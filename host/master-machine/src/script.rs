@@ -480,8 +480,19 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
                 None => Vec::new(),
             };
             let private = args.flag("private")?.unwrap_or(false);
+            // `header="name: template"`: one header the grant sets.
+            let headers: Vec<(String, String)> = match args.text("header")? {
+                Some(header) => {
+                    let (name, value) =
+                        header.split_once(':').ok_or("`header=` is `name: value`")?;
+                    vec![(name.trim().to_owned(), value.trim().to_owned())]
+                }
+                None => Vec::new(),
+            };
             let grants = match args.text("http")? {
-                Some(url) => vec![HttpGrant::parse(&url, &methods, private)?],
+                Some(url) => {
+                    vec![HttpGrant::parse(&url, &methods, private)?.with_headers(&headers)?]
+                }
                 None => Vec::new(),
             };
             match verb {
@@ -489,6 +500,13 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
                 _ => Command::Revoke { name, grants },
             }
         }
+        "set-secret" => Command::SetSecret {
+            name: args.need_text("name")?,
+            sealed: args.bytes("sealed").ok_or("`sealed=` is missing")?,
+        },
+        "delete-secret" => Command::DeleteSecret {
+            name: args.need_text("name")?,
+        },
         "backfill" => Command::Backfill {
             name: args.need_text("name")?,
             from: args.number("from")?.unwrap_or(0),
@@ -499,7 +517,7 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
                 "unknown command: one of submit, poll, finish, cancel, checkpoint, \
                  worker-gone, tick, configure, create-token, revoke-token, create-schedule, \
                  pause-schedule, resume-schedule, delete-schedule, backfill, submit-dag, \
-                 deploy, rollback, undeploy, grant, revoke, json"
+                 deploy, rollback, undeploy, grant, revoke, set-secret, delete-secret, json"
                     .into(),
             );
         }

@@ -105,7 +105,11 @@ impl Api {
         check_name(name, ErrorCode::InvalidModuleName)?;
         let grants = (request.http.iter())
             .map(|body| {
+                let headers: Vec<(String, String)> = (body.headers.iter())
+                    .map(|(name, value)| (name.clone(), value.clone()))
+                    .collect();
                 HttpGrant::parse(&body.url, &body.methods, body.private)
+                    .and_then(|grant| grant.with_headers(&headers))
                     .map_err(|why| ApiError::new(ErrorCode::InvalidGrant, why))
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -196,6 +200,7 @@ pub(crate) fn grant_body(grant: &HttpGrant) -> HttpGrantBody {
         url: grant.url(),
         methods: grant.methods.clone(),
         private: grant.private,
+        headers: grant.headers.iter().cloned().collect(),
     }
 }
 

@@ -400,6 +400,14 @@ fn operation(handler: Handler) -> Option<Doc> {
             "The deployment's name.",
         )
     };
+    let secret = |r: Doc| {
+        r.param(
+            "name",
+            Path,
+            text().pattern(Some("^[A-Z_][A-Z0-9_]{0,63}$")),
+            "The secret's name.",
+        )
+    };
     let wait_ms = |r: Doc| {
         r.param(
             "wait_ms",
@@ -498,7 +506,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("Adds grants to the name (a grant it holds already is not added twice). A job submitted by the name may then call what a grant allows: the node resolves the host itself and connects only to an address that passes (loopback, private, link-local and metadata addresses only when a grant names the address, or says `private` for a name). Attempts assigned from now on run with the name's grants; an undeploy takes them away.")
             .body::<GrantRequest>(serde_json::json!({"http": [{"url": "https://api.example.com/v1/", "methods": ["POST"]}]}))
             .answers::<GrantsResponse>(200, "Every grant of the name now.")
-            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidModuleName, InvalidGrant, ModuleNameNotFound, TooManyGrants]]),
+            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidModuleName, InvalidGrant, ModuleNameNotFound, SecretNotFound, TooManyGrants]]),
         H::GrantRevoke => deployment(doc("deployments", "Take grants from a name"))
             .describe("Removes the grants listed (as they were granted); one the name does not hold changes nothing.")
             .body::<GrantRequest>(serde_json::json!({"http": [{"url": "https://api.example.com/v1/", "methods": ["POST"]}]}))
@@ -507,6 +515,17 @@ fn operation(handler: Handler) -> Option<Doc> {
         H::GrantRevokeAll => deployment(doc("deployments", "Take every grant from a name"))
             .answers::<GrantsResponse>(200, "The name, with no grant left.")
             .errors(&[MASTER, &[InvalidModuleName, ModuleNameNotFound]]),
+        H::SecretList => doc("secrets", "Every secret's name (never a value)")
+            .answers::<SecretListResponse>(200, "Each secret's name, when it was last set and the deployments whose grants name it.")
+            .errors(&[MASTER]),
+        H::SecretSet => secret(doc("secrets", "Set a secret"))
+            .describe("The node seals the value with the cluster key before the master sees it; the master keeps only the sealed bytes, journaled and replicated. A grant's header then names it (`{secret:NAME}`) and the node sending a granted request fills it in: the job never holds the value. Refused on a node without a cluster key.")
+            .body::<SecretRequest>(serde_json::json!({"value": "sk_test_4eC39HqLyjWDarjtT1zdp7dc"}))
+            .answers::<SecretResponse>(200, "Set; `created` if it is new.")
+            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidSecret, SecretsFull, SecretsUnavailable]]),
+        H::SecretDelete => secret(doc("secrets", "Delete a secret"))
+            .answers::<SecretDeletedResponse>(200, "Deleted.")
+            .errors(&[MASTER, &[InvalidSecret, SecretNotFound, SecretInUse]]),
         H::Undeploy => deployment(doc("deployments", "Remove a deployment"))
             .answers::<UndeployResponse>(200, "Removed, with its versions; jobs keep the module they resolved to.")
             .errors(&[MASTER, &[InvalidModuleName, ModuleNameNotFound, ModuleNameInUse]]),
@@ -781,6 +800,11 @@ fn components() -> utoipa::openapi::Components {
         GrantsResponse,
         HttpGrantBody,
         CallRecord,
+        SecretRequest,
+        SecretResponse,
+        SecretBody,
+        SecretListResponse,
+        SecretDeletedResponse,
         DagRequest,
         DagJobRequest,
         DagSubmitResponse,

@@ -76,6 +76,12 @@ pub struct GrantArgs {
     /// address (an address written in the URL is always allowed).
     #[arg(long)]
     pub private: bool,
+    /// A header the node sets on every request the grant allows, as
+    /// `Name: value`; `{secret:NAME}` in the value is filled in from the
+    /// cluster's secrets (`cohort secret set`), so the job never holds it
+    /// (repeatable).
+    #[arg(long = "header", value_name = "HEADER")]
+    pub headers: Vec<String>,
 }
 
 /// `cohort revoke NAME [--http URL...]`.
@@ -96,16 +102,34 @@ pub struct RevokeArgs {
     /// The grants were given with `--private`.
     #[arg(long)]
     pub private: bool,
+    /// The headers the grants were given with.
+    #[arg(long = "header", value_name = "HEADER")]
+    pub headers: Vec<String>,
 }
 
-fn grant_bodies(urls: &[String], methods: &[String], private: bool) -> Vec<HttpGrantBody> {
-    (urls.iter())
+/// The grants of `urls`, each with `methods`, `private` and `headers`
+/// (`Name: value` each).
+fn grant_bodies(
+    urls: &[String],
+    methods: &[String],
+    private: bool,
+    headers: &[String],
+) -> Result<Vec<HttpGrantBody>, String> {
+    let mut set = std::collections::BTreeMap::new();
+    for header in headers {
+        let (name, value) = header
+            .split_once(':')
+            .ok_or_else(|| format!("--header {header:?}: give it as `Name: value`"))?;
+        set.insert(name.trim().to_owned(), value.trim().to_owned());
+    }
+    Ok((urls.iter())
         .map(|url| HttpGrantBody {
             url: url.clone(),
             methods: methods.to_vec(),
             private,
+            headers: set.clone(),
         })
-        .collect()
+        .collect())
 }
 
 /// `cohort grant`: safe to repeat (a grant held already is not added).
@@ -114,7 +138,10 @@ pub async fn grant(args: GrantArgs) -> ExitCode {
         Ok(client) => client,
         Err(error) => return fail(error),
     };
-    let grants = grant_bodies(&args.http, &args.methods, args.private);
+    let grants = match grant_bodies(&args.http, &args.methods, args.private, &args.headers) {
+        Ok(grants) => grants,
+        Err(error) => return fail(error),
+    };
     let (name, grants) = (&args.name, &grants);
     match client
         .call(|node| async move { node.grant(name, grants).await })
@@ -131,7 +158,10 @@ pub async fn revoke(args: RevokeArgs) -> ExitCode {
         Ok(client) => client,
         Err(error) => return fail(error),
     };
-    let grants = grant_bodies(&args.http, &args.methods, args.private);
+    let grants = match grant_bodies(&args.http, &args.methods, args.private, &args.headers) {
+        Ok(grants) => grants,
+        Err(error) => return fail(error),
+    };
     let (name, grants) = (&args.name, &grants);
     match client
         .call(|node| async move { node.revoke(name, grants).await })
@@ -166,7 +196,10 @@ fn grant_line(grant: &HttpGrantBody) -> String {
     } else {
         ""
     };
-    format!("{} ({methods}{private})", grant.url)
+    let headers: String = (grant.headers.iter())
+        .map(|(name, value)| format!(", {name}: {value}"))
+        .collect();
+    format!("{} ({methods}{private}{headers})", grant.url)
 }
 
 /// `cohort deploy`: uploads the module if it is a file, then points the

@@ -11,7 +11,7 @@ use super::link::MasterLink;
 use crate::contract::MasterError;
 use cohort_master::{
     Answer, BulkAction, DagId, DagView, DeploymentView, Digest, Finished, JobFilter, JobId,
-    JobSummary, JobView, Query, Recent, ScheduleView, Stats, TokenRecord, WorkerView,
+    JobSummary, JobView, Query, Recent, ScheduleView, SecretView, Stats, TokenRecord, WorkerView,
 };
 use std::time::Duration;
 
@@ -58,6 +58,8 @@ queries! {
     /// One deployment with its kept versions.
     deployment(name: String) -> DeploymentView =
         Query::Deployment { name } => Answer::Deployment(view) => *view;
+    /// Every secret's name, time and users (never a value).
+    secrets() -> Vec<SecretView> = Query::Secrets => Answer::Secrets(views) => views;
     /// One job's record.
     job(id: JobId) -> JobView = Query::Job { id } => Answer::Job(view) => *view;
     /// One job's result bytes.

@@ -86,6 +86,7 @@ fn samples() -> Vec<Vec<u8>> {
             cohort_master::HttpGrant::parse("https://api.example.com/v1/", &["POST".into()], false)
                 .expect("a grant"),
         ],
+        secrets: vec![("STRIPE".into(), b"sealed".to_vec())],
     };
     let requests = [
         WireRequest::Command(Command::Submit {

@@ -13,7 +13,11 @@
 //!    trailing dot stripped, IPv6 without brackets), port (explicit or the
 //!    scheme's), method, path without the query;
 //! 2. a grant must [`allow`](HttpGrant::allows) it, else `egress_denied`;
-//! 3. a name is resolved with the host's resolver (an address literal is
+//! 3. the headers of the grants that allow it are rendered from the
+//!    attempt's secrets (see below); one naming a secret the attempt was
+//!    not given, or rendering to no valid header value, refuses the call:
+//!    `egress_secret_unavailable`;
+//! 4. a name is resolved with the host's resolver (an address literal is
 //!    used as written), and **each resolved address is classified**
 //!    ([`classify`]): public addresses pass; unspecified, broadcast and
 //!    multicast never do; a cloud metadata address only for a grant whose
@@ -23,9 +27,10 @@
 //!    address ([`permits`]). IPv4-mapped, IPv4-compatible, NAT64 and 6to4
 //!    addresses are classified by the IPv4 address inside. None passes:
 //!    `egress_address_refused`;
-//! 4. the host connects to a passing address itself (the first, in the
+//! 5. the host connects to a passing address itself (the first, in the
 //!    resolver's order, that accepts) and sends the request there, with
-//!    the `Host` header rewritten from the URI's authority.
+//!    the `Host` header rewritten from the URI's authority and the headers
+//!    of the grants that allow the request and permit that address.
 //!
 //! The address, not the name, is what is checked, because the name is not
 //! what the packets go to: a granted name may resolve (or be re-pointed)
@@ -40,6 +45,26 @@
 //! server name is the request's host. Only HTTP/1.1 is spoken. Redirects
 //! are never followed here: a job that follows one makes a new request,
 //! checked like any other.
+//!
+//! # Headers a grant sets, and secrets
+//!
+//! A grant may set headers on the requests it allows
+//! ([`HttpGrant::headers`]), their values templates whose
+//! `{secret:NAME}` placeholders are filled from the attempt's
+//! [`Secrets`]: the plaintext the worker opened for the secrets the
+//! attempt's grants name. So a job calls an API with a key it never holds.
+//! A grant's header replaces any header of that name the job sent; when two
+//! grants allowing one request set the same header, the first (in the
+//! job's order of grants) wins. A grant's headers go only on requests it
+//! allows, to an address it permits: a secret reaches no other host than
+//! its grant's, and since redirects are not followed, not even through
+//! one. A secret missing from the attempt (it did not open on this node,
+//! say) refuses every call that needs it, and only those, with
+//! `egress_secret_unavailable`; so does a value that is no valid header
+//! value once rendered (a secret holding a line break). Its log line names
+//! the secret (or the header) and the origin, never a value. Rendered
+//! values are marked sensitive, and the attempt masks every secret's value
+//! in its log, progress and failure (see [`super::job_log`]).
 //!
 //! # Bounds
 //!
@@ -67,6 +92,7 @@
 //! method and origin. Paths, query strings, headers and bodies are never
 //! recorded or logged: any of them may hold a credential.
 
+use super::job::Secrets;
 use super::job_log::SharedLog;
 use crate::limits::{
     EGRESS_ADDRESSES_LOGGED_MAX, EGRESS_ADDRESSES_MAX, EGRESS_BETWEEN_BYTES_TIMEOUT,
@@ -77,7 +103,7 @@ use crate::limits::{
 };
 use bytes::Bytes;
 use cohort_master::limits::CALLS_RECORDED_MAX;
-use cohort_master::{GrantHost, strict_ipv4};
+use cohort_master::{GrantHost, Piece, strict_ipv4, template};
 pub use cohort_master::{HttpCall, HttpGrant};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Uri, Version};
@@ -145,6 +171,9 @@ pub enum CallError {
     InvalidUri,
     /// No grant of the job allows the request.
     Denied,
+    /// A header of a grant that allows the request names a secret the
+    /// attempt was not given, or renders to no valid header value.
+    SecretUnavailable,
     /// The attempt made more calls than it may.
     CallsExhausted,
     /// The attempt's body bytes (both ways, all calls) ran out.
@@ -170,11 +199,30 @@ pub enum CallError {
 }
 
 impl CallError {
+    /// Every failure, in the order of the documentation's table.
+    pub const ALL: &[CallError] = &[
+        CallError::InvalidUri,
+        CallError::Denied,
+        CallError::SecretUnavailable,
+        CallError::CallsExhausted,
+        CallError::BytesExhausted,
+        CallError::RequestTooLarge,
+        CallError::ResponseTooLarge,
+        CallError::DnsFailed,
+        CallError::AddressRefused,
+        CallError::ConnectFailed,
+        CallError::TlsFailed,
+        CallError::Timeout,
+        CallError::HttpFailed,
+        CallError::Unfinished,
+    ];
+
     /// The stable, machine-readable code recorded for this failure.
     pub fn code(self) -> &'static str {
         match self {
             CallError::InvalidUri => "egress_invalid_uri",
             CallError::Denied => "egress_denied",
+            CallError::SecretUnavailable => "egress_secret_unavailable",
             CallError::CallsExhausted => "egress_calls_exhausted",
             CallError::BytesExhausted => "egress_bytes_exhausted",
             CallError::RequestTooLarge => "egress_request_too_large",
@@ -193,7 +241,7 @@ impl CallError {
     fn guest(self) -> HttpError {
         match self {
             CallError::InvalidUri => HttpError::HttpRequestUriInvalid,
-            CallError::Denied => HttpError::HttpRequestDenied,
+            CallError::Denied | CallError::SecretUnavailable => HttpError::HttpRequestDenied,
             CallError::CallsExhausted => HttpError::ConnectionLimitReached,
             CallError::BytesExhausted | CallError::RequestTooLarge => {
                 HttpError::HttpRequestBodySize(None)
@@ -725,12 +773,14 @@ impl Drop for Call {
 /// The future `wasi:http` drives for a call's connection.
 pub(crate) type IoFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;
 
-/// One attempt's outbound HTTP: its grants, the bounds it runs under, its
-/// record and its log. `wasi:http` hands every request of the job here.
+/// One attempt's outbound HTTP: its grants and the secrets their headers
+/// name, the bounds it runs under, its record and its log. `wasi:http`
+/// hands every request of the job here.
 #[derive(Clone)]
 pub(crate) struct JobEgress {
     egress: Egress,
     grants: Arc<[HttpGrant]>,
+    secrets: Arc<Secrets>,
     ledger: Ledger,
     log: SharedLog,
     /// One permit per call that may be in flight at once.
@@ -861,10 +911,12 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 impl JobEgress {
     /// The egress of an attempt allowed `grants` (none: every call is
-    /// refused), recorded in `ledger`, logging to `log`.
+    /// refused), their headers filled from `secrets`, recorded in `ledger`,
+    /// logging to `log`.
     pub(crate) fn new(
         egress: Egress,
         grants: Vec<HttpGrant>,
+        secrets: Secrets,
         ledger: Ledger,
         log: SharedLog,
     ) -> Self {
@@ -875,6 +927,7 @@ impl JobEgress {
             )),
             egress,
             grants: grants.into(),
+            secrets: Arc::new(secrets),
             ledger,
             log,
         }
@@ -979,6 +1032,11 @@ impl JobEgress {
             )));
         }
 
+        let rendered = (granted.iter())
+            .map(|grant| Ok((*grant, grant_headers(grant, &self.secrets)?)))
+            .collect::<Result<Vec<_>, Failure>>()
+            .map_err(fail)?;
+
         // Each call in flight holds sockets (and, resolving, a thread): a
         // job sending many at once waits for its earlier ones to end.
         let permit = tokio::time::timeout_at(deadline, self.in_flight.clone().acquire_owned());
@@ -1007,13 +1065,25 @@ impl JobEgress {
                     limits.connect_timeout,
                 ),
         );
-        let stream = self
+        let (stream, ip) = self
             .connect(&target, &granted, connect_by)
             .await
             .map_err(fail)?;
+        // The headers of the grants that permit the address connected to,
+        // the first grant's where two set one name.
+        let mut set: Vec<(HeaderName, HeaderValue)> = Vec::new();
+        for (grant, headers) in rendered {
+            if permits(grant, ip) {
+                for (name, value) in headers {
+                    if !set.iter().any(|(seen, _)| *seen == name) {
+                        set.push((name, value));
+                    }
+                }
+            }
+        }
 
         let (parts, body) = request.into_parts();
-        let outgoing = outgoing(parts, &target, body, &call, limits).map_err(fail)?;
+        let outgoing = outgoing(parts, &target, body, set, &call, limits).map_err(fail)?;
         let mut builder = hyper::client::conn::http1::Builder::new();
         builder.max_header_size(EGRESS_RESPONSE_HEAD_BYTES_MAX);
         let (mut sender, connection) = builder
@@ -1118,13 +1188,14 @@ impl JobEgress {
     }
 
     /// Resolves the target's host, keeps the addresses a grant permits and
-    /// connects to the first that accepts (TLS on top for `https`).
+    /// connects to the first that accepts (TLS on top for `https`); the
+    /// connection and the address it reached.
     async fn connect(
         &self,
         target: &Target,
         granted: &[&HttpGrant],
         by: Deadline,
-    ) -> Result<Box<dyn Io>, Failure> {
+    ) -> Result<(Box<dyn Io>, IpAddr), Failure> {
         let addresses = match target.ip {
             Some(ip) => vec![ip],
             None => resolve(&target.host, target.port, by).await?,
@@ -1142,7 +1213,7 @@ impl JobEgress {
                 .await
             {
                 Ok(Ok(stream)) => {
-                    tcp = Some(stream);
+                    tcp = Some((stream, ip));
                     break;
                 }
                 Ok(Err(error)) => last_error = Some(error),
@@ -1155,7 +1226,7 @@ impl JobEgress {
                 }
             }
         }
-        let Some(tcp) = tcp else {
+        let Some((tcp, ip)) = tcp else {
             let guest = match last_error.as_ref().map(std::io::Error::kind) {
                 Some(std::io::ErrorKind::ConnectionRefused) => HttpError::ConnectionRefused,
                 _ => HttpError::DestinationUnavailable,
@@ -1169,7 +1240,7 @@ impl JobEgress {
         };
         let _ = tcp.set_nodelay(true);
         if !target.https {
-            return Ok(Box::new(tcp));
+            return Ok((Box::new(tcp), ip));
         }
         let tls_failed = |guest: HttpError, why: String| {
             Failure::new(CallError::TlsFailed, guest, format!("failed TLS: {why}"))
@@ -1186,7 +1257,7 @@ impl JobEgress {
         };
         let connector = tokio_rustls::TlsConnector::from(config);
         match tokio::time::timeout_at(by, connector.connect(name, tcp)).await {
-            Ok(Ok(stream)) => Ok(Box::new(stream)),
+            Ok(Ok(stream)) => Ok((Box::new(stream), ip)),
             Ok(Err(error)) => Err(tls_failed(tls_guest_error(&error), error.to_string())),
             Err(_elapsed) => Err(Failure::new(
                 CallError::Timeout,
@@ -1293,13 +1364,72 @@ fn refused_addresses(target: &Target, refused: &[IpAddr]) -> Failure {
     )
 }
 
+/// The headers `grant` sets, their templates filled from `secrets` and
+/// marked sensitive; or the failure of a call that needs them, naming the
+/// secret or the header, never a value.
+fn grant_headers(
+    grant: &HttpGrant,
+    secrets: &Secrets,
+) -> Result<Vec<(HeaderName, HeaderValue)>, Failure> {
+    let unavailable = |why: String| {
+        Failure::new(
+            CallError::SecretUnavailable,
+            HttpError::HttpRequestDenied,
+            why,
+        )
+    };
+    let mut headers = Vec::with_capacity(grant.headers.len());
+    for (name, value) in &grant.headers {
+        let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            unavailable(format!(
+                "is allowed by a grant whose header {name:?} is no header name"
+            ))
+        })?;
+        let pieces = template(value).map_err(|_| {
+            unavailable(format!(
+                "is allowed by a grant whose header {header} is no valid template"
+            ))
+        })?;
+        let mut rendered = String::new();
+        let mut named = Vec::new();
+        for piece in pieces {
+            match piece {
+                Piece::Text(text) => rendered.push_str(text),
+                Piece::Secret(secret) => {
+                    let plaintext = secrets.get(secret).ok_or_else(|| {
+                        unavailable(format!(
+                            "needs the secret {secret} (header {header}), which this attempt was not given"
+                        ))
+                    })?;
+                    rendered.push_str(plaintext);
+                    named.push(secret);
+                }
+            }
+        }
+        let mut value = HeaderValue::from_str(&rendered).map_err(|_| {
+            let from = match named.is_empty() {
+                true => String::new(),
+                false => format!(" (filled from the secret {})", named.join(", ")),
+            };
+            unavailable(format!(
+                "would carry no valid value in its header {header}{from}: a line break or another control character"
+            ))
+        })?;
+        value.set_sensitive(true);
+        headers.push((header, value));
+    }
+    Ok(headers)
+}
+
 /// The request as it goes on the wire: the path and query as its target,
 /// the `Host` header from the URI's authority, no hop-by-hop header, the
-/// body counted and bounded.
+/// grants' `headers` in place of the job's of those names, the body
+/// counted and bounded.
 fn outgoing<B>(
     parts: http::request::Parts,
     target: &Target,
     body: B,
+    grant_headers: Vec<(HeaderName, HeaderValue)>,
     call: &Arc<Call>,
     limits: EgressLimits,
 ) -> Result<http::Request<RequestBody>, Failure>
@@ -1341,6 +1471,9 @@ where
         if !is_hop_by_hop(name) && !listed.iter().any(|listed| listed == name.as_str()) {
             headers.append(name.clone(), value.clone());
         }
+    }
+    for (name, value) in grant_headers {
+        headers.insert(name, value);
     }
     headers.insert(header::HOST, host);
     Ok(request)

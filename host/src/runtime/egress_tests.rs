@@ -1,8 +1,9 @@
 //! Tests of [`super`]: the address rules as a pure function, and the hook's
 //! send path against servers on 127.0.0.1 (plain and TLS) that answer,
-//! stay silent, trickle or answer too much. Every test is bounded in time.
+//! stay silent, trickle or answer too much; the headers grants fill from
+//! secrets, and a job whose log is masked. Every test is bounded in time.
 
-use super::super::job_log::JobLog;
+use super::super::job_log::{JobLog, Mask};
 use super::*;
 use http_body_util::Full;
 use std::convert::Infallible;
@@ -39,6 +40,23 @@ fn private(url: &str) -> HttpGrant {
     HttpGrant::parse(url, &[], true).unwrap()
 }
 
+/// `grant` setting `headers` (name, template).
+fn setting(grant: HttpGrant, headers: &[(&str, &str)]) -> HttpGrant {
+    let headers: Vec<(String, String)> = (headers.iter())
+        .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+        .collect();
+    grant.with_headers(&headers).unwrap()
+}
+
+fn secrets(pairs: &[(&str, &str)]) -> Secrets {
+    (pairs.iter())
+        .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+        .collect()
+}
+
+/// The secret the tests fill an `authorization` header with.
+const API_KEY: &str = "s3cr3t-value";
+
 /// One attempt's egress, its record and its log.
 struct Attempt {
     egress: JobEgress,
@@ -52,11 +70,24 @@ impl Attempt {
     }
 
     fn trusting(grants: Vec<HttpGrant>, limits: EgressLimits, ca: Option<&Path>) -> Self {
+        Self::build(grants, limits, ca, Secrets::default())
+    }
+
+    fn with_secrets(grants: Vec<HttpGrant>, limits: EgressLimits, secrets: Secrets) -> Self {
+        Self::build(grants, limits, None, secrets)
+    }
+
+    fn build(
+        grants: Vec<HttpGrant>,
+        limits: EgressLimits,
+        ca: Option<&Path>,
+        secrets: Secrets,
+    ) -> Self {
         let ledger = Ledger::new(None);
-        let log = SharedLog::new(JobLog::new(1 << 16, None));
+        let log = SharedLog::new(JobLog::new(1 << 16, None).masking(Mask::new(&secrets)));
         let egress = Egress::new(ca, limits).unwrap();
         Self {
-            egress: JobEgress::new(egress, grants, ledger.clone(), log.clone()),
+            egress: JobEgress::new(egress, grants, secrets, ledger.clone(), log.clone()),
             ledger,
             log,
         }
@@ -1043,6 +1074,7 @@ fn codes_are_stable_and_fit_a_record() {
     let all = [
         (CallError::InvalidUri, "egress_invalid_uri"),
         (CallError::Denied, "egress_denied"),
+        (CallError::SecretUnavailable, "egress_secret_unavailable"),
         (CallError::CallsExhausted, "egress_calls_exhausted"),
         (CallError::BytesExhausted, "egress_bytes_exhausted"),
         (CallError::RequestTooLarge, "egress_request_too_large"),
@@ -1055,8 +1087,235 @@ fn codes_are_stable_and_fit_a_record() {
         (CallError::HttpFailed, "egress_http_failed"),
         (CallError::Unfinished, "egress_unfinished"),
     ];
+    assert_eq!(CallError::ALL.len(), all.len());
     for (error, code) in all {
+        assert!(CallError::ALL.contains(&error));
         assert_eq!(error.code(), code);
         assert!(code.len() <= ERROR_CODE_BYTES_MAX);
     }
+}
+
+// ---- Headers from secrets
+
+/// The lines of `head` for the header `name`.
+fn header_lines<'a>(head: &'a str, name: &str) -> Vec<&'a str> {
+    let prefix = format!("{name}:");
+    head.lines().filter(|l| l.starts_with(&prefix)).collect()
+}
+
+#[tokio::test]
+async fn a_grants_headers_carry_its_secrets_to_its_host_and_no_other() {
+    in_time(async {
+        let (a, mut heard_a) = server(Answer::Body(b"a".to_vec()), None).await;
+        let (b, mut heard_b) = server(Answer::Body(b"b".to_vec()), None).await;
+        let attempt = Attempt::with_secrets(
+            vec![
+                setting(
+                    grant(&format!("http://127.0.0.1:{a}")),
+                    &[
+                        ("Authorization", "Bearer {secret:API_KEY}"),
+                        ("x-team", "team-{secret:TEAM}-1"),
+                    ],
+                ),
+                private(&format!("http://localhost:{b}")),
+            ],
+            quick(),
+            secrets(&[("API_KEY", API_KEY), ("TEAM", "blue")]),
+        );
+
+        // The job's own Authorization headers give way to the grant's.
+        let mut own = get(&format!("http://127.0.0.1:{a}/v1/charges"));
+        let headers = own.headers_mut();
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer job-own"),
+        );
+        headers.append(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Basic second"),
+        );
+        headers.insert("x-kept", HeaderValue::from_static("kept"));
+        assert_eq!(attempt.call(own).await.unwrap(), (200, b"a".to_vec()));
+        let head = heard_a.recv().await.unwrap().head;
+        assert_eq!(
+            header_lines(&head, "authorization"),
+            [format!("authorization: Bearer {API_KEY}")],
+            "{head}"
+        );
+        assert_eq!(header_lines(&head, "x-team"), ["x-team: team-blue-1"]);
+        assert_eq!(header_lines(&head, "x-kept"), ["x-kept: kept"]);
+        assert!(
+            !head.contains("job-own") && !head.contains("second"),
+            "{head}"
+        );
+
+        // Another granted host gets none of them.
+        let other = get(&format!("http://localhost:{b}/"));
+        assert_eq!(attempt.call(other).await.unwrap(), (200, b"b".to_vec()));
+        let head = heard_b.recv().await.unwrap().head;
+        assert!(header_lines(&head, "authorization").is_empty(), "{head}");
+        assert!(header_lines(&head, "x-team").is_empty(), "{head}");
+        assert!(!head.contains(API_KEY), "{head}");
+
+        // Nothing to log; the record holds no header.
+        assert_eq!(attempt.log(), "");
+        let (calls, _) = attempt.record();
+        assert!(calls.iter().all(|c| c.error.is_none()), "{calls:?}");
+        assert!(!format!("{calls:?}").contains(API_KEY));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn grants_allowing_one_request_each_set_their_headers_the_first_winning() {
+    in_time(async {
+        let (port, mut heard) = server(Answer::Body(Vec::new()), None).await;
+        let narrow = setting(
+            grant(&format!("http://127.0.0.1:{port}/v1")),
+            &[("x-which", "narrow")],
+        );
+        let wide = setting(
+            grant(&format!("http://127.0.0.1:{port}")),
+            &[("x-which", "wide"), ("x-key", "{secret:API_KEY}")],
+        );
+        let attempt = Attempt::with_secrets(
+            vec![narrow, wide],
+            quick(),
+            secrets(&[("API_KEY", API_KEY)]),
+        );
+        for (path, which) in [("/v1/x", "narrow"), ("/v2", "wide")] {
+            let url = format!("http://127.0.0.1:{port}{path}");
+            assert_eq!(attempt.call(get(&url)).await.unwrap().0, 200);
+            let head = heard.recv().await.unwrap().head;
+            assert_eq!(
+                header_lines(&head, "x-which"),
+                [format!("x-which: {which}")]
+            );
+            assert_eq!(header_lines(&head, "x-key"), [format!("x-key: {API_KEY}")]);
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_call_needing_a_secret_the_attempt_lacks_is_refused_and_others_go_out() {
+    in_time(async {
+        let (port, mut heard) = server(Answer::Body(b"ok".to_vec()), None).await;
+        let attempt = Attempt::with_secrets(
+            vec![
+                setting(
+                    grant(&format!("http://127.0.0.1:{port}/v1")),
+                    &[("authorization", "Bearer {secret:API_KEY}")],
+                ),
+                grant(&format!("http://127.0.0.1:{port}/open")),
+            ],
+            quick(),
+            secrets(&[("OTHER", "other-value")]),
+        );
+        let refused = attempt
+            .call(get(&format!("http://127.0.0.1:{port}/v1/x")))
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, HttpError::HttpRequestDenied), "{refused}");
+        let open = attempt
+            .call(get(&format!("http://127.0.0.1:{port}/open")))
+            .await;
+        assert_eq!(open.unwrap(), (200, b"ok".to_vec()));
+        let only = heard.recv().await.unwrap();
+        assert!(only.head.starts_with("GET /open HTTP/1.1"), "{}", only.head);
+        assert!(heard.try_recv().is_err(), "the refused call reached the server");
+
+        let log = attempt.log();
+        assert_eq!(
+            log,
+            format!(
+                "[cohort] egress_secret_unavailable: GET http://127.0.0.1:{port} needs the secret API_KEY (header authorization), which this attempt was not given\n"
+            )
+        );
+        let (calls, _) = attempt.record();
+        let codes: Vec<Option<&str>> = calls.iter().map(|c| c.error.as_deref()).collect();
+        assert_eq!(codes, [Some("egress_secret_unavailable"), None]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_secret_that_makes_no_valid_header_value_refuses_the_call() {
+    in_time(async {
+        let (port, mut heard) = server(Answer::Body(Vec::new()), None).await;
+        let attempt = Attempt::with_secrets(
+            vec![setting(
+                grant(&format!("http://127.0.0.1:{port}")),
+                &[("authorization", "Bearer {secret:API_KEY}")],
+            )],
+            quick(),
+            secrets(&[("API_KEY", "line\r\nx-injected: yes")]),
+        );
+        let refused = attempt
+            .call(get(&format!("http://127.0.0.1:{port}/")))
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, HttpError::HttpRequestDenied), "{refused}");
+        assert!(heard.try_recv().is_err(), "nothing reached the server");
+        let log = attempt.log();
+        assert!(
+            log.starts_with(&format!(
+                "[cohort] egress_secret_unavailable: GET http://127.0.0.1:{port} would carry no valid value in its header authorization (filled from the secret API_KEY)"
+            )),
+            "{log}"
+        );
+        assert!(!log.contains("injected"), "no value in the log: {log}");
+        let record = attempt.record();
+        assert_eq!(
+            the_call(&record).error.as_deref(),
+            Some("egress_secret_unavailable")
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_jobs_log_masks_a_secret_its_output_keeps() {
+    // A server that echoes the header back, and a job that logs the URL it
+    // calls (which holds the value too) and returns what it got.
+    let (port, mut heard) = server(
+        Answer::Body(format!("you sent Bearer {API_KEY}").into_bytes()),
+        None,
+    )
+    .await;
+    let runtime = crate::runtime::Runtime::new(crate::runtime::RuntimeConfig {
+        concurrent_jobs: 1,
+        ..crate::runtime::RuntimeConfig::default()
+    })
+    .unwrap();
+    let wasm = std::fs::read(format!("{}/fixture_http.wasm", env!("COHORT_GUESTS_DIR"))).unwrap();
+    let module = runtime.load(&wasm).await.unwrap();
+    let input = serde_json::json!({
+        "calls": [{"url": format!("http://127.0.0.1:{port}/echo/{API_KEY}")}]
+    });
+    let request = crate::runtime::JobRequest {
+        input: serde_json::to_vec(&input).unwrap(),
+        egress: vec![setting(
+            grant(&format!("http://127.0.0.1:{port}")),
+            &[("authorization", "Bearer {secret:API_KEY}")],
+        )],
+        secrets: secrets(&[("API_KEY", API_KEY)]),
+        ..crate::runtime::JobRequest::default()
+    };
+    let report = tokio::time::timeout(TEST_TIME, runtime.run(&module, request))
+        .await
+        .expect("the job ended in time");
+    let head = heard.recv().await.unwrap().head;
+    assert_eq!(
+        header_lines(&head, "authorization"),
+        [format!("authorization: Bearer {API_KEY}")]
+    );
+    let log = String::from_utf8(report.log).unwrap();
+    assert!(!log.contains(API_KEY), "{log}");
+    assert!(log.contains("/echo/[secret:API_KEY] -> 200"), "{log}");
+    let output = String::from_utf8(report.outcome.unwrap()).unwrap();
+    assert!(
+        output.contains(&format!("you sent Bearer {API_KEY}")),
+        "the output is the job's own, unmasked: {output}"
+    );
 }

@@ -9,6 +9,15 @@
 //! that caps linear memory and table growth; and the job's latest progress,
 //! checkpoint and outbound calls.
 //!
+//! An attempt's [`Secrets`] fill the headers its grants set on its calls,
+//! and their values are masked (`[secret:NAME]`) in everything it reports
+//! but its output: the log (see [`super::job_log`]), progress messages and
+//! failure texts. Each text is masked whole before it is cut to its bound,
+//! so no cut leaves the beginning of a value behind. The output and the
+//! checkpoint are not masked: they are the job's own data, handed to its
+//! caller and its next attempt as they are, and a job that puts a value
+//! there put it there on purpose; changing them would corrupt them.
+//!
 //! Time is bounded twice, because each mechanism alone has a hole:
 //!
 //! * the engine's epoch ticks every [`EPOCH_TICK`]; on each tick the store's
@@ -27,7 +36,7 @@
 
 use super::egress::{CallSink, Egress, HttpCall, HttpGrant, JobEgress, Ledger};
 use super::job_limits::JobLimits;
-use super::job_log::{JobLog, SharedLog};
+use super::job_log::{JobLog, Mask, SharedLog};
 use super::job_world::cohort::job::{host, types};
 use super::job_world::{Job, JobPre};
 use super::observer::JobObserver;
@@ -57,6 +66,73 @@ pub struct JobRequest {
     /// The outbound HTTP(S) calls the job may make; empty: none, every
     /// request is refused (and recorded).
     pub egress: Vec<HttpGrant>,
+    /// The plaintext of the secrets `egress` names: what its headers'
+    /// `{secret:NAME}` placeholders are filled with (a call needing one
+    /// that is not here is refused, `egress_secret_unavailable`), and what
+    /// is masked in the attempt's log, progress and failure.
+    pub secrets: Secrets,
+}
+
+/// The plaintext of secrets, by name. Its `Debug` names them and never
+/// shows a value; it is carried to a sandbox process in the request frame.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Secrets(Vec<(String, String)>);
+
+impl Secrets {
+    /// The secrets `(name, plaintext)`; for a name given twice, the first.
+    pub fn new(secrets: Vec<(String, String)>) -> Self {
+        Self(secrets)
+    }
+
+    /// The plaintext of the secret `name`, if it is here.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        (self.0.iter())
+            .find(|(held, _)| held == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// The names held.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(name, _)| name.as_str())
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Each `(name, plaintext)`.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+    }
+}
+
+impl From<Vec<(String, String)>> for Secrets {
+    fn from(secrets: Vec<(String, String)>) -> Self {
+        Self::new(secrets)
+    }
+}
+
+impl FromIterator<(String, String)> for Secrets {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(secrets: I) -> Self {
+        Self::new(secrets.into_iter().collect())
+    }
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        struct Redacted;
+        impl std::fmt::Debug for Redacted {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("<redacted>")
+            }
+        }
+        f.debug_map()
+            .entries(self.names().map(|name| (name, Redacted)))
+            .finish()
+    }
 }
 
 /// The latest progress report of a job.
@@ -70,14 +146,15 @@ pub struct Progress {
 
 impl Progress {
     /// A job's progress call as it is kept: the fraction clamped to `[0, 1]`
-    /// (NaN as 0), the message cut at [`PROGRESS_MESSAGE_BYTES_MAX`].
-    fn bounded(fraction: f32, message: String) -> Self {
+    /// (NaN as 0), the message masked by `mask` and then cut at
+    /// [`PROGRESS_MESSAGE_BYTES_MAX`].
+    pub(crate) fn bounded(fraction: f32, message: String, mask: Option<&Mask>) -> Self {
         let fraction = if fraction.is_nan() {
             0.0
         } else {
             fraction.clamp(0.0, 1.0)
         };
-        let message = truncate_utf8(message, PROGRESS_MESSAGE_BYTES_MAX);
+        let message = bounded_text(message, mask, PROGRESS_MESSAGE_BYTES_MAX);
         Self { fraction, message }
     }
 
@@ -186,6 +263,33 @@ pub enum JobFailure {
 }
 
 impl JobFailure {
+    /// This failure as it is reported: every secret value in its texts
+    /// masked by `mask`, then the job's own code and message cut to their
+    /// bounds ([`ERROR_CODE_BYTES_MAX`], [`ERROR_MESSAGE_BYTES_MAX`]).
+    pub(crate) fn reported(self, mask: Option<&Mask>) -> Self {
+        let masked = |text: String| match mask {
+            Some(mask) => mask.text(&text),
+            None => text,
+        };
+        match self {
+            JobFailure::JobError { code, message } => JobFailure::JobError {
+                code: bounded_text(code, mask, ERROR_CODE_BYTES_MAX),
+                message: bounded_text(message, mask, ERROR_MESSAGE_BYTES_MAX),
+            },
+            JobFailure::Trap { message, backtrace } => JobFailure::Trap {
+                message: masked(message),
+                backtrace: backtrace.map(masked),
+            },
+            JobFailure::Internal { message } => JobFailure::Internal {
+                message: masked(message),
+            },
+            failure @ (JobFailure::Timeout { .. }
+            | JobFailure::MemoryLimit { .. }
+            | JobFailure::OutputTooLarge { .. }
+            | JobFailure::CheckpointTooLarge { .. }) => failure,
+        }
+    }
+
     /// The stable, machine-readable code of this failure.
     pub fn code(&self) -> &'static str {
         match self {
@@ -262,6 +366,8 @@ pub struct JobState {
     table: ResourceTable,
     limiter: JobLimiter,
     log: SharedLog,
+    /// Masks the attempt's secret values in its progress messages.
+    mask: Option<Arc<Mask>>,
     latest: Arc<Mutex<Latest>>,
     resume_state: Option<Vec<u8>>,
     checkpoint_bytes_max: u64,
@@ -319,7 +425,7 @@ impl host::Host for JobState {
     }
 
     fn progress(&mut self, fraction: f32, message: String) -> wasmtime::Result<()> {
-        let progress = Progress::bounded(fraction, message);
+        let progress = Progress::bounded(fraction, message, self.mask.as_deref());
         if let Some(observer) = &self.observer {
             observer.progress(progress.fraction, &progress.message);
         }
@@ -351,6 +457,16 @@ fn lock(latest: &Mutex<Latest>) -> std::sync::MutexGuard<'_, Latest> {
     latest
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `text` masked by `mask`, then cut at `bytes_max`: masked first, so that
+/// no cut leaves the beginning of a value behind.
+fn bounded_text(text: String, mask: Option<&Mask>, bytes_max: usize) -> String {
+    let text = match mask {
+        Some(mask) => mask.text(&text),
+        None => text,
+    };
+    truncate_utf8(text, bytes_max)
 }
 
 fn truncate_utf8(mut text: String, bytes_max: usize) -> String {
@@ -385,11 +501,16 @@ pub(crate) async fn execute(
         resume_state,
         observer,
         egress: grants,
+        secrets,
     } = request;
-    let log = SharedLog::new(JobLog::new(
-        usize::try_from(limits.log_bytes).unwrap_or(usize::MAX),
-        observer.clone(),
-    ));
+    let mask = Mask::new(&secrets);
+    let log = SharedLog::new(
+        JobLog::new(
+            usize::try_from(limits.log_bytes).unwrap_or(usize::MAX),
+            observer.clone(),
+        )
+        .masking(mask.clone()),
+    );
     let latest = Arc::new(Mutex::new(Latest::default()));
     // Outside the store, so that the calls of an attempt cut off by the
     // host-side timeout are reported too.
@@ -405,7 +526,7 @@ pub(crate) async fn execute(
     let state = JobState {
         wasi,
         http: WasiHttpCtx::new(),
-        egress: JobEgress::new(egress.clone(), grants, ledger.clone(), log.clone()),
+        egress: JobEgress::new(egress.clone(), grants, secrets, ledger.clone(), log.clone()),
         table: ResourceTable::new(),
         limiter: JobLimiter {
             memory_bytes_max: limits.memory_bytes,
@@ -414,6 +535,7 @@ pub(crate) async fn execute(
             memory_refused_bytes: None,
         },
         log: log.clone(),
+        mask: mask.clone(),
         latest: latest.clone(),
         resume_state,
         checkpoint_bytes_max: limits.checkpoint_bytes,
@@ -446,9 +568,10 @@ pub(crate) async fn execute(
             limit_ms: limits.timeout_ms,
         }),
         Ok(Ok(Ok(output))) => bounded_output(output, &limits),
+        // Cut to their bounds (after masking) below.
         Ok(Ok(Err(job_error))) => Err(JobFailure::JobError {
-            code: truncate_utf8(job_error.code, ERROR_CODE_BYTES_MAX),
-            message: truncate_utf8(job_error.message, ERROR_MESSAGE_BYTES_MAX),
+            code: job_error.code,
+            message: job_error.message,
         }),
         Ok(Err(CallError::Instantiate(error))) => match state.limiter.memory_refused_bytes {
             // The module's initial memory alone is over this job's limit.
@@ -462,12 +585,14 @@ pub(crate) async fn execute(
         },
         Ok(Err(CallError::Run(error))) => Err(classify(state, &limits, &error)),
     };
+    let outcome = outcome.map_err(|failure| failure.reported(mask.as_deref()));
     let latest = std::mem::take(&mut *lock(&latest));
     let memory_peak_bytes = state.limiter.memory_peak_bytes;
     // Before the store (and the responses it holds) goes: a call still
     // running now is recorded as unfinished, however its drop goes.
     let (calls, calls_dropped) = ledger.close();
     drop(store);
+    log.flush();
     JobReport {
         outcome,
         log_dropped_bytes: log.dropped_bytes(),
@@ -610,7 +735,7 @@ mod tests {
     fn progress_is_kept_bounded_and_only_bounded_reports_pass() {
         let long = "é".repeat(PROGRESS_MESSAGE_BYTES_MAX);
         for (fraction, kept) in [(f32::NAN, 0.0), (-1.0, 0.0), (0.5, 0.5), (7.0, 1.0)] {
-            let progress = Progress::bounded(fraction, long.clone());
+            let progress = Progress::bounded(fraction, long.clone(), None);
             assert_eq!(progress.fraction, kept);
             assert!(progress.message.len() <= PROGRESS_MESSAGE_BYTES_MAX);
             assert!(progress.is_bounded());
@@ -634,6 +759,80 @@ mod tests {
                 limit_bytes: 2
             })
         );
+    }
+
+    fn api_key() -> Option<Arc<Mask>> {
+        Mask::new(&Secrets::new(vec![(
+            "API_KEY".into(),
+            "s3cr3t-value".into(),
+        )]))
+    }
+
+    #[test]
+    fn a_progress_message_is_masked_before_it_is_cut() {
+        let mask = api_key();
+        let progress = Progress::bounded(0.5, "calling with s3cr3t-value".into(), mask.as_deref());
+        assert_eq!(progress.message, "calling with [secret:API_KEY]");
+        // Cut first, the message would end with the value's beginning.
+        let long = format!("{}s3cr3t-value", "x".repeat(PROGRESS_MESSAGE_BYTES_MAX - 6));
+        let progress = Progress::bounded(0.5, long, mask.as_deref());
+        assert!(progress.is_bounded());
+        assert!(
+            progress.message.ends_with("xx[secre"),
+            "{}",
+            progress.message
+        );
+    }
+
+    #[test]
+    fn a_failure_is_masked_before_it_is_cut() {
+        let mask = api_key();
+        let error = JobFailure::JobError {
+            code: format!("{}s3cr3t-value", "c".repeat(ERROR_CODE_BYTES_MAX - 4)),
+            message: "the server said: bad key s3cr3t-value".into(),
+        }
+        .reported(mask.as_deref());
+        let JobFailure::JobError { code, message } = &error else {
+            panic!("{error:?}")
+        };
+        assert_eq!(code.len(), ERROR_CODE_BYTES_MAX);
+        assert!(code.ends_with("cccc[sec"), "{code}");
+        assert_eq!(message, "the server said: bad key [secret:API_KEY]");
+        let trap = JobFailure::Trap {
+            message: "s3cr3t-value".into(),
+            backtrace: Some("at s3cr3t-value".into()),
+        }
+        .reported(mask.as_deref());
+        assert!(!format!("{trap:?}").contains("s3cr3t"), "{trap:?}");
+        let internal = JobFailure::Internal {
+            message: "s3cr3t-value".into(),
+        };
+        assert_eq!(
+            internal.reported(mask.as_deref()).to_string(),
+            "internal error: [secret:API_KEY]"
+        );
+        // Without secrets, only the job's own texts are cut.
+        let long = JobFailure::JobError {
+            code: "c".repeat(ERROR_CODE_BYTES_MAX + 1),
+            message: "m".into(),
+        };
+        let JobFailure::JobError { code, .. } = long.reported(None) else {
+            unreachable!()
+        };
+        assert_eq!(code.len(), ERROR_CODE_BYTES_MAX);
+    }
+
+    #[test]
+    fn secrets_never_show_their_values_in_debug() {
+        let secrets: Secrets = vec![("API_KEY".to_owned(), "s3cr3t-value".to_owned())].into();
+        assert_eq!(secrets.get("API_KEY"), Some("s3cr3t-value"));
+        assert_eq!(secrets.get("OTHER"), None);
+        assert_eq!(format!("{secrets:?}"), r#"{"API_KEY": <redacted>}"#);
+        let request = JobRequest {
+            secrets,
+            ..JobRequest::default()
+        };
+        assert!(!format!("{request:?}").contains("s3cr3t"), "{request:?}");
     }
 
     #[test]

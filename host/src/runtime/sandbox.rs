@@ -28,7 +28,9 @@
 //!   digest. Without a data directory the runtime keeps one of its own.
 //! * **Frames over stdin/stdout.** Each frame is a little-endian `u32`
 //!   length then a postcard body. Node to child: one [`Request`] per job
-//!   (with the job's egress grants and the node's egress bounds).
+//!   (with the job's egress grants, the plaintext of the secrets they name,
+//!   and the node's egress bounds: the pipe is the node's own, to its own
+//!   child).
 //!   Child to node: [`Event::Log`], [`Event::Progress`],
 //!   [`Event::Checkpoint`] and [`Event::Call`] as they happen (so the log,
 //!   checkpoint and finished calls of a killed attempt survive, as they do
@@ -41,7 +43,10 @@
 //!   the job's own limits (and a record of calls by its bound, each call's
 //!   strings by theirs), and a frame that does not decode, an early exit
 //!   or a closed pipe fail the attempt with `internal` and kill the child.
-//!   A child's death never touches another job.
+//!   A child's death never touches another job. The child masks the
+//!   attempt's secret values where it runs the job (before any text is
+//!   cut to its bound); the node masks what it relays once more, so that
+//!   what it reports holds no value whatever the child sent.
 //! * **Least environment.** A child gets none of the node's environment
 //!   variables but its log filter and `RUST_BACKTRACE`.
 //! * **No orphans.** A child exits when its stdin closes (the node is gone or
@@ -55,9 +60,9 @@
 //! own. It isolates faults and time, not a guest that escaped wasmtime.
 
 use super::egress::{self, EgressLimits, HttpCall, HttpGrant};
-use super::job::{JobFailure, JobReport, JobRequest, Progress, bounded_output};
+use super::job::{JobFailure, JobReport, JobRequest, Progress, Secrets, bounded_output};
 use super::job_limits::JobLimits;
-use super::job_log::JobLog;
+use super::job_log::{JobLog, Mask};
 use super::module::Digest;
 use super::observer::JobObserver;
 use crate::limits::{
@@ -86,6 +91,8 @@ pub(super) struct Request {
     pub(super) resume_state: Option<Vec<u8>>,
     /// The job's grants.
     pub(super) egress: Vec<HttpGrant>,
+    /// The plaintext of the secrets they name.
+    pub(super) secrets: Secrets,
     /// The node's bounds on the job's calls.
     pub(super) egress_limits: EgressLimits,
 }
@@ -153,11 +160,14 @@ struct Sandbox {
 /// that finished, or of one that was killed (as an in-thread attempt cut
 /// off by its timeout is reported).
 struct Seen {
-    /// Capped at the job's limit again: the child is not trusted to have.
+    /// Capped at the job's limit and masked again: the child is not
+    /// trusted to have.
     log: JobLog,
     progress: Option<Progress>,
     checkpoint: Option<Vec<u8>>,
     observer: Option<Arc<dyn JobObserver>>,
+    /// Masks the attempt's secret values in its progress and failure.
+    mask: Option<Arc<Mask>>,
     /// Calls relayed as they ended (in the order they ended).
     calls: Vec<HttpCall>,
 }
@@ -201,16 +211,20 @@ impl Sandboxes {
             resume_state,
             observer,
             egress,
+            secrets,
         } = request;
         let deadline = tokio::time::Instant::now() + limits.timeout() + SANDBOX_KILL_GRACE;
+        let mask = Mask::new(&secrets);
         let mut seen = Seen {
             log: JobLog::new(
                 usize::try_from(limits.log_bytes).unwrap_or(usize::MAX),
                 observer.clone(),
-            ),
+            )
+            .masking(mask.clone()),
             progress: None,
             checkpoint: None,
             observer,
+            mask,
             calls: Vec::new(),
         };
         let mut sandbox = match self.take() {
@@ -233,6 +247,7 @@ impl Sandboxes {
             limits,
             resume_state,
             egress,
+            secrets,
             egress_limits,
         };
         let exchange = sandbox.exchange(&request, &mut seen);
@@ -389,6 +404,11 @@ impl Sandbox {
                             progress.message.len()
                         )));
                     }
+                    let progress = Progress::bounded(
+                        progress.fraction,
+                        progress.message,
+                        seen.mask.as_deref(),
+                    );
                     if let Some(observer) = &seen.observer {
                         observer.progress(progress.fraction, &progress.message);
                     }
@@ -461,14 +481,15 @@ impl Seen {
     }
 
     fn report(
-        self,
+        mut self,
         outcome: Result<Vec<u8>, JobFailure>,
         duration: Duration,
         memory_peak_bytes: u64,
         calls_dropped: u32,
     ) -> JobReport {
+        self.log.flush();
         JobReport {
-            outcome,
+            outcome: outcome.map_err(|failure| failure.reported(self.mask.as_deref())),
             log_dropped_bytes: self.log.dropped_bytes(),
             log: self.log.finish(),
             progress: self.progress,
@@ -557,8 +578,12 @@ mod tests {
             limits: JobLimits::default(),
             resume_state: Some(b"state".to_vec()),
             egress: vec![
-                HttpGrant::parse("https://api.example.com/v1", &["POST".into()], true).unwrap(),
+                HttpGrant::parse("https://api.example.com/v1", &["POST".into()], true)
+                    .unwrap()
+                    .with_headers(&[("authorization".into(), "Bearer {secret:API_KEY}".into())])
+                    .unwrap(),
             ],
+            secrets: vec![("API_KEY".to_owned(), "s3cr3t-value".to_owned())].into(),
             egress_limits: EgressLimits {
                 calls_per_attempt: 3,
                 ..EgressLimits::default()
@@ -570,7 +595,10 @@ mod tests {
         assert_eq!(back.limits, JobLimits::default());
         assert_eq!(back.resume_state.as_deref(), Some(&b"state"[..]));
         assert_eq!(back.egress, request.egress);
+        assert_eq!(back.secrets, request.secrets);
+        assert_eq!(back.secrets.get("API_KEY"), Some("s3cr3t-value"));
         assert_eq!(back.egress_limits, request.egress_limits);
+        assert!(!format!("{back:?}").contains("s3cr3t"), "{back:?}");
 
         let mut longer = body.clone();
         longer.push(0);
@@ -605,6 +633,7 @@ mod tests {
             progress: None,
             checkpoint: None,
             observer: None,
+            mask: None,
             calls: vec![call("egress_timeout")],
         };
         seen.log.append(b"log");
@@ -627,6 +656,44 @@ mod tests {
         // The child's record replaces the calls it relayed.
         assert_eq!(back.calls, [call("egress_denied")]);
         assert_eq!(back.calls_dropped, 7);
+    }
+
+    #[test]
+    fn the_node_masks_what_a_child_relays_again() {
+        let secrets: Secrets = vec![("API_KEY".to_owned(), "s3cr3t-value".to_owned())].into();
+        let mask = Mask::new(&secrets);
+        let mut seen = Seen {
+            log: JobLog::new(1000, None).masking(mask.clone()),
+            progress: None,
+            checkpoint: None,
+            observer: None,
+            mask,
+            calls: Vec::new(),
+        };
+        // A value split across two frames.
+        seen.log.append(b"got s3cr3t");
+        seen.log.append(b"-value\n");
+        let failure = JobFailure::JobError {
+            code: "bad_key".into(),
+            message: "s3cr3t-value".into(),
+        };
+        let done = Done {
+            outcome: Err(serde_json::to_string(&failure).unwrap()),
+            log_dropped_bytes: 0,
+            duration_us: 1,
+            memory_peak_bytes: 1,
+            calls: Vec::new(),
+            calls_dropped: 0,
+        };
+        let report = seen.done(done, &JobLimits::default());
+        assert_eq!(report.log, b"got [secret:API_KEY]\n");
+        assert_eq!(
+            report.outcome.unwrap_err(),
+            JobFailure::JobError {
+                code: "bad_key".into(),
+                message: "[secret:API_KEY]".into()
+            }
+        );
     }
 
     fn call(error: &str) -> HttpCall {

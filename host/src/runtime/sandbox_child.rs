@@ -123,6 +123,7 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
                         resume_state: request.resume_state,
                         observer: Some(observer),
                         egress: request.egress,
+                        secrets: request.secrets,
                     };
                     runtime
                         .run_with(&module, job, Some(request.egress_limits), Some(on_call))

@@ -34,6 +34,8 @@ pub enum Purpose {
     Gossip,
     /// Node-to-node HTTP bodies.
     Http,
+    /// Secrets at rest in the master's state (`cohort secret set`).
+    Secrets,
 }
 
 /// One key, ready to use.
@@ -41,6 +43,7 @@ pub struct Key {
     id: [u8; 4],
     gossip: [u8; KEY_BYTES],
     http: [u8; KEY_BYTES],
+    secrets: [u8; KEY_BYTES],
 }
 
 impl Key {
@@ -57,6 +60,7 @@ impl Key {
             id: [id[0], id[1], id[2], id[3]],
             gossip: derive(b"gossip"),
             http: derive(b"http"),
+            secrets: derive(b"secrets at rest"),
         }
     }
 
@@ -70,6 +74,7 @@ impl Key {
         match purpose {
             Purpose::Gossip => &self.gossip,
             Purpose::Http => &self.http,
+            Purpose::Secrets => &self.secrets,
         }
     }
 }

@@ -90,6 +90,9 @@ pub enum Freshness {
     Once,
     /// Answers, bound to a request nonce by their context.
     Bound,
+    /// Values kept at rest (secrets in the master's state), opened any
+    /// number of times, long after they were sealed: no window, no guard.
+    Stored,
 }
 
 /// An opened message.
@@ -234,7 +237,7 @@ impl Sealer {
             }
             let guard = match purpose {
                 Purpose::Gossip => &self.gossip_guard,
-                Purpose::Http => &self.http_guard,
+                Purpose::Http | Purpose::Secrets => &self.http_guard,
             };
             guard.admit(sent_ms, &nonce, now_ms)?;
         }
