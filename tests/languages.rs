@@ -707,6 +707,17 @@ fn js_jobs_import_wasi_http_only_when_their_code_names_fetch() {
         "{stderr}"
     );
     assert!(server.seen().is_empty());
+    // A refused `fetch` with a body rejects, whoever wins the race between
+    // the node's refusal and the engine writing the body (the node reads
+    // the body of a call it refused): never a trap.
+    let http_js = built("tests/fixtures/http-js");
+    for _ in 0..5 {
+        let (code, _, stderr) = exec(&http_js, input.to_string().as_bytes(), &[]);
+        assert_eq!(code, 1, "{stderr}");
+        assert!(stderr.contains("error[job_error]"), "{stderr}");
+        assert!(stderr.contains("egress_denied"), "{stderr}");
+    }
+    assert!(server.seen().is_empty());
 }
 
 /// A job deployed by name, in Python and in JavaScript, POSTs JSON to a

@@ -1277,7 +1277,80 @@ impl WasiHttpHooks for JobEgress {
     ) -> Box<dyn Future<Output = Result<(http::Response<WasiBody>, IoFuture), HttpError>> + Send>
     {
         let this = self.clone();
+        let limits = self.egress.limits;
+        let request = request.map(|body| DrainOnDrop {
+            body: Some(body),
+            bytes_max: limits.request_bytes,
+            within: limits.call_timeout,
+        });
         Box::new(async move { this.send(request, options).await })
+    }
+}
+
+/// A job's request body that, dropped before its end (the call refused or
+/// failed before the body was sent), is read to its end in the background
+/// and thrown away, within the call's bounds. The job writes its body while
+/// the host decides; a runtime whose body stream vanished under it (as
+/// StarlingMonkey's `fetch` does) would trap instead of seeing the refusal.
+struct DrainOnDrop {
+    body: Option<WasiBody>,
+    bytes_max: u64,
+    within: Duration,
+}
+
+impl Body for DrainOnDrop {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        let Some(body) = self.body.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let frame = ready!(Pin::new(body).poll_frame(cx));
+        if frame.is_none() {
+            self.body = None;
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.as_ref().is_none_or(|body| body.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |body| body.size_hint())
+    }
+}
+
+impl Drop for DrainOnDrop {
+    fn drop(&mut self) {
+        let Some(mut body) = self.body.take() else {
+            return;
+        };
+        if body.is_end_stream() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (bytes_max, within) = (self.bytes_max, self.within);
+        runtime.spawn(async move {
+            let drain = async {
+                let mut read = 0u64;
+                while let Some(Ok(frame)) = body.frame().await {
+                    read += frame.data_ref().map_or(0, |data| data.len() as u64);
+                    if read > bytes_max {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(within, drain).await;
+        });
     }
 }
 
