@@ -15,10 +15,11 @@ use cohort::api::types::{
 };
 use cohort::client::Node as Api;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use support::http::{Seen, Server, respond};
 use support::{Node, OBSERVE, eventually, eventually_async, run_bounded, runtime, settle, upload};
 
 /// The repository root.
@@ -447,46 +448,13 @@ fn drive(node: &Node, mode: &str, env: &[(&str, String)]) -> String {
     stdout
 }
 
-/// A plain HTTP/1.1 server on 127.0.0.1 that answers every request with
-/// `200 ok` and closes the connection; returns its port. It serves until
-/// the test's process ends.
-fn ok_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            // A client gone mid-request is its business, not the test's.
-            let _ = answer_ok(stream);
-        }
-    });
-    port
-}
-
-/// Reads one request (head and body), answers `200 ok`.
-fn answer_ok(stream: TcpStream) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(OBSERVE))?;
-    let mut reader = BufReader::new(stream);
-    let mut length = 0;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
-            return Ok(());
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body)?;
-    reader
-        .get_mut()
-        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+/// A server on 127.0.0.1 that answers every request `200 ok`.
+fn ok_server() -> Server {
+    Server::start(
+        |_: &Seen, writer: &mut dyn std::io::Write, _: &AtomicBool| {
+            respond(writer, "200 OK", &[], b"ok")
+        },
+    )
 }
 
 /// Outbound HTTP as the pages show it: the deployment `caller`
@@ -518,7 +486,9 @@ impl Egress {
 /// with the CLI (as `token`), and runs one job of it: one call granted, one
 /// refused.
 fn egress_job(node: &Node, token: &str) -> Egress {
-    let port = ok_server();
+    // Serves until the job's calls are checked, at the end of this function.
+    let server = ok_server();
+    let port = server.port();
     let grant = format!("http://127.0.0.1:{port}/");
     let deployment = "caller";
     let rt = runtime();

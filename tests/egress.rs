@@ -9,173 +9,58 @@ mod support;
 use cohort::api::types::{CallRecord, JobResponse};
 use cohort::client::Node as Api;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use support::http::{Seen, Server, respond};
 use support::*;
 
 /// Longest a test server holds a request it never answers.
 const HANG_MAX: Duration = Duration::from_secs(20);
 
-/// One request as the test server saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Seen {
-    method: String,
-    path: String,
-    host: String,
-    /// Headers other than `host` and `content-length`, names lowercased.
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-/// A plain HTTP/1.1 server on 127.0.0.1 that answers by path: `/big`
-/// with `big_bytes` bytes, `/hang` never (until [`HANG_MAX`] or the test
-/// ends), `/trickle` one byte every 200 ms, anything else `200 hello`.
-/// It records every request it reads.
-struct Server {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Server {
-    fn start(big_bytes: usize) -> Server {
-        Server::start_with(big_bytes, None)
-    }
-
-    /// A server that speaks TLS with `tls`'s certificate when given.
-    fn start_with(big_bytes: usize, tls: Option<Arc<rustls::ServerConfig>>) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (log, done) = (seen.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if done.load(Ordering::Relaxed) {
-                    return;
-                }
-                let Ok(stream) = stream else { continue };
-                let (log, done, tls) = (log.clone(), done.clone(), tls.clone());
-                std::thread::spawn(move || {
-                    stream
-                        .set_read_timeout(Some(Duration::from_secs(10)))
-                        .unwrap();
-                    match tls {
-                        None => serve(stream, &log, &done, big_bytes),
-                        Some(config) => {
-                            let Ok(session) = rustls::ServerConnection::new(config) else {
-                                return;
-                            };
-                            let stream = rustls::StreamOwned::new(session, stream);
-                            serve(stream, &log, &done, big_bytes)
-                        }
-                    }
-                });
-            }
-        });
-        Server { addr, seen, stop }
-    }
-
-    fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // Wakes the accept loop so it sees the flag.
-        let _ = TcpStream::connect(self.addr);
-    }
-}
-
-fn serve(stream: impl Read + Write, log: &Mutex<Vec<Seen>>, stop: &AtomicBool, big_bytes: usize) {
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut parts = line.split_whitespace();
-        let method = parts.next().unwrap_or_default().to_owned();
-        let path = parts.next().unwrap_or_default().to_owned();
-        let (mut host, mut length, mut headers) = (String::new(), 0usize, Vec::new());
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = header.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            let (name, value) = header.split_once(':').unwrap_or((header, ""));
-            match name.to_ascii_lowercase().as_str() {
-                "host" => host = value.trim().to_owned(),
-                "content-length" => length = value.trim().parse().unwrap_or(0),
-                other => headers.push((other.to_owned(), value.trim().to_owned())),
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        log.lock().unwrap().push(Seen {
-            method,
-            path: path.clone(),
-            host,
-            headers,
-            body,
-        });
-        let writer = reader.get_mut();
-        let answered = match path.as_str() {
+/// A server on 127.0.0.1 that answers by path: `/big` with `big_bytes`
+/// bytes, `/hang` never (until [`HANG_MAX`] or the test ends), `/trickle`
+/// one byte every 200 ms, `/reject` `500 Oops`, anything else `200 hello`;
+/// over TLS with `tls` when given. It records every request it reads.
+fn serving(big_bytes: usize, tls: Option<Arc<rustls::ServerConfig>>) -> Server {
+    let answer =
+        move |seen: &Seen, writer: &mut dyn Write, stop: &AtomicBool| match seen.path.as_str() {
             "/big" => {
                 let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {big_bytes}\r\n\r\n");
-                writer.write_all(head.as_bytes()).and_then(|()| {
-                    let chunk = vec![b'x'; 64 << 10];
-                    let mut left = big_bytes;
-                    while left > 0 {
-                        let n = left.min(chunk.len());
-                        writer.write_all(&chunk[..n])?;
-                        left -= n;
-                    }
-                    Ok(())
-                })
+                writer.write_all(head.as_bytes())?;
+                let chunk = vec![b'x'; 64 << 10];
+                let mut left = big_bytes;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    writer.write_all(&chunk[..n])?;
+                    left -= n;
+                }
+                Ok(())
             }
             "/hang" => {
                 let until = Instant::now() + HANG_MAX;
                 while Instant::now() < until && !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                return;
+                Err(std::io::Error::other("never answered"))
             }
             "/trickle" => {
-                let head = "HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n";
-                let mut result = writer.write_all(head.as_bytes());
+                writer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n")?;
                 for _ in 0..1000 {
-                    if result.is_err() || stop.load(Ordering::Relaxed) {
-                        return;
+                    if stop.load(Ordering::Relaxed) {
+                        break;
                     }
                     std::thread::sleep(Duration::from_millis(200));
-                    result = writer.write_all(b"t");
+                    writer.write_all(b"t")?;
                 }
-                result
+                Ok(())
             }
-            "/reject" => writer.write_all(b"HTTP/1.1 500 Oops\r\ncontent-length: 4\r\n\r\noops"),
-            _ => writer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"),
+            "/reject" => respond(writer, "500 Oops", &[], b"oops"),
+            _ => respond(writer, "200 OK", &[], b"hello"),
         };
-        if answered.is_err() {
-            return;
-        }
-    }
+    Server::start_with(tls, Arc::new(answer))
 }
 
 /// A call of the fixture's input.
@@ -242,8 +127,8 @@ fn grants_and_refusals(node: &Node, _dir: &Path) {
     let rt = runtime();
     let client = Api::new(&node.url);
     // Over the 16 MiB response bound.
-    let server = Server::start(17 << 20);
-    let other = Server::start(0);
+    let server = serving(17 << 20, None);
+    let other = serving(0, None);
     let (p, q) = (server.port(), other.port());
     deploy_caller(node);
     let ok = format!("http://127.0.0.1:{p}/ok");
@@ -466,8 +351,8 @@ fn certified(ca_path: &Path) -> Arc<rustls::ServerConfig> {
 fn https_calls_trust_the_system_roots_and_the_operators_ca_only() {
     let dir = tempfile::tempdir().unwrap();
     let trusted_ca = dir.path().join("trusted-ca.pem");
-    let trusted = Server::start_with(0, Some(certified(&trusted_ca)));
-    let stranger = Server::start_with(0, Some(certified(&dir.path().join("other-ca.pem"))));
+    let trusted = serving(0, Some(certified(&trusted_ca)));
+    let stranger = serving(0, Some(certified(&dir.path().join("other-ca.pem"))));
     let data = dir.path().join("data");
     let ca = trusted_ca.to_str().unwrap();
     let node = Node::start(&data, &["--slots", "1", "--egress-ca", ca]);
@@ -516,7 +401,7 @@ fn https_calls_trust_the_system_roots_and_the_operators_ca_only() {
 fn the_webhook_example_posts_its_event_with_a_stable_idempotency_key() {
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path(), &["--slots", "1"]);
-    let hooks = Server::start(0);
+    let hooks = serving(0, None);
     let p = hooks.port();
     let file = guest("webhook");
     cli_ok(&node, &["deploy", "webhook", file.to_str().unwrap()]);
@@ -538,11 +423,7 @@ fn the_webhook_example_posts_its_event_with_a_stable_idempotency_key() {
         }
         let seen = hooks.seen();
         assert_eq!(seen.len(), 2, "{seen:?}");
-        let header = |seen: &Seen, name: &str| {
-            (seen.headers.iter())
-                .find(|(n, _)| n == name)
-                .map(|(_, v)| v.clone())
-        };
+        let header = |seen: &Seen, name: &str| seen.header(name).map(str::to_owned);
         for delivery in &seen {
             assert_eq!(
                 (delivery.method.as_str(), delivery.path.as_str()),
@@ -606,7 +487,7 @@ fn a_submission_narrows_its_grants_and_never_widens_them() {
     use cohort::api::types::HttpGrantBody;
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path(), &["--slots", "1"]);
-    let server = Server::start(0);
+    let server = serving(0, None);
     let p = server.port();
     deploy_caller(&node);
     cli_ok(
@@ -705,8 +586,8 @@ fn a_granted_secret_reaches_its_host_only_and_nowhere_else() {
         assert!(out.status.success(), "cohort {args:?}: {out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let stripe = Server::start(0);
-    let other = Server::start(0);
+    let stripe = serving(0, None);
+    let other = serving(0, None);
     let (s, o) = (stripe.port(), other.port());
     let file = guest("fixture_http");
     as_admin(&["deploy", "caller", file.to_str().unwrap()], b"");
@@ -759,11 +640,7 @@ fn a_granted_secret_reaches_its_host_only_and_nowhere_else() {
         // The grant's host got the secret, in place of the job's header;
         // the other host got nothing.
         let seen = stripe.seen();
-        let auth = |seen: &Seen| {
-            (seen.headers.iter())
-                .find(|(n, _)| n == "authorization")
-                .map(|(_, v)| v.clone())
-        };
+        let auth = |seen: &Seen| seen.header("authorization").map(str::to_owned);
         assert_eq!(
             auth(&seen[0]).as_deref(),
             Some(format!("Bearer {VALUE}").as_str())

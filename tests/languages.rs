@@ -12,14 +12,13 @@ use cohort::api::types::{JobResponse, SubmitRequest};
 use cohort::client::Node as Api;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
 use support::faults::check_job;
+use support::http::{Seen, Server, respond};
 use support::{
     CONVERGE, Node, cohort, converge, guest, run_bounded, running_with_checkpoint, runtime, settle,
     start,
@@ -690,7 +689,7 @@ fn js_jobs_import_wasi_http_only_when_their_code_names_fetch() {
     );
     // `cohort exec` grants nothing: the Python client reports the refusal
     // as the job error `http_denied`, naming the call.
-    let server = EchoServer::start();
+    let server = echo_server();
     let input = json!({"url": format!("http://127.0.0.1:{}/echo", server.port()), "body": {}});
     let (code, _, stderr) = exec(
         &built("tests/fixtures/http-py"),
@@ -731,8 +730,8 @@ fn python_and_javascript_jobs_call_what_their_name_is_granted() {
         ("http-js", "js", built("tests/fixtures/http-js")),
         ("http-py", "python", built("tests/fixtures/http-py")),
     ];
-    let granted = EchoServer::start();
-    let other = EchoServer::start();
+    let granted = echo_server();
+    let other = echo_server();
     let dir = tempfile::tempdir().unwrap();
     let node = Node::start(dir.path(), &["--slots", "2"]);
     let grant = format!("http://127.0.0.1:{}/", granted.port());
@@ -854,121 +853,15 @@ fn cli_ok(node: &Node, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// One request as [`EchoServer`] read it.
-#[derive(Debug, Clone)]
-struct Seen {
-    host: String,
-    /// Names lowercased.
-    headers: Vec<(String, String)>,
-}
-
-impl Seen {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// A plain HTTP/1.1 server on 127.0.0.1 that answers every request `201`
-/// with an `x-answer: yes` header and, as JSON, its method, path and body
-/// (parsed as JSON when it is), and records what it read.
-struct EchoServer {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl EchoServer {
-    fn start() -> EchoServer {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (log, done) = (seen.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if done.load(Ordering::Relaxed) {
-                    return;
-                }
-                let Ok(stream) = stream else { continue };
-                let log = log.clone();
-                std::thread::spawn(move || {
-                    // Bounded: a connection left open ends on its own.
-                    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-                    echo(stream, &log);
-                });
-            }
-        });
-        EchoServer { addr, seen, stop }
-    }
-
-    fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-impl Drop for EchoServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // Wakes the accept loop so it sees the flag.
-        let _ = TcpStream::connect(self.addr);
-    }
-}
-
-fn echo(stream: TcpStream, log: &Mutex<Vec<Seen>>) {
-    let mut reader = BufReader::new(stream);
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut parts = line.split_whitespace();
-        let method = parts.next().unwrap_or_default().to_owned();
-        let path = parts.next().unwrap_or_default().to_owned();
-        let (mut host, mut length, mut headers) = (String::new(), 0usize, Vec::new());
-        loop {
-            let mut header = String::new();
-            if reader.read_line(&mut header).unwrap_or(0) == 0 {
-                return;
-            }
-            let header = header.trim_end();
-            if header.is_empty() {
-                break;
-            }
-            let (name, value) = header.split_once(':').unwrap_or((header, ""));
-            let (name, value) = (name.to_ascii_lowercase(), value.trim().to_owned());
-            match name.as_str() {
-                "host" => host = value,
-                "content-length" => length = value.parse().unwrap_or(0),
-                _ => headers.push((name, value)),
-            }
-        }
-        let mut body = vec![0; length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let got = serde_json::from_slice::<Value>(&body)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
-        log.lock().unwrap().push(Seen { host, headers });
-        let answer = json!({"method": method, "path": path, "got": got}).to_string();
-        let head = format!(
-            "HTTP/1.1 201 Created\r\ncontent-type: application/json\r\nx-answer: yes\r\n\
-             content-length: {}\r\n\r\n",
-            answer.len()
-        );
-        let writer = reader.get_mut();
-        if writer
-            .write_all(head.as_bytes())
-            .and_then(|()| writer.write_all(answer.as_bytes()))
-            .is_err()
-        {
-            return;
-        }
-    }
+/// A server on 127.0.0.1 that answers every request `201` with an
+/// `x-answer: yes` header and, as JSON, its method, path and body (parsed
+/// as JSON when it is), and records what it read.
+fn echo_server() -> Server {
+    Server::start(|seen: &Seen, writer: &mut dyn Write, _: &AtomicBool| {
+        let got = serde_json::from_slice::<Value>(&seen.body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&seen.body).into_owned()));
+        let answer = json!({"method": seen.method, "path": seen.path, "got": got}).to_string();
+        let headers = [("content-type", "application/json"), ("x-answer", "yes")];
+        respond(writer, "201 Created", &headers, answer.as_bytes())
+    })
 }

@@ -691,10 +691,3 @@ pub(crate) const REPLAY_EVENT_TEXT_MAX: usize = 400;
 
 /// How often a fault test's partition file is read.
 pub const PARTITION_POLL: Duration = Duration::from_millis(100);
-
-// A sealed secret (its value and the seal's overhead) fits the master's
-// bound.
-const _: () = assert!(
-    SECRET_VALUE_BYTES_MAX + crate::security::seal::OVERHEAD
-        <= cohort_master::limits::SECRET_SEALED_BYTES_MAX
-);

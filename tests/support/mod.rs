@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod faults;
+pub mod http;
 pub mod text;
 
 use cohort::api::types::{ClusterResponse, JobResponse, SubmitRequest};

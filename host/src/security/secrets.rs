@@ -17,6 +17,13 @@
 use super::key::Purpose;
 use super::seal::{Freshness, SealError, Sealer};
 
+// A sealed secret (its value and the seal's overhead) fits the master's
+// bound of a sealed secret.
+const _: () = assert!(
+    crate::limits::SECRET_VALUE_BYTES_MAX + super::seal::OVERHEAD
+        <= cohort_master::limits::SECRET_SEALED_BYTES_MAX
+);
+
 /// The associated data of secret `name`.
 fn context(name: &str) -> [&[u8]; 2] {
     [b"secret", name.as_bytes()]
