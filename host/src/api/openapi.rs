@@ -95,6 +95,10 @@ fn refine(document: &mut Value) {
     // values out of range or pattern are refused job by job, in the
     // answer's `results`, not as the batch's error.
     let mut shape = schemas["SubmitRequest"].clone();
+    // Its grants too, which the document otherwise names by reference.
+    let mut grant = schemas["HttpGrantBody"].clone();
+    strip_value_rules(&mut grant);
+    shape["properties"]["egress"]["items"] = grant;
     strip_value_rules(&mut shape);
     bound_unsigned(&mut shape);
     let jobs = &mut schemas["BatchRequest"]["properties"]["jobs"];
@@ -159,6 +163,8 @@ fn strip_value_rules(value: &mut Value) {
                 "pattern",
                 "minLength",
                 "maxLength",
+                "minItems",
+                "maxItems",
                 "not",
             ] {
                 fields.remove(rule);
