@@ -233,9 +233,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     // Held for the node's life: one node per data directory.
     let _lock = lock_data_dir(data_dir)?;
     let local = open_local(&args)?;
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener = listen(&args).await?;
     let addr = listener.local_addr()?;
     let node_id = node_identity(&args.data_dir, args.node_id.as_deref(), addr)?;
     let http = format!("http://{addr}");
@@ -446,6 +444,30 @@ fn build_api(
         event_streams: Arc::new(tokio::sync::Semaphore::new(EVENT_STREAMS_MAX)),
         closing,
     })
+}
+
+/// Tries of an HTTP port whose UDP twin is free, with `--listen` on port 0
+/// and no `--gossip`.
+const LISTEN_TRIES: usize = 16;
+
+/// The HTTP listener. Gossip takes the HTTP port over UDP unless
+/// `--gossip` says otherwise; when the port was the system's pick (`:0`),
+/// a UDP socket elsewhere may already hold that number, so another port is
+/// picked until both are free (a few tries), instead of failing to gossip.
+async fn listen(args: &NodeArgs) -> anyhow::Result<TcpListener> {
+    let cannot = || format!("cannot listen on {}", args.listen);
+    for _ in 1..LISTEN_TRIES {
+        let listener = TcpListener::bind(args.listen).await.with_context(cannot)?;
+        let picked = args.listen.port() == 0 && args.gossip.is_none();
+        let addr = listener.local_addr()?;
+        let taken = picked
+            && matches!(std::net::UdpSocket::bind(addr),
+                Err(error) if error.kind() == std::io::ErrorKind::AddrInUse);
+        if !taken {
+            return Ok(listener);
+        }
+    }
+    TcpListener::bind(args.listen).await.with_context(cannot)
 }
 
 /// Starts gossip, publishing this node's roles, address, slots and version.
