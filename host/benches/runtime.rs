@@ -40,7 +40,7 @@ use bytes::Bytes;
 use cohort::runtime::{Isolation, JobRequest, Module, Runtime, RuntimeConfig};
 use cohort_master::HttpGrant;
 use hdrhistogram::Histogram;
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -546,32 +546,6 @@ fn egress(isolation: Isolation) {
     );
 }
 
-/// A hyper HTTP/1.1 server on 127.0.0.1 answering every request `200 ok`,
-/// counting them in `served`; its address.
-async fn ok_server(served: Arc<AtomicU64>) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let served = served.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |_request| {
-                    served.fetch_add(1, Ordering::Relaxed);
-                    let ok = Full::new(Bytes::from_static(b"ok"));
-                    async move { Ok::<_, std::convert::Infallible>(hyper::Response::new(ok)) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    addr
-}
-
 /// One GET of `/` at `addr` over a new connection, as a job's call makes
 /// it (connect, HTTP/1.1 handshake, the request, the whole body, then the
 /// connection dropped); the body.
@@ -604,3 +578,7 @@ async fn native_get(addr: SocketAddr) -> Bytes {
 
 #[path = "../../tests/support/text.rs"]
 mod text;
+
+#[path = "support/ok_server.rs"]
+mod ok_server;
+use ok_server::ok_server;

@@ -134,40 +134,43 @@ fn grant_bodies(
 
 /// `cohort grant`: safe to repeat (a grant held already is not added).
 pub async fn grant(args: GrantArgs) -> ExitCode {
-    let client = match args.server.client() {
-        Ok(client) => client,
-        Err(error) => return fail(error),
-    };
-    let grants = match grant_bodies(&args.http, &args.methods, args.private, &args.headers) {
-        Ok(grants) => grants,
-        Err(error) => return fail(error),
-    };
-    let (name, grants) = (&args.name, &grants);
-    match client
-        .call(|node| async move { node.grant(name, grants).await })
-        .await
-    {
-        Ok(granted) => print_grants(&granted, args.server.json),
-        Err(error) => fail(error),
-    }
+    let grants = grant_bodies(&args.http, &args.methods, args.private, &args.headers);
+    change_grants(&args.server, &args.name, grants, false).await
 }
 
 /// `cohort revoke`: safe to repeat.
 pub async fn revoke(args: RevokeArgs) -> ExitCode {
-    let client = match args.server.client() {
+    let grants = grant_bodies(&args.http, &args.methods, args.private, &args.headers);
+    change_grants(&args.server, &args.name, grants, true).await
+}
+
+/// Adds `grants` to `name` (takes them away when `revoke`) and prints
+/// every grant it holds after.
+async fn change_grants(
+    server: &ServerArg,
+    name: &str,
+    grants: Result<Vec<HttpGrantBody>, String>,
+    revoke: bool,
+) -> ExitCode {
+    let client = match server.client() {
         Ok(client) => client,
         Err(error) => return fail(error),
     };
-    let grants = match grant_bodies(&args.http, &args.methods, args.private, &args.headers) {
+    let grants = match grants {
         Ok(grants) => grants,
         Err(error) => return fail(error),
     };
-    let (name, grants) = (&args.name, &grants);
-    match client
-        .call(|node| async move { node.revoke(name, grants).await })
-        .await
-    {
-        Ok(left) => print_grants(&left, args.server.json),
+    let grants = &grants;
+    let changed = client
+        .call(|node| async move {
+            match revoke {
+                true => node.revoke(name, grants).await,
+                false => node.grant(name, grants).await,
+            }
+        })
+        .await;
+    match changed {
+        Ok(now) => print_grants(&now, server.json),
         Err(error) => fail(error),
     }
 }
