@@ -544,6 +544,13 @@ fn a_submission_narrows_its_grants_and_never_widens_them() {
         by_digest.module = digest;
         let error = client.submit(&by_digest).await.expect_err("by digest");
         assert!(error.to_string().contains("invalid_grant"), "{error}");
+        // A job's own grants set no headers: they are the operator's.
+        let mut with_header = narrowed(format!("http://127.0.0.1:{p}/ok"), &[], &[]);
+        if let Some(grants) = with_header.egress.as_mut() {
+            grants[0].headers.insert("x-team".into(), "ops".into());
+        }
+        let error = client.submit(&with_header).await.expect_err("a header");
+        assert!(error.to_string().contains("invalid_grant"), "{error}");
     });
 }
 
@@ -608,6 +615,13 @@ fn a_granted_secret_reaches_its_host_only_and_nowhere_else() {
         format!("{VALUE}\n").as_bytes(),
     );
     assert!(set.contains("secret STRIPE set"), "{set}");
+    // A value with a line break could never go into a header.
+    let args = ["secret", "set", "BROKEN", "--token", &admin];
+    let out = node.cli(&args, b"two\nlines\n");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("invalid_secret"),
+        "{out:?}"
+    );
     as_admin(
         &["grant", "caller", "--http", &stripe_url, "--header", header],
         b"",

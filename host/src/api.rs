@@ -509,12 +509,9 @@ fn options(submit: &SubmitRequest) -> Result<JobOptions, ApiError> {
         None => None,
         Some(grants) => Some(
             (grants.iter())
-                .map(|body| {
-                    cohort_master::HttpGrant::parse(&body.url, &body.methods, body.private).map_err(
-                        |why| ApiError::new(ErrorCode::InvalidGrant, format!("egress: {why}")),
-                    )
-                })
-                .collect::<Result<Vec<_>, _>>()?,
+                .map(deployments::grant_of)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|why| ApiError::new(ErrorCode::InvalidGrant, format!("egress: {why}")))?,
         ),
     };
     Ok(JobOptions {

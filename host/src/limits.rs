@@ -380,11 +380,11 @@ pub const EGRESS_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) const EGRESS_ADDRESSES_MAX: usize = 16;
 /// Refused addresses a log line names at most.
 pub(crate) const EGRESS_ADDRESSES_LOGGED_MAX: usize = 4;
-/// Longest method kept in a call's record, in bytes.
-pub const EGRESS_METHOD_BYTES_MAX: usize = 32;
-/// Longest origin (`scheme://host:port`) kept in a call's record, in bytes:
-/// a DNS name's 253 and the rest.
-pub const EGRESS_ORIGIN_BYTES_MAX: usize = 300;
+/// Longest method kept in a call's record, in bytes (the master's bound).
+pub const EGRESS_METHOD_BYTES_MAX: usize = cohort_master::limits::CALL_METHOD_BYTES_MAX;
+/// Longest origin (`scheme://host:port`) kept in a call's record, in bytes
+/// (the master's bound).
+pub const EGRESS_ORIGIN_BYTES_MAX: usize = cohort_master::limits::CALL_ORIGIN_BYTES_MAX;
 /// Shortest secret value masked in what an attempt reports (its log,
 /// progress and failure): a shorter one (`a`, `42`) would blot out the
 /// text around it without hiding anything worth hiding.

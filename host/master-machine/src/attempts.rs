@@ -81,7 +81,6 @@ impl Master {
         )
     }
 
-    #[allow(clippy::too_many_arguments)]
     /// The report of attempt `attempt` of job `id` from `worker`: its
     /// outcome, run time, log tail and `(calls, calls dropped)`.
     pub(crate) fn decide_finish(

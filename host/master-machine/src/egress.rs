@@ -40,8 +40,8 @@ use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::limits::{
-    GRANT_HEADER_BYTES_MAX, GRANT_HEADERS_MAX, GRANT_METHODS_MAX, GRANT_URL_BYTES_MAX,
-    SECRET_NAME_BYTES_MAX,
+    GRANT_HEADER_BYTES_MAX, GRANT_HEADER_NAME_BYTES_MAX, GRANT_HEADERS_MAX, GRANT_METHOD_BYTES_MAX,
+    GRANT_METHODS_MAX, GRANT_URL_BYTES_MAX, SECRET_NAME_BYTES_MAX,
 };
 
 /// What a grant allows a job to reach.
@@ -94,6 +94,17 @@ pub fn valid_secret_name(name: &str) -> bool {
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_')
 }
 
+/// `Ok` if `name` may name a secret ([`valid_secret_name`]), else why not,
+/// for the one who wrote it.
+pub fn check_secret_name(name: &str) -> Result<(), String> {
+    match valid_secret_name(name) {
+        true => Ok(()),
+        false => Err(format!(
+            "{name:?} is no secret name (1 to {SECRET_NAME_BYTES_MAX} of A-Z 0-9 _, not starting with a digit)"
+        )),
+    }
+}
+
 /// One piece of a header template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Piece<'a> {
@@ -117,11 +128,7 @@ pub fn template(value: &str) -> Result<Vec<Piece<'_>>, String> {
             .find('}')
             .ok_or_else(|| format!("{value:?}: a {{secret:NAME}} placeholder is not closed"))?;
         let name = &after[..end];
-        if !valid_secret_name(name) {
-            return Err(format!(
-                "{name:?} is no secret name (1 to {SECRET_NAME_BYTES_MAX} of A-Z 0-9 _, not starting with a digit)"
-            ));
-        }
+        check_secret_name(name)?;
         pieces.push(Piece::Secret(name));
         rest = &after[end + 1..];
     }
@@ -216,11 +223,11 @@ impl HttpGrant {
         for method in methods {
             let method = method.to_ascii_uppercase();
             if method.is_empty()
-                || method.len() > 16
+                || method.len() > GRANT_METHOD_BYTES_MAX
                 || !method.bytes().all(|b| b.is_ascii_uppercase())
             {
                 return Err(format!(
-                    "{method:?} is no HTTP method (1 to 16 letters, e.g. GET, POST)"
+                    "{method:?} is no HTTP method (1 to {GRANT_METHOD_BYTES_MAX} letters, e.g. GET, POST)"
                 ));
             }
             upper.push(method);
@@ -250,7 +257,10 @@ impl HttpGrant {
         for (name, value) in headers {
             let name = name.to_ascii_lowercase();
             let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-            if name.is_empty() || name.len() > 64 || !name.bytes().all(token) {
+            if name.is_empty()
+                || name.len() > GRANT_HEADER_NAME_BYTES_MAX
+                || !name.bytes().all(token)
+            {
                 return Err(format!("{name:?} is no header name"));
             }
             if RESERVED_HEADERS.contains(&name.as_str()) {
@@ -272,6 +282,26 @@ impl HttpGrant {
         }
         self.headers = checked;
         Ok(self)
+    }
+
+    /// Whether `other` allows exactly what this grant allows (its headers
+    /// aside).
+    pub fn same_pattern(&self, other: &HttpGrant) -> bool {
+        (
+            &self.scheme,
+            &self.host,
+            self.port,
+            &self.path,
+            &self.methods,
+            self.private,
+        ) == (
+            &other.scheme,
+            &other.host,
+            other.port,
+            &other.path,
+            &other.methods,
+            other.private,
+        )
     }
 
     /// The secrets its headers name.

@@ -31,16 +31,16 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::egress::valid_secret_name;
+use crate::egress::{check_secret_name, valid_secret_name};
 use crate::limits::{
-    CALLS_RECORDED_MAX, GRANTS_PER_NAME_MAX, SECRET_SEALED_BYTES_MAX, SECRETS_MAX,
+    CALL_ERROR_BYTES_MAX, CALL_METHOD_BYTES_MAX, CALL_ORIGIN_BYTES_MAX, CALLS_RECORDED_MAX,
+    GRANTS_PER_NAME_MAX, SECRET_SEALED_BYTES_MAX, SECRETS_MAX,
 };
 use crate::master::{Master, reject};
 use crate::protocol::*;
 
 /// Longest method, origin and error code kept in a call's record (a
 /// worker's report is bounded before it is journaled).
-const CALL_FIELD_BYTES_MAX: usize = 300;
 
 /// The grants by deployment name, the narrowed grants and the calls by
 /// job.
@@ -146,11 +146,22 @@ impl Master {
         let held = self.grants_of(name);
         let grants: Vec<HttpGrant> = match self.egress.narrowed.get(&id) {
             None => held.to_vec(),
+            // Each of the job's own grants gets the headers of every held
+            // grant that covers it, the first setting a name winning: what
+            // the node would set on a request both allow.
             Some(own) => (own.iter())
                 .filter_map(|grant| {
-                    let wide = held.iter().find(|wide| wide.covers(grant))?;
+                    let mut covering = held.iter().filter(|wide| wide.covers(grant)).peekable();
+                    covering.peek()?;
+                    let mut headers: Vec<(String, String)> = Vec::new();
+                    for (name, value) in covering.flat_map(|wide| &wide.headers) {
+                        if !headers.iter().any(|(set, _)| set == name) {
+                            headers.push((name.clone(), value.clone()));
+                        }
+                    }
+                    headers.sort();
                     Some(HttpGrant {
-                        headers: wide.headers.clone(),
+                        headers,
                         ..grant.clone()
                     })
                 })
@@ -180,13 +191,8 @@ impl Master {
         name: &str,
         sealed: &[u8],
     ) -> Result<Decision, Rejection> {
-        if !valid_secret_name(name) {
-            return reject(
-                codes::INVALID_SECRET,
-                format!(
-                    "{name:?} is no secret name (1 to 64 of A-Z 0-9 _, not starting with a digit)"
-                ),
-            );
+        if let Err(why) = check_secret_name(name) {
+            return reject(codes::INVALID_SECRET, why);
         }
         if sealed.is_empty() || sealed.len() > SECRET_SEALED_BYTES_MAX {
             return reject(
@@ -342,7 +348,10 @@ impl Master {
                 format!("no secret is named {missing:?} (cohort secret set {missing})"),
             );
         }
+        // A grant of a pattern the name holds already replaces it: its
+        // headers are the new ones (a new secret, say), not a second grant.
         let mut after = self.grants_of(name).to_vec();
+        after.retain(|held| !grants.iter().any(|new| held.same_pattern(new)));
         after.extend_from_slice(grants);
         after.sort();
         after.dedup();
@@ -423,12 +432,12 @@ impl Master {
         let calls = calls[..kept]
             .iter()
             .map(|call| HttpCall {
-                method: bounded(&call.method, CALL_FIELD_BYTES_MAX),
-                origin: bounded(&call.origin, CALL_FIELD_BYTES_MAX),
+                method: bounded(&call.method, CALL_METHOD_BYTES_MAX),
+                origin: bounded(&call.origin, CALL_ORIGIN_BYTES_MAX),
                 error: call
                     .error
                     .as_deref()
-                    .map(|e| bounded(e, CALL_FIELD_BYTES_MAX)),
+                    .map(|e| bounded(e, CALL_ERROR_BYTES_MAX)),
                 ..call.clone()
             })
             .collect();
@@ -666,6 +675,56 @@ mod tests {
         // Secrets survive a snapshot.
         let restored = Master::restore(&master.snapshot()).unwrap();
         assert_eq!(restored.egress.secrets, master.egress.secrets);
+        // Another covering grant, without headers and first in order, takes
+        // none away: the node would set both grants' headers.
+        let wider = grant("https://*.stripe.example");
+        let name = "hooks".to_owned();
+        run(
+            &mut master,
+            Command::Grant {
+                name,
+                grants: vec![wider],
+            },
+        )
+        .unwrap();
+        assert_eq!(master.grants_of("hooks")[0].host, "*.stripe.example");
+        assert_eq!(master.egress_of_job(9).0[0].headers, headers);
+    }
+
+    #[test]
+    fn a_grant_of_a_pattern_held_replaces_its_headers() {
+        let mut master = deployed();
+        for name in ["OLD", "NEW"] {
+            let set = Command::SetSecret {
+                name: name.into(),
+                sealed: b"sealed".to_vec(),
+            };
+            run(&mut master, set).unwrap();
+        }
+        for secret in ["OLD", "NEW"] {
+            let header = vec![(
+                "authorization".to_owned(),
+                format!("Bearer {{secret:{secret}}}"),
+            )];
+            let granted = grant("https://api.example.com")
+                .with_headers(&header)
+                .unwrap();
+            let name = "hooks".to_owned();
+            run(
+                &mut master,
+                Command::Grant {
+                    name,
+                    grants: vec![granted],
+                },
+            )
+            .unwrap();
+        }
+        let held = master.grants_of("hooks");
+        assert_eq!(held.len(), 1);
+        assert_eq!(held[0].headers[0].1, "Bearer {secret:NEW}");
+        // The old secret is no longer in use.
+        let delete = Command::DeleteSecret { name: "OLD".into() };
+        run(&mut master, delete).unwrap();
     }
 
     #[test]
@@ -712,7 +771,7 @@ mod tests {
         };
         assert_eq!(calls.len(), CALLS_RECORDED_MAX);
         assert_eq!(dropped, 5);
-        assert_eq!(calls[0].method.len(), CALL_FIELD_BYTES_MAX);
+        assert_eq!(calls[0].method.len(), CALL_METHOD_BYTES_MAX);
         assert_eq!(Master::calls_event(1, 1, &[], 0), None);
     }
 }

@@ -52,7 +52,10 @@ mod tests;
 pub mod testing;
 
 pub use deployments::valid_module_name;
-pub use egress::{GrantHost, HttpCall, HttpGrant, Piece, strict_ipv4, template, valid_secret_name};
+pub use egress::{
+    GrantHost, HttpCall, HttpGrant, Piece, check_secret_name, strict_ipv4, template,
+    valid_secret_name,
+};
 pub use master::{Master, Order};
 pub use protocol::*;
 

@@ -154,6 +154,17 @@ pub const GRANTS_PER_NAME_MAX: usize = 32;
 /// Most calls kept in one attempt's record: the first ones; the rest are
 /// counted (`calls_dropped`).
 pub const CALLS_RECORDED_MAX: usize = 64;
+/// Longest method a grant lists, in bytes (letters only).
+pub const GRANT_METHOD_BYTES_MAX: usize = 16;
+/// Longest header name a grant sets, in bytes.
+pub const GRANT_HEADER_NAME_BYTES_MAX: usize = 64;
+/// Longest method kept in a call's record, in bytes.
+pub const CALL_METHOD_BYTES_MAX: usize = 32;
+/// Longest origin (`scheme://host:port`) kept in a call's record, in
+/// bytes: a DNS name's 253 and the rest.
+pub const CALL_ORIGIN_BYTES_MAX: usize = 300;
+/// Longest error code kept in a call's record, in bytes.
+pub const CALL_ERROR_BYTES_MAX: usize = 64;
 /// Most headers one grant sets.
 pub const GRANT_HEADERS_MAX: usize = 8;
 /// Longest value template of a grant's header, in bytes.

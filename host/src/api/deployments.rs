@@ -104,15 +104,9 @@ impl Api {
     ) -> Result<Reply200, ApiError> {
         check_name(name, ErrorCode::InvalidModuleName)?;
         let grants = (request.http.iter())
-            .map(|body| {
-                let headers: Vec<(String, String)> = (body.headers.iter())
-                    .map(|(name, value)| (name.clone(), value.clone()))
-                    .collect();
-                HttpGrant::parse(&body.url, &body.methods, body.private)
-                    .and_then(|grant| grant.with_headers(&headers))
-                    .map_err(|why| ApiError::new(ErrorCode::InvalidGrant, why))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(grant_of)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|why| ApiError::new(ErrorCode::InvalidGrant, why))?;
         if grants.is_empty() {
             return Err(ApiError::new(
                 ErrorCode::InvalidGrant,
@@ -192,6 +186,14 @@ fn response(view: DeploymentView) -> DeploymentResponse {
         versions: view.versions.into_iter().map(version).collect(),
         grants: view.grants.iter().map(grant_body).collect(),
     }
+}
+
+/// The grant `body` spells, or why it is none (the master checks it again).
+pub(crate) fn grant_of(body: &HttpGrantBody) -> Result<HttpGrant, String> {
+    let headers: Vec<(String, String)> = (body.headers.iter())
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    HttpGrant::parse(&body.url, &body.methods, body.private)?.with_headers(&headers)
 }
 
 /// A grant as the API spells it.

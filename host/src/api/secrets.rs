@@ -15,18 +15,12 @@ use super::types::{
 use super::{Api, ApiError, ErrorCode, Reply200, json};
 use crate::limits::SECRET_VALUE_BYTES_MAX;
 use crate::security::secrets;
-use cohort_master::{Command, Reply, valid_secret_name};
+use cohort_master::{Command, Reply, check_secret_name as why_not};
 use hyper::StatusCode;
 
 /// The refusal of an invalid secret name.
 fn check_secret_name(name: &str) -> Result<(), ApiError> {
-    match valid_secret_name(name) {
-        true => Ok(()),
-        false => Err(ApiError::new(
-            ErrorCode::InvalidSecret,
-            format!("{name:?} is no secret name (1 to 64 of A-Z 0-9 _, not starting with a digit)"),
-        )),
-    }
+    why_not(name).map_err(|why| ApiError::new(ErrorCode::InvalidSecret, why))
 }
 
 impl Api {
@@ -49,6 +43,14 @@ impl Api {
             return Err(ApiError::new(
                 ErrorCode::InvalidSecret,
                 format!("a secret's value is 1 to {SECRET_VALUE_BYTES_MAX} bytes"),
+            ));
+        }
+        // A value goes into header values, where a control character (a
+        // line break above all) could never be sent.
+        if value.iter().any(|b| b.is_ascii_control() && *b != b'\t') {
+            return Err(ApiError::new(
+                ErrorCode::InvalidSecret,
+                "a secret's value has no control characters (line breaks included):                  it is sent in header values",
             ));
         }
         let command = Command::SetSecret {
