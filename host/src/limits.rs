@@ -378,7 +378,8 @@ pub const EGRESS_BETWEEN_BYTES_TIMEOUT: Duration = Duration::from_secs(10);
 pub const EGRESS_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Addresses of one name tried at most (the resolver's first).
 pub(crate) const EGRESS_ADDRESSES_MAX: usize = 16;
-/// Refused addresses a log line names at most.
+/// Refused addresses the node's debug log names at most (the job's log
+/// names their kinds only).
 pub(crate) const EGRESS_ADDRESSES_LOGGED_MAX: usize = 4;
 /// Longest method kept in a call's record, in bytes (the master's bound).
 pub const EGRESS_METHOD_BYTES_MAX: usize = cohort_master::limits::CALL_METHOD_BYTES_MAX;

@@ -92,7 +92,7 @@
 //! method and origin. Paths, query strings, headers and bodies are never
 //! recorded or logged: any of them may hold a credential.
 
-use super::job::Secrets;
+use super::job::{Secrets, truncate_utf8};
 use super::job_log::SharedLog;
 use crate::limits::{
     EGRESS_ADDRESSES_LOGGED_MAX, EGRESS_ADDRESSES_MAX, EGRESS_BETWEEN_BYTES_TIMEOUT,
@@ -266,10 +266,10 @@ impl CallError {
 pub(crate) fn is_bounded(call: &HttpCall) -> bool {
     call.method.len() <= EGRESS_METHOD_BYTES_MAX
         && call.origin.len() <= EGRESS_ORIGIN_BYTES_MAX
-        && call
-            .error
-            .as_ref()
-            .is_none_or(|code| code.len() <= ERROR_CODE_BYTES_MAX)
+        && call.error.as_ref().is_none_or(|code| {
+            code.len() <= ERROR_CODE_BYTES_MAX
+                && CallError::ALL.iter().any(|known| known.code() == code)
+        })
 }
 
 // ---- Addresses
@@ -806,8 +806,8 @@ impl Target {
     fn of(uri: &Uri) -> Result<Self, String> {
         let raw_host = uri.host().unwrap_or_default();
         let fallback = || {
-            bounded(
-                &format!("{}://{raw_host}", uri.scheme_str().unwrap_or_default()),
+            truncate_utf8(
+                format!("{}://{raw_host}", uri.scheme_str().unwrap_or_default()),
                 EGRESS_ORIGIN_BYTES_MAX,
             )
         };
@@ -868,15 +868,6 @@ impl Target {
             _ => format!("{}://{}:{}", self.scheme(), self.host, self.port),
         }
     }
-}
-
-/// `text` cut at `max` bytes (on a character boundary).
-fn bounded(text: &str, max: usize) -> String {
-    let mut cut = max.min(text.len());
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    text[..cut].to_owned()
 }
 
 /// Why a phase of a call failed: the record's code, the job's error, and
@@ -947,7 +938,7 @@ impl JobEgress {
         let started = Instant::now();
         let limits = self.egress.limits;
         let deadline = Deadline::now() + limits.call_timeout;
-        let method = bounded(request.method().as_str(), EGRESS_METHOD_BYTES_MAX);
+        let method = truncate_utf8(request.method().to_string(), EGRESS_METHOD_BYTES_MAX);
         let target = Target::of(request.uri());
         let origin = match &target {
             Ok(target) => target.origin(),
@@ -1066,7 +1057,7 @@ impl JobEgress {
                 ),
         );
         let (stream, ip) = self
-            .connect(&target, &granted, connect_by)
+            .connect(&target, &granted, connect_by, &call.in_flight)
             .await
             .map_err(fail)?;
         // The headers of the grants that permit the address connected to,
@@ -1189,16 +1180,19 @@ impl JobEgress {
 
     /// Resolves the target's host, keeps the addresses a grant permits and
     /// connects to the first that accepts (TLS on top for `https`); the
-    /// connection and the address it reached.
+    /// connection and the address it reached. `slot` holds the call's
+    /// place among the attempt's calls in flight, which the name lookup
+    /// keeps while it runs.
     async fn connect(
         &self,
         target: &Target,
         granted: &[&HttpGrant],
         by: Deadline,
+        slot: &Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
     ) -> Result<(Box<dyn Io>, IpAddr), Failure> {
         let addresses = match target.ip {
             Some(ip) => vec![ip],
-            None => resolve(&target.host, target.port, by).await?,
+            None => resolve(&target.host, target.port, by, slot).await?,
         };
         let (passing, refused): (Vec<IpAddr>, Vec<IpAddr>) = addresses
             .into_iter()
@@ -1361,8 +1355,35 @@ fn shorter(asked: Option<Duration>, limit: Duration) -> Duration {
 
 /// The addresses `host` resolves to, in the resolver's order, without
 /// repeats, at most [`EGRESS_ADDRESSES_MAX`].
-async fn resolve(host: &str, port: u16, by: Deadline) -> Result<Vec<IpAddr>, Failure> {
-    let found = match tokio::time::timeout_at(by, tokio::net::lookup_host((host, port))).await {
+///
+/// The system resolver blocks a thread until it answers, past any
+/// deadline of ours; the lookup takes the call's place in flight from
+/// `slot` and gives it back only when it returns, so an attempt's stuck
+/// lookups hold at most its calls in flight, not a thread per call.
+async fn resolve(
+    host: &str,
+    port: u16,
+    by: Deadline,
+    slot: &Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+) -> Result<Vec<IpAddr>, Failure> {
+    let held = slot
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take();
+    let name = host.to_owned();
+    let lookup = tokio::task::spawn_blocking(move || {
+        let found = std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port));
+        (found.map(Iterator::collect::<Vec<_>>), held)
+    });
+    let found = match tokio::time::timeout_at(by, lookup).await {
+        Ok(Ok((found, held))) => {
+            *slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = held;
+            Ok(found)
+        }
+        Ok(Err(join)) => Ok(Err(std::io::Error::other(join.to_string()))),
+        Err(elapsed) => Err(elapsed),
+    };
+    let found = match found {
         Err(_elapsed) => {
             return Err(Failure::new(
                 CallError::Timeout,
@@ -1405,7 +1426,9 @@ async fn resolve(host: &str, port: u16, by: Deadline) -> Result<Vec<IpAddr>, Fai
 }
 
 /// The failure of a host none of whose addresses passed, naming their
-/// kinds and the first few of them.
+/// kinds. The addresses themselves go to the node's log only: a job has no
+/// name lookups, and the private addresses a granted name resolves to are
+/// the node's network, not the job's business.
 fn refused_addresses(target: &Target, refused: &[IpAddr]) -> Failure {
     let mut kinds: Vec<&str> = Vec::new();
     for ip in refused {
@@ -1424,11 +1447,14 @@ fn refused_addresses(target: &Target, refused: &[IpAddr]) -> Failure {
     }
     let why = match target.ip {
         Some(_) => format!("is a {} address", kinds.join(" and ")),
-        None => format!(
-            "resolves only to {} addresses ({})",
-            kinds.join(" and "),
-            shown.join(", ")
-        ),
+        None => {
+            tracing::debug!(
+                host = %target.host,
+                addresses = %shown.join(", "),
+                "a job's call refused: its host resolves only to addresses its grants do not allow"
+            );
+            format!("resolves only to {} addresses", kinds.join(" and "))
+        }
     };
     Failure::new(
         CallError::AddressRefused,

@@ -26,10 +26,13 @@
 //!   and each attempt runs in a pooled sandbox process that is killed at its
 //!   deadline (see [`super::sandbox`]). The engine settings differ, so each
 //!   way has its own disk-cache directory.
-//! * **Egress set up once.** The operator's extra CA file is read and
-//!   checked when the runtime is built (a bad one stops it from starting);
-//!   the TLS client configuration is built once, at the first `https` call,
-//!   and shared by every job.
+//! * **Egress set up once per process.** The operator's extra CA file is
+//!   read and checked when the runtime is built (a bad one stops it from
+//!   starting); the TLS client configuration is built at the first `https`
+//!   call and shared by the process's jobs. With process isolation each
+//!   sandbox process is a runtime of its own, so it reads the file and
+//!   builds its configuration again (a CA file removed after the node
+//!   started fails that process's attempts, `internal`).
 //! * **Bounded concurrency.** A semaphore sized to the instance pool keeps
 //!   jobs from failing on pool exhaustion: excess jobs wait for a slot.
 //!

@@ -469,7 +469,7 @@ fn bounded_text(text: String, mask: Option<&Mask>, bytes_max: usize) -> String {
     truncate_utf8(text, bytes_max)
 }
 
-fn truncate_utf8(mut text: String, bytes_max: usize) -> String {
+pub(crate) fn truncate_utf8(mut text: String, bytes_max: usize) -> String {
     if text.len() > bytes_max {
         let mut cut = bytes_max;
         while !text.is_char_boundary(cut) {

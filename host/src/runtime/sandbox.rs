@@ -437,7 +437,7 @@ impl Sandbox {
                     seen.calls.push(call);
                 }
                 Event::Done(done) => {
-                    check_calls(&done.calls)?;
+                    check_calls(&done.calls, done.calls_dropped)?;
                     return Ok(done);
                 }
             }
@@ -520,7 +520,14 @@ impl Done {
 }
 
 /// Refuses a child's record of calls that no attempt could have made.
-fn check_calls(calls: &[HttpCall]) -> std::io::Result<()> {
+fn check_calls(calls: &[HttpCall], dropped: u32) -> std::io::Result<()> {
+    let made = calls.len() as u64 + u64::from(dropped);
+    if made > u64::from(crate::limits::EGRESS_CALLS_PER_ATTEMPT_MAX) {
+        return Err(invalid(format!(
+            "it reported {made} calls; an attempt makes at most {}",
+            crate::limits::EGRESS_CALLS_PER_ATTEMPT_MAX
+        )));
+    }
     if calls.len() > CALLS_RECORDED_MAX {
         return Err(invalid(format!(
             "it reported {} calls; a record holds {CALLS_RECORDED_MAX}",
@@ -710,19 +717,21 @@ mod tests {
 
     #[test]
     fn a_record_of_calls_no_attempt_could_make_is_refused() {
-        assert!(check_calls(&vec![call("egress_denied"); CALLS_RECORDED_MAX]).is_ok());
-        assert!(check_calls(&vec![call("egress_denied"); CALLS_RECORDED_MAX + 1]).is_err());
+        assert!(check_calls(&vec![call("egress_denied"); CALLS_RECORDED_MAX], 0).is_ok());
+        assert!(check_calls(&vec![call("egress_denied"); CALLS_RECORDED_MAX + 1], 0).is_err());
+        assert!(check_calls(&[], u32::MAX).is_err());
+        assert!(check_calls(&[call("no_such_code")], 0).is_err());
         let long_origin = HttpCall {
             origin: "h".repeat(crate::limits::EGRESS_ORIGIN_BYTES_MAX + 1),
             ..call("egress_denied")
         };
-        assert!(check_calls(&[long_origin]).is_err());
+        assert!(check_calls(&[long_origin], 0).is_err());
         let long_method = HttpCall {
             method: "M".repeat(crate::limits::EGRESS_METHOD_BYTES_MAX + 1),
             ..call("egress_denied")
         };
-        assert!(check_calls(&[long_method]).is_err());
+        assert!(check_calls(&[long_method], 0).is_err());
         let long_code = call(&"e".repeat(crate::limits::ERROR_CODE_BYTES_MAX + 1));
-        assert!(check_calls(&[long_code]).is_err());
+        assert!(check_calls(&[long_code], 0).is_err());
     }
 }
