@@ -39,9 +39,6 @@ use crate::limits::{
 use crate::master::{Master, reject};
 use crate::protocol::*;
 
-/// Longest method, origin and error code kept in a call's record (a
-/// worker's report is bounded before it is journaled).
-
 /// The grants by deployment name, the narrowed grants and the calls by
 /// job.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

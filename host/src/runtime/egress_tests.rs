@@ -384,7 +384,10 @@ async fn the_resolver_reads_numeric_hosts_as_the_addresses_they_are() {
                 Err(failure) => assert_eq!(failure.error, CallError::DnsFailed, "{host}"),
             }
         }
-        let zeros = resolve("0.0.0.0", 80, by, &Mutex::default()).await.ok().unwrap_or_default();
+        let zeros = resolve("0.0.0.0", 80, by, &Mutex::default())
+            .await
+            .ok()
+            .unwrap_or_default();
         assert!(
             zeros
                 .iter()
