@@ -57,9 +57,13 @@ impl Master {
         id: JobId,
         attempt: u32,
         data: &[u8],
+        mark: Option<&TapeMark>,
     ) -> Result<Decision, Rejection> {
         if let Err(reason) = self.current_attempt(id, attempt, None) {
             return Ok(ignored(reason));
+        }
+        if let Some(mark) = mark {
+            self.check_mark(id, mark)?;
         }
         if data.len() as u64 > self.config.checkpoint_bytes_max {
             return reject(
@@ -73,11 +77,17 @@ impl Master {
         }
         decided(
             now,
-            vec![EventKind::Checkpointed {
+            std::iter::once(EventKind::Checkpointed {
                 id,
                 attempt,
                 data: data.to_vec(),
-            }],
+            })
+            .chain(mark.map(|mark| EventKind::TapeMarked {
+                id,
+                attempt,
+                mark: *mark,
+            }))
+            .collect(),
         )
     }
 
@@ -202,6 +212,7 @@ impl Master {
             checkpoint: job.checkpoint.clone(),
             egress,
             secrets,
+            replay: self.replay_of(id, job.submitted_at),
         }));
     }
 

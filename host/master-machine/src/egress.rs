@@ -45,7 +45,11 @@ use crate::limits::{
 };
 
 /// What a grant allows a job to reach.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+///
+/// Its `Deserialize` is written by hand: grants in bytes of formats before
+/// 7 (and snapshots before version 8) have no `record`, and decode with
+/// `record: None` ([`crate::protocol`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct HttpGrant {
     /// `http` or `https`.
     pub scheme: String,
@@ -64,6 +68,120 @@ pub struct HttpGrant {
     /// lowercase name, their values templates with `{secret:NAME}`
     /// placeholders ([`HttpGrant::with_headers`]).
     pub headers: Vec<(String, String)>,
+    /// Whether the calls it allows are recorded, so that a later attempt
+    /// of the job gets a call's recorded response instead of sending it
+    /// again (see [`crate::tapes`]); `None`: those whose method is not
+    /// `GET`, `HEAD` or `OPTIONS` ([`HttpGrant::records`]).
+    pub record: Option<bool>,
+}
+
+/// The hand-written `Deserialize` of [`HttpGrant`]: its seven first
+/// fields, then `record` if the bytes being decoded have it
+/// ([`crate::protocol::legacy::grants_record`]). Postcard lets a struct's
+/// visitor stop before its last field.
+mod grant_serde {
+    use super::HttpGrant;
+    use serde::Deserialize;
+    use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+
+    const FIELDS: &[&str] = &[
+        "scheme", "host", "port", "path", "methods", "private", "headers", "record",
+    ];
+
+    #[derive(Deserialize)]
+    #[serde(field_identifier, rename_all = "lowercase")]
+    enum Field {
+        Scheme,
+        Host,
+        Port,
+        Path,
+        Methods,
+        Private,
+        Headers,
+        Record,
+        #[serde(other)]
+        Other,
+    }
+
+    struct GrantVisitor;
+
+    impl<'de> Visitor<'de> for GrantVisitor {
+        type Value = HttpGrant;
+
+        fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+            formatter.write_str("struct HttpGrant")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<HttpGrant, A::Error> {
+            macro_rules! next {
+                ($index:expr) => {
+                    seq.next_element()?
+                        .ok_or_else(|| de::Error::invalid_length($index, &self))?
+                };
+            }
+            let scheme = next!(0);
+            let host = next!(1);
+            let port = next!(2);
+            let path = next!(3);
+            let methods = next!(4);
+            let private = next!(5);
+            let headers = next!(6);
+            let record = match crate::protocol::legacy::grants_record() {
+                true => next!(7),
+                false => None,
+            };
+            Ok(HttpGrant {
+                scheme,
+                host,
+                port,
+                path,
+                methods,
+                private,
+                headers,
+                record,
+            })
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<HttpGrant, A::Error> {
+            let mut grant = HttpGrant {
+                scheme: String::new(),
+                host: String::new(),
+                port: None,
+                path: String::new(),
+                methods: Vec::new(),
+                private: false,
+                headers: Vec::new(),
+                record: None,
+            };
+            let mut seen = [false; 2];
+            while let Some(field) = map.next_key()? {
+                match field {
+                    Field::Scheme => (grant.scheme, seen[0]) = (map.next_value()?, true),
+                    Field::Host => (grant.host, seen[1]) = (map.next_value()?, true),
+                    Field::Port => grant.port = map.next_value()?,
+                    Field::Path => grant.path = map.next_value()?,
+                    Field::Methods => grant.methods = map.next_value()?,
+                    Field::Private => grant.private = map.next_value()?,
+                    Field::Headers => grant.headers = map.next_value()?,
+                    Field::Record => grant.record = map.next_value()?,
+                    Field::Other => {
+                        map.next_value::<de::IgnoredAny>()?;
+                    }
+                }
+            }
+            match seen {
+                [true, true] => Ok(grant),
+                [false, _] => Err(de::Error::missing_field("scheme")),
+                [_, false] => Err(de::Error::missing_field("host")),
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for HttpGrant {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_struct("HttpGrant", FIELDS, GrantVisitor)
+        }
+    }
 }
 
 /// Header names a grant may not set: the host sets them, or they change
@@ -242,7 +360,24 @@ impl HttpGrant {
             methods: upper,
             private,
             headers: Vec::new(),
+            record: None,
         })
+    }
+
+    /// This grant recording the calls it allows (`Some(true)`), never
+    /// (`Some(false)`), or by their method (`None`, see
+    /// [`records`](Self::records)).
+    pub fn with_record(mut self, record: Option<bool>) -> Self {
+        self.record = record;
+        self
+    }
+
+    /// Whether a call with `method` this grant allows is recorded: as its
+    /// `record` says, else unless the method is `GET`, `HEAD` or `OPTIONS`
+    /// (methods that change nothing, by HTTP's rules).
+    pub fn records(&self, method: &str) -> bool {
+        self.record
+            .unwrap_or(!matches!(method, "GET" | "HEAD" | "OPTIONS"))
     }
 
     /// This grant setting `headers` (`name`, template) on the requests it
@@ -368,7 +503,9 @@ impl HttpGrant {
     /// same scheme; its host this host, or a name under this suffix (a
     /// suffix under it); its port this port (any, if this is any); its
     /// path under this path; its methods among these (any, if these are
-    /// any); `private` only if this grant has it.
+    /// any); `private` only if this grant has it. A narrower grant sets no
+    /// headers and makes no recording choice: the job gets those of the
+    /// grants that cover it.
     pub fn covers(&self, narrower: &HttpGrant) -> bool {
         let host = match (self.host(), narrower.host()) {
             (GrantHost::Suffix(wide), GrantHost::Suffix(narrow)) => narrow
@@ -387,6 +524,7 @@ impl HttpGrant {
         host && port
             && methods
             && narrower.headers.is_empty()
+            && narrower.record.is_none()
             && self.scheme == narrower.scheme
             && (self.private || !narrower.private)
             && self.path_covers(&narrower.path)

@@ -263,6 +263,9 @@ fn grant() -> BoxedStrategy<HttpGrant> {
         )
             .prop_filter_map("a grant the parser takes", |(url, methods, private, headers)| {
                 HttpGrant::parse(url, &methods, private).and_then(|g| g.with_headers(&headers)).ok()
+            })
+            .prop_flat_map(|grant| {
+                option::of(any::<bool>()).prop_map(move |record| grant.clone().with_record(record))
             }),
         1 => (
             (text(), text(), option::of(any::<u16>()), text()),
@@ -276,6 +279,7 @@ fn grant() -> BoxedStrategy<HttpGrant> {
                 methods,
                 private,
                 headers,
+                record: None,
             }),
     ]
     .boxed()
@@ -466,8 +470,10 @@ fn command() -> impl Strategy<Value = Command> {
         1 => n64().prop_map(|id| Command::Cancel { id }),
         4 => (text(), n32(), n32())
             .prop_map(|(worker, slots, free)| Command::Poll { worker, slots, free }),
-        1 => (n64(), n32(), bytes())
-            .prop_map(|(id, attempt, data)| Command::Checkpoint { id, attempt, data }),
+        1 => (n64(), n32(), bytes(), option::of(tape_mark()))
+            .prop_map(|(id, attempt, data, mark)| Command::Checkpoint { id, attempt, data, mark }),
+        2 => (n64(), n32(), recorded_call())
+            .prop_map(|(id, attempt, call)| Command::RecordCall { id, attempt, call }),
         4 => (
             (n64(), n32(), text(), outcome(), n64(), text()),
             (vec(http_call(), 0..3), n32()),
@@ -619,7 +625,46 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
                 dropped,
             }
         }),
+        (n64(), n32(), recorded_call()).prop_map(|(id, attempt, call)| EventKind::CallRecorded {
+            id,
+            attempt,
+            call
+        }),
+        (n64(), n32(), tape_mark()).prop_map(|(id, attempt, mark)| EventKind::TapeMarked {
+            id,
+            attempt,
+            mark
+        }),
     ]
+}
+
+fn tape_mark() -> impl Strategy<Value = TapeMark> {
+    prop_oneof![
+        3 => (0..8u32, 0..4u32).prop_map(|(calls, reads)| TapeMark { calls, reads }),
+        1 => (n32(), n32()).prop_map(|(calls, reads)| TapeMark { calls, reads }),
+    ]
+}
+
+fn read() -> impl Strategy<Value = Read> {
+    prop_oneof![
+        (n64(), n32()).prop_map(|(seconds, nanos)| Read::Clock { seconds, nanos }),
+        bytes().prop_map(Read::Random),
+    ]
+}
+
+prop_compose! {
+    fn recorded_call()(
+        ordinal in prop_oneof![3 => 0..8u32, 1 => n32()],
+        method in prop_oneof![Just("POST".to_owned()), text()],
+        url in text(),
+        body_sha256 in any::<[u8; 32]>(),
+        status in prop_oneof![Just(200u16), any::<u16>()],
+        headers in vec((text(), bytes()), 0..3),
+        body in bytes(),
+        reads in vec(read(), 0..3),
+    ) -> RecordedCall {
+        RecordedCall { ordinal, method, url, body_sha256, status, headers, body, reads }
+    }
 }
 
 fn schedule_skipped() -> impl Strategy<Value = EventKind> {
@@ -717,10 +762,11 @@ prop_compose! {
         checkpoint in option::of(bytes()),
         egress in vec(grant(), 0..2),
         secrets in vec((secret_name(), bytes()), 0..2),
+        (mark, calls, submitted_at) in (tape_mark(), vec(recorded_call(), 0..2), n64()),
     ) -> Assignment {
         Assignment {
             id, attempt, worker, module, input, timeout_ms, memory_bytes, checkpoint, egress,
-            secrets,
+            secrets, replay: Replay { mark, calls, submitted_at },
         }
     }
 }
@@ -1145,8 +1191,8 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // counters (0), token map (0), request map (0), what keys hold:
     // options, uniqueness holds and start times (0 each), schedules (0),
     // DAGs: the next id (1) and four maps (0 each), deployments: two
-    // maps (0 each), and egress: four maps (0 each).
-    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]].concat();
+    // maps (0 each), egress: four maps (0 each), and recorded calls (0).
+    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]].concat();
     assert_eq!(empty[empty.len() - tail.len()..], tail);
     [&empty[..empty.len() - tail.len()], claim, &tail[1..]].concat()
 }

@@ -113,6 +113,7 @@ impl From<Form> for Egress {
 fn valid(grant: &HttpGrant) -> bool {
     HttpGrant::parse(&grant.url(), &grant.methods, grant.private)
         .and_then(|parsed| parsed.with_headers(&grant.headers))
+        .map(|parsed| parsed.with_record(grant.record))
         .as_ref()
         == Ok(grant)
 }
@@ -145,11 +146,12 @@ impl Master {
             None => held.to_vec(),
             // Each of the job's own grants gets the headers of every held
             // grant that covers it, the first setting a name winning: what
-            // the node would set on a request both allow.
+            // the node would set on a request both allow; and the first
+            // one's recording choice.
             Some(own) => (own.iter())
                 .filter_map(|grant| {
                     let mut covering = held.iter().filter(|wide| wide.covers(grant)).peekable();
-                    covering.peek()?;
+                    let record = covering.peek()?.record;
                     let mut headers: Vec<(String, String)> = Vec::new();
                     for (name, value) in covering.flat_map(|wide| &wide.headers) {
                         if !headers.iter().any(|(set, _)| set == name) {
@@ -159,6 +161,7 @@ impl Master {
                     headers.sort();
                     Some(HttpGrant {
                         headers,
+                        record,
                         ..grant.clone()
                     })
                 })
@@ -376,7 +379,11 @@ impl Master {
         let mut after = self.grants_of(name).to_vec();
         match grants.is_empty() {
             true => after.clear(),
-            false => after.retain(|grant| !grants.contains(grant)),
+            // As granted: the same pattern and headers (whatever it
+            // records).
+            false => after.retain(|held| {
+                !(grants.iter()).any(|gone| gone.same_pattern(held) && gone.headers == held.headers)
+            }),
         }
         self.granted(now, name, after)
     }
@@ -577,9 +584,10 @@ mod tests {
         let restored = Master::restore(&master.snapshot()).unwrap();
         assert_eq!(restored.grants_of("hooks"), granted.as_slice());
         assert_eq!(restored.egress, master.egress);
-        // Version 6 ended where the egress part starts.
+        // Version 6 ended where the egress part starts (and version 7
+        // before the recorded calls, an empty map here: one byte).
         let mut old = master.snapshot();
-        old.truncate(old.len() - postcard::to_allocvec(&master.egress).unwrap().len());
+        old.truncate(old.len() - 1 - postcard::to_allocvec(&master.egress).unwrap().len());
         old[0] = 6;
         let restored = Master::restore(&old).unwrap();
         assert!(restored.grants_of("hooks").is_empty());
@@ -622,6 +630,130 @@ mod tests {
         assert_eq!(now.last(), Some(&0));
         let old = [&[FORMAT_VERSION_5][..], &now[1..now.len() - 1]].concat();
         assert_eq!(decode_event(&old), Ok(submitted));
+    }
+
+    /// A grant as format 6 and snapshot version 7 wrote it: without
+    /// `record`, its last field now.
+    #[derive(Serialize)]
+    struct OldGrant<'a> {
+        scheme: &'a str,
+        host: &'a str,
+        port: Option<u16>,
+        path: &'a str,
+        methods: &'a [String],
+        private: bool,
+        headers: &'a [(String, String)],
+    }
+
+    fn old(grant: &HttpGrant) -> OldGrant<'_> {
+        OldGrant {
+            scheme: &grant.scheme,
+            host: &grant.host,
+            port: grant.port,
+            path: &grant.path,
+            methods: &grant.methods,
+            private: grant.private,
+            headers: &grant.headers,
+        }
+    }
+
+    #[test]
+    fn format_6_grants_decode_with_no_recording_choice() {
+        let grants = vec![
+            grant("https://api.example.com/v1/")
+                .with_headers(&[("x-team".into(), "pay".into())])
+                .unwrap(),
+            grant("http://10.0.0.1:8080"),
+        ];
+        let granted = Event {
+            at: 1,
+            kind: EventKind::Granted {
+                name: "a".into(),
+                grants: grants.clone(),
+            },
+        };
+        // The event's bytes up to its grants, then the grants as format 6
+        // wrote them: a second grant read as if the first had `record`
+        // would start a byte late.
+        let empty = encode(&Event {
+            at: 1,
+            kind: EventKind::Granted {
+                name: "a".into(),
+                grants: Vec::new(),
+            },
+        });
+        let head = &empty[1..empty.len() - 1];
+        let old_grants: Vec<OldGrant> = grants.iter().map(old).collect();
+        let bytes = [
+            &[FORMAT_VERSION_6][..],
+            head,
+            &postcard::to_allocvec(&old_grants).unwrap(),
+        ]
+        .concat();
+        assert_eq!(decode_event(&bytes), Ok(granted));
+        // This format's grants hold their choice.
+        let chosen = Event {
+            at: 1,
+            kind: EventKind::Granted {
+                name: "a".into(),
+                grants: vec![grants[1].clone().with_record(Some(true))],
+            },
+        };
+        assert_eq!(decode_event(&encode(&chosen)), Ok(chosen));
+    }
+
+    #[test]
+    fn a_version_7_snapshot_restores_its_grants_with_no_recording_choice() {
+        let mut master = deployed();
+        let granted = vec![
+            grant("http://10.0.0.1:8080"),
+            grant("https://api.example.com/v1/"),
+        ];
+        let name = "hooks".to_owned();
+        run(
+            &mut master,
+            Command::Grant {
+                name,
+                grants: granted.clone(),
+            },
+        )
+        .unwrap();
+        master
+            .egress
+            .narrowed
+            .insert(7, vec![grant("https://api.example.com/v1/charges")]);
+        let snapshot = master.snapshot();
+        // Version 7 ended with the egress part, its grants without
+        // `record`.
+        #[derive(Serialize)]
+        struct OldEgress<'a> {
+            grants: BTreeMap<&'a str, Vec<OldGrant<'a>>>,
+            calls: &'a BTreeMap<JobId, Vec<AttemptCalls>>,
+            narrowed: BTreeMap<JobId, Vec<OldGrant<'a>>>,
+            secrets: &'a BTreeMap<String, Secret>,
+        }
+        let egress = &master.egress;
+        let old_egress = OldEgress {
+            grants: (egress.grants.iter())
+                .map(|(name, grants)| (name.as_str(), grants.iter().map(old).collect()))
+                .collect(),
+            calls: &egress.calls,
+            narrowed: (egress.narrowed.iter())
+                .map(|(id, grants)| (*id, grants.iter().map(old).collect()))
+                .collect(),
+            secrets: &egress.secrets,
+        };
+        let now = postcard::to_allocvec(egress).unwrap().len()
+            + postcard::to_allocvec(&master.tapes).unwrap().len();
+        let bytes = [
+            &[7][..],
+            &snapshot[1..snapshot.len() - now],
+            &postcard::to_allocvec(&old_egress).unwrap(),
+        ]
+        .concat();
+        let restored = Master::restore(&bytes).unwrap();
+        assert_eq!(restored.grants_of("hooks"), granted.as_slice());
+        assert_eq!(restored, master);
     }
 
     #[test]

@@ -153,6 +153,9 @@ impl Master {
         let held = |id: &JobId| jobs.contains_key(id) || self.done.contains_key(id);
         self.keyed.options.retain(|id, _| held(id));
         self.deployments.jobs.retain(|id, _| held(id));
+        // Records of calls belong to unfinished jobs only (a settled job's
+        // is dropped), so a retried job never replays one it left behind.
+        self.tapes.retain(|id, _| jobs.contains_key(id));
         // DAG records of jobs the snapshot does not hold are dropped too;
         // only queued jobs wait.
         self.dags.nodes.retain(|id, _| held(id));

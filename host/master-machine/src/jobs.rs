@@ -260,6 +260,7 @@ impl Master {
         set_state(&mut self.index.counts, job, state);
         job.finished_at = Some(at);
         job.checkpoint = None;
+        self.tapes.remove(&id);
         self.index.finished.insert((at, id));
         effects.push(Effect::Settled { id, state });
         if let Some(name) = self.index.fired_by.remove(&id)

@@ -39,6 +39,7 @@ pub mod schedule;
 pub mod script;
 mod snapshot;
 pub mod steps;
+pub mod tapes;
 mod tick;
 mod tokens;
 mod uniqueness;
@@ -58,6 +59,7 @@ pub use egress::{
 };
 pub use master::{Master, Order};
 pub use protocol::*;
+pub use tapes::check_call;
 
 pub mod instance;
 

@@ -179,6 +179,28 @@ pub const SECRETS_MAX: usize = 1_000;
 /// 16 KiB, checked by the node that seals it) and the seal's overhead.
 pub const SECRET_SEALED_BYTES_MAX: usize = (16 << 10) + 128;
 
+// Recorded calls (see `crate::tapes`).
+/// Longest URL of a recorded call, in bytes (the query included).
+pub const RECORD_URL_BYTES_MAX: usize = 8 << 10;
+/// Most response headers a recorded call keeps.
+pub const RECORD_HEADERS_MAX: usize = 64;
+/// Most bytes of a recorded call's response headers, names and values.
+pub const RECORD_HEADER_BYTES_MAX: usize = 32 << 10;
+/// Largest response body a recorded call keeps: a larger one fails the
+/// call (`egress_record_too_large`), since it could not be replayed.
+pub const RECORD_BODY_BYTES_MAX: usize = 1 << 20;
+/// Most clock and random reads kept with one recorded call: the first
+/// ones; a later attempt replays those and reads the rest anew.
+pub const RECORD_READS_MAX: usize = 4096;
+/// Most random bytes kept with one recorded call, all its reads together.
+pub const RECORD_RANDOM_BYTES_MAX: usize = 64 << 10;
+/// Most recorded calls a job keeps (since its last checkpoint): a call
+/// past it fails (`egress_record_too_large`).
+pub const TAPE_CALLS_MAX: usize = 1024;
+/// Most bytes of recorded calls a job keeps (since its last checkpoint),
+/// bodies, headers, URLs and reads together.
+pub const TAPE_BYTES_MAX: u64 = 8 << 20;
+
 // Snapshots.
 /// The most a part's buffer is allocated with before it is written (a
 /// part asked to be larger grows as it is written).
@@ -205,6 +227,15 @@ const _: () = {
     assert!(MODULE_NAME_BYTES_MAX < 64);
     // A rollback has a version before the current one to go to.
     assert!(MODULE_VERSIONS_KEPT >= 2);
+    // A job's record holds at least one call of every size.
+    assert!(
+        (RECORD_BODY_BYTES_MAX
+            + RECORD_HEADER_BYTES_MAX
+            + RECORD_URL_BYTES_MAX
+            + RECORD_RANDOM_BYTES_MAX
+            + RECORD_READS_MAX * 16) as u64
+            <= TAPE_BYTES_MAX
+    );
     // Every name fits one answer of `Query::Deployments`.
     assert!(MODULE_NAMES_MAX <= FINISHED_IDS_MAX);
 };

@@ -84,7 +84,8 @@
 //! `attempts` (assigning, checkpoints, reports, retries), `workers`,
 //! `tick` (the periodic sweep), `keys` (concurrency and rate limits),
 //! `uniqueness`, `requests`, [`crate::schedule`], [`crate::dag`],
-//! [`crate::deployments`] (module names), `bulk`,
+//! [`crate::deployments`] (module names), `grants` (egress grants,
+//! secrets and calls), [`crate::tapes`] (recorded calls), `bulk`,
 //! `tokens`, `query` and `scan` (reads), `index` (what is rebuilt, not
 //! kept), `done` (finished jobs packed), `snapshot` and `restore`, and
 //! `validation` (what commands may ask for).
@@ -108,6 +109,7 @@ use crate::keys::Keyed;
 use crate::protocol::*;
 use crate::requests::Requests;
 use crate::schedule::Schedule;
+use crate::tapes::Tapes;
 use crate::validation::validate_config;
 use crate::workers::Worker;
 
@@ -170,6 +172,9 @@ pub struct Master {
     /// Grants by deployment name and calls by job (see
     /// [`crate::grants`]); written after the deployments in a snapshot.
     pub(crate) egress: Egress,
+    /// Each job's recorded calls (see [`crate::tapes`]); written after the
+    /// grants in a snapshot.
+    pub(crate) tapes: Tapes,
     // Indexes, rebuilt from the jobs on restore (not in snapshots).
     pub(crate) index: Index,
     /// How runnable jobs are lined up: a property of the master build, not
@@ -221,6 +226,7 @@ impl Master {
             },
             deployments: Deployments::default(),
             egress: Egress::default(),
+            tapes: Tapes::default(),
             index: Index::default(),
             order: Order::default(),
         }
@@ -283,9 +289,12 @@ impl Master {
                 slots,
                 free,
             } => self.decide_poll(now, worker, *slots, *free),
-            Command::Checkpoint { id, attempt, data } => {
-                self.decide_checkpoint(now, *id, *attempt, data)
-            }
+            Command::Checkpoint {
+                id,
+                attempt,
+                data,
+                mark,
+            } => self.decide_checkpoint(now, *id, *attempt, data, mark.as_ref()),
             Command::Finish {
                 id,
                 attempt,
@@ -321,6 +330,9 @@ impl Master {
             Command::Revoke { name, grants } => self.decide_revoke(now, name, grants),
             Command::SetSecret { name, sealed } => self.decide_set_secret(now, name, sealed),
             Command::DeleteSecret { name } => self.decide_delete_secret(now, name),
+            Command::RecordCall { id, attempt, call } => {
+                self.decide_record_call(now, *id, *attempt, call)
+            }
         }
     }
 
@@ -451,6 +463,12 @@ impl Master {
                 calls,
                 dropped,
             } => self.apply_calls_recorded(*id, *attempt, calls, *dropped),
+            EventKind::CallRecorded { id, attempt, call } => {
+                self.apply_call_recorded(*id, *attempt, call)
+            }
+            EventKind::TapeMarked { id, attempt, mark } => {
+                self.apply_tape_marked(*id, *attempt, mark)
+            }
         }
     }
 

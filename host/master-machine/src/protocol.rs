@@ -15,15 +15,19 @@
 //! deployments (module names: `Deploy`, `Rollback`, `Undeploy`, their
 //! events, reply, queries and answers, at the end of their enums) and
 //! [`JobOptions::module`], a third field of the options wherever they
-//! appear (`Submitted`, a DAG's jobs, `ScheduleCreated`); 6 (now), egress
+//! appear (`Submitted`, a DAG's jobs, `ScheduleCreated`); 6, egress
 //! grants, secrets and call records (`Grant`, `Revoke`, `SetSecret`,
 //! `DeleteSecret`, `Granted`, `SecretSet`, `SecretDeleted`,
 //! `CallsRecorded`, at the end of their enums; `Finish` carries the
 //! attempt's calls, an [`Assignment`] its grants and sealed secrets,
-//! views show grants and calls; [`JobOptions::egress`] a fourth field). Events
-//! are the only messages kept on disk, so [`decode_event`] still reads
-//! formats 1 to 5 (whose `Submitted` lacks what came later, and whose
-//! options before 5 have two fields: they decode with `module: None`);
+//! views show grants and calls; [`JobOptions::egress`] a fourth field); 7
+//! (now), recorded calls (`RecordCall`, `CallRecorded`, `TapeMarked` at
+//! the end of their enums; a `Checkpoint` carries its [`TapeMark`], an
+//! [`Assignment`] its [`Replay`]; [`HttpGrant::record`] a last field of
+//! every grant). Events are the only messages kept on disk, so
+//! [`decode_event`] still reads formats 1 to 6 (whose `Submitted` lacks
+//! what came later, and whose options before 5 have two fields: they
+//! decode with `module: None`);
 //! every other message of an older format is refused as an unknown version
 //! (nodes of one cluster run one format).
 
@@ -32,7 +36,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 6;
+pub const FORMAT_VERSION: u8 = 7;
+
+/// The sixth format: the current types without recorded calls
+/// (`RecordCall`, `CallRecorded`, `TapeMarked` at the end of their enums)
+/// and without [`HttpGrant::record`], a last field of every grant; its
+/// events still decode ([`decode_event`]).
+pub const FORMAT_VERSION_6: u8 = 6;
 
 /// The fifth format: the current types without the egress commands and
 /// events (added at the end of their enums, so its events decode as they
@@ -92,7 +102,9 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Rejection> {
 /// Format 1's `Submitted` had no request id (it decodes with `request:
 /// None`), formats 1 and 2 had no options (they decode with none), and
 /// formats 3 and 4 had options without `module` (they decode with `module:
-/// None`, in `Submitted` and in `ScheduleCreated`'s spec alike). Every
+/// None`, in `Submitted` and in `ScheduleCreated`'s spec alike), format 5
+/// without `egress`, and grants before format 7 had no `record` (they
+/// decode with `record: None`, the default). Every
 /// other event of an older format has the same bytes in this one. Kinds
 /// added since a format are refused in its bytes, which never held them.
 pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
@@ -103,13 +115,19 @@ pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
             let event = legacy::options(2, || postcard::from_bytes(body)).map_err(|error| {
                 Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
             })?;
-            before_format_6(before_format_5(event)?)
+            before_format_7(before_format_6(before_format_5(event)?)?)
         }
         Some((&FORMAT_VERSION_5, body)) => {
             let event = legacy::options(3, || postcard::from_bytes(body)).map_err(|error| {
                 Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
             })?;
-            before_format_6(event)
+            before_format_7(before_format_6(event)?)
+        }
+        Some((&FORMAT_VERSION_6, body)) => {
+            let event = legacy::options(4, || postcard::from_bytes(body)).map_err(|error| {
+                Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
+            })?;
+            before_format_7(event)
         }
         _ => decode(bytes),
     }
@@ -122,6 +140,17 @@ fn before_format_5(event: Event) -> Result<Event, Rejection> {
         EventKind::Deployed { .. } | EventKind::Undeployed { .. } => Err(Rejection::new(
             codes::UNDECODABLE,
             "a deployment event in the bytes of a format before 5",
+        )),
+        _ => Ok(event),
+    }
+}
+
+/// `event`, unless it is of a kind added in format 7.
+fn before_format_7(event: Event) -> Result<Event, Rejection> {
+    match event.kind {
+        EventKind::CallRecorded { .. } | EventKind::TapeMarked { .. } => Err(Rejection::new(
+            codes::UNDECODABLE,
+            "a recorded-call event in the bytes of a format before 7",
         )),
         _ => Ok(event),
     }
@@ -308,6 +337,9 @@ pub enum Code {
     /// The master holds as many secrets as it may
     /// ([`SECRETS_MAX`](crate::limits::SECRETS_MAX)).
     SecretsFull,
+    /// A recorded call over its bounds, or one the job's record of calls
+    /// has no room for (see [`crate::tapes`]).
+    RecordTooLarge,
     /// A code this build does not know.
     Other(String),
 }
@@ -349,6 +381,7 @@ impl Code {
         Code::SecretInUse,
         Code::InvalidSecret,
         Code::SecretsFull,
+        Code::RecordTooLarge,
     ];
 
     /// The code on the wire (stable).
@@ -388,6 +421,7 @@ impl Code {
             Code::SecretInUse => "secret_in_use",
             Code::InvalidSecret => "invalid_secret",
             Code::SecretsFull => "secrets_full",
+            Code::RecordTooLarge => "record_too_large",
             Code::Other(code) => code,
         }
     }
@@ -509,6 +543,8 @@ pub mod codes {
     pub const INVALID_SECRET: Code = Code::InvalidSecret;
     /// [`Code::SecretsFull`].
     pub const SECRETS_FULL: Code = Code::SecretsFull;
+    /// [`Code::RecordTooLarge`].
+    pub const RECORD_TOO_LARGE: Code = Code::RecordTooLarge;
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -663,17 +699,26 @@ pub(crate) mod legacy {
     use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
     use std::cell::Cell;
 
-    /// The fields [`JobOptions`] have in this format.
-    pub(crate) const FIELDS_NOW: u8 = 4;
+    /// What the bytes of this format hold: [`JobOptions`] with their four
+    /// fields, and [`HttpGrant`]s with their last, `record` (5).
+    pub(crate) const FIELDS_NOW: u8 = 5;
 
     thread_local! {
-        /// How many fields the [`JobOptions`] being decoded have.
+        /// How many fields the [`JobOptions`] being decoded have (at most
+        /// 4); 5: and grants have `record`.
         static FIELDS_KEPT: Cell<u8> = const { Cell::new(FIELDS_NOW) };
     }
 
+    /// Whether the [`HttpGrant`]s being decoded have their `record` field
+    /// (bytes of format 7 and snapshots of version 8 on).
+    pub(crate) fn grants_record() -> bool {
+        FIELDS_KEPT.with(Cell::get) >= 5
+    }
+
     /// Runs `decode` with [`JobOptions`] read as their first `fields`
-    /// fields (2 before format 5, 3 in format 5, [`FIELDS_NOW`] since);
-    /// puts back what was in force after, even if `decode` panics.
+    /// fields (2 before format 5, 3 in format 5, 4 in format 6, and grants
+    /// without `record` in all of these; [`FIELDS_NOW`] since); puts back
+    /// what was in force after, even if `decode` panics.
     pub(crate) fn options<T>(fields: u8, decode: impl FnOnce() -> T) -> T {
         struct Restore(u8);
         impl Drop for Restore {
@@ -841,6 +886,10 @@ pub enum Command {
         attempt: u32,
         /// The state to resume from.
         data: Vec<u8>,
+        /// Where the attempt was in its record of calls when it saved it
+        /// (`None`: a job that records nothing); a later attempt resuming
+        /// from `data` replays the record from there ([`crate::tapes`]).
+        mark: Option<TapeMark>,
     },
     /// A worker reports how an attempt ended.
     Finish {
@@ -963,6 +1012,17 @@ pub enum Command {
     DeleteSecret {
         /// The secret's name.
         name: String,
+    },
+    /// A running attempt made a recorded call: keep its response (and the
+    /// clock and random reads before it) for a later attempt to replay,
+    /// durable before the job sees the response ([`crate::tapes`]).
+    RecordCall {
+        /// The job.
+        id: JobId,
+        /// The attempt.
+        attempt: u32,
+        /// The call.
+        call: RecordedCall,
     },
 }
 
@@ -1448,6 +1508,26 @@ pub enum EventKind {
         /// How many more it made.
         dropped: u32,
     },
+    /// A [`Command::RecordCall`] was accepted: the job's record of calls
+    /// drops those at `call.ordinal` and after, then keeps `call`.
+    CallRecorded {
+        /// The job.
+        id: JobId,
+        /// The attempt that made it.
+        attempt: u32,
+        /// The call.
+        call: RecordedCall,
+    },
+    /// A checkpoint with a [`TapeMark`] was kept (with its
+    /// `Checkpointed`): the job's record of calls drops those before it.
+    TapeMarked {
+        /// The job.
+        id: JobId,
+        /// The attempt.
+        attempt: u32,
+        /// Where the checkpoint was taken.
+        mark: TapeMark,
+    },
 }
 
 /// The reply to a command's sender, sent once its events are durable.
@@ -1535,6 +1615,72 @@ pub struct Assignment {
     /// The sealed values of the secrets the headers of `egress` name, by
     /// name: the worker's node opens them with the cluster key.
     pub secrets: Vec<(String, Vec<u8>)>,
+    /// The recorded calls this attempt replays, from where its checkpoint
+    /// was taken, and what names its calls ([`crate::tapes`]).
+    pub replay: Replay,
+}
+
+/// A call whose response a job saw only once it was durable: what a later
+/// attempt making the same call (the same ordinal, method, URL and body)
+/// gets instead of sending it again. See [`crate::tapes`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedCall {
+    /// Which of the job's calls it was, from 0 (every call counts,
+    /// recorded or not, refused or not), across attempts.
+    pub ordinal: u32,
+    /// Its method.
+    pub method: String,
+    /// Its URL as the job wrote it (query included).
+    pub url: String,
+    /// The sha256 of the request body the job sent.
+    pub body_sha256: Digest,
+    /// The response's status.
+    pub status: u16,
+    /// The response's headers, lowercase names, in order.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The response's body.
+    pub body: Vec<u8>,
+    /// The clock and random reads the attempt made since its previous
+    /// recorded call (or its start, or its checkpoint), in order.
+    pub reads: Vec<Read>,
+}
+
+/// A clock or random read a job made, recorded to be replayed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Read {
+    /// The wall clock.
+    Clock {
+        /// Seconds since the Unix epoch.
+        seconds: u64,
+        /// And nanoseconds.
+        nanos: u32,
+    },
+    /// Random bytes (secure or not).
+    Random(Vec<u8>),
+}
+
+/// Where an attempt was in its record when it saved a checkpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TapeMark {
+    /// How many calls the job had made (the ordinal of its next).
+    pub calls: u32,
+    /// How many clock and random reads it had made since its last
+    /// recorded call: the next recorded call's first reads, which an
+    /// attempt resuming from the checkpoint does not replay.
+    pub reads: u32,
+}
+
+/// What an attempt replays ([`Assignment::replay`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replay {
+    /// Where the checkpoint it resumes from was taken (zero: from the
+    /// start).
+    pub mark: TapeMark,
+    /// The recorded calls from there on, by ordinal.
+    pub calls: Vec<RecordedCall>,
+    /// When the job was submitted: with its id, what its calls'
+    /// idempotency keys are made from.
+    pub submitted_at: Millis,
 }
 
 /// What the host must do after events are applied and durable.

@@ -31,7 +31,8 @@ use crate::snapshot::{Head, SNAPSHOT_VERSION, Tail};
 /// snapshot is checked whole), the tail, then, by version, the tokens (2),
 /// the request ids (3: their count, then each), the keys (4), the
 /// schedules and DAGs (5), the deployments and the jobs submitted by a
-/// module name (6), the egress grants and calls (7).
+/// module name (6), the egress grants and calls (7), the recorded calls
+/// (8).
 #[derive(Debug, Default)]
 pub struct Restoring {
     stage: Stage,
@@ -64,6 +65,7 @@ enum Stage {
     Dags,
     Deployments,
     Egress,
+    Tapes,
     End,
 }
 
@@ -174,11 +176,13 @@ impl Restoring {
 
     /// Decodes the next item from `bytes`: the bytes after it, or `None`
     /// if they end within it. [`JobOptions`] (in the keys and schedules)
-    /// have no `module` before version 6 and no `egress` before 7.
+    /// have no `module` before version 6 and no `egress` before 7, and
+    /// grants no `record` before 8.
     fn step<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<&'a [u8]>, Rejection> {
         let fields = match self.version {
             ..6 => 2,
             6 => 3,
+            7 => 4,
             _ => crate::protocol::legacy::FIELDS_NOW,
         };
         crate::protocol::legacy::options(fields, || self.read_item(bytes))
@@ -231,6 +235,11 @@ impl Restoring {
             Stage::Egress => {
                 let (egress, rest) = taken!(take(bytes));
                 self.master.egress = egress;
+                Ok(Some((self.after(7, Stage::Tapes), rest)))
+            }
+            Stage::Tapes => {
+                let (tapes, rest) = taken!(take(bytes));
+                self.master.tapes = crate::tapes::bounded(tapes);
                 Ok(Some((Stage::End, rest)))
             }
             Stage::End => return Ok(None),

@@ -57,6 +57,7 @@ pub const SCRIPTS: &[(&str, &str)] = &embed![
     "schedules-fire-once-per-tick-by-cron-in-a-time-zone-and-by-interval.txt",
     "deployments-name-a-module-roll-back-and-resolve-jobs-dags-and-schedules-by-name.txt",
     "grants-travel-with-a-deployment-name-to-each-attempt-and-calls-are-recorded.txt",
+    "recorded-calls-replayed-to-the-next-attempt.txt",
 ];
 
 /// Every script, read, with its file name.

@@ -34,8 +34,11 @@
 //! * `poll worker=W free=N [slots=4]`
 //! * `finish id=N attempt=N worker=W ok=OUTPUT` or `... failed=CODE
 //!   [message="CODE happened"]`, with `[duration_ms=5] [log_tail="done\n"]`
-//! * `cancel id=N`, `checkpoint id=N attempt=N data=BYTES`,
-//!   `worker-gone worker=W`, `tick`
+//! * `cancel id=N`, `checkpoint id=N attempt=N data=BYTES
+//!   [mark=CALLS,READS]`, `worker-gone worker=W`, `tick`
+//! * `record-call id=N attempt=N ordinal=N url=URL [method=POST]
+//!   [status=200] [body=BYTES] [clock=SECONDS]`: a recorded call
+//!   ([`Command::RecordCall`]; body digest zero, no headers)
 //! * `configure key=N...`: [`Config::default`] with the named fields set.
 //! * `create-token id=ID scopes=a,b [name="ID token"] [created_at=0]`
 //!   (hash `[7; 32]`; `scopes=""` for none), `revoke-token id=ID`
@@ -51,6 +54,10 @@
 //!   an existing job (`job:7`).
 //! * `deploy name=NAME module=N` (the digest `[N; 32]`), `rollback
 //!   name=NAME [to=VERSION]`, `undeploy name=NAME`
+//! * `grant name=NAME http=URL [methods=A,B] [private=true]
+//!   [header="name: template"] [record=true|false]`, `revoke` the same
+//!   (without `http=`: every grant), `set-secret name=NAME sealed=BYTES`,
+//!   `delete-secret name=NAME`
 //! * `json COMMAND`: any [`Command`] as serde JSON, for the rare ones.
 //!
 //! `JOB` is `[module=1] [input=""] [timeout_ms=1000] [memory_bytes=N]
@@ -429,6 +436,36 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
             id: args.need_number("id")?,
             attempt: args.need_number("attempt")?,
             data: args.bytes("data").ok_or("`data=` is missing")?,
+            // `mark=calls,reads`: where in its record of calls it was taken.
+            mark: match args.text("mark")? {
+                Some(mark) => {
+                    let (calls, reads) = mark.split_once(',').ok_or("`mark=` is `calls,reads`")?;
+                    Some(TapeMark {
+                        calls: number("mark", calls)?,
+                        reads: number("mark", reads)?,
+                    })
+                }
+                None => None,
+            },
+        },
+        // A recorded call: `ordinal=`, `method=`, `url=`, `status=`,
+        // `body=` (the response's), `clock=` (seconds of one clock read).
+        "record-call" => Command::RecordCall {
+            id: args.need_number("id")?,
+            attempt: args.need_number("attempt")?,
+            call: RecordedCall {
+                ordinal: args.need_number("ordinal")?,
+                method: args.text("method")?.unwrap_or_else(|| "POST".into()),
+                url: args.need_text("url")?,
+                body_sha256: [0; 32],
+                status: args.number("status")?.unwrap_or(200),
+                headers: Vec::new(),
+                body: args.bytes("body").unwrap_or_default(),
+                reads: match args.number("clock")? {
+                    Some(seconds) => vec![Read::Clock { seconds, nanos: 0 }],
+                    None => Vec::new(),
+                },
+            },
         },
         "finish" => finished(&mut args)?,
         "worker-gone" => Command::WorkerGone {
@@ -480,6 +517,7 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
                 None => Vec::new(),
             };
             let private = args.flag("private")?.unwrap_or(false);
+            let record = args.flag("record")?;
             // `header="name: template"`: one header the grant sets.
             let headers: Vec<(String, String)> = match args.text("header")? {
                 Some(header) => {
@@ -491,7 +529,11 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
             };
             let grants = match args.text("http")? {
                 Some(url) => {
-                    vec![HttpGrant::parse(&url, &methods, private)?.with_headers(&headers)?]
+                    vec![
+                        HttpGrant::parse(&url, &methods, private)?
+                            .with_headers(&headers)?
+                            .with_record(record),
+                    ]
                 }
                 None => Vec::new(),
             };
@@ -517,7 +559,8 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
                 "unknown command: one of submit, poll, finish, cancel, checkpoint, \
                  worker-gone, tick, configure, create-token, revoke-token, create-schedule, \
                  pause-schedule, resume-schedule, delete-schedule, backfill, submit-dag, \
-                 deploy, rollback, undeploy, grant, revoke, set-secret, delete-secret, json"
+                 deploy, rollback, undeploy, grant, revoke, set-secret, delete-secret, \
+                 record-call, json"
                     .into(),
             );
         }

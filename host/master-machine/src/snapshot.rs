@@ -27,13 +27,15 @@ use crate::workers::Worker;
 
 /// Version byte of snapshots: the state, then API tokens, then request
 /// ids, then what keys hold, then schedules and DAGs, then deployments
-/// and the jobs submitted by a module name, then egress grants and calls.
-/// Older snapshots are still read: version 6 (no grants or calls),
+/// and the jobs submitted by a module name, then egress grants and calls,
+/// then recorded calls. Older snapshots are still read: version 7 (no
+/// recorded calls; its grants have no `record`), version 6 (no grants or
+/// calls),
 /// version 5 (no deployments; its [`JobOptions`], in the keys and
 /// the schedules, have no `module`), version 4 (no schedules or DAGs),
 /// version 3 (no keys), version 2 (tokens, no request ids) and version 1
 /// (the state alone, from before tokens existed).
-pub const SNAPSHOT_VERSION: u8 = 7;
+pub const SNAPSHOT_VERSION: u8 = 8;
 
 /// The fields of [`Master`] before its jobs, as its snapshot holds them.
 #[derive(Serialize)]
@@ -193,8 +195,8 @@ impl Master {
     /// The snapshot's layout is here and only here: the version, the
     /// state's head, its jobs, its tail, the tokens, the request ids
     /// (a map: their count, then each id and request), the keys, the
-    /// schedules, the DAGs, the deployments and the egress grants and
-    /// calls.
+    /// schedules, the DAGs, the deployments, the egress grants and
+    /// calls, and the recorded calls.
     fn write_part(&self, sink: &mut impl Sink, cursor: &mut SnapshotCursor, bytes_max: usize) {
         let bytes_max = bytes_max.max(1);
         loop {
@@ -230,6 +232,7 @@ impl Master {
                     sink.put(&self.dags);
                     sink.put(&self.deployments);
                     sink.put(&self.egress);
+                    sink.put(&self.tapes);
                     *cursor = SnapshotCursor::End;
                 }
                 SnapshotCursor::End => return,
@@ -255,7 +258,8 @@ impl Master {
     /// The whole state as versioned bytes: `[SNAPSHOT_VERSION] ++
     /// postcard(state) ++ postcard(tokens) ++ postcard(request ids) ++
     /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs) ++
-    /// postcard(deployments) ++ postcard(grants and calls)`.
+    /// postcard(deployments) ++ postcard(grants and calls) ++
+    /// postcard(recorded calls)`.
     ///
     /// Measured first, then written into a buffer of that size: grown by
     /// doubling, the buffer of a snapshot of a million finished jobs took
