@@ -145,6 +145,9 @@ error_codes! {
     ModuleTooLarge = "module_too_large", PAYLOAD_TOO_LARGE, false;
     /// A checkpoint over the checkpoint limit.
     CheckpointTooLarge = "checkpoint_too_large", PAYLOAD_TOO_LARGE, false;
+    /// A worker's recorded call over what a job's record keeps (workers
+    /// only: a job sees `egress_record_too_large`).
+    RecordTooLarge = "record_too_large", PAYLOAD_TOO_LARGE, false;
     /// Not a WebAssembly component.
     ModuleInvalid = "module_invalid", UNPROCESSABLE_ENTITY, false;
     /// A component, but not a `cohort:job` job.

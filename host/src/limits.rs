@@ -325,7 +325,8 @@ pub(crate) const SANDBOX_FRAME_SLACK_BYTES: u64 = 1 << 20;
 /// (a quarter of the idle limit, within these).
 pub(crate) const SANDBOX_REAPER_PERIOD_MIN: Duration = Duration::from_millis(10);
 pub(crate) const SANDBOX_REAPER_PERIOD_MAX: Duration = Duration::from_secs(5);
-/// Largest request a child accepts: an input and a resume state.
+/// Largest request a child accepts: an input, a resume state and the
+/// recorded calls it replays.
 pub(crate) const SANDBOX_REQUEST_BYTES_MAX: u64 = 1 << 30;
 /// How often a child checks that the node that started it is still there.
 pub(crate) const SANDBOX_ORPHAN_CHECK: Duration = Duration::from_millis(200);
@@ -338,10 +339,20 @@ const _: () =
 // A request resuming from the largest checkpoint fits what a child reads.
 const _: () = assert!(CHECKPOINT_BYTES_CEILING < SANDBOX_REQUEST_BYTES_MAX);
 // A child's frames carry a u32 length: the largest one the node accepts
-// (output, log and checkpoint at their ceilings, and the slack) fits it.
+// (output, log and checkpoint at their ceilings, a recorded call, and the
+// slack) fits it.
 const _: () = assert!(
-    OUTPUT_BYTES_CEILING + LOG_BYTES_CEILING + CHECKPOINT_BYTES_CEILING + SANDBOX_FRAME_SLACK_BYTES
+    OUTPUT_BYTES_CEILING
+        + LOG_BYTES_CEILING
+        + CHECKPOINT_BYTES_CEILING
+        + cohort_master::limits::TAPE_BYTES_MAX
+        + SANDBOX_FRAME_SLACK_BYTES
         <= u32::MAX as u64
+);
+// A request replaying a whole record of calls fits what a child reads.
+const _: () = assert!(
+    CHECKPOINT_BYTES_CEILING + 2 * cohort_master::limits::TAPE_BYTES_MAX
+        < SANDBOX_REQUEST_BYTES_MAX
 );
 const _: () = assert!(SANDBOX_REQUEST_BYTES_MAX <= u32::MAX as u64);
 

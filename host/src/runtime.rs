@@ -12,6 +12,7 @@ pub mod module;
 pub mod observer;
 pub mod sandbox;
 pub mod sandbox_child;
+pub mod tape;
 
 pub use egress::{AddressKind, CallError, EgressLimits, HttpCall, HttpGrant};
 pub use engine::{Isolation, Runtime, RuntimeConfig, RuntimeError};
@@ -19,3 +20,4 @@ pub use job::{JobFailure, JobReport, JobRequest, Progress, Secrets};
 pub use job_limits::JobLimits;
 pub use module::{Digest, Module, ModuleError};
 pub use observer::JobObserver;
+pub use tape::{RecordFuture, Recorder, Recording, Unrecorded};

@@ -59,9 +59,10 @@ use crate::limits::{
 };
 use crate::modules::ModuleStore;
 use crate::runtime::{
-    Digest, JobFailure, JobLimits, JobObserver, JobReport, JobRequest, Module, Progress, Runtime,
+    Digest, JobFailure, JobLimits, JobObserver, JobReport, JobRequest, Module, Progress,
+    RecordFuture, Recorder, Recording, Runtime, Unrecorded,
 };
-use cohort_master::{Assignment, Command, Failure, JobId, Outcome};
+use cohort_master::{Assignment, Command, Failure, JobId, Outcome, RecordedCall, Reply, TapeMark};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -481,7 +482,7 @@ fn take_poll_result(shared: &Arc<Shared>, PollResult { assignments, stops }: Pol
 struct Forwarder {
     id: JobId,
     progress: ProgressBoard,
-    checkpoint: watch::Sender<Option<Vec<u8>>>,
+    checkpoint: watch::Sender<Option<(Vec<u8>, Option<TapeMark>)>>,
 }
 
 impl JobObserver for Forwarder {
@@ -495,8 +496,57 @@ impl JobObserver for Forwarder {
         );
     }
 
-    fn checkpoint(&self, state: &[u8]) {
-        self.checkpoint.send_replace(Some(state.to_vec()));
+    fn checkpoint(&self, state: &[u8], mark: Option<TapeMark>) {
+        self.checkpoint.send_replace(Some((state.to_vec(), mark)));
+    }
+}
+
+/// Makes an attempt's recorded calls durable: a `RecordCall` the master
+/// journals, retried (it is idempotent: the same call at the same ordinal)
+/// while no master takes it, for at most [`REPORT_RETRY_WAIT`], as an
+/// outcome is.
+#[derive(Debug)]
+struct MasterRecorder {
+    master: MasterLink,
+    id: JobId,
+    attempt: u32,
+}
+
+impl Recorder for MasterRecorder {
+    fn record(&self, call: RecordedCall) -> RecordFuture {
+        let (master, id, attempt) = (self.master.clone(), self.id, self.attempt);
+        Box::pin(async move {
+            let command = Command::RecordCall { id, attempt, call };
+            let started = tokio::time::Instant::now();
+            loop {
+                match master.command(command.clone()).await {
+                    Ok(Reply::Done) => return Ok(()),
+                    Ok(Reply::Ignored { reason }) => {
+                        return Err(Unrecorded::Failed(format!(
+                            "the master did not keep it: {reason}"
+                        )));
+                    }
+                    Ok(other) => {
+                        return Err(Unrecorded::Failed(format!("the master answered {other:?}")));
+                    }
+                    Err(MasterError::Rejected(rejection))
+                        if rejection.code == cohort_master::codes::RECORD_TOO_LARGE =>
+                    {
+                        return Err(Unrecorded::TooLarge(rejection.message));
+                    }
+                    Err(MasterError::Rejected(rejection)) => {
+                        return Err(Unrecorded::Failed(rejection.to_string()));
+                    }
+                    Err(error) if started.elapsed() < REPORT_RETRY_WAIT => {
+                        tracing::debug!(
+                            "job {id} attempt {attempt}: call not recorded yet: {error}"
+                        );
+                        tokio::time::sleep(POLL_RETRY).await;
+                    }
+                    Err(error) => return Err(Unrecorded::Failed(error.to_string())),
+                }
+            }
+        })
     }
 }
 
@@ -597,6 +647,7 @@ async fn attempt_outcome(
         checkpoint,
         egress,
         secrets,
+        replay,
         ..
     } = assignment;
     let digest = Digest::from(module);
@@ -639,6 +690,15 @@ async fn attempt_outcome(
             id,
             secrets,
         )),
+        recording: Recording {
+            job: id,
+            replay,
+            recorder: Some(Arc::new(MasterRecorder {
+                master: shared.master.clone(),
+                id,
+                attempt,
+            })),
+        },
     };
     let report = run_job(shared, (id, attempt), compiled, request, stopped).await;
     // The attempt is over: its outcome matters now, not a checkpoint still
@@ -666,12 +726,17 @@ async fn send_checkpoints(
     master: MasterLink,
     id: JobId,
     attempt: u32,
-    mut latest: watch::Receiver<Option<Vec<u8>>>,
+    mut latest: watch::Receiver<Option<(Vec<u8>, Option<TapeMark>)>>,
 ) {
     while latest.changed().await.is_ok() {
         let data = latest.borrow_and_update().clone();
-        if let Some(data) = data {
-            let command = Command::Checkpoint { id, attempt, data };
+        if let Some((data, mark)) = data {
+            let command = Command::Checkpoint {
+                id,
+                attempt,
+                data,
+                mark,
+            };
             if let Err(error) = master.command(command).await {
                 tracing::warn!("job {id}: checkpoint not recorded: {error}");
             }

@@ -94,6 +94,13 @@ pub struct HttpGrantBody {
     /// not `host`, `content-length` or another header the node sets).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub headers: std::collections::BTreeMap<String, String>,
+    /// Whether the calls this grant allows are recorded: the response made
+    /// durable before the job sees it, and replayed to a later attempt
+    /// making the same call instead of sending it again [default: calls
+    /// whose method is not `GET`, `HEAD` or `OPTIONS`]. Answers leave it
+    /// out when it is the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<bool>,
 }
 
 /// `POST /v1/secrets/{name}`: a secret's value (admin scope).

@@ -193,7 +193,9 @@ pub(crate) fn grant_of(body: &HttpGrantBody) -> Result<HttpGrant, String> {
     let headers: Vec<(String, String)> = (body.headers.iter())
         .map(|(name, value)| (name.clone(), value.clone()))
         .collect();
-    HttpGrant::parse(&body.url, &body.methods, body.private)?.with_headers(&headers)
+    Ok(HttpGrant::parse(&body.url, &body.methods, body.private)?
+        .with_headers(&headers)?
+        .with_record(body.record))
 }
 
 /// A grant as the API spells it.
@@ -203,6 +205,7 @@ pub(crate) fn grant_body(grant: &HttpGrant) -> HttpGrantBody {
         methods: grant.methods.clone(),
         private: grant.private,
         headers: grant.headers.iter().cloned().collect(),
+        record: grant.record,
     }
 }
 

@@ -855,7 +855,14 @@ mod tests {
         for code in ErrorCode::ALL {
             assert!(
                 text.contains(&format!("\"{}\"", code.as_str()))
-                    || [Undecodable, MethodNotAllowed, NotFound, CheckpointTooLarge].contains(code),
+                    || [
+                        Undecodable,
+                        MethodNotAllowed,
+                        NotFound,
+                        CheckpointTooLarge,
+                        RecordTooLarge
+                    ]
+                    .contains(code),
                 "{} is in no route's errors",
                 code.as_str()
             );

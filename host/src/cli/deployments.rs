@@ -82,6 +82,15 @@ pub struct GrantArgs {
     /// (repeatable).
     #[arg(long = "header", value_name = "HEADER")]
     pub headers: Vec<String>,
+    /// Record every call the grant allows (its response made durable before
+    /// the job sees it, and replayed to a later attempt instead of being
+    /// sent again) [default: calls whose method is not GET, HEAD or
+    /// OPTIONS].
+    #[arg(long, conflicts_with = "no_record")]
+    pub record: bool,
+    /// Record no call the grant allows.
+    #[arg(long)]
+    pub no_record: bool,
 }
 
 /// `cohort revoke NAME [--http URL...]`.
@@ -107,13 +116,14 @@ pub struct RevokeArgs {
     pub headers: Vec<String>,
 }
 
-/// The grants of `urls`, each with `methods`, `private` and `headers`
-/// (`Name: value` each).
+/// The grants of `urls`, each with `methods`, `private`, `headers`
+/// (`Name: value` each) and `record`.
 fn grant_bodies(
     urls: &[String],
     methods: &[String],
     private: bool,
     headers: &[String],
+    record: Option<bool>,
 ) -> Result<Vec<HttpGrantBody>, String> {
     let mut set = std::collections::BTreeMap::new();
     for header in headers {
@@ -128,19 +138,31 @@ fn grant_bodies(
             methods: methods.to_vec(),
             private,
             headers: set.clone(),
+            record,
         })
         .collect())
 }
 
 /// `cohort grant`: safe to repeat (a grant held already is not added).
 pub async fn grant(args: GrantArgs) -> ExitCode {
-    let grants = grant_bodies(&args.http, &args.methods, args.private, &args.headers);
+    let record = match (args.record, args.no_record) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    };
+    let grants = grant_bodies(
+        &args.http,
+        &args.methods,
+        args.private,
+        &args.headers,
+        record,
+    );
     change_grants(&args.server, &args.name, grants, false).await
 }
 
 /// `cohort revoke`: safe to repeat.
 pub async fn revoke(args: RevokeArgs) -> ExitCode {
-    let grants = grant_bodies(&args.http, &args.methods, args.private, &args.headers);
+    let grants = grant_bodies(&args.http, &args.methods, args.private, &args.headers, None);
     change_grants(&args.server, &args.name, grants, true).await
 }
 
@@ -202,7 +224,12 @@ fn grant_line(grant: &HttpGrantBody) -> String {
     let headers: String = (grant.headers.iter())
         .map(|(name, value)| format!(", {name}: {value}"))
         .collect();
-    format!("{} ({methods}{private}{headers})", grant.url)
+    let record = match grant.record {
+        None => ", records all but GET, HEAD, OPTIONS",
+        Some(true) => ", records every call",
+        Some(false) => ", records nothing",
+    };
+    format!("{} ({methods}{private}{headers}{record})", grant.url)
 }
 
 /// `cohort deploy`: uploads the module if it is a file, then points the

@@ -87,6 +87,23 @@ fn samples() -> Vec<Vec<u8>> {
                 .expect("a grant"),
         ],
         secrets: vec![("STRIPE".into(), b"sealed".to_vec())],
+        replay: cohort_master::Replay {
+            mark: cohort_master::TapeMark { calls: 2, reads: 1 },
+            calls: vec![cohort_master::RecordedCall {
+                ordinal: 2,
+                method: "POST".into(),
+                url: "https://api.example.com/v1/charges".into(),
+                body_sha256: [3; 32],
+                status: 201,
+                headers: vec![("content-type".into(), b"application/json".to_vec())],
+                body: b"{}".to_vec(),
+                reads: vec![cohort_master::Read::Clock {
+                    seconds: 5,
+                    nanos: 6,
+                }],
+            }],
+            submitted_at: 9,
+        },
     };
     let requests = [
         WireRequest::Command(Command::Submit {

@@ -94,6 +94,7 @@
 
 use super::job::{Secrets, truncate_utf8};
 use super::job_log::SharedLog;
+use super::tape::{Recording, Replayed, Tape, Unrecorded};
 use crate::limits::{
     EGRESS_ADDRESSES_LOGGED_MAX, EGRESS_ADDRESSES_MAX, EGRESS_BETWEEN_BYTES_TIMEOUT,
     EGRESS_BYTES_PER_ATTEMPT_MAX, EGRESS_CALL_TIMEOUT, EGRESS_CALLS_AT_ONCE_MAX,
@@ -102,16 +103,20 @@ use crate::limits::{
     EGRESS_RESPONSE_BYTES_MAX, EGRESS_RESPONSE_HEAD_BYTES_MAX, ERROR_CODE_BYTES_MAX,
 };
 use bytes::Bytes;
-use cohort_master::limits::CALLS_RECORDED_MAX;
+use cohort_master::RecordedCall;
+use cohort_master::limits::{CALLS_RECORDED_MAX, RECORD_BODY_BYTES_MAX, RECORD_URL_BYTES_MAX};
 use cohort_master::{GrantHost, Piece, strict_ipv4, template};
 pub use cohort_master::{HttpCall, HttpGrant};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Uri, Version};
 use http_body_util::BodyExt;
+use http_body_util::Full;
+use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
@@ -196,6 +201,12 @@ pub enum CallError {
     HttpFailed,
     /// The attempt ended (timeout, trap, return) with the call still running.
     Unfinished,
+    /// A call its grant records is over what a record keeps (its URL, its
+    /// response's headers or body, or the job's record is full).
+    RecordTooLarge,
+    /// A recorded call was sent but its response could not be made
+    /// durable: the attempt fails, and the next one sends it again.
+    RecordFailed,
 }
 
 impl CallError {
@@ -215,6 +226,8 @@ impl CallError {
         CallError::Timeout,
         CallError::HttpFailed,
         CallError::Unfinished,
+        CallError::RecordTooLarge,
+        CallError::RecordFailed,
     ];
 
     /// The stable, machine-readable code recorded for this failure.
@@ -234,6 +247,8 @@ impl CallError {
             CallError::Timeout => "egress_timeout",
             CallError::HttpFailed => "egress_http_failed",
             CallError::Unfinished => "egress_unfinished",
+            CallError::RecordTooLarge => "egress_record_too_large",
+            CallError::RecordFailed => "egress_record_failed",
         }
     }
 
@@ -257,6 +272,8 @@ impl CallError {
             CallError::Timeout => HttpError::HttpResponseTimeout,
             CallError::HttpFailed => HttpError::HttpProtocolError,
             CallError::Unfinished => HttpError::ConnectionTerminated,
+            CallError::RecordTooLarge => HttpError::HttpResponseBodySize(None),
+            CallError::RecordFailed => HttpError::InternalError(None),
         }
     }
 }
@@ -706,6 +723,9 @@ struct CallState {
     status: Option<u16>,
     failed: Option<CallError>,
     done: bool,
+    /// A recorded call read whole: it ends once recorded (or failing), not
+    /// when its body ends.
+    held: bool,
 }
 
 impl Call {
@@ -732,6 +752,14 @@ impl Call {
     /// Ends the call as it stands (a response read to its end, or dropped
     /// by the job).
     fn finish(&self) {
+        if !self.lock().held {
+            self.end(None);
+        }
+    }
+
+    /// Ends a held call as it stands.
+    fn release(&self) {
+        self.lock().held = false;
         self.end(None);
     }
 
@@ -785,6 +813,9 @@ pub(crate) struct JobEgress {
     log: SharedLog,
     /// One permit per call that may be in flight at once.
     in_flight: Arc<tokio::sync::Semaphore>,
+    /// The calls' ordinals and keys, and the recorded calls (see
+    /// [`super::tape`]).
+    tape: Tape,
 }
 
 /// A request's destination, taken apart.
@@ -921,7 +952,15 @@ impl JobEgress {
             secrets: Arc::new(secrets),
             ledger,
             log,
+            tape: Tape::new(Recording::default()),
         }
+    }
+
+    /// This egress numbering, keying, recording and replaying its calls
+    /// with `tape`.
+    pub(crate) fn with_tape(mut self, tape: Tape) -> Self {
+        self.tape = tape;
+        self
     }
 
     /// Sends `request` if the job's grants allow it (see the module's
@@ -945,6 +984,7 @@ impl JobEgress {
             Err(origin) => origin.clone(),
         };
         let (slot, made) = self.ledger.begin(&method, &origin, started);
+        let ordinal = self.tape.ordinal();
         let call = Arc::new(Call {
             ledger: self.ledger.clone(),
             slot,
@@ -1028,6 +1068,57 @@ impl JobEgress {
             .collect::<Result<Vec<_>, Failure>>()
             .map_err(fail)?;
 
+        // A call a grant records: its request is read whole (for its
+        // digest), and answered from the record if it is the call recorded
+        // at its ordinal.
+        let record = self.tape.records()
+            && granted
+                .iter()
+                .any(|grant| grant.records(request.method().as_str()));
+        let request = request.map(|body| body.boxed_unsync());
+        let (request, recording) = match record {
+            false => (request, None),
+            true => {
+                let (parts, body) = request.into_parts();
+                let bytes = read_request(body, limits.request_bytes, deadline)
+                    .await
+                    .map_err(fail)?;
+                let url = parts.uri.to_string();
+                if url.len() > RECORD_URL_BYTES_MAX {
+                    return Err(fail(Failure::new(
+                        CallError::RecordTooLarge,
+                        HttpError::HttpRequestUriTooLong,
+                        format!(
+                            "has a URL over {RECORD_URL_BYTES_MAX} bytes, more than a recorded call keeps"
+                        ),
+                    )));
+                }
+                let body_sha256: [u8; 32] = Sha256::digest(&bytes).into();
+                match self
+                    .tape
+                    .replayed(ordinal, parts.method.as_str(), &url, &body_sha256)
+                {
+                    Replayed::Found(found) => return self.replay(&call, ordinal, *found),
+                    Replayed::Live { diverged: true } => {
+                        let line = format!(
+                            "[cohort] replay ended: {} {} (call {ordinal}) is not the call recorded \
+                             there; it is sent and recorded anew\n",
+                            call.method, call.origin
+                        );
+                        self.log.append(line.as_bytes());
+                    }
+                    Replayed::Live { diverged: false } => {}
+                }
+                let body = Full::new(bytes)
+                    .map_err(|never| match never {})
+                    .boxed_unsync();
+                (
+                    http::Request::from_parts(parts, body),
+                    Some((url, body_sha256)),
+                )
+            }
+        };
+
         // Each call in flight holds sockets (and, resolving, a thread): a
         // job sending many at once waits for its earlier ones to end.
         let permit = tokio::time::timeout_at(deadline, self.in_flight.clone().acquire_owned());
@@ -1073,8 +1164,10 @@ impl JobEgress {
             }
         }
 
+        let key = HeaderValue::from_str(&self.tape.idempotency_key(ordinal))
+            .expect("hex digits are a header value");
         let (parts, body) = request.into_parts();
-        let outgoing = outgoing(parts, &target, body, set, &call, limits).map_err(fail)?;
+        let outgoing = outgoing(parts, &target, body, set, key, &call, limits).map_err(fail)?;
         let mut builder = hyper::client::conn::http1::Builder::new();
         builder.max_header_size(EGRESS_RESPONSE_HEAD_BYTES_MAX);
         let (mut sender, connection) = builder
@@ -1141,7 +1234,11 @@ impl JobEgress {
             },
         };
         drop(sender);
-        call.lock().status = Some(response.status().as_u16());
+        {
+            let mut state = call.lock();
+            state.status = Some(response.status().as_u16());
+            state.held = recording.is_some();
+        }
 
         let between = shorter(
             options.and_then(|o| o.between_bytes_timeout),
@@ -1162,7 +1259,7 @@ impl JobEgress {
             .boxed_unsync()
         });
         let io_call = call.clone();
-        let io: IoFuture = Box::new(async move {
+        let io = Box::pin(async move {
             let Some(connection) = connection else {
                 return Ok(());
             };
@@ -1175,7 +1272,134 @@ impl JobEgress {
                 }
             }
         });
-        Ok((response, io))
+        match recording {
+            None => Ok((response, Box::new(io))),
+            Some((url, body_sha256)) => {
+                let call_ref = &call;
+                self.record(call_ref, (ordinal, url, body_sha256), response, io)
+                    .await
+                    .map_err(|failure| {
+                        call.fail(failure.error, &failure.why);
+                        failure.guest
+                    })
+            }
+        }
+    }
+
+    /// Reads a recorded call's whole response (driving its connection),
+    /// has the recorder make it durable, and only then hands it to the job.
+    async fn record(
+        &self,
+        call: &Arc<Call>,
+        (ordinal, url, body_sha256): (u32, String, [u8; 32]),
+        response: http::Response<WasiBody>,
+        mut io: Pin<Box<dyn Future<Output = Result<(), HttpError>> + Send>>,
+    ) -> Result<(http::Response<WasiBody>, IoFuture), Failure> {
+        let (parts, body) = response.into_parts();
+        let mut io_ended = None;
+        let mut read = std::pin::pin!(read_response(body));
+        let read = std::future::poll_fn(|cx| {
+            if io_ended.is_none()
+                && let Poll::Ready(ended) = io.as_mut().poll(cx)
+            {
+                io_ended = Some(ended);
+            }
+            read.as_mut().poll(cx)
+        })
+        .await;
+        let body = read?;
+        let io: IoFuture = match io_ended {
+            Some(_) => Box::new(async { Ok(()) }),
+            None => Box::new(io),
+        };
+        let headers: Vec<(String, Vec<u8>)> = (parts.headers.iter())
+            .filter(|(name, _)| !is_hop_by_hop(name))
+            .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+            .collect();
+        let recorded = RecordedCall {
+            ordinal,
+            method: call.method.clone(),
+            url,
+            body_sha256,
+            status: parts.status.as_u16(),
+            headers,
+            body: body.to_vec(),
+            reads: self.tape.pending_reads(),
+        };
+        cohort_master::check_call(&recorded).map_err(|why| {
+            Failure::new(
+                CallError::RecordTooLarge,
+                HttpError::HttpResponseBodySize(None),
+                format!("was sent, but its response is more than a record keeps: {why}"),
+            )
+        })?;
+        let Some(recorder) = self.tape.recorder() else {
+            unreachable!("only a tape with a recorder records");
+        };
+        match recorder.record(recorded).await {
+            Ok(()) => {}
+            Err(Unrecorded::TooLarge(why)) => {
+                return Err(Failure::new(
+                    CallError::RecordTooLarge,
+                    HttpError::HttpResponseBodySize(None),
+                    format!("was sent, but the job's record has no room for it: {why}"),
+                ));
+            }
+            Err(Unrecorded::Failed(why)) => {
+                self.tape.fail(why.clone());
+                return Err(Failure::new(
+                    CallError::RecordFailed,
+                    HttpError::InternalError(Some("the response could not be recorded".into())),
+                    format!(
+                        "was sent, but its response could not be recorded ({why}): the attempt \
+                         fails, and the next one sends it again with the same Idempotency-Key"
+                    ),
+                ));
+            }
+        }
+        self.tape.recorded();
+        call.release();
+        let body = Full::new(body)
+            .map_err(|never| match never {})
+            .boxed_unsync();
+        Ok((http::Response::from_parts(parts, body), io))
+    }
+
+    /// Answers call `ordinal` with the response an earlier attempt
+    /// recorded, sending nothing.
+    fn replay(
+        &self,
+        call: &Arc<Call>,
+        ordinal: u32,
+        found: RecordedCall,
+    ) -> Result<(http::Response<WasiBody>, IoFuture), HttpError> {
+        let mut response = http::Response::new(
+            Full::new(Bytes::from(found.body))
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        );
+        *response.status_mut() =
+            http::StatusCode::from_u16(found.status).map_err(|_| HttpError::HttpProtocolError)?;
+        for (name, value) in found.headers {
+            if let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_bytes(&value),
+            ) {
+                response.headers_mut().append(name, value);
+            }
+        }
+        {
+            let mut state = call.lock();
+            state.status = Some(found.status);
+        }
+        call.finish();
+        let line = format!(
+            "[cohort] replayed: {} {} (call {ordinal}) answered {} as an earlier attempt \
+             recorded it; not sent again\n",
+            call.method, call.origin, found.status
+        );
+        self.log.append(line.as_bytes());
+        Ok((response, Box::new(async { Ok(()) })))
     }
 
     /// Resolves the target's host, keeps the addresses a grant permits and
@@ -1524,11 +1748,13 @@ fn grant_headers(
 /// the `Host` header from the URI's authority, no hop-by-hop header, the
 /// grants' `headers` in place of the job's of those names, the body
 /// counted and bounded.
+#[allow(clippy::too_many_arguments)]
 fn outgoing<B>(
     parts: http::request::Parts,
     target: &Target,
     body: B,
     grant_headers: Vec<(HeaderName, HeaderValue)>,
+    idempotency_key: HeaderValue,
     call: &Arc<Call>,
     limits: EgressLimits,
 ) -> Result<http::Request<RequestBody>, Failure>
@@ -1574,8 +1800,78 @@ where
     for (name, value) in grant_headers {
         headers.insert(name, value);
     }
+    let key = HeaderName::from_static("idempotency-key");
+    if !headers.contains_key(&key) {
+        headers.insert(key, idempotency_key);
+    }
     headers.insert(header::HOST, host);
     Ok(request)
+}
+
+/// A recorded call's request body, read whole within the call's bounds.
+async fn read_request(
+    mut body: UnsyncBoxBody<Bytes, HttpError>,
+    bytes_max: u64,
+    by: Deadline,
+) -> Result<Bytes, Failure> {
+    let mut read = Vec::new();
+    loop {
+        match tokio::time::timeout_at(by, body.frame()).await {
+            Err(_elapsed) => {
+                return Err(Failure::new(
+                    CallError::Timeout,
+                    HttpError::HttpRequestBodySize(None),
+                    "did not finish its request body in time",
+                ));
+            }
+            Ok(None) => return Ok(read.into()),
+            Ok(Some(Err(error))) => {
+                return Err(Failure::new(
+                    CallError::HttpFailed,
+                    error,
+                    "failed writing its request body",
+                ));
+            }
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    if (read.len() + data.len()) as u64 > bytes_max {
+                        return Err(Failure::new(
+                            CallError::RequestTooLarge,
+                            HttpError::HttpRequestBodySize(None),
+                            format!("has a body over {bytes_max} bytes, the most a call sends"),
+                        ));
+                    }
+                    read.extend_from_slice(&data);
+                }
+            }
+        }
+    }
+}
+
+/// A recorded call's response body, read whole: its own bounds and times
+/// apply (see [`ResponseBody`]), and a record's.
+async fn read_response(mut body: WasiBody) -> Result<Bytes, Failure> {
+    let mut read = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|guest| {
+            // The body recorded why it failed, in the log and the record.
+            Failure::new(CallError::HttpFailed, guest, "failed")
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if read.len() + data.len() > RECORD_BODY_BYTES_MAX {
+                return Err(Failure::new(
+                    CallError::RecordTooLarge,
+                    HttpError::HttpResponseBodySize(None),
+                    format!(
+                        "was sent, but answered with a body over {RECORD_BODY_BYTES_MAX} bytes, \
+                         more than a recorded call keeps"
+                    ),
+                ));
+            }
+            read.extend_from_slice(&data);
+        }
+    }
+    Ok(read.into())
 }
 
 /// The job's error for a connection or response that hyper gave up on.

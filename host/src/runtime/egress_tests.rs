@@ -4,6 +4,7 @@
 //! secrets, and a job whose log is masked. Every test is bounded in time.
 
 use super::super::job_log::{JobLog, Mask};
+use super::super::tape::Recorder;
 use super::*;
 use http_body_util::Full;
 use std::convert::Infallible;
@@ -1089,6 +1090,8 @@ fn codes_are_stable_and_fit_a_record() {
         (CallError::Timeout, "egress_timeout"),
         (CallError::HttpFailed, "egress_http_failed"),
         (CallError::Unfinished, "egress_unfinished"),
+        (CallError::RecordTooLarge, "egress_record_too_large"),
+        (CallError::RecordFailed, "egress_record_failed"),
     ];
     assert_eq!(CallError::ALL.len(), all.len());
     for (error, code) in all {
@@ -1321,4 +1324,185 @@ async fn a_jobs_log_masks_a_secret_its_output_keeps() {
         output.contains(&format!("you sent Bearer {API_KEY}")),
         "the output is the job's own, unmasked: {output}"
     );
+}
+
+// ---- Idempotency keys and recorded calls
+
+/// A recorder keeping what it is given, or refusing everything.
+#[derive(Debug, Default)]
+struct Kept {
+    calls: Mutex<Vec<RecordedCall>>,
+    refuse: bool,
+}
+
+impl Recorder for Kept {
+    fn record(&self, call: RecordedCall) -> super::super::tape::RecordFuture {
+        let answer = match self.refuse {
+            true => Err(super::super::tape::Unrecorded::Failed(
+                "no master".to_owned(),
+            )),
+            false => {
+                self.calls.lock().unwrap().push(call);
+                Ok(())
+            }
+        };
+        Box::pin(async move { answer })
+    }
+}
+
+impl Attempt {
+    /// An attempt of job 7 replaying `calls`, recording into `kept`.
+    fn recording(grants: Vec<HttpGrant>, calls: Vec<RecordedCall>, kept: Arc<Kept>) -> Self {
+        let attempt = Self::new(grants, quick());
+        let tape = Tape::new(Recording {
+            job: 7,
+            replay: cohort_master::Replay {
+                calls,
+                submitted_at: 1_000,
+                ..Default::default()
+            },
+            recorder: Some(kept),
+        });
+        Self {
+            egress: attempt.egress.with_tape(tape),
+            ..attempt
+        }
+    }
+}
+
+fn header_of<'a>(heard: &'a Heard, name: &str) -> Option<&'a str> {
+    (heard.head.lines()).find_map(|line| line.strip_prefix(&format!("{name}: ")))
+}
+
+#[tokio::test]
+async fn every_call_carries_an_idempotency_key_the_same_in_every_attempt_unless_the_job_set_one() {
+    in_time(async {
+        let (port, mut heard) = server(Answer::Body(b"ok".to_vec()), None).await;
+        let grants = || vec![grant(&format!("http://127.0.0.1:{port}")).with_record(Some(false))];
+        let url = format!("http://127.0.0.1:{port}/hook");
+        let mut keys = Vec::new();
+        for _attempt in 0..2 {
+            let attempt = Attempt::recording(grants(), Vec::new(), Arc::default());
+            attempt.call(request("POST", &url, b"a")).await.unwrap();
+            attempt.call(request("POST", &url, b"a")).await.unwrap();
+            for _ in 0..2 {
+                let heard = heard.recv().await.unwrap();
+                keys.push(header_of(&heard, "idempotency-key").unwrap().to_owned());
+            }
+        }
+        assert_eq!(keys[0], keys[2], "call 0 has one key in every attempt");
+        assert_eq!(keys[1], keys[3]);
+        assert_ne!(keys[0], keys[1], "two calls, two keys");
+        // The job's own key is kept.
+        let attempt = Attempt::recording(grants(), Vec::new(), Arc::default());
+        let mut own = request("POST", &url, b"a");
+        own.headers_mut()
+            .insert("idempotency-key", HeaderValue::from_static("mine"));
+        attempt.call(own).await.unwrap();
+        let heard = heard.recv().await.unwrap();
+        assert_eq!(header_of(&heard, "idempotency-key"), Some("mine"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_recorded_call_is_kept_before_the_job_sees_it_and_replayed_without_being_sent() {
+    in_time(async {
+        let (port, mut heard) = server(Answer::Body(b"charged".to_vec()), None).await;
+        let grants = || vec![grant(&format!("http://127.0.0.1:{port}"))];
+        let url = format!("http://127.0.0.1:{port}/charge?amount=5");
+        let kept = Arc::new(Kept::default());
+        let first = Attempt::recording(grants(), Vec::new(), kept.clone());
+        // A GET is not recorded by default; the POST is.
+        first.call(get(&url)).await.unwrap();
+        let got = first.call(request("POST", &url, b"card")).await.unwrap();
+        assert_eq!(got, (200, b"charged".to_vec()));
+        assert_eq!(heard.recv().await.unwrap().body, b"");
+        assert_eq!(heard.recv().await.unwrap().body, b"card");
+        let recorded = kept.calls.lock().unwrap().clone();
+        assert_eq!(recorded.len(), 1);
+        let call = &recorded[0];
+        assert_eq!((call.ordinal, call.method.as_str()), (1, "POST"));
+        assert_eq!(call.url, url);
+        assert_eq!(call.body, b"charged");
+        assert_eq!(call.body_sha256, <[u8; 32]>::from(Sha256::digest(b"card")));
+
+        // The next attempt makes the same calls: the GET goes out again,
+        // the POST is answered from the record.
+        let second = Attempt::recording(grants(), recorded.clone(), Arc::default());
+        second.call(get(&url)).await.unwrap();
+        let got = second.call(request("POST", &url, b"card")).await.unwrap();
+        assert_eq!(got, (200, b"charged".to_vec()));
+        assert_eq!(
+            heard.recv().await.unwrap().head.lines().next(),
+            Some("GET /charge?amount=5 HTTP/1.1")
+        );
+        let log = second.log();
+        assert!(log.contains("[cohort] replayed: POST"), "{log}");
+        let (calls, _) = second.record();
+        assert_eq!(calls[1].status, Some(200));
+        assert_eq!(calls[1].sent_bytes, 0, "nothing was sent");
+        assert!(heard.try_recv().is_err(), "the POST was not sent again");
+
+        // A third attempt posting another body is not the recorded call: it
+        // is sent, and the log says the replay ended.
+        let kept = Arc::new(Kept::default());
+        let third = Attempt::recording(grants(), recorded, kept.clone());
+        third.call(get(&url)).await.unwrap();
+        third.call(request("POST", &url, b"other")).await.unwrap();
+        heard.recv().await.unwrap();
+        assert_eq!(heard.recv().await.unwrap().body, b"other");
+        assert!(third.log().contains("[cohort] replay ended: POST"));
+        assert_eq!(kept.calls.lock().unwrap().len(), 1, "recorded anew");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_response_that_cannot_be_kept_fails_the_call_and_the_attempt() {
+    in_time(async {
+        let (port, mut heard) = server(Answer::Body(b"ok".to_vec()), None).await;
+        let url = format!("http://127.0.0.1:{port}/charge");
+        let refusing = Arc::new(Kept {
+            refuse: true,
+            ..Kept::default()
+        });
+        let attempt = Attempt::recording(
+            vec![grant(&format!("http://127.0.0.1:{port}"))],
+            Vec::new(),
+            refusing,
+        );
+        let error = attempt.call(request("POST", &url, b"x")).await.unwrap_err();
+        assert!(matches!(error, HttpError::InternalError(_)), "{error:?}");
+        heard.recv().await.unwrap();
+        assert!(attempt.egress.tape.failure().is_some(), "the attempt fails");
+        let (calls, _) = attempt.record();
+        assert_eq!(calls[0].error.as_deref(), Some("egress_record_failed"));
+        assert!(attempt.log().contains("egress_record_failed"));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_recorded_response_over_a_records_bound_fails_the_call() {
+    in_time(async {
+        let big = vec![b'x'; cohort_master::limits::RECORD_BODY_BYTES_MAX + 1];
+        let (port, _heard) = server(Answer::Body(big), None).await;
+        let url = format!("http://127.0.0.1:{port}/export");
+        let kept = Arc::new(Kept::default());
+        let mut attempt = Attempt::recording(
+            vec![grant(&format!("http://127.0.0.1:{port}")).with_record(Some(true))],
+            Vec::new(),
+            kept.clone(),
+        );
+        attempt.egress.egress = attempt.egress.egress.with_limits(EgressLimits {
+            response_bytes: 4 << 20,
+            ..quick()
+        });
+        attempt.call(get(&url)).await.unwrap_err();
+        let (calls, _) = attempt.record();
+        assert_eq!(calls[0].error.as_deref(), Some("egress_record_too_large"));
+        assert!(kept.calls.lock().unwrap().is_empty());
+    })
+    .await;
 }

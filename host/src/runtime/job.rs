@@ -40,6 +40,7 @@ use super::job_log::{JobLog, Mask, SharedLog};
 use super::job_world::cohort::job::{host, types};
 use super::job_world::{Job, JobPre};
 use super::observer::JobObserver;
+use super::tape::{Recording, Tape, TapeClock, TapeRandom};
 use crate::limits::{
     ERROR_CODE_BYTES_MAX, ERROR_MESSAGE_BYTES_MAX, HOST_TIMEOUT_GRACE, PROGRESS_MESSAGE_BYTES_MAX,
     TABLE_ELEMENTS_MAX,
@@ -71,6 +72,9 @@ pub struct JobRequest {
     /// that is not here is refused, `egress_secret_unavailable`), and what
     /// is masked in the attempt's log, progress and failure.
     pub secrets: Secrets,
+    /// What the attempt replays of its job's recorded calls, and where its
+    /// own go (see [`super::tape`]); by default nothing is recorded.
+    pub recording: Recording,
 }
 
 /// The plaintext of secrets, by name. Its `Debug` names them and never
@@ -363,6 +367,9 @@ pub struct JobState {
     wasi: WasiCtx,
     http: WasiHttpCtx,
     egress: JobEgress,
+    /// The attempt's record of calls, when its clock and random reads go
+    /// through it: a checkpoint says where in it the attempt was.
+    tape: Option<Tape>,
     table: ResourceTable,
     limiter: JobLimiter,
     log: SharedLog,
@@ -442,7 +449,7 @@ impl host::Host for JobState {
             ));
         }
         if let Some(observer) = &self.observer {
-            observer.checkpoint(&state);
+            observer.checkpoint(&state, self.tape.as_ref().map(Tape::mark));
         }
         lock(&self.latest).checkpoint = Some(state);
         Ok(())
@@ -502,7 +509,12 @@ pub(crate) async fn execute(
         observer,
         egress: grants,
         secrets,
+        recording,
     } = request;
+    let tape = Tape::new(recording);
+    // Only a job whose grants may record reads its clock and random
+    // numbers through the tape: the others pay nothing for it.
+    let taped = tape.records() && grants.iter().any(|grant| grant.record != Some(false));
     let mask = Mask::new(&secrets);
     let log = SharedLog::new(
         JobLog::new(
@@ -515,18 +527,28 @@ pub(crate) async fn execute(
     // Outside the store, so that the calls of an attempt cut off by the
     // host-side timeout are reported too.
     let ledger = Ledger::new(on_call);
-    let wasi = WasiCtxBuilder::new()
-        .stdout(log.clone())
+    let mut wasi = WasiCtxBuilder::new();
+    wasi.stdout(log.clone())
         .stderr(log.clone())
         .allow_tcp(false)
         .allow_udp(false)
-        .allow_ip_name_lookup(false)
-        .build();
+        .allow_ip_name_lookup(false);
+    if taped {
+        wasi.wall_clock(TapeClock(tape.clone()))
+            .secure_random(TapeRandom(tape.clone()))
+            .insecure_random(TapeRandom(tape.clone()));
+    }
+    let wasi = wasi.build();
     let started = Instant::now();
     let state = JobState {
         wasi,
         http: WasiHttpCtx::new(),
-        egress: JobEgress::new(egress.clone(), grants, secrets, ledger.clone(), log.clone()),
+        egress: JobEgress::new(egress.clone(), grants, secrets, ledger.clone(), log.clone())
+            .with_tape(tape.clone()),
+        // Every job run by a worker numbers its calls from its checkpoint's
+        // mark, so that its idempotency keys go on where they were (even if
+        // its grants changed in between).
+        tape: tape.records().then(|| tape.clone()),
         table: ResourceTable::new(),
         limiter: JobLimiter {
             memory_bytes_max: limits.memory_bytes,
@@ -584,6 +606,15 @@ pub(crate) async fn execute(
             }),
         },
         Ok(Err(CallError::Run(error))) => Err(classify(state, &limits, &error)),
+    };
+    // A recorded call that could not be made durable was sent: the attempt
+    // fails whatever the job made of it, and the next one sends it again
+    // with the same idempotency key.
+    let outcome = match tape.failure() {
+        Some(why) => Err(JobFailure::Internal {
+            message: format!("a recorded call could not be kept: {why}"),
+        }),
+        None => outcome,
     };
     let outcome = outcome.map_err(|failure| failure.reported(mask.as_deref()));
     let latest = std::mem::take(&mut *lock(&latest));

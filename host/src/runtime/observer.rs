@@ -11,6 +11,8 @@ pub trait JobObserver: Send + Sync + std::fmt::Debug {
     /// A progress report, `fraction` already clamped to `[0, 1]`.
     fn progress(&self, _fraction: f32, _message: &str) {}
 
-    /// A new checkpoint, replacing the previous one.
-    fn checkpoint(&self, _state: &[u8]) {}
+    /// A new checkpoint, replacing the previous one, and where the attempt
+    /// was in its record of calls when it was taken (`None`: the attempt
+    /// records nothing).
+    fn checkpoint(&self, _state: &[u8], _mark: Option<cohort_master::TapeMark>) {}
 }

@@ -65,11 +65,13 @@ use super::job_limits::JobLimits;
 use super::job_log::{JobLog, Mask};
 use super::module::Digest;
 use super::observer::JobObserver;
+use super::tape::{Recorder, Recording, Unrecorded};
 use crate::limits::{
     SANDBOX_FRAME_SLACK_BYTES, SANDBOX_KILL_GRACE, SANDBOX_REAPER_PERIOD_MAX,
     SANDBOX_REAPER_PERIOD_MIN,
 };
 use cohort_master::limits::CALLS_RECORDED_MAX;
+use cohort_master::{RecordedCall, Replay, TapeMark};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -95,6 +97,11 @@ pub(super) struct Request {
     pub(super) secrets: Secrets,
     /// The node's bounds on the job's calls.
     pub(super) egress_limits: EgressLimits,
+    /// The job, what the attempt replays, and whether it records its calls
+    /// (through the node: [`Event::Record`]).
+    pub(super) job: u64,
+    pub(super) replay: Replay,
+    pub(super) records: bool,
 }
 
 /// What a child tells the node about the attempt it runs.
@@ -104,13 +111,21 @@ pub(super) enum Event {
     Log(Vec<u8>),
     /// A progress report, already clamped and truncated.
     Progress(Progress),
-    /// A checkpoint within the job's limit.
-    Checkpoint(Vec<u8>),
+    /// A checkpoint within the job's limit, and where the attempt was in
+    /// its record of calls.
+    Checkpoint(Vec<u8>, Option<TapeMark>),
+    /// A recorded call to make durable: the node answers on the child's
+    /// stdin with a [`Recorded`] frame before the child goes on.
+    Record(RecordedCall),
     /// A call that entered the attempt's record, as it ended.
     Call(HttpCall),
     /// The attempt's end.
     Done(Done),
 }
+
+/// The node's answer to an [`Event::Record`]: `Ok` once the call is
+/// durable, or why it is not.
+pub(super) type Recorded = Result<(), Unrecorded>;
 
 /// What a finished attempt's [`JobReport`] holds beyond the log, progress
 /// and checkpoint already relayed.
@@ -212,7 +227,13 @@ impl Sandboxes {
             observer,
             egress,
             secrets,
+            recording,
         } = request;
+        let Recording {
+            job,
+            replay,
+            recorder,
+        } = recording;
         let deadline = tokio::time::Instant::now() + limits.timeout() + SANDBOX_KILL_GRACE;
         let mask = Mask::new(&secrets);
         let mut seen = Seen {
@@ -249,8 +270,11 @@ impl Sandboxes {
             egress,
             secrets,
             egress_limits,
+            job,
+            replay,
+            records: recorder.is_some(),
         };
-        let exchange = sandbox.exchange(&request, &mut seen);
+        let exchange = sandbox.exchange(&request, recorder.as_deref(), &mut seen);
         match tokio::time::timeout_at(deadline, exchange).await {
             Ok(Ok(done)) => {
                 self.put_back(sandbox);
@@ -373,14 +397,23 @@ fn spawn_reaper(idle: std::sync::Weak<Mutex<Vec<Idle>>>, idle_max: Duration) {
 
 impl Sandbox {
     /// Sends the request and relays the child's events until it is done.
-    async fn exchange(&mut self, request: &Request, seen: &mut Seen) -> std::io::Result<Done> {
+    /// Recorded calls go to `recorder`; the child's requests for them are
+    /// bounded like the calls it may make.
+    async fn exchange(
+        &mut self,
+        request: &Request,
+        recorder: Option<&dyn Recorder>,
+        seen: &mut Seen,
+    ) -> std::io::Result<Done> {
         self.stdin.write_all(&frame(request)?).await?;
         self.stdin.flush().await?;
+        let mut records: u32 = 0;
 
         let limits = &request.limits;
         let frame_max = limits.output_bytes
             + limits.log_bytes
             + limits.checkpoint_bytes
+            + cohort_master::limits::TAPE_BYTES_MAX
             + SANDBOX_FRAME_SLACK_BYTES;
         loop {
             let mut length = [0u8; 4];
@@ -414,7 +447,7 @@ impl Sandbox {
                     }
                     seen.progress = Some(progress);
                 }
-                Event::Checkpoint(state) => {
+                Event::Checkpoint(state, mark) => {
                     if state.len() as u64 > limits.checkpoint_bytes {
                         return Err(invalid(format!(
                             "it sent a {}-byte checkpoint; the limit is {}",
@@ -422,8 +455,13 @@ impl Sandbox {
                             limits.checkpoint_bytes
                         )));
                     }
+                    if mark.is_some() && recorder.is_none() {
+                        return Err(invalid(
+                            "it marked a checkpoint of an attempt that records nothing".into(),
+                        ));
+                    }
                     if let Some(observer) = &seen.observer {
-                        observer.checkpoint(&state);
+                        observer.checkpoint(&state, mark);
                     }
                     seen.checkpoint = Some(state);
                 }
@@ -435,6 +473,25 @@ impl Sandbox {
                         )));
                     }
                     seen.calls.push(call);
+                }
+                Event::Record(call) => {
+                    records += 1;
+                    let Some(recorder) = recorder else {
+                        return Err(invalid(
+                            "it recorded a call for an attempt that records nothing".into(),
+                        ));
+                    };
+                    if records > request.egress_limits.calls_per_attempt {
+                        return Err(invalid(format!(
+                            "it recorded more calls than the {} an attempt makes",
+                            request.egress_limits.calls_per_attempt
+                        )));
+                    }
+                    cohort_master::check_call(&call)
+                        .map_err(|why| invalid(format!("it recorded a call {why}")))?;
+                    let answer: Recorded = recorder.record(call).await;
+                    self.stdin.write_all(&frame(&answer)?).await?;
+                    self.stdin.flush().await?;
                 }
                 Event::Done(done) => {
                     check_calls(&done.calls, done.calls_dropped)?;
@@ -595,6 +652,13 @@ mod tests {
                 calls_per_attempt: 3,
                 ..EgressLimits::default()
             },
+            job: 4,
+            replay: Replay {
+                mark: TapeMark { calls: 1, reads: 0 },
+                submitted_at: 8,
+                ..Replay::default()
+            },
+            records: true,
         };
         let body = postcard::to_allocvec(&request).unwrap();
         let back: Request = decode(&body).unwrap();

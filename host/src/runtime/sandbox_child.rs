@@ -18,8 +18,10 @@ use super::engine::Runtime;
 use super::job::{JobFailure, JobReport, JobRequest, Progress};
 use super::module::Digest;
 use super::observer::JobObserver;
-use super::sandbox::{Done, Event, Request, decode, frame};
+use super::sandbox::{Done, Event, Recorded, Request, decode, frame};
+use super::tape::{RecordFuture, Recorder, Recording, Unrecorded};
 use crate::limits::{MEMORY_BYTES_CEILING, SANDBOX_ORPHAN_CHECK, SANDBOX_REQUEST_BYTES_MAX};
+use cohort_master::{RecordedCall, TapeMark};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -82,8 +84,47 @@ impl JobObserver for Forward {
         }));
     }
 
-    fn checkpoint(&self, state: &[u8]) {
-        let _ = self.send(&Event::Checkpoint(state.to_vec()));
+    fn checkpoint(&self, state: &[u8], mark: Option<TapeMark>) {
+        let _ = self.send(&Event::Checkpoint(state.to_vec(), mark));
+    }
+}
+
+/// Makes the attempt's recorded calls durable through the node: sends each
+/// and waits for the node's answer on stdin, one call at a time.
+#[derive(Debug)]
+struct ThroughNode {
+    forward: Arc<Forward>,
+    stdin: Arc<Mutex<std::io::Stdin>>,
+    /// One call's request and answer at a time on the pipes.
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Recorder for ThroughNode {
+    fn record(&self, call: RecordedCall) -> RecordFuture {
+        let (forward, stdin, turn) = (self.forward.clone(), self.stdin.clone(), self.turn.clone());
+        Box::pin(async move {
+            let _turn = turn.lock().await;
+            forward
+                .send(&Event::Record(call))
+                .map_err(|error| Unrecorded::Failed(format!("the node is gone: {error}")))?;
+            let answer = tokio::task::spawn_blocking(move || {
+                let mut stdin = stdin
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                read_frame::<Recorded>(&mut *stdin)
+            })
+            .await
+            .map_err(|error| {
+                Unrecorded::Failed(format!("the node's answer was not read: {error}"))
+            })?;
+            match answer {
+                Ok(Some(answer)) => answer,
+                Ok(None) => Err(Unrecorded::Failed("the node is gone".into())),
+                Err(error) => Err(Unrecorded::Failed(format!(
+                    "the node's answer was not read: {error}"
+                ))),
+            }
+        })
     }
 }
 
@@ -103,8 +144,16 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
     let forward = Arc::new(Forward {
         out: Mutex::new(std::fs::File::from(stdout)),
     });
-    let mut stdin = std::io::stdin().lock();
-    while let Some(request) = read_request(&mut stdin)? {
+    let stdin = Arc::new(Mutex::new(std::io::stdin()));
+    let turn = Arc::new(tokio::sync::Mutex::new(()));
+    loop {
+        let request = {
+            let mut stdin = stdin
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            read_request(&mut *stdin)?
+        };
+        let Some(request) = request else { break };
         let digest = Digest::from(request.digest);
         let request_limits = request.limits;
         let report = executor.block_on(async {
@@ -117,6 +166,14 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
                         // kills this process soon.
                         let _ = relay.send(&Event::Call(call.clone()));
                     });
+                    let recorder: Option<Arc<dyn Recorder>> = match request.records {
+                        true => Some(Arc::new(ThroughNode {
+                            forward: forward.clone(),
+                            stdin: stdin.clone(),
+                            turn: turn.clone(),
+                        })),
+                        false => None,
+                    };
                     let job = JobRequest {
                         input: request.input,
                         limits: request_limits,
@@ -124,6 +181,11 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
                         observer: Some(observer),
                         egress: request.egress,
                         secrets: request.secrets,
+                        recording: Recording {
+                            job: request.job,
+                            replay: request.replay,
+                            recorder,
+                        },
                     };
                     runtime
                         .run_with(&module, job, Some(request.egress_limits), Some(on_call))
@@ -153,6 +215,11 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
 
 /// The next request, or `None` once the node closed stdin.
 fn read_request(stdin: &mut impl Read) -> anyhow::Result<Option<Request>> {
+    read_frame(stdin)
+}
+
+/// The next frame from the node, or `None` once it closed stdin.
+fn read_frame<T: serde::de::DeserializeOwned>(stdin: &mut impl Read) -> anyhow::Result<Option<T>> {
     let mut length = [0u8; 4];
     match stdin.read_exact(&mut length) {
         Ok(()) => {}
