@@ -4,13 +4,15 @@
 //! them), the examples against their Rust twins byte for byte, uncaught
 //! errors, refused modules, a kill-and-resume on a cluster, and outbound
 //! HTTP (Python's `cohort_job.http`, JavaScript's `fetch`) to a loopback
-//! server, granted and refused by deployment name.
+//! server, granted and refused by deployment name, and the webhook examples
+//! with a secret their grant adds.
 
 mod support;
 
 use cohort::api::types::{JobResponse, SubmitRequest};
 use cohort::client::Node as Api;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -21,7 +23,7 @@ use support::faults::check_job;
 use support::http::{Seen, Server, respond};
 use support::{
     CONVERGE, Node, cohort, converge, guest, run_bounded, running_with_checkpoint, runtime, settle,
-    start,
+    start, token_at,
 };
 
 /// The repository root.
@@ -831,6 +833,125 @@ fn python_and_javascript_jobs_call_what_their_name_is_granted() {
         }
         assert!(other.seen().is_empty(), "{:?}", other.seen());
     });
+}
+
+/// The webhook example in Python and in TypeScript, as their READMEs run
+/// it: deployed by name, a secret set, the name granted a local server with
+/// `Authorization: Bearer {secret:HOOK_TOKEN}`. Each POSTs its event as JSON
+/// with the Rust job's idempotency key (the SHA-256 of its input), the
+/// server gets the secret in the header the node set, the job succeeds with
+/// the status, and a refusal fails it `webhook_rejected`; the secret is in
+/// none of the jobs' results, errors or logs.
+#[test]
+fn python_and_typescript_webhooks_post_with_a_granted_secret_they_never_hold() {
+    const SECRET: &str = "whsec_Tq7Vn2Lx9Rk4Mz8P";
+    let _machine = shared();
+    let modules = [
+        ("webhook-py", built("examples/webhook-py")),
+        ("webhook-ts", built("examples/webhook-ts")),
+    ];
+    let hooks = hook_server();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("cluster.key");
+    std::fs::write(&key, cohort::security::key::generate()).unwrap();
+    let node = Node::start(
+        &dir.path().join("data"),
+        &["--slots", "2", "--cluster-key", key.to_str().unwrap()],
+    );
+    let admin = token_at(&node.url, &key, "admin");
+    let as_admin = |args: &[&str], stdin: &[u8]| {
+        let mut all = args.to_vec();
+        all.extend(["--token", &admin]);
+        let out = node.cli(&all, stdin);
+        assert!(out.status.success(), "cohort {args:?}: {out:?}");
+    };
+    as_admin(
+        &["secret", "set", "HOOK_TOKEN"],
+        format!("{SECRET}\n").as_bytes(),
+    );
+    let granted = format!("http://127.0.0.1:{}/hooks/", hooks.port());
+    for (name, module) in &modules {
+        as_admin(&["deploy", name, module.to_str().unwrap()], b"");
+        as_admin(
+            &[
+                "grant",
+                name,
+                "--http",
+                &granted,
+                "--methods",
+                "POST",
+                "--header",
+                "Authorization: Bearer {secret:HOOK_TOKEN}",
+            ],
+            b"",
+        );
+    }
+    let client = Api::with_options(&node.url, Some(&admin), None).unwrap();
+    let holds_secret = |bytes: &[u8]| bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes());
+    runtime().block_on(async {
+        for (name, _) in &modules {
+            let event = json!({"type": "deploy", "job": name, "text": "héllo", "n": [1, 2]});
+            let input = json!({"url": format!("{granted}{name}"), "event": event});
+            let done = run_once(&client, name, input.clone()).await;
+            assert_eq!(done.state, "succeeded", "{name}: {done:?}");
+            let result = client.result(done.id).await.unwrap();
+            assert_eq!(&result[..], br#"{"status":204}"#, "{name}");
+            let seen = hooks.seen();
+            let delivery = seen.last().unwrap();
+            assert_eq!(
+                (delivery.method.as_str(), delivery.path.as_str()),
+                ("POST", format!("/hooks/{name}").as_str())
+            );
+            let body: Value = serde_json::from_slice(&delivery.body).unwrap();
+            assert_eq!(body, event, "{name}");
+            assert_eq!(
+                delivery.header("authorization"),
+                Some(format!("Bearer {SECRET}").as_str()),
+                "{name}: {delivery:?}"
+            );
+            assert_eq!(
+                delivery.header("content-type"),
+                Some("application/json"),
+                "{name}: {delivery:?}"
+            );
+            let key = hex(&Sha256::digest(input.to_string().as_bytes()));
+            assert_eq!(delivery.header("idempotency-key"), Some(key.as_str()));
+            assert!(!holds_secret(&result), "{name}");
+            assert!(!format!("{done:?}").contains(SECRET), "{name}: {done:?}");
+
+            // A webhook's refusal is the job's failure, named.
+            let input = json!({"url": format!("{granted}reject"), "event": {"n": 1}});
+            let done = run_once(&client, name, input).await;
+            assert_eq!(done.state, "failed", "{name}: {done:?}");
+            let error = done.error.as_ref().expect("an error");
+            assert!(
+                error
+                    .message
+                    .starts_with("webhook_rejected: the server answered 500: no such hook"),
+                "{name}: {done:?}"
+            );
+            assert!(!format!("{done:?}").contains(SECRET), "{name}: {done:?}");
+        }
+    });
+    let seen = hooks.seen();
+    assert_eq!(seen.len(), 2 * modules.len(), "{seen:?}");
+}
+
+/// Lowercase hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A webhook on 127.0.0.1: `500 no such hook` for a path ending in
+/// `/reject`, `204 No Content` for any other; it records what it read.
+fn hook_server() -> Server {
+    Server::start(|seen: &Seen, writer: &mut dyn Write, _: &AtomicBool| {
+        if seen.path.ends_with("/reject") {
+            respond(writer, "500 Internal Server Error", &[], b"no such hook\n")
+        } else {
+            respond(writer, "204 No Content", &[], b"")
+        }
+    })
 }
 
 /// Submits `input` to the deployment `name` for one attempt (a job error is
