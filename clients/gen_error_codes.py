@@ -16,9 +16,9 @@ against the document (clients/rust/tests/error_codes.rs,
 clients/python/tests/test_codes.py, clients/typescript/test/codes.test.js),
 so a table left stale fails its tests; this script is the fix.
 
-Codes no route documents (today `undecodable`, `method_not_allowed` and
-`checkpoint_too_large`: node-to-node, or no route's at all) are in no
-client's table. An answer with one still carries its own status; a batch's
+Codes no route documents (today `undecodable`, `method_not_allowed`,
+`checkpoint_too_large` and `record_too_large`: node-to-node, or no route's
+at all) are in no client's table. An answer with one still carries its own status; a batch's
 refused item never has one.
 """
 

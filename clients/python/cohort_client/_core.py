@@ -602,7 +602,7 @@ def secret_path(name: str) -> str:
 
 #: An outbound HTTP(S) grant of a deployment: its URL pattern
 #: (``"https://api.example.com/v1/"``), or a dict ``{"url", "methods",
-#: "private", "headers"}`` as the API spells it.
+#: "private", "headers", "record"}`` as the API spells it.
 Grant = Union[str, Mapping[str, Any]]
 
 
@@ -611,10 +611,12 @@ def grants_body(
     methods: Optional[Sequence[str]],
     private: bool,
     headers: Optional[Mapping[str, str]] = None,
+    record: Optional[bool] = None,
 ) -> Dict[str, Any]:
     """``{"http": [...]}`` of ``POST /v1/deployments/{name}/grants`` (and
     ``.../grants/revoke``): each URL string with ``methods`` (none: any),
-    ``private`` and ``headers`` (none: no header), each dict as it is."""
+    ``private``, ``headers`` (none: no header) and ``record`` (none: the
+    default, left out), each dict as it is."""
     if isinstance(http, (str, Mapping)):
         http = [http]
     if isinstance(methods, str):
@@ -629,6 +631,8 @@ def grants_body(
                 entry["private"] = True
             if headers:
                 entry["headers"] = dict(headers)
+            if record is not None:
+                entry["record"] = bool(record)
         elif isinstance(grant, Mapping):
             entry = dict(grant)
         else:

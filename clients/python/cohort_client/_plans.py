@@ -365,29 +365,37 @@ class Plans:
         methods: Optional[Sequence[str]] = None,
         private: bool = False,
         headers: Optional[Mapping[str, str]] = None,
+        record: Optional[bool] = None,
     ) -> Plan[Dict[str, Any]]:
         """Let the jobs of deployment ``name`` call HTTP(S) endpoints (admin
         scope). ``http`` is a URL pattern (``"https://api.example.com/v1/"``:
         ``scheme://host[:port][/path]``, the path a prefix, ``*.`` before a
         domain, ``*`` for any port) or a list of them; each string is
         granted with ``methods`` (default: any), ``private`` (whether a
-        name may resolve to a private or loopback address) and ``headers``
-        (default: none), and a dict ``{"url", "methods", "private",
-        "headers"}`` in the list is granted as it is. ``headers`` (at most
-        8) are set by the node on every request the grant allows, replacing
-        the job's: ``{"authorization": "Bearer {secret:STRIPE}"}``, where
-        ``{secret:NAME}`` is filled in from secret ``NAME`` (see
-        `set_secret`) by the node that sends the request, so the job never
-        holds the value. Returns ``{"name", "http": [...]}``: every grant of
-        the name now, each ``url`` spelled in full
-        (``https://api.example.com:443/v1/``), ``methods``, ``private`` and
-        ``headers`` only when set. Safe to repeat (a grant the name has is
-        not added twice), so retried as `deploy` is. ``invalid_grant`` for
-        a pattern, method or header that is not one, ``too_many_grants``
-        past 32 grants, ``module_name_not_found`` for a name not deployed,
+        name may resolve to a private or loopback address), ``headers``
+        (default: none) and ``record``, and a dict ``{"url", "methods",
+        "private", "headers", "record"}`` in the list is granted as it is.
+        ``headers`` (at most 8) are set by the node on every request the
+        grant allows, replacing the job's: ``{"authorization": "Bearer
+        {secret:STRIPE}"}``, where ``{secret:NAME}`` is filled in from
+        secret ``NAME`` (see `set_secret`) by the node that sends the
+        request, so the job never holds the value. ``record`` says which
+        calls the grant records (each response made durable before the job
+        sees it, and replayed to a later attempt making the same call
+        instead of sending it again): ``True`` every one, ``False`` none,
+        ``None`` (the default) those whose method is not ``GET``, ``HEAD``
+        or ``OPTIONS``. Granting a pattern the name holds replaces that
+        grant, its headers and ``record`` included. Returns ``{"name",
+        "http": [...]}``: every grant of the name now, each ``url`` spelled
+        in full (``https://api.example.com:443/v1/``), ``methods``,
+        ``private``, ``headers`` and ``record`` only when set. Safe to
+        repeat (a grant the name has is not added twice), so retried as
+        `deploy` is. ``invalid_grant`` for a pattern, method or header that
+        is not one, ``too_many_grants`` past 32 grants,
+        ``module_name_not_found`` for a name not deployed,
         ``secret_not_found`` for a header naming a secret that does not
         exist."""
-        body = _core.grants_body(http, methods, private, headers)
+        body = _core.grants_body(http, methods, private, headers, record)
         return (yield from self.json("POST", _core.deployment_path(name, "grants"), body))
 
     def revoke(
@@ -400,7 +408,8 @@ class Plans:
     ) -> Plan[Dict[str, Any]]:
         """Take grants from deployment ``name`` (admin scope): those of
         ``http``, given as `grant` takes them (a grant goes only if its URL,
-        methods, private flag and headers are the ones given), or with
+        methods, private flag and headers are the ones given, whatever it
+        records), or with
         ``http`` ``None`` every grant (its jobs then have no network; an
         empty list is refused with ``invalid_grant``). Returns the name's
         grants after, as `grant` does; safe to repeat, so retried."""

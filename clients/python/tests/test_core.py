@@ -183,6 +183,15 @@ def test_grants_may_carry_headers_naming_secrets() -> None:
     assert grants_body("https://a.example/", None, False, {}) == {"http": [{"url": "https://a.example/"}]}
 
 
+def test_a_grant_says_which_calls_it_records_only_when_told() -> None:
+    # None: the node's default (every method but GET, HEAD and OPTIONS), left out.
+    assert grants_body("https://a.example/", ["POST"], False) == {"http": [{"url": "https://a.example/", "methods": ["POST"]}]}
+    assert grants_body("https://a.example/", None, False, None, True) == {"http": [{"url": "https://a.example/", "record": True}]}
+    assert grants_body(["https://a.example/", {"url": "https://b.example/", "record": True}], None, False, None, False) == {
+        "http": [{"url": "https://a.example/", "record": False}, {"url": "https://b.example/", "record": True}]
+    }
+
+
 # The plans of single requests, against canned answers (no server).
 
 Answer = Union[httpx.Response, Exception]

@@ -286,11 +286,14 @@ export class Client {
    * scope): each grant a URL pattern (`https://api.example.com/v1/`:
    * `scheme://host[:port][/path]`, the path a prefix, `*.` before a
    * domain, `*` for any port), allowed any method, or an {@link HttpGrant}
-   * with its `methods`, `private` and `headers` (set by the node on the
+   * with its `methods`, `private`, `headers` (set by the node on the
    * requests the grant allows; `{secret:NAME}` in one is filled in from
-   * secret `NAME`, see {@link Client.setSecret}). Resolves to every grant
-   * of the name now. Safe to repeat (a grant the name has is not added
-   * twice), so retried as {@link Client.deploy} is. Rejects with
+   * secret `NAME`, see {@link Client.setSecret}) and `record` (which calls
+   * are recorded and replayed to later attempts, see
+   * {@link HttpGrant.record}). Granting a pattern the name holds replaces
+   * that grant. Resolves to every grant of the name now. Safe to repeat (a
+   * grant the name has is not added twice), so retried as
+   * {@link Client.deploy} is. Rejects with
    * `invalid_grant` for a pattern, method or header that is not one,
    * `too_many_grants` past 32, `module_name_not_found` for a name not
    * deployed, `secret_not_found` for a header naming no secret.
@@ -302,7 +305,8 @@ export class Client {
   /**
    * Takes grants from deployment `name` (admin scope): those given, as
    * {@link Client.grant} takes them (a grant goes only if its URL,
-   * methods, `private` and `headers` are the ones given), or, with none given, every
+   * methods, `private` and `headers` are the ones given, whatever it
+   * records), or, with none given, every
    * grant (its jobs then have no network; an empty list is refused with
    * `invalid_grant`). Resolves to the name's grants after; safe to repeat,
    * so retried.

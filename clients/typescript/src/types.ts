@@ -56,7 +56,8 @@ export interface SubmitOptions {
   /**
    * Narrows what the job may call to these grants (URL strings or grants),
    * each within a grant of the deployment it names its module by: a job may
-   * narrow its grants, never widen them (`invalid_grant`).
+   * narrow its grants, never widen them (`invalid_grant`, also for a grant
+   * with `headers` or `record`: it takes those of the grant covering it).
    */
   egress?: string | HttpGrant | readonly (string | HttpGrant)[];
 }
@@ -158,7 +159,7 @@ export interface CallRecord {
   origin: string;
   /** The response's status, if one came. */
   status?: number;
-  /** Why it failed, if it did: `egress_denied`, `egress_address_refused`, `egress_timeout`, `egress_response_too_large`, ... */
+  /** Why it failed, if it did: `egress_denied`, `egress_address_refused`, `egress_timeout`, `egress_response_too_large`, `egress_record_too_large`, `egress_record_failed`, ... */
   error?: string;
   /** Request body bytes sent. */
   sent_bytes: number;
@@ -171,7 +172,7 @@ export interface CallRecord {
 /**
  * What a deployment's jobs may reach over HTTP(S) ({@link Client.grant}).
  * Answers spell `url` in full (`https://api.example.com:443/v1/`) and give
- * `methods`, `private` and `headers` only when set.
+ * `methods`, `private`, `headers` and `record` only when set.
  */
 export interface HttpGrant {
   /**
@@ -196,6 +197,15 @@ export interface HttpGrant {
    * job never holds the value.
    */
   headers?: Record<string, string>;
+  /**
+   * Whether the calls this grant allows are recorded: each response made
+   * durable before the job sees it, and replayed to a later attempt that
+   * makes the same call instead of sending it again. `true` records every
+   * call, `false` none; absent (the default), those whose method is not
+   * `GET`, `HEAD` or `OPTIONS`. A submission's `egress` grants cannot set
+   * it: they record as the deployment's grant that covers them.
+   */
+  record?: boolean;
 }
 
 /** The answer to {@link Client.setSecret}. */

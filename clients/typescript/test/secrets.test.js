@@ -45,6 +45,26 @@ test("a grant's headers are sent with it, and with its revoke", async () => {
   }
 });
 
+test("a grant's recording choice is sent as given, and left out when not given", async () => {
+  const recorded = { url: "https://api.stripe.com:443/v1/", record: true };
+  const granted = { name: "pay", http: [recorded, { url: "https://search.example.com:443/", record: false }] };
+  const { sent, fetch } = fakeFetch([answer(200, granted)]);
+  const client = new Client("http://a", { fetch });
+  try {
+    const grants = [
+      { url: "https://api.stripe.com/v1/", record: true },
+      { url: "https://search.example.com/", record: false },
+      "https://hooks.example.com/",
+    ];
+    assert.deepEqual(await client.grant("pay", grants), granted);
+    assert.deepEqual(sent[0].body, {
+      http: [grants[0], grants[1], { url: "https://hooks.example.com/" }],
+    });
+  } finally {
+    await client.close();
+  }
+});
+
 test("setting a secret is retried and fails over, as a grant is", async () => {
   const { sent, fetch } = fakeFetch([
     new Error("connect ECONNREFUSED"),
