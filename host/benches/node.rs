@@ -1671,16 +1671,17 @@ async fn takeover() {
     );
 }
 
-/// Rounds of the egress section, each 1,000 jobs with no call then 1,000
-/// making one.
+/// Rounds of the egress section, each 1,000 jobs with no call, 1,000
+/// making one GET, then 1,000 making one recorded POST.
 const EGRESS_ROUNDS: usize = 3;
 
 /// Longest the egress section waits for a round's jobs to succeed.
 const EGRESS_GIVE_UP: Duration = Duration::from_secs(120);
 
 /// Jobs of `fixture_http` by deployment name, each making one GET to a
-/// local server it is granted, on three nodes, against the same jobs with
-/// no call.
+/// local server it is granted, or one POST (which its grant records: the
+/// response is journaled and replicated before the job sees it), on three
+/// nodes, against the same jobs with no call.
 async fn egress() {
     const JOBS: usize = 1_000;
     const BATCH: usize = 100;
@@ -1698,9 +1699,13 @@ async fn egress() {
     };
     clients[2].grant(NAME, &[grant]).await.unwrap();
     let one_call = serde_json::json!({ "calls": [{ "url": format!("http://{addr}/") }] });
+    let one_post = serde_json::json!({ "calls": [
+        { "method": "POST", "url": format!("http://{addr}/"), "body": "event" }
+    ] });
     let inputs = [
         ("no call", serde_json::json!({ "calls": [] })),
         ("one GET", one_call),
+        ("one recorded POST", one_post),
     ];
     let origin = format!("http://{addr}");
 
@@ -1720,7 +1725,8 @@ async fn egress() {
             done += JOBS as u64;
             until_succeeded(&clients[0], done).await;
             let elapsed = started.elapsed();
-            let making = u64::from(*kind == "one GET");
+            let making = u64::from(*kind != "no call");
+            let method = if *kind == "one GET" { "GET" } else { "POST" };
             let now = served.load(Ordering::Relaxed);
             assert_eq!(
                 now - calls,
@@ -1737,7 +1743,7 @@ async fn egress() {
                 for call in &attempt.calls {
                     assert_eq!(
                         (call.method.as_str(), call.origin.as_str(), call.status),
-                        ("GET", origin.as_str(), Some(200)),
+                        (method, origin.as_str(), Some(200)),
                         "{job:?}"
                     );
                     assert!(call.error.is_none(), "{job:?}");
