@@ -224,8 +224,9 @@ fn grant_line(grant: &HttpGrantBody) -> String {
     let headers: String = (grant.headers.iter())
         .map(|(name, value)| format!(", {name}: {value}"))
         .collect();
+    // The default (every method but GET, HEAD and OPTIONS) goes unsaid.
     let record = match grant.record {
-        None => ", records all but GET, HEAD, OPTIONS",
+        None => "",
         Some(true) => ", records every call",
         Some(false) => ", records nothing",
     };
