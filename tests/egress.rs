@@ -676,6 +676,36 @@ fn a_granted_secret_reaches_its_host_only_and_nowhere_else() {
         assert!(refused.to_string().contains("forbidden"), "{refused}");
     });
 
+    // A secret the jobs may read: granted by name, read by the job, masked
+    // in its log; one a grant only puts in a header stays unreadable.
+    const READ: &str = "smtp-Hq7mW2xL9";
+    as_admin(&["secret", "set", "SMTP"], format!("{READ}\n").as_bytes());
+    let granted = as_admin(&["grant", "caller", "--secret", "SMTP"], b"");
+    assert!(granted.contains("its jobs may read: SMTP"), "{granted}");
+    rt.block_on(async {
+        let input = json!({ "calls": [], "secrets": ["SMTP", "STRIPE", "NONE"] }).to_string();
+        let id = client.submit(&job("caller", &input)).await.unwrap().id;
+        let done = settle(&client, id).await;
+        assert_eq!(done.state, "succeeded", "{done:?}");
+        let output: Value = serde_json::from_slice(&client.result(id).await.unwrap()).unwrap();
+        assert_eq!(output["secrets"], json!([true, false, false]), "{output}");
+        let log = &done.attempts.last().unwrap().log_tail;
+        assert!(log.contains("secret SMTP is [secret:SMTP]"), "{log}");
+        assert!(
+            log.contains("[cohort] secret \"STRIPE\" is not one this job may read"),
+            "{log}"
+        );
+        assert!(!format!("{done:?}").contains(READ), "{done:?}");
+    });
+    let out = node.cli(&["secret", "delete", "SMTP", "--token", &admin], b"");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("secret_in_use"),
+        "{out:?}"
+    );
+    let revoked = as_admin(&["revoke", "caller", "--secret", "SMTP"], b"");
+    assert!(!revoked.contains("may read"), "{revoked}");
+    as_admin(&["secret", "delete", "SMTP"], b"");
+
     // In use, a secret stays; revoked, it goes.
     let out = node.cli(&["secret", "delete", "STRIPE", "--token", &admin], b"");
     assert!(
@@ -684,10 +714,12 @@ fn a_granted_secret_reaches_its_host_only_and_nowhere_else() {
     );
     // The value is nowhere on disk: not in the journal, the snapshots or
     // the module store.
-    assert_eq!(
-        files_holding(&data, VALUE.as_bytes()),
-        Vec::<std::path::PathBuf>::new()
-    );
+    for value in [VALUE, READ] {
+        assert_eq!(
+            files_holding(&data, value.as_bytes()),
+            Vec::<std::path::PathBuf>::new()
+        );
+    }
     as_admin(&["revoke", "caller"], b"");
     as_admin(&["secret", "delete", "STRIPE"], b"");
 

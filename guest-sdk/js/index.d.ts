@@ -87,6 +87,13 @@ export declare function checkpoint(state: Bytes): void;
 /** The checkpoint saved by an earlier attempt of this job, if any. */
 export declare function resumeState(): Uint8Array | undefined;
 
+/**
+ * The value of secret `name` if the operator let this job's deployment name
+ * read it (`cohort grant NAME --secret SECRET`), else `undefined`. Its value
+ * is masked wherever the job's log, progress and failure show it.
+ */
+export declare function secret(name: string): string | undefined;
+
 /** Saves `value`, JSON-encoded, as this job's checkpoint (`bad_checkpoint` if it cannot be). */
 export declare function checkpointJson(value: unknown): void;
 

@@ -537,6 +537,21 @@ export function resumeState() {
 }
 
 /**
+ * The value of secret `name` if the operator let this job's deployment name
+ * read it (`cohort grant NAME --secret SECRET`), else `undefined` (the job's
+ * log then says why). Its value is masked wherever the job's log, progress
+ * and failure show it. A credential that only goes in a request header is
+ * better set by the grant (`--header 'Authorization: Bearer {secret:NAME}'`):
+ * the job never holds that one.
+ *
+ * @param {string} name
+ * @returns {string | undefined}
+ */
+export function secret(name) {
+  return host.secret(String(name)) ?? undefined;
+}
+
+/**
  * Saves `value`, JSON-encoded, as this job's checkpoint. A value that
  * cannot be encoded throws the JobError `bad_checkpoint`.
  *

@@ -251,6 +251,17 @@ pub fn resume_state() -> Option<Vec<u8>> {
     host::resume_state()
 }
 
+/// The value of secret `name`, if the operator let this job's deployment
+/// name read it (`cohort grant NAME --secret SECRET`); `None` otherwise (the
+/// job's log then says why). Its value is masked wherever the job's log,
+/// progress and failure show it. For a credential that only goes in a
+/// request's header, let the grant set the header instead
+/// (`--header 'Authorization: Bearer {secret:NAME}'`): the job never holds
+/// that one.
+pub fn secret(name: &str) -> Option<String> {
+    host::secret(name)
+}
+
 /// The JSON checkpoint saved by an earlier attempt of this job, if any.
 ///
 /// A checkpoint that does not parse as `T` is an error rather than `None`:

@@ -178,6 +178,7 @@ async fn exec(args: ExecArgs) -> Result<ExitStatus, (ExitStatus, String)> {
         observer: Some(observer),
         egress: Vec::new(),
         secrets: Default::default(),
+        readable: Vec::new(),
         recording: Default::default(),
     };
     let report = runtime.run(&module, request).await;

@@ -648,6 +648,7 @@ async fn attempt_outcome(
         egress,
         secrets,
         replay,
+        readable,
         ..
     } = assignment;
     let digest = Digest::from(module);
@@ -690,6 +691,7 @@ async fn attempt_outcome(
             id,
             secrets,
         )),
+        readable,
         recording: Recording {
             job: id,
             replay,

@@ -607,16 +607,38 @@ Grant = Union[str, Mapping[str, Any]]
 
 
 def grants_body(
-    http: Union[Grant, Sequence[Grant]],
+    http: Optional[Union[Grant, Sequence[Grant]]],
     methods: Optional[Sequence[str]],
     private: bool,
     headers: Optional[Mapping[str, str]] = None,
     record: Optional[bool] = None,
+    secrets: Optional[Union[str, Sequence[str]]] = None,
 ) -> Dict[str, Any]:
-    """``{"http": [...]}`` of ``POST /v1/deployments/{name}/grants`` (and
-    ``.../grants/revoke``): each URL string with ``methods`` (none: any),
-    ``private``, ``headers`` (none: no header) and ``record`` (none: the
-    default, left out), each dict as it is."""
+    """``{"http": [...], "secrets": [...]}`` of ``POST
+    /v1/deployments/{name}/grants`` (and ``.../grants/revoke``): each URL
+    string with ``methods`` (none: any), ``private``, ``headers`` (none: no
+    header) and ``record`` (none: the default, left out), each dict as it
+    is; ``secrets`` the names of secrets the jobs may read (a string is one
+    name). ``http`` left out when ``None``, ``secrets`` when ``None`` or
+    empty."""
+    body: Dict[str, Any] = {}
+    if http is not None:
+        body["http"] = _grant_list(http, methods, private, headers, record)
+    if isinstance(secrets, str):
+        secrets = [secrets]
+    if secrets:
+        body["secrets"] = [str(name) for name in secrets]
+    return body
+
+
+def _grant_list(
+    http: Union[Grant, Sequence[Grant]],
+    methods: Optional[Sequence[str]],
+    private: bool,
+    headers: Optional[Mapping[str, str]],
+    record: Optional[bool],
+) -> List[Dict[str, Any]]:
+    """The ``http`` list of `grants_body`."""
     if isinstance(http, (str, Mapping)):
         http = [http]
     if isinstance(methods, str):
@@ -638,7 +660,7 @@ def grants_body(
         else:
             raise TypeError(f"a grant is a URL string or a dict with a 'url', not {type(grant).__name__}")
         grants.append(entry)
-    return {"http": grants}
+    return grants
 
 
 def dump_json(value: Any) -> bytes:

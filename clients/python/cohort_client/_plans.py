@@ -342,9 +342,9 @@ class Plans:
 
     def deployments(self) -> Plan[List[Dict[str, Any]]]:
         """Every deployment, by name: ``name``, ``current`` (``version``,
-        ``digest``, ``deployed_at``, ``rollback_of``), ``versions_total`` and
+        ``digest``, ``deployed_at``, ``rollback_of``), ``versions_total``,
         ``grants`` (what its jobs may reach over HTTP(S), as `grant`
-        answers them)."""
+        answers them) and ``secrets`` (the secrets its jobs may read)."""
         answer = yield from self.json("GET", "/v1/deployments")
         return list(answer["deployments"])
 
@@ -354,26 +354,29 @@ class Plans:
         return (yield from self.json("GET", _core.deployment_path(name)))
 
     def undeploy(self, name: str) -> Plan[None]:
-        """Remove deployment ``name`` and its versions; jobs keep the module
-        they resolved to. ``module_name_in_use`` while a schedule names it."""
+        """Remove deployment ``name``, its versions, its grants and the
+        secrets its jobs may read; jobs keep the module they resolved to.
+        ``module_name_in_use`` while a schedule names it."""
         yield from self.json("DELETE", _core.deployment_path(name))
 
     def grant(
         self,
         name: str,
-        http: Union[Grant, Sequence[Grant]],
+        http: Optional[Union[Grant, Sequence[Grant]]] = None,
         methods: Optional[Sequence[str]] = None,
         private: bool = False,
         headers: Optional[Mapping[str, str]] = None,
         record: Optional[bool] = None,
+        secrets: Optional[Union[str, Sequence[str]]] = None,
     ) -> Plan[Dict[str, Any]]:
-        """Let the jobs of deployment ``name`` call HTTP(S) endpoints (admin
-        scope). ``http`` is a URL pattern (``"https://api.example.com/v1/"``:
-        ``scheme://host[:port][/path]``, the path a prefix, ``*.`` before a
-        domain, ``*`` for any port) or a list of them; each string is
-        granted with ``methods`` (default: any), ``private`` (whether a
-        name may resolve to a private or loopback address), ``headers``
-        (default: none) and ``record``, and a dict ``{"url", "methods",
+        """Let the jobs of deployment ``name`` call HTTP(S) endpoints, or
+        read secrets, or both (admin scope). ``http`` is a URL pattern
+        (``"https://api.example.com/v1/"``: ``scheme://host[:port][/path]``,
+        the path a prefix, ``*.`` before a domain, ``*`` for any port) or a
+        list of them; each string is granted with ``methods`` (default:
+        any), ``private`` (whether a name may resolve to a private or
+        loopback address), ``headers`` (default: none) and ``record``, and a
+        dict ``{"url", "methods",
         "private", "headers", "record"}`` in the list is granted as it is.
         ``headers`` (at most 8) are set by the node on every request the
         grant allows, replacing the job's: ``{"authorization": "Bearer
@@ -385,17 +388,25 @@ class Plans:
         instead of sending it again): ``True`` every one, ``False`` none,
         ``None`` (the default) those whose method is not ``GET``, ``HEAD``
         or ``OPTIONS``. Granting a pattern the name holds replaces that
-        grant, its headers and ``record`` included. Returns ``{"name",
-        "http": [...]}``: every grant of the name now, each ``url`` spelled
-        in full (``https://api.example.com:443/v1/``), ``methods``,
-        ``private``, ``headers`` and ``record`` only when set. Safe to
-        repeat (a grant the name has is not added twice), so retried as
-        `deploy` is. ``invalid_grant`` for a pattern, method or header that
-        is not one, ``too_many_grants`` past 32 grants,
-        ``module_name_not_found`` for a name not deployed,
-        ``secret_not_found`` for a header naming a secret that does not
-        exist."""
-        body = _core.grants_body(http, methods, private, headers, record)
+        grant, its headers and ``record`` included. ``secrets`` (a name or a
+        list of names) are secrets the jobs may read themselves, with the
+        job SDKs' ``secret(name)``, their values masked in the jobs' logs,
+        progress and failures (at most 16 a deployment); a secret that only
+        a header names stays unreadable, and a credential that only goes in
+        a header is better left there (a job that reads a value can send it
+        anywhere its grants allow). Returns ``{"name", "http": [...],
+        "secrets": [...]}``: every grant of the name now, each ``url``
+        spelled in full (``https://api.example.com:443/v1/``), ``methods``,
+        ``private``, ``headers`` and ``record`` only when set, and every
+        secret its jobs may read. Safe to repeat (a grant the name has is
+        not added twice), so retried as `deploy` is. ``invalid_grant`` for
+        a pattern, method or header that is not one, or for neither
+        ``http`` nor ``secrets`` given; ``too_many_grants`` past 32 grants
+        or 16 readable secrets, ``module_name_not_found`` for a name not
+        deployed, ``secret_not_found`` for a header or ``secrets`` naming a
+        secret that does not exist, ``invalid_secret`` for a name that
+        cannot be one."""
+        body = _core.grants_body(http, methods, private, headers, record, secrets)
         return (yield from self.json("POST", _core.deployment_path(name, "grants"), body))
 
     def revoke(
@@ -405,27 +416,30 @@ class Plans:
         methods: Optional[Sequence[str]] = None,
         private: bool = False,
         headers: Optional[Mapping[str, str]] = None,
+        secrets: Optional[Union[str, Sequence[str]]] = None,
     ) -> Plan[Dict[str, Any]]:
         """Take grants from deployment ``name`` (admin scope): those of
         ``http``, given as `grant` takes them (a grant goes only if its URL,
         methods, private flag and headers are the ones given, whatever it
-        records), or with
-        ``http`` ``None`` every grant (its jobs then have no network; an
-        empty list is refused with ``invalid_grant``). Returns the name's
-        grants after, as `grant` does; safe to repeat, so retried."""
-        if http is None:
+        records), and the secrets of ``secrets`` its jobs may no longer
+        read; or, with neither given, every grant and every readable secret
+        (its jobs then have no network and read no secret; empty lists are
+        refused with ``invalid_grant``). Returns what the name holds after,
+        as `grant` does; safe to repeat, so retried."""
+        if http is None and secrets is None:
             return (yield from self.json("DELETE", _core.deployment_path(name, "grants")))
-        body = _core.grants_body(http, methods, private, headers)
+        body = _core.grants_body(http, methods, private, headers, None, secrets)
         return (yield from self.json("POST", _core.deployment_path(name, "grants/revoke"), body))
 
     def set_secret(self, name: str, value: str) -> Plan[Dict[str, Any]]:
         """Set secret ``name`` (1 to 64 of ``A-Z 0-9 _``, not starting with a
         digit) to ``value`` (1 to 16,384 bytes of text; admin scope), for a
-        grant's ``headers`` to name as ``{secret:NAME}`` (see `grant`). The
-        node that receives it seals it with the cluster key before the
-        master sees it; nothing answers it back. Returns ``{"name",
-        "created"}`` (``created``: it did not exist before; false if an
-        earlier try, whose answer was lost, set it). Safe to repeat, so
+        grant's ``headers`` to name as ``{secret:NAME}``, or for a grant's
+        ``secrets`` to let jobs read (see `grant`). The node that receives
+        it seals it with the cluster key before the master sees it; nothing
+        answers it back. Returns ``{"name", "created"}`` (``created``: it
+        did not exist before; false if an earlier try, whose answer was
+        lost, set it). Safe to repeat, so
         retried as `grant` is. ``secrets_unavailable`` (409) on a node
         without a cluster key, ``secrets_full`` (409) past 1,000 secrets,
         ``invalid_secret`` (422) for a name or value out of range."""
@@ -434,17 +448,18 @@ class Plans:
     def secrets(self) -> Plan[List[Dict[str, Any]]]:
         """Every secret, by name (admin scope): ``name``, ``updated_at`` (ms
         since the Unix epoch) and ``used_by`` (the deployments whose grants
-        name it); never a value."""
+        name it, or whose jobs may read it); never a value."""
         answer = yield from self.json("GET", "/v1/secrets")
         return list(answer["secrets"])
 
     def delete_secret(self, name: str) -> Plan[None]:
         """Delete secret ``name`` (admin scope). ``secret_in_use`` (409)
-        while a grant names it (`secrets` says whose: revoke those grants
-        first), ``secret_not_found`` (404) if there is none. Sent once, to
-        one node, and never retried, as `rollback` is: a delete repeated
-        after a lost answer would say ``secret_not_found`` (so after an
-        ``unreachable`` or any retryable error, look at `secrets`)."""
+        while a grant names it or a deployment's jobs may read it (`secrets`
+        says whose: revoke those first), ``secret_not_found`` (404) if there
+        is none. Sent once, to one node, and never retried, as `rollback`
+        is: a delete repeated after a lost answer would say
+        ``secret_not_found`` (so after an ``unreachable`` or any retryable
+        error, look at `secrets`)."""
         yield from self.json("DELETE", _core.secret_path(name), deadline=time.monotonic())
 
     def wait(self, ids: Sequence[int], wait_ms: int) -> Plan[Dict[int, Finished]]:

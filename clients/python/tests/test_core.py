@@ -246,6 +246,23 @@ def test_a_grant_with_headers_and_its_revoke_send_them() -> None:
     ]
 
 
+def test_secrets_a_job_may_read_are_granted_and_revoked_by_name() -> None:
+    answer = {"name": "mail", "http": [], "secrets": ["SMTP"]}
+    sent, result = carry_out(plans().grant("mail", secrets=["SMTP"]), [ok(answer)])
+    assert sent == [("POST", "http://a/v1/deployments/mail/grants", {"secrets": ["SMTP"]})]
+    assert result == answer
+    # With grants, in one body; a string is one name.
+    sent, _ = carry_out(plans().grant("mail", "https://smtp.example.com/", secrets="SMTP"), [ok(answer)])
+    assert sent[0][2] == {"http": [{"url": "https://smtp.example.com/"}], "secrets": ["SMTP"]}
+    sent, _ = carry_out(plans().revoke("mail", secrets=["SMTP"]), [ok({"name": "mail", "http": [], "secrets": []})])
+    assert sent == [("POST", "http://a/v1/deployments/mail/grants/revoke", {"secrets": ["SMTP"]})]
+    # Neither: every grant and readable secret goes.
+    sent, _ = carry_out(plans().revoke("mail"), [ok({"name": "mail", "http": [], "secrets": []})])
+    assert sent == [("DELETE", "http://a/v1/deployments/mail/grants", None)]
+    # An empty list is sent as it is (refused with invalid_grant), never taken for "all".
+    assert grants_body(None, None, False, None, None, []) == {}
+
+
 def test_setting_a_secret_is_retried_and_fails_over() -> None:
     sent, result = carry_out(
         plans("http://a", "http://b").set_secret("STRIPE", "sk_live_1"),

@@ -526,9 +526,24 @@ impl Node {
     ) -> Result<GrantsResponse, ClientError> {
         let request = GrantRequest {
             http: grants.to_vec(),
+            ..GrantRequest::default()
         };
-        let body = serde_json::to_vec(&request).expect("serializes");
-        let path = format!("/v1/deployments/{name}/grants");
+        self.change_grants(name, &request, false).await
+    }
+
+    /// Adds (`revoke` false) or takes away (true) the grants and readable
+    /// secrets of `request` for deployment `name`; all it holds after.
+    pub async fn change_grants(
+        &self,
+        name: &str,
+        request: &GrantRequest,
+        revoke: bool,
+    ) -> Result<GrantsResponse, ClientError> {
+        let body = serde_json::to_vec(request).expect("serializes");
+        let path = match revoke {
+            false => format!("/v1/deployments/{name}/grants"),
+            true => format!("/v1/deployments/{name}/grants/revoke"),
+        };
         self.json(Method::POST, &path, Some(body)).await
     }
 
@@ -545,10 +560,9 @@ impl Node {
         }
         let request = GrantRequest {
             http: grants.to_vec(),
+            ..GrantRequest::default()
         };
-        let body = serde_json::to_vec(&request).expect("serializes");
-        let path = format!("/v1/deployments/{name}/grants/revoke");
-        self.json(Method::POST, &path, Some(body)).await
+        self.change_grants(name, &request, true).await
     }
 
     /// Sets secret `name` to `value` (admin; the node seals it).

@@ -161,7 +161,13 @@ pub struct SecretDeletedResponse {
 #[serde(deny_unknown_fields)]
 pub struct GrantRequest {
     /// Outbound HTTP(S) grants.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub http: Vec<HttpGrantBody>,
+    /// Secrets the jobs may read themselves (`secret(name)` in the job
+    /// SDKs), by name: at most 16 a deployment; each must exist. A secret
+    /// a grant's header names stays unreadable unless listed here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
 }
 
 /// A deployment's grants after a change.
@@ -172,6 +178,9 @@ pub struct GrantsResponse {
     pub name: String,
     /// All its grants now.
     pub http: Vec<HttpGrantBody>,
+    /// The secrets its jobs may read now.
+    #[serde(default)]
+    pub secrets: Vec<String>,
 }
 
 /// Every error: a stable code and a message for people.
@@ -1137,6 +1146,9 @@ pub struct DeploymentResponse {
     /// What its jobs may reach over HTTP(S).
     #[serde(default)]
     pub grants: Vec<HttpGrantBody>,
+    /// The secrets its jobs may read.
+    #[serde(default)]
+    pub secrets: Vec<String>,
 }
 
 /// `GET /v1/deployments`.

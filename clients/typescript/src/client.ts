@@ -18,6 +18,8 @@ import type {
   DagStatus,
   DeploymentStatus,
   DeployResult,
+  GrantOptions,
+  GrantRequest,
   GrantsResult,
   HttpGrant,
   ScheduleOptions,
@@ -282,46 +284,63 @@ export class Client {
   }
 
   /**
-   * Lets the jobs of deployment `name` call HTTP(S) endpoints (admin
-   * scope): each grant a URL pattern (`https://api.example.com/v1/`:
-   * `scheme://host[:port][/path]`, the path a prefix, `*.` before a
-   * domain, `*` for any port), allowed any method, or an {@link HttpGrant}
+   * Lets the jobs of deployment `name` call HTTP(S) endpoints and read the
+   * secrets of `options.secrets` (admin scope): each grant a URL pattern
+   * (`https://api.example.com/v1/`: `scheme://host[:port][/path]`, the
+   * path a prefix, `*.` before a domain, `*` for any port), allowed any
+   * method, or an {@link HttpGrant}
    * with its `methods`, `private`, `headers` (set by the node on the
    * requests the grant allows; `{secret:NAME}` in one is filled in from
    * secret `NAME`, see {@link Client.setSecret}) and `record` (which calls
    * are recorded and replayed to later attempts, see
    * {@link HttpGrant.record}). Granting a pattern the name holds replaces
-   * that grant. Resolves to every grant of the name now. Safe to repeat (a
-   * grant the name has is not added twice), so retried as
-   * {@link Client.deploy} is. Rejects with
-   * `invalid_grant` for a pattern, method or header that is not one,
-   * `too_many_grants` past 32, `module_name_not_found` for a name not
-   * deployed, `secret_not_found` for a header naming no secret.
+   * that grant. `grants` may be empty when `options.secrets` is not
+   * (`client.grant("mail", [], { secrets: ["SMTP"] })`). Resolves to every
+   * grant of the name now and the secrets its jobs may read. Safe to
+   * repeat (a grant the name has is not added twice), so retried as
+   * {@link Client.deploy} is. Rejects with `invalid_grant` for a pattern,
+   * method or header that is not one, or for no grant and no secret;
+   * `too_many_grants` past 32 grants or 16 readable secrets,
+   * `module_name_not_found` for a name not deployed, `secret_not_found`
+   * for a header or a secret naming no secret, `invalid_secret` for a name
+   * that cannot be one.
    */
-  grant(name: string, grants: string | HttpGrant | readonly (string | HttpGrant)[]): Promise<GrantsResult> {
-    return this.call<GrantsResult>("POST", deploymentPath(name, "grants"), { http: grantList(grants) });
+  grant(
+    name: string,
+    grants: string | HttpGrant | readonly (string | HttpGrant)[],
+    options: GrantOptions = {},
+  ): Promise<GrantsResult> {
+    return this.call<GrantsResult>("POST", deploymentPath(name, "grants"), grantRequest(grants, options));
   }
 
   /**
    * Takes grants from deployment `name` (admin scope): those given, as
    * {@link Client.grant} takes them (a grant goes only if its URL,
    * methods, `private` and `headers` are the ones given, whatever it
-   * records), or, with none given, every
-   * grant (its jobs then have no network; an empty list is refused with
-   * `invalid_grant`). Resolves to the name's grants after; safe to repeat,
-   * so retried.
+   * records), and the secrets of `options.secrets` from those its jobs may
+   * read; or, with no grants and no `options.secrets` given, every grant
+   * and readable secret (its jobs then have no network and read no
+   * secret; empty lists are refused with `invalid_grant`). Resolves to
+   * what the name holds after; safe to repeat, so retried.
    */
-  revoke(name: string, grants?: string | HttpGrant | readonly (string | HttpGrant)[]): Promise<GrantsResult> {
-    if (grants === undefined) return this.call<GrantsResult>("DELETE", deploymentPath(name, "grants"));
-    return this.call<GrantsResult>("POST", deploymentPath(name, "grants/revoke"), { http: grantList(grants) });
+  revoke(
+    name: string,
+    grants?: string | HttpGrant | readonly (string | HttpGrant)[],
+    options: GrantOptions = {},
+  ): Promise<GrantsResult> {
+    if (grants === undefined && options.secrets === undefined) {
+      return this.call<GrantsResult>("DELETE", deploymentPath(name, "grants"));
+    }
+    return this.call<GrantsResult>("POST", deploymentPath(name, "grants/revoke"), grantRequest(grants, options));
   }
 
   /**
    * Sets secret `name` (1 to 64 of `A-Z 0-9 _`, not starting with a digit)
    * to `value` (1 to 16,384 bytes of text; admin scope), for a grant's
-   * `headers` to name as `{secret:NAME}` (see {@link HttpGrant.headers}).
-   * The node that receives it seals it with the cluster key before the
-   * master sees it; nothing answers it back. Safe to repeat, so retried as
+   * `headers` to name as `{secret:NAME}` (see {@link HttpGrant.headers}),
+   * or for jobs to read (see {@link GrantOptions.secrets}). The node that
+   * receives it seals it with the cluster key before the master sees it;
+   * nothing answers it back. Safe to repeat, so retried as
    * {@link Client.grant} is. Rejects with `secrets_unavailable` (409) on a
    * node without a cluster key, `secrets_full` (409) past 1,000 secrets,
    * `invalid_secret` (422) for a name or value out of range.
@@ -330,14 +349,15 @@ export class Client {
     return this.call<SecretResult>("POST", secretPath(name), { value });
   }
 
-  /** Every secret, by name (admin scope): when it was last set and which deployments' grants name it; never a value. */
+  /** Every secret, by name (admin scope): when it was last set and which deployments' grants name it or jobs may read it; never a value. */
   async secrets(): Promise<SecretInfo[]> {
     return (await this.call<{ secrets: SecretInfo[] }>("GET", "/v1/secrets")).secrets;
   }
 
   /**
    * Deletes secret `name` (admin scope). Rejects with `secret_in_use` (409)
-   * while a grant names it ({@link Client.secrets} says whose),
+   * while a grant names it or a deployment's jobs may read it
+   * ({@link Client.secrets} says whose),
    * `secret_not_found` (404) if there is none. Sent once, to one node, and
    * never retried, as {@link Client.rollback} is: a delete repeated after a
    * lost answer would say `secret_not_found` (after an `unreachable` or any
@@ -443,6 +463,20 @@ function deploymentPath(name: string, action?: string): string {
 /** The route of secret `name`. */
 function secretPath(name: string): string {
   return `/v1/secrets/${encodeURIComponent(name)}`;
+}
+
+/**
+ * The body of a grant or a revoke: `http` when grants are given, `secrets`
+ * when some are.
+ */
+function grantRequest(
+  grants: string | HttpGrant | readonly (string | HttpGrant)[] | undefined,
+  options: GrantOptions,
+): GrantRequest {
+  const body: GrantRequest = {};
+  if (grants !== undefined) body.http = grantList(grants);
+  if (options.secrets !== undefined && options.secrets.length > 0) body.secrets = [...options.secrets];
+  return body;
 }
 
 /** Grants as `{"http": [...]}` lists them: a URL string is `{ url }`, a grant is sent as it is. */

@@ -18,6 +18,8 @@ export type {
   DeploymentStatus,
   DeploymentVersion,
   DeployResult,
+  GrantOptions,
+  GrantRequest,
   GrantsResult,
   HttpGrant,
   JobStatus,

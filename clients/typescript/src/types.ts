@@ -222,16 +222,42 @@ export interface SecretInfo {
   name: string;
   /** When it was last set (ms since the Unix epoch). */
   updated_at: number;
-  /** The deployments whose grants name it. */
+  /** The deployments whose grants name it, or whose jobs may read it. */
   used_by: string[];
 }
 
-/** The answer to a grant or a revoke: every grant of the deployment now. */
+/**
+ * The body of a grant or a revoke (`POST /v1/deployments/{name}/grants`,
+ * `.../grants/revoke`): both fields optional, not both empty.
+ */
+export interface GrantRequest {
+  /** Outbound HTTP(S) grants. */
+  http?: HttpGrant[];
+  /** Secrets the jobs may read themselves, by name. */
+  secrets?: string[];
+}
+
+/** What {@link Client.grant} and {@link Client.revoke} take besides grants. */
+export interface GrantOptions {
+  /**
+   * Secrets ({@link Client.setSecret}) the jobs may read themselves with
+   * the job SDKs' `secret(name)`, their values masked in the jobs' logs,
+   * progress and failures (at most 16 a deployment); for a revoke, those
+   * they may no longer read. A secret only a grant's `headers` name stays
+   * unreadable, and a credential that only goes in a header is better left
+   * there: a job that reads a value can send it anywhere its grants allow.
+   */
+  secrets?: readonly string[];
+}
+
+/** The answer to a grant or a revoke: every grant of the deployment now, and the secrets its jobs may read. */
 export interface GrantsResult {
   /** The deployment. */
   name: string;
   /** All its grants. */
   http: HttpGrant[];
+  /** The secrets its jobs may read now; absent from nodes older than readable secrets. */
+  secrets?: string[];
 }
 
 /** A job as `GET /v1/jobs/{id}` and `DELETE /v1/jobs/{id}` answer it (times in ms since the Unix epoch). */
@@ -293,6 +319,8 @@ export interface DeploymentStatus {
   versions: DeploymentVersion[];
   /** What its jobs may reach over HTTP(S) (see {@link Client.grant}); absent from nodes older than grants. */
   grants?: HttpGrant[];
+  /** The secrets its jobs may read (see {@link GrantOptions.secrets}); absent from nodes older than readable secrets. */
+  secrets?: string[];
 }
 
 /** The answer to a deploy or a rollback: the version now current. */

@@ -65,6 +65,32 @@ test("a grant's recording choice is sent as given, and left out when not given",
   }
 });
 
+test("secrets a job may read are granted and revoked by name", async () => {
+  const granted = { name: "mail", http: [], secrets: ["SMTP"] };
+  const none = { name: "mail", http: [], secrets: [] };
+  const { sent, fetch } = fakeFetch([answer(200, granted), answer(200, none), answer(200, none), answer(200, none)]);
+  const client = new Client("http://a", { fetch });
+  try {
+    assert.deepEqual(await client.grant("mail", [], { secrets: ["SMTP"] }), granted);
+    assert.deepEqual(await client.revoke("mail", undefined, { secrets: ["SMTP"] }), none);
+    await client.revoke("mail", "https://smtp.example.com/", { secrets: ["SMTP"] });
+    // Neither grants nor secrets: every grant and readable secret goes.
+    await client.revoke("mail");
+    assert.deepEqual(sent, [
+      { method: "POST", url: "http://a/v1/deployments/mail/grants", body: { http: [], secrets: ["SMTP"] } },
+      { method: "POST", url: "http://a/v1/deployments/mail/grants/revoke", body: { secrets: ["SMTP"] } },
+      {
+        method: "POST",
+        url: "http://a/v1/deployments/mail/grants/revoke",
+        body: { http: [{ url: "https://smtp.example.com/" }], secrets: ["SMTP"] },
+      },
+      { method: "DELETE", url: "http://a/v1/deployments/mail/grants", body: undefined },
+    ]);
+  } finally {
+    await client.close();
+  }
+});
+
 test("setting a secret is retried and fails over, as a grant is", async () => {
   const { sent, fetch } = fakeFetch([
     new Error("connect ECONNREFUSED"),

@@ -19,3 +19,11 @@ export function checkpoint(state) {
 export function resumeState() {
   return saved;
 }
+
+// The secrets a test lets the job read.
+export const secrets = new Map();
+
+export function secret(name) {
+  calls.push(["secret", name]);
+  return secrets.get(name);
+}

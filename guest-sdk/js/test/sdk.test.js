@@ -68,6 +68,13 @@ test("logs, progress and checkpoints reach the host", () => {
   assert.throws(() => job("not a function"), TypeError);
 });
 
+test("a secret is what the host lets the job read, or undefined", () => {
+  assert.equal(sdk.secret("SMTP"), undefined);
+  host.secrets.set("SMTP", "hunter2");
+  assert.equal(sdk.secret("SMTP"), "hunter2");
+  host.secrets.clear();
+});
+
 test("fetch.js names the failed call and keeps the engine's error as its cause", async () => {
   const engine = globalThis.fetch;
   const calls = [];

@@ -126,7 +126,7 @@ import json
 import linecache  # noqa: F401  (imported at build time for traceback formatting)
 import sys
 import traceback
-from typing import Any, Callable, Optional, TypeVar, Union, overload
+from typing import Any, Callable, Dict, Optional, TypeVar, Union, overload
 
 try:  # Present when componentize-py builds the job (bindings of cohort:job).
     from componentize_py_types import Err as _Err
@@ -152,6 +152,7 @@ __all__ = [
     "progress",
     "resume_json",
     "resume_state",
+    "secret",
     "trace",
     "warn",
 ]
@@ -192,10 +193,12 @@ class JobError(Exception):
 class _LocalHost:
     """The host functions outside a built job (plain CPython, say in a unit
     test of the job function): logs and progress go to stderr, the
-    checkpoint stays in memory (``resume_state()`` starts as ``None``)."""
+    checkpoint stays in memory (``resume_state()`` starts as ``None``), and
+    ``secret(name)`` reads ``secrets``, which a test may fill."""
 
     def __init__(self) -> None:
         self.state: Optional[bytes] = None
+        self.secrets: Dict[str, str] = {}
 
     def log(self, level: int, message: str) -> None:
         print(f"{LEVELS[level].upper()} {message}", file=sys.stderr)
@@ -208,6 +211,9 @@ class _LocalHost:
 
     def resume_state(self) -> Optional[bytes]:
         return self.state
+
+    def secret(self, name: str) -> Optional[str]:
+        return self.secrets.get(name)
 
 
 _local_host = _LocalHost() if _wit_host is None else None
@@ -287,6 +293,16 @@ def resume_state() -> Optional[bytes]:
     """The checkpoint saved by an earlier attempt of this job, or ``None``."""
     state = (_wit_host or _local_host).resume_state()
     return None if state is None else bytes(state)
+
+
+def secret(name: str) -> Optional[str]:
+    """The value of secret ``name`` if the operator let this job's deployment
+    name read it (``cohort grant NAME --secret SECRET``), else ``None`` (the
+    job's log then says why). Its value is masked wherever the job's log,
+    progress and failure show it. A credential that only goes in a request
+    header is better set by the grant (``--header 'Authorization: Bearer
+    {secret:NAME}'``): the job never holds that one."""
+    return (_wit_host or _local_host).secret(str(name))
 
 
 def checkpoint_json(state: Any) -> None:

@@ -98,6 +98,14 @@ class Host(unittest.TestCase):
         checkpoint_json({"next": 7, "count": 4})
         self.assertEqual(resume_json(), {"next": 7, "count": 4})
 
+    def test_a_secret_is_what_the_local_host_holds_or_none(self):
+        self.assertIsNone(cohort_job.secret("SMTP"))
+        cohort_job._local_host.secrets["SMTP"] = "hunter2"
+        try:
+            self.assertEqual(cohort_job.secret("SMTP"), "hunter2")
+        finally:
+            cohort_job._local_host.secrets.clear()
+
     def test_log_levels_are_checked(self):
         cohort_job.info("fine")
         with self.assertRaises(ValueError):

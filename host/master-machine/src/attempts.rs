@@ -200,7 +200,11 @@ impl Master {
         self.worker_runs(worker, id, at);
         self.attempts_total += 1;
         let job = &self.jobs[&id];
-        let (egress, secrets) = self.egress_of_job(id);
+        let crate::grants::JobEgress {
+            grants: egress,
+            secrets,
+            readable,
+        } = self.egress_of_job(id);
         effects.push(Effect::Assign(Assignment {
             id,
             attempt,
@@ -213,6 +217,7 @@ impl Master {
             egress,
             secrets,
             replay: self.replay_of(id, job.submitted_at),
+            readable,
         }));
     }
 

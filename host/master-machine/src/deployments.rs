@@ -89,7 +89,7 @@ impl Deployment {
     }
 
     /// The view of it, with its versions newest first when `versions`.
-    fn view(&self, versions: bool, grants: &[HttpGrant]) -> DeploymentView {
+    fn view(&self, versions: bool, grants: &[HttpGrant], secrets: &[String]) -> DeploymentView {
         DeploymentView {
             name: self.name.to_string(),
             current: self.current().clone(),
@@ -99,6 +99,7 @@ impl Deployment {
             },
             versions_total: self.current().version,
             grants: grants.to_vec(),
+            secrets: secrets.to_vec(),
         }
     }
 
@@ -395,19 +396,25 @@ impl Master {
     pub(crate) fn apply_undeployed(&mut self, name: &str) {
         self.deployments.names.remove(name);
         self.egress.grants.remove(name);
+        self.egress.readable.remove(name);
     }
 
     /// Answers [`Query::Deployments`].
     pub(crate) fn deployments_view(&self) -> Vec<DeploymentView> {
         (self.deployments.names.values())
             .take(MODULE_NAMES_MAX)
-            .map(|deployment| deployment.view(false, self.grants_of(&deployment.name)))
+            .map(|deployment| {
+                let name = &deployment.name;
+                deployment.view(false, self.grants_of(name), self.readable_of(name))
+            })
             .collect()
     }
 
     /// Answers [`Query::Deployment`].
     pub(crate) fn deployment_view(&self, name: &str) -> Result<DeploymentView, Rejection> {
-        Ok(self.deployment(name)?.view(true, self.grants_of(name)))
+        Ok(self
+            .deployment(name)?
+            .view(true, self.grants_of(name), self.readable_of(name)))
     }
 }
 

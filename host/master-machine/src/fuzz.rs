@@ -304,8 +304,9 @@ prop_compose! {
         versions in vec(module_version(), 0..3),
         versions_total in n32(),
         grants in vec(grant(), 0..3),
+        secrets in vec(secret_name(), 0..2),
     ) -> DeploymentView {
-        DeploymentView { name, current, versions, versions_total, grants }
+        DeploymentView { name, current, versions, versions_total, grants, secrets }
     }
 }
 
@@ -511,10 +512,10 @@ fn command() -> impl Strategy<Value = Command> {
         2 => (module_name(), option::of(n32()))
             .prop_map(|(name, to)| Command::Rollback { name, to }),
         1 => module_name().prop_map(|name| Command::Undeploy { name }),
-        2 => (module_name(), vec(grant(), 0..3))
-            .prop_map(|(name, grants)| Command::Grant { name, grants }),
-        1 => (module_name(), vec(grant(), 0..2))
-            .prop_map(|(name, grants)| Command::Revoke { name, grants }),
+        2 => (module_name(), vec(grant(), 0..3), vec(secret_name(), 0..2))
+            .prop_map(|(name, grants, secrets)| Command::Grant { name, grants, secrets }),
+        1 => (module_name(), vec(grant(), 0..2), vec(secret_name(), 0..2))
+            .prop_map(|(name, grants, secrets)| Command::Revoke { name, grants, secrets }),
         2 => (secret_name(), bytes()).prop_map(|(name, sealed)| Command::SetSecret { name, sealed }),
         1 => secret_name().prop_map(|name| Command::DeleteSecret { name }),
     ]
@@ -745,7 +746,8 @@ fn reply() -> impl Strategy<Value = Reply> {
                 existing,
             }
         }),
-        vec(grant(), 0..3).prop_map(|grants| Reply::Granted { grants }),
+        (vec(grant(), 0..3), vec(secret_name(), 0..2))
+            .prop_map(|(grants, secrets)| Reply::Granted { grants, secrets }),
         any::<bool>().prop_map(|created| Reply::SecretSet { created }),
     ]
 }
@@ -767,6 +769,7 @@ prop_compose! {
         Assignment {
             id, attempt, worker, module, input, timeout_ms, memory_bytes, checkpoint, egress,
             secrets, replay: Replay { mark, calls, submitted_at },
+            readable: Vec::new(),
         }
     }
 }
@@ -1191,8 +1194,9 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // counters (0), token map (0), request map (0), what keys hold:
     // options, uniqueness holds and start times (0 each), schedules (0),
     // DAGs: the next id (1) and four maps (0 each), deployments: two
-    // maps (0 each), egress: four maps (0 each), and recorded calls (0).
-    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]].concat();
+    // maps (0 each), egress: four maps (0 each), recorded calls (0) and
+    // readable secrets (0).
+    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]].concat();
     assert_eq!(empty[empty.len() - tail.len()..], tail);
     [&empty[..empty.len() - tail.len()], claim, &tail[1..]].concat()
 }

@@ -21,6 +21,15 @@
 //! secret a grant names. An attempt's assignment carries the sealed values
 //! its grants' headers name; the worker's node opens them.
 //!
+//! A grant may also let a deployment name's jobs read secrets themselves
+//! ([`Command::Grant`]'s `secrets`, at most
+//! [`GRANT_SECRETS_MAX`](crate::limits::GRANT_SECRETS_MAX)), for a value a
+//! job must use in its own code (an SMTP password, a signing key): an
+//! attempt's assignment carries their sealed values with the others and
+//! names them ([`Assignment::readable`]); the node opens them and the job
+//! reads them through its host interface, its log masking their values.
+//! A secret a job may read cannot be deleted either.
+//!
 //! Grants are decoded, not trusted: a command's grant must be exactly what
 //! [`HttpGrant::parse`] and [`HttpGrant::with_headers`] make of its own
 //! pattern and headers, so a hand-made grant they would refuse (a host
@@ -34,7 +43,7 @@ use serde::{Deserialize, Serialize};
 use crate::egress::{check_secret_name, valid_secret_name};
 use crate::limits::{
     CALL_ERROR_BYTES_MAX, CALL_METHOD_BYTES_MAX, CALL_ORIGIN_BYTES_MAX, CALLS_RECORDED_MAX,
-    GRANTS_PER_NAME_MAX, SECRET_SEALED_BYTES_MAX, SECRETS_MAX,
+    GRANT_SECRETS_MAX, GRANTS_PER_NAME_MAX, SECRET_SEALED_BYTES_MAX, SECRETS_MAX,
 };
 use crate::master::{Master, reject};
 use crate::protocol::*;
@@ -53,6 +62,11 @@ pub(crate) struct Egress {
     pub(crate) narrowed: BTreeMap<JobId, Vec<HttpGrant>>,
     /// The secrets by name: sealed values, never plaintext.
     pub(crate) secrets: BTreeMap<String, Secret>,
+    /// The secrets each deployment name's jobs may read themselves,
+    /// sorted, never empty. Kept in snapshots from version 8, after the
+    /// recorded calls (see [`crate::snapshot`]), not with the rest.
+    #[serde(skip)]
+    pub(crate) readable: BTreeMap<String, Vec<String>>,
 }
 
 /// A secret as the master keeps it.
@@ -104,8 +118,35 @@ impl From<Form> for Egress {
             calls,
             narrowed,
             secrets,
+            readable: BTreeMap::new(),
         }
     }
+}
+
+/// Readable secrets as a snapshot read them, bounded as decisions keep
+/// them.
+pub(crate) fn bounded_readable(
+    mut readable: BTreeMap<String, Vec<String>>,
+) -> BTreeMap<String, Vec<String>> {
+    readable.retain(|_, names| {
+        names.retain(|name| valid_secret_name(name));
+        names.sort();
+        names.dedup();
+        names.truncate(GRANT_SECRETS_MAX);
+        !names.is_empty()
+    });
+    readable
+}
+
+/// What an attempt of a job may reach and read ([`Master::egress_of_job`]).
+#[derive(Debug, Default)]
+pub(crate) struct JobEgress {
+    pub(crate) grants: Vec<HttpGrant>,
+    /// Sealed values by name: those the grants' headers name and those the
+    /// job may read.
+    pub(crate) secrets: Vec<(String, Vec<u8>)>,
+    /// The names the job may read.
+    pub(crate) readable: Vec<String>,
 }
 
 /// Whether `grant` is what the parser makes of its own pattern and
@@ -133,13 +174,19 @@ impl Master {
         self.egress.grants.get(name).map_or(&[], Vec::as_slice)
     }
 
+    /// The secrets deployment `name`'s jobs may read (none if none).
+    pub(crate) fn readable_of(&self, name: &str) -> &[String] {
+        self.egress.readable.get(name).map_or(&[], Vec::as_slice)
+    }
+
     /// What an attempt of job `id` may reach: its deployment name's
     /// grants now, or, if it was submitted narrowing them, those of its
-    /// own that one of them still covers (with that one's headers); and
-    /// the sealed secrets their headers name.
-    pub(crate) fn egress_of_job(&self, id: JobId) -> (Vec<HttpGrant>, Vec<(String, Vec<u8>)>) {
+    /// own that one of them still covers (with that one's headers); the
+    /// sealed secrets their headers name and those the job may read; and
+    /// the names of the latter.
+    pub(crate) fn egress_of_job(&self, id: JobId) -> JobEgress {
         let Some((name, _)) = self.deployments.of_job(id) else {
-            return (Vec::new(), Vec::new());
+            return JobEgress::default();
         };
         let held = self.grants_of(name);
         let grants: Vec<HttpGrant> = match self.egress.narrowed.get(&id) {
@@ -167,7 +214,9 @@ impl Master {
                 })
                 .collect(),
         };
+        let readable = self.readable_of(name).to_vec();
         let mut named: Vec<&str> = grants.iter().flat_map(HttpGrant::secrets).collect();
+        named.extend(readable.iter().map(String::as_str));
         named.sort_unstable();
         named.dedup();
         let secrets = (named.into_iter())
@@ -176,14 +225,13 @@ impl Master {
                 Some((name.to_owned(), secret.sealed.clone()))
             })
             .collect();
-        (grants, secrets)
+        JobEgress {
+            grants,
+            secrets,
+            readable,
+        }
     }
 
-    /// The first secret `grants`' headers name that does not exist.
-    fn missing_secret<'a>(&self, grants: &'a [HttpGrant]) -> Option<&'a str> {
-        (grants.iter().flat_map(HttpGrant::secrets))
-            .find(|name| !self.egress.secrets.contains_key(*name))
-    }
 
     pub(crate) fn decide_set_secret(
         &self,
@@ -244,12 +292,21 @@ impl Master {
         )
     }
 
-    /// The deployment names whose grants name secret `name`.
+    /// The deployment names whose grants name secret `name`, or whose
+    /// jobs may read it.
     fn users_of_secret(&self, name: &str) -> Vec<String> {
-        (self.egress.grants.iter())
+        let mut users: Vec<String> = (self.egress.grants.iter())
             .filter(|(_, grants)| grants.iter().any(|g| g.secrets().any(|s| s == name)))
             .map(|(user, _)| user.clone())
-            .collect()
+            .collect();
+        users.extend(
+            (self.egress.readable.iter())
+                .filter(|(_, names)| names.iter().any(|n| n == name))
+                .map(|(user, _)| user.clone()),
+        );
+        users.sort();
+        users.dedup();
+        users
     }
 
     pub(crate) fn apply_secret_set(&mut self, name: &str, sealed: &[u8], at: Millis) {
@@ -339,13 +396,33 @@ impl Master {
         now: Millis,
         name: &str,
         grants: &[HttpGrant],
+        secrets: &[String],
     ) -> Result<Decision, Rejection> {
         self.deployment_named(name)?;
         Self::checked(grants)?;
-        if let Some(missing) = self.missing_secret(grants) {
+        let named = grants.iter().flat_map(HttpGrant::secrets);
+        if let Some(missing) = (named.chain(secrets.iter().map(String::as_str)))
+            .find(|secret| !self.egress.secrets.contains_key(*secret))
+        {
+            if let Err(why) = check_secret_name(missing) {
+                return reject(codes::INVALID_SECRET, why);
+            }
             return reject(
                 codes::SECRET_NOT_FOUND,
                 format!("no secret is named {missing:?} (cohort secret set {missing})"),
+            );
+        }
+        let mut readable = self.readable_of(name).to_vec();
+        readable.extend(secrets.iter().cloned());
+        readable.sort();
+        readable.dedup();
+        if readable.len() > GRANT_SECRETS_MAX {
+            return reject(
+                codes::TOO_MANY_GRANTS,
+                format!(
+                    "{name}'s jobs would read {} secrets, at most {GRANT_SECRETS_MAX}",
+                    readable.len()
+                ),
             );
         }
         // A grant of a pattern the name holds already replaces it: its
@@ -365,7 +442,7 @@ impl Master {
                 ),
             );
         }
-        self.granted(now, name, after)
+        self.granted(now, name, after, readable)
     }
 
     pub(crate) fn decide_revoke(
@@ -373,11 +450,15 @@ impl Master {
         now: Millis,
         name: &str,
         grants: &[HttpGrant],
+        secrets: &[String],
     ) -> Result<Decision, Rejection> {
         self.deployment_named(name)?;
         Self::checked(grants)?;
+        let all = grants.is_empty() && secrets.is_empty();
+        let mut readable = self.readable_of(name).to_vec();
+        readable.retain(|held| !all && !secrets.contains(held));
         let mut after = self.grants_of(name).to_vec();
-        match grants.is_empty() {
+        match all {
             true => after.clear(),
             // As granted: the same pattern and headers (whatever it
             // records).
@@ -385,7 +466,7 @@ impl Master {
                 !(grants.iter()).any(|gone| gone.same_pattern(held) && gone.headers == held.headers)
             }),
         }
-        self.granted(now, name, after)
+        self.granted(now, name, after, readable)
     }
 
     /// The decision giving `name` the grants `after` (none if unchanged).
@@ -394,21 +475,48 @@ impl Master {
         now: Millis,
         name: &str,
         after: Vec<HttpGrant>,
+        readable: Vec<String>,
     ) -> Result<Decision, Rejection> {
-        let events = match after.as_slice() == self.grants_of(name) {
-            true => Vec::new(),
-            false => vec![Event {
+        let mut events = Vec::new();
+        if after.as_slice() != self.grants_of(name) {
+            events.push(Event {
                 at: now,
                 kind: EventKind::Granted {
                     name: name.to_owned(),
                     grants: after.clone(),
                 },
-            }],
-        };
+            });
+        }
+        if readable.as_slice() != self.readable_of(name) {
+            events.push(Event {
+                at: now,
+                kind: EventKind::SecretsShared {
+                    name: name.to_owned(),
+                    secrets: readable.clone(),
+                },
+            });
+        }
         Ok(Decision {
             events,
-            reply: Reply::Granted { grants: after },
+            reply: Reply::Granted {
+                grants: after,
+                secrets: readable,
+            },
         })
+    }
+
+    pub(crate) fn apply_secrets_shared(&mut self, name: &str, secrets: &[String]) {
+        let mut names: Vec<String> = (secrets.iter())
+            .filter(|name| valid_secret_name(name))
+            .cloned()
+            .collect();
+        names.sort();
+        names.dedup();
+        names.truncate(GRANT_SECRETS_MAX);
+        match names.is_empty() {
+            true => self.egress.readable.remove(name),
+            false => self.egress.readable.insert(name.to_owned(), names),
+        };
     }
 
     pub(crate) fn apply_granted(&mut self, name: &str, grants: &[HttpGrant]) {
@@ -518,6 +626,7 @@ mod tests {
             Command::Grant {
                 name: "hooks".into(),
                 grants: vec![odd],
+                secrets: Vec::new(),
             },
         );
         assert_eq!(refused.unwrap_err().code, codes::INVALID_GRANT);
@@ -528,6 +637,7 @@ mod tests {
             Command::Grant {
                 name: "hooks".into(),
                 grants: vec![upper],
+                secrets: Vec::new(),
             },
         );
         assert_eq!(refused.unwrap_err().code, codes::INVALID_GRANT);
@@ -546,6 +656,7 @@ mod tests {
             Command::Grant {
                 name: name.clone(),
                 grants,
+                secrets: Vec::new(),
             },
         )
         .unwrap();
@@ -555,6 +666,7 @@ mod tests {
             Command::Grant {
                 name,
                 grants: one_more,
+                secrets: Vec::new(),
             },
         );
         assert_eq!(refused.unwrap_err().code, codes::TOO_MANY_GRANTS);
@@ -570,6 +682,7 @@ mod tests {
             Command::Grant {
                 name,
                 grants: granted.clone(),
+                secrets: Vec::new(),
             },
         )
         .unwrap();
@@ -585,9 +698,10 @@ mod tests {
         assert_eq!(restored.grants_of("hooks"), granted.as_slice());
         assert_eq!(restored.egress, master.egress);
         // Version 6 ended where the egress part starts (and version 7
-        // before the recorded calls, an empty map here: one byte).
+        // before the recorded calls and readable secrets, two empty maps
+        // here: two bytes).
         let mut old = master.snapshot();
-        old.truncate(old.len() - 1 - postcard::to_allocvec(&master.egress).unwrap().len());
+        old.truncate(old.len() - 2 - postcard::to_allocvec(&master.egress).unwrap().len());
         old[0] = 6;
         let restored = Master::restore(&old).unwrap();
         assert!(restored.grants_of("hooks").is_empty());
@@ -715,6 +829,7 @@ mod tests {
             Command::Grant {
                 name,
                 grants: granted.clone(),
+                secrets: Vec::new(),
             },
         )
         .unwrap();
@@ -744,7 +859,9 @@ mod tests {
             secrets: &egress.secrets,
         };
         let now = postcard::to_allocvec(egress).unwrap().len()
-            + postcard::to_allocvec(&master.tapes).unwrap().len();
+            + postcard::to_allocvec(&(&master.tapes, &master.egress.readable))
+                .unwrap()
+                .len();
         let bytes = [
             &[7][..],
             &snapshot[1..snapshot.len() - now],
@@ -777,6 +894,7 @@ mod tests {
             Command::Grant {
                 name,
                 grants: vec![wide],
+                secrets: Vec::new(),
             },
         )
         .unwrap();
@@ -796,7 +914,11 @@ mod tests {
         master.check_narrowed(&options).unwrap();
         master.deployments.record_job(9, "hooks", &[1; 32]);
         master.record_narrowed(9, &options);
-        let (egress, secrets) = master.egress_of_job(9);
+        let crate::grants::JobEgress {
+            grants: egress,
+            secrets,
+            ..
+        } = master.egress_of_job(9);
         assert_eq!(egress.len(), 1);
         assert_eq!(egress[0].path, "/v1/charges");
         assert_eq!(egress[0].headers, headers);
@@ -813,11 +935,12 @@ mod tests {
             Command::Grant {
                 name,
                 grants: vec![wider],
+                secrets: Vec::new(),
             },
         )
         .unwrap();
         assert_eq!(master.grants_of("hooks")[0].host, "*.stripe.example");
-        assert_eq!(master.egress_of_job(9).0[0].headers, headers);
+        assert_eq!(master.egress_of_job(9).grants[0].headers, headers);
     }
 
     #[test]
@@ -844,6 +967,7 @@ mod tests {
                 Command::Grant {
                     name,
                     grants: vec![granted],
+                    secrets: Vec::new(),
                 },
             )
             .unwrap();
@@ -902,5 +1026,113 @@ mod tests {
         assert_eq!(dropped, 5);
         assert_eq!(calls[0].method.len(), CALL_METHOD_BYTES_MAX);
         assert_eq!(Master::calls_event(1, 1, &[], 0), None);
+    }
+
+    fn secret(master: &mut Master, name: &str) {
+        let set = Command::SetSecret {
+            name: name.into(),
+            sealed: format!("sealed {name}").into_bytes(),
+        };
+        run(master, set).unwrap();
+    }
+
+    fn share(master: &mut Master, secrets: &[&str]) -> Result<Reply, Rejection> {
+        let command = Command::Grant {
+            name: "hooks".into(),
+            grants: Vec::new(),
+            secrets: secrets.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        run(master, command)
+    }
+
+    #[test]
+    fn secrets_a_grant_lets_jobs_read_travel_with_each_attempt_and_are_held_like_grants() {
+        let mut master = deployed();
+        let refused = share(&mut master, &["SMTP"]).unwrap_err();
+        assert_eq!(refused.code, codes::SECRET_NOT_FOUND);
+        let refused = share(&mut master, &["bad name"]).unwrap_err();
+        assert_eq!(refused.code, codes::INVALID_SECRET);
+        secret(&mut master, "SMTP");
+        secret(&mut master, "SIGNING");
+        let reply = share(&mut master, &["SMTP", "SMTP"]).unwrap();
+        assert_eq!(
+            reply,
+            Reply::Granted {
+                grants: Vec::new(),
+                secrets: vec!["SMTP".into()]
+            }
+        );
+        share(&mut master, &["SIGNING"]).unwrap();
+        assert_eq!(master.readable_of("hooks"), ["SIGNING", "SMTP"]);
+        // Shown with the deployment, kept in snapshots.
+        assert_eq!(
+            master.deployment_view("hooks").unwrap().secrets,
+            ["SIGNING", "SMTP"]
+        );
+        let restored = Master::restore(&master.snapshot()).unwrap();
+        assert_eq!(restored.readable_of("hooks"), ["SIGNING", "SMTP"]);
+        assert_eq!(restored, master);
+        // A job of the name gets their sealed values, and their names.
+        master.deployments.record_job(9, "hooks", &[1; 32]);
+        let egress = master.egress_of_job(9);
+        assert_eq!(egress.readable, ["SIGNING", "SMTP"]);
+        assert_eq!(
+            egress.secrets,
+            [
+                ("SIGNING".to_owned(), b"sealed SIGNING".to_vec()),
+                ("SMTP".to_owned(), b"sealed SMTP".to_vec())
+            ]
+        );
+        // A secret a job may read cannot be deleted.
+        let delete = Command::DeleteSecret {
+            name: "SMTP".into(),
+        };
+        let refused = run(&mut master, delete.clone()).unwrap_err();
+        assert_eq!(refused.code, codes::SECRET_IN_USE);
+        // Revoked by name, then deletable.
+        let revoke = Command::Revoke {
+            name: "hooks".into(),
+            grants: Vec::new(),
+            secrets: vec!["SMTP".into()],
+        };
+        run(&mut master, revoke).unwrap();
+        assert_eq!(master.readable_of("hooks"), ["SIGNING"]);
+        run(&mut master, delete).unwrap();
+        // A revoke naming nothing takes every grant and secret.
+        let revoke_all = Command::Revoke {
+            name: "hooks".into(),
+            grants: Vec::new(),
+            secrets: Vec::new(),
+        };
+        run(&mut master, revoke_all).unwrap();
+        assert!(master.readable_of("hooks").is_empty());
+        // An undeploy takes them too.
+        share(&mut master, &["SIGNING"]).unwrap();
+        let undeploy = Command::Undeploy {
+            name: "hooks".into(),
+        };
+        run(&mut master, undeploy).unwrap();
+        assert!(master.egress.readable.is_empty());
+    }
+
+    #[test]
+    fn a_name_lets_its_jobs_read_at_most_its_bound_of_secrets() {
+        let mut master = deployed();
+        let names: Vec<String> = (0..=GRANT_SECRETS_MAX).map(|i| format!("S{i}")).collect();
+        for name in &names {
+            secret(&mut master, name);
+        }
+        let all: Vec<&str> = names.iter().map(String::as_str).collect();
+        let refused = share(&mut master, &all).unwrap_err();
+        assert_eq!(refused.code, codes::TOO_MANY_GRANTS);
+        share(&mut master, &all[..GRANT_SECRETS_MAX]).unwrap();
+        // Decoded, not trusted: a snapshot's list is bounded as decisions
+        // keep it.
+        let mut decoded = BTreeMap::new();
+        decoded.insert("hooks".to_owned(), vec!["bad name".to_owned(); 3]);
+        decoded.insert("more".to_owned(), names.clone());
+        let bounded = bounded_readable(decoded);
+        assert!(!bounded.contains_key("hooks"));
+        assert_eq!(bounded["more"].len(), GRANT_SECRETS_MAX);
     }
 }

@@ -151,6 +151,9 @@ pub const GRANT_URL_BYTES_MAX: usize = 1024;
 pub const GRANT_METHODS_MAX: usize = 16;
 /// Most grants one deployment name holds (`too_many_grants` beyond).
 pub const GRANTS_PER_NAME_MAX: usize = 32;
+/// Most secrets one deployment name's jobs may read (`too_many_grants`
+/// beyond).
+pub const GRANT_SECRETS_MAX: usize = 16;
 /// Most calls kept in one attempt's record: the first ones; the rest are
 /// counted (`calls_dropped`).
 pub const CALLS_RECORDED_MAX: usize = 64;

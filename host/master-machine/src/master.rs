@@ -326,8 +326,16 @@ impl Master {
             Command::Deploy { name, digest } => self.decide_deploy(now, name, digest),
             Command::Rollback { name, to } => self.decide_rollback(now, name, *to),
             Command::Undeploy { name } => self.decide_undeploy(now, name),
-            Command::Grant { name, grants } => self.decide_grant(now, name, grants),
-            Command::Revoke { name, grants } => self.decide_revoke(now, name, grants),
+            Command::Grant {
+                name,
+                grants,
+                secrets,
+            } => self.decide_grant(now, name, grants, secrets),
+            Command::Revoke {
+                name,
+                grants,
+                secrets,
+            } => self.decide_revoke(now, name, grants, secrets),
             Command::SetSecret { name, sealed } => self.decide_set_secret(now, name, sealed),
             Command::DeleteSecret { name } => self.decide_delete_secret(now, name),
             Command::RecordCall { id, attempt, call } => {
@@ -466,6 +474,7 @@ impl Master {
             EventKind::CallRecorded { id, attempt, call } => {
                 self.apply_call_recorded(*id, *attempt, call)
             }
+            EventKind::SecretsShared { name, secrets } => self.apply_secrets_shared(name, secrets),
             EventKind::TapeMarked { id, attempt, mark } => {
                 self.apply_tape_marked(*id, *attempt, mark)
             }

@@ -21,10 +21,11 @@
 //! `CallsRecorded`, at the end of their enums; `Finish` carries the
 //! attempt's calls, an [`Assignment`] its grants and sealed secrets,
 //! views show grants and calls; [`JobOptions::egress`] a fourth field); 7
-//! (now), recorded calls (`RecordCall`, `CallRecorded`, `TapeMarked` at
-//! the end of their enums; a `Checkpoint` carries its [`TapeMark`], an
-//! [`Assignment`] its [`Replay`]; [`HttpGrant::record`] a last field of
-//! every grant). Events are the only messages kept on disk, so
+//! (now), recorded calls and secrets jobs read (`RecordCall`,
+//! `CallRecorded`, `SecretsShared`, `TapeMarked` at the end of their enums;
+//! a `Checkpoint` carries its [`TapeMark`], an [`Assignment`] its
+//! [`Replay`] and readable secrets, `Grant` and `Revoke` secrets;
+//! [`HttpGrant::record`] a last field of every grant). Events are the only messages kept on disk, so
 //! [`decode_event`] still reads formats 1 to 6 (whose `Submitted` lacks
 //! what came later, and whose options before 5 have two fields: they
 //! decode with `module: None`);
@@ -148,9 +149,11 @@ fn before_format_5(event: Event) -> Result<Event, Rejection> {
 /// `event`, unless it is of a kind added in format 7.
 fn before_format_7(event: Event) -> Result<Event, Rejection> {
     match event.kind {
-        EventKind::CallRecorded { .. } | EventKind::TapeMarked { .. } => Err(Rejection::new(
+        EventKind::CallRecorded { .. }
+        | EventKind::TapeMarked { .. }
+        | EventKind::SecretsShared { .. } => Err(Rejection::new(
             codes::UNDECODABLE,
-            "a recorded-call event in the bytes of a format before 7",
+            "a recorded-call or shared-secret event in the bytes of a format before 7",
         )),
         _ => Ok(event),
     }
@@ -992,13 +995,18 @@ pub enum Command {
         name: String,
         /// The grants to add.
         grants: Vec<HttpGrant>,
+        /// Secrets its jobs may read themselves (see [`crate::grants`]).
+        secrets: Vec<String>,
     },
     /// Take `grants` from deployment `name` (none listed: all of them).
     Revoke {
         /// The deployment's name.
         name: String,
-        /// The grants to take; empty: every one.
+        /// The grants to take; with `secrets` empty too: every grant and
+        /// every secret.
         grants: Vec<HttpGrant>,
+        /// Secrets its jobs may no longer read.
+        secrets: Vec<String>,
     },
     /// Set secret `name` to `sealed`: its value sealed by a node with the
     /// cluster key (the master never sees the plaintext).
@@ -1518,6 +1526,13 @@ pub enum EventKind {
         /// The call.
         call: RecordedCall,
     },
+    /// The secrets deployment `name`'s jobs may read became `secrets`.
+    SecretsShared {
+        /// The deployment.
+        name: String,
+        /// All of them now, sorted.
+        secrets: Vec<String>,
+    },
     /// A checkpoint with a [`TapeMark`] was kept (with its
     /// `Checkpointed`): the job's record of calls drops those before it.
     TapeMarked {
@@ -1582,6 +1597,8 @@ pub enum Reply {
     Granted {
         /// The deployment's grants now.
         grants: Vec<HttpGrant>,
+        /// The secrets its jobs may read now.
+        secrets: Vec<String>,
     },
     /// A [`Command::SetSecret`] was accepted.
     SecretSet {
@@ -1618,6 +1635,9 @@ pub struct Assignment {
     /// The recorded calls this attempt replays, from where its checkpoint
     /// was taken, and what names its calls ([`crate::tapes`]).
     pub replay: Replay,
+    /// The secrets of `secrets` the job may read itself (the others only
+    /// fill `egress`'s headers).
+    pub readable: Vec<String>,
 }
 
 /// A call whose response a job saw only once it was durable: what a later
@@ -1888,6 +1908,8 @@ pub struct DeploymentView {
     pub versions_total: u32,
     /// What its jobs may reach over HTTP.
     pub grants: Vec<HttpGrant>,
+    /// The secrets its jobs may read.
+    pub secrets: Vec<String>,
 }
 
 /// One version of a deployment.

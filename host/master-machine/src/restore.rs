@@ -32,7 +32,7 @@ use crate::snapshot::{Head, SNAPSHOT_VERSION, Tail};
 /// the request ids (3: their count, then each), the keys (4), the
 /// schedules and DAGs (5), the deployments and the jobs submitted by a
 /// module name (6), the egress grants and calls (7), the recorded calls
-/// (8).
+/// and the secrets jobs may read (8).
 #[derive(Debug, Default)]
 pub struct Restoring {
     stage: Stage,
@@ -238,8 +238,9 @@ impl Restoring {
                 Ok(Some((self.after(7, Stage::Tapes), rest)))
             }
             Stage::Tapes => {
-                let (tapes, rest) = taken!(take(bytes));
+                let ((tapes, readable), rest) = taken!(take(bytes));
                 self.master.tapes = crate::tapes::bounded(tapes);
+                self.master.egress.readable = crate::grants::bounded_readable(readable);
                 Ok(Some((Stage::End, rest)))
             }
             Stage::End => return Ok(None),

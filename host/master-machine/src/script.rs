@@ -55,8 +55,8 @@
 //! * `deploy name=NAME module=N` (the digest `[N; 32]`), `rollback
 //!   name=NAME [to=VERSION]`, `undeploy name=NAME`
 //! * `grant name=NAME http=URL [methods=A,B] [private=true]
-//!   [header="name: template"] [record=true|false]`, `revoke` the same
-//!   (without `http=`: every grant), `set-secret name=NAME sealed=BYTES`,
+//!   [header="name: template"] [record=true|false] [secret=NAME]`,
+//!   `revoke` the same (without `http=` and `secret=`: every grant), `set-secret name=NAME sealed=BYTES`,
 //!   `delete-secret name=NAME`
 //! * `json COMMAND`: any [`Command`] as serde JSON, for the rare ones.
 //!
@@ -518,6 +518,8 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
             };
             let private = args.flag("private")?.unwrap_or(false);
             let record = args.flag("record")?;
+            // `secret=NAME`: one secret the jobs may read.
+            let secrets: Vec<String> = args.text("secret")?.into_iter().collect();
             // `header="name: template"`: one header the grant sets.
             let headers: Vec<(String, String)> = match args.text("header")? {
                 Some(header) => {
@@ -538,8 +540,16 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
                 None => Vec::new(),
             };
             match verb {
-                "grant" => Command::Grant { name, grants },
-                _ => Command::Revoke { name, grants },
+                "grant" => Command::Grant {
+                    name,
+                    grants,
+                    secrets,
+                },
+                _ => Command::Revoke {
+                    name,
+                    grants,
+                    secrets,
+                },
             }
         }
         "set-secret" => Command::SetSecret {

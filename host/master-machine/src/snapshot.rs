@@ -28,8 +28,9 @@ use crate::workers::Worker;
 /// Version byte of snapshots: the state, then API tokens, then request
 /// ids, then what keys hold, then schedules and DAGs, then deployments
 /// and the jobs submitted by a module name, then egress grants and calls,
-/// then recorded calls. Older snapshots are still read: version 7 (no
-/// recorded calls; its grants have no `record`), version 6 (no grants or
+/// then recorded calls and the secrets jobs may read. Older snapshots are
+/// still read: version 7 (no recorded calls or readable secrets; its
+/// grants have no `record`), version 6 (no grants or
 /// calls),
 /// version 5 (no deployments; its [`JobOptions`], in the keys and
 /// the schedules, have no `module`), version 4 (no schedules or DAGs),
@@ -196,7 +197,7 @@ impl Master {
     /// state's head, its jobs, its tail, the tokens, the request ids
     /// (a map: their count, then each id and request), the keys, the
     /// schedules, the DAGs, the deployments, the egress grants and
-    /// calls, and the recorded calls.
+    /// calls, and the recorded calls with the secrets jobs may read.
     fn write_part(&self, sink: &mut impl Sink, cursor: &mut SnapshotCursor, bytes_max: usize) {
         let bytes_max = bytes_max.max(1);
         loop {
@@ -232,7 +233,7 @@ impl Master {
                     sink.put(&self.dags);
                     sink.put(&self.deployments);
                     sink.put(&self.egress);
-                    sink.put(&self.tapes);
+                    sink.put(&(&self.tapes, &self.egress.readable));
                     *cursor = SnapshotCursor::End;
                 }
                 SnapshotCursor::End => return,
@@ -259,7 +260,7 @@ impl Master {
     /// postcard(state) ++ postcard(tokens) ++ postcard(request ids) ++
     /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs) ++
     /// postcard(deployments) ++ postcard(grants and calls) ++
-    /// postcard(recorded calls)`.
+    /// postcard((recorded calls, readable secrets))`.
     ///
     /// Measured first, then written into a buffer of that size: grown by
     /// doubling, the buffer of a snapshot of a million finished jobs took

@@ -535,8 +535,8 @@ fn recorded_calls_survive_a_snapshot_and_a_version_7_one_restores_with_none() {
     again.ok(T + 60_001, poll("w3", 1));
     let next = again.assignment(1, 2);
     assert_eq!(next.replay.calls, [call(0, b"r"), call(1, b"r")]);
-    // Version 7 ended before the recorded calls.
-    let tapes = postcard::to_allocvec(&run.master.tapes).unwrap();
+    // Version 7 ended before the recorded calls (and readable secrets).
+    let tapes = postcard::to_allocvec(&(&run.master.tapes, &run.master.egress.readable)).unwrap();
     let mut old = snapshot[..snapshot.len() - tapes.len()].to_vec();
     old[0] = 7;
     let restored = Master::restore(&old).unwrap();
@@ -641,6 +641,7 @@ fn a_narrowed_job_gets_the_recording_choice_of_the_grant_that_covers_it() {
     let grant = Command::Grant {
         name: "hooks".into(),
         grants: vec![wide.clone()],
+        secrets: Vec::new(),
     };
     run.ok(T, grant);
     let narrow = HttpGrant::parse(

@@ -107,16 +107,37 @@ impl Api {
             .map(grant_of)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|why| ApiError::new(ErrorCode::InvalidGrant, why))?;
-        if grants.is_empty() {
+        if grants.is_empty() && request.secrets.is_empty() {
             return Err(ApiError::new(
                 ErrorCode::InvalidGrant,
-                "`http` lists no grant (DELETE /v1/deployments/{name}/grants revokes all)",
+                "`http` and `secrets` list nothing (DELETE /v1/deployments/{name}/grants revokes all)",
             ));
         }
-        let name = name.to_owned();
+        for secret in &request.secrets {
+            cohort_master::check_secret_name(secret)
+                .map_err(|why| ApiError::new(ErrorCode::InvalidSecret, why))?;
+        }
+        if request.secrets.len() > cohort_master::limits::GRANT_SECRETS_MAX {
+            return Err(ApiError::new(
+                ErrorCode::TooManyGrants,
+                format!(
+                    "a deployment's jobs read at most {} secrets",
+                    cohort_master::limits::GRANT_SECRETS_MAX
+                ),
+            ));
+        }
+        let (name, secrets) = (name.to_owned(), request.secrets);
         let command = match revoke {
-            false => Command::Grant { name, grants },
-            true => Command::Revoke { name, grants },
+            false => Command::Grant {
+                name,
+                grants,
+                secrets,
+            },
+            true => Command::Revoke {
+                name,
+                grants,
+                secrets,
+            },
         };
         self.granted(command).await
     }
@@ -127,6 +148,7 @@ impl Api {
         let command = Command::Revoke {
             name: name.to_owned(),
             grants: Vec::new(),
+            secrets: Vec::new(),
         };
         self.granted(command).await
     }
@@ -136,7 +158,7 @@ impl Api {
             return Err(ApiError::new(ErrorCode::Internal, "not a grant command"));
         };
         let name = name.clone();
-        let Reply::Granted { grants } = self.master.command(command).await? else {
+        let Reply::Granted { grants, secrets } = self.master.command(command).await? else {
             return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
         };
         Ok(json(
@@ -144,6 +166,7 @@ impl Api {
             &GrantsResponse {
                 name,
                 http: grants.iter().map(grant_body).collect(),
+                secrets,
             },
         ))
     }
@@ -185,6 +208,7 @@ fn response(view: DeploymentView) -> DeploymentResponse {
         versions_total: view.versions_total,
         versions: view.versions.into_iter().map(version).collect(),
         grants: view.grants.iter().map(grant_body).collect(),
+        secrets: view.secrets,
     }
 }
 

@@ -509,16 +509,16 @@ fn operation(handler: Handler) -> Option<Doc> {
             .answers::<DeployResponse>(200, "The version now current.")
             .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidModuleName, ModuleNameNotFound, ModuleVersionNotFound, NothingToRollBack]]),
         H::GrantAdd => deployment(doc("deployments", "Grant a name's jobs outbound HTTP(S)"))
-            .describe("Adds grants to the name (a grant it holds already is not added twice). A job submitted by the name may then call what a grant allows: the node resolves the host itself and connects only to an address that passes (loopback, private, link-local and metadata addresses only when a grant names the address, or says `private` for a name). Attempts assigned from now on run with the name's grants; an undeploy takes them away.")
-            .body::<GrantRequest>(serde_json::json!({"http": [{"url": "https://api.example.com/v1/", "methods": ["POST"]}]}))
+            .describe("Adds grants to the name (a grant it holds already is not added twice). A job submitted by the name may then call what a grant allows: the node resolves the host itself and connects only to an address that passes (loopback, private, link-local and metadata addresses only when a grant names the address, or says `private` for a name). Attempts assigned from now on run with the name's grants; an undeploy takes them away. `secrets` names secrets the jobs may read themselves (the job SDKs' `secret(name)`), their values masked in the jobs' logs.")
+            .body::<GrantRequest>(serde_json::json!({"http": [{"url": "https://api.example.com/v1/", "methods": ["POST"]}], "secrets": ["SMTP_PASSWORD"]}))
             .answers::<GrantsResponse>(200, "Every grant of the name now.")
-            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidModuleName, InvalidGrant, ModuleNameNotFound, SecretNotFound, TooManyGrants]]),
+            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidModuleName, InvalidGrant, InvalidSecret, ModuleNameNotFound, SecretNotFound, TooManyGrants]]),
         H::GrantRevoke => deployment(doc("deployments", "Take grants from a name"))
-            .describe("Removes the grants listed (as they were granted); one the name does not hold changes nothing.")
+            .describe("Removes the grants and readable secrets listed (grants as they were granted); one the name does not hold changes nothing.")
             .body::<GrantRequest>(serde_json::json!({"http": [{"url": "https://api.example.com/v1/", "methods": ["POST"]}]}))
             .answers::<GrantsResponse>(200, "Every grant of the name now.")
-            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidModuleName, InvalidGrant, ModuleNameNotFound]]),
-        H::GrantRevokeAll => deployment(doc("deployments", "Take every grant from a name"))
+            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidModuleName, InvalidGrant, InvalidSecret, ModuleNameNotFound, TooManyGrants]]),
+        H::GrantRevokeAll => deployment(doc("deployments", "Take every grant and readable secret from a name"))
             .answers::<GrantsResponse>(200, "The name, with no grant left.")
             .errors(&[MASTER, &[InvalidModuleName, ModuleNameNotFound]]),
         H::SecretList => doc("secrets", "Every secret's name (never a value)")

@@ -1,11 +1,13 @@
 //! `cohort deploy`, `rollback`, `deployments` and `undeploy`: names that
 //! point at modules, so jobs and schedules name what they run
 //! (`cohort submit send-email`) and survive a rebuild; `cohort grant` and
-//! `revoke`: what a name's jobs may reach over HTTP(S).
+//! `revoke`: what a name's jobs may reach over HTTP(S) and which secrets
+//! they may read.
 
 use super::{ServerArg, fail, print_json};
 use crate::api::types::{
-    DeployResponse, DeploymentResponse, DeploymentVersion, GrantsResponse, HttpGrantBody,
+    DeployResponse, DeploymentResponse, DeploymentVersion, GrantRequest, GrantsResponse,
+    HttpGrantBody,
 };
 use std::process::ExitCode;
 
@@ -56,7 +58,7 @@ pub struct UndeployArgs {
     pub name: String,
 }
 
-/// `cohort grant NAME --http URL...`.
+/// `cohort grant NAME --http URL... [--secret SECRET...]`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct GrantArgs {
     #[command(flatten)]
@@ -67,8 +69,13 @@ pub struct GrantArgs {
     /// What its jobs may call: `scheme://host[:port][/path]`, e.g.
     /// `https://api.example.com/v1/`, `https://*.example.com`,
     /// `http://10.0.0.5:8080`, `http://[fd00::5]:*` (repeatable).
-    #[arg(long = "http", value_name = "URL", required = true)]
+    #[arg(long = "http", value_name = "URL", required_unless_present = "secrets")]
     pub http: Vec<String>,
+    /// A secret (`cohort secret set`) the jobs may read themselves, with
+    /// the job SDKs' `secret(name)`; its value is masked in their logs
+    /// (repeatable). A secret only a `--header` names stays unreadable.
+    #[arg(long = "secret", value_name = "SECRET")]
+    pub secrets: Vec<String>,
     /// Methods allowed, comma-separated [default: any].
     #[arg(long, value_delimiter = ',', value_name = "METHOD")]
     pub methods: Vec<String>,
@@ -102,9 +109,13 @@ pub struct RevokeArgs {
     /// The deployment's name.
     pub name: String,
     /// The grants to take, as granted (with the same `--methods` and
-    /// `--private`) [default: every grant of the name].
+    /// `--private`) [default, with no `--secret` either: every grant and
+    /// readable secret of the name].
     #[arg(long = "http", value_name = "URL")]
     pub http: Vec<String>,
+    /// A secret the jobs may no longer read (repeatable).
+    #[arg(long = "secret", value_name = "SECRET")]
+    pub secrets: Vec<String>,
     /// The methods the grants were given with.
     #[arg(long, value_delimiter = ',', value_name = "METHOD")]
     pub methods: Vec<String>,
@@ -150,44 +161,53 @@ pub async fn grant(args: GrantArgs) -> ExitCode {
         (_, true) => Some(false),
         _ => None,
     };
-    let grants = grant_bodies(
+    let request = grant_bodies(
         &args.http,
         &args.methods,
         args.private,
         &args.headers,
         record,
-    );
-    change_grants(&args.server, &args.name, grants, false).await
+    )
+    .map(|http| GrantRequest {
+        http,
+        secrets: args.secrets.clone(),
+    });
+    change_grants(&args.server, &args.name, request, false).await
 }
 
 /// `cohort revoke`: safe to repeat.
 pub async fn revoke(args: RevokeArgs) -> ExitCode {
-    let grants = grant_bodies(&args.http, &args.methods, args.private, &args.headers, None);
-    change_grants(&args.server, &args.name, grants, true).await
+    let request = grant_bodies(&args.http, &args.methods, args.private, &args.headers, None)
+        .map(|http| GrantRequest {
+            http,
+            secrets: args.secrets.clone(),
+        });
+    change_grants(&args.server, &args.name, request, true).await
 }
 
-/// Adds `grants` to `name` (takes them away when `revoke`) and prints
-/// every grant it holds after.
+/// Adds the grants and readable secrets of `request` to `name` (takes
+/// them away when `revoke`; all of them for an empty request) and prints
+/// what it holds after.
 async fn change_grants(
     server: &ServerArg,
     name: &str,
-    grants: Result<Vec<HttpGrantBody>, String>,
+    request: Result<GrantRequest, String>,
     revoke: bool,
 ) -> ExitCode {
     let client = match server.client() {
         Ok(client) => client,
         Err(error) => return fail(error),
     };
-    let grants = match grants {
-        Ok(grants) => grants,
+    let request = match request {
+        Ok(request) => request,
         Err(error) => return fail(error),
     };
-    let grants = &grants;
+    let request = &request;
     let changed = client
         .call(|node| async move {
-            match revoke {
-                true => node.revoke(name, grants).await,
-                false => node.grant(name, grants).await,
+            match revoke && request.http.is_empty() && request.secrets.is_empty() {
+                true => node.revoke(name, &[]).await,
+                false => node.change_grants(name, request, revoke).await,
             }
         })
         .await;
@@ -200,13 +220,18 @@ async fn change_grants(
 fn print_grants(grants: &GrantsResponse, json: bool) -> ExitCode {
     if json {
         print_json(grants);
-    } else if grants.http.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    if grants.http.is_empty() {
         println!("{} has no grants: its jobs have no network", grants.name);
     } else {
         println!("{} may call:", grants.name);
         for grant in &grants.http {
             println!("  {}", grant_line(grant));
         }
+    }
+    if !grants.secrets.is_empty() {
+        println!("its jobs may read: {}", grants.secrets.join(", "));
     }
     ExitCode::SUCCESS
 }
@@ -366,6 +391,9 @@ fn print_deployment(deployment: &DeploymentResponse) {
                 println!("  {}", grant_line(grant));
             }
         }
+    }
+    if !deployment.secrets.is_empty() {
+        println!("secrets its jobs may read: {}", deployment.secrets.join(", "));
     }
 }
 

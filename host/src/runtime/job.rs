@@ -72,6 +72,9 @@ pub struct JobRequest {
     /// that is not here is refused, `egress_secret_unavailable`), and what
     /// is masked in the attempt's log, progress and failure.
     pub secrets: Secrets,
+    /// The names of `secrets` the job may read itself (the host
+    /// interface's `secret`); the others only fill headers.
+    pub readable: Vec<String>,
     /// What the attempt replays of its job's recorded calls, and where its
     /// own go (see [`super::tape`]); by default nothing is recorded.
     pub recording: Recording,
@@ -375,6 +378,8 @@ pub struct JobState {
     log: SharedLog,
     /// Masks the attempt's secret values in its progress messages.
     mask: Option<Arc<Mask>>,
+    /// The secrets the job may read, `(name, plaintext)`.
+    readable: Vec<(String, String)>,
     latest: Arc<Mutex<Latest>>,
     resume_state: Option<Vec<u8>>,
     checkpoint_bytes_max: u64,
@@ -458,6 +463,22 @@ impl host::Host for JobState {
     fn resume_state(&mut self) -> wasmtime::Result<Option<Vec<u8>>> {
         Ok(self.resume_state.clone())
     }
+
+    fn secret(&mut self, name: String) -> wasmtime::Result<Option<String>> {
+        let value = (self.readable.iter())
+            .find(|(held, _)| *held == name)
+            .map(|(_, value)| value.clone());
+        if value.is_none() {
+            // Named in the log (once per name is enough to see why), never
+            // a value: the name is the job's own text, bounded.
+            let name = truncate_utf8(name, crate::limits::ERROR_CODE_BYTES_MAX);
+            let line = format!(
+                "[cohort] secret {name:?} is not one this job may read (cohort grant NAME --secret {name})\n"
+            );
+            self.log.append(line.as_bytes());
+        }
+        Ok(value)
+    }
 }
 
 fn lock(latest: &Mutex<Latest>) -> std::sync::MutexGuard<'_, Latest> {
@@ -509,8 +530,13 @@ pub(crate) async fn execute(
         observer,
         egress: grants,
         secrets,
+        readable,
         recording,
     } = request;
+    // What the job may read: the readable secrets this node opened.
+    let readable: Vec<(String, String)> = (readable.iter())
+        .filter_map(|name| Some((name.clone(), secrets.get(name)?.to_owned())))
+        .collect();
     let tape = Tape::new(recording);
     // Only a job whose grants may record reads its clock and random
     // numbers through the tape: the others pay nothing for it.
@@ -558,6 +584,7 @@ pub(crate) async fn execute(
         },
         log: log.clone(),
         mask: mask.clone(),
+        readable,
         latest: latest.clone(),
         resume_state,
         checkpoint_bytes_max: limits.checkpoint_bytes,

@@ -97,6 +97,8 @@ pub(super) struct Request {
     pub(super) secrets: Secrets,
     /// The node's bounds on the job's calls.
     pub(super) egress_limits: EgressLimits,
+    /// The secrets the job may read.
+    pub(super) readable: Vec<String>,
     /// The job, what the attempt replays, and whether it records its calls
     /// (through the node: [`Event::Record`]).
     pub(super) job: u64,
@@ -227,6 +229,7 @@ impl Sandboxes {
             observer,
             egress,
             secrets,
+            readable,
             recording,
         } = request;
         let Recording {
@@ -269,6 +272,7 @@ impl Sandboxes {
             resume_state,
             egress,
             secrets,
+            readable,
             egress_limits,
             job,
             replay,
@@ -652,6 +656,7 @@ mod tests {
                 calls_per_attempt: 3,
                 ..EgressLimits::default()
             },
+            readable: vec!["API_KEY".into()],
             job: 4,
             replay: Replay {
                 mark: TapeMark { calls: 1, reads: 0 },

@@ -181,6 +181,7 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
                         observer: Some(observer),
                         egress: request.egress,
                         secrets: request.secrets,
+                        readable: request.readable,
                         recording: Recording {
                             job: request.job,
                             replay: request.replay,

@@ -21,5 +21,13 @@ declare module 'cohort:job/host@0.1.0' {
    * The last checkpoint saved by an earlier attempt of this job, if any.
    */
   export function resumeState(): Uint8Array | undefined;
+  /**
+   * The value of secret `name`, if the operator let this job's
+   * deployment name read it (`cohort grant NAME --secret SECRET`); none
+   * otherwise. Its value is masked wherever the job's log, progress and
+   * failure show it. A secret a grant only sets as a header is never
+   * readable.
+   */
+  export function secret(name: string): string | undefined;
   export type Level = import('cohort:job/types@0.1.0').Level;
 }
