@@ -841,7 +841,8 @@ fn python_and_javascript_jobs_call_what_their_name_is_granted() {
 /// with the Rust job's idempotency key (the SHA-256 of its input), the
 /// server gets the secret in the header the node set, the job succeeds with
 /// the status, and a refusal fails it `webhook_rejected`; the secret is in
-/// none of the jobs' results, errors or logs.
+/// none of the jobs' results, errors or logs. Then the HTTP fixtures read
+/// a secret granted them by name (`--secret`), masked in their logs.
 #[test]
 fn python_and_typescript_webhooks_post_with_a_granted_secret_they_never_hold() {
     const SECRET: &str = "whsec_Tq7Vn2Lx9Rk4Mz8P";
@@ -935,6 +936,41 @@ fn python_and_typescript_webhooks_post_with_a_granted_secret_they_never_hold() {
     });
     let seen = hooks.seen();
     assert_eq!(seen.len(), 2 * modules.len(), "{seen:?}");
+
+    // A secret a job reads itself: only once its name is granted it, and
+    // its value masked in the job's log.
+    let readers = [
+        ("reader-py", built("tests/fixtures/http-py")),
+        ("reader-js", built("tests/fixtures/http-js")),
+    ];
+    for (name, module) in &readers {
+        as_admin(&["deploy", name, module.to_str().unwrap()], b"");
+    }
+    as_admin(&["grant", "reader-py", "--secret", "HOOK_TOKEN"], b"");
+    as_admin(&["grant", "reader-js", "--secret", "HOOK_TOKEN"], b"");
+    runtime().block_on(async {
+        for (name, _) in &readers {
+            let done = run_once(&client, name, json!({"secret": "HOOK_TOKEN"})).await;
+            assert_eq!(done.state, "succeeded", "{name}: {done:?}");
+            let result = client.result(done.id).await.unwrap();
+            assert_eq!(&result[..], br#"{"secret_read":true}"#, "{name}");
+            let log = &done.attempts.last().unwrap().log_tail;
+            assert!(
+                log.contains("secret HOOK_TOKEN is [secret:HOOK_TOKEN]"),
+                "{name}: {log}"
+            );
+            assert!(!format!("{done:?}").contains(SECRET), "{name}: {done:?}");
+            // Another name: not readable, and the log says so.
+            let done = run_once(&client, name, json!({"secret": "OTHER"})).await;
+            let result = client.result(done.id).await.unwrap();
+            assert_eq!(&result[..], br#"{"secret_read":false}"#, "{name}");
+            let log = &done.attempts.last().unwrap().log_tail;
+            assert!(
+                log.contains(r#"[cohort] secret "OTHER" is not one this job may read"#),
+                "{name}: {log}"
+            );
+        }
+    });
 }
 
 /// Lowercase hex of `bytes`.

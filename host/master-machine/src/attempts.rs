@@ -205,7 +205,7 @@ impl Master {
             secrets,
             readable,
         } = self.egress_of_job(id);
-        effects.push(Effect::Assign(Assignment {
+        effects.push(Effect::Assign(Box::new(Assignment {
             id,
             attempt,
             worker: worker.to_owned(),
@@ -218,7 +218,7 @@ impl Master {
             secrets,
             replay: self.replay_of(id, job.submitted_at),
             readable,
-        }));
+        })));
     }
 
     pub(crate) fn apply_checkpointed(&mut self, id: JobId, attempt: u32, data: &[u8]) {

@@ -776,7 +776,7 @@ prop_compose! {
 
 fn effect() -> impl Strategy<Value = Effect> {
     prop_oneof![
-        assignment().prop_map(Effect::Assign),
+        assignment().prop_map(|a| Effect::Assign(Box::new(a))),
         (text(), n64(), n32()).prop_map(|(worker, id, attempt)| Effect::Stop {
             worker,
             id,

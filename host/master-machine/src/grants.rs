@@ -232,7 +232,6 @@ impl Master {
         }
     }
 
-
     pub(crate) fn decide_set_secret(
         &self,
         now: Millis,

@@ -1706,8 +1706,9 @@ pub struct Replay {
 /// What the host must do after events are applied and durable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Effect {
-    /// Hand this attempt to its worker.
-    Assign(Assignment),
+    /// Hand this attempt to its worker (boxed: it carries the attempt's
+    /// grants, secrets and record, far more than the other effects).
+    Assign(Box<Assignment>),
     /// Stop a running attempt (cancelled or superseded).
     Stop {
         /// The worker running it.

@@ -31,7 +31,7 @@ impl Run {
         for event in &decision.events {
             for effect in self.master.apply(event) {
                 if let Effect::Assign(assignment) = effect {
-                    self.assignments.push(assignment);
+                    self.assignments.push(*assignment);
                 }
             }
         }

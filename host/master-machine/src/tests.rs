@@ -335,7 +335,7 @@ fn a_checkpoint_is_handed_to_the_retry_and_stale_ones_ignored() {
         .effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Assign(a) if a.attempt == 2 => Some(a.clone()),
+            Effect::Assign(a) if a.attempt == 2 => Some((**a).clone()),
             _ => None,
         })
         .next()

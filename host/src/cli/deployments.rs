@@ -177,10 +177,12 @@ pub async fn grant(args: GrantArgs) -> ExitCode {
 
 /// `cohort revoke`: safe to repeat.
 pub async fn revoke(args: RevokeArgs) -> ExitCode {
-    let request = grant_bodies(&args.http, &args.methods, args.private, &args.headers, None)
-        .map(|http| GrantRequest {
-            http,
-            secrets: args.secrets.clone(),
+    let request =
+        grant_bodies(&args.http, &args.methods, args.private, &args.headers, None).map(|http| {
+            GrantRequest {
+                http,
+                secrets: args.secrets.clone(),
+            }
         });
     change_grants(&args.server, &args.name, request, true).await
 }
@@ -393,7 +395,10 @@ fn print_deployment(deployment: &DeploymentResponse) {
         }
     }
     if !deployment.secrets.is_empty() {
-        println!("secrets its jobs may read: {}", deployment.secrets.join(", "));
+        println!(
+            "secrets its jobs may read: {}",
+            deployment.secrets.join(", ")
+        );
     }
 }
 

@@ -104,6 +104,7 @@ fn samples() -> Vec<Vec<u8>> {
             }],
             submitted_at: 9,
         },
+        readable: vec!["STRIPE".into()],
     };
     let requests = [
         WireRequest::Command(Command::Submit {

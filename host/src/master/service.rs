@@ -1220,7 +1220,7 @@ impl MasterLoop {
         self.batch.events.extend(events);
         for effect in effects {
             match decode(&effect).map_err(|r| anyhow::anyhow!("bad effect: {r}"))? {
-                Effect::Assign(assignment) => assigned.push(assignment),
+                Effect::Assign(assignment) => assigned.push(*assignment),
                 Effect::Stop {
                     worker,
                     id,

@@ -378,8 +378,9 @@ pub struct JobState {
     log: SharedLog,
     /// Masks the attempt's secret values in its progress messages.
     mask: Option<Arc<Mask>>,
-    /// The secrets the job may read, `(name, plaintext)`.
-    readable: Vec<(String, String)>,
+    /// The secrets the job may read, `(name, plaintext)`; `None`: one this
+    /// node could not open.
+    readable: Vec<(String, Option<String>)>,
     latest: Arc<Mutex<Latest>>,
     resume_state: Option<Vec<u8>>,
     checkpoint_bytes_max: u64,
@@ -465,16 +466,20 @@ impl host::Host for JobState {
     }
 
     fn secret(&mut self, name: String) -> wasmtime::Result<Option<String>> {
-        let value = (self.readable.iter())
-            .find(|(held, _)| *held == name)
-            .map(|(_, value)| value.clone());
+        let found = (self.readable.iter()).find(|(held, _)| *held == name);
+        let value = found.and_then(|(_, value)| value.clone());
         if value.is_none() {
-            // Named in the log (once per name is enough to see why), never
-            // a value: the name is the job's own text, bounded.
+            // Why, in the log, never a value: the name is the job's own
+            // text, bounded.
             let name = truncate_utf8(name, crate::limits::ERROR_CODE_BYTES_MAX);
-            let line = format!(
-                "[cohort] secret {name:?} is not one this job may read (cohort grant NAME --secret {name})\n"
-            );
+            let line = match found {
+                Some(_) => format!(
+                    "[cohort] secret {name:?} could not be opened on this node (the node's log says why)\n"
+                ),
+                None => format!(
+                    "[cohort] secret {name:?} is not one this job may read (cohort grant NAME --secret {name})\n"
+                ),
+            };
             self.log.append(line.as_bytes());
         }
         Ok(value)
@@ -533,9 +538,13 @@ pub(crate) async fn execute(
         readable,
         recording,
     } = request;
-    // What the job may read: the readable secrets this node opened.
-    let readable: Vec<(String, String)> = (readable.iter())
-        .filter_map(|name| Some((name.clone(), secrets.get(name)?.to_owned())))
+    // What the job may read: the readable secrets, opened by this node
+    // (`None`: one it could not open).
+    let readable: Vec<(String, Option<String>)> = (readable.into_iter())
+        .map(|name| {
+            let value = secrets.get(&name).map(str::to_owned);
+            (name, value)
+        })
         .collect();
     let tape = Tape::new(recording);
     // Only a job whose grants may record reads its clock and random
