@@ -675,16 +675,7 @@ mod tests {
     fn grants_and_calls_survive_a_snapshot_and_an_old_one_restores_with_none() {
         let mut master = deployed();
         let granted = vec![grant("https://api.example.com/v1/")];
-        let name = "hooks".to_owned();
-        run(
-            &mut master,
-            Command::Grant {
-                name,
-                grants: granted.clone(),
-                secrets: Vec::new(),
-            },
-        )
-        .unwrap();
+        give(&mut master, granted.clone()).unwrap();
         master.egress.calls.insert(
             7,
             vec![AttemptCalls {
@@ -822,16 +813,7 @@ mod tests {
             grant("http://10.0.0.1:8080"),
             grant("https://api.example.com/v1/"),
         ];
-        let name = "hooks".to_owned();
-        run(
-            &mut master,
-            Command::Grant {
-                name,
-                grants: granted.clone(),
-                secrets: Vec::new(),
-            },
-        )
-        .unwrap();
+        give(&mut master, granted.clone()).unwrap();
         master
             .egress
             .narrowed
@@ -1033,6 +1015,16 @@ mod tests {
             sealed: format!("sealed {name}").into_bytes(),
         };
         run(master, set).unwrap();
+    }
+
+    /// Grants `grants` to `hooks`.
+    fn give(master: &mut Master, grants: Vec<HttpGrant>) -> Result<Reply, Rejection> {
+        let command = Command::Grant {
+            name: "hooks".into(),
+            grants,
+            secrets: Vec::new(),
+        };
+        run(master, command)
     }
 
     fn share(master: &mut Master, secrets: &[&str]) -> Result<Reply, Rejection> {
