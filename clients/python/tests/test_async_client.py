@@ -109,7 +109,7 @@ def test_async_deployments(start_node: StartNode, dead_url: str, echo_wasm: str,
             assert [d["name"] for d in await client.deployments()] == ["async-echo"]
             granted = await client.grant("async-echo", ["https://api.example.com/v1/"], methods=["POST"])
             api = {"url": "https://api.example.com:443/v1/", "methods": ["POST"]}
-            assert granted == {"name": "async-echo", "http": [api]}
+            assert granted == {"name": "async-echo", "http": [api], "secrets": []}
             assert (await client.deployment("async-echo"))["grants"] == [api]
             with pytest.raises(CohortError) as bad:
                 await client.grant("async-echo", "ftp://x")
@@ -117,7 +117,7 @@ def test_async_deployments(start_node: StartNode, dead_url: str, echo_wasm: str,
             team = {"x-team": "ops"}
             with_headers = await client.grant("async-echo", "https://api.example.com/", headers=team)
             assert {"url": "https://api.example.com:443/", "headers": team} in with_headers["http"]
-            assert await client.revoke("async-echo") == {"name": "async-echo", "http": []}
+            assert await client.revoke("async-echo") == {"name": "async-echo", "http": [], "secrets": []}
             # No cluster key on this node: no secrets.
             with pytest.raises(CohortError) as unavailable:
                 await client.set_secret("STRIPE", "sk_test_1")

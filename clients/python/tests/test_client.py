@@ -169,7 +169,7 @@ def test_grants_say_what_a_deployment_may_call(node: Node, echo_wasm: str) -> No
         assert client.deployment("py-granted")["grants"] == []
         api = {"url": "https://api.example.com:443/v1/", "methods": ["POST"]}
         granted = client.grant("py-granted", ["https://api.example.com/v1/"], methods=["POST"])
-        assert granted == {"name": "py-granted", "http": [api]}
+        assert granted == {"name": "py-granted", "http": [api], "secrets": []}
         # Safe to repeat (and retried): a grant the name has is not added twice.
         assert client.grant("py-granted", "https://api.example.com/v1/", methods=["post"]) == granted
         assert client.deployment("py-granted")["grants"] == [api]
@@ -190,9 +190,9 @@ def test_grants_say_what_a_deployment_may_call(node: Node, echo_wasm: str) -> No
         # A revoke takes a grant as it was given: URL, methods, private flag.
         assert len(client.revoke("py-granted", "https://api.example.com/v1/")["http"]) == 2
         after = client.revoke("py-granted", "https://api.example.com/v1/", methods=["POST"])
-        assert after == {"name": "py-granted", "http": [internal]}
+        assert after == {"name": "py-granted", "http": [internal], "secrets": []}
         # None: every grant.
-        assert client.revoke("py-granted") == {"name": "py-granted", "http": []}
+        assert client.revoke("py-granted") == {"name": "py-granted", "http": [], "secrets": []}
         assert client.deployment("py-granted")["grants"] == []
         assert client.revoke("py-granted")["http"] == []
         assert client.request_counts()["DELETE /v1/deployments/py-granted/grants"] == 2
@@ -222,7 +222,7 @@ def test_secrets_need_a_cluster_key_and_grants_carry_headers(node: Node, echo_wa
         client.deploy("py-headers", echo_wasm)
         team = {"x-team": "ops"}
         granted = client.grant("py-headers", "https://api.example.com/v1/", headers=team)
-        assert granted == {"name": "py-headers", "http": [{"url": "https://api.example.com:443/v1/", "headers": team}]}
+        assert granted == {"name": "py-headers", "http": [{"url": "https://api.example.com:443/v1/", "headers": team}], "secrets": []}
         assert client.deployment("py-headers")["grants"] == granted["http"]
         with pytest.raises(CohortError) as unknown:
             client.grant("py-headers", "https://api.stripe.com/", headers={"authorization": "Bearer {secret:STRIPE}"})

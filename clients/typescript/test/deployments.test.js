@@ -90,7 +90,7 @@ test("grants say what a deployment's jobs may call; revoked one by one or all at
   assert.deepEqual((await client.deployment("ts-granted")).grants, []);
   const api = { url: "https://api.example.com:443/v1/", methods: ["POST"] };
   const granted = await client.grant("ts-granted", [{ url: "https://api.example.com/v1/", methods: ["POST"] }]);
-  assert.deepEqual(granted, { name: "ts-granted", http: [api] });
+  assert.deepEqual(granted, { name: "ts-granted", http: [api], secrets: [] });
   // Safe to repeat (and retried): a grant the name has is not added twice.
   assert.deepEqual(await client.grant("ts-granted", { url: "https://api.example.com/v1/", methods: ["post"] }), granted);
   assert.deepEqual((await client.deployment("ts-granted")).grants, [api]);
@@ -109,9 +109,10 @@ test("grants say what a deployment's jobs may call; revoked one by one or all at
   assert.deepEqual(await client.revoke("ts-granted", [{ url: "https://api.example.com/v1/", methods: ["POST"] }]), {
     name: "ts-granted",
     http: [anyMethod],
+    secrets: [],
   });
   // None given: every grant.
-  assert.deepEqual(await client.revoke("ts-granted"), { name: "ts-granted", http: [] });
+  assert.deepEqual(await client.revoke("ts-granted"), { name: "ts-granted", http: [], secrets: [] });
   assert.deepEqual((await client.deployment("ts-granted")).grants, []);
   await assert.rejects(client.revoke("ts-granted", []), { code: "invalid_grant", status: 422 });
   await client.undeploy("ts-granted");
@@ -139,7 +140,7 @@ test("secrets need a cluster key; a grant's headers are kept and revoked with it
   await client.deploy("ts-headers", echo);
   const team = { url: "https://api.example.com/v1/", headers: { "x-team": "ops" } };
   const granted = await client.grant("ts-headers", team);
-  assert.deepEqual(granted, { name: "ts-headers", http: [{ ...team, url: "https://api.example.com:443/v1/" }] });
+  assert.deepEqual(granted, { name: "ts-headers", http: [{ ...team, url: "https://api.example.com:443/v1/" }], secrets: [] });
   assert.deepEqual((await client.deployment("ts-headers")).grants, granted.http);
   const secretHeader = { url: "https://api.stripe.com/", headers: { authorization: "Bearer {secret:STRIPE}" } };
   await assert.rejects(client.grant("ts-headers", secretHeader), { code: "secret_not_found", status: 404 });

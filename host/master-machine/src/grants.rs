@@ -193,14 +193,25 @@ impl Master {
             None => held.to_vec(),
             // Each of the job's own grants gets the headers of every held
             // grant that covers it, the first setting a name winning: what
-            // the node would set on a request both allow; and the first
-            // one's recording choice.
+            // the node would set on a request both allow.
             Some(own) => (own.iter())
                 .filter_map(|grant| {
-                    let mut covering = held.iter().filter(|wide| wide.covers(grant)).peekable();
-                    let record = covering.peek()?.record;
+                    let covering: Vec<&HttpGrant> =
+                        held.iter().filter(|wide| wide.covers(grant)).collect();
+                    if covering.is_empty() {
+                        return None;
+                    }
+                    // Recorded as the node records a call several grants
+                    // allow: if any of them records it.
+                    let record = if covering.iter().any(|wide| wide.record == Some(true)) {
+                        Some(true)
+                    } else if covering.iter().all(|wide| wide.record == Some(false)) {
+                        Some(false)
+                    } else {
+                        None
+                    };
                     let mut headers: Vec<(String, String)> = Vec::new();
-                    for (name, value) in covering.flat_map(|wide| &wide.headers) {
+                    for (name, value) in covering.iter().flat_map(|wide| &wide.headers) {
                         if !headers.iter().any(|(set, _)| set == name) {
                             headers.push((name.clone(), value.clone()));
                         }

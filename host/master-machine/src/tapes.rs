@@ -14,21 +14,26 @@
 //! [`EventKind::CallRecorded`]; only once that is durable (journaled and
 //! on a majority of the back-ends, like every event) does the node hand
 //! the response to the job. A call recorded at ordinal `n` replaces the
-//! job's record from `n` on: an attempt that made other calls than the
-//! one before it (its job is not deterministic) writes its own record
-//! over the old one's rest.
+//! job's record at `n` only, whatever order an attempt's concurrent calls
+//! are recorded in: an attempt that made another call there than the one
+//! before it (its job is not deterministic) writes its own over that one,
+//! and the rest stays. Calls are keyed as idempotency keys are, by
+//! ordinal: a later identical call at an ordinal is the call that key
+//! names, which a server honouring keys would not act on twice either.
 //!
 //! # What is replayed
 //!
 //! Every attempt's [`Assignment::replay`] carries the job's record. The
-//! worker's node answers a call that matches the next recorded one (the
-//! same ordinal, method, URL and body digest) with the recorded response,
-//! sending nothing; and it answers the job's clock and random reads before
-//! that call with the recorded ones. The first call that does not match
-//! ends the replay: from there on the attempt runs live and records anew.
+//! worker's node answers a call that matches the one recorded at its
+//! ordinal (the same method, URL and body digest) with the recorded
+//! response, sending nothing; and it answers the job's clock and random
+//! reads before that call with the recorded ones. A call that does not
+//! match is sent and recorded anew, and ends the replay of reads.
 //!
-//! A checkpoint carries a [`TapeMark`]: how many calls the attempt had
-//! made, and how many reads since its last recorded call. An attempt
+//! A checkpoint carries a [`TapeMark`]: the lowest ordinal of a call the
+//! attempt had not finished (a call in flight when the checkpoint was
+//! taken is made again after it), and how many reads since its last
+//! recorded call. An attempt
 //! resuming from that checkpoint starts its ordinals there and skips those
 //! reads; the record before the mark is dropped ([`EventKind::TapeMarked`],
 //! decided with the `Checkpointed` it belongs to).
@@ -211,8 +216,13 @@ impl Master {
             return;
         }
         let tape = self.tapes.entry(id).or_default();
-        tape.calls.retain(|kept| kept.ordinal < call.ordinal);
-        tape.calls.push(call.clone());
+        // Only the call at this ordinal is replaced: the others stay, in
+        // order, whichever of an attempt's concurrent calls is recorded
+        // first.
+        match (tape.calls).binary_search_by_key(&call.ordinal, |kept| kept.ordinal) {
+            Ok(at) => tape.calls[at] = call.clone(),
+            Err(at) => tape.calls.insert(at, call.clone()),
+        }
     }
 
     pub(crate) fn apply_tape_marked(&mut self, id: JobId, attempt: u32, mark: &TapeMark) {
@@ -247,7 +257,7 @@ impl Master {
 fn room_for(tape: Option<&Tape>, call: &RecordedCall) -> bool {
     let kept = (tape.into_iter())
         .flat_map(|tape| &tape.calls)
-        .filter(|kept| kept.ordinal < call.ordinal);
+        .filter(|kept| kept.ordinal != call.ordinal);
     let (count, bytes) = kept.fold((1, call.bytes()), |(count, bytes), kept| {
         (count + 1, bytes + kept.bytes())
     });

@@ -705,6 +705,9 @@ fn millis(elapsed: Duration) -> u64 {
 /// One call in flight: what its record will say.
 struct Call {
     ledger: Ledger,
+    /// Told when the call ends, so a checkpoint's mark never passes it.
+    tape: Tape,
+    ordinal: u32,
     slot: Option<usize>,
     started: Instant,
     method: String,
@@ -776,6 +779,7 @@ impl Call {
             state.clone()
         };
         self.ledger.finish(self.slot, &ended, self.started);
+        self.tape.ended(self.ordinal);
         self.in_flight
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -965,9 +969,26 @@ impl JobEgress {
 
     /// Sends `request` if the job's grants allow it (see the module's
     /// note); the response, whose body is bounded and timed, and the
-    /// connection's future, which the caller drives.
+    /// connection's future, which the caller drives. Numbered when first
+    /// polled: the tests' entry (a job's calls are numbered as it makes
+    /// them, in `send_request`).
+    #[cfg(test)]
     pub(crate) async fn send<B>(
         &self,
+        request: http::Request<B>,
+        options: Option<RequestOptions>,
+    ) -> Result<(http::Response<WasiBody>, IoFuture), HttpError>
+    where
+        B: Body<Data = Bytes, Error = HttpError> + Send + 'static,
+    {
+        self.send_as(self.tape.ordinal(), request, options).await
+    }
+
+    /// [`send`](Self::send) for call `ordinal`, taken when the job made
+    /// the call.
+    async fn send_as<B>(
+        &self,
+        ordinal: u32,
         request: http::Request<B>,
         options: Option<RequestOptions>,
     ) -> Result<(http::Response<WasiBody>, IoFuture), HttpError>
@@ -984,9 +1005,10 @@ impl JobEgress {
             Err(origin) => origin.clone(),
         };
         let (slot, made) = self.ledger.begin(&method, &origin, started);
-        let ordinal = self.tape.ordinal();
         let call = Arc::new(Call {
             ledger: self.ledger.clone(),
+            tape: self.tape.clone(),
+            ordinal,
             slot,
             started,
             method,
@@ -1068,6 +1090,29 @@ impl JobEgress {
             .collect::<Result<Vec<_>, Failure>>()
             .map_err(fail)?;
 
+        // Each call in flight holds sockets (and, resolving, a thread; a
+        // recorded one, its request body): a job sending many at once waits
+        // for its earlier ones to end.
+        let permit = tokio::time::timeout_at(deadline, self.in_flight.clone().acquire_owned());
+        match permit.await {
+            Ok(Ok(permit)) => {
+                *call
+                    .in_flight
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(permit)
+            }
+            Ok(Err(_)) | Err(_) => {
+                return Err(fail(Failure::new(
+                    CallError::Timeout,
+                    HttpError::ConnectionLimitReached,
+                    format!(
+                        "waited its whole time for one of this attempt's {} calls in flight to end",
+                        limits.calls_at_once
+                    ),
+                )));
+            }
+        }
+
         // A call a grant records: its request is read whole (for its
         // digest), and answered from the record if it is the call recorded
         // at its ordinal.
@@ -1101,7 +1146,7 @@ impl JobEgress {
                     Replayed::Found(found) => return self.replay(&call, ordinal, *found),
                     Replayed::Live { diverged: true } => {
                         let line = format!(
-                            "[cohort] replay ended: {} {} (call {ordinal}) is not the call recorded \
+                            "[cohort] not replayed: {} {} (call {ordinal}) is not the call recorded \
                              there; it is sent and recorded anew\n",
                             call.method, call.origin
                         );
@@ -1119,27 +1164,6 @@ impl JobEgress {
             }
         };
 
-        // Each call in flight holds sockets (and, resolving, a thread): a
-        // job sending many at once waits for its earlier ones to end.
-        let permit = tokio::time::timeout_at(deadline, self.in_flight.clone().acquire_owned());
-        match permit.await {
-            Ok(Ok(permit)) => {
-                *call
-                    .in_flight
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(permit)
-            }
-            Ok(Err(_)) | Err(_) => {
-                return Err(fail(Failure::new(
-                    CallError::Timeout,
-                    HttpError::ConnectionLimitReached,
-                    format!(
-                        "waited its whole time for one of this attempt's {} calls in flight to end",
-                        limits.calls_at_once
-                    ),
-                )));
-            }
-        }
         let connect_by = deadline.min(
             Deadline::now()
                 + shorter(
@@ -1312,6 +1336,8 @@ impl JobEgress {
             Some(_) => Box::new(async { Ok(()) }),
             None => Box::new(io),
         };
+        let reads = self.tape.pending_reads();
+        let taken = reads.len();
         let headers: Vec<(String, Vec<u8>)> = (parts.headers.iter())
             .filter(|(name, _)| !is_hop_by_hop(name))
             .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
@@ -1324,7 +1350,7 @@ impl JobEgress {
             status: parts.status.as_u16(),
             headers,
             body: body.to_vec(),
-            reads: self.tape.pending_reads(),
+            reads,
         };
         cohort_master::check_call(&recorded).map_err(|why| {
             Failure::new(
@@ -1357,7 +1383,7 @@ impl JobEgress {
                 ));
             }
         }
-        self.tape.recorded();
+        self.tape.recorded(ordinal, taken);
         call.release();
         let body = Full::new(body)
             .map_err(|never| match never {})
@@ -1501,7 +1527,27 @@ impl WasiHttpHooks for JobEgress {
             bytes_max: limits.request_bytes,
             within: limits.call_timeout,
         });
-        Box::new(async move { this.send(request, options).await })
+        // Numbered now, as the job makes the call: the future runs in a
+        // task of its own, which a job's later call may overtake.
+        let ordinal = self.tape.ordinal();
+        // Ends the call's place among the open ones even if its task is
+        // dropped before it first runs (the job dropped the request).
+        let open = OpenCall(self.tape.clone(), ordinal);
+        Box::new(async move {
+            let sent = this.send_as(ordinal, request, options).await;
+            drop(open);
+            sent
+        })
+    }
+}
+
+/// A call's place among its attempt's open calls, given back when the
+/// call's future ends or is dropped.
+struct OpenCall(Tape, u32);
+
+impl Drop for OpenCall {
+    fn drop(&mut self) {
+        self.0.ended(self.1);
     }
 }
 

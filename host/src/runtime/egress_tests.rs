@@ -1445,14 +1445,14 @@ async fn a_recorded_call_is_kept_before_the_job_sees_it_and_replayed_without_bei
         assert!(heard.try_recv().is_err(), "the POST was not sent again");
 
         // A third attempt posting another body is not the recorded call: it
-        // is sent, and the log says the replay ended.
+        // is sent, and the log says why it was not replayed.
         let kept = Arc::new(Kept::default());
         let third = Attempt::recording(grants(), recorded, kept.clone());
         third.call(get(&url)).await.unwrap();
         third.call(request("POST", &url, b"other")).await.unwrap();
         heard.recv().await.unwrap();
         assert_eq!(heard.recv().await.unwrap().body, b"other");
-        assert!(third.log().contains("[cohort] replay ended: POST"));
+        assert!(third.log().contains("[cohort] not replayed: POST"));
         assert_eq!(kept.calls.lock().unwrap().len(), 1, "recorded anew");
     })
     .await;

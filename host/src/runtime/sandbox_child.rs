@@ -22,6 +22,7 @@ use super::sandbox::{Done, Event, Recorded, Request, decode, frame};
 use super::tape::{RecordFuture, Recorder, Recording, Unrecorded};
 use crate::limits::{MEMORY_BYTES_CEILING, SANDBOX_ORPHAN_CHECK, SANDBOX_REQUEST_BYTES_MAX};
 use cohort_master::{RecordedCall, TapeMark};
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
@@ -89,41 +90,88 @@ impl JobObserver for Forward {
     }
 }
 
-/// Makes the attempt's recorded calls durable through the node: sends each
-/// and waits for the node's answer on stdin, one call at a time.
+/// Makes the attempt's recorded calls durable through the node: each is
+/// sent when the job's call asks (so before the attempt's `Done`), and the
+/// node answers them in the order they came. One reader per call reads one
+/// answer and hands it to the oldest call still waiting, whether or not
+/// that call still waits for it: every answer is read before the next job's
+/// request (see [`Answers::drained`]).
 #[derive(Debug)]
 struct ThroughNode {
     forward: Arc<Forward>,
-    stdin: Arc<Mutex<std::io::Stdin>>,
-    /// One call's request and answer at a time on the pipes.
-    turn: Arc<tokio::sync::Mutex<()>>,
+    answers: Arc<Answers>,
+}
+
+/// The calls waiting for the node's answers, oldest first, and stdin.
+#[derive(Debug)]
+struct Answers {
+    stdin: Mutex<std::io::Stdin>,
+    waiting: Mutex<VecDeque<tokio::sync::oneshot::Sender<Recorded>>>,
+}
+
+impl Answers {
+    fn waiting(
+        &self,
+    ) -> std::sync::MutexGuard<'_, VecDeque<tokio::sync::oneshot::Sender<Recorded>>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Reads one answer and hands it to the oldest waiting call.
+    fn read_one(&self) {
+        let mut stdin = self
+            .stdin
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let answer = match read_frame::<Recorded>(&mut *stdin) {
+            Ok(Some(answer)) => answer,
+            Ok(None) => Err(Unrecorded::Failed("the node is gone".into())),
+            Err(error) => Err(Unrecorded::Failed(format!(
+                "the node's answer was not read: {error}"
+            ))),
+        };
+        if let Some(waiting) = self.waiting().pop_front() {
+            let _ = waiting.send(answer);
+        }
+    }
+
+    /// Waits until every answer asked for was read, so that the next frame
+    /// on stdin is the node's next request.
+    fn drained(&self) {
+        while !self.waiting().is_empty() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 impl Recorder for ThroughNode {
     fn record(&self, call: RecordedCall) -> RecordFuture {
-        let (forward, stdin, turn) = (self.forward.clone(), self.stdin.clone(), self.turn.clone());
-        Box::pin(async move {
-            let _turn = turn.lock().await;
-            forward
-                .send(&Event::Record(call))
-                .map_err(|error| Unrecorded::Failed(format!("the node is gone: {error}")))?;
-            let answer = tokio::task::spawn_blocking(move || {
-                let mut stdin = stdin
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                read_frame::<Recorded>(&mut *stdin)
-            })
-            .await
-            .map_err(|error| {
-                Unrecorded::Failed(format!("the node's answer was not read: {error}"))
-            })?;
-            match answer {
-                Ok(Some(answer)) => answer,
-                Ok(None) => Err(Unrecorded::Failed("the node is gone".into())),
-                Err(error) => Err(Unrecorded::Failed(format!(
-                    "the node's answer was not read: {error}"
-                ))),
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let sent = {
+            // In the order sent, so the answers, which come in that order,
+            // go to their calls.
+            let mut waiting = self.answers.waiting();
+            let sent = self.forward.send(&Event::Record(call));
+            if sent.is_ok() {
+                waiting.push_back(answer);
             }
+            sent
+        };
+        if let Err(error) = sent {
+            return Box::pin(async move {
+                Err(Unrecorded::Failed(format!("the node is gone: {error}")))
+            });
+        }
+        let answers = self.answers.clone();
+        std::thread::Builder::new()
+            .name("cohort-sandbox-answer".into())
+            .spawn(move || answers.read_one())
+            .expect("can spawn a thread for the node's answer");
+        Box::pin(async move {
+            answered.await.unwrap_or_else(|_| {
+                Err(Unrecorded::Failed("the node's answer was not read".into()))
+            })
         })
     }
 }
@@ -144,11 +192,16 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
     let forward = Arc::new(Forward {
         out: Mutex::new(std::fs::File::from(stdout)),
     });
-    let stdin = Arc::new(Mutex::new(std::io::stdin()));
-    let turn = Arc::new(tokio::sync::Mutex::new(()));
+    let answers = Arc::new(Answers {
+        stdin: Mutex::new(std::io::stdin()),
+        waiting: Mutex::default(),
+    });
     loop {
+        // An answer to a call the last job dropped comes first.
+        answers.drained();
         let request = {
-            let mut stdin = stdin
+            let mut stdin = answers
+                .stdin
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
             read_request(&mut *stdin)?
@@ -169,8 +222,7 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
                     let recorder: Option<Arc<dyn Recorder>> = match request.records {
                         true => Some(Arc::new(ThroughNode {
                             forward: forward.clone(),
-                            stdin: stdin.clone(),
-                            turn: turn.clone(),
+                            answers: answers.clone(),
                         })),
                         false => None,
                     };

@@ -32,12 +32,16 @@
 //! kept, and sent with the next recorded call; an attempt that replays a
 //! call first replays the reads recorded before it, in order, while they
 //! are of the same kind and size. A read past them, or of another kind,
-//! ends the replay of reads; the first call that does not match ends the
-//! replay of calls, and with it the reads (the master, recording that
-//! call, drops the record from there on).
+//! ends the replay of reads; so does a call that does not match the one
+//! recorded at its ordinal, which is sent and recorded in that one's
+//! place. Calls are matched by ordinal, as their idempotency keys are, so
+//! a job's concurrent calls replay in whatever order their tasks run, and
+//! the other calls of the record still answer calls that match them.
 //!
-//! A checkpoint carries a [`TapeMark`]: the ordinal of the next call, and
-//! the reads since the last recorded call. An attempt resuming from it
+//! A checkpoint carries a [`TapeMark`]: the lowest ordinal of a call not
+//! yet ended (a call in flight when it was taken is made again, with its
+//! ordinal and key, by an attempt resuming from it), and the reads since
+//! the last recorded call. An attempt resuming from it
 //! starts its ordinals there and skips that many reads of the first
 //! recorded call; if it records that call anew, placeholders stand in for
 //! the reads it never made, which no attempt replays.
@@ -51,7 +55,7 @@
 
 use cohort_master::{Read, RecordedCall, Replay, TapeMark};
 use sha2::{Digest as _, Sha256};
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -111,6 +115,8 @@ struct State {
     seed: Sha256,
     /// The ordinal of the next call.
     next: u32,
+    /// The ordinals of the calls begun and not yet ended.
+    open: BTreeSet<u32>,
     /// Recorded calls not yet replayed, by ordinal.
     replay: VecDeque<RecordedCall>,
     /// The reads to replay before the next recorded call.
@@ -120,6 +126,9 @@ struct State {
     pending: Vec<Read>,
     /// Random bytes in `pending`.
     pending_random: usize,
+    /// Whether a read was past what one recorded call keeps: later ones
+    /// are not kept either, so the kept ones stay the reads' first ones.
+    full: bool,
     /// How many reads since the last recorded call (those before a mark
     /// this attempt resumed from included).
     since_call: u32,
@@ -136,7 +145,8 @@ pub(crate) enum Replayed {
     /// The recorded response: send nothing.
     Found(Box<RecordedCall>),
     /// None: send it (and record it); `diverged` when a recorded call at
-    /// this ordinal did not match, so the replay ended here.
+    /// this ordinal did not match (it is replaced, and the replay of reads
+    /// ends).
     Live { diverged: bool },
 }
 
@@ -176,10 +186,12 @@ impl Tape {
         Self(Arc::new(Mutex::new(State {
             seed,
             next: mark.calls,
+            open: BTreeSet::new(),
             replay,
             reads,
             pending: Vec::new(),
             pending_random: 0,
+            full: false,
             since_call: mark.reads,
             before_mark: mark.reads,
             recorder,
@@ -194,12 +206,21 @@ impl Tape {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Takes the next call's ordinal.
+    /// Takes the next call's ordinal, when the job makes the call (not
+    /// when its request is first polled: a job's concurrent calls are
+    /// numbered in the order it made them); the call is open until
+    /// [`ended`](Self::ended).
     pub(crate) fn ordinal(&self) -> u32 {
         let mut state = self.lock();
         let ordinal = state.next;
         state.next = state.next.saturating_add(1);
+        state.open.insert(ordinal);
         ordinal
+    }
+
+    /// Call `ordinal` ended (its response read, recorded, or failed).
+    pub(crate) fn ended(&self, ordinal: u32) {
+        self.lock().open.remove(&ordinal);
     }
 
     /// The idempotency key of call `ordinal`.
@@ -224,31 +245,24 @@ impl Tape {
         body_sha256: &[u8; 32],
     ) -> Replayed {
         let mut state = self.lock();
-        while state
-            .replay
-            .front()
-            .is_some_and(|call| call.ordinal < ordinal)
-        {
-            state.replay.pop_front();
-        }
-        let Some(next) = state.replay.front() else {
+        // The record at this very ordinal: a job's concurrent calls come
+        // in any order.
+        let Some(at) = state.replay.iter().position(|call| call.ordinal == ordinal) else {
+            // A call the record has not: one not recorded (a `GET`).
             return Replayed::Live { diverged: false };
         };
-        if next.ordinal > ordinal {
-            // A call this record skips: one not recorded (a `GET`).
-            return Replayed::Live { diverged: false };
-        }
-        if next.method != method || next.url != url || &next.body_sha256 != body_sha256 {
-            state.replay.clear();
+        let found = state.replay.remove(at).expect("found above");
+        if found.method != method || found.url != url || &found.body_sha256 != body_sha256 {
             state.reads.clear();
             return Replayed::Live { diverged: true };
         }
-        let found = state.replay.pop_front().expect("checked above");
-        state.next_call_done();
+        state.next_call_done(ordinal, usize::MAX);
         Replayed::Found(Box::new(found))
     }
 
-    /// The reads to keep with a call recorded now.
+    /// The reads to keep with a call recorded now; once it is durable,
+    /// [`recorded`](Self::recorded) takes as many of them as this gave
+    /// (reads made while the master keeps it belong to the next one).
     pub(crate) fn pending_reads(&self) -> Vec<Read> {
         let state = self.lock();
         // The reads before the mark this attempt resumed from.
@@ -265,12 +279,14 @@ impl Tape {
         reads
     }
 
-    /// A call recorded now was made durable: what follows starts anew.
-    pub(crate) fn recorded(&self) {
+    /// Call `ordinal`, recorded with `reads` of the pending reads (what
+    /// [`pending_reads`](Self::pending_reads) gave, placeholders
+    /// included), was made durable: its record replaces any at its ordinal.
+    pub(crate) fn recorded(&self, ordinal: u32, reads: usize) {
         let mut state = self.lock();
-        // The master dropped the record from this call on.
-        state.replay.clear();
-        state.next_call_done();
+        state.replay.retain(|call| call.ordinal != ordinal);
+        let taken = reads.saturating_sub(state.before_mark as usize);
+        state.next_call_done(ordinal, taken);
     }
 
     /// A recorded call could not be made durable: the attempt fails.
@@ -288,11 +304,13 @@ impl Tape {
         self.lock().recorder.clone()
     }
 
-    /// Where the attempt is, for a checkpoint taken now.
+    /// Where the attempt is, for a checkpoint taken now: its lowest call
+    /// not ended (one in flight is made again by an attempt resuming from
+    /// the checkpoint, with the same ordinal and key), or its next.
     pub(crate) fn mark(&self) -> TapeMark {
         let state = self.lock();
         TapeMark {
-            calls: state.next,
+            calls: state.open.first().copied().unwrap_or(state.next),
             reads: state.since_call,
         }
     }
@@ -342,14 +360,26 @@ impl Tape {
 }
 
 impl State {
-    /// A recorded call was made or replayed: the reads before the next one
-    /// start.
-    fn next_call_done(&mut self) {
+    /// Recorded call `ordinal` was made durable with the first `taken`
+    /// pending reads (all, for one replayed): the reads before the next
+    /// recorded call start with those made since.
+    fn next_call_done(&mut self, ordinal: u32, taken: usize) {
         self.before_mark = 0;
-        self.pending.clear();
-        self.pending_random = 0;
-        self.since_call = 0;
-        self.reads = (self.replay.front())
+        let taken = taken.min(self.pending.len());
+        let gone: usize = (self.pending.drain(..taken))
+            .map(|read| match read {
+                Read::Random(bytes) => bytes.len(),
+                Read::Clock { .. } => 0,
+            })
+            .sum();
+        self.pending_random -= gone;
+        if self.pending.is_empty() {
+            self.full = false;
+        }
+        self.since_call = self.pending.len() as u32;
+        self.reads = (self.replay.iter())
+            .filter(|call| call.ordinal > ordinal)
+            .min_by_key(|call| call.ordinal)
             .map(|call| call.reads.iter().cloned().collect())
             .unwrap_or_default();
     }
@@ -361,11 +391,14 @@ impl State {
             Read::Random(bytes) => bytes.len(),
             Read::Clock { .. } => 0,
         };
-        if self.pending.len() < RECORD_READS_MAX
+        if !self.full
+            && self.pending.len() < RECORD_READS_MAX
             && self.pending_random + random <= RECORD_RANDOM_BYTES_MAX
         {
             self.pending_random += random;
             self.pending.push(read);
+        } else {
+            self.full = true;
         }
     }
 }
@@ -479,7 +512,7 @@ mod tests {
     }
 
     #[test]
-    fn a_call_that_differs_ends_the_replay() {
+    fn a_call_that_differs_is_sent_and_the_others_still_replay() {
         let tape = tape(
             TapeMark::default(),
             vec![call(0, Vec::new()), call(1, Vec::new())],
@@ -489,11 +522,48 @@ mod tests {
             tape.replayed(ordinal, "POST", "http://127.0.0.1:1/other", &[7; 32]),
             Replayed::Live { diverged: true }
         ));
+        // Call 1 is the one recorded at 1: the call its key names.
         let ordinal = tape.ordinal();
         assert!(matches!(
             tape.replayed(ordinal, "POST", "http://127.0.0.1:1/hook", &[7; 32]),
-            Replayed::Live { diverged: false }
+            Replayed::Found(_)
         ));
+    }
+
+    #[test]
+    fn concurrent_calls_replay_by_ordinal_in_any_order() {
+        let tape = tape(
+            TapeMark::default(),
+            vec![call(0, Vec::new()), call(1, Vec::new())],
+        );
+        let (first, second) = (tape.ordinal(), tape.ordinal());
+        // The second call's task runs first.
+        for ordinal in [second, first] {
+            assert!(matches!(
+                tape.replayed(ordinal, "POST", "http://127.0.0.1:1/hook", &[7; 32]),
+                Replayed::Found(found) if found.ordinal == ordinal
+            ));
+        }
+    }
+
+    #[test]
+    fn reads_made_while_a_call_is_being_kept_go_with_the_next_one() {
+        let tape = tape(TapeMark::default(), Vec::new());
+        let ordinal = tape.ordinal();
+        let mut random = [0; 4];
+        tape.random(&mut random);
+        let reads = tape.pending_reads();
+        assert_eq!(reads.len(), 1);
+        // A read while the master keeps the call.
+        let now = tape.clock();
+        tape.recorded(ordinal, reads.len());
+        assert_eq!(
+            tape.pending_reads(),
+            [Read::Clock {
+                seconds: now.as_secs(),
+                nanos: now.subsec_nanos()
+            }]
+        );
     }
 
     #[test]
@@ -541,6 +611,9 @@ mod tests {
         );
         assert_eq!(tape.clock(), Duration::from_secs(5));
         assert_eq!(tape.ordinal(), 2);
+        // A checkpoint while call 2 is in flight comes back to it.
+        assert_eq!(tape.mark(), TapeMark { calls: 2, reads: 2 });
+        tape.ended(2);
         assert_eq!(tape.mark(), TapeMark { calls: 3, reads: 2 });
         // Recorded anew, the read before the mark is a placeholder.
         let reads = tape.pending_reads();
@@ -561,7 +634,9 @@ mod tests {
         tape.random(&mut big);
         let mut more = [0; 1];
         tape.random(&mut more);
+        // Nor a later read that would fit: the kept ones are the first.
+        tape.clock();
         assert_eq!(tape.pending_reads().len(), 1);
-        assert_eq!(tape.mark().reads, 2);
+        assert_eq!(tape.mark().reads, 3);
     }
 }
