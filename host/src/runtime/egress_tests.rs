@@ -1506,3 +1506,66 @@ async fn a_recorded_response_over_a_records_bound_fails_the_call() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn concurrent_calls_are_numbered_as_the_job_makes_them_and_replay_in_any_order() {
+    in_time(async {
+        let (port, mut heard) = server(Answer::Body(b"charged".to_vec()), None).await;
+        let grants = || vec![grant(&format!("http://127.0.0.1:{port}"))];
+        let url = format!("http://127.0.0.1:{port}/charge");
+        let kept = Arc::new(Kept::default());
+        let first = Attempt::recording(grants(), Vec::new(), kept.clone());
+        // The job makes call "a", then call "b"; the node runs b's task
+        // first.
+        let mut hooks = first.egress.clone();
+        let a = hooks.send_request(
+            request("POST", &url, b"a"),
+            None,
+            Box::new(async { Ok(()) }),
+        );
+        let b = hooks.send_request(
+            request("POST", &url, b"b"),
+            None,
+            Box::new(async { Ok(()) }),
+        );
+        let (b, _) = Box::into_pin(b).await.unwrap();
+        let (a, _) = Box::into_pin(a).await.unwrap();
+        assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+        let heard_b = heard.recv().await.unwrap();
+        let heard_a = heard.recv().await.unwrap();
+        assert_eq!(
+            (heard_a.body.as_slice(), heard_b.body.as_slice()),
+            (&b"a"[..], &b"b"[..])
+        );
+        // Their keys follow the order the job made them in.
+        let key = |heard: &Heard| header_of(heard, "idempotency-key").unwrap().to_owned();
+        assert_eq!(key(&heard_a), first.egress.tape.idempotency_key(0));
+        assert_eq!(key(&heard_b), first.egress.tape.idempotency_key(1));
+        let mut recorded = kept.calls.lock().unwrap().clone();
+        recorded.sort_by_key(|call| call.ordinal);
+        let digests: Vec<[u8; 32]> = recorded.iter().map(|call| call.body_sha256).collect();
+        let digest = |body: &[u8]| -> [u8; 32] { Sha256::digest(body).into() };
+        assert_eq!(digests, [digest(b"a"), digest(b"b")]);
+
+        // The next attempt makes the same two calls; b's task runs first
+        // again: both are answered from the record, nothing is sent.
+        let second = Attempt::recording(grants(), recorded, Arc::default());
+        let mut hooks = second.egress.clone();
+        let a = hooks.send_request(
+            request("POST", &url, b"a"),
+            None,
+            Box::new(async { Ok(()) }),
+        );
+        let b = hooks.send_request(
+            request("POST", &url, b"b"),
+            None,
+            Box::new(async { Ok(()) }),
+        );
+        let (b, _) = Box::into_pin(b).await.unwrap();
+        let (a, _) = Box::into_pin(a).await.unwrap();
+        assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+        assert_eq!(second.log().matches("[cohort] replayed: POST").count(), 2);
+        assert!(heard.try_recv().is_err(), "nothing was sent again");
+    })
+    .await;
+}
