@@ -401,6 +401,24 @@ impl Master {
         }
     }
 
+    /// A command's list of secrets its jobs may read (or may no longer):
+    /// names, at most [`GRANT_SECRETS_MAX`].
+    fn checked_secrets(secrets: &[String]) -> Result<(), Rejection> {
+        if secrets.len() > GRANT_SECRETS_MAX {
+            return reject(
+                codes::TOO_MANY_GRANTS,
+                format!("a deployment's jobs read at most {GRANT_SECRETS_MAX} secrets"),
+            );
+        }
+        match secrets
+            .iter()
+            .find_map(|name| check_secret_name(name).err())
+        {
+            Some(why) => reject(codes::INVALID_SECRET, why),
+            None => Ok(()),
+        }
+    }
+
     pub(crate) fn decide_grant(
         &self,
         now: Millis,
@@ -410,13 +428,11 @@ impl Master {
     ) -> Result<Decision, Rejection> {
         self.deployment_named(name)?;
         Self::checked(grants)?;
+        Self::checked_secrets(secrets)?;
         let named = grants.iter().flat_map(HttpGrant::secrets);
         if let Some(missing) = (named.chain(secrets.iter().map(String::as_str)))
             .find(|secret| !self.egress.secrets.contains_key(*secret))
         {
-            if let Err(why) = check_secret_name(missing) {
-                return reject(codes::INVALID_SECRET, why);
-            }
             return reject(
                 codes::SECRET_NOT_FOUND,
                 format!("no secret is named {missing:?} (cohort secret set {missing})"),
@@ -464,6 +480,7 @@ impl Master {
     ) -> Result<Decision, Rejection> {
         self.deployment_named(name)?;
         Self::checked(grants)?;
+        Self::checked_secrets(secrets)?;
         let all = grants.is_empty() && secrets.is_empty();
         let mut readable = self.readable_of(name).to_vec();
         readable.retain(|held| !all && !secrets.contains(held));
@@ -631,25 +648,11 @@ mod tests {
         let mut master = deployed();
         let mut odd = grant("https://api.example.com");
         odd.host = "0.0.0.0".into();
-        let refused = run(
-            &mut master,
-            Command::Grant {
-                name: "hooks".into(),
-                grants: vec![odd],
-                secrets: Vec::new(),
-            },
-        );
+        let refused = give(&mut master, vec![odd]);
         assert_eq!(refused.unwrap_err().code, codes::INVALID_GRANT);
         let mut upper = grant("https://api.example.com");
         upper.methods = vec!["get".into()];
-        let refused = run(
-            &mut master,
-            Command::Grant {
-                name: "hooks".into(),
-                grants: vec![upper],
-                secrets: Vec::new(),
-            },
-        );
+        let refused = give(&mut master, vec![upper]);
         assert_eq!(refused.unwrap_err().code, codes::INVALID_GRANT);
         assert!(master.grants_of("hooks").is_empty());
     }
@@ -660,25 +663,9 @@ mod tests {
         let grants: Vec<HttpGrant> = (1..=GRANTS_PER_NAME_MAX as u16)
             .map(|port| grant(&format!("http://10.0.0.1:{port}")))
             .collect();
-        let name = "hooks".to_owned();
-        run(
-            &mut master,
-            Command::Grant {
-                name: name.clone(),
-                grants,
-                secrets: Vec::new(),
-            },
-        )
-        .unwrap();
+        give(&mut master, grants).unwrap();
         let one_more = vec![grant("http://10.0.0.2")];
-        let refused = run(
-            &mut master,
-            Command::Grant {
-                name,
-                grants: one_more,
-                secrets: Vec::new(),
-            },
-        );
+        let refused = give(&mut master, one_more);
         assert_eq!(refused.unwrap_err().code, codes::TOO_MANY_GRANTS);
     }
 
@@ -880,16 +867,7 @@ mod tests {
         let wide = grant("https://api.stripe.example/v1/")
             .with_headers(&headers)
             .unwrap();
-        let name = "hooks".to_owned();
-        run(
-            &mut master,
-            Command::Grant {
-                name,
-                grants: vec![wide],
-                secrets: Vec::new(),
-            },
-        )
-        .unwrap();
+        give(&mut master, vec![wide]).unwrap();
         // A job's own grant may not carry headers: they are the operator's.
         let mut options = JobOptions {
             module: Some("hooks".into()),
@@ -921,16 +899,7 @@ mod tests {
         // Another covering grant, without headers and first in order, takes
         // none away: the node would set both grants' headers.
         let wider = grant("https://*.stripe.example");
-        let name = "hooks".to_owned();
-        run(
-            &mut master,
-            Command::Grant {
-                name,
-                grants: vec![wider],
-                secrets: Vec::new(),
-            },
-        )
-        .unwrap();
+        give(&mut master, vec![wider]).unwrap();
         assert_eq!(master.grants_of("hooks")[0].host, "*.stripe.example");
         assert_eq!(master.egress_of_job(9).grants[0].headers, headers);
     }
@@ -953,16 +922,7 @@ mod tests {
             let granted = grant("https://api.example.com")
                 .with_headers(&header)
                 .unwrap();
-            let name = "hooks".to_owned();
-            run(
-                &mut master,
-                Command::Grant {
-                    name,
-                    grants: vec![granted],
-                    secrets: Vec::new(),
-                },
-            )
-            .unwrap();
+            give(&mut master, vec![granted]).unwrap();
         }
         let held = master.grants_of("hooks");
         assert_eq!(held.len(), 1);

@@ -113,19 +113,8 @@ impl Api {
                 "`http` and `secrets` list nothing (DELETE /v1/deployments/{name}/grants revokes all)",
             ));
         }
-        for secret in &request.secrets {
-            cohort_master::check_secret_name(secret)
-                .map_err(|why| ApiError::new(ErrorCode::InvalidSecret, why))?;
-        }
-        if request.secrets.len() > cohort_master::limits::GRANT_SECRETS_MAX {
-            return Err(ApiError::new(
-                ErrorCode::TooManyGrants,
-                format!(
-                    "a deployment's jobs read at most {} secrets",
-                    cohort_master::limits::GRANT_SECRETS_MAX
-                ),
-            ));
-        }
+        // The master checks the secrets' names and count, as it checks the
+        // grants again.
         let (name, secrets) = (name.to_owned(), request.secrets);
         let command = match revoke {
             false => Command::Grant {
