@@ -195,6 +195,9 @@ pub const RECORD_BODY_BYTES_MAX: usize = 1 << 20;
 /// Most clock and random reads kept with one recorded call: the first
 /// ones; a later attempt replays those and reads the rest anew.
 pub const RECORD_READS_MAX: usize = 4096;
+/// What one kept read counts for at least against [`TAPE_BYTES_MAX`]: a
+/// clock read's seconds and nanoseconds, with room for their encoding.
+pub const READ_BYTES_MIN: usize = 16;
 /// Most random bytes kept with one recorded call, all its reads together.
 pub const RECORD_RANDOM_BYTES_MAX: usize = 64 << 10;
 /// Most recorded calls a job keeps (since its last checkpoint): a call
@@ -236,7 +239,7 @@ const _: () = {
             + RECORD_HEADER_BYTES_MAX
             + RECORD_URL_BYTES_MAX
             + RECORD_RANDOM_BYTES_MAX
-            + RECORD_READS_MAX * 16) as u64
+            + RECORD_READS_MAX * READ_BYTES_MIN) as u64
             <= TAPE_BYTES_MAX
     );
     // Every name fits one answer of `Query::Deployments`.

@@ -54,9 +54,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{
-    CALL_METHOD_BYTES_MAX, RECORD_BODY_BYTES_MAX, RECORD_HEADER_BYTES_MAX, RECORD_HEADERS_MAX,
-    RECORD_RANDOM_BYTES_MAX, RECORD_READS_MAX, RECORD_URL_BYTES_MAX, TAPE_BYTES_MAX,
-    TAPE_CALLS_MAX,
+    CALL_METHOD_BYTES_MAX, READ_BYTES_MIN, RECORD_BODY_BYTES_MAX, RECORD_HEADER_BYTES_MAX,
+    RECORD_HEADERS_MAX, RECORD_RANDOM_BYTES_MAX, RECORD_READS_MAX, RECORD_URL_BYTES_MAX,
+    TAPE_BYTES_MAX, TAPE_CALLS_MAX,
 };
 use crate::master::{Master, decided, reject};
 use crate::protocol::*;
@@ -75,15 +75,15 @@ pub(crate) struct Tape {
 
 impl RecordedCall {
     /// The bytes it counts for against [`TAPE_BYTES_MAX`]: its strings,
-    /// headers, body and reads (a clock read as 16).
+    /// headers, body and reads (each at least [`READ_BYTES_MIN`]).
     pub fn bytes(&self) -> u64 {
         let headers: usize = (self.headers.iter())
             .map(|(name, value)| name.len() + value.len())
             .sum();
         let reads: usize = (self.reads.iter())
             .map(|read| match read {
-                Read::Clock { .. } => 16,
-                Read::Random(bytes) => bytes.len().max(16),
+                Read::Clock { .. } => READ_BYTES_MIN,
+                Read::Random(bytes) => bytes.len().max(READ_BYTES_MIN),
             })
             .sum();
         (self.method.len() + self.url.len() + 32 + 2 + headers + self.body.len() + reads) as u64
