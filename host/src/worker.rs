@@ -517,34 +517,18 @@ impl Recorder for MasterRecorder {
         let (master, id, attempt) = (self.master.clone(), self.id, self.attempt);
         Box::pin(async move {
             let command = Command::RecordCall { id, attempt, call };
-            let started = tokio::time::Instant::now();
-            loop {
-                match master.command(command.clone()).await {
-                    Ok(Reply::Done) => return Ok(()),
-                    Ok(Reply::Ignored { reason }) => {
-                        return Err(Unrecorded::Failed(format!(
-                            "the master did not keep it: {reason}"
-                        )));
-                    }
-                    Ok(other) => {
-                        return Err(Unrecorded::Failed(format!("the master answered {other:?}")));
-                    }
-                    Err(MasterError::Rejected(rejection))
-                        if rejection.code == cohort_master::codes::RECORD_TOO_LARGE =>
-                    {
-                        return Err(Unrecorded::TooLarge(rejection.message));
-                    }
-                    Err(MasterError::Rejected(rejection)) => {
-                        return Err(Unrecorded::Failed(rejection.to_string()));
-                    }
-                    Err(error) if started.elapsed() < REPORT_RETRY_WAIT => {
-                        tracing::debug!(
-                            "job {id} attempt {attempt}: call not recorded yet: {error}"
-                        );
-                        tokio::time::sleep(POLL_RETRY).await;
-                    }
-                    Err(error) => return Err(Unrecorded::Failed(error.to_string())),
+            match retried(&master, command, (id, attempt, "call")).await {
+                Ok(Reply::Done) => Ok(()),
+                Ok(Reply::Ignored { reason }) => Err(Unrecorded::Failed(format!(
+                    "the master did not keep it: {reason}"
+                ))),
+                Ok(other) => Err(Unrecorded::Failed(format!("the master answered {other:?}"))),
+                Err(MasterError::Rejected(rejection))
+                    if rejection.code == cohort_master::codes::RECORD_TOO_LARGE =>
+                {
+                    Err(Unrecorded::TooLarge(rejection.message))
                 }
+                Err(error) => Err(Unrecorded::Failed(error.to_string())),
             }
         })
     }
@@ -783,24 +767,36 @@ async fn run_job(
 /// until its lease ran out. A report that did land before an error is
 /// answered as stale on the retry: never recorded twice.
 async fn report_outcome(shared: &Shared, command: Command, id: JobId, attempt: u32) {
+    match retried(&shared.master, command, (id, attempt, "outcome")).await {
+        Ok(_) => {}
+        Err(MasterError::Rejected(rejection)) => {
+            tracing::debug!("job {id} attempt {attempt}: outcome refused: {rejection}");
+        }
+        Err(error) => tracing::warn!(
+            "job {id} attempt {attempt}: outcome not recorded within {REPORT_RETRY_WAIT:?}: {error}"
+        ),
+    }
+}
+
+/// Sends `command` (about attempt `attempt` of job `id`, a `what`) until a
+/// master answers or refuses it, retrying while none can take it (it is
+/// moving, or waiting for replicas) for at most [`REPORT_RETRY_WAIT`]. For
+/// commands whose resend is harmless: an outcome (answered as stale the
+/// second time) or a recorded call (the same call at the same ordinal).
+async fn retried(
+    master: &MasterLink,
+    command: Command,
+    (id, attempt, what): (JobId, u32, &str),
+) -> Result<Reply, MasterError> {
     let started = tokio::time::Instant::now();
     loop {
-        match shared.master.command(command.clone()).await {
-            Ok(_) => return,
-            Err(MasterError::Rejected(rejection)) => {
-                tracing::debug!("job {id} attempt {attempt}: outcome refused: {rejection}");
-                return;
-            }
+        match master.command(command.clone()).await {
+            Err(error @ MasterError::Rejected(_)) => return Err(error),
             Err(error) if started.elapsed() < REPORT_RETRY_WAIT => {
-                tracing::debug!("job {id} attempt {attempt}: outcome not recorded yet: {error}");
+                tracing::debug!("job {id} attempt {attempt}: {what} not recorded yet: {error}");
                 tokio::time::sleep(POLL_RETRY).await;
             }
-            Err(error) => {
-                tracing::warn!(
-                    "job {id} attempt {attempt}: outcome not recorded within {REPORT_RETRY_WAIT:?}: {error}"
-                );
-                return;
-            }
+            answered => return answered,
         }
     }
 }
