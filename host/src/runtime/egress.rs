@@ -94,7 +94,7 @@
 
 use super::job::{Secrets, truncate_utf8};
 use super::job_log::SharedLog;
-use super::tape::{Recording, Replayed, Tape, Unrecorded};
+use super::tape::{Replayed, Tape, Unrecorded};
 use crate::limits::{
     EGRESS_ADDRESSES_LOGGED_MAX, EGRESS_ADDRESSES_MAX, EGRESS_BETWEEN_BYTES_TIMEOUT,
     EGRESS_BYTES_PER_ATTEMPT_MAX, EGRESS_CALL_TIMEOUT, EGRESS_CALLS_AT_ONCE_MAX,
@@ -938,13 +938,14 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 impl JobEgress {
     /// The egress of an attempt allowed `grants` (none: every call is
     /// refused), their headers filled from `secrets`, recorded in `ledger`,
-    /// logging to `log`.
+    /// logging to `log`, its calls numbered, keyed, recorded and replayed
+    /// by `tape`.
     pub(crate) fn new(
         egress: Egress,
-        grants: Vec<HttpGrant>,
-        secrets: Secrets,
+        (grants, secrets): (Vec<HttpGrant>, Secrets),
         ledger: Ledger,
         log: SharedLog,
+        tape: Tape,
     ) -> Self {
         let in_flight = usize::try_from(egress.limits.calls_at_once).unwrap_or(usize::MAX);
         Self {
@@ -956,15 +957,8 @@ impl JobEgress {
             secrets: Arc::new(secrets),
             ledger,
             log,
-            tape: Tape::new(Recording::default()),
+            tape,
         }
-    }
-
-    /// This egress numbering, keying, recording and replaying its calls
-    /// with `tape`.
-    pub(crate) fn with_tape(mut self, tape: Tape) -> Self {
-        self.tape = tape;
-        self
     }
 
     /// Sends `request` if the job's grants allow it (see the module's

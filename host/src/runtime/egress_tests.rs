@@ -4,7 +4,7 @@
 //! secrets, and a job whose log is masked. Every test is bounded in time.
 
 use super::super::job_log::{JobLog, Mask};
-use super::super::tape::Recorder;
+use super::super::tape::{Recorder, Recording};
 use super::*;
 use http_body_util::Full;
 use std::convert::Infallible;
@@ -71,11 +71,11 @@ impl Attempt {
     }
 
     fn trusting(grants: Vec<HttpGrant>, limits: EgressLimits, ca: Option<&Path>) -> Self {
-        Self::build(grants, limits, ca, Secrets::default())
+        Self::build(grants, limits, ca, Secrets::default(), Recording::default())
     }
 
     fn with_secrets(grants: Vec<HttpGrant>, limits: EgressLimits, secrets: Secrets) -> Self {
-        Self::build(grants, limits, None, secrets)
+        Self::build(grants, limits, None, secrets, Recording::default())
     }
 
     fn build(
@@ -83,12 +83,14 @@ impl Attempt {
         limits: EgressLimits,
         ca: Option<&Path>,
         secrets: Secrets,
+        recording: Recording,
     ) -> Self {
         let ledger = Ledger::new(None);
         let log = SharedLog::new(JobLog::new(1 << 16, None).masking(Mask::new(&secrets)));
         let egress = Egress::new(ca, limits).unwrap();
+        let tape = Tape::new(recording);
         Self {
-            egress: JobEgress::new(egress, grants, secrets, ledger.clone(), log.clone()),
+            egress: JobEgress::new(egress, (grants, secrets), ledger.clone(), log.clone(), tape),
             ledger,
             log,
         }
@@ -1353,8 +1355,7 @@ impl Recorder for Kept {
 impl Attempt {
     /// An attempt of job 7 replaying `calls`, recording into `kept`.
     fn recording(grants: Vec<HttpGrant>, calls: Vec<RecordedCall>, kept: Arc<Kept>) -> Self {
-        let attempt = Self::new(grants, quick());
-        let tape = Tape::new(Recording {
+        let recording = Recording {
             job: 7,
             replay: cohort_master::Replay {
                 calls,
@@ -1362,11 +1363,8 @@ impl Attempt {
                 ..Default::default()
             },
             recorder: Some(kept),
-        });
-        Self {
-            egress: attempt.egress.with_tape(tape),
-            ..attempt
-        }
+        };
+        Self::build(grants, quick(), None, Secrets::default(), recording)
     }
 }
 
@@ -1507,6 +1505,19 @@ async fn a_recorded_response_over_a_records_bound_fails_the_call() {
     .await;
 }
 
+/// Makes recorded POSTs "a" then "b" to `url`, as a job does, and runs b's
+/// task first; both must succeed.
+async fn posts_a_then_b_b_first(egress: &JobEgress, url: &str) {
+    let mut hooks = egress.clone();
+    let mut post = |body: &'static [u8]| {
+        hooks.send_request(request("POST", url, body), None, Box::new(async { Ok(()) }))
+    };
+    let (a, b) = (post(b"a"), post(b"b"));
+    let (b, _) = Box::into_pin(b).await.unwrap();
+    let (a, _) = Box::into_pin(a).await.unwrap();
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+}
+
 #[tokio::test]
 async fn concurrent_calls_are_numbered_as_the_job_makes_them_and_replay_in_any_order() {
     in_time(async {
@@ -1517,20 +1528,7 @@ async fn concurrent_calls_are_numbered_as_the_job_makes_them_and_replay_in_any_o
         let first = Attempt::recording(grants(), Vec::new(), kept.clone());
         // The job makes call "a", then call "b"; the node runs b's task
         // first.
-        let mut hooks = first.egress.clone();
-        let a = hooks.send_request(
-            request("POST", &url, b"a"),
-            None,
-            Box::new(async { Ok(()) }),
-        );
-        let b = hooks.send_request(
-            request("POST", &url, b"b"),
-            None,
-            Box::new(async { Ok(()) }),
-        );
-        let (b, _) = Box::into_pin(b).await.unwrap();
-        let (a, _) = Box::into_pin(a).await.unwrap();
-        assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+        posts_a_then_b_b_first(&first.egress, &url).await;
         let heard_b = heard.recv().await.unwrap();
         let heard_a = heard.recv().await.unwrap();
         assert_eq!(
@@ -1550,20 +1548,7 @@ async fn concurrent_calls_are_numbered_as_the_job_makes_them_and_replay_in_any_o
         // The next attempt makes the same two calls; b's task runs first
         // again: both are answered from the record, nothing is sent.
         let second = Attempt::recording(grants(), recorded, Arc::default());
-        let mut hooks = second.egress.clone();
-        let a = hooks.send_request(
-            request("POST", &url, b"a"),
-            None,
-            Box::new(async { Ok(()) }),
-        );
-        let b = hooks.send_request(
-            request("POST", &url, b"b"),
-            None,
-            Box::new(async { Ok(()) }),
-        );
-        let (b, _) = Box::into_pin(b).await.unwrap();
-        let (a, _) = Box::into_pin(a).await.unwrap();
-        assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+        posts_a_then_b_b_first(&second.egress, &url).await;
         assert_eq!(second.log().matches("[cohort] replayed: POST").count(), 2);
         assert!(heard.try_recv().is_err(), "nothing was sent again");
     })

@@ -471,7 +471,7 @@ impl host::Host for JobState {
         if value.is_none() {
             // Why, in the log, never a value: the name is the job's own
             // text, bounded.
-            let name = truncate_utf8(name, crate::limits::ERROR_CODE_BYTES_MAX);
+            let name = truncate_utf8(name, cohort_master::limits::SECRET_NAME_BYTES_MAX);
             let line = match found {
                 Some(_) => format!(
                     "[cohort] secret {name:?} could not be opened on this node (the node's log says why)\n"
@@ -578,8 +578,13 @@ pub(crate) async fn execute(
     let state = JobState {
         wasi,
         http: WasiHttpCtx::new(),
-        egress: JobEgress::new(egress.clone(), grants, secrets, ledger.clone(), log.clone())
-            .with_tape(tape.clone()),
+        egress: JobEgress::new(
+            egress.clone(),
+            (grants, secrets),
+            ledger.clone(),
+            log.clone(),
+            tape.clone(),
+        ),
         // Every job run by a worker numbers its calls from its checkpoint's
         // mark, so that its idempotency keys go on where they were (even if
         // its grants changed in between).

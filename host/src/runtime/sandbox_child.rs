@@ -107,6 +107,8 @@ struct ThroughNode {
 struct Answers {
     stdin: Mutex<std::io::Stdin>,
     waiting: Mutex<VecDeque<tokio::sync::oneshot::Sender<Recorded>>>,
+    /// Told when the last waiting call got its answer.
+    none_waiting: std::sync::Condvar,
 }
 
 impl Answers {
@@ -131,17 +133,23 @@ impl Answers {
                 "the node's answer was not read: {error}"
             ))),
         };
-        if let Some(waiting) = self.waiting().pop_front() {
-            let _ = waiting.send(answer);
+        let mut waiting = self.waiting();
+        if let Some(call) = waiting.pop_front() {
+            let _ = call.send(answer);
+        }
+        if waiting.is_empty() {
+            self.none_waiting.notify_all();
         }
     }
 
     /// Waits until every answer asked for was read, so that the next frame
     /// on stdin is the node's next request.
     fn drained(&self) {
-        while !self.waiting().is_empty() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let waiting = self.waiting();
+        let _drained = self
+            .none_waiting
+            .wait_while(waiting, |waiting| !waiting.is_empty())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
     }
 }
 
@@ -195,6 +203,7 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
     let answers = Arc::new(Answers {
         stdin: Mutex::new(std::io::stdin()),
         waiting: Mutex::default(),
+        none_waiting: std::sync::Condvar::new(),
     });
     loop {
         // An answer to a call the last job dropped comes first.
