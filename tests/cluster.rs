@@ -113,7 +113,7 @@ fn a_cluster_converges_with_one_master_on_the_oldest_back_end() {
 fn jobs_of_a_killed_worker_resume_elsewhere_from_their_checkpoints_with_one_outcome() {
     let dir = tempfile::tempdir().unwrap();
     let n1 = start(&dir, "n1", "back-end,front-end", None);
-    let mut n2 = start(&dir, "n2", "worker", Some(&n1));
+    let n2 = start(&dir, "n2", "worker", Some(&n1));
     let n3 = start(&dir, "n3", "worker", Some(&n1));
     runtime().block_on(async {
         converge(&n1, "both workers", |c| c.workers.len() == 2).await;
@@ -125,9 +125,10 @@ fn jobs_of_a_killed_worker_resume_elsewhere_from_their_checkpoints_with_one_outc
             let request = job(&primes, r#"{"limit": 300000000}"#);
             ids.push(client.submit(&request).await.unwrap().id);
         }
-        // Kill n2 once one of its attempts has saved a checkpoint.
+        // Kill a worker once one of its attempts has saved a checkpoint.
         let mut progress_seen = false;
-        let checkpointed = running_with_checkpoint(&client, &ids, "n2", CONVERGE, |job| {
+        let workers = ["n2", "n3"];
+        let checkpointed = running_with_checkpoint(&client, &ids, &workers, CONVERGE, |job| {
             // n1 runs no worker: progress reaches it through the polls.
             progress_seen |= job
                 .progress
@@ -135,9 +136,14 @@ fn jobs_of_a_killed_worker_resume_elsewhere_from_their_checkpoints_with_one_outc
                 .is_some_and(|p| p.message == "sieving");
             progress_seen
         })
-        .await
-        .id;
-        n2.kill();
+        .await;
+        let (mut victim, survivor) = if checkpointed.attempts.last().unwrap().worker == "n2" {
+            ((n2, "n2"), (n3, "n3"))
+        } else {
+            ((n3, "n3"), (n2, "n2"))
+        };
+        let checkpointed = checkpointed.id;
+        victim.0.kill();
         assert!(
             progress_seen,
             "progress of jobs on other nodes is visible on n1"
@@ -154,21 +160,25 @@ fn jobs_of_a_killed_worker_resume_elsewhere_from_their_checkpoints_with_one_outc
                 .collect();
             if outcomes
                 .iter()
-                .any(|(w, o)| *w == "n2" && *o == "worker_lost")
+                .any(|(w, o)| *w == victim.1 && *o == "worker_lost")
             {
                 rerun += 1;
-                assert_eq!(outcomes.last().unwrap().0, "n3", "{outcomes:?}");
+                assert_eq!(outcomes.last().unwrap().0, survivor.1, "{outcomes:?}");
             }
         }
-        assert!(rerun > 0, "some job was running on n2 when it died");
-        // The checkpointed job resumed on n3 from its checkpoint.
+        assert!(
+            rerun > 0,
+            "some job was running on {} when it died",
+            victim.1
+        );
+        // The checkpointed job resumed on the survivor from its checkpoint.
         let job = client.job(checkpointed, 0).await.unwrap();
         let last = job.attempts.last().unwrap();
-        assert_eq!(last.worker, "n3");
+        assert_eq!(last.worker, survivor.1);
         assert!(last.log_tail.contains("resuming at"), "{job:?}");
         // Membership, not the lease (timeout + 5 s), noticed: n1 says so.
-        n1.wait_event("worker_gone", &[("worker", "n2")]);
-        drop(n3);
+        n1.wait_event("worker_gone", &[("worker", victim.1)]);
+        drop(survivor);
     });
 }
 

@@ -533,7 +533,7 @@ fn python_and_typescript_jobs_resume_on_another_node_after_a_kill() {
     let python = std::fs::read(built("examples/primes-py")).unwrap();
     let typescript = std::fs::read(built("examples/primes-ts")).unwrap();
     let n1 = start(&dir, "n1", "back-end,front-end", None);
-    let mut n2 = start(&dir, "n2", "worker", Some(&n1));
+    let n2 = start(&dir, "n2", "worker", Some(&n1));
     let n3 = start(&dir, "n3", "worker", Some(&n1));
     runtime().block_on(async {
         converge(&n1, "both workers", |c| c.workers.len() == 2).await;
@@ -562,15 +562,20 @@ fn python_and_typescript_jobs_resume_on_another_node_after_a_kill() {
                 ids.push((language, limit, client.submit(&request).await.unwrap().id));
             }
         }
-        // Kill n2 once one of its attempts (of either language) has saved
-        // a checkpoint; the first job on each worker compiles the
+        // Kill a worker once one of its attempts (of either language) has
+        // saved a checkpoint; the first job on each worker compiles the
         // component there, hence the longer wait.
         let all: Vec<u64> = ids.iter().map(|(_, _, id)| *id).collect();
-        let checkpointed = running_with_checkpoint(&client, &all, "n2", CONVERGE * 4, |_| true)
-            .await
-            .id;
+        let workers = ["n2", "n3"];
+        let job = running_with_checkpoint(&client, &all, &workers, CONVERGE * 4, |_| true).await;
+        let checkpointed = job.id;
         let language = ids.iter().find(|(_, _, id)| *id == checkpointed).unwrap().0;
-        n2.kill();
+        let (mut victim, survivor) = if job.attempts.last().unwrap().worker == "n2" {
+            ((n2, "n2"), (n3, "n3"))
+        } else {
+            ((n3, "n3"), (n2, "n2"))
+        };
+        victim.0.kill();
         for (_, limit, id) in &ids {
             let expected = format!(
                 r#"{{"limit":{limit},"count":{}}}"#,
@@ -580,12 +585,12 @@ fn python_and_typescript_jobs_resume_on_another_node_after_a_kill() {
         }
         let job = client.job(checkpointed, 0).await.unwrap();
         let last = job.attempts.last().unwrap();
-        assert_eq!(last.worker, "n3", "{language}: {job:?}");
+        assert_eq!(last.worker, survivor.1, "{language}: {job:?}");
         assert!(
             last.log_tail.contains("resuming at"),
             "{language} job resumed from its checkpoint: {job:?}"
         );
-        drop(n3);
+        drop(survivor);
     });
 }
 

@@ -114,24 +114,29 @@ pub fn job(module: &str, input: &str) -> SubmitRequest {
     }
 }
 
-/// Polls jobs `ids` until one is running on `worker` with a checkpoint
-/// saved and `also` holds for it (`also` sees every job polled); returns
-/// that job. Fails the test past `within`.
+/// Polls jobs `ids` until one is running on one of `workers` with a
+/// checkpoint saved and `also` holds for it (`also` sees every job polled);
+/// returns that job. Fails the test past `within`.
+///
+/// Which worker a job lands on is the master's choice (whichever worker's
+/// poll it answers first), so a test that kills "a worker running a
+/// checkpointed job" names every worker it could kill.
 pub async fn running_with_checkpoint(
     client: &Api,
     ids: &[u64],
-    worker: &str,
+    workers: &[&str],
     within: Duration,
     also: impl FnMut(&JobResponse) -> bool,
 ) -> JobResponse {
-    let what = format!("a job running on {worker} with a checkpoint saved");
+    let what = format!("a job running on one of {workers:?} with a checkpoint saved");
     // Each check's future calls `also`.
     let also = &std::cell::RefCell::new(also);
     eventually_async(&what, within, || async move {
         let mut states = Vec::new();
         for id in ids {
             let job = client.job(*id, 0).await.unwrap();
-            let on_worker = job.attempts.last().is_some_and(|a| a.worker == worker);
+            let on_worker =
+                (job.attempts.last()).is_some_and(|a| workers.contains(&a.worker.as_str()));
             let wanted = (also.borrow_mut())(&job);
             if job.state == "running" && on_worker && job.has_checkpoint && wanted {
                 return Ok(job);
