@@ -49,6 +49,7 @@
 //! [`HEADER_READ_TIMEOUT`]: crate::limits::HEADER_READ_TIMEOUT
 
 pub mod auth;
+pub mod blobs;
 pub mod dags;
 pub mod dashboard;
 pub mod deployments;
@@ -170,6 +171,8 @@ pub struct Api {
     pub event_streams: Arc<tokio::sync::Semaphore>,
     /// Turns true when the node stops serving: event streams end.
     pub closing: watch::Receiver<bool>,
+    /// Blobs stored here, and their copies on other nodes.
+    pub blobs: crate::cluster::blob_transfer::BlobTransfer,
 }
 
 /// A node's security settings, as the API applies them.
@@ -541,6 +544,16 @@ impl Api {
         let response = if path.starts_with("/internal/") {
             // Node to node: sealed bodies, no tokens (`internal`).
             match found {
+                Ok(found) if found.route.handler == Handler::InternalBlobPut => {
+                    let (parts, body) = request.into_parts();
+                    let sealer = self.security.sealer.as_ref();
+                    whole(blobs::receive_push(&self.blobs, sealer, &parts, body).await)
+                }
+                Ok(found) if found.route.handler == Handler::InternalBlobFetch => {
+                    let (parts, body) = request.into_parts();
+                    let sealer = self.security.sealer.as_ref();
+                    blobs::serve_fetch(&self.blobs, sealer, &parts, body).await
+                }
                 Ok(found) if found.route.access == Access::Sealed => {
                     whole(self.internal.serve(found, request).await)
                 }
@@ -560,6 +573,13 @@ impl Api {
                     let found = found.expect("a route");
                     if found.route.handler == Handler::Events {
                         self.events()
+                            .unwrap_or_else(|error| whole(error_response(error)))
+                    } else if matches!(
+                        found.route.handler,
+                        Handler::BlobPut | Handler::BlobGet | Handler::BlobHead
+                    ) {
+                        self.blob_route(found, request)
+                            .await
                             .unwrap_or_else(|error| whole(error_response(error)))
                     } else {
                         whole(
@@ -715,6 +735,11 @@ impl Api {
             Handler::SecretList => self.secret_list().await,
             Handler::SecretSet => self.secret_set(param, parse_json(&body)?).await,
             Handler::SecretDelete => self.secret_delete(param).await,
+            Handler::BlobList => Ok(blobs::list(&self.blobs)),
+            // Streamed: `handle` answers them before dispatching.
+            Handler::BlobPut | Handler::BlobGet | Handler::BlobHead => {
+                Err(ApiError::new(ErrorCode::Internal, "a streamed route"))
+            }
             Handler::JobSubmit => {
                 let accepted = self.submit(parse_json(&body)?).await?;
                 Ok(json(StatusCode::ACCEPTED, &accepted))
@@ -761,9 +786,30 @@ impl Api {
             | Handler::InternalModuleFetch
             | Handler::InternalMasters
             | Handler::InternalMasterFetch
-            | Handler::InternalTokens => {
+            | Handler::InternalTokens
+            | Handler::InternalBlobPut
+            | Handler::InternalBlobFetch => {
                 Err(no_route(Miss::NotFound, &parts.method, parts.uri.path()))
             }
+        }
+    }
+
+    /// The blob routes, which stream their bodies both ways.
+    async fn blob_route(
+        &self,
+        found: routes::Found<'_>,
+        request: Request<Incoming>,
+    ) -> Result<Response<Body>, ApiError> {
+        let (parts, body) = request.into_parts();
+        let param = found.param.unwrap_or_default();
+        match found.route.handler {
+            Handler::BlobPut => {
+                let voters = (self.replication.as_ref()).map(|r| r.status().voters.len());
+                let answer = blobs::put(&self.blobs, voters, &parts.headers, body).await?;
+                Ok(answer.map(BodyExt::boxed))
+            }
+            Handler::BlobHead => blobs::get(&self.blobs, param, &parts.headers, true).await,
+            _ => blobs::get(&self.blobs, param, &parts.headers, false).await,
         }
     }
 

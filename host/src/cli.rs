@@ -4,6 +4,7 @@
 //! scripts. Exit code 0 on success, 1 when the server refused or a waited-for
 //! job did not succeed, 2 for usage errors (from the argument parser).
 
+pub mod blobs;
 pub mod deployments;
 pub mod secrets;
 

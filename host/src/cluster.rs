@@ -10,6 +10,7 @@
 //! * [`module_fetch`] — uploads replicated to every back-end node; fetch on
 //!   first use elsewhere.
 
+pub mod blob_transfer;
 pub mod history;
 pub mod link;
 pub mod module_fetch;

@@ -87,6 +87,9 @@ error_codes! {
     JobExpired = "job_expired", NOT_FOUND, false;
     /// No module with this digest is stored here.
     ModuleNotStored = "module_not_stored", NOT_FOUND, false;
+    /// No blob with this digest is stored in the cluster (or the digest is
+    /// not 64 hex digits).
+    BlobNotFound = "blob_not_found", NOT_FOUND, false;
     /// No token has this id.
     TokenNotFound = "token_not_found", NOT_FOUND, false;
     /// No schedule has this name.
@@ -143,6 +146,10 @@ error_codes! {
     InputTooLarge = "input_too_large", PAYLOAD_TOO_LARGE, false;
     /// The module is over the module limit.
     ModuleTooLarge = "module_too_large", PAYLOAD_TOO_LARGE, false;
+    /// A blob over the cluster's blob ceiling (`--blob-bytes-max`).
+    BlobTooLarge = "blob_too_large", PAYLOAD_TOO_LARGE, false;
+    /// A `Range` that starts past the blob's end.
+    RangeNotSatisfiable = "range_not_satisfiable", RANGE_NOT_SATISFIABLE, false;
     /// A checkpoint over the checkpoint limit.
     CheckpointTooLarge = "checkpoint_too_large", PAYLOAD_TOO_LARGE, false;
     /// A worker's recorded call over what a job's record keeps (workers
@@ -173,6 +180,9 @@ error_codes! {
     /// than the running master's.
     MasterReplayDiverged = "master_replay_diverged", UNPROCESSABLE_ENTITY, false;
     /// A job field out of range.
+    /// An uploaded blob whose bytes do not have the sha256 its
+    /// `X-Cohort-Sha256` header named: nothing was stored.
+    BlobDigestMismatch = "blob_digest_mismatch", UNPROCESSABLE_ENTITY, false;
     InvalidJob = "invalid_job", UNPROCESSABLE_ENTITY, false;
     /// A deployment name that is not 1 to 63 characters of `a-z 0-9 . _ -`
     /// starting with a letter or digit.
@@ -210,6 +220,12 @@ error_codes! {
     ReplicasUnavailable = "replicas_unavailable", SERVICE_UNAVAILABLE, true;
     /// An upload could not be stored on every back-end node.
     ReplicationFailed = "replication_failed", SERVICE_UNAVAILABLE, true;
+    /// A blob store's disk filled during an upload: nothing was stored,
+    /// the blobs already there are intact.
+    BlobStoreFull = "blob_store_full", INSUFFICIENT_STORAGE, true;
+    /// The node serves its most blob streams at once (uploads, downloads
+    /// and copies between nodes); retry after `Retry-After`.
+    BlobsBusy = "blobs_busy", SERVICE_UNAVAILABLE, true;
     /// The host failed (a bug or an exhausted machine).
     Internal = "internal", INTERNAL_SERVER_ERROR, false;
     /// The master does not read this message format (nodes of incompatible

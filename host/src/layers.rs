@@ -11,7 +11,7 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["contract", "limits", "codes", "events", "guests"],
     &["runtime", "journal", "build"],
-    &["exec", "modules", "fault"],
+    &["exec", "modules", "blobs", "fault"],
     &["security"],
     &["peer", "membership"],
     &["replication"],

@@ -32,6 +32,7 @@
 //!   [`client`] is the Rust client of the HTTP API, which the CLI uses.
 
 pub mod api;
+pub mod blobs;
 pub mod build;
 pub mod cli;
 /// The Rust client of the HTTP API (the `cohort-client` crate), which the

@@ -240,6 +240,33 @@ pub(crate) const ERROR_MESSAGE_BYTES_MAX: usize = 4096;
 /// Largest single write accepted from the guest's stdout/stderr at once.
 pub(crate) const WRITE_CHUNK_BYTES_MAX: usize = 64 << 10;
 
+// ---- Blobs: large data streamed in and out (`blobs`, `cluster::blob_transfer`)
+
+/// Default ceiling of one blob (`--blob-bytes-max`), in bytes: 64 GiB.
+pub const BLOB_BYTES_MAX_DEFAULT: u64 = 64 << 30;
+/// Bytes gathered from the network before one write to the blob's file
+/// (and one hash update), on a blocking thread.
+pub(crate) const BLOB_WRITE_BYTES: usize = 1 << 20;
+/// Bytes read from a blob's file per chunk of a response.
+pub(crate) const BLOB_READ_BYTES: usize = 256 << 10;
+/// Chunks of a response read ahead of the network.
+pub(crate) const BLOB_READ_AHEAD: usize = 2;
+/// Blob streams a node serves at once: uploads, downloads and copies from
+/// other nodes. Each holds at most [`BLOB_WRITE_BYTES`] (an upload) or
+/// `(BLOB_READ_AHEAD + 1) * BLOB_READ_BYTES` (a download) of memory, so
+/// together at most 256 MiB; one more is refused with `blobs_busy` (503,
+/// `Retry-After`).
+pub const BLOB_STREAMS_MAX: usize = 256;
+/// Longest wait for the next bytes of a blob upload or transfer: past it,
+/// the upload is refused as slow (`request_timeout`). An upload must also
+/// keep an average of [`BODY_RATE_MIN`] after [`BODY_READ_BASE`].
+pub const BLOB_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest plaintext of one frame of a blob sent between nodes.
+pub(crate) const BLOB_FRAME_BYTES: usize = 1 << 20;
+/// Blob transfers to other back-end nodes at once, per node.
+pub(crate) const BLOB_PUSHES_MAX: usize = 8;
+const _: () = assert!(BLOB_WRITE_BYTES <= BLOB_FRAME_BYTES);
+
 // ---- Runtime: the engine and its instance pool
 
 /// Largest module accepted, in bytes.

@@ -76,6 +76,10 @@ enum Command {
     /// Set, list or delete the secrets grants' headers name.
     #[command(subcommand)]
     Secret(cohort::cli::secrets::SecretCommand),
+    /// Upload, download or list blobs: large data, streamed, named by its
+    /// sha256.
+    #[command(subcommand)]
+    Blob(cohort::cli::blobs::BlobCommand),
     /// Create, list or revoke API tokens.
     #[command(subcommand)]
     Token(cohort::cli::TokenCommand),
@@ -155,6 +159,7 @@ fn main() -> ExitCode {
             Command::Grant(args) => cohort::cli::deployments::grant(args).await,
             Command::Revoke(args) => cohort::cli::deployments::revoke(args).await,
             Command::Secret(command) => cohort::cli::secrets::secret(command).await,
+            Command::Blob(command) => cohort::cli::blobs::blob(command).await,
         }
     })
 }

@@ -103,6 +103,10 @@ pub struct NodeArgs {
     /// the system's roots (a private CA of the services they are granted).
     #[arg(long, env = "COHORT_EGRESS_CA", value_name = "FILE")]
     pub egress_ca: Option<PathBuf>,
+    /// Largest blob this node takes (`PUT /v1/blobs`, and copies from
+    /// other nodes); give every node the same.
+    #[arg(long, env = "COHORT_BLOB_BYTES_MAX", value_parser = job_limits::parse_bytes, default_value_t = crate::limits::BLOB_BYTES_MAX_DEFAULT)]
+    pub blob_bytes_max: u64,
     /// Attempts of a job that does not set `max_attempts`.
     #[arg(long, default_value_t = 3)]
     pub max_attempts: u32,
@@ -252,12 +256,21 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         .back_end
         .then(|| start_replication(&args, &node_id, &peer, &view, &link))
         .transpose()?;
+    let blob_store = crate::blobs::BlobStore::open(data_dir, args.blob_bytes_max)
+        .with_context(|| format!("cannot open the blob store in {}", data_dir.display()))?;
+    let blobs = crate::cluster::blob_transfer::BlobTransfer::new(
+        view.clone(),
+        peer.clone(),
+        local.security.sealer.clone(),
+        blob_store,
+    );
     let wiring = Wiring {
         node_id: node_id.clone(),
         view: view.clone(),
         link: link.clone(),
         fetcher: fetcher.clone(),
         replication: replication.clone(),
+        blobs,
     };
     let leave = Arc::new(tokio::sync::Notify::new());
     let progress = ProgressBoard::default();
@@ -370,6 +383,7 @@ struct Wiring {
     link: MasterLink,
     fetcher: ModuleFetcher,
     replication: Option<Replication>,
+    blobs: crate::cluster::blob_transfer::BlobTransfer,
 }
 
 /// The worker, on nodes with slots.
@@ -442,6 +456,7 @@ fn build_api(
         request_ids: Default::default(),
         history: follow_history(&wiring.view),
         event_streams: Arc::new(tokio::sync::Semaphore::new(EVENT_STREAMS_MAX)),
+        blobs: wiring.blobs.clone(),
         closing,
     })
 }

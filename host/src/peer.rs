@@ -16,12 +16,16 @@ use crate::security::key::Purpose;
 use crate::security::seal::Freshness;
 use bytes::Bytes;
 use cohort_client::transport::Transport;
+use http_body_util::BodyExt;
 use hyper::{Method, StatusCode};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Content type of a sealed node-to-node body.
 pub const SEALED_CONTENT_TYPE: &str = "application/x-cohort-sealed";
+
+/// Content type of a framed blob stream (`cluster::blob_transfer`).
+pub const FRAMES_CONTENT_TYPE: &str = "application/x-cohort-blob-frames";
 
 /// The sealing context of a node-to-node request.
 pub fn request_context<'a>(method: &'a [u8], path: &'a [u8]) -> [&'a [u8]; 3] {
@@ -131,25 +135,138 @@ impl Peer {
                 not_acted_on: true,
             });
         }
-        let code = status.as_u16().to_be_bytes();
-        match sealer.open(
-            Purpose::Http,
-            &answer_context(&nonce, &code),
-            &answer,
-            Freshness::Bound,
-        ) {
-            Ok(opened) => Ok((status, Bytes::from(opened.plaintext))),
-            Err(error) => {
-                crate::security::counters::refused(
-                    crate::security::counters::what::ANSWER,
-                    error.reason(),
-                );
-                Err(PeerError {
-                    message: format!("the answer from {url} does not verify: {error}"),
-                    not_acted_on: false,
-                })
+        open_answer(sealer, url, &nonce, status, &answer).map(|plain| (status, plain))
+    }
+
+    /// Posts a framed blob stream (`cluster::blob_transfer`) whose head was
+    /// sealed with nonce `head_nonce` (zeros without a key) and returns
+    /// the answer, opened: bound to that nonce. `timeout` bounds the wait
+    /// for the answer's head; the stream itself is bounded by its reader.
+    pub async fn post_frames(
+        &self,
+        url: &str,
+        body: crate::blobs::ChannelBody,
+        head_nonce: [u8; 24],
+        timeout: Duration,
+    ) -> Result<(StatusCode, Bytes), PeerError> {
+        self.check_partition(url)?;
+        let response = self
+            .transport
+            .send(
+                Method::POST,
+                url,
+                content_type(FRAMES_CONTENT_TYPE),
+                body.map_err(|never| match never {}).boxed(),
+                timeout,
+            )
+            .await
+            .map_err(|e| PeerError {
+                message: e.message,
+                not_acted_on: e.not_sent,
+            })?;
+        let status = response.status();
+        let answer = tokio::time::timeout(timeout, response.into_body().collect())
+            .await
+            .map_err(|_| PeerError {
+                message: format!("{url} did not finish its answer within {timeout:?}"),
+                not_acted_on: false,
+            })?
+            .map_err(|e| PeerError {
+                message: format!("{url}: {e}"),
+                not_acted_on: false,
+            })?
+            .to_bytes();
+        match &self.sealer {
+            Some(sealer) => {
+                open_answer(sealer, url, &head_nonce, status, &answer).map(|plain| (status, plain))
             }
+            None => Ok((status, answer)),
         }
+    }
+
+    /// Posts `body` (a blob's digest) to a route that answers a framed blob
+    /// stream: the stream, unread, with the nonce its head is bound to, or
+    /// any other answer whole and opened.
+    pub async fn fetch_frames(
+        &self,
+        url: &str,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Fetched, PeerError> {
+        self.check_partition(url)?;
+        let (body, nonce, content_type) = match &self.sealer {
+            Some(sealer) => {
+                let path = url
+                    .parse::<hyper::Uri>()
+                    .map(|uri| uri.path().to_string())
+                    .map_err(|e| PeerError {
+                        message: format!("{url}: {e}"),
+                        not_acted_on: true,
+                    })?;
+                let (sealed, nonce) = sealer.seal(
+                    Purpose::Http,
+                    &request_context(b"POST", path.as_bytes()),
+                    &body,
+                );
+                (Bytes::from(sealed), nonce, SEALED_CONTENT_TYPE)
+            }
+            None => (body, [0; 24], "application/octet-stream"),
+        };
+        let response = self
+            .transport
+            .send(
+                Method::POST,
+                url,
+                self::content_type(content_type),
+                cohort_client::transport::full(body),
+                timeout,
+            )
+            .await
+            .map_err(|e| PeerError {
+                message: e.message,
+                not_acted_on: e.not_sent,
+            })?;
+        let status = response.status();
+        let framed = response
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes() == FRAMES_CONTENT_TYPE.as_bytes());
+        if status == StatusCode::OK && framed {
+            return Ok(Fetched::Frames {
+                nonce,
+                body: response.into_body(),
+            });
+        }
+        let answer = tokio::time::timeout(timeout, response.into_body().collect())
+            .await
+            .map_err(|_| PeerError {
+                message: format!("{url} did not finish its answer within {timeout:?}"),
+                not_acted_on: false,
+            })?
+            .map_err(|e| PeerError {
+                message: format!("{url}: {e}"),
+                not_acted_on: false,
+            })?
+            .to_bytes();
+        let body = match &self.sealer {
+            Some(sealer) if status != StatusCode::UNAUTHORIZED => {
+                open_answer(sealer, url, &nonce, status, &answer)?
+            }
+            _ => answer,
+        };
+        Ok(Fetched::Answer { status, body })
+    }
+
+    fn check_partition(&self, url: &str) -> Result<(), PeerError> {
+        if let Some(partition) = &self.partition
+            && partition.blocks_url(url)
+        {
+            return Err(PeerError {
+                message: format!("{url}: cut off by fault injection"),
+                not_acted_on: true,
+            });
+        }
+        Ok(())
     }
 
     /// Sends `body` with `method` to `url` and reads the whole answer,
@@ -203,14 +320,7 @@ impl Peer {
         body: Bytes,
         timeout: Duration,
     ) -> Result<(StatusCode, Bytes), PeerError> {
-        if let Some(partition) = &self.partition
-            && partition.blocks_url(url)
-        {
-            return Err(PeerError {
-                message: format!("{url}: cut off by fault injection"),
-                not_acted_on: true,
-            });
-        }
+        self.check_partition(url)?;
         let answer = self
             .transport
             .exchange(method, url, content_type, body, timeout)
@@ -221,6 +331,58 @@ impl Peer {
             })?;
         Ok((answer.status, answer.body))
     }
+}
+
+/// Opens the answer `answer` with `status` to the request (or stream)
+/// sealed with `nonce`.
+fn open_answer(
+    sealer: &Sealer,
+    url: &str,
+    nonce: &[u8; 24],
+    status: StatusCode,
+    answer: &[u8],
+) -> Result<Bytes, PeerError> {
+    let code = status.as_u16().to_be_bytes();
+    match sealer.open(
+        Purpose::Http,
+        &answer_context(nonce, &code),
+        answer,
+        Freshness::Bound,
+    ) {
+        Ok(opened) => Ok(Bytes::from(opened.plaintext)),
+        Err(error) => {
+            crate::security::counters::refused(
+                crate::security::counters::what::ANSWER,
+                error.reason(),
+            );
+            Err(PeerError {
+                message: format!("the answer from {url} does not verify: {error}"),
+                not_acted_on: false,
+            })
+        }
+    }
+}
+
+/// Headers naming `value` as the content type.
+fn content_type(value: &'static str) -> hyper::HeaderMap {
+    let mut headers = hyper::HeaderMap::new();
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(value),
+    );
+    headers
+}
+
+/// What a fetch of a framed stream got.
+#[derive(Debug)]
+pub enum Fetched {
+    /// The stream, unread; its head is bound to `nonce`.
+    Frames {
+        nonce: [u8; 24],
+        body: hyper::body::Incoming,
+    },
+    /// Any other answer, whole (opened when sealed).
+    Answer { status: StatusCode, body: Bytes },
 }
 
 /// Why an exchange failed.

@@ -275,6 +275,21 @@ impl Client {
         F: Fn(Node) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
+        self.call_while(call, || true).await
+    }
+
+    /// [`call`](Self::call), retrying only while `again()` says the call
+    /// may still be repeated (an upload from a reader, until it has read a
+    /// byte).
+    pub(crate) async fn call_while<T, F, Fut>(
+        &self,
+        call: F,
+        again: impl Fn() -> bool,
+    ) -> Result<T, ClientError>
+    where
+        F: Fn(Node) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
         let shared = &self.shared;
         let deadline = Instant::now() + shared.options.retry_deadline;
         let mut retry = Retry::default();
@@ -285,7 +300,7 @@ impl Client {
                     shared.nodes.answered(index);
                     return Ok(value);
                 }
-                Err(error) if error.retryable() && Instant::now() < deadline => {
+                Err(error) if error.retryable() && Instant::now() < deadline && again() => {
                     retry.pause(&shared.nodes, index, &error, deadline).await;
                 }
                 Err(error) => return Err(error),

@@ -20,7 +20,27 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! Blobs, data named by the sha256 of its bytes, are streamed both ways
+//! and never held whole in memory: [`Client::put_blob_file`] and
+//! [`Client::put_blob_stream`] upload, [`Client::get_blob`] reads (a
+//! [`BlobReader`]: a `Stream` of chunks or an `AsyncRead`, of the whole
+//! blob or a range) and [`Client::get_blob_to_file`] downloads, checking
+//! the digest before the file appears. [`Client::put_blob`],
+//! [`Client::head_blob`] and [`Client::list_blobs`] complete the set.
+//!
+//! ```no_run
+//! # async fn example(client: cohort_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! use tokio::io::AsyncReadExt;
+//! let blob = client.put_blob_file("frames.tar".as_ref()).await?;
+//! let mut reader = client.get_blob(&blob.digest, Some((0, Some(1023)))).await?;
+//! let mut first_kib = Vec::new();
+//! reader.read_to_end(&mut first_kib).await?;
+//! client.get_blob_to_file(&blob.digest, "copy.tar".as_ref()).await?;
+//! # Ok(()) }
+//! ```
 
+mod blobs;
 mod client;
 mod codes;
 mod node;
@@ -28,6 +48,7 @@ pub mod tls;
 pub mod transport;
 pub mod types;
 
+pub use blobs::{BLOB_CHUNK_BYTES, BLOB_IDLE_TIMEOUT, BlobReader};
 pub use client::{
     BATCH_BYTES_MAX, BATCHES_IN_FLIGHT, Client, Job, LONG_WAIT_MS, Options, SHORT_WAIT_MS,
     WAIT_IDS_MAX, WAITS_IN_FLIGHT,

@@ -2,15 +2,20 @@
 //! is built on, and what the CLI, the tests and the benchmarks use for
 //! everything but submitting and waiting.
 
-use crate::transport::Transport;
+use crate::transport::{Body, Transport, TransportError};
 use crate::types::*;
 use bytes::Bytes;
-use hyper::{Method, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::HeaderMap;
+use hyper::{Method, Response, StatusCode};
 use std::time::Duration;
 
 /// Longest one call may take: a long-poll waits up to 60 s on the server,
-/// and a module upload may be 64 MiB.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// and a module upload may be 64 MiB. (A streamed blob call is bounded by
+/// the time since its body last moved instead: see
+/// [`Transport::send`].)
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Why a call failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -128,6 +133,33 @@ fn retryable_status(status: StatusCode) -> bool {
     )
 }
 
+/// Most bytes of an error's body read from a streamed call's answer.
+const ERROR_BODY_MAX: usize = 64 << 10;
+
+/// The error an answer with `status` and `body` (the API's [`ErrorBody`],
+/// or anything else from a proxy or an older server) stands for.
+fn api_error(status: StatusCode, body: &[u8], retry_after: Option<Duration>) -> ClientError {
+    let (code, message, retryable) = match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(error) => (
+            error.code,
+            error.message,
+            error.retryable.unwrap_or(retryable_status(status)),
+        ),
+        Err(_) => (
+            "http_error".into(),
+            String::from_utf8_lossy(body).chars().take(500).collect(),
+            retryable_status(status),
+        ),
+    };
+    ClientError::Api {
+        status: status.as_u16(),
+        code,
+        message,
+        retryable,
+        retry_after,
+    }
+}
+
 /// A connection pool to one cohort node.
 #[derive(Debug, Clone)]
 pub struct Node {
@@ -201,34 +233,54 @@ impl Node {
             .transport
             .exchange(method, &url, content_type, body, timeout)
             .await
-            .map_err(|e| ClientError::Transport {
-                server: self.server.clone(),
-                reason: e.message,
-                not_sent: e.not_sent,
-            })?;
+            .map_err(|e| self.unreachable(e))?;
         let (status, body) = (answer.status, answer.body);
         if status.is_success() {
             return Ok((status, body));
         }
-        let (code, message, retryable) = match serde_json::from_slice::<ErrorBody>(&body) {
-            Ok(error) => (
-                error.code,
-                error.message,
-                error.retryable.unwrap_or(retryable_status(status)),
-            ),
-            Err(_) => (
-                "http_error".into(),
-                String::from_utf8_lossy(&body).chars().take(500).collect(),
-                retryable_status(status),
-            ),
+        Err(api_error(status, &body, answer.retry_after))
+    }
+
+    /// Sends `body` (streamed) with `headers` to `path` as
+    /// [`Transport::send`] does; returns a success with its body still to
+    /// be read, or the server's error (its body read, up to
+    /// [`ERROR_BODY_MAX`] bytes).
+    pub(crate) async fn open(
+        &self,
+        method: Method,
+        path: &str,
+        headers: HeaderMap,
+        body: Body,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, ClientError> {
+        let url = format!("{}{path}", self.server);
+        let response = self
+            .transport
+            .send(method, &url, headers, body, timeout)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let retry_after = crate::transport::retry_after(response.headers());
+        // The error's body is small; what cannot be read in time is left
+        // out (the status still says what happened).
+        let read = Limited::new(response.into_body(), ERROR_BODY_MAX).collect();
+        let body = match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(collected)) => collected.to_bytes(),
+            _ => Bytes::new(),
         };
-        Err(ClientError::Api {
-            status: status.as_u16(),
-            code,
-            message,
-            retryable,
-            retry_after: answer.retry_after,
-        })
+        Err(api_error(status, &body, retry_after))
+    }
+
+    /// A transport failure as this node's [`ClientError::Transport`].
+    pub(crate) fn unreachable(&self, error: TransportError) -> ClientError {
+        ClientError::Transport {
+            server: self.server.clone(),
+            reason: error.message,
+            not_sent: error.not_sent,
+        }
     }
 
     async fn json<T: serde::de::DeserializeOwned>(

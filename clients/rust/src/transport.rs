@@ -1,16 +1,38 @@
 //! One pooled HTTP/1.1 and HTTP/2 client (plain or TLS) and the bounded
-//! exchange every call goes through: a peer that stops answering never
+//! exchanges every call goes through: a peer that stops answering never
 //! holds a caller forever.
+//!
+//! [`Transport::exchange`] sends whole bytes and reads the whole answer;
+//! [`Transport::send`] sends a streamed [`Body`] and hands back the answer
+//! with its body still to be read (blobs).
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{AUTHORIZATION, HeaderValue, RETRY_AFTER};
-use hyper::{Method, Request, StatusCode};
+use hyper::body::Incoming;
+use hyper::header::{AUTHORIZATION, HeaderMap, HeaderValue, RETRY_AFTER};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tokio::time::Instant;
+
+/// Why a request body's stream failed (a file that could not be read, say).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request body: whole bytes ([`full`]) or chunks produced as the
+/// connection takes them (any [`http_body::Body`] of [`Bytes`], boxed with
+/// [`BodyExt::boxed`]).
+pub type Body = BoxBody<Bytes, BoxError>;
+
+/// `bytes` as a request [`Body`].
+pub fn full(bytes: Bytes) -> Body {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
+}
 
 /// An answer, whatever its status.
 #[derive(Debug, Clone)]
@@ -37,7 +59,7 @@ pub struct TransportError {
 /// A pooled HTTP client. Cheap to clone.
 #[derive(Clone)]
 pub struct Transport {
-    http: HttpClient<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http: HttpClient<HttpsConnector<HttpConnector>, Body>,
     token: Option<HeaderValue>,
 }
 
@@ -97,7 +119,7 @@ impl Transport {
             request = request.header(AUTHORIZATION, token.clone());
         }
         let request = request
-            .body(Full::new(body))
+            .body(full(body))
             .map_err(|e| unsent(format!("{url}: {e}")))?;
         let exchange = async {
             let response = self
@@ -109,12 +131,7 @@ impl Transport {
                     not_sent: e.is_connect(),
                 })?;
             let status = response.status();
-            let retry_after = response
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
+            let retry_after = retry_after(response.headers());
             let body = response
                 .into_body()
                 .collect()
@@ -137,6 +154,130 @@ impl Transport {
                 not_sent: false,
             })?
     }
+
+    /// Sends `body` with `method` and `headers` (the token is added) to
+    /// `url`, and returns the answer's head with its body still to be
+    /// read, whatever the status: the caller reads the body with its own
+    /// idle timeout.
+    ///
+    /// Fails if the answer's head has not come within `timeout` of the
+    /// request's start or of the last chunk of `body` the connection took:
+    /// an upload that keeps moving is never cut, however long it takes,
+    /// but one that stalls, or a server that does not answer once it has
+    /// the whole body, is. (For a small or empty body that is `timeout`
+    /// from the start.) A body sent without a `Content-Length` header goes
+    /// chunked unless its size hint is exact.
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        headers: HeaderMap,
+        body: Body,
+        timeout: Duration,
+    ) -> Result<Response<Incoming>, TransportError> {
+        let started = Instant::now();
+        // When the connection last took a chunk of the body (nanoseconds
+        // after `started`).
+        let moved = Arc::new(AtomicU64::new(0));
+        let body = Progress {
+            inner: body,
+            started,
+            moved: moved.clone(),
+        }
+        .boxed();
+        let mut request = Request::builder().method(method).uri(url);
+        if let Some(map) = request.headers_mut() {
+            map.extend(headers);
+            if let Some(token) = &self.token {
+                map.insert(AUTHORIZATION, token.clone());
+            }
+        }
+        let request = request.body(body).map_err(|e| TransportError {
+            message: format!("{url}: {e}"),
+            not_sent: true,
+        })?;
+        let mut response = std::pin::pin!(self.http.request(request));
+        let mut deadline = started + timeout;
+        loop {
+            tokio::select! {
+                response = &mut response => {
+                    return response.map_err(|e| TransportError {
+                        message: format!("{url}: {}", with_causes(&e)),
+                        not_sent: e.is_connect(),
+                    });
+                }
+                () = tokio::time::sleep_until(deadline) => {
+                    let moved = moved.load(Ordering::Relaxed);
+                    let last = started + Duration::from_nanos(moved);
+                    if last + timeout <= Instant::now() {
+                        let since = match moved {
+                            0 => "",
+                            _ => " of the last chunk of the body it took",
+                        };
+                        return Err(TransportError {
+                            message: format!("{url} did not answer within {timeout:?}{since}"),
+                            not_sent: false,
+                        });
+                    }
+                    deadline = last + timeout;
+                }
+            }
+        }
+    }
+}
+
+/// A [`Transport`] is shared by the clients of several nodes and by tasks
+/// on any thread.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<Transport>()
+};
+
+/// The `Retry-After` header of an answer, in seconds, if it has one.
+pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
+}
+
+/// A body that notes when the connection last took a frame of it.
+struct Progress {
+    inner: Body,
+    started: Instant,
+    /// Nanoseconds after `started`.
+    moved: Arc<AtomicU64>,
+}
+
+impl http_body::Body for Progress {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Ok(_))) = &polled {
+            self.moved
+                .store(nanos_since(self.started), Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Nanoseconds from `base` to now.
+fn nanos_since(base: Instant) -> u64 {
+    u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// An error and its causes, so "client error (Connect)" says why (refused,

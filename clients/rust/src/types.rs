@@ -826,6 +826,26 @@ pub struct ModuleListResponse {
     pub modules: Vec<ModuleBody>,
 }
 
+/// A stored blob: `201` (newly stored) or `200` (already stored) to
+/// `PUT /v1/blobs`, and each item of `GET /v1/blobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BlobInfo {
+    /// The sha256 of its bytes, 64 lowercase hex digits: its name.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    pub digest: String,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// `GET /v1/blobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BlobList {
+    /// Every stored blob.
+    pub blobs: Vec<BlobInfo>,
+}
+
 /// A node in `GET /v1/cluster`, oldest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -127,18 +127,7 @@ impl Internal {
             .route(route.handler, Bytes::from(opened.plaintext))
             .await
             .unwrap_or_else(error_response);
-        let (mut parts, body) = answer.into_parts();
-        let body = body
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .unwrap_or_default();
-        let code = parts.status.as_u16().to_be_bytes();
-        let (sealed, _) = sealer.seal(Purpose::Http, &answer_context(&opened.nonce, &code), &body);
-        parts
-            .headers
-            .insert(CONTENT_TYPE, HeaderValue::from_static(SEALED_CONTENT_TYPE));
-        Response::from_parts(parts, Full::new(Bytes::from(sealed)))
+        seal_answer(sealer, &opened.nonce, answer).await
     }
 
     /// The routes other nodes (and `cohort token --cluster-key`) call, with
@@ -217,6 +206,23 @@ impl Internal {
             )),
         }
     }
+}
+
+/// `answer`, sealed to the nonce of the request (or blob stream) it
+/// answers.
+pub(super) async fn seal_answer(sealer: &Sealer, nonce: &[u8; 24], answer: Reply200) -> Reply200 {
+    let (mut parts, body) = answer.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let code = parts.status.as_u16().to_be_bytes();
+    let (sealed, _) = sealer.seal(Purpose::Http, &answer_context(nonce, &code), &body);
+    parts
+        .headers
+        .insert(CONTENT_TYPE, HeaderValue::from_static(SEALED_CONTENT_TYPE));
+    Response::from_parts(parts, Full::new(Bytes::from(sealed)))
 }
 
 /// Checks an uploaded master component (compiling it into the node's

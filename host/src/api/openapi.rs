@@ -286,6 +286,15 @@ impl Doc {
         self
     }
 
+    /// An answer without a body (`HEAD`).
+    fn answers_empty(mut self, status: u16, description: &str) -> Self {
+        self.operation = self.operation.response(
+            status.to_string(),
+            ResponseBuilder::new().description(description).build(),
+        );
+        self
+    }
+
     /// A non-JSON answer (`content_type`, a string schema).
     fn answers_raw(mut self, status: u16, content_type: &str, description: &str) -> Self {
         let text = ObjectBuilder::new().schema_type(Type::String).build();
@@ -346,6 +355,8 @@ impl Doc {
     fn build(self, verb: Verb, path: &'static str) -> (HttpMethod, &'static str, Operation) {
         let method = match verb {
             Verb::Get => HttpMethod::Get,
+            Verb::Head => HttpMethod::Head,
+            Verb::Put => HttpMethod::Put,
             Verb::Post => HttpMethod::Post,
             Verb::Delete => HttpMethod::Delete,
         };
@@ -388,7 +399,8 @@ fn example_message(code: ErrorCode) -> String {
 /// One arm per handler, so a new route cannot go undocumented by accident.
 fn operation(handler: Handler) -> Option<Doc> {
     use Handler as H;
-    use ParameterIn::{Path, Query};
+    use ParameterIn::{Header, Path, Query};
+    let blob = |r: Doc| r.param("digest", Path, text(), "The blob's sha256 (64 hex digits).");
     let id = |r: Doc| r.param("id", Path, integer(0, u64::MAX), "The job's id.");
     let name = |r: Doc| {
         r.param(
@@ -492,6 +504,26 @@ fn operation(handler: Handler) -> Option<Doc> {
             .param("digest", Path, text(), "The module's sha256 (64 hex digits).")
             .answers_raw(200, "application/wasm", "The component.")
             .errors(&[&[ModuleNotStored]]),
+        H::BlobPut => doc("blobs", "Upload a blob (any bytes), streamed")
+            .describe("Streams the body to the node's disk, hashing it as it arrives, and answers once the blob is durable on a majority of the back-end nodes. Identical bytes are stored once. A body may be any size up to the cluster's ceiling (`--blob-bytes-max`, 64 GiB by default), sent with `Content-Length` or chunked; it must keep arriving (30 s without a byte, or an average under 1 MiB/s after the first 10 s, is `request_timeout`). An upload refused or cut short leaves nothing stored.")
+            .param("X-Cohort-Sha256", Header, text(), "The sha256 the bytes must have (64 hex digits); otherwise `blob_digest_mismatch` and nothing is stored.")
+            .raw_body("application/octet-stream", "The blob's bytes.")
+            .answers::<BlobInfo>(201, "Stored (new on the answering node).")
+            .answers::<BlobInfo>(200, "Already stored.")
+            .errors(&[&[BadRequest, BlobTooLarge, BlobDigestMismatch, RequestTimeout, BlobStoreFull, BlobsBusy, ReplicationFailed]]),
+        H::BlobList => doc("blobs", "The blobs the answering node holds")
+            .answers::<BlobList>(200, "Every blob stored on the answering node, by digest.")
+            .errors(&[]),
+        H::BlobGet => blob(doc("blobs", "A blob's bytes, streamed"))
+            .describe("The whole blob, or the one byte range `Range: bytes=a-b`, `bytes=a-` or `bytes=-n` asks for (`206` with `Content-Range`); a header that is not one valid range is ignored. A node without a copy fetches it from a back-end node first, checking its digest. `ETag` is the quoted digest.")
+            .param("Range", Header, text(), "One byte range (RFC 9110).")
+            .answers_raw(200, "application/octet-stream", "The blob.")
+            .answers_raw(206, "application/octet-stream", "The range asked for.")
+            .errors(&[&[BlobNotFound, RangeNotSatisfiable, BlobsBusy, ReplicationFailed]]),
+        H::BlobHead => blob(doc("blobs", "Whether a blob is stored, and its size"))
+            .answers_empty(200, "Stored: `Content-Length` is its size, `ETag` its quoted digest.")
+            .answers_empty(404, "No such blob (no body: a `HEAD` answer has none).")
+            .errors(&[]),
         H::DeploymentList => doc("deployments", "Every deployment (a name pointing at a module)")
             .answers::<DeploymentListResponse>(200, "Every name with its current version, by name (versions listed by `GET /v1/deployments/{name}`).")
             .errors(&[MASTER]),
@@ -676,7 +708,9 @@ fn operation(handler: Handler) -> Option<Doc> {
         | H::InternalModuleFetch
         | H::InternalMasters
         | H::InternalMasterFetch
-        | H::InternalTokens => return None,
+        | H::InternalTokens
+        | H::InternalBlobPut
+        | H::InternalBlobFetch => return None,
     })
 }
 
@@ -765,6 +799,8 @@ fn components() -> utoipa::openapi::Components {
         JobSummaryBody,
         ModuleBody,
         ModuleListResponse,
+        BlobInfo,
+        BlobList,
         ClusterResponse,
         NodeBody,
         WorkerBody,

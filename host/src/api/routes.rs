@@ -43,6 +43,8 @@ use hyper::Method;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
     Get,
+    Head,
+    Put,
     Post,
     Delete,
 }
@@ -52,6 +54,8 @@ impl Verb {
     pub const fn as_str(self) -> &'static str {
         match self {
             Verb::Get => "GET",
+            Verb::Head => "HEAD",
+            Verb::Put => "PUT",
             Verb::Post => "POST",
             Verb::Delete => "DELETE",
         }
@@ -60,6 +64,8 @@ impl Verb {
     fn of(method: &Method) -> Option<Self> {
         match *method {
             Method::GET => Some(Verb::Get),
+            Method::HEAD => Some(Verb::Head),
+            Method::PUT => Some(Verb::Put),
             Method::POST => Some(Verb::Post),
             Method::DELETE => Some(Verb::Delete),
             _ => None,
@@ -114,6 +120,10 @@ pub enum Handler {
     SecretList,
     SecretSet,
     SecretDelete,
+    BlobPut,
+    BlobList,
+    BlobGet,
+    BlobHead,
     JobSubmit,
     JobBatch,
     JobWait,
@@ -151,6 +161,8 @@ pub enum Handler {
     InternalMasters,
     InternalMasterFetch,
     InternalTokens,
+    InternalBlobPut,
+    InternalBlobFetch,
 }
 
 /// One route.
@@ -204,7 +216,7 @@ use Access::{Open, Sealed, Token};
 use Handler as H;
 use Scope::{Admin, Read, Submit};
 use Serves::{AnyNode, FrontEnd};
-use Verb::{Delete, Get, Post};
+use Verb::{Delete, Get, Head, Post, Put};
 
 /// Every route, public ones first, then the node-to-node ones.
 #[rustfmt::skip]
@@ -235,6 +247,13 @@ pub const ROUTES: &[Route] = &[
     route(Get,    "/v1/secrets",                       Token(Admin),  FrontEnd, H::SecretList),
     route(Post,   "/v1/secrets/{name}",                Token(Admin),  FrontEnd, H::SecretSet).body(CONTROL_BODY_BYTES_MAX),
     route(Delete, "/v1/secrets/{name}",                Token(Admin),  FrontEnd, H::SecretDelete),
+    // Blobs: streamed both ways (their handlers read and write the bodies
+    // themselves, bounded by the blob ceiling and an idle timeout).
+    // Uploading data for jobs is part of submitting them.
+    route(Put,    "/v1/blobs",                         Token(Submit), FrontEnd, H::BlobPut),
+    route(Get,    "/v1/blobs",                         Token(Read),   FrontEnd, H::BlobList),
+    route(Get,    "/v1/blobs/{digest}",                Token(Read),   FrontEnd, H::BlobGet),
+    route(Head,   "/v1/blobs/{digest}",                Token(Read),   FrontEnd, H::BlobHead),
     route(Post,   "/v1/jobs",                          Token(Submit), FrontEnd, H::JobSubmit).body(JOB_BODY_BYTES_MAX),
     route(Post,   "/v1/jobs/batch",                    Token(Submit), FrontEnd, H::JobBatch).body(BATCH_BODY_BYTES_MAX),
     route(Post,   "/v1/jobs/wait",                     Token(Read),   FrontEnd, H::JobWait).body(WAIT_BODY_BYTES_MAX),
@@ -274,6 +293,9 @@ pub const ROUTES: &[Route] = &[
     route(Post,   "/internal/v1/masters",              Sealed,        AnyNode,  H::InternalMasters).body(MASTER_BYTES_MAX),
     route(Post,   "/internal/v1/masters/fetch",        Sealed,        AnyNode,  H::InternalMasterFetch).body(CONTROL_BODY_BYTES_MAX),
     route(Post,   "/internal/v1/tokens",               Sealed,        AnyNode,  H::InternalTokens).body(CONTROL_BODY_BYTES_MAX),
+    // A pushed blob: framed and streamed (`cluster::blob_transfer`).
+    route(Post,   "/internal/v1/blobs",                Sealed,        AnyNode,  H::InternalBlobPut),
+    route(Post,   "/internal/v1/blobs/fetch",          Sealed,        AnyNode,  H::InternalBlobFetch).body(CONTROL_BODY_BYTES_MAX),
 ];
 
 /// A request's route, with the value of its pattern's `{name}` segment.
@@ -378,22 +400,33 @@ pub fn find<'a>(method: &Method, segments: &[&'a str]) -> Result<Found<'a>, Miss
             .map(|at| segments[at]);
         return Ok(Found { route, param });
     }
-    let on_resource = || ROUTES.iter().filter(|r| r.path == resource);
-    let first = on_resource().next().expect("the resource has routes");
-    let has = |verb: Verb| on_resource().any(|r| r.verb == verb);
-    let allow = match (has(Get), has(Post), has(Delete)) {
-        (true, true, true) => "GET, POST, DELETE",
-        (true, true, false) => "GET, POST",
-        (true, false, true) => "GET, DELETE",
-        (false, true, true) => "POST, DELETE",
-        (true, false, false) => "GET",
-        (false, true, false) => "POST",
-        (false, false, _) => "DELETE",
-    };
+    let first = (ROUTES.iter().find(|r| r.path == resource)).expect("the resource has routes");
     Err(Miss::MethodNotAllowed {
-        allow,
+        allow: allow(resource),
         serves: first.serves,
     })
+}
+
+/// The `Allow` header of `resource`: its methods, in the table's order of
+/// verbs. Written once per resource, on first use.
+fn allow(resource: &'static str) -> &'static str {
+    static ALLOW: std::sync::OnceLock<std::collections::HashMap<&'static str, &'static str>> =
+        std::sync::OnceLock::new();
+    let table = ALLOW.get_or_init(|| {
+        let mut table = std::collections::HashMap::new();
+        for route in ROUTES {
+            table.entry(route.path).or_insert_with(|| {
+                let verbs = [Get, Head, Put, Post, Delete];
+                let names: Vec<&str> = (verbs.iter())
+                    .filter(|v| ROUTES.iter().any(|r| r.path == route.path && r.verb == **v))
+                    .map(|v| v.as_str())
+                    .collect();
+                &*Box::leak(names.join(", ").into_boxed_str())
+            });
+        }
+        table
+    });
+    table.get(resource).copied().unwrap_or("")
 }
 
 #[cfg(test)]
@@ -448,6 +481,8 @@ mod tests {
         assert_eq!(allow(Method::HEAD, "/"), "GET");
         assert_eq!(allow(Method::GET, "/internal/v1/master"), "POST");
         assert_eq!(allow(Method::GET, "/v1/tokens/x"), "DELETE");
+        assert_eq!(allow(Method::POST, "/v1/blobs"), "GET, PUT");
+        assert_eq!(allow(Method::DELETE, "/v1/blobs/ab"), "GET, HEAD");
     }
 
     #[test]
@@ -505,9 +540,14 @@ mod tests {
                 a.verb == Verb::Post
                     && !matches!(
                         a.handler,
-                        H::NodeLeave | H::SchedulePause | H::ScheduleResume | H::MasterRollback
+                        H::NodeLeave
+                            | H::SchedulePause
+                            | H::ScheduleResume
+                            | H::MasterRollback
+                            | H::InternalBlobPut
                     ),
-                "{}: POST routes read bodies, others none (but the bodiless POSTs)",
+                "{}: POST routes read bodies, others none (but the bodiless POSTs and the \
+                 streamed ones, whose handlers read their bodies)",
                 a.path
             );
             for b in &ROUTES[i + 1..] {

@@ -1,0 +1,380 @@
+//! `PUT /v1/blobs`, `GET /v1/blobs`, `GET|HEAD /v1/blobs/{digest}` and
+//! their node-to-node halves: blobs streamed in and out, never read whole
+//! (`crate::blobs`, `crate::cluster::blob_transfer`).
+//!
+//! An upload is refused before its first byte when it declares a length
+//! over the ceiling, and as soon as it passes the ceiling otherwise; it must
+//! keep sending (a gap of [`BLOB_IDLE_TIMEOUT`] is `request_timeout`) at an
+//! average of [`BODY_RATE_MIN`] after [`BODY_READ_BASE`], like every body.
+//! It is answered once the blob is durable on a majority of the back-end
+//! nodes. A download is served from this node's copy, fetched from a
+//! back-end node first (digest checked) when this node has none, with one
+//! `Range` of bytes honoured.
+//!
+//! [`BODY_RATE_MIN`]: crate::limits::BODY_RATE_MIN
+//! [`BODY_READ_BASE`]: crate::limits::BODY_READ_BASE
+
+use super::error::{ApiError, ErrorCode};
+use super::http::{Body, Reply200, body_deadline, error_response, json, parse_digest, read_body};
+use super::internal::seal_answer;
+use super::types::{BlobInfo as BlobBody, BlobList};
+use crate::blobs::{BlobError, BlobInfo, ChannelBody, Unsatisfiable, parse_range};
+use crate::cluster::blob_transfer::{
+    self, BlobTransfer, FrameReader, FrameWriter, SIZE_ONLY, TransferError,
+};
+use crate::limits::{
+    BLOB_IDLE_TIMEOUT, BLOB_STREAMS_MAX, BLOB_WRITE_BYTES, CONTROL_BODY_BYTES_MAX,
+};
+use crate::peer::{FRAMES_CONTENT_TYPE, SEALED_CONTENT_TYPE, answer_context, request_context};
+use crate::runtime::Digest;
+use crate::security::Sealer;
+use crate::security::counters::{self, what};
+use crate::security::key::Purpose;
+use crate::security::seal::Freshness;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{
+    ACCEPT_RANGES, CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, HeaderMap, HeaderValue, RANGE,
+};
+use hyper::http::request::Parts;
+use hyper::{Response, StatusCode};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The header an uploader names the digest it expects with.
+pub const SHA256_HEADER: &str = "x-cohort-sha256";
+
+impl From<BlobError> for ApiError {
+    fn from(error: BlobError) -> Self {
+        let code = match &error {
+            BlobError::TooLarge { .. } => ErrorCode::BlobTooLarge,
+            BlobError::DigestMismatch { .. } => ErrorCode::BlobDigestMismatch,
+            BlobError::Full(_) => ErrorCode::BlobStoreFull,
+            BlobError::NotFound(_) => ErrorCode::BlobNotFound,
+            BlobError::Io(_) => ErrorCode::Internal,
+        };
+        ApiError::new(code, error.to_string())
+    }
+}
+
+fn body_of(info: BlobInfo) -> BlobBody {
+    BlobBody {
+        digest: info.digest.to_string(),
+        bytes: info.bytes,
+    }
+}
+
+fn busy() -> ApiError {
+    ApiError::new(
+        ErrorCode::BlobsBusy,
+        format!("this node serves {BLOB_STREAMS_MAX} blob streams at once; retry shortly"),
+    )
+}
+
+fn blob_not_found(digest: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::BlobNotFound,
+        format!("no blob {digest} is stored in the cluster; upload it with PUT /v1/blobs"),
+    )
+}
+
+/// `PUT /v1/blobs`: streams the body into the store, then makes it durable
+/// on a majority of the back-end nodes (`voters`: the replication voters,
+/// when this node knows them).
+pub(super) async fn put(
+    blobs: &BlobTransfer,
+    voters: Option<usize>,
+    headers: &HeaderMap,
+    mut body: Incoming,
+) -> Result<Reply200, ApiError> {
+    let store = blobs.store();
+    let ceiling = store.ceiling();
+    let too_large = || ApiError::from(BlobError::TooLarge { ceiling });
+    let _place = blobs.admit().ok_or_else(busy)?;
+    let declared = (headers.get(CONTENT_LENGTH))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > ceiling) {
+        return Err(too_large());
+    }
+    let expected = match headers.get(SHA256_HEADER) {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<Digest>().ok())
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::BlobDigestMismatch,
+                        format!("{SHA256_HEADER} is not a sha256 (64 hex digits)"),
+                    )
+                })?,
+        ),
+    };
+    let mut upload = store.upload()?;
+    let started = Instant::now();
+    loop {
+        let frame = tokio::time::timeout(BLOB_IDLE_TIMEOUT, body.frame()).await;
+        let slow = |taken: u64| {
+            counters::refused(what::CONNECTION, "slow_body");
+            ApiError::new(
+                ErrorCode::RequestTimeout,
+                format!("the upload stopped or slowed below the least rate after {taken} bytes"),
+            )
+        };
+        let Ok(frame) = frame else {
+            return Err(slow(upload.bytes()));
+        };
+        match frame {
+            None => break,
+            Some(Err(error)) => {
+                return Err(ApiError::new(
+                    ErrorCode::BadRequest,
+                    format!(
+                        "the upload broke off after {} bytes: {error}",
+                        upload.bytes()
+                    ),
+                ));
+            }
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    upload.write(&data).await?;
+                }
+            }
+        }
+        if started.elapsed() > body_deadline(upload.bytes() + BLOB_WRITE_BYTES as u64) {
+            return Err(slow(upload.bytes()));
+        }
+    }
+    if declared.is_some_and(|length| length != upload.bytes()) {
+        return Err(ApiError::new(
+            ErrorCode::BadRequest,
+            "the upload ended before its declared length",
+        ));
+    }
+    let stored = upload.finish(expected).await?;
+    blobs
+        .replicate(stored.info, voters)
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::ReplicationFailed, e))?;
+    let status = if stored.new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(json(status, &body_of(stored.info)))
+}
+
+/// `GET /v1/blobs`: the blobs this node holds.
+pub(super) fn list(blobs: &BlobTransfer) -> Reply200 {
+    let blobs = blobs.store().list().into_iter().map(body_of).collect();
+    json(StatusCode::OK, &BlobList { blobs })
+}
+
+/// `GET|HEAD /v1/blobs/{digest}`: the blob (or one range of it), fetched
+/// from a back-end node first if this node has no copy.
+pub(super) async fn get(
+    blobs: &BlobTransfer,
+    param: &str,
+    headers: &HeaderMap,
+    head_only: bool,
+) -> Result<Response<Body>, ApiError> {
+    let digest = parse_digest(param, ErrorCode::BlobNotFound).map_err(|_| blob_not_found(param))?;
+    let place = if head_only {
+        None
+    } else {
+        Some(blobs.admit().ok_or_else(busy)?)
+    };
+    // A HEAD needs the size only: nothing is copied here for it.
+    let found = if head_only {
+        blobs.locate(&digest).await
+    } else {
+        blobs.ensure(&digest).await
+    };
+    let size = match found {
+        Ok(Some(size)) => size,
+        Ok(None) => return Err(blob_not_found(param)),
+        Err(error) => return Err(ApiError::new(ErrorCode::ReplicationFailed, error)),
+    };
+    let range_header = headers.get(RANGE).and_then(|v| v.to_str().ok());
+    let range = match parse_range(range_header, size) {
+        Ok(range) => range,
+        Err(Unsatisfiable { size }) => {
+            let mut response = error_response(ApiError::new(
+                ErrorCode::RangeNotSatisfiable,
+                format!(
+                    "the range {:?} starts past the blob's {size} bytes",
+                    range_header.unwrap_or_default()
+                ),
+            ));
+            response.headers_mut().insert(
+                CONTENT_RANGE,
+                HeaderValue::from_str(&format!("bytes */{size}")).expect("digits"),
+            );
+            return Ok(response.map(BodyExt::boxed));
+        }
+    };
+    let length = range.map_or(size, |(start, end)| end + 1 - start);
+    let body = match place {
+        None => Full::new(Bytes::new()).boxed(),
+        Some(place) => {
+            let chunks = blobs.store().reader(&digest, range)?;
+            ChannelBody::new(chunks, Some(length))
+                .holding(place)
+                .boxed()
+        }
+    };
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+    headers.insert(ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    let quoted = format!("\"{digest}\"");
+    headers.insert(ETAG, HeaderValue::from_str(&quoted).expect("hex"));
+    if let Some((start, end)) = range {
+        let value = format!("bytes {start}-{end}/{size}");
+        headers.insert(
+            CONTENT_RANGE,
+            HeaderValue::from_str(&value).expect("digits"),
+        );
+        *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+    }
+    Ok(response)
+}
+
+/// `POST /internal/v1/blobs`: a blob pushed by the node that took its
+/// upload, as frames; the answer is sealed to the head's nonce.
+pub async fn receive_push(
+    blobs: &BlobTransfer,
+    sealer: Option<&Arc<Sealer>>,
+    parts: &Parts,
+    body: Incoming,
+) -> Reply200 {
+    let framed = (parts.headers.get(CONTENT_TYPE))
+        .is_some_and(|v| v.as_bytes() == FRAMES_CONTENT_TYPE.as_bytes());
+    if !framed {
+        counters::refused(what::INTERNAL, "unsealed");
+        return error_response(ApiError::new(
+            ErrorCode::Unauthorized,
+            "a pushed blob is a framed stream",
+        ));
+    }
+    let Some(_place) = blobs.admit() else {
+        return error_response(busy());
+    };
+    let context = request_context(b"POST", parts.uri.path().as_bytes());
+    let reader = FrameReader::new(sealer.cloned());
+    let received =
+        blob_transfer::receive(body, reader, blobs.store(), &context, Freshness::Once).await;
+    let (answer, nonce) = match received {
+        Ok((stored, nonce)) => (Ok(json(StatusCode::OK, &body_of(stored.info))), Some(nonce)),
+        Err(TransferError::Forged(message)) => {
+            counters::refused(what::INTERNAL, "forged_blob");
+            (Err(ApiError::new(ErrorCode::Unauthorized, message)), None)
+        }
+        Err(TransferError::Store(error)) => (Err(error.into()), None),
+        Err(TransferError::Idle) => (
+            Err(ApiError::new(
+                ErrorCode::RequestTimeout,
+                TransferError::Idle.to_string(),
+            )),
+            None,
+        ),
+        Err(error @ TransferError::Malformed(_)) => (
+            Err(ApiError::new(ErrorCode::BadRequest, error.to_string())),
+            None,
+        ),
+    };
+    let answer = answer.unwrap_or_else(error_response);
+    match (sealer, nonce) {
+        // An answer the pusher can verify only exists for a head this node
+        // opened; any other refusal goes plain, as a refused seal does.
+        (Some(sealer), Some(nonce)) => seal_answer(sealer, &nonce, answer).await,
+        _ => answer,
+    }
+}
+
+/// `POST /internal/v1/blobs/fetch` (body: a digest, sealed as any
+/// node-to-node body): the blob as frames, its head bound to the request.
+pub async fn serve_fetch(
+    blobs: &BlobTransfer,
+    sealer: Option<&Arc<Sealer>>,
+    parts: &Parts,
+    body: Incoming,
+) -> Response<Body> {
+    let whole = |r: Reply200| r.map(BodyExt::boxed);
+    let limit = CONTROL_BODY_BYTES_MAX + crate::security::seal::OVERHEAD;
+    let body = match read_body(&parts.headers, body, limit, ErrorCode::BodyTooLarge).await {
+        Ok(body) => body,
+        Err(error) => return whole(error_response(error)),
+    };
+    let (digest, nonce) = match sealer {
+        Some(sealer) => {
+            let sealed = (parts.headers.get(CONTENT_TYPE))
+                .is_some_and(|v| v.as_bytes() == SEALED_CONTENT_TYPE.as_bytes());
+            let opened = sealed
+                .then(|| {
+                    sealer.open(
+                        Purpose::Http,
+                        &request_context(b"POST", parts.uri.path().as_bytes()),
+                        &body,
+                        Freshness::Once,
+                    )
+                })
+                .and_then(Result::ok);
+            let Some(opened) = opened else {
+                counters::refused(what::INTERNAL, "unsealed");
+                return whole(error_response(ApiError::new(
+                    ErrorCode::Unauthorized,
+                    "refused: not sealed with this cluster's key, or stale",
+                )));
+            };
+            (opened.plaintext, opened.nonce)
+        }
+        None => (body.to_vec(), [0; 24]),
+    };
+    let text = String::from_utf8_lossy(&digest);
+    let (text, size_only) = match text.strip_suffix(SIZE_ONLY) {
+        Some(digest) => (digest, true),
+        None => (text.as_ref(), false),
+    };
+    let answer = match parse_digest(text.trim(), ErrorCode::BlobNotFound) {
+        Ok(digest) => match blobs.store().size(&digest) {
+            Some(bytes) if size_only => {
+                Ok(json(StatusCode::OK, &body_of(BlobInfo { digest, bytes })))
+            }
+            Some(bytes) => match blobs.admit() {
+                None => Err(busy()),
+                Some(place) => {
+                    let info = BlobInfo { digest, bytes };
+                    let code = StatusCode::OK.as_u16().to_be_bytes();
+                    let context = answer_context(&nonce, &code);
+                    let writer = FrameWriter::new(sealer.cloned());
+                    match blob_transfer::send(blobs.store(), info, writer, &context) {
+                        Ok((body, _)) => {
+                            let mut response = Response::new(body.holding(place).boxed());
+                            response.headers_mut().insert(
+                                CONTENT_TYPE,
+                                HeaderValue::from_static(FRAMES_CONTENT_TYPE),
+                            );
+                            return response;
+                        }
+                        Err(error) => Err(ApiError::from(error)),
+                    }
+                }
+            },
+            None => Err(blob_not_found(&digest.to_string())),
+        },
+        Err(_) => Err(blob_not_found(text)),
+    };
+    let answer = answer.unwrap_or_else(error_response);
+    match sealer {
+        Some(sealer) => whole(seal_answer(sealer, &nonce, answer).await),
+        None => whole(answer),
+    }
+}

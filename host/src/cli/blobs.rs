@@ -1,0 +1,207 @@
+//! `cohort blob put|get|ls`: large data, streamed to and from the cluster
+//! (`PUT /v1/blobs`, `GET /v1/blobs/{digest}`), never read whole into
+//! memory. A blob is named by the sha256 of its bytes.
+
+use super::{ServerArg, fail, print_json};
+use cohort_client::Client;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tokio::io::AsyncWriteExt;
+
+/// `cohort blob ...`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum BlobCommand {
+    /// Upload a file (`-`: standard input) as a blob; prints its sha256,
+    /// once the blob is durable on a majority of the back-end nodes.
+    Put(BlobPutArgs),
+    /// Download a blob to a file (checked against its sha256 before the
+    /// file appears) or to standard output.
+    Get(BlobGetArgs),
+    /// List the blobs the node holds.
+    Ls(BlobListArgs),
+}
+
+/// `cohort blob put`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BlobPutArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    /// The file to upload, or `-` for standard input (sent once, not
+    /// resent to another node if the first fails part way).
+    pub file: PathBuf,
+}
+
+/// `cohort blob get`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BlobGetArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    /// The blob's sha256 (64 hex digits).
+    pub digest: String,
+    /// Write to this file instead of standard output.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Only these bytes: `START-END` (inclusive), `START-` or `-LAST` (the
+    /// last LAST bytes).
+    #[arg(long, value_parser = parse_range, allow_hyphen_values = true)]
+    pub range: Option<Range>,
+}
+
+/// `cohort blob ls`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BlobListArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+}
+
+/// A byte range as `--range` gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Range {
+    /// From a byte to another (inclusive) or to the end.
+    From(u64, Option<u64>),
+    /// The last bytes.
+    Last(u64),
+}
+
+fn parse_range(text: &str) -> Result<Range, String> {
+    let number = |s: &str| {
+        s.parse::<u64>()
+            .map_err(|_| format!("{text:?} is not START-END, START- or -LAST (byte offsets)"))
+    };
+    match text.split_once('-') {
+        Some(("", last)) => Ok(Range::Last(number(last)?)),
+        Some((start, "")) => Ok(Range::From(number(start)?, None)),
+        Some((start, end)) => {
+            let (start, end) = (number(start)?, number(end)?);
+            if end < start {
+                return Err(format!("{text:?} ends before it starts"));
+            }
+            Ok(Range::From(start, Some(end)))
+        }
+        None => Err(format!("{text:?} is not START-END, START- or -LAST")),
+    }
+}
+
+/// Runs a `cohort blob` command.
+pub async fn blob(command: BlobCommand) -> ExitCode {
+    match command {
+        BlobCommand::Put(args) => put(args).await,
+        BlobCommand::Get(args) => get(args).await,
+        BlobCommand::Ls(args) => list(args).await,
+    }
+}
+
+fn client(server: &ServerArg) -> Result<Client, ExitCode> {
+    server.client().map_err(fail)
+}
+
+async fn put(args: BlobPutArgs) -> ExitCode {
+    let client = match client(&args.server) {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    let stored = if args.file.as_os_str() == "-" {
+        client.put_blob_stream(tokio::io::stdin()).await
+    } else {
+        client.put_blob_file(&args.file).await
+    };
+    match stored {
+        Ok(info) if args.server.json => print_json(&info),
+        Ok(info) => println!("{}  {} bytes", info.digest, info.bytes),
+        Err(error) => return fail(format!("uploading {}: {error}", args.file.display())),
+    }
+    ExitCode::SUCCESS
+}
+
+async fn get(args: BlobGetArgs) -> ExitCode {
+    let client = match client(&args.server) {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    let digest = &args.digest;
+    // A whole blob to a file: checked before the file appears.
+    if let (Some(path), None) = (&args.output, args.range) {
+        return match client.get_blob_to_file(digest, path).await {
+            Ok(info) if args.server.json => {
+                print_json(&info);
+                ExitCode::SUCCESS
+            }
+            Ok(_) => ExitCode::SUCCESS,
+            Err(error) => fail(format!("downloading blob {digest}: {error}")),
+        };
+    }
+    let range = match args.range {
+        None => None,
+        Some(Range::From(start, end)) => Some((start, end)),
+        Some(Range::Last(last)) => {
+            // The size first: the client asks by offsets.
+            match client.head_blob(digest).await {
+                Ok(Some(info)) => Some((info.bytes.saturating_sub(last), None)),
+                Ok(None) => return fail(format!("no blob {digest} is stored in the cluster")),
+                Err(error) => return fail(format!("blob {digest}: {error}")),
+            }
+        }
+    };
+    let mut reader = match client.get_blob(digest, range).await {
+        Ok(reader) => reader,
+        Err(error) => return fail(format!("downloading blob {digest}: {error}")),
+    };
+    let copied = match &args.output {
+        Some(path) => match tokio::fs::File::create(path).await {
+            Ok(mut file) => copy(&mut reader, &mut file).await,
+            Err(error) => Err(format!("cannot create {}: {error}", path.display())),
+        },
+        None => copy(&mut reader, &mut tokio::io::stdout()).await,
+    };
+    match copied {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => fail(format!("downloading blob {digest}: {error}")),
+    }
+}
+
+async fn copy(
+    reader: &mut cohort_client::BlobReader,
+    out: &mut (impl tokio::io::AsyncWrite + Unpin),
+) -> Result<(), String> {
+    tokio::io::copy(reader, out)
+        .await
+        .map_err(|e| e.to_string())?;
+    out.flush().await.map_err(|e| e.to_string())
+}
+
+async fn list(args: BlobListArgs) -> ExitCode {
+    let client = match client(&args.server) {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    match client.list_blobs().await {
+        Ok(blobs) if args.server.json => print_json(&blobs),
+        Ok(blobs) if blobs.is_empty() => println!("no blobs"),
+        Ok(blobs) => {
+            println!("{:<64}  {:>15}", "SHA256", "BYTES");
+            for blob in &blobs {
+                println!("{:<64}  {:>15}", blob.digest, blob.bytes);
+            }
+        }
+        Err(error) => return fail(error),
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_read_as_the_help_says() {
+        assert_eq!(parse_range("0-9"), Ok(Range::From(0, Some(9))));
+        assert_eq!(parse_range("10-"), Ok(Range::From(10, None)));
+        assert_eq!(parse_range("-100"), Ok(Range::Last(100)));
+        for bad in ["9-0", "x-1", "5", "", "-", "1-2-3"] {
+            assert!(parse_range(bad).is_err(), "{bad}");
+        }
+    }
+}
