@@ -15,14 +15,18 @@ long-poll waiter for every awaited job, failover across nodes, and one
 error type, `CohortError`.
 """
 
-from ._async import AsyncClient, AsyncJob
+from ._async import AsyncBlobReader, AsyncClient, AsyncJob
+from ._blobs import BlobInfo
 from ._core import __version__
-from ._sync import Client, Job
+from ._sync import BlobReader, Client, Job
 from .errors import CohortError, JobFailed, WaitTimeout
 
 __all__ = [
+    "AsyncBlobReader",
     "AsyncClient",
     "AsyncJob",
+    "BlobInfo",
+    "BlobReader",
     "Client",
     "CohortError",
     "Job",

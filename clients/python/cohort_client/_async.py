@@ -6,13 +6,29 @@ import asyncio
 import json
 import os
 import time
-from typing import Any, Awaitable, Dict, Iterable, List, Optional, Sequence, Set, TypeVar, Union, cast
+from typing import (
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Dict,
+    Generator,
+    Iterable,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    TypeVar,
+    Union,
+    cast,
+)
 
 import httpx
 
-from . import _core
+from . import _blobs, _core
+from ._blobs import BlobInfo, BodySource, PartFile, ReadWindow
 from ._core import BATCHES_IN_FLIGHT, WAIT_SLOTS, BatchQueue, JobCore, Module, Pending, Settings, WaitBook
-from ._plans import Plan, Plans, Send, awaiting
+from ._plans import Plan, Plans, Send, Work, awaiting
 from .errors import CohortError, WaitTimeout
 
 T = TypeVar("T")
@@ -235,6 +251,36 @@ class AsyncClient:
     set_secret = awaiting(Plans.set_secret)
     secrets = awaiting(Plans.secrets)
     delete_secret = awaiting(Plans.delete_secret)
+    put_blob = awaiting(Plans.put_blob)
+    put_blob_file = awaiting(Plans.put_blob_file)
+    put_blob_stream = awaiting(Plans.put_blob_stream)
+    head_blob = awaiting(Plans.head_blob)
+    list_blobs = awaiting(Plans.list_blobs)
+
+    def open_blob(self, digest: str, start: Optional[int] = None, end: Optional[int] = None) -> "BlobOpening":
+        """Blob ``digest`` as an `AsyncBlobReader`, as `Client.open_blob`:
+        ``async with client.open_blob(d) as reader:`` (closed at the end of
+        the block), or ``reader = await client.open_blob(d)`` (then
+        ``await reader.aclose()``)."""
+        first = _blobs.range_header(start, end)
+
+        async def reopen(byte_range: Optional[str]) -> httpx.Response:
+            return await self._run(self._plans.blob_body(digest, byte_range))
+
+        return BlobOpening(AsyncBlobReader._open(digest, first, reopen))
+
+    async def get_blob_to_file(self, digest: str, path: "Union[str, os.PathLike[str]]") -> BlobInfo:
+        """Save blob ``digest`` at ``path``, as `Client.get_blob_to_file`
+        (its file I/O in a thread)."""
+        async with self.open_blob(digest) as reader:
+            part = await asyncio.to_thread(PartFile, path, digest)
+            try:
+                async for chunk in reader:
+                    await asyncio.to_thread(part.write, chunk)
+            except BaseException:
+                await asyncio.to_thread(part.discard)
+                raise
+            return await asyncio.to_thread(part.commit)
 
     async def get(self, job_id: int) -> AsyncJob:
         """A handle for a job submitted elsewhere."""
@@ -313,12 +359,171 @@ class AsyncClient:
                 if isinstance(op, Send):
                     answer: Union[httpx.Response, httpx.RequestError]
                     try:
-                        answer = await self._http.request(op.method, op.url, content=op.content, timeout=op.timeout)
+                        answer = await _send(self._http, op)
                     except httpx.RequestError as error:
                         answer = error
                     op = plan.send(answer)
+                elif isinstance(op, Work):
+                    op = plan.send(await asyncio.to_thread(op.function, *op.args))
                 else:
                     await asyncio.sleep(op.seconds)
                     op = plan.send(None)
         except StopIteration as finished:
             return cast(T, finished.value)
+
+
+async def _send(client: httpx.AsyncClient, op: Send) -> httpx.Response:
+    """One request of a plan, as `_sync._send`."""
+    content = op.content.achunks() if isinstance(op.content, BodySource) else op.content
+    request = client.build_request(op.method, op.url, content=content, headers=op.headers, timeout=op.timeout)
+    response = await client.send(request, stream=op.stream)
+    if op.stream and not response.is_success:
+        try:
+            await response.aread()
+        finally:
+            await response.aclose()
+    return response
+
+
+Reopen = Callable[[Optional[str]], Awaitable[httpx.Response]]
+
+
+class AsyncBlobReader:
+    """A blob (or a range of it) read from the node as the caller reads,
+    as `BlobReader`: ``await reader.read(n)``, or ``async for chunk in
+    reader`` (chunks as they arrive). Made by `AsyncClient.open_blob`;
+    close it (``async with``, or ``await reader.aclose()``)."""
+
+    def __init__(self, response: httpx.Response, window: ReadWindow, reopen: Reopen) -> None:
+        self._response = response
+        self._window = window
+        self._reopen = reopen
+        self._chunks: AsyncIterator[bytes] = response.aiter_raw()
+        self._pending = b""
+        self.closed = False
+
+    @classmethod
+    async def _open(cls, digest: str, first: Optional[str], reopen: Reopen) -> "AsyncBlobReader":
+        window = ReadWindow(digest)
+        response = await reopen(first)
+        try:
+            window.accept(response, ranged=first is not None)
+        except BaseException:
+            await response.aclose()
+            raise
+        return cls(response, window, reopen)
+
+    @property
+    def digest(self) -> str:
+        """The blob's digest."""
+        return self._window.digest
+
+    @property
+    def size(self) -> int:
+        """The whole blob's size in bytes (whatever range is read)."""
+        return self._window.size
+
+    @property
+    def start(self) -> int:
+        """The offset in the blob of the first byte this reader gives."""
+        return self._window.start
+
+    @property
+    def length(self) -> int:
+        """How many bytes this reader gives in all (the range's length)."""
+        return self._window.stop - self._window.start
+
+    async def read(self, size: Optional[int] = -1) -> bytes:
+        """Up to ``size`` bytes (all that is left if ``size`` is negative or
+        ``None``): fewer only at the end."""
+        if size is None or size < 0:
+            return b"".join([chunk async for chunk in self])
+        parts: List[bytes] = []
+        wanted = size
+        while wanted > 0:
+            if not self._pending:
+                chunk = await self._next_chunk()
+                if chunk is None:
+                    break
+                self._pending = chunk
+            part, self._pending = self._pending[:wanted], self._pending[wanted:]
+            parts.append(part)
+            wanted -= len(part)
+        return b"".join(parts)
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._iter_chunks()
+
+    async def _iter_chunks(self) -> AsyncIterator[bytes]:
+        if self._pending:
+            pending, self._pending = self._pending, b""
+            yield pending
+        while True:
+            chunk = await self._next_chunk()
+            if chunk is None:
+                return
+            yield chunk
+
+    async def aclose(self) -> None:
+        """Give the connection back (the rest of the body unread)."""
+        if not self.closed:
+            self.closed = True
+            await self._response.aclose()
+
+    async def __aenter__(self) -> "AsyncBlobReader":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _next_chunk(self) -> Optional[bytes]:
+        """The next bytes of the body, as `BlobReader`'s."""
+        if self.closed:
+            raise ValueError("read of a closed blob reader")
+        window = self._window
+        while window.remaining > 0:
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                chunk = None
+            except httpx.TransportError as error:
+                await self._resume(error)
+                continue
+            if chunk is None:
+                await self._resume(_blobs.body_ended_early(window))
+                continue
+            window.advance(chunk)
+            if chunk:
+                return chunk
+        return None
+
+    async def _resume(self, error: Exception) -> None:
+        await self._response.aclose()
+        byte_range = self._window.broken(error)
+        self._response = await self._reopen(byte_range)
+        self._chunks = self._response.aiter_raw()
+        try:
+            self._window.accept(self._response, ranged=True)
+        except BaseException:
+            await self._response.aclose()
+            raise
+
+
+class BlobOpening:
+    """What `AsyncClient.open_blob` returns: awaited, the reader; used with
+    ``async with``, the reader, closed at the end of the block."""
+
+    def __init__(self, opening: Awaitable[AsyncBlobReader]) -> None:
+        self._opening = opening
+        self._reader: Optional[AsyncBlobReader] = None
+
+    def __await__(self) -> Generator[Any, None, AsyncBlobReader]:
+        return self._opening.__await__()
+
+    async def __aenter__(self) -> AsyncBlobReader:
+        self._reader = await self._opening
+        return self._reader
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._reader is not None:
+            await self._reader.aclose()

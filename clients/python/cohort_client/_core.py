@@ -58,6 +58,7 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 # digit (never a digest: a digest has 64).
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 _ID_SEGMENT = re.compile(r"/\d+(?=/|$)")
+_DIGEST_SEGMENT = re.compile(r"/[0-9a-f]{64}(?=/|$)")
 
 
 def new_idempotency_key() -> str:
@@ -217,8 +218,10 @@ def load_json(body: bytes) -> Any:
 
 
 def route_of(method: str, path: str) -> str:
-    """The route a request goes to, for counting: ``GET /v1/jobs/{id}``."""
-    return f"{method} {_ID_SEGMENT.sub('/{id}', path.split('?', 1)[0])}"
+    """The route a request goes to, for counting: ``GET /v1/jobs/{id}``,
+    ``GET /v1/blobs/{digest}``."""
+    path = _DIGEST_SEGMENT.sub("/{digest}", path.split("?", 1)[0])
+    return f"{method} {_ID_SEGMENT.sub('/{id}', path)}"
 
 
 class RequestCounter:

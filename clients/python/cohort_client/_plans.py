@@ -1,12 +1,14 @@
 """The client's request flows, written once for both clients.
 
 A *plan* is a generator that yields what it needs done, a `Send` (one HTTP
-request) or a `Sleep`, and is sent back the outcome: the ``httpx.Response``
-or the ``httpx.RequestError`` for a `Send`, ``None`` after a `Sleep`. Its
-return value is the flow's result; a failure is raised as `CohortError`.
-`Client` runs plans with ``httpx.Client`` and ``time.sleep``, `AsyncClient`
-with ``httpx.AsyncClient`` and ``asyncio.sleep``: retries, failover, the
-batch's resending and the fallbacks below exist only here.
+request), a `Sleep` or a `Work` (blocking file I/O), and is sent back the
+outcome: the ``httpx.Response`` or the ``httpx.RequestError`` for a `Send`,
+``None`` after a `Sleep`, the function's result for a `Work`. Its return
+value is the flow's result; a failure is raised as `CohortError`. `Client`
+runs plans with ``httpx.Client``, ``time.sleep`` and direct calls,
+`AsyncClient` with ``httpx.AsyncClient``, ``asyncio.sleep`` and
+``asyncio.to_thread``: retries, failover, the batch's resending and the
+fallbacks below exist only here.
 
 A client method that is one request flow and nothing else (uploads,
 deployments, schedules, DAGs) is written here once, as a plan with the
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import time
 from typing import (
     TYPE_CHECKING,
@@ -37,7 +40,8 @@ from typing import (
 
 import httpx
 
-from . import _core
+from . import _blobs, _core
+from ._blobs import BlobInfo, BodySource, FileBody, StreamBody
 from ._core import (
     Attempts,
     Backoff,
@@ -64,15 +68,32 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Send:
     """Send one request; the plan is sent back its response or its
-    ``httpx.RequestError``."""
+    ``httpx.RequestError``.
 
-    __slots__ = ("method", "url", "content", "timeout")
+    ``content`` is bytes, or a `BodySource` read as it is sent (its
+    ``chunks()`` or, by `AsyncClient`, its ``achunks()``). With ``stream``,
+    a success answer's body is left unread, for the plan's caller to read
+    (and close); an error answer's is read (and the answer closed) before
+    the plan sees it.
+    """
 
-    def __init__(self, method: str, url: str, content: Optional[bytes], timeout: httpx.Timeout) -> None:
+    __slots__ = ("method", "url", "content", "timeout", "headers", "stream")
+
+    def __init__(
+        self,
+        method: str,
+        url: str,
+        content: Optional[Union[bytes, BodySource]],
+        timeout: httpx.Timeout,
+        headers: Optional[Mapping[str, str]] = None,
+        stream: bool = False,
+    ) -> None:
         self.method = method
         self.url = url
         self.content = content
         self.timeout = timeout
+        self.headers = headers
+        self.stream = stream
 
 
 class Sleep:
@@ -84,10 +105,19 @@ class Sleep:
         self.seconds = seconds
 
 
-Op = Union[Send, Sleep]
+class Work:
+    """Call a blocking function (file I/O); the plan is sent back its
+    result. `AsyncClient` calls it in a thread."""
+
+    __slots__ = ("function", "args")
+
+    def __init__(self, function: Callable[..., Any], *args: Any) -> None:
+        self.function = function
+        self.args = args
+
+
+Op = Union[Send, Sleep, Work]
 Plan = Generator[Op, Any, T]
-
-
 
 
 class Plans:
@@ -105,18 +135,20 @@ class Plans:
         method: str,
         path: str,
         *,
-        content: Optional[bytes] = None,
+        content: Optional[Union[bytes, BodySource]] = None,
         deadline: Optional[float] = None,
         extra_s: float = 0.0,
+        headers: Optional[Mapping[str, str]] = None,
+        stream: bool = False,
     ) -> Plan[httpx.Response]:
         """One request, with failover and retries until ``deadline`` (see
-        `Attempts`); its success answer."""
+        `Attempts`); its success answer (its body unread with ``stream``)."""
         attempts = Attempts(self.nodes, self.settings.deadline() if deadline is None else deadline)
         timeout = self.settings.timeout(extra_s)
         while True:
             node = attempts.node()
             self.counter.count(method, path)
-            answer = yield Send(method, node + path, content, timeout)
+            answer = yield Send(method, node + path, content, timeout, headers, stream)
             if isinstance(answer, httpx.Response):
                 if answer.is_success:
                     attempts.succeeded(node)
@@ -462,6 +494,70 @@ class Plans:
         error, look at `secrets`)."""
         yield from self.json("DELETE", _core.secret_path(name), deadline=time.monotonic())
 
+    def put_blob(self, data: bytes) -> Plan[BlobInfo]:
+        """Store ``data`` as a blob (``PUT /v1/blobs``, submit scope); its
+        digest (the sha256 of its bytes) and size. Sent with its sha256
+        (``X-Cohort-Sha256``), so a node stores it only whole and right,
+        and retried and failed over as a read is. Storing bytes already
+        stored is harmless. ``blob_too_large`` (413) past the cluster's
+        ceiling, ``blob_store_full`` (507), ``replication_failed`` (503,
+        retried)."""
+        content = bytes(data)
+        sent = BlobInfo(_core.local_digest(content), len(content))
+        response = yield from self.call("PUT", "/v1/blobs", content=content, headers=_put_headers(sent.digest))
+        return _blobs.blob_info_of(response.content, sent)
+
+    def put_blob_file(self, path: "Union[str, os.PathLike[str]]") -> Plan[BlobInfo]:
+        """Store the file at ``path`` as a blob, as `put_blob`, never holding
+        it whole: read once to hash it, then streamed in chunks with its
+        size and sha256, so a retry (or the next node) sends it again,
+        whole. A file that changes meanwhile is refused
+        (``blob_digest_mismatch``)."""
+        info = yield Work(_blobs.hash_file, path)
+        body = FileBody(path, info)
+        headers = {**_put_headers(info.digest), **body.headers()}
+        response = yield from self.call("PUT", "/v1/blobs", content=body, headers=headers)
+        return _blobs.blob_info_of(response.content, info)
+
+    def put_blob_stream(self, fileobj: Any, sha256: Optional[str] = None) -> Plan[BlobInfo]:
+        """Store what a binary file object reads (a pipe, a socket's file,
+        a file being written...) as a blob, read in chunks and sent as they
+        come (chunked). It cannot be read twice, so it is sent once, to
+        one node, never retried (after an error, send it again from its
+        start). ``sha256``, when known, is sent for the node to check
+        (``blob_digest_mismatch``); either way the answer is checked
+        against the bytes sent."""
+        body = StreamBody(fileobj)
+        headers = _put_headers(_blobs.valid_digest(sha256))
+        response = yield from self.call(
+            "PUT", "/v1/blobs", content=body, headers=headers, deadline=time.monotonic()
+        )
+        return _blobs.blob_info_of(response.content, body.sent())
+
+    def head_blob(self, digest: str) -> Plan[Optional[BlobInfo]]:
+        """Blob ``digest``'s size (``HEAD /v1/blobs/{digest}``), or ``None``
+        if the cluster has no such blob."""
+        try:
+            response = yield from self.call("HEAD", _blobs.blob_path(digest))
+        except CohortError as error:
+            if error.status == 404:
+                return None
+            raise
+        return _blobs.head_info(response, digest)
+
+    def list_blobs(self) -> Plan[List[BlobInfo]]:
+        """Every blob stored (``GET /v1/blobs``)."""
+        response = yield from self.call("GET", "/v1/blobs")
+        return _blobs.blob_list_of(response.content)
+
+    def blob_body(self, digest: str, byte_range: Optional[str]) -> Plan[httpx.Response]:
+        """``GET /v1/blobs/{digest}`` (with a ``Range`` header), the answer's
+        body left unread: the readers' request."""
+        headers = {"accept-encoding": "identity"}
+        if byte_range is not None:
+            headers["range"] = byte_range
+        return (yield from self.call("GET", _blobs.blob_path(digest), headers=headers, stream=True))
+
     def wait(self, ids: Sequence[int], wait_ms: int) -> Plan[Dict[int, Finished]]:
         """One ``POST /v1/jobs/wait``: the jobs among ``ids`` that finished."""
         response = yield from self.call(
@@ -499,6 +595,15 @@ class Plans:
             if view.get("state") != "cancelled":
                 raise error
             return view
+
+
+def _put_headers(sha256: Optional[str]) -> Dict[str, str]:
+    """The headers of a ``PUT /v1/blobs``: the digest the bytes must have,
+    when known."""
+    headers = {"content-type": "application/octet-stream"}
+    if sha256 is not None:
+        headers[_blobs.SHA256_HEADER] = sha256
+    return headers
 
 
 def blocking(plan: Callable[Concatenate[Plans, P], Plan[T]]) -> Callable[Concatenate[Any, P], T]:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, Iterable, List, Optional, Sequence, TypeVar, Union, cast
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TypeVar, Union, cast
 
 import httpx
 
-from . import _core
+from . import _blobs, _core
+from ._blobs import BlobInfo, BodySource, PartFile, ReadWindow
 from ._core import BATCHES_IN_FLIGHT, WAIT_SLOTS, BatchQueue, JobCore, Module, Pending, Settings, WaitBook
-from ._plans import Plan, Plans, Send, blocking
+from ._plans import Plan, Plans, Send, Work, blocking
 from .errors import CohortError, WaitTimeout
 
 T = TypeVar("T")
@@ -284,6 +286,50 @@ class Client:
     set_secret = blocking(Plans.set_secret)
     secrets = blocking(Plans.secrets)
     delete_secret = blocking(Plans.delete_secret)
+    put_blob = blocking(Plans.put_blob)
+    put_blob_file = blocking(Plans.put_blob_file)
+    put_blob_stream = blocking(Plans.put_blob_stream)
+    head_blob = blocking(Plans.head_blob)
+    list_blobs = blocking(Plans.list_blobs)
+
+    def open_blob(self, digest: str, start: Optional[int] = None, end: Optional[int] = None) -> "BlobReader":
+        """Blob ``digest`` as a readable binary file (`BlobReader`: ``with
+        client.open_blob(d) as f: f.read(n)``), read from the node as it is
+        read, never held whole. ``start`` and ``end`` ask for a range, as a
+        slice does: ``end`` excluded, a negative ``start`` (without ``end``)
+        for the last ``-start`` bytes. ``blob_not_found`` (404) if the
+        cluster has no such blob, ``range_not_satisfiable`` (416) for a
+        ``start`` past its end."""
+        first = _blobs.range_header(start, end)
+        window = ReadWindow(digest)
+
+        def reopen(byte_range: Optional[str]) -> httpx.Response:
+            return self._run(self._plans.blob_body(digest, byte_range))
+
+        response = reopen(first)
+        try:
+            window.accept(response, ranged=first is not None)
+        except BaseException:
+            response.close()
+            raise
+        return BlobReader(response, window, reopen)
+
+    def get_blob_to_file(self, digest: str, path: "Union[str, os.PathLike[str]]") -> BlobInfo:
+        """Save blob ``digest`` at ``path``, streamed to a temporary file
+        beside it (``.NAME.XXXX.part``) whose sha256 is checked before it
+        is renamed into place: ``path`` is never left holding part of a
+        blob, or other bytes. ``blob_digest_mismatch`` (the temporary file
+        removed) if the bytes received are not the blob's; as
+        `open_blob` otherwise."""
+        with self.open_blob(digest) as reader:
+            part = PartFile(path, digest)
+            try:
+                for chunk in reader.iter_chunks():
+                    part.write(chunk)
+            except BaseException:
+                part.discard()
+                raise
+            return part.commit()
 
     def get(self, job_id: int) -> Job:
         """A handle for a job submitted elsewhere."""
@@ -378,7 +424,7 @@ class Client:
                 if isinstance(op, Send):
                     answer: Union[httpx.Response, httpx.RequestError]
                     try:
-                        answer = client.request(op.method, op.url, content=op.content, timeout=op.timeout)
+                        answer = _send(client, op)
                     except httpx.RequestError as error:
                         answer = error
                     except RuntimeError:
@@ -388,6 +434,8 @@ class Client:
                         plan.close()
                         raise _core.closed_error() from None
                     op = plan.send(answer)
+                elif isinstance(op, Work):
+                    op = plan.send(op.function(*op.args))
                 elif stop is None:
                     time.sleep(op.seconds)
                     op = plan.send(None)
@@ -398,3 +446,141 @@ class Client:
                     op = plan.send(None)
         except StopIteration as finished:
             return cast(T, finished.value)
+
+
+def _send(client: httpx.Client, op: Send) -> httpx.Response:
+    """One request of a plan. A streamed answer that is an error is read
+    whole (it is small) and closed: the plan reads its code."""
+    content = op.content.chunks() if isinstance(op.content, BodySource) else op.content
+    request = client.build_request(op.method, op.url, content=content, headers=op.headers, timeout=op.timeout)
+    response = client.send(request, stream=op.stream)
+    if op.stream and not response.is_success:
+        try:
+            response.read()
+        finally:
+            response.close()
+    return response
+
+
+class BlobReader(io.RawIOBase):
+    """A blob (or a range of it) as a readable binary file, read from the
+    node as the caller reads: made by `Client.open_blob`. Use it as a
+    context manager (or call `close`), so that its connection is given
+    back.
+
+    ``read(n)`` returns ``n`` bytes unless the blob ends first;
+    `iter_chunks` gives them as they come. A transport failure midway
+    resumes where it broke, on the next node (a blob never changes under
+    its digest), until the retry deadline; too many failures in a row
+    without progress raise ``unreachable``.
+    """
+
+    def __init__(
+        self, response: httpx.Response, window: ReadWindow, reopen: "Callable[[Optional[str]], httpx.Response]"
+    ) -> None:
+        super().__init__()
+        self._response = response
+        self._window = window
+        self._reopen = reopen
+        self._chunks: Iterator[bytes] = response.iter_raw()
+        self._pending = b""
+
+    @property
+    def digest(self) -> str:
+        """The blob's digest."""
+        return self._window.digest
+
+    @property
+    def size(self) -> int:
+        """The whole blob's size in bytes (whatever range is read)."""
+        return self._window.size
+
+    @property
+    def start(self) -> int:
+        """The offset in the blob of the first byte this reader gives."""
+        return self._window.start
+
+    @property
+    def length(self) -> int:
+        """How many bytes this reader gives in all (the range's length)."""
+        return self._window.stop - self._window.start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: "Any") -> int:
+        view = memoryview(buffer).cast("B")
+        if not self._pending:
+            chunk = self._next_chunk()
+            if chunk is None:
+                return 0
+            self._pending = chunk
+        count = min(len(view), len(self._pending))
+        view[:count] = self._pending[:count]
+        self._pending = self._pending[count:]
+        return count
+
+    def read(self, size: Optional[int] = -1) -> bytes:
+        """Up to ``size`` bytes (all that is left if ``size`` is negative or
+        ``None``): fewer only at the end."""
+        if size is None or size < 0:
+            return self.readall()
+        parts: List[bytes] = []
+        wanted = size
+        while wanted > 0:
+            if not self._pending:
+                chunk = self._next_chunk()
+                if chunk is None:
+                    break
+                self._pending = chunk
+            part, self._pending = self._pending[:wanted], self._pending[wanted:]
+            parts.append(part)
+            wanted -= len(part)
+        return b"".join(parts)
+
+    def readall(self) -> bytes:
+        """Every byte left (the range held whole: prefer `iter_chunks`)."""
+        return b"".join(self.iter_chunks())
+
+    def iter_chunks(self) -> Iterator[bytes]:
+        """The bytes left, chunk by chunk as they arrive."""
+        if self._pending:
+            pending, self._pending = self._pending, b""
+            yield pending
+        while True:
+            chunk = self._next_chunk()
+            if chunk is None:
+                return
+            yield chunk
+
+    def close(self) -> None:
+        if not self.closed:
+            self._response.close()
+        super().close()
+
+    def _next_chunk(self) -> Optional[bytes]:
+        """The next bytes of the body (resuming a broken download), or
+        ``None`` at the end of the range."""
+        if self.closed:
+            raise ValueError("read of a closed blob reader")
+        window = self._window
+        while window.remaining > 0:
+            try:
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    raise _blobs.body_ended_early(window)
+            except httpx.TransportError as error:
+                self._response.close()
+                byte_range = window.broken(error)
+                self._response = self._reopen(byte_range)
+                self._chunks = self._response.iter_raw()
+                try:
+                    window.accept(self._response, ranged=True)
+                except BaseException:
+                    self._response.close()
+                    raise
+                continue
+            window.advance(chunk)
+            if chunk:
+                return chunk
+        return None

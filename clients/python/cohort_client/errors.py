@@ -14,7 +14,9 @@ class CohortError(Exception):
             client's: ``unreachable`` (no node answered within the retry
             deadline), ``wait_timeout``, ``closed`` (the client was closed),
             ``bad_answer`` (a node answered something that is not the API's
-            format).
+            format); and the server's ``blob_digest_mismatch``, with no
+            ``status``, when the client finds a download's bytes are not
+            its digest's, or a file changed while it was uploaded.
         message: an explanation for people.
         status: the HTTP status of the answer that carried the error; for
             a job a batch's answer refused, the status the server answers

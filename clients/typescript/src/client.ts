@@ -5,14 +5,32 @@
  * @packageDocumentation
  */
 
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { readFile, stat } from "node:fs/promises";
 import { resolve as resolvePath } from "node:path";
 import { Batcher } from "./batcher.js";
+import {
+  BlobDownload,
+  HashedOnce,
+  PartFile,
+  ReadWindow,
+  SHA256_HEADER,
+  blobInfoOf,
+  blobPath,
+  fileChunks,
+  hashFile,
+  headInfo,
+  rangeHeader,
+  storedAs,
+  validDigest,
+} from "./blobs.js";
 import { CohortError, closedError } from "./errors.js";
 import { Job, type JobContext } from "./job.js";
-import { Transport } from "./transport.js";
+import { Transport, type StreamedAnswer } from "./transport.js";
 import type {
+  BlobInfo,
+  BlobRange,
+  BlobStream,
   ClientOptions,
   DagJob,
   DagStatus,
@@ -22,6 +40,7 @@ import type {
   GrantRequest,
   GrantsResult,
   HttpGrant,
+  PutBlobOptions,
   ScheduleOptions,
   ScheduleStatus,
   SecretInfo,
@@ -365,6 +384,159 @@ export class Client {
    */
   async deleteSecret(name: string): Promise<void> {
     await this.call("DELETE", secretPath(name), undefined, Date.now());
+  }
+
+  /**
+   * Stores bytes as a blob (`PUT /v1/blobs`, submit scope) and resolves to
+   * its digest (the sha256 of its bytes) and size. A `Uint8Array` is sent
+   * with its sha256 (`X-Cohort-Sha256`), so a node stores it only whole
+   * and right, and is retried and failed over as a read is. A
+   * `ReadableStream` or an async iterable of `Uint8Array`s is sent as it is
+   * read (chunked), never held whole; it cannot be read twice, so it is
+   * sent once, to one node, never retried (after an error, send it again
+   * from its start), and the answer is checked against the bytes sent.
+   * Storing bytes already stored is harmless. Rejects with
+   * `blob_too_large` (413) past the cluster's ceiling, `blob_digest_mismatch`
+   * (422) when `options.sha256` is not the bytes', `blob_store_full` (507),
+   * `replication_failed` (503, retried for bytes).
+   */
+  async putBlob(
+    data: Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
+    options: PutBlobOptions = {},
+  ): Promise<BlobInfo> {
+    const expected = options.sha256 === undefined ? undefined : validDigest(options.sha256);
+    if (data instanceof Uint8Array) {
+      const sent = { digest: createHash("sha256").update(data).digest("hex"), bytes: data.byteLength };
+      const answer = await this.context.transport.json<unknown>({
+        method: "PUT",
+        path: "/v1/blobs",
+        body: data,
+        headers: { [SHA256_HEADER]: expected ?? sent.digest },
+        deadline: Date.now() + this.context.retryDeadlineMs,
+        tryTimeoutMs: uploadTimeoutMs(data.byteLength),
+      });
+      return storedAs(answer, sent);
+    }
+    if (typeof (data as AsyncIterable<Uint8Array>)?.[Symbol.asyncIterator] !== "function") {
+      throw new TypeError("putBlob takes a Uint8Array, a ReadableStream or an async iterable of Uint8Arrays");
+    }
+    const stream = new HashedOnce(data as AsyncIterable<Uint8Array>);
+    const answer = await this.context.transport.json<unknown>({
+      method: "PUT",
+      path: "/v1/blobs",
+      body: () => stream.chunks(),
+      headers: expected === undefined ? {} : { [SHA256_HEADER]: expected },
+      deadline: Date.now(),
+      tryTimeoutMs: CALL_TRY_TIMEOUT_MS,
+    });
+    return storedAs(answer, stream.sent());
+  }
+
+  /**
+   * Stores the file at `path` as a blob, as {@link Client.putBlob} stores
+   * bytes, never holding it whole: read once to hash it, then streamed
+   * from disk with its size and sha256, so a retry (or the next node)
+   * sends it again, whole. Rejects with `file_unreadable` for a file that
+   * cannot be read, `blob_digest_mismatch` for one that changes meanwhile.
+   */
+  async putBlobFile(path: string): Promise<BlobInfo> {
+    let info: BlobInfo;
+    try {
+      info = await hashFile(path);
+    } catch (cause) {
+      const reason = cause instanceof Error ? cause.message : String(cause);
+      throw new CohortError("file_unreadable", `cannot read ${path}: ${reason}`, { cause });
+    }
+    const answer = await this.context.transport.json<unknown>({
+      method: "PUT",
+      path: "/v1/blobs",
+      body: () => fileChunks(path, info),
+      headers: { [SHA256_HEADER]: info.digest, "content-length": String(info.bytes) },
+      deadline: Date.now() + this.context.retryDeadlineMs,
+      tryTimeoutMs: CALL_TRY_TIMEOUT_MS,
+    });
+    return storedAs(answer, info);
+  }
+
+  /** A blob's size (`HEAD /v1/blobs/{digest}`), or `null` if the cluster has no such blob. */
+  async headBlob(digest: string): Promise<BlobInfo | null> {
+    try {
+      const answer = await this.context.transport.answer({
+        method: "HEAD",
+        path: blobPath(digest),
+        deadline: Date.now() + this.context.retryDeadlineMs,
+        tryTimeoutMs: CALL_TRY_TIMEOUT_MS,
+      });
+      return headInfo(answer.headers, digest);
+    } catch (error) {
+      if (error instanceof CohortError && error.status === 404) return null;
+      throw error;
+    }
+  }
+
+  /** Every blob stored (`GET /v1/blobs`). */
+  async listBlobs(): Promise<BlobInfo[]> {
+    const answer = await this.call<{ blobs?: unknown }>("GET", "/v1/blobs");
+    if (!Array.isArray(answer.blobs)) throw new CohortError("bad_response", "a list of blobs without blobs");
+    return answer.blobs.map(blobInfoOf);
+  }
+
+  /**
+   * Reads blob `digest`, or the bytes of `range` (as `slice` takes them:
+   * `end` excluded; a negative `start` for the last bytes), as they arrive:
+   * resolves once the node answers, to a {@link BlobStream} with the
+   * blob's `size` and the range's `start` and `length`, whose `body` (or
+   * the stream itself, async-iterated) gives the bytes. A download broken
+   * midway (a reset, a node lost) resumes where it broke on the next node.
+   * Rejects with `blob_not_found` (404), `range_not_satisfiable` (416) for
+   * a `start` past the end.
+   */
+  async getBlob(digest: string, range: BlobRange = {}): Promise<BlobStream> {
+    const first = rangeHeader(range);
+    const window = new ReadWindow(digest);
+    const open = (byteRange: string | undefined): Promise<StreamedAnswer> =>
+      this.context.transport.stream({
+        method: "GET",
+        path: blobPath(digest),
+        // The bytes as stored (fetch asks for `identity` itself with a range).
+        headers: byteRange === undefined ? { "accept-encoding": "identity" } : { range: byteRange },
+        deadline: Date.now() + this.context.retryDeadlineMs,
+        tryTimeoutMs: CALL_TRY_TIMEOUT_MS,
+      });
+    const answer = await open(first);
+    try {
+      window.accept(answer, first !== undefined);
+    } catch (error) {
+      await answer.body.cancel().catch(() => undefined);
+      throw error;
+    }
+    return new BlobDownload(answer, window, open);
+  }
+
+  /**
+   * Saves blob `digest` at `path`: streamed to a temporary file beside it
+   * (`.NAME.XXXX.part`) whose sha256 is checked before it is renamed into
+   * place, so `path` never holds part of a blob, or other bytes. Rejects
+   * with `blob_digest_mismatch` (the temporary file removed) if the bytes
+   * received are not the blob's, `file_unwritable` if the file cannot be
+   * written; as {@link Client.getBlob} otherwise.
+   */
+  async getBlobToFile(digest: string, path: string): Promise<BlobInfo> {
+    const blob = await this.getBlob(digest);
+    let part: PartFile;
+    try {
+      part = await PartFile.create(path, digest);
+    } catch (error) {
+      await blob.body.cancel().catch(() => undefined);
+      throw error;
+    }
+    try {
+      for await (const chunk of blob) await part.write(chunk);
+    } catch (error) {
+      await part.discard();
+      throw error;
+    }
+    return part.commit();
   }
 
   /**

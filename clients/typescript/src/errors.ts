@@ -10,7 +10,13 @@
  * - `wait_timeout`: {@link WaitTimeout}, a `result()` that ran out of time;
  * - `closed`: the client was closed before the operation ended;
  * - `module_unreadable`: a module path that could not be read;
+ * - `file_unreadable`, `file_unwritable`: a blob's file that could not be
+ *   read or written;
  * - `bad_response`: an answer that is not cohort's (e.g. from a proxy).
+ *
+ * The server's `blob_digest_mismatch` also comes, with a `null` status,
+ * from the client: a download whose bytes are not its digest's, or a file
+ * that changed while it was uploaded.
  *
  * @packageDocumentation
  */

@@ -11,6 +11,9 @@ export { CohortError, JobFailed, WaitTimeout, type CohortErrorDetails } from "./
 export { Job } from "./job.js";
 export type {
   AttemptStatus,
+  BlobInfo,
+  BlobRange,
+  BlobStream,
   CallRecord,
   ClientOptions,
   DagJob,
@@ -23,6 +26,7 @@ export type {
   GrantsResult,
   HttpGrant,
   JobStatus,
+  PutBlobOptions,
   ScheduleOptions,
   ScheduleStatus,
   SecretInfo,

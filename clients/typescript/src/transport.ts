@@ -24,19 +24,50 @@ export function backoffMs(attempt: number): number {
   return Math.random() * Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** Math.min(attempt, 20));
 }
 
+/** A request body read as it is sent: made anew by each try. */
+export type BodySource = () => AsyncIterable<Uint8Array>;
+
 /** One request, sent again unchanged on each retry. */
 export interface RequestSpec {
-  method: "GET" | "POST" | "DELETE";
+  method: "GET" | "HEAD" | "POST" | "PUT" | "DELETE";
   /** The path and query, e.g. `/v1/jobs/batch`. */
   path: string;
-  /** A JSON text (sent as `application/json`) or bytes (as `contentType`). */
-  body?: string | Uint8Array;
-  /** The content type of a bytes body. */
+  /**
+   * A JSON text (sent as `application/json`), bytes (as `contentType`), or
+   * a {@link BodySource} (as `contentType`), called by each try and sent as
+   * it is read: chunked, unless `headers` give its `content-length`.
+   */
+  body?: string | Uint8Array | BodySource;
+  /** The content type of a bytes or streamed body. */
   contentType?: string;
+  /** More request headers. */
+  headers?: Record<string, string>;
   /** When to stop retrying (`Date.now()` milliseconds). */
   deadline: number;
-  /** Longest one try may take before it counts as a transport failure. */
+  /**
+   * Longest one try may take before it counts as a transport failure; for
+   * a streamed body (sent or received), longest it may go without a chunk.
+   */
   tryTimeoutMs: number;
+}
+
+/** A success answer, its body read. */
+export interface Answer {
+  status: number;
+  headers: Headers;
+  body: Uint8Array;
+}
+
+/**
+ * A success answer whose body is read as it comes ({@link Transport.stream}).
+ * A read that waits longer than the try timeout, or a connection that
+ * breaks, errors the body with `unreachable` (retryable); the client's
+ * `close()` errors it with `closed`.
+ */
+export interface StreamedAnswer {
+  status: number;
+  headers: Headers;
+  body: ReadableStream<Uint8Array>;
 }
 
 /** A node of the list, and how long it is skipped after failing. */
@@ -111,11 +142,28 @@ export class Transport {
    * Other errors are thrown at once.
    */
   async send(spec: RequestSpec): Promise<Uint8Array> {
+    return (await this.answer(spec)).body;
+  }
+
+  /** As {@link send}, with the answer's status and headers. */
+  answer(spec: RequestSpec): Promise<Answer> {
+    return this.retried(spec, false) as Promise<Answer>;
+  }
+
+  /**
+   * As {@link answer}, but the success answer's body is left to be read as
+   * it comes (an error answer's is read, for its code).
+   */
+  stream(spec: RequestSpec): Promise<StreamedAnswer> {
+    return this.retried(spec, true) as Promise<StreamedAnswer>;
+  }
+
+  private async retried(spec: RequestSpec, streamed: boolean): Promise<Answer | StreamedAnswer> {
     for (let attempt = 0; ; ) {
       if (this.closed) throw closedError();
       const node = this.pick();
-      const outcome = await this.try(node, spec);
-      if (outcome instanceof Uint8Array) return outcome;
+      const outcome = await this.try(node, spec, streamed);
+      if (!("error" in outcome)) return outcome;
       const now = Date.now();
       if (now >= spec.deadline || now + outcome.retryAfterMs > spec.deadline) throw outcome.error;
       // A node that failed is skipped: the next one that is not gets the
@@ -134,52 +182,68 @@ export class Transport {
     return free ?? this.nodes.reduce((a, b) => (b.skippedUntil < a.skippedUntil ? b : a));
   }
 
-  /** One try on `node`: the body on success, a {@link Retry}, or a thrown error that is final. */
-  private async try(node: Node, spec: RequestSpec): Promise<Uint8Array | Retry> {
-    const headers: Record<string, string> = { ...this.headers };
+  /**
+   * One try on `node`: the success answer (its body read, or with
+   * `streamed` left to be read), a {@link Retry}, or a thrown error that is
+   * final.
+   */
+  private async try(node: Node, spec: RequestSpec, streamed: boolean): Promise<Answer | StreamedAnswer | Retry> {
+    const headers: Record<string, string> = { ...this.headers, ...spec.headers };
     if (typeof spec.body === "string") headers["content-type"] = "application/json";
     else if (spec.body !== undefined) headers["content-type"] = spec.contentType ?? "application/octet-stream";
-    // One try ends at its timeout, or when the client closes.
+    // One try ends at its timeout (for a streamed body, that long without
+    // a chunk), or when the client closes.
     const abort = new AbortController();
-    let timedOut = false;
-    const timer = setTimeout(() => {
-      timedOut = true;
-      abort.abort();
-    }, spec.tryTimeoutMs);
+    const clock = new TryClock(spec.tryTimeoutMs, () => abort.abort());
     const onClose = (): void => abort.abort();
     this.closing.signal.addEventListener("abort", onClose);
-    let status: number;
-    let retryAfter: string | null;
-    let body: Uint8Array;
-    try {
-      const response = await this.fetch(node.url + spec.path, {
-        method: spec.method,
-        headers,
-        body: spec.body,
-        signal: abort.signal,
-      });
-      status = response.status;
-      retryAfter = response.headers.get("retry-after");
-      body = new Uint8Array(await response.arrayBuffer());
-    } catch (cause) {
-      if (this.closed) throw closedError();
-      node.failed(Date.now());
-      const reason = timedOut ? `no answer within ${Math.round(spec.tryTimeoutMs)} ms` : describe(cause);
-      const error = new CohortError("unreachable", `${spec.method} ${spec.path} to ${node.url}: ${reason}`, {
-        retryable: true,
-        cause,
-      });
-      return { error, retryAfterMs: 0 };
-    } finally {
-      clearTimeout(timer);
+    const release = (): void => {
+      clock.pause();
       this.closing.signal.removeEventListener("abort", onClose);
+    };
+    const what = `${spec.method} ${spec.path} to ${node.url}`;
+    const failure = (cause: unknown): CohortError => {
+      if (this.closed) return closedError();
+      const reason = clock.timedOut ? `no answer within ${Math.round(spec.tryTimeoutMs)} ms` : describe(cause);
+      return new CohortError("unreachable", `${what}: ${reason}`, { retryable: true, cause });
+    };
+    let response: Response;
+    let body: Uint8Array | undefined;
+    clock.start();
+    try {
+      const init: RequestInit & { duplex?: "half" } = { method: spec.method, headers, signal: abort.signal };
+      if (typeof spec.body === "function") {
+        init.body = restarting(spec.body(), clock) as RequestInit["body"];
+        init.duplex = "half";
+      } else {
+        init.body = spec.body;
+      }
+      response = await this.fetch(node.url + spec.path, init);
+      const ok = response.status >= 200 && response.status < 300;
+      if (!streamed || !ok) body = new Uint8Array(await response.arrayBuffer());
+    } catch (caught) {
+      release();
+      // The client's own error from a streamed body (a file that changed):
+      // final, whatever fetch wrapped it in.
+      const own = ownError(caught);
+      if (own !== undefined) throw own;
+      const error = failure(caught);
+      if (error.code === "closed") throw error;
+      node.failed(Date.now());
+      return { error, retryAfterMs: 0 };
     }
-    if (status === 503) node.failed(Date.now());
+    if (response.status === 503) node.failed(Date.now());
     else node.answered();
-    if (status >= 200 && status < 300) return body;
-    const error = errorOfAnswer(status, body, `${spec.method} ${spec.path}`);
+    if (body === undefined) {
+      // A streamed success: the clock runs only while a read waits.
+      clock.pause();
+      return { status: response.status, headers: response.headers, body: watched(response, clock, release, failure) };
+    }
+    release();
+    if (response.status >= 200 && response.status < 300) return { status: response.status, headers: response.headers, body };
+    const error = errorOfAnswer(response.status, body, `${spec.method} ${spec.path}`);
     if (!error.retryable) throw error;
-    return { error, retryAfterMs: retryAfterMs(retryAfter) };
+    return { error, retryAfterMs: retryAfterMs(response.headers.get("retry-after")) };
   }
 
   /** Waits `ms`, or until the client closes. */
@@ -194,6 +258,86 @@ export class Transport {
       this.closing.signal.addEventListener("abort", done);
     });
   }
+}
+
+/** A try's timeout: aborts the try once it has run `ms` since `start()`, unless paused. */
+class TryClock {
+  timedOut = false;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(
+    private readonly ms: number,
+    private readonly abort: () => void,
+  ) {}
+
+  /** (Re)starts the clock: the try has `ms` from now. */
+  start(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.timedOut = true;
+      this.abort();
+    }, this.ms);
+  }
+
+  /** Stops the clock (a streamed body the caller is not reading). */
+  pause(): void {
+    clearTimeout(this.timer);
+  }
+}
+
+/** A streamed request body that restarts the try's clock at every chunk. */
+async function* restarting(source: AsyncIterable<Uint8Array>, clock: TryClock): AsyncIterable<Uint8Array> {
+  for await (const chunk of source) {
+    clock.start();
+    yield chunk;
+  }
+  clock.start();
+}
+
+/**
+ * A streamed answer's body, read as the caller reads: the try's clock runs
+ * while a read waits; a failed read errors the stream with `failure`'s
+ * error (`unreachable`, or `closed`); `release` once it ends, either way.
+ */
+function watched(
+  response: Response,
+  clock: TryClock,
+  release: () => void,
+  failure: (cause: unknown) => CohortError,
+): ReadableStream<Uint8Array> {
+  const body = response.body;
+  if (body === null) {
+    release();
+    return new ReadableStream<Uint8Array>({ start: (controller) => controller.close() });
+  }
+  const reader = body.getReader();
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        clock.start();
+        let next: { done: boolean; value?: Uint8Array };
+        try {
+          next = await reader.read();
+        } catch (cause) {
+          release();
+          controller.error(failure(cause));
+          return;
+        }
+        clock.pause();
+        if (next.done || next.value === undefined) {
+          release();
+          controller.close();
+        } else {
+          controller.enqueue(next.value);
+        }
+      },
+      async cancel(reason) {
+        release();
+        await reader.cancel(reason).catch(() => undefined);
+      },
+    },
+    { highWaterMark: 0 },
+  );
 }
 
 /** cohort's JSON error (`{"code", "message", "retryable"}`) of a non-2xx answer. */
@@ -226,6 +370,14 @@ function retryAfterMs(header: string | null): number {
   if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
   const date = Date.parse(header);
   return Number.isNaN(date) ? 0 : Math.max(0, date - Date.now());
+}
+
+/** A {@link CohortError} that `error` is, or was caused by. */
+function ownError(error: unknown): CohortError | undefined {
+  for (let cause = error, depth = 0; cause instanceof Error && depth < 4; cause = cause.cause, depth += 1) {
+    if (cause instanceof CohortError) return cause;
+  }
+  return undefined;
 }
 
 /** A transport failure's reason, from fetch's error and its cause. */

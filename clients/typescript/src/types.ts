@@ -333,3 +333,51 @@ export interface DeployResult {
   /** Whether the name already pointed at this module (no new version was made). */
   existing: boolean;
 }
+
+/** A blob stored by the cluster: data named by the sha256 of its bytes ({@link Client.putBlob}). */
+export interface BlobInfo {
+  /** The sha256 of its bytes, 64 lowercase hex digits. */
+  digest: string;
+  /** Its size in bytes. */
+  bytes: number;
+}
+
+/**
+ * Which bytes of a blob to read, as `Uint8Array.slice` takes them: from
+ * `start` (default 0; a negative one, without `end`, for the last `-start`
+ * bytes) up to `end` (excluded; default the blob's end).
+ */
+export interface BlobRange {
+  start?: number;
+  end?: number;
+}
+
+/** Options of {@link Client.putBlob}. */
+export interface PutBlobOptions {
+  /**
+   * The sha256 the bytes must have (64 lowercase hex digits), sent for the
+   * node to check (`blob_digest_mismatch`, 422, stores nothing). Without
+   * it, bytes are sent with theirs; a stream is checked after, against
+   * the answer.
+   */
+  sha256?: string;
+}
+
+/**
+ * A blob (or a range of it) read as it arrives ({@link Client.getBlob}):
+ * read `body`, or iterate the stream itself (`for await (const chunk of
+ * blob)`), once. A download broken midway resumes where it broke, on the
+ * next node. Cancel `body` (or leave the loop) to stop early.
+ */
+export interface BlobStream extends AsyncIterable<Uint8Array> {
+  /** The blob's digest. */
+  readonly digest: string;
+  /** The whole blob's size in bytes, whatever range is read. */
+  readonly size: number;
+  /** The offset in the blob of the first byte given. */
+  readonly start: number;
+  /** How many bytes are given in all (the range's length). */
+  readonly length: number;
+  /** The bytes, as they arrive. */
+  readonly body: ReadableStream<Uint8Array>;
+}

@@ -1,0 +1,408 @@
+"""What `Client` and `AsyncClient` share of blobs: everything but the I/O.
+
+A blob is data of any length named by the sha256 of its bytes, stored by
+the cluster (``PUT /v1/blobs``) and read back whole or by byte range
+(``GET /v1/blobs/{digest}``). Neither client ever holds a whole blob: an
+upload is read from its file in chunks of `BLOB_CHUNK_BYTES` as it is
+sent, a download is handed on chunk by chunk as it arrives. Here are the
+request bodies (`FileBody`, `StreamBody`), the ranges, the parsing of
+answers, a download's bookkeeping (`ReadWindow`) and the temporary file a
+download is saved through (`PartFile`); the readers are `BlobReader`
+(`_sync`) and `AsyncBlobReader` (`_async`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import io
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import IO, Any, AsyncIterator, Dict, Iterator, List, Optional, Union
+from urllib.parse import quote
+
+import httpx
+
+from ._core import bad_answer, load_json
+from .errors import CohortError
+
+#: How much of a file is read (and sent, or written) at a time.
+BLOB_CHUNK_BYTES = 1 << 20
+#: The request header naming the digest an upload must have.
+SHA256_HEADER = "x-cohort-sha256"
+#: A download that fails this many times in a row without a byte between
+#: gives up (a failure after progress resumes where it broke, again).
+RESUMES_WITHOUT_PROGRESS_MAX = 3
+
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+#: A path to a file, as ``open`` takes it.
+Path = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    """A blob stored by the cluster: the sha256 of its bytes (64 lowercase
+    hex digits) and its size."""
+
+    digest: str
+    bytes: int
+
+
+def blob_path(digest: str) -> str:
+    """The route of blob ``digest`` (one path segment, whatever it holds)."""
+    return "/v1/blobs/" + quote(digest, safe="")
+
+
+def range_header(start: Optional[int], end: Optional[int]) -> Optional[str]:
+    """The ``Range`` header of bytes ``start`` to ``end`` of a blob, as a
+    slice takes them: ``end`` excluded, ``None`` for either end of the blob,
+    a negative ``start`` (without ``end``) for the last ``-start`` bytes.
+    ``None`` for the whole blob. Raises ``ValueError`` for a range HTTP
+    cannot ask for (empty, or negative ``end``)."""
+    for name, value in (("start", start), ("end", end)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"{name} is an int or None, not {type(value).__name__}")
+    if start is not None and start < 0:
+        if end is not None:
+            raise ValueError("a negative start (the last bytes) takes no end")
+        return f"bytes={start}"  # "bytes=-N"
+    first = start or 0
+    if end is None:
+        return None if first == 0 else f"bytes={first}-"
+    if end < 0:
+        raise ValueError(f"end must be at least 0, not {end}")
+    if end <= first:
+        raise ValueError(f"an empty range: end ({end}) must be above start ({first})")
+    return f"bytes={first}-{end - 1}"
+
+
+def blob_info_of(body: bytes, expected: Optional[BlobInfo] = None) -> BlobInfo:
+    """The ``{"digest", "bytes"}`` of an upload's answer, checked against
+    what was sent when known (``bad_answer`` if the node stored other
+    bytes)."""
+    info = _info(load_json(body))
+    if expected is not None and info != expected:
+        raise bad_answer(f"the node stored {info.digest} ({info.bytes} bytes), not the {expected.digest} sent")
+    return info
+
+
+def blob_list_of(body: bytes) -> List[BlobInfo]:
+    """The blobs of ``GET /v1/blobs``'s answer."""
+    data = load_json(body)
+    blobs = data.get("blobs") if isinstance(data, dict) else None
+    if not isinstance(blobs, list):
+        raise bad_answer("a list of blobs without blobs")
+    return [_info(blob) for blob in blobs]
+
+
+def _info(data: Any) -> BlobInfo:
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("digest"), str)
+        or not isinstance(data.get("bytes"), int)
+        or isinstance(data.get("bytes"), bool)
+    ):
+        raise bad_answer(f"a blob that is not {{digest, bytes}}: {data!r}")
+    return BlobInfo(data["digest"], data["bytes"])
+
+
+def check_etag(headers: httpx.Headers, digest: str) -> None:
+    """A blob's ``ETag`` (when the answer has one) names the blob asked for."""
+    etag = headers.get("etag")
+    if etag is not None and etag.removeprefix("W/").strip('"') != digest:
+        raise bad_answer(f"blob {digest} answered with the ETag {etag}")
+
+
+def head_info(response: httpx.Response, digest: str) -> BlobInfo:
+    """The blob a ``HEAD /v1/blobs/{digest}`` describes."""
+    check_etag(response.headers, digest)
+    length = _integer(response.headers.get("content-length"))
+    if length is None:
+        raise bad_answer(f"blob {digest}'s HEAD without a Content-Length")
+    return BlobInfo(digest, length)
+
+
+def _integer(text: Optional[str]) -> Optional[int]:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+# ---------------------------------------------------------------------------
+# Downloads
+
+
+class ReadWindow:
+    """Where a download stands: the bytes ``start`` to ``stop`` (excluded)
+    of a blob of ``size`` bytes, read up to ``position``.
+
+    A download broken by a transport failure (a reset, a node killed, a
+    body cut short) resumes with a ``Range`` from ``position`` on the next
+    node: a blob never changes under its digest, so the bytes that follow
+    are the same from any node. Not thread-safe (a reader is used by one
+    caller at a time).
+    """
+
+    def __init__(self, digest: str) -> None:
+        self.digest = digest
+        self.start = 0
+        self.stop = 0
+        self.size = 0
+        self.position = 0
+        self._opened = False
+        self._stalls = 0
+        self._progress_since_open = False
+
+    def accept(self, response: httpx.Response, ranged: bool) -> None:
+        """Take an answer to a (resumed) ``GET``: its window, checked."""
+        check_etag(response.headers, self.digest)
+        length = _integer(response.headers.get("content-length"))
+        if response.status_code == 206:
+            found = _CONTENT_RANGE.fullmatch(response.headers.get("content-range", ""))
+            if found is None:
+                raise bad_answer(f"a 206 with the Content-Range {response.headers.get('content-range')!r}")
+            first, last, size = (int(group) for group in found.groups())
+            start, stop = first, last + 1
+            if stop > size or (length is not None and length != stop - start):
+                raise bad_answer(f"a 206 whose Content-Range {first}-{last}/{size} is not its length ({length})")
+        elif response.status_code == 200 and not ranged:
+            if length is None:
+                raise bad_answer(f"blob {self.digest} answered without a Content-Length")
+            start, stop, size = 0, length, length
+        else:
+            raise bad_answer(f"a range of blob {self.digest} answered with {response.status_code}")
+        if not self._opened:
+            self.start, self.stop, self.size, self.position = start, stop, size, start
+            self._opened = True
+        elif (start, stop, size) != (self.position, self.stop, self.size):
+            raise bad_answer(
+                f"resumed at {self.position} of {self.size} bytes, the node answered bytes {start}-{stop - 1}/{size}"
+            )
+        self._progress_since_open = False
+
+    @property
+    def remaining(self) -> int:
+        """Bytes of the window not read yet."""
+        return self.stop - self.position
+
+    def advance(self, chunk: bytes) -> None:
+        """``chunk`` came: the position moves past it."""
+        if len(chunk) > self.remaining:
+            raise bad_answer(f"blob {self.digest}'s body is longer than its {self.stop - self.start} bytes")
+        if chunk:
+            self.position += len(chunk)
+            self._progress_since_open = True
+            self._stalls = 0
+
+    def broken(self, error: Exception) -> Optional[str]:
+        """The download broke with ``error`` (a transport failure, or a body
+        that ended early): the ``Range`` to resume with, or ``unreachable``
+        raised after too many failures in a row without progress."""
+        if not self._progress_since_open:
+            self._stalls += 1
+        if self._stalls >= RESUMES_WITHOUT_PROGRESS_MAX:
+            detail = str(error) or type(error).__name__
+            raise CohortError(
+                "unreachable", f"blob {self.digest} broke off at byte {self.position}: {detail}", None, True
+            ) from error
+        header = range_header(self.position, self.stop)
+        assert header is not None and self.remaining > 0
+        return header
+
+
+def body_ended_early(window: ReadWindow) -> Exception:
+    """The error of a body that ended before its window did."""
+    return httpx.RemoteProtocolError(f"the body ended {window.remaining} bytes early")
+
+
+class PartFile:
+    """A download saved beside its destination: ``.NAME.XXXX.part`` in the
+    same directory, hashed as it is written, renamed over the destination
+    only once whole and its sha256 the digest asked for (`commit`), else
+    removed (`discard`). Blocking calls: `AsyncClient` runs each in a
+    thread."""
+
+    def __init__(self, destination: Path, digest: str) -> None:
+        self.destination = os.fspath(destination)
+        self.digest = digest
+        directory, name = os.path.split(os.path.abspath(self.destination))
+        fd, self.path = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=directory)
+        self._file: IO[bytes] = os.fdopen(fd, "wb")
+        self._hash = hashlib.sha256()
+        self.bytes = 0
+
+    def write(self, chunk: bytes) -> None:
+        """Append ``chunk``."""
+        self._file.write(chunk)
+        self._hash.update(chunk)
+        self.bytes += len(chunk)
+
+    def commit(self) -> BlobInfo:
+        """Check the bytes' sha256; rename the file into place (synced
+        first, so a crash never leaves a torn file under the name).
+        Raises ``blob_digest_mismatch`` (the file removed) if the bytes are
+        not the blob's."""
+        actual = self._hash.hexdigest()
+        if actual != self.digest:
+            self.discard()
+            raise CohortError(
+                "blob_digest_mismatch",
+                f"the {self.bytes} bytes received for blob {self.digest} have sha256 {actual}; nothing was saved",
+            )
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            os.replace(self.path, self.destination)
+        except BaseException:
+            self.discard()
+            raise
+        return BlobInfo(self.digest, self.bytes)
+
+    def discard(self) -> None:
+        """Close and remove the partial file."""
+        self._file.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+# ---------------------------------------------------------------------------
+# Uploads
+
+
+class BodySource:
+    """A request body read as it is sent: ``chunks()`` for ``httpx.Client``,
+    ``achunks()`` (its reads in a thread) for ``httpx.AsyncClient``."""
+
+    def chunks(self) -> Iterator[bytes]:
+        raise NotImplementedError
+
+    def achunks(self) -> AsyncIterator[bytes]:
+        raise NotImplementedError
+
+    def headers(self) -> Dict[str, str]:
+        """The headers the body needs (its ``content-length`` when known)."""
+        return {}
+
+
+def hash_file(path: Path) -> BlobInfo:
+    """A file's sha256 and size, read in chunks."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as file:
+        while True:
+            chunk = file.read(BLOB_CHUNK_BYTES)
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+    return BlobInfo(digest.hexdigest(), size)
+
+
+class FileBody(BodySource):
+    """A file of known size and digest, opened anew by each try (so a
+    retry sends it again, whole). The file ending before its size is
+    ``blob_digest_mismatch``: it changed since it was hashed."""
+
+    def __init__(self, path: Path, info: BlobInfo) -> None:
+        self.path = os.fspath(path)
+        self.info = info
+
+    def headers(self) -> Dict[str, str]:
+        return {"content-length": str(self.info.bytes)}
+
+    def chunks(self) -> Iterator[bytes]:
+        with open(self.path, "rb") as file:
+            left = self.info.bytes
+            while left > 0:
+                chunk = file.read(min(BLOB_CHUNK_BYTES, left))
+                if not chunk:
+                    raise self._changed()
+                left -= len(chunk)
+                yield chunk
+
+    async def achunks(self) -> AsyncIterator[bytes]:
+        file = await asyncio.to_thread(open, self.path, "rb")
+        try:
+            left = self.info.bytes
+            while left > 0:
+                chunk = await asyncio.to_thread(file.read, min(BLOB_CHUNK_BYTES, left))
+                if not chunk:
+                    raise self._changed()
+                left -= len(chunk)
+                yield chunk
+        finally:
+            await asyncio.to_thread(file.close)
+
+    def _changed(self) -> CohortError:
+        return CohortError(
+            "blob_digest_mismatch", f"{self.path} is shorter than its {self.info.bytes} bytes hashed: it changed"
+        )
+
+
+class StreamBody(BodySource):
+    """A binary file object, read in chunks once (it cannot be read
+    again, so the upload is never retried), hashed as it is sent."""
+
+    def __init__(self, fileobj: Any) -> None:
+        if not callable(getattr(fileobj, "read", None)) or isinstance(fileobj, io.TextIOBase):
+            raise TypeError(f"put_blob_stream takes a binary file object, not {type(fileobj).__name__}")
+        self._file = fileobj
+        self._hash = hashlib.sha256()
+        self._bytes = 0
+        self._used = False
+
+    def sent(self) -> BlobInfo:
+        """The digest and size of what was read and sent."""
+        return BlobInfo(self._hash.hexdigest(), self._bytes)
+
+    def _take(self, chunk: Any) -> bytes:
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise TypeError(f"a blob's file object read {type(chunk).__name__}, not bytes: open it in binary mode")
+        data = bytes(chunk)
+        self._hash.update(data)
+        self._bytes += len(data)
+        return data
+
+    def _once(self) -> None:
+        if self._used:
+            raise RuntimeError("a stream's body is sent once")
+        self._used = True
+
+    def chunks(self) -> Iterator[bytes]:
+        self._once()
+        while True:
+            chunk = self._file.read(BLOB_CHUNK_BYTES)
+            if chunk is None:  # a non-blocking file with nothing yet
+                time.sleep(0.01)
+                continue
+            if not chunk:
+                return
+            yield self._take(chunk)
+
+    async def achunks(self) -> AsyncIterator[bytes]:
+        self._once()
+        read = self._file.read
+        coroutine = inspect.iscoroutinefunction(read)
+        while True:
+            chunk = await read(BLOB_CHUNK_BYTES) if coroutine else await asyncio.to_thread(read, BLOB_CHUNK_BYTES)
+            if chunk is None:
+                await asyncio.sleep(0.01)
+                continue
+            if not chunk:
+                return
+            yield self._take(chunk)
+
+
+def valid_digest(digest: Optional[str]) -> Optional[str]:
+    """``digest`` if it is one (64 lowercase hex digits); ``ValueError``
+    otherwise (``None`` stays ``None``)."""
+    if digest is not None and not (isinstance(digest, str) and _DIGEST.fullmatch(digest)):
+        raise ValueError(f"a sha256 is 64 lowercase hex digits, not {digest!r}")
+    return digest

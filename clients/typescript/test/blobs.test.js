@@ -1,0 +1,360 @@
+// Blobs through the client, against a fake node: a local HTTP server that
+// speaks /v1/blobs (no cohort node), so that the tests see the bytes on the
+// wire: streamed uploads, streamed downloads, ranges, a download cut
+// midway, a node answering the wrong bytes. No node needed.
+
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { once } from "node:events";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { createServer } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Readable } from "node:stream";
+import { after, before, test } from "node:test";
+import { Client, CohortError } from "../dist/index.js";
+import { rangeHeader } from "../dist/blobs.js";
+
+const MiB = 1 << 20;
+
+function sha256(bytes) {
+  return createHash("sha256").update(bytes).digest("hex");
+}
+
+/** `size` bytes that differ at every offset (a shifted range shows). */
+function dataOf(size, seed = 1) {
+  const block = Buffer.alloc(64 * 1024);
+  for (let i = 0; i < block.length; i += 32) createHash("sha256").update(`${seed}:${i}`).digest().copy(block, i);
+  const data = Buffer.alloc(size);
+  for (let i = 0; i < size; i += block.length) block.copy(data, i, 0, Math.min(block.length, size - i));
+  return data;
+}
+
+/**
+ * A node that stores blobs in memory and answers /v1/blobs as cohort does.
+ * `cutGet` cuts that many GET bodies in the middle; `cutPut` closes that
+ * many uploads' connections after reading about `cutPutAfter` bytes;
+ * `wrong` maps a digest to the bytes answered for it; `hold` (a promise)
+ * makes a GET send `holdBytes`, then wait for it (10 s at most, then
+ * `heldOut` and the connection closed) before the rest.
+ */
+async function fakeNode() {
+  const node = {
+    blobs: new Map(),
+    seen: [],
+    cutGet: 0,
+    cutPut: 0,
+    cutPutAfter: MiB,
+    wrong: new Map(),
+    hold: null,
+    holdBytes: 0,
+    heldOut: false,
+    requests: (method) => node.seen.filter((seen) => seen.method === method),
+  };
+  const json = (res, status, body, extra = {}) => {
+    const text = JSON.stringify(body);
+    res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...extra });
+    res.end(text);
+  };
+  const refuse = (res, status, code, extra) => json(res, status, { code, message: `a fake ${code}`, retryable: false }, extra);
+  const server = createServer(async (req, res) => {
+    const seen = { method: req.method, url: req.url, headers: req.headers, body: Buffer.alloc(0) };
+    node.seen.push(seen);
+    if (req.method === "PUT" && req.url === "/v1/blobs") {
+      const parts = [];
+      let read = 0;
+      const cut = node.cutPut > 0;
+      if (cut) node.cutPut -= 1;
+      try {
+        for await (const chunk of req) {
+          parts.push(chunk);
+          read += chunk.length;
+          if (cut && read >= node.cutPutAfter) {
+            req.socket.destroy();
+            return;
+          }
+        }
+      } catch {
+        return;
+      }
+      seen.body = Buffer.concat(parts);
+      const digest = sha256(seen.body);
+      const expected = req.headers["x-cohort-sha256"];
+      if (expected !== undefined && expected !== digest) return refuse(res, 422, "blob_digest_mismatch");
+      const status = node.blobs.has(digest) ? 200 : 201;
+      node.blobs.set(digest, seen.body);
+      return json(res, status, { digest, bytes: seen.body.length });
+    }
+    if (req.method === "GET" && req.url === "/v1/blobs") {
+      return json(res, 200, { blobs: [...node.blobs].map(([digest, bytes]) => ({ digest, bytes: bytes.length })) });
+    }
+    const digest = req.url.startsWith("/v1/blobs/") ? req.url.slice("/v1/blobs/".length) : null;
+    if ((req.method !== "GET" && req.method !== "HEAD") || digest === null) return refuse(res, 404, "not_found");
+    if (!node.blobs.has(digest)) {
+      if (req.method === "HEAD") return res.writeHead(404).end();
+      return refuse(res, 404, "blob_not_found");
+    }
+    const data = node.wrong.get(digest) ?? node.blobs.get(digest);
+    const size = data.length;
+    let [start, stop, status] = [0, size, 200];
+    const headers = { "content-type": "application/octet-stream", etag: `"${digest}"`, "accept-ranges": "bytes" };
+    const range = req.headers.range;
+    if (range !== undefined) {
+      const found = /^bytes=(\d*)-(\d*)$/.exec(range);
+      assert.ok(found, range);
+      if (found[1] === "") [start, stop] = [Math.max(0, size - Number(found[2])), size];
+      else [start, stop] = [Number(found[1]), found[2] === "" ? size : Math.min(size, Number(found[2]) + 1)];
+      if (start >= size) return refuse(res, 416, "range_not_satisfiable", { "content-range": `bytes */${size}` });
+      status = 206;
+      headers["content-range"] = `bytes ${start}-${stop - 1}/${size}`;
+    }
+    headers["content-length"] = stop - start;
+    res.writeHead(status, headers);
+    if (req.method === "HEAD") return res.end();
+    let body = data.subarray(start, stop);
+    if (node.cutGet > 0) {
+      node.cutGet -= 1;
+      res.write(body.subarray(0, Math.floor(body.length / 2)), () => res.socket.destroy());
+      return;
+    }
+    if (node.hold !== null) {
+      res.write(body.subarray(0, node.holdBytes));
+      let timer;
+      const released = await Promise.race([
+        node.hold.then(() => true),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, 10_000, false);
+        }),
+      ]);
+      clearTimeout(timer);
+      if (!released) {
+        node.heldOut = true;
+        res.socket.destroy();
+        return;
+      }
+      body = body.subarray(node.holdBytes);
+    }
+    res.end(body);
+  });
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  node.url = `http://127.0.0.1:${server.address().port}`;
+  node.stop = async () => {
+    server.closeAllConnections();
+    server.close();
+    await once(server, "close");
+  };
+  return node;
+}
+
+let dir;
+before(async () => {
+  dir = await mkdtemp(join(tmpdir(), "cohort-ts-blobs-"));
+});
+after(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** Runs `body` with fresh fake nodes and a client of them, then stops them all. */
+async function withNodes(count, options, body) {
+  const nodes = [];
+  for (let i = 0; i < count; i += 1) nodes.push(await fakeNode());
+  const client = new Client(
+    nodes.map((node) => node.url),
+    options,
+  );
+  try {
+    await body(client, ...nodes);
+  } finally {
+    await client.close();
+    for (const node of nodes) await node.stop();
+  }
+}
+
+async function* chunksOf(data, size) {
+  for (let i = 0; i < data.length; i += size) yield data.subarray(i, i + size);
+}
+
+test("a range is a slice, spelled as an HTTP range", () => {
+  assert.equal(rangeHeader({}), undefined);
+  assert.equal(rangeHeader({ start: 0 }), undefined);
+  assert.equal(rangeHeader({ start: 10 }), "bytes=10-");
+  assert.equal(rangeHeader({ start: 10, end: 20 }), "bytes=10-19");
+  assert.equal(rangeHeader({ end: 1 }), "bytes=0-0");
+  assert.equal(rangeHeader({ start: -5 }), "bytes=-5");
+  for (const range of [{ start: 5, end: 5 }, { start: 6, end: 5 }, { start: -5, end: 10 }, { end: -1 }, { start: 1.5 }]) {
+    assert.throws(() => rangeHeader(range), RangeError, JSON.stringify(range));
+  }
+});
+
+test("a stream is sent chunked, whole and once; a wrong sha256 is refused", { timeout: 30_000 }, async () => {
+  await withNodes(1, {}, async (client, node) => {
+    const data = dataOf(3 * MiB + 12345);
+    const info = await client.putBlob(chunksOf(data, 256 * 1024));
+    assert.deepEqual(info, { digest: sha256(data), bytes: data.length });
+    // A web ReadableStream too; stored before, the same answer.
+    assert.deepEqual(await client.putBlob(Readable.toWeb(Readable.from(chunksOf(data, MiB)))), info);
+    for (const put of node.requests("PUT")) {
+      assert.equal(put.headers["transfer-encoding"], "chunked");
+      assert.equal(put.headers["content-length"], undefined);
+      assert.equal(put.headers["x-cohort-sha256"], undefined);
+      assert.equal(put.headers["content-type"], "application/octet-stream");
+      assert.ok(put.body.equals(data));
+    }
+    await assert.rejects(client.putBlob(chunksOf(data, MiB), { sha256: "0".repeat(64) }), {
+      code: "blob_digest_mismatch",
+      status: 422,
+    });
+    assert.equal(node.requests("PUT").length, 3);
+    await assert.rejects(client.putBlob(chunksOf(data, MiB), { sha256: "not a digest" }), RangeError);
+    await assert.rejects(client.putBlob("text"), TypeError);
+  });
+});
+
+test("bytes and files are sent with their size and sha256, and failed over", { timeout: 30_000 }, async () => {
+  await withNodes(2, { retryDeadlineMs: 10_000 }, async (client, first, second) => {
+    const data = dataOf(2 * MiB + 7, 2);
+    const path = join(dir, "data.bin");
+    await writeFile(path, data);
+    // The first node breaks the connection midway through the upload: the
+    // file is sent again, whole, to the next node.
+    first.cutPut = 1;
+    assert.deepEqual(await client.putBlobFile(path), { digest: sha256(data), bytes: data.length });
+    const small = new TextEncoder().encode("small");
+    assert.deepEqual(await client.putBlob(small), { digest: sha256(small), bytes: 5 });
+    const [cut] = first.requests("PUT");
+    assert.equal(cut.headers["content-length"], String(data.length));
+    const [fromFile, fromBytes] = second.requests("PUT");
+    assert.ok(fromFile.body.equals(data));
+    assert.equal(fromFile.headers["content-length"], String(data.length));
+    assert.equal(fromFile.headers["transfer-encoding"], undefined);
+    assert.equal(fromFile.headers["x-cohort-sha256"], sha256(data));
+    assert.equal(fromBytes.headers["x-cohort-sha256"], sha256(small));
+    // An empty file is a blob too.
+    const empty = join(dir, "empty.bin");
+    await writeFile(empty, "");
+    assert.deepEqual(await client.putBlobFile(empty), { digest: sha256(Buffer.alloc(0)), bytes: 0 });
+    await assert.rejects(client.putBlobFile(join(dir, "missing.bin")), { code: "file_unreadable" });
+  });
+});
+
+test("a stream cut midway is not sent again", { timeout: 30_000 }, async () => {
+  await withNodes(2, { retryDeadlineMs: 10_000 }, async (client, first, second) => {
+    first.cutPut = 1;
+    await assert.rejects(client.putBlob(chunksOf(dataOf(3 * MiB), MiB)), (error) => {
+      assert.equal(error.code, "unreachable");
+      assert.ok(error.message.includes(first.url), error.message);
+      return true;
+    });
+    assert.equal(first.requests("PUT").length, 1);
+    assert.equal(second.requests("PUT").length, 0);
+  });
+});
+
+test("a blob is read as it arrives, and by range", { timeout: 30_000 }, async () => {
+  await withNodes(1, {}, async (client, node) => {
+    const data = dataOf(3 * MiB, 3);
+    const digest = sha256(data);
+    node.blobs.set(digest, data);
+    let release;
+    node.hold = new Promise((resolve) => {
+      release = resolve;
+    });
+    node.holdBytes = 1000;
+    const blob = await client.getBlob(digest);
+    assert.deepEqual([blob.digest, blob.size, blob.start, blob.length], [digest, data.length, 0, data.length]);
+    // The first bytes come while the node still holds back the rest.
+    const reader = blob.body.getReader();
+    const first = await reader.read();
+    assert.ok(data.subarray(0, first.value.length).equals(first.value) && first.value.length <= 1000);
+    assert.equal(node.heldOut, false);
+    release();
+    const parts = [first.value];
+    for (let next = await reader.read(); !next.done; next = await reader.read()) parts.push(next.value);
+    assert.ok(Buffer.concat(parts).equals(data));
+    node.hold = null;
+
+    const collect = async (stream) => {
+      const chunks = [];
+      for await (const chunk of stream) chunks.push(chunk);
+      return Buffer.concat(chunks);
+    };
+    const ranged = await client.getBlob(digest, { start: 10, end: 20 });
+    assert.deepEqual([ranged.start, ranged.length, ranged.size], [10, 10, data.length]);
+    assert.ok((await collect(ranged)).equals(data.subarray(10, 20)));
+    const last = await client.getBlob(digest, { start: -7 });
+    assert.equal(last.start, data.length - 7);
+    assert.ok((await collect(last)).equals(data.subarray(-7)));
+    assert.ok((await collect(await client.getBlob(digest, { start: data.length - 3 }))).equals(data.subarray(-3)));
+    await assert.rejects(client.getBlob(digest, { start: data.length }), (error) => {
+      assert.ok(error instanceof CohortError);
+      assert.deepEqual([error.code, error.status], ["range_not_satisfiable", 416]);
+      return true;
+    });
+    await assert.rejects(client.getBlob("0".repeat(64)), { code: "blob_not_found", status: 404 });
+    const gets = node.requests("GET");
+    assert.deepEqual(
+      gets.map((seen) => seen.headers.range),
+      [undefined, "bytes=10-19", "bytes=-7", `bytes=${data.length - 3}-`, `bytes=${data.length}-`, undefined],
+    );
+    for (const seen of gets) assert.equal(seen.headers["accept-encoding"], "identity");
+  });
+});
+
+test("a download cut midway resumes where it broke", { timeout: 30_000 }, async () => {
+  await withNodes(1, { retryDeadlineMs: 10_000 }, async (client, node) => {
+    const data = dataOf(2 * MiB + 99, 4);
+    const digest = sha256(data);
+    node.blobs.set(digest, data);
+    node.cutGet = 1;
+    const chunks = [];
+    for await (const chunk of await client.getBlob(digest, { start: 5 })) chunks.push(chunk);
+    assert.ok(Buffer.concat(chunks).equals(data.subarray(5)));
+    node.cutGet = 1;
+    const target = join(dir, "resumed.bin");
+    assert.deepEqual(await client.getBlobToFile(digest, target), { digest, bytes: data.length });
+    assert.ok((await readFile(target)).equals(data));
+    const ranges = node.requests("GET").map((seen) => seen.headers.range);
+    assert.equal(ranges.length, 4);
+    assert.equal(ranges[0], "bytes=5-");
+    assert.match(ranges[1], new RegExp(`^bytes=\\d+-${data.length - 1}$`));
+    assert.ok(Number(/=(\d+)-/.exec(ranges[1])[1]) > 5, ranges[1]);
+    assert.equal(ranges[2], undefined);
+    assert.match(ranges[3], new RegExp(`^bytes=[1-9]\\d*-${data.length - 1}$`));
+  });
+});
+
+test("a download whose bytes are not the blob is not saved", { timeout: 30_000 }, async () => {
+  await withNodes(1, {}, async (client, node) => {
+    const data = dataOf(MiB + 1, 5);
+    const digest = sha256(data);
+    node.blobs.set(digest, data);
+    node.wrong.set(digest, Buffer.concat([data.subarray(0, -1), Buffer.from([0])]));
+    const sub = await mkdtemp(join(dir, "mismatch-"));
+    const target = join(sub, "out.bin");
+    await writeFile(target, "kept");
+    await assert.rejects(client.getBlobToFile(digest, target), (error) => {
+      assert.ok(error instanceof CohortError);
+      assert.equal(error.code, "blob_digest_mismatch");
+      assert.ok(error.message.includes(digest));
+      return true;
+    });
+    assert.equal(await readFile(target, "utf8"), "kept");
+    assert.deepEqual(await readdir(sub), ["out.bin"]);
+    // A blob it lacks: nothing is left either.
+    await assert.rejects(client.getBlobToFile("1".repeat(64), join(sub, "none.bin")), { code: "blob_not_found" });
+    assert.deepEqual(await readdir(sub), ["out.bin"]);
+  });
+});
+
+test("blobs are listed and looked at", { timeout: 30_000 }, async () => {
+  await withNodes(1, {}, async (client, node) => {
+    const stored = await client.putBlob(new TextEncoder().encode("hello"));
+    assert.deepEqual(await client.listBlobs(), [stored]);
+    assert.deepEqual(await client.headBlob(stored.digest), stored);
+    assert.equal(await client.headBlob("2".repeat(64)), null);
+    // A digest is one path segment, whatever it holds.
+    assert.equal(await client.headBlob("../jobs"), null);
+    assert.equal(node.requests("HEAD").at(-1).url, "/v1/blobs/..%2Fjobs");
+  });
+});
