@@ -552,7 +552,8 @@ impl Api {
                 Ok(found) if found.route.handler == Handler::InternalBlobFetch => {
                     let (parts, body) = request.into_parts();
                     let sealer = self.security.sealer.as_ref();
-                    blobs::serve_fetch(&self.blobs, sealer, &parts, body).await
+                    let voters = (self.replication.as_ref()).map(|r| r.status().voters.len());
+                    blobs::serve_fetch(&self.blobs, sealer, voters, &parts, body).await
                 }
                 Ok(found) if found.route.access == Access::Sealed => {
                     whole(self.internal.serve(found, request).await)

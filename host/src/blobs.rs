@@ -24,7 +24,7 @@
 //! Across nodes (replication on upload, fetching a blob this node lacks) see
 //! `cluster::blob_transfer`.
 
-use crate::limits::{BLOB_READ_AHEAD, BLOB_READ_BYTES, BLOB_WRITE_BYTES};
+use crate::limits::{BLOB_IDLE_TIMEOUT, BLOB_READ_AHEAD, BLOB_READ_BYTES, BLOB_WRITE_BYTES};
 use crate::runtime::Digest;
 use bytes::Bytes;
 use sha2::{Digest as _, Sha256};
@@ -128,9 +128,16 @@ impl BlobStore {
         self.inner.ceiling
     }
 
-    /// The size of blob `digest`, if it is stored here.
+    /// The size of blob `digest`, if it is stored here. A blob whose file
+    /// went away (removed by hand) is forgotten, so it is stored again or
+    /// fetched again rather than counted as here.
     pub fn size(&self, digest: &Digest) -> Option<u64> {
-        self.index().get(digest).copied()
+        let size = self.index().get(digest).copied()?;
+        if self.path(digest).is_file() {
+            return Some(size);
+        }
+        self.index().remove(digest);
+        None
     }
 
     /// Every blob stored here, by digest.
@@ -171,10 +178,16 @@ impl BlobStore {
     /// thread only while it reads, so a slow receiver holds no thread). A
     /// read that fails part way ends the stream early, so the receiver sees
     /// fewer bytes than it was told to expect.
+    ///
+    /// The task holds `place` (the stream's place among the node's) until
+    /// it ends, which it does, dropping the rest, when the receiver takes
+    /// nothing for [`BLOB_IDLE_TIMEOUT`]: a reader that stops reading
+    /// does not keep the place.
     pub fn reader(
         &self,
         digest: &Digest,
         range: Option<(u64, u64)>,
+        place: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Result<mpsc::Receiver<Bytes>, BlobError> {
         use tokio::io::{AsyncReadExt, AsyncSeekExt};
         let size = self.size(digest).ok_or(BlobError::NotFound(*digest))?;
@@ -186,6 +199,7 @@ impl BlobStore {
         }
         let digest = *digest;
         tokio::spawn(async move {
+            let _place = place;
             let mut file = tokio::fs::File::from_std(file);
             let mut left = end + 1 - start;
             if let Err(error) = file.seek(SeekFrom::Start(start)).await {
@@ -200,8 +214,9 @@ impl BlobStore {
                     return;
                 }
                 left -= want as u64;
-                if tx.send(Bytes::from(chunk)).await.is_err() {
-                    // The reader went away.
+                let sent = tokio::time::timeout(BLOB_IDLE_TIMEOUT, tx.send(Bytes::from(chunk)));
+                if !matches!(sent.await, Ok(Ok(()))) {
+                    // The reader went away, or stopped reading.
                     return;
                 }
             }
@@ -316,26 +331,13 @@ impl Upload {
 pub struct ChannelBody {
     rx: mpsc::Receiver<Bytes>,
     left: Option<u64>,
-    /// What the body holds while it is sent (a place among the node's
-    /// blob streams).
-    _held: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl ChannelBody {
     /// A body of the chunks `rx` receives; `length`, when known, is its
     /// exact size (HTTP's `Content-Length`).
     pub fn new(rx: mpsc::Receiver<Bytes>, length: Option<u64>) -> Self {
-        Self {
-            rx,
-            left: length,
-            _held: None,
-        }
-    }
-
-    /// The body, holding `permit` until it is dropped.
-    pub fn holding(mut self, permit: tokio::sync::OwnedSemaphorePermit) -> Self {
-        self._held = Some(permit);
-        self
+        Self { rx, left: length }
     }
 }
 
@@ -468,7 +470,7 @@ mod tests {
     }
 
     async fn read(store: &BlobStore, digest: &Digest, range: Option<(u64, u64)>) -> Vec<u8> {
-        let mut rx = store.reader(digest, range).unwrap();
+        let mut rx = store.reader(digest, range, None).unwrap();
         let mut out = Vec::new();
         while let Some(chunk) = rx.recv().await {
             out.extend_from_slice(&chunk);

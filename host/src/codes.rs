@@ -179,10 +179,10 @@ error_codes! {
     /// An uploaded master that replays the recent journal to another state
     /// than the running master's.
     MasterReplayDiverged = "master_replay_diverged", UNPROCESSABLE_ENTITY, false;
-    /// A job field out of range.
     /// An uploaded blob whose bytes do not have the sha256 its
     /// `X-Cohort-Sha256` header named: nothing was stored.
     BlobDigestMismatch = "blob_digest_mismatch", UNPROCESSABLE_ENTITY, false;
+    /// A job field out of range.
     InvalidJob = "invalid_job", UNPROCESSABLE_ENTITY, false;
     /// A deployment name that is not 1 to 63 characters of `a-z 0-9 . _ -`
     /// starting with a letter or digit.

@@ -251,11 +251,14 @@ pub(crate) const BLOB_WRITE_BYTES: usize = 1 << 20;
 pub(crate) const BLOB_READ_BYTES: usize = 256 << 10;
 /// Chunks of a response read ahead of the network.
 pub(crate) const BLOB_READ_AHEAD: usize = 2;
-/// Blob streams a node serves at once: uploads, downloads and copies from
-/// other nodes. Each holds at most [`BLOB_WRITE_BYTES`] (an upload) or
-/// `(BLOB_READ_AHEAD + 1) * BLOB_READ_BYTES` (a download) of memory, so
-/// together at most 256 MiB; one more is refused with `blobs_busy` (503,
-/// `Retry-After`).
+/// Blobs a node takes at once (uploads and copies pushed to it), and
+/// separately blobs it sends at once (downloads and copies fetched from
+/// it), so readers never take the places uploads need. An upload holds at
+/// most [`BLOB_WRITE_BYTES`] of memory and a download
+/// `(BLOB_READ_AHEAD + 1) * BLOB_READ_BYTES`: at most 256 MiB and 192 MiB.
+/// One more is refused with `blobs_busy` (503, `Retry-After`); a download
+/// whose reader takes nothing for [`BLOB_IDLE_TIMEOUT`] gives its place
+/// back.
 pub const BLOB_STREAMS_MAX: usize = 256;
 /// Longest wait for the next bytes of a blob upload or transfer: past it,
 /// the upload is refused as slow (`request_timeout`). An upload must also
@@ -263,7 +266,7 @@ pub const BLOB_STREAMS_MAX: usize = 256;
 pub const BLOB_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest plaintext of one frame of a blob sent between nodes.
 pub(crate) const BLOB_FRAME_BYTES: usize = 1 << 20;
-/// Blob transfers to other back-end nodes at once, per node.
+/// Copies of one upload pushed to other back-end nodes at once.
 pub(crate) const BLOB_PUSHES_MAX: usize = 8;
 const _: () = assert!(BLOB_WRITE_BYTES <= BLOB_FRAME_BYTES);
 

@@ -20,7 +20,7 @@ use super::internal::seal_answer;
 use super::types::{BlobInfo as BlobBody, BlobList};
 use crate::blobs::{BlobError, BlobInfo, ChannelBody, Unsatisfiable, parse_range};
 use crate::cluster::blob_transfer::{
-    self, BlobTransfer, FrameReader, FrameWriter, SIZE_ONLY, TransferError,
+    self, BlobTransfer, FrameReader, FrameWriter, SIZE_ONLY, TransferError, VOTERS,
 };
 use crate::limits::{
     BLOB_IDLE_TIMEOUT, BLOB_STREAMS_MAX, BLOB_WRITE_BYTES, CONTROL_BODY_BYTES_MAX,
@@ -91,7 +91,7 @@ pub(super) async fn put(
     let store = blobs.store();
     let ceiling = store.ceiling();
     let too_large = || ApiError::from(BlobError::TooLarge { ceiling });
-    let _place = blobs.admit().ok_or_else(busy)?;
+    let _place = blobs.admit_incoming().ok_or_else(busy)?;
     let declared = (headers.get(CONTENT_LENGTH))
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
@@ -107,7 +107,7 @@ pub(super) async fn put(
                 .and_then(|v| v.trim().parse::<Digest>().ok())
                 .ok_or_else(|| {
                     ApiError::new(
-                        ErrorCode::BlobDigestMismatch,
+                        ErrorCode::BadRequest,
                         format!("{SHA256_HEADER} is not a sha256 (64 hex digits)"),
                     )
                 })?,
@@ -185,7 +185,7 @@ pub(super) async fn get(
     let place = if head_only {
         None
     } else {
-        Some(blobs.admit().ok_or_else(busy)?)
+        Some(blobs.admit_outgoing().ok_or_else(busy)?)
     };
     // A HEAD needs the size only: nothing is copied here for it.
     let found = if head_only {
@@ -220,10 +220,8 @@ pub(super) async fn get(
     let body = match place {
         None => Full::new(Bytes::new()).boxed(),
         Some(place) => {
-            let chunks = blobs.store().reader(&digest, range)?;
-            ChannelBody::new(chunks, Some(length))
-                .holding(place)
-                .boxed()
+            let chunks = blobs.store().reader(&digest, range, Some(place))?;
+            ChannelBody::new(chunks, Some(length)).boxed()
         }
     };
     let mut response = Response::new(body);
@@ -264,7 +262,7 @@ pub async fn receive_push(
             "a pushed blob is a framed stream",
         ));
     }
-    let Some(_place) = blobs.admit() else {
+    let Some(_place) = blobs.admit_incoming() else {
         return error_response(busy());
     };
     let context = request_context(b"POST", parts.uri.path().as_bytes());
@@ -301,9 +299,13 @@ pub async fn receive_push(
 
 /// `POST /internal/v1/blobs/fetch` (body: a digest, sealed as any
 /// node-to-node body): the blob as frames, its head bound to the request.
+///
+/// The body `voters` asks for the number of replication voters instead
+/// (`voters`: this node's count, if it is a back-end node).
 pub async fn serve_fetch(
     blobs: &BlobTransfer,
     sealer: Option<&Arc<Sealer>>,
+    voters: Option<usize>,
     parts: &Parts,
     body: Incoming,
 ) -> Response<Body> {
@@ -344,20 +346,27 @@ pub async fn serve_fetch(
         None => (text.as_ref(), false),
     };
     let answer = match parse_digest(text.trim(), ErrorCode::BlobNotFound) {
+        _ if text == VOTERS => match voters {
+            Some(voters) => Ok(json(
+                StatusCode::OK,
+                &serde_json::json!({ "voters": voters }),
+            )),
+            None => Err(ApiError::new(ErrorCode::BadRequest, "not a back-end node")),
+        },
         Ok(digest) => match blobs.store().size(&digest) {
             Some(bytes) if size_only => {
                 Ok(json(StatusCode::OK, &body_of(BlobInfo { digest, bytes })))
             }
-            Some(bytes) => match blobs.admit() {
+            Some(bytes) => match blobs.admit_outgoing() {
                 None => Err(busy()),
                 Some(place) => {
                     let info = BlobInfo { digest, bytes };
                     let code = StatusCode::OK.as_u16().to_be_bytes();
                     let context = answer_context(&nonce, &code);
                     let writer = FrameWriter::new(sealer.cloned());
-                    match blob_transfer::send(blobs.store(), info, writer, &context) {
+                    match blob_transfer::send(blobs.store(), info, writer, &context, Some(place)) {
                         Ok((body, _)) => {
-                            let mut response = Response::new(body.holding(place).boxed());
+                            let mut response = Response::new(body.boxed());
                             response.headers_mut().insert(
                                 CONTENT_TYPE,
                                 HeaderValue::from_static(FRAMES_CONTENT_TYPE),

@@ -523,7 +523,7 @@ fn operation(handler: Handler) -> Option<Doc> {
         H::BlobHead => blob(doc("blobs", "Whether a blob is stored, and its size"))
             .answers_empty(200, "Stored: `Content-Length` is its size, `ETag` its quoted digest.")
             .answers_empty(404, "No such blob (no body: a `HEAD` answer has none).")
-            .errors(&[]),
+            .errors(&[&[ReplicationFailed]]),
         H::DeploymentList => doc("deployments", "Every deployment (a name pointing at a module)")
             .answers::<DeploymentListResponse>(200, "Every name with its current version, by name (versions listed by `GET /v1/deployments/{name}`).")
             .errors(&[MASTER]),

@@ -150,16 +150,35 @@ async fn get(args: BlobGetArgs) -> ExitCode {
         Err(error) => return fail(format!("downloading blob {digest}: {error}")),
     };
     let copied = match &args.output {
-        Some(path) => match tokio::fs::File::create(path).await {
-            Ok(mut file) => copy(&mut reader, &mut file).await,
-            Err(error) => Err(format!("cannot create {}: {error}", path.display())),
-        },
+        // A range to a file: written beside it, moved into place whole.
+        Some(path) => to_file(&mut reader, path).await,
         None => copy(&mut reader, &mut tokio::io::stdout()).await,
     };
     match copied {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => fail(format!("downloading blob {digest}: {error}")),
     }
+}
+
+/// Copies `reader` to a temporary file beside `path`, then renames it to
+/// `path`: a download that fails leaves `path` as it was.
+async fn to_file(
+    reader: &mut cohort_client::BlobReader,
+    path: &std::path::Path,
+) -> Result<(), String> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let temporary = tempfile::NamedTempFile::new_in(&dir)
+        .map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+    let mut file = tokio::fs::File::from_std(temporary.reopen().map_err(|e| e.to_string())?);
+    copy(reader, &mut file).await?;
+    file.sync_all().await.map_err(|e| e.to_string())?;
+    temporary
+        .persist(path)
+        .map(drop)
+        .map_err(|e| format!("cannot write {}: {}", path.display(), e.error))
 }
 
 async fn copy(

@@ -25,9 +25,12 @@
 //!
 //! The node that takes an upload stores it, then pushes it to the other
 //! live back-end nodes at once. It answers once a majority of the back-end
-//! nodes hold it (itself counted when it is one): of the replication
-//! voters when this node has them, and never fewer than a majority of the
-//! live back-end nodes. The remaining pushes go on after the answer.
+//! nodes hold it (itself counted when it is one): a majority of the
+//! replication voters (a node without the back-end role asks a back-end
+//! node how many there are), and never fewer than a majority of the live
+//! back-end nodes. The remaining pushes go on after the answer; their
+//! failures are logged, and a node left without a copy fetches the blob
+//! when it needs it.
 
 use crate::blobs::{BlobError, BlobInfo, BlobStore, ChannelBody, Stored};
 use crate::limits::{
@@ -51,6 +54,10 @@ pub const BLOBS_PATH: &str = "/internal/v1/blobs";
 pub const BLOB_FETCH_PATH: &str = "/internal/v1/blobs/fetch";
 /// What follows a digest asked for its size only.
 pub const SIZE_ONLY: &str = " size";
+/// The body that asks a back-end node for the number of voters (JSON
+/// `{"voters": N}`), which a node without the back-end role needs to know
+/// what a majority is.
+pub const VOTERS: &str = "voters";
 
 const LAST: u8 = 1;
 
@@ -364,6 +371,7 @@ pub fn send(
     info: BlobInfo,
     mut writer: FrameWriter,
     context: &[&[u8]],
+    place: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<(ChannelBody, [u8; 24]), BlobError> {
     let head = BlobHead {
         digest: info.digest.to_bytes(),
@@ -371,7 +379,7 @@ pub fn send(
     };
     let first = writer.head(context, &head);
     let nonce = writer.head_nonce;
-    let mut chunks = store.reader(&info.digest, None)?;
+    let mut chunks = store.reader(&info.digest, None, place)?;
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(async move {
         if tx.send(first).await.is_err() {
@@ -410,8 +418,10 @@ pub struct BlobTransfer {
     peer: Peer,
     sealer: Option<Arc<Sealer>>,
     store: BlobStore,
-    /// Places for blob streams this node serves at once.
-    streams: Arc<tokio::sync::Semaphore>,
+    /// Places for the blobs this node takes at once (uploads, pushes).
+    incoming: Arc<tokio::sync::Semaphore>,
+    /// Places for the blobs this node sends at once (downloads, fetches).
+    outgoing: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for BlobTransfer {
@@ -434,15 +444,24 @@ impl BlobTransfer {
             peer,
             sealer,
             store,
-            streams: Arc::new(tokio::sync::Semaphore::new(BLOB_STREAMS_MAX)),
+            incoming: Arc::new(tokio::sync::Semaphore::new(BLOB_STREAMS_MAX)),
+            outgoing: Arc::new(tokio::sync::Semaphore::new(BLOB_STREAMS_MAX)),
         }
     }
 
-    /// A place among the blob streams this node serves at once
-    /// ([`BLOB_STREAMS_MAX`]), held until dropped; `None` when all are
-    /// taken.
-    pub fn admit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.streams.clone().try_acquire_owned().ok()
+    /// A place among the blobs this node takes at once
+    /// ([`BLOB_STREAMS_MAX`]: uploads and copies pushed here), held until
+    /// dropped; `None` when all are taken.
+    pub fn admit_incoming(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.incoming.clone().try_acquire_owned().ok()
+    }
+
+    /// A place among the blobs this node sends at once
+    /// ([`BLOB_STREAMS_MAX`]: downloads and copies fetched from here), so
+    /// readers, however many or slow, never take the places uploads and
+    /// copies need.
+    pub fn admit_outgoing(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.outgoing.clone().try_acquire_owned().ok()
     }
 
     /// The store.
@@ -468,36 +487,48 @@ impl BlobTransfer {
     /// answer comes once a majority holds it, and the rest go on.
     pub async fn replicate(&self, info: BlobInfo, voters: Option<usize>) -> Result<usize, String> {
         let (others, me) = self.back_ends();
+        let voters = match voters {
+            Some(voters) => voters,
+            // Not a back-end node: a back-end node says how many voters
+            // there are, so the majority is of them, not of those live.
+            None => self.voters(&others).await?,
+        };
         let live = others.len() + usize::from(me);
-        let members = voters.unwrap_or(0).max(live);
-        let needed = members / 2 + 1;
+        let needed = voters.max(live) / 2 + 1;
         let mut held = usize::from(me);
-        if held >= needed {
-            self.spawn_pushes(info, others);
-            return Ok(held);
-        }
         let (tx, mut rx) = mpsc::channel(others.len().max(1));
-        let semaphore = Arc::new(tokio::sync::Semaphore::new(BLOB_PUSHES_MAX));
+        let pushes = Arc::new(tokio::sync::Semaphore::new(BLOB_PUSHES_MAX));
         for (node, url) in others {
-            let (transfer, tx, semaphore) = (self.clone(), tx.clone(), semaphore.clone());
+            let (transfer, tx, pushes) = (self.clone(), tx.clone(), pushes.clone());
             tokio::spawn(async move {
-                let _permit = semaphore.acquire_owned().await;
+                let _permit = pushes.acquire_owned().await;
                 let pushed = transfer.push(&url, info).await;
                 let _ = tx.send((node, pushed)).await;
             });
         }
         drop(tx);
         let mut errors = Vec::new();
-        while let Some((node, pushed)) = rx.recv().await {
+        while held < needed {
+            let Some((node, pushed)) = rx.recv().await else {
+                break;
+            };
             match pushed {
-                Ok(()) => {
-                    held += 1;
-                    if held >= needed {
-                        return Ok(held);
-                    }
-                }
+                Ok(()) => held += 1,
                 Err(error) => errors.push(format!("{node}: {error}")),
             }
+        }
+        // The pushes still going on after the answer: their failures are
+        // logged (those nodes fetch the blob when they need it).
+        let digest = info.digest;
+        tokio::spawn(async move {
+            while let Some((node, pushed)) = rx.recv().await {
+                if let Err(error) = pushed {
+                    tracing::warn!(%node, %digest, %error, "a blob was not copied to a back-end node; it fetches it when it needs it");
+                }
+            }
+        });
+        if held >= needed {
+            return Ok(held);
         }
         errors.sort();
         Err(format!(
@@ -510,22 +541,48 @@ impl BlobTransfer {
         ))
     }
 
-    fn spawn_pushes(&self, info: BlobInfo, others: Vec<(String, String)>) {
-        for (node, url) in others {
-            let transfer = self.clone();
-            tokio::spawn(async move {
-                if let Err(error) = transfer.push(&url, info).await {
-                    tracing::info!(%node, digest = %info.digest, %error, "a blob copy was not pushed; the node fetches it when it needs it");
+    /// The number of voters, from the first of `back_ends` that answers.
+    async fn voters(&self, back_ends: &[(String, String)]) -> Result<usize, String> {
+        let mut errors = Vec::new();
+        for (node, url) in back_ends {
+            let asked = self
+                .peer
+                .post_internal(
+                    &format!("{url}{BLOB_FETCH_PATH}"),
+                    Bytes::from_static(VOTERS.as_bytes()),
+                    TRANSFER_TIMEOUT,
+                )
+                .await;
+            match asked {
+                Ok((status, body)) if status.is_success() => {
+                    let voters = serde_json::from_slice::<serde_json::Value>(&body)
+                        .ok()
+                        .and_then(|v| v.get("voters")?.as_u64());
+                    match voters {
+                        Some(voters) => return Ok(voters as usize),
+                        None => errors.push(format!("{node} answered no voter count")),
+                    }
                 }
-            });
+                Ok((status, body)) => errors.push(format!(
+                    "{node} answered {status}: {}",
+                    String::from_utf8_lossy(&body)
+                )),
+                Err(error) => errors.push(format!("{node}: {}", error.message)),
+            }
         }
+        Err(format!(
+            "no back-end node said how many voters hold the journal{}{}",
+            if errors.is_empty() { "" } else { ": " },
+            errors.join("; ")
+        ))
     }
 
     /// Pushes blob `info` to the node at `url`.
     async fn push(&self, url: &str, info: BlobInfo) -> Result<(), String> {
         let writer = FrameWriter::new(self.sealer.clone());
         let context = crate::peer::request_context(b"POST", BLOBS_PATH.as_bytes());
-        let (body, nonce) = send(&self.store, info, writer, &context).map_err(|e| e.to_string())?;
+        let (body, nonce) =
+            send(&self.store, info, writer, &context, None).map_err(|e| e.to_string())?;
         let (status, answer) = self
             .peer
             .post_frames(&format!("{url}{BLOBS_PATH}"), body, nonce, TRANSFER_TIMEOUT)
