@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
+from pathlib import Path
 
 import pytest
 
-from cohort_client import AsyncClient, CohortError, JobFailed, WaitTimeout
+from cohort_client import AsyncClient, BlobInfo, CohortError, JobFailed, WaitTimeout
 
-from .conftest import StartNode, all_job_ids
+from .conftest import Node, StartNode, all_job_ids
 
 RESULT_TIMEOUT_S = 60.0
 TEST_TIMEOUT_S = 120.0
@@ -141,5 +144,95 @@ def test_async_deployments(start_node: StartNode, dead_url: str, echo_wasm: str,
                 await client.rollback("async-twice")
             assert nothing.value.code == "nothing_to_roll_back"
             assert client.request_counts()["POST /v1/deployments/async-twice/rollback"] == 1
+
+    asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT_S))
+
+
+class _AsyncSource:
+    """A binary stream whose ``read`` is a coroutine, giving at most
+    ``piece`` bytes at a time (a socket's reader, say)."""
+
+    def __init__(self, data: bytes, piece: int = 50_000) -> None:
+        self._data = data
+        self._at = 0
+        self._piece = piece
+
+    async def read(self, size: int = -1) -> bytes:
+        await asyncio.sleep(0)
+        size = self._piece if size < 0 else min(size, self._piece)
+        chunk = self._data[self._at : self._at + size]
+        self._at += len(chunk)
+        return chunk
+
+
+def test_async_blobs(node: Node, tmp_path: Path) -> None:
+    def sha256(data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()
+
+    small = os.urandom(200_000)
+    large = os.urandom((3 << 20) + 4_321)
+    source = tmp_path / "large.bin"
+    source.write_bytes(large)
+    streamed = os.urandom((1 << 20) + 99)
+
+    async def main() -> None:
+        async with AsyncClient(node.url) as client:
+            stored = await client.put_blob(small)
+            assert stored == BlobInfo(sha256(small), len(small))
+            assert await client.put_blob(small) == stored
+            from_file = await client.put_blob_file(source)
+            assert from_file == BlobInfo(sha256(large), len(large))
+            assert await client.put_blob_file(str(source)) == from_file
+            from_stream = await client.put_blob_stream(_AsyncSource(streamed))
+            assert from_stream == BlobInfo(sha256(streamed), len(streamed))
+            assert await client.put_blob_stream(_AsyncSource(streamed), sha256=sha256(streamed)) == from_stream
+
+            for info in (stored, from_file, from_stream):
+                assert await client.head_blob(info.digest) == info
+            listed = await client.list_blobs()
+            assert sorted(listed, key=lambda b: b.digest) == sorted(
+                [stored, from_file, from_stream], key=lambda b: b.digest
+            )
+
+            async with client.open_blob(from_file.digest) as reader:
+                assert (reader.size, reader.start, reader.length) == (len(large), 0, len(large))
+                assert b"".join([chunk async for chunk in reader]) == large
+            start, end = (1 << 20) - 3, (3 << 20) + 7
+            async with client.open_blob(from_file.digest, start, end) as reader:
+                assert (reader.start, reader.length) == (start, end - start)
+                first = await reader.read(10)
+                assert first + await reader.read() == large[start:end]
+            reader = await client.open_blob(from_file.digest, -65_537)
+            try:
+                assert (reader.start, reader.length) == (len(large) - 65_537, 65_537)
+                assert await reader.read() == large[-65_537:]
+            finally:
+                await reader.aclose()
+
+            saved = tmp_path / "copy.bin"
+            assert await client.get_blob_to_file(from_stream.digest, saved) == from_stream
+            assert saved.read_bytes() == streamed
+            assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+            missing = sha256(b"never uploaded, async")
+            assert await client.head_blob(missing) is None
+            with pytest.raises(CohortError) as not_found:
+                async with client.open_blob(missing):
+                    pass
+            assert (not_found.value.code, not_found.value.status) == ("blob_not_found", 404)
+            with pytest.raises(CohortError) as not_found:
+                await client.get_blob_to_file(missing, tmp_path / "missing.bin")
+            assert not_found.value.code == "blob_not_found"
+            assert not (tmp_path / "missing.bin").exists()
+            with pytest.raises(CohortError) as past:
+                await client.open_blob(stored.digest, len(small))
+            assert (past.value.code, past.value.status) == ("range_not_satisfiable", 416)
+
+            wrong = os.urandom(70_000)
+            with pytest.raises(CohortError) as mismatch:
+                await client.put_blob_stream(_AsyncSource(wrong), sha256=sha256(b"not these bytes"))
+            assert (mismatch.value.code, mismatch.value.status) == ("blob_digest_mismatch", 422)
+            assert await client.head_blob(sha256(wrong)) is None
+            assert len(await client.list_blobs()) == 3
 
     asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT_S))

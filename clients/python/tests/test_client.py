@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import signal
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from cohort_client import Client, CohortError, JobFailed, WaitTimeout
+from cohort_client import BlobInfo, Client, CohortError, JobFailed, WaitTimeout
 
 from .conftest import Node, StartNode, all_job_ids
 
@@ -363,3 +367,125 @@ def test_failover_when_the_first_node_dies_mid_loop(start_node: StartNode, echo_
     assert len(set(ids)) == jobs_count
     # Every submission made exactly one job, retries included.
     assert sorted(all_job_ids(first.url)) == sorted(ids)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_blobs_go_up_and_come_back_whole_and_by_range(node: Node, tmp_path: Path) -> None:
+    directory = tmp_path
+    small = os.urandom(300_000)
+    # A few MiB, not a multiple of the client's 1 MiB chunks.
+    large = os.urandom((3 << 20) + 12_345)
+    source = directory / "large.bin"
+    source.write_bytes(large)
+    streamed = os.urandom((2 << 20) + 777)
+
+    with Client(node.url) as client:
+        # Bytes: the digest is the sha256 of the bytes; again, the same.
+        stored = client.put_blob(small)
+        assert stored == BlobInfo(sha256(small), len(small))
+        assert client.put_blob(small) == stored
+
+        # A file, streamed from disk.
+        from_file = client.put_blob_file(source)
+        assert from_file == BlobInfo(sha256(large), len(large))
+        assert client.put_blob_file(source) == from_file
+        assert client.put_blob(large) == from_file, "the file's bytes, sent as bytes: the same blob"
+
+        # A stream of unknown length (a pipe, written by a thread as it is read).
+        def pipe_of(data: bytes) -> "io.BufferedReader":
+            read_end, write_end = os.pipe()
+
+            def write() -> None:
+                with os.fdopen(write_end, "wb") as pipe:
+                    for at in range(0, len(data), 65_536):
+                        pipe.write(data[at : at + 65_536])
+
+            threading.Thread(target=write, daemon=True).start()
+            return os.fdopen(read_end, "rb")
+
+        with pipe_of(streamed) as pipe:
+            from_stream = client.put_blob_stream(pipe)
+        assert from_stream == BlobInfo(sha256(streamed), len(streamed))
+        with pipe_of(streamed) as pipe:
+            assert client.put_blob_stream(pipe, sha256=sha256(streamed)) == from_stream
+
+        # HEAD and the list.
+        for info in (stored, from_file, from_stream):
+            assert client.head_blob(info.digest) == info
+        listed = client.list_blobs()
+        assert {stored, from_file, from_stream} <= set(listed), listed
+        assert len(listed) == len(set(listed)) == 3, "each blob listed once"
+
+        # Whole, a middle range, a suffix (the last bytes), an end past the blob's.
+        with client.open_blob(from_file.digest) as reader:
+            assert (reader.digest, reader.size, reader.start, reader.length) == (
+                from_file.digest,
+                len(large),
+                0,
+                len(large),
+            )
+            assert reader.read() == large
+        middle = (1 << 20) - 5, (2 << 20) + 9  # across chunk boundaries
+        with client.open_blob(from_file.digest, *middle) as reader:
+            assert (reader.size, reader.start, reader.length) == (len(large), middle[0], middle[1] - middle[0])
+            parts = []
+            while True:
+                part = reader.read(100_000)
+                if not part:
+                    break
+                parts.append(part)
+            assert b"".join(parts) == large[middle[0] : middle[1]]
+        with client.open_blob(from_file.digest, -4321) as reader:
+            assert (reader.start, reader.length) == (len(large) - 4321, 4321)
+            assert reader.read() == large[-4321:]
+        with client.open_blob(from_file.digest, start=len(large) - 10, end=len(large) + 1000) as reader:
+            assert reader.read() == large[-10:]
+        with client.open_blob(stored.digest, start=len(small) - 1) as reader:
+            assert reader.read() == small[-1:]
+        with client.open_blob(stored.digest, -(len(small) + 100)) as reader:
+            assert reader.read() == small, "a suffix longer than the blob: the whole blob"
+        with client.open_blob(from_stream.digest, 0, 1) as reader:
+            assert list(reader.iter_chunks()) == [streamed[:1]]
+
+        # Saved to a file: the same bytes, and no partial file left beside it.
+        saved = directory / "saved" / "copy.bin"
+        saved.parent.mkdir()
+        assert client.get_blob_to_file(from_file.digest, saved) == from_file
+        assert saved.read_bytes() == large
+        assert client.get_blob_to_file(from_stream.digest, str(saved)) == from_stream
+        assert saved.read_bytes() == streamed, "an existing file is replaced"
+        assert sorted(p.name for p in saved.parent.iterdir()) == ["copy.bin"]
+
+        # A blob the cluster does not have.
+        missing = sha256(b"never uploaded")
+        assert client.head_blob(missing) is None
+        with pytest.raises(CohortError) as not_found:
+            client.open_blob(missing)
+        assert (not_found.value.code, not_found.value.status) == ("blob_not_found", 404)
+        with pytest.raises(CohortError) as not_found:
+            client.open_blob(missing, 10, 20)
+        assert not_found.value.code == "blob_not_found"
+        with pytest.raises(CohortError) as not_found:
+            client.get_blob_to_file(missing, directory / "missing.bin")
+        assert not_found.value.code == "blob_not_found"
+        assert not (directory / "missing.bin").exists()
+
+        # A range that starts past the end.
+        for start, end in ((len(small), None), (len(small) + 10, len(small) + 20)):
+            with pytest.raises(CohortError) as past:
+                client.open_blob(stored.digest, start, end)
+            assert (past.value.code, past.value.status) == ("range_not_satisfiable", 416), (start, end)
+
+        # A stream whose bytes are not the sha256 it names: refused, nothing kept.
+        wrong = os.urandom(100_000)
+        with pytest.raises(CohortError) as mismatch:
+            client.put_blob_stream(io.BytesIO(wrong), sha256=sha256(b"something else"))
+        assert (mismatch.value.code, mismatch.value.status) == ("blob_digest_mismatch", 422)
+        assert client.head_blob(sha256(wrong)) is None
+        assert client.head_blob(sha256(b"something else")) is None
+        assert sorted(client.list_blobs(), key=lambda b: b.digest) == sorted(listed, key=lambda b: b.digest)
+        counts = client.request_counts()
+    assert counts["PUT /v1/blobs"] == 8, counts

@@ -1,0 +1,180 @@
+// Blobs through the client, against a real node: bytes, a file and a stream
+// stored under the sha256 of their bytes, read back whole and by range,
+// saved to a file; and the node's refusals, with their codes.
+
+import assert from "node:assert/strict";
+import { createHash, randomBytes } from "node:crypto";
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { Client } from "../dist/index.js";
+import { startNode } from "../testing/cluster.js";
+
+const MiB = 1 << 20;
+
+function sha256(bytes) {
+  return createHash("sha256").update(bytes).digest("hex");
+}
+
+/** `data` as a web `ReadableStream`, in pieces of `piece` bytes. */
+function streamOf(data, piece = 64 * 1024) {
+  let at = 0;
+  return new ReadableStream({
+    pull(controller) {
+      if (at >= data.length) {
+        controller.close();
+        return;
+      }
+      controller.enqueue(new Uint8Array(data.subarray(at, at + piece)));
+      at += piece;
+    },
+  });
+}
+
+/** `data` as an async iterable of `Uint8Array`s. */
+async function* piecesOf(data, piece = 100_000) {
+  for (let at = 0; at < data.length; at += piece) {
+    await new Promise((resolve) => setImmediate(resolve));
+    yield data.subarray(at, at + piece);
+  }
+}
+
+/** Every byte of a `BlobStream`, iterated. */
+async function bytesOf(blob) {
+  const chunks = [];
+  for await (const chunk of blob) chunks.push(chunk);
+  return Buffer.concat(chunks);
+}
+
+/** Every byte of a `BlobStream`'s `body`. */
+async function bodyOf(blob) {
+  return Buffer.from(await new Response(blob.body).arrayBuffer());
+}
+
+const byDigest = (a, b) => (a.digest < b.digest ? -1 : a.digest > b.digest ? 1 : 0);
+
+let node;
+let client;
+let dir;
+
+before(async () => {
+  node = await startNode({ nodeId: "t-blobs" });
+  client = new Client(node.url);
+  dir = await mkdtemp(join(tmpdir(), "cohort-ts-blobs-"));
+});
+
+after(async () => {
+  await client?.close();
+  await node?.stop();
+  if (dir !== undefined) await rm(dir, { recursive: true, force: true });
+});
+
+test("blobs go up as bytes, a file and a stream, and come back whole, by range and to a file", { timeout: 60_000 }, async () => {
+  const small = randomBytes(300_000);
+  // A few MiB, not a multiple of the client's 1 MiB chunks.
+  const large = randomBytes(3 * MiB + 12_345);
+  const source = join(dir, "large.bin");
+  await writeFile(source, large);
+  const streamed = randomBytes(2 * MiB + 777);
+
+  // Bytes: the digest is the sha256 of the bytes; again, the same.
+  const stored = await client.putBlob(small);
+  assert.deepEqual(stored, { digest: sha256(small), bytes: small.length });
+  assert.deepEqual(await client.putBlob(small), stored);
+  assert.deepEqual(await client.putBlob(new Uint8Array(small)), stored);
+
+  // A file, streamed from disk.
+  const fromFile = await client.putBlobFile(source);
+  assert.deepEqual(fromFile, { digest: sha256(large), bytes: large.length });
+  assert.deepEqual(await client.putBlobFile(source), fromFile);
+  assert.deepEqual(await client.putBlob(large), fromFile, "the file's bytes, sent as bytes: the same blob");
+
+  // A stream of unknown length: a web ReadableStream, an async iterable.
+  const fromStream = await client.putBlob(streamOf(streamed));
+  assert.deepEqual(fromStream, { digest: sha256(streamed), bytes: streamed.length });
+  assert.deepEqual(await client.putBlob(piecesOf(streamed), { sha256: sha256(streamed) }), fromStream);
+
+  // HEAD and the list.
+  for (const info of [stored, fromFile, fromStream]) {
+    assert.deepEqual(await client.headBlob(info.digest), info);
+  }
+  const listed = await client.listBlobs();
+  assert.deepEqual([...listed].sort(byDigest), [stored, fromFile, fromStream].sort(byDigest));
+
+  // Whole, a middle range, a suffix (the last bytes), an end past the blob's.
+  const whole = await client.getBlob(fromFile.digest);
+  assert.deepEqual([whole.digest, whole.size, whole.start, whole.length], [fromFile.digest, large.length, 0, large.length]);
+  assert.ok((await bytesOf(whole)).equals(large));
+  const [start, end] = [MiB - 5, 2 * MiB + 9]; // across chunk boundaries
+  const middle = await client.getBlob(fromFile.digest, { start, end });
+  assert.deepEqual([middle.size, middle.start, middle.length], [large.length, start, end - start]);
+  assert.ok((await bodyOf(middle)).equals(large.subarray(start, end)));
+  const suffix = await client.getBlob(fromFile.digest, { start: -4321 });
+  assert.deepEqual([suffix.start, suffix.length], [large.length - 4321, 4321]);
+  assert.ok((await bytesOf(suffix)).equals(large.subarray(-4321)));
+  const tail = await client.getBlob(fromFile.digest, { start: large.length - 10, end: large.length + 1000 });
+  assert.ok((await bytesOf(tail)).equals(large.subarray(-10)));
+  const last = await client.getBlob(stored.digest, { start: small.length - 1 });
+  assert.ok((await bytesOf(last)).equals(small.subarray(-1)));
+  const longer = await client.getBlob(stored.digest, { start: -(small.length + 100) });
+  assert.ok((await bytesOf(longer)).equals(small), "a suffix longer than the blob: the whole blob");
+  const first = await client.getBlob(fromStream.digest, { start: 0, end: 1 });
+  assert.ok((await bytesOf(first)).equals(streamed.subarray(0, 1)));
+  // Left early: the rest is not read; the client goes on.
+  const early = await client.getBlob(fromFile.digest);
+  for await (const chunk of early) {
+    assert.ok(chunk.byteLength > 0);
+    break;
+  }
+
+  // Saved to a file: the same bytes, and no partial file left beside it.
+  const savedDir = join(dir, "saved");
+  await mkdir(savedDir);
+  const saved = join(savedDir, "copy.bin");
+  assert.deepEqual(await client.getBlobToFile(fromFile.digest, saved), fromFile);
+  assert.ok((await readFile(saved)).equals(large));
+  assert.deepEqual(await client.getBlobToFile(fromStream.digest, saved), fromStream);
+  assert.ok((await readFile(saved)).equals(streamed), "an existing file is replaced");
+  assert.deepEqual(await readdir(savedDir), ["copy.bin"]);
+});
+
+test("a missing blob, a range past the end and a stream with the wrong sha256 are refused with their codes", { timeout: 60_000 }, async () => {
+  const data = randomBytes(150_000);
+  const stored = await client.putBlob(data);
+
+  const missing = sha256(Buffer.from("never uploaded"));
+  assert.equal(await client.headBlob(missing), null);
+  await assert.rejects(client.getBlob(missing), { code: "blob_not_found", status: 404 });
+  await assert.rejects(client.getBlob(missing, { start: 10, end: 20 }), { code: "blob_not_found", status: 404 });
+  const nowhere = join(dir, "missing.bin");
+  await assert.rejects(client.getBlobToFile(missing, nowhere), { code: "blob_not_found" });
+  assert.ok(!(await readdir(dir)).includes("missing.bin"));
+  assert.deepEqual((await readdir(dir)).filter((name) => name.endsWith(".part")), []);
+
+  for (const range of [{ start: data.length }, { start: data.length + 10, end: data.length + 20 }]) {
+    await assert.rejects(
+      client.getBlob(stored.digest, range),
+      { code: "range_not_satisfiable", status: 416 },
+      JSON.stringify(range),
+    );
+  }
+
+  const before = await client.listBlobs();
+  const wrong = randomBytes(100_000);
+  const claimed = sha256(Buffer.from("something else"));
+  await assert.rejects(client.putBlob(piecesOf(wrong), { sha256: claimed }), {
+    code: "blob_digest_mismatch",
+    status: 422,
+  });
+  await assert.rejects(client.putBlob(streamOf(wrong), { sha256: claimed }), {
+    code: "blob_digest_mismatch",
+    status: 422,
+  });
+  await assert.rejects(client.putBlob(wrong, { sha256: claimed }), { code: "blob_digest_mismatch", status: 422 });
+  assert.equal(await client.headBlob(sha256(wrong)), null);
+  assert.equal(await client.headBlob(claimed), null);
+  const listed = await client.listBlobs();
+  assert.deepEqual([...listed].sort(byDigest), [...before].sort(byDigest));
+  assert.ok(!listed.some((blob) => blob.digest === sha256(wrong) || blob.digest === claimed));
+});
