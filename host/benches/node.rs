@@ -74,6 +74,14 @@
 //!   call, alternated over [`EGRESS_ROUNDS`]; checks that the server saw
 //!   each call once and that jobs' attempts recorded them.
 //!
+//! * blobs: a file of `COHORT_BENCH_BLOB_MIB` MiB (default 1024) of
+//!   pseudo-random bytes; `cp`, `cp` then `sync`, and `cat >` of it on the
+//!   same disk; then, on one node and on three (every role, the upload
+//!   acknowledged once on a majority), its upload streamed from the file,
+//!   the first byte of its download through the last node, its download
+//!   to a file, the same with its sha256 checked (`cohort blob get -o`),
+//!   and 1 KiB from its middle (`Range`); over 2 rounds.
+//!
 //! `COHORT_BENCH_BIN=PATH` runs the nodes from another `cohort` binary (an
 //! older commit's, for before/after in one run; the in-process sections,
 //! commit and recovery, use this build's library either way).
@@ -172,6 +180,118 @@ fn main() {
     if wanted("egress") {
         rt.block_on(egress());
     }
+    if wanted("blobs") {
+        rt.block_on(blobs());
+    }
+}
+
+/// Blob throughput and first-byte latency against `cp` and `cat` of the
+/// same file on the same disk, in the same run (see the module's notes).
+async fn blobs() {
+    let mib: u64 = std::env::var("COHORT_BENCH_BLOB_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let bytes = mib << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    write_pseudo_random(&source, bytes);
+    let copy = dir.path().join("copy");
+    let rate = |took: Duration| bytes as f64 / took.as_secs_f64() / f64::from(1u32 << 20);
+    let timed = |program: &str, args: &[&str]| {
+        let started = Instant::now();
+        let status = Process::new(program).args(args).status().unwrap();
+        assert!(status.success(), "{program} {args:?}");
+        started.elapsed()
+    };
+    let (src, dst) = (source.to_str().unwrap(), copy.to_str().unwrap());
+    let shell = |script: String| timed("sh", &["-c", &script]);
+    for round in 1..=2 {
+        let _ = std::fs::remove_file(&copy);
+        let cp = timed("cp", &[src, dst]);
+        let _ = std::fs::remove_file(&copy);
+        let cp_sync = shell(format!("cp {src} {dst} && sync -f {dst}"));
+        let cat = shell(format!("cat {src} > {dst}"));
+        println!(
+            "blobs round {round}: {mib} MiB file: cp {:.0} MiB/s, cp + sync {:.0} MiB/s, cat > file {:.0} MiB/s",
+            rate(cp),
+            rate(cp_sync),
+            rate(cat)
+        );
+        for nodes in [1, 3] {
+            let cluster: Vec<NodeProcess> = if nodes == 1 {
+                vec![start_node(&[])]
+            } else {
+                three_nodes(&[]).await.into()
+            };
+            let first = Api::new(&cluster[0].url);
+            let last = Api::new(&cluster[nodes - 1].url);
+            let started = Instant::now();
+            let file = tokio::fs::File::open(&source).await.unwrap();
+            let info = first.put_blob_stream(file).await.unwrap();
+            let upload = started.elapsed();
+            assert_eq!(info.bytes, bytes);
+            // The download through the last node: on three nodes, one
+            // that may have to fetch it first.
+            let _ = std::fs::remove_file(&copy);
+            let started = Instant::now();
+            let mut reader = last.get_blob(&info.digest, None).await.unwrap();
+            let first_byte = {
+                use tokio::io::AsyncReadExt;
+                let mut one = [0u8; 1];
+                reader.read_exact(&mut one).await.unwrap();
+                started.elapsed()
+            };
+            drop(reader);
+            let started = Instant::now();
+            let mut reader = last.get_blob(&info.digest, None).await.unwrap();
+            let mut out = tokio::fs::File::create(&copy).await.unwrap();
+            tokio::io::copy(&mut reader, &mut out).await.unwrap();
+            let download = started.elapsed();
+            let started = Instant::now();
+            last.get_blob_to_file(&info.digest, &copy).await.unwrap();
+            let checked = started.elapsed();
+            let started = Instant::now();
+            let middle = Some((bytes / 2, Some(bytes / 2 + 1023)));
+            let mut reader = last.get_blob(&info.digest, middle).await.unwrap();
+            let mut range = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut reader, &mut range)
+                .await
+                .unwrap();
+            let ranged = started.elapsed();
+            println!(
+                "blobs round {round}: {nodes} node(s): upload {:.0} MiB/s ({:.2}x cp + sync), download to a file {:.0} MiB/s ({:.2}x cat), with its sha256 checked {:.0} MiB/s, first byte {:.1} ms, 1 KiB from the middle {:.1} ms",
+                rate(upload),
+                cp_sync.as_secs_f64() / upload.as_secs_f64(),
+                rate(download),
+                cat.as_secs_f64() / download.as_secs_f64(),
+                rate(checked),
+                first_byte.as_secs_f64() * 1e3,
+                ranged.as_secs_f64() * 1e3,
+            );
+        }
+    }
+}
+
+/// Writes `bytes` of a fast pseudo-random sequence (xorshift) to `path`.
+fn write_pseudo_random(path: &std::path::Path, bytes: u64) {
+    use std::io::Write;
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut left = bytes;
+    while left > 0 {
+        for word in chunk.chunks_exact_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            word.copy_from_slice(&state.to_le_bytes());
+        }
+        let n = left.min(chunk.len() as u64) as usize;
+        file.write_all(&chunk[..n]).unwrap();
+        left -= n as u64;
+    }
+    file.into_inner().unwrap().sync_all().unwrap();
 }
 
 /// A DAG of 10,000 trivial jobs on one node, end to end: one request,

@@ -24,7 +24,10 @@
 //! Across nodes (replication on upload, fetching a blob this node lacks) see
 //! `cluster::blob_transfer`.
 
-use crate::limits::{BLOB_IDLE_TIMEOUT, BLOB_READ_AHEAD, BLOB_READ_BYTES, BLOB_WRITE_BYTES};
+use crate::limits::{
+    BLOB_DISK_RESERVE_BYTES, BLOB_IDLE_TIMEOUT, BLOB_READ_AHEAD, BLOB_READ_BYTES, BLOB_SYNC_BYTES,
+    BLOB_WRITE_BYTES,
+};
 use crate::runtime::Digest;
 use bytes::Bytes;
 use sha2::{Digest as _, Sha256};
@@ -56,8 +59,12 @@ pub enum BlobError {
 
 impl BlobError {
     fn io(error: std::io::Error) -> Self {
-        match error.raw_os_error() {
-            Some(libc::ENOSPC) | Some(libc::EDQUOT) => BlobError::Full(error.to_string()),
+        // By kind, not by errno: the temporary file's errors come wrapped
+        // with its path, which hides the errno.
+        match error.kind() {
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                BlobError::Full(error.to_string())
+            }
             _ => BlobError::Io(error.to_string()),
         }
     }
@@ -129,15 +136,19 @@ impl BlobStore {
     }
 
     /// The size of blob `digest`, if it is stored here. A blob whose file
-    /// went away (removed by hand) is forgotten, so it is stored again or
-    /// fetched again rather than counted as here.
+    /// went away (removed by hand) is forgotten when a read finds it gone,
+    /// and stored again by an upload or copy that finds it gone, rather
+    /// than counted as here.
     pub fn size(&self, digest: &Digest) -> Option<u64> {
-        let size = self.index().get(digest).copied()?;
-        if self.path(digest).is_file() {
-            return Some(size);
+        self.index().get(digest).copied()
+    }
+
+    /// Forgets blob `digest` if its file is gone.
+    fn forget_if_gone(&self, digest: &Digest) {
+        let mut index = self.index();
+        if !self.path(digest).exists() {
+            index.remove(digest);
         }
-        self.index().remove(digest);
-        None
     }
 
     /// Every blob stored here, by digest.
@@ -170,6 +181,7 @@ impl BlobStore {
             hasher: Sha256::new(),
             buffer: Vec::with_capacity(BLOB_WRITE_BYTES),
             bytes: 0,
+            unsynced: 0,
         })
     }
 
@@ -192,7 +204,14 @@ impl BlobStore {
         use tokio::io::{AsyncReadExt, AsyncSeekExt};
         let size = self.size(digest).ok_or(BlobError::NotFound(*digest))?;
         let (start, end) = range.unwrap_or((0, size.saturating_sub(1)));
-        let file = std::fs::File::open(self.path(digest)).map_err(BlobError::io)?;
+        let file = match std::fs::File::open(self.path(digest)) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                self.forget_if_gone(digest);
+                return Err(BlobError::NotFound(*digest));
+            }
+            Err(error) => return Err(BlobError::io(error)),
+        };
         let (tx, rx) = mpsc::channel(BLOB_READ_AHEAD);
         if size == 0 {
             return Ok(rx);
@@ -234,6 +253,8 @@ pub struct Upload {
     hasher: Sha256,
     buffer: Vec<u8>,
     bytes: u64,
+    /// Bytes written since the file was last synced.
+    unsynced: u64,
 }
 
 impl Upload {
@@ -249,6 +270,9 @@ impl Upload {
             return Err(BlobError::TooLarge { ceiling });
         }
         self.bytes += chunk.len() as u64;
+        if self.buffer.len() + chunk.len() > BLOB_WRITE_BYTES {
+            self.flush().await?;
+        }
         self.buffer.extend_from_slice(chunk);
         if self.buffer.len() >= BLOB_WRITE_BYTES {
             self.flush().await?;
@@ -261,20 +285,30 @@ impl Upload {
         if self.buffer.is_empty() {
             return Ok(());
         }
-        let mut file = self
-            .file
-            .take()
-            .expect("an upload has its file until it ends");
+        let mut file = (self.file.take()).expect("an upload has its file until it ends");
         let mut hasher = std::mem::take(&mut self.hasher);
         let buffer = std::mem::take(&mut self.buffer);
+        // Synced as it goes, so the sync at the end is short however large
+        // the blob (a copy's sender waits for it).
+        let sync = self.unsynced + buffer.len() as u64 >= BLOB_SYNC_BYTES;
+        let dir = self.store.inner.dir.clone();
         let (file, hasher, mut buffer) = tokio::task::spawn_blocking(move || {
-            let written = file.write_all(&buffer);
+            check_free(&dir, buffer.len() as u64)?;
+            file.as_file_mut().write_all(&buffer)?;
             hasher.update(&buffer);
-            written.map(|()| (file, hasher, buffer))
+            if sync {
+                file.as_file().sync_data()?;
+            }
+            Ok::<_, std::io::Error>((file, hasher, buffer))
         })
         .await
         .map_err(|e| BlobError::Io(format!("the writer stopped: {e}")))?
         .map_err(BlobError::io)?;
+        self.unsynced = if sync {
+            0
+        } else {
+            self.unsynced + buffer.len() as u64
+        };
         buffer.clear();
         self.file = Some(file);
         self.hasher = hasher;
@@ -301,6 +335,9 @@ impl Upload {
             digest,
             bytes: self.bytes,
         };
+        if self.store.size(&digest).is_some() {
+            self.store.forget_if_gone(&digest);
+        }
         if self.store.size(&digest).is_some() {
             return Ok(Stored { info, new: false });
         }
@@ -367,6 +404,32 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
+/// Refuses a write of `bytes` more to the disk holding `dir` when it would
+/// leave less than [`BLOB_DISK_RESERVE_BYTES`] free: blobs share the disk
+/// with the journal, which must always be able to grow.
+fn check_free(dir: &Path, bytes: u64) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: all-zero bytes are a valid `statvfs` (plain integers).
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `stat` a valid place for the
+    // answer; statvfs writes nothing else.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let free = (stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64);
+    if free < bytes.saturating_add(BLOB_DISK_RESERVE_BYTES) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            format!(
+                "{free} bytes free, and the node keeps {BLOB_DISK_RESERVE_BYTES} free for its journal"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Why a `Range` header cannot be served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the range is past the blob's end ({size} bytes)")]
@@ -381,7 +444,10 @@ pub struct Unsatisfiable {
 /// a header that is not one valid byte range, or several ranges, which
 /// the server may ignore).
 pub fn parse_range(header: Option<&str>, size: u64) -> Result<Option<(u64, u64)>, Unsatisfiable> {
-    let Some(spec) = header.and_then(|h| h.trim().strip_prefix("bytes=")) else {
+    let Some(spec) = header.and_then(|h| {
+        let h = h.trim();
+        (h.len() > 6 && h[..6].eq_ignore_ascii_case("bytes=")).then(|| &h[6..])
+    }) else {
         return Ok(None);
     };
     if spec.contains(',') {

@@ -247,6 +247,13 @@ pub const BLOB_BYTES_MAX_DEFAULT: u64 = 64 << 30;
 /// Bytes gathered from the network before one write to the blob's file
 /// (and one hash update), on a blocking thread.
 pub(crate) const BLOB_WRITE_BYTES: usize = 1 << 20;
+/// Bytes of a blob written between syncs of its file, so the sync before
+/// it is kept is short however large the blob.
+pub(crate) const BLOB_SYNC_BYTES: u64 = 64 << 20;
+/// Free space a node keeps on its data directory's disk: a blob write that
+/// would leave less is refused (`blob_store_full`), so blobs never take
+/// the room the journal needs.
+pub const BLOB_DISK_RESERVE_BYTES: u64 = 1 << 30;
 /// Bytes read from a blob's file per chunk of a response.
 pub(crate) const BLOB_READ_BYTES: usize = 256 << 10;
 /// Chunks of a response read ahead of the network.

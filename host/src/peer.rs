@@ -157,7 +157,7 @@ impl Peer {
                 url,
                 content_type(FRAMES_CONTENT_TYPE),
                 body.map_err(|never| match never {}).boxed(),
-                timeout,
+                timeout.into(),
             )
             .await
             .map_err(|e| PeerError {
@@ -165,7 +165,7 @@ impl Peer {
                 not_acted_on: e.not_sent,
             })?;
         let status = response.status();
-        let answer = tokio::time::timeout(timeout, response.into_body().collect())
+        let answer = tokio::time::timeout(timeout, bounded_answer(response.into_body()).collect())
             .await
             .map_err(|_| PeerError {
                 message: format!("{url} did not finish its answer within {timeout:?}"),
@@ -219,7 +219,7 @@ impl Peer {
                 url,
                 self::content_type(content_type),
                 cohort_client::transport::full(body),
-                timeout,
+                timeout.into(),
             )
             .await
             .map_err(|e| PeerError {
@@ -237,7 +237,7 @@ impl Peer {
                 body: response.into_body(),
             });
         }
-        let answer = tokio::time::timeout(timeout, response.into_body().collect())
+        let answer = tokio::time::timeout(timeout, bounded_answer(response.into_body()).collect())
             .await
             .map_err(|_| PeerError {
                 message: format!("{url} did not finish its answer within {timeout:?}"),
@@ -361,6 +361,15 @@ fn open_answer(
             })
         }
     }
+}
+
+/// An answer body read no further than a node-to-node answer can be
+/// (answers to blob streams are small JSON).
+fn bounded_answer(body: hyper::body::Incoming) -> http_body_util::Limited<hyper::body::Incoming> {
+    http_body_util::Limited::new(
+        body,
+        crate::limits::CONTROL_BODY_BYTES_MAX + crate::security::seal::OVERHEAD,
+    )
 }
 
 /// Headers naming `value` as the content type.

@@ -263,11 +263,12 @@ class AsyncClient:
         the block), or ``reader = await client.open_blob(d)`` (then
         ``await reader.aclose()``)."""
         first = _blobs.range_header(start, end)
+        window = ReadWindow(digest)
 
         async def reopen(byte_range: Optional[str]) -> httpx.Response:
-            return await self._run(self._plans.blob_body(digest, byte_range))
+            return await self._run(self._plans.blob_body(window.digest, byte_range, window.known_size))
 
-        return BlobOpening(AsyncBlobReader._open(digest, first, reopen))
+        return BlobOpening(AsyncBlobReader._open(window, first, reopen))
 
     async def get_blob_to_file(self, digest: str, path: "Union[str, os.PathLike[str]]") -> BlobInfo:
         """Save blob ``digest`` at ``path``, as `Client.get_blob_to_file`
@@ -374,9 +375,16 @@ class AsyncClient:
 
 async def _send(client: httpx.AsyncClient, op: Send) -> httpx.Response:
     """One request of a plan, as `_sync._send`."""
-    content = op.content.achunks() if isinstance(op.content, BodySource) else op.content
+    wait = op.head_wait()
+    content: Any = op.content
+    if isinstance(op.content, BodySource):
+        content = op.content.achunks() if wait is None else wait.achunks(op.content.achunks())
     request = client.build_request(op.method, op.url, content=content, headers=op.headers, timeout=op.timeout)
+    if wait is not None:
+        wait.bind(request, None if isinstance(op.content, BodySource) else len(op.content or b""))
     response = await client.send(request, stream=op.stream)
+    if wait is not None:
+        wait.head_came()
     if op.stream and not response.is_success:
         try:
             await response.aread()
@@ -403,8 +411,7 @@ class AsyncBlobReader:
         self.closed = False
 
     @classmethod
-    async def _open(cls, digest: str, first: Optional[str], reopen: Reopen) -> "AsyncBlobReader":
-        window = ReadWindow(digest)
+    async def _open(cls, window: ReadWindow, first: Optional[str], reopen: Reopen) -> "AsyncBlobReader":
         response = await reopen(first)
         try:
             window.accept(response, ranged=first is not None)

@@ -22,7 +22,7 @@ import re
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import IO, Any, AsyncIterator, Dict, Iterator, List, Optional, Union
+from typing import IO, Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Union
 from urllib.parse import quote
 
 import httpx
@@ -37,9 +37,24 @@ SHA256_HEADER = "x-cohort-sha256"
 #: A download that fails this many times in a row without a byte between
 #: gives up (a failure after progress resumes where it broke, again).
 RESUMES_WITHOUT_PROGRESS_MAX = 3
+#: The slowest rate, in bytes a second, at which a node is taken to copy a
+#: blob between nodes (16 MiB/s). A node answers an upload only once the
+#: blob is durable on a majority of the back-end nodes, copying it after
+#: its last byte arrived: once an upload's body has been sent, its answer
+#: is waited for ``request_timeout_s`` plus one second per this many bytes
+#: sent (a 64 GiB blob: 4096 s more). A resumed download, whose blob's
+#: size is known, allows as much for the node to fetch the blob first.
+BLOB_COPY_BYTES_PER_S = 16 << 20
+#: How much longer than ``request_timeout_s`` a download waits for its
+#: answer's head when the blob's size is not known (its first request): 10
+#: minutes. A node without a copy fetches the whole blob from another
+#: before it answers. Once the body flows, ``request_timeout_s`` is again
+#: the longest wait for each next bytes.
+BLOB_FETCH_WAIT_S = 600.0
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+_ANY_CASE_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 
 #: A path to a file, as ``open`` takes it.
 Path = Union[str, "os.PathLike[str]"]
@@ -54,9 +69,85 @@ class BlobInfo:
     bytes: int
 
 
+def blob_digest(digest: str) -> str:
+    """A digest as the caller gave it, in lowercase if it is one (64 hex
+    digits, either case): digests are case-insensitive hex, and the node,
+    the ``ETag`` and the bytes' sha256 spell them in lowercase. Anything
+    else is left as it is, for the node to answer."""
+    if isinstance(digest, str) and _ANY_CASE_DIGEST.fullmatch(digest):
+        return digest.lower()
+    return digest
+
+
 def blob_path(digest: str) -> str:
     """The route of blob ``digest`` (one path segment, whatever it holds)."""
-    return "/v1/blobs/" + quote(digest, safe="")
+    return "/v1/blobs/" + quote(blob_digest(digest), safe="")
+
+
+def copy_allowance_s(size: int) -> float:
+    """How long a node is given to copy (or fetch) ``size`` bytes of a blob
+    before it answers: ``size / BLOB_COPY_BYTES_PER_S`` seconds."""
+    return size / BLOB_COPY_BYTES_PER_S
+
+
+def fetch_allowance_s(size: Optional[int]) -> float:
+    """How much longer than the read timeout a download's answer's head may
+    take: `copy_allowance_s` of the blob's ``size``, or
+    `BLOB_FETCH_WAIT_S` when it is not known."""
+    return BLOB_FETCH_WAIT_S if size is None else copy_allowance_s(size)
+
+
+class HeadWait:
+    """Waits longer for one request's answer's head: its read timeout plus
+    ``extra(sent)`` seconds once its body (``sent`` bytes) has gone; after
+    the head, the read timeout again (`head_came`), for the body's reads.
+
+    httpcore takes the read timeout from the request's ``timeout``
+    extension as each wait begins (the head's, then the body's), so it is
+    changed there: by the body's iterator as it ends (a stream's size is
+    known only then), or at once for a body of known bytes (`bind`)."""
+
+    def __init__(self, extra: Callable[[int], float]) -> None:
+        self._extra = extra
+        self._timeouts: Optional[Dict[str, Optional[float]]] = None
+        self._read: Optional[float] = None
+
+    def bind(self, request: httpx.Request, sent: Optional[int]) -> None:
+        """Wait for ``request``; ``sent``: its body's length, if it is bytes
+        (``None`` for a body that `chunks` or `achunks` counts)."""
+        timeouts = request.extensions.get("timeout")
+        if not isinstance(timeouts, dict):
+            return
+        self._timeouts = timeouts
+        self._read = timeouts.get("read")
+        if sent is not None:
+            self.body_sent(sent)
+
+    def body_sent(self, sent: int) -> None:
+        """The body has gone: the head may take ``extra(sent)`` longer."""
+        if self._timeouts is not None and self._read is not None:
+            self._timeouts["read"] = self._read + self._extra(sent)
+
+    def head_came(self) -> None:
+        """The head came: the body's reads wait the read timeout."""
+        if self._timeouts is not None:
+            self._timeouts["read"] = self._read
+
+    def chunks(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        """``chunks``, counted; `body_sent` once they end."""
+        sent = 0
+        for chunk in chunks:
+            sent += len(chunk)
+            yield chunk
+        self.body_sent(sent)
+
+    async def achunks(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """`chunks` for ``httpx.AsyncClient``."""
+        sent = 0
+        async for chunk in chunks:
+            sent += len(chunk)
+            yield chunk
+        self.body_sent(sent)
 
 
 def range_header(start: Optional[int], end: Optional[int]) -> Optional[str]:
@@ -115,12 +206,13 @@ def _info(data: Any) -> BlobInfo:
 def check_etag(headers: httpx.Headers, digest: str) -> None:
     """A blob's ``ETag`` (when the answer has one) names the blob asked for."""
     etag = headers.get("etag")
-    if etag is not None and etag.removeprefix("W/").strip('"') != digest:
+    if etag is not None and blob_digest(etag.removeprefix("W/").strip('"')) != blob_digest(digest):
         raise bad_answer(f"blob {digest} answered with the ETag {etag}")
 
 
 def head_info(response: httpx.Response, digest: str) -> BlobInfo:
     """The blob a ``HEAD /v1/blobs/{digest}`` describes."""
+    digest = blob_digest(digest)
     check_etag(response.headers, digest)
     length = _integer(response.headers.get("content-length"))
     if length is None:
@@ -148,7 +240,7 @@ class ReadWindow:
     """
 
     def __init__(self, digest: str) -> None:
-        self.digest = digest
+        self.digest = blob_digest(digest)
         self.start = 0
         self.stop = 0
         self.size = 0
@@ -183,6 +275,11 @@ class ReadWindow:
                 f"resumed at {self.position} of {self.size} bytes, the node answered bytes {start}-{stop - 1}/{size}"
             )
         self._progress_since_open = False
+
+    @property
+    def known_size(self) -> Optional[int]:
+        """The blob's size once an answer gave it, else ``None``."""
+        return self.size if self._opened else None
 
     @property
     def remaining(self) -> int:
@@ -228,7 +325,7 @@ class PartFile:
 
     def __init__(self, destination: Path, digest: str) -> None:
         self.destination = os.fspath(destination)
-        self.digest = digest
+        self.digest = blob_digest(digest)
         directory, name = os.path.split(os.path.abspath(self.destination))
         fd, self.path = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=directory)
         self._file: IO[bytes] = os.fdopen(fd, "wb")
@@ -401,8 +498,10 @@ class StreamBody(BodySource):
 
 
 def valid_digest(digest: Optional[str]) -> Optional[str]:
-    """``digest`` if it is one (64 lowercase hex digits); ``ValueError``
-    otherwise (``None`` stays ``None``)."""
-    if digest is not None and not (isinstance(digest, str) and _DIGEST.fullmatch(digest)):
-        raise ValueError(f"a sha256 is 64 lowercase hex digits, not {digest!r}")
-    return digest
+    """``digest`` in lowercase if it is one (64 hex digits, either case);
+    ``ValueError`` otherwise (``None`` stays ``None``)."""
+    if digest is None:
+        return None
+    if not (isinstance(digest, str) and _ANY_CASE_DIGEST.fullmatch(digest)):
+        raise ValueError(f"a sha256 is 64 hex digits, not {digest!r}")
+    return digest.lower()

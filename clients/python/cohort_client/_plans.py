@@ -74,10 +74,12 @@ class Send:
     ``chunks()`` or, by `AsyncClient`, its ``achunks()``). With ``stream``,
     a success answer's body is left unread, for the plan's caller to read
     (and close); an error answer's is read (and the answer closed) before
-    the plan sees it.
+    the plan sees it. With ``head_extra``, the answer's head is waited for
+    ``head_extra(bytes sent)`` seconds longer than the read timeout once
+    the body has gone (see `_blobs.HeadWait`).
     """
 
-    __slots__ = ("method", "url", "content", "timeout", "headers", "stream")
+    __slots__ = ("method", "url", "content", "timeout", "headers", "stream", "head_extra")
 
     def __init__(
         self,
@@ -87,6 +89,7 @@ class Send:
         timeout: httpx.Timeout,
         headers: Optional[Mapping[str, str]] = None,
         stream: bool = False,
+        head_extra: Optional[Callable[[int], float]] = None,
     ) -> None:
         self.method = method
         self.url = url
@@ -94,6 +97,11 @@ class Send:
         self.timeout = timeout
         self.headers = headers
         self.stream = stream
+        self.head_extra = head_extra
+
+    def head_wait(self) -> Optional[_blobs.HeadWait]:
+        """A `_blobs.HeadWait` of ``head_extra``, if it has one."""
+        return None if self.head_extra is None else _blobs.HeadWait(self.head_extra)
 
 
 class Sleep:
@@ -140,15 +148,17 @@ class Plans:
         extra_s: float = 0.0,
         headers: Optional[Mapping[str, str]] = None,
         stream: bool = False,
+        head_extra: Optional[Callable[[int], float]] = None,
     ) -> Plan[httpx.Response]:
         """One request, with failover and retries until ``deadline`` (see
-        `Attempts`); its success answer (its body unread with ``stream``)."""
+        `Attempts`); its success answer (its body unread with ``stream``).
+        ``head_extra``: as `Send`'s."""
         attempts = Attempts(self.nodes, self.settings.deadline() if deadline is None else deadline)
         timeout = self.settings.timeout(extra_s)
         while True:
             node = attempts.node()
             self.counter.count(method, path)
-            answer = yield Send(method, node + path, content, timeout, headers, stream)
+            answer = yield Send(method, node + path, content, timeout, headers, stream, head_extra)
             if isinstance(answer, httpx.Response):
                 if answer.is_success:
                     attempts.succeeded(node)
@@ -501,10 +511,18 @@ class Plans:
         and retried and failed over as a read is. Storing bytes already
         stored is harmless. ``blob_too_large`` (413) past the cluster's
         ceiling, ``blob_store_full`` (507), ``replication_failed`` (503,
-        retried)."""
+        retried).
+
+        The node answers once the blob is durable on a majority of the
+        back-end nodes, copying it after its last byte arrived: every
+        upload waits for its answer ``request_timeout_s`` plus one second
+        per `BLOB_COPY_BYTES_PER_S` bytes sent (16 MiB/s) once its body
+        has gone."""
         content = bytes(data)
         sent = BlobInfo(_core.local_digest(content), len(content))
-        response = yield from self.call("PUT", "/v1/blobs", content=content, headers=_put_headers(sent.digest))
+        response = yield from self.call(
+            "PUT", "/v1/blobs", content=content, headers=_put_headers(sent.digest), head_extra=_blobs.copy_allowance_s
+        )
         return _blobs.blob_info_of(response.content, sent)
 
     def put_blob_file(self, path: "Union[str, os.PathLike[str]]") -> Plan[BlobInfo]:
@@ -516,7 +534,9 @@ class Plans:
         info = yield Work(_blobs.hash_file, path)
         body = FileBody(path, info)
         headers = {**_put_headers(info.digest), **body.headers()}
-        response = yield from self.call("PUT", "/v1/blobs", content=body, headers=headers)
+        response = yield from self.call(
+            "PUT", "/v1/blobs", content=body, headers=headers, head_extra=_blobs.copy_allowance_s
+        )
         return _blobs.blob_info_of(response.content, info)
 
     def put_blob_stream(self, fileobj: Any, sha256: Optional[str] = None) -> Plan[BlobInfo]:
@@ -524,19 +544,26 @@ class Plans:
         a file being written...) as a blob, read in chunks and sent as they
         come (chunked). It cannot be read twice, so it is sent once, to
         one node, never retried (after an error, send it again from its
-        start). ``sha256``, when known, is sent for the node to check
-        (``blob_digest_mismatch``); either way the answer is checked
-        against the bytes sent."""
+        start). ``sha256``, when known (64 hex digits, either case), is
+        sent for the node to check (``blob_digest_mismatch``); either way
+        the answer is checked against the bytes sent."""
         body = StreamBody(fileobj)
         headers = _put_headers(_blobs.valid_digest(sha256))
         response = yield from self.call(
-            "PUT", "/v1/blobs", content=body, headers=headers, deadline=time.monotonic()
+            "PUT",
+            "/v1/blobs",
+            content=body,
+            headers=headers,
+            deadline=time.monotonic(),
+            head_extra=_blobs.copy_allowance_s,
         )
         return _blobs.blob_info_of(response.content, body.sent())
 
     def head_blob(self, digest: str) -> Plan[Optional[BlobInfo]]:
         """Blob ``digest``'s size (``HEAD /v1/blobs/{digest}``), or ``None``
-        if the cluster has no such blob."""
+        if the cluster has no such blob. ``digest`` is hex in either
+        case."""
+        digest = _blobs.blob_digest(digest)
         try:
             response = yield from self.call("HEAD", _blobs.blob_path(digest))
         except CohortError as error:
@@ -550,13 +577,21 @@ class Plans:
         response = yield from self.call("GET", "/v1/blobs")
         return _blobs.blob_list_of(response.content)
 
-    def blob_body(self, digest: str, byte_range: Optional[str]) -> Plan[httpx.Response]:
+    def blob_body(self, digest: str, byte_range: Optional[str], size: Optional[int] = None) -> Plan[httpx.Response]:
         """``GET /v1/blobs/{digest}`` (with a ``Range`` header), the answer's
-        body left unread: the readers' request."""
+        body left unread: the readers' request. A node without a copy
+        fetches the whole blob before it answers, so the head is waited for
+        longer: `_blobs.fetch_allowance_s` of the blob's ``size`` (when
+        known: a resumed download)."""
         headers = {"accept-encoding": "identity"}
         if byte_range is not None:
             headers["range"] = byte_range
-        return (yield from self.call("GET", _blobs.blob_path(digest), headers=headers, stream=True))
+        extra = _blobs.fetch_allowance_s(size)
+        return (
+            yield from self.call(
+                "GET", _blobs.blob_path(digest), headers=headers, stream=True, head_extra=lambda _sent: extra
+            )
+        )
 
     def wait(self, ids: Sequence[int], wait_ms: int) -> Plan[Dict[int, Finished]]:
         """One ``POST /v1/jobs/wait``: the jobs among ``ids`` that finished."""

@@ -299,12 +299,20 @@ class Client:
         slice does: ``end`` excluded, a negative ``start`` (without ``end``)
         for the last ``-start`` bytes. ``blob_not_found`` (404) if the
         cluster has no such blob, ``range_not_satisfiable`` (416) for a
-        ``start`` past its end."""
+        ``start`` past its end. ``digest`` is hex in either case.
+
+        A node without a copy of the blob fetches it whole from another
+        before it answers: the answer's head is waited for
+        ``request_timeout_s`` plus `BLOB_FETCH_WAIT_S` (10 minutes; plus
+        one second per `BLOB_COPY_BYTES_PER_S` bytes of the blob instead
+        when a broken download resumes, its size known); then each read
+        waits ``request_timeout_s`` at most."""
         first = _blobs.range_header(start, end)
+        digest = _blobs.blob_digest(digest)
         window = ReadWindow(digest)
 
         def reopen(byte_range: Optional[str]) -> httpx.Response:
-            return self._run(self._plans.blob_body(digest, byte_range))
+            return self._run(self._plans.blob_body(digest, byte_range, window.known_size))
 
         response = reopen(first)
         try:
@@ -451,9 +459,16 @@ class Client:
 def _send(client: httpx.Client, op: Send) -> httpx.Response:
     """One request of a plan. A streamed answer that is an error is read
     whole (it is small) and closed: the plan reads its code."""
-    content = op.content.chunks() if isinstance(op.content, BodySource) else op.content
+    wait = op.head_wait()
+    content: Any = op.content
+    if isinstance(op.content, BodySource):
+        content = op.content.chunks() if wait is None else wait.chunks(op.content.chunks())
     request = client.build_request(op.method, op.url, content=content, headers=op.headers, timeout=op.timeout)
+    if wait is not None:
+        wait.bind(request, None if isinstance(op.content, BodySource) else len(op.content or b""))
     response = client.send(request, stream=op.stream)
+    if wait is not None:
+        wait.head_came()
     if op.stream and not response.is_success:
         try:
             response.read()

@@ -13,14 +13,21 @@ import os
 import re
 import socket
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
+import httpx
+
 from cohort_client import AsyncClient, BlobInfo, Client, CohortError
-from cohort_client._blobs import BLOB_CHUNK_BYTES, range_header
+from cohort_client import _blobs
+from cohort_client._blobs import BLOB_CHUNK_BYTES, check_etag, range_header
+from cohort_client._core import Settings
+from cohort_client._plans import Plans, Send
 
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 
@@ -46,7 +53,10 @@ class FakeNode:
     (the connection closed); ``cut_put`` closes that many uploads' connections
     after reading ``cut_put_after`` bytes, without an answer; ``wrong`` maps a
     digest to the bytes answered for it; ``hold`` makes a ``GET`` send
-    ``hold_bytes``, then wait for the event before the rest."""
+    ``hold_bytes``, then wait for the event before the rest. ``put_delay_s``
+    delays an upload's answer once its body has come (the node copying the
+    blob to others), ``get_delay_s`` a download's head (the node fetching
+    the blob)."""
 
     def __init__(self) -> None:
         self.blobs: Dict[str, bytes] = {}
@@ -58,6 +68,8 @@ class FakeNode:
         self.hold: Optional[threading.Event] = None
         self.hold_bytes = 0
         self.held_out = False
+        self.put_delay_s = 0.0
+        self.get_delay_s = 0.0
         node = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -112,7 +124,12 @@ class FakeNode:
             return self._error(handler, 422, "blob_digest_mismatch")
         status = 200 if digest in self.blobs else 201
         self.blobs[digest] = seen.body
-        self._json(handler, status, {"digest": digest, "bytes": len(seen.body)})
+        if self.put_delay_s:
+            time.sleep(self.put_delay_s)
+        try:
+            self._json(handler, status, {"digest": digest, "bytes": len(seen.body)})
+        except OSError:
+            handler.close_connection = True  # the client gave up and went
 
     def get(self, handler: BaseHTTPRequestHandler, head: bool) -> None:
         self._seen(handler)
@@ -124,6 +141,8 @@ class FakeNode:
             return self._error(handler, 404, "blob_not_found", head)
         data = self.wrong.get(digest, self.blobs[digest])
         size = len(data)
+        if self.get_delay_s and not head:
+            time.sleep(self.get_delay_s)
         start, stop, status = 0, size, 200
         header = handler.headers.get("range")
         if header is not None:
@@ -437,3 +456,124 @@ def test_the_async_client_streams_blobs_too(fake: FakeNode, tmp_path: Path) -> N
     ranges = [seen.headers.get("range") for seen in fake.requests("GET")[1:]]
     assert ranges[:2] == ["bytes=3-8", None] and ranges[2] == f"bytes={len(data) // 2}-{len(data) - 1}"
     assert sorted(os.listdir(tmp_path)) == ["in.bin", "out.bin"]
+
+
+# The waits for a node that copies or fetches a blob before it answers.
+
+
+def test_an_uploads_answer_is_waited_for_longer_the_larger_the_blob(
+    fakes: Callable[[], FakeNode], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once its body has gone, an upload's answer is waited for the read
+    timeout (0.3 s) plus the bytes sent at the copy rate (1,000 bytes at
+    1,000 bytes a second): an answer 0.8 s after the body comes in time,
+    from bytes, a file or a stream, by either client; one later than 1.3 s
+    does not, nor one after 0.3 s to an empty upload. All at once."""
+    monkeypatch.setattr(_blobs, "BLOB_COPY_BYTES_PER_S", 1000)
+    data = data_of(1000, seed=7)
+    info = BlobInfo(sha256(data), len(data))
+    path = tmp_path / "in.bin"
+    path.write_bytes(data)
+    late, too_late = fakes(), fakes()
+    late.put_delay_s, too_late.put_delay_s = 0.8, 3.0
+    options: Dict[str, Any] = {"request_timeout_s": 0.3, "retry_deadline_s": 0}
+
+    def refused(url: str, content: bytes) -> Tuple[CohortError, float]:
+        started = time.monotonic()
+        with Client(url, **options) as client:
+            with pytest.raises(CohortError) as failed:
+                client.put_blob(content)
+        return failed.value, time.monotonic() - started
+
+    async def put_async() -> BlobInfo:
+        async with AsyncClient(late.url, **options) as client:
+            return await client.put_blob_stream(io.BytesIO(data))
+
+    started = time.monotonic()
+    with Client(late.url, **options) as client, ThreadPoolExecutor(6) as pool:
+        from_bytes = pool.submit(client.put_blob, data)
+        from_file = pool.submit(client.put_blob_file, path)
+        from_stream = pool.submit(client.put_blob_stream, io.BytesIO(data))
+        from_async = pool.submit(asyncio.run, put_async())
+        beyond = pool.submit(refused, too_late.url, data)
+        empty = pool.submit(refused, late.url, b"")
+        assert from_bytes.result() == info
+        assert from_file.result() == info
+        assert from_stream.result() == info
+        assert from_async.result() == info
+        assert time.monotonic() - started >= 0.8
+        error, waited = beyond.result()
+        assert error.code == "unreachable" and 1.3 <= waited < 2.5, (error, waited)
+        error, waited = empty.result()
+        assert error.code == "unreachable" and waited < 0.75, (error, waited)
+    assert len(late.requests("PUT")) == 5 and len(too_late.requests("PUT")) == 1
+
+
+def test_a_downloads_head_may_wait_for_the_node_to_fetch_the_blob(
+    fake: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head of a download of unknown size is waited for the read timeout
+    plus `BLOB_FETCH_WAIT_S` (here 0.3 s + 1 s); then the body's reads wait
+    the read timeout again. A resumed download, of known size, allows the
+    size at the copy rate instead."""
+    monkeypatch.setattr(_blobs, "BLOB_FETCH_WAIT_S", 1.0)
+    monkeypatch.setattr(_blobs, "BLOB_COPY_BYTES_PER_S", 1000)
+    data = data_of(5000, seed=8)
+    digest = sha256(data)
+    fake.blobs[digest] = data
+    fake.get_delay_s = 0.8
+    with Client(fake.url, request_timeout_s=0.3, retry_deadline_s=0) as client:
+        with client.open_blob(digest) as reader:
+            assert reader._response.request.extensions["timeout"]["read"] == 0.3
+            assert reader.read() == data
+
+    async def main() -> bytes:
+        async with AsyncClient(fake.url, request_timeout_s=0.3, retry_deadline_s=0) as client:
+            async with client.open_blob(digest, 10) as reader:
+                return await reader.read()
+
+    assert asyncio.run(main()) == data[10:]
+    plans = Plans(Settings.make(fake.url, None, None, 1.0, 10, 0.0, 0.3))
+    first: Send = next(plans.blob_body(digest, None))
+    resumed: Send = next(plans.blob_body(digest, "bytes=100-", 5000))
+    assert first.head_extra is not None and first.head_extra(0) == 1.0
+    assert resumed.head_extra is not None and resumed.head_extra(0) == 5.0
+    upload: Send = next(plans.put_blob(b"x" * 2500))
+    assert upload.head_extra is not None and upload.head_extra(2500) == 2.5
+
+
+def test_the_allowance_is_the_bytes_at_16_mib_a_second() -> None:
+    assert _blobs.BLOB_COPY_BYTES_PER_S == 16 << 20
+    assert _blobs.copy_allowance_s(64 << 30) == 4096.0
+    assert _blobs.fetch_allowance_s(None) == _blobs.BLOB_FETCH_WAIT_S == 600.0
+    assert _blobs.fetch_allowance_s(8 << 20) == 0.5
+
+
+# Digests in either case.
+
+
+def test_a_digest_in_uppercase_names_the_same_blob(fake: FakeNode, tmp_path: Path) -> None:
+    data = data_of(BLOB_CHUNK_BYTES + 5, seed=9)
+    digest = sha256(data)
+    upper = digest.upper()
+    with Client(fake.url) as client:
+        assert client.put_blob_stream(io.BytesIO(data), sha256=upper) == BlobInfo(digest, len(data))
+        assert client.head_blob(upper) == BlobInfo(digest, len(data))
+        with client.open_blob(upper, 3, 9) as reader:
+            assert reader.digest == digest and reader.read() == data[3:9]
+        fake.cut_get = 1  # resumed under the same, lowercase, name
+        assert client.get_blob_to_file(upper, tmp_path / "out.bin") == BlobInfo(digest, len(data))
+        assert (tmp_path / "out.bin").read_bytes() == data
+
+    async def main() -> BlobInfo:
+        async with AsyncClient(fake.url) as client:
+            assert await client.head_blob(upper) == BlobInfo(digest, len(data))
+            return await client.get_blob_to_file(upper, tmp_path / "async.bin")
+
+    assert asyncio.run(main()) == BlobInfo(digest, len(data))
+    assert fake.requests("PUT")[0].headers["x-cohort-sha256"] == digest
+    assert {seen.path for seen in fake.seen if seen.method != "PUT"} == {f"/v1/blobs/{digest}"}
+    # An ETag in either case names the same blob; another blob's does not.
+    check_etag(httpx.Headers({"etag": f'"{upper}"'}), digest)
+    with pytest.raises(CohortError):
+        check_etag(httpx.Headers({"etag": f'"{sha256(b"other")}"'}), upper)

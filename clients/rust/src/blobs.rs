@@ -11,10 +11,25 @@
 //! [`Node`] talks to one node; [`Client`] fails over between nodes as
 //! [`Client::call`] does, for every call that is safe to repeat: all of
 //! them but [`Client::put_blob_stream`] once it has read from its reader.
+//!
+//! A node answers an upload only once the blob is durable on a majority of
+//! the back-end nodes: after the last byte arrives it copies the whole
+//! blob to others. So once an upload's body has all gone, its answer is
+//! waited for the usual timeout (120 s) plus one second per
+//! [`BLOB_COPY_BYTES_PER_SEC`] bytes sent (16 MiB/s: a 64 GiB blob gets
+//! 4096 s more). A node without a copy of a blob answers a download only
+//! once it has fetched the whole blob from another, so the answer's head
+//! is waited for the usual timeout plus [`BLOB_FETCH_WAIT`] (10 minutes:
+//! the client does not know the blob's size beforehand); once the body
+//! flows, [`BLOB_IDLE_TIMEOUT`] applies. While an upload's body is going,
+//! the usual timeout runs from each chunk the connection takes.
+//!
+//! Digests are hex in any case: the caller's is lowercased before it is
+//! used (in the path, and against the `ETag` and the bytes received).
 
 use crate::client::Client;
-use crate::node::{ClientError, Node, REQUEST_TIMEOUT};
-use crate::transport::{Body, BoxError, full};
+use crate::node::{ClientError, Node};
+use crate::transport::{Body, BoxError, HeadWait, full};
 use crate::types::{BlobInfo, BlobList};
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
@@ -42,6 +57,19 @@ pub const BLOB_CHUNK_BYTES: usize = 256 << 10;
 /// fails, unless [`BlobReader::with_idle_timeout`] says otherwise.
 pub const BLOB_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The slowest rate, in bytes a second, at which a node is taken to copy
+/// an uploaded blob to the other back-end nodes before it answers (16
+/// MiB/s): once an upload's body has all gone, its answer is waited for
+/// the usual timeout plus one second per this many bytes sent.
+pub const BLOB_COPY_BYTES_PER_SEC: u64 = 16 << 20;
+
+/// How much longer than the usual timeout a download waits for its
+/// answer's head (10 minutes): a node without a copy of the blob first
+/// fetches it whole from another, and the client does not know the blob's
+/// size to allow [`BLOB_COPY_BYTES_PER_SEC`] for it. Once the body flows,
+/// [`BLOB_IDLE_TIMEOUT`] applies instead.
+pub const BLOB_FETCH_WAIT: Duration = Duration::from_secs(600);
+
 /// The request header naming the sha256 an upload's bytes must have.
 const SHA256_HEADER: &str = "x-cohort-sha256";
 
@@ -55,6 +83,10 @@ impl Node {
     /// Stores `bytes` as a blob; returns its digest and size. The bytes'
     /// sha256 is sent with them (`X-Cohort-Sha256`) and the answer checked
     /// against it.
+    ///
+    /// Every upload waits for its answer, once its body has all gone, the
+    /// usual timeout plus one second per [`BLOB_COPY_BYTES_PER_SEC`] bytes
+    /// sent: the node copies the blob to other nodes before it answers.
     ///
     /// The node's refusals keep their codes, for every upload:
     /// `blob_too_large` (413), `blob_digest_mismatch` (422),
@@ -160,16 +192,20 @@ impl Node {
                 .map_err(|_| ClientError::Protocol(format!("{digest:?} is not a digest")))?;
             headers.insert(SHA256_HEADER, value);
         }
+        let timing = self.timing;
+        // The node answers once it has copied the blob to others.
+        let wait = HeadWait::new(timing.request).per_bytes_sent(timing.copy_bytes_per_sec);
         let response = self
-            .open(Method::PUT, "/v1/blobs", headers, body, REQUEST_TIMEOUT)
+            .open(Method::PUT, "/v1/blobs", headers, body, wait)
             .await?;
         let read = Limited::new(response.into_body(), ANSWER_MAX).collect();
-        let body = match tokio::time::timeout(REQUEST_TIMEOUT, read).await {
+        let body = match tokio::time::timeout(timing.request, read).await {
             Ok(Ok(collected)) => collected.to_bytes(),
             Ok(Err(e)) => return Err(self.broke_off(format!("the upload's answer: {e}"))),
             Err(_) => {
                 return Err(self.broke_off(format!(
-                    "the upload's answer did not come within {REQUEST_TIMEOUT:?}"
+                    "the upload's answer did not come within {:?}",
+                    timing.request
                 )));
             }
         };
@@ -197,13 +233,14 @@ impl Node {
     pub async fn head_blob(&self, digest: &str) -> Result<Option<BlobInfo>, ClientError> {
         let digest = blob_digest(digest)?;
         let path = format!("/v1/blobs/{digest}");
+        // A node without a copy answers HEAD without fetching it.
         let response = self
             .open(
                 Method::HEAD,
                 &path,
                 HeaderMap::new(),
                 full(Bytes::new()),
-                REQUEST_TIMEOUT,
+                HeadWait::new(self.timing.request),
             )
             .await;
         let response = match response {
@@ -238,7 +275,11 @@ impl Node {
     /// `end` inclusive and cut to the blob's end by the node), or with
     /// `(start, None)` from `start` to the blob's end.
     ///
-    /// Returns once the answer's head has come; the [`BlobReader`] knows
+    /// `digest` may be in either case; the reader's is lowercase.
+    ///
+    /// Returns once the answer's head has come (waited for up to the
+    /// usual timeout plus [`BLOB_FETCH_WAIT`]: a node without a copy
+    /// fetches the blob first); the [`BlobReader`] knows
     /// the blob's size and the range served (check
     /// [`range`](BlobReader::range): a node may serve the whole blob
     /// instead of a range), and fails if the body breaks off, stalls for
@@ -262,14 +303,10 @@ impl Node {
             headers.insert(RANGE, value);
         }
         let path = format!("/v1/blobs/{digest}");
+        // A node without a copy fetches the whole blob before it answers.
+        let wait = HeadWait::new(self.timing.request).with_extra(self.timing.fetch);
         let response = self
-            .open(
-                Method::GET,
-                &path,
-                headers,
-                full(Bytes::new()),
-                REQUEST_TIMEOUT,
-            )
+            .open(Method::GET, &path, headers, full(Bytes::new()), wait)
             .await?;
         BlobReader::new(
             response,
@@ -1316,7 +1353,7 @@ mod tests {
              etag: \"{digest}\"\r\naccept-ranges: bytes\r\n\r\n"
         );
         let (node, served) = answer_once(head).await;
-        let info = node.head_blob(&digest).await.unwrap();
+        let info = node.head_blob(&digest.to_ascii_uppercase()).await.unwrap();
         assert_eq!(
             info,
             Some(BlobInfo {
@@ -1352,7 +1389,9 @@ mod tests {
             "the blob",
         ))
         .await;
-        let info = node.get_blob_to_file(&digest, &path).await.unwrap();
+        // A digest in uppercase is the same blob's.
+        let upper = digest.to_ascii_uppercase();
+        let info = node.get_blob_to_file(&upper, &path).await.unwrap();
         assert_eq!(info, BlobInfo { digest, bytes: 8 });
         assert_eq!(std::fs::read(&path).unwrap(), b"the blob");
         assert_eq!(names_in(&dir), ["blob"]);
@@ -1481,7 +1520,7 @@ mod tests {
         let started = tokio::time::Instant::now();
         let body = Upload::new(reader, None).body();
         let response = transport
-            .send(Method::PUT, &url, HeaderMap::new(), body, timeout)
+            .send(Method::PUT, &url, HeaderMap::new(), body, timeout.into())
             .await
             .unwrap();
         assert_eq!(response.status(), StatusCode::CREATED);
@@ -1503,7 +1542,7 @@ mod tests {
                 &url,
                 HeaderMap::new(),
                 full(Bytes::from("x")),
-                timeout,
+                timeout.into(),
             )
             .await
             .unwrap_err();
@@ -1515,6 +1554,146 @@ mod tests {
             error.message
         );
         assert!(!error.not_sent);
+    }
+
+    /// A node that reads one request, waits `delay`, then answers with
+    /// `answer`: its URL, and the request as [`answer_once`]'s.
+    async fn answer_late(
+        answer: String,
+        delay: Duration,
+    ) -> (String, tokio::task::JoinHandle<(String, Vec<u8>)>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let served = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let request = read_request(&mut socket).await;
+            tokio::time::sleep(delay).await;
+            // The client may have given up and gone.
+            let _ = socket.write_all(answer.as_bytes()).await;
+            let _ = socket.shutdown().await;
+            request
+        });
+        (url, served)
+    }
+
+    /// Once its body has gone, an upload's answer is waited for the usual
+    /// timeout plus the bytes sent at the copy rate: here 300 ms plus
+    /// 1,000 bytes at 1,000 bytes a second, so an answer 800 ms after the
+    /// body comes in time (from bytes or from a stream of unknown length,
+    /// counted as it goes), and one later than 1.3 s does not. An empty
+    /// body has no allowance. (The four run at once.)
+    #[tokio::test]
+    async fn an_uploads_answer_is_waited_for_longer_the_larger_the_blob() {
+        let data = Bytes::from(vec![b'x'; 1000]);
+        let digest = sha256(&data);
+        let stored = answer(
+            "201 Created",
+            &[],
+            &format!(r#"{{"digest":"{digest}","bytes":1000}}"#),
+        );
+        let timing = crate::node::Timing {
+            request: Duration::from_millis(300),
+            copy_bytes_per_sec: 1000,
+            fetch: Duration::ZERO,
+        };
+        let late = Duration::from_millis(800);
+        let node = async |answer: String, delay: Duration| {
+            let (url, served) = answer_late(answer, delay).await;
+            (Node::new(&url).with_timing(timing), served)
+        };
+        let (bytes_node, bytes_served) = node(stored.clone(), late).await;
+        let (stream_node, _stream_served) = node(stored.clone(), late).await;
+        let (too_late_node, _too_late_served) = node(stored, Duration::from_secs(3)).await;
+        let empty = format!(r#"{{"digest":"{}","bytes":0}}"#, sha256(b""));
+        let (empty_node, _empty_served) = node(answer("201 Created", &[], &empty), late).await;
+
+        let started = tokio::time::Instant::now();
+        let timed = async |call: Pin<Box<dyn Future<Output = _> + Send + '_>>| {
+            let outcome: Result<BlobInfo, ClientError> = call.await;
+            (outcome, started.elapsed())
+        };
+        let reader = std::io::Cursor::new(data.to_vec());
+        let (from_bytes, from_stream, too_late, from_empty) = tokio::join!(
+            timed(Box::pin(bytes_node.put_blob(data.clone()))),
+            timed(Box::pin(stream_node.put_blob_stream(reader))),
+            timed(Box::pin(too_late_node.put_blob(data.clone()))),
+            timed(Box::pin(empty_node.put_blob(Bytes::new()))),
+        );
+
+        let info = BlobInfo {
+            digest,
+            bytes: 1000,
+        };
+        assert_eq!(from_bytes.0.unwrap(), info);
+        assert!(from_bytes.1 >= late, "{:?}", from_bytes.1);
+        let (_, body) = bytes_served.await.unwrap();
+        assert_eq!(body, data);
+        assert_eq!(from_stream.0.unwrap(), info);
+
+        let error = too_late.0.unwrap_err();
+        assert_eq!(error.code(), "unreachable", "{error}");
+        assert!(
+            error.to_string().contains("did not answer within 1.3s"),
+            "{error}"
+        );
+        assert!(
+            too_late.1 >= Duration::from_millis(1300),
+            "{:?}",
+            too_late.1
+        );
+        assert!(too_late.1 < Duration::from_secs(3), "{:?}", too_late.1);
+
+        let error = from_empty.0.unwrap_err();
+        assert!(
+            error.to_string().contains("did not answer within 300ms"),
+            "{error}"
+        );
+        assert!(from_empty.1 < late, "{:?}", from_empty.1);
+    }
+
+    #[test]
+    fn the_allowance_is_the_bytes_at_the_copy_rate() {
+        let wait = HeadWait::new(Duration::from_secs(120)).per_bytes_sent(BLOB_COPY_BYTES_PER_SEC);
+        assert_eq!(wait.after_body(0), Duration::from_secs(120));
+        assert_eq!(wait.after_body(64 << 30), Duration::from_secs(120 + 4096));
+        assert_eq!(wait.after_body(8 << 20), Duration::from_millis(120_500));
+        // 2^64 - 1 bytes: 2^40 - 1 s and 1 - 2^-24 s, to the nanosecond.
+        assert_eq!(
+            wait.after_body(u64::MAX),
+            Duration::new(120 + (u64::MAX >> 24), 999_999_940)
+        );
+        let plain = HeadWait::from(Duration::from_secs(5));
+        assert_eq!(plain.after_body(1 << 40), Duration::from_secs(5));
+        let fetch = plain.with_extra(BLOB_FETCH_WAIT);
+        assert_eq!(fetch.after_body(0), Duration::from_secs(605));
+    }
+
+    /// A download's head may wait for the node to fetch the blob: the
+    /// usual timeout plus the fetch wait (here 300 ms + 1 s).
+    #[tokio::test]
+    async fn a_downloads_head_may_come_after_the_node_fetched_the_blob() {
+        let digest = sha256(b"fetched");
+        let timing = crate::node::Timing {
+            request: Duration::from_millis(300),
+            copy_bytes_per_sec: 1,
+            fetch: Duration::from_secs(1),
+        };
+        let ok = answer("200 OK", &[format!("etag: \"{digest}\"")], "fetched");
+        let (url, _served) = answer_late(ok.clone(), Duration::from_millis(800)).await;
+        let node = Node::new(&url).with_timing(timing);
+        let mut reader = node.get_blob(&digest, None).await.unwrap();
+        let mut text = String::new();
+        reader.read_to_string(&mut text).await.unwrap();
+        assert_eq!(text, "fetched");
+
+        // HEAD fetches nothing: the usual timeout.
+        let (url, _served) = answer_late(ok, Duration::from_millis(800)).await;
+        let node = Node::new(&url).with_timing(timing);
+        let error = node.head_blob(&digest).await.unwrap_err();
+        assert!(
+            error.to_string().contains("did not answer within 300ms"),
+            "{error}"
+        );
     }
 
     /// A port nothing listens on.

@@ -28,6 +28,11 @@
 //! blob or a range) and [`Client::get_blob_to_file`] downloads, checking
 //! the digest before the file appears. [`Client::put_blob`],
 //! [`Client::head_blob`] and [`Client::list_blobs`] complete the set.
+//! A node answers an upload once the blob is copied to a majority of the
+//! back-end nodes, so the wait for that answer grows with the blob's size
+//! ([`BLOB_COPY_BYTES_PER_SEC`]), and a download's head may wait for the
+//! node to fetch the blob ([`BLOB_FETCH_WAIT`]). A digest may be given in
+//! either case.
 //!
 //! ```no_run
 //! # async fn example(client: cohort_client::Client) -> Result<(), Box<dyn std::error::Error>> {
@@ -48,7 +53,9 @@ pub mod tls;
 pub mod transport;
 pub mod types;
 
-pub use blobs::{BLOB_CHUNK_BYTES, BLOB_IDLE_TIMEOUT, BlobReader};
+pub use blobs::{
+    BLOB_CHUNK_BYTES, BLOB_COPY_BYTES_PER_SEC, BLOB_FETCH_WAIT, BLOB_IDLE_TIMEOUT, BlobReader,
+};
 pub use client::{
     BATCH_BYTES_MAX, BATCHES_IN_FLIGHT, Client, Job, LONG_WAIT_MS, Options, SHORT_WAIT_MS,
     WAIT_IDS_MAX, WAITS_IN_FLIGHT,

@@ -2,7 +2,7 @@
 //! is built on, and what the CLI, the tests and the benchmarks use for
 //! everything but submitting and waiting.
 
-use crate::transport::{Body, Transport, TransportError};
+use crate::transport::{Body, HeadWait, Transport, TransportError};
 use crate::types::*;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
@@ -13,8 +13,9 @@ use std::time::Duration;
 
 /// Longest one call may take: a long-poll waits up to 60 s on the server,
 /// and a module upload may be 64 MiB. (A streamed blob call is bounded by
-/// the time since its body last moved instead: see
-/// [`Transport::send`].)
+/// the time since its body last moved instead, with an allowance for the
+/// blob's size once it has all gone: see [`Transport::send`] and
+/// [`BLOB_COPY_BYTES_PER_SEC`](crate::BLOB_COPY_BYTES_PER_SEC).)
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Why a call failed.
@@ -165,6 +166,29 @@ fn api_error(status: StatusCode, body: &[u8], retry_after: Option<Duration>) -> 
 pub struct Node {
     server: String,
     transport: Transport,
+    pub(crate) timing: Timing,
+}
+
+/// The waits of a node's streamed (blob) calls: the constants, or a
+/// test's shorter ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timing {
+    /// The usual wait: [`REQUEST_TIMEOUT`].
+    pub request: Duration,
+    /// [`BLOB_COPY_BYTES_PER_SEC`](crate::BLOB_COPY_BYTES_PER_SEC).
+    pub copy_bytes_per_sec: u64,
+    /// [`BLOB_FETCH_WAIT`](crate::BLOB_FETCH_WAIT).
+    pub fetch: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            request: REQUEST_TIMEOUT,
+            copy_bytes_per_sec: crate::BLOB_COPY_BYTES_PER_SEC,
+            fetch: crate::BLOB_FETCH_WAIT,
+        }
+    }
 }
 
 impl Node {
@@ -198,7 +222,15 @@ impl Node {
         Self {
             server: server.trim_end_matches('/').to_string(),
             transport,
+            timing: Timing::default(),
         }
+    }
+
+    /// This node's client with `timing` for its blob calls (tests).
+    #[cfg(test)]
+    pub(crate) fn with_timing(mut self, timing: Timing) -> Self {
+        self.timing = timing;
+        self
     }
 
     /// The server URL.
@@ -242,21 +274,23 @@ impl Node {
     }
 
     /// Sends `body` (streamed) with `headers` to `path` as
-    /// [`Transport::send`] does; returns a success with its body still to
-    /// be read, or the server's error (its body read, up to
-    /// [`ERROR_BODY_MAX`] bytes).
+    /// [`Transport::send`] does, waiting for the head as `wait` says;
+    /// returns a success with its body still to be read, or the server's
+    /// error (its body read, up to [`ERROR_BODY_MAX`] bytes, within
+    /// `wait.timeout`).
     pub(crate) async fn open(
         &self,
         method: Method,
         path: &str,
         headers: HeaderMap,
         body: Body,
-        timeout: Duration,
+        wait: HeadWait,
     ) -> Result<Response<Incoming>, ClientError> {
         let url = format!("{}{path}", self.server);
+        let timeout = wait.timeout;
         let response = self
             .transport
-            .send(method, &url, headers, body, timeout)
+            .send(method, &url, headers, body, wait)
             .await
             .map_err(|e| self.unreachable(e))?;
         let status = response.status();

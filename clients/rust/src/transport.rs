@@ -4,9 +4,11 @@
 //!
 //! [`Transport::exchange`] sends whole bytes and reads the whole answer;
 //! [`Transport::send`] sends a streamed [`Body`] and hands back the answer
-//! with its body still to be read (blobs).
+//! with its body still to be read (blobs), waiting for its head as a
+//! [`HeadWait`] says.
 
 use bytes::Bytes;
+use http_body::Body as _;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -17,7 +19,7 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -160,29 +162,34 @@ impl Transport {
     /// read, whatever the status: the caller reads the body with its own
     /// idle timeout.
     ///
-    /// Fails if the answer's head has not come within `timeout` of the
-    /// request's start or of the last chunk of `body` the connection took:
-    /// an upload that keeps moving is never cut, however long it takes,
-    /// but one that stalls, or a server that does not answer once it has
-    /// the whole body, is. (For a small or empty body that is `timeout`
-    /// from the start.) A body sent without a `Content-Length` header goes
-    /// chunked unless its size hint is exact.
+    /// Fails if the answer's head has not come within `wait.timeout` of
+    /// the request's start or of the last chunk of `body` the connection
+    /// took: an upload that keeps moving is never cut, however long it
+    /// takes, but one that stalls is. Once the connection has taken the
+    /// whole body, the head is waited for [`HeadWait::after_body`] of the
+    /// bytes sent: `wait.timeout` plus the allowances of `wait` (a node
+    /// that copies an upload, or fetches a blob, before it answers). (For
+    /// an empty body that is from the start.) A body sent without a
+    /// `Content-Length` header goes chunked unless its size hint is exact.
     pub async fn send(
         &self,
         method: Method,
         url: &str,
         headers: HeaderMap,
         body: Body,
-        timeout: Duration,
+        wait: HeadWait,
     ) -> Result<Response<Incoming>, TransportError> {
         let started = Instant::now();
-        // When the connection last took a chunk of the body (nanoseconds
-        // after `started`).
-        let moved = Arc::new(AtomicU64::new(0));
+        let moves = Arc::new(Moves {
+            at: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            ended: AtomicBool::new(body.is_end_stream()),
+        });
         let body = Progress {
+            exact: body.size_hint().exact(),
             inner: body,
             started,
-            moved: moved.clone(),
+            moves: moves.clone(),
         }
         .boxed();
         let mut request = Request::builder().method(method).uri(url);
@@ -197,7 +204,27 @@ impl Transport {
             not_sent: true,
         })?;
         let mut response = std::pin::pin!(self.http.request(request));
-        let mut deadline = started + timeout;
+        // When the head is due, as the body last stood: from its last move,
+        // `wait.timeout` while it is going, more once it has all gone.
+        let due = || {
+            let moved = moves.at.load(Ordering::Relaxed);
+            let last = started + Duration::from_nanos(moved);
+            let ended = moves.ended.load(Ordering::Relaxed);
+            let sent = moves.bytes.load(Ordering::Relaxed);
+            let waited = if ended {
+                wait.after_body(sent)
+            } else {
+                wait.timeout
+            };
+            (
+                last.checked_add(waited).unwrap_or(last + FAR),
+                waited,
+                moved,
+                ended,
+                sent,
+            )
+        };
+        let mut deadline = due().0;
         loop {
             tokio::select! {
                 response = &mut response => {
@@ -207,22 +234,86 @@ impl Transport {
                     });
                 }
                 () = tokio::time::sleep_until(deadline) => {
-                    let moved = moved.load(Ordering::Relaxed);
-                    let last = started + Duration::from_nanos(moved);
-                    if last + timeout <= Instant::now() {
-                        let since = match moved {
-                            0 => "",
-                            _ => " of the last chunk of the body it took",
+                    let (due, waited, moved, ended, sent) = due();
+                    if due <= Instant::now() {
+                        let since = match (moved, ended) {
+                            (0, _) => String::new(),
+                            (_, true) => format!(" of the end of the body ({sent} bytes)"),
+                            (_, false) => " of the last chunk of the body it took".into(),
                         };
                         return Err(TransportError {
-                            message: format!("{url} did not answer within {timeout:?}{since}"),
+                            message: format!("{url} did not answer within {waited:?}{since}"),
                             not_sent: false,
                         });
                     }
-                    deadline = last + timeout;
+                    deadline = due;
                 }
             }
         }
+    }
+}
+
+/// A wait no deadline passes (about 30 years: `Instant` cannot hold all).
+const FAR: Duration = Duration::from_secs(1 << 30);
+
+/// How long [`Transport::send`] waits for an answer's head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadWait {
+    /// From the request's start, and again from each chunk of the body
+    /// the connection takes.
+    pub timeout: Duration,
+    /// Once the whole body has been sent: this much more, whatever its
+    /// size (a download the node may first fetch whole from another).
+    pub extra: Duration,
+    /// Once the whole body has been sent: one second more per this many
+    /// bytes of it (an upload the node copies to other nodes before it
+    /// answers); `None` for no more.
+    pub bytes_per_sec: Option<u64>,
+}
+
+impl HeadWait {
+    /// `timeout`, with nothing more once the body has gone.
+    pub const fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            extra: Duration::ZERO,
+            bytes_per_sec: None,
+        }
+    }
+
+    /// This wait, with `extra` more once the body has gone.
+    pub const fn with_extra(mut self, extra: Duration) -> Self {
+        self.extra = extra;
+        self
+    }
+
+    /// This wait, with one second more per `bytes_per_sec` bytes sent once
+    /// the body has gone (none for a rate of 0).
+    pub const fn per_bytes_sent(mut self, bytes_per_sec: u64) -> Self {
+        self.bytes_per_sec = Some(bytes_per_sec);
+        self
+    }
+
+    /// The wait for the head from the end of a body of `sent` bytes:
+    /// `timeout + extra + sent / bytes_per_sec` seconds (saturating).
+    pub fn after_body(&self, sent: u64) -> Duration {
+        let per_bytes = match self.bytes_per_sec {
+            Some(rate) if rate > 0 => {
+                let nanos = u128::from(sent % rate) * 1_000_000_000 / u128::from(rate);
+                let nanos = u32::try_from(nanos).expect("below a second");
+                Duration::new(sent / rate, nanos)
+            }
+            _ => Duration::ZERO,
+        };
+        self.timeout
+            .saturating_add(self.extra)
+            .saturating_add(per_bytes)
+    }
+}
+
+impl From<Duration> for HeadWait {
+    fn from(timeout: Duration) -> Self {
+        Self::new(timeout)
     }
 }
 
@@ -242,12 +333,25 @@ pub fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-/// A body that notes when the connection last took a frame of it.
+/// How a request's body has gone, as [`Progress`] notes it.
+struct Moves {
+    /// When the connection last took a frame (nanoseconds after the
+    /// request's start).
+    at: AtomicU64,
+    /// Bytes of data taken.
+    bytes: AtomicU64,
+    /// Whether the body has all gone (it ended, or the connection has
+    /// taken as many bytes as its exact size, or let go of it).
+    ended: AtomicBool,
+}
+
+/// A body that notes when, and how much of it, the connection took.
 struct Progress {
     inner: Body,
     started: Instant,
-    /// Nanoseconds after `started`.
-    moved: Arc<AtomicU64>,
+    /// The body's exact size, if known.
+    exact: Option<u64>,
+    moves: Arc<Moves>,
 }
 
 impl http_body::Body for Progress {
@@ -259,9 +363,19 @@ impl http_body::Body for Progress {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
         let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
-        if let std::task::Poll::Ready(Some(Ok(_))) = &polled {
-            self.moved
-                .store(nanos_since(self.started), Ordering::Relaxed);
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(frame))) => {
+                let len = frame.data_ref().map_or(0, |data| data.len() as u64);
+                let bytes = self.moves.bytes.fetch_add(len, Ordering::Relaxed) + len;
+                self.moves
+                    .at
+                    .store(nanos_since(self.started), Ordering::Relaxed);
+                if self.inner.is_end_stream() || self.exact.is_some_and(|size| bytes >= size) {
+                    self.moves.ended.store(true, Ordering::Relaxed);
+                }
+            }
+            std::task::Poll::Ready(None) => self.moves.ended.store(true, Ordering::Relaxed),
+            _ => {}
         }
         polled
     }
@@ -272,6 +386,14 @@ impl http_body::Body for Progress {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+impl Drop for Progress {
+    /// The connection let go of the body: whatever it took is all it
+    /// sends (hyper drops a body once it has its `Content-Length`).
+    fn drop(&mut self) {
+        self.moves.ended.store(true, Ordering::Relaxed);
     }
 }
 

@@ -13,21 +13,79 @@ import { open, rename, unlink, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join, resolve as resolvePath } from "node:path";
 import { CohortError } from "./errors.js";
 import type { StreamedAnswer } from "./transport.js";
-import type { BlobInfo, BlobRange, BlobStream } from "./types.js";
+import type { BlobInfo, BlobRange, BlobStream, ClientOptions } from "./types.js";
 
 /** The request header naming the digest an upload must have. */
 export const SHA256_HEADER = "x-cohort-sha256";
+/**
+ * The slowest rate, in bytes a second, at which a node is taken to copy a
+ * blob between nodes (16 MiB/s). A node answers an upload only once the
+ * blob is durable on a majority of the back-end nodes, copying it after its
+ * last byte arrived: once an upload's body has been sent, its answer is
+ * waited for the try timeout plus one second per this many bytes sent (a
+ * 64 GiB blob: 4096 s more). A resumed download, whose blob's size is
+ * known, allows as much for the node to fetch the blob first. See
+ * {@link ClientOptions.blobTimeouts}.
+ */
+export const BLOB_COPY_BYTES_PER_SEC = 16 * 1024 * 1024;
+/**
+ * How much longer than the try timeout a download waits for its answer's
+ * head when the blob's size is not known (its first request): 10 minutes.
+ * A node without a copy fetches the whole blob from another before it
+ * answers. Once the body flows, the try timeout is again the longest wait
+ * for each next chunk.
+ */
+export const BLOB_FETCH_WAIT_MS = 600_000;
+/** The try timeout of blob calls: the longest wait for progress (a chunk, or the answer's head). */
+export const BLOB_TRY_TIMEOUT_MS = 30_000;
 /** A download failing this many times in a row without a byte between gives up. */
 const RESUMES_WITHOUT_PROGRESS_MAX = 3;
 /** How much of a file is read at a time. */
 const FILE_CHUNK_BYTES = 1 << 20;
 
-const DIGEST = /^[0-9a-f]{64}$/;
+const ANY_CASE_DIGEST = /^[0-9a-fA-F]{64}$/;
 const CONTENT_RANGE = /^bytes (\d+)-(\d+)\/(\d+)$/;
+
+/**
+ * A digest as the caller gave it, in lowercase if it is one (64 hex digits,
+ * either case): digests are case-insensitive hex, and the node, the `ETag`
+ * and the bytes' sha256 spell them in lowercase. Anything else is left as
+ * it is, for the node to answer.
+ */
+export function blobDigest(digest: string): string {
+  return typeof digest === "string" && ANY_CASE_DIGEST.test(digest) ? digest.toLowerCase() : digest;
+}
 
 /** The route of blob `digest` (one path segment, whatever it holds). */
 export function blobPath(digest: string): string {
-  return `/v1/blobs/${encodeURIComponent(digest)}`;
+  return `/v1/blobs/${encodeURIComponent(blobDigest(digest))}`;
+}
+
+/** How long blob calls wait: {@link ClientOptions.blobTimeouts}, checked, with their defaults. */
+export interface BlobTiming {
+  tryTimeoutMs: number;
+  copyBytesPerSec: number;
+  fetchWaitMs: number;
+}
+
+/** `options`' blob timeouts, checked (a `RangeError` for one that is not a positive number). */
+export function blobTiming(options: ClientOptions["blobTimeouts"] = {}): BlobTiming {
+  const timing: BlobTiming = {
+    tryTimeoutMs: options.tryTimeoutMs ?? BLOB_TRY_TIMEOUT_MS,
+    copyBytesPerSec: options.copyBytesPerSec ?? BLOB_COPY_BYTES_PER_SEC,
+    fetchWaitMs: options.fetchWaitMs ?? BLOB_FETCH_WAIT_MS,
+  };
+  for (const [name, value] of Object.entries(timing)) {
+    if (!(typeof value === "number" && value > 0)) {
+      throw new RangeError(`blobTimeouts.${name} must be above 0, not ${value}`);
+    }
+  }
+  return timing;
+}
+
+/** How long a node is given to copy (or fetch) `bytes` of a blob before it answers, in ms. */
+export function copyAllowanceMs(bytes: number, timing: BlobTiming): number {
+  return (bytes / timing.copyBytesPerSec) * 1000;
 }
 
 /**
@@ -55,10 +113,12 @@ export function rangeHeader(range: BlobRange = {}): string | undefined {
   return `bytes=${first}-${end - 1}`;
 }
 
-/** A digest, checked: 64 lowercase hex digits. */
+/** A digest, checked (64 hex digits, either case), in lowercase. */
 export function validDigest(digest: string): string {
-  if (!DIGEST.test(digest)) throw new RangeError(`a sha256 is 64 lowercase hex digits, not ${JSON.stringify(digest)}`);
-  return digest;
+  if (typeof digest !== "string" || !ANY_CASE_DIGEST.test(digest)) {
+    throw new RangeError(`a sha256 is 64 hex digits, not ${JSON.stringify(digest)}`);
+  }
+  return digest.toLowerCase();
 }
 
 /** A node's answer that is not the API's. */
@@ -87,7 +147,7 @@ export function storedAs(answer: unknown, sent: BlobInfo): BlobInfo {
 /** A blob's `ETag`, when the answer has one, names the blob asked for. */
 export function checkEtag(headers: Headers, digest: string): void {
   const etag = headers.get("etag");
-  if (etag !== null && etag.replace(/^W\//, "").replace(/"/g, "") !== digest) {
+  if (etag !== null && blobDigest(etag.replace(/^W\//, "").replace(/"/g, "")) !== blobDigest(digest)) {
     throw badResponse(`blob ${digest} answered with the ETag ${etag}`);
   }
 }
@@ -99,7 +159,8 @@ function integerHeader(headers: Headers, name: string): number | undefined {
 }
 
 /** The blob a `HEAD /v1/blobs/{digest}` answer describes. */
-export function headInfo(headers: Headers, digest: string): BlobInfo {
+export function headInfo(headers: Headers, given: string): BlobInfo {
+  const digest = blobDigest(given);
   checkEtag(headers, digest);
   const bytes = integerHeader(headers, "content-length");
   if (bytes === undefined) throw badResponse(`blob ${digest}'s HEAD without a Content-Length`);
@@ -175,8 +236,16 @@ export class ReadWindow {
   private opened = false;
   private stalls = 0;
   private progressSinceOpen = false;
+  readonly digest: string;
 
-  constructor(readonly digest: string) {}
+  constructor(digest: string) {
+    this.digest = blobDigest(digest);
+  }
+
+  /** The blob's size once an answer gave it. */
+  get knownSize(): number | undefined {
+    return this.opened ? this.size : undefined;
+  }
 
   /** Takes an answer to a (resumed) `GET`: its window, checked. */
   accept(answer: StreamedAnswer, ranged: boolean): void {
@@ -359,7 +428,8 @@ export class PartFile {
   ) {}
 
   /** Creates the temporary file beside `destination`. */
-  static async create(destination: string, digest: string): Promise<PartFile> {
+  static async create(destination: string, given: string): Promise<PartFile> {
+    const digest = blobDigest(given);
     const absolute = resolvePath(destination);
     const path = join(dirname(absolute), `.${basename(absolute)}.${randomBytes(6).toString("hex")}.part`);
     let handle: FileHandle;

@@ -15,8 +15,12 @@ import {
   PartFile,
   ReadWindow,
   SHA256_HEADER,
+  blobDigest,
   blobInfoOf,
   blobPath,
+  blobTiming,
+  copyAllowanceMs,
+  type BlobTiming,
   fileChunks,
   hashFile,
   headInfo,
@@ -82,6 +86,8 @@ export class Client {
   private readonly names = new Set<string>();
   /** Submissions that have not learnt their id yet. */
   private readonly submitting = new Set<Promise<unknown>>();
+  /** How long blob calls wait. */
+  private readonly blobTiming: BlobTiming;
 
   /**
    * @param urls - the nodes' base URLs (`http://HOST:PORT` or `https://...`);
@@ -99,6 +105,7 @@ export class Client {
       throw new RangeError(`batchMax must be an integer from 1 to ${BATCH_JOBS_MAX}, not ${batchMax}`);
     }
     if (!(retryDeadlineMs >= 0)) throw new RangeError(`retryDeadlineMs must be 0 or more, not ${retryDeadlineMs}`);
+    this.blobTiming = blobTiming(options.blobTimeouts);
     const transport = new Transport(list, options.token, options.fetch ?? globalThis.fetch);
     this.context = { transport, waiter: new Waiter(transport, retryDeadlineMs), retryDeadlineMs };
     this.batcher = new Batcher(transport, lingerMs, batchMax);
@@ -397,8 +404,15 @@ export class Client {
    * from its start), and the answer is checked against the bytes sent.
    * Storing bytes already stored is harmless. Rejects with
    * `blob_too_large` (413) past the cluster's ceiling, `blob_digest_mismatch`
-   * (422) when `options.sha256` is not the bytes', `blob_store_full` (507),
-   * `replication_failed` (503, retried for bytes).
+   * (422) when `options.sha256` (64 hex digits, either case) is not the
+   * bytes', `blob_store_full` (507), `replication_failed` (503, retried for
+   * bytes).
+   *
+   * The node answers once the blob is durable on a majority of the back-end
+   * nodes, copying it after its last byte arrived: every upload waits for
+   * its answer, once its body has gone, the try timeout plus one second per
+   * {@link BLOB_COPY_BYTES_PER_SEC} bytes sent (see
+   * {@link ClientOptions.blobTimeouts}).
    */
   async putBlob(
     data: Uint8Array | ReadableStream<Uint8Array> | AsyncIterable<Uint8Array>,
@@ -413,7 +427,9 @@ export class Client {
         body: data,
         headers: { [SHA256_HEADER]: expected ?? sent.digest },
         deadline: Date.now() + this.context.retryDeadlineMs,
-        tryTimeoutMs: uploadTimeoutMs(data.byteLength),
+        // Sent whole, as fetch likes: 1 ms per KiB to send it.
+        tryTimeoutMs: this.blobTiming.tryTimeoutMs + data.byteLength / 1024,
+        headExtraMs: this.copyAllowance,
       });
       return storedAs(answer, sent);
     }
@@ -427,7 +443,8 @@ export class Client {
       body: () => stream.chunks(),
       headers: expected === undefined ? {} : { [SHA256_HEADER]: expected },
       deadline: Date.now(),
-      tryTimeoutMs: CALL_TRY_TIMEOUT_MS,
+      tryTimeoutMs: this.blobTiming.tryTimeoutMs,
+      headExtraMs: this.copyAllowance,
     });
     return storedAs(answer, stream.sent());
   }
@@ -453,19 +470,24 @@ export class Client {
       body: () => fileChunks(path, info),
       headers: { [SHA256_HEADER]: info.digest, "content-length": String(info.bytes) },
       deadline: Date.now() + this.context.retryDeadlineMs,
-      tryTimeoutMs: CALL_TRY_TIMEOUT_MS,
+      tryTimeoutMs: this.blobTiming.tryTimeoutMs,
+      headExtraMs: this.copyAllowance,
     });
     return storedAs(answer, info);
   }
 
-  /** A blob's size (`HEAD /v1/blobs/{digest}`), or `null` if the cluster has no such blob. */
-  async headBlob(digest: string): Promise<BlobInfo | null> {
+  /**
+   * A blob's size (`HEAD /v1/blobs/{digest}`), or `null` if the cluster has
+   * no such blob. `digest` is hex in either case.
+   */
+  async headBlob(given: string): Promise<BlobInfo | null> {
+    const digest = blobDigest(given);
     try {
       const answer = await this.context.transport.answer({
         method: "HEAD",
         path: blobPath(digest),
         deadline: Date.now() + this.context.retryDeadlineMs,
-        tryTimeoutMs: CALL_TRY_TIMEOUT_MS,
+        tryTimeoutMs: this.blobTiming.tryTimeoutMs,
       });
       return headInfo(answer.headers, digest);
     } catch (error) {
@@ -489,19 +511,30 @@ export class Client {
    * the stream itself, async-iterated) gives the bytes. A download broken
    * midway (a reset, a node lost) resumes where it broke on the next node.
    * Rejects with `blob_not_found` (404), `range_not_satisfiable` (416) for
-   * a `start` past the end.
+   * a `start` past the end. `digest` is hex in either case.
+   *
+   * A node without a copy of the blob fetches it whole from another before
+   * it answers: the answer's head is waited for the try timeout plus
+   * {@link BLOB_FETCH_WAIT_MS} (10 minutes; plus the blob's size at
+   * {@link BLOB_COPY_BYTES_PER_SEC} instead when a broken download resumes,
+   * its size known); then each chunk is waited for the try timeout at most.
    */
   async getBlob(digest: string, range: BlobRange = {}): Promise<BlobStream> {
     const first = rangeHeader(range);
     const window = new ReadWindow(digest);
+    const timing = this.blobTiming;
     const open = (byteRange: string | undefined): Promise<StreamedAnswer> =>
       this.context.transport.stream({
         method: "GET",
-        path: blobPath(digest),
+        path: blobPath(window.digest),
         // The bytes as stored (fetch asks for `identity` itself with a range).
         headers: byteRange === undefined ? { "accept-encoding": "identity" } : { range: byteRange },
         deadline: Date.now() + this.context.retryDeadlineMs,
-        tryTimeoutMs: CALL_TRY_TIMEOUT_MS,
+        tryTimeoutMs: timing.tryTimeoutMs,
+        headExtraMs: () => {
+          const size = window.knownSize;
+          return size === undefined ? timing.fetchWaitMs : copyAllowanceMs(size, timing);
+        },
       });
     const answer = await open(first);
     try {
@@ -525,7 +558,7 @@ export class Client {
     const blob = await this.getBlob(digest);
     let part: PartFile;
     try {
-      part = await PartFile.create(path, digest);
+      part = await PartFile.create(path, blob.digest);
     } catch (error) {
       await blob.body.cancel().catch(() => undefined);
       throw error;
@@ -538,6 +571,9 @@ export class Client {
     }
     return part.commit();
   }
+
+  /** How long a node is given to copy the `bytesSent` of an upload before it answers, in ms. */
+  private readonly copyAllowance = (bytesSent: number): number => copyAllowanceMs(bytesSent, this.blobTiming);
 
   /**
    * One JSON request, retried and failed over until `deadline` (default:

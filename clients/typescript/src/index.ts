@@ -6,6 +6,7 @@
  * @packageDocumentation
  */
 
+export { BLOB_COPY_BYTES_PER_SEC, BLOB_FETCH_WAIT_MS, BLOB_TRY_TIMEOUT_MS } from "./blobs.js";
 export { Client, type MapOptions } from "./client.js";
 export { CohortError, JobFailed, WaitTimeout, type CohortErrorDetails } from "./errors.js";
 export { Job } from "./job.js";

@@ -49,6 +49,14 @@ export interface RequestSpec {
    * a streamed body (sent or received), longest it may go without a chunk.
    */
   tryTimeoutMs: number;
+  /**
+   * How much longer than `tryTimeoutMs` the answer's head may take once the
+   * body has been sent, given the bytes sent: for a node that copies an
+   * upload, or fetches a blob, before it answers. (A body given whole is
+   * counted as sent from the start: the try may take that much longer.)
+   * A streamed answer's body then waits `tryTimeoutMs` per chunk again.
+   */
+  headExtraMs?: (bytesSent: number) => number;
 }
 
 /** A success answer, its body read. */
@@ -204,16 +212,18 @@ export class Transport {
     const what = `${spec.method} ${spec.path} to ${node.url}`;
     const failure = (cause: unknown): CohortError => {
       if (this.closed) return closedError();
-      const reason = clock.timedOut ? `no answer within ${Math.round(spec.tryTimeoutMs)} ms` : describe(cause);
+      const reason = clock.timedOut ? `no answer within ${Math.round(clock.limitMs)} ms` : describe(cause);
       return new CohortError("unreachable", `${what}: ${reason}`, { retryable: true, cause });
     };
     let response: Response;
     let body: Uint8Array | undefined;
-    clock.start();
+    // A body given whole is sent as fetch likes: its allowance counts from the start.
+    const extraMs = spec.headExtraMs ?? ((): number => 0);
+    clock.start(typeof spec.body === "function" ? 0 : extraMs(byteLength(spec.body)));
     try {
       const init: RequestInit & { duplex?: "half" } = { method: spec.method, headers, signal: abort.signal };
       if (typeof spec.body === "function") {
-        init.body = restarting(spec.body(), clock) as RequestInit["body"];
+        init.body = restarting(spec.body(), clock, extraMs) as RequestInit["body"];
         init.duplex = "half";
       } else {
         init.body = spec.body;
@@ -263,20 +273,29 @@ export class Transport {
 /** A try's timeout: aborts the try once it has run `ms` since `start()`, unless paused. */
 class TryClock {
   timedOut = false;
+  /** What the clock last started with: `ms` and the extra. */
+  limitMs: number;
   private timer: ReturnType<typeof setTimeout> | undefined;
 
   constructor(
     private readonly ms: number,
     private readonly abort: () => void,
-  ) {}
+  ) {
+    this.limitMs = ms;
+  }
 
-  /** (Re)starts the clock: the try has `ms` from now. */
-  start(): void {
+  /** (Re)starts the clock: the try has `ms` (and `extraMs`) from now. */
+  start(extraMs = 0): void {
     clearTimeout(this.timer);
-    this.timer = setTimeout(() => {
-      this.timedOut = true;
-      this.abort();
-    }, this.ms);
+    this.limitMs = this.ms + extraMs;
+    // setTimeout takes at most 2^31 - 1 ms (24.8 days); past it, waits that long.
+    this.timer = setTimeout(
+      () => {
+        this.timedOut = true;
+        this.abort();
+      },
+      Math.min(this.limitMs, TIMER_MAX_MS),
+    );
   }
 
   /** Stops the clock (a streamed body the caller is not reading). */
@@ -285,13 +304,31 @@ class TryClock {
   }
 }
 
-/** A streamed request body that restarts the try's clock at every chunk. */
-async function* restarting(source: AsyncIterable<Uint8Array>, clock: TryClock): AsyncIterable<Uint8Array> {
+/** The longest delay `setTimeout` takes. */
+const TIMER_MAX_MS = 2 ** 31 - 1;
+
+/** The bytes of a body given whole. */
+function byteLength(body: string | Uint8Array | undefined): number {
+  if (body === undefined) return 0;
+  return typeof body === "string" ? Buffer.byteLength(body) : body.byteLength;
+}
+
+/**
+ * A streamed request body that restarts the try's clock at every chunk,
+ * and once it has all gone, with `extraMs` of the bytes sent.
+ */
+async function* restarting(
+  source: AsyncIterable<Uint8Array>,
+  clock: TryClock,
+  extraMs: (bytesSent: number) => number,
+): AsyncIterable<Uint8Array> {
+  let sent = 0;
   for await (const chunk of source) {
     clock.start();
+    sent += chunk.byteLength;
     yield chunk;
   }
-  clock.start();
+  clock.start(extraMs(sent));
 }
 
 /**

@@ -17,6 +17,30 @@ export interface ClientOptions {
   retryDeadlineMs?: number;
   /** The `fetch` to use (default: the global one), e.g. to count or trace requests. */
   fetch?: typeof globalThis.fetch;
+  /** How long blob calls wait; each field has its default. */
+  blobTimeouts?: {
+    /**
+     * Longest a blob call's try goes without progress (a chunk sent or
+     * received, or the answer's head), in ms (default 30,000).
+     */
+    tryTimeoutMs?: number;
+    /**
+     * The slowest rate, in bytes a second, at which a node is taken to copy
+     * a blob between nodes (default `BLOB_COPY_BYTES_PER_SEC`, 16 MiB/s):
+     * once an upload's body has been sent, its answer is waited for
+     * `tryTimeoutMs` plus one second per this many bytes sent (the node
+     * answers once the blob is durable on a majority of the back-end nodes),
+     * and a resumed download's head as long for the blob's size.
+     */
+    copyBytesPerSec?: number;
+    /**
+     * How much longer than `tryTimeoutMs` a download waits for its answer's
+     * head when the blob's size is not known, in ms (default
+     * `BLOB_FETCH_WAIT_MS`, 10 minutes): a node without a copy fetches the
+     * whole blob before it answers.
+     */
+    fetchWaitMs?: number;
+  };
 }
 
 /** Options of one submission. Unset fields take the node's defaults. */
@@ -355,7 +379,7 @@ export interface BlobRange {
 /** Options of {@link Client.putBlob}. */
 export interface PutBlobOptions {
   /**
-   * The sha256 the bytes must have (64 lowercase hex digits), sent for the
+   * The sha256 the bytes must have (64 hex digits, either case), sent for the
    * node to check (`blob_digest_mismatch`, 422, stores nothing). Without
    * it, bytes are sent with theirs; a stream is checked after, against
    * the answer.

@@ -12,10 +12,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { after, before, test } from "node:test";
-import { Client, CohortError } from "../dist/index.js";
-import { rangeHeader } from "../dist/blobs.js";
+import { BLOB_COPY_BYTES_PER_SEC, BLOB_FETCH_WAIT_MS, Client, CohortError } from "../dist/index.js";
+import { blobTiming, copyAllowanceMs, rangeHeader } from "../dist/blobs.js";
 
 const MiB = 1 << 20;
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function sha256(bytes) {
   return createHash("sha256").update(bytes).digest("hex");
@@ -36,7 +38,9 @@ function dataOf(size, seed = 1) {
  * many uploads' connections after reading about `cutPutAfter` bytes;
  * `wrong` maps a digest to the bytes answered for it; `hold` (a promise)
  * makes a GET send `holdBytes`, then wait for it (10 s at most, then
- * `heldOut` and the connection closed) before the rest.
+ * `heldOut` and the connection closed) before the rest. `putDelayMs`
+ * delays an upload's answer once its body has come (the node copying the
+ * blob to others), `getDelayMs` a download's head (the node fetching it).
  */
 async function fakeNode() {
   const node = {
@@ -49,6 +53,8 @@ async function fakeNode() {
     hold: null,
     holdBytes: 0,
     heldOut: false,
+    putDelayMs: 0,
+    getDelayMs: 0,
     requests: (method) => node.seen.filter((seen) => seen.method === method),
   };
   const json = (res, status, body, extra = {}) => {
@@ -83,6 +89,8 @@ async function fakeNode() {
       if (expected !== undefined && expected !== digest) return refuse(res, 422, "blob_digest_mismatch");
       const status = node.blobs.has(digest) ? 200 : 201;
       node.blobs.set(digest, seen.body);
+      if (node.putDelayMs > 0) await sleep(node.putDelayMs);
+      if (res.destroyed) return; // the client gave up and went
       return json(res, status, { digest, bytes: seen.body.length });
     }
     if (req.method === "GET" && req.url === "/v1/blobs") {
@@ -96,6 +104,10 @@ async function fakeNode() {
     }
     const data = node.wrong.get(digest) ?? node.blobs.get(digest);
     const size = data.length;
+    if (node.getDelayMs > 0 && req.method === "GET") {
+      await sleep(node.getDelayMs);
+      if (res.destroyed) return;
+    }
     let [start, stop, status] = [0, size, 200];
     const headers = { "content-type": "application/octet-stream", etag: `"${digest}"`, "accept-ranges": "bytes" };
     const range = req.headers.range;
@@ -356,5 +368,127 @@ test("blobs are listed and looked at", { timeout: 30_000 }, async () => {
     // A digest is one path segment, whatever it holds.
     assert.equal(await client.headBlob("../jobs"), null);
     assert.equal(node.requests("HEAD").at(-1).url, "/v1/blobs/..%2Fjobs");
+  });
+});
+
+test("an upload's answer is waited for longer the larger the blob", { timeout: 30_000 }, async () => {
+  // Once its body has gone, the try timeout (300 ms) plus the bytes sent at
+  // the copy rate (1,000 bytes at 1,000 a second): an answer 800 ms after
+  // the body comes in time, from bytes, a stream or a file; one later than
+  // 1.3 s does not, nor one after 300 ms to an empty upload. All at once.
+  const options = { retryDeadlineMs: 0, blobTimeouts: { tryTimeoutMs: 300, copyBytesPerSec: 1000 } };
+  await withNodes(2, options, async (client, late, tooLate) => {
+    late.putDelayMs = 800;
+    tooLate.putDelayMs = 3000;
+    const data = dataOf(1000, 7);
+    const info = { digest: sha256(data), bytes: data.length };
+    const path = join(dir, "late.bin");
+    await writeFile(path, data);
+    const timed = async (promise) => {
+      const started = Date.now();
+      try {
+        return { value: await promise, ms: Date.now() - started };
+      } catch (error) {
+        return { error, ms: Date.now() - started };
+      }
+    };
+    const tooLateClient = new Client(tooLate.url, options);
+    try {
+      const [fromBytes, fromStream, fromFile, beyond, empty] = await Promise.all([
+        timed(client.putBlob(new Uint8Array(data))),
+        timed(client.putBlob(chunksOf(data, 100))),
+        timed(client.putBlobFile(path)),
+        timed(tooLateClient.putBlob(chunksOf(data, 100))),
+        timed(client.putBlob(new Uint8Array(0))),
+      ]);
+      for (const done of [fromBytes, fromStream, fromFile]) {
+        assert.equal(done.error, undefined);
+        assert.deepEqual(done.value, info);
+        assert.ok(done.ms >= 800, `${done.ms}`);
+      }
+      assert.equal(beyond.error?.code, "unreachable");
+      assert.match(beyond.error.message, /no answer within 1300 ms/);
+      assert.ok(beyond.ms >= 1300 && beyond.ms < 2500, `${beyond.ms}`);
+      assert.equal(empty.error?.code, "unreachable");
+      assert.match(empty.error.message, /no answer within 300 ms/);
+      assert.ok(empty.ms < 750, `${empty.ms}`);
+    } finally {
+      await tooLateClient.close();
+    }
+    assert.equal(late.requests("PUT").length, 4);
+    assert.equal(tooLate.requests("PUT").length, 1);
+  });
+});
+
+test("a download's head may wait for the node to fetch the blob; its body, the try timeout", { timeout: 30_000 }, async () => {
+  const options = { retryDeadlineMs: 0, blobTimeouts: { tryTimeoutMs: 300, fetchWaitMs: 1000 } };
+  await withNodes(1, options, async (client, node) => {
+    const data = dataOf(5000, 8);
+    const digest = sha256(data);
+    node.blobs.set(digest, data);
+    // The head comes 800 ms late: within 300 ms + 1 s.
+    node.getDelayMs = 800;
+    let started = Date.now();
+    const blob = await client.getBlob(digest);
+    assert.ok(Date.now() - started >= 800);
+    const chunks = [];
+    for await (const chunk of blob) chunks.push(chunk);
+    assert.ok(Buffer.concat(chunks).equals(data));
+
+    // Once the body flows, a chunk is waited for 300 ms, not 1.3 s: a
+    // stalled body is resumed from where it stopped after 300 ms.
+    node.getDelayMs = 0;
+    let release;
+    node.hold = new Promise((resolve) => {
+      release = resolve;
+    });
+    node.holdBytes = 100;
+    const stalled = await client.getBlob(digest);
+    const reader = stalled.body.getReader();
+    let read = 0;
+    while (read < 100) read += (await reader.read()).value.length;
+    started = Date.now();
+    const next = await reader.read();
+    const waited = Date.now() - started;
+    assert.ok(waited >= 300 && waited < 1000, `${waited}`);
+    assert.ok(Buffer.from(next.value).equals(data.subarray(100, 100 + next.value.length)));
+    assert.equal(node.requests("GET").at(-1).headers.range, `bytes=100-${data.length - 1}`);
+    release();
+    node.hold = null;
+    await reader.cancel();
+  });
+});
+
+test("the waits' defaults: 16 MiB a second, 10 minutes", () => {
+  assert.equal(BLOB_COPY_BYTES_PER_SEC, 16 * MiB);
+  assert.equal(BLOB_FETCH_WAIT_MS, 600_000);
+  const timing = blobTiming();
+  assert.equal(copyAllowanceMs(64 * 1024 * MiB, timing), 4096_000);
+  assert.deepEqual(blobTiming({ copyBytesPerSec: 10 }), { ...timing, copyBytesPerSec: 10 });
+  for (const bad of [0, -1, Number.NaN]) {
+    assert.throws(() => new Client("http://127.0.0.1:9", { blobTimeouts: { copyBytesPerSec: bad } }), RangeError);
+  }
+});
+
+test("a digest in uppercase names the same blob", { timeout: 30_000 }, async () => {
+  await withNodes(1, { retryDeadlineMs: 10_000 }, async (client, node) => {
+    const data = dataOf(MiB + 5, 9);
+    const digest = sha256(data);
+    const upper = digest.toUpperCase();
+    const info = { digest, bytes: data.length };
+    assert.deepEqual(await client.putBlob(chunksOf(data, MiB), { sha256: upper }), info);
+    assert.equal(node.requests("PUT")[0].headers["x-cohort-sha256"], digest);
+    assert.deepEqual(await client.headBlob(upper), info);
+    const ranged = await client.getBlob(upper, { start: 3, end: 9 });
+    assert.equal(ranged.digest, digest);
+    const chunks = [];
+    for await (const chunk of ranged) chunks.push(chunk);
+    assert.ok(Buffer.concat(chunks).equals(data.subarray(3, 9)));
+    node.cutGet = 1; // resumed under the same, lowercase, name
+    const target = join(dir, "upper.bin");
+    assert.deepEqual(await client.getBlobToFile(upper, target), info);
+    assert.ok((await readFile(target)).equals(data));
+    const paths = new Set(node.seen.filter((seen) => seen.method !== "PUT").map((seen) => seen.url));
+    assert.deepEqual([...paths], [`/v1/blobs/${digest}`]);
   });
 });

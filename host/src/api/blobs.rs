@@ -20,7 +20,8 @@ use super::internal::seal_answer;
 use super::types::{BlobInfo as BlobBody, BlobList};
 use crate::blobs::{BlobError, BlobInfo, ChannelBody, Unsatisfiable, parse_range};
 use crate::cluster::blob_transfer::{
-    self, BlobTransfer, FrameReader, FrameWriter, SIZE_ONLY, TransferError, VOTERS,
+    self, BlobTransfer, Expect, FrameReader, FrameWriter, Refused, SIZE_ONLY, TransferError,
+    VOTERS, push_context,
 };
 use crate::limits::{
     BLOB_IDLE_TIMEOUT, BLOB_STREAMS_MAX, BLOB_WRITE_BYTES, CONTROL_BODY_BYTES_MAX,
@@ -198,7 +199,10 @@ pub(super) async fn get(
         Ok(None) => return Err(blob_not_found(param)),
         Err(error) => return Err(ApiError::new(ErrorCode::ReplicationFailed, error)),
     };
-    let range_header = headers.get(RANGE).and_then(|v| v.to_str().ok());
+    // A HEAD ignores Range (RFC 9110 §14.2: it is defined for GET).
+    let range_header = (headers.get(RANGE))
+        .filter(|_| !head_only)
+        .and_then(|v| v.to_str().ok());
     let range = match parse_range(range_header, size) {
         Ok(range) => range,
         Err(Unsatisfiable { size }) => {
@@ -262,36 +266,41 @@ pub async fn receive_push(
             "a pushed blob is a framed stream",
         ));
     }
-    let Some(_place) = blobs.admit_incoming() else {
-        return error_response(busy());
+    let me = blobs.me();
+    let context = push_context(&me);
+    let expect = Expect {
+        context: &context,
+        freshness: Freshness::Once,
+        digest: None,
+        admit: &|| blobs.admit_incoming(),
     };
-    let context = request_context(b"POST", parts.uri.path().as_bytes());
     let reader = FrameReader::new(sealer.cloned());
-    let received =
-        blob_transfer::receive(body, reader, blobs.store(), &context, Freshness::Once).await;
+    let received = blob_transfer::receive(body, reader, blobs.store(), expect).await;
     let (answer, nonce) = match received {
         Ok((stored, nonce)) => (Ok(json(StatusCode::OK, &body_of(stored.info))), Some(nonce)),
-        Err(TransferError::Forged(message)) => {
-            counters::refused(what::INTERNAL, "forged_blob");
-            (Err(ApiError::new(ErrorCode::Unauthorized, message)), None)
+        Err(Refused { error, nonce }) => {
+            let error = match error {
+                TransferError::Forged(message) => {
+                    counters::refused(what::INTERNAL, "forged_blob");
+                    ApiError::new(ErrorCode::Unauthorized, message)
+                }
+                TransferError::Store(error) => error.into(),
+                TransferError::Busy => busy(),
+                error @ TransferError::Idle => {
+                    ApiError::new(ErrorCode::RequestTimeout, error.to_string())
+                }
+                error @ TransferError::Malformed(_) => {
+                    ApiError::new(ErrorCode::BadRequest, error.to_string())
+                }
+            };
+            (Err(error), nonce)
         }
-        Err(TransferError::Store(error)) => (Err(error.into()), None),
-        Err(TransferError::Idle) => (
-            Err(ApiError::new(
-                ErrorCode::RequestTimeout,
-                TransferError::Idle.to_string(),
-            )),
-            None,
-        ),
-        Err(error @ TransferError::Malformed(_)) => (
-            Err(ApiError::new(ErrorCode::BadRequest, error.to_string())),
-            None,
-        ),
     };
     let answer = answer.unwrap_or_else(error_response);
     match (sealer, nonce) {
-        // An answer the pusher can verify only exists for a head this node
-        // opened; any other refusal goes plain, as a refused seal does.
+        // An answer the pusher can verify exists only for a head this node
+        // opened (whatever happened after); a refused head is answered
+        // plain, as a refused seal is.
         (Some(sealer), Some(nonce)) => seal_answer(sealer, &nonce, answer).await,
         _ => answer,
     }

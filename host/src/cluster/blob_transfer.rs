@@ -82,9 +82,12 @@ pub enum TransferError {
     /// The bytes are not the head's.
     #[error("{0}")]
     Store(#[from] BlobError),
-    /// Nothing arrived for too long.
-    #[error("no bytes arrived for {BLOB_IDLE_TIMEOUT:?}")]
+    /// Nothing arrived for too long (or the head not in time).
+    #[error("the stream stalled (no bytes for {BLOB_IDLE_TIMEOUT:?}, or no head in time)")]
     Idle,
+    /// The node takes its most blobs at once.
+    #[error("the node takes its most blobs at once")]
+    Busy,
 }
 
 /// Seals (or, without a key, only frames) the frames of one stream.
@@ -161,6 +164,10 @@ pub struct FrameReader {
     ended: bool,
 }
 
+/// The largest head payload a reader accepts: a postcard head (a digest
+/// and a varint) sealed.
+const HEAD_BYTES_MAX: usize = 64 + OVERHEAD;
+
 /// The largest frame a reader accepts.
 const FRAME_BYTES_MAX: usize = 1 + BLOB_FRAME_BYTES + OVERHEAD;
 
@@ -187,7 +194,14 @@ impl FrameReader {
             return Ok(None);
         }
         let length = u32::from_be_bytes(self.buffer[..4].try_into().expect("4 bytes")) as usize;
-        if length == 0 || length > FRAME_BYTES_MAX {
+        // A head is small: a stream cannot make a node wait for a large one
+        // before anything is authenticated.
+        let max = if self.index == 0 {
+            1 + HEAD_BYTES_MAX
+        } else {
+            FRAME_BYTES_MAX
+        };
+        if length == 0 || length > max {
             return Err(TransferError::Malformed(format!(
                 "a frame of {length} bytes"
             )));
@@ -211,7 +225,7 @@ impl FrameReader {
         let Some((flags, payload)) = self.frame()? else {
             return Ok(None);
         };
-        if self.index != 0 || flags != 0 {
+        if self.index != 0 || flags != 0 || payload.len() > HEAD_BYTES_MAX {
             return Err(TransferError::Malformed(
                 "the first frame is not a head".into(),
             ));
@@ -227,9 +241,13 @@ impl FrameReader {
             None => payload,
         };
         self.index = 1;
-        postcard::from_bytes(&plain)
-            .map(Some)
-            .map_err(|e| TransferError::Malformed(format!("the head: {e}")))
+        match postcard::take_from_bytes::<BlobHead>(&plain) {
+            Ok((head, [])) => Ok(Some(head)),
+            Ok(_) => Err(TransferError::Malformed(
+                "the head has bytes after it (sealed, to a node without the key?)".into(),
+            )),
+            Err(e) => Err(TransferError::Malformed(format!("the head: {e}"))),
+        }
     }
 
     /// The next chunk buffered, and whether it is the last.
@@ -271,17 +289,51 @@ impl FrameReader {
     }
 }
 
-/// Reads a framed stream from `body` into `store`: its head (opened with
-/// `context` and `freshness`), then its chunks, each within
-/// [`BLOB_IDLE_TIMEOUT`]. Keeps the blob only if it is whole and has the
-/// head's digest and size. Returns it and the head's nonce.
+/// The seal context of a blob pushed to node `to`: bound to the route and
+/// to the node, so a stream redirected to another node is refused there
+/// (and cannot be counted as the copy the pusher meant).
+pub fn push_context(to: &str) -> [&[u8]; 4] {
+    [b"request", b"POST", BLOBS_PATH.as_bytes(), to.as_bytes()]
+}
+
+/// What a receiver asks of a stream besides its seals.
+pub struct Expect<'a> {
+    /// The head's seal context.
+    pub context: &'a [&'a [u8]],
+    /// How the head is opened: `Once` for a pushed stream, `Bound` for an
+    /// answer.
+    pub freshness: Freshness,
+    /// The blob asked for, when the receiver asked for one (a fetch).
+    pub digest: Option<Digest>,
+    /// Takes a place among the node's incoming blobs once the head is
+    /// opened (so nobody without the key holds one); `None` from it
+    /// refuses the stream as busy.
+    pub admit: &'a (dyn Fn() -> Option<tokio::sync::OwnedSemaphorePermit> + Sync),
+}
+
+/// Why a stream was refused, with the head's nonce once the head was
+/// opened (an answer can then be sealed to it).
+#[derive(Debug)]
+pub struct Refused {
+    /// Why.
+    pub error: TransferError,
+    /// The head's nonce, if it was opened.
+    pub nonce: Option<[u8; 24]>,
+}
+
+/// Reads a framed stream from `body` into `store`: its head within
+/// [`BODY_READ_BASE`] (opened as `expect` says), then its chunks, each
+/// within [`BLOB_IDLE_TIMEOUT`]. Keeps the blob only if it is whole and has
+/// the head's digest and size. Returns it and the head's nonce. A blob
+/// already stored here is answered as soon as the head is read.
+///
+/// [`BODY_READ_BASE`]: crate::limits::BODY_READ_BASE
 pub async fn receive<B>(
     mut body: B,
     mut reader: FrameReader,
     store: &BlobStore,
-    context: &[&[u8]],
-    freshness: Freshness,
-) -> Result<(Stored, [u8; 24]), TransferError>
+    expect: Expect<'_>,
+) -> Result<(Stored, [u8; 24]), Refused>
 where
     B: hyper::body::Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
@@ -306,60 +358,95 @@ where
             }
         }
     };
-    let head = loop {
-        if let Some(head) = reader.head(context, freshness)? {
-            break head;
+    let unopened = |error: TransferError| Refused { error, nonce: None };
+    let head = async {
+        loop {
+            if let Some(head) = reader.head(expect.context, expect.freshness)? {
+                return Ok(head);
+            }
+            let Some(bytes) = next().await? else {
+                return Err(TransferError::Malformed(
+                    "the stream ended before its head".into(),
+                ));
+            };
+            reader.push(&bytes);
         }
-        let Some(bytes) = next().await? else {
-            return Err(TransferError::Malformed(
-                "the stream ended before its head".into(),
-            ));
-        };
-        reader.push(&bytes);
     };
-    if head.bytes > store.ceiling() {
-        return Err(BlobError::TooLarge {
-            ceiling: store.ceiling(),
-        }
-        .into());
+    let head = tokio::time::timeout(crate::limits::BODY_READ_BASE, head)
+        .await
+        .map_err(|_| unopened(TransferError::Idle))?
+        .map_err(unopened)?;
+    let nonce = reader.head_nonce;
+    let refused = |error: TransferError| Refused {
+        error,
+        nonce: Some(nonce),
+    };
+    let digest = Digest::from(head.digest);
+    if expect.digest.is_some_and(|asked| asked != digest) {
+        return Err(refused(TransferError::Malformed(format!(
+            "sent blob {digest} when asked for another"
+        ))));
     }
-    let mut upload = store.upload()?;
+    let ceiling = store.ceiling();
+    if head.bytes > ceiling {
+        return Err(refused(BlobError::TooLarge { ceiling }.into()));
+    }
+    if store.size(&digest) == Some(head.bytes) {
+        let info = BlobInfo {
+            digest,
+            bytes: head.bytes,
+        };
+        return Ok((Stored { info, new: false }, nonce));
+    }
+    let Some(_place) = (expect.admit)() else {
+        return Err(refused(TransferError::Busy));
+    };
+    let mut upload = store.upload().map_err(|e| refused(e.into()))?;
     loop {
-        match reader.chunk()? {
+        match reader.chunk().map_err(refused)? {
             Some((data, last)) => {
-                upload.write(&data).await?;
+                if upload.bytes() + data.len() as u64 > head.bytes {
+                    return Err(refused(TransferError::Malformed(format!(
+                        "more bytes than the head's {}",
+                        head.bytes
+                    ))));
+                }
+                upload.write(&data).await.map_err(|e| refused(e.into()))?;
                 if last {
                     break;
                 }
             }
             None => {
-                let Some(bytes) = next().await? else {
-                    return Err(TransferError::Malformed(
+                let Some(bytes) = next().await.map_err(refused)? else {
+                    return Err(refused(TransferError::Malformed(
                         "the stream ended before its last frame".into(),
-                    ));
+                    )));
                 };
                 reader.push(&bytes);
             }
         }
     }
     // Nothing may follow the last frame.
-    if let Some(bytes) = next().await? {
+    if let Some(bytes) = next().await.map_err(refused)? {
         reader.push(&bytes);
     }
     if !reader.finished() {
-        return Err(TransferError::Malformed(
+        return Err(refused(TransferError::Malformed(
             "bytes after the last frame".into(),
-        ));
+        )));
     }
     if upload.bytes() != head.bytes {
-        return Err(TransferError::Malformed(format!(
+        return Err(refused(TransferError::Malformed(format!(
             "{} bytes arrived, the head said {}",
             upload.bytes(),
             head.bytes
-        )));
+        ))));
     }
-    let stored = upload.finish(Some(Digest::from(head.digest))).await?;
-    Ok((stored, reader.head_nonce))
+    let stored = upload
+        .finish(Some(digest))
+        .await
+        .map_err(|e| refused(e.into()))?;
+    Ok((stored, nonce))
 }
 
 /// A body streaming blob `info` from `store` as frames: the head sealed
@@ -380,7 +467,7 @@ pub fn send(
     let first = writer.head(context, &head);
     let nonce = writer.head_nonce;
     let mut chunks = store.reader(&info.digest, None, place)?;
-    let (tx, rx) = mpsc::channel(4);
+    let (tx, rx) = mpsc::channel(1);
     tokio::spawn(async move {
         if tx.send(first).await.is_err() {
             return;
@@ -464,6 +551,11 @@ impl BlobTransfer {
         self.outgoing.clone().try_acquire_owned().ok()
     }
 
+    /// This node's id.
+    pub fn me(&self) -> String {
+        self.view.borrow().me.clone()
+    }
+
     /// The store.
     pub fn store(&self) -> &BlobStore {
         &self.store
@@ -502,7 +594,7 @@ impl BlobTransfer {
             let (transfer, tx, pushes) = (self.clone(), tx.clone(), pushes.clone());
             tokio::spawn(async move {
                 let _permit = pushes.acquire_owned().await;
-                let pushed = transfer.push(&url, info).await;
+                let pushed = transfer.push(&node, &url, info).await;
                 let _ = tx.send((node, pushed)).await;
             });
         }
@@ -578,9 +670,9 @@ impl BlobTransfer {
     }
 
     /// Pushes blob `info` to the node at `url`.
-    async fn push(&self, url: &str, info: BlobInfo) -> Result<(), String> {
+    async fn push(&self, node: &str, url: &str, info: BlobInfo) -> Result<(), String> {
         let writer = FrameWriter::new(self.sealer.clone());
-        let context = crate::peer::request_context(b"POST", BLOBS_PATH.as_bytes());
+        let context = push_context(node);
         let (body, nonce) =
             send(&self.store, info, writer, &context, None).map_err(|e| e.to_string())?;
         let (status, answer) = self
@@ -696,15 +788,15 @@ impl BlobTransfer {
         let code = status.as_u16().to_be_bytes();
         let context = crate::peer::answer_context(&nonce, &code);
         let reader = FrameReader::new(self.sealer.clone());
-        let (stored, _) = receive(body, reader, &self.store, &context, Freshness::Bound)
+        let expect = Expect {
+            context: &context,
+            freshness: Freshness::Bound,
+            digest: Some(*digest),
+            admit: &|| self.admit_incoming(),
+        };
+        let (stored, _) = receive(body, reader, &self.store, expect)
             .await
-            .map_err(|e| e.to_string())?;
-        if stored.info.digest != *digest {
-            return Err(format!(
-                "sent blob {} when asked for {digest}",
-                stored.info.digest
-            ));
-        }
+            .map_err(|refused| refused.error.to_string())?;
         Ok(Some(stored.info.bytes))
     }
 }
@@ -733,6 +825,18 @@ mod tests {
         frames
     }
 
+    fn expect(freshness: Freshness) -> Expect<'static> {
+        Expect {
+            context: &[b"ctx"],
+            freshness,
+            digest: None,
+            admit: &|| {
+                let places = Arc::new(tokio::sync::Semaphore::new(1));
+                places.try_acquire_owned().ok()
+            },
+        }
+    }
+
     fn body(frames: Vec<Bytes>) -> http_body_util::Full<Bytes> {
         let all: Vec<u8> = frames.concat();
         http_body_util::Full::new(Bytes::from(all))
@@ -745,14 +849,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = BlobStore::open(dir.path(), 1 << 30).unwrap();
         let reader = FrameReader::new(sealer);
-        let taken = receive(body(frames), reader, &store, &[b"ctx"], Freshness::Once).await;
+        let taken = receive(body(frames), reader, &store, expect(Freshness::Once)).await;
         if taken.is_err() {
             assert!(
                 store.list().is_empty(),
                 "nothing is kept of a refused stream"
             );
         }
-        taken.map(|(stored, _)| stored)
+        taken
+            .map(|(stored, _)| stored)
+            .map_err(|refused| refused.error)
     }
 
     #[tokio::test]
@@ -824,11 +930,50 @@ mod tests {
                 body(frames.clone()),
                 reader,
                 &store,
-                &[b"ctx"],
-                Freshness::Once,
+                expect(Freshness::Once),
             )
             .await;
             assert_eq!(taken.is_ok(), expect_ok, "{taken:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_pushed_stream_opens_only_at_its_node_and_a_fetch_only_as_the_blob_asked() {
+        let s = sealer();
+        let bytes = b"to one node".to_vec();
+        let head = BlobHead {
+            digest: Digest::of(&bytes).to_bytes(),
+            bytes: bytes.len() as u64,
+        };
+        let mut writer = FrameWriter::new(Some(s.clone()));
+        let frames = vec![
+            writer.head(&push_context("n2"), &head),
+            writer.chunk(&bytes, true),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::open(dir.path(), 1 << 30).unwrap();
+        let admit = || {
+            Arc::new(tokio::sync::Semaphore::new(1))
+                .try_acquire_owned()
+                .ok()
+        };
+        // Redirected to n3, refused there; then taken by n2.
+        for (at, asked, taken) in [
+            ("n3", None, false),
+            ("n2", Some(Digest::of(b"another blob")), false),
+            ("n2", None, true),
+        ] {
+            let context = push_context(at);
+            let expect = Expect {
+                context: &context,
+                freshness: Freshness::Bound,
+                digest: asked,
+                admit: &admit,
+            };
+            let reader = FrameReader::new(Some(s.clone()));
+            let got = receive(body(frames.clone()), reader, &store, expect).await;
+            assert_eq!(got.is_ok(), taken, "{at} {asked:?}: {got:?}");
+        }
+        assert_eq!(store.list().len(), 1);
     }
 }

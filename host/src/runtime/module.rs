@@ -76,7 +76,8 @@ impl FromStr for Digest {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let text = text.strip_prefix("sha256:").unwrap_or(text);
         let bad = || DigestParseError(text.chars().take(80).collect());
-        if text.len() != 64 || !text.is_ascii() {
+        // Hex digits only: `from_str_radix` alone takes a sign (`+e`).
+        if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad());
         }
         let mut out = [0u8; 32];
@@ -440,7 +441,15 @@ mod tests {
 
     #[test]
     fn bad_digests_are_rejected() {
-        for bad in ["", "abc", &"g".repeat(64), &"é".repeat(32), &"a".repeat(65)] {
+        let signed = format!("+e{}", "a".repeat(62));
+        for bad in [
+            "",
+            "abc",
+            &"g".repeat(64),
+            &"é".repeat(32),
+            &"a".repeat(65),
+            &signed,
+        ] {
             assert!(bad.parse::<Digest>().is_err(), "{bad}");
         }
     }
