@@ -165,17 +165,7 @@ impl Peer {
                 not_acted_on: e.not_sent,
             })?;
         let status = response.status();
-        let answer = tokio::time::timeout(timeout, bounded_answer(response.into_body()).collect())
-            .await
-            .map_err(|_| PeerError {
-                message: format!("{url} did not finish its answer within {timeout:?}"),
-                not_acted_on: false,
-            })?
-            .map_err(|e| PeerError {
-                message: format!("{url}: {e}"),
-                not_acted_on: false,
-            })?
-            .to_bytes();
+        let answer = read_answer(url, response.into_body(), timeout).await?;
         match &self.sealer {
             Some(sealer) => {
                 open_answer(sealer, url, &head_nonce, status, &answer).map(|plain| (status, plain))
@@ -237,17 +227,7 @@ impl Peer {
                 body: response.into_body(),
             });
         }
-        let answer = tokio::time::timeout(timeout, bounded_answer(response.into_body()).collect())
-            .await
-            .map_err(|_| PeerError {
-                message: format!("{url} did not finish its answer within {timeout:?}"),
-                not_acted_on: false,
-            })?
-            .map_err(|e| PeerError {
-                message: format!("{url}: {e}"),
-                not_acted_on: false,
-            })?
-            .to_bytes();
+        let answer = read_answer(url, response.into_body(), timeout).await?;
         let body = match &self.sealer {
             Some(sealer) if status != StatusCode::UNAUTHORIZED => {
                 open_answer(sealer, url, &nonce, status, &answer)?
@@ -363,13 +343,27 @@ fn open_answer(
     }
 }
 
-/// An answer body read no further than a node-to-node answer can be
-/// (answers to blob streams are small JSON).
-fn bounded_answer(body: hyper::body::Incoming) -> http_body_util::Limited<hyper::body::Incoming> {
-    http_body_util::Limited::new(
-        body,
-        crate::limits::CONTROL_BODY_BYTES_MAX + crate::security::seal::OVERHEAD,
-    )
+/// The whole answer body from `url`, read within `timeout` and no further
+/// than a node-to-node answer can be (answers to blob streams are small
+/// JSON).
+async fn read_answer(
+    url: &str,
+    body: hyper::body::Incoming,
+    timeout: Duration,
+) -> Result<Bytes, PeerError> {
+    let bound = crate::limits::CONTROL_BODY_BYTES_MAX + crate::security::seal::OVERHEAD;
+    let collected =
+        tokio::time::timeout(timeout, http_body_util::Limited::new(body, bound).collect())
+            .await
+            .map_err(|_| PeerError {
+                message: format!("{url} did not finish its answer within {timeout:?}"),
+                not_acted_on: false,
+            })?
+            .map_err(|e| PeerError {
+                message: format!("{url}: {e}"),
+                not_acted_on: false,
+            })?;
+    Ok(collected.to_bytes())
 }
 
 /// Headers naming `value` as the content type.

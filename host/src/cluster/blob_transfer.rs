@@ -635,38 +635,13 @@ impl BlobTransfer {
 
     /// The number of voters, from the first of `back_ends` that answers.
     async fn voters(&self, back_ends: &[(String, String)]) -> Result<usize, String> {
-        let mut errors = Vec::new();
-        for (node, url) in back_ends {
-            let asked = self
-                .peer
-                .post_internal(
-                    &format!("{url}{BLOB_FETCH_PATH}"),
-                    Bytes::from_static(VOTERS.as_bytes()),
-                    TRANSFER_TIMEOUT,
-                )
-                .await;
-            match asked {
-                Ok((status, body)) if status.is_success() => {
-                    let voters = serde_json::from_slice::<serde_json::Value>(&body)
-                        .ok()
-                        .and_then(|v| v.get("voters")?.as_u64());
-                    match voters {
-                        Some(voters) => return Ok(voters as usize),
-                        None => errors.push(format!("{node} answered no voter count")),
-                    }
-                }
-                Ok((status, body)) => errors.push(format!(
-                    "{node} answered {status}: {}",
-                    String::from_utf8_lossy(&body)
-                )),
-                Err(error) => errors.push(format!("{node}: {}", error.message)),
-            }
+        match self.first_answer(back_ends, VOTERS, "voters").await {
+            Ok(Some(voters)) => Ok(voters as usize),
+            Ok(None) => Err("no back-end node said how many voters hold the journal".into()),
+            Err(errors) => Err(format!(
+                "no back-end node said how many voters hold the journal: {errors}"
+            )),
         }
-        Err(format!(
-            "no back-end node said how many voters hold the journal{}{}",
-            if errors.is_empty() { "" } else { ": " },
-            errors.join("; ")
-        ))
     }
 
     /// Pushes blob `info` to the node at `url`.
@@ -722,30 +697,45 @@ impl BlobTransfer {
             return Ok(Some(size));
         }
         let (others, _) = self.back_ends();
+        let body = format!("{digest}{SIZE_ONLY}");
+        self.first_answer(&others, &body, "bytes")
+            .await
+            .map_err(|errors| format!("blob {digest} could not be located: {errors}"))
+    }
+
+    /// The number `field` of the first JSON answer to `body` on the fetch
+    /// route, asking `back_ends` in turn. `Ok(None)`: each answered that it
+    /// has nothing (404); `Err`: the others' failures, when none answered.
+    async fn first_answer(
+        &self,
+        back_ends: &[(String, String)],
+        body: &str,
+        field: &str,
+    ) -> Result<Option<u64>, String> {
         let mut errors = Vec::new();
-        for (node, url) in others {
+        for (node, url) in back_ends {
             let asked = self
                 .peer
                 .post_internal(
                     &format!("{url}{BLOB_FETCH_PATH}"),
-                    Bytes::from(format!("{digest}{SIZE_ONLY}")),
+                    Bytes::from(body.to_owned()),
                     TRANSFER_TIMEOUT,
                 )
                 .await;
             match asked {
-                Ok((status, body)) if status.is_success() => {
-                    match serde_json::from_slice::<serde_json::Value>(&body)
+                Ok((status, answer)) if status.is_success() => {
+                    let value = serde_json::from_slice::<serde_json::Value>(&answer)
                         .ok()
-                        .and_then(|v| v.get("bytes")?.as_u64())
-                    {
-                        Some(size) => return Ok(Some(size)),
-                        None => errors.push(format!("{node} answered no size")),
+                        .and_then(|v| v.get(field)?.as_u64());
+                    match value {
+                        Some(value) => return Ok(Some(value)),
+                        None => errors.push(format!("{node} answered no {field}")),
                     }
                 }
                 Ok((status, _)) if status == hyper::StatusCode::NOT_FOUND => {}
-                Ok((status, body)) => errors.push(format!(
+                Ok((status, answer)) => errors.push(format!(
                     "{node} answered {status}: {}",
-                    String::from_utf8_lossy(&body)
+                    String::from_utf8_lossy(&answer)
                 )),
                 Err(error) => errors.push(format!("{node}: {}", error.message)),
             }
@@ -753,10 +743,7 @@ impl BlobTransfer {
         if errors.is_empty() {
             Ok(None)
         } else {
-            Err(format!(
-                "blob {digest} could not be located: {}",
-                errors.join("; ")
-            ))
+            Err(errors.join("; "))
         }
     }
 
