@@ -143,8 +143,8 @@ impl BlobStore {
         self.index().get(digest).copied()
     }
 
-    /// Forgets blob `digest` if its file is gone.
-    fn forget_if_gone(&self, digest: &Digest) {
+    /// Forgets blob `digest` if its file is gone (removed by hand).
+    pub fn forget_if_gone(&self, digest: &Digest) {
         let mut index = self.index();
         if !self.path(digest).exists() {
             index.remove(digest);

@@ -220,11 +220,13 @@ error_codes! {
     ReplicasUnavailable = "replicas_unavailable", SERVICE_UNAVAILABLE, true;
     /// An upload could not be stored on every back-end node.
     ReplicationFailed = "replication_failed", SERVICE_UNAVAILABLE, true;
-    /// A blob store's disk filled during an upload: nothing was stored,
-    /// the blobs already there are intact.
+    /// A blob write would leave less than the 1 GiB a node keeps free on
+    /// its data disk for its journal (or the disk filled): nothing was
+    /// stored, the blobs already there are intact.
     BlobStoreFull = "blob_store_full", INSUFFICIENT_STORAGE, true;
-    /// The node serves its most blob streams at once (uploads, downloads
-    /// and copies between nodes); retry after `Retry-After`.
+    /// The node takes its most blobs at once (uploads and copies pushed to
+    /// it), or sends its most (downloads and copies fetched from it);
+    /// retry after `Retry-After`.
     BlobsBusy = "blobs_busy", SERVICE_UNAVAILABLE, true;
     /// The host failed (a bug or an exhausted machine).
     Internal = "internal", INTERNAL_SERVER_ERROR, false;

@@ -391,6 +391,7 @@ where
     if head.bytes > ceiling {
         return Err(refused(BlobError::TooLarge { ceiling }.into()));
     }
+    store.forget_if_gone(&digest);
     if store.size(&digest) == Some(head.bytes) {
         let info = BlobInfo {
             digest,
