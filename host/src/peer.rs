@@ -105,24 +105,13 @@ impl Peer {
                 .exchange_once(Method::POST, url, "application/octet-stream", body, timeout)
                 .await;
         };
-        let path = url
-            .parse::<hyper::Uri>()
-            .map(|uri| uri.path().to_string())
-            .map_err(|e| PeerError {
-                message: format!("{url}: {e}"),
-                not_acted_on: true,
-            })?;
-        let (sealed, nonce) = sealer.seal(
-            Purpose::Http,
-            &request_context(b"POST", path.as_bytes()),
-            &body,
-        );
+        let (sealed, nonce) = seal_request(sealer, url, &body)?;
         let (status, answer) = self
             .exchange_once(
                 Method::POST,
                 url,
                 SEALED_CONTENT_TYPE,
-                Bytes::from(sealed),
+                sealed,
                 timeout,
             )
             .await?;
@@ -186,19 +175,8 @@ impl Peer {
         self.check_partition(url)?;
         let (body, nonce, content_type) = match &self.sealer {
             Some(sealer) => {
-                let path = url
-                    .parse::<hyper::Uri>()
-                    .map(|uri| uri.path().to_string())
-                    .map_err(|e| PeerError {
-                        message: format!("{url}: {e}"),
-                        not_acted_on: true,
-                    })?;
-                let (sealed, nonce) = sealer.seal(
-                    Purpose::Http,
-                    &request_context(b"POST", path.as_bytes()),
-                    &body,
-                );
-                (Bytes::from(sealed), nonce, SEALED_CONTENT_TYPE)
+                let (sealed, nonce) = seal_request(sealer, url, &body)?;
+                (sealed, nonce, SEALED_CONTENT_TYPE)
             }
             None => (body, [0; 24], "application/octet-stream"),
         };
@@ -311,6 +289,23 @@ impl Peer {
             })?;
         Ok((answer.status, answer.body))
     }
+}
+
+/// `body` sealed as a POST to `url`'s path, and its nonce.
+fn seal_request(sealer: &Sealer, url: &str, body: &[u8]) -> Result<(Bytes, [u8; 24]), PeerError> {
+    let path = url
+        .parse::<hyper::Uri>()
+        .map(|uri| uri.path().to_string())
+        .map_err(|e| PeerError {
+            message: format!("{url}: {e}"),
+            not_acted_on: true,
+        })?;
+    let (sealed, nonce) = sealer.seal(
+        Purpose::Http,
+        &request_context(b"POST", path.as_bytes()),
+        body,
+    );
+    Ok((Bytes::from(sealed), nonce))
 }
 
 /// Opens the answer `answer` with `status` to the request (or stream)

@@ -26,7 +26,7 @@ from typing import (
 import httpx
 
 from . import _blobs, _core
-from ._blobs import BlobInfo, BodySource, PartFile, ReadWindow
+from ._blobs import BlobInfo, BodySource, PartFile, ReadWindow, WindowFacts
 from ._core import BATCHES_IN_FLIGHT, WAIT_SLOTS, BatchQueue, JobCore, Module, Pending, Settings, WaitBook
 from ._plans import Plan, Plans, Send, Work, awaiting
 from .errors import CohortError, WaitTimeout
@@ -396,7 +396,7 @@ async def _send(client: httpx.AsyncClient, op: Send) -> httpx.Response:
 Reopen = Callable[[Optional[str]], Awaitable[httpx.Response]]
 
 
-class AsyncBlobReader:
+class AsyncBlobReader(WindowFacts):
     """A blob (or a range of it) read from the node as the caller reads,
     as `BlobReader`: ``await reader.read(n)``, or ``async for chunk in
     reader`` (chunks as they arrive). Made by `AsyncClient.open_blob`;
@@ -420,25 +420,6 @@ class AsyncBlobReader:
             raise
         return cls(response, window, reopen)
 
-    @property
-    def digest(self) -> str:
-        """The blob's digest."""
-        return self._window.digest
-
-    @property
-    def size(self) -> int:
-        """The whole blob's size in bytes (whatever range is read)."""
-        return self._window.size
-
-    @property
-    def start(self) -> int:
-        """The offset in the blob of the first byte this reader gives."""
-        return self._window.start
-
-    @property
-    def length(self) -> int:
-        """How many bytes this reader gives in all (the range's length)."""
-        return self._window.stop - self._window.start
 
     async def read(self, size: Optional[int] = -1) -> bytes:
         """Up to ``size`` bytes (all that is left if ``size`` is negative or

@@ -311,6 +311,33 @@ class ReadWindow:
         return header
 
 
+class WindowFacts:
+    """What a blob reader (sync or async) tells of the bytes it gives,
+    read from its ``_window``."""
+
+    _window: ReadWindow
+
+    @property
+    def digest(self) -> str:
+        """The blob's digest."""
+        return self._window.digest
+
+    @property
+    def size(self) -> int:
+        """The whole blob's size in bytes (whatever range is read)."""
+        return self._window.size
+
+    @property
+    def start(self) -> int:
+        """The offset in the blob of the first byte this reader gives."""
+        return self._window.start
+
+    @property
+    def length(self) -> int:
+        """How many bytes this reader gives in all (the range's length)."""
+        return self._window.stop - self._window.start
+
+
 def body_ended_early(window: ReadWindow) -> Exception:
     """The error of a body that ended before its window did."""
     return httpx.RemoteProtocolError(f"the body ended {window.remaining} bytes early")

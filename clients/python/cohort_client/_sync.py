@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import httpx
 
 from . import _blobs, _core
-from ._blobs import BlobInfo, BodySource, PartFile, ReadWindow
+from ._blobs import BlobInfo, BodySource, PartFile, ReadWindow, WindowFacts
 from ._core import BATCHES_IN_FLIGHT, WAIT_SLOTS, BatchQueue, JobCore, Module, Pending, Settings, WaitBook
 from ._plans import Plan, Plans, Send, Work, blocking
 from .errors import CohortError, WaitTimeout
@@ -477,7 +477,7 @@ def _send(client: httpx.Client, op: Send) -> httpx.Response:
     return response
 
 
-class BlobReader(io.RawIOBase):
+class BlobReader(WindowFacts, io.RawIOBase):
     """A blob (or a range of it) as a readable binary file, read from the
     node as the caller reads: made by `Client.open_blob`. Use it as a
     context manager (or call `close`), so that its connection is given
@@ -500,25 +500,6 @@ class BlobReader(io.RawIOBase):
         self._chunks: Iterator[bytes] = response.iter_raw()
         self._pending = b""
 
-    @property
-    def digest(self) -> str:
-        """The blob's digest."""
-        return self._window.digest
-
-    @property
-    def size(self) -> int:
-        """The whole blob's size in bytes (whatever range is read)."""
-        return self._window.size
-
-    @property
-    def start(self) -> int:
-        """The offset in the blob of the first byte this reader gives."""
-        return self._window.start
-
-    @property
-    def length(self) -> int:
-        """How many bytes this reader gives in all (the range's length)."""
-        return self._window.stop - self._window.start
 
     def readable(self) -> bool:
         return True

@@ -181,11 +181,15 @@ async fn to_file(
         .map_err(|e| format!("cannot write {}: {}", path.display(), e.error))
 }
 
+/// Copies `reader` to `out` in pieces of up to 1 MiB (`tokio::io::copy`
+/// alone writes 8 KiB at a time, each write to a file a trip to a
+/// blocking thread).
 async fn copy(
     reader: &mut cohort_client::BlobReader,
     out: &mut (impl tokio::io::AsyncWrite + Unpin),
 ) -> Result<(), String> {
-    tokio::io::copy(reader, out)
+    let mut out = tokio::io::BufWriter::with_capacity(1 << 20, out);
+    tokio::io::copy(reader, &mut out)
         .await
         .map_err(|e| e.to_string())?;
     out.flush().await.map_err(|e| e.to_string())
