@@ -107,13 +107,7 @@ impl Peer {
         };
         let (sealed, nonce) = seal_request(sealer, url, &body)?;
         let (status, answer) = self
-            .exchange_once(
-                Method::POST,
-                url,
-                SEALED_CONTENT_TYPE,
-                sealed,
-                timeout,
-            )
+            .exchange_once(Method::POST, url, SEALED_CONTENT_TYPE, sealed, timeout)
             .await?;
         if status == StatusCode::UNAUTHORIZED {
             return Err(PeerError {

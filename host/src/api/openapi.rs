@@ -506,7 +506,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .errors(&[&[ModuleNotStored]]),
         H::BlobPut => doc("blobs", "Upload a blob (any bytes), streamed")
             .describe("Streams the body to the node's disk, hashing it as it arrives, and answers once the blob is durable on a majority of the back-end nodes. Identical bytes are stored once. A body may be any size up to the cluster's ceiling (`--blob-bytes-max`, 64 GiB by default), sent with `Content-Length` or chunked; it must keep arriving (30 s without a byte, or an average under 1 MiB/s after the first 10 s, is `request_timeout`). An upload refused or cut short leaves nothing stored.")
-            .param("X-Cohort-Sha256", Header, text(), "The sha256 the bytes must have (64 hex digits); otherwise `blob_digest_mismatch` and nothing is stored.")
+            .param("X-Cohort-Sha256", Header, text().pattern(Some("^[0-9a-fA-F]{64}$")), "The sha256 the bytes must have (64 hex digits; anything else is `bad_request`); bytes with another sha256 are `blob_digest_mismatch`, and nothing is stored.")
             .raw_body("application/octet-stream", "The blob's bytes.")
             .answers::<BlobInfo>(201, "Stored (new on the answering node).")
             .answers::<BlobInfo>(200, "Already stored.")
