@@ -133,20 +133,10 @@ impl Peer {
         timeout: Duration,
     ) -> Result<(StatusCode, Bytes), PeerError> {
         self.check_partition(url)?;
+        let body = body.map_err(|never| match never {}).boxed();
         let response = self
-            .transport
-            .send(
-                Method::POST,
-                url,
-                content_type(FRAMES_CONTENT_TYPE),
-                body.map_err(|never| match never {}).boxed(),
-                timeout.into(),
-            )
-            .await
-            .map_err(|e| PeerError {
-                message: e.message,
-                not_acted_on: e.not_sent,
-            })?;
+            .post_streamed(url, FRAMES_CONTENT_TYPE, body, timeout)
+            .await?;
         let status = response.status();
         let answer = read_answer(url, response.into_body(), timeout).await?;
         match &self.sealer {
@@ -174,20 +164,8 @@ impl Peer {
             }
             None => (body, [0; 24], "application/octet-stream"),
         };
-        let response = self
-            .transport
-            .send(
-                Method::POST,
-                url,
-                self::content_type(content_type),
-                cohort_client::transport::full(body),
-                timeout.into(),
-            )
-            .await
-            .map_err(|e| PeerError {
-                message: e.message,
-                not_acted_on: e.not_sent,
-            })?;
+        let body = cohort_client::transport::full(body);
+        let response = self.post_streamed(url, content_type, body, timeout).await?;
         let status = response.status();
         let framed = response
             .headers()
@@ -207,6 +185,29 @@ impl Peer {
             _ => answer,
         };
         Ok(Fetched::Answer { status, body })
+    }
+
+    /// Posts `body` to `url` and returns the answer with its body unread.
+    async fn post_streamed(
+        &self,
+        url: &str,
+        content_type: &'static str,
+        body: cohort_client::transport::Body,
+        timeout: Duration,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, PeerError> {
+        self.transport
+            .send(
+                Method::POST,
+                url,
+                self::content_type(content_type),
+                body,
+                timeout.into(),
+            )
+            .await
+            .map_err(|e| PeerError {
+                message: e.message,
+                not_acted_on: e.not_sent,
+            })
     }
 
     fn check_partition(&self, url: &str) -> Result<(), PeerError> {
