@@ -551,9 +551,10 @@ impl Api {
                 }
                 Ok(found) if found.route.handler == Handler::InternalBlobFetch => {
                     let (parts, body) = request.into_parts();
-                    let sealer = self.security.sealer.as_ref();
-                    let voters = (self.replication.as_ref()).map(|r| r.status().voters.len());
-                    blobs::serve_fetch(&self.blobs, sealer, voters, &parts, body).await
+                    let voters = || (self.replication.as_ref()).map(|r| r.status().voters.len());
+                    let internal = &self.internal;
+                    blobs::serve_fetch(&self.blobs, internal, found.route, voters, &parts, body)
+                        .await
                 }
                 Ok(found) if found.route.access == Access::Sealed => {
                     whole(self.internal.serve(found, request).await)

@@ -271,6 +271,8 @@ pub const BLOB_STREAMS_MAX: usize = 256;
 /// the upload is refused as slow (`request_timeout`). An upload must also
 /// keep an average of [`BODY_RATE_MIN`] after [`BODY_READ_BASE`].
 pub const BLOB_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Frames of a blob sent to another node made ahead of the network.
+pub(crate) const BLOB_FRAMES_AHEAD: usize = 1;
 /// Largest plaintext of one frame of a blob sent between nodes.
 pub(crate) const BLOB_FRAME_BYTES: usize = 1 << 20;
 /// Copies of one upload pushed to other back-end nodes at once.

@@ -139,11 +139,12 @@ impl Peer {
             .await?;
         let status = response.status();
         let answer = read_answer(url, response.into_body(), timeout).await?;
+        // A refused stream (401) is answered plain: the node opened nothing.
         match &self.sealer {
-            Some(sealer) => {
+            Some(sealer) if status != StatusCode::UNAUTHORIZED => {
                 open_answer(sealer, url, &head_nonce, status, &answer).map(|plain| (status, plain))
             }
-            None => Ok((status, answer)),
+            _ => Ok((status, answer)),
         }
     }
 

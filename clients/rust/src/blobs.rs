@@ -71,7 +71,7 @@ pub const BLOB_COPY_BYTES_PER_SEC: u64 = 16 << 20;
 pub const BLOB_FETCH_WAIT: Duration = Duration::from_secs(600);
 
 /// The request header naming the sha256 an upload's bytes must have.
-const SHA256_HEADER: &str = "x-cohort-sha256";
+pub const SHA256_HEADER: &str = "x-cohort-sha256";
 
 /// Most bytes of the JSON answer to an upload read.
 const ANSWER_MAX: usize = 64 << 10;

@@ -55,6 +55,7 @@ pub mod types;
 
 pub use blobs::{
     BLOB_CHUNK_BYTES, BLOB_COPY_BYTES_PER_SEC, BLOB_FETCH_WAIT, BLOB_IDLE_TIMEOUT, BlobReader,
+    SHA256_HEADER,
 };
 pub use client::{
     BATCH_BYTES_MAX, BATCHES_IN_FLIGHT, Client, Job, LONG_WAIT_MS, Options, SHORT_WAIT_MS,

@@ -15,22 +15,20 @@
 //! [`BODY_READ_BASE`]: crate::limits::BODY_READ_BASE
 
 use super::error::{ApiError, ErrorCode};
-use super::http::{Body, Reply200, body_deadline, error_response, json, parse_digest, read_body};
-use super::internal::seal_answer;
+use super::http::{Body, Reply200, body_deadline, error_response, json, parse_digest};
+use super::internal::{Internal, seal_answer};
+use super::routes::Route;
 use super::types::{BlobInfo as BlobBody, BlobList};
 use crate::blobs::{BlobError, BlobInfo, ChannelBody, Unsatisfiable, parse_range};
 use crate::cluster::blob_transfer::{
     self, BlobTransfer, Expect, FrameReader, FrameWriter, Refused, SIZE_ONLY, TransferError,
     VOTERS, push_context,
 };
-use crate::limits::{
-    BLOB_IDLE_TIMEOUT, BLOB_STREAMS_MAX, BLOB_WRITE_BYTES, CONTROL_BODY_BYTES_MAX,
-};
-use crate::peer::{FRAMES_CONTENT_TYPE, SEALED_CONTENT_TYPE, answer_context, request_context};
+use crate::limits::{BLOB_IDLE_TIMEOUT, BLOB_STREAMS_MAX, BLOB_WRITE_BYTES};
+use crate::peer::{FRAMES_CONTENT_TYPE, answer_context};
 use crate::runtime::Digest;
 use crate::security::Sealer;
 use crate::security::counters::{self, what};
-use crate::security::key::Purpose;
 use crate::security::seal::Freshness;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -43,8 +41,7 @@ use hyper::{Response, StatusCode};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The header an uploader names the digest it expects with.
-pub const SHA256_HEADER: &str = "x-cohort-sha256";
+use cohort_client::SHA256_HEADER;
 
 impl From<BlobError> for ApiError {
     fn from(error: BlobError) -> Self {
@@ -156,9 +153,7 @@ pub(super) async fn put(
         ));
     }
     let stored = upload.finish(expected).await?;
-    blobs
-        .replicate(stored.info, voters)
-        .await
+    (blobs.replicate(stored.info, voters).await)
         .map_err(|e| ApiError::new(ErrorCode::ReplicationFailed, e))?;
     let status = if stored.new {
         StatusCode::CREATED
@@ -310,44 +305,21 @@ pub async fn receive_push(
 /// node-to-node body): the blob as frames, its head bound to the request.
 ///
 /// The body `voters` asks for the number of replication voters instead
-/// (`voters`: this node's count, if it is a back-end node).
+/// (`voters`: this node's count, if it is a back-end node; asked only
+/// then).
 pub async fn serve_fetch(
     blobs: &BlobTransfer,
-    sealer: Option<&Arc<Sealer>>,
-    voters: Option<usize>,
+    internal: &Internal,
+    route: &Route,
+    voters: impl FnOnce() -> Option<usize>,
     parts: &Parts,
     body: Incoming,
 ) -> Response<Body> {
     let whole = |r: Reply200| r.map(BodyExt::boxed);
-    let limit = CONTROL_BODY_BYTES_MAX + crate::security::seal::OVERHEAD;
-    let body = match read_body(&parts.headers, body, limit, ErrorCode::BodyTooLarge).await {
-        Ok(body) => body,
-        Err(error) => return whole(error_response(error)),
-    };
-    let (digest, nonce) = match sealer {
-        Some(sealer) => {
-            let sealed = (parts.headers.get(CONTENT_TYPE))
-                .is_some_and(|v| v.as_bytes() == SEALED_CONTENT_TYPE.as_bytes());
-            let opened = sealed
-                .then(|| {
-                    sealer.open(
-                        Purpose::Http,
-                        &request_context(b"POST", parts.uri.path().as_bytes()),
-                        &body,
-                        Freshness::Once,
-                    )
-                })
-                .and_then(Result::ok);
-            let Some(opened) = opened else {
-                counters::refused(what::INTERNAL, "unsealed");
-                return whole(error_response(ApiError::new(
-                    ErrorCode::Unauthorized,
-                    "refused: not sealed with this cluster's key, or stale",
-                )));
-            };
-            (opened.plaintext, opened.nonce)
-        }
-        None => (body.to_vec(), [0; 24]),
+    let sealer = internal.sealer.as_ref();
+    let (digest, nonce) = match internal.open_request(route, parts, body).await {
+        Ok((digest, nonce)) => (digest, nonce.unwrap_or([0; 24])),
+        Err(refused) => return whole(refused),
     };
     let text = String::from_utf8_lossy(&digest);
     let (text, size_only) = match text.strip_suffix(SIZE_ONLY) {
@@ -355,7 +327,7 @@ pub async fn serve_fetch(
         None => (text.as_ref(), false),
     };
     let answer = match parse_digest(text.trim(), ErrorCode::BlobNotFound) {
-        _ if text == VOTERS => match voters {
+        _ if text == VOTERS => match voters() {
             Some(voters) => Ok(json(
                 StatusCode::OK,
                 &serde_json::json!({ "voters": voters }),

@@ -21,7 +21,7 @@
 use super::auth::{self, token_op};
 use super::error::{ApiError, ErrorCode};
 use super::http::{Reply200, bytes, error_response, json, not_stored, parse_digest, read_body};
-use super::routes::{Found, Handler};
+use super::routes::{Found, Handler, Route};
 use super::types::ModuleBody;
 use crate::cluster::link::{self, MasterLink};
 use crate::master::upgrade::{self, MasterStore};
@@ -37,6 +37,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 use std::sync::Arc;
 
@@ -70,9 +71,31 @@ impl std::fmt::Debug for Internal {
 impl Internal {
     /// Serves `request`, whose route `found` is one of the sealed ones.
     pub async fn serve(&self, found: Found<'_>, request: Request<Incoming>) -> Reply200 {
-        let route = found.route;
-        let limit = route.body_bytes_max;
         let (parts, body) = request.into_parts();
+        let (body, nonce) = match self.open_request(found.route, &parts, body).await {
+            Ok(opened) => opened,
+            Err(refused) => return refused,
+        };
+        let answer = self
+            .route(found.route.handler, body)
+            .await
+            .unwrap_or_else(error_response);
+        match (&self.sealer, nonce) {
+            (Some(sealer), Some(nonce)) => seal_answer(sealer, &nonce, answer).await,
+            _ => answer,
+        }
+    }
+
+    /// The body of a node-to-node request of `route`, read within the
+    /// route's bound and opened, with the nonce its answer is sealed to
+    /// (`None` without a cluster key); or the answer refusing it.
+    pub async fn open_request(
+        &self,
+        route: &Route,
+        parts: &Parts,
+        body: Incoming,
+    ) -> Result<(Bytes, Option<[u8; 24]>), Reply200> {
+        let limit = route.body_bytes_max;
         let sealed = parts
             .headers
             .get(CONTENT_TYPE)
@@ -83,51 +106,38 @@ impl Internal {
         };
         let Some(sealer) = &self.sealer else {
             if sealed {
-                return unauthorized(
+                return Err(unauthorized(
                     "no_key_here",
                     format!(
                         "node {} has no cluster key; start every node with the same --cluster-key",
                         self.node_id
                     ),
-                );
+                ));
             }
-            let body = match read_body(&parts.headers, body, limit, route.too_large).await {
-                Ok(body) => body,
-                Err(error) => return error_response(error),
-            };
-            return self
-                .route(route.handler, body)
-                .await
-                .unwrap_or_else(error_response);
+            let body = read_body(&parts.headers, body, limit, route.too_large).await;
+            return Ok((body.map_err(error_response)?, None));
         };
         if !sealed {
-            return unauthorized(
+            return Err(unauthorized(
                 "unsealed",
                 format!(
                     "node {} only takes node-to-node requests sealed with its cluster key",
                     self.node_id
                 ),
-            );
+            ));
         }
         let limit = limit + crate::security::seal::OVERHEAD;
-        let body = match read_body(&parts.headers, body, limit, route.too_large).await {
-            Ok(body) => body,
-            Err(error) => return error_response(error),
-        };
-        let opened = match sealer.open(
-            Purpose::Http,
-            &request_context(b"POST", parts.uri.path().as_bytes()),
-            &body,
-            Freshness::Once,
-        ) {
-            Ok(opened) => opened,
-            Err(error) => return unauthorized(error.reason(), format!("refused: {error}")),
-        };
-        let answer = self
-            .route(route.handler, Bytes::from(opened.plaintext))
-            .await
-            .unwrap_or_else(error_response);
-        seal_answer(sealer, &opened.nonce, answer).await
+        let body = (read_body(&parts.headers, body, limit, route.too_large).await)
+            .map_err(error_response)?;
+        let opened = sealer
+            .open(
+                Purpose::Http,
+                &request_context(b"POST", parts.uri.path().as_bytes()),
+                &body,
+                Freshness::Once,
+            )
+            .map_err(|error| unauthorized(error.reason(), format!("refused: {error}")))?;
+        Ok((Bytes::from(opened.plaintext), Some(opened.nonce)))
     }
 
     /// The routes other nodes (and `cohort token --cluster-key`) call, with

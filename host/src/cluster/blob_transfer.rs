@@ -34,7 +34,8 @@
 
 use crate::blobs::{BlobError, BlobInfo, BlobStore, ChannelBody, Stored};
 use crate::limits::{
-    BLOB_FRAME_BYTES, BLOB_IDLE_TIMEOUT, BLOB_PUSHES_MAX, BLOB_STREAMS_MAX, TRANSFER_TIMEOUT,
+    BLOB_FRAME_BYTES, BLOB_FRAMES_AHEAD, BLOB_IDLE_TIMEOUT, BLOB_PUSHES_MAX, BLOB_STREAMS_MAX,
+    TRANSFER_TIMEOUT,
 };
 use crate::membership::View;
 use crate::peer::Peer;
@@ -164,9 +165,11 @@ pub struct FrameReader {
     ended: bool,
 }
 
-/// The largest head payload a reader accepts: a postcard head (a digest
-/// and a varint) sealed.
-const HEAD_BYTES_MAX: usize = 64 + OVERHEAD;
+/// The largest head a postcard encoding makes: the digest and the size as
+/// a varint (at most 10 bytes).
+const HEAD_PLAIN_BYTES_MAX: usize = 32 + 10;
+/// The largest head payload a reader accepts: a head, sealed.
+const HEAD_BYTES_MAX: usize = HEAD_PLAIN_BYTES_MAX + OVERHEAD;
 
 /// The largest frame a reader accepts.
 const FRAME_BYTES_MAX: usize = 1 + BLOB_FRAME_BYTES + OVERHEAD;
@@ -468,7 +471,7 @@ pub fn send(
     let first = writer.head(context, &head);
     let nonce = writer.head_nonce;
     let mut chunks = store.reader(&info.digest, None, place)?;
-    let (tx, rx) = mpsc::channel(1);
+    let (tx, rx) = mpsc::channel(BLOB_FRAMES_AHEAD);
     tokio::spawn(async move {
         if tx.send(first).await.is_err() {
             return;
@@ -578,7 +581,7 @@ impl BlobTransfer {
     /// nodes: `voters` is the number of replication voters when this node
     /// knows it. Pushes go to every other live back-end node at once; the
     /// answer comes once a majority holds it, and the rest go on.
-    pub async fn replicate(&self, info: BlobInfo, voters: Option<usize>) -> Result<usize, String> {
+    pub async fn replicate(&self, info: BlobInfo, voters: Option<usize>) -> Result<(), String> {
         let (others, me) = self.back_ends();
         let voters = match voters {
             Some(voters) => voters,
@@ -621,7 +624,7 @@ impl BlobTransfer {
             }
         });
         if held >= needed {
-            return Ok(held);
+            return Ok(());
         }
         errors.sort();
         Err(format!(
