@@ -19,6 +19,7 @@ use crate::index::{ready_key, set_state};
 use crate::limits::{LOG_TAIL_BYTES_MAX, WORKER_ID_BYTES_MAX};
 use crate::master::{Master, decided, reject};
 use crate::protocol::*;
+use crate::validation::validate_outputs;
 
 impl Master {
     pub(crate) fn decide_poll(
@@ -105,8 +106,9 @@ impl Master {
         if let Err(reason) = self.current_attempt(id, attempt, Some(worker)) {
             return Ok(ignored(reason));
         }
-        let outcome = match outcome {
-            Outcome::Succeeded(result) if result.len() as u64 > self.config.result_bytes_max => {
+        validate_outputs(outcome)?;
+        let outcome = match outcome.succeeded() {
+            Some((result, _)) if result.len() as u64 > self.config.result_bytes_max => {
                 Outcome::Failed(Failure {
                     code: "output_too_large".into(),
                     message: format!(
@@ -116,7 +118,7 @@ impl Master {
                     ),
                 })
             }
-            other => other.clone(),
+            _ => outcome.clone(),
         };
         let mut kinds: Vec<EventKind> = Self::calls_event(id, attempt, calls, calls_dropped)
             .into_iter()
@@ -205,12 +207,13 @@ impl Master {
             secrets,
             readable,
         } = self.egress_of_job(id);
+        let (blobs, parents_blobs) = self.assignment_blobs(id);
         effects.push(Effect::Assign(Box::new(Assignment {
             id,
             attempt,
             worker: worker.to_owned(),
             module: job.spec.module,
-            input: self.assignment_input(id, job),
+            input: self.assignment_input(id, job, &parents_blobs),
             timeout_ms: job.spec.timeout_ms,
             memory_bytes: job.spec.memory_bytes,
             checkpoint: job.checkpoint.clone(),
@@ -218,6 +221,7 @@ impl Master {
             secrets,
             replay: self.replay_of(id, job.submitted_at),
             readable,
+            blobs,
         })));
     }
 
@@ -241,6 +245,12 @@ impl Master {
         at: Millis,
         effects: &mut Vec<Effect>,
     ) {
+        // A journal is decoded, not trusted: a report a decision would
+        // have refused (outputs over their bounds) changes nothing, as the
+        // refusal did.
+        if validate_outputs(outcome).is_err() {
+            return;
+        }
         if !self.end_attempt(id, attempt, at, effects) {
             return;
         }
@@ -249,13 +259,15 @@ impl Master {
         current.duration_ms = Some(duration_ms);
         current.log_tail = log_tail.to_owned();
         match outcome {
-            Outcome::Succeeded(result) => {
+            Outcome::Failed(failure) => self.fail_attempt(id, failure.clone(), at, effects),
+            Outcome::Succeeded(_) | Outcome::Wrote(_) => {
+                let (result, outputs) = outcome.succeeded().expect("a success");
                 current.outcome = Some("succeeded".into());
                 self.index.result_bytes += result.len() as u64;
-                job.result = Some(result.clone());
+                job.result = Some(result.to_vec());
+                self.record_outputs(id, outputs);
                 self.settle(id, JobState::Succeeded, at, effects);
             }
-            Outcome::Failed(failure) => self.fail_attempt(id, failure.clone(), at, effects),
         }
     }
 

@@ -25,9 +25,16 @@
 //!
 //! A child submitted with `outputs` receives, instead of its input alone,
 //! a JSON document built when its attempt is assigned:
-//! `{"input": S, "parents": [{"id", "name", "output": S}]}`, where each
-//! `S` is a string when the bytes are UTF-8 and `{"base64": "..."}`
-//! otherwise, and `output` is `null` when the parent's record is gone.
+//! `{"input": S, "parents": [{"id", "name", "output": S, "blobs":
+//! [{"name", "digest", "size"}]}]}`, parents in the order of the child's
+//! `parents` (by id), where each `S` is a string when the bytes are UTF-8
+//! and `{"base64": "..."}` otherwise, and `output` is `null` when the
+//! parent's record is gone. `blobs` (always there, empty when the parent
+//! wrote none or its record is gone) lists the parent's output blobs as
+//! the child may open them: `name` is `PARENT/OUTPUT` (the name in the
+//! child's [`Assignment::blobs`], see [`crate::blobs`]), `digest` 64
+//! lowercase hex digits (as the API writes digests), `size` in bytes. The blobs'
+//! bytes never pass through the master.
 //!
 //! # In the master
 //!
@@ -196,12 +203,16 @@ fn bytes_json(out: &mut String, bytes: &[u8]) {
     }
 }
 
+/// One parent in a child's input envelope: its id, its name, its output
+/// (`None`: its record is gone) and the output blobs the child may open.
+pub(crate) type EnvelopeParent<'a> = (JobId, &'a str, Option<&'a [u8]>, &'a [NamedBlob]);
+
 /// A child's input with its parents' outputs (see the module notes).
-pub(crate) fn envelope(input: &[u8], parents: &[(JobId, &str, Option<&[u8]>)]) -> Vec<u8> {
+pub(crate) fn envelope(input: &[u8], parents: &[EnvelopeParent<'_>]) -> Vec<u8> {
     let mut out = String::from("{\"input\":");
     bytes_json(&mut out, input);
     out.push_str(",\"parents\":[");
-    for (n, (id, name, output)) in parents.iter().enumerate() {
+    for (n, (id, name, output, blobs)) in parents.iter().enumerate() {
         if n > 0 {
             out.push(',');
         }
@@ -212,7 +223,20 @@ pub(crate) fn envelope(input: &[u8], parents: &[(JobId, &str, Option<&[u8]>)]) -
             Some(output) => bytes_json(&mut out, output),
             None => out.push_str("null"),
         }
-        out.push('}');
+        out.push_str(",\"blobs\":[");
+        for (n, blob) in blobs.iter().enumerate() {
+            if n > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"name\":");
+            bytes_json(&mut out, blob.name.as_bytes());
+            out.push_str(&format!(
+                ",\"digest\":\"{}\",\"size\":{}}}",
+                crate::blobs::digest_text(&blob.digest),
+                blob.size
+            ));
+        }
+        out.push_str("]}");
     }
     out.push_str("]}");
     out.into_bytes()
@@ -609,18 +633,27 @@ impl Master {
     }
 
     /// The input job `id`'s attempt is given: its own, or, for a DAG's
-    /// child that asked for them, the envelope with its parents' outputs.
-    pub(crate) fn assignment_input(&self, id: JobId, job: &Job) -> Vec<u8> {
+    /// child that asked for them, the envelope with its parents' outputs
+    /// and `blobs`, the output blobs each parent gives it (see
+    /// [`Master::assignment_blobs`]).
+    pub(crate) fn assignment_input(
+        &self,
+        id: JobId,
+        job: &Job,
+        blobs: &[Vec<NamedBlob>],
+    ) -> Vec<u8> {
         match self.dags.nodes.get(&id) {
             Some(node) if node.outputs && !node.parents.is_empty() => {
                 let outputs: Vec<Option<Vec<u8>>> = (node.parents.iter())
                     .map(|parent| self.find(*parent).and_then(|j| j.into_owned().result))
                     .collect();
-                let parents: Vec<(JobId, &str, Option<&[u8]>)> = (node.parents.iter())
+                let parents: Vec<EnvelopeParent> = (node.parents.iter())
                     .zip(&outputs)
-                    .map(|(parent, output)| {
+                    .enumerate()
+                    .map(|(at, (parent, output))| {
                         let name = self.dags.nodes.get(parent).map_or("", |n| &n.name);
-                        (*parent, name, output.as_deref())
+                        let blobs = blobs.get(at).map_or(&[][..], Vec::as_slice);
+                        (*parent, name, output.as_deref(), blobs)
                     })
                     .collect();
                 envelope(&job.spec.input, &parents)
@@ -710,9 +743,9 @@ mod tests {
         let bytes = envelope(
             b"in",
             &[
-                (1, "a", Some(b"out")),
-                (2, "b", Some(&[0xff])),
-                (3, "c", None),
+                (1, "a", Some(b"out"), &[]),
+                (2, "b", Some(&[0xff]), &[]),
+                (3, "c", None, &[]),
             ],
         );
         let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
@@ -721,11 +754,55 @@ mod tests {
             serde_json::json!({
                 "input": "in",
                 "parents": [
-                    {"id": 1, "name": "a", "output": "out"},
-                    {"id": 2, "name": "b", "output": {"base64": "/w=="}},
-                    {"id": 3, "name": "c", "output": null},
+                    {"id": 1, "name": "a", "output": "out", "blobs": []},
+                    {"id": 2, "name": "b", "output": {"base64": "/w=="}, "blobs": []},
+                    {"id": 3, "name": "c", "output": null, "blobs": []},
                 ]
             })
+        );
+    }
+
+    #[test]
+    fn the_envelope_lists_each_parent_s_blobs_by_the_names_the_child_opens() {
+        let blob = |name: &str, n: u8, size| NamedBlob {
+            name: name.into(),
+            digest: [n; 32],
+            size,
+        };
+        let a = [blob("a/rows.csv", 0xab, 1 << 40), blob("a/\"q\"", 1, 0)];
+        let c = [blob("7/x", 0, 3)];
+        let bytes = envelope(
+            b"in",
+            &[
+                (1, "a", Some(b"A"), &a),
+                (2, "b", None, &[]),
+                (7, "", Some(b""), &c),
+            ],
+        );
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(
+            text.starts_with(&format!(
+                "{{\"input\":\"in\",\"parents\":[{{\"id\":1,\"name\":\"a\",\"output\":\"A\",\
+                 \"blobs\":[{{\"name\":\"a/rows.csv\",\"digest\":\"{}\",\"size\":{}}}",
+                "ab".repeat(32),
+                1u64 << 40
+            )),
+            "fields in a fixed order: {text}"
+        );
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let digest = |n: &str| n.repeat(32);
+        assert_eq!(
+            value["parents"],
+            serde_json::json!([
+                {"id": 1, "name": "a", "output": "A", "blobs": [
+                    {"name": "a/rows.csv", "digest": digest("ab"), "size": 1u64 << 40},
+                    {"name": "a/\"q\"", "digest": digest("01"), "size": 0},
+                ]},
+                {"id": 2, "name": "b", "output": null, "blobs": []},
+                {"id": 7, "name": "", "output": "", "blobs": [
+                    {"name": "7/x", "digest": digest("00"), "size": 3},
+                ]},
+            ])
         );
     }
 }

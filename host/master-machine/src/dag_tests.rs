@@ -66,7 +66,10 @@ fn a_diamond_runs_in_order_and_children_get_their_parents_outputs() {
     let input: serde_json::Value = serde_json::from_slice(&second[0].1).unwrap();
     assert_eq!(
         input,
-        serde_json::json!({"input": "b", "parents": [{"id": a, "name": "a", "output": "A"}]})
+        serde_json::json!({
+            "input": "b",
+            "parents": [{"id": a, "name": "a", "output": "A", "blobs": []}]
+        })
     );
     sim.ok(T + 4, finish(b, 1, "w1", ok("B")));
     assert!(poll_all(&mut sim, T + 5).is_empty(), "d waits for c");

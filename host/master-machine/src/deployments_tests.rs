@@ -566,10 +566,10 @@ fn events_of_format_4_decode_with_no_module() {
         },
     };
     assert_eq!(decode_event(&submitted), Ok(expected.clone()));
-    // Formats 5 and 6 write the third and fourth fields.
+    // Formats 5 to 8 write the third, fourth and fifth fields.
     let now = encode(&expected);
-    assert_eq!(now[1..now.len() - 2], submitted[1..]);
-    assert_eq!(now[now.len() - 2..], [0, 0]);
+    assert_eq!(now[1..now.len() - 3], submitted[1..]);
+    assert_eq!(now[now.len() - 3..], [0, 0, 0]);
     // A DAG's job is a `Submitted` without a request, then the DAG.
     let node = (
         8u64,

@@ -213,6 +213,7 @@ prop_compose! {
         unique in option::of((text(), prop_oneof![n64(), 0..20_000u64])),
         module in option::of(module_name()),
         egress in option::of(vec(grant(), 0..2)),
+        input_blob in option::of(blob()),
     ) -> JobOptions {
         JobOptions {
             limit: limit.map(|(key, running_max, starts_per_second)| KeyLimit {
@@ -223,7 +224,30 @@ prop_compose! {
             unique: unique.map(|(key, window_ms)| Unique { key, window_ms }),
             module,
             egress,
+            input_blob,
         }
+    }
+}
+
+prop_compose! {
+    fn blob()(digest in digest(), size in n64()) -> Blob {
+        Blob { digest, size }
+    }
+}
+
+/// Output names: mostly valid ones from a small set (so a report is
+/// accepted, and names repeat), some anything.
+fn output_name() -> BoxedStrategy<String> {
+    prop_oneof![
+        4 => prop::sample::select(vec!["out", "rows.csv", "a/b", ""]).prop_map(String::from),
+        1 => text(),
+    ]
+    .boxed()
+}
+
+prop_compose! {
+    fn named_blob()(name in output_name(), digest in digest(), size in n64()) -> NamedBlob {
+        NamedBlob { name, digest, size }
     }
 }
 
@@ -325,6 +349,8 @@ fn outcome() -> impl Strategy<Value = Outcome> {
     prop_oneof![
         bytes().prop_map(Outcome::Succeeded),
         failure().prop_map(Outcome::Failed),
+        (bytes(), vec(named_blob(), 0..3))
+            .prop_map(|(result, blobs)| Outcome::Wrote(Output { result, blobs })),
     ]
 }
 
@@ -765,11 +791,11 @@ prop_compose! {
         egress in vec(grant(), 0..2),
         secrets in vec((secret_name(), bytes()), 0..2),
         (mark, calls, submitted_at) in (tape_mark(), vec(recorded_call(), 0..2), n64()),
+        (readable, blobs) in (vec(secret_name(), 0..2), vec(named_blob(), 0..3)),
     ) -> Assignment {
         Assignment {
             id, attempt, worker, module, input, timeout_ms, memory_bytes, checkpoint, egress,
-            secrets, replay: Replay { mark, calls, submitted_at },
-            readable: Vec::new(),
+            secrets, replay: Replay { mark, calls, submitted_at }, readable, blobs,
         }
     }
 }
@@ -816,6 +842,7 @@ prop_compose! {
             (option::of((n64(), text())), vec(n64(), 0..3), any::<bool>()),
         (module_name, module_version) in (option::of(module_name()), option::of(n32())),
         calls in vec((n32(), vec(http_call(), 0..2), n32()), 0..2),
+        (input_blob, outputs) in (option::of(blob()), vec(named_blob(), 0..3)),
     ) -> JobView {
         let calls = calls
             .into_iter()
@@ -825,7 +852,7 @@ prop_compose! {
             id, module, state, priority, max_attempts, timeout_ms, idempotency_key,
             submitted_at, finished_at, not_before, attempts, error,
             result_bytes, input_bytes, has_checkpoint, options, dag, parents, waiting,
-            module_name, module_version, calls,
+            module_name, module_version, calls, input_blob, outputs,
         }
     }
 }
@@ -908,7 +935,18 @@ fn answer() -> impl Strategy<Value = Answer> {
             )
         }),
         deployment_view().prop_map(|view| Answer::Deployment(Box::new(view))),
+        vec(finished(), 0..3).prop_map(Answer::Finished),
     ]
+}
+
+prop_compose! {
+    fn finished()(
+        (id, state, error) in (n64(), option::of(job_state()), option::of(failure())),
+        (output, output_bytes) in (option::of(bytes()), option::of(n64())),
+        outputs in vec(named_blob(), 0..3),
+    ) -> Finished {
+        Finished { id, state, error, output, output_bytes, outputs }
+    }
 }
 
 /// A command whose configuration, if any, has values an operator would
@@ -961,6 +999,7 @@ fn garbage() -> impl Strategy<Value = Vec<u8>> {
         2 => Just(FORMAT_VERSION_1),
         2 => Just(FORMAT_VERSION_2),
         2 => Just(FORMAT_VERSION_4),
+        2 => Just(FORMAT_VERSION_7),
         4 => Just(crate::master::SNAPSHOT_VERSION),
         1 => any::<u8>(),
     ];
@@ -1194,9 +1233,13 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // counters (0), token map (0), request map (0), what keys hold:
     // options, uniqueness holds and start times (0 each), schedules (0),
     // DAGs: the next id (1) and four maps (0 each), deployments: two
-    // maps (0 each), egress: four maps (0 each), recorded calls (0) and
-    // readable secrets (0).
-    let tail = [[0; 11].as_slice(), &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]].concat();
+    // maps (0 each), egress: four maps (0 each), recorded calls (0),
+    // readable secrets (0) and blobs (0).
+    let tail = [
+        [0; 11].as_slice(),
+        &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    ]
+    .concat();
     assert_eq!(empty[empty.len() - tail.len()..], tail);
     [&empty[..empty.len() - tail.len()], claim, &tail[1..]].concat()
 }

@@ -686,10 +686,10 @@ mod tests {
         assert_eq!(restored.grants_of("hooks"), granted.as_slice());
         assert_eq!(restored.egress, master.egress);
         // Version 6 ended where the egress part starts (and version 7
-        // before the recorded calls and readable secrets, two empty maps
-        // here: two bytes).
+        // before the recorded calls and readable secrets, and version 8
+        // before the blobs: three empty maps here, three bytes).
         let mut old = master.snapshot();
-        old.truncate(old.len() - 2 - postcard::to_allocvec(&master.egress).unwrap().len());
+        old.truncate(old.len() - 3 - postcard::to_allocvec(&master.egress).unwrap().len());
         old[0] = 6;
         let restored = Master::restore(&old).unwrap();
         assert!(restored.grants_of("hooks").is_empty());
@@ -715,7 +715,7 @@ mod tests {
         let old = [&[FORMAT_VERSION_5][..], &granted[1..]].concat();
         assert_eq!(decode_event(&old).unwrap_err().code, codes::UNDECODABLE);
         // Format 5's options end before `egress`: the same bytes less its
-        // absent value decode with none.
+        // absent value (and `input_blob`'s) decode with none.
         let submitted = Event {
             at: 1,
             kind: EventKind::Submitted {
@@ -729,8 +729,8 @@ mod tests {
             },
         };
         let now = encode(&submitted);
-        assert_eq!(now.last(), Some(&0));
-        let old = [&[FORMAT_VERSION_5][..], &now[1..now.len() - 1]].concat();
+        assert_eq!(now[now.len() - 2..], [0, 0]);
+        let old = [&[FORMAT_VERSION_5][..], &now[1..now.len() - 2]].concat();
         assert_eq!(decode_event(&old), Ok(submitted));
     }
 
@@ -840,7 +840,8 @@ mod tests {
         let now = postcard::to_allocvec(egress).unwrap().len()
             + postcard::to_allocvec(&(&master.tapes, &master.egress.readable))
                 .unwrap()
-                .len();
+                .len()
+            + postcard::to_allocvec(&master.blobs).unwrap().len();
         let bytes = [
             &[7][..],
             &snapshot[1..snapshot.len() - now],

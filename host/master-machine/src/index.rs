@@ -137,9 +137,9 @@ impl Master {
         self
     }
 
-    /// Builds the index from the unfinished jobs and `done`, the entries
-    /// of the finished ones ([`Index::add_done`]).
-    pub(crate) fn rebuild_index(&mut self, done: Index) {
+    /// Builds the index from the unfinished jobs and `done_index`, the
+    /// entries of the finished ones ([`Index::add_done`]).
+    pub(crate) fn rebuild_index(&mut self, done_index: Index) {
         // A snapshot is decoded, not trusted: a worker "running" a job the
         // snapshot does not hold would make a later event fail. Every node
         // restoring the same bytes drops the same references, so replicas
@@ -156,6 +156,18 @@ impl Master {
         // Records of calls belong to unfinished jobs only (a settled job's
         // is dropped), so a retried job never replays one it left behind.
         self.tapes.retain(|id, _| jobs.contains_key(id));
+        // Blobs of held jobs only, and outputs of succeeded ones, which
+        // count with the results.
+        let done = &self.done;
+        let mut output_bytes = 0;
+        self.blobs.retain(|id, blobs| {
+            let succeeded = (done.get(id)).is_some_and(|job| job.state() == JobState::Succeeded);
+            if !succeeded {
+                blobs.outputs.clear();
+            }
+            output_bytes += crate::blobs::output_bytes(&blobs.outputs);
+            held(id) && (blobs.input.is_some() || !blobs.outputs.is_empty())
+        });
         // DAG records of jobs the snapshot does not hold are dropped too;
         // only queued jobs wait.
         self.dags.nodes.retain(|id, _| held(id));
@@ -181,8 +193,9 @@ impl Master {
                 .filter_map(|(key, starts)| Some((*starts.back()?, key.clone())))
                 .collect(),
             fired_by,
-            ..done
+            ..done_index
         };
+        index.result_bytes += output_bytes;
         for (&id, job) in &self.jobs {
             index.counts[job.state as usize] += 1;
             *index.modules.entry(job.spec.module).or_default() += 1;

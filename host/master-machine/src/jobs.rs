@@ -42,7 +42,7 @@ impl Master {
         let spec = &*self.resolved_spec(spec, options)?;
         let config = &self.config;
         validate_spec(config, spec)?;
-        if let Some(id) = self.idempotent_job(spec)? {
+        if let Some(id) = self.idempotent_job(spec, options)? {
             return answered(id, true);
         }
         validate_options(options)?;
@@ -79,8 +79,12 @@ impl Master {
     }
 
     /// The job `spec`'s idempotency key names, if any; a conflict if that
-    /// job has another module or input.
-    fn idempotent_job(&self, spec: &JobSpec) -> Result<Option<JobId>, Rejection> {
+    /// job has another module or input (inline, or its input blob).
+    fn idempotent_job(
+        &self,
+        spec: &JobSpec,
+        options: &JobOptions,
+    ) -> Result<Option<JobId>, Rejection> {
         let Some(key) = &spec.idempotency_key else {
             return Ok(None);
         };
@@ -88,7 +92,10 @@ impl Master {
             return Ok(None);
         };
         let job = self.find(id).expect("an idempotency key's job is held");
-        if job.spec.module != spec.module || job.spec.input != spec.input {
+        if job.spec.module != spec.module
+            || job.spec.input != spec.input
+            || self.input_blob_of(id) != options.input_blob.as_ref()
+        {
             return reject(
                 codes::IDEMPOTENCY_CONFLICT,
                 format!(
@@ -144,13 +151,16 @@ impl Master {
             checkpoint: None,
         };
         if options.limit.is_some() || options.unique.is_some() {
-            // The name is recorded with the deployments, not here.
+            // The name is recorded with the deployments, and the input
+            // blob with the blobs, not here.
             let keyed = JobOptions {
                 module: None,
+                input_blob: None,
                 ..options.clone()
             };
             self.keyed.options.insert(id, keyed);
         }
+        self.record_input_blob(id, options.input_blob.as_ref());
         self.record_narrowed(id, options);
         match &options.module {
             Some(name) => self.deployments.record_job(id, name, &job.spec.module),
@@ -284,6 +294,7 @@ impl Master {
                 .finished
                 .remove(&(job.finished_at.unwrap_or(0), id));
             self.index.result_bytes -= job.result.as_ref().map_or(0, |r| r.len() as u64);
+            self.forget_blobs(id);
             if let Some(key) = &job.spec.idempotency_key {
                 self.index.keys.remove(key);
             }

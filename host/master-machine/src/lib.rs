@@ -8,7 +8,9 @@
 //! without Wasm.
 //!
 //! * [`protocol`] — commands, events, effects, replies, queries, answers and
-//!   their versioned postcard encoding.
+//!   their versioned postcard encoding. The journal holds events only, and
+//!   of blobs, the large data jobs read and write, it holds digests and
+//!   sizes, never bytes ([`blobs`]).
 //! * [`master`] — the state and its `decide`/`apply`/`query`/`snapshot`;
 //!   each concern (jobs, attempts, keys, schedules, DAGs, snapshots, ...)
 //!   adds to `impl Master` from a private module of its own, listed in
@@ -18,6 +20,7 @@
 //!   scenario replayed natively and through Wasm must give identical bytes.
 
 mod attempts;
+pub mod blobs;
 mod bulk;
 pub mod dag;
 pub mod deployments;
@@ -52,6 +55,7 @@ mod tests;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+pub use blobs::{check_outputs, valid_output_name};
 pub use deployments::valid_module_name;
 pub use egress::{
     GrantHost, HttpCall, HttpGrant, Piece, check_secret_name, strict_ipv4, template,

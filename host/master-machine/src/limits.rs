@@ -207,6 +207,16 @@ pub const TAPE_CALLS_MAX: usize = 1024;
 /// bodies, headers, URLs and reads together.
 pub const TAPE_BYTES_MAX: u64 = 8 << 20;
 
+// Blobs (see `crate::blobs`).
+/// Longest name of an output blob, in bytes (ASCII letters, digits, `.`,
+/// `_` and `-`).
+pub const OUTPUT_NAME_BYTES_MAX: usize = 128;
+/// Most output blobs one job writes (a report with more is refused).
+pub const OUTPUTS_MAX: usize = 64;
+/// What an output blob counts for against a configuration's
+/// `results_bytes_total_max`, beyond its name: its digest and size.
+pub const OUTPUT_BYTES_FIXED: u64 = 32 + 8;
+
 // Snapshots.
 /// The most a part's buffer is allocated with before it is written (a
 /// part asked to be larger grows as it is written).
@@ -244,4 +254,12 @@ const _: () = {
     );
     // Every name fits one answer of `Query::Deployments`.
     assert!(MODULE_NAMES_MAX <= FINISHED_IDS_MAX);
+    // The blobs an attempt may read (its input, and every output of each
+    // of its parents, named `PARENT/OUTPUT`) take no more of its
+    // assignment than the record of calls it may carry.
+    assert!(
+        (1 + PARENTS_MAX * OUTPUTS_MAX) as u64
+            * ((NODE_NAME_BYTES_MAX + 1 + OUTPUT_NAME_BYTES_MAX) as u64 + OUTPUT_BYTES_FIXED)
+            <= TAPE_BYTES_MAX
+    );
 };

@@ -63,9 +63,12 @@
 //! # Bounds
 //!
 //! Queued jobs are bounded by `queue_max` (`queue_full` beyond it); inputs,
-//! results, checkpoints and log tails have size limits; finished jobs are
+//! results, checkpoints and log tails have size limits; a job writes at most
+//! [`OUTPUTS_MAX`](crate::limits::OUTPUTS_MAX) output blobs, of which the
+//! master keeps names, digests and sizes only; finished jobs are
 //! purged after `retention_ms`, beyond `finished_max`, or when their results
-//! exceed `results_bytes_total_max`, oldest first; request ids as above;
+//! (with their output blobs' names and digests) exceed
+//! `results_bytes_total_max`, oldest first; request ids as above;
 //! module names at most [`MODULE_NAMES_MAX`](crate::limits::MODULE_NAMES_MAX),
 //! each keeping its newest
 //! [`MODULE_VERSIONS_KEPT`](crate::limits::MODULE_VERSIONS_KEPT) versions.
@@ -85,7 +88,8 @@
 //! `tick` (the periodic sweep), `keys` (concurrency and rate limits),
 //! `uniqueness`, `requests`, [`crate::schedule`], [`crate::dag`],
 //! [`crate::deployments`] (module names), `grants` (egress grants,
-//! secrets and calls), [`crate::tapes`] (recorded calls), `bulk`,
+//! secrets and calls), [`crate::tapes`] (recorded calls),
+//! [`crate::blobs`] (the digests of the blobs jobs read and write), `bulk`,
 //! `tokens`, `query` and `scan` (reads), `index` (what is rebuilt, not
 //! kept), `done` (finished jobs packed), `snapshot` and `restore`, and
 //! `validation` (what commands may ask for).
@@ -100,6 +104,7 @@ pub use crate::restore::Restoring;
 pub use crate::snapshot::{SNAPSHOT_VERSION, SnapshotCursor};
 pub use crate::tokens::TOKEN_SCOPES;
 
+use crate::blobs::Blobs;
 use crate::dag::Dags;
 use crate::deployments::Deployments;
 use crate::done::Done;
@@ -175,6 +180,9 @@ pub struct Master {
     /// Each job's recorded calls (see [`crate::tapes`]); written after the
     /// grants in a snapshot.
     pub(crate) tapes: Tapes,
+    /// Each job's input and output blobs, digests and sizes (see
+    /// [`crate::blobs`]); written after the recorded calls in a snapshot.
+    pub(crate) blobs: Blobs,
     // Indexes, rebuilt from the jobs on restore (not in snapshots).
     pub(crate) index: Index,
     /// How runnable jobs are lined up: a property of the master build, not
@@ -227,6 +235,7 @@ impl Master {
             deployments: Deployments::default(),
             egress: Egress::default(),
             tapes: Tapes::default(),
+            blobs: Blobs::default(),
             index: Index::default(),
             order: Order::default(),
         }

@@ -20,24 +20,43 @@
 //! `DeleteSecret`, `Granted`, `SecretSet`, `SecretDeleted`,
 //! `CallsRecorded`, at the end of their enums; `Finish` carries the
 //! attempt's calls, an [`Assignment`] its grants and sealed secrets,
-//! views show grants and calls; [`JobOptions::egress`] a fourth field); 7
-//! (now), recorded calls and secrets jobs read (`RecordCall`,
+//! views show grants and calls; [`JobOptions::egress`] a fourth field); 7,
+//! recorded calls and secrets jobs read (`RecordCall`,
 //! `CallRecorded`, `SecretsShared`, `TapeMarked` at the end of their enums;
 //! a `Checkpoint` carries its [`TapeMark`], an [`Assignment`] its
 //! [`Replay`] and readable secrets, `Grant` and `Revoke` secrets;
-//! [`HttpGrant::record`] a last field of every grant). Events are the only messages kept on disk, so
-//! [`decode_event`] still reads formats 1 to 6 (whose `Submitted` lacks
-//! what came later, and whose options before 5 have two fields: they
-//! decode with `module: None`);
-//! every other message of an older format is refused as an unknown version
-//! (nodes of one cluster run one format).
+//! [`HttpGrant::record`] a last field of every grant); 8 (now), blobs
+//! ([`JobOptions::input_blob`] a fifth field of the options, the blob a
+//! job reads; [`Outcome::Wrote`], a success that wrote output blobs, at
+//! the end of its enum; an [`Assignment`] carries the [`NamedBlob`]s the
+//! attempt may read, views and [`Finished`] a job's blobs). Events are the
+//! only messages kept on disk, so [`decode_event`] still reads formats 1
+//! to 7 (whose `Submitted` lacks what came later, and whose options
+//! before 5 have two fields: they decode with `module: None`); every other
+//! message of an older format is refused as an unknown version (nodes of
+//! one cluster run one format).
+//!
+//! # Blobs
+//!
+//! Blobs are large data kept by the nodes under their sha256 digest; the
+//! master never holds their bytes. What it journals and keeps is a
+//! [`Blob`] (digest and size) for a job's input blob and a [`NamedBlob`]
+//! (name, digest, size) for each output blob a successful attempt wrote
+//! (see [`crate::blobs`]): a few dozen bytes each, whatever the blobs'
+//! sizes.
 
 pub use crate::egress::{HttpCall, HttpGrant};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 7;
+pub const FORMAT_VERSION: u8 = 8;
+
+/// The seventh format: the current types without blobs
+/// ([`JobOptions::input_blob`], a last field of the options, and
+/// [`Outcome::Wrote`], at the end of its enum); its events still decode
+/// ([`decode_event`]).
+pub const FORMAT_VERSION_7: u8 = 7;
 
 /// The sixth format: the current types without recorded calls
 /// (`RecordCall`, `CallRecorded`, `TapeMarked` at the end of their enums)
@@ -69,7 +88,7 @@ pub const FORMAT_VERSION_2: u8 = 2;
 /// A job's id: dense, assigned by the master from 1.
 pub type JobId = u64;
 
-/// A module's sha256.
+/// A sha256: a module's, or a blob's.
 pub type Digest = [u8; 32];
 
 /// Milliseconds since the Unix epoch, as passed in by the host.
@@ -104,73 +123,68 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Rejection> {
 /// None`), formats 1 and 2 had no options (they decode with none), and
 /// formats 3 and 4 had options without `module` (they decode with `module:
 /// None`, in `Submitted` and in `ScheduleCreated`'s spec alike), format 5
-/// without `egress`, and grants before format 7 had no `record` (they
-/// decode with `record: None`, the default). Every
-/// other event of an older format has the same bytes in this one. Kinds
-/// added since a format are refused in its bytes, which never held them.
+/// without `egress`, and formats before 8 without `input_blob` (`None`);
+/// grants before format 7 had no `record` (they decode with `record:
+/// None`, the default). Every other event of an older format has the same
+/// bytes in this one. What was added since a format (an event kind, or
+/// [`Outcome::Wrote`]) is refused in its bytes, which never held it.
 pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
-    match bytes.split_first() {
-        Some((&FORMAT_VERSION_1, body)) => older::event(body, older::FORMAT_1),
-        Some((&FORMAT_VERSION_2, body)) => older::event(body, older::FORMAT_2),
-        Some((&(FORMAT_VERSION_3 | FORMAT_VERSION_4), body)) => {
-            let event = legacy::options(2, || postcard::from_bytes(body)).map_err(|error| {
-                Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
-            })?;
-            before_format_7(before_format_6(before_format_5(event)?)?)
+    let (format, body) = match bytes.split_first() {
+        Some((&format, body)) if (FORMAT_VERSION_1..FORMAT_VERSION).contains(&format) => {
+            (format, body)
         }
-        Some((&FORMAT_VERSION_5, body)) => {
-            let event = legacy::options(3, || postcard::from_bytes(body)).map_err(|error| {
+        _ => return decode(bytes),
+    };
+    let event = match format {
+        FORMAT_VERSION_1 => older::event(body, older::FORMAT_1)?,
+        FORMAT_VERSION_2 => older::event(body, older::FORMAT_2)?,
+        _ => {
+            // How many fields the format's options have (see `legacy`).
+            let fields = match format {
+                FORMAT_VERSION_3 | FORMAT_VERSION_4 => 2,
+                FORMAT_VERSION_5 => 3,
+                FORMAT_VERSION_6 => 4,
+                _ => 5,
+            };
+            legacy::options(fields, || postcard::from_bytes(body)).map_err(|error| {
                 Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
-            })?;
-            before_format_7(before_format_6(event)?)
+            })?
         }
-        Some((&FORMAT_VERSION_6, body)) => {
-            let event = legacy::options(4, || postcard::from_bytes(body)).map_err(|error| {
-                Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
-            })?;
-            before_format_7(event)
-        }
-        _ => decode(bytes),
-    }
+    };
+    of_format(event, format)
 }
 
-/// `event`, unless it is of a kind added in format 5 (which bytes of an
-/// older format never held).
-fn before_format_5(event: Event) -> Result<Event, Rejection> {
-    match event.kind {
-        EventKind::Deployed { .. } | EventKind::Undeployed { .. } => Err(Rejection::new(
-            codes::UNDECODABLE,
-            "a deployment event in the bytes of a format before 5",
-        )),
-        _ => Ok(event),
-    }
-}
-
-/// `event`, unless it is of a kind added in format 7.
-fn before_format_7(event: Event) -> Result<Event, Rejection> {
-    match event.kind {
-        EventKind::CallRecorded { .. }
-        | EventKind::TapeMarked { .. }
-        | EventKind::SecretsShared { .. } => Err(Rejection::new(
-            codes::UNDECODABLE,
-            "a recorded-call or shared-secret event in the bytes of a format before 7",
-        )),
-        _ => Ok(event),
-    }
-}
-
-/// `event`, unless it is of a kind added in format 6.
-fn before_format_6(event: Event) -> Result<Event, Rejection> {
-    match event.kind {
+/// `event`, unless it holds what came after `format`: a kind added since
+/// (deployments in 5, egress in 6, recorded calls and shared secrets in
+/// 7) or a success with output blobs (8), which bytes of that format
+/// never held.
+fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
+    let (added, what) = match &event.kind {
+        EventKind::Deployed { .. } | EventKind::Undeployed { .. } => {
+            (FORMAT_VERSION_5, "a deployment event")
+        }
         EventKind::Granted { .. }
         | EventKind::SecretSet { .. }
         | EventKind::SecretDeleted { .. }
-        | EventKind::CallsRecorded { .. } => Err(Rejection::new(
-            codes::UNDECODABLE,
-            "an egress event in the bytes of a format before 6",
-        )),
-        _ => Ok(event),
+        | EventKind::CallsRecorded { .. } => (FORMAT_VERSION_6, "an egress event"),
+        EventKind::CallRecorded { .. }
+        | EventKind::TapeMarked { .. }
+        | EventKind::SecretsShared { .. } => {
+            (FORMAT_VERSION_7, "a recorded-call or shared-secret event")
+        }
+        EventKind::Finished {
+            outcome: Outcome::Wrote(_),
+            ..
+        } => (FORMAT_VERSION_7 + 1, "a success with output blobs"),
+        _ => return Ok(event),
+    };
+    if format >= added {
+        return Ok(event);
     }
+    Err(Rejection::new(
+        codes::UNDECODABLE,
+        format!("{what} in the bytes of format {format}, which came in format {added}"),
+    ))
 }
 
 mod older {
@@ -211,8 +225,7 @@ mod older {
             ));
         }
         if kind != SUBMITTED {
-            let event = legacy::options(2, || postcard::from_bytes(body));
-            return before_format_5(event.map_err(undecodable)?);
+            return legacy::options(2, || postcard::from_bytes(body)).map_err(undecodable);
         }
         let (id, spec, request) = if format.request {
             postcard::from_bytes::<(JobId, JobSpec, Option<RequestId>)>(fields)
@@ -273,7 +286,8 @@ pub enum Code {
     JobFinished,
     /// The job has not finished, so there is no result yet.
     JobNotFinished,
-    /// The idempotency key belongs to a job with a different module or input.
+    /// The idempotency key belongs to a job with a different module or input
+    /// (inline, or its input blob).
     IdempotencyConflict,
     /// A job spec or configuration field is out of range.
     InvalidJob,
@@ -564,6 +578,9 @@ pub const RETRYABLE_CODES: &[&str] = &[
     "lease_expired",
     "worker_lost",
     "module_unavailable",
+    "blob_unavailable",
+    "blob_store_full",
+    "replication_failed",
 ];
 
 /// Why the master refused a command or query.
@@ -610,7 +627,8 @@ pub struct Config {
     pub retention_ms: u64,
     /// Most finished jobs kept; the oldest are removed first beyond it.
     pub finished_max: u64,
-    /// Most result bytes kept over all finished jobs.
+    /// Most result bytes kept over all finished jobs (output blobs count
+    /// for their names and digests, see [`crate::blobs`]).
     pub results_bytes_total_max: u64,
     /// Delay before the first retry; doubles with each further attempt.
     pub backoff_base_ms: u64,
@@ -672,7 +690,9 @@ pub struct JobSpec {
 /// Its `Deserialize` is written by hand (in `legacy`): bytes of formats
 /// before 5 (events) and of snapshots before version 6 hold the first two
 /// fields only, and decode with `module: None`; those of format 5 and
-/// snapshot version 6 the first three, and decode with `egress: None`.
+/// snapshot version 6 the first three, and decode with `egress: None`;
+/// those of formats 6 and 7 and snapshot versions 7 and 8 the first four,
+/// and decode with `input_blob: None`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct JobOptions {
     /// Limits on the jobs that share a key, enforced cluster-wide.
@@ -685,30 +705,58 @@ pub struct JobOptions {
     pub module: Option<String>,
     /// What of its deployment name's grants the job may use: each of these
     /// must lie within one of the name's grants ([`HttpGrant::covers`]);
-    /// `None`: all of them (see [`crate::grants`]).
+    /// `None`: all of them (see the `grants` module).
     pub egress: Option<Vec<HttpGrant>>,
+    /// The blob the job reads as its input `input` (stored by the host
+    /// before submission, which checks that it exists; the master keeps
+    /// its digest and size only, see [`crate::blobs`]).
+    pub input_blob: Option<Blob>,
+}
+
+/// A blob as the master knows it: its digest and size, never its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Blob {
+    /// Its sha256.
+    pub digest: Digest,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// A blob with its name for a job: an output it wrote (named by the job:
+/// [`valid_output_name`](crate::blobs::valid_output_name)), or, in an
+/// [`Assignment`], one it may read (`input`, or `PARENT/OUTPUT`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedBlob {
+    /// Its name.
+    pub name: String,
+    /// Its sha256.
+    pub digest: Digest,
+    /// Its size in bytes.
+    pub size: u64,
 }
 
 /// The hand-written `Deserialize` of [`JobOptions`]: `limit`, `unique`,
-/// then `module` and `egress` as far as the bytes being decoded have them
-/// (events of formats before 5 and snapshots before version 6: neither;
-/// format 5 and version 6: `module` only), which [`legacy::options`] says
-/// for the decoding it wraps. Postcard lets a struct's visitor stop before
-/// its last field, so the older bytes decode as they are, with the later
-/// fields `None`.
+/// then `module`, `egress` and `input_blob` as far as the bytes being
+/// decoded have them (events of formats before 5 and snapshots before
+/// version 6: none; format 5 and version 6: `module` only; formats 6 and
+/// 7 and versions 7 and 8: not `input_blob`), which [`legacy::options`]
+/// says for the decoding it wraps. Postcard lets a struct's visitor stop
+/// before its last field, so the older bytes decode as they are, with the
+/// later fields `None`.
 pub(crate) mod legacy {
-    use super::{HttpGrant, JobOptions, KeyLimit, Unique};
+    use super::{Blob, HttpGrant, JobOptions, KeyLimit, Unique};
     use serde::Deserialize;
     use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
     use std::cell::Cell;
 
-    /// What the bytes of this format hold: [`JobOptions`] with their four
-    /// fields, and [`HttpGrant`]s with their last, `record` (5).
-    pub(crate) const FIELDS_NOW: u8 = 5;
+    /// What the bytes of this format hold: [`JobOptions`] with their five
+    /// fields, and [`HttpGrant`]s with their last, `record` (6).
+    pub(crate) const FIELDS_NOW: u8 = 6;
 
     thread_local! {
-        /// How many fields the [`JobOptions`] being decoded have (at most
-        /// 4); 5: and grants have `record`.
+        /// How many fields the [`JobOptions`] being decoded have: 2 to 4;
+        /// 5: four, and grants have `record`; 6: five (`input_blob`), and
+        /// grants have `record`.
         static FIELDS_KEPT: Cell<u8> = const { Cell::new(FIELDS_NOW) };
     }
 
@@ -720,8 +768,9 @@ pub(crate) mod legacy {
 
     /// Runs `decode` with [`JobOptions`] read as their first `fields`
     /// fields (2 before format 5, 3 in format 5, 4 in format 6, and grants
-    /// without `record` in all of these; [`FIELDS_NOW`] since); puts back
-    /// what was in force after, even if `decode` panics.
+    /// without `record` in all of these; 5 in format 7: four fields and
+    /// grants with `record`; [`FIELDS_NOW`] since); puts back what was in
+    /// force after, even if `decode` panics.
     pub(crate) fn options<T>(fields: u8, decode: impl FnOnce() -> T) -> T {
         struct Restore(u8);
         impl Drop for Restore {
@@ -733,15 +782,16 @@ pub(crate) mod legacy {
         decode()
     }
 
-    const FIELDS: &[&str] = &["limit", "unique", "module", "egress"];
+    const FIELDS: &[&str] = &["limit", "unique", "module", "egress", "input_blob"];
 
     #[derive(Deserialize)]
-    #[serde(field_identifier, rename_all = "lowercase")]
+    #[serde(field_identifier, rename_all = "snake_case")]
     enum Field {
         Limit,
         Unique,
         Module,
         Egress,
+        InputBlob,
         #[serde(other)]
         Other,
     }
@@ -771,11 +821,16 @@ pub(crate) mod legacy {
                 true => seq.next_element::<Option<Vec<HttpGrant>>>()?.flatten(),
                 false => None,
             };
+            let input_blob = match fields >= 6 {
+                true => seq.next_element::<Option<Blob>>()?.flatten(),
+                false => None,
+            };
             Ok(JobOptions {
                 limit,
                 unique,
                 module,
                 egress,
+                input_blob,
             })
         }
 
@@ -787,6 +842,7 @@ pub(crate) mod legacy {
                     Field::Unique => options.unique = map.next_value()?,
                     Field::Module => options.module = map.next_value()?,
                     Field::Egress => options.egress = map.next_value()?,
+                    Field::InputBlob => options.input_blob = map.next_value()?,
                     Field::Other => {
                         map.next_value::<de::IgnoredAny>()?;
                     }
@@ -837,10 +893,39 @@ pub struct Unique {
 /// How an attempt ended, as reported by its worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Outcome {
-    /// The job returned this output.
+    /// The job returned this output (and wrote no output blob).
     Succeeded(Vec<u8>),
     /// The attempt failed.
     Failed(Failure),
+    /// The job returned an output and wrote output blobs (stored by the
+    /// worker's node before it reports): a success like
+    /// [`Outcome::Succeeded`], whose blobs the job keeps (last, so the
+    /// bytes of the others are what they were).
+    Wrote(Output),
+}
+
+impl Outcome {
+    /// The result and output blobs of a success (of either kind); `None`
+    /// for a failure. Whatever treats a success reads it through this, so
+    /// both kinds are treated alike.
+    pub fn succeeded(&self) -> Option<(&[u8], &[NamedBlob])> {
+        match self {
+            Outcome::Succeeded(result) => Some((result, &[])),
+            Outcome::Wrote(output) => Some((&output.result, &output.blobs)),
+            Outcome::Failed(_) => None,
+        }
+    }
+}
+
+/// A success that wrote output blobs ([`Outcome::Wrote`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Output {
+    /// What the job returned.
+    pub result: Vec<u8>,
+    /// The output blobs it wrote, in the order it created them (at most
+    /// [`OUTPUTS_MAX`](crate::limits::OUTPUTS_MAX), names unique; see
+    /// [`check_outputs`](crate::blobs::check_outputs)).
+    pub blobs: Vec<NamedBlob>,
 }
 
 /// A failed attempt: a stable code and a message.
@@ -995,7 +1080,7 @@ pub enum Command {
         name: String,
         /// The grants to add.
         grants: Vec<HttpGrant>,
-        /// Secrets its jobs may read themselves (see [`crate::grants`]).
+        /// Secrets its jobs may read themselves (see the `grants` module).
         secrets: Vec<String>,
     },
     /// Take `grants` from deployment `name` (none listed: all of them).
@@ -1638,6 +1723,13 @@ pub struct Assignment {
     /// The secrets of `secrets` the job may read itself (the others only
     /// fill `egress`'s headers).
     pub readable: Vec<String>,
+    /// The blobs the attempt may read, names unique: the job's
+    /// [`input_blob`](JobOptions::input_blob) named `input` first; then,
+    /// for a DAG's job submitted with `outputs`, each parent's output
+    /// blobs named `PARENT/OUTPUT`, parents in the order of the job's
+    /// `parents`, outputs in the order the parent wrote them (see
+    /// [`crate::blobs`]).
+    pub blobs: Vec<NamedBlob>,
 }
 
 /// A call whose response a job saw only once it was durable: what a later
@@ -1852,7 +1944,8 @@ pub enum Query {
     /// what a client waiting for many jobs at once asks for. At most
     /// [`FINISHED_IDS_MAX`](crate::limits::FINISHED_IDS_MAX) ids. A
     /// succeeded job's output comes along when it is at most `output_max`
-    /// bytes and the answer's outputs stay within `output_total`.
+    /// bytes and the answer's outputs stay within `output_total`; its
+    /// output blobs (names, digests and sizes) always do.
     Finished {
         /// The jobs asked about.
         ids: Vec<JobId>,
@@ -2039,6 +2132,10 @@ pub struct JobView {
     pub module_version: Option<u32>,
     /// The outbound calls of its attempts that made any.
     pub calls: Vec<AttemptCalls>,
+    /// The blob it reads as its input.
+    pub input_blob: Option<Blob>,
+    /// The output blobs it wrote, once succeeded.
+    pub outputs: Vec<NamedBlob>,
 }
 
 /// The outbound calls of one attempt.
@@ -2091,7 +2188,8 @@ pub struct Stats {
     pub retries_total: u64,
     /// Known workers.
     pub workers: u64,
-    /// Bytes of results held.
+    /// Bytes of results held, with those the names and digests of output
+    /// blobs take (see [`crate::blobs`]).
     pub result_bytes: u64,
 }
 
@@ -2179,6 +2277,9 @@ pub struct Finished {
     pub output: Option<Vec<u8>>,
     /// Its output's size, when it succeeded.
     pub output_bytes: Option<u64>,
+    /// The output blobs it wrote, when it succeeded (always sent: a few
+    /// dozen bytes each).
+    pub outputs: Vec<NamedBlob>,
 }
 
 /// What [`decide`](crate::Master::decide) returns for an accepted command.

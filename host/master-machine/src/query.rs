@@ -181,6 +181,7 @@ impl Master {
                         }),
                         output: None,
                         output_bytes: None,
+                        outputs: Vec::new(),
                     });
                     continue;
                 }
@@ -199,6 +200,7 @@ impl Master {
                 error: job.error.clone(),
                 output,
                 output_bytes: size,
+                outputs: self.outputs_of(id).to_vec(),
             });
         }
         Ok(Answer::Finished(finished))
@@ -243,6 +245,8 @@ impl Master {
             module_name: named.map(|(name, _)| name.to_owned()),
             module_version: named.and_then(|(_, version)| version),
             calls: self.calls_of(id),
+            input_blob: self.input_blob_of(id).cloned(),
+            outputs: self.outputs_of(id).to_vec(),
         }
     }
 }

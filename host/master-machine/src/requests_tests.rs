@@ -223,7 +223,7 @@ fn events_of_format_2_replay_without_options() {
         codes::UNKNOWN_VERSION
     );
     // This format's `Submitted` is format 2's followed by the options
-    // (four absent fields).
+    // (five absent fields).
     let now = encode(&Event {
         at: 7,
         kind: EventKind::Submitted {
@@ -233,7 +233,7 @@ fn events_of_format_2_replay_without_options() {
             options: JobOptions::default(),
         },
     });
-    assert_eq!(now[1..now.len() - 4], submitted[1..]);
+    assert_eq!(now[1..now.len() - 5], submitted[1..]);
 }
 
 #[test]

@@ -32,7 +32,7 @@ use crate::snapshot::{Head, SNAPSHOT_VERSION, Tail};
 /// the request ids (3: their count, then each), the keys (4), the
 /// schedules and DAGs (5), the deployments and the jobs submitted by a
 /// module name (6), the egress grants and calls (7), the recorded calls
-/// and the secrets jobs may read (8).
+/// and the secrets jobs may read (8), the jobs' blobs (9).
 #[derive(Debug, Default)]
 pub struct Restoring {
     stage: Stage,
@@ -66,6 +66,7 @@ enum Stage {
     Deployments,
     Egress,
     Tapes,
+    Blobs,
     End,
 }
 
@@ -176,13 +177,14 @@ impl Restoring {
 
     /// Decodes the next item from `bytes`: the bytes after it, or `None`
     /// if they end within it. [`JobOptions`] (in the keys and schedules)
-    /// have no `module` before version 6 and no `egress` before 7, and
-    /// grants no `record` before 8.
+    /// have no `module` before version 6, no `egress` before 7 and no
+    /// `input_blob` before 9, and grants no `record` before 8.
     fn step<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<&'a [u8]>, Rejection> {
         let fields = match self.version {
             ..6 => 2,
             6 => 3,
             7 => 4,
+            8 => 5,
             _ => crate::protocol::legacy::FIELDS_NOW,
         };
         crate::protocol::legacy::options(fields, || self.read_item(bytes))
@@ -241,6 +243,11 @@ impl Restoring {
                 let ((tapes, readable), rest) = taken!(take(bytes));
                 self.master.tapes = crate::tapes::bounded(tapes);
                 self.master.egress.readable = crate::grants::bounded_readable(readable);
+                Ok(Some((self.after(8, Stage::Blobs), rest)))
+            }
+            Stage::Blobs => {
+                let (blobs, rest) = taken!(take(bytes));
+                self.master.blobs = crate::blobs::bounded(blobs);
                 Ok(Some((Stage::End, rest)))
             }
             Stage::End => return Ok(None),

@@ -58,6 +58,7 @@ pub const SCRIPTS: &[(&str, &str)] = &embed![
     "deployments-name-a-module-roll-back-and-resolve-jobs-dags-and-schedules-by-name.txt",
     "grants-travel-with-a-deployment-name-to-each-attempt-and-calls-are-recorded.txt",
     "recorded-calls-replayed-to-the-next-attempt.txt",
+    "jobs-read-an-input-blob-and-dag-children-read-their-parents-output-blobs.txt",
 ];
 
 /// Every script, read, with its file name.

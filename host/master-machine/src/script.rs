@@ -32,8 +32,10 @@
 //! * `submit seq=N [JOB] [OPTIONS]`: [`Command::Submit`] as request `seq`
 //!   (its origin is the one [`parse`] is given).
 //! * `poll worker=W free=N [slots=4]`
-//! * `finish id=N attempt=N worker=W ok=OUTPUT` or `... failed=CODE
-//!   [message="CODE happened"]`, with `[duration_ms=5] [log_tail="done\n"]`
+//! * `finish id=N attempt=N worker=W ok=OUTPUT [blobs=NAME:N:SIZE,...]`
+//!   (the output blobs it wrote, each with the digest `[N; 32]`:
+//!   [`Outcome::Wrote`]) or `... failed=CODE [message="CODE happened"]`,
+//!   with `[duration_ms=5] [log_tail="done\n"]`
 //! * `cancel id=N`, `checkpoint id=N attempt=N data=BYTES
 //!   [mark=CALLS,READS]`, `worker-gone worker=W`, `tick`
 //! * `record-call id=N attempt=N ordinal=N url=URL [method=POST]
@@ -65,11 +67,12 @@
 //! digest `[N; 32]`; `module=NAME`, not a number, names a deployment:
 //! [`JobOptions::module`], with the digest `[1; 32]` the master replaces);
 //! `OPTIONS` are `[limit=KEY [running_max=N] [starts_per_second=N]]
-//! [unique=KEY window_ms=N]`.
+//! [unique=KEY window_ms=N] [input_blob=N:SIZE]` (`input_blob`: the blob
+//! with the digest `[N; 32]`).
 
 use crate::protocol::*;
-use crate::steps::{dag_node, failed, finish, poll, schedule_spec, spec, submit_dag};
-use crate::steps::{submit_with, token};
+use crate::steps::{blob, dag_node, failed, finish, named_blob, poll, schedule_spec, spec};
+use crate::steps::{submit_dag, submit_with, token, wrote};
 use std::fmt;
 use std::str::FromStr;
 
@@ -584,12 +587,33 @@ fn finished(args: &mut Args) -> Result<Command, String> {
     let id = args.need_number("id")?;
     let attempt = args.need_number("attempt")?;
     let worker = args.need_text("worker")?;
+    let blobs = match args.text("blobs")? {
+        Some(list) => (list.split(','))
+            .map(|item| {
+                let (name, rest) = item
+                    .split_once(':')
+                    .ok_or("`blobs=` is `NAME:N:SIZE,...`")?;
+                let (n, size) = rest
+                    .split_once(':')
+                    .ok_or("`blobs=` is `NAME:N:SIZE,...`")?;
+                Ok(named_blob(
+                    name,
+                    number("blobs", n)?,
+                    number("blobs", size)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, String>>()?,
+        None => Vec::new(),
+    };
     let outcome = match (
         args.bytes("ok"),
         args.text("failed")?,
         args.text("message")?,
     ) {
-        (Some(output), None, None) => Outcome::Succeeded(output),
+        (Some(output), None, None) => wrote(&output, blobs),
+        (None, Some(_), _) if !blobs.is_empty() => {
+            return Err("`blobs` goes with `ok`".into());
+        }
         (None, Some(code), message) => {
             let mut outcome = failed(&code);
             if let (Outcome::Failed(failure), Some(message)) = (&mut outcome, message) {
@@ -805,11 +829,20 @@ fn options(args: &mut Args) -> Result<JobOptions, String> {
         Some(url) => Some(vec![HttpGrant::parse(&url, &[], false)?]),
         None => None,
     };
+    // `input_blob=N:SIZE`: the blob with the digest `[N; 32]`.
+    let input_blob = match args.text("input_blob")? {
+        Some(text) => {
+            let (n, size) = text.split_once(':').ok_or("`input_blob=` is `N:SIZE`")?;
+            Some(blob(number("input_blob", n)?, number("input_blob", size)?))
+        }
+        None => None,
+    };
     Ok(JobOptions {
         limit,
         unique,
         module,
         egress,
+        input_blob,
     })
 }
 
@@ -1045,6 +1078,57 @@ mod tests {
             ("> at 5 deploy name=m module=x", "`module`"),
             ("> at 5 rollback name=m to=x", "`to`"),
             ("> at 5 undeploy", "`name=` is missing"),
+        ] {
+            let error = refused(line);
+            assert!(
+                error.contains(says),
+                "{line}: {error} does not say {says:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn blobs_read_as_written() {
+        let Command::Submit { options, .. } = command("> at 5 submit seq=1 input_blob=9:1_000")
+        else {
+            panic!("a submission")
+        };
+        assert_eq!(options.input_blob, Some(blob(9, 1000)));
+        let Command::SubmitDag(dag) =
+            command("> at 5 submit-dag seq=2 node=a input_blob=3:4 node=b after=a")
+        else {
+            panic!("a DAG")
+        };
+        let inputs: Vec<_> = dag
+            .nodes
+            .iter()
+            .map(|n| n.options.input_blob.clone())
+            .collect();
+        assert_eq!(inputs, [Some(blob(3, 4)), None]);
+        let Command::Finish { outcome, .. } =
+            command("> at 5 finish id=1 attempt=1 worker=w ok=A blobs=rows.csv:5:100,log:6:0")
+        else {
+            panic!("a report")
+        };
+        let expected = Output {
+            result: b"A".to_vec(),
+            blobs: vec![named_blob("rows.csv", 5, 100), named_blob("log", 6, 0)],
+        };
+        assert_eq!(outcome, Outcome::Wrote(expected));
+        for (line, says) in [
+            (
+                "> at 1 submit seq=1 input_blob=9",
+                "`input_blob=` is `N:SIZE`",
+            ),
+            ("> at 1 submit seq=1 input_blob=x:1", "`input_blob`"),
+            (
+                "> at 1 finish id=1 attempt=1 worker=w ok=A blobs=a:1",
+                "`blobs=` is `NAME:N:SIZE,...`",
+            ),
+            (
+                "> at 1 finish id=1 attempt=1 worker=w failed=x blobs=a:1:1",
+                "`blobs` goes with `ok`",
+            ),
         ] {
             let error = refused(line);
             assert!(

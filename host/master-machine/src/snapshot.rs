@@ -5,7 +5,7 @@
 //! the bytes a derived `Serialize` of the whole state wrote before
 //! finished jobs were packed, so every snapshot version reads the same
 //! way, and later parts (tokens, request ids, keys, schedules, DAGs,
-//! deployments) were
+//! deployments, grants, recorded calls, blobs) were
 //! appended one version at a time ([`SNAPSHOT_VERSION`]).
 //!
 //! Invariants: the parts of a snapshot written with a [`SnapshotCursor`]
@@ -28,15 +28,17 @@ use crate::workers::Worker;
 /// Version byte of snapshots: the state, then API tokens, then request
 /// ids, then what keys hold, then schedules and DAGs, then deployments
 /// and the jobs submitted by a module name, then egress grants and calls,
-/// then recorded calls and the secrets jobs may read. Older snapshots are
-/// still read: version 7 (no recorded calls or readable secrets; its
-/// grants have no `record`), version 6 (no grants or
-/// calls),
+/// then recorded calls and the secrets jobs may read, then the jobs'
+/// blobs (digests and sizes; its [`JobOptions`] have `input_blob`). Older
+/// snapshots are still read: version 8 (no blobs; its [`JobOptions`], in
+/// the keys and the schedules, have no `input_blob`), version 7 (no
+/// recorded calls or readable secrets; its grants have no `record`),
+/// version 6 (no grants or calls),
 /// version 5 (no deployments; its [`JobOptions`], in the keys and
 /// the schedules, have no `module`), version 4 (no schedules or DAGs),
 /// version 3 (no keys), version 2 (tokens, no request ids) and version 1
 /// (the state alone, from before tokens existed).
-pub const SNAPSHOT_VERSION: u8 = 8;
+pub const SNAPSHOT_VERSION: u8 = 9;
 
 /// The fields of [`Master`] before its jobs, as its snapshot holds them.
 #[derive(Serialize)]
@@ -197,7 +199,8 @@ impl Master {
     /// state's head, its jobs, its tail, the tokens, the request ids
     /// (a map: their count, then each id and request), the keys, the
     /// schedules, the DAGs, the deployments, the egress grants and
-    /// calls, and the recorded calls with the secrets jobs may read.
+    /// calls, the recorded calls with the secrets jobs may read, and the
+    /// jobs' blobs.
     fn write_part(&self, sink: &mut impl Sink, cursor: &mut SnapshotCursor, bytes_max: usize) {
         let bytes_max = bytes_max.max(1);
         loop {
@@ -234,6 +237,7 @@ impl Master {
                     sink.put(&self.deployments);
                     sink.put(&self.egress);
                     sink.put(&(&self.tapes, &self.egress.readable));
+                    sink.put(&self.blobs);
                     *cursor = SnapshotCursor::End;
                 }
                 SnapshotCursor::End => return,
@@ -260,7 +264,7 @@ impl Master {
     /// postcard(state) ++ postcard(tokens) ++ postcard(request ids) ++
     /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs) ++
     /// postcard(deployments) ++ postcard(grants and calls) ++
-    /// postcard((recorded calls, readable secrets))`.
+    /// postcard((recorded calls, readable secrets)) ++ postcard(blobs)`.
     ///
     /// Measured first, then written into a buffer of that size: grown by
     /// doubling, the buffer of a snapshot of a million finished jobs took

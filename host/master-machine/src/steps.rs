@@ -47,6 +47,7 @@ pub fn limited(key: &str, running_max: Option<u32>, starts_per_second: Option<u3
         unique: None,
         module: None,
         egress: None,
+        input_blob: None,
     }
 }
 
@@ -60,6 +61,7 @@ pub fn unique(key: &str, window_ms: u64) -> JobOptions {
         }),
         module: None,
         egress: None,
+        input_blob: None,
     }
 }
 
@@ -83,6 +85,35 @@ pub fn finish(id: JobId, attempt: u32, w: &str, outcome: Outcome) -> Command {
         log_tail: "done\n".into(),
         calls: Vec::new(),
         calls_dropped: 0,
+    }
+}
+
+/// The blob numbered `n` (digest `[n; 32]`) of `size` bytes.
+pub fn blob(n: u8, size: u64) -> Blob {
+    Blob {
+        digest: [n; 32],
+        size,
+    }
+}
+
+/// The blob numbered `n` (digest `[n; 32]`) of `size` bytes, named `name`.
+pub fn named_blob(name: &str, n: u8, size: u64) -> NamedBlob {
+    NamedBlob {
+        name: name.into(),
+        digest: [n; 32],
+        size,
+    }
+}
+
+/// A success that returned `result` and wrote `blobs` (a plain success
+/// when it wrote none, as a worker reports it).
+pub fn wrote(result: &[u8], blobs: Vec<NamedBlob>) -> Outcome {
+    match blobs.is_empty() {
+        true => Outcome::Succeeded(result.to_vec()),
+        false => Outcome::Wrote(Output {
+            result: result.to_vec(),
+            blobs,
+        }),
     }
 }
 

@@ -79,7 +79,8 @@ impl Master {
     }
 
     /// Finished jobs, oldest first: past retention, or beyond the count
-    /// and result-bytes bounds.
+    /// and result-bytes bounds (results, and output blobs' names and
+    /// digests; see [`crate::blobs`]).
     fn purge_finished(&self, now: Millis, kinds: &mut Vec<EventKind>) {
         let mut excess =
             (self.index.finished.len() as u64).saturating_sub(self.config.finished_max);
@@ -99,7 +100,8 @@ impl Master {
             // (they only go down): only then is the job unpacked for them.
             if bytes > self.config.results_bytes_total_max {
                 let held = self.find(id).and_then(|j| j.result.as_ref().map(Vec::len));
-                bytes = bytes.saturating_sub(held.map_or(0, |len| len as u64));
+                let outputs = crate::blobs::output_bytes(self.outputs_of(id));
+                bytes = bytes.saturating_sub(held.map_or(0, |len| len as u64) + outputs);
             }
         }
     }

@@ -1,5 +1,6 @@
 //! What commands may ask for: every check of a submission's spec and
-//! options, a filter, a bulk action, a token and a configuration.
+//! options, a report's output blobs, a filter, a bulk action, a token and
+//! a configuration.
 //!
 //! Checks run in `decide`, before any event exists, so a refused command
 //! changes nothing; `apply` checks nothing again, since it cannot fail
@@ -98,6 +99,19 @@ pub(crate) fn validate_options(options: &JobOptions) -> Result<(), Rejection> {
         }
     }
     Ok(())
+}
+
+/// Checks the output blobs a report carries ([`check_outputs`]): a
+/// worker is a node of the cluster, so a report out of bounds is
+/// `invalid_job`, as its other malformed commands are.
+///
+/// [`check_outputs`]: crate::blobs::check_outputs
+pub(crate) fn validate_outputs(outcome: &Outcome) -> Result<(), Rejection> {
+    match outcome.succeeded() {
+        Some((_, outputs)) => crate::blobs::check_outputs(outputs)
+            .map_err(|why| Rejection::new(codes::INVALID_JOB, why)),
+        None => Ok(()),
+    }
 }
 
 pub(crate) fn validate_filter(filter: &JobFilter) -> Result<(), Rejection> {
