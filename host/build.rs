@@ -43,6 +43,8 @@ const JOBS: &[&str] = &[
     "fixture-wrong-world",
     "fixture-escape",
     "fixture-future-job",
+    "fixture-legacy-job",
+    "fixture-blobs",
     "fixture-foreign-import",
     "fixture-kernels",
     "fixture-http",

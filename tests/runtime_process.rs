@@ -224,3 +224,223 @@ async fn a_sandbox_idle_past_its_limit_is_stopped_and_the_next_job_starts_anothe
     wait_exited("the idle sandbox to be stopped", idle).await;
     assert_echoes(&rt, &module, b"two").await;
 }
+
+// ---- Blobs in a sandbox process: the child writes outputs into the
+// attempt's blob space and the node takes the files back, unverified (its
+// store hashes them again). The full set of blob cases runs in-thread
+// (`tests/runtime.rs`); these are the ones the process boundary can break.
+
+use cohort::runtime::JobReport;
+use cohort::runtime::job_blobs::{BlobSpace, InputBlob, JobBlobs};
+use serde_json::{Value, json};
+use sha2::Digest as _;
+use std::path::PathBuf;
+
+/// The output ceiling of blob tests that do not test it.
+const SPACE_BYTES_MAX: u64 = 256 << 20;
+
+/// A blob job's input files and its blob space, each a directory of its
+/// own so that a test sees every file the attempt left behind.
+struct BlobDirs {
+    inputs: tempfile::TempDir,
+    space: tempfile::TempDir,
+}
+
+impl BlobDirs {
+    fn new() -> Self {
+        Self {
+            inputs: tempfile::tempdir().unwrap(),
+            space: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Input blob `name` holding `bytes`, in a file named by its digest.
+    fn input(&self, name: &str, bytes: &[u8]) -> InputBlob {
+        let digest = sha256(bytes);
+        let path = self.inputs.path().join(hex(&digest));
+        std::fs::write(&path, bytes).unwrap();
+        InputBlob {
+            name: name.into(),
+            digest,
+            size: bytes.len() as u64,
+            path,
+        }
+    }
+
+    /// `inputs`, and this blob space with a ceiling of `bytes_max`.
+    fn blobs(&self, inputs: Vec<InputBlob>, bytes_max: u64) -> JobBlobs {
+        JobBlobs {
+            inputs,
+            space: Some(BlobSpace {
+                dir: self.space.path().to_path_buf(),
+                bytes_max,
+            }),
+        }
+    }
+
+    /// Every file in the blob space.
+    fn space_files(&self) -> Vec<PathBuf> {
+        (std::fs::read_dir(self.space.path()).unwrap())
+            .map(|entry| entry.unwrap().path())
+            .collect()
+    }
+}
+
+/// Runs `fixture_blobs` on `steps` with `blobs` and default limits.
+async fn run_blobs(rt: &Runtime, blobs: JobBlobs, steps: Value) -> JobReport {
+    let module = load(rt, "fixture_blobs").await;
+    let request = JobRequest {
+        input: serde_json::to_vec(&json!({ "steps": steps })).unwrap(),
+        blobs,
+        ..JobRequest::default()
+    };
+    rt.run(&module, request).await
+}
+
+/// The results of a successful `fixture_blobs` attempt, one per step.
+fn step_results(report: &JobReport) -> Vec<Value> {
+    let output = match &report.outcome {
+        Ok(output) => output,
+        Err(failure) => panic!("the job failed: {failure:?}; log: {}", log_text(report)),
+    };
+    let output: Value = serde_json::from_slice(output).unwrap();
+    output["steps"].as_array().expect("a list of steps").clone()
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    sha2::Sha256::digest(bytes).into()
+}
+
+fn hex(digest: &[u8; 32]) -> String {
+    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// `len` bytes that differ from offset to offset (an xorshift stream).
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_job_built_for_cohort_job_0_1_0_still_runs_in_a_sandbox() {
+    let rt = runtime();
+    let report = run(&rt, "fixture_legacy_job", b"old news", JobLimits::default()).await;
+    assert_eq!(report.outcome.as_deref().unwrap(), b"legacy:old news");
+    assert!(
+        log_text(&report).contains("legacy job: 8 bytes in"),
+        "{}",
+        log_text(&report)
+    );
+}
+
+#[tokio::test]
+async fn a_sandboxed_job_copies_its_input_into_an_output_the_node_takes() {
+    let rt = runtime();
+    let dirs = BlobDirs::new();
+    let data = pattern(1, (3 << 20) + 17);
+    let offset = (1 << 20) + 3;
+    let steps = json!([
+        {"op": "list"},
+        {"op": "copy", "from": "input", "to": "copy.bin"},
+        {"op": "read", "from": "input", "offset": offset},
+        {"op": "read", "from": "nope"},
+    ]);
+    let inputs = vec![dirs.input("input", &data)];
+    let report = run_blobs(&rt, dirs.blobs(inputs, SPACE_BYTES_MAX), steps).await;
+    let results = step_results(&report);
+    let digest = hex(&sha256(&data));
+    assert_eq!(
+        results[0],
+        json!({"inputs": [{"name": "input", "digest": digest, "size": data.len()}]})
+    );
+    assert_eq!(results[1], json!({"bytes": data.len(), "sha256": digest}));
+    let tail = &data[offset..];
+    assert_eq!(
+        results[2],
+        json!({"bytes": tail.len(), "sha256": hex(&sha256(tail))})
+    );
+    let refused = results[3]["error"].as_str().unwrap_or_default();
+    assert!(
+        refused.contains(r#"no input blob named "nope""#),
+        "{}",
+        results[3]
+    );
+
+    assert_eq!(report.outputs.len(), 1);
+    let output = &report.outputs[0];
+    assert_eq!(output.name, "copy.bin");
+    assert_eq!(
+        (output.size, output.digest),
+        (data.len() as u64, sha256(&data))
+    );
+    assert!(
+        !output.verified,
+        "a sandbox's word: the store hashes it again"
+    );
+    assert_eq!(output.file.parent(), Some(dirs.space.path()));
+    assert!(std::fs::read(&output.file).unwrap() == data);
+    assert_eq!(dirs.space_files().len(), 1);
+    drop(report);
+    assert_eq!(
+        dirs.space_files(),
+        Vec::<PathBuf>::new(),
+        "removed unless stored"
+    );
+}
+
+#[tokio::test]
+async fn a_sandboxed_job_writing_past_the_output_ceiling_fails() {
+    let rt = runtime();
+    let dirs = BlobDirs::new();
+    let limit = 1 << 20;
+    let steps = json!([
+        {"op": "write", "to": "first", "bytes": 512 << 10},
+        {"op": "write", "to": "second", "bytes": 600 << 10},
+    ]);
+    let report = run_blobs(&rt, dirs.blobs(Vec::new(), limit), steps).await;
+    match failure(&report) {
+        JobFailure::OutputTooLarge {
+            size_bytes,
+            limit_bytes,
+        } => {
+            assert_eq!(*limit_bytes, limit);
+            assert!(*size_bytes > limit, "{size_bytes}");
+        }
+        other => panic!("expected output_too_large, got {other:?}"),
+    }
+    assert!(report.outputs.is_empty());
+    assert_eq!(dirs.space_files(), Vec::<PathBuf>::new(), "nothing left");
+    assert_healthy(&rt).await;
+}
+
+#[tokio::test]
+async fn a_sandboxed_job_that_fails_after_writing_outputs_leaves_none() {
+    let rt = runtime();
+    let dirs = BlobDirs::new();
+    let data = pattern(3, 2 << 20);
+    let steps = json!([
+        {"op": "copy", "from": "input", "to": "half-done"},
+        {"op": "write", "to": "more", "bytes": 3 << 20},
+        {"op": "fail", "code": "on_purpose"},
+    ]);
+    let inputs = vec![dirs.input("input", &data)];
+    let report = run_blobs(&rt, dirs.blobs(inputs, SPACE_BYTES_MAX), steps).await;
+    assert!(
+        matches!(failure(&report), JobFailure::JobError { code, .. } if code == "on_purpose"),
+        "{:?}",
+        failure(&report)
+    );
+    assert!(report.outputs.is_empty());
+    assert_eq!(
+        dirs.space_files(),
+        Vec::<PathBuf>::new(),
+        "the child removed them"
+    );
+}

@@ -172,6 +172,67 @@ impl BlobStore {
         self.inner.dir.join(digest.to_string())
     }
 
+    /// The file of blob `digest`, if it is stored here: what a job on this
+    /// node reads. A blob is never rewritten in place.
+    pub fn file(&self, digest: &Digest) -> Option<PathBuf> {
+        self.size(digest).map(|_| self.path(digest))
+    }
+
+    /// A new directory under `partial/` for one attempt's output files
+    /// (removed with everything in it when dropped; emptied at start like
+    /// the rest of `partial/` after a crash).
+    pub fn attempt_space(&self) -> std::io::Result<tempfile::TempDir> {
+        tempfile::Builder::new()
+            .prefix("attempt-")
+            .tempdir_in(&self.inner.partial)
+    }
+
+    /// Stores `file` (under this store's `partial/`), whose bytes have sha256
+    /// `digest` and `size` bytes, under its digest. With `verified` false
+    /// (the word of a sandbox process) the file is hashed first, and kept
+    /// only if it matches.
+    pub async fn adopt(
+        &self,
+        file: tempfile::TempPath,
+        digest: Digest,
+        size: u64,
+        verified: bool,
+    ) -> Result<Stored, BlobError> {
+        let info = BlobInfo {
+            digest,
+            bytes: size,
+        };
+        let (store, expected) = (self.clone(), digest);
+        tokio::task::spawn_blocking(move || -> Result<bool, BlobError> {
+            if !verified {
+                let mut hasher = Sha256::new();
+                let mut reader = std::fs::File::open(&file).map_err(BlobError::io)?;
+                let copied = std::io::copy(&mut reader, &mut hasher).map_err(BlobError::io)?;
+                let actual = Digest::from(<[u8; 32]>::from(hasher.finalize()));
+                if actual != expected || copied != size {
+                    return Err(BlobError::DigestMismatch { expected, actual });
+                }
+            }
+            store.forget_if_gone(&expected);
+            if store.size(&expected).is_some() {
+                return Ok(false);
+            }
+            std::fs::File::open(&file)
+                .and_then(|f| f.sync_all())
+                .map_err(BlobError::io)?;
+            file.persist(store.path(&expected))
+                .map_err(|e| BlobError::io(e.error))?;
+            std::fs::File::open(&store.inner.dir)
+                .and_then(|dir| dir.sync_all())
+                .map_err(BlobError::io)?;
+            store.index().insert(expected, size);
+            Ok(true)
+        })
+        .await
+        .map_err(|e| BlobError::Io(format!("the writer stopped: {e}")))?
+        .map(|new| Stored { info, new })
+    }
+
     /// Starts an upload of at most the ceiling.
     pub fn upload(&self) -> Result<Upload, BlobError> {
         let file = tempfile::NamedTempFile::new_in(&self.inner.partial).map_err(BlobError::io)?;
@@ -407,7 +468,7 @@ impl hyper::body::Body for ChannelBody {
 /// Refuses a write of `bytes` more to the disk holding `dir` when it would
 /// leave less than [`BLOB_DISK_RESERVE_BYTES`] free: blobs share the disk
 /// with the journal, which must always be able to grow.
-fn check_free(dir: &Path, bytes: u64) -> std::io::Result<()> {
+pub(crate) fn check_free(dir: &Path, bytes: u64) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;

@@ -15,6 +15,7 @@
 //! runtime's disk cache).
 
 use crate::limits::EXEC_CACHE_BYTES_MAX;
+use crate::runtime::job_blobs::{BlobSpace, InputBlob, JobBlobs, WrittenBlob};
 use crate::runtime::job_limits::{self, JobLimits};
 use crate::runtime::{
     Isolation, JobFailure, JobObserver, JobReport, JobRequest, ModuleError, Runtime, RuntimeConfig,
@@ -56,6 +57,14 @@ pub struct ExecArgs {
     /// Write the output to this file instead of stdout.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    /// A file the job reads as a stream, as its input blob `input` (what
+    /// `input_blob` gives a job in a cluster).
+    #[arg(long, value_name = "FILE")]
+    pub input_blob: Option<PathBuf>,
+    /// Write the job's output blobs into this directory, each as a file
+    /// named as the job named it [default: they are listed, not kept].
+    #[arg(long, value_name = "DIR")]
+    pub outputs: Option<PathBuf>,
     /// Cache compiled modules in this directory between runs [default:
     /// `$XDG_CACHE_HOME/cohort`, else `~/.cache/cohort`].
     #[arg(long, env = "COHORT_CACHE_DIR")]
@@ -146,6 +155,7 @@ async fn exec(args: ExecArgs) -> Result<ExitStatus, (ExitStatus, String)> {
         true => None,
         false => cache_dir(args.cache_dir.as_deref()),
     };
+    let (blobs, space) = local_blobs(&args).map_err(usage)?;
     let runtime = Runtime::new(RuntimeConfig {
         data_dir,
         disk_cache_bytes_max: Some(EXEC_CACHE_BYTES_MAX),
@@ -180,10 +190,78 @@ async fn exec(args: ExecArgs) -> Result<ExitStatus, (ExitStatus, String)> {
         secrets: Default::default(),
         readable: Vec::new(),
         recording: Default::default(),
+        blobs,
     };
-    let report = runtime.run(&module, request).await;
+    let mut report = runtime.run(&module, request).await;
     bar.finish_and_clear();
+    keep_outputs(&args, std::mem::take(&mut report.outputs))
+        .map_err(|message| (ExitStatus::Internal, message))?;
+    drop(space);
     finish(&args, report)
+}
+
+/// The blobs of a local run: `--input-blob` as input `input` (hashed
+/// here), and a directory for the outputs (in `--outputs`, so that keeping
+/// one is a rename; else a temporary one), which lives as long as the
+/// returned one.
+fn local_blobs(args: &ExecArgs) -> Result<(JobBlobs, tempfile::TempDir), String> {
+    let mut inputs = Vec::new();
+    if let Some(path) = &args.input_blob {
+        let read = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+        let mut file = std::fs::File::open(path).map_err(read)?;
+        let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+        let size = std::io::copy(&mut file, &mut hasher).map_err(read)?;
+        inputs.push(InputBlob {
+            name: "input".into(),
+            digest: sha2::Digest::finalize(hasher).into(),
+            size,
+            path: path.clone(),
+        });
+    }
+    let space = match &args.outputs {
+        Some(dir) => std::fs::create_dir_all(dir)
+            .and_then(|()| tempfile::Builder::new().prefix(".cohort-").tempdir_in(dir))
+            .map_err(|e| format!("cannot write into {}: {e}", dir.display()))?,
+        None => {
+            tempfile::tempdir().map_err(|e| format!("cannot make a temporary directory: {e}"))?
+        }
+    };
+    let blobs = JobBlobs {
+        inputs,
+        space: Some(BlobSpace {
+            dir: space.path().to_path_buf(),
+            bytes_max: crate::limits::BLOB_BYTES_MAX_DEFAULT,
+        }),
+    };
+    Ok((blobs, space))
+}
+
+/// Lists a successful run's output blobs on stderr, and with `--outputs`
+/// keeps each as a file named as the job named it.
+fn keep_outputs(args: &ExecArgs, outputs: Vec<WrittenBlob>) -> Result<(), String> {
+    for output in outputs {
+        let digest = crate::runtime::Digest::from(output.digest);
+        match &args.outputs {
+            Some(dir) => {
+                let path = dir.join(&output.name);
+                output
+                    .file
+                    .persist(&path)
+                    .map_err(|e| format!("cannot write {}: {}", path.display(), e.error))?;
+                eprintln!(
+                    "[cohort] output {}: {} bytes, sha256 {digest}, in {}",
+                    output.name,
+                    output.size,
+                    path.display()
+                );
+            }
+            None => eprintln!(
+                "[cohort] output {}: {} bytes, sha256 {digest} (not kept: --outputs DIR keeps it)",
+                output.name, output.size
+            ),
+        }
+    }
+    Ok(())
 }
 
 fn finish(args: &ExecArgs, report: JobReport) -> Result<ExitStatus, (ExitStatus, String)> {

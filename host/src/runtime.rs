@@ -5,6 +5,7 @@
 pub mod egress;
 pub mod engine;
 pub mod job;
+pub mod job_blobs;
 pub mod job_limits;
 pub mod job_log;
 pub mod job_world;

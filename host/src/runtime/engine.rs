@@ -46,9 +46,9 @@
 use super::egress::{CallSink, Egress, EgressLimits};
 use super::job::{self, JobReport, JobRequest, JobState};
 use super::job_limits::JobLimits;
-use super::job_world::{Job, JobPre};
+use super::job_world::JobPre;
 use super::module::{
-    self, Digest, DiskCache, JOB_PACKAGE_VERSION, Module, ModuleError, ModuleInner,
+    self, Digest, DiskCache, JOB_PACKAGE_VERSIONS, Module, ModuleError, ModuleInner,
 };
 use super::sandbox::Sandboxes;
 use crate::limits::{
@@ -243,8 +243,38 @@ impl Runtime {
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)
             .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
-        Job::add_to_linker::<_, HasSelf<JobState>>(&mut linker, |state| state)
-            .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
+        // The job world's own interfaces (its `wasi:io` is wasmtime-wasi's,
+        // linked above), and the `host` of modules built against
+        // `cohort:job@0.1.0`.
+        let linked = (super::job_world::cohort::job::types::add_to_linker::<_, HasSelf<JobState>>(
+            &mut linker,
+            |state| state,
+        ))
+        .and_then(|()| {
+            super::job_world::cohort::job::host::add_to_linker::<_, HasSelf<JobState>>(
+                &mut linker,
+                |state| state,
+            )
+        })
+        .and_then(|()| {
+            super::job_world::cohort::job::blobs::add_to_linker::<_, HasSelf<JobState>>(
+                &mut linker,
+                |state| state,
+            )
+        })
+        .and_then(|()| {
+            super::job_world::legacy::cohort::job::types::add_to_linker::<_, HasSelf<JobState>>(
+                &mut linker,
+                |state| state,
+            )
+        })
+        .and_then(|()| {
+            super::job_world::legacy::cohort::job::host::add_to_linker::<_, HasSelf<JobState>>(
+                &mut linker,
+                |state| state,
+            )
+        });
+        linked.map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
 
         // Sandbox processes read what this runtime compiles from the disk
         // cache, so a runtime that starts them has one (its own if need be).
@@ -524,24 +554,30 @@ impl Runtime {
     }
 }
 
-/// Refuses a component that names another version of the `cohort:job`
-/// package in its imports or exports: the message then says "rebuild",
-/// not merely "cannot link".
+/// Refuses a component that names a version of the `cohort:job` package
+/// this node does not run, or two versions, in its imports or exports: the
+/// message then says "rebuild", not merely "cannot link".
 fn check_job_version(engine: &Engine, component: &Component) -> Result<(), ModuleError> {
     let ty = component.component_type();
     let names = ty
         .imports(engine)
         .map(|(name, _)| name)
         .chain(ty.exports(engine).map(|(name, _)| name));
+    let mut seen: Option<&str> = None;
     for name in names {
         let Some(rest) = name.strip_prefix("cohort:job/") else {
             continue;
         };
         let version = rest.split_once('@').map(|(_, version)| version);
-        if version != Some(JOB_PACKAGE_VERSION) {
-            return Err(ModuleError::JobVersion {
-                found: name.to_string(),
-            });
+        let known = version.filter(|v| JOB_PACKAGE_VERSIONS.contains(v));
+        match (known, seen) {
+            (Some(version), None) => seen = Some(version),
+            (Some(version), Some(first)) if version == first => {}
+            _ => {
+                return Err(ModuleError::JobVersion {
+                    found: name.to_string(),
+                });
+            }
         }
     }
     Ok(())

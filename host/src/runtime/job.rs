@@ -35,9 +35,11 @@
 //! [`EPOCH_TICK`]: crate::limits::EPOCH_TICK
 
 use super::egress::{CallSink, Egress, HttpCall, HttpGrant, JobEgress, Ledger};
+use super::job_blobs::{Blobs, JobBlobs, OutputFault, WrittenBlob};
 use super::job_limits::JobLimits;
 use super::job_log::{JobLog, Mask, SharedLog};
-use super::job_world::cohort::job::{host, types};
+use super::job_world::cohort::job::{blobs, host, types};
+use super::job_world::legacy::cohort::job as legacy;
 use super::job_world::{Job, JobPre};
 use super::observer::JobObserver;
 use super::tape::{Recording, Tape, TapeClock, TapeRandom};
@@ -48,7 +50,7 @@ use crate::limits::{
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wasmtime::component::ResourceTable;
+use wasmtime::component::{Resource, ResourceTable};
 use wasmtime::{Engine, ResourceLimiter, Store, Trap, UpdateDeadline, WasmBacktrace};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
@@ -78,6 +80,9 @@ pub struct JobRequest {
     /// What the attempt replays of its job's recorded calls, and where its
     /// own go (see [`super::tape`]); by default nothing is recorded.
     pub recording: Recording,
+    /// The blobs the job may read and where it writes its own (see
+    /// [`super::job_blobs`]); by default none.
+    pub blobs: JobBlobs,
 }
 
 /// The plaintext of secrets, by name. Its `Debug` names them and never
@@ -207,6 +212,9 @@ pub struct JobReport {
     pub calls: Vec<HttpCall>,
     /// Calls made beyond those recorded.
     pub calls_dropped: u32,
+    /// The output blobs of a successful attempt, in the order the job
+    /// created them (none otherwise); their files go when this is dropped.
+    pub outputs: Vec<WrittenBlob>,
 }
 
 /// Why a job attempt produced no output. See [`code`](Self::code).
@@ -245,8 +253,9 @@ pub enum JobFailure {
         /// The limit.
         limit_bytes: u64,
     },
-    /// The job returned more output than allowed.
-    #[error("the job returned {size_bytes} bytes of output; the limit is {limit_bytes} bytes")]
+    /// The job returned more output than allowed, or wrote more to its
+    /// output blobs (together) than allowed.
+    #[error("the job's output came to {size_bytes} bytes; the limit is {limit_bytes} bytes")]
     OutputTooLarge {
         /// Its output size.
         size_bytes: u64,
@@ -260,6 +269,14 @@ pub enum JobFailure {
         size_bytes: u64,
         /// The limit.
         limit_bytes: u64,
+    },
+    /// The node's disk filled (or failed) while the job wrote an output
+    /// blob: the attempt's outputs are discarded, every stored blob is
+    /// intact.
+    #[error("the node could not store the job's output blobs: {message}")]
+    BlobStoreFull {
+        /// What the disk said.
+        message: String,
     },
     /// The host could not run the job (e.g. instantiation failed).
     #[error("internal error: {message}")]
@@ -291,6 +308,7 @@ impl JobFailure {
                 message: masked(message),
             },
             failure @ (JobFailure::Timeout { .. }
+            | JobFailure::BlobStoreFull { .. }
             | JobFailure::MemoryLimit { .. }
             | JobFailure::OutputTooLarge { .. }
             | JobFailure::CheckpointTooLarge { .. }) => failure,
@@ -306,6 +324,7 @@ impl JobFailure {
             JobFailure::MemoryLimit { .. } => "memory_limit",
             JobFailure::OutputTooLarge { .. } => "output_too_large",
             JobFailure::CheckpointTooLarge { .. } => "checkpoint_too_large",
+            JobFailure::BlobStoreFull { .. } => "blob_store_full",
             JobFailure::Internal { .. } => "internal",
         }
     }
@@ -388,6 +407,7 @@ pub struct JobState {
     deadline: Instant,
     timed_out: bool,
     checkpoint_refused_bytes: Option<u64>,
+    blobs: Blobs,
 }
 
 /// Progress and checkpoint, kept outside the store so that they survive an
@@ -486,6 +506,78 @@ impl host::Host for JobState {
     }
 }
 
+impl blobs::Host for JobState {
+    fn inputs(&mut self) -> wasmtime::Result<Vec<blobs::Blob>> {
+        Ok((self.blobs.inputs().into_iter())
+            .map(|(name, digest, size)| blobs::Blob {
+                name,
+                digest: super::Digest::from(digest).to_string(),
+                size,
+            })
+            .collect())
+    }
+
+    fn open(
+        &mut self,
+        name: String,
+        offset: u64,
+    ) -> wasmtime::Result<Result<Resource<wasmtime_wasi::p2::DynInputStream>, String>> {
+        match self.blobs.open(&name, offset) {
+            Ok(reader) => {
+                let stream: wasmtime_wasi::p2::DynInputStream = Box::new(reader);
+                Ok(Ok(self.table.push(stream)?))
+            }
+            Err(why) => Ok(Err(why)),
+        }
+    }
+
+    fn create(
+        &mut self,
+        name: String,
+    ) -> wasmtime::Result<Result<Resource<wasmtime_wasi::p2::DynOutputStream>, String>> {
+        match self.blobs.create(&name) {
+            Ok(writer) => {
+                let stream: wasmtime_wasi::p2::DynOutputStream = Box::new(writer);
+                Ok(Ok(self.table.push(stream)?))
+            }
+            Err(why) => Ok(Err(why)),
+        }
+    }
+}
+
+/// `cohort:job@0.1.0`'s `host`, for modules built against it: the same
+/// functions as 0.2.0's.
+impl legacy::types::Host for JobState {}
+
+impl legacy::host::Host for JobState {
+    fn log(&mut self, level: legacy::types::Level, message: String) -> wasmtime::Result<()> {
+        let level = match level {
+            legacy::types::Level::Trace => types::Level::Trace,
+            legacy::types::Level::Debug => types::Level::Debug,
+            legacy::types::Level::Info => types::Level::Info,
+            legacy::types::Level::Warn => types::Level::Warn,
+            legacy::types::Level::Error => types::Level::Error,
+        };
+        host::Host::log(self, level, message)
+    }
+
+    fn progress(&mut self, fraction: f32, message: String) -> wasmtime::Result<()> {
+        host::Host::progress(self, fraction, message)
+    }
+
+    fn checkpoint(&mut self, state: Vec<u8>) -> wasmtime::Result<()> {
+        host::Host::checkpoint(self, state)
+    }
+
+    fn resume_state(&mut self) -> wasmtime::Result<Option<Vec<u8>>> {
+        host::Host::resume_state(self)
+    }
+
+    fn secret(&mut self, name: String) -> wasmtime::Result<Option<String>> {
+        host::Host::secret(self, name)
+    }
+}
+
 fn lock(latest: &Mutex<Latest>) -> std::sync::MutexGuard<'_, Latest> {
     latest
         .lock()
@@ -537,7 +629,9 @@ pub(crate) async fn execute(
         secrets,
         readable,
         recording,
+        blobs,
     } = request;
+    let blobs = Blobs::new(blobs);
     // What the job may read: the readable secrets, opened by this node
     // (`None`: one it could not open).
     let readable: Vec<(String, Option<String>)> = (readable.into_iter())
@@ -606,6 +700,7 @@ pub(crate) async fn execute(
         deadline: started + limits.timeout(),
         timed_out: false,
         checkpoint_refused_bytes: None,
+        blobs: blobs.clone(),
     };
     let mut store = Store::new(engine, state);
     store.limiter(|state| &mut state.limiter);
@@ -657,6 +752,16 @@ pub(crate) async fn execute(
         }),
         None => outcome,
     };
+    // Outputs that went wrong fail the attempt whatever the job made of
+    // the refused write; a success keeps them.
+    let (outcome, outputs) = match outcome {
+        Ok(output) => match blobs.finish() {
+            Ok(outputs) => (Ok(output), outputs),
+            Err(fault) => (Err(fault.into()), Vec::new()),
+        },
+        // Discarded unflushed (their files go with `blobs`).
+        Err(failure) => (Err(blobs.fault().map_or(failure, Into::into)), Vec::new()),
+    };
     let outcome = outcome.map_err(|failure| failure.reported(mask.as_deref()));
     let latest = std::mem::take(&mut *lock(&latest));
     let memory_peak_bytes = state.limiter.memory_peak_bytes;
@@ -675,6 +780,19 @@ pub(crate) async fn execute(
         memory_peak_bytes,
         calls,
         calls_dropped,
+        outputs,
+    }
+}
+
+impl From<OutputFault> for JobFailure {
+    fn from(fault: OutputFault) -> Self {
+        match fault {
+            OutputFault::TooLarge { wanted, limit } => JobFailure::OutputTooLarge {
+                size_bytes: wanted,
+                limit_bytes: limit,
+            },
+            OutputFault::Disk(message) => JobFailure::BlobStoreFull { message },
+        }
     }
 }
 

@@ -124,18 +124,19 @@ pub enum ModuleError {
     /// Built against another version of the `cohort:job` package than the
     /// one this node implements.
     #[error(
-        "module was built for {found}, but this node runs cohort:job@{JOB_PACKAGE_VERSION}: \
-         rebuild it with this cohort's SDK (`cohort build`)"
+        "module was built for {found}, but this node runs cohort:job@{JOB_PACKAGE_VERSION} \
+         (and still runs jobs built for 0.1.0): rebuild it with this cohort's SDK (`cohort build`)"
     )]
     JobVersion {
         /// The import or export naming the other version, e.g.
-        /// `cohort:job/host@0.2.0`.
+        /// `cohort:job/host@0.3.0` (or naming a second version).
         found: String,
     },
     /// Imports an interface the sandbox does not provide.
     #[error(
         "module imports `{name}`, which cohort does not provide (a job may import \
-         cohort:job/host@{JOB_PACKAGE_VERSION} and the WASI 0.2 interfaces; details: {detail})"
+         cohort:job/host@{JOB_PACKAGE_VERSION}, cohort:job/blobs@{JOB_PACKAGE_VERSION} and the \
+         WASI 0.2 interfaces; details: {detail})"
     )]
     UnsupportedImport {
         /// The import's name.
@@ -149,7 +150,11 @@ pub enum ModuleError {
 }
 
 /// The version of the `cohort:job` WIT package this host implements.
-pub const JOB_PACKAGE_VERSION: &str = "0.1.0";
+pub const JOB_PACKAGE_VERSION: &str = "0.2.0";
+
+/// Every version of the `cohort:job` package a module may be built
+/// against: this one, and the ones before it that nodes still run.
+pub const JOB_PACKAGE_VERSIONS: &[&str] = &[JOB_PACKAGE_VERSION, "0.1.0"];
 
 impl ModuleError {
     /// The stable, machine-readable code of this error.

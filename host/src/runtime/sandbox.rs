@@ -61,6 +61,8 @@
 
 use super::egress::{self, EgressLimits, HttpCall, HttpGrant};
 use super::job::{JobFailure, JobReport, JobRequest, Progress, Secrets, bounded_output};
+use super::job_blobs::{self, BlobSpace};
+use super::job_blobs::{JobBlobs, WrittenBlob};
 use super::job_limits::JobLimits;
 use super::job_log::{JobLog, Mask};
 use super::module::Digest;
@@ -70,7 +72,7 @@ use crate::limits::{
     SANDBOX_FRAME_SLACK_BYTES, SANDBOX_KILL_GRACE, SANDBOX_REAPER_PERIOD_MAX,
     SANDBOX_REAPER_PERIOD_MIN,
 };
-use cohort_master::limits::CALLS_RECORDED_MAX;
+use cohort_master::limits::{CALLS_RECORDED_MAX, OUTPUTS_MAX};
 use cohort_master::{RecordedCall, Replay, TapeMark};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use std::path::PathBuf;
@@ -104,6 +106,8 @@ pub(super) struct Request {
     pub(super) job: u64,
     pub(super) replay: Replay,
     pub(super) records: bool,
+    /// The blobs the job reads (files the child opens) and where it writes.
+    pub(super) blobs: JobBlobs,
 }
 
 /// What a child tells the node about the attempt it runs.
@@ -143,6 +147,20 @@ pub(super) struct Done {
     /// The attempt's record of calls, in the order they were made.
     calls: Vec<HttpCall>,
     calls_dropped: u32,
+    /// A successful attempt's outputs, left in files of the attempt's
+    /// blob space for the node to take.
+    outputs: Vec<SentBlob>,
+}
+
+/// An output blob a child wrote: the node takes the file only from the
+/// attempt's blob space, and its store hashes the bytes again (the child is
+/// not trusted to have).
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct SentBlob {
+    name: String,
+    digest: [u8; 32],
+    size: u64,
+    path: PathBuf,
 }
 
 /// The node's side: starts children, hands each one job at a time.
@@ -231,7 +249,9 @@ impl Sandboxes {
             secrets,
             readable,
             recording,
+            blobs,
         } = request;
+        let space = blobs.space.clone();
         let Recording {
             job,
             replay,
@@ -277,12 +297,13 @@ impl Sandboxes {
             job,
             replay,
             records: recorder.is_some(),
+            blobs,
         };
         let exchange = sandbox.exchange(&request, recorder.as_deref(), &mut seen);
         match tokio::time::timeout_at(deadline, exchange).await {
             Ok(Ok(done)) => {
                 self.put_back(sandbox);
-                seen.done(done, &limits)
+                seen.done(done, &limits, space.as_ref())
             }
             Ok(Err(error)) => {
                 let status = sandbox.kill().await;
@@ -518,20 +539,34 @@ impl Sandbox {
 impl Seen {
     /// The report of an attempt the child finished. Its output is checked
     /// against the job's limit again: the child is not trusted to have.
-    fn done(mut self, done: Done, limits: &JobLimits) -> JobReport {
+    fn done(mut self, done: Done, limits: &JobLimits, space: Option<&BlobSpace>) -> JobReport {
         let outcome = match done.outcome {
             Ok(output) => bounded_output(output, limits),
             Err(json) => Err(decode_failure(&json)),
         };
+        let (outcome, outputs) = match (outcome, taken(done.outputs, space)) {
+            (Ok(output), Ok(outputs)) => (Ok(output), outputs),
+            (Ok(_), Err(why)) => (
+                Err(JobFailure::Internal {
+                    message: format!(
+                        "the sandbox process reported outputs it could not have written: {why}"
+                    ),
+                }),
+                Vec::new(),
+            ),
+            (Err(failure), _) => (Err(failure), Vec::new()),
+        };
         self.log.count_dropped(done.log_dropped_bytes);
         // The child's record is whole and in order; it replaces the relayed.
         self.calls = done.calls;
-        self.report(
+        let mut report = self.report(
             outcome,
             Duration::from_micros(done.duration_us),
             done.memory_peak_bytes,
             done.calls_dropped,
-        )
+        );
+        report.outputs = outputs;
+        report
     }
 
     /// The report of an attempt that ended without the child's word: the
@@ -559,8 +594,63 @@ impl Seen {
             memory_peak_bytes,
             calls: self.calls,
             calls_dropped,
+            outputs: Vec::new(),
         }
     }
+}
+
+/// A child's outputs as the node takes them: files directly in the
+/// attempt's blob space, within its bounds (count, names, bytes). Their
+/// digests are checked when they are stored ([`WrittenBlob::verified`]).
+fn taken(sent: Vec<SentBlob>, space: Option<&BlobSpace>) -> Result<Vec<WrittenBlob>, String> {
+    // Whatever happens, every file named is removed unless it is taken.
+    let mut files = Vec::with_capacity(sent.len());
+    let mut named = Vec::with_capacity(sent.len());
+    for blob in sent {
+        let inside = space.is_some_and(|space| job_blobs::adoptable(&space.dir, &blob.path));
+        files.push(
+            inside
+                .then(|| tempfile::TempPath::try_from_path(&blob.path).ok())
+                .flatten(),
+        );
+        named.push(blob);
+    }
+    let Some(space) = space else {
+        return match named.is_empty() {
+            true => Ok(Vec::new()),
+            false => Err("this attempt had no blob space".into()),
+        };
+    };
+    if named.len() > OUTPUTS_MAX {
+        return Err(format!("{} outputs, over {OUTPUTS_MAX}", named.len()));
+    }
+    let total = named
+        .iter()
+        .try_fold(0u64, |total, blob| total.checked_add(blob.size));
+    if total.is_none_or(|total| total > space.bytes_max) {
+        return Err("more output bytes than the job may write".into());
+    }
+    let mut taken = Vec::with_capacity(named.len());
+    for (blob, file) in named.into_iter().zip(files) {
+        job_blobs::check_output_name(&blob.name)?;
+        if taken.iter().any(|t: &WrittenBlob| t.name == blob.name) {
+            return Err(format!("output {:?} twice", blob.name));
+        }
+        let Some(file) = file else {
+            return Err(format!(
+                "output {:?} is not a file of the attempt's blob space",
+                blob.name
+            ));
+        };
+        taken.push(WrittenBlob {
+            name: blob.name,
+            digest: blob.digest,
+            size: blob.size,
+            file,
+            verified: false,
+        });
+    }
+    Ok(taken)
 }
 
 impl Done {
@@ -576,6 +666,18 @@ impl Done {
             memory_peak_bytes: report.memory_peak_bytes,
             calls: report.calls,
             calls_dropped: report.calls_dropped,
+            // Left for the node, which removes them unless it stores them.
+            outputs: (report.outputs.into_iter())
+                .filter_map(|blob| {
+                    let path = blob.file.keep().ok()?;
+                    Some(SentBlob {
+                        name: blob.name,
+                        digest: blob.digest,
+                        size: blob.size,
+                        path,
+                    })
+                })
+                .collect(),
         }
     }
 }
@@ -664,6 +766,18 @@ mod tests {
                 ..Replay::default()
             },
             records: true,
+            blobs: JobBlobs {
+                inputs: vec![job_blobs::InputBlob {
+                    name: "input".into(),
+                    digest: [9; 32],
+                    size: 10,
+                    path: "/data/blobs/09".into(),
+                }],
+                space: Some(BlobSpace {
+                    dir: "/data/blobs/partial/attempt-1".into(),
+                    bytes_max: 1 << 30,
+                }),
+            },
         };
         let body = postcard::to_allocvec(&request).unwrap();
         let back: Request = decode(&body).unwrap();
@@ -674,6 +788,7 @@ mod tests {
         assert_eq!(back.secrets, request.secrets);
         assert_eq!(back.secrets.get("API_KEY"), Some("s3cr3t-value"));
         assert_eq!(back.egress_limits, request.egress_limits);
+        assert_eq!(back.blobs, request.blobs);
         assert!(!format!("{back:?}").contains("s3cr3t"), "{back:?}");
 
         let mut longer = body.clone();
@@ -697,6 +812,7 @@ mod tests {
             memory_peak_bytes: 6,
             calls: vec![call("egress_denied")],
             calls_dropped: 7,
+            outputs: Vec::new(),
         };
         let event = Event::Done(Done::of(report));
         let body = postcard::to_allocvec(&event).unwrap();
@@ -713,7 +829,7 @@ mod tests {
             calls: vec![call("egress_timeout")],
         };
         seen.log.append(b"log");
-        let back = seen.done(done, &JobLimits::default());
+        let back = seen.done(done, &JobLimits::default(), None);
         assert_eq!(
             back.outcome.unwrap_err(),
             JobFailure::MemoryLimit {
@@ -760,8 +876,9 @@ mod tests {
             memory_peak_bytes: 1,
             calls: Vec::new(),
             calls_dropped: 0,
+            outputs: Vec::new(),
         };
-        let report = seen.done(done, &JobLimits::default());
+        let report = seen.done(done, &JobLimits::default(), None);
         assert_eq!(report.log, b"got [secret:API_KEY]\n");
         assert_eq!(
             report.outcome.unwrap_err(),

@@ -248,6 +248,7 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
                             replay: request.replay,
                             recorder,
                         },
+                        blobs: request.blobs,
                     };
                     runtime
                         .run_with(&module, job, Some(request.egress_limits), Some(on_call))
@@ -267,6 +268,7 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
                     memory_peak_bytes: 0,
                     calls: Vec::new(),
                     calls_dropped: 0,
+                    outputs: Vec::new(),
                 },
             }
         });
