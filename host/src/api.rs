@@ -441,6 +441,15 @@ fn submit_command(
     }))
 }
 
+/// An output blob as the API shows it.
+fn output_blob(blob: cohort_master::NamedBlob) -> OutputBlob {
+    OutputBlob {
+        name: blob.name,
+        digest: Digest::from(blob.digest).to_string(),
+        bytes: blob.size,
+    }
+}
+
 /// The answer to a submission's reply (a job's, or a one-job DAG's).
 fn accepted(reply: Reply) -> Result<SubmitResponse, ApiError> {
     match reply {
@@ -522,6 +531,8 @@ fn options(submit: &SubmitRequest) -> Result<JobOptions, ApiError> {
         unique,
         module: None,
         egress,
+        // Set by the submission once the blob is found in the cluster.
+        input_blob: None,
     })
 }
 
@@ -983,6 +994,9 @@ impl Api {
         } else {
             Vec::new()
         };
+        if let Some(digest) = &submit.input_blob {
+            options.input_blob = Some(blobs::input_blob(&self.blobs, digest).await?);
+        }
         if let Some(key) = &submit.idempotency_key
             && !(1..=IDEMPOTENCY_KEY_CHARS_MAX).contains(&key.chars().count())
         {
@@ -1098,6 +1112,7 @@ impl Api {
                     }),
                     output_base64: job.output.map(|o| engine.encode(o)),
                     output_bytes: job.output_bytes,
+                    outputs: job.outputs.into_iter().map(output_blob).collect(),
                 })
                 .collect(),
         })
@@ -1209,6 +1224,11 @@ impl Api {
             dag_name: view.dag.map(|(_, name)| name),
             parents: view.parents,
             waiting: view.waiting,
+            input_blob: view.input_blob.map(|blob| BlobInfo {
+                digest: Digest::from(blob.digest).to_string(),
+                bytes: blob.size,
+            }),
+            outputs: view.outputs.into_iter().map(output_blob).collect(),
             progress: (view.state == JobState::Running)
                 .then(|| self.progress.get(view.id))
                 .flatten()

@@ -78,6 +78,10 @@ pub struct SubmitArgs {
     /// Input file, or `-` for stdin [default: empty input].
     #[arg(long, short)]
     pub input: Option<PathBuf>,
+    /// A blob the job reads as a stream, its input blob `input`: the
+    /// sha256 of a blob stored in the cluster (`cohort blob put`).
+    #[arg(long, value_name = "DIGEST")]
+    pub input_blob: Option<String>,
     /// Submit this many jobs with the same input.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub many: u32,
@@ -292,6 +296,7 @@ pub async fn submit(args: SubmitArgs) -> ExitCode {
             rate_limit: args.rate_limit,
             unique_key: args.unique_key.clone(),
             unique_window_ms: args.unique_for.map(|t| t.as_millis() as u64),
+            input_blob: args.input_blob.clone(),
             ..request
         }
     };
@@ -542,8 +547,17 @@ pub async fn status(args: JobArgs) -> ExitCode {
             progress.message
         );
     }
+    if let Some(blob) = &job.input_blob {
+        println!("  input blob  {} ({} bytes)", blob.digest, blob.bytes);
+    }
     if let Some(bytes) = job.result_bytes {
         println!("  result      {bytes} bytes (cohort result {})", job.id);
+    }
+    for output in &job.outputs {
+        println!(
+            "  output      {} {} ({} bytes; cohort blob get {})",
+            output.name, output.digest, output.bytes, output.digest
+        );
     }
     if let Some(error) = &job.error {
         println!("  error       {}: {}", error.code, error.message);

@@ -32,7 +32,7 @@ use crate::replication::Replication;
 use crate::replication::transport::HttpTransport;
 use crate::runtime::job_limits::{self, JobLimits};
 use crate::runtime::{Isolation, Runtime, RuntimeConfig};
-use crate::worker::{ProgressBoard, Worker, WorkerOptions};
+use crate::worker::{ProgressBoard, Worker, WorkerBlobs, WorkerOptions};
 use anyhow::Context;
 use cohort_master::Command;
 use std::collections::BTreeSet;
@@ -410,6 +410,13 @@ fn start_worker(
                 wiring.fetcher.clone(),
                 local.runtime.clone(),
                 progress.clone(),
+                WorkerBlobs {
+                    transfer: wiring.blobs.clone(),
+                    voters: {
+                        let replication = wiring.replication.clone();
+                        Arc::new(move || replication.as_ref().map(|r| r.status().voters.len()))
+                    },
+                },
             )
         })
         .transpose()

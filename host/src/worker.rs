@@ -50,6 +50,9 @@
 //! [`PREFETCH_RUN_MAX`]: crate::limits::PREFETCH_RUN_MAX
 //! [`PREFETCH_PER_SLOT_MAX`]: crate::limits::PREFETCH_PER_SLOT_MAX
 
+mod blobs;
+pub use blobs::{Voters, WorkerBlobs};
+
 use crate::cluster::link::MasterLink;
 use crate::cluster::module_fetch::ModuleFetcher;
 use crate::contract::{MasterError, Poll, PollResult, ProgressReport};
@@ -170,6 +173,8 @@ struct Shared {
     modules: Arc<ModuleStore>,
     fetcher: ModuleFetcher,
     runtime: Runtime,
+    /// The node's blobs: attempts' inputs and outputs.
+    blobs: WorkerBlobs,
     /// The job threads' runtime.
     jobs: tokio::runtime::Handle,
     progress: ProgressBoard,
@@ -297,6 +302,7 @@ impl Worker {
         fetcher: ModuleFetcher,
         runtime: Runtime,
         progress: ProgressBoard,
+        blobs: WorkerBlobs,
     ) -> std::io::Result<Self> {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let jobs = tokio::runtime::Builder::new_multi_thread()
@@ -320,6 +326,7 @@ impl Worker {
             fetcher,
             runtime,
             progress,
+            blobs,
             running: Mutex::new(HashMap::new()),
         });
         let (stop_polling, stopped) = watch::channel(false);
@@ -633,24 +640,31 @@ async fn attempt_outcome(
         secrets,
         replay,
         readable,
+        blobs,
         ..
     } = assignment;
     let digest = Digest::from(module);
+    let not_run = |failure: Failure| {
+        Some(Ended {
+            outcome: Outcome::Failed(failure),
+            ran: None,
+            log: Vec::new(),
+            calls: Vec::new(),
+            calls_dropped: 0,
+        })
+    };
     let compiled = match shared.fetcher.get(&shared.modules, &digest).await {
         Ok(compiled) => compiled,
         Err(error) => {
-            let failure = Failure {
+            return not_run(Failure {
                 code: "module_unavailable".into(),
                 message: format!("module {digest}: {error}"),
-            };
-            return Some(Ended {
-                outcome: Outcome::Failed(failure),
-                ran: None,
-                log: Vec::new(),
-                calls: Vec::new(),
-                calls_dropped: 0,
             });
         }
+    };
+    let prepared = match shared.blobs.prepare(&blobs).await {
+        Ok(prepared) => prepared,
+        Err(failure) => return not_run(failure),
     };
     let (checkpoints, latest) = watch::channel(None);
     let forwarder = Arc::new(Forwarder {
@@ -685,6 +699,7 @@ async fn attempt_outcome(
                 attempt,
             })),
         },
+        blobs: prepared.blobs.clone(),
     };
     let report = run_job(shared, (id, attempt), compiled, request, stopped).await;
     // The attempt is over: its outcome matters now, not a checkpoint still
@@ -694,9 +709,14 @@ async fn attempt_outcome(
     shared.progress.clear(id);
     let report = report?;
     let outcome = match report.outcome {
-        Ok(output) => Outcome::Succeeded(output),
+        Ok(output) if report.outputs.is_empty() => Outcome::Succeeded(output),
+        Ok(result) => match shared.blobs.keep(report.outputs).await {
+            Ok(blobs) => Outcome::Wrote(cohort_master::Output { result, blobs }),
+            Err(failure) => Outcome::Failed(failure),
+        },
         Err(failure) => Outcome::Failed(failure_of(&failure)),
     };
+    drop(prepared);
     Some(Ended {
         outcome,
         ran: Some(report.duration),

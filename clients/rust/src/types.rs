@@ -227,6 +227,14 @@ pub struct SubmitRequest {
     /// Input as a JSON value (passed to the job serialized).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_json: Option<serde_json::Value>,
+    /// A blob (from `PUT /v1/blobs`) the job reads as a stream, as its
+    /// input blob `input`: its sha256, 64 hex digits (either case,
+    /// optionally written `sha256:<64 hex>`). It must be stored in the
+    /// cluster when the job is submitted (`404 blob_not_found` otherwise).
+    /// Goes with any of the inline inputs, or none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(sha256:)?[0-9a-fA-F]{64}$"))]
+    pub input_blob: Option<String>,
     /// Wall-clock limit of one attempt (default: the node's; at most the
     /// master's limit, one hour unless configured).
     #[serde(
@@ -352,6 +360,26 @@ impl SubmitRequest {
         self.input_json = Some(input);
         self
     }
+
+    /// With the blob `digest` (stored in the cluster) as the input blob the
+    /// job reads as a stream; any inline input stays.
+    pub fn input_blob(mut self, digest: impl Into<String>) -> Self {
+        self.input_blob = Some(digest.into());
+        self
+    }
+}
+
+/// An output blob a job wrote: what `GET /v1/blobs/{digest}` serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OutputBlob {
+    /// The name the job gave it.
+    pub name: String,
+    /// The sha256 of its bytes, 64 lowercase hex digits.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    pub digest: String,
+    /// Its size.
+    pub bytes: u64,
 }
 
 /// `202` to a submission.
@@ -471,6 +499,13 @@ pub struct JobResponse {
     /// Still waiting for a parent (its state is `queued`).
     #[serde(default)]
     pub waiting: bool,
+    /// The blob it reads as its input blob, when it was given one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_blob: Option<BlobInfo>,
+    /// The output blobs it wrote, once succeeded, in the order it created
+    /// them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<OutputBlob>,
 }
 
 /// `GET /healthz`.
@@ -570,6 +605,9 @@ pub struct FinishedBody {
     pub output_base64: Option<String>,
     /// Its output's size, when succeeded.
     pub output_bytes: Option<u64>,
+    /// The output blobs it wrote, when succeeded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<OutputBlob>,
 }
 
 /// `200` to `POST /v1/jobs/wait`: the finished jobs among those asked
@@ -1242,7 +1280,8 @@ pub struct DagJobRequest {
     pub after_jobs: Vec<u64>,
     /// Receive the parents' outputs with the input (default `true`): the
     /// job's input is then `{"input", "parents": [{"id", "name",
-    /// "output"}]}`.
+    /// "output", "blobs"}]}`, and it may read each parent's output blobs
+    /// (`blobs`) as `PARENT/OUTPUT`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_outputs: Option<bool>,
 }

@@ -77,6 +77,30 @@ fn blob_not_found(digest: &str) -> ApiError {
     )
 }
 
+/// The blob a submission names as its `input_blob`, checked to be stored
+/// in the cluster (its size from this node's copy or a back-end node's;
+/// nothing is copied): `404 blob_not_found` if no live back-end node holds
+/// it.
+pub(super) async fn input_blob(
+    blobs: &BlobTransfer,
+    text: &str,
+) -> Result<cohort_master::Blob, ApiError> {
+    let digest: Digest = text.trim().parse().map_err(|_| {
+        ApiError::new(
+            ErrorCode::InvalidJob,
+            "input_blob must be a blob's sha256: 64 hex digits, optionally written sha256:<64 hex>",
+        )
+    })?;
+    match blobs.locate(&digest).await {
+        Ok(Some(size)) => Ok(cohort_master::Blob {
+            digest: digest.to_bytes(),
+            size,
+        }),
+        Ok(None) => Err(blob_not_found(&digest.to_string())),
+        Err(error) => Err(ApiError::new(ErrorCode::ReplicationFailed, error)),
+    }
+}
+
 /// `PUT /v1/blobs`: streams the body into the store, then makes it durable
 /// on a majority of the back-end nodes (`voters`: the replication voters,
 /// when this node knows them).

@@ -630,7 +630,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .answers_raw(200, "application/octet-stream", "The input bytes.")
             .errors(&[MASTER, &[BadRequest, JobNotFound, JobExpired]]),
         H::DagSubmit => doc("dags", "Submit a DAG of jobs")
-            .describe("All or nothing: every job is checked as a submission, then the graph (names, cycles, parents that exist and have not failed; at most 10,000 jobs, 100 parents each). A job starts once all its parents succeeded and, unless `parent_outputs` is false, gets `{\"input\", \"parents\": [{\"id\", \"name\", \"output\"}]}` as its input. A failure cancels the failed job's descendants (`skip_descendants`) or the whole DAG (`cancel_dag`).")
+            .describe("All or nothing: every job is checked as a submission, then the graph (names, cycles, parents that exist and have not failed; at most 10,000 jobs, 100 parents each). A job starts once all its parents succeeded and, unless `parent_outputs` is false, gets `{\"input\", \"parents\": [{\"id\", \"name\", \"output\", \"blobs\"}]}` as its input (`blobs`: the parent's output blobs, which it may read as `PARENT/OUTPUT`). A failure cancels the failed job's descendants (`skip_descendants`) or the whole DAG (`cancel_dag`).")
             .body::<DagRequest>(serde_json::json!({"jobs": [{"name": "fetch", "job": {"module": "ab".repeat(32), "input": "https://example.com"}}, {"name": "count", "job": {"module": "cd".repeat(32)}, "after": ["fetch"]}], "on_failure": "skip_descendants"}))
             .answers::<DagSubmitResponse>(202, "Accepted, durable: the DAG's id and its jobs' ids in order.")
             .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidDag, QueueFull, OutcomeUnknown]]),
@@ -800,6 +800,7 @@ fn components() -> utoipa::openapi::Components {
         ModuleBody,
         ModuleListResponse,
         BlobInfo,
+        OutputBlob,
         BlobList,
         ClusterResponse,
         NodeBody,

@@ -87,6 +87,11 @@ fn samples() -> Vec<Vec<u8>> {
                 .expect("a grant"),
         ],
         secrets: vec![("STRIPE".into(), b"sealed".to_vec())],
+        blobs: vec![cohort_master::NamedBlob {
+            name: "input".into(),
+            digest: [5; 32],
+            size: 1 << 33,
+        }],
         replay: cohort_master::Replay {
             mark: cohort_master::TapeMark { calls: 2, reads: 1 },
             calls: vec![cohort_master::RecordedCall {

@@ -1,0 +1,136 @@
+//! An attempt's blobs on its worker: its inputs made local before it runs,
+//! its outputs stored and made durable before its outcome is reported.
+//!
+//! * **Inputs** are the assignment's blobs (its `input_blob`, and its DAG
+//!   parents' outputs when it asked for them), by digest. Each one this
+//!   node lacks is fetched from a back-end node that holds it (digest
+//!   checked) into this node's store, and the attempt reads the stored
+//!   file. One that cannot be had fails the attempt with
+//!   `blob_unavailable`, which is retried (another worker, or later, may
+//!   reach a node that holds it).
+//! * **Outputs** are written into a directory of the store's `partial/`
+//!   owned by the attempt (removed with whatever is left in it when the
+//!   attempt is over, even if a sandbox process was killed mid-write). On
+//!   success each one is stored under its digest (hashed again when a
+//!   sandbox process wrote it) and replicated to a majority of the back-end
+//!   nodes, as an upload is, before the outcome, which names them by digest,
+//!   goes to the master. A disk that fills fails the attempt with
+//!   `blob_store_full`, a majority out of reach with `replication_failed`:
+//!   both retried. The master's journal holds their digests and sizes only.
+
+use crate::blobs::BlobError;
+use crate::cluster::blob_transfer::BlobTransfer;
+use crate::runtime::Digest;
+use crate::runtime::job_blobs::{BlobSpace, InputBlob, JobBlobs, WrittenBlob};
+use cohort_master::{Failure, NamedBlob};
+use std::sync::Arc;
+
+/// The number of replication voters, when this node knows it.
+pub type Voters = Arc<dyn Fn() -> Option<usize> + Send + Sync>;
+
+/// This node's blobs, as its worker uses them.
+#[derive(Clone)]
+pub struct WorkerBlobs {
+    /// The store, and how blobs move between nodes.
+    pub transfer: BlobTransfer,
+    /// The replication voters (`None`: not a back-end node, which asks one).
+    pub voters: Voters,
+}
+
+impl std::fmt::Debug for WorkerBlobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBlobs").finish_non_exhaustive()
+    }
+}
+
+/// An attempt's blobs, ready: what it reads, where it writes. The output
+/// directory lives as long as this.
+pub(super) struct Prepared {
+    pub(super) blobs: JobBlobs,
+    _space: tempfile::TempDir,
+}
+
+impl WorkerBlobs {
+    /// Makes every blob of `wanted` local and opens the attempt's output
+    /// directory.
+    pub(super) async fn prepare(&self, wanted: &[NamedBlob]) -> Result<Prepared, Failure> {
+        let store = self.transfer.store();
+        let mut inputs = Vec::with_capacity(wanted.len());
+        for blob in wanted {
+            let digest = Digest::from(blob.digest);
+            let unavailable = |why: String| Failure {
+                code: "blob_unavailable".into(),
+                message: format!("input blob {:?} ({digest}): {why}", blob.name),
+            };
+            match self.transfer.ensure(&digest).await {
+                Ok(Some(size)) if size == blob.size => {}
+                Ok(Some(size)) => {
+                    return Err(unavailable(format!(
+                        "this node holds {size} bytes of it, the job was given {}",
+                        blob.size
+                    )));
+                }
+                Ok(None) => {
+                    return Err(unavailable("no live back-end node holds it".to_string()));
+                }
+                Err(error) => return Err(unavailable(error)),
+            }
+            let path = store
+                .file(&digest)
+                .ok_or_else(|| unavailable("it went from this node's store".to_string()))?;
+            inputs.push(InputBlob {
+                name: blob.name.clone(),
+                digest: digest.to_bytes(),
+                size: blob.size,
+                path,
+            });
+        }
+        let space = store.attempt_space().map_err(|error| Failure {
+            code: "blob_store_full".into(),
+            message: format!("cannot make a place for the job's output blobs: {error}"),
+        })?;
+        Ok(Prepared {
+            blobs: JobBlobs {
+                inputs,
+                space: Some(BlobSpace {
+                    dir: space.path().to_path_buf(),
+                    bytes_max: store.ceiling(),
+                }),
+            },
+            _space: space,
+        })
+    }
+
+    /// Stores the outputs of a successful attempt and makes each durable on
+    /// a majority of the back-end nodes: what the outcome names.
+    pub(super) async fn keep(&self, written: Vec<WrittenBlob>) -> Result<Vec<NamedBlob>, Failure> {
+        let store = self.transfer.store();
+        let mut kept = Vec::with_capacity(written.len());
+        for blob in written {
+            let digest = Digest::from(blob.digest);
+            let stored = store
+                .adopt(blob.file, digest, blob.size, blob.verified)
+                .await
+                .map_err(|error| Failure {
+                    code: match error {
+                        BlobError::Full(_) => "blob_store_full",
+                        _ => "internal",
+                    }
+                    .into(),
+                    message: format!("output blob {:?}: {error}", blob.name),
+                })?;
+            (self.transfer.replicate(stored.info, (self.voters)()))
+                .await
+                .map_err(|error| Failure {
+                    code: "replication_failed".into(),
+                    message: format!("output blob {:?} ({digest}): {error}", blob.name),
+                })?;
+            kept.push(NamedBlob {
+                name: blob.name,
+                digest: blob.digest,
+                size: blob.size,
+            });
+        }
+        Ok(kept)
+    }
+}
