@@ -213,7 +213,7 @@ fn the_module_list_names_each_components_language_and_world() {
         let wasm = std::fs::read(built(project)).unwrap();
         let (found, world) = cohort::modules::describe(&wasm);
         assert_eq!(found, language, "{project}");
-        assert_eq!(world.as_deref(), Some("cohort:job/job@0.1.0"), "{project}");
+        assert_eq!(world.as_deref(), Some("cohort:job/job@0.2.0"), "{project}");
     }
     let rust = std::fs::read(guest("fixture_echo")).unwrap();
     assert_eq!(cohort::modules::describe(&rust).0, "rust");
@@ -284,7 +284,8 @@ fn wordcount_gives_the_same_bytes_in_rust_python_and_javascript() {
         "𝒜 𝒜b 𝒜 a Z z 𐐀 ﬀ".as_bytes(),
         "don't 'quoted' 'tis rock'n'roll".as_bytes(),
     ];
-    for input in inputs {
+    let dir = tempfile::tempdir().unwrap();
+    for (n, input) in inputs.into_iter().enumerate() {
         let (code, expected, stderr) = exec(&rust, input, &[]);
         assert_eq!(code, 0, "{stderr}");
         for (language, module) in [("Python", &python), ("JavaScript", &js)] {
@@ -299,12 +300,109 @@ fn wordcount_gives_the_same_bytes_in_rust_python_and_javascript() {
             );
             assert!(stderr.contains("counted "), "{language} logs: {stderr}");
         }
+        // The same text as an input blob, streamed: the same answer, and
+        // the same table of counts in every language.
+        let file = dir.path().join(format!("text-{n}"));
+        std::fs::write(&file, input).unwrap();
+        let mut tables = Vec::new();
+        for (language, module) in [("Rust", &rust), ("Python", &python), ("JavaScript", &js)] {
+            let outputs = dir.path().join(format!("out-{n}-{language}"));
+            let (code, output, stderr) = exec(
+                module,
+                b"",
+                &[
+                    "--input-blob",
+                    file.to_str().unwrap(),
+                    "--outputs",
+                    outputs.to_str().unwrap(),
+                ],
+            );
+            assert_eq!(code, 0, "{language} streaming: {stderr}");
+            assert!(
+                output == expected,
+                "{language} wordcount streaming differs from inline on {:?}:\n{}\n{}",
+                String::from_utf8_lossy(&input[..input.len().min(60)]),
+                String::from_utf8_lossy(&output),
+                String::from_utf8_lossy(&expected)
+            );
+            let table = std::fs::read(outputs.join("counts.tsv")).unwrap();
+            tables.push((language, table));
+        }
+        let (_, rust_table) = &tables[0];
+        let answer: Value = serde_json::from_slice(&expected).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(rust_table).lines().count() as u64,
+            answer["unique"].as_u64().unwrap()
+        );
+        for (language, table) in &tables[1..] {
+            assert!(
+                table == rust_table,
+                "{language}'s counts.tsv differs from Rust's on {:?}",
+                String::from_utf8_lossy(&input[..input.len().min(60)]),
+            );
+        }
     }
     // Invalid UTF-8 is refused by every language alike.
     for module in [&rust, &python, &js] {
         let (code, _, stderr) = exec(module, b"caf\xe9", &[]);
         assert_eq!(code, 1, "{stderr}");
         assert!(stderr.contains("bad_input"), "{stderr}");
+    }
+}
+
+/// Each language's `wordcount` streams an input blob several times its
+/// memory limit (in a sandbox process, as a node runs it), and counts it
+/// as it counts one copy of its text times the number of copies.
+#[test]
+fn wordcount_streams_an_input_larger_than_its_memory_in_every_language() {
+    let _machine = shared();
+    let dir = tempfile::tempdir().unwrap();
+    let piece = support::text::sample(1 << 20);
+    let copies = 160u64;
+    let big = dir.path().join("big.txt");
+    {
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&big).unwrap());
+        for _ in 0..copies {
+            file.write_all(piece.as_bytes()).unwrap();
+        }
+        file.flush().unwrap();
+    }
+    let memory = 64u64 << 20;
+    assert!(piece.len() as u64 * copies > 2 * memory);
+    for (language, module) in [
+        ("Rust", guest("wordcount")),
+        ("Python", built("examples/wordcount-py")),
+        ("JavaScript", built("examples/wordcount-js")),
+    ] {
+        let (code, one, stderr) = exec(&module, piece.as_bytes(), &[]);
+        assert_eq!(code, 0, "{language}: {stderr}");
+        let one: Value = serde_json::from_slice(&one).unwrap();
+        let outputs = dir.path().join(language);
+        let (code, all, stderr) = exec(
+            &module,
+            b"",
+            &[
+                "--input-blob",
+                big.to_str().unwrap(),
+                "--outputs",
+                outputs.to_str().unwrap(),
+                "--memory",
+                "64MiB",
+                "--timeout",
+                "10m",
+                "--isolation",
+                "process",
+            ],
+        );
+        assert_eq!(code, 0, "{language}: {stderr}");
+        let all: Value = serde_json::from_slice(&all).unwrap();
+        let mut expected = one.clone();
+        expected["words"] = json!(one["words"].as_u64().unwrap() * copies);
+        for entry in expected["top"].as_array_mut().unwrap() {
+            entry["count"] = json!(entry["count"].as_u64().unwrap() * copies);
+        }
+        assert_eq!(all, expected, "{language}");
+        assert!(outputs.join("counts.tsv").is_file(), "{language}");
     }
 }
 
@@ -433,11 +531,23 @@ fn the_js_sdk_types_are_what_jco_generates_from_the_wit() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // The job world with its `wasi:io` dependency, alone in a directory:
+    // `wit/` itself also holds the master's package, which jco would read.
+    let wit = generated.path().join("wit");
+    std::fs::create_dir_all(wit.join("deps")).unwrap();
+    for file in ["job.wit", "deps/io.wit"] {
+        std::fs::copy(Path::new(ROOT).join("wit").join(file), wit.join(file)).unwrap();
+    }
     let out = run_bounded(
-        Command::new(&bin)
-            .current_dir(&sdk)
-            .args(["guest-types", "../../wit/job.wit", "-n", "job", "-q", "-o"])
-            .arg(generated.path()),
+        Command::new(&bin).current_dir(generated.path()).args([
+            "guest-types",
+            "wit",
+            "-n",
+            "job",
+            "-q",
+            "-o",
+            "types",
+        ]),
         b"",
     );
     assert!(
@@ -445,13 +555,29 @@ fn the_js_sdk_types_are_what_jco_generates_from_the_wit() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for file in [
-        "job.d.ts",
-        "interfaces/cohort-job-host.d.ts",
-        "interfaces/cohort-job-types.d.ts",
-    ] {
-        let committed = std::fs::read_to_string(sdk.join("types").join(file)).unwrap();
-        let fresh = std::fs::read_to_string(generated.path().join(file)).unwrap();
+    let listed = |dir: &Path| -> Vec<String> {
+        let mut files: Vec<String> = ["", "interfaces"]
+            .iter()
+            .flat_map(|sub| {
+                (std::fs::read_dir(dir.join(sub)).unwrap().flatten())
+                    .filter(|entry| entry.path().is_file())
+                    .map(|entry| format!("{sub}/{}", entry.file_name().to_string_lossy()))
+                    .map(|path| path.trim_start_matches('/').to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let files = listed(&sdk.join("types"));
+    assert_eq!(
+        files,
+        listed(&generated.path().join("types")),
+        "guest-sdk/js/types holds other files than jco generates from wit/job.wit: regenerate it (guest-sdk/js/README.md)"
+    );
+    for file in files {
+        let committed = std::fs::read_to_string(sdk.join("types").join(&file)).unwrap();
+        let fresh = std::fs::read_to_string(generated.path().join("types").join(&file)).unwrap();
         assert!(
             committed == fresh,
             "guest-sdk/js/types/{file} is not what jco generates from wit/job.wit: regenerate it (guest-sdk/js/README.md)"
@@ -681,7 +807,7 @@ fn js_jobs_import_wasi_http_only_when_their_code_names_fetch() {
         let wasm = std::fs::read(&module).unwrap();
         assert_eq!(
             cohort::modules::describe(&wasm).1.as_deref(),
-            Some("cohort:job/job@0.1.0"),
+            Some("cohort:job/job@0.2.0"),
             "{python} is still a job"
         );
     }

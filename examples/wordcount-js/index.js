@@ -1,13 +1,17 @@
 // Counts words in a UTF-8 text: the JavaScript twin of examples/wordcount,
 // with byte-for-byte the same output on any input.
 //
-// Input: the text itself. Output: JSON
+// Input: the text itself, or, when the job was given an input blob, that
+// blob (read as a stream, so a text of any size is counted in memory
+// bounded by its distinct words). Output: JSON
 // `{"words": W, "unique": U, "top": [{"word": "the", "count": 42}, ...]}`
 // with the 10 most frequent words (ties broken by code point order, so the
 // output is deterministic). A word is a run of alphanumeric characters (in
 // Rust's sense: alnum.js is generated from char::is_alphanumeric) or
 // apostrophes, trimmed of apostrophes, compared case-insensitively
-// (lowercased like Rust's str::to_lowercase).
+// (lowercased like Rust's str::to_lowercase). From an input blob it also
+// writes the output blob `counts.tsv`: every distinct word and its count,
+// `word\tcount\n`, in the order of the top list.
 //
 // The engine interprets JavaScript (no JIT), so the hot path is built-ins
 // that loop natively: replaceAll turns each kind of separator into spaces
@@ -15,7 +19,7 @@
 // per-match work is interpreted), a Map counts the distinct spellings, and
 // only those are trimmed and lowercased.
 
-import { info, job } from "cohort-job";
+import { JobError, blobs, info, job } from "cohort-job";
 import { RANGES } from "./alnum.js";
 import { CASED, CASE_IGNORABLE } from "./casing.js";
 
@@ -28,6 +32,15 @@ const TOP_LEN = 10;
  * that garbage stays small however long the text.
  */
 const CHUNK_LEN = 1 << 17;
+
+/** The output blob that lists every word, written when the input is a blob. */
+const COUNTS_BLOB = "counts.tsv";
+
+/**
+ * Lines of counts.tsv are written to the blob about this many UTF-16 units
+ * at a time: one write per line would cost a call into the SDK each.
+ */
+const WRITE_BATCH_LEN = 1 << 14;
 
 /**
  * Runs of characters that are neither alphanumeric nor apostrophes: the
@@ -74,12 +87,13 @@ export const run = job.text((text) => {
   // Count each spelling first: there are far fewer spellings than words.
   /** @type {Map<string, number>} */
   const spellings = new Map();
-  for (let start = 0, end; start < text.length; start = end) {
-    end = chunkEnd(text, start);
-    const tokens = splitAtSeparators(text.slice(start, end));
-    for (let i = 0; i < tokens.length; i++) {
-      const token = tokens[i];
-      spellings.set(token, (spellings.get(token) ?? 0) + 1);
+  const fromBlob = blobs.input(blobs.INPUT) !== undefined;
+  if (fromBlob) {
+    countBlob(blobs.INPUT, spellings);
+  } else {
+    for (let start = 0, end; start < text.length; start = end) {
+      end = chunkEnd(text, start);
+      countTokens(text.slice(start, end), spellings);
     }
   }
   /** @type {Map<string, number>} */
@@ -94,8 +108,122 @@ export const run = job.text((text) => {
     }
   });
   info(`counted ${words} words, ${counts.size} distinct`);
+  if (fromBlob) {
+    writeCounts(counts);
+  }
   return JSON.stringify({ words, unique: counts.size, top: topWords(counts, TOP_LEN) });
 });
+
+/**
+ * Adds the spellings of `text`'s words to `spellings`.
+ *
+ * @param {string} text
+ * @param {Map<string, number>} spellings
+ */
+function countTokens(text, spellings) {
+  const tokens = splitAtSeparators(text);
+  for (let i = 0; i < tokens.length; i++) {
+    const token = tokens[i];
+    spellings.set(token, (spellings.get(token) ?? 0) + 1);
+  }
+}
+
+/**
+ * Adds the spellings of the words of input blob `name` to `spellings`,
+ * reading it a chunk at a time. The decoded text is counted about CHUNK_LEN
+ * units at a time, up to its last separator: the word it may end in, cut
+ * by the chunk, waits for the rest of its characters.
+ *
+ * @param {string} name
+ * @param {Map<string, number>} spellings
+ */
+function countBlob(name, spellings) {
+  const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+  let pending = "";
+  let read = 0;
+  for (const chunk of blobs.open(name)) {
+    pending += decodeChunk(decoder, chunk, read);
+    read += chunk.length;
+    if (pending.length >= CHUNK_LEN) {
+      const cut = wordTailStart(pending);
+      countTokens(pending.slice(0, cut), spellings);
+      pending = pending.slice(cut);
+    }
+  }
+  pending += decodeChunk(decoder, undefined, read);
+  countTokens(pending, spellings);
+}
+
+/**
+ * The text of the next `chunk` of the blob (undefined: its end), which
+ * starts at byte `offset`; bytes that are not UTF-8 fail the job with
+ * `bad_input`, like an inline input that is not.
+ *
+ * @param {TextDecoder} decoder
+ * @param {Uint8Array | undefined} chunk
+ * @param {number} offset
+ */
+function decodeChunk(decoder, chunk, offset) {
+  try {
+    return chunk === undefined ? decoder.decode() : decoder.decode(chunk, { stream: true });
+  } catch {
+    // The decoder may hold the first bytes (at most 3) of a character the
+    // chunk was to finish.
+    const where =
+      chunk === undefined
+        ? `it ends inside a character (byte ${offset})`
+        : `invalid byte sequence in bytes ${Math.max(0, offset - 3)} to ${offset + chunk.length}`;
+    throw new JobError("bad_input", `the input blob is not UTF-8: ${where}`);
+  }
+}
+
+/**
+ * Where the word `text` may end in starts: after its last character that
+ * is neither alphanumeric nor an apostrophe (0 if there is none).
+ *
+ * @param {string} text
+ */
+function wordTailStart(text) {
+  let i = text.length;
+  while (i > 0) {
+    let cp = text.charCodeAt(i - 1);
+    let len = 1;
+    if (cp >= 0xdc00 && cp <= 0xdfff && i >= 2) {
+      const high = text.charCodeAt(i - 2);
+      if (high >= 0xd800 && high <= 0xdbff) {
+        cp = /** @type {number} */ (text.codePointAt(i - 2));
+        len = 2;
+      }
+    }
+    if (cp !== 0x27 && !inRanges(RANGES, cp)) {
+      return i;
+    }
+    i -= len;
+  }
+  return 0;
+}
+
+/**
+ * Writes every word and its count to the output blob COUNTS_BLOB, a
+ * `word\tcount\n` line each, by count descending then word ascending (code
+ * point order), as the top list is sorted.
+ *
+ * @param {Map<string, number>} counts
+ */
+function writeCounts(counts) {
+  const sorted = [...counts].sort(([a, m], [b, n]) => n - m || compareCodePoints(a, b));
+  const out = blobs.create(COUNTS_BLOB);
+  let batch = "";
+  for (let i = 0; i < sorted.length; i++) {
+    batch += `${sorted[i][0]}\t${sorted[i][1]}\n`;
+    if (batch.length >= WRITE_BATCH_LEN) {
+      out.write(batch);
+      batch = "";
+    }
+  }
+  out.write(batch);
+  out.close();
+}
 
 /**
  * Where the chunk of `text` from `start` ends: at a space or line break (both

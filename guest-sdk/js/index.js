@@ -67,6 +67,28 @@
 // another machine, reads back with `resumeState()`; `checkpointJson` and
 // `resumeJson` do the same with JSON.
 //
+// Blobs
+//
+// Large data comes and goes as streams, not as the input and output bytes:
+// `blobs.inputs()` lists the blobs the job was given (`input` for its own
+// input blob, `PARENT/OUTPUT` for outputs of its DAG parents), and
+// `blobs.open(name)` reads one a chunk at a time:
+//
+//     for await (const chunk of blobs.open("input")) { ... }   // Uint8Array
+//
+// `blobs.create(name)` writes an output blob, kept when the job succeeds:
+//
+//     const out = blobs.create("counts.tsv");
+//     out.write(`${word}\t${count}\n`);                        // or bytes
+//
+// However large the blob, the SDK holds one chunk of it at a time: a read
+// returns at most 64 KiB, and writes are buffered 4 KiB at a time (the
+// most wasi:io takes at once). An output still open when the job function
+// returns is flushed and closed then. A blob the node refuses (no input of
+// that name, a bad output name) throws a BlobError, a JobError with code
+// `blob_open_failed` or `blob_create_failed`; a read or write that fails
+// throws one with code `io_error`.
+//
 // Execution model
 //
 // A job may run more than once: cohort retries attempts whose worker died or
@@ -105,7 +127,8 @@
 // * A returned Promise that never settles stops the job with a trap.
 // * Error stacks name lines of the bundle esbuild made, not of the source.
 
-import * as host from "cohort:job/host@0.1.0";
+import * as host from "cohort:job/host@0.2.0";
+import * as blobHost from "cohort:job/blobs@0.2.0";
 
 /** The log levels, least severe first. */
 const LEVELS = ["trace", "debug", "info", "warn", "error"];
@@ -178,8 +201,9 @@ job.json = function json(fn) {
 
 /**
  * The component's `run`: decodes the input, calls `fn`, encodes its result
- * (awaiting it if it is a Promise) and turns every failure into the WIT
- * `job-error` record, which componentize-js returns as the `err` case.
+ * (awaiting it if it is a Promise), closes the output blobs `fn` left open
+ * and turns every failure into the WIT `job-error` record, which
+ * componentize-js returns as the `err` case.
  *
  * @param {(input: any) => unknown} fn
  * @param {string} name
@@ -197,13 +221,13 @@ function wrap(fn, name, decode, encode) {
     try {
       result = fn(decode(input));
     } catch (thrown) {
-      throw toJobError(thrown);
+      throw fail(thrown);
     }
     if (isThenable(result)) {
       return Promise.resolve(result).then(
         (value) => finish(value, encode),
         (thrown) => {
-          throw toJobError(thrown);
+          throw fail(thrown);
         },
       );
     }
@@ -212,15 +236,31 @@ function wrap(fn, name, decode, encode) {
 }
 
 /**
+ * The job's output: `value` encoded, once every output blob still open is
+ * flushed and closed (a write that fails there fails the job).
+ *
  * @param {unknown} value
  * @param {(value: unknown) => Uint8Array} encode
  */
 function finish(value, encode) {
   try {
-    return encode(value);
+    const output = encode(value);
+    closeWriters();
+    return output;
   } catch (thrown) {
-    throw toJobError(thrown);
+    throw fail(thrown);
   }
+}
+
+/**
+ * The job error of a failed job, its open outputs dropped unwritten: the
+ * node discards a failed attempt's outputs anyway.
+ *
+ * @param {unknown} thrown
+ */
+function fail(thrown) {
+  abandonWriters();
+  return toJobError(thrown);
 }
 
 /** @param {Uint8Array} bytes */
@@ -587,4 +627,540 @@ export function resumeJson() {
   } catch (error) {
     throw new JobError("bad_checkpoint", `cannot decode checkpoint: ${messageOf(error)}`);
   }
+}
+
+// ---------------------------------------------------------------- blobs
+
+/**
+ * The most bytes one read asks of the node: the largest chunk a BlobReader
+ * returns, and so what reading costs in memory.
+ */
+const READ_BYTES_MAX = 64 * 1024;
+
+/**
+ * The most bytes wasi:io's blocking-write-and-flush takes at once: the size
+ * of a BlobWriter's buffer and of each write it hands to the node.
+ */
+const WRITE_BYTES_MAX = 4096;
+
+/**
+ * How many empty reads in a row a BlobReader takes before it gives up. A
+ * blocking read returns at least one byte unless the stream has ended, so
+ * one empty read is odd and a thousand a broken stream.
+ */
+const EMPTY_READS_MAX = 1000;
+
+/** The largest offset a WIT u64 holds. */
+const U64_MAX = (1n << 64n) - 1n;
+
+/** Vouches that a BlobReader or BlobWriter is made by this module. */
+const INTERNAL = Symbol("cohort-job internal");
+
+/** How a BlobWriter is dropped without writing what it still buffers. */
+const DROP = Symbol("drop");
+
+/**
+ * The method by which the component's bindings drop a resource (the
+ * stream's handle on the node), as componentize-js names it.
+ */
+const DISPOSE = Symbol.dispose || Symbol.for("dispose");
+
+/** The BlobWriters not yet closed, closed when the job function returns. */
+const openWriters = new Set();
+
+/**
+ * Why a blob could not be read or written: a JobError whose code says what
+ * failed, with the blob's name. Uncaught, it fails the job with that code.
+ *
+ * * `blob_open_failed`: `blobs.open` was refused (no input of that name,
+ *   or an offset past its end);
+ * * `blob_create_failed`: `blobs.create` was refused (a bad name, or more
+ *   outputs than a job may have);
+ * * `io_error`: a read or write failed, or the reader or writer was closed.
+ */
+export class BlobError extends JobError {
+  /**
+   * @param {"open" | "create" | "read" | "write"} operation what failed
+   * @param {string} blob the blob's name
+   * @param {string} message a human-readable explanation, naming the blob
+   * @param {{ cause?: unknown }} [options]
+   */
+  constructor(operation, blob, message, options) {
+    super(BLOB_ERROR_CODES[operation] ?? "io_error", message, options);
+    this.name = "BlobError";
+    /** What failed: `"open"`, `"create"`, `"read"` or `"write"`. */
+    this.operation = operation;
+    /** The name of the blob it failed on. */
+    this.blob = String(blob);
+  }
+}
+
+/** The JobError code of each failed blob operation. */
+const BLOB_ERROR_CODES = {
+  open: "blob_open_failed",
+  create: "blob_create_failed",
+  read: "io_error",
+  write: "io_error",
+};
+
+/**
+ * Reads an input blob a chunk at a time: `read()` returns the next chunk
+ * (a Uint8Array of at most 64 KiB) or `undefined` at the blob's end. It is
+ * also iterable (`for` and `for await`) and `stream()` makes it a web
+ * ReadableStream. Reads block until the node has bytes; only one chunk is
+ * held at a time. Made by `blobs.open`.
+ */
+export class BlobReader {
+  /** The stream on the node; undefined once closed. */
+  #stream;
+  /** Whether the stream ended (rather than being closed early). */
+  #ended = false;
+
+  /**
+   * @param {symbol} token
+   * @param {string} name
+   * @param {any} stream
+   * @param {number} position
+   */
+  constructor(token, name, stream, position) {
+    if (token !== INTERNAL) {
+      throw new TypeError("a BlobReader comes from blobs.open()");
+    }
+    /** The input blob's name. */
+    this.name = name;
+    /**
+     * The blob's offset of the next byte this reader returns: where it was
+     * opened plus what was read since. Checkpoint it, and a retry can go
+     * on from there with `blobs.open(name, { offset })`.
+     */
+    this.position = position;
+    this.#stream = stream;
+  }
+
+  /**
+   * The next chunk of the blob, at most `maxBytes` long (at most 64 KiB
+   * whatever it asks), or `undefined` at the blob's end. Throws a
+   * BlobError (`io_error`) if the read fails or the reader was closed.
+   *
+   * @param {number} [maxBytes]
+   * @returns {Uint8Array | undefined}
+   */
+  read(maxBytes = READ_BYTES_MAX) {
+    if (!Number.isInteger(maxBytes) || maxBytes < 1) {
+      throw new RangeError(`read() takes a positive whole number of bytes, not ${describeValue(maxBytes)}`);
+    }
+    const len = Math.min(maxBytes, READ_BYTES_MAX);
+    for (let empty = 0; empty < EMPTY_READS_MAX; empty++) {
+      if (this.#stream === undefined) {
+        if (this.#ended) {
+          return undefined;
+        }
+        throw new BlobError("read", this.name, `the input blob ${quote(this.name)} is closed`);
+      }
+      let chunk;
+      try {
+        chunk = this.#stream.blockingRead(BigInt(len));
+      } catch (thrown) {
+        const detail = streamErrorDetail(payloadOf(thrown));
+        this.#ended = detail === undefined;
+        this.close();
+        if (this.#ended) {
+          return undefined;
+        }
+        throw new BlobError(
+          "read",
+          this.name,
+          `reading the input blob ${quote(this.name)} failed at byte ${this.position}: ${detail}`,
+        );
+      }
+      if (chunk.length > len) {
+        // Keeping the extra bytes would make `position` a lie; dropping them
+        // would lose data.
+        this.close();
+        throw new BlobError(
+          "read",
+          this.name,
+          `reading the input blob ${quote(this.name)}: the node returned ${chunk.length} bytes for a read of at most ${len}`,
+        );
+      }
+      if (chunk.length > 0) {
+        this.position += chunk.length;
+        return chunk;
+      }
+    }
+    this.close();
+    throw new BlobError(
+      "read",
+      this.name,
+      `reading the input blob ${quote(this.name)}: the node returned no bytes ${EMPTY_READS_MAX} times in a row`,
+    );
+  }
+
+  /**
+   * Lets go of the blob's stream on the node. Reading on throws a
+   * BlobError, unless the blob had ended (then reads return `undefined`).
+   * Leaving a `for` loop over the reader closes it. Closing twice is fine.
+   */
+  close() {
+    const stream = this.#stream;
+    this.#stream = undefined;
+    stream?.[DISPOSE]?.();
+  }
+
+  /** The chunks to the blob's end; leaving the loop early closes the reader. */
+  *[Symbol.iterator]() {
+    try {
+      for (let chunk; (chunk = this.read()) !== undefined; ) {
+        yield chunk;
+      }
+    } finally {
+      this.close();
+    }
+  }
+
+  /** The same chunks, for `for await`. */
+  async *[Symbol.asyncIterator]() {
+    yield* this[Symbol.iterator]();
+  }
+
+  /**
+   * The rest of the blob as a web ReadableStream of Uint8Array chunks
+   * (which reads only when asked: it holds no chunk ahead), for
+   * `pipeThrough(new DecompressionStream("gzip"))` and the like. Cancelling
+   * it closes the reader.
+   *
+   * @returns {ReadableStream<Uint8Array>}
+   */
+  stream() {
+    if (typeof ReadableStream !== "function") {
+      throw new TypeError("this engine has no ReadableStream: iterate the reader instead");
+    }
+    return new ReadableStream(
+      {
+        pull: (controller) => {
+          const chunk = this.read();
+          if (chunk === undefined) {
+            controller.close();
+          } else {
+            controller.enqueue(chunk);
+          }
+        },
+        cancel: () => this.close(),
+      },
+      { highWaterMark: 0 },
+    );
+  }
+}
+
+/**
+ * Writes an output blob: `write(chunk)` takes bytes or a string (written as
+ * UTF-8), `close()` ends the output, and `stream()` makes it a web
+ * WritableStream. Writes are buffered up to 4 KiB, the most wasi:io takes
+ * at once, and each full buffer goes to the node, which keeps the output
+ * when the job succeeds. A writer still open when the job function
+ * returns is flushed and closed then. Made by `blobs.create`.
+ */
+export class BlobWriter {
+  /** The stream on the node; undefined once closed. */
+  #stream;
+  /** Bytes written but not yet handed to the node: #buffered of them. */
+  #buffer = new Uint8Array(WRITE_BYTES_MAX);
+  #buffered = 0;
+
+  /**
+   * @param {symbol} token
+   * @param {string} name
+   * @param {any} stream
+   */
+  constructor(token, name, stream) {
+    if (token !== INTERNAL) {
+      throw new TypeError("a BlobWriter comes from blobs.create()");
+    }
+    /** The output blob's name. */
+    this.name = name;
+    /** How many bytes were written so far (the buffered ones too). */
+    this.written = 0;
+    this.#stream = stream;
+  }
+
+  /**
+   * Writes `chunk`: bytes, or a string, written as UTF-8. Throws a
+   * BlobError (`io_error`) if the writer is closed or the node refuses the
+   * bytes (the job is then failing: past its output ceiling, the node
+   * fails it with `output_too_large`).
+   *
+   * @param {Uint8Array | ArrayBuffer | ArrayBufferView | string} chunk
+   */
+  write(chunk) {
+    const bytes = toChunkBytes(chunk);
+    this.#checkOpen();
+    let at = 0;
+    if (this.#buffered > 0) {
+      at = Math.min(WRITE_BYTES_MAX - this.#buffered, bytes.length);
+      this.#buffer.set(bytes.subarray(0, at), this.#buffered);
+      this.#buffered += at;
+      if (this.#buffered < WRITE_BYTES_MAX) {
+        this.written += bytes.length;
+        return;
+      }
+      this.#send(this.#buffer);
+      this.#buffered = 0;
+    }
+    for (; bytes.length - at >= WRITE_BYTES_MAX; at += WRITE_BYTES_MAX) {
+      this.#send(bytes.subarray(at, at + WRITE_BYTES_MAX));
+    }
+    this.#buffer.set(bytes.subarray(at), 0);
+    this.#buffered = bytes.length - at;
+    this.written += bytes.length;
+  }
+
+  /** Hands the buffered bytes to the node now. */
+  flush() {
+    this.#checkOpen();
+    if (this.#buffered > 0) {
+      this.#send(this.#buffer.subarray(0, this.#buffered));
+      this.#buffered = 0;
+    }
+  }
+
+  /**
+   * Flushes the writer and lets go of its stream: the output is what was
+   * written. Writing on throws a BlobError. Closing twice is fine.
+   */
+  close() {
+    if (this.#stream !== undefined) {
+      this.flush();
+      this[DROP]();
+    }
+  }
+
+  /**
+   * A web WritableStream onto this writer, for `pipeTo`: its chunks are
+   * written as by `write`, and closing or aborting it closes the writer.
+   *
+   * @returns {WritableStream<Uint8Array | ArrayBuffer | ArrayBufferView | string>}
+   */
+  stream() {
+    if (typeof WritableStream !== "function") {
+      throw new TypeError("this engine has no WritableStream: call write() instead");
+    }
+    return new WritableStream({
+      write: (chunk) => this.write(chunk),
+      close: () => this.close(),
+      abort: () => this.close(),
+    });
+  }
+
+  /** Lets go of the stream, without writing what is buffered. */
+  [DROP]() {
+    const stream = this.#stream;
+    this.#stream = undefined;
+    this.#buffered = 0;
+    openWriters.delete(this);
+    stream?.[DISPOSE]?.();
+  }
+
+  #checkOpen() {
+    if (this.#stream === undefined) {
+      throw new BlobError("write", this.name, `the output blob ${quote(this.name)} is closed`);
+    }
+  }
+
+  /**
+   * Hands `bytes` (at most WRITE_BYTES_MAX) to the node, waiting until it
+   * took them; a failed write closes the writer.
+   *
+   * @param {Uint8Array} bytes
+   */
+  #send(bytes) {
+    try {
+      this.#stream.blockingWriteAndFlush(bytes);
+    } catch (thrown) {
+      const detail = streamErrorDetail(payloadOf(thrown));
+      this[DROP]();
+      throw new BlobError(
+        "write",
+        this.name,
+        detail === undefined
+          ? `the output blob ${quote(this.name)} was closed by the node (it was created again, or the job is failing)`
+          : `writing the output blob ${quote(this.name)} failed: ${detail}`,
+      );
+    }
+  }
+}
+
+/**
+ * The blobs this job may read and write. See `blobs.open` and
+ * `blobs.create`, and the Blobs section at the top of this module.
+ */
+export const blobs = Object.freeze({
+  /** The name of the job's own input blob (its `input_blob`). */
+  INPUT: "input",
+
+  /**
+   * The blobs this job may read, in a stable order (`input` first): each
+   * `{ name, digest, size }`, `digest` being its sha256, 64 lowercase hex digits
+   * and `size` a number of bytes (exact up to 2^53 - 1, 8 PiB, as for a
+   * web Blob). Empty when the job was given none.
+   *
+   * @returns {{ name: string, digest: string, size: number }[]}
+   */
+  inputs() {
+    return blobHost.inputs().map(({ name, digest, size }) => ({ name, digest, size: Number(size) }));
+  },
+
+  /**
+   * The input blob `name` as `inputs()` lists it, or `undefined` if the job
+   * was given none of that name.
+   *
+   * @param {string} name
+   */
+  input(name) {
+    const wanted = String(name);
+    return blobs.inputs().find((blob) => blob.name === wanted);
+  },
+
+  /**
+   * Opens the input blob `name` for reading from byte `offset` (default 0;
+   * a number or a bigint). Throws a BlobError (`blob_open_failed`) if the
+   * job has no input of that name or `offset` is past its end.
+   *
+   * @param {string} name
+   * @param {{ offset?: number | bigint }} [options]
+   * @returns {BlobReader}
+   */
+  open(name, options = {}) {
+    const blob = String(name);
+    const offset = toOffset(options?.offset ?? 0);
+    let stream;
+    try {
+      stream = blobHost.open(blob, offset);
+    } catch (thrown) {
+      throw new BlobError("open", blob, `cannot open the input blob ${quote(blob)}: ${payloadOf(thrown)}`);
+    }
+    return new BlobReader(INTERNAL, blob, stream, Number(offset));
+  },
+
+  /**
+   * Creates the output blob `name` (1 to 128 ASCII letters, digits, `.`,
+   * `_` and `-`) and returns its writer. Creating a name again starts that
+   * output over (an earlier writer of it is closed without writing what it
+   * buffers). Throws a BlobError (`blob_create_failed`) for a name the
+   * node refuses, or past the number of outputs a job may have.
+   *
+   * @param {string} name
+   * @returns {BlobWriter}
+   */
+  create(name) {
+    const blob = String(name);
+    for (const writer of [...openWriters]) {
+      if (writer.name === blob) {
+        writer[DROP]();
+      }
+    }
+    let stream;
+    try {
+      stream = blobHost.create(blob);
+    } catch (thrown) {
+      throw new BlobError("create", blob, `cannot create the output blob ${quote(blob)}: ${payloadOf(thrown)}`);
+    }
+    const writer = new BlobWriter(INTERNAL, blob, stream);
+    openWriters.add(writer);
+    return writer;
+  },
+});
+
+/** Flushes and closes every writer still open (when the job returns). */
+function closeWriters() {
+  for (const writer of [...openWriters]) {
+    writer.close();
+  }
+}
+
+/** Drops every writer still open, unwritten (when the job fails). */
+function abandonWriters() {
+  for (const writer of [...openWriters]) {
+    writer[DROP]();
+  }
+}
+
+/**
+ * The `err` value of a failed call into the node (componentize-js throws
+ * it as the `payload` of an Error); anything else thrown is rethrown.
+ *
+ * @param {unknown} thrown
+ * @returns {any}
+ */
+function payloadOf(thrown) {
+  if (thrown !== null && typeof thrown === "object" && "payload" in thrown) {
+    return thrown.payload;
+  }
+  throw thrown;
+}
+
+/**
+ * What a wasi:io stream-error says: `undefined` for `closed` (the end of
+ * an input, an output the node closed), else the node's explanation.
+ *
+ * @param {any} error
+ * @returns {string | undefined}
+ */
+function streamErrorDetail(error) {
+  if (error?.tag === "closed") {
+    return undefined;
+  }
+  if (error?.tag === "last-operation-failed") {
+    try {
+      return String(error.val.toDebugString());
+    } finally {
+      error.val[DISPOSE]?.();
+    }
+  }
+  return `unexpected stream error ${describeValue(error?.tag ?? error)}`;
+}
+
+/**
+ * A blob offset as the WIT u64: a whole number or bigint from 0 up.
+ *
+ * @param {unknown} offset
+ * @returns {bigint}
+ */
+function toOffset(offset) {
+  if (typeof offset === "bigint" && offset >= 0n && offset <= U64_MAX) {
+    return offset;
+  }
+  if (typeof offset === "number" && Number.isSafeInteger(offset) && offset >= 0) {
+    return BigInt(offset);
+  }
+  if (typeof offset !== "bigint" && typeof offset !== "number") {
+    throw new TypeError(`the offset of blobs.open() is a number or a bigint, not ${describeType(offset)}`);
+  }
+  throw new RangeError(`the offset of blobs.open() is a whole number of bytes from 0, not ${describeValue(offset)}`);
+}
+
+/**
+ * A chunk to write as bytes: strings as UTF-8.
+ *
+ * @param {unknown} chunk
+ * @returns {Uint8Array}
+ */
+function toChunkBytes(chunk) {
+  if (typeof chunk === "string") {
+    return ENCODER.encode(chunk);
+  }
+  if (chunk instanceof Uint8Array) {
+    return chunk;
+  }
+  if (chunk instanceof ArrayBuffer) {
+    return new Uint8Array(chunk);
+  }
+  if (ArrayBuffer.isView(chunk)) {
+    return new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  }
+  throw new TypeError(`write() takes bytes or a string, not ${describeType(chunk)}`);
+}
+
+/** A blob name in a message: JSON-quoted, so odd characters show. @param {string} name */
+function quote(name) {
+  return JSON.stringify(name);
 }

@@ -65,6 +65,14 @@
 //! on another machine, reads back with [`resume_state`]: a long job that
 //! checkpoints does not start over when its worker dies.
 //!
+//! # Blobs
+//!
+//! [`blobs`] reads the large data a job was given and writes its own, as
+//! streams ([`std::io::Read`], [`std::io::Write`]): `blobs::open(blobs::INPUT)`
+//! for the job's input blob, `blobs::create("out.csv")` for an output, kept
+//! as a blob when the job succeeds. Memory stays bounded however large the
+//! data.
+//!
 //! # Outbound HTTP
 //!
 //! [`http`] makes blocking HTTP(S) calls (`http::get`, `http::post`,
@@ -91,13 +99,23 @@ use std::fmt;
 /// Marks the function that is this component's job. See the crate docs.
 pub use cohort_guest_macros::job;
 
+pub mod blobs;
 pub mod http;
 
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../wit/job.wit",
-        world: "job",
+        // `job.wit` alone, with the one package it uses: `wit/` as a
+        // directory would also hold `master.wit`, another package.
+        path: ["../wit/deps/io.wit", "../wit/job.wit"],
+        world: "cohort:job/job@0.2.0",
+        // `wasi:io` is the `wasip2` crate's, as for `http`: one binding of
+        // each stream type in a job, whichever part of it uses them.
+        with: {
+            "wasi:io/error@0.2.12": ::wasip2::io::error,
+            "wasi:io/poll@0.2.12": ::wasip2::io::poll,
+            "wasi:io/streams@0.2.12": ::wasip2::io::streams,
+        },
         pub_export_macro: true,
         export_macro_name: "__export_job",
         default_bindings_module: "::cohort_guest::bindings",
@@ -139,6 +157,14 @@ impl fmt::Display for JobError {
 }
 
 impl std::error::Error for JobError {}
+
+/// A failed read or write (of a [`blobs`] stream, say) fails the job with
+/// the code `io_error`, so that `?` works on it in a `#[job]` function.
+impl From<std::io::Error> for JobError {
+    fn from(error: std::io::Error) -> Self {
+        JobError::new("io_error", error.to_string())
+    }
+}
 
 /// A value carried as JSON: as an input it is parsed from the input bytes,
 /// as an output it is serialized into the output bytes.
@@ -378,6 +404,18 @@ mod tests {
         assert_eq!(
             (err.code.as_str(), err.message.as_str()),
             ("negative", "x must be >= 0")
+        );
+    }
+
+    #[test]
+    fn io_errors_fail_the_job_as_io_error() {
+        fn job() -> Result<(), JobError> {
+            Err(std::io::Error::other("disk on fire"))?;
+            Ok(())
+        }
+        assert_eq!(
+            job().unwrap_err(),
+            JobError::new("io_error", "disk on fire")
         );
     }
 

@@ -49,6 +49,10 @@ const PYTHON_REQUIREMENTS: &str = include_str!("../../guest-sdk/python/toolchain
 /// The npm manifest and lock file of the JavaScript toolchain.
 const JS_TOOLCHAIN_MANIFEST: &str = include_str!("../../guest-sdk/js/toolchain/package.json");
 const JS_TOOLCHAIN_LOCK: &str = include_str!("../../guest-sdk/js/toolchain/package-lock.json");
+/// The WIT directory JavaScript jobs are built against: `job.wit` and, in
+/// `deps/`, the `wasi:io` its `blobs` interface uses. componentize-js
+/// reads a WIT file's dependencies only when given its directory.
+const JS_WIT_DIR: &str = "wit";
 /// The job world every component is built against.
 const JOB_WIT: &str = include_str!("../../wit/job.wit");
 
@@ -62,13 +66,14 @@ const PYTHON_WIT_DIR: &str = "python-wit";
 /// without these componentize-py would name neither so (the SDK imports
 /// `wit_world.imports.types` and `wit_world.imports.http_types`).
 const PYTHON_INTERFACE_NAMES: &[&str] = &[
-    "cohort:job/types@0.1.0=types",
+    "cohort:job/types@0.2.0=types",
     "wasi:http/types@0.2.12=http_types",
 ];
 
 /// The guest SDK files written next to the toolchains: (path, contents).
 const SDK_FILES: &[(&str, &str)] = &[
     ("wit/job.wit", JOB_WIT),
+    ("wit/deps/io.wit", include_str!("../../wit/deps/io.wit")),
     (
         "python-wit/job.wit",
         include_str!("../../guest-sdk/python/wit/job.wit"),
@@ -80,7 +85,7 @@ const SDK_FILES: &[(&str, &str)] = &[
     ),
     (
         "python-wit/deps/io.wit",
-        include_str!("../../guest-sdk/python/wit/deps/io.wit"),
+        include_str!("../../wit/deps/io.wit"),
     ),
     (
         "python-wit/deps/clocks.wit",
@@ -93,6 +98,10 @@ const SDK_FILES: &[(&str, &str)] = &[
     (
         "python/cohort_job/http.py",
         include_str!("../../guest-sdk/python/cohort_job/http.py"),
+    ),
+    (
+        "python/cohort_job/blobs.py",
+        include_str!("../../guest-sdk/python/cohort_job/blobs.py"),
     ),
     (
         "python/cohort_job/py.typed",
@@ -123,6 +132,22 @@ const SDK_FILES: &[(&str, &str)] = &[
     (
         "js/types/interfaces/cohort-job-types.d.ts",
         include_str!("../../guest-sdk/js/types/interfaces/cohort-job-types.d.ts"),
+    ),
+    (
+        "js/types/interfaces/cohort-job-blobs.d.ts",
+        include_str!("../../guest-sdk/js/types/interfaces/cohort-job-blobs.d.ts"),
+    ),
+    (
+        "js/types/interfaces/wasi-io-error.d.ts",
+        include_str!("../../guest-sdk/js/types/interfaces/wasi-io-error.d.ts"),
+    ),
+    (
+        "js/types/interfaces/wasi-io-poll.d.ts",
+        include_str!("../../guest-sdk/js/types/interfaces/wasi-io-poll.d.ts"),
+    ),
+    (
+        "js/types/interfaces/wasi-io-streams.d.ts",
+        include_str!("../../guest-sdk/js/types/interfaces/wasi-io-streams.d.ts"),
     ),
 ];
 
@@ -547,7 +572,7 @@ fn build_js(project: &Path, output: Option<&Path>, toolchains: &Path) -> anyhow:
         .current_dir(scratch.path())
         .arg(&bundle)
         .arg("--wit")
-        .arg(sdk.join("wit/job.wit"))
+        .arg(sdk.join(JS_WIT_DIR))
         .args(["-n", "job", "-d"])
         .args(disabled)
         .arg("-o")

@@ -87,6 +87,21 @@ retry of the same job, possibly on another machine, reads back with
 worker dies. ``checkpoint_json`` and ``resume_json`` do the same for JSON
 values.
 
+Blobs
+=====
+
+A job can also be given blobs, data of any size kept by the cluster under
+their sha256 digest, and write blobs of its own (its outputs). They are
+streams, read and written a piece at a time, so a job with little memory
+can process data of any size: :mod:`cohort_job.blobs` lists them
+(``blobs.inputs()``), opens one as a binary file object
+(``blobs.open("input")``; wrap it in ``io.TextIOWrapper(...,
+encoding="utf-8")`` for text) and creates outputs
+(``blobs.create("counts.tsv")``). A failure is a ``BlobError``, a
+``JobError`` whose code (``blob_open_failed``, ``blob_create_failed``,
+``io_error``) fails the job if left uncaught. Outputs left open
+are flushed and closed when the job function returns.
+
 Execution model
 ===============
 
@@ -95,7 +110,8 @@ or whose deadline passed), so it should be idempotent: the same input gives
 the same output. It runs with no filesystem, no sockets and no environment
 variables, under memory and time limits set by the node (``cohort exec``
 defaults to 256 MiB and 60 s). It may call the HTTP(S) endpoints the
-operator granted its deployment name, with :mod:`cohort_job.http`.
+operator granted its deployment name, with :mod:`cohort_job.http`, and
+read and write blobs with :mod:`cohort_job.blobs`.
 
 The module's top-level code runs once, at build time, and what it leaves in
 memory is saved in the component: tables computed at import time cost
@@ -116,8 +132,10 @@ Testing
 The package also imports in plain CPython, outside a build: ``@job`` returns
 the function unchanged, so tests can call it directly, and
 ``call(run, b"...")`` returns the bytes the built module would return (or
-raises its :class:`JobError`). There, logs and progress go to stderr and
-checkpoints stay in memory.
+raises its :class:`JobError`). There, logs and progress go to stderr,
+checkpoints stay in memory, and blobs are ``cohort_job.blobs.local``'s: a
+test adds inputs with ``blobs.local.add_input("input", data)`` and reads
+what the job wrote in ``blobs.local.outputs``.
 """
 
 from __future__ import annotations
@@ -140,6 +158,7 @@ except ImportError:  # Plain CPython: unit tests of a job, run without cohort.
 
 __all__ = [
     "JobError",
+    "blobs",
     "call",
     "checkpoint",
     "checkpoint_json",
@@ -157,7 +176,7 @@ __all__ = [
     "warn",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: The input and output forms ``@job`` accepts.
 FORMS = ("bytes", "text", "json")
@@ -426,7 +445,14 @@ def call(fn: Callable[[Any], Any], data: bytes) -> bytes:
 def _call(fn: Callable[[Any], Any], data: bytes, input: str, output: str) -> bytes:
     try:
         value = _decode_input(input, bytes(data))
-        return _encode_output(output, _invoke(fn, value))
+        encoded = _encode_output(output, _invoke(fn, value))
+        # Outputs the job left open get their last bytes to the node before
+        # it is told the job succeeded; a failure there fails the job.
+        _invoke(blobs._close_outputs, True)
+        return encoded
+    except BaseException:
+        blobs._close_outputs(False)  # A failed attempt's outputs are discarded.
+        raise
     finally:
         _flush()
 
@@ -509,6 +535,6 @@ def job(fn: Optional[F] = None, *, input: str = "bytes", output: str = "bytes") 
 
 
 # Imported here, at build time with the rest of the SDK, so that
-# `cohort_job.http` works in a job whether it imports the submodule or only
-# the package.
-from . import http  # noqa: E402
+# `cohort_job.http` and `cohort_job.blobs` work in a job whether it imports
+# the submodule or only the package.
+from . import blobs, http  # noqa: E402

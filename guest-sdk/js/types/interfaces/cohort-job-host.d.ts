@@ -1,5 +1,5 @@
 /// <reference path="./cohort-job-types.d.ts" />
-declare module 'cohort:job/host@0.1.0' {
+declare module 'cohort:job/host@0.2.0' {
   /**
    * Appends one line to the job's log. Logs are bounded per job: past the
    * limit, lines are dropped and the log ends with a truncation marker.
@@ -29,5 +29,5 @@ declare module 'cohort:job/host@0.1.0' {
    * readable.
    */
   export function secret(name: string): string | undefined;
-  export type Level = import('cohort:job/types@0.1.0').Level;
+  export type Level = import('cohort:job/types@0.2.0').Level;
 }

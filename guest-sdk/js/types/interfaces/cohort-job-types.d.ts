@@ -1,4 +1,4 @@
-declare module 'cohort:job/types@0.1.0' {
+declare module 'cohort:job/types@0.2.0' {
   /**
    * Why a job failed, as told by the job itself.
    */
