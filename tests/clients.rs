@@ -288,6 +288,7 @@ fn suite_env(command: &mut Command) -> &mut Command {
         .env("COHORT_OPENAPI_JSON", root().join("clients/openapi.json"))
         .env("COHORT_ECHO_WASM", guest("fixture_echo"))
         .env("COHORT_TRAP_WASM", guest("fixture_trap"))
+        .env("COHORT_WORDCOUNT_WASM", guest("wordcount"))
         .env_remove("COHORT_LOG")
 }
 

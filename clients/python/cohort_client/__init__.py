@@ -17,7 +17,7 @@ error type, `CohortError`.
 
 from ._async import AsyncBlobReader, AsyncClient, AsyncJob
 from ._blobs import BlobInfo
-from ._core import __version__
+from ._core import OutputBlob, __version__
 from ._sync import BlobReader, Client, Job
 from .errors import CohortError, JobFailed, WaitTimeout
 
@@ -31,6 +31,7 @@ __all__ = [
     "CohortError",
     "Job",
     "JobFailed",
+    "OutputBlob",
     "WaitTimeout",
     "__version__",
 ]

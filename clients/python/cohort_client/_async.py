@@ -27,7 +27,18 @@ import httpx
 
 from . import _blobs, _core
 from ._blobs import BlobInfo, BodySource, PartFile, ReadWindow, WindowFacts
-from ._core import BATCHES_IN_FLIGHT, WAIT_SLOTS, BatchQueue, JobCore, Module, Pending, Settings, WaitBook
+from ._core import (
+    BATCHES_IN_FLIGHT,
+    WAIT_SLOTS,
+    BatchQueue,
+    InputBlob,
+    JobCore,
+    Module,
+    OutputBlob,
+    Pending,
+    Settings,
+    WaitBook,
+)
 from ._plans import Plan, Plans, Send, Work, awaiting
 from .errors import CohortError, WaitTimeout
 
@@ -82,8 +93,18 @@ class AsyncJob(JobCore):
         """The output as UTF-8 text."""
         return (await self.result(timeout)).decode("utf-8")
 
+    async def outputs(self, timeout: Optional[float] = None) -> List[OutputBlob]:
+        """The output blobs the job wrote, once it succeeded; as
+        `Job.outputs`."""
+        try:
+            await asyncio.wait_for(self._done.wait(), timeout)
+        except asyncio.TimeoutError:
+            raise WaitTimeout(timeout or 0.0) from None
+        return self._settled_outputs()
+
     async def status(self) -> Dict[str, Any]:
-        """The job as ``GET /v1/jobs/{id}`` shows it."""
+        """The job as ``GET /v1/jobs/{id}`` shows it; as `Job.status`
+        (``input_blob`` and ``outputs`` included)."""
         return await self._client._run(self._client._plans.job_view("GET", await self.id))
 
     async def cancel(self) -> Dict[str, Any]:
@@ -160,6 +181,7 @@ class AsyncClient:
         module: Module,
         input: Any = None,
         *,
+        input_blob: Optional[InputBlob] = None,
         timeout_ms: Optional[int] = None,
         memory_bytes: Optional[int] = None,
         max_attempts: Optional[int] = None,
@@ -173,12 +195,14 @@ class AsyncClient:
         after: Optional[Sequence[int]] = None,
         egress: Optional[Any] = None,
     ) -> AsyncJob:
-        """Queue a job and return its handle at once; as `Client.submit`."""
+        """Queue a job and return its handle at once; as `Client.submit`
+        (``input_blob`` included)."""
         key, body = await self._run(
             self._plans.submission(
                 module,
                 input,
                 idempotency_key,
+                input_blob=input_blob,
                 timeout_ms=timeout_ms,
                 memory_bytes=memory_bytes,
                 max_attempts=max_attempts,
@@ -210,17 +234,20 @@ class AsyncClient:
         inputs: Iterable[Any],
         *,
         timeout: Optional[float] = None,
+        input_blob: Optional[InputBlob] = None,
         timeout_ms: Optional[int] = None,
         memory_bytes: Optional[int] = None,
         max_attempts: Optional[int] = None,
         priority: Optional[int] = None,
     ) -> List[bytes]:
-        """Run ``module`` on every input; the outputs, in order; as `Client.map`."""
+        """Run ``module`` on every input; the outputs, in order; as
+        `Client.map` (``input_blob`` included)."""
         named = await self._run(self._plans.named(module))
         jobs = [
             await self.submit(
                 named,
                 item,
+                input_blob=input_blob,
                 timeout_ms=timeout_ms,
                 memory_bytes=memory_bytes,
                 max_attempts=max_attempts,

@@ -22,12 +22,15 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Deque, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 import httpx
 
 from ._codes import ERROR_CODES
 from .errors import CohortError, JobFailed
+
+if TYPE_CHECKING:
+    from ._blobs import BlobInfo
 
 __version__ = "0.1.0"
 
@@ -456,6 +459,61 @@ def local_digest(data: bytes) -> str:
 
 
 @dataclass(frozen=True)
+class OutputBlob:
+    """A blob a job wrote (its SDK's ``blobs.create(name)``), kept by the
+    cluster once the job succeeded: download it with `Client.open_blob` or
+    `Client.get_blob_to_file` by its ``digest``, or give it to another job
+    as its ``input_blob``."""
+
+    #: The name the job gave it (``counts.tsv``).
+    name: str
+    #: The sha256 of its bytes, 64 lowercase hex digits.
+    digest: str
+    #: Its size in bytes.
+    bytes: int
+
+
+#: A job's input blob, as a submission takes it: a digest (64 hex digits,
+#: either case, optionally ``sha256:``-prefixed), or anything with a
+#: ``digest``: the `BlobInfo` that `Client.put_blob` returns, or another
+#: job's `OutputBlob`.
+InputBlob = Union[str, "BlobInfo", OutputBlob]
+
+
+def input_blob_digest(blob: InputBlob) -> str:
+    """What a submission's ``input_blob`` sends: a string as it is given
+    (the node checks it: ``invalid_job`` if it is not a digest,
+    ``blob_not_found`` if the cluster has no such blob), or the
+    ``digest`` of a `BlobInfo` or an `OutputBlob`."""
+    if isinstance(blob, str):
+        return blob
+    digest = getattr(blob, "digest", None)
+    if not isinstance(digest, str):
+        raise TypeError(f"an input blob is a digest or a BlobInfo, not {type(blob).__name__}")
+    return digest
+
+
+def output_blobs_of(value: Any, job_id: Any) -> Tuple[OutputBlob, ...]:
+    """The ``outputs`` of a job's answer (absent: none), checked."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise bad_answer(f"job {job_id}'s outputs are not a list: {value!r}")
+    blobs: List[OutputBlob] = []
+    for item in value:
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("name"), str)
+            or not isinstance(item.get("digest"), str)
+            or not isinstance(item.get("bytes"), int)
+            or isinstance(item.get("bytes"), bool)
+        ):
+            raise bad_answer(f"job {job_id}'s output blob is not {{name, digest, bytes}}: {item!r}")
+        blobs.append(OutputBlob(item["name"], item["digest"], item["bytes"]))
+    return tuple(blobs)
+
+
+@dataclass(frozen=True)
 class Finished:
     """A finished job, as ``POST /v1/jobs/wait`` lists it."""
 
@@ -464,6 +522,8 @@ class Finished:
     error: Optional[CohortError]
     output: Optional[bytes]
     output_bytes: Optional[int]
+    #: The output blobs it wrote, when it succeeded, in creation order.
+    outputs: Tuple[OutputBlob, ...] = ()
 
 
 class Signal(Protocol):
@@ -542,12 +602,22 @@ class JobCore:
     def _settled_output(self) -> Optional[bytes]:
         """The output of a finished job; ``None`` when it must be fetched
         (too large to come inline). Raises why the job has none."""
+        self._succeeded()
+        return self._output
+
+    def _settled_outputs(self) -> List[OutputBlob]:
+        """The output blobs of a finished job (none: empty). Raises why
+        the job has none, as `_settled_output`."""
+        return list(self._succeeded().outputs)
+
+    def _succeeded(self) -> Finished:
+        """The finished job's report, if it succeeded; raises why not."""
         if self._failure is not None:
             raise self._failure
         finished = self._finished
         assert finished is not None
         if finished.state == "succeeded":
-            return self._output
+            return finished
         if finished.state == "unknown":
             error = finished.error or CohortError("job_not_found", f"no job {finished.id}")
             raise CohortError(error.code, error.message, None, False)
@@ -675,6 +745,7 @@ def job_body(
     module: str,
     input: Any,
     *,
+    input_blob: Optional[InputBlob] = None,
     timeout_ms: Optional[int] = None,
     memory_bytes: Optional[int] = None,
     max_attempts: Optional[int] = None,
@@ -689,9 +760,11 @@ def job_body(
 ) -> Dict[str, Any]:
     """A job as ``POST /v1/jobs`` takes it (``module``: a digest or a
     deployment's name): bytes go as ``input_base64``, text as ``input``, any
-    other value as ``input_json``. ``egress`` narrows what the job may call
-    to these grants (URL strings or dicts), each within a grant of the
-    deployment it is submitted by."""
+    other value as ``input_json``. ``input_blob`` (see `InputBlob`) goes
+    as the digest of the blob the job reads as a stream, beside any
+    inline input. ``egress`` narrows what the job may call to these grants
+    (URL strings or dicts), each within a grant of the deployment it is
+    submitted by. Options left ``None`` are left out."""
     body: Dict[str, Any] = {"module": module}
     if isinstance(input, (bytes, bytearray, memoryview)):
         body["input_base64"] = base64.b64encode(input).decode("ascii")
@@ -700,6 +773,7 @@ def job_body(
     elif input is not None:
         body["input_json"] = input
     options = (
+        ("input_blob", None if input_blob is None else input_blob_digest(input_blob)),
         ("timeout_ms", timeout_ms),
         ("memory_bytes", memory_bytes),
         ("max_attempts", max_attempts),
@@ -856,6 +930,7 @@ def parse_wait_answer(body: bytes) -> Dict[int, Finished]:
             ),
             output=decoded,
             output_bytes=job.get("output_bytes"),
+            outputs=output_blobs_of(job.get("outputs"), job["id"]),
         )
     return finished
 

@@ -47,6 +47,7 @@ from ._core import (
     Backoff,
     Finished,
     Grant,
+    InputBlob,
     JobCore,
     Module,
     ModuleCache,
@@ -249,6 +250,7 @@ class Plans:
         module: Module,
         input: Any = None,
         *,
+        input_blob: Optional[InputBlob] = None,
         cron: Optional[str] = None,
         timezone: Optional[str] = None,
         every_ms: Optional[int] = None,
@@ -265,11 +267,14 @@ class Plans:
         ``every_ms``; ``overlap`` is ``skip`` (default), ``buffer_one``,
         ``allow_all`` or ``cancel_running``. Returns the schedule, with its
         next ticks (``upcoming``). Each tick fires exactly once. ``module``
-        is as `submit`'s: a deployment's name is resolved at each tick."""
+        is as `submit`'s: a deployment's name is resolved at each tick;
+        ``input_blob`` too: every job fired reads that blob (which must be
+        stored when the schedule is created)."""
         named = yield from self.named(module)
         job = _core.job_body(
             named,
             input,
+            input_blob=input_blob,
             timeout_ms=timeout_ms,
             max_attempts=max_attempts,
             priority=priority,
@@ -328,7 +333,9 @@ class Plans:
         path), ``input``, ``after`` (names of the DAG's jobs it waits for),
         ``after_jobs`` (ids of existing jobs), ``parent_outputs`` (default
         true: the input becomes ``{"input", "parents": [{"id", "name",
-        "output"}]}``) and any option of `submit`. Returns ``{"id", "jobs": [ids in order], "existing"}``;
+        "output", "blobs"}]}``, and the job may read each parent's output
+        blobs as ``PARENT/OUTPUT``) and any option of `submit` (``input_blob`` among
+        them). Returns ``{"id", "jobs": [ids in order], "existing"}``;
         the client makes an idempotency key when none is given, so that a
         retry never makes a second DAG."""
         body_jobs: List[Dict[str, Any]] = []

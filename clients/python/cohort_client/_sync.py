@@ -14,7 +14,18 @@ import httpx
 
 from . import _blobs, _core
 from ._blobs import BlobInfo, BodySource, PartFile, ReadWindow, WindowFacts
-from ._core import BATCHES_IN_FLIGHT, WAIT_SLOTS, BatchQueue, JobCore, Module, Pending, Settings, WaitBook
+from ._core import (
+    BATCHES_IN_FLIGHT,
+    WAIT_SLOTS,
+    BatchQueue,
+    InputBlob,
+    JobCore,
+    Module,
+    OutputBlob,
+    Pending,
+    Settings,
+    WaitBook,
+)
 from ._plans import Plan, Plans, Send, Work, blocking
 from .errors import CohortError, WaitTimeout
 
@@ -66,6 +77,16 @@ class Job(JobCore):
         """The output as UTF-8 text."""
         return self.result(timeout).decode("utf-8")
 
+    def outputs(self, timeout: Optional[float] = None) -> List[OutputBlob]:
+        """The output blobs the job wrote, once it succeeded, in the order it
+        created them (empty if it wrote none), each an `OutputBlob` to download
+        with `Client.open_blob` or `Client.get_blob_to_file`. They come with
+        the waiter's report of the job's end: no request of their own.
+        Raises as `result` does."""
+        if not self._done.wait(timeout):
+            raise WaitTimeout(timeout or 0.0)
+        return self._settled_outputs()
+
     def status(self) -> Dict[str, Any]:
         """The job as ``GET /v1/jobs/{id}`` shows it: state, attempts,
         progress, ``module`` (the digest it runs) and, for a job submitted by
@@ -73,7 +94,12 @@ class Job(JobCore):
         attempt that called out over HTTP(S) lists its ``calls`` (the first
         64, each ``{"method", "origin", "status" or "error", "sent_bytes",
         "received_bytes", "ms"}``; see `Client.grant`) and ``calls_dropped``
-        (how many more it made); both are absent when it made none."""
+        (how many more it made); both are absent when it made none. A job
+        given an input blob shows it as ``input_blob`` (``{"digest",
+        "bytes"}``), and a job that succeeded having written output blobs
+        lists them as ``outputs`` (``[{"name", "digest", "bytes"}]``, in the
+        order it created them, as `outputs` gives them); each is absent
+        when there is none. The dict is the node's JSON, as it came."""
         return self._client._run(self._client._plans.job_view("GET", self.id))
 
     def cancel(self) -> Dict[str, Any]:
@@ -176,6 +202,7 @@ class Client:
         module: Module,
         input: Any = None,
         *,
+        input_blob: Optional[InputBlob] = None,
         timeout_ms: Optional[int] = None,
         memory_bytes: Optional[int] = None,
         max_attempts: Optional[int] = None,
@@ -207,12 +234,23 @@ class Client:
         ``egress`` (URL strings or grant dicts) narrows what the job may
         call to grants within its deployment name's (``invalid_grant`` if
         wider).
+
+        ``input_blob`` is a blob stored in the cluster (`put_blob` and its
+        kin) that the job reads as a stream, as its input blob ``input``
+        (the job SDKs' ``blobs.open("input")``), beside any inline
+        ``input``: its digest (64 hex digits, either case, optionally
+        ``sha256:``-prefixed; sent as given), the `BlobInfo` `put_blob`
+        returns, or an `OutputBlob` of another job. The submission is
+        refused with ``blob_not_found`` (404) if the cluster has no such
+        blob, ``invalid_job`` (422) if it is not a digest. What the job
+        writes comes back as `Job.outputs`.
         """
         key, body = self._run(
             self._plans.submission(
                 module,
                 input,
                 idempotency_key,
+                input_blob=input_blob,
                 timeout_ms=timeout_ms,
                 memory_bytes=memory_bytes,
                 max_attempts=max_attempts,
@@ -244,18 +282,21 @@ class Client:
         inputs: Iterable[Any],
         *,
         timeout: Optional[float] = None,
+        input_blob: Optional[InputBlob] = None,
         timeout_ms: Optional[int] = None,
         memory_bytes: Optional[int] = None,
         max_attempts: Optional[int] = None,
         priority: Optional[int] = None,
     ) -> List[bytes]:
         """Run ``module`` on every input; the outputs, in order. Raises the
-        first failure met. ``timeout`` (seconds) bounds the whole wait."""
+        first failure met. ``timeout`` (seconds) bounds the whole wait.
+        ``input_blob``, when given, is every job's (see `submit`)."""
         named = self._run(self._plans.named(module))
         jobs = [
             self.submit(
                 named,
                 item,
+                input_blob=input_blob,
                 timeout_ms=timeout_ms,
                 memory_bytes=memory_bytes,
                 max_attempts=max_attempts,

@@ -1,8 +1,11 @@
 """Real cohort nodes for the tests: started from ``$COHORT_BIN``, killed at teardown.
 
-The tests read three variables and fail (never skip) without them:
+The tests read four variables and fail (never skip) without them:
 ``COHORT_BIN`` (the cohort binary), ``COHORT_ECHO_WASM`` (a job that returns
-its input) and ``COHORT_TRAP_WASM`` (a job that always traps).
+its input), ``COHORT_TRAP_WASM`` (a job that always traps) and
+``COHORT_WORDCOUNT_WASM`` (the ``wordcount`` example, which streams its
+input blob and writes the output blob ``counts.tsv``; only the test of
+blobs given to jobs needs it).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ def required_env(name: str) -> str:
     if not value:
         pytest.fail(
             f"{name} is not set: the tests need COHORT_BIN (the cohort binary), "
-            "COHORT_ECHO_WASM and COHORT_TRAP_WASM (job components)",
+            "COHORT_ECHO_WASM, COHORT_TRAP_WASM and COHORT_WORDCOUNT_WASM (job components)",
             pytrace=False,
         )
     if not Path(value).is_file():
@@ -157,6 +160,13 @@ def echo_wasm() -> str:
 def trap_wasm() -> str:
     """Path of a job component that always traps."""
     return required_env("COHORT_TRAP_WASM")
+
+
+@pytest.fixture
+def wordcount_wasm() -> str:
+    """Path of the ``wordcount`` example: given an input blob, it streams it
+    and writes the output blob ``counts.tsv`` (a ``word<TAB>count`` line a word)."""
+    return required_env("COHORT_WORDCOUNT_WASM")
 
 
 @pytest.fixture

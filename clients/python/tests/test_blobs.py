@@ -1,11 +1,14 @@
 """Blobs through both clients, against a fake node: a local HTTP server in a
 thread that speaks ``/v1/blobs`` (no cohort node), so that the tests see the
 bytes on the wire: chunked uploads, streamed downloads, ranges, a download
-cut midway, a node answering the wrong bytes."""
+cut midway, a node answering the wrong bytes; and jobs given an input blob,
+whose output blobs come back (``/v1/jobs/batch``, ``/v1/jobs/wait``,
+``GET /v1/jobs/{id}``)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import io
 import json
@@ -23,7 +26,7 @@ import pytest
 
 import httpx
 
-from cohort_client import AsyncClient, BlobInfo, Client, CohortError
+from cohort_client import AsyncClient, BlobInfo, Client, CohortError, OutputBlob
 from cohort_client import _blobs
 from cohort_client._blobs import BLOB_CHUNK_BYTES, check_etag, range_header
 from cohort_client._core import Settings
@@ -56,10 +59,17 @@ class FakeNode:
     ``hold_bytes``, then wait for the event before the rest. ``put_delay_s``
     delays an upload's answer once its body has come (the node copying the
     blob to others), ``get_delay_s`` a download's head (the node fetching
-    the blob)."""
+    the blob).
+
+    Jobs submitted to it finish at once: one given an input blob succeeds,
+    having written the output blob ``upper.txt`` (the input blob's bytes in
+    upper case), with that blob's size as its output; one without succeeds
+    with its inline input as its output, writing no blob. ``jobs`` holds
+    each job's submission as it came, by id."""
 
     def __init__(self) -> None:
         self.blobs: Dict[str, bytes] = {}
+        self.jobs: Dict[int, Dict[str, Any]] = {}
         self.seen: List[Seen] = []
         self.cut_get = 0
         self.cut_put = 0
@@ -80,6 +90,9 @@ class FakeNode:
 
             def do_PUT(self) -> None:
                 node.put(self)
+
+            def do_POST(self) -> None:
+                node.post(self)
 
             def do_GET(self) -> None:
                 node.get(self, head=False)
@@ -131,8 +144,75 @@ class FakeNode:
         except OSError:
             handler.close_connection = True  # the client gave up and went
 
+    def post(self, handler: BaseHTTPRequestHandler) -> None:
+        seen = self._seen(handler)
+        seen.body = handler.rfile.read(int(handler.headers["content-length"]))
+        request = json.loads(seen.body)
+        if handler.path == "/v1/jobs/batch":
+            return self._json(handler, 202, {"results": [self._submit(job) for job in request["jobs"]]})
+        if handler.path == "/v1/jobs/wait":
+            finished = [self._finished(job_id) for job_id in request["ids"] if job_id in self.jobs]
+            return self._json(handler, 200, {"jobs": finished})
+        return self._error(handler, 404, "not_found")
+
+    def _submit(self, job: Dict[str, Any]) -> Dict[str, Any]:
+        """A batch's item: the job's id, or its refusal."""
+        given = job.get("input_blob")
+        if given is not None:
+            # As the node reads it: either case, optionally `sha256:`.
+            digest = given[len("sha256:") :] if given.startswith("sha256:") else given
+            if digest.lower() not in self.blobs:
+                return {"code": "blob_not_found", "message": f"no blob {given}", "retryable": False}
+        job_id = len(self.jobs) + 1
+        self.jobs[job_id] = job
+        return {"id": job_id, "existing": False}
+
+    def _job_blobs(self, job_id: int) -> Tuple[Optional[Dict[str, Any]], List[Dict[str, Any]]]:
+        """A job's input blob (as the view shows it) and its output blobs,
+        the latter stored here as a node keeps them."""
+        given = self.jobs[job_id].get("input_blob")
+        if given is None:
+            return None, []
+        digest = given[len("sha256:") :].lower() if given.startswith("sha256:") else given.lower()
+        data = self.blobs[digest]
+        upper = data.upper()
+        self.blobs[sha256(upper)] = upper
+        output = {"name": "upper.txt", "digest": sha256(upper), "bytes": len(upper)}
+        return {"digest": digest, "bytes": len(data)}, [output]
+
+    def _finished(self, job_id: int) -> Dict[str, Any]:
+        """A job as ``POST /v1/jobs/wait`` lists it: succeeded."""
+        job = self.jobs[job_id]
+        input_blob, outputs = self._job_blobs(job_id)
+        output = str(input_blob["bytes"]).encode() if input_blob else job.get("input", "").encode()
+        item: Dict[str, Any] = {
+            "id": job_id,
+            "state": "succeeded",
+            "error": None,
+            "output_base64": base64.b64encode(output).decode(),
+            "output_bytes": len(output),
+        }
+        if outputs:
+            item["outputs"] = outputs
+        return item
+
+    def _view(self, job_id: int) -> Dict[str, Any]:
+        """A job as ``GET /v1/jobs/{id}`` shows it (the fields at hand)."""
+        input_blob, outputs = self._job_blobs(job_id)
+        view: Dict[str, Any] = {"id": job_id, "module": self.jobs[job_id]["module"], "state": "succeeded"}
+        if input_blob is not None:
+            view["input_blob"] = input_blob
+        if outputs:
+            view["outputs"] = outputs
+        return view
+
     def get(self, handler: BaseHTTPRequestHandler, head: bool) -> None:
         self._seen(handler)
+        if handler.path.startswith("/v1/jobs/") and not head:
+            job_id = int(handler.path[len("/v1/jobs/") :])
+            if job_id not in self.jobs:
+                return self._error(handler, 404, "job_not_found")
+            return self._json(handler, 200, self._view(job_id))
         if handler.path == "/v1/blobs" and not head:
             listed = [{"digest": d, "bytes": len(b)} for d, b in sorted(self.blobs.items())]
             return self._json(handler, 200, {"blobs": listed})
@@ -577,3 +657,72 @@ def test_a_digest_in_uppercase_names_the_same_blob(fake: FakeNode, tmp_path: Pat
     check_etag(httpx.Headers({"etag": f'"{upper}"'}), digest)
     with pytest.raises(CohortError):
         check_etag(httpx.Headers({"etag": f'"{sha256(b"other")}"'}), upper)
+
+
+# Jobs given an input blob, and the blobs they write.
+
+#: A module digest the fake node takes as it is (nothing is uploaded).
+MODULE = "ab" * 32
+RESULT_TIMEOUT_S = 10.0
+
+
+def test_a_jobs_input_blob_is_sent_as_given_and_its_output_blobs_come_back(fake: FakeNode) -> None:
+    text = b"a b a"
+    with Client(fake.url) as client:
+        info = client.put_blob(text)
+        by_info = client.submit(MODULE, input_blob=info)
+        # A string goes as it is given: the node reads either case and `sha256:`.
+        by_text = client.submit(MODULE, "inline too", input_blob="sha256:" + info.digest.upper())
+        plain = client.submit(MODULE, "no blob")
+        upper = OutputBlob("upper.txt", sha256(b"A B A"), len(text))
+        assert by_info.outputs(timeout=RESULT_TIMEOUT_S) == [upper]
+        assert by_text.outputs(timeout=RESULT_TIMEOUT_S) == [upper]
+        assert by_info.text() == str(len(text))
+        # None written: empty.
+        assert plain.outputs(timeout=RESULT_TIMEOUT_S) == [] and plain.text() == "no blob"
+        # The view as the node answers it, absent fields absent.
+        view = by_info.status()
+        assert view["input_blob"] == {"digest": info.digest, "bytes": len(text)}
+        assert view["outputs"] == [{"name": "upper.txt", "digest": upper.digest, "bytes": upper.bytes}]
+        assert "input_blob" not in plain.status() and "outputs" not in plain.status()
+        # An output blob downloads as any blob, and is the next job's input.
+        with client.open_blob(upper.digest) as reader:
+            assert reader.read() == b"A B A"
+        chained = client.submit(MODULE, input_blob=upper)
+        assert chained.outputs(timeout=RESULT_TIMEOUT_S) == [upper]
+        # A blob the cluster does not have: the node's refusal.
+        missing = client.submit(MODULE, input_blob="0" * 64)
+        with pytest.raises(CohortError) as refused:
+            missing.id
+        assert (refused.value.code, refused.value.status) == ("blob_not_found", 404)
+        with pytest.raises(CohortError):
+            missing.outputs(timeout=RESULT_TIMEOUT_S)
+        with pytest.raises(TypeError):
+            client.submit(MODULE, input_blob=42)  # type: ignore[arg-type]
+    sent = [fake.jobs[job_id] for job_id in sorted(fake.jobs)]
+    assert [job.get("input_blob") for job in sent] == [info.digest, "sha256:" + info.digest.upper(), None, upper.digest]
+    assert "input_blob" not in sent[2] and sent[1]["input"] == "inline too"
+
+
+def test_the_async_client_sends_an_input_blob_and_gets_its_outputs(fake: FakeNode) -> None:
+    async def main() -> None:
+        async with AsyncClient(fake.url) as client:
+            info = await client.put_blob(b"x y")
+            job = await client.submit(MODULE, input_blob=info.digest)
+            plain = await client.submit(MODULE, "z")
+            outputs = await job.outputs(timeout=RESULT_TIMEOUT_S)
+            assert outputs == [OutputBlob("upper.txt", sha256(b"X Y"), 3)]
+            assert await plain.outputs(timeout=RESULT_TIMEOUT_S) == []
+            view = await job.status()
+            assert view["input_blob"] == {"digest": info.digest, "bytes": 3} and len(view["outputs"]) == 1
+            assert "outputs" not in await plain.status()
+            async with client.open_blob(outputs[0].digest) as reader:
+                assert await reader.read() == b"X Y"
+            assert await client.map(MODULE, ["", ""], input_blob=info) == [b"3", b"3"]
+
+    asyncio.run(main())
+    sent = [fake.jobs[job_id] for job_id in sorted(fake.jobs)]
+    digest = sha256(b"x y")
+    assert [job.get("input_blob") for job in sent] == [digest, None, digest, digest]
+    assert "input_blob" not in sent[1]
+

@@ -84,7 +84,7 @@ def test_schedules_and_dags(node: Node, echo_wasm: str) -> None:
         )
         child = client.get(dag["jobs"][1])
         envelope = child.json(timeout=RESULT_TIMEOUT_S)
-        assert envelope == {"input": "B", "parents": [{"id": dag["jobs"][0], "name": "a", "output": "A"}]}
+        assert envelope == {"input": "B", "parents": [{"id": dag["jobs"][0], "name": "a", "output": "A", "blobs": []}]}
         assert client.dag(dag["id"])["state"] == "succeeded"
         late = client.submit(echo_wasm, "C", after=[dag["jobs"][0]])
         assert late.json(timeout=RESULT_TIMEOUT_S)["parents"][0]["output"] == "A"
@@ -489,3 +489,47 @@ def test_blobs_go_up_and_come_back_whole_and_by_range(node: Node, tmp_path: Path
         assert sorted(client.list_blobs(), key=lambda b: b.digest) == sorted(listed, key=lambda b: b.digest)
         counts = client.request_counts()
     assert counts["PUT /v1/blobs"] == 8, counts
+
+
+def test_a_job_streams_its_input_blob_and_writes_an_output_blob(
+    node: Node, wordcount_wasm: str, tmp_path: Path
+) -> None:
+    # wordcount, given an input blob, streams it and writes `counts.tsv`:
+    # every word and its count, by count descending then word ascending.
+    text = "The cat and the hat and the bat\n" * 50 + "zebra"
+    expected = "the\t150\nand\t100\nbat\t50\ncat\t50\nhat\t50\nzebra\t1\n"
+    with Client(node.url) as client:
+        info = client.put_blob(text.encode())
+        job = client.submit(wordcount_wasm, input_blob=info)
+        result = job.json(timeout=RESULT_TIMEOUT_S)
+        assert (result["words"], result["unique"]) == (401, 6), result
+        assert result["top"][0] == {"word": "the", "count": 150}, result
+        outputs = job.outputs()
+        assert [blob.name for blob in outputs] == ["counts.tsv"], outputs
+        counts = outputs[0]
+        assert counts.bytes == len(expected)
+        view = job.status()
+        assert view["input_blob"] == {"digest": info.digest, "bytes": info.bytes}, view
+        assert view["outputs"] == [{"name": "counts.tsv", "digest": counts.digest, "bytes": counts.bytes}], view
+        # Downloaded as any blob, its sha256 checked.
+        saved = tmp_path / "counts.tsv"
+        assert client.get_blob_to_file(counts.digest, saved) == BlobInfo(counts.digest, counts.bytes)
+        lines = saved.read_text().splitlines()
+        top = result["top"][0]
+        assert lines[0] == f"{top['word']}\t{top['count']}"
+        assert saved.read_text() == expected
+        # A job without a blob: none in its view, none written.
+        inline = client.submit(wordcount_wasm, "a b a")
+        assert inline.json(timeout=RESULT_TIMEOUT_S)["words"] == 3
+        assert inline.outputs() == []
+        view = inline.status()
+        assert "input_blob" not in view and "outputs" not in view, view
+        # A blob the cluster does not have, and a digest that is not one.
+        missing = client.submit(wordcount_wasm, input_blob=sha256(b"never uploaded"))
+        with pytest.raises(CohortError) as refused:
+            missing.id
+        assert (refused.value.code, refused.value.status) == ("blob_not_found", 404)
+        malformed = client.submit(wordcount_wasm, input_blob="not-a-digest")
+        with pytest.raises(CohortError) as refused:
+            malformed.id
+        assert (refused.value.code, refused.value.status) == ("invalid_job", 422)

@@ -10,11 +10,12 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import httpx
 import pytest
 
-from cohort_client import CohortError
+from cohort_client import BlobInfo, CohortError, JobFailed, OutputBlob
 from cohort_client._core import (
     Attempts,
     Backoff,
     BatchQueue,
+    Finished,
     JobCore,
     ModuleCache,
     NodeSet,
@@ -26,6 +27,7 @@ from cohort_client._core import (
     grants_body,
     job_body,
     new_idempotency_key,
+    parse_wait_answer,
     settle_batch,
 )
 from cohort_client._plans import Plan, Plans, Send
@@ -171,6 +173,21 @@ def test_a_submission_narrows_its_grants_with_egress() -> None:
     assert "egress" not in job_body("hooks", "x")
 
 
+def test_an_input_blob_is_sent_as_given_and_left_out_when_not_given() -> None:
+    digest = "cd" * 32
+    # A string as it is (the node checks it), a BlobInfo or an OutputBlob by its digest.
+    assert job_body("m", None, input_blob="sha256:" + digest.upper()) == {
+        "module": "m",
+        "input_blob": "sha256:" + digest.upper(),
+    }
+    with_info = job_body("m", "text", input_blob=BlobInfo(digest, 9))
+    assert with_info == {"module": "m", "input": "text", "input_blob": digest}
+    assert job_body("m", b"\x00", input_blob=OutputBlob("counts.tsv", digest, 9))["input_blob"] == digest
+    assert "input_blob" not in job_body("m", "text")
+    with pytest.raises(TypeError):
+        job_body("m", None, input_blob=7)  # type: ignore[arg-type]
+
+
 def test_grants_may_carry_headers_naming_secrets() -> None:
     headers = {"authorization": "Bearer {secret:STRIPE}"}
     assert grants_body("https://api.stripe.com/v1/", ["POST"], False, headers) == {
@@ -302,3 +319,54 @@ def test_deleting_a_secret_is_sent_once() -> None:
     # A name is one path segment, whatever it holds.
     sent, _ = carry_out(plans().delete_secret("A/B"), [ok({})])
     assert sent[0][1] == "http://a/v1/secrets/A%2FB"
+
+
+def test_schedules_and_dags_send_an_input_blob_in_their_jobs() -> None:
+    digest = "ef" * 32
+    module = "12" * 32
+    answer = {"name": "nightly", "every_ms": 60_000, "upcoming": []}
+    schedule = plans().create_schedule("nightly", module, input_blob=BlobInfo(digest, 1), every_ms=60_000)
+    sent, _ = carry_out(schedule, [ok(answer)])
+    assert sent[0][2]["job"] == {"module": module, "input_blob": digest}
+    sent, _ = carry_out(plans().create_schedule("nightly", module, "x", every_ms=60_000), [ok(answer)])
+    assert sent[0][2]["job"] == {"module": module, "input": "x"}
+    jobs = [
+        {"name": "count", "module": module, "input_blob": digest},
+        {"name": "report", "module": module, "after": ["count"]},
+    ]
+    sent, _ = carry_out(plans().submit_dag(jobs), [ok({"id": 1, "jobs": [1, 2], "existing": False})])
+    dag_jobs = [entry["job"] for entry in sent[0][2]["jobs"]]
+    assert dag_jobs == [{"module": module, "input_blob": digest}, {"module": module}]
+
+
+def test_a_waits_answer_carries_the_output_blobs_of_a_job() -> None:
+    blob = {"name": "counts.tsv", "digest": "ab" * 32, "bytes": 12}
+    answer = {
+        "jobs": [
+            {"id": 1, "state": "succeeded", "error": None, "output_base64": "", "output_bytes": 0, "outputs": [blob]},
+            {"id": 2, "state": "succeeded", "error": None, "output_base64": "", "output_bytes": 0},
+        ]
+    }
+    finished = parse_wait_answer(json.dumps(answer).encode())
+    assert finished[1].outputs == (OutputBlob("counts.tsv", "ab" * 32, 12),)
+    assert finished[2].outputs == ()
+    for bad in ({"name": "x", "digest": "ab" * 32}, {"name": "x", "digest": "ab" * 32, "bytes": True}, "x"):
+        wrong = {"jobs": [{"id": 3, "state": "succeeded", "outputs": [bad]}]}
+        with pytest.raises(CohortError) as refused:
+            parse_wait_answer(json.dumps(wrong).encode())
+        assert refused.value.code == "bad_answer"
+
+
+def test_a_handle_gives_the_output_blobs_of_a_job_that_succeeded_only() -> None:
+    blob = OutputBlob("counts.tsv", "ab" * 32, 12)
+    succeeded, empty, dead = Handle(), Handle(), Handle()
+    for number, handle in enumerate((succeeded, empty, dead)):
+        handle._accept(number, False)
+    succeeded._finish(Finished(0, "succeeded", None, b"{}", 2, (blob,)))
+    empty._finish(Finished(1, "succeeded", None, b"{}", 2))
+    dead._finish(Finished(2, "dead", CohortError("trap", "unreachable"), None, None))
+    assert succeeded._settled_outputs() == [blob]
+    assert empty._settled_outputs() == []
+    with pytest.raises(JobFailed) as failed:
+        dead._settled_outputs()
+    assert (failed.value.code, failed.value.state) == ("trap", "dead")

@@ -13,7 +13,7 @@ import { open, rename, unlink, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join, resolve as resolvePath } from "node:path";
 import { CohortError } from "./errors.js";
 import type { StreamedAnswer } from "./transport.js";
-import type { BlobInfo, BlobRange, BlobStream, ClientOptions } from "./types.js";
+import type { BlobInfo, BlobRange, BlobStream, ClientOptions, OutputBlob } from "./types.js";
 
 /** The request header naming the digest an upload must have. */
 export const SHA256_HEADER = "x-cohort-sha256";
@@ -133,6 +133,19 @@ export function blobInfoOf(value: unknown): BlobInfo {
     throw badResponse(`a blob that is not {digest, bytes}: ${JSON.stringify(value)}`);
   }
   return { digest: info.digest, bytes: info.bytes as number };
+}
+
+/** The `outputs` of job `id`'s answer (absent: none), each `{name, digest, bytes}`, checked. */
+export function outputBlobsOf(value: unknown, id: number): OutputBlob[] {
+  if (value === undefined || value === null) return [];
+  if (!Array.isArray(value)) throw badResponse(`job ${id}'s outputs are not a list: ${JSON.stringify(value)}`);
+  return value.map((item: unknown) => {
+    const blob = item as Partial<OutputBlob> | null;
+    if (typeof blob?.name !== "string" || typeof blob.digest !== "string" || !Number.isSafeInteger(blob.bytes)) {
+      throw badResponse(`job ${id}'s output blob is not {name, digest, bytes}: ${JSON.stringify(item)}`);
+    }
+    return { name: blob.name, digest: blob.digest, bytes: blob.bytes as number };
+  });
 }
 
 /** An upload's answer, checked against what was sent (`bad_response` if the node stored other bytes). */

@@ -141,6 +141,8 @@ export class Client {
    *   it, else a name.
    * @param input - bytes (`Uint8Array`, sent as `input_base64`), text
    *   (`input`) or any other JSON value (`input_json`); none: empty input.
+   * @param options - see {@link SubmitOptions}; `inputBlob` gives the job a
+   *   blob to read as a stream, beside `input`.
    */
   submit(module: string, input?: unknown, options: SubmitOptions = {}): Job {
     const key = options.idempotencyKey ?? newIdempotencyKey();
@@ -706,6 +708,7 @@ function submissionFields(input: unknown, options: SubmitOptions, key: string | 
     fields.input_base64 = Buffer.from(input.buffer, input.byteOffset, input.byteLength).toString("base64");
   } else if (typeof input === "string") fields.input = input;
   else if (input !== undefined) fields.input_json = input;
+  if (options.inputBlob !== undefined) fields.input_blob = inputBlobDigest(options.inputBlob);
   if (options.timeoutMs !== undefined) fields.timeout_ms = options.timeoutMs;
   if (options.memoryBytes !== undefined) fields.memory_bytes = options.memoryBytes;
   if (options.maxAttempts !== undefined) fields.max_attempts = options.maxAttempts;
@@ -719,4 +722,18 @@ function submissionFields(input: unknown, options: SubmitOptions, key: string | 
   if (options.egress !== undefined) fields.egress = grantList(options.egress);
   if (key !== null) fields.idempotency_key = key;
   return fields;
+}
+
+/**
+ * What a submission's `inputBlob` sends: a string as it is given (the node
+ * checks it: `invalid_job` if it is not a digest, `blob_not_found` if the
+ * cluster has no such blob), or the `digest` of a `BlobInfo` or an
+ * `OutputBlob`.
+ */
+function inputBlobDigest(blob: string | { readonly digest: string }): string {
+  if (typeof blob === "string") return blob;
+  if (typeof blob?.digest !== "string") {
+    throw new TypeError(`an input blob is a digest or a BlobInfo, not ${JSON.stringify(blob)}`);
+  }
+  return blob.digest;
 }

@@ -27,6 +27,7 @@ export type {
   GrantsResult,
   HttpGrant,
   JobStatus,
+  OutputBlob,
   PutBlobOptions,
   ScheduleOptions,
   ScheduleStatus,

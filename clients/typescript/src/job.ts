@@ -5,9 +5,10 @@
  * @packageDocumentation
  */
 
+import { outputBlobsOf } from "./blobs.js";
 import { CohortError, JobFailed, WaitTimeout, statusOfCode } from "./errors.js";
 import type { Transport } from "./transport.js";
-import type { JobStatus } from "./types.js";
+import type { JobStatus, OutputBlob } from "./types.js";
 import type { Finished, Waiter } from "./waiter.js";
 
 /** What a job handle uses of its client. */
@@ -85,10 +86,7 @@ export class Job {
    * call: the job stays watched, and a later call gets its outcome.
    */
   async result(timeoutMs?: number): Promise<Uint8Array> {
-    const start = Date.now();
-    const id = await this.jobId;
-    const left = timeoutMs === undefined ? undefined : Math.max(0, timeoutMs - (Date.now() - start));
-    const finished = await within(this.watch(), left, () => new WaitTimeout(id, timeoutMs ?? 0));
+    const finished = await this.ended(timeoutMs);
     if (this.outcome === undefined) {
       const outcome = this.output(finished);
       this.outcome = outcome;
@@ -101,6 +99,20 @@ export class Job {
     return this.outcome;
   }
 
+  /**
+   * The output blobs the job wrote (the job SDKs' `blobs.create(name)`),
+   * once it succeeded, in the order it created them; empty if it wrote
+   * none. Each is downloaded with {@link Client.getBlob} or
+   * {@link Client.getBlobToFile} by its `digest`. They come with the
+   * waiter's report of the job's end: no request of their own. Rejects as
+   * {@link result} does.
+   */
+  async outputs(timeoutMs?: number): Promise<OutputBlob[]> {
+    const finished = await this.ended(timeoutMs);
+    succeeded(finished);
+    return outputBlobsOf(finished.outputs, finished.id);
+  }
+
   /** The job's output parsed as JSON (see {@link result}). */
   async json<T = unknown>(timeoutMs?: number): Promise<T> {
     return JSON.parse(await this.text(timeoutMs)) as T;
@@ -111,7 +123,10 @@ export class Job {
     return new TextDecoder().decode(await this.result(timeoutMs));
   }
 
-  /** The job's current status (`GET /v1/jobs/{id}`). */
+  /**
+   * The job's current status (`GET /v1/jobs/{id}`), with its `input_blob`
+   * and, once it succeeded, its `outputs` (each absent when there is none).
+   */
   async status(): Promise<JobStatus> {
     return this.request("GET", `/v1/jobs/${await this.jobId}`);
   }
@@ -123,6 +138,17 @@ export class Job {
    */
   async cancel(): Promise<JobStatus> {
     return this.request("DELETE", `/v1/jobs/${await this.jobId}`);
+  }
+
+  /**
+   * The waiter's report of the job's end; rejects with {@link WaitTimeout}
+   * if `timeoutMs` (counted from the call) passes first.
+   */
+  private async ended(timeoutMs: number | undefined): Promise<Finished> {
+    const start = Date.now();
+    const id = await this.jobId;
+    const left = timeoutMs === undefined ? undefined : Math.max(0, timeoutMs - (Date.now() - start));
+    return within(this.watch(), left, () => new WaitTimeout(id, timeoutMs ?? 0));
   }
 
   private request(method: "GET" | "DELETE", path: string): Promise<JobStatus> {
@@ -139,22 +165,29 @@ export class Job {
    * with `GET /v1/jobs/{id}/result` when it was too large to come inline.
    */
   private async output(finished: Finished): Promise<Uint8Array> {
-    const { id, state, error } = finished;
-    if (state === "succeeded") {
-      if (finished.output_base64 !== null) return new Uint8Array(Buffer.from(finished.output_base64, "base64"));
-      return this.context.transport.send({
-        method: "GET",
-        path: `/v1/jobs/${id}/result`,
-        deadline: Date.now() + this.context.retryDeadlineMs,
-        tryTimeoutMs: TRY_TIMEOUT_MS + (finished.output_bytes ?? 0) / 1024,
-      });
-    }
-    if (state === "unknown") {
-      const code = error?.code ?? "job_not_found";
-      throw new CohortError(code, error?.message ?? `no job ${id}`, { status: statusOfCode(code) });
-    }
-    throw new JobFailed(id, state, error?.code ?? state, error?.message);
+    succeeded(finished);
+    if (finished.output_base64 !== null) return new Uint8Array(Buffer.from(finished.output_base64, "base64"));
+    return this.context.transport.send({
+      method: "GET",
+      path: `/v1/jobs/${finished.id}/result`,
+      deadline: Date.now() + this.context.retryDeadlineMs,
+      tryTimeoutMs: TRY_TIMEOUT_MS + (finished.output_bytes ?? 0) / 1024,
+    });
   }
+}
+
+/**
+ * Returns if the job succeeded; throws why it did not: {@link JobFailed}
+ * with its own error, or the cluster's error for a job it does not know.
+ */
+function succeeded(finished: Finished): void {
+  const { id, state, error } = finished;
+  if (state === "succeeded") return;
+  if (state === "unknown") {
+    const code = error?.code ?? "job_not_found";
+    throw new CohortError(code, error?.message ?? `no job ${id}`, { status: statusOfCode(code) });
+  }
+  throw new JobFailed(id, state, error?.code ?? state, error?.message);
 }
 
 /**

@@ -45,6 +45,18 @@ export interface ClientOptions {
 
 /** Options of one submission. Unset fields take the node's defaults. */
 export interface SubmitOptions {
+  /**
+   * A blob stored in the cluster ({@link Client.putBlob} and its kin) that
+   * the job reads as a stream, as its input blob `input` (the job SDKs'
+   * `blobs.open("input")`), beside any inline input: its digest (64 hex
+   * digits, either case, optionally `sha256:`-prefixed; sent as given), or
+   * anything with a `digest`: the {@link BlobInfo} `putBlob` resolves to,
+   * or another job's {@link OutputBlob}. The submission is refused with
+   * `blob_not_found` (404) if the cluster has no such blob, `invalid_job`
+   * (422) if it is not a digest. What the job writes comes back as
+   * {@link Job.outputs}.
+   */
+  inputBlob?: string | { readonly digest: string };
   /** Wall-clock limit of one attempt, in ms (1 ms to 1 h). */
   timeoutMs?: number;
   /** Memory limit of one attempt, in bytes. */
@@ -74,7 +86,8 @@ export interface SubmitOptions {
   uniqueWindowMs?: number;
   /**
    * Ids of jobs this one waits for: it starts once all succeeded, and its
-   * input becomes `{"input", "parents": [{"id", "name", "output"}]}`.
+   * input becomes `{"input", "parents": [{"id", "name", "output", "blobs"}]}`,
+   * and the job may read each parent's output blobs as `PARENT/OUTPUT`.
    */
   after?: number[];
   /**
@@ -318,6 +331,13 @@ export interface JobStatus {
   /** Its uniqueness key and window. */
   unique_key?: string | null;
   unique_window_ms?: number | null;
+  /** The blob it reads as its input blob (`inputBlob`); absent when it was given none. */
+  input_blob?: BlobInfo;
+  /**
+   * The output blobs it wrote, once it succeeded, in the order it created
+   * them (as {@link Job.outputs} gives them); absent when there are none.
+   */
+  outputs?: OutputBlob[];
 }
 
 /** One version of a deployment. */
@@ -360,6 +380,21 @@ export interface DeployResult {
 
 /** A blob stored by the cluster: data named by the sha256 of its bytes ({@link Client.putBlob}). */
 export interface BlobInfo {
+  /** The sha256 of its bytes, 64 lowercase hex digits. */
+  digest: string;
+  /** Its size in bytes. */
+  bytes: number;
+}
+
+/**
+ * A blob a job wrote (the job SDKs' `blobs.create(name)`), kept by the
+ * cluster once the job succeeded ({@link Job.outputs}): download it with
+ * {@link Client.getBlob} or {@link Client.getBlobToFile} by its `digest`,
+ * or give it to another job as its `inputBlob`.
+ */
+export interface OutputBlob {
+  /** The name the job gave it (`counts.tsv`). */
+  name: string;
   /** The sha256 of its bytes, 64 lowercase hex digits. */
   digest: string;
   /** Its size in bytes. */

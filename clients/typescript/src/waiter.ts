@@ -8,6 +8,7 @@
 
 import { CohortError, closedError } from "./errors.js";
 import { Transport } from "./transport.js";
+import type { OutputBlob } from "./types.js";
 
 /** Most long-polls in flight at once. */
 const POLLS_MAX = 4;
@@ -29,6 +30,8 @@ export interface Finished {
   /** The output, when it came inline; else it is fetched with `GET /v1/jobs/{id}/result`. */
   output_base64: string | null;
   output_bytes: number | null;
+  /** The output blobs it wrote, when it succeeded; absent when none (or from older nodes). */
+  outputs?: OutputBlob[];
 }
 
 /** One caller awaiting a job. */

@@ -1,6 +1,7 @@
 // Blobs through the client, against a real node: bytes, a file and a stream
 // stored under the sha256 of their bytes, read back whole and by range,
-// saved to a file; and the node's refusals, with their codes.
+// saved to a file; the node's refusals, with their codes; and a job that
+// streams its input blob and writes an output blob.
 
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
@@ -9,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { Client } from "../dist/index.js";
-import { startNode } from "../testing/cluster.js";
+import { startNode, wordcountWasm } from "../testing/cluster.js";
 
 const MiB = 1 << 20;
 
@@ -177,4 +178,43 @@ test("a missing blob, a range past the end and a stream with the wrong sha256 ar
   const listed = await client.listBlobs();
   assert.deepEqual([...listed].sort(byDigest), [...before].sort(byDigest));
   assert.ok(!listed.some((blob) => blob.digest === sha256(wrong) || blob.digest === claimed));
+});
+
+test("a job streams its input blob and writes an output blob, downloaded as any blob", { timeout: 60_000 }, async () => {
+  // wordcount, given an input blob, streams it and writes `counts.tsv`:
+  // every word and its count, by count descending then word ascending.
+  const wordcount = wordcountWasm();
+  const text = "The cat and the hat and the bat\n".repeat(50) + "zebra";
+  const expected = "the\t150\nand\t100\nbat\t50\ncat\t50\nhat\t50\nzebra\t1\n";
+  const info = await client.putBlob(Buffer.from(text));
+  const job = client.submit(wordcount, undefined, { inputBlob: info });
+  const result = await job.json(60_000);
+  assert.deepEqual([result.words, result.unique], [401, 6], JSON.stringify(result));
+  assert.deepEqual(result.top[0], { word: "the", count: 150 });
+  const outputs = await job.outputs();
+  assert.deepEqual(outputs.map((blob) => blob.name), ["counts.tsv"]);
+  const [counts] = outputs;
+  assert.equal(counts.bytes, Buffer.byteLength(expected));
+  const view = await job.status();
+  assert.deepEqual(view.input_blob, info);
+  assert.deepEqual(view.outputs, [counts]);
+  // Downloaded as any blob, its sha256 checked.
+  const saved = join(dir, "counts.tsv");
+  assert.deepEqual(await client.getBlobToFile(counts.digest, saved), { digest: counts.digest, bytes: counts.bytes });
+  const tsv = await readFile(saved, "utf8");
+  const top = result.top[0];
+  assert.equal(tsv.split("\n")[0], `${top.word}\t${top.count}`);
+  assert.equal(tsv, expected);
+  // A job without a blob: none in its view, none written.
+  const inline = client.submit(wordcount, "a b a");
+  assert.equal((await inline.json(60_000)).words, 3);
+  assert.deepEqual(await inline.outputs(), []);
+  const bare = await inline.status();
+  assert.equal(bare.input_blob, undefined);
+  assert.equal(bare.outputs, undefined);
+  // A blob the cluster does not have, and a digest that is not one.
+  const missing = client.submit(wordcount, undefined, { inputBlob: sha256(Buffer.from("never uploaded")) });
+  await assert.rejects(missing.id(), { code: "blob_not_found", status: 404 });
+  const malformed = client.submit(wordcount, undefined, { inputBlob: "not-a-digest" });
+  await assert.rejects(malformed.id(), { code: "invalid_job", status: 422 });
 });

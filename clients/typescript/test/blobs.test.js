@@ -1,7 +1,9 @@
 // Blobs through the client, against a fake node: a local HTTP server that
 // speaks /v1/blobs (no cohort node), so that the tests see the bytes on the
 // wire: streamed uploads, streamed downloads, ranges, a download cut
-// midway, a node answering the wrong bytes. No node needed.
+// midway, a node answering the wrong bytes; and jobs given an input blob,
+// whose output blobs come back (/v1/jobs/batch, /v1/jobs/wait,
+// GET /v1/jobs/{id}). No node needed.
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
@@ -12,8 +14,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { after, before, test } from "node:test";
-import { BLOB_COPY_BYTES_PER_SEC, BLOB_FETCH_WAIT_MS, Client, CohortError } from "../dist/index.js";
-import { blobTiming, copyAllowanceMs, rangeHeader } from "../dist/blobs.js";
+import { BLOB_COPY_BYTES_PER_SEC, BLOB_FETCH_WAIT_MS, Client, CohortError, JobFailed } from "../dist/index.js";
+import { blobTiming, copyAllowanceMs, outputBlobsOf, rangeHeader } from "../dist/blobs.js";
 
 const MiB = 1 << 20;
 
@@ -41,10 +43,17 @@ function dataOf(size, seed = 1) {
  * `heldOut` and the connection closed) before the rest. `putDelayMs`
  * delays an upload's answer once its body has come (the node copying the
  * blob to others), `getDelayMs` a download's head (the node fetching it).
+ *
+ * Jobs submitted to it finish at once: one given an input blob succeeds,
+ * having written the output blob `upper.txt` (the input blob's bytes in
+ * upper case), with that blob's size as its output; one without succeeds
+ * with its inline input as its output, writing no blob. `jobs` holds each
+ * job's submission as it came, by id.
  */
 async function fakeNode() {
   const node = {
     blobs: new Map(),
+    jobs: new Map(),
     seen: [],
     cutGet: 0,
     cutPut: 0,
@@ -63,9 +72,59 @@ async function fakeNode() {
     res.end(text);
   };
   const refuse = (res, status, code, extra) => json(res, status, { code, message: `a fake ${code}`, retryable: false }, extra);
+  // A job's input blob, as the node reads it (either case, optionally
+  // `sha256:`), as its view shows it; and its output blobs, stored here.
+  const jobBlobs = (id) => {
+    const given = node.jobs.get(id).input_blob;
+    if (given === undefined) return { inputBlob: undefined, outputs: [] };
+    const digest = given.replace(/^sha256:/, "").toLowerCase();
+    const data = node.blobs.get(digest);
+    const upper = Buffer.from(data.toString("latin1").toUpperCase(), "latin1");
+    node.blobs.set(sha256(upper), upper);
+    return {
+      inputBlob: { digest, bytes: data.length },
+      outputs: [{ name: "upper.txt", digest: sha256(upper), bytes: upper.length }],
+    };
+  };
+  const finished = (id) => {
+    const { inputBlob, outputs } = jobBlobs(id);
+    const output = Buffer.from(inputBlob === undefined ? (node.jobs.get(id).input ?? "") : String(inputBlob.bytes));
+    const item = { id, state: "succeeded", error: null, output_base64: output.toString("base64"), output_bytes: output.length };
+    if (outputs.length > 0) item.outputs = outputs;
+    return item;
+  };
+  const jobs = async (req, res, seen) => {
+    const parts = [];
+    for await (const chunk of req) parts.push(chunk);
+    seen.body = Buffer.concat(parts);
+    const body = seen.body.length === 0 ? {} : JSON.parse(seen.body);
+    if (req.method === "POST" && req.url === "/v1/jobs/batch") {
+      const results = body.jobs.map((job) => {
+        const given = job.input_blob;
+        if (given !== undefined && !node.blobs.has(given.replace(/^sha256:/, "").toLowerCase())) {
+          return { code: "blob_not_found", message: `no blob ${given}`, retryable: false };
+        }
+        const id = node.jobs.size + 1;
+        node.jobs.set(id, job);
+        return { id, existing: false };
+      });
+      return json(res, 202, { results });
+    }
+    if (req.method === "POST" && req.url === "/v1/jobs/wait") {
+      return json(res, 200, { jobs: body.ids.filter((id) => node.jobs.has(id)).map(finished) });
+    }
+    const id = Number(req.url.slice("/v1/jobs/".length));
+    if (req.method !== "GET" || !node.jobs.has(id)) return refuse(res, 404, "job_not_found");
+    const { inputBlob, outputs } = jobBlobs(id);
+    const view = { id, module: node.jobs.get(id).module, state: "succeeded" };
+    if (inputBlob !== undefined) view.input_blob = inputBlob;
+    if (outputs.length > 0) view.outputs = outputs;
+    return json(res, 200, view);
+  };
   const server = createServer(async (req, res) => {
     const seen = { method: req.method, url: req.url, headers: req.headers, body: Buffer.alloc(0) };
     node.seen.push(seen);
+    if (req.url.startsWith("/v1/jobs/")) return jobs(req, res, seen);
     if (req.method === "PUT" && req.url === "/v1/blobs") {
       const parts = [];
       let read = 0;
@@ -491,4 +550,120 @@ test("a digest in uppercase names the same blob", { timeout: 30_000 }, async () 
     const paths = new Set(node.seen.filter((seen) => seen.method !== "PUT").map((seen) => seen.url));
     assert.deepEqual([...paths], [`/v1/blobs/${digest}`]);
   });
+});
+
+// Jobs given an input blob, and the blobs they write.
+
+/** A module digest the fake node takes as it is (nothing is uploaded). */
+const MODULE = "ab".repeat(32);
+
+test("a job's input blob is sent as given, left out when not given, and its output blobs come back", { timeout: 30_000 }, async () => {
+  await withNodes(1, {}, async (client, node) => {
+    const text = Buffer.from("a b a");
+    const info = await client.putBlob(text);
+    const byInfo = client.submit(MODULE, undefined, { inputBlob: info });
+    // A string goes as it is given: the node reads either case and `sha256:`.
+    const byText = client.submit(MODULE, "inline too", { inputBlob: `sha256:${info.digest.toUpperCase()}` });
+    const plain = client.submit(MODULE, "no blob");
+    const upper = { name: "upper.txt", digest: sha256(Buffer.from("A B A")), bytes: text.length };
+    assert.deepEqual(await byInfo.outputs(10_000), [upper]);
+    assert.deepEqual(await byText.outputs(10_000), [upper]);
+    assert.equal(await byInfo.text(), String(text.length));
+    // None written: empty.
+    assert.deepEqual(await plain.outputs(10_000), []);
+    assert.equal(await plain.text(), "no blob");
+    // The view, its absent fields undefined.
+    const view = await byInfo.status();
+    assert.deepEqual(view.input_blob, { digest: info.digest, bytes: text.length });
+    assert.deepEqual(view.outputs, [upper]);
+    const bare = await plain.status();
+    assert.equal(bare.input_blob, undefined);
+    assert.equal(bare.outputs, undefined);
+    // An output blob downloads as any blob, and is the next job's input.
+    const download = await client.getBlob(upper.digest);
+    assert.equal(Buffer.from(await new Response(download.body).arrayBuffer()).toString(), "A B A");
+    const chained = client.submit(MODULE, undefined, { inputBlob: upper });
+    assert.deepEqual(await chained.outputs(10_000), [upper]);
+    // A blob the cluster does not have: the node's refusal.
+    const missing = client.submit(MODULE, undefined, { inputBlob: "0".repeat(64) });
+    await assert.rejects(missing.id(), { name: "CohortError", code: "blob_not_found", status: 404 });
+    await assert.rejects(missing.outputs(10_000), (error) => error.code === "blob_not_found");
+    assert.throws(() => client.submit(MODULE, undefined, { inputBlob: 42 }), TypeError);
+    // Each job's submission as it came.
+    const sent = [...node.jobs.values()];
+    assert.deepEqual(
+      sent.map((job) => job.input_blob),
+      [info.digest, `sha256:${info.digest.toUpperCase()}`, undefined, upper.digest],
+    );
+    assert.ok(!("input_blob" in sent[2]));
+    assert.equal(sent[1].input, "inline too");
+  });
+});
+
+test("schedules, DAGs and map send an input blob in their jobs", { timeout: 30_000 }, async () => {
+  const sent = [];
+  const fetch = async (url, init) => {
+    sent.push({ path: new URL(url).pathname, body: JSON.parse(init.body) });
+    const path = new URL(url).pathname;
+    const reply = path === "/v1/dags" ? { id: 1, jobs: [1, 2], existing: false } : { name: "nightly", upcoming: [] };
+    return new Response(JSON.stringify(reply), { status: 200, headers: { "content-type": "application/json" } });
+  };
+  const client = new Client("http://a", { fetch });
+  const digest = "ef".repeat(32);
+  try {
+    await client.createSchedule("nightly", MODULE, undefined, { everyMs: 60_000, job: { inputBlob: { digest, bytes: 1 } } });
+    await client.createSchedule("plain", MODULE, "x", { everyMs: 60_000 });
+    await client.submitDag([
+      { name: "count", module: MODULE, options: { inputBlob: digest } },
+      { name: "report", module: MODULE, after: ["count"] },
+    ]);
+  } finally {
+    await client.close();
+  }
+  assert.deepEqual(sent[0].body.job, { module: MODULE, input_blob: digest });
+  assert.deepEqual(sent[1].body.job, { module: MODULE, input: "x" });
+  assert.deepEqual(
+    sent[2].body.jobs.map((entry) => entry.job),
+    [{ module: MODULE, input_blob: digest }, { module: MODULE }],
+  );
+  await withNodes(1, {}, async (client, node) => {
+    const info = await client.putBlob(Buffer.from("x y"));
+    assert.deepEqual(
+      (await client.map(MODULE, ["", ""], { inputBlob: info })).map((output) => Buffer.from(output).toString()),
+      ["3", "3"],
+    );
+    assert.deepEqual([...node.jobs.values()].map((job) => job.input_blob), [info.digest, info.digest]);
+  });
+});
+
+test("a wait's output blobs are checked; a job that did not succeed has its failure, not outputs", async () => {
+  const blob = { name: "counts.tsv", digest: "ab".repeat(32), bytes: 12 };
+  assert.deepEqual(outputBlobsOf([blob], 1), [blob]);
+  assert.deepEqual(outputBlobsOf(undefined, 1), []);
+  for (const bad of [[{ name: "x", digest: blob.digest }], [{ ...blob, bytes: "12" }], ["x"], {}]) {
+    assert.throws(() => outputBlobsOf(bad, 1), (error) => error instanceof CohortError && error.code === "bad_response");
+  }
+  const fetch = async (url) => {
+    const path = new URL(url).pathname;
+    const reply =
+      path === "/v1/jobs/batch"
+        ? { results: [{ id: 9, existing: false }] }
+        : {
+            jobs: [
+              { id: 9, state: "dead", error: { code: "trap", message: "unreachable" }, output_base64: null, output_bytes: null },
+            ],
+          };
+    return new Response(JSON.stringify(reply), { status: path === "/v1/jobs/batch" ? 202 : 200 });
+  };
+  const client = new Client("http://a", { fetch });
+  try {
+    const job = client.submit(MODULE, undefined, { inputBlob: blob });
+    await assert.rejects(job.outputs(10_000), (error) => {
+      assert.ok(error instanceof JobFailed);
+      assert.deepEqual([error.code, error.state], ["trap", "dead"]);
+      return true;
+    });
+  } finally {
+    await client.close();
+  }
 });

@@ -47,7 +47,7 @@ test("a DAG's child gets its parent's output; a cycle is refused", { timeout: 30
   ]);
   assert.equal(dag.jobs.length, 2);
   const envelope = await client.get(dag.jobs[1]).json();
-  assert.deepEqual(envelope, { input: "B", parents: [{ id: dag.jobs[0], name: "a", output: "A" }] });
+  assert.deepEqual(envelope, { input: "B", parents: [{ id: dag.jobs[0], name: "a", output: "A", blobs: [] }] });
   assert.equal((await client.dag(dag.id)).state, "succeeded");
   const late = client.submit(echo, "C", { after: [dag.jobs[0]] });
   assert.equal((await late.json()).parents[0].output, "A");

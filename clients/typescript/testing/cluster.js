@@ -38,6 +38,20 @@ function fromEnv() {
 
 export const { bin, echoWasm, trapWasm } = fromEnv();
 
+/**
+ * The `wordcount` example's component, from $COHORT_WORDCOUNT_WASM: given
+ * an input blob, it streams it and writes the output blob `counts.tsv`.
+ * Only the tests of blobs given to jobs need it, and fail (never skip)
+ * without it.
+ */
+export function wordcountWasm() {
+  const path = process.env.COHORT_WORDCOUNT_WASM;
+  if (!path) {
+    throw new Error("not set: COHORT_WORDCOUNT_WASM, the wordcount example's component (streams its input blob)");
+  }
+  return path;
+}
+
 /** Nodes still running: killed when the test process exits, whatever ended it. */
 const running = new Set();
 process.on("exit", () => {
