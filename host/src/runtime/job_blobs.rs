@@ -7,8 +7,8 @@
 //!   file of its node's blob store (fetched there first if need be), and a
 //!   directory for outputs (the store's `partial/`). An input stream reads
 //!   the file a piece at a time ([`INPUT_READ_BYTES_MAX`] at most per read);
-//!   an output stream writes through a small buffer into a temporary file,
-//!   hashing as it goes. However large the data, the attempt holds a few
+//!   an output stream writes through a small buffer
+//!   ([`OUTPUT_BUFFER_BYTES`]) into a temporary file, hashing as it goes. However large the data, the attempt holds a few
 //!   hundred KiB of it, and the guest only what it asks for.
 //! * **Reads block the job's own thread.** A read is one `read(2)` of a
 //!   local file, shorter than an epoch tick; the job's thread is the job's
@@ -44,6 +44,11 @@ pub const INPUT_READ_BYTES_MAX: usize = 256 << 10;
 
 /// How many bytes an output stream says it takes at once (`check-write`).
 const OUTPUT_WRITE_BUDGET: usize = 1 << 20;
+
+/// The buffer in front of each output's file: at most [`OUTPUTS_MAX`] of
+/// them per attempt (4 MiB), so that an attempt's outputs hold little of
+/// the node's memory however many it writes.
+const OUTPUT_BUFFER_BYTES: usize = 64 << 10;
 
 /// A blob an attempt may read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -203,7 +208,7 @@ impl Blobs {
         let file = tempfile::NamedTempFile::new_in(&space.dir)
             .map_err(|e| format!("cannot create output {name:?} on this node: {e}"))?;
         let output = Arc::new(Mutex::new(Output {
-            file: Some(std::io::BufWriter::with_capacity(BLOB_WRITE_BYTES, file)),
+            file: Some(std::io::BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, file)),
             hasher: Sha256::new(),
             size: 0,
             unchecked: 0,
