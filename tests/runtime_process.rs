@@ -230,103 +230,7 @@ async fn a_sandbox_idle_past_its_limit_is_stopped_and_the_next_job_starts_anothe
 // store hashes them again). The full set of blob cases runs in-thread
 // (`tests/runtime.rs`); these are the ones the process boundary can break.
 
-use cohort::runtime::JobReport;
-use cohort::runtime::job_blobs::{BlobSpace, InputBlob, JobBlobs};
-use serde_json::{Value, json};
-use sha2::Digest as _;
-use std::path::PathBuf;
-
-/// The output ceiling of blob tests that do not test it.
-const SPACE_BYTES_MAX: u64 = 256 << 20;
-
-/// A blob job's input files and its blob space, each a directory of its
-/// own so that a test sees every file the attempt left behind.
-struct BlobDirs {
-    inputs: tempfile::TempDir,
-    space: tempfile::TempDir,
-}
-
-impl BlobDirs {
-    fn new() -> Self {
-        Self {
-            inputs: tempfile::tempdir().unwrap(),
-            space: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    /// Input blob `name` holding `bytes`, in a file named by its digest.
-    fn input(&self, name: &str, bytes: &[u8]) -> InputBlob {
-        let digest = sha256(bytes);
-        let path = self.inputs.path().join(hex(&digest));
-        std::fs::write(&path, bytes).unwrap();
-        InputBlob {
-            name: name.into(),
-            digest,
-            size: bytes.len() as u64,
-            path,
-        }
-    }
-
-    /// `inputs`, and this blob space with a ceiling of `bytes_max`.
-    fn blobs(&self, inputs: Vec<InputBlob>, bytes_max: u64) -> JobBlobs {
-        JobBlobs {
-            inputs,
-            space: Some(BlobSpace {
-                dir: self.space.path().to_path_buf(),
-                bytes_max,
-            }),
-        }
-    }
-
-    /// Every file in the blob space.
-    fn space_files(&self) -> Vec<PathBuf> {
-        (std::fs::read_dir(self.space.path()).unwrap())
-            .map(|entry| entry.unwrap().path())
-            .collect()
-    }
-}
-
-/// Runs `fixture_blobs` on `steps` with `blobs` and default limits.
-async fn run_blobs(rt: &Runtime, blobs: JobBlobs, steps: Value) -> JobReport {
-    let module = load(rt, "fixture_blobs").await;
-    let request = JobRequest {
-        input: serde_json::to_vec(&json!({ "steps": steps })).unwrap(),
-        blobs,
-        ..JobRequest::default()
-    };
-    rt.run(&module, request).await
-}
-
-/// The results of a successful `fixture_blobs` attempt, one per step.
-fn step_results(report: &JobReport) -> Vec<Value> {
-    let output = match &report.outcome {
-        Ok(output) => output,
-        Err(failure) => panic!("the job failed: {failure:?}; log: {}", log_text(report)),
-    };
-    let output: Value = serde_json::from_slice(output).unwrap();
-    output["steps"].as_array().expect("a list of steps").clone()
-}
-
-fn sha256(bytes: &[u8]) -> [u8; 32] {
-    sha2::Sha256::digest(bytes).into()
-}
-
-fn hex(digest: &[u8; 32]) -> String {
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
-/// `len` bytes that differ from offset to offset (an xorshift stream).
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 24) as u8
-        })
-        .collect()
-}
+include!("runtime/blobs.rs");
 
 #[tokio::test]
 async fn a_job_built_for_cohort_job_0_1_0_still_runs_in_a_sandbox() {
@@ -353,7 +257,13 @@ async fn a_sandboxed_job_copies_its_input_into_an_output_the_node_takes() {
         {"op": "read", "from": "nope"},
     ]);
     let inputs = vec![dirs.input("input", &data)];
-    let report = run_blobs(&rt, dirs.blobs(inputs, SPACE_BYTES_MAX), steps).await;
+    let report = run_blobs(
+        &rt,
+        dirs.blobs(inputs, SPACE_BYTES_MAX),
+        steps,
+        JobLimits::default(),
+    )
+    .await;
     let results = step_results(&report);
     let digest = hex(&sha256(&data));
     assert_eq!(
@@ -404,7 +314,13 @@ async fn a_sandboxed_job_writing_past_the_output_ceiling_fails() {
         {"op": "write", "to": "first", "bytes": 512 << 10},
         {"op": "write", "to": "second", "bytes": 600 << 10},
     ]);
-    let report = run_blobs(&rt, dirs.blobs(Vec::new(), limit), steps).await;
+    let report = run_blobs(
+        &rt,
+        dirs.blobs(Vec::new(), limit),
+        steps,
+        JobLimits::default(),
+    )
+    .await;
     match failure(&report) {
         JobFailure::OutputTooLarge {
             size_bytes,
@@ -431,7 +347,13 @@ async fn a_sandboxed_job_that_fails_after_writing_outputs_leaves_none() {
         {"op": "fail", "code": "on_purpose"},
     ]);
     let inputs = vec![dirs.input("input", &data)];
-    let report = run_blobs(&rt, dirs.blobs(inputs, SPACE_BYTES_MAX), steps).await;
+    let report = run_blobs(
+        &rt,
+        dirs.blobs(inputs, SPACE_BYTES_MAX),
+        steps,
+        JobLimits::default(),
+    )
+    .await;
     assert!(
         matches!(failure(&report), JobFailure::JobError { code, .. } if code == "on_purpose"),
         "{:?}",

@@ -39,13 +39,15 @@
 //!   needed; dropping a [`BlobWriter`] flushes it. A failed attempt's
 //!   outputs are discarded, and a retry writes them again.
 //! * [`create`] of a name already created starts that output over. Output
-//!   names are 1 to 128 bytes of ASCII letters, digits, `.`, `_` and `-`;
+//!   names are 1 to 128 bytes of ASCII letters, digits, `.`, `_` and `-`,
+//!   not starting with `.`;
 //!   the node bounds how many outputs a job has and how many bytes they
 //!   hold together, and a write past that bound fails the job
 //!   (`output_too_large`).
 //! * A long job can checkpoint how far it has read
 //!   ([`BlobReader::position`]) and, on a retry, continue from there with
-//!   [`open_at`].
+//!   [`open_at`]; its outputs, though, start over with every attempt, so
+//!   a resumed attempt writes them again from their start.
 //! * Errors: [`open`] and [`create`] fail with a [`BlobError`]; reads and
 //!   writes fail with a [`std::io::Error`]. Both convert into a
 //!   [`JobError`] (codes `blob_open_failed`, `blob_create_failed`,

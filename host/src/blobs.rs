@@ -178,19 +178,26 @@ impl BlobStore {
         self.size(digest).map(|_| self.path(digest))
     }
 
-    /// A new directory under `partial/` for one attempt's output files
-    /// (removed with everything in it when dropped; emptied at start like
-    /// the rest of `partial/` after a crash).
-    pub fn attempt_space(&self) -> std::io::Result<tempfile::TempDir> {
-        tempfile::Builder::new()
-            .prefix("attempt-")
-            .tempdir_in(&self.inner.partial)
+    /// A new directory's path under `partial/` for one attempt's output
+    /// files, made by the attempt at its first output; the caller removes
+    /// it, with whatever is in it, when the attempt is over (`partial/` is
+    /// also emptied at start, after a crash).
+    pub fn attempt_space(&self) -> PathBuf {
+        let mut name = [0u8; 12];
+        crate::security::random(&mut name);
+        let name: String = name.iter().map(|b| format!("{b:02x}")).collect();
+        self.inner.partial.join(format!("attempt-{name}"))
     }
 
     /// Stores `file` (under this store's `partial/`), whose bytes have sha256
     /// `digest` and `size` bytes, under its digest. With `verified` false
-    /// (the word of a sandbox process) the file is hashed first, and kept
-    /// only if it matches.
+    /// (the word of a sandbox process, which may have lied) the node does
+    /// not keep that file: it opens it without following a link and
+    /// without blocking (a regular file, or nothing), copies at most
+    /// `size + 1` bytes of it into a file of its own while hashing them,
+    /// and keeps its copy only if the size and sha256 are the ones said,
+    /// so nothing the process does to its file afterwards reaches the
+    /// store.
     pub async fn adopt(
         &self,
         file: tempfile::TempPath,
@@ -204,15 +211,10 @@ impl BlobStore {
         };
         let (store, expected) = (self.clone(), digest);
         tokio::task::spawn_blocking(move || -> Result<bool, BlobError> {
-            if !verified {
-                let mut hasher = Sha256::new();
-                let mut reader = std::fs::File::open(&file).map_err(BlobError::io)?;
-                let copied = std::io::copy(&mut reader, &mut hasher).map_err(BlobError::io)?;
-                let actual = Digest::from(<[u8; 32]>::from(hasher.finalize()));
-                if actual != expected || copied != size {
-                    return Err(BlobError::DigestMismatch { expected, actual });
-                }
-            }
+            let file = match verified {
+                true => file,
+                false => store.copy_checked(&file, expected, size)?,
+            };
             store.forget_if_gone(&expected);
             if store.size(&expected).is_some() {
                 return Ok(false);
@@ -244,6 +246,54 @@ impl BlobStore {
             bytes: 0,
             unsynced: 0,
         })
+    }
+
+    /// A copy of `untrusted`, made by this node in `partial/`, if it is a
+    /// regular file (not a link, a pipe or a device) of `size` bytes with
+    /// sha256 `expected`. Blocks: call on a blocking thread.
+    fn copy_checked(
+        &self,
+        untrusted: &Path,
+        expected: Digest,
+        size: u64,
+    ) -> Result<tempfile::TempPath, BlobError> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let source = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(untrusted)
+            .map_err(BlobError::io)?;
+        let meta = source.metadata().map_err(BlobError::io)?;
+        if !meta.file_type().is_file() {
+            return Err(BlobError::Io(format!(
+                "{} is not a regular file",
+                untrusted.display()
+            )));
+        }
+        let mut copy =
+            tempfile::NamedTempFile::new_in(&self.inner.partial).map_err(BlobError::io)?;
+        let mut hasher = Sha256::new();
+        let mut reader = source.take(size.saturating_add(1));
+        let mut buffer = vec![0; BLOB_WRITE_BYTES];
+        let mut copied = 0u64;
+        loop {
+            let read = match reader.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(read) => read,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(error) => return Err(BlobError::io(error)),
+            };
+            check_free(&self.inner.dir, read as u64).map_err(BlobError::io)?;
+            copy.write_all(&buffer[..read]).map_err(BlobError::io)?;
+            hasher.update(&buffer[..read]);
+            copied += read as u64;
+        }
+        let actual = Digest::from(<[u8; 32]>::from(hasher.finalize()));
+        if actual != expected || copied != size {
+            return Err(BlobError::DigestMismatch { expected, actual });
+        }
+        Ok(copy.into_temp_path())
     }
 
     /// Streams bytes `range` (inclusive; the whole blob when `None`) of blob

@@ -626,7 +626,7 @@ struct Ended {
 async fn attempt_outcome(
     shared: &Shared,
     assignment: Assignment,
-    stopped: oneshot::Receiver<()>,
+    mut stopped: oneshot::Receiver<()>,
 ) -> Option<Ended> {
     let Assignment {
         id,
@@ -662,7 +662,27 @@ async fn attempt_outcome(
             });
         }
     };
-    let prepared = match shared.blobs.prepare(&blobs).await {
+    // A cancel while the inputs are fetched stops the fetch, as it stops
+    // the job.
+    let prepare = shared.blobs.prepare(&blobs);
+    tokio::pin!(prepare);
+    let mut _quiet = None;
+    let prepared = loop {
+        tokio::select! {
+            prepared = &mut prepare => break prepared,
+            stop = &mut stopped => match stop {
+                Ok(()) => return None,
+                // No one can stop it any more; a receiver that has answered
+                // must not be polled again, so the job gets a quiet one.
+                Err(_) => {
+                    let (sender, receiver) = oneshot::channel();
+                    _quiet = Some(sender);
+                    stopped = receiver;
+                }
+            },
+        }
+    };
+    let prepared = match prepared {
         Ok(prepared) => prepared,
         Err(failure) => return not_run(failure),
     };

@@ -192,12 +192,19 @@ def open(name: str, offset: int = 0) -> io.BufferedReader:
 
 def create(name: str) -> io.BufferedWriter:
     """Creates the output blob ``name`` (1 to 128 bytes of ASCII letters,
-    digits, ``.``, ``_`` and ``-``), starting it over if it was created
-    before, and returns a binary file object its bytes are written to.
+    digits, ``.``, ``_`` and ``-``, not starting with ``.``), starting it
+    over if it was created before (an earlier writer of it is not flushed
+    when the job ends, and fails if written again), and returns a binary file object its bytes are written to.
     Raises :class:`BlobError` ``blob_create_failed`` if the node refuses (a bad
     name, too many outputs)."""
     if not isinstance(name, str):
         raise TypeError(f"a blob name is a str, not {type(name).__name__}")
+    # The output starts over: earlier writers of the name are not flushed
+    # when the job ends (their buffers belong to the earlier start).
+    for earlier in list(_open_outputs):
+        if earlier.raw.name == name:
+            earlier.raw.supersede()
+            _open_outputs.discard(earlier)
     try:
         stream = _host.create(name)
     except _Err as e:
@@ -299,6 +306,16 @@ class _BlobWriter(io.RawIOBase):
         super().__init__()
         self._stream = stream
         self._name = name
+        self._superseded = False
+
+    def supersede(self) -> None:
+        """The output was created again: the stream is given back, later
+        writes fail, and the job's end does not flush this writer (what it
+        buffered belongs to the output's earlier start)."""
+        self._superseded = True
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            _drop(stream)
 
     @property
     def name(self) -> str:
@@ -311,6 +328,12 @@ class _BlobWriter(io.RawIOBase):
     def write(self, data: Any) -> int:
         _check_open(self)
         view = memoryview(data).cast("B")
+        if self._superseded:
+            raise BlobError(
+                "io_error",
+                f"the output blob {self._name!r} is closed: it was created again",
+                name=self._name,
+            )
         for start in range(0, len(view), WRITE_BYTES_MAX):
             try:
                 self._stream.blocking_write_and_flush(bytes(view[start : start + WRITE_BYTES_MAX]))
@@ -329,7 +352,8 @@ class _BlobWriter(io.RawIOBase):
         if not self.closed:
             stream, self._stream = self._stream, None
             try:
-                _drop(stream)
+                if stream is not None:
+                    _drop(stream)
             finally:
                 super().close()
 

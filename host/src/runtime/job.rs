@@ -278,6 +278,13 @@ pub enum JobFailure {
         /// What the disk said.
         message: String,
     },
+    /// An input blob's file on the node could not be read (removed by
+    /// hand, a disk error): retried, maybe on another worker.
+    #[error("the node could not read an input blob: {message}")]
+    BlobUnavailable {
+        /// What went wrong.
+        message: String,
+    },
     /// The host could not run the job (e.g. instantiation failed).
     #[error("internal error: {message}")]
     Internal {
@@ -309,6 +316,7 @@ impl JobFailure {
             },
             failure @ (JobFailure::Timeout { .. }
             | JobFailure::BlobStoreFull { .. }
+            | JobFailure::BlobUnavailable { .. }
             | JobFailure::MemoryLimit { .. }
             | JobFailure::OutputTooLarge { .. }
             | JobFailure::CheckpointTooLarge { .. }) => failure,
@@ -325,6 +333,7 @@ impl JobFailure {
             JobFailure::OutputTooLarge { .. } => "output_too_large",
             JobFailure::CheckpointTooLarge { .. } => "checkpoint_too_large",
             JobFailure::BlobStoreFull { .. } => "blob_store_full",
+            JobFailure::BlobUnavailable { .. } => "blob_unavailable",
             JobFailure::Internal { .. } => "internal",
         }
     }
@@ -792,6 +801,7 @@ impl From<OutputFault> for JobFailure {
                 limit_bytes: limit,
             },
             OutputFault::Disk(message) => JobFailure::BlobStoreFull { message },
+            OutputFault::Input(message) => JobFailure::BlobUnavailable { message },
         }
     }
 }

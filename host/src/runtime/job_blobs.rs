@@ -5,15 +5,24 @@
 //!
 //! * **Files, not buffers.** The worker hands the attempt each input as a
 //!   file of its node's blob store (fetched there first if need be), and a
-//!   directory for outputs (the store's `partial/`). An input stream reads
-//!   the file a piece at a time ([`INPUT_READ_BYTES_MAX`] at most per read);
+//!   directory for outputs under the store's `partial/` (made at the first
+//!   output). An input stream reads the file a piece at a time
+//!   ([`INPUT_READ_BYTES_MAX`] at most per read, at the stream's own
+//!   offset: an input is opened once per attempt, however many streams
+//!   the job opens on it, so a job cannot spend the node's descriptors);
 //!   an output stream writes through a small buffer
-//!   ([`OUTPUT_BUFFER_BYTES`]) into a temporary file, hashing as it goes. However large the data, the attempt holds a few
-//!   hundred KiB of it, and the guest only what it asks for.
-//! * **Reads block the job's own thread.** A read is one `read(2)` of a
+//!   ([`OUTPUT_BUFFER_BYTES`]) into a temporary file, hashing as it goes.
+//!   However large the data, an attempt holds at most about 5 MiB of it
+//!   (a read, and a buffer per output), and the guest only what it asks
+//!   for.
+//! * **Reads block the job's own thread.** A read is one `pread(2)` of a
 //!   local file, shorter than an epoch tick; the job's thread is the job's
 //!   (see `worker`), so nothing else waits on it, and the streams are always
 //!   "ready" to `wasi:io`'s pollables.
+//! * **The node's faults are not the job's.** An input file that cannot be
+//!   read, or a disk that refuses an output, fails the attempt with a code
+//!   that is retried (`blob_unavailable`, `blob_store_full`), whatever the
+//!   job made of the error its stream returned ([`OutputFault`]).
 //! * **Outputs become blobs only on success.** The attempt ends with each
 //!   output's name, digest, size and temporary file ([`WrittenBlob`]); the
 //!   worker stores and replicates them before it reports the job done. A
@@ -34,7 +43,7 @@ use bytes::Bytes;
 use cohort_master::limits::{OUTPUT_NAME_BYTES_MAX, OUTPUTS_MAX};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use wasmtime_wasi::p2::{InputStream, OutputStream, Pollable, StreamError};
@@ -101,7 +110,9 @@ pub struct WrittenBlob {
     pub verified: bool,
 }
 
-/// Why the attempt's outputs failed it.
+/// Why the attempt's blobs failed it, whatever the job made of the error
+/// its stream returned: the node's fault, or a limit, never the job's own
+/// failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutputFault {
     /// A write went past [`BlobSpace::bytes_max`]: the total it would have
@@ -109,6 +120,9 @@ pub enum OutputFault {
     TooLarge { wanted: u64, limit: u64 },
     /// The disk filled, or refused a write.
     Disk(String),
+    /// An input's file on this node could not be read (removed by hand, a
+    /// disk error): another attempt, maybe elsewhere, may read it.
+    Input(String),
 }
 
 /// A running attempt's blobs, shared by its streams.
@@ -120,6 +134,10 @@ pub(crate) struct Blobs {
 #[derive(Debug)]
 struct State {
     inputs: Vec<InputBlob>,
+    /// Each input's file, opened at its first `open` and shared by every
+    /// stream of it (each reads at its own offset), so that a job opening
+    /// an input again and again holds one descriptor.
+    files: Vec<Option<Arc<std::fs::File>>>,
     space: Option<BlobSpace>,
     /// Bytes written over all outputs.
     written: u64,
@@ -142,6 +160,7 @@ impl Blobs {
     pub(crate) fn new(blobs: JobBlobs) -> Self {
         Self {
             inner: Arc::new(Mutex::new(State {
+                files: vec![None; blobs.inputs.len()],
                 inputs: blobs.inputs,
                 space: blobs.space,
                 written: 0,
@@ -164,8 +183,8 @@ impl Blobs {
 
     /// A stream of input `name` from `offset`.
     pub(crate) fn open(&self, name: &str, offset: u64) -> Result<BlobReader, String> {
-        let state = self.state();
-        let Some(blob) = state.inputs.iter().find(|blob| blob.name == name) else {
+        let mut state = self.state();
+        let Some(at) = state.inputs.iter().position(|blob| blob.name == name) else {
             let names: Vec<&str> = state.inputs.iter().map(|b| b.name.as_str()).collect();
             return Err(format!(
                 "this job has no input blob named {name:?} (it has: {})",
@@ -176,21 +195,34 @@ impl Blobs {
                 }
             ));
         };
-        if offset > blob.size {
+        let size = state.inputs[at].size;
+        if offset > size {
             return Err(format!(
-                "offset {offset} is past the end of input {name:?} ({} bytes)",
-                blob.size
+                "offset {offset} is past the end of input {name:?} ({size} bytes)"
             ));
         }
-        let open = || -> std::io::Result<std::fs::File> {
-            let mut file = std::fs::File::open(&blob.path)?;
-            file.seek(SeekFrom::Start(offset))?;
-            Ok(file)
+        let file = match &state.files[at] {
+            Some(file) => file.clone(),
+            None => match std::fs::File::open(&state.inputs[at].path) {
+                Ok(file) => {
+                    let file = Arc::new(file);
+                    state.files[at] = Some(file.clone());
+                    file
+                }
+                Err(error) => {
+                    // The node's fault, not the job's: the attempt fails
+                    // with a code that is retried.
+                    let why = format!("cannot read input {name:?} on this node: {error}");
+                    state.fault.get_or_insert(OutputFault::Input(why.clone()));
+                    return Err(why);
+                }
+            },
         };
-        let file = open().map_err(|e| format!("cannot read input {name:?} on this node: {e}"))?;
         Ok(BlobReader {
+            blobs: self.clone(),
             file,
-            left: blob.size - offset,
+            offset,
+            end: size,
         })
     }
 
@@ -205,8 +237,18 @@ impl Blobs {
         if known.is_none() && state.outputs.len() >= OUTPUTS_MAX {
             return Err(format!("a job may write at most {OUTPUTS_MAX} outputs"));
         }
-        let file = tempfile::NamedTempFile::new_in(&space.dir)
-            .map_err(|e| format!("cannot create output {name:?} on this node: {e}"))?;
+        // The attempt's directory is made at its first output, so that
+        // an attempt writing none needs nothing of the disk.
+        let created = std::fs::create_dir_all(&space.dir)
+            .and_then(|()| tempfile::NamedTempFile::new_in(&space.dir));
+        let file = match created {
+            Ok(file) => file,
+            Err(error) => {
+                let why = format!("cannot create output {name:?} on this node: {error}");
+                state.fault.get_or_insert(OutputFault::Disk(why.clone()));
+                return Err(why);
+            }
+        };
         let output = Arc::new(Mutex::new(Output {
             file: Some(std::io::BufWriter::with_capacity(OUTPUT_BUFFER_BYTES, file)),
             hasher: Sha256::new(),
@@ -321,55 +363,63 @@ pub(crate) fn check_output_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// An input blob's stream: reads of its file, up to its size.
+/// An input blob's stream: positioned reads of its file (shared with the
+/// input's other streams), up to its size.
 pub(crate) struct BlobReader {
-    file: std::fs::File,
-    left: u64,
+    blobs: Blobs,
+    file: Arc<std::fs::File>,
+    offset: u64,
+    end: u64,
+}
+
+impl BlobReader {
+    /// Fails the attempt with the node's fault, and the read with it.
+    fn failed(&self, why: String) -> StreamError {
+        let mut state = self.blobs.state();
+        state.fault.get_or_insert(OutputFault::Input(why.clone()));
+        StreamError::LastOperationFailed(wasmtime::format_err!("{why}"))
+    }
 }
 
 #[async_trait::async_trait]
 impl InputStream for BlobReader {
     fn read(&mut self, size: usize) -> Result<Bytes, StreamError> {
-        if self.left == 0 {
+        use std::os::unix::fs::FileExt;
+        let left = self.end - self.offset;
+        if left == 0 {
             return Err(StreamError::Closed);
         }
-        let want = (size.min(INPUT_READ_BYTES_MAX) as u64).min(self.left) as usize;
+        let want = (size.min(INPUT_READ_BYTES_MAX) as u64).min(left) as usize;
         if want == 0 {
             return Ok(Bytes::new());
         }
         let mut buffer = vec![0; want];
         let read = loop {
-            match self.file.read(&mut buffer) {
+            match self.file.read_at(&mut buffer, self.offset) {
                 Ok(read) => break read,
                 Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(error) => {
-                    return Err(StreamError::LastOperationFailed(wasmtime::format_err!(
-                        "cannot read the blob: {error}"
-                    )));
+                    return Err(self.failed(format!("cannot read an input blob: {error}")));
                 }
             }
         };
         if read == 0 {
             // The file is shorter than the blob: it was cut on this node.
-            self.left = 0;
-            return Err(StreamError::LastOperationFailed(wasmtime::format_err!(
-                "the blob's file on this node ended early"
-            )));
+            self.offset = self.end;
+            return Err(self.failed("an input blob's file on this node ended early".into()));
         }
         buffer.truncate(read);
-        self.left -= read as u64;
+        self.offset += read as u64;
         Ok(Bytes::from(buffer))
     }
 
     fn skip(&mut self, nelem: usize) -> Result<usize, StreamError> {
-        if self.left == 0 {
+        let left = self.end - self.offset;
+        if left == 0 {
             return Err(StreamError::Closed);
         }
-        let skip = (nelem as u64).min(self.left);
-        self.file
-            .seek(SeekFrom::Current(skip as i64))
-            .map_err(|e| StreamError::LastOperationFailed(e.into()))?;
-        self.left -= skip;
+        let skip = (nelem as u64).min(left);
+        self.offset += skip;
         Ok(skip as usize)
     }
 }

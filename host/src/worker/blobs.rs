@@ -11,7 +11,7 @@
 //! * **Outputs** are written into a directory of the store's `partial/`
 //!   owned by the attempt (removed with whatever is left in it when the
 //!   attempt is over, even if a sandbox process was killed mid-write). On
-//!   success each one is stored under its digest (hashed again when a
+//!   success each one is stored under its digest (copied and hashed by the node when a
 //!   sandbox process wrote it) and replicated to a majority of the back-end
 //!   nodes, as an upload is, before the outcome, which names them by digest,
 //!   goes to the master. A disk that fills fails the attempt with
@@ -43,11 +43,29 @@ impl std::fmt::Debug for WorkerBlobs {
     }
 }
 
-/// An attempt's blobs, ready: what it reads, where it writes. The output
-/// directory lives as long as this.
+/// An attempt's blobs, ready: what it reads, where it writes. Dropped, its
+/// output directory is removed (on a blocking thread: it may hold
+/// gigabytes a killed sandbox process left).
 pub(super) struct Prepared {
     pub(super) blobs: JobBlobs,
-    _space: tempfile::TempDir,
+    space: std::path::PathBuf,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        let space = std::mem::take(&mut self.space);
+        let remove = move || match std::fs::remove_dir_all(&space) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                tracing::warn!(space = %space.display(), %error, "cannot remove an attempt's output files")
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(remove)),
+            Err(_) => remove(),
+        }
+    }
 }
 
 impl WorkerBlobs {
@@ -62,6 +80,8 @@ impl WorkerBlobs {
                 code: "blob_unavailable".into(),
                 message: format!("input blob {:?} ({digest}): {why}", blob.name),
             };
+            // A copy removed by hand is fetched again, not read as gone.
+            store.forget_if_gone(&digest);
             match self.transfer.ensure(&digest).await {
                 Ok(Some(size)) if size == blob.size => {}
                 Ok(Some(size)) => {
@@ -85,27 +105,39 @@ impl WorkerBlobs {
                 path,
             });
         }
-        let space = store.attempt_space().map_err(|error| Failure {
-            code: "blob_store_full".into(),
-            message: format!("cannot make a place for the job's output blobs: {error}"),
-        })?;
+        let space = store.attempt_space();
         Ok(Prepared {
             blobs: JobBlobs {
                 inputs,
                 space: Some(BlobSpace {
-                    dir: space.path().to_path_buf(),
+                    dir: space.clone(),
                     bytes_max: store.ceiling(),
                 }),
             },
-            _space: space,
+            space,
         })
     }
 
     /// Stores the outputs of a successful attempt and makes each durable on
     /// a majority of the back-end nodes: what the outcome names.
     pub(super) async fn keep(&self, written: Vec<WrittenBlob>) -> Result<Vec<NamedBlob>, Failure> {
+        let mut written = written.into_iter();
+        let kept = self.keep_each(written.by_ref()).await;
+        // On a failure the outputs not yet stored are left to `Prepared`,
+        // which removes the attempt's directory on a blocking thread (an
+        // unlink of gigabytes here would hold an async thread).
+        for rest in written {
+            let _ = rest.file.keep();
+        }
+        kept
+    }
+
+    async fn keep_each(
+        &self,
+        written: impl Iterator<Item = WrittenBlob>,
+    ) -> Result<Vec<NamedBlob>, Failure> {
         let store = self.transfer.store();
-        let mut kept = Vec::with_capacity(written.len());
+        let mut kept = Vec::new();
         for blob in written {
             let digest = Digest::from(blob.digest);
             let stored = store
