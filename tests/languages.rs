@@ -350,34 +350,35 @@ fn wordcount_gives_the_same_bytes_in_rust_python_and_javascript() {
     }
 }
 
-/// Each language's `wordcount` streams an input blob larger than its
-/// memory limit (in a sandbox process, as a node runs it), and counts it
-/// as it counts one copy of its text times the number of copies. The
-/// limits are each language's least that leaves room: 64 MiB for Rust and
-/// Python; JavaScript's collector lets garbage grow to about 100 MiB
-/// before it collects, whatever the input's size.
+/// The Rust and Python `wordcount`s stream an input blob larger than their
+/// memory limit (160 MiB within 64 MiB, in a sandbox process, as a node
+/// runs it), and count it as they count one copy of its text times the
+/// number of copies. JavaScript is not here: its engine's collector grows
+/// the heap with the work done (100 to 270 MiB over 40 to 320 MiB of
+/// text, varying with the machine's load), so its memory is not bounded
+/// by the input's size (README, "Jobs that stream blobs").
 #[test]
-fn wordcount_streams_an_input_larger_than_its_memory_in_every_language() {
+fn wordcount_streams_an_input_larger_than_its_memory_in_rust_and_python() {
     // Alone: it streams 160 MiB through three sandbox processes.
     let _machine = alone();
     let dir = tempfile::tempdir().unwrap();
     let piece = support::text::sample(1 << 20);
-    let copies = 160u64;
-    let big = dir.path().join("big.txt");
-    {
+    let write = |copies: u64| {
+        let big = dir.path().join(format!("big-{copies}.txt"));
         let mut file = std::io::BufWriter::new(std::fs::File::create(&big).unwrap());
         for _ in 0..copies {
             file.write_all(piece.as_bytes()).unwrap();
         }
         file.flush().unwrap();
-    }
-    for (language, module, memory) in [
-        ("Rust", guest("wordcount"), "64MiB"),
-        ("Python", built("examples/wordcount-py"), "64MiB"),
-        ("JavaScript", built("examples/wordcount-js"), "128MiB"),
+        big
+    };
+    for (language, module, memory, copies) in [
+        ("Rust", guest("wordcount"), "64MiB", 160u64),
+        ("Python", built("examples/wordcount-py"), "64MiB", 160),
     ] {
         let limit = cohort::runtime::job_limits::parse_bytes(memory).unwrap();
         assert!(piece.len() as u64 * copies > limit, "{language}");
+        let big = write(copies);
         let (code, one, stderr) = exec(&module, piece.as_bytes(), &[]);
         assert_eq!(code, 0, "{language}: {stderr}");
         let one: Value = serde_json::from_slice(&one).unwrap();
@@ -407,6 +408,7 @@ fn wordcount_streams_an_input_larger_than_its_memory_in_every_language() {
         }
         assert_eq!(all, expected, "{language}");
         assert!(outputs.join("counts.tsv").is_file(), "{language}");
+        std::fs::remove_file(&big).unwrap();
     }
 }
 

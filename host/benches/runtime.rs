@@ -28,6 +28,15 @@
 //!    work the job's call does, natively), and the same job with an empty
 //!    call list (the job without its call). In-thread, then in sandbox
 //!    processes.
+//! 7. `cargo bench --bench runtime -- streams`: the streaming `wordcount`
+//!    job over a [`STREAM_MIB_DEFAULT`] MiB text file
+//!    (`COHORT_BENCH_STREAM_MIB` to change it; copies of one 1 MiB text,
+//!    written in the target dir's temporary directory) given as its input
+//!    blob, against the same counting compiled natively
+//!    ([`wordcount::count_reader`] over the file) and `cat FILE >
+//!    /dev/null` (the floor of reading the file). Best of
+//!    [`STREAM_RUNS`], interleaved; the job in-thread and in a sandbox
+//!    process; both must give the native word count and `counts.tsv`.
 //!
 //! Numbers go to stdout as Markdown, ready for BENCHMARKS.md.
 //!
@@ -37,7 +46,8 @@
 //! [`GUARD_SANDBOXED_PRIMES_RATIO_MAX`].
 
 use bytes::Bytes;
-use cohort::runtime::{Isolation, JobRequest, Module, Runtime, RuntimeConfig};
+use cohort::runtime::job_blobs::{BlobSpace, InputBlob, JobBlobs};
+use cohort::runtime::{Isolation, JobLimits, JobRequest, Module, Runtime, RuntimeConfig};
 use cohort_master::HttpGrant;
 use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Empty};
@@ -78,7 +88,7 @@ const GUARD_PRIMES_RUNS: u32 = 5;
 
 fn main() {
     // `cargo bench` passes `--bench`; the filters are `languages`,
-    // `egress`, `kernels` (each only that section) and `guard`: the CI
+    // `egress`, `kernels`, `streams` (each only that section) and `guard`: the CI
     // regression guard, a short run that fails only on a ratio measured
     // in the same run.
     let guard = std::env::args().skip(1).any(|a| a == "guard");
@@ -89,6 +99,10 @@ fn main() {
     if std::env::args().skip(1).any(|a| a == "egress") {
         egress(Isolation::Thread);
         egress(Isolation::Process);
+        return;
+    }
+    if std::env::args().skip(1).any(|a| a == "streams") {
+        streams();
         return;
     }
     if std::env::args().skip(1).any(|a| a == "kernels") {
@@ -574,6 +588,205 @@ async fn native_get(addr: SocketAddr) -> Bytes {
             exchange.await
         }
     }
+}
+
+/// Size of the streams section's text file, in MiB, unless
+/// `COHORT_BENCH_STREAM_MIB` says otherwise.
+const STREAM_MIB_DEFAULT: u64 = 2048;
+/// Runs of each side in the streams section (the best counts).
+const STREAM_RUNS: u32 = 3;
+/// The piece the streams section's file is made of: one MiB of text.
+const STREAM_PIECE_BYTES: usize = 1 << 20;
+/// The streaming job's memory limit: it holds the distinct words, not the
+/// text, so a limit far below the file's size must do.
+const STREAM_MEMORY_BYTES: u64 = 64 << 20;
+/// The streaming job's time limit: generous, a bench is not a guard.
+const STREAM_TIMEOUT_MS: u64 = 30 * 60 * 1000;
+/// Most bytes the job's outputs (`counts.tsv`) may take.
+const STREAM_OUTPUT_BYTES_MAX: u64 = 1 << 30;
+
+/// What one count found: the number of words, the number of distinct
+/// words, the 10 most frequent as the job's JSON lists them, and the
+/// sha256 of `counts.tsv`.
+#[derive(Debug, PartialEq)]
+struct StreamCount {
+    words: u64,
+    unique: u64,
+    top: serde_json::Value,
+    counts_sha256: [u8; 32],
+}
+
+/// Section 7: the streaming `wordcount` job against the same counting
+/// natively, and `cat`, over one large text file, interleaved.
+fn streams() {
+    use sha2::Digest as _;
+    use std::io::Write as _;
+
+    let mib: u64 = std::env::var("COHORT_BENCH_STREAM_MIB").map_or(STREAM_MIB_DEFAULT, |v| {
+        v.parse()
+            .expect("COHORT_BENCH_STREAM_MIB is a number of MiB")
+    });
+    // On the target dir's disk: the disk a node's blob store would use in
+    // this tree.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = dir.path().join("text");
+    let mut piece = text::sample(STREAM_PIECE_BYTES - 256).into_bytes();
+    assert!(piece.len() <= STREAM_PIECE_BYTES);
+    // Padded with newlines, so no word or character spans two copies.
+    piece.resize(STREAM_PIECE_BYTES, b'\n');
+    let started = Instant::now();
+    let mut hasher = sha2::Sha256::new();
+    let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    for _ in 0..mib {
+        file.write_all(&piece).unwrap();
+        hasher.update(&piece);
+    }
+    file.into_inner().unwrap().sync_all().unwrap();
+    let digest: [u8; 32] = hasher.finalize().into();
+    let size = mib * STREAM_PIECE_BYTES as u64;
+    println!(
+        "streams: wrote {mib} MiB in {:.1} s to {}",
+        started.elapsed().as_secs_f64(),
+        path.display()
+    );
+
+    let rt = current_thread();
+    let wasm = guest("wordcount");
+    let in_thread = load_bytes(&rt, 2, &wasm, Isolation::Thread);
+    let sandboxed = load_bytes(&rt, 2, &wasm, Isolation::Process);
+    let job = || JobRequest {
+        limits: JobLimits {
+            memory_bytes: STREAM_MEMORY_BYTES,
+            timeout_ms: STREAM_TIMEOUT_MS,
+            ..JobLimits::default()
+        },
+        blobs: JobBlobs {
+            inputs: vec![InputBlob {
+                name: "input".into(),
+                digest,
+                size,
+                path: path.clone(),
+            }],
+            space: Some(BlobSpace {
+                dir: dir.path().to_path_buf(),
+                bytes_max: STREAM_OUTPUT_BYTES_MAX,
+            }),
+        },
+        ..JobRequest::default()
+    };
+    let run_job = |(runtime, module): &(Runtime, Module)| {
+        let started = Instant::now();
+        let report = rt.block_on(runtime.run(module, job()));
+        let took = started.elapsed();
+        let output = report.outcome.expect("the wordcount job succeeds");
+        let output: serde_json::Value = serde_json::from_slice(&output).unwrap();
+        let [counts] = &report.outputs[..] else {
+            panic!("the job writes one output, not {:?}", report.outputs);
+        };
+        assert_eq!(counts.name, "counts.tsv");
+        let written: [u8; 32] = sha2::Sha256::digest(std::fs::read(&counts.file).unwrap()).into();
+        assert_eq!(written, counts.digest, "counts.tsv as reported");
+        let count = StreamCount {
+            words: output["words"].as_u64().unwrap(),
+            unique: output["unique"].as_u64().unwrap(),
+            top: output["top"].clone(),
+            counts_sha256: written,
+        };
+        (took, count, report.memory_peak_bytes)
+    };
+    let run_native = || {
+        let started = Instant::now();
+        let file = std::fs::File::open(&path).unwrap();
+        let (words, ranked) = wordcount::count_reader(file).expect("the text is UTF-8");
+        let took = started.elapsed();
+        let mut tsv = Vec::new();
+        wordcount::write_counts(&mut tsv, &ranked).unwrap();
+        let top: Vec<_> = (ranked.iter().take(10))
+            .map(|(word, count)| serde_json::json!({ "word": word, "count": count }))
+            .collect();
+        let count = StreamCount {
+            words,
+            unique: ranked.len() as u64,
+            top: top.into(),
+            counts_sha256: sha2::Sha256::digest(&tsv).into(),
+        };
+        (took, count)
+    };
+    let run_cat = || {
+        let started = Instant::now();
+        let status = std::process::Command::new("cat")
+            .arg(&path)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("cat runs");
+        assert!(status.success());
+        started.elapsed()
+    };
+
+    let mut best = [Duration::MAX; 4];
+    let mut peaks = [0u64; 2];
+    let mut expected = None;
+    for round in 1..=STREAM_RUNS {
+        let (thread_took, thread_count, thread_peak) = run_job(&in_thread);
+        let (process_took, process_count, process_peak) = run_job(&sandboxed);
+        let (native_took, native_count) = run_native();
+        let cat_took = run_cat();
+        assert_eq!(thread_count, native_count, "in-thread job against native");
+        assert_eq!(process_count, native_count, "sandboxed job against native");
+        assert!(expected.as_ref().is_none_or(|e| *e == native_count));
+        expected = Some(native_count);
+        let took = [thread_took, process_took, native_took, cat_took];
+        for (best, took) in best.iter_mut().zip(took) {
+            *best = (*best).min(took);
+        }
+        peaks = [peaks[0].max(thread_peak), peaks[1].max(process_peak)];
+        let s = |d: Duration| format!("{:.2} s", d.as_secs_f64());
+        println!(
+            "streams round {round}: in-thread {}, sandbox process {}, native {}, cat {}",
+            s(thread_took),
+            s(process_took),
+            s(native_took),
+            s(cat_took)
+        );
+    }
+    let expected = expected.expect("at least one run");
+    let mib_per_s = |d: Duration| mib as f64 / d.as_secs_f64();
+    let native = best[2].as_secs_f64();
+    println!(
+        "\n## Streaming wordcount over a {mib} MiB file: Wasm job (input blob) vs native, best of {STREAM_RUNS}"
+    );
+    println!(
+        "{} words, {} distinct; the jobs' output and `counts.tsv` (sha256 {}) equal the native count's",
+        expected.words,
+        expected.unique,
+        hex(&expected.counts_sha256)
+    );
+    println!("| | time | MiB/s | / native |");
+    println!("|---|---|---|---|");
+    let rows = [
+        "Wasm job, in-thread (input blob, 64 MiB memory limit)",
+        "Wasm job, sandbox process",
+        "native `count_reader` over the file",
+        "`cat FILE > /dev/null`",
+    ];
+    for (name, took) in rows.into_iter().zip(best) {
+        println!(
+            "| {name} | {:.2} s | {:.0} | {:.2}x |",
+            took.as_secs_f64(),
+            mib_per_s(took),
+            took.as_secs_f64() / native
+        );
+    }
+    println!(
+        "\njobs' peak linear memory: {:.1} MiB in-thread, {:.1} MiB in a sandbox process",
+        peaks[0] as f64 / f64::from(1 << 20),
+        peaks[1] as f64 / f64::from(1 << 20)
+    );
+}
+
+/// `bytes` in lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[path = "../../tests/support/text.rs"]

@@ -14,98 +14,130 @@
 //! job given a blob also writes the output blob `counts.tsv`: every
 //! distinct word and its count, one `word\tcount\n` line each, by count
 //! descending then word ascending.
+//!
+//! The counting itself ([`count_reader`], [`write_counts`]) is plain Rust
+//! with no cohort dependency, so the host's benchmark links it natively to
+//! compare the streaming job against the same code over a file.
 
-use cohort_guest::{FromInput, JobError, Json, blobs, job};
-use serde::Serialize;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, BufWriter, Write};
-
-/// How many of the most frequent words the output lists.
-const TOP_LEN: usize = 10;
+use std::io::{BufRead, BufReader, Write};
 
 /// How many bytes of an input blob are read and counted at once.
-const READ_BYTES: usize = 64 << 10;
+pub const READ_BYTES: usize = 64 << 10;
 
-/// The output blob listing every word's count, written when the input is a
-/// blob.
-const COUNTS_BLOB: &str = "counts.tsv";
-
-#[derive(Serialize)]
-struct Counts {
-    words: u64,
-    unique: u64,
-    top: Vec<WordCount>,
+/// Why a text could not be counted.
+#[derive(Debug)]
+pub enum CountError {
+    /// Reading the text failed.
+    Io(std::io::Error),
+    /// The text is not UTF-8.
+    NotUtf8(Utf8Error),
 }
 
-#[derive(Serialize)]
-struct WordCount {
-    word: String,
-    count: u64,
-}
-
-#[job]
-fn run(input: Vec<u8>) -> Result<Json<Counts>, JobError> {
-    let blob = blobs::input(blobs::INPUT);
-    let counter = match &blob {
-        Some(blob) => {
-            cohort_guest::info!("counting the input blob ({} bytes)", blob.size);
-            count_blob()?
+impl std::fmt::Display for CountError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CountError::Io(error) => write!(f, "reading the text failed: {error}"),
+            CountError::NotUtf8(error) => write!(f, "input is not UTF-8: {error}"),
         }
-        None => {
-            // Decoded as a `String` input always was: same errors.
-            let mut counter = WordCounter::default();
-            counter.feed(&String::from_input(input)?);
-            counter
-        }
-    };
-    let (words, ranked) = counter.finish();
-    cohort_guest::info!("counted {words} words, {} distinct", ranked.len());
-    if blob.is_some() {
-        write_counts(&ranked)?;
     }
-    let unique = ranked.len() as u64;
-    let top = ranked
-        .into_iter()
-        .take(TOP_LEN)
-        .map(|(word, count)| WordCount { word, count })
-        .collect();
-    Ok(Json(Counts { words, unique, top }))
 }
 
-/// Counts the words of the input blob, a piece at a time.
-fn count_blob() -> Result<WordCounter, JobError> {
-    let mut reader = BufReader::with_capacity(READ_BYTES, blobs::open(blobs::INPUT)?);
+impl std::error::Error for CountError {}
+
+/// Counts the words of the UTF-8 text `reader` gives, [`READ_BYTES`] at a
+/// time, as the job counts an input blob: the number of words, and every
+/// distinct word with its count, by count descending then word ascending.
+pub fn count_reader(reader: impl std::io::Read) -> Result<(u64, Vec<(String, u64)>), CountError> {
+    let mut reader = BufReader::with_capacity(READ_BYTES, reader);
     let mut counter = WordCounter::default();
     let mut decoder = Utf8Decoder::default();
     loop {
-        let bytes = reader.fill_buf()?;
+        let bytes = reader.fill_buf().map_err(CountError::Io)?;
         if bytes.is_empty() {
             break;
         }
         decoder
             .decode(bytes, |text| counter.feed(text))
-            .map_err(input_not_utf8)?;
+            .map_err(CountError::NotUtf8)?;
         let read = bytes.len();
         reader.consume(read);
     }
-    decoder.finish().map_err(input_not_utf8)?;
-    Ok(counter)
+    decoder.finish().map_err(CountError::NotUtf8)?;
+    Ok(counter.finish())
 }
 
-/// The job error for text that is not UTF-8, as the inline input's.
-fn input_not_utf8(error: Utf8Error) -> JobError {
-    JobError::bad_input(format!("input is not UTF-8: {error}"))
-}
-
-/// Writes `counts.tsv`: `word\tcount\n` for each of `ranked`, in its order.
-fn write_counts(ranked: &[(String, u64)]) -> Result<(), JobError> {
-    let mut out = BufWriter::with_capacity(READ_BYTES, blobs::create(COUNTS_BLOB)?);
+/// Writes `counts.tsv` to `out`: `word\tcount\n` for each of `ranked`, in
+/// its order (unbuffered: give it a buffered writer).
+pub fn write_counts(mut out: impl Write, ranked: &[(String, u64)]) -> std::io::Result<()> {
     for (word, count) in ranked {
         // Words hold neither tabs nor newlines: both are separators.
         writeln!(out, "{word}\t{count}")?;
     }
-    out.flush()?;
     Ok(())
+}
+
+#[cfg(target_arch = "wasm32")]
+mod job {
+    use super::*;
+    use cohort_guest::{FromInput, JobError, Json, blobs, job};
+    use serde::Serialize;
+    use std::io::BufWriter;
+
+    /// How many of the most frequent words the output lists.
+    const TOP_LEN: usize = 10;
+
+    /// The output blob listing every word's count, written when the input
+    /// is a blob.
+    const COUNTS_BLOB: &str = "counts.tsv";
+
+    #[derive(Serialize)]
+    struct Counts {
+        words: u64,
+        unique: u64,
+        top: Vec<WordCount>,
+    }
+
+    #[derive(Serialize)]
+    struct WordCount {
+        word: String,
+        count: u64,
+    }
+
+    #[job]
+    fn run(input: Vec<u8>) -> Result<Json<Counts>, JobError> {
+        let blob = blobs::input(blobs::INPUT);
+        let (words, ranked) = match &blob {
+            Some(blob) => {
+                cohort_guest::info!("counting the input blob ({} bytes)", blob.size);
+                count_reader(blobs::open(blobs::INPUT)?).map_err(|error| match error {
+                    CountError::Io(error) => JobError::from(error),
+                    CountError::NotUtf8(error) => {
+                        JobError::bad_input(format!("input is not UTF-8: {error}"))
+                    }
+                })?
+            }
+            None => {
+                // Decoded as a `String` input always was: same errors.
+                let mut counter = WordCounter::default();
+                counter.feed(&String::from_input(input)?);
+                counter.finish()
+            }
+        };
+        cohort_guest::info!("counted {words} words, {} distinct", ranked.len());
+        if blob.is_some() {
+            let mut out = BufWriter::with_capacity(READ_BYTES, blobs::create(COUNTS_BLOB)?);
+            write_counts(&mut out, &ranked)?;
+            out.flush()?;
+        }
+        let unique = ranked.len() as u64;
+        let top = ranked
+            .into_iter()
+            .take(TOP_LEN)
+            .map(|(word, count)| WordCount { word, count })
+            .collect();
+        Ok(Json(Counts { words, unique, top }))
+    }
 }
 
 /// Whether `c` separates words: it is neither alphanumeric nor an
@@ -187,7 +219,7 @@ struct Utf8Decoder {
 /// Bytes that are not UTF-8, described as [`std::str::Utf8Error`] describes
 /// them, at their offset in the whole text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Utf8Error {
+pub struct Utf8Error {
     /// Where the bad sequence starts.
     offset: u64,
     /// Its length; `None`: the text ends inside a character.
