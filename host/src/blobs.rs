@@ -25,10 +25,10 @@
 //! `cluster::blob_transfer`.
 
 use crate::limits::{
-    BLOB_DISK_RESERVE_BYTES, BLOB_IDLE_TIMEOUT, BLOB_READ_AHEAD, BLOB_READ_BYTES, BLOB_SYNC_BYTES,
-    BLOB_WRITE_BYTES,
+    BLOB_IDLE_TIMEOUT, BLOB_READ_AHEAD, BLOB_READ_BYTES, BLOB_SYNC_BYTES, BLOB_WRITE_BYTES,
 };
 use crate::runtime::Digest;
+use crate::runtime::job_blobs::check_free;
 use bytes::Bytes;
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
@@ -184,7 +184,7 @@ impl BlobStore {
     /// also emptied at start, after a crash).
     pub fn attempt_space(&self) -> PathBuf {
         let mut name = [0u8; 12];
-        crate::security::random(&mut name);
+        getrandom::fill(&mut name).expect("the operating system's random source failed");
         let name: String = name.iter().map(|b| format!("{b:02x}")).collect();
         self.inner.partial.join(format!("attempt-{name}"))
     }
@@ -513,32 +513,6 @@ impl hyper::body::Body for ChannelBody {
             hyper::body::SizeHint::with_exact,
         )
     }
-}
-
-/// Refuses a write of `bytes` more to the disk holding `dir` when it would
-/// leave less than [`BLOB_DISK_RESERVE_BYTES`] free: blobs share the disk
-/// with the journal, which must always be able to grow.
-pub(crate) fn check_free(dir: &Path, bytes: u64) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: all-zero bytes are a valid `statvfs` (plain integers).
-    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is NUL-terminated and `stat` a valid place for the
-    // answer; statvfs writes nothing else.
-    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let free = (stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64);
-    if free < bytes.saturating_add(BLOB_DISK_RESERVE_BYTES) {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::StorageFull,
-            format!(
-                "{free} bytes free, and the node keeps {BLOB_DISK_RESERVE_BYTES} free for its journal"
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Why a `Range` header cannot be served.

@@ -36,9 +36,9 @@
 //!   written: a disk that fills fails the attempt (`blob_store_full`) and
 //!   leaves every stored blob as it was.
 //!
-//! [`BLOB_DISK_RESERVE_BYTES`]: crate::limits::BLOB_DISK_RESERVE_BYTES
+//! [`BLOB_DISK_RESERVE_BYTES`]: BLOB_DISK_RESERVE_BYTES
 
-use crate::limits::BLOB_WRITE_BYTES;
+use crate::limits::{BLOB_DISK_RESERVE_BYTES, BLOB_WRITE_BYTES};
 use bytes::Bytes;
 use cohort_master::limits::{OUTPUT_NAME_BYTES_MAX, OUTPUTS_MAX};
 use serde::{Deserialize, Serialize};
@@ -330,7 +330,7 @@ impl Blobs {
             && output.unchecked >= BLOB_WRITE_BYTES as u64
             && let Some(dir) = &dir
         {
-            written = crate::blobs::check_free(dir, output.unchecked);
+            written = check_free(dir, output.unchecked);
             output.unchecked = 0;
         }
         if let Err(error) = written {
@@ -463,4 +463,30 @@ impl Pollable for BlobWriter {
 /// must be a file directly under `dir`.
 pub(crate) fn adoptable(dir: &Path, file: &Path) -> bool {
     file.parent() == Some(dir) && file.file_name().is_some()
+}
+
+/// Refuses a write of `bytes` more to the disk holding `dir` when it would
+/// leave less than [`BLOB_DISK_RESERVE_BYTES`] free: blobs share the disk
+/// with the journal, which must always be able to grow.
+pub(crate) fn check_free(dir: &Path, bytes: u64) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: all-zero bytes are a valid `statvfs` (plain integers).
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `stat` a valid place for the
+    // answer; statvfs writes nothing else.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let free = (stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64);
+    if free < bytes.saturating_add(BLOB_DISK_RESERVE_BYTES) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            format!(
+                "{free} bytes free, and the node keeps {BLOB_DISK_RESERVE_BYTES} free for its journal"
+            ),
+        ));
+    }
+    Ok(())
 }
