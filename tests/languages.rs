@@ -537,13 +537,7 @@ fn the_js_sdk_types_are_what_jco_generates_from_the_wit() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    // The job world with its `wasi:io` dependency, alone in a directory:
-    // `wit/` itself also holds the master's package, which jco would read.
-    let wit = generated.path().join("wit");
-    std::fs::create_dir_all(wit.join("deps")).unwrap();
-    for file in ["job.wit", "deps/io.wit"] {
-        std::fs::copy(Path::new(ROOT).join("wit").join(file), wit.join(file)).unwrap();
-    }
+    job_wit(generated.path());
     let out = run_bounded(
         Command::new(&bin).current_dir(generated.path()).args([
             "guest-types",
@@ -631,7 +625,7 @@ fn a_component_importing_wasi_http_loads_and_its_requests_are_refused() {
         Command::new(tools.join("node_modules/.bin/componentize-js"))
             .current_dir(dir.path())
             .args(["fetcher.js", "-n", "job", "--wit"])
-            .arg(Path::new(ROOT).join("wit/job.wit"))
+            .arg(job_wit(dir.path()))
             .arg("-o")
             .arg(&component),
         b"",
@@ -742,7 +736,7 @@ fn modules_for_another_job_version_or_with_foreign_imports_are_refused() {
         (
             "fixture_future_job",
             "module_job_version",
-            "cohort:job/host@0.2.0",
+            "cohort:job/host@0.3.0",
         ),
         (
             "fixture_foreign_import",
@@ -755,6 +749,18 @@ fn modules_for_another_job_version_or_with_foreign_imports_are_refused() {
         assert!(stderr.contains(&format!("[{code}]")), "{stderr}");
         assert!(stderr.contains(names), "{stderr}");
     }
+}
+
+/// The job world with its `wasi:io` dependency, alone in `dir/wit` (the
+/// repository's `wit/` also holds the master's package, which the JS
+/// tools would read too); returns that directory.
+fn job_wit(dir: &Path) -> PathBuf {
+    let wit = dir.join("wit");
+    std::fs::create_dir_all(wit.join("deps")).unwrap();
+    for file in ["job.wit", "deps/io.wit"] {
+        std::fs::copy(Path::new(ROOT).join("wit").join(file), wit.join(file)).unwrap();
+    }
+    wit
 }
 
 /// The names a component imports (its top-level import section).
