@@ -354,9 +354,9 @@ fn wordcount_gives_the_same_bytes_in_rust_python_and_javascript() {
 /// memory limit (160 MiB within 64 MiB, in a sandbox process, as a node
 /// runs it), and count it as they count one copy of its text times the
 /// number of copies. JavaScript is not here: its engine's collector grows
-/// the heap with the work done (100 to 270 MiB over 40 to 320 MiB of
-/// text, varying with the machine's load), so its memory is not bounded
-/// by the input's size (README, "Jobs that stream blobs").
+/// the heap with the work done, varying with the machine's load, so its
+/// memory is not bounded by the input's size (BENCHMARKS.md, "Streaming
+/// jobs' peak memory by language").
 #[test]
 fn wordcount_streams_an_input_larger_than_its_memory_in_rust_and_python() {
     // Alone: it streams 160 MiB through three sandbox processes.
