@@ -562,7 +562,7 @@ impl Api {
                 }
                 Ok(found) if found.route.handler == Handler::InternalBlobFetch => {
                     let (parts, body) = request.into_parts();
-                    let voters = || (self.replication.as_ref()).map(|r| r.status().voters.len());
+                    let voters = || (self.replication.as_ref()).map(|r| r.voter_count());
                     let internal = &self.internal;
                     blobs::serve_fetch(&self.blobs, internal, found.route, voters, &parts, body)
                         .await
@@ -817,7 +817,7 @@ impl Api {
         let param = found.param.unwrap_or_default();
         match found.route.handler {
             Handler::BlobPut => {
-                let voters = (self.replication.as_ref()).map(|r| r.status().voters.len());
+                let voters = (self.replication.as_ref()).map(|r| r.voter_count());
                 let answer = blobs::put(&self.blobs, voters, &parts.headers, body).await?;
                 Ok(answer.map(BodyExt::boxed))
             }

@@ -414,7 +414,7 @@ fn start_worker(
                     transfer: wiring.blobs.clone(),
                     voters: {
                         let replication = wiring.replication.clone();
-                        Arc::new(move || replication.as_ref().map(|r| r.status().voters.len()))
+                        Arc::new(move || replication.as_ref().map(|r| r.voter_count()))
                     },
                 },
             )

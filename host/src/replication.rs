@@ -641,6 +641,17 @@ impl Replication {
         rx.await.unwrap_or(Err(RemoveVoterError::NotMaster))
     }
 
+    /// The number of voters: what a blob's majority is counted against
+    /// (the status's `voters`, without copying the status).
+    pub fn voter_count(&self) -> usize {
+        self.shared
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .voters
+            .len()
+    }
+
     /// How replication stands.
     pub fn status(&self) -> ReplicationStatus {
         self.shared

@@ -682,7 +682,7 @@ async fn attempt_outcome(
             },
         }
     };
-    let prepared = match prepared {
+    let mut prepared = match prepared {
         Ok(prepared) => prepared,
         Err(failure) => return not_run(failure),
     };
@@ -719,7 +719,7 @@ async fn attempt_outcome(
                 attempt,
             })),
         },
-        blobs: prepared.blobs.clone(),
+        blobs: std::mem::take(&mut prepared.blobs),
     };
     let report = run_job(shared, (id, attempt), compiled, request, stopped).await;
     // The attempt is over: its outcome matters now, not a checkpoint still
