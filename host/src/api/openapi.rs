@@ -587,6 +587,8 @@ fn operation(handler: Handler) -> Option<Doc> {
                 InvalidDag,
                 OutcomeUnknown,
                 ReplicasUnavailable,
+                BlobNotFound,
+                ReplicationFailed,
             ]]),
         H::JobBatch => doc("jobs", "Submit many jobs (at most 10,000)")
             .describe("Each job is a submission of its own: `results[i]` is its id or its error.")
@@ -633,7 +635,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("All or nothing: every job is checked as a submission, then the graph (names, cycles, parents that exist and have not failed; at most 10,000 jobs, 100 parents each). A job starts once all its parents succeeded and, unless `parent_outputs` is false, gets `{\"input\", \"parents\": [{\"id\", \"name\", \"output\", \"blobs\"}]}` as its input (`blobs`: the parent's output blobs, which it may read as `PARENT/OUTPUT`). A failure cancels the failed job's descendants (`skip_descendants`) or the whole DAG (`cancel_dag`).")
             .body::<DagRequest>(serde_json::json!({"jobs": [{"name": "fetch", "job": {"module": "ab".repeat(32), "input": "https://example.com"}}, {"name": "count", "job": {"module": "cd".repeat(32)}, "after": ["fetch"]}], "on_failure": "skip_descendants"}))
             .answers::<DagSubmitResponse>(202, "Accepted, durable: the DAG's id and its jobs' ids in order.")
-            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidDag, QueueFull, OutcomeUnknown]]),
+            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidDag, QueueFull, OutcomeUnknown, BlobNotFound, ReplicationFailed]]),
         H::DagGet => doc("dags", "A DAG's status")
             .param("id", Path, integer(0, u64::MAX), "The DAG's id.")
             .answers::<DagResponse>(200, "Its state, counts per state, waiting jobs and every job with its parents.")
@@ -642,7 +644,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("A job fired at every tick of `cron` (read in `timezone`) or of `every_ms`. Each tick fires exactly once across master hand-overs and crashes; ticks missed by more than `catch_up_ms` are recorded for a backfill. The job template is checked as a submission is.")
             .body::<ScheduleRequest>(serde_json::json!({"name": "nightly-report", "cron": "0 30 2 * * *", "timezone": "Europe/Paris", "overlap": "skip", "job": {"module": "ab".repeat(32), "input": "report"}}))
             .answers::<ScheduleResponse>(201, "Created, with its next ticks.")
-            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidSchedule, ScheduleExists]]),
+            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidSchedule, ScheduleExists, BlobNotFound, ReplicationFailed]]),
         H::ScheduleList => doc("schedules", "Every schedule")
             .answers::<ScheduleListResponse>(200, "By name.")
             .errors(&[MASTER]),
