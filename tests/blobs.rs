@@ -14,7 +14,7 @@
 mod support;
 
 use cohort::client::Node as Api;
-use cohort::client::types::BlobInfo;
+use cohort::client::types::{BlobInfo, SubmitRequest};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use std::fmt;
@@ -25,9 +25,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use support::upload;
 use support::{
     CONVERGE, EVENT_WAIT, Node, OBSERVE, converge, converge_via, cut_off, eventually,
-    eventually_async, gossip, live, runtime, start, start_with,
+    eventually_async, gossip, infos, live, runtime, start, start_with,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 
@@ -491,7 +492,7 @@ fn list_raw(node: &Node) -> Vec<BlobInfo> {
     let reply = call(node, "GET", "/v1/blobs", &[], b"");
     assert_eq!(reply.status, 200, "{reply}");
     let list: cohort::client::types::BlobList = serde_json::from_slice(&reply.body).unwrap();
-    sorted(list.blobs)
+    sorted(infos(list.blobs))
 }
 
 fn blob_path(digest: &str) -> String {
@@ -538,7 +539,7 @@ fn a_large_blob_is_stored_once_and_served_whole_and_by_ranges() {
     assert_eq!(list_raw(&node), [big_info(&digest, size)]);
     rt.block_on(async {
         assert_eq!(
-            client.list_blobs().await.unwrap(),
+            infos(client.list_blobs().await.unwrap()),
             [big_info(&digest, size)]
         );
         assert_eq!(
@@ -640,7 +641,7 @@ fn a_large_blob_is_stored_once_and_served_whole_and_by_ranges() {
     rt.block_on(async {
         let reader = client.get_blob(&empty, None).await.unwrap();
         assert!(reader.is_empty(), "{reader:?}");
-        let listed = sorted(client.list_blobs().await.unwrap());
+        let listed = sorted(infos(client.list_blobs().await.unwrap()));
         let both = sorted(vec![big_info(&digest, size), big_info(&empty, 0)]);
         assert_eq!(listed, both);
     });
@@ -799,8 +800,8 @@ fn bad_uploads_and_requests_are_refused_and_leave_nothing_behind() {
 
     // Methods the blob resources do not have.
     for (method, path, allow) in [
-        ("PUT", blob_path(&small_digest), "GET, HEAD"),
-        ("DELETE", blob_path(&small_digest), "GET, HEAD"),
+        ("PUT", blob_path(&small_digest), "GET, HEAD, DELETE"),
+        ("PATCH", blob_path(&small_digest), "GET, HEAD, DELETE"),
         ("POST", "/v1/blobs".to_string(), "GET, PUT"),
     ] {
         let reply = call(&node, method, &path, &[], b"x");
@@ -939,7 +940,7 @@ async fn wait_listed(clients: &[&Api], info: &BlobInfo) {
         let what = format!("{} to list {}", client.server(), info.digest);
         eventually_async(&what, OBSERVE, async || {
             let listed = client.list_blobs().await.map_err(|e| e.to_string())?;
-            if listed.contains(info) {
+            if infos(listed.clone()).contains(info) {
                 Ok(())
             } else {
                 Err(format!("{listed:?}"))
@@ -1015,7 +1016,7 @@ fn with_the_cluster_key_an_upload_is_answered_once_a_majority_holds_it() {
     let reader = support::token_at(&n1.url, &key, "read");
     let read_only = Api::with_options(&n2.url, Some(&reader), None).unwrap();
     rt.block_on(async {
-        assert!(read_only.list_blobs().await.unwrap().contains(&info));
+        assert!(infos(read_only.list_blobs().await.unwrap()).contains(&info));
         check_download(&read_only, &blob, &info.digest, Some((0, Some(9)))).await;
         let refused = read_only.put_blob(b"not allowed".to_vec().into()).await;
         assert_eq!(refused.unwrap_err().code(), "forbidden");
@@ -1174,7 +1175,10 @@ fn a_front_end_fetches_blobs_from_the_back_end_and_uploads_land_there() {
             65_536
         );
         assert!(holds(&front, &info.digest));
-        assert_eq!(cf.list_blobs().await.unwrap(), std::slice::from_ref(&info));
+        assert_eq!(
+            infos(cf.list_blobs().await.unwrap()),
+            std::slice::from_ref(&info)
+        );
         let path = dir.path().join("via-front");
         assert_eq!(
             cf.get_blob_to_file(&info.digest, &path).await.unwrap(),
@@ -1202,7 +1206,7 @@ fn a_front_end_fetches_blobs_from_the_back_end_and_uploads_land_there() {
         "the back-end holds it once answered"
     );
     rt.block_on(async {
-        assert!(cb.list_blobs().await.unwrap().contains(&stored));
+        assert!(infos(cb.list_blobs().await.unwrap()).contains(&stored));
         check_download(&cb, &up, &stored.digest, None).await;
     });
 }
@@ -1429,5 +1433,128 @@ fn a_front_end_seeing_one_back_end_of_three_does_not_acknowledge_an_upload() {
                 "the front-end acknowledged {info:?} while only {held:?} of the three back-end nodes hold it"
             ),
         }
+    });
+}
+
+// ---- Which blobs the cluster keeps ------------------------------------
+
+/// Garbage collection after retention, across a take-over: three nodes
+/// keep finished jobs and idle blobs for 10 s (`--retention`), and delete
+/// copies the cluster no longer keeps 1 s after they last stored them
+/// (`--blob-grace`). A blob a job names can not be deleted while the job
+/// is held; a blob nothing names is deleted on request; the master's node
+/// is killed, and its successor still collects, on every surviving node,
+/// the blob nothing names (10 s after its upload) and, later, the job's
+/// input and output blobs (10 s after the job is purged), not before; a
+/// collected blob can no longer be named by a submission until it is
+/// uploaded again.
+#[test]
+fn blobs_are_collected_after_retention_across_a_take_over() {
+    let _machine = alone();
+    let dir = tempfile::tempdir().unwrap();
+    let (n1, n2, n3) = three(&dir, &["--retention", "10s", "--blob-grace", "1s"]);
+    let mut n1 = Some(n1);
+    let rt = runtime();
+    let c1 = Api::new(&n1.as_ref().unwrap().url);
+    let c2 = Api::new(&n2.url);
+    rt.block_on(three_voters(&c1, 3));
+    n1.as_ref().unwrap().wait_event("hosting", &[]);
+
+    let idle = Pattern::new(71, 1 << 20);
+    let (idle_info, input, job, deleted) = rt.block_on(async {
+        let wordcount = upload(&c1, "wordcount").await;
+        let idle_info = c1.put_blob(idle.all().into()).await.unwrap();
+        let text = support::text::sample(64 << 10);
+        let input = c1.put_blob(text.into()).await.unwrap();
+        let submit = SubmitRequest::new(&wordcount).input_blob(&input.digest);
+        let id = c1.submit(&submit).await.unwrap().id;
+        let job = support::settle(&c1, id).await;
+        assert_eq!(job.state, "succeeded", "{job:#?}");
+        assert_eq!(job.outputs.len(), 1, "{job:#?}");
+
+        // Named by a held job: not deleted on request.
+        let error = c1.delete_blob(&input.digest).await.unwrap_err();
+        assert_eq!(error.code(), "blob_in_use", "{error}");
+        let error = c1.delete_blob(&job.outputs[0].digest).await.unwrap_err();
+        assert_eq!(error.code(), "blob_in_use", "{error}");
+        // Named by nothing: deleted on request, once.
+        let other = c1
+            .put_blob(Pattern::new(72, 4096).all().into())
+            .await
+            .unwrap();
+        let gone = c1.delete_blob(&other.digest).await.unwrap();
+        assert!(gone.deleted && gone.digest == other.digest, "{gone:?}");
+        let error = c1.delete_blob(&other.digest).await.unwrap_err();
+        assert_eq!(error.code(), "blob_not_found", "{error}");
+        let error = c1.delete_blob("not-a-digest").await.unwrap_err();
+        assert_eq!(error.code(), "blob_not_found", "{error}");
+
+        // The listing says what the cluster keeps.
+        let listed = c1.list_blobs().await.unwrap();
+        let entry = |digest: &str| listed.iter().find(|e| e.digest == digest).cloned();
+        let idle_entry = entry(&idle_info.digest).expect("the idle blob is listed");
+        assert_eq!((idle_entry.kept, idle_entry.refs), (Some(true), Some(0)));
+        assert!(idle_entry.collect_at.is_some(), "{idle_entry:?}");
+        let input_entry = entry(&input.digest).expect("the input blob is listed");
+        assert_eq!((input_entry.kept, input_entry.refs), (Some(true), Some(1)));
+        assert_eq!(input_entry.collect_at, None, "{input_entry:?}");
+        (idle_info, input, job, other)
+    });
+
+    // The master's node dies; another takes over.
+    n1.as_mut().unwrap().kill();
+    let survivors = [&n2, &n3];
+    eventually("another node to host the master", OBSERVE, || {
+        let hosts: Vec<_> = (survivors.iter())
+            .filter(|n| !n.events("hosting").is_empty())
+            .map(|n| n.name())
+            .collect();
+        if hosts.is_empty() {
+            Err("none yet")
+        } else {
+            Ok(())
+        }
+    });
+
+    // The deleted blob and the idle one go from every survivor's disk.
+    for digest in [&deleted.digest, &idle_info.digest] {
+        eventually(&format!("{digest} deleted"), OBSERVE, || {
+            match holders(&survivors, digest) {
+                held if held.is_empty() => Ok(()),
+                held => Err(format!("still held by {held:?}")),
+            }
+        });
+    }
+    // The job's blobs, named for 10 s more at least, are still there.
+    for digest in [&input.digest, &job.outputs[0].digest] {
+        assert_eq!(
+            holders(&survivors, digest).len(),
+            2,
+            "{digest} kept while named"
+        );
+    }
+    n2.wait_event("blobs_deleted", &[]);
+    // Then the job is purged, and 10 s later its blobs go too.
+    for digest in [&input.digest, &job.outputs[0].digest] {
+        eventually(
+            &format!("{digest} deleted after the job"),
+            OBSERVE,
+            || match holders(&survivors, digest) {
+                held if held.is_empty() => Ok(()),
+                held => Err(format!("still held by {held:?}")),
+            },
+        );
+    }
+
+    rt.block_on(async {
+        // A collected blob can not be named, until it is uploaded again.
+        let wordcount = upload(&c2, "wordcount").await;
+        let submit = SubmitRequest::new(&wordcount).input_blob(&idle_info.digest);
+        let error = c2.submit(&submit).await.unwrap_err();
+        assert_eq!(error.code(), "blob_not_found", "{error}");
+        let again = c2.put_blob(idle.all().into()).await.unwrap();
+        assert_eq!(again, idle_info);
+        let accepted = c2.submit(&submit).await.unwrap();
+        assert!(!accepted.existing, "{accepted:?}");
     });
 }

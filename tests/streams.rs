@@ -21,7 +21,7 @@ use sha2::{Digest as _, Sha256};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use support::{
-    Node, OBSERVE, converge, eventually, eventually_async, live, runtime, settle, start,
+    Node, OBSERVE, converge, eventually, eventually_async, infos, live, runtime, settle, start,
     start_with, upload,
 };
 use tokio::io::AsyncReadExt;
@@ -208,7 +208,7 @@ fn bad_blob_inputs_and_outputs_get_their_codes() {
         }
 
         let steps = |steps: Value| SubmitRequest::new(&blobs).json(json!({ "steps": steps }));
-        let before = client.list_blobs().await.unwrap();
+        let before = infos(client.list_blobs().await.unwrap());
 
         // Past the ceiling: the job sees its write refused and carries on;
         // the attempt fails all the same, and is not retried.
@@ -259,7 +259,7 @@ fn bad_blob_inputs_and_outputs_get_their_codes() {
         }
 
         assert_eq!(
-            client.list_blobs().await.unwrap(),
+            infos(client.list_blobs().await.unwrap()),
             before,
             "no blob was kept"
         );

@@ -748,7 +748,8 @@ impl Api {
             Handler::SecretList => self.secret_list().await,
             Handler::SecretSet => self.secret_set(param, parse_json(&body)?).await,
             Handler::SecretDelete => self.secret_delete(param).await,
-            Handler::BlobList => Ok(blobs::list(&self.blobs)),
+            Handler::BlobList => Ok(blobs::list(&self.blobs, &self.master).await),
+            Handler::BlobDelete => blobs::delete(&self.master, param).await,
             // Streamed: `handle` answers them before dispatching.
             Handler::BlobPut | Handler::BlobGet | Handler::BlobHead => {
                 Err(ApiError::new(ErrorCode::Internal, "a streamed route"))
@@ -818,7 +819,8 @@ impl Api {
         match found.route.handler {
             Handler::BlobPut => {
                 let voters = (self.replication.as_ref()).map(|r| r.voter_count());
-                let answer = blobs::put(&self.blobs, voters, &parts.headers, body).await?;
+                let answer =
+                    blobs::put(&self.blobs, &self.master, voters, &parts.headers, body).await?;
                 Ok(answer.map(BodyExt::boxed))
             }
             Handler::BlobHead => blobs::get(&self.blobs, param, &parts.headers, true).await,

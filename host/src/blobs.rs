@@ -16,13 +16,41 @@
 //!
 //! [`BlobStore::reader`] streams a byte range of a blob through a small
 //! bounded channel ([`BLOB_READ_AHEAD`] chunks of [`BLOB_READ_BYTES`]),
-//! read by an async task that takes a blocking thread only for each read:
-//! a slow reader holds a few hundred KiB of the node's memory and no
-//! thread. Ranges follow HTTP's `Range: bytes=` rules
+//! read by an async task that takes a blocking thread only for each read
+//! (the next chunk is read while one waits for room in the channel): a
+//! slow reader holds at most a MiB of the node's memory and no thread. Ranges follow HTTP's `Range: bytes=` rules
 //! ([`parse_range`]).
+//!
+//! # Writing
+//!
+//! An [`Upload`] gathers the chunks it is given, without copying them,
+//! into batches of [`BLOB_WRITE_BYTES`], and writes and hashes each batch
+//! on a blocking thread while the next one gathers: receiving, writing
+//! and hashing overlap, and an upload holds at most two batches of memory
+//! and a thread only while a batch is written. Every [`BLOB_SYNC_BYTES`]
+//! the bytes written since are handed to the disk (Linux's
+//! `sync_file_range`) and the window before waited for, so the sync that
+//! makes the blob durable before it is kept stays short however large
+//! the blob, and the upload does not stop at each window for the disk.
 //!
 //! Across nodes (replication on upload, fetching a blob this node lacks) see
 //! `cluster::blob_transfer`.
+//!
+//! # Deleting
+//!
+//! A blob leaves this store only through [`BlobStore::remove_idle`], which
+//! the node's garbage collection (`cluster::blob_gc`) calls for blobs the
+//! cluster no longer keeps. The store remembers when each blob was last
+//! stored or found present by an upload or a copy (`touched`; every blob
+//! counts as touched when the store opens), and removes none touched
+//! within the grace period it is given, nor any *pinned* one
+//! ([`BlobStore::pin`]: an upload while it is copied to the other nodes
+//! and registered with the master, an output while it is copied; the pin
+//! touches the blob again when it ends): an upload the master has not yet
+//! registered is never deleted under it, however long its copies take.
+//! The check and the removal hold
+//! the index's lock, as does the presence check of an upload or a copy
+//! ([`BlobStore::keep_if_present`]), so a blob found present is present.
 
 use crate::limits::{
     BLOB_IDLE_TIMEOUT, BLOB_READ_AHEAD, BLOB_READ_BYTES, BLOB_SYNC_BYTES, BLOB_WRITE_BYTES,
@@ -32,9 +60,10 @@ use crate::runtime::job_blobs::check_free;
 use bytes::Bytes;
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
-use std::io::{SeekFrom, Write};
+use std::io::{IoSlice, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// Why a blob could not be stored or read.
@@ -88,6 +117,36 @@ pub struct Stored {
     pub new: bool,
 }
 
+/// When blobs were last touched, and which are pinned (see the module
+/// notes).
+#[derive(Debug, Default)]
+struct Touched {
+    at: BTreeMap<Digest, Instant>,
+    pinned: BTreeMap<Digest, u32>,
+}
+
+/// A blob kept from this node's garbage collection while it lives
+/// ([`BlobStore::pin`]); when it goes, the blob counts as touched then.
+#[derive(Debug)]
+pub struct BlobPin {
+    store: BlobStore,
+    digest: Digest,
+}
+
+impl Drop for BlobPin {
+    fn drop(&mut self) {
+        let _index = self.store.index();
+        let mut touched = self.store.touched();
+        if let Some(count) = touched.pinned.get_mut(&self.digest) {
+            *count -= 1;
+            if *count == 0 {
+                touched.pinned.remove(&self.digest);
+            }
+        }
+        touched.at.insert(self.digest, Instant::now());
+    }
+}
+
 /// The node's blobs. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct BlobStore {
@@ -100,6 +159,11 @@ struct Inner {
     partial: PathBuf,
     ceiling: u64,
     index: Mutex<BTreeMap<Digest, u64>>,
+    /// When each blob was last stored or found present by an upload or a
+    /// copy, and the pinned ones (only ever locked while `index` is).
+    touched: Mutex<Touched>,
+    /// When the store opened: every blob counts as touched then.
+    opened: Instant,
 }
 
 impl BlobStore {
@@ -126,6 +190,8 @@ impl BlobStore {
                 partial,
                 ceiling,
                 index: Mutex::new(index),
+                touched: Mutex::default(),
+                opened: Instant::now(),
             }),
         })
     }
@@ -159,6 +225,88 @@ impl BlobStore {
                 bytes: *bytes,
             })
             .collect()
+    }
+
+    /// The size of blob `digest` if it is stored here (its file still
+    /// there; one removed by hand is forgotten), and if so, marks it
+    /// touched now, under the index's lock: what an upload or a copy that
+    /// finds the blob here calls, so that the node's garbage collection
+    /// leaves it alone for its grace period.
+    pub fn keep_if_present(&self, digest: &Digest) -> Option<u64> {
+        let mut index = self.index();
+        if index.contains_key(digest) && !self.path(digest).exists() {
+            index.remove(digest);
+        }
+        let size = index.get(digest).copied();
+        if size.is_some() {
+            self.touch(digest);
+        }
+        size
+    }
+
+    /// Records `size` bytes of blob `digest` as stored here now.
+    fn stored(&self, digest: Digest, size: u64) {
+        let mut index = self.index();
+        index.insert(digest, size);
+        self.touch(&digest);
+    }
+
+    /// Keeps blob `digest` from this node's garbage collection until the
+    /// pin is dropped (then it counts as touched): an upload while it is
+    /// copied and registered, an output while it is copied.
+    pub fn pin(&self, digest: Digest) -> BlobPin {
+        let _index = self.index();
+        *self.touched().pinned.entry(digest).or_insert(0) += 1;
+        BlobPin {
+            store: self.clone(),
+            digest,
+        }
+    }
+
+    fn touched(&self) -> std::sync::MutexGuard<'_, Touched> {
+        (self.inner.touched.lock()).expect("the touch lock is never poisoned")
+    }
+
+    /// Marks `digest` touched now (the caller holds the index's lock).
+    fn touch(&self, digest: &Digest) {
+        self.touched().at.insert(*digest, Instant::now());
+    }
+
+    /// Whether nothing touched blob `digest` for `grace` and it is not
+    /// pinned (see the module notes).
+    fn untouched_for(&self, digest: &Digest, grace: Duration) -> bool {
+        let touched = self.touched();
+        let at = touched.at.get(digest).copied().unwrap_or(self.inner.opened);
+        !touched.pinned.contains_key(digest) && at.elapsed() >= grace
+    }
+
+    /// The blobs stored here that nothing touched for `grace`: what the
+    /// node's garbage collection asks the master about.
+    pub fn idle(&self, grace: Duration) -> Vec<Digest> {
+        let index = self.index();
+        (index.keys())
+            .filter(|digest| self.untouched_for(digest, grace))
+            .copied()
+            .collect()
+    }
+
+    /// Removes blob `digest` unless something touched it within `grace`:
+    /// whether it was removed. Blocks on the file system (a caller on an
+    /// async thread uses a blocking one). A reader that opened the file
+    /// before keeps reading it to its end.
+    pub fn remove_idle(&self, digest: &Digest, grace: Duration) -> Result<bool, BlobError> {
+        let mut index = self.index();
+        if !index.contains_key(digest) || !self.untouched_for(digest, grace) {
+            return Ok(false);
+        }
+        match std::fs::remove_file(self.path(digest)) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(BlobError::io(error)),
+        }
+        index.remove(digest);
+        self.touched().at.remove(digest);
+        Ok(true)
     }
 
     fn index(&self) -> std::sync::MutexGuard<'_, BTreeMap<Digest, u64>> {
@@ -215,8 +363,7 @@ impl BlobStore {
                 true => file,
                 false => store.copy_checked(&file, expected, size)?,
             };
-            store.forget_if_gone(&expected);
-            if store.size(&expected).is_some() {
+            if store.keep_if_present(&expected).is_some() {
                 return Ok(false);
             }
             std::fs::File::open(&file)
@@ -227,7 +374,7 @@ impl BlobStore {
             std::fs::File::open(&store.inner.dir)
                 .and_then(|dir| dir.sync_all())
                 .map_err(BlobError::io)?;
-            store.index().insert(expected, size);
+            store.stored(expected, size);
             Ok(true)
         })
         .await
@@ -240,11 +387,18 @@ impl BlobStore {
         let file = tempfile::NamedTempFile::new_in(&self.inner.partial).map_err(BlobError::io)?;
         Ok(Upload {
             store: self.clone(),
-            file: Some(file),
-            hasher: Sha256::new(),
-            buffer: Vec::with_capacity(BLOB_WRITE_BYTES),
+            writer: Some(Writer {
+                file,
+                hasher: Sha256::new(),
+                dir: self.inner.dir.clone(),
+                written: 0,
+                window: 0,
+                flushing: None,
+            }),
+            writing: None,
+            batch: Vec::new(),
+            batched: 0,
             bytes: 0,
-            unsynced: 0,
         })
     }
 
@@ -312,7 +466,6 @@ impl BlobStore {
         range: Option<(u64, u64)>,
         place: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Result<mpsc::Receiver<Bytes>, BlobError> {
-        use tokio::io::{AsyncReadExt, AsyncSeekExt};
         let size = self.size(digest).ok_or(BlobError::NotFound(*digest))?;
         let (start, end) = range.unwrap_or((0, size.saturating_sub(1)));
         let file = match std::fs::File::open(self.path(digest)) {
@@ -328,23 +481,44 @@ impl BlobStore {
             return Ok(rx);
         }
         let digest = *digest;
+        let file = Arc::new(file);
+        // One chunk, read at `offset` on a blocking thread straight into
+        // its own buffer.
+        let read = move |offset: u64, length: usize| {
+            let file = file.clone();
+            tokio::task::spawn_blocking(move || -> std::io::Result<Bytes> {
+                use std::os::unix::fs::FileExt;
+                let mut chunk = vec![0; length];
+                file.read_exact_at(&mut chunk, offset)?;
+                Ok(Bytes::from(chunk))
+            })
+        };
         tokio::spawn(async move {
             let _place = place;
-            let mut file = tokio::fs::File::from_std(file);
-            let mut left = end + 1 - start;
-            if let Err(error) = file.seek(SeekFrom::Start(start)).await {
-                tracing::warn!(%digest, %error, "cannot read a blob");
-                return;
-            }
-            while left > 0 {
-                let want = left.min(BLOB_READ_BYTES as u64) as usize;
-                let mut chunk = vec![0; want];
-                if let Err(error) = file.read_exact(&mut chunk).await {
-                    tracing::warn!(%digest, %error, "cannot read a blob");
-                    return;
+            let (mut offset, end) = (start, end + 1);
+            let mut next = Some(read(
+                offset,
+                (end - offset).min(BLOB_READ_BYTES as u64) as usize,
+            ));
+            while let Some(reading) = next.take() {
+                let chunk = match reading.await {
+                    Ok(Ok(chunk)) => chunk,
+                    Ok(Err(error)) => {
+                        tracing::warn!(%digest, %error, "cannot read a blob");
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%digest, %error, "the reader of a blob stopped");
+                        return;
+                    }
+                };
+                offset += chunk.len() as u64;
+                // The next chunk is read while this one waits for room.
+                if offset < end {
+                    let length = (end - offset).min(BLOB_READ_BYTES as u64) as usize;
+                    next = Some(read(offset, length));
                 }
-                left -= want as u64;
-                let sent = tokio::time::timeout(BLOB_IDLE_TIMEOUT, tx.send(Bytes::from(chunk)));
+                let sent = tokio::time::timeout(BLOB_IDLE_TIMEOUT, tx.send(chunk));
                 if !matches!(sent.await, Ok(Ok(()))) {
                     // The reader went away, or stopped reading.
                     return;
@@ -360,12 +534,99 @@ impl BlobStore {
 #[derive(Debug)]
 pub struct Upload {
     store: BlobStore,
-    file: Option<tempfile::NamedTempFile>,
-    hasher: Sha256,
-    buffer: Vec<u8>,
+    /// The file and its hash, here between writes.
+    writer: Option<Writer>,
+    /// The batch before this one, being written and hashed on a blocking
+    /// thread while this one gathers; it hands the writer back.
+    writing: Option<tokio::task::JoinHandle<std::io::Result<Writer>>>,
+    /// Chunks gathered for the next write, as they came (not copied).
+    batch: Vec<Bytes>,
+    /// Bytes in `batch`.
+    batched: usize,
     bytes: u64,
-    /// Bytes written since the file was last synced.
-    unsynced: u64,
+}
+
+/// What writes an upload's file: moved to a blocking thread for each
+/// batch and back.
+#[derive(Debug)]
+struct Writer {
+    file: tempfile::NamedTempFile,
+    hasher: Sha256,
+    /// The store's directory, whose disk's free space each write checks.
+    dir: PathBuf,
+    /// Bytes written to the file.
+    written: u64,
+    /// Where the window of bytes not yet handed to the disk starts.
+    window: u64,
+    /// The window handed to the disk last (start, length), not yet waited
+    /// for.
+    flushing: Option<(u64, u64)>,
+}
+
+impl Writer {
+    /// Writes `batch` (one `writev` per call, never copied first), hashes
+    /// it and, every [`BLOB_SYNC_BYTES`], hands the bytes written since to
+    /// the disk. Blocks: call on a blocking thread.
+    fn write(mut self, batch: Vec<Bytes>) -> std::io::Result<Self> {
+        let length: usize = batch.iter().map(Bytes::len).sum();
+        check_free(&self.dir, length as u64)?;
+        let mut slices: Vec<IoSlice<'_>> = batch.iter().map(|chunk| IoSlice::new(chunk)).collect();
+        let mut left = &mut slices[..];
+        while !left.is_empty() {
+            match self.file.as_file_mut().write_vectored(left) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut left, n),
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+            }
+        }
+        for chunk in &batch {
+            self.hasher.update(chunk);
+        }
+        self.written += length as u64;
+        if self.written - self.window >= BLOB_SYNC_BYTES {
+            self.write_behind()?;
+        }
+        Ok(self)
+    }
+
+    /// Keeps the final sync short however large the blob, without making
+    /// the upload wait for the disk at each window: starts the writeback
+    /// of the window just written and waits for the window before it, so
+    /// at most two windows are left to sync at the end. (`sync_all` at
+    /// the end makes the blob durable; this only spreads its work.)
+    #[cfg(target_os = "linux")]
+    fn write_behind(&mut self) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd = self.file.as_file().as_raw_fd();
+        let sync_range = |start: u64, length: u64, flags: libc::c_uint| {
+            let (start, length) = (start as libc::off64_t, length as libc::off64_t);
+            // SAFETY: a plain system call on a descriptor this writer owns.
+            match unsafe { libc::sync_file_range(fd, start, length, flags) } {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        };
+        let window = (self.window, self.written - self.window);
+        sync_range(window.0, window.1, libc::SYNC_FILE_RANGE_WRITE)?;
+        if let Some((start, length)) = self.flushing.replace(window) {
+            let wait = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+            sync_range(start, length, wait)?;
+        }
+        self.window = self.written;
+        Ok(())
+    }
+
+    /// Elsewhere, the window is synced as it ends.
+    #[cfg(not(target_os = "linux"))]
+    fn write_behind(&mut self) -> std::io::Result<()> {
+        self.file.as_file().sync_data()?;
+        self.window = self.written;
+        self.flushing = None;
+        Ok(())
+    }
 }
 
 impl Upload {
@@ -374,66 +635,68 @@ impl Upload {
         self.bytes
     }
 
-    /// Takes the next bytes; refuses those past the ceiling.
-    pub async fn write(&mut self, chunk: &[u8]) -> Result<(), BlobError> {
+    /// Takes the next bytes; refuses those past the ceiling. Chunks are
+    /// gathered into batches of [`BLOB_WRITE_BYTES`] (or one larger
+    /// chunk), and a batch is written while the next gathers, so the
+    /// upload holds at most two batches.
+    pub async fn write(&mut self, chunk: Bytes) -> Result<(), BlobError> {
         let ceiling = self.store.ceiling();
         if self.bytes + chunk.len() as u64 > ceiling {
             return Err(BlobError::TooLarge { ceiling });
         }
         self.bytes += chunk.len() as u64;
-        if self.buffer.len() + chunk.len() > BLOB_WRITE_BYTES {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        if self.batched + chunk.len() > BLOB_WRITE_BYTES {
             self.flush().await?;
         }
-        self.buffer.extend_from_slice(chunk);
-        if self.buffer.len() >= BLOB_WRITE_BYTES {
+        self.batched += chunk.len();
+        self.batch.push(chunk);
+        if self.batched >= BLOB_WRITE_BYTES {
             self.flush().await?;
         }
         Ok(())
     }
 
-    /// Writes and hashes what is buffered, on a blocking thread.
+    /// The writer, once the batch before is written.
+    async fn writer(&mut self) -> Result<Writer, BlobError> {
+        match self.writing.take() {
+            Some(writing) => writing
+                .await
+                .map_err(|e| BlobError::Io(format!("the writer stopped: {e}")))?
+                .map_err(BlobError::io),
+            None => Ok(self
+                .writer
+                .take()
+                .expect("an upload has its writer until it ends")),
+        }
+    }
+
+    /// Hands the batch to a blocking thread, once the batch before is
+    /// written: it is written and hashed while the next one gathers.
     async fn flush(&mut self) -> Result<(), BlobError> {
-        if self.buffer.is_empty() {
+        if self.batch.is_empty() {
             return Ok(());
         }
-        let mut file = (self.file.take()).expect("an upload has its file until it ends");
-        let mut hasher = std::mem::take(&mut self.hasher);
-        let buffer = std::mem::take(&mut self.buffer);
-        // Synced as it goes, so the sync at the end is short however large
-        // the blob (a copy's sender waits for it).
-        let sync = self.unsynced + buffer.len() as u64 >= BLOB_SYNC_BYTES;
-        let dir = self.store.inner.dir.clone();
-        let (file, hasher, mut buffer) = tokio::task::spawn_blocking(move || {
-            check_free(&dir, buffer.len() as u64)?;
-            file.as_file_mut().write_all(&buffer)?;
-            hasher.update(&buffer);
-            if sync {
-                file.as_file().sync_data()?;
-            }
-            Ok::<_, std::io::Error>((file, hasher, buffer))
-        })
-        .await
-        .map_err(|e| BlobError::Io(format!("the writer stopped: {e}")))?
-        .map_err(BlobError::io)?;
-        self.unsynced = if sync {
-            0
-        } else {
-            self.unsynced + buffer.len() as u64
-        };
-        buffer.clear();
-        self.file = Some(file);
-        self.hasher = hasher;
-        self.buffer = buffer;
+        let writer = self.writer().await?;
+        let batch = std::mem::take(&mut self.batch);
+        self.batched = 0;
+        self.writing = Some(tokio::task::spawn_blocking(move || writer.write(batch)));
         Ok(())
+    }
+
+    /// Writes what is gathered and waits for it: the writer, all written.
+    async fn drain(&mut self) -> Result<Writer, BlobError> {
+        self.flush().await?;
+        self.writer().await
     }
 
     /// Ends the upload: syncs it and stores it under its digest, unless
     /// `expected` names another digest (then nothing is stored).
     pub async fn finish(mut self, expected: Option<Digest>) -> Result<Stored, BlobError> {
-        self.flush().await?;
-        let digest = Digest::from(<[u8; 32]>::from(
-            std::mem::take(&mut self.hasher).finalize(),
-        ));
+        let Writer { file, hasher, .. } = self.drain().await?;
+        let digest = Digest::from(<[u8; 32]>::from(hasher.finalize()));
         if let Some(expected) = expected
             && expected != digest
         {
@@ -446,16 +709,9 @@ impl Upload {
             digest,
             bytes: self.bytes,
         };
-        if self.store.size(&digest).is_some() {
-            self.store.forget_if_gone(&digest);
-        }
-        if self.store.size(&digest).is_some() {
+        if self.store.keep_if_present(&digest).is_some() {
             return Ok(Stored { info, new: false });
         }
-        let file = self
-            .file
-            .take()
-            .expect("an upload has its file until it ends");
         let (path, dir) = (self.store.path(&digest), self.store.inner.dir.clone());
         tokio::task::spawn_blocking(move || -> std::io::Result<()> {
             file.as_file().sync_all()?;
@@ -467,7 +723,7 @@ impl Upload {
         .await
         .map_err(|e| BlobError::Io(format!("the writer stopped: {e}")))?
         .map_err(BlobError::io)?;
-        self.store.index().insert(digest, self.bytes);
+        self.store.stored(digest, self.bytes);
         Ok(Stored { info, new: true })
     }
 }
@@ -615,7 +871,7 @@ mod tests {
     ) -> Result<Stored, BlobError> {
         let mut upload = store.upload()?;
         for chunk in bytes.chunks(7000) {
-            upload.write(chunk).await?;
+            upload.write(Bytes::copy_from_slice(chunk)).await?;
         }
         upload.finish(expected).await
     }
@@ -665,6 +921,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_upload_past_several_sync_windows_is_stored_whole() {
+        let (_dir, store) = store(1 << 30);
+        // Chunks as the network gives them: of all sizes, shared, never
+        // copied by the upload.
+        let pattern: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
+        let pattern = Bytes::from(pattern);
+        let mut upload = store.upload().unwrap();
+        let mut hasher = Sha256::new();
+        let total = 2 * BLOB_SYNC_BYTES + 3 * BLOB_WRITE_BYTES as u64 + 5;
+        let mut sizes = [pattern.len(), 4096, 300_000, 1].into_iter().cycle();
+        let (mut sent, mut last) = (0u64, Vec::new());
+        while sent < total {
+            let size = sizes.next().unwrap().min((total - sent) as usize);
+            let chunk = pattern.slice(..size);
+            hasher.update(&chunk);
+            last.extend_from_slice(&chunk[size.saturating_sub(10)..]);
+            last.drain(..last.len().saturating_sub(10));
+            upload.write(chunk).await.unwrap();
+            sent += size as u64;
+        }
+        let digest = Digest::from(<[u8; 32]>::from(hasher.finalize()));
+        let stored = upload.finish(Some(digest)).await.unwrap();
+        assert_eq!(
+            stored.info,
+            BlobInfo {
+                digest,
+                bytes: total
+            }
+        );
+        let file = store.file(&digest).unwrap();
+        assert_eq!(std::fs::metadata(file).unwrap().len(), total);
+        // The last bytes, read back across a chunk of the reader.
+        let tail = read(&store, &digest, Some((total - 10, total - 1))).await;
+        assert_eq!(tail, last);
+    }
+
+    #[tokio::test]
     async fn refused_uploads_leave_nothing_behind() {
         let (dir, store) = store(10_000);
         let mismatch = put(&store, b"some bytes", Some(Digest::of(b"other bytes"))).await;
@@ -679,7 +972,7 @@ mod tests {
         );
         // An upload dropped part way (the client went away).
         let mut aborted = store.upload().unwrap();
-        aborted.write(b"half").await.unwrap();
+        aborted.write(Bytes::from_static(b"half")).await.unwrap();
         drop(aborted);
         assert!(store.list().is_empty());
         let left: Vec<_> = std::fs::read_dir(dir.path().join("blobs"))
@@ -694,5 +987,44 @@ mod tests {
         );
         // At the ceiling exactly is allowed.
         assert!(put(&store, &[1; 10_000], None).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_blob_is_removed_only_once_untouched_for_the_grace() {
+        let (_dir, store) = store(1 << 20);
+        let stored = put(&store, b"kept a while", None).await.unwrap();
+        let digest = stored.info.digest;
+        let hour = Duration::from_secs(3600);
+        // Just stored: touched, so neither idle nor removed.
+        assert_eq!(store.idle(hour), []);
+        assert!(!store.remove_idle(&digest, hour).unwrap());
+        assert_eq!(store.size(&digest), Some(12));
+        // With no grace, it goes, file and all; once.
+        assert_eq!(store.idle(Duration::ZERO), [digest]);
+        assert!(store.remove_idle(&digest, Duration::ZERO).unwrap());
+        assert!(!store.remove_idle(&digest, Duration::ZERO).unwrap());
+        assert_eq!(store.size(&digest), None);
+        assert!(store.file(&digest).is_none());
+        assert_eq!(store.keep_if_present(&digest), None);
+        // Stored again, it is new, and touched again.
+        let again = put(&store, b"kept a while", None).await.unwrap();
+        assert!(again.new);
+        assert!(!store.remove_idle(&digest, hour).unwrap());
+        // An upload of the same bytes finds it present and touches it.
+        assert!(!put(&store, b"kept a while", None).await.unwrap().new);
+        assert_eq!(store.keep_if_present(&digest), Some(12));
+        assert_eq!(store.idle(hour), []);
+        // Pinned (twice), it stays whatever the grace, until both pins go.
+        let (first, second) = (store.pin(digest), store.pin(digest));
+        assert_eq!(store.idle(Duration::ZERO), []);
+        assert!(!store.remove_idle(&digest, Duration::ZERO).unwrap());
+        drop(first);
+        assert!(!store.remove_idle(&digest, Duration::ZERO).unwrap());
+        drop(second);
+        assert!(
+            !store.remove_idle(&digest, hour).unwrap(),
+            "touched as the pin went"
+        );
+        assert!(store.remove_idle(&digest, Duration::ZERO).unwrap());
     }
 }

@@ -9,7 +9,12 @@
 //! * [`link`] — the singleton proxy every node uses to reach the master.
 //! * [`module_fetch`] — uploads replicated to every back-end node; fetch on
 //!   first use elsewhere.
+//! * [`blob_transfer`] — blobs copied to a majority of the back-end nodes
+//!   on upload, and fetched by a node that lacks one.
+//! * [`blob_gc`] — each node deletes its copies of the blobs the cluster
+//!   no longer keeps (the master decides which).
 
+pub mod blob_gc;
 pub mod blob_transfer;
 pub mod history;
 pub mod link;

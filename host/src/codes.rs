@@ -133,6 +133,12 @@ error_codes! {
     TooManyGrants = "too_many_grants", CONFLICT, false;
     /// Deleting a secret a grant's header names.
     SecretInUse = "secret_in_use", CONFLICT, false;
+    /// Deleting a blob a held job (its input or an output) or a schedule
+    /// names.
+    BlobInUse = "blob_in_use", CONFLICT, false;
+    /// A new blob beyond the most the cluster keeps for uploads
+    /// (1,000,000): delete some, or wait for their collection.
+    BlobsFull = "blobs_full", CONFLICT, true;
     /// A new secret beyond the cluster's limit of secrets (1,000).
     SecretsFull = "secrets_full", CONFLICT, false;
     /// Secrets on a node without a cluster key: nothing would protect them

@@ -109,6 +109,9 @@ names! {
     /// Fault injection (tests): the addresses this node is cut off from
     /// changed: `cut_off`.
     PARTITION = "partition";
+    /// The node deleted its copies of blobs the cluster no longer keeps
+    /// (`cluster::blob_gc`): `count`, `bytes`.
+    BLOBS_DELETED = "blobs_deleted";
 }
 
 #[cfg(test)]

@@ -245,10 +245,11 @@ pub(crate) const WRITE_CHUNK_BYTES_MAX: usize = 64 << 10;
 /// Default ceiling of one blob (`--blob-bytes-max`), in bytes: 64 GiB.
 pub const BLOB_BYTES_MAX_DEFAULT: u64 = 64 << 30;
 /// Bytes gathered from the network before one write to the blob's file
-/// (and one hash update), on a blocking thread.
+/// (and one hash update), on a blocking thread while the next gathers.
 pub(crate) const BLOB_WRITE_BYTES: usize = 1 << 20;
-/// Bytes of a blob written between syncs of its file, so the sync before
-/// it is kept is short however large the blob.
+/// Bytes of a blob written between hand-overs of its file to the disk
+/// (each waits for the one before), so the sync before it is kept is
+/// short however large the blob.
 pub(crate) const BLOB_SYNC_BYTES: u64 = 64 << 20;
 /// Free space a node keeps on its data directory's disk: a blob write that
 /// would leave less is refused (`blob_store_full`), so blobs never take
@@ -261,8 +262,10 @@ pub(crate) const BLOB_READ_AHEAD: usize = 2;
 /// Blobs a node takes at once (uploads and copies pushed to it), and
 /// separately blobs it sends at once (downloads and copies fetched from
 /// it), so readers never take the places uploads need. An upload holds at
-/// most [`BLOB_WRITE_BYTES`] of memory and a download
-/// `(BLOB_READ_AHEAD + 1) * BLOB_READ_BYTES`: at most 256 MiB and 192 MiB.
+/// most `2 * BLOB_WRITE_BYTES` of memory (one batch gathering, one being
+/// written) and a download `(BLOB_READ_AHEAD + 2) * BLOB_READ_BYTES` (the
+/// chunks queued, one being read, one being sent): at most 512 MiB and
+/// 256 MiB.
 /// One more is refused with `blobs_busy` (503, `Retry-After`); a download
 /// whose reader takes nothing for [`BLOB_IDLE_TIMEOUT`] gives its place
 /// back.

@@ -86,6 +86,16 @@ fn register_jobs(registry: &mut Registry, stats: &Stats) {
         "Bytes of job results held",
         gauge(stats.result_bytes),
     );
+    registry.register(
+        "blobs_kept",
+        "Blobs the cluster keeps (uploads, and those held jobs and schedules name)",
+        gauge(stats.blobs_kept),
+    );
+    registry.register(
+        "blob_bytes_kept",
+        "Bytes of the blobs the cluster keeps (each node holding a copy stores them)",
+        gauge(stats.blob_bytes_kept),
+    );
 }
 
 /// This process's journal writes.

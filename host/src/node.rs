@@ -107,6 +107,13 @@ pub struct NodeArgs {
     /// other nodes); give every node the same.
     #[arg(long, env = "COHORT_BLOB_BYTES_MAX", value_parser = job_limits::parse_bytes, default_value_t = crate::limits::BLOB_BYTES_MAX_DEFAULT)]
     pub blob_bytes_max: u64,
+    /// How long this node keeps its copy of a blob the cluster no longer
+    /// keeps, after an upload or copy last stored or found it here: longer
+    /// than any upload takes to be copied to a majority. What the cluster
+    /// keeps is set by `--retention` (see README, "Large inputs and
+    /// outputs").
+    #[arg(long, env = "COHORT_BLOB_GRACE", value_parser = job_limits::parse_duration, default_value = "1h")]
+    pub blob_grace: Duration,
     /// Attempts of a job that does not set `max_attempts`.
     #[arg(long, default_value_t = 3)]
     pub max_attempts: u32,
@@ -262,8 +269,9 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         view.clone(),
         peer.clone(),
         local.security.sealer.clone(),
-        blob_store,
+        blob_store.clone(),
     );
+    crate::cluster::blob_gc::spawn(link.clone(), blob_store, args.blob_grace);
     let wiring = Wiring {
         node_id: node_id.clone(),
         view: view.clone(),

@@ -761,3 +761,9 @@ pub fn assert_idle(nodes: &[&Node]) {
         "a node stayed busy in each of {IDLE_WINDOWS_MAX} windows of {IDLE_WINDOW:?} (bound {IDLE_CPU_MAX} of a core): {windows:.3?}"
     );
 }
+
+/// The digests and sizes of a blob listing (`GET /v1/blobs`), without
+/// what the master says of each.
+pub fn infos(list: Vec<cohort::client::types::BlobEntry>) -> Vec<cohort::client::types::BlobInfo> {
+    list.iter().map(|entry| entry.info()).collect()
+}

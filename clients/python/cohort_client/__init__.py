@@ -16,7 +16,7 @@ error type, `CohortError`.
 """
 
 from ._async import AsyncBlobReader, AsyncClient, AsyncJob
-from ._blobs import BlobInfo
+from ._blobs import BlobEntry, BlobInfo
 from ._core import OutputBlob, __version__
 from ._sync import BlobReader, Client, Job
 from .errors import CohortError, JobFailed, WaitTimeout
@@ -25,6 +25,7 @@ __all__ = [
     "AsyncBlobReader",
     "AsyncClient",
     "AsyncJob",
+    "BlobEntry",
     "BlobInfo",
     "BlobReader",
     "Client",

@@ -69,6 +69,35 @@ class BlobInfo:
     bytes: int
 
 
+@dataclass(frozen=True)
+class BlobEntry:
+    """A blob the answering node stores, as ``GET /v1/blobs`` lists it:
+    `BlobInfo`'s digest and size, and what the cluster says of it (each
+    ``None`` when the node could not ask the master)."""
+
+    #: The sha256 of its bytes, 64 lowercase hex digits.
+    digest: str
+    #: Its size in bytes.
+    bytes: int
+    #: Whether the cluster keeps the blob. A node deletes its copy of a
+    #: blob the cluster does not keep once its grace period
+    #: (``--blob-grace``) has passed since an upload or copy last stored or
+    #: found it there.
+    kept: Optional[bool] = None
+    #: How many held jobs (their input and output blobs) and schedules
+    #: name it; while any does, the cluster keeps it.
+    refs: Optional[int] = None
+    #: When the cluster stops keeping it, in ms since the Unix epoch,
+    #: unless something names it or it is uploaded again first; ``None``
+    #: while something names it (or when it is not kept).
+    collect_at: Optional[int] = None
+
+    @property
+    def info(self) -> BlobInfo:
+        """Its digest and size, as `Client.put_blob` returns them."""
+        return BlobInfo(self.digest, self.bytes)
+
+
 def blob_digest(digest: str) -> str:
     """A digest as the caller gave it, in lowercase if it is one (64 hex
     digits, either case): digests are case-insensitive hex, and the node,
@@ -183,13 +212,30 @@ def blob_info_of(body: bytes, expected: Optional[BlobInfo] = None) -> BlobInfo:
     return info
 
 
-def blob_list_of(body: bytes) -> List[BlobInfo]:
+def blob_list_of(body: bytes) -> List[BlobEntry]:
     """The blobs of ``GET /v1/blobs``'s answer."""
     data = load_json(body)
     blobs = data.get("blobs") if isinstance(data, dict) else None
     if not isinstance(blobs, list):
         raise bad_answer("a list of blobs without blobs")
-    return [_info(blob) for blob in blobs]
+    return [_entry(blob) for blob in blobs]
+
+
+def _entry(data: Any) -> BlobEntry:
+    info = _info(data)
+    kept, refs, collect_at = (data.get(field) for field in ("kept", "refs", "collect_at"))
+    if (
+        (kept is not None and not isinstance(kept, bool))
+        or not _optional_count(refs)
+        or not _optional_count(collect_at)
+    ):
+        raise bad_answer(f"a listed blob whose kept, refs or collect_at is of another type: {data!r}")
+    return BlobEntry(info.digest, info.bytes, kept, refs, collect_at)
+
+
+def _optional_count(value: Any) -> bool:
+    """Whether ``value`` is absent or a count (an int that is not a bool, at least 0)."""
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
 
 
 def _info(data: Any) -> BlobInfo:

@@ -28,6 +28,8 @@ ERROR_CODES: Dict[str, Tuple[int, bool]] = {
     "secret_not_found": (404, False),
     "token_not_found": (404, False),
     "request_timeout": (408, True),
+    "blob_in_use": (409, False),
+    "blobs_full": (409, True),
     "idempotency_conflict": (409, False),
     "job_finished": (409, False),
     "job_not_finished": (409, True),

@@ -41,7 +41,7 @@ from typing import (
 import httpx
 
 from . import _blobs, _core
-from ._blobs import BlobInfo, BodySource, FileBody, StreamBody
+from ._blobs import BlobEntry, BlobInfo, BodySource, FileBody, StreamBody
 from ._core import (
     Attempts,
     Backoff,
@@ -518,7 +518,13 @@ class Plans:
         and retried and failed over as a read is. Storing bytes already
         stored is harmless. ``blob_too_large`` (413) past the cluster's
         ceiling, ``blob_store_full`` (507), ``replication_failed`` (503,
-        retried).
+        retried), ``blobs_full`` (409, retried) while the cluster keeps as
+        many uploaded blobs as it may.
+
+        The cluster keeps the blob for its retention time (``--retention``)
+        after this upload at least, and while a held job or a schedule
+        names it; then every node deletes its copy (`delete_blob` stops
+        keeping it at once). Upload it again to keep it longer.
 
         The node answers once the blob is durable on a majority of the
         back-end nodes, copying it after its last byte arrived: every
@@ -579,10 +585,28 @@ class Plans:
             raise
         return _blobs.head_info(response, digest)
 
-    def list_blobs(self) -> Plan[List[BlobInfo]]:
-        """Every blob stored (``GET /v1/blobs``)."""
+    def list_blobs(self) -> Plan[List[BlobEntry]]:
+        """Every blob the answering node stores (``GET /v1/blobs``; not the
+        cluster's), each a `BlobEntry`: its digest and size, whether the
+        cluster keeps it (``kept``), how many held jobs and schedules name
+        it (``refs``) and when the cluster stops keeping it if nothing
+        names it (``collect_at``, ms since the Unix epoch); those three are
+        ``None`` when the node could not ask the master."""
         response = yield from self.call("GET", "/v1/blobs")
         return _blobs.blob_list_of(response.content)
+
+    def delete_blob(self, digest: str) -> Plan[None]:
+        """Stop the cluster keeping blob ``digest`` (``DELETE
+        /v1/blobs/{digest}``, submit scope); every node deletes its copy
+        once its grace period (``--blob-grace``) has passed. Only a blob
+        nothing names: ``blob_in_use`` (409) while a held job (its input
+        blob or an output blob it wrote) or a schedule names it (those keep
+        it until the retention time after they are gone),
+        ``blob_not_found`` (404) if the cluster keeps no such blob.
+        ``digest`` is hex in either case. Sent once, to one node, and never
+        retried, as `delete_secret` is: a delete repeated after a lost
+        answer would say ``blob_not_found``."""
+        yield from self.json("DELETE", _blobs.blob_path(digest), deadline=time.monotonic())
 
     def blob_body(self, digest: str, byte_range: Optional[str], size: Optional[int] = None) -> Plan[httpx.Response]:
         """``GET /v1/blobs/{digest}`` (with a ``Range`` header), the answer's

@@ -190,9 +190,10 @@ def test_async_blobs(node: Node, tmp_path: Path) -> None:
             for info in (stored, from_file, from_stream):
                 assert await client.head_blob(info.digest) == info
             listed = await client.list_blobs()
-            assert sorted(listed, key=lambda b: b.digest) == sorted(
+            assert sorted((blob.info for blob in listed), key=lambda b: b.digest) == sorted(
                 [stored, from_file, from_stream], key=lambda b: b.digest
             )
+            assert all((blob.kept, blob.refs) == (True, 0) for blob in listed), listed
 
             async with client.open_blob(from_file.digest) as reader:
                 assert (reader.size, reader.start, reader.length) == (len(large), 0, len(large))
@@ -234,5 +235,14 @@ def test_async_blobs(node: Node, tmp_path: Path) -> None:
             assert (mismatch.value.code, mismatch.value.status) == ("blob_digest_mismatch", 422)
             assert await client.head_blob(sha256(wrong)) is None
             assert len(await client.list_blobs()) == 3
+
+            # Nothing names it: no longer kept (the node's copy stays for its
+            # grace period), then unknown to the cluster.
+            assert await client.delete_blob(stored.digest) is None
+            with pytest.raises(CohortError) as again:
+                await client.delete_blob(stored.digest)
+            assert (again.value.code, again.value.status) == ("blob_not_found", 404)
+            kept = {blob.digest: blob.kept for blob in await client.list_blobs()}
+            assert kept == {stored.digest: False, from_file.digest: True, from_stream.digest: True}, kept
 
     asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT_S))

@@ -26,7 +26,7 @@ import pytest
 
 import httpx
 
-from cohort_client import AsyncClient, BlobInfo, Client, CohortError, OutputBlob
+from cohort_client import AsyncClient, BlobEntry, BlobInfo, Client, CohortError, OutputBlob
 from cohort_client import _blobs
 from cohort_client._blobs import BLOB_CHUNK_BYTES, check_etag, range_header
 from cohort_client._core import Settings
@@ -478,7 +478,9 @@ def test_a_download_whose_bytes_are_not_the_blob_is_not_saved(fake: FakeNode, tm
 def test_blobs_are_listed_and_looked_at(fake: FakeNode) -> None:
     with Client(fake.url) as client:
         stored = client.put_blob(b"hello")
-        assert client.list_blobs() == [stored]
+        # A node that says nothing of what the cluster keeps: left unknown.
+        assert client.list_blobs() == [BlobEntry(stored.digest, stored.bytes)]
+        assert client.list_blobs()[0].info == stored
         assert client.head_blob(stored.digest) == stored
         assert client.head_blob("2" * 64) is None
         # A digest is one path segment, whatever it holds.
@@ -505,8 +507,8 @@ def test_the_async_client_streams_blobs_too(fake: FakeNode, tmp_path: Path) -> N
             assert await client.head_blob(digest) == BlobInfo(digest, len(data))
             assert await client.head_blob("3" * 64) is None
             assert sorted(await client.list_blobs(), key=lambda b: b.bytes) == [
-                BlobInfo(sha256(b"x"), 1),
-                BlobInfo(digest, len(data)),
+                BlobEntry(sha256(b"x"), 1),
+                BlobEntry(digest, len(data)),
             ]
             async with client.open_blob(digest, 3, 9) as reader:
                 assert (reader.start, reader.length, reader.size) == (3, 6, len(data))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cohort_client import BlobInfo, Client, CohortError, JobFailed, WaitTimeout
+from cohort_client import BlobEntry, BlobInfo, Client, CohortError, JobFailed, WaitTimeout
 
 from .conftest import Node, StartNode, all_job_ids
 
@@ -416,8 +416,14 @@ def test_blobs_go_up_and_come_back_whole_and_by_range(node: Node, tmp_path: Path
         for info in (stored, from_file, from_stream):
             assert client.head_blob(info.digest) == info
         listed = client.list_blobs()
-        assert {stored, from_file, from_stream} <= set(listed), listed
-        assert len(listed) == len(set(listed)) == 3, "each blob listed once"
+        assert {stored, from_file, from_stream} == {blob.info for blob in listed}, listed
+        assert len(listed) == 3, "each blob listed once"
+        # Kept by the cluster, named by nothing: collected after the
+        # retention time (1 h by default) from the last upload.
+        now_ms = time.time() * 1000
+        for blob in listed:
+            assert (blob.kept, blob.refs) == (True, 0), blob
+            assert blob.collect_at is not None and now_ms < blob.collect_at <= now_ms + 3_600_000 + 60_000, blob
 
         # Whole, a middle range, a suffix (the last bytes), an end past the blob's.
         with client.open_blob(from_file.digest) as reader:
@@ -533,3 +539,55 @@ def test_a_job_streams_its_input_blob_and_writes_an_output_blob(
         with pytest.raises(CohortError) as refused:
             malformed.id
         assert (refused.value.code, refused.value.status) == ("invalid_job", 422)
+
+
+def test_a_blob_nothing_names_is_deleted_and_one_a_job_or_schedule_names_is_not(node: Node, echo_wasm: str) -> None:
+    with Client(node.url) as client:
+        loose = client.put_blob(b"nothing names these bytes")
+        named = client.put_blob(b"a job reads these bytes")
+        scheduled = client.put_blob(b"a schedule's jobs read these bytes")
+
+        # Nothing names it: no longer kept at once, then unknown to the cluster.
+        assert client.delete_blob(loose.digest.upper()) is None, "either case"
+        with pytest.raises(CohortError) as again:
+            client.delete_blob(loose.digest)
+        assert (again.value.code, again.value.status) == ("blob_not_found", 404)
+        # A job may no longer name it (upload it again first).
+        with pytest.raises(CohortError) as refused:
+            client.submit(echo_wasm, "x", input_blob=loose).id
+        assert (refused.value.code, refused.value.status) == ("blob_not_found", 404)
+
+        # A held job names it, finished or not: refused while the job is held.
+        job = client.submit(echo_wasm, "reads a blob", input_blob=named)
+        assert job.result(timeout=RESULT_TIMEOUT_S) == b"reads a blob"
+        with pytest.raises(CohortError) as in_use:
+            client.delete_blob(named.digest)
+        assert (in_use.value.code, in_use.value.status) == ("blob_in_use", 409)
+        assert not in_use.value.retryable
+
+        # A schedule's template names it while the schedule exists.
+        client.create_schedule("py-blob-reader", echo_wasm, "tick", input_blob=scheduled, every_ms=3_600_000)
+        with pytest.raises(CohortError) as in_use:
+            client.delete_blob(scheduled.digest)
+        assert in_use.value.code == "blob_in_use"
+
+        # What the node lists: the copies it still has (deleted after its
+        # grace period), each with what the cluster says of it.
+        listed = {blob.digest: blob for blob in client.list_blobs()}
+        assert listed[loose.digest] == BlobEntry(loose.digest, loose.bytes, kept=False, refs=0), listed
+        assert listed[named.digest] == BlobEntry(named.digest, named.bytes, kept=True, refs=1), listed
+        assert listed[scheduled.digest] == BlobEntry(scheduled.digest, scheduled.bytes, kept=True, refs=1), listed
+
+        # The schedule gone, nothing names it: deleted at once.
+        client.delete_schedule("py-blob-reader")
+        listed = {blob.digest: blob for blob in client.list_blobs()}
+        assert (listed[scheduled.digest].refs, listed[scheduled.digest].collect_at is not None) == (0, True)
+        client.delete_blob(scheduled.digest)
+        with pytest.raises(CohortError) as gone:
+            client.delete_blob(scheduled.digest)
+        assert gone.value.code == "blob_not_found"
+        # Uploaded again, kept again.
+        assert client.put_blob(b"nothing names these bytes") == loose
+        assert {blob.digest: blob for blob in client.list_blobs()}[loose.digest].kept is True
+        counts = client.request_counts()
+    assert counts["DELETE /v1/blobs/{digest}"] == 6, counts

@@ -30,7 +30,7 @@
 use crate::client::Client;
 use crate::node::{ClientError, Node};
 use crate::transport::{Body, BoxError, HeadWait, full};
-use crate::types::{BlobInfo, BlobList};
+use crate::types::{BlobDeleted, BlobEntry, BlobInfo, BlobList};
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use http_body::{Body as _, Frame, SizeHint};
@@ -48,7 +48,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 /// Bytes read from a file or a reader at a time, to hash it or to send it.
 pub const BLOB_CHUNK_BYTES: usize = 256 << 10;
@@ -144,7 +144,8 @@ impl Node {
                 hashed.bytes
             )));
         }
-        let upload = Upload::new(file, Some(len));
+        // Hashed already: the node checks the bytes against that digest.
+        let upload = Upload::unhashed(file, len);
         let answer = self.put(upload.body(), Some(&hashed.digest)).await?;
         self.check_stored(answer, hashed)
     }
@@ -260,8 +261,17 @@ impl Node {
         Ok(Some(BlobInfo { digest, bytes }))
     }
 
-    /// Every blob the node lists.
-    pub async fn list_blobs(&self) -> Result<Vec<BlobInfo>, ClientError> {
+    /// Stops the cluster keeping blob `digest` (`DELETE
+    /// /v1/blobs/{digest}`): refused `blob_in_use` while a held job or a
+    /// schedule names it, `blob_not_found` when the cluster keeps no such
+    /// blob. The nodes delete their copies after their grace period.
+    pub async fn delete_blob(&self, digest: &str) -> Result<BlobDeleted, ClientError> {
+        let path = format!("/v1/blobs/{digest}");
+        self.json(Method::DELETE, &path, None).await
+    }
+
+    /// Every blob the node lists, with whether the cluster keeps it.
+    pub async fn list_blobs(&self) -> Result<Vec<BlobEntry>, ClientError> {
         let (_, body) = self
             .call(Method::GET, "/v1/blobs", "application/json", Bytes::new())
             .await?;
@@ -405,8 +415,14 @@ impl Client {
             .await
     }
 
+    /// Stops the cluster keeping blob `digest`. See [`Node::delete_blob`].
+    pub async fn delete_blob(&self, digest: &str) -> Result<BlobDeleted, ClientError> {
+        self.call(|node| async move { node.delete_blob(digest).await })
+            .await
+    }
+
     /// Every blob the node asked lists.
-    pub async fn list_blobs(&self) -> Result<Vec<BlobInfo>, ClientError> {
+    pub async fn list_blobs(&self) -> Result<Vec<BlobEntry>, ClientError> {
         self.call(|node| async move { node.list_blobs().await })
             .await
     }
@@ -686,7 +702,9 @@ struct Source<R> {
     reader: R,
     /// Exactly how many bytes the reader must give (a file's length).
     expected: Option<u64>,
-    hasher: Sha256,
+    /// The hash of what was read; `None` when the digest is known
+    /// beforehand (a file hashed first), which the node checks instead.
+    hasher: Option<Sha256>,
     read: u64,
     /// Whether the reader was read from (or failed).
     touched: bool,
@@ -699,11 +717,22 @@ impl<R: AsyncRead + Send + Unpin + 'static> Upload<R> {
     /// An upload of what `reader` gives (exactly `expected` bytes, if
     /// given: the body's length is then sent as its `Content-Length`).
     fn new(reader: R, expected: Option<u64>) -> Self {
+        Self::with_hasher(reader, expected, Some(Sha256::new()))
+    }
+
+    /// An upload of exactly `length` bytes from `reader` whose digest is
+    /// known (and sent): not hashed again as it is read, and
+    /// [`sent`](Self::sent) is `None`.
+    fn unhashed(reader: R, length: u64) -> Self {
+        Self::with_hasher(reader, Some(length), None)
+    }
+
+    fn with_hasher(reader: R, expected: Option<u64>, hasher: Option<Sha256>) -> Self {
         Self {
             source: Arc::new(Mutex::new(Source {
                 reader,
                 expected,
-                hasher: Sha256::new(),
+                hasher,
                 read: 0,
                 touched: false,
                 ended: false,
@@ -735,12 +764,14 @@ impl<R: AsyncRead + Send + Unpin + 'static> Upload<R> {
         self.source().touched
     }
 
-    /// What was read, once the reader ended.
+    /// What was read, once the reader ended (`None` before, and for an
+    /// upload that does not hash).
     fn sent(&self) -> Option<BlobInfo> {
         let source = self.source();
         let whole = source.ended || source.expected == Some(source.read);
-        whole.then(|| BlobInfo {
-            digest: hex(&source.hasher.clone().finalize()),
+        let hasher = source.hasher.as_ref().filter(|_| whole)?;
+        Some(BlobInfo {
+            digest: hex(&hasher.clone().finalize()),
             bytes: source.read,
         })
     }
@@ -802,7 +833,9 @@ impl<R: AsyncRead + Send + Unpin + 'static> http_body::Body for UploadBody<R> {
             .into())));
         }
         let chunk = this.buffer.split().freeze();
-        source.hasher.update(&chunk);
+        if let Some(hasher) = &mut source.hasher {
+            hasher.update(&chunk);
+        }
         source.read += n;
         Poll::Ready(Some(Ok(Frame::data(chunk))))
     }
@@ -829,26 +862,27 @@ where
     S: Stream<Item = Result<Bytes, ClientError>> + Unpin,
 {
     let partial = Partial::beside(path)?;
-    let mut file = tokio::fs::OpenOptions::new()
+    let unwritable = |e| unwritable(&partial.path, e);
+    let file = tokio::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&partial.path)
         .await
-        .map_err(|e| unwritable(&partial.path, e))?;
-    let mut hasher = Sha256::new();
-    let mut bytes = 0u64;
+        .map_err(unwritable)?;
+    let mut spool = Spool::new(file.into_std().await);
     while let Some(chunk) = std::future::poll_fn(|cx| Pin::new(&mut chunks).poll_next(cx)).await {
-        let chunk = chunk?;
-        hasher.update(&chunk);
-        bytes += chunk.len() as u64;
-        file.write_all(&chunk)
-            .await
-            .map_err(|e| unwritable(&partial.path, e))?;
+        spool.push(chunk?).await.map_err(unwritable)?;
     }
-    file.sync_all()
+    let SpoolFile {
+        file,
+        hasher,
+        bytes,
+    } = spool.finish().await.map_err(unwritable)?;
+    tokio::task::spawn_blocking(move || file.sync_all())
         .await
-        .map_err(|e| unwritable(&partial.path, e))?;
-    drop(file);
+        .map_err(std::io::Error::other)
+        .and_then(|synced| synced)
+        .map_err(unwritable)?;
     let digest = hex(&hasher.finalize());
     if bytes != expected.bytes || digest != expected.digest {
         return Err(ClientError::Protocol(format!(
@@ -860,6 +894,109 @@ where
     }
     partial.keep_as(path).await?;
     Ok(BlobInfo { digest, bytes })
+}
+
+/// Bytes gathered from a download before one write to its file.
+const SPOOL_BATCH_BYTES: usize = 1 << 20;
+
+/// Writes a download's chunks to its file and hashes them, a batch of
+/// [`SPOOL_BATCH_BYTES`] at a time, each on a blocking thread of its own,
+/// while the next batch arrives: the network, the hash and the disk
+/// overlap, and at most two batches are held.
+struct Spool {
+    /// The file and the hash, here between batches.
+    file: Option<SpoolFile>,
+    /// The batch before, being written and hashed; they hand the file and
+    /// the hash back.
+    writing: Option<(Blocking<std::fs::File>, Blocking<Sha256>)>,
+    batch: Vec<Bytes>,
+    batched: usize,
+    bytes: u64,
+}
+
+type Blocking<T> = tokio::task::JoinHandle<std::io::Result<T>>;
+
+/// A spool's file and the hash of what was written to it.
+struct SpoolFile {
+    file: std::fs::File,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl Spool {
+    fn new(file: std::fs::File) -> Self {
+        Self {
+            file: Some(SpoolFile {
+                file,
+                hasher: Sha256::new(),
+                bytes: 0,
+            }),
+            writing: None,
+            batch: Vec::new(),
+            batched: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Takes the next chunk.
+    async fn push(&mut self, chunk: Bytes) -> std::io::Result<()> {
+        self.batched += chunk.len();
+        self.bytes += chunk.len() as u64;
+        self.batch.push(chunk);
+        if self.batched >= SPOOL_BATCH_BYTES {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// The file and the hash, once the batch before is written and hashed.
+    async fn file(&mut self) -> std::io::Result<SpoolFile> {
+        let Some((file, hasher)) = self.writing.take() else {
+            return Ok(self
+                .file
+                .take()
+                .expect("a spool has its file until it ends"));
+        };
+        let file = file.await.map_err(std::io::Error::other)??;
+        let hasher = hasher.await.map_err(std::io::Error::other)??;
+        Ok(SpoolFile {
+            file,
+            hasher,
+            bytes: self.bytes - self.batched as u64,
+        })
+    }
+
+    /// Hands the batch to two blocking threads, one writing it and one
+    /// hashing it, once the batch before is done.
+    async fn flush(&mut self) -> std::io::Result<()> {
+        let SpoolFile {
+            mut file,
+            mut hasher,
+            ..
+        } = self.file().await?;
+        let batch = Arc::new(std::mem::take(&mut self.batch));
+        self.batched = 0;
+        let written = batch.clone();
+        let write = tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            for chunk in written.iter() {
+                file.write_all(chunk)?;
+            }
+            Ok(file)
+        });
+        let hash = tokio::task::spawn_blocking(move || {
+            batch.iter().for_each(|chunk| hasher.update(chunk));
+            Ok(hasher)
+        });
+        self.writing = Some((write, hash));
+        Ok(())
+    }
+
+    /// Writes what is left: the file, all written, and its hash.
+    async fn finish(mut self) -> std::io::Result<SpoolFile> {
+        self.flush().await?;
+        self.file().await
+    }
 }
 
 /// A file being downloaded beside its destination: removed when dropped

@@ -26,6 +26,8 @@ pub const ERROR_CODES: &[(&str, u16, bool)] = &[
     ("secret_not_found", 404, false),
     ("token_not_found", 404, false),
     ("request_timeout", 408, true),
+    ("blob_in_use", 409, false),
+    ("blobs_full", 409, true),
     ("idempotency_conflict", 409, false),
     ("job_finished", 409, false),
     ("job_not_finished", 409, true),

@@ -317,7 +317,7 @@ impl Node {
         }
     }
 
-    async fn json<T: serde::de::DeserializeOwned>(
+    pub(crate) async fn json<T: serde::de::DeserializeOwned>(
         &self,
         method: Method,
         path: &str,

@@ -876,12 +876,59 @@ pub struct BlobInfo {
     pub bytes: u64,
 }
 
+/// A blob the answering node stores, in `GET /v1/blobs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BlobEntry {
+    /// The sha256 of its bytes, 64 lowercase hex digits: its name.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-f]{64}$"))]
+    pub digest: String,
+    /// Its size.
+    pub bytes: u64,
+    /// Whether the cluster keeps the blob (absent when the master could
+    /// not be asked): a copy of a blob the cluster does not keep is
+    /// deleted once the node's `--blob-grace` has passed since it was
+    /// last stored or uploaded here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<bool>,
+    /// How many held jobs (their inputs and outputs) and schedules name
+    /// it (absent when the master could not be asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refs: Option<u32>,
+    /// When the cluster stops keeping it, in ms since the Unix epoch,
+    /// unless something names it or it is uploaded again before; absent
+    /// while something names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collect_at: Option<u64>,
+}
+
+impl BlobEntry {
+    /// The blob's digest and size.
+    pub fn info(&self) -> BlobInfo {
+        BlobInfo {
+            digest: self.digest.clone(),
+            bytes: self.bytes,
+        }
+    }
+}
+
 /// `GET /v1/blobs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BlobList {
-    /// Every stored blob.
-    pub blobs: Vec<BlobInfo>,
+    /// Every blob the answering node stores, by digest.
+    pub blobs: Vec<BlobEntry>,
+}
+
+/// `DELETE /v1/blobs/{digest}`: the cluster no longer keeps the blob.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BlobDeleted {
+    /// The blob's sha256, 64 lowercase hex digits.
+    pub digest: String,
+    /// Always true: the nodes delete their copies within their grace
+    /// period (`--blob-grace`).
+    pub deleted: bool,
 }
 
 /// A node in `GET /v1/cluster`, oldest first.

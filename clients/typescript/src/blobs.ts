@@ -13,7 +13,7 @@ import { open, rename, unlink, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join, resolve as resolvePath } from "node:path";
 import { CohortError } from "./errors.js";
 import type { StreamedAnswer } from "./transport.js";
-import type { BlobInfo, BlobRange, BlobStream, ClientOptions, OutputBlob } from "./types.js";
+import type { BlobEntry, BlobInfo, BlobRange, BlobStream, ClientOptions, OutputBlob } from "./types.js";
 
 /** The request header naming the digest an upload must have. */
 export const SHA256_HEADER = "x-cohort-sha256";
@@ -133,6 +133,20 @@ export function blobInfoOf(value: unknown): BlobInfo {
     throw badResponse(`a blob that is not {digest, bytes}: ${JSON.stringify(value)}`);
   }
   return { digest: info.digest, bytes: info.bytes as number };
+}
+
+/** A blob of `GET /v1/blobs`'s answer: `{digest, bytes}` and, when the node says, `kept`, `refs` and `collect_at`, checked. */
+export function blobEntryOf(value: unknown): BlobEntry {
+  const entry: BlobEntry = blobInfoOf(value);
+  const { kept, refs, collect_at } = value as Partial<BlobEntry>;
+  const count = (n: unknown) => n === undefined || (Number.isSafeInteger(n) && (n as number) >= 0);
+  if ((kept !== undefined && typeof kept !== "boolean") || !count(refs) || !count(collect_at)) {
+    throw badResponse(`a listed blob whose kept, refs or collect_at is of another type: ${JSON.stringify(value)}`);
+  }
+  if (kept !== undefined) entry.kept = kept;
+  if (refs !== undefined) entry.refs = refs;
+  if (collect_at !== undefined) entry.collect_at = collect_at;
+  return entry;
 }
 
 /** The `outputs` of job `id`'s answer (absent: none), each `{name, digest, bytes}`, checked. */

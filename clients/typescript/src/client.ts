@@ -16,7 +16,7 @@ import {
   ReadWindow,
   SHA256_HEADER,
   blobDigest,
-  blobInfoOf,
+  blobEntryOf,
   blobPath,
   blobTiming,
   copyAllowanceMs,
@@ -32,6 +32,7 @@ import { CohortError, closedError } from "./errors.js";
 import { Job, type JobContext } from "./job.js";
 import { Transport, type StreamedAnswer } from "./transport.js";
 import type {
+  BlobEntry,
   BlobInfo,
   BlobRange,
   BlobStream,
@@ -408,7 +409,13 @@ export class Client {
    * `blob_too_large` (413) past the cluster's ceiling, `blob_digest_mismatch`
    * (422) when `options.sha256` (64 hex digits, either case) is not the
    * bytes', `blob_store_full` (507), `replication_failed` (503, retried for
-   * bytes).
+   * bytes), `blobs_full` (409, retried for bytes) while the cluster keeps
+   * as many uploaded blobs as it may.
+   *
+   * The cluster keeps the blob for its retention time (`--retention`) after
+   * this upload at least, and while a held job or a schedule names it; then
+   * every node deletes its copy ({@link Client.deleteBlob} stops keeping it
+   * at once). Upload it again to keep it longer.
    *
    * The node answers once the blob is durable on a majority of the back-end
    * nodes, copying it after its last byte arrived: every upload waits for
@@ -498,11 +505,33 @@ export class Client {
     }
   }
 
-  /** Every blob stored (`GET /v1/blobs`). */
-  async listBlobs(): Promise<BlobInfo[]> {
+  /**
+   * Every blob the answering node stores (`GET /v1/blobs`; not the
+   * cluster's), each a {@link BlobEntry}: its digest and size, whether the
+   * cluster keeps it (`kept`), how many held jobs and schedules name it
+   * (`refs`) and when the cluster stops keeping it if nothing names it
+   * (`collect_at`, ms since the Unix epoch); those three are absent when
+   * the node could not ask the master.
+   */
+  async listBlobs(): Promise<BlobEntry[]> {
     const answer = await this.call<{ blobs?: unknown }>("GET", "/v1/blobs");
     if (!Array.isArray(answer.blobs)) throw new CohortError("bad_response", "a list of blobs without blobs");
-    return answer.blobs.map(blobInfoOf);
+    return answer.blobs.map(blobEntryOf);
+  }
+
+  /**
+   * Stops the cluster keeping blob `digest` (`DELETE /v1/blobs/{digest}`,
+   * submit scope); every node deletes its copy once its grace period
+   * (`--blob-grace`) has passed. Only a blob nothing names: rejects with
+   * `blob_in_use` (409) while a held job (its input blob or an output blob
+   * it wrote) or a schedule names it (those keep it until the retention
+   * time after they are gone), `blob_not_found` (404) if the cluster keeps
+   * no such blob. `digest` is hex in either case. Sent once, to one node,
+   * and never retried, as {@link Client.deleteSecret} is: a delete
+   * repeated after a lost answer would say `blob_not_found`.
+   */
+  async deleteBlob(digest: string): Promise<void> {
+    await this.call("DELETE", blobPath(digest), undefined, Date.now());
   }
 
   /**

@@ -37,6 +37,8 @@ export const ERROR_CODES: ReadonlyMap<string, CodeRow> = new Map<string, CodeRow
   ["secret_not_found", { status: 404, retryable: false }],
   ["token_not_found", { status: 404, retryable: false }],
   ["request_timeout", { status: 408, retryable: true }],
+  ["blob_in_use", { status: 409, retryable: false }],
+  ["blobs_full", { status: 409, retryable: true }],
   ["idempotency_conflict", { status: 409, retryable: false }],
   ["job_finished", { status: 409, retryable: false }],
   ["job_not_finished", { status: 409, retryable: true }],

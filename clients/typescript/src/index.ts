@@ -12,6 +12,7 @@ export { CohortError, JobFailed, WaitTimeout, type CohortErrorDetails } from "./
 export { Job } from "./job.js";
 export type {
   AttemptStatus,
+  BlobEntry,
   BlobInfo,
   BlobRange,
   BlobStream,

@@ -387,6 +387,28 @@ export interface BlobInfo {
 }
 
 /**
+ * A blob the answering node stores, as `GET /v1/blobs` lists it
+ * ({@link Client.listBlobs}): its digest and size, and what the cluster
+ * says of it (each absent when the node could not ask the master).
+ */
+export interface BlobEntry extends BlobInfo {
+  /**
+   * Whether the cluster keeps the blob. A node deletes its copy of a blob
+   * the cluster does not keep once its grace period (`--blob-grace`) has
+   * passed since an upload or copy last stored or found it there.
+   */
+  kept?: boolean;
+  /** How many held jobs (their input and output blobs) and schedules name it; while any does, the cluster keeps it. */
+  refs?: number;
+  /**
+   * When the cluster stops keeping it, in ms since the Unix epoch, unless
+   * something names it or it is uploaded again first; absent while
+   * something names it (or when it is not kept).
+   */
+  collect_at?: number;
+}
+
+/**
  * A blob a job wrote (the job SDKs' `blobs.create(name)`), kept by the
  * cluster once the job succeeded ({@link Job.outputs}): download it with
  * {@link Client.getBlob} or {@link Client.getBlobToFile} by its `digest`,

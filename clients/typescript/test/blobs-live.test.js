@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { Client } from "../dist/index.js";
-import { startNode, wordcountWasm } from "../testing/cluster.js";
+import { echoWasm, startNode, wordcountWasm } from "../testing/cluster.js";
 
 const MiB = 1 << 20;
 
@@ -101,7 +101,15 @@ test("blobs go up as bytes, a file and a stream, and come back whole, by range a
     assert.deepEqual(await client.headBlob(info.digest), info);
   }
   const listed = await client.listBlobs();
-  assert.deepEqual([...listed].sort(byDigest), [stored, fromFile, fromStream].sort(byDigest));
+  const infos = listed.map(({ digest, bytes }) => ({ digest, bytes }));
+  assert.deepEqual(infos.sort(byDigest), [stored, fromFile, fromStream].sort(byDigest));
+  // Kept by the cluster, named by nothing: collected after the retention
+  // time (1 h by default) from the last upload.
+  const now = Date.now();
+  for (const blob of listed) {
+    assert.deepEqual([blob.kept, blob.refs], [true, 0], JSON.stringify(blob));
+    assert.ok(now < blob.collect_at && blob.collect_at <= now + 3_600_000 + 60_000, JSON.stringify(blob));
+  }
 
   // Whole, a middle range, a suffix (the last bytes), an end past the blob's.
   const whole = await client.getBlob(fromFile.digest);
@@ -217,4 +225,44 @@ test("a job streams its input blob and writes an output blob, downloaded as any 
   await assert.rejects(missing.id(), { code: "blob_not_found", status: 404 });
   const malformed = client.submit(wordcount, undefined, { inputBlob: "not-a-digest" });
   await assert.rejects(malformed.id(), { code: "invalid_job", status: 422 });
+});
+
+test("a blob nothing names is deleted; one a job or a schedule names is not", { timeout: 60_000 }, async () => {
+  const loose = await client.putBlob(Buffer.from("nothing names these bytes (ts)"));
+  const named = await client.putBlob(Buffer.from("a job reads these bytes (ts)"));
+  const scheduled = await client.putBlob(Buffer.from("a schedule's jobs read these bytes (ts)"));
+
+  // Nothing names it: no longer kept at once, then unknown to the cluster.
+  assert.equal(await client.deleteBlob(loose.digest.toUpperCase()), undefined, "either case");
+  await assert.rejects(client.deleteBlob(loose.digest), { code: "blob_not_found", status: 404 });
+  // A job may no longer name it (upload it again first).
+  await assert.rejects(client.submit(echoWasm, "x", { inputBlob: loose }).id(), { code: "blob_not_found", status: 404 });
+
+  // A held job names it, finished or not: refused while the job is held.
+  const job = client.submit(echoWasm, "reads a blob", { inputBlob: named });
+  assert.equal(await job.text(60_000), "reads a blob");
+  await assert.rejects(client.deleteBlob(named.digest), { code: "blob_in_use", status: 409, retryable: false });
+
+  // A schedule's template names it while the schedule exists.
+  await client.createSchedule("ts-blob-reader", echoWasm, "tick", { everyMs: 3_600_000, job: { inputBlob: scheduled } });
+  await assert.rejects(client.deleteBlob(scheduled.digest), { code: "blob_in_use", status: 409 });
+
+  // What the node lists: the copies it still has (deleted after its grace
+  // period), each with what the cluster says of it.
+  let listed = new Map((await client.listBlobs()).map((blob) => [blob.digest, blob]));
+  assert.deepEqual(listed.get(loose.digest), { ...loose, kept: false, refs: 0 });
+  assert.deepEqual(listed.get(named.digest), { ...named, kept: true, refs: 1 });
+  assert.deepEqual(listed.get(scheduled.digest), { ...scheduled, kept: true, refs: 1 });
+
+  // The schedule gone, nothing names it: deleted at once.
+  await client.deleteSchedule("ts-blob-reader");
+  listed = new Map((await client.listBlobs()).map((blob) => [blob.digest, blob]));
+  assert.equal(listed.get(scheduled.digest).refs, 0);
+  assert.equal(typeof listed.get(scheduled.digest).collect_at, "number");
+  await client.deleteBlob(scheduled.digest);
+  await assert.rejects(client.deleteBlob(scheduled.digest), { code: "blob_not_found" });
+  // Uploaded again, kept again.
+  assert.deepEqual(await client.putBlob(Buffer.from("nothing names these bytes (ts)")), loose);
+  listed = new Map((await client.listBlobs()).map((blob) => [blob.digest, blob]));
+  assert.equal(listed.get(loose.digest).kept, true);
 });

@@ -265,7 +265,7 @@ impl Master {
                 current.outcome = Some("succeeded".into());
                 self.index.result_bytes += result.len() as u64;
                 job.result = Some(result.to_vec());
-                self.record_outputs(id, outputs);
+                self.record_outputs(id, outputs, at);
                 self.settle(id, JobState::Succeeded, at, effects);
             }
         }

@@ -47,17 +47,56 @@
 //! nothing, as the refusal did, and a snapshot's outputs that break the
 //! bounds are dropped (`bounded`).
 //!
-//! Invariants: an entry exists only for a held job with an input blob or
-//! outputs; only a succeeded job has outputs, and the index's
-//! `result_bytes` counts them (`output_bytes`).
+//! # Which blobs the cluster keeps
+//!
+//! The [`Registry`] is the one place that decides whether a blob's bytes
+//! may be deleted. A blob is *kept* once an upload of it is durable on a
+//! majority of the back-end nodes ([`Command::KeepBlob`], which the
+//! uploading node sends before it answers), and while a held job (its
+//! input, or an output its successful attempt wrote) or a schedule (its
+//! template's input) *names* it: the registry counts those names
+//! (`refs`). A blob nothing names stays kept for `retention_ms` from the
+//! moment nothing named it or it was last uploaded, whichever is later;
+//! then a tick stops keeping it (`BlobsCollected`, at most
+//! [`BLOBS_COLLECTED_MAX`] a tick). `DELETE /v1/blobs/{digest}`
+//! ([`Command::DropBlob`]) stops keeping a blob nothing names at once, and
+//! is refused (`blob_in_use`) while something does.
+//!
+//! A submission, DAG or schedule may name as its input only a blob the
+//! cluster keeps (`blob_not_found` otherwise; its size must be the kept
+//! one), decided in the same order as the collection: once a blob is
+//! collected no job can start to name it, and a job that names it keeps
+//! it. The nodes delete their copies of the blobs the master says it does
+//! not keep ([`Query::Blobs`]) and only the copies they have not stored or
+//! copied within their own grace period, which outlasts an upload's or an
+//! output's way from a node's disk to the registry (see the host's
+//! `cluster::blob_gc`).
+//!
+//! The registry is journaled (the events above, and every event that
+//! adds or removes a job's or schedule's blobs) and snapshotted (which
+//! blobs are kept, each with its size and since when nothing named it), so
+//! a master that takes over keeps and collects exactly what the one before
+//! it would have; the counts of names and the order of idle blobs are
+//! rebuilt on restore. Bounds: uploads keep at most [`BLOBS_KEPT_MAX`]
+//! blobs (`blobs_full` beyond; the blobs jobs name are kept whatever the
+//! count: they are bounded by the jobs' own bounds).
+//!
+//! Invariants: an entry of [`Blobs`] exists only for a held job with an
+//! input blob or outputs; only a succeeded job has outputs, and the
+//! index's `result_bytes` counts them (`output_bytes`). Every blob a held
+//! job or schedule names is kept, and `refs` counts exactly those names; a
+//! kept blob is in `idle` exactly when nothing names it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits::{OUTPUT_BYTES_FIXED, OUTPUT_NAME_BYTES_MAX, OUTPUTS_MAX};
-use crate::master::Master;
+use crate::limits::{
+    BLOBS_ASKED_MAX, BLOBS_COLLECTED_MAX, BLOBS_KEPT_MAX, OUTPUT_BYTES_FIXED,
+    OUTPUT_NAME_BYTES_MAX, OUTPUTS_MAX,
+};
+use crate::master::{Master, decided, reject};
 use crate::protocol::*;
 
 /// What the master knows of each job's blobs, for the jobs that have any.
@@ -76,6 +115,162 @@ pub(crate) struct JobBlobs {
 impl JobBlobs {
     fn is_empty(&self) -> bool {
         self.input.is_none() && self.outputs.is_empty()
+    }
+
+    /// The digests it names, once per name.
+    fn named(&self) -> impl Iterator<Item = Digest> + '_ {
+        (self.input.iter().map(|input| input.digest))
+            .chain(self.outputs.iter().map(|output| output.digest))
+    }
+}
+
+/// A blob the cluster keeps, as a snapshot holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Kept {
+    /// Its size in bytes (the first kept; a digest names its bytes).
+    pub(crate) size: u64,
+    /// Since when nothing names it, or when it was last uploaded,
+    /// whichever is later (meaningless while something names it).
+    pub(crate) idle_since: Millis,
+}
+
+/// The blobs the cluster keeps (see the module notes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Registry {
+    /// Every kept blob (in snapshots).
+    pub(crate) kept: BTreeMap<Digest, Kept>,
+    /// How many names each named blob has (rebuilt on restore).
+    refs: BTreeMap<Digest, u32>,
+    /// The kept blobs nothing names, by `idle_since` (rebuilt on
+    /// restore).
+    idle: BTreeSet<(Millis, Digest)>,
+    /// The kept blobs' sizes, summed (rebuilt on restore); wide enough
+    /// that no sum of kept sizes overflows, so it does not depend on the
+    /// order blobs came and went.
+    bytes: u128,
+}
+
+impl Registry {
+    /// Whether the cluster keeps `digest`.
+    pub(crate) fn keeps(&self, digest: &Digest) -> bool {
+        self.kept.contains_key(digest)
+    }
+
+    /// How many names `digest` has.
+    fn refs(&self, digest: &Digest) -> u32 {
+        self.refs.get(digest).copied().unwrap_or(0)
+    }
+
+    /// How many blobs are kept, and their bytes in all.
+    pub(crate) fn totals(&self) -> (u64, u64) {
+        (
+            self.kept.len() as u64,
+            u64::try_from(self.bytes).unwrap_or(u64::MAX),
+        )
+    }
+
+    /// Blob `digest`'s entry, made (kept from `at`, `size` bytes) if it
+    /// had none.
+    fn entry(&mut self, digest: Digest, size: u64, at: Millis) -> &mut Kept {
+        let bytes = &mut self.bytes;
+        self.kept.entry(digest).or_insert_with(|| {
+            *bytes += u128::from(size);
+            Kept {
+                size,
+                idle_since: at,
+            }
+        })
+    }
+
+    /// An upload of `blob` at `at`: kept, for `retention_ms` from `at` at
+    /// least.
+    fn keep(&mut self, blob: &Blob, at: Millis) {
+        let named = self.refs(&blob.digest) > 0;
+        let kept = self.entry(blob.digest, blob.size, at);
+        let before = kept.idle_since;
+        kept.idle_since = before.max(at);
+        let after = kept.idle_since;
+        if !named {
+            self.idle.remove(&(before, blob.digest));
+            self.idle.insert((after, blob.digest));
+        }
+    }
+
+    /// One more name of `digest` (`size` bytes) at `at`; kept from now on
+    /// if it was not (a journal's blob, from before the registry).
+    fn hold(&mut self, digest: Digest, size: u64, at: Millis) {
+        let kept = *self.entry(digest, size, at);
+        let refs = self.refs.entry(digest).or_insert(0);
+        if *refs == 0 {
+            self.idle.remove(&(kept.idle_since, digest));
+        }
+        *refs += 1;
+    }
+
+    /// One name fewer of `digest` at `at`: idle from `at` when it was the
+    /// last.
+    fn release(&mut self, digest: Digest, at: Millis) {
+        let Some(refs) = self.refs.get_mut(&digest) else {
+            return;
+        };
+        *refs -= 1;
+        if *refs > 0 {
+            return;
+        }
+        self.refs.remove(&digest);
+        if let Some(kept) = self.kept.get_mut(&digest) {
+            kept.idle_since = kept.idle_since.max(at);
+            self.idle.insert((kept.idle_since, digest));
+        }
+    }
+
+    /// No longer keeps `digest`, unless something names it.
+    fn forget(&mut self, digest: &Digest) {
+        if self.refs(digest) > 0 {
+            return;
+        }
+        if let Some(kept) = self.kept.remove(digest) {
+            self.idle.remove(&(kept.idle_since, *digest));
+            self.bytes -= u128::from(kept.size);
+        }
+    }
+
+    /// The blobs to stop keeping at `now`: idle for `retention_ms`, the
+    /// oldest first, at most [`BLOBS_COLLECTED_MAX`].
+    fn collectable(&self, now: Millis, retention_ms: u64) -> Vec<Digest> {
+        (self.idle.iter())
+            .take_while(|(since, _)| since.saturating_add(retention_ms) <= now)
+            .take(BLOBS_COLLECTED_MAX)
+            .map(|&(_, digest)| digest)
+            .collect()
+    }
+
+    /// A registry of the `kept` blobs a snapshot held, with the names in
+    /// `named` counted. All of them, even past [`BLOBS_KEPT_MAX`]: the
+    /// blobs jobs name are kept whatever the count, and stay kept, idle,
+    /// once released, so a live registry may hold more (the snapshot's
+    /// bytes bound what it holds).
+    pub(crate) fn rebuilt(
+        kept: BTreeMap<Digest, Kept>,
+        named: impl Iterator<Item = (Digest, u64)>,
+    ) -> Self {
+        let bytes = kept.values().map(|kept| u128::from(kept.size)).sum();
+        let mut registry = Registry {
+            kept,
+            bytes,
+            ..Registry::default()
+        };
+        for (digest, size) in named {
+            // A snapshot from before the registry held the jobs' blobs
+            // only; they are kept from the start of time, as named.
+            registry.hold(digest, size, 0);
+        }
+        for (&digest, kept) in &registry.kept {
+            if !registry.refs.contains_key(&digest) {
+                registry.idle.insert((kept.idle_since, digest));
+            }
+        }
+        registry
     }
 }
 
@@ -153,7 +348,10 @@ pub(crate) fn bounded(mut blobs: Blobs) -> Blobs {
 impl Master {
     /// Job `id` was (re)submitted with `input` as its input blob: its
     /// blobs are that one, with no outputs yet.
-    pub(crate) fn record_input_blob(&mut self, id: JobId, input: Option<&Blob>) {
+    pub(crate) fn record_input_blob(&mut self, id: JobId, input: Option<&Blob>, at: Millis) {
+        if let Some(input) = input {
+            self.registry.hold(input.digest, input.size, at);
+        }
         let replaced = match input {
             Some(input) => self.blobs.insert(
                 id,
@@ -169,14 +367,28 @@ impl Master {
         if let Some(replaced) = replaced {
             self.index.result_bytes =
                 (self.index.result_bytes).saturating_sub(output_bytes(&replaced.outputs));
+            self.release_all(&replaced, at);
+        }
+    }
+
+    /// Releases every name `job`'s blobs had.
+    fn release_all(&mut self, job: &JobBlobs, at: Millis) {
+        for digest in job.named() {
+            self.registry.release(digest, at);
         }
     }
 
     /// Job `id`'s attempt succeeded with `outputs`: they are its outputs
     /// now, in place of any it had.
-    pub(crate) fn record_outputs(&mut self, id: JobId, outputs: &[NamedBlob]) {
+    pub(crate) fn record_outputs(&mut self, id: JobId, outputs: &[NamedBlob], at: Millis) {
+        for output in outputs {
+            self.registry.hold(output.digest, output.size, at);
+        }
         let job = self.blobs.entry(id).or_default();
         let before = std::mem::replace(&mut job.outputs, outputs.to_vec());
+        for output in &before {
+            self.registry.release(output.digest, at);
+        }
         let index = &mut self.index;
         index.result_bytes = index.result_bytes.saturating_sub(output_bytes(&before));
         index.result_bytes += output_bytes(outputs);
@@ -185,12 +397,162 @@ impl Master {
         }
     }
 
-    /// Forgets a purged job's blobs.
-    pub(crate) fn forget_blobs(&mut self, id: JobId) {
+    /// Forgets a purged job's blobs: they are named once fewer.
+    pub(crate) fn forget_blobs(&mut self, id: JobId, at: Millis) {
         if let Some(job) = self.blobs.remove(&id) {
             self.index.result_bytes =
                 (self.index.result_bytes).saturating_sub(output_bytes(&job.outputs));
+            self.release_all(&job, at);
         }
+    }
+
+    /// A schedule whose template reads `input` was created (`hold`) or
+    /// deleted at `at`.
+    pub(crate) fn schedule_names(&mut self, input: Option<&Blob>, hold: bool, at: Millis) {
+        if let Some(input) = input {
+            match hold {
+                true => self.registry.hold(input.digest, input.size, at),
+                false => self.registry.release(input.digest, at),
+            }
+        }
+    }
+
+    /// Refuses `options` naming an input blob the cluster does not keep
+    /// (`blob_not_found`), or with another size than the kept one.
+    pub(crate) fn check_input_blob(&self, options: &JobOptions) -> Result<(), Rejection> {
+        let Some(blob) = &options.input_blob else {
+            return Ok(());
+        };
+        match self.registry.kept.get(&blob.digest) {
+            None => reject(
+                codes::BLOB_NOT_FOUND,
+                format!(
+                    "the cluster keeps no blob sha256:{}: upload it (PUT /v1/blobs) first; \
+                     a blob nothing names is collected after the retention time",
+                    digest_text(&blob.digest)
+                ),
+            ),
+            Some(kept) if kept.size != blob.size => reject(
+                codes::INVALID_JOB,
+                format!(
+                    "input_blob: sha256:{} is {} bytes, not {}",
+                    digest_text(&blob.digest),
+                    kept.size,
+                    blob.size
+                ),
+            ),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// [`Command::KeepBlob`].
+    pub(crate) fn decide_keep_blob(&self, now: Millis, blob: &Blob) -> Result<Decision, Rejection> {
+        if !self.registry.keeps(&blob.digest) && self.registry.kept.len() >= BLOBS_KEPT_MAX {
+            return reject(
+                codes::BLOBS_FULL,
+                format!(
+                    "the cluster keeps {BLOBS_KEPT_MAX} blobs, as many as it may; \
+                     delete some (DELETE /v1/blobs/{{digest}}) or wait for their collection"
+                ),
+            );
+        }
+        decided(now, vec![EventKind::BlobKept { blob: blob.clone() }])
+    }
+
+    /// [`Command::DropBlob`].
+    pub(crate) fn decide_drop_blob(
+        &self,
+        now: Millis,
+        digest: &Digest,
+    ) -> Result<Decision, Rejection> {
+        if !self.registry.keeps(digest) {
+            return reject(
+                codes::BLOB_NOT_FOUND,
+                format!("the cluster keeps no blob sha256:{}", digest_text(digest)),
+            );
+        }
+        let refs = self.registry.refs(digest);
+        if refs > 0 {
+            return reject(
+                codes::BLOB_IN_USE,
+                format!(
+                    "blob sha256:{} is named {refs} time(s) by held jobs (inputs, outputs) or \
+                     schedules; it is collected after the retention time once none does",
+                    digest_text(digest)
+                ),
+            );
+        }
+        decided(now, vec![EventKind::BlobDropped { digest: *digest }])
+    }
+
+    /// The blobs a tick at `now` stops keeping, as one event.
+    pub(crate) fn collect_blobs(&self, now: Millis, kinds: &mut Vec<EventKind>) {
+        let digests = self.registry.collectable(now, self.config.retention_ms);
+        if !digests.is_empty() {
+            kinds.push(EventKind::BlobsCollected { digests });
+        }
+    }
+
+    pub(crate) fn apply_blob_kept(&mut self, blob: &Blob, at: Millis) {
+        // A journal's upload past the bound changes nothing, as its
+        // refusal would have.
+        if self.registry.keeps(&blob.digest) || self.registry.kept.len() < BLOBS_KEPT_MAX {
+            self.registry.keep(blob, at);
+        }
+    }
+
+    pub(crate) fn apply_blob_dropped(&mut self, digest: &Digest) {
+        self.registry.forget(digest);
+    }
+
+    pub(crate) fn apply_blobs_collected(&mut self, digests: &[Digest]) {
+        for digest in digests {
+            self.registry.forget(digest);
+        }
+    }
+
+    /// Answers [`Query::Blobs`].
+    pub(crate) fn blobs_status(&self, digests: &[Digest]) -> Result<Answer, Rejection> {
+        if digests.len() > BLOBS_ASKED_MAX {
+            return reject(
+                codes::INVALID_FILTER,
+                format!(
+                    "at most {BLOBS_ASKED_MAX} blobs a query; {} asked",
+                    digests.len()
+                ),
+            );
+        }
+        let retention = self.config.retention_ms;
+        let status = (digests.iter())
+            .map(|digest| {
+                let kept = self.registry.kept.get(digest);
+                let refs = self.registry.refs(digest);
+                BlobStatus {
+                    digest: *digest,
+                    kept: kept.is_some(),
+                    refs,
+                    collect_at: kept
+                        .filter(|_| refs == 0)
+                        .map(|kept| kept.idle_since.saturating_add(retention)),
+                }
+            })
+            .collect();
+        Ok(Answer::Blobs(status))
+    }
+
+    /// Every blob held jobs and schedules name, once per name (what the
+    /// registry's counts are rebuilt from).
+    pub(crate) fn named_blobs(&self) -> impl Iterator<Item = (Digest, u64)> + '_ {
+        let jobs = (self.blobs.values()).flat_map(|job| {
+            job.input
+                .iter()
+                .map(|b| (b.digest, b.size))
+                .chain(job.outputs.iter().map(|b| (b.digest, b.size)))
+        });
+        let schedules = (self.schedules.values())
+            .filter_map(|schedule| schedule.spec.options.input_blob.as_ref())
+            .map(|b| (b.digest, b.size));
+        jobs.chain(schedules)
     }
 
     /// The blob job `id` reads as its input.

@@ -7,7 +7,9 @@
 use serde::Serialize;
 
 use super::*;
-use crate::limits::{OUTPUT_NAME_BYTES_MAX, OUTPUTS_MAX};
+use crate::limits::{
+    BLOBS_ASKED_MAX, BLOBS_COLLECTED_MAX, BLOBS_KEPT_MAX, OUTPUT_NAME_BYTES_MAX, OUTPUTS_MAX,
+};
 use crate::master::SNAPSHOT_VERSION;
 use crate::scenarios::{
     blob, dag_node, failed, finish, limited, named_blob, poll, schedule_spec, spec, submit,
@@ -52,6 +54,42 @@ impl Run {
         self.run(now, command).expect("accepted")
     }
 
+    /// The code `command` is refused with, the state unchanged.
+    fn refused(&mut self, now: Millis, command: Command) -> Code {
+        let before = self.master.clone();
+        let refused = self.run(now, command).expect_err("refused");
+        assert_eq!(self.master, before, "a refusal changes nothing");
+        refused.code
+    }
+
+    /// The blobs (by the first byte of their digests) a tick at `now`
+    /// stops keeping.
+    fn collected(&mut self, now: Millis) -> Vec<u8> {
+        let from = self.events.len();
+        self.ok(now, Command::Tick);
+        (self.events[from..].iter())
+            .filter_map(|event| match &event.kind {
+                EventKind::BlobsCollected { digests } => Some(digests.iter().map(|d| d[0])),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    /// What the master says of the blobs numbered `ns` ([`Query::Blobs`]).
+    fn status(&self, ns: &[u8]) -> Vec<BlobStatus> {
+        let digests = ns.iter().map(|&n| [n; 32]).collect();
+        match self.master.query(T, &Query::Blobs { digests }) {
+            Ok(Answer::Blobs(status)) => status,
+            other => panic!("blobs {ns:?}: {other:?}"),
+        }
+    }
+
+    /// Whether the cluster keeps the blob numbered `n`.
+    fn keeps(&self, n: u8) -> bool {
+        self.master.registry.keeps(&[n; 32])
+    }
+
     /// The assignment of attempt `attempt` of job `id`.
     fn assignment(&self, id: JobId, attempt: u32) -> &Assignment {
         (self.assignments.iter())
@@ -85,6 +123,13 @@ impl Run {
     }
 }
 
+/// An upload of the blob numbered `n`, of `size` bytes.
+fn keep(n: u8, size: u64) -> Command {
+    Command::KeepBlob {
+        blob: blob(n, size),
+    }
+}
+
 /// Options asking for the blob numbered `n` of `size` bytes as the input.
 fn reading(n: u8, size: u64) -> JobOptions {
     JobOptions {
@@ -104,6 +149,7 @@ fn two_outputs() -> Vec<NamedBlob> {
 #[test]
 fn a_job_reads_its_input_blob_and_keeps_the_outputs_it_wrote_through_a_snapshot() {
     let mut run = Run::new();
+    run.ok(T, keep(9, 1 << 30));
     run.ok(T, submit_with(1, spec(1, b"small"), reading(9, 1 << 30)));
     run.ok(T + 1, poll("w1", 1));
     let input = named_blob(INPUT_BLOB_NAME, 9, 1 << 30);
@@ -150,6 +196,8 @@ fn a_job_reads_its_input_blob_and_keeps_the_outputs_it_wrote_through_a_snapshot(
 #[test]
 fn every_attempt_reads_the_input_and_only_the_one_that_succeeds_keeps_outputs() {
     let mut run = Run::new();
+    run.ok(T, keep(9, 10));
+    run.ok(T, keep(4, 4));
     run.ok(T, submit_with(1, spec(1, b""), reading(9, 10)));
     run.ok(T + 1, poll("w1", 1));
     run.ok(T + 2, finish(1, 1, "w1", failed("trap")));
@@ -204,6 +252,7 @@ fn a_job_without_blobs_reads_none_and_a_success_without_them_keeps_none() {
     assert!(run.master.blobs.is_empty(), "nothing kept for it");
     // The options the view shows are those it was submitted with, the
     // input blob apart.
+    run.ok(T + 3, keep(1, 1));
     run.ok(
         T + 3,
         submit_with(
@@ -227,6 +276,8 @@ fn an_idempotency_key_names_one_input_blob() {
         idempotency_key: Some("k".into()),
         ..spec(1, b"in")
     };
+    run.ok(T, keep(1, 10));
+    run.ok(T, keep(2, 10));
     run.ok(T, submit_with(1, keyed(), reading(1, 10)));
     let again = run.ok(T + 1, submit_with(2, keyed(), reading(1, 10)));
     assert_eq!(
@@ -253,6 +304,7 @@ fn a_schedule_gives_its_template_s_input_blob_to_every_job_it_fires() {
     let mut run = Run::new();
     let mut schedule = schedule_spec("s", Every::Interval { ms: 1_000 }, Overlap::AllowAll, 0);
     schedule.options = reading(2, 20);
+    run.ok(T, keep(2, 20));
     run.ok(T, Command::CreateSchedule(schedule));
     run.ok(T + 1_000, Command::Tick);
     run.ok(T + 2_000, Command::Tick);
@@ -296,6 +348,8 @@ fn dag_children_read_their_parents_outputs_by_name_in_the_order_of_their_parents
     c.outputs = false;
     c.options = reading(8, 80);
     let dag = vec![node("a", vec![]), b, c];
+    run.ok(T + 3, keep(9, 90));
+    run.ok(T + 3, keep(8, 80));
     run.ok(T + 3, submit_dag(3, dag, OnFailure::SkipDescendants));
     run.ok(T + 4, poll("w1", 4));
     assert!(run.assignment(3, 1).blobs.is_empty());
@@ -456,6 +510,7 @@ fn an_oversized_result_fails_the_job_and_keeps_no_outputs() {
 fn a_purged_job_s_blobs_go_with_it_and_outputs_count_against_the_results_bound() {
     let mut run = Run::new();
     for n in 1..=3 {
+        run.ok(T, keep(n as u8, 1));
         run.ok(T, submit_with(n, spec(1, b""), reading(n as u8, 1)));
     }
     run.ok(T + 1, poll("w1", 3));
@@ -493,6 +548,7 @@ fn a_purged_job_s_blobs_go_with_it_and_outputs_count_against_the_results_bound()
 #[test]
 fn a_snapshot_s_blobs_are_checked_as_decisions_would_have_kept_them() {
     let mut run = Run::new();
+    run.ok(T, keep(1, 1));
     run.ok(T, submit_with(1, spec(1, b""), reading(1, 1)));
     run.ok(T, submit(2, spec(1, b"")));
     run.ok(T + 1, poll("w1", 1));
@@ -514,6 +570,25 @@ fn a_snapshot_s_blobs_are_checked_as_decisions_would_have_kept_them() {
     assert_eq!(restored.blobs[&1].input, Some(blob(1, 1)));
     assert_eq!(restored.index.result_bytes, 0);
     assert_ne!(restored, kept);
+    // The registry counts the names that were kept: the dropped outputs
+    // are idle, from when the job wrote them.
+    let retention = Config::default().retention_ms;
+    let named = |n| BlobStatus {
+        digest: [n; 32],
+        kept: true,
+        refs: 1,
+        collect_at: None,
+    };
+    let idle = BlobStatus {
+        refs: 0,
+        collect_at: Some(T + 2 + retention),
+        ..named(5)
+    };
+    let asked = Query::Blobs {
+        digests: vec![[1; 32], [5; 32]],
+    };
+    let status = restored.query(T, &asked);
+    assert_eq!(status, Ok(Answer::Blobs(vec![named(1), idle])));
     // A restored snapshot restores to itself.
     assert_eq!(Master::restore(&restored.snapshot()).unwrap(), restored);
 }
@@ -554,7 +629,8 @@ fn a_version_8_snapshot_restores_with_no_blobs_and_options_without_an_input_blob
     let master = run.master;
     assert_eq!(master.keyed.options.len(), 2);
     assert!(master.blobs.is_empty());
-    // Version 8's layout: its options of four fields, and no blobs.
+    // Version 8's layout: its options of four fields, and no blobs (nor
+    // blobs kept: empty here, a byte each).
     let snapshot = master.snapshot();
     let keyed_now = postcard::to_allocvec(&master.keyed).unwrap();
     let schedules_now = postcard::to_allocvec(&master.schedules).unwrap();
@@ -565,7 +641,7 @@ fn a_version_8_snapshot_restores_with_no_blobs_and_options_without_an_input_blob
         (&master.tapes, &master.egress.readable),
     );
     let rest = postcard::to_allocvec(&rest).unwrap();
-    let at = snapshot.len() - 1 - rest.len() - schedules_now.len() - keyed_now.len();
+    let at = snapshot.len() - 2 - rest.len() - schedules_now.len() - keyed_now.len();
     assert_eq!(&snapshot[at..at + keyed_now.len()], keyed_now.as_slice());
     let options: BTreeMap<JobId, OptionsV8> = (master.keyed.options.iter())
         .map(|(id, options)| (*id, OptionsV8::of(options)))
@@ -605,10 +681,12 @@ fn a_version_8_snapshot_restores_with_no_blobs_and_options_without_an_input_blob
     .concat();
     assert_eq!(Master::restore(&old).unwrap(), master);
     assert_eq!(restore_in_parts(&old, 3).unwrap(), master);
-    // Read as version 9, the same bytes are short of the blobs.
-    let mut newer = old.clone();
-    newer[0] = 9;
-    assert!(Master::restore(&newer).is_err());
+    // Read as version 9 or 10, the same bytes are short of the blobs.
+    for version in [9, SNAPSHOT_VERSION] {
+        let mut newer = old.clone();
+        newer[0] = version;
+        assert!(Master::restore(&newer).is_err(), "{version}");
+    }
 }
 
 #[test]
@@ -705,7 +783,18 @@ fn the_scenario_passes_an_input_blob_and_a_parent_s_outputs() {
             refused.push(rejection.code);
         }
     }
-    assert_eq!(refused, [codes::INVALID_JOB, codes::INVALID_JOB]);
+    assert_eq!(
+        refused,
+        [
+            codes::BLOB_NOT_FOUND,
+            codes::INVALID_JOB,
+            codes::INVALID_JOB,
+            codes::INVALID_JOB,
+            codes::BLOB_IN_USE,
+            codes::BLOB_NOT_FOUND,
+            codes::BLOB_NOT_FOUND,
+        ]
+    );
     let reads = |id| -> Vec<(String, u8, u64)> {
         (run.assignment(id, 1).blobs.iter())
             .map(|b| (b.name.clone(), b.digest[0], b.size))
@@ -723,7 +812,673 @@ fn the_scenario_passes_an_input_blob_and_a_parent_s_outputs() {
         ]
     );
     assert!(reads(4).is_empty());
-    // Purged at the end, with everything the master knew of their blobs.
+    // Purged at the end, with everything the master knew of their blobs,
+    // which were then collected or dropped.
     assert!(run.master.blobs.is_empty());
     assert!(run.master.done.is_empty());
+    assert_eq!(run.master.registry, Registry::default());
+}
+
+// ---- Which blobs the cluster keeps ------------------------------------
+
+/// How long a blob nothing names stays kept, by default.
+fn retention() -> Millis {
+    Config::default().retention_ms
+}
+
+/// What [`Query::Blobs`] says of a kept blob numbered `n` that `refs`
+/// names hold, collected at `collect_at` unless named again.
+fn kept(n: u8, refs: u32, collect_at: Option<Millis>) -> BlobStatus {
+    BlobStatus {
+        digest: [n; 32],
+        kept: true,
+        refs,
+        collect_at,
+    }
+}
+
+/// A plain success.
+fn ok(result: &[u8]) -> Outcome {
+    Outcome::Succeeded(result.to_vec())
+}
+
+#[test]
+fn an_upload_is_kept_for_the_retention_time_then_collected_and_a_re_upload_extends_it() {
+    let mut run = Run::new();
+    let r = retention();
+    run.ok(T, keep(1, 10));
+    run.ok(T, keep(2, 20));
+    assert_eq!(
+        run.status(&[1, 2]),
+        [kept(1, 0, Some(T + r)), kept(2, 0, Some(T + r))]
+    );
+    // Blob 2 is uploaded again half-way: its time starts again. An
+    // upload journaled with an earlier time shortens nothing.
+    run.ok(T + r / 2, keep(2, 20));
+    run.master.apply(&Event {
+        at: T,
+        kind: EventKind::BlobKept { blob: blob(2, 20) },
+    });
+    assert_eq!(run.status(&[2]), [kept(2, 0, Some(T + r / 2 + r))]);
+    assert_eq!(run.collected(T + r - 1), Vec::<u8>::new());
+    assert_eq!(run.collected(T + r), [1]);
+    assert!(!run.keeps(1) && run.keeps(2));
+    let gone = BlobStatus {
+        digest: [1; 32],
+        kept: false,
+        refs: 0,
+        collect_at: None,
+    };
+    assert_eq!(run.status(&[1]), [gone]);
+    assert_eq!(run.collected(T + r / 2 + r - 1), Vec::<u8>::new());
+    assert_eq!(run.collected(T + r / 2 + r), [2]);
+    assert!(run.master.registry.kept.is_empty());
+    // Collected, a blob can no longer be named; uploaded again, it can.
+    let job = submit_with(1, spec(1, b""), reading(1, 10));
+    assert_eq!(run.refused(T + 2 * r, job.clone()), codes::BLOB_NOT_FOUND);
+    run.ok(T + 2 * r, keep(1, 10));
+    run.ok(T + 2 * r, job);
+}
+
+#[test]
+fn a_job_s_input_keeps_its_blob_until_the_retention_time_after_the_job_is_purged() {
+    let mut run = Run::new();
+    let r = retention();
+    run.ok(T, keep(1, 10));
+    run.ok(T, submit_with(1, spec(1, b""), reading(1, 10)));
+    assert_eq!(run.status(&[1]), [kept(1, 1, None)]);
+    run.ok(T + 1, poll("w1", 1));
+    run.ok(T + 2, finish(1, 1, "w1", ok(b"r")));
+    // Past the upload's retention, the finished job still names it.
+    assert_eq!(run.collected(T + r), Vec::<u8>::new());
+    assert_eq!(run.status(&[1]), [kept(1, 1, None)]);
+    // Purged, it names it no more: the blob is idle from then (the tick
+    // that purges collects nothing it frees).
+    assert_eq!(run.collected(T + 2 + r), Vec::<u8>::new());
+    assert!(run.master.done.is_empty());
+    assert_eq!(run.status(&[1]), [kept(1, 0, Some(T + 2 + 2 * r))]);
+    assert_eq!(run.collected(T + 2 + 2 * r - 1), Vec::<u8>::new());
+    assert_eq!(run.collected(T + 2 + 2 * r), [1]);
+    assert!(run.master.registry.kept.is_empty());
+}
+
+#[test]
+fn outputs_keep_their_blobs_while_the_job_is_held_and_replaced_ones_are_released() {
+    let mut run = Run::new();
+    let r = retention();
+    run.ok(T, submit(1, spec(1, b"")));
+    run.ok(T, submit(2, spec(1, b"")));
+    run.ok(T + 1, poll("w1", 2));
+    // Outputs need no upload of their own: the success keeps them. Two
+    // jobs wrote blob 6: two names.
+    run.ok(T + 2, finish(1, 1, "w1", wrote(b"", two_outputs())));
+    let same = vec![named_blob("again", 6, 42)];
+    run.ok(T + 3, finish(2, 1, "w1", wrote(b"", same)));
+    assert_eq!(run.status(&[5, 6]), [kept(5, 1, None), kept(6, 2, None)]);
+    // A later success of job 1 (only a journal could hold one) keeps its
+    // new outputs and releases those it replaced.
+    let later = vec![named_blob("rows.csv", 7, 1)];
+    run.master.record_outputs(1, &later, T + 4);
+    assert_eq!(
+        run.status(&[5, 6, 7]),
+        [
+            kept(5, 0, Some(T + 4 + r)),
+            kept(6, 1, None),
+            kept(7, 1, None)
+        ]
+    );
+    assert_eq!(run.view(1).outputs, later);
+    let names = ("rows.csv".len() + "again".len()) as u64;
+    assert_eq!(run.master.stats().result_bytes, names + 2 * 40);
+    // Purged (job 1 at T + 2 + r, job 2 a millisecond later), the jobs
+    // release the rest; each blob is collected `retention_ms` after its
+    // last name went.
+    assert_eq!(run.collected(T + 2 + r), Vec::<u8>::new());
+    assert_eq!(
+        run.status(&[6, 7]),
+        [kept(6, 1, None), kept(7, 0, Some(T + 2 + 2 * r))]
+    );
+    assert_eq!(run.collected(T + 3 + r), Vec::<u8>::new());
+    assert_eq!(run.collected(T + 4 + r), [5]);
+    assert_eq!(run.collected(T + 2 + 2 * r), [7]);
+    assert_eq!(run.collected(T + 3 + 2 * r), [6]);
+    assert!(run.master.registry.kept.is_empty());
+}
+
+#[test]
+fn a_schedule_s_template_keeps_its_input_blob_until_the_schedule_is_deleted() {
+    let mut run = Run::new();
+    let r = retention();
+    let mut schedule = schedule_spec("s", Every::Interval { ms: 1_000 }, Overlap::AllowAll, 0);
+    schedule.options = reading(2, 20);
+    let create = Command::CreateSchedule(schedule);
+    assert_eq!(run.refused(T, create.clone()), codes::BLOB_NOT_FOUND);
+    run.ok(T, keep(2, 19));
+    assert_eq!(run.refused(T, create.clone()), codes::INVALID_JOB);
+    run.ok(T, keep(3, 20));
+    let mut other = schedule_spec("t", Every::Interval { ms: 1_000 }, Overlap::AllowAll, 0);
+    other.options = reading(3, 20);
+    run.ok(T, Command::CreateSchedule(other));
+    run.ok(T, Command::DropBlob { digest: [2; 32] });
+    run.ok(T, keep(2, 20));
+    run.ok(T, create);
+    // The schedule and the jobs it fires name it.
+    run.ok(T + 1_000, Command::Tick);
+    assert_eq!(run.status(&[2]), [kept(2, 2, None)]);
+    let fired = |name: &str| run.master.schedules[name].last.expect("fired").1;
+    let (s, t) = (fired("s"), fired("t"));
+    run.ok(T + 1_001, Command::DeleteSchedule { name: "t".into() });
+    // The fired jobs end: `t`'s is cancelled, `s`'s succeeds.
+    run.ok(
+        T + 1_002,
+        Command::PauseSchedule {
+            name: "s".into(),
+            paused: true,
+        },
+    );
+    run.ok(T + 1_003, Command::Cancel { id: t });
+    run.ok(T + 1_004, poll("w1", 4));
+    run.ok(T + 1_005, finish(s, 1, "w1", ok(b"")));
+    // Long after they were purged, the schedule still names its blob;
+    // `t`'s is collected.
+    assert_eq!(run.collected(T + 2 * r), Vec::<u8>::new());
+    assert_eq!(run.collected(T + 10 * r), [3]);
+    assert!(run.master.done.is_empty() && run.master.jobs.is_empty());
+    assert_eq!(run.status(&[2]), [kept(2, 1, None)]);
+    assert_eq!(
+        run.refused(T + 10 * r, Command::DropBlob { digest: [2; 32] }),
+        codes::BLOB_IN_USE
+    );
+    // Deleted, it names it no more.
+    let deleted = T + 10 * r + 5;
+    run.ok(deleted, Command::DeleteSchedule { name: "s".into() });
+    assert_eq!(run.status(&[2]), [kept(2, 0, Some(deleted + r))]);
+    assert_eq!(run.collected(deleted + r - 1), Vec::<u8>::new());
+    assert_eq!(run.collected(deleted + r), [2]);
+}
+
+#[test]
+fn a_dag_s_jobs_may_name_only_kept_blobs_and_keep_them_while_held() {
+    let mut run = Run::new();
+    let r = retention();
+    let mut b = node("b", vec![DagRef::Node(0)]);
+    b.options = reading(9, 90);
+    let dag = vec![node("a", vec![]), b];
+    let refused = run
+        .run(T, submit_dag(1, dag.clone(), OnFailure::SkipDescendants))
+        .unwrap_err();
+    assert_eq!(refused.code, codes::BLOB_NOT_FOUND);
+    assert!(refused.message.starts_with("jobs[1]: "), "{refused}");
+    run.ok(T, keep(9, 91));
+    let refused = run
+        .run(T, submit_dag(1, dag.clone(), OnFailure::SkipDescendants))
+        .unwrap_err();
+    assert_eq!(refused.code, codes::INVALID_JOB);
+    assert!(refused.message.contains("is 91 bytes, not 90"), "{refused}");
+    run.ok(T, Command::DropBlob { digest: [9; 32] });
+    run.ok(T, keep(9, 90));
+    run.ok(T, submit_dag(1, dag, OnFailure::SkipDescendants));
+    assert_eq!(run.status(&[9]), [kept(9, 1, None)]);
+    // Cancelled, the DAG's jobs are held until purged.
+    run.ok(T + 1, Command::Cancel { id: 2 });
+    assert_eq!(run.collected(T + r), Vec::<u8>::new());
+    assert_eq!(run.status(&[9]), [kept(9, 1, None)]);
+    assert_eq!(run.collected(T + 1 + r), Vec::<u8>::new());
+    assert_eq!(run.status(&[9]), [kept(9, 0, Some(T + 1 + 2 * r))]);
+    assert_eq!(run.collected(T + 1 + 2 * r), [9]);
+}
+
+#[test]
+fn dropping_a_blob_is_refused_while_named_or_unknown_and_drops_an_idle_one_at_once() {
+    let mut run = Run::new();
+    let drop = |n| Command::DropBlob { digest: [n; 32] };
+    assert_eq!(run.refused(T, drop(1)), codes::BLOB_NOT_FOUND);
+    run.ok(T, keep(1, 10));
+    run.ok(T, keep(2, 10));
+    run.ok(T, submit_with(1, spec(1, b""), reading(1, 10)));
+    let refused = run.run(T, drop(1)).unwrap_err();
+    assert_eq!(refused.code, codes::BLOB_IN_USE);
+    assert!(refused.message.contains("named 1 time(s)"), "{refused}");
+    run.ok(T + 1, drop(2));
+    assert_eq!(
+        run.events.last().map(|e| &e.kind),
+        Some(&EventKind::BlobDropped { digest: [2; 32] })
+    );
+    assert!(!run.keeps(2) && run.keeps(1));
+    assert_eq!(run.refused(T + 1, drop(2)), codes::BLOB_NOT_FOUND);
+    let refused = run.run(T + 1, submit_with(2, spec(1, b""), reading(2, 10)));
+    let refused = refused.unwrap_err();
+    assert_eq!(refused.code, codes::BLOB_NOT_FOUND);
+    assert!(
+        refused.message.contains(&digest_text(&[2; 32])),
+        "{refused}"
+    );
+    // A journal's drop of a named blob changes nothing, as its refusal
+    // did.
+    let before = run.master.clone();
+    run.master.apply(&Event {
+        at: T + 2,
+        kind: EventKind::BlobDropped { digest: [1; 32] },
+    });
+    run.master.apply(&Event {
+        at: T + 2,
+        kind: EventKind::BlobsCollected {
+            digests: vec![[1; 32], [3; 32]],
+        },
+    });
+    assert_eq!(run.master, before);
+}
+
+#[test]
+fn a_submission_naming_a_blob_never_kept_or_collected_is_refused_and_a_wrong_size_is_invalid() {
+    let mut run = Run::new();
+    let r = retention();
+    let job = |seq, n, size| submit_with(seq, spec(1, b""), reading(n, size));
+    assert_eq!(run.refused(T, job(1, 1, 10)), codes::BLOB_NOT_FOUND);
+    run.ok(T, keep(1, 10));
+    let refused = run.run(T, job(1, 1, 11)).unwrap_err();
+    assert_eq!(refused.code, codes::INVALID_JOB);
+    assert!(refused.message.contains("is 10 bytes, not 11"), "{refused}");
+    // An upload of another size keeps the first one (a digest names its
+    // bytes).
+    run.ok(T, keep(1, 11));
+    assert_eq!(run.master.registry.kept[&[1; 32]].size, 10);
+    assert_eq!(run.refused(T, job(1, 1, 11)), codes::INVALID_JOB);
+    run.ok(T, job(1, 1, 10));
+    // Blob 2 is uploaded and collected before a job names it.
+    run.ok(T, keep(2, 10));
+    assert_eq!(run.collected(T + r), [2]);
+    assert_eq!(run.refused(T + r, job(2, 2, 10)), codes::BLOB_NOT_FOUND);
+}
+
+/// The digest numbered `n` (none of the `[n; 32]` ones).
+fn numbered(n: u64) -> Digest {
+    let mut digest = [0xee; 32];
+    digest[24..].copy_from_slice(&n.to_be_bytes());
+    digest
+}
+
+#[test]
+fn uploads_past_the_bound_are_refused_but_jobs_keep_what_they_name() {
+    // A registry already full of uploads, as one restored would be (a
+    // million commands would take the test minutes).
+    let mut run = Run::new();
+    let full: BTreeMap<Digest, Kept> = (0..BLOBS_KEPT_MAX as u64)
+        .map(|n| {
+            (
+                numbered(n),
+                Kept {
+                    size: 1,
+                    idle_since: T,
+                },
+            )
+        })
+        .collect();
+    run.master.registry = Registry::rebuilt(full, std::iter::empty());
+    // (Refusals read without `Run::refused`, which clones the master.)
+    let upload = |run: &mut Run, n| run.run(T + 1, keep(n, 1)).unwrap_err().code;
+    assert_eq!(upload(&mut run, 1), codes::BLOBS_FULL);
+    let again = Command::KeepBlob {
+        blob: Blob {
+            digest: numbered(0),
+            size: 1,
+        },
+    };
+    run.ok(T + 1, again);
+    // A journal's upload past the bound changes nothing.
+    run.master.apply(&Event {
+        at: T + 1,
+        kind: EventKind::BlobKept { blob: blob(1, 1) },
+    });
+    assert!(!run.keeps(1));
+    assert_eq!(run.master.registry.kept.len(), BLOBS_KEPT_MAX);
+    // A success keeps its outputs whatever the count.
+    let named = Blob {
+        digest: numbered(7),
+        size: 1,
+    };
+    let input = JobOptions {
+        input_blob: Some(named),
+        ..JobOptions::default()
+    };
+    run.ok(T + 2, submit_with(1, spec(1, b""), input));
+    run.ok(T + 2, poll("w1", 1));
+    run.ok(T + 3, finish(1, 1, "w1", wrote(b"", two_outputs())));
+    assert_eq!(run.master.registry.kept.len(), BLOBS_KEPT_MAX + 2);
+    assert_eq!(run.status(&[5, 6]), [kept(5, 1, None), kept(6, 1, None)]);
+    // Past the bound, the registry survives a snapshot as it is (not
+    // `assert_eq!`: a million blobs to print).
+    let restored = Master::restore(&run.master.snapshot()).unwrap();
+    assert!(restored == run.master, "restored otherwise");
+    // Dropping blobs makes room again, one upload per blob below the
+    // bound.
+    for n in 10..13 {
+        run.ok(
+            T + 4,
+            Command::DropBlob {
+                digest: numbered(n),
+            },
+        );
+    }
+    assert_eq!(run.master.registry.kept.len(), BLOBS_KEPT_MAX - 1);
+    run.ok(T + 5, keep(1, 1));
+    assert_eq!(upload(&mut run, 2), codes::BLOBS_FULL);
+}
+
+#[test]
+fn a_tick_collects_at_most_its_bound_of_blobs_the_oldest_first_and_the_rest_on_the_next() {
+    let mut run = Run::new();
+    let r = retention();
+    let count = BLOBS_COLLECTED_MAX as u64 + 3;
+    for n in 0..count {
+        // The later-numbered, the earlier uploaded.
+        let at = T + count - n;
+        let upload = Command::KeepBlob {
+            blob: Blob {
+                digest: numbered(n),
+                size: n,
+            },
+        };
+        run.ok(at, upload);
+    }
+    let collected = |run: &Run| -> Vec<Digest> {
+        match &run.events.last().unwrap().kind {
+            EventKind::BlobsCollected { digests } => digests.clone(),
+            other => panic!("{other:?}"),
+        }
+    };
+    run.ok(T + count + r, Command::Tick);
+    let first = collected(&run);
+    let oldest: Vec<Digest> = (3..count).rev().map(numbered).collect();
+    assert_eq!(first, oldest);
+    run.ok(T + count + r, Command::Tick);
+    assert_eq!(collected(&run), [numbered(2), numbered(1), numbered(0)]);
+    assert!(run.master.registry.kept.is_empty());
+    let events = run.events.len();
+    run.ok(T + count + r, Command::Tick);
+    assert_eq!(run.events.len(), events, "nothing left to collect");
+}
+
+#[test]
+fn the_blobs_query_says_what_is_kept_what_names_it_and_when_it_goes() {
+    let mut run = Run::new();
+    let r = retention();
+    run.ok(T, keep(1, 10));
+    run.ok(T + 5, keep(2, 10));
+    run.ok(T, submit_with(1, spec(1, b""), reading(1, 10)));
+    run.ok(T, submit_with(2, spec(1, b""), reading(1, 10)));
+    let unknown = BlobStatus {
+        digest: [3; 32],
+        kept: false,
+        refs: 0,
+        collect_at: None,
+    };
+    // In the order asked, repeats and all.
+    assert_eq!(
+        run.status(&[2, 3, 1, 2]),
+        [
+            kept(2, 0, Some(T + 5 + r)),
+            unknown,
+            kept(1, 2, None),
+            kept(2, 0, Some(T + 5 + r))
+        ]
+    );
+    // A shorter retention moves the time.
+    let config = Config {
+        retention_ms: 10,
+        ..Config::default()
+    };
+    run.ok(T + 6, Command::Configure(config));
+    assert_eq!(run.status(&[2]), [kept(2, 0, Some(T + 15))]);
+    assert_eq!(run.status(&[]), []);
+    let most = Query::Blobs {
+        digests: vec![[1; 32]; BLOBS_ASKED_MAX],
+    };
+    let Ok(Answer::Blobs(answered)) = run.master.query(T, &most) else {
+        panic!("the bound is allowed")
+    };
+    assert_eq!(answered.len(), BLOBS_ASKED_MAX);
+    let too_many = Query::Blobs {
+        digests: vec![[1; 32]; BLOBS_ASKED_MAX + 1],
+    };
+    let refused = run.master.query(T, &too_many).unwrap_err();
+    assert_eq!(refused.code, codes::INVALID_FILTER);
+    assert!(refused.message.contains("at most 1024 blobs"), "{refused}");
+}
+
+/// A history touching every way a blob is kept, named and let go: uploads
+/// (one again later), jobs' inputs and outputs, a schedule, a DAG, a drop,
+/// purges and collections.
+fn registry_history() -> Vec<(Millis, Command)> {
+    let r = retention();
+    let mut schedule = schedule_spec("s", Every::Interval { ms: 60_000 }, Overlap::Skip, 0);
+    schedule.options = reading(3, 30);
+    let mut b = node("b", vec![DagRef::Node(0)]);
+    b.options = reading(2, 20);
+    vec![
+        (T, keep(1, 10)),
+        (T, keep(2, 20)),
+        (T, keep(3, 30)),
+        (T, keep(4, 40)),
+        (T + 1, submit_with(1, spec(1, b""), reading(1, 10))),
+        (T + 1, Command::CreateSchedule(schedule)),
+        (
+            T + 2,
+            submit_dag(2, vec![node("a", vec![]), b], OnFailure::SkipDescendants),
+        ),
+        (T + 3, poll("w1", 4)),
+        (T + 4, finish(1, 1, "w1", wrote(b"", two_outputs()))),
+        (T + 5, Command::DropBlob { digest: [4; 32] }),
+        (T + 6, keep(8, 80)),
+        // The DAG ends (`b` is skipped), the schedule fires job 4, which
+        // is cancelled, and the schedule is deleted.
+        (T + 7, Command::Cancel { id: 2 }),
+        (T + 60_001, Command::Tick),
+        (T + 60_002, Command::Cancel { id: 4 }),
+        (T + 60_003, Command::DeleteSchedule { name: "s".into() }),
+        (T + r / 2, keep(8, 80)),
+        (T + r + 10, Command::Tick),
+        (T + r + 60_002, Command::Tick),
+        (T + r + r / 2, Command::Tick),
+        (T + 2 * r + 10, Command::Tick),
+        (T + 2 * r + 60_002, Command::Tick),
+        (T + 3 * r, Command::Tick),
+    ]
+}
+
+#[test]
+fn the_registry_survives_snapshots_and_replay_and_a_take_over_collects_the_same() {
+    let history = registry_history();
+    let mut live = Run::new();
+    for (step, (now, command)) in history.iter().enumerate() {
+        let _ = live.run(*now, command.clone());
+        // Taken over here, by a snapshot (whole and in parts) or by
+        // replaying the journal as bytes: the same master, and the same
+        // future.
+        let snapshot = live.master.snapshot();
+        let mut replayed = Master::new();
+        for event in &live.events {
+            replayed.apply(&decode_event(&encode(event)).unwrap());
+        }
+        let mut takers = vec![Master::restore(&snapshot).unwrap(), replayed];
+        for size in [1, 9, 64] {
+            takers.push(restore_in_parts(&snapshot, size).unwrap());
+        }
+        for taker in takers {
+            assert_eq!(taker, live.master, "after step {step}");
+            assert_eq!(taker.registry, live.master.registry, "after step {step}");
+            let mut old = Run {
+                master: live.master.clone(),
+                ..Run::new()
+            };
+            let mut new = Run {
+                master: taker,
+                ..Run::new()
+            };
+            for (now, command) in &history[step + 1..] {
+                assert_eq!(
+                    old.run(*now, command.clone()),
+                    new.run(*now, command.clone())
+                );
+            }
+            assert_eq!(old.events, new.events, "taken over after step {step}");
+            assert_eq!(old.master, new.master);
+        }
+    }
+    // The history collects what it should: blob 8 after its second
+    // upload's retention; 1, the outputs and 2 after job 1's and the
+    // DAG's purge; 3 after the purge of the last job that named it, the
+    // schedule's; 4 was dropped.
+    let collected: Vec<(Millis, Vec<u8>)> = (live.events.iter())
+        .filter_map(|event| match &event.kind {
+            EventKind::BlobsCollected { digests } => {
+                Some((event.at, digests.iter().map(|d| d[0]).collect()))
+            }
+            _ => None,
+        })
+        .collect();
+    let r = retention();
+    assert_eq!(
+        collected,
+        [
+            (T + r + r / 2, vec![8]),
+            (T + 2 * r + 10, vec![1, 2, 5, 6]),
+            (T + 2 * r + 60_002, vec![3]),
+        ]
+    );
+    assert!(live.master.registry.kept.is_empty());
+}
+
+#[test]
+fn a_version_9_snapshot_restores_keeping_the_blobs_its_jobs_and_schedules_name_and_no_other() {
+    let mut run = Run::new();
+    let r = retention();
+    let mut schedule = schedule_spec("s", Every::Interval { ms: 1_000 }, Overlap::Skip, 0);
+    schedule.options = reading(3, 30);
+    run.ok(T, keep(1, 10));
+    run.ok(T, keep(2, 20));
+    run.ok(T, keep(3, 30));
+    run.ok(T, Command::CreateSchedule(schedule));
+    run.ok(T, submit_with(1, spec(1, b""), reading(2, 20)));
+    run.ok(T + 1, poll("w1", 1));
+    run.ok(T + 2, finish(1, 1, "w1", wrote(b"", two_outputs())));
+    let master = run.master.clone();
+    // Version 9 ended before the blobs kept.
+    let snapshot = master.snapshot();
+    let kept_now = postcard::to_allocvec(&master.registry.kept).unwrap();
+    let mut old = snapshot[..snapshot.len() - kept_now.len()].to_vec();
+    old[0] = 9;
+    let restored = Master::restore(&old).unwrap();
+    assert_eq!(restore_in_parts(&old, 3).unwrap(), restored);
+    // The same master, but for the registry: the upload nothing names is
+    // not kept, the named blobs are, from the start of time.
+    assert_eq!(
+        Master {
+            registry: restored.registry.clone(),
+            ..master.clone()
+        },
+        restored
+    );
+    let since_ever = |size| Kept {
+        size,
+        idle_since: 0,
+    };
+    let expected = BTreeMap::from([
+        ([2; 32], since_ever(20)),
+        ([3; 32], since_ever(30)),
+        ([5; 32], since_ever(1 << 40)),
+        ([6; 32], since_ever(42)),
+    ]);
+    assert_eq!(restored.registry.kept, expected);
+    let mut taken_over = Run {
+        master: restored,
+        ..Run::new()
+    };
+    assert_eq!(
+        taken_over.status(&[1, 2, 3]),
+        [
+            BlobStatus {
+                digest: [1; 32],
+                kept: false,
+                refs: 0,
+                collect_at: None
+            },
+            kept(2, 1, None),
+            kept(3, 1, None)
+        ]
+    );
+    // Its snapshot is of this version, with the blobs kept, and restores
+    // to itself.
+    let again = taken_over.master.snapshot();
+    assert_eq!(again[0], SNAPSHOT_VERSION);
+    assert_eq!(Master::restore(&again).unwrap(), taken_over.master);
+    // Once the job is purged, its blobs are collected as any others.
+    assert_eq!(taken_over.collected(T + 2 + r), Vec::<u8>::new());
+    assert_eq!(taken_over.collected(T + 2 + 2 * r), [2, 5, 6]);
+    assert!(taken_over.keeps(3));
+}
+
+#[test]
+fn format_8_events_never_hold_the_blob_registry() {
+    let events = [
+        EventKind::BlobKept { blob: blob(1, 1) },
+        EventKind::BlobDropped { digest: [1; 32] },
+        EventKind::BlobsCollected {
+            digests: vec![[1; 32], [2; 32]],
+        },
+    ];
+    for kind in events {
+        let event = Event { at: T, kind };
+        let now = encode(&event);
+        assert_eq!(decode_event(&now), Ok(event.clone()));
+        for format in [FORMAT_VERSION_8, FORMAT_VERSION_7, FORMAT_VERSION_6] {
+            let old = [&[format][..], &now[1..]].concat();
+            let refused = decode_event(&old).unwrap_err();
+            assert_eq!(refused.code, codes::UNDECODABLE, "{format}: {event:?}");
+            assert!(refused.message.contains("blob registry"), "{refused}");
+        }
+        let oldest = [&[FORMAT_VERSION_2][..], &now[1..]].concat();
+        assert_eq!(decode_event(&oldest).unwrap_err().code, codes::UNDECODABLE);
+    }
+    // What format 8 held still decodes: a submission with an input blob
+    // and a success with outputs.
+    let submitted = Event {
+        at: T,
+        kind: EventKind::Submitted {
+            id: 1,
+            spec: spec(1, b"a"),
+            request: None,
+            options: reading(3, 5),
+        },
+    };
+    let wrote_blobs = Event {
+        at: T,
+        kind: EventKind::Finished {
+            id: 1,
+            attempt: 1,
+            outcome: wrote(b"r", two_outputs()),
+            duration_ms: 1,
+            log_tail: String::new(),
+        },
+    };
+    let mut schedule = schedule_spec("s", Every::Interval { ms: 1_000 }, Overlap::Skip, 0);
+    schedule.options = reading(3, 5);
+    let scheduled = Event {
+        at: T,
+        kind: EventKind::ScheduleCreated {
+            spec: schedule,
+            next: Some(T),
+        },
+    };
+    for event in [submitted, wrote_blobs, scheduled] {
+        let old = [&[FORMAT_VERSION_8][..], &encode(&event)[1..]].concat();
+        assert_eq!(decode_event(&old), Ok(event));
+    }
+    // Commands of format 8 are refused.
+    let command = encode(&Command::DropBlob { digest: [1; 32] });
+    let old = [&[FORMAT_VERSION_8][..], &command[1..]].concat();
+    assert_eq!(
+        decode::<Command>(&old).unwrap_err().code,
+        codes::UNKNOWN_VERSION
+    );
 }

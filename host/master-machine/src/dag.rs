@@ -316,6 +316,7 @@ impl Master {
             validate_spec(&self.config, &node.spec)
                 .and_then(|()| validate_options(&node.options))
                 .and_then(|()| self.check_narrowed(&node.options))
+                .and_then(|()| self.check_input_blob(&node.options))
                 .and_then(|()| self.resolve("module", &node.options).map(drop))
                 .map_err(|r| Rejection::new(r.code, format!("jobs[{i}]: {}", r.message)))?;
             for parent in &node.after {

@@ -544,6 +544,8 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(name, grants, secrets)| Command::Revoke { name, grants, secrets }),
         2 => (secret_name(), bytes()).prop_map(|(name, sealed)| Command::SetSecret { name, sealed }),
         1 => secret_name().prop_map(|name| Command::DeleteSecret { name }),
+        3 => blob().prop_map(|blob| Command::KeepBlob { blob }),
+        1 => digest().prop_map(|digest| Command::DropBlob { digest }),
     ]
 }
 
@@ -662,6 +664,9 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
             attempt,
             mark
         }),
+        blob().prop_map(|blob| EventKind::BlobKept { blob }),
+        digest().prop_map(|digest| EventKind::BlobDropped { digest }),
+        vec(digest(), 0..4).prop_map(|digests| EventKind::BlobsCollected { digests }),
     ]
 }
 
@@ -756,6 +761,7 @@ fn query() -> impl Strategy<Value = Query> {
         Just(Query::Deployments),
         Just(Query::Secrets),
         module_name().prop_map(|name| Query::Deployment { name }),
+        vec(digest(), 0..4).prop_map(|digests| Query::Blobs { digests }),
     ]
 }
 
@@ -888,13 +894,15 @@ fn answer() -> impl Strategy<Value = Answer> {
                 }
             },
         );
-    let stats = (any::<[u64; JobState::COUNT]>(), vec(n64(), 5)).prop_map(|(jobs, v)| Stats {
+    let stats = (any::<[u64; JobState::COUNT]>(), vec(n64(), 7)).prop_map(|(jobs, v)| Stats {
         jobs,
         submitted_total: v[0],
         attempts_total: v[1],
         retries_total: v[2],
         workers: v[3],
         result_bytes: v[4],
+        blobs_kept: v[5],
+        blob_bytes_kept: v[6],
     });
     let worker =
         (text(), n32(), n32(), n64()).prop_map(|(id, slots, running, last_seen)| WorkerView {
@@ -936,7 +944,19 @@ fn answer() -> impl Strategy<Value = Answer> {
         }),
         deployment_view().prop_map(|view| Answer::Deployment(Box::new(view))),
         vec(finished(), 0..3).prop_map(Answer::Finished),
+        vec(blob_status(), 0..3).prop_map(Answer::Blobs),
     ]
+}
+
+prop_compose! {
+    fn blob_status()(
+        digest in digest(),
+        kept in any::<bool>(),
+        refs in n32(),
+        collect_at in option::of(n64()),
+    ) -> BlobStatus {
+        BlobStatus { digest, kept, refs, collect_at }
+    }
 }
 
 prop_compose! {
@@ -1000,6 +1020,7 @@ fn garbage() -> impl Strategy<Value = Vec<u8>> {
         2 => Just(FORMAT_VERSION_2),
         2 => Just(FORMAT_VERSION_4),
         2 => Just(FORMAT_VERSION_7),
+        2 => Just(FORMAT_VERSION_8),
         4 => Just(crate::master::SNAPSHOT_VERSION),
         1 => any::<u8>(),
     ];
@@ -1234,10 +1255,10 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // options, uniqueness holds and start times (0 each), schedules (0),
     // DAGs: the next id (1) and four maps (0 each), deployments: two
     // maps (0 each), egress: four maps (0 each), recorded calls (0),
-    // readable secrets (0) and blobs (0).
+    // readable secrets (0), blobs (0) and blobs kept (0).
     let tail = [
         [0; 11].as_slice(),
-        &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
     ]
     .concat();
     assert_eq!(empty[empty.len() - tail.len()..], tail);

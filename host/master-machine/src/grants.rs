@@ -686,10 +686,11 @@ mod tests {
         assert_eq!(restored.grants_of("hooks"), granted.as_slice());
         assert_eq!(restored.egress, master.egress);
         // Version 6 ended where the egress part starts (and version 7
-        // before the recorded calls and readable secrets, and version 8
-        // before the blobs: three empty maps here, three bytes).
+        // before the recorded calls and readable secrets, version 8
+        // before the blobs and version 9 before the blobs kept: four
+        // empty maps here, four bytes).
         let mut old = master.snapshot();
-        old.truncate(old.len() - 3 - postcard::to_allocvec(&master.egress).unwrap().len());
+        old.truncate(old.len() - 4 - postcard::to_allocvec(&master.egress).unwrap().len());
         old[0] = 6;
         let restored = Master::restore(&old).unwrap();
         assert!(restored.grants_of("hooks").is_empty());
@@ -841,7 +842,8 @@ mod tests {
             + postcard::to_allocvec(&(&master.tapes, &master.egress.readable))
                 .unwrap()
                 .len()
-            + postcard::to_allocvec(&master.blobs).unwrap().len();
+            + postcard::to_allocvec(&master.blobs).unwrap().len()
+            + postcard::to_allocvec(&master.registry.kept).unwrap().len();
         let bytes = [
             &[7][..],
             &snapshot[1..snapshot.len() - now],

@@ -47,6 +47,7 @@ impl Master {
         }
         validate_options(options)?;
         self.check_narrowed(options)?;
+        self.check_input_blob(options)?;
         if let Some(id) = self.unique_holder(now, options)? {
             return answered(id, true);
         }
@@ -160,7 +161,7 @@ impl Master {
             };
             self.keyed.options.insert(id, keyed);
         }
-        self.record_input_blob(id, options.input_blob.as_ref());
+        self.record_input_blob(id, options.input_blob.as_ref(), at);
         self.record_narrowed(id, options);
         match &options.module {
             Some(name) => self.deployments.record_job(id, name, &job.spec.module),
@@ -281,7 +282,7 @@ impl Master {
     }
 
     /// Forgets a finished job (retention, or a bound; see `tick`).
-    pub(crate) fn apply_purged(&mut self, id: JobId) {
+    pub(crate) fn apply_purged(&mut self, id: JobId, at: Millis) {
         if let Some(job) = self.done.remove(&id).and_then(|done| done.unpack()) {
             self.index.counts[job.state as usize] -= 1;
             if let Some(count) = self.index.modules.get_mut(&job.spec.module) {
@@ -294,7 +295,7 @@ impl Master {
                 .finished
                 .remove(&(job.finished_at.unwrap_or(0), id));
             self.index.result_bytes -= job.result.as_ref().map_or(0, |r| r.len() as u64);
-            self.forget_blobs(id);
+            self.forget_blobs(id, at);
             if let Some(key) = &job.spec.idempotency_key {
                 self.index.keys.remove(key);
             }

@@ -217,6 +217,21 @@ pub const OUTPUTS_MAX: usize = 64;
 /// `results_bytes_total_max`, beyond its name: its digest and size.
 pub const OUTPUT_BYTES_FIXED: u64 = 32 + 8;
 
+/// Most blobs the cluster keeps for uploads ([`Command::KeepBlob`](crate::Command::KeepBlob)):
+/// an upload past it is refused (`blobs_full`) until blobs are dropped or
+/// collected. The blobs held jobs and schedules name are kept whatever
+/// this count, bounded by the jobs' own bounds (at most
+/// [`OUTPUTS_MAX`] outputs and one input each). Each costs the master
+/// some 100 bytes.
+pub const BLOBS_KEPT_MAX: usize = 1_000_000;
+
+/// Most blobs one tick stops keeping (`BlobsCollected`, one event); the
+/// rest wait for the next tick.
+pub const BLOBS_COLLECTED_MAX: usize = 1024;
+
+/// Most blobs one [`Query::Blobs`](crate::Query::Blobs) asks about.
+pub const BLOBS_ASKED_MAX: usize = 1024;
+
 // Snapshots.
 /// The most a part's buffer is allocated with before it is written (a
 /// part asked to be larger grows as it is written).

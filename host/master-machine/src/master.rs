@@ -104,7 +104,7 @@ pub use crate::restore::Restoring;
 pub use crate::snapshot::{SNAPSHOT_VERSION, SnapshotCursor};
 pub use crate::tokens::TOKEN_SCOPES;
 
-use crate::blobs::Blobs;
+use crate::blobs::{Blobs, Registry};
 use crate::dag::Dags;
 use crate::deployments::Deployments;
 use crate::done::Done;
@@ -183,6 +183,9 @@ pub struct Master {
     /// Each job's input and output blobs, digests and sizes (see
     /// [`crate::blobs`]); written after the recorded calls in a snapshot.
     pub(crate) blobs: Blobs,
+    /// The blobs the cluster keeps (see [`crate::blobs`]); written after
+    /// the jobs' blobs in a snapshot.
+    pub(crate) registry: Registry,
     // Indexes, rebuilt from the jobs on restore (not in snapshots).
     pub(crate) index: Index,
     /// How runnable jobs are lined up: a property of the master build, not
@@ -236,6 +239,7 @@ impl Master {
             egress: Egress::default(),
             tapes: Tapes::default(),
             blobs: Blobs::default(),
+            registry: Registry::default(),
             index: Index::default(),
             order: Order::default(),
         }
@@ -350,6 +354,8 @@ impl Master {
             Command::RecordCall { id, attempt, call } => {
                 self.decide_record_call(now, *id, *attempt, call)
             }
+            Command::KeepBlob { blob } => self.decide_keep_blob(now, blob),
+            Command::DropBlob { digest } => self.decide_drop_blob(now, digest),
         }
     }
 
@@ -420,7 +426,7 @@ impl Master {
             EventKind::ScheduleBackfilled { name, from, to } => {
                 self.apply_schedule_backfilled(name, *from, *to)
             }
-            EventKind::ScheduleDeleted { name } => self.apply_schedule_deleted(name),
+            EventKind::ScheduleDeleted { name } => self.apply_schedule_deleted(name, at),
             EventKind::DagCreated {
                 dag,
                 on_failure,
@@ -463,7 +469,7 @@ impl Master {
             EventKind::Retried { id, max_attempts } => {
                 self.apply_retried(*id, *max_attempts, effects)
             }
-            EventKind::Purged { id } => self.apply_purged(*id),
+            EventKind::Purged { id } => self.apply_purged(*id, at),
             EventKind::Deployed {
                 name,
                 digest,
@@ -487,6 +493,9 @@ impl Master {
             EventKind::TapeMarked { id, attempt, mark } => {
                 self.apply_tape_marked(*id, *attempt, mark)
             }
+            EventKind::BlobKept { blob } => self.apply_blob_kept(blob, at),
+            EventKind::BlobDropped { digest } => self.apply_blob_dropped(digest),
+            EventKind::BlobsCollected { digests } => self.apply_blobs_collected(digests),
         }
     }
 

@@ -25,13 +25,16 @@
 //! `CallRecorded`, `SecretsShared`, `TapeMarked` at the end of their enums;
 //! a `Checkpoint` carries its [`TapeMark`], an [`Assignment`] its
 //! [`Replay`] and readable secrets, `Grant` and `Revoke` secrets;
-//! [`HttpGrant::record`] a last field of every grant); 8 (now), blobs
+//! [`HttpGrant::record`] a last field of every grant); 8, blobs
 //! ([`JobOptions::input_blob`] a fifth field of the options, the blob a
 //! job reads; [`Outcome::Wrote`], a success that wrote output blobs, at
 //! the end of its enum; an [`Assignment`] carries the [`NamedBlob`]s the
-//! attempt may read, views and [`Finished`] a job's blobs). Events are the
+//! attempt may read, views and [`Finished`] a job's blobs); 9 (now), the
+//! blobs the cluster keeps (`KeepBlob`, `DropBlob`, `BlobKept`,
+//! `BlobDropped`, `BlobsCollected`, `Query::Blobs` and its answer, at the
+//! end of their enums; see [`crate::blobs`]). Events are the
 //! only messages kept on disk, so [`decode_event`] still reads formats 1
-//! to 7 (whose `Submitted` lacks what came later, and whose options
+//! to 8 (whose `Submitted` lacks what came later, and whose options
 //! before 5 have two fields: they decode with `module: None`); every other
 //! message of an older format is refused as an unknown version (nodes of
 //! one cluster run one format).
@@ -43,14 +46,22 @@
 //! [`Blob`] (digest and size) for a job's input blob and a [`NamedBlob`]
 //! (name, digest, size) for each output blob a successful attempt wrote
 //! (see [`crate::blobs`]): a few dozen bytes each, whatever the blobs'
-//! sizes.
+//! sizes. It also keeps the registry of the blobs the cluster keeps (an
+//! upload's, once durable, and every one a held job or schedule names),
+//! which decides when a blob nothing names is collected.
 
 pub use crate::egress::{HttpCall, HttpGrant};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 8;
+pub const FORMAT_VERSION: u8 = 9;
+
+/// The eighth format: the current types without the blob registry
+/// (`KeepBlob`, `DropBlob`, their events, `Query::Blobs` and its answer,
+/// at the end of their enums, so its events decode as they are;
+/// [`decode_event`]).
+pub const FORMAT_VERSION_8: u8 = 8;
 
 /// The seventh format: the current types without blobs
 /// ([`JobOptions::input_blob`], a last field of the options, and
@@ -144,7 +155,8 @@ pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
                 FORMAT_VERSION_3 | FORMAT_VERSION_4 => 2,
                 FORMAT_VERSION_5 => 3,
                 FORMAT_VERSION_6 => 4,
-                _ => 5,
+                FORMAT_VERSION_7 => 5,
+                _ => legacy::FIELDS_NOW,
             };
             legacy::options(fields, || postcard::from_bytes(body)).map_err(|error| {
                 Rejection::new(codes::UNDECODABLE, format!("cannot decode: {error}"))
@@ -156,8 +168,8 @@ pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
 
 /// `event`, unless it holds what came after `format`: a kind added since
 /// (deployments in 5, egress in 6, recorded calls and shared secrets in
-/// 7) or a success with output blobs (8), which bytes of that format
-/// never held.
+/// 7, the blob registry in 9) or a success with output blobs (8), which
+/// bytes of that format never held.
 fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
     let (added, what) = match &event.kind {
         EventKind::Deployed { .. } | EventKind::Undeployed { .. } => {
@@ -175,7 +187,10 @@ fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
         EventKind::Finished {
             outcome: Outcome::Wrote(_),
             ..
-        } => (FORMAT_VERSION_7 + 1, "a success with output blobs"),
+        } => (FORMAT_VERSION_8, "a success with output blobs"),
+        EventKind::BlobKept { .. }
+        | EventKind::BlobDropped { .. }
+        | EventKind::BlobsCollected { .. } => (FORMAT_VERSION_8 + 1, "a blob registry event"),
         _ => return Ok(event),
     };
     if format >= added {
@@ -357,6 +372,14 @@ pub enum Code {
     /// A recorded call over its bounds, or one the job's record of calls
     /// has no room for (see [`crate::tapes`]).
     RecordTooLarge,
+    /// The cluster keeps no blob with this digest (never uploaded, or
+    /// collected: see [`crate::blobs`]).
+    BlobNotFound,
+    /// A held job or schedule names the blob, so it may not be dropped.
+    BlobInUse,
+    /// The cluster keeps as many blobs as it may
+    /// ([`BLOBS_KEPT_MAX`](crate::limits::BLOBS_KEPT_MAX)).
+    BlobsFull,
     /// A code this build does not know.
     Other(String),
 }
@@ -399,6 +422,9 @@ impl Code {
         Code::InvalidSecret,
         Code::SecretsFull,
         Code::RecordTooLarge,
+        Code::BlobNotFound,
+        Code::BlobInUse,
+        Code::BlobsFull,
     ];
 
     /// The code on the wire (stable).
@@ -439,6 +465,9 @@ impl Code {
             Code::InvalidSecret => "invalid_secret",
             Code::SecretsFull => "secrets_full",
             Code::RecordTooLarge => "record_too_large",
+            Code::BlobNotFound => "blob_not_found",
+            Code::BlobInUse => "blob_in_use",
+            Code::BlobsFull => "blobs_full",
             Code::Other(code) => code,
         }
     }
@@ -562,6 +591,12 @@ pub mod codes {
     pub const SECRETS_FULL: Code = Code::SecretsFull;
     /// [`Code::RecordTooLarge`].
     pub const RECORD_TOO_LARGE: Code = Code::RecordTooLarge;
+    /// [`Code::BlobNotFound`].
+    pub const BLOB_NOT_FOUND: Code = Code::BlobNotFound;
+    /// [`Code::BlobInUse`].
+    pub const BLOB_IN_USE: Code = Code::BlobInUse;
+    /// [`Code::BlobsFull`].
+    pub const BLOBS_FULL: Code = Code::BlobsFull;
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -1117,6 +1152,19 @@ pub enum Command {
         /// The call.
         call: RecordedCall,
     },
+    /// A blob is durable on a majority of the back-end nodes (an upload):
+    /// the cluster keeps it, for at least `retention_ms` from now unless a
+    /// job or schedule names it longer (see [`crate::blobs`]).
+    KeepBlob {
+        /// The blob.
+        blob: Blob,
+    },
+    /// Stop keeping blob `digest` now (refused while a held job or
+    /// schedule names it); the nodes delete their copies.
+    DropBlob {
+        /// The blob's sha256.
+        digest: Digest,
+    },
 }
 
 /// A DAG's id: dense, assigned by the master from 1.
@@ -1628,6 +1676,22 @@ pub enum EventKind {
         /// Where the checkpoint was taken.
         mark: TapeMark,
     },
+    /// The cluster keeps `blob` (an upload; see [`Command::KeepBlob`]).
+    BlobKept {
+        /// The blob.
+        blob: Blob,
+    },
+    /// The cluster no longer keeps blob `digest` ([`Command::DropBlob`]).
+    BlobDropped {
+        /// The blob's sha256.
+        digest: Digest,
+    },
+    /// Blobs nothing named for `retention_ms` are no longer kept (a
+    /// tick's; at most [`BLOBS_COLLECTED_MAX`](crate::limits::BLOBS_COLLECTED_MAX)).
+    BlobsCollected {
+        /// Their sha256s.
+        digests: Vec<Digest>,
+    },
 }
 
 /// The reply to a command's sender, sent once its events are durable.
@@ -1976,6 +2040,29 @@ pub enum Query {
     /// Every secret's name, when it was set and who uses it (never a
     /// value, sealed or not).
     Secrets,
+    /// Whether the cluster keeps each of `digests`, and what names it (at
+    /// most [`BLOBS_ASKED_MAX`](crate::limits::BLOBS_ASKED_MAX)): what a
+    /// node asks before it deletes its copies, and what listings show.
+    Blobs {
+        /// The blobs asked about.
+        digests: Vec<Digest>,
+    },
+}
+
+/// What the cluster knows of a blob ([`Query::Blobs`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobStatus {
+    /// Its sha256.
+    pub digest: Digest,
+    /// Whether the cluster keeps it; a node deletes its copy of a blob
+    /// the cluster does not keep.
+    pub kept: bool,
+    /// How many held jobs' blobs (inputs and outputs) and schedules name
+    /// it.
+    pub refs: u32,
+    /// When it stops being kept unless something names it or it is
+    /// uploaded again (`None`: kept, and named; or not kept).
+    pub collect_at: Option<Millis>,
 }
 
 /// A secret as the API lists it.
@@ -2191,6 +2278,10 @@ pub struct Stats {
     /// Bytes of results held, with those the names and digests of output
     /// blobs take (see [`crate::blobs`]).
     pub result_bytes: u64,
+    /// Blobs the cluster keeps (see [`crate::blobs`]).
+    pub blobs_kept: u64,
+    /// Their bytes in all (on each node that holds a copy).
+    pub blob_bytes_kept: u64,
 }
 
 /// A known worker.
@@ -2249,6 +2340,8 @@ pub enum Answer {
     Deployment(Box<DeploymentView>),
     /// For [`Query::Secrets`].
     Secrets(Vec<SecretView>),
+    /// For [`Query::Blobs`], in the order asked.
+    Blobs(Vec<BlobStatus>),
 }
 
 /// Jobs finished lately ([`Query::Recent`]).

@@ -45,6 +45,7 @@ impl Master {
             Query::Dag { id } => self.dag_view(*id),
             Query::Deployments => Ok(Answer::Deployments(self.deployments_view())),
             Query::Secrets => Ok(Answer::Secrets(self.secrets_view())),
+            Query::Blobs { digests } => self.blobs_status(digests),
             Query::Deployment { name } => {
                 Ok(Answer::Deployment(Box::new(self.deployment_view(name)?)))
             }
@@ -215,6 +216,8 @@ impl Master {
             retries_total: self.retries_total,
             workers: self.workers.len() as u64,
             result_bytes: self.index.result_bytes,
+            blobs_kept: self.registry.totals().0,
+            blob_bytes_kept: self.registry.totals().1,
         }
     }
 

@@ -12,6 +12,9 @@
 //! parts' sizes, and the same refusal code. Older versions read as far as
 //! they go; what they did not hold starts empty.
 
+use std::collections::BTreeMap;
+
+use crate::blobs::{Kept, Registry};
 use crate::done::Done;
 use crate::index::Index;
 use crate::master::{Job, Master};
@@ -32,7 +35,9 @@ use crate::snapshot::{Head, SNAPSHOT_VERSION, Tail};
 /// the request ids (3: their count, then each), the keys (4), the
 /// schedules and DAGs (5), the deployments and the jobs submitted by a
 /// module name (6), the egress grants and calls (7), the recorded calls
-/// and the secrets jobs may read (8), the jobs' blobs (9).
+/// and the secrets jobs may read (8), the jobs' blobs (9), the blobs the
+/// cluster keeps (10; before it, those the jobs and schedules name).
+/// The registry's counts of names are rebuilt at the end.
 #[derive(Debug, Default)]
 pub struct Restoring {
     stage: Stage,
@@ -41,6 +46,9 @@ pub struct Restoring {
     /// The index entries of the finished jobs read so far.
     done: Index,
     last: Option<JobId>,
+    /// The blobs the snapshot keeps (the registry is rebuilt from them
+    /// and the names at the end).
+    kept: BTreeMap<Digest, Kept>,
     /// The start of an item the parts so far end within.
     pending: Vec<u8>,
     /// `pending` is decoded again once it is this long: twice what it was
@@ -67,6 +75,7 @@ enum Stage {
     Egress,
     Tapes,
     Blobs,
+    Kept,
     End,
 }
 
@@ -152,6 +161,8 @@ impl Restoring {
             });
         }
         self.master.rebuild_index(self.done);
+        let named: Vec<_> = self.master.named_blobs().collect();
+        self.master.registry = Registry::rebuilt(self.kept, named.into_iter());
         Ok(self.master)
     }
 
@@ -248,6 +259,11 @@ impl Restoring {
             Stage::Blobs => {
                 let (blobs, rest) = taken!(take(bytes));
                 self.master.blobs = crate::blobs::bounded(blobs);
+                Ok(Some((self.after(9, Stage::Kept), rest)))
+            }
+            Stage::Kept => {
+                let (kept, rest) = taken!(take(bytes));
+                self.kept = kept;
                 Ok(Some((Stage::End, rest)))
             }
             Stage::End => return Ok(None),

@@ -297,6 +297,7 @@ impl Master {
         validate_spec(&self.config, &spec.job)?;
         validate_options(&spec.options)?;
         self.check_narrowed(&spec.options)?;
+        self.check_input_blob(&spec.options)?;
         let next = validate(spec, now)?;
         // A schedule by module name keeps the name (each firing runs the
         // digest current then) and the digest current now in its template.
@@ -532,6 +533,7 @@ impl Master {
         if !self.schedules.contains_key(&spec.name) {
             let schedule = Schedule::new(spec.clone(), at, next);
             self.schedules.insert(spec.name.clone(), schedule);
+            self.schedule_names(spec.options.input_blob.as_ref(), true, at);
         }
     }
 
@@ -615,8 +617,9 @@ impl Master {
         }
     }
 
-    pub(crate) fn apply_schedule_deleted(&mut self, name: &str) {
+    pub(crate) fn apply_schedule_deleted(&mut self, name: &str, at: Millis) {
         if let Some(schedule) = self.schedules.remove(name) {
+            self.schedule_names(schedule.spec.options.input_blob.as_ref(), false, at);
             for id in schedule.active {
                 self.index.fired_by.remove(&id);
             }

@@ -60,6 +60,9 @@
 //!   [header="name: template"] [record=true|false] [secret=NAME]`,
 //!   `revoke` the same (without `http=` and `secret=`: every grant), `set-secret name=NAME sealed=BYTES`,
 //!   `delete-secret name=NAME`
+//! * `keep-blob blob=N:SIZE`: an upload of the blob with the digest
+//!   `[N; 32]` ([`Command::KeepBlob`]), `drop-blob digest=N`
+//!   ([`Command::DropBlob`])
 //! * `json COMMAND`: any [`Command`] as serde JSON, for the rare ones.
 //!
 //! `JOB` is `[module=1] [input=""] [timeout_ms=1000] [memory_bytes=N]
@@ -567,13 +570,19 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
             from: args.number("from")?.unwrap_or(0),
             to: args.number("to")?.unwrap_or(Millis::MAX),
         },
+        "keep-blob" => Command::KeepBlob {
+            blob: blob_value("blob", &args.need_text("blob")?)?,
+        },
+        "drop-blob" => Command::DropBlob {
+            digest: [args.need_number("digest")?; 32],
+        },
         _ => {
             return Err(
                 "unknown command: one of submit, poll, finish, cancel, checkpoint, \
                  worker-gone, tick, configure, create-token, revoke-token, create-schedule, \
                  pause-schedule, resume-schedule, delete-schedule, backfill, submit-dag, \
                  deploy, rollback, undeploy, grant, revoke, set-secret, delete-secret, \
-                 record-call, json"
+                 record-call, keep-blob, drop-blob, json"
                     .into(),
             );
         }
@@ -829,14 +838,9 @@ fn options(args: &mut Args) -> Result<JobOptions, String> {
         Some(url) => Some(vec![HttpGrant::parse(&url, &[], false)?]),
         None => None,
     };
-    // `input_blob=N:SIZE`: the blob with the digest `[N; 32]`.
-    let input_blob = match args.text("input_blob")? {
-        Some(text) => {
-            let (n, size) = text.split_once(':').ok_or("`input_blob=` is `N:SIZE`")?;
-            Some(blob(number("input_blob", n)?, number("input_blob", size)?))
-        }
-        None => None,
-    };
+    let input_blob = (args.text("input_blob")?)
+        .map(|text| blob_value("input_blob", &text))
+        .transpose()?;
     Ok(JobOptions {
         limit,
         unique,
@@ -844,6 +848,12 @@ fn options(args: &mut Args) -> Result<JobOptions, String> {
         egress,
         input_blob,
     })
+}
+
+/// The blob `N:SIZE` given as `key`: the digest `[N; 32]`, `SIZE` bytes.
+fn blob_value(key: &str, text: &str) -> Result<Blob, String> {
+    let (n, size) = (text.split_once(':')).ok_or_else(|| format!("`{key}=` is `N:SIZE`"))?;
+    Ok(blob(number(key, n)?, number(key, size)?))
 }
 
 #[cfg(test)]
@@ -1115,6 +1125,16 @@ mod tests {
             blobs: vec![named_blob("rows.csv", 5, 100), named_blob("log", 6, 0)],
         };
         assert_eq!(outcome, Outcome::Wrote(expected));
+        assert_eq!(
+            command("> at 5 keep-blob blob=9:1_000"),
+            Command::KeepBlob {
+                blob: blob(9, 1000)
+            }
+        );
+        assert_eq!(
+            command("> at 5 drop-blob digest=9"),
+            Command::DropBlob { digest: [9; 32] }
+        );
         for (line, says) in [
             (
                 "> at 1 submit seq=1 input_blob=9",
@@ -1129,6 +1149,11 @@ mod tests {
                 "> at 1 finish id=1 attempt=1 worker=w failed=x blobs=a:1:1",
                 "`blobs` goes with `ok`",
             ),
+            ("> at 1 keep-blob", "`blob=` is missing"),
+            ("> at 1 keep-blob blob=9", "`blob=` is `N:SIZE`"),
+            ("> at 1 keep-blob blob=9:x", "`blob`"),
+            ("> at 1 drop-blob digest=256", "`digest`"),
+            ("> at 1 drop-blob blob=9:1", "`digest=` is missing"),
         ] {
             let error = refused(line);
             assert!(

@@ -5,7 +5,7 @@
 //! the bytes a derived `Serialize` of the whole state wrote before
 //! finished jobs were packed, so every snapshot version reads the same
 //! way, and later parts (tokens, request ids, keys, schedules, DAGs,
-//! deployments, grants, recorded calls, blobs) were
+//! deployments, grants, recorded calls, blobs, blobs kept) were
 //! appended one version at a time ([`SNAPSHOT_VERSION`]).
 //!
 //! Invariants: the parts of a snapshot written with a [`SnapshotCursor`]
@@ -29,8 +29,10 @@ use crate::workers::Worker;
 /// ids, then what keys hold, then schedules and DAGs, then deployments
 /// and the jobs submitted by a module name, then egress grants and calls,
 /// then recorded calls and the secrets jobs may read, then the jobs'
-/// blobs (digests and sizes; its [`JobOptions`] have `input_blob`). Older
-/// snapshots are still read: version 8 (no blobs; its [`JobOptions`], in
+/// blobs (digests and sizes; its [`JobOptions`] have `input_blob`), then
+/// the blobs the cluster keeps. Older snapshots are still read: version 9
+/// (no blobs kept but those its jobs and schedules name, which are kept
+/// as named), version 8 (no blobs; its [`JobOptions`], in
 /// the keys and the schedules, have no `input_blob`), version 7 (no
 /// recorded calls or readable secrets; its grants have no `record`),
 /// version 6 (no grants or calls),
@@ -38,7 +40,7 @@ use crate::workers::Worker;
 /// the schedules, have no `module`), version 4 (no schedules or DAGs),
 /// version 3 (no keys), version 2 (tokens, no request ids) and version 1
 /// (the state alone, from before tokens existed).
-pub const SNAPSHOT_VERSION: u8 = 9;
+pub const SNAPSHOT_VERSION: u8 = 10;
 
 /// The fields of [`Master`] before its jobs, as its snapshot holds them.
 #[derive(Serialize)]
@@ -199,8 +201,8 @@ impl Master {
     /// state's head, its jobs, its tail, the tokens, the request ids
     /// (a map: their count, then each id and request), the keys, the
     /// schedules, the DAGs, the deployments, the egress grants and
-    /// calls, the recorded calls with the secrets jobs may read, and the
-    /// jobs' blobs.
+    /// calls, the recorded calls with the secrets jobs may read, the
+    /// jobs' blobs, and the blobs the cluster keeps.
     fn write_part(&self, sink: &mut impl Sink, cursor: &mut SnapshotCursor, bytes_max: usize) {
         let bytes_max = bytes_max.max(1);
         loop {
@@ -238,6 +240,7 @@ impl Master {
                     sink.put(&self.egress);
                     sink.put(&(&self.tapes, &self.egress.readable));
                     sink.put(&self.blobs);
+                    sink.put(&self.registry.kept);
                     *cursor = SnapshotCursor::End;
                 }
                 SnapshotCursor::End => return,
@@ -264,7 +267,8 @@ impl Master {
     /// postcard(state) ++ postcard(tokens) ++ postcard(request ids) ++
     /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs) ++
     /// postcard(deployments) ++ postcard(grants and calls) ++
-    /// postcard((recorded calls, readable secrets)) ++ postcard(blobs)`.
+    /// postcard((recorded calls, readable secrets)) ++ postcard(blobs) ++
+    /// postcard(kept blobs)`.
     ///
     /// Measured first, then written into a buffer of that size: grown by
     /// doubling, the buffer of a snapshot of a million finished jobs took

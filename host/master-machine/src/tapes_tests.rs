@@ -546,10 +546,11 @@ fn recorded_calls_survive_a_snapshot_and_a_version_7_one_restores_with_none() {
     let next = again.assignment(1, 2);
     assert_eq!(next.replay.calls, [call(0, b"r"), call(1, b"r")]);
     // Version 7 ended before the recorded calls (and readable secrets,
-    // and the blobs after them).
+    // and the blobs and blobs kept after them).
     let tapes = postcard::to_allocvec(&(&run.master.tapes, &run.master.egress.readable)).unwrap();
     let blobs = postcard::to_allocvec(&run.master.blobs).unwrap();
-    let mut old = snapshot[..snapshot.len() - tapes.len() - blobs.len()].to_vec();
+    let kept = postcard::to_allocvec(&run.master.registry.kept).unwrap();
+    let mut old = snapshot[..snapshot.len() - tapes.len() - blobs.len() - kept.len()].to_vec();
     old[0] = 7;
     let restored = Master::restore(&old).unwrap();
     assert!(restored.tapes.is_empty());

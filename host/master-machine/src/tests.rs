@@ -804,7 +804,7 @@ fn one_call_applying_many_events_says_work_is_available_once() {
 fn unknown_versions_and_garbage_are_refused() {
     let mut bytes = encode(&Command::Tick);
     assert_eq!(decode::<Command>(&bytes), Ok(Command::Tick));
-    bytes[0] = 9;
+    bytes[0] = FORMAT_VERSION + 1;
     assert_eq!(
         decode::<Command>(&bytes).unwrap_err().code,
         codes::UNKNOWN_VERSION

@@ -29,6 +29,10 @@ impl Master {
         self.lose_silent_workers(now, &mut kinds);
         self.purge_finished(now, &mut kinds);
         self.decide_schedules(now, TICK_EVENTS_MAX, &mut kinds);
+        // Blobs nothing names any more, past retention (one event).
+        if room(&kinds) {
+            self.collect_blobs(now, &mut kinds);
+        }
         // Request ids past their time, all at once when the oldest is a
         // period overdue.
         if let Some(expired) = self.requests_expired(now)

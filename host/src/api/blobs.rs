@@ -7,7 +7,10 @@
 //! keep sending (a gap of [`BLOB_IDLE_TIMEOUT`] is `request_timeout`) at an
 //! average of [`BODY_RATE_MIN`] after [`BODY_READ_BASE`], like every body.
 //! It is answered once the blob is durable on a majority of the back-end
-//! nodes. A download is served from this node's copy, fetched from a
+//! nodes and the master keeps it ([`Command::KeepBlob`]: for the retention
+//! time at least, and while a job or schedule names it; see
+//! `crate::cluster::blob_gc`). `DELETE` stops the cluster keeping a blob
+//! nothing names. A download is served from this node's copy, fetched from a
 //! back-end node first (digest checked) when this node has none, with one
 //! `Range` of bytes honoured.
 //!
@@ -18,12 +21,13 @@ use super::error::{ApiError, ErrorCode};
 use super::http::{Body, Reply200, body_deadline, error_response, json, parse_digest};
 use super::internal::{Internal, seal_answer};
 use super::routes::Route;
-use super::types::{BlobInfo as BlobBody, BlobList};
+use super::types::{BlobDeleted, BlobEntry, BlobInfo as BlobBody, BlobList};
 use crate::blobs::{BlobError, BlobInfo, ChannelBody, Unsatisfiable, parse_range};
 use crate::cluster::blob_transfer::{
     self, BlobTransfer, Expect, FrameReader, FrameWriter, Refused, SIZE_ONLY, TransferError,
     VOTERS, push_context,
 };
+use crate::cluster::link::MasterLink;
 use crate::limits::{BLOB_IDLE_TIMEOUT, BLOB_STREAMS_MAX, BLOB_WRITE_BYTES};
 use crate::peer::{FRAMES_CONTENT_TYPE, answer_context};
 use crate::runtime::Digest;
@@ -31,6 +35,8 @@ use crate::security::Sealer;
 use crate::security::counters::{self, what};
 use crate::security::seal::Freshness;
 use bytes::Bytes;
+use cohort_master::Command;
+use cohort_master::limits::BLOBS_ASKED_MAX;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{
@@ -101,11 +107,12 @@ pub(super) async fn input_blob(
     }
 }
 
-/// `PUT /v1/blobs`: streams the body into the store, then makes it durable
-/// on a majority of the back-end nodes (`voters`: the replication voters,
-/// when this node knows them).
+/// `PUT /v1/blobs`: streams the body into the store, makes it durable on
+/// a majority of the back-end nodes (`voters`: the replication voters,
+/// when this node knows them), then has the master keep it.
 pub(super) async fn put(
     blobs: &BlobTransfer,
+    master: &MasterLink,
     voters: Option<usize>,
     headers: &HeaderMap,
     mut body: Incoming,
@@ -162,7 +169,7 @@ pub(super) async fn put(
             }
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
-                    upload.write(&data).await?;
+                    upload.write(data).await?;
                 }
             }
         }
@@ -177,8 +184,18 @@ pub(super) async fn put(
         ));
     }
     let stored = upload.finish(expected).await?;
+    // Kept from this node's garbage collection until the master keeps it
+    // (or the upload fails), however long its copies take.
+    let _pin = store.pin(stored.info.digest);
     (blobs.replicate(stored.info, voters).await)
         .map_err(|e| ApiError::new(ErrorCode::ReplicationFailed, e))?;
+    // Only now: a blob the master keeps is on a majority. Until the
+    // master answers, the copies are protected by the nodes' grace period.
+    let blob = cohort_master::Blob {
+        digest: stored.info.digest.to_bytes(),
+        size: stored.info.bytes,
+    };
+    master.command(Command::KeepBlob { blob }).await?;
     let status = if stored.new {
         StatusCode::CREATED
     } else {
@@ -187,10 +204,45 @@ pub(super) async fn put(
     Ok(json(status, &body_of(stored.info)))
 }
 
-/// `GET /v1/blobs`: the blobs this node holds.
-pub(super) fn list(blobs: &BlobTransfer) -> Reply200 {
-    let blobs = blobs.store().list().into_iter().map(body_of).collect();
-    json(StatusCode::OK, &BlobList { blobs })
+/// `GET /v1/blobs`: the blobs this node holds, each with what the master
+/// says of it (left out when the master cannot answer: the listing is
+/// this node's, and answers without it).
+pub(super) async fn list(blobs: &BlobTransfer, master: &MasterLink) -> Reply200 {
+    let stored = blobs.store().list();
+    let mut entries = Vec::with_capacity(stored.len());
+    for chunk in stored.chunks(BLOBS_ASKED_MAX) {
+        let digests = chunk.iter().map(|info| info.digest.to_bytes()).collect();
+        let status = master.blobs(digests).await.ok();
+        for (at, info) in chunk.iter().enumerate() {
+            let status = (status.as_ref())
+                .and_then(|status| status.get(at))
+                .filter(|status| status.digest == info.digest.to_bytes());
+            entries.push(BlobEntry {
+                digest: info.digest.to_string(),
+                bytes: info.bytes,
+                kept: status.map(|s| s.kept),
+                refs: status.map(|s| s.refs),
+                collect_at: status.and_then(|s| s.collect_at),
+            });
+        }
+    }
+    json(StatusCode::OK, &BlobList { blobs: entries })
+}
+
+/// `DELETE /v1/blobs/{digest}`: the cluster stops keeping the blob (refused
+/// while a held job or schedule names it); every node deletes its copy
+/// after its grace period.
+pub(super) async fn delete(master: &MasterLink, param: &str) -> Result<Reply200, ApiError> {
+    let digest = parse_digest(param, ErrorCode::BlobNotFound).map_err(|_| blob_not_found(param))?;
+    let command = Command::DropBlob {
+        digest: digest.to_bytes(),
+    };
+    master.command(command).await?;
+    let body = BlobDeleted {
+        digest: digest.to_string(),
+        deleted: true,
+    };
+    Ok(json(StatusCode::OK, &body))
 }
 
 /// `GET|HEAD /v1/blobs/{digest}`: the blob (or one range of it), fetched

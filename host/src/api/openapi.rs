@@ -505,15 +505,19 @@ fn operation(handler: Handler) -> Option<Doc> {
             .answers_raw(200, "application/wasm", "The component.")
             .errors(&[&[ModuleNotStored]]),
         H::BlobPut => doc("blobs", "Upload a blob (any bytes), streamed")
-            .describe("Streams the body to the node's disk, hashing it as it arrives, and answers once the blob is durable on a majority of the back-end nodes. Identical bytes are stored once. A body may be any size up to the cluster's ceiling (`--blob-bytes-max`, 64 GiB by default), sent with `Content-Length` or chunked; it must keep arriving (30 s without a byte, or an average under 1 MiB/s after the first 10 s, is `request_timeout`). An upload refused or cut short leaves nothing stored.")
+            .describe("Streams the body to the node's disk, hashing it as it arrives, and answers once the blob is durable on a majority of the back-end nodes and the master keeps it: for the retention time (`--retention`) from this upload at least, and as long as a held job (its input or an output) or a schedule names it; then the nodes delete their copies. Identical bytes are stored once; uploading them again keeps them for another retention time. A body may be any size up to the cluster's ceiling (`--blob-bytes-max`, 64 GiB by default), sent with `Content-Length` or chunked; it must keep arriving (30 s without a byte, or an average under 1 MiB/s after the first 10 s, is `request_timeout`). An upload refused or cut short leaves nothing stored.")
             .param("X-Cohort-Sha256", Header, text().pattern(Some("^[0-9a-fA-F]{64}$")), "The sha256 the bytes must have (64 hex digits; anything else is `bad_request`); bytes with another sha256 are `blob_digest_mismatch`, and nothing is stored.")
             .raw_body("application/octet-stream", "The blob's bytes.")
             .answers::<BlobInfo>(201, "Stored (new on the answering node).")
             .answers::<BlobInfo>(200, "Already stored.")
-            .errors(&[&[BadRequest, BlobTooLarge, BlobDigestMismatch, RequestTimeout, BlobStoreFull, BlobsBusy, ReplicationFailed]]),
+            .errors(&[MASTER, &[BadRequest, BlobTooLarge, BlobDigestMismatch, RequestTimeout, BlobStoreFull, BlobsBusy, ReplicationFailed, BlobsFull]]),
         H::BlobList => doc("blobs", "The blobs the answering node holds")
-            .answers::<BlobList>(200, "Every blob stored on the answering node, by digest.")
+            .answers::<BlobList>(200, "Every blob stored on the answering node, by digest, with whether the cluster keeps it and what names it (left out when the master cannot answer).")
             .errors(&[]),
+        H::BlobDelete => blob(doc("blobs", "Stop keeping a blob"))
+            .describe("The cluster stops keeping the blob at once; every node deletes its copy once its grace period (`--blob-grace`) has passed since it last stored the blob. Refused while a held job (its input, or an output it wrote) or a schedule names the blob: those keep it until the retention time after they are gone.")
+            .answers::<BlobDeleted>(200, "No longer kept.")
+            .errors(&[MASTER, &[BlobNotFound, BlobInUse]]),
         H::BlobGet => blob(doc("blobs", "A blob's bytes, streamed"))
             .describe("The whole blob, or the one byte range `Range: bytes=a-b`, `bytes=a-` or `bytes=-n` asks for (`206` with `Content-Range`); a header that is not one valid range is ignored. A node without a copy fetches it from a back-end node first, checking its digest. `ETag` is the quoted digest.")
             .param("Range", Header, text(), "One byte range (RFC 9110).")
@@ -803,7 +807,9 @@ fn components() -> utoipa::openapi::Components {
         ModuleListResponse,
         BlobInfo,
         OutputBlob,
+        BlobEntry,
         BlobList,
+        BlobDeleted,
         ClusterResponse,
         NodeBody,
         WorkerBody,

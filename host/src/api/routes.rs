@@ -124,6 +124,7 @@ pub enum Handler {
     BlobList,
     BlobGet,
     BlobHead,
+    BlobDelete,
     JobSubmit,
     JobBatch,
     JobWait,
@@ -254,6 +255,8 @@ pub const ROUTES: &[Route] = &[
     route(Get,    "/v1/blobs",                         Token(Read),   FrontEnd, H::BlobList),
     route(Get,    "/v1/blobs/{digest}",                Token(Read),   FrontEnd, H::BlobGet),
     route(Head,   "/v1/blobs/{digest}",                Token(Read),   FrontEnd, H::BlobHead),
+    // Whoever may upload may stop the cluster keeping what nothing names.
+    route(Delete, "/v1/blobs/{digest}",                Token(Submit), FrontEnd, H::BlobDelete),
     route(Post,   "/v1/jobs",                          Token(Submit), FrontEnd, H::JobSubmit).body(JOB_BODY_BYTES_MAX),
     route(Post,   "/v1/jobs/batch",                    Token(Submit), FrontEnd, H::JobBatch).body(BATCH_BODY_BYTES_MAX),
     route(Post,   "/v1/jobs/wait",                     Token(Read),   FrontEnd, H::JobWait).body(WAIT_BODY_BYTES_MAX),
@@ -482,7 +485,7 @@ mod tests {
         assert_eq!(allow(Method::GET, "/internal/v1/master"), "POST");
         assert_eq!(allow(Method::GET, "/v1/tokens/x"), "DELETE");
         assert_eq!(allow(Method::POST, "/v1/blobs"), "GET, PUT");
-        assert_eq!(allow(Method::DELETE, "/v1/blobs/ab"), "GET, HEAD");
+        assert_eq!(allow(Method::PUT, "/v1/blobs/ab"), "GET, HEAD, DELETE");
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! `cohort blob put|get|ls`: large data, streamed to and from the cluster
-//! (`PUT /v1/blobs`, `GET /v1/blobs/{digest}`), never read whole into
-//! memory. A blob is named by the sha256 of its bytes.
+//! `cohort blob put|get|ls|rm`: large data, streamed to and from the
+//! cluster (`PUT /v1/blobs`, `GET /v1/blobs/{digest}`), never read whole
+//! into memory. A blob is named by the sha256 of its bytes; `rm` stops the
+//! cluster keeping one nothing names (`DELETE /v1/blobs/{digest}`).
 
 use super::{ServerArg, fail, print_json};
 use cohort_client::Client;
@@ -17,8 +18,22 @@ pub enum BlobCommand {
     /// Download a blob to a file (checked against its sha256 before the
     /// file appears) or to standard output.
     Get(BlobGetArgs),
-    /// List the blobs the node holds.
+    /// List the blobs the node holds, with whether the cluster keeps each
+    /// and until when.
     Ls(BlobListArgs),
+    /// Stop the cluster keeping a blob no held job or schedule names; the
+    /// nodes delete their copies after their grace period (`--blob-grace`).
+    Rm(BlobRmArgs),
+}
+
+/// `cohort blob rm`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BlobRmArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    /// The blob's sha256 (64 hex digits).
+    pub digest: String,
 }
 
 /// `cohort blob put`.
@@ -91,6 +106,7 @@ pub async fn blob(command: BlobCommand) -> ExitCode {
         BlobCommand::Put(args) => put(args).await,
         BlobCommand::Get(args) => get(args).await,
         BlobCommand::Ls(args) => list(args).await,
+        BlobCommand::Rm(args) => remove(args).await,
     }
 }
 
@@ -204,11 +220,51 @@ async fn list(args: BlobListArgs) -> ExitCode {
         Ok(blobs) if args.server.json => print_json(&blobs),
         Ok(blobs) if blobs.is_empty() => println!("no blobs"),
         Ok(blobs) => {
-            println!("{:<64}  {:>15}", "SHA256", "BYTES");
+            println!(
+                "{:<64}  {:>15}  {:<5}  {:>4}  COLLECTED",
+                "SHA256", "BYTES", "KEPT", "REFS"
+            );
             for blob in &blobs {
-                println!("{:<64}  {:>15}", blob.digest, blob.bytes);
+                let kept = match blob.kept {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "?",
+                };
+                let refs = blob.refs.map_or("?".to_string(), |refs| refs.to_string());
+                let collected = match (blob.kept, blob.collect_at) {
+                    (Some(false), _) => "after this node's grace".to_string(),
+                    (_, Some(at)) => match at.checked_sub(now_ms()) {
+                        Some(left) => format!("in {} s", left.div_ceil(1000)),
+                        None => "at the next sweep".to_string(),
+                    },
+                    (Some(true), None) => "not while named".to_string(),
+                    (None, _) => "?".to_string(),
+                };
+                println!(
+                    "{:<64}  {:>15}  {kept:<5}  {refs:>4}  {collected}",
+                    blob.digest, blob.bytes
+                );
             }
         }
+        Err(error) => return fail(error),
+    }
+    ExitCode::SUCCESS
+}
+
+/// Now, in ms since the Unix epoch.
+fn now_ms() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |since| since.as_millis() as u64)
+}
+
+async fn remove(args: BlobRmArgs) -> ExitCode {
+    let client = match client(&args.server) {
+        Ok(client) => client,
+        Err(code) => return code,
+    };
+    match client.delete_blob(args.digest.trim()).await {
+        Ok(deleted) if args.server.json => print_json(&deleted),
+        Ok(deleted) => println!("{}: no longer kept", deleted.digest),
         Err(error) => return fail(error),
     }
     ExitCode::SUCCESS

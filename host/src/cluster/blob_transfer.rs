@@ -394,8 +394,7 @@ where
     if head.bytes > ceiling {
         return Err(refused(BlobError::TooLarge { ceiling }.into()));
     }
-    store.forget_if_gone(&digest);
-    if store.size(&digest) == Some(head.bytes) {
+    if store.keep_if_present(&digest) == Some(head.bytes) {
         let info = BlobInfo {
             digest,
             bytes: head.bytes,
@@ -415,7 +414,7 @@ where
                         head.bytes
                     ))));
                 }
-                upload.write(&data).await.map_err(|e| refused(e.into()))?;
+                upload.write(data).await.map_err(|e| refused(e.into()))?;
                 if last {
                     break;
                 }

@@ -10,8 +10,9 @@
 use super::link::MasterLink;
 use crate::contract::MasterError;
 use cohort_master::{
-    Answer, BulkAction, DagId, DagView, DeploymentView, Digest, Finished, JobFilter, JobId,
-    JobSummary, JobView, Query, Recent, ScheduleView, SecretView, Stats, TokenRecord, WorkerView,
+    Answer, BlobStatus, BulkAction, DagId, DagView, DeploymentView, Digest, Finished, JobFilter,
+    JobId, JobSummary, JobView, Query, Recent, ScheduleView, SecretView, Stats, TokenRecord,
+    WorkerView,
 };
 use std::time::Duration;
 
@@ -90,6 +91,10 @@ queries! {
         Query::Schedule { name } => Answer::Schedule(view) => *view;
     /// A DAG's status.
     dag(id: DagId) -> DagView = Query::Dag { id } => Answer::Dag(view) => *view;
+    /// Whether the cluster keeps each of `digests` (at most
+    /// [`BLOBS_ASKED_MAX`](cohort_master::limits::BLOBS_ASKED_MAX)), and what names it.
+    blobs(digests: Vec<Digest>) -> Vec<BlobStatus> =
+        Query::Blobs { digests } => Answer::Blobs(status) => status;
 }
 
 impl MasterLink {

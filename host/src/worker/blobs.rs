@@ -138,6 +138,10 @@ impl WorkerBlobs {
     ) -> Result<Vec<NamedBlob>, Failure> {
         let store = self.transfer.store();
         let mut kept = Vec::new();
+        // Every output stays pinned until all are copied (this node's
+        // garbage collection counts them as stored when the pins go, just
+        // before the report that has the master keep them).
+        let mut pins = Vec::new();
         for blob in written {
             let digest = Digest::from(blob.digest);
             let stored = store
@@ -151,6 +155,7 @@ impl WorkerBlobs {
                     .into(),
                     message: format!("output blob {:?}: {error}", blob.name),
                 })?;
+            pins.push(store.pin(digest));
             (self.transfer.replicate(stored.info, (self.voters)()))
                 .await
                 .map_err(|error| Failure {
