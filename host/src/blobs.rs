@@ -117,6 +117,13 @@ pub struct Stored {
     pub new: bool,
 }
 
+/// 24 random hex digits: a name no other file under `partial/` has.
+fn random_name() -> String {
+    let mut name = [0u8; 12];
+    getrandom::fill(&mut name).expect("the operating system's random source failed");
+    name.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// When blobs were last touched, and which are pinned (see the module
 /// notes).
 #[derive(Debug, Default)]
@@ -295,18 +302,31 @@ impl BlobStore {
     /// async thread uses a blocking one). A reader that opened the file
     /// before keeps reading it to its end.
     pub fn remove_idle(&self, digest: &Digest, grace: Duration) -> Result<bool, BlobError> {
-        let mut index = self.index();
-        if !index.contains_key(digest) || !self.untouched_for(digest, grace) {
-            return Ok(false);
+        // Under the lock, the file only moves aside (into `partial/`,
+        // emptied at start); the unlink, which may take a while for a
+        // large file, comes after, so no upload waits on it.
+        let aside = self
+            .inner
+            .partial
+            .join(format!("removed-{digest}-{}", random_name()));
+        {
+            let mut index = self.index();
+            if !index.contains_key(digest) || !self.untouched_for(digest, grace) {
+                return Ok(false);
+            }
+            match std::fs::rename(self.path(digest), &aside) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(BlobError::io(error)),
+            }
+            index.remove(digest);
+            self.touched().at.remove(digest);
         }
-        match std::fs::remove_file(self.path(digest)) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => return Err(BlobError::io(error)),
+        match std::fs::remove_file(&aside) {
+            Ok(()) => Ok(true),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(true),
+            Err(error) => Err(BlobError::io(error)),
         }
-        index.remove(digest);
-        self.touched().at.remove(digest);
-        Ok(true)
     }
 
     fn index(&self) -> std::sync::MutexGuard<'_, BTreeMap<Digest, u64>> {
@@ -331,10 +351,9 @@ impl BlobStore {
     /// it, with whatever is in it, when the attempt is over (`partial/` is
     /// also emptied at start, after a crash).
     pub fn attempt_space(&self) -> PathBuf {
-        let mut name = [0u8; 12];
-        getrandom::fill(&mut name).expect("the operating system's random source failed");
-        let name: String = name.iter().map(|b| format!("{b:02x}")).collect();
-        self.inner.partial.join(format!("attempt-{name}"))
+        self.inner
+            .partial
+            .join(format!("attempt-{}", random_name()))
     }
 
     /// Stores `file` (under this store's `partial/`), whose bytes have sha256

@@ -112,7 +112,9 @@ pub struct NodeArgs {
     /// than any upload takes to be copied to a majority. What the cluster
     /// keeps is set by `--retention` (see README, "Large inputs and
     /// outputs").
-    #[arg(long, env = "COHORT_BLOB_GRACE", value_parser = job_limits::parse_duration, default_value = "1h")]
+    /// At least 10 s: the time a copy's receiver may wait for the master
+    /// to keep the blob it was sent.
+    #[arg(long, env = "COHORT_BLOB_GRACE", value_parser = parse_blob_grace, default_value = "1h")]
     pub blob_grace: Duration,
     /// Attempts of a job that does not set `max_attempts`.
     #[arg(long, default_value_t = 3)]
@@ -531,6 +533,21 @@ async fn join(
 }
 
 /// Keeps the node's copy of the API tokens fresh.
+/// `--blob-grace`: a duration of at least
+/// [`BLOB_GRACE_MIN`](crate::cluster::blob_gc::BLOB_GRACE_MIN).
+fn parse_blob_grace(text: &str) -> Result<Duration, String> {
+    let grace = job_limits::parse_duration(text)?;
+    let min = crate::cluster::blob_gc::BLOB_GRACE_MIN;
+    if grace < min {
+        return Err(format!(
+            "`{text}` is shorter than {} s: a node receiving a copy of an upload must keep it \
+             until the master keeps the blob",
+            min.as_secs()
+        ));
+    }
+    Ok(grace)
+}
+
 fn spawn_token_refresh(link: MasterLink, table: Arc<crate::security::token::TokenTable>) {
     tokio::spawn(async move {
         loop {
@@ -1385,6 +1402,17 @@ async fn watch_failure(link: &MasterLink) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_blob_grace_under_ten_seconds_is_refused() {
+        assert_eq!(parse_blob_grace("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_blob_grace("1h"), Ok(Duration::from_secs(3600)));
+        for short in ["0s", "1s", "9999ms"] {
+            let error = parse_blob_grace(short).unwrap_err();
+            assert!(error.contains("shorter than 10 s"), "{short}: {error}");
+        }
+        assert!(parse_blob_grace("soon").is_err());
+    }
     use clap::Parser;
 
     #[derive(Parser)]

@@ -730,7 +730,7 @@ async fn attempt_outcome(
     let report = report?;
     let outcome = match report.outcome {
         Ok(output) if report.outputs.is_empty() => Outcome::Succeeded(output),
-        Ok(result) => match shared.blobs.keep(report.outputs).await {
+        Ok(result) => match shared.blobs.keep(&shared.master, report.outputs).await {
             Ok(blobs) => Outcome::Wrote(cohort_master::Output { result, blobs }),
             Err(failure) => Outcome::Failed(failure),
         },

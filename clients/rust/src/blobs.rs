@@ -266,6 +266,7 @@ impl Node {
     /// schedule names it, `blob_not_found` when the cluster keeps no such
     /// blob. The nodes delete their copies after their grace period.
     pub async fn delete_blob(&self, digest: &str) -> Result<BlobDeleted, ClientError> {
+        let digest = blob_digest(digest)?;
         let path = format!("/v1/blobs/{digest}");
         self.json(Method::DELETE, &path, None).await
     }

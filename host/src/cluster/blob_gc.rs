@@ -30,6 +30,12 @@ use crate::runtime::Digest;
 use cohort_master::limits::BLOBS_ASKED_MAX;
 use std::time::Duration;
 
+/// The shortest grace period a node takes (`--blob-grace`): a node that
+/// received a copy of an upload leaves it alone at least this long, which
+/// must outlast the way from its copy's answer to the master keeping the
+/// blob (the uploading node's `KeepBlob`, or a worker's for an output).
+pub const BLOB_GRACE_MIN: Duration = Duration::from_secs(10);
+
 /// The shortest time between two sweeps.
 pub const SWEEP_EVERY_MIN: Duration = Duration::from_millis(250);
 
@@ -74,7 +80,11 @@ pub struct Swept {
 /// master says the cluster does not keep. Stops at the first answer it
 /// cannot use, keeping what it did not ask about.
 pub async fn sweep(link: &MasterLink, store: &BlobStore, grace: Duration) -> Result<Swept, String> {
-    let idle = store.idle(grace);
+    let idle = {
+        let store = store.clone();
+        (tokio::task::spawn_blocking(move || store.idle(grace)).await)
+            .map_err(|e| format!("the sweep stopped: {e}"))?
+    };
     let mut swept = Swept::default();
     for asked in idle.chunks(BLOBS_ASKED_MAX) {
         let digests = asked.iter().map(|digest| digest.to_bytes()).collect();

@@ -17,12 +17,18 @@
 //!   goes to the master. A disk that fills fails the attempt with
 //!   `blob_store_full`, a majority out of reach with `replication_failed`:
 //!   both retried. The master's journal holds their digests and sizes only.
+//!   Each output is registered with the master as soon as it is copied
+//!   (`KeepBlob`, as an upload is), so the other nodes' copies of the
+//!   first outputs do not depend on their grace period while the later
+//!   ones are copied; a registration the master refuses or cannot take
+//!   is left to the report, which names the outputs anyway.
 
 use crate::blobs::BlobError;
 use crate::cluster::blob_transfer::BlobTransfer;
+use crate::cluster::link::MasterLink;
 use crate::runtime::Digest;
 use crate::runtime::job_blobs::{BlobSpace, InputBlob, JobBlobs, WrittenBlob};
-use cohort_master::{Failure, NamedBlob};
+use cohort_master::{Blob, Command, Failure, NamedBlob};
 use std::sync::Arc;
 
 /// The number of replication voters, when this node knows it.
@@ -120,9 +126,13 @@ impl WorkerBlobs {
 
     /// Stores the outputs of a successful attempt and makes each durable on
     /// a majority of the back-end nodes: what the outcome names.
-    pub(super) async fn keep(&self, written: Vec<WrittenBlob>) -> Result<Vec<NamedBlob>, Failure> {
+    pub(super) async fn keep(
+        &self,
+        master: &MasterLink,
+        written: Vec<WrittenBlob>,
+    ) -> Result<Vec<NamedBlob>, Failure> {
         let mut written = written.into_iter();
-        let kept = self.keep_each(written.by_ref()).await;
+        let kept = self.keep_each(master, written.by_ref()).await;
         // On a failure the outputs not yet stored are left to `Prepared`,
         // which removes the attempt's directory on a blocking thread (an
         // unlink of gigabytes here would hold an async thread).
@@ -134,6 +144,7 @@ impl WorkerBlobs {
 
     async fn keep_each(
         &self,
+        master: &MasterLink,
         written: impl Iterator<Item = WrittenBlob>,
     ) -> Result<Vec<NamedBlob>, Failure> {
         let store = self.transfer.store();
@@ -162,6 +173,15 @@ impl WorkerBlobs {
                     code: "replication_failed".into(),
                     message: format!("output blob {:?} ({digest}): {error}", blob.name),
                 })?;
+            let keep = Command::KeepBlob {
+                blob: Blob {
+                    digest: blob.digest,
+                    size: blob.size,
+                },
+            };
+            if let Err(error) = master.command(keep).await {
+                tracing::debug!("output blob {digest} left to the report: {error}");
+            }
             kept.push(NamedBlob {
                 name: blob.name,
                 digest: blob.digest,
