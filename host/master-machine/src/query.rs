@@ -209,6 +209,7 @@ impl Master {
 
     /// Counters over the whole state.
     pub fn stats(&self) -> Stats {
+        let (blobs_kept, blob_bytes_kept) = self.registry.totals();
         Stats {
             jobs: self.index.counts,
             submitted_total: self.submitted_total,
@@ -216,8 +217,8 @@ impl Master {
             retries_total: self.retries_total,
             workers: self.workers.len() as u64,
             result_bytes: self.index.result_bytes,
-            blobs_kept: self.registry.totals().0,
-            blob_bytes_kept: self.registry.totals().1,
+            blobs_kept,
+            blob_bytes_kept,
         }
     }
 
