@@ -34,6 +34,9 @@
 //!   shadow (`--snapshots master|shadow`).
 //! * schedule: five one-second schedules on one idle node; how late each
 //!   tick's job is submitted and started after the tick's time.
+//! * tracing: one node's throughput and one-at-a-time p99 with tracing
+//!   off, at 1% and at 100% sampling, exporting over OTLP/HTTP to a local
+//!   sink; alternated in one run, ratios against off.
 //! * guard (only when named: `cargo bench --bench node -- guard`; CI runs
 //!   it): one node's throughput over 20,000 jobs divided by the rate of
 //!   single journal appends with fsync on the same disk, in the same run;
@@ -183,6 +186,248 @@ fn main() {
     }
     if wanted("blobs") {
         rt.block_on(blobs());
+    }
+    if wanted("tracing") {
+        rt.block_on(tracing_cost());
+    }
+    if wanted("locality") {
+        rt.block_on(locality());
+    }
+}
+
+/// Data locality: N jobs (`COHORT_BENCH_LOCALITY_JOBS`, default 240), each
+/// reading one of M blobs (9, of `COHORT_BENCH_LOCALITY_MIB` MiB each,
+/// default 4) in a fixed pseudo-random order, on one back-end node and
+/// three worker-only nodes of two slots whose caches hold three blobs
+/// each: the share of inputs found in the worker's cache (the workers'
+/// `cohort_worker_inputs_total`), with locality (`--locality-wait 1s`,
+/// the default) and without (`0s`), alternated in one run
+/// (`COHORT_BENCH_ROUNDS`, default 2), each on a fresh cluster.
+async fn locality() {
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let (jobs, mib, rounds) = (
+        env("COHORT_BENCH_LOCALITY_JOBS", 240),
+        env("COHORT_BENCH_LOCALITY_MIB", 4),
+        env("COHORT_BENCH_ROUNDS", 2),
+    );
+    const BLOBS: u64 = 9;
+    let cache = format!("{}MiB", 3 * mib);
+    for round in 1..=rounds {
+        for wait in ["1s", "0s"] {
+            let back = start_node(&[
+                "--node-id",
+                "b",
+                "--roles",
+                "back-end,front-end",
+                "--locality-wait",
+                wait,
+            ]);
+            let seed = gossip_of(&back);
+            let workers: Vec<NodeProcess> = ["w1", "w2", "w3"]
+                .iter()
+                .map(|name| {
+                    start_node(&[
+                        "--node-id",
+                        name,
+                        "--roles",
+                        "worker,front-end",
+                        "--slots",
+                        "2",
+                        "--seed",
+                        &seed,
+                        "--blob-cache-bytes",
+                        &cache,
+                    ])
+                })
+                .collect();
+            let client = Api::new(&back.url);
+            while client.cluster().await.map_or(true, |c| c.workers.len() < 3) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let module = client
+                .upload(
+                    std::fs::read(format!("{}/fixture_blobs.wasm", env!("COHORT_GUESTS_DIR")))
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let mut digests = Vec::new();
+            for n in 0..BLOBS {
+                let bytes = vec![n as u8; (mib << 20) as usize];
+                digests.push(client.put_blob(bytes.into()).await.unwrap().digest);
+            }
+            wait_master(&client, &module).await;
+            let base = succeeded(&client).await;
+            let mut state = 0x2545_f491_4f6c_dd1du64;
+            let started = Instant::now();
+            for batch in 0..jobs.div_ceil(20) {
+                let size = 20.min(jobs - batch * 20);
+                let batch = BatchRequest {
+                    jobs: (0..size)
+                        .map(|_| {
+                            state ^= state << 13;
+                            state ^= state >> 7;
+                            state ^= state << 17;
+                            SubmitRequest::new(&module)
+                                .json(
+                                    serde_json::json!({"steps": [{"op": "read", "from": "input"}]}),
+                                )
+                                .input_blob(&digests[(state % BLOBS) as usize])
+                        })
+                        .collect(),
+                };
+                client.submit_batch(&batch).await.unwrap();
+            }
+            while succeeded(&client).await < base + jobs {
+                assert!(
+                    started.elapsed() < Duration::from_secs(600),
+                    "jobs not done"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let took = started.elapsed();
+            let (mut local, mut fetched) = (0, 0);
+            for worker in &workers {
+                let worker = Api::new(&worker.url);
+                local += metric(&worker, "cohort_worker_inputs_total{where=\"local\"}").await;
+                fetched += metric(&worker, "cohort_worker_inputs_total{where=\"fetched\"}").await;
+            }
+            let assigned = metric(&client, "cohort_assignments_with_input_blob_total").await;
+            let held = metric(&client, "cohort_assignments_local_total").await;
+            println!(
+                "locality round {round}: --locality-wait {wait}: {jobs} jobs over {BLOBS} blobs of {mib} MiB, caches of 3: \
+                 {:.1}% of inputs found local ({local} local, {fetched} fetched, {:.0} MiB moved); \
+                 the master started {held} of {assigned} where the input was said to be; {:.2} s",
+                100.0 * local as f64 / (local + fetched).max(1) as f64,
+                (fetched * mib) as f64,
+                took.as_secs_f64(),
+            );
+            drop(workers);
+            drop(back);
+        }
+    }
+}
+
+/// The cost of tracing: one node's throughput (as `throughput`, 20,000
+/// jobs) and one-at-a-time latency (1,000 jobs) with tracing off, at 1%
+/// and at 100% sampling, exporting over OTLP/HTTP to a local sink that
+/// answers every request at once; alternated in one run
+/// (`COHORT_BENCH_ROUNDS`, default 2), ratios against off.
+async fn tracing_cost() {
+    let sink = OtlpSink::start();
+    let endpoint = format!("http://{}", sink.addr);
+    let rounds: usize = std::env::var("COHORT_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(2);
+    let modes: [(&str, Vec<&str>); 3] = [
+        ("off", vec![]),
+        (
+            "1%",
+            vec!["--otlp-endpoint", &endpoint, "--trace-sample", "0.01"],
+        ),
+        (
+            "100%",
+            vec!["--otlp-endpoint", &endpoint, "--trace-sample", "1"],
+        ),
+    ];
+    let mut results = vec![(Vec::new(), Vec::new()); modes.len()];
+    for _ in 0..rounds {
+        for (i, (label, args)) in modes.iter().enumerate() {
+            let rate = node_throughput(20_000, args).await;
+            let node = start_node(args);
+            let client = Api::new(&node.url);
+            let module = client.upload(echo_wasm()).await.unwrap();
+            let (total, _) = one_at_a_time(&client, &module, 1_000).await;
+            let p99 = total.value_at_quantile(0.99);
+            println!(
+                "tracing {label}: {rate:.0} jobs/s, one at a time submit->result p99 {p99} µs"
+            );
+            results[i].0.push(rate);
+            results[i].1.push(p99 as f64);
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let (off_rate, off_p99) = (mean(&results[0].0), mean(&results[0].1));
+    for ((label, _), (rates, p99s)) in modes.iter().zip(&results) {
+        println!(
+            "tracing {label} (mean of {rounds}): {:.0} jobs/s ({:+.1}% vs off), p99 {:.0} µs ({:+.1}% vs off)",
+            mean(rates),
+            (mean(rates) / off_rate - 1.0) * 100.0,
+            mean(p99s),
+            (mean(p99s) / off_p99 - 1.0) * 100.0,
+        );
+    }
+    println!(
+        "tracing: the sink took {} export requests, {} bytes",
+        sink.requests.load(Ordering::Relaxed),
+        sink.bytes.load(Ordering::Relaxed)
+    );
+}
+
+/// An OTLP/HTTP sink on loopback: reads each request whole and answers
+/// `200` with an empty body (an export fully accepted).
+struct OtlpSink {
+    addr: std::net::SocketAddr,
+    requests: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
+}
+
+impl OtlpSink {
+    fn start() -> OtlpSink {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(AtomicU64::new(0));
+        let bytes = Arc::new(AtomicU64::new(0));
+        let (counted, read) = (requests.clone(), bytes.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (counted, read) = (counted.clone(), read.clone());
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream);
+                    loop {
+                        let mut length = 0usize;
+                        loop {
+                            let mut line = String::new();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            let line = line.trim_end();
+                            if line.is_empty() {
+                                break;
+                            }
+                            if let Some((name, value)) = line.split_once(':')
+                                && name.eq_ignore_ascii_case("content-length")
+                            {
+                                length = value.trim().parse().unwrap_or(0);
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        if reader.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        counted.fetch_add(1, Ordering::Relaxed);
+                        read.fetch_add(length as u64, Ordering::Relaxed);
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                        if reader.get_mut().write_all(answer).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        OtlpSink {
+            addr,
+            requests,
+            bytes,
+        }
     }
 }
 

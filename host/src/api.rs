@@ -451,6 +451,29 @@ fn output_blob(blob: cohort_master::NamedBlob) -> OutputBlob {
 }
 
 /// The answer to a submission's reply (a job's, or a one-job DAG's).
+/// The client's W3C trace context, if its `traceparent` is well formed
+/// (a malformed one is ignored: the submission starts a new trace).
+fn traced(headers: &hyper::HeaderMap) -> Option<cohort_master::TraceContext> {
+    let value = headers.get(crate::telemetry::TRACEPARENT)?.to_str().ok()?;
+    crate::telemetry::parse_traceparent(value)
+}
+
+/// Sends a submission's `command` to the master: the proxy hop, a span of
+/// its own under the submission's.
+async fn proxied(master: &MasterLink, command: Command) -> Result<Reply, ApiError> {
+    use tracing::Instrument;
+    let span = crate::telemetry::job_span!(
+        "cohort.proxy",
+        otel.kind = "client",
+        master = tracing::field::Empty
+    );
+    if !span.is_disabled() {
+        let host = master.host().map(|(node, _)| node).unwrap_or_default();
+        span.record("master", host.as_str());
+    }
+    Ok(master.command(command).instrument(span).await?)
+}
+
 fn accepted(reply: Reply) -> Result<SubmitResponse, ApiError> {
     match reply {
         Reply::Submitted { id, existing } => Ok(SubmitResponse { id, existing }),
@@ -533,6 +556,8 @@ fn options(submit: &SubmitRequest) -> Result<JobOptions, ApiError> {
         egress,
         // Set by the submission once the blob is found in the cluster.
         input_blob: None,
+        // Set by the submission from its span (`telemetry`).
+        trace: None,
     })
 }
 
@@ -755,11 +780,13 @@ impl Api {
                 Err(ApiError::new(ErrorCode::Internal, "a streamed route"))
             }
             Handler::JobSubmit => {
-                let accepted = self.submit(parse_json(&body)?).await?;
+                let given = traced(&parts.headers);
+                let accepted = self.submit(parse_json(&body)?, given).await?;
                 Ok(json(StatusCode::ACCEPTED, &accepted))
             }
             Handler::JobBatch => {
-                let accepted = self.submit_batch(parse_json(&body)?).await?;
+                let given = traced(&parts.headers);
+                let accepted = self.submit_batch(parse_json(&body)?, given).await?;
                 Ok(json(StatusCode::ACCEPTED, &accepted))
             }
             Handler::JobWait => {
@@ -772,10 +799,16 @@ impl Api {
             Handler::JobCancel => self.job_cancel(job_id(param)?).await,
             Handler::JobResult => self.job_result(job_id(param)?, &params()).await,
             Handler::JobInput => self.input(job_id(param)?).await,
-            Handler::DagSubmit => self.dag_submit(parse_json(&body)?).await,
+            Handler::DagSubmit => {
+                self.dag_submit(parse_json(&body)?, traced(&parts.headers))
+                    .await
+            }
             Handler::DagGet => self.dag_status(job_id(param)?).await,
             Handler::ScheduleList => self.schedule_list().await,
-            Handler::ScheduleCreate => self.schedule_create(parse_json(&body)?).await,
+            Handler::ScheduleCreate => {
+                self.schedule_create(parse_json(&body)?, traced(&parts.headers))
+                    .await
+            }
             Handler::ScheduleGet => self.schedule_get(param).await,
             Handler::ScheduleDelete => self.schedule_delete(param).await,
             Handler::SchedulePause => self.schedule_pause(param, true).await,
@@ -869,14 +902,17 @@ impl Api {
         Ok(bytes("application/octet-stream", result))
     }
 
-    /// `POST /v1/modules`: stores the module here and on the other back-end
-    /// nodes.
+    /// `POST /v1/modules`: checks the module (without compiling it) and
+    /// stores it here and on the other back-end nodes, durably; then sends
+    /// it to the nodes that run jobs without being back-end nodes. Each
+    /// node compiles it in the background, after this answer.
     async fn module_upload(&self, body: Bytes) -> Result<Reply200, ApiError> {
         let (digest, new) = self.modules.put(&body).await?;
         self.fetcher
             .replicate(&body)
             .await
             .map_err(|e| ApiError::new(ErrorCode::ReplicationFailed, e.to_string()))?;
+        self.fetcher.push_to_workers(body.clone());
         let status = if new {
             StatusCode::CREATED
         } else {
@@ -1030,14 +1066,37 @@ impl Api {
         Ok((spec, options))
     }
 
-    async fn submit(&self, mut submit: SubmitRequest) -> Result<SubmitResponse, ApiError> {
+    async fn submit(
+        &self,
+        mut submit: SubmitRequest,
+        given: Option<cohort_master::TraceContext>,
+    ) -> Result<SubmitResponse, ApiError> {
+        use tracing::Instrument;
+        let span = crate::telemetry::job_span!(
+            "cohort.submit",
+            otel.kind = "server",
+            job_id = tracing::field::Empty
+        );
+        crate::telemetry::adopt(&span, given.as_ref());
+        let trace = crate::telemetry::job_context(&span, given);
         let request = self.request_ids.next();
         let after = std::mem::take(&mut submit.after);
-        let command = submit_command(self.submission(submit).await?, after, request)?;
-        accepted(self.master.command(command).await?)
+        let work = async {
+            let (spec, mut options) = self.submission(submit).await?;
+            options.trace = trace.map(Box::new);
+            let command = submit_command((spec, options), after, request)?;
+            accepted(proxied(&self.master, command).await?)
+        };
+        let accepted = work.instrument(span.clone()).await?;
+        span.record("job_id", accepted.id);
+        Ok(accepted)
     }
 
-    async fn submit_batch(&self, batch: BatchRequest) -> Result<BatchResponse, ApiError> {
+    async fn submit_batch(
+        &self,
+        batch: BatchRequest,
+        given: Option<cohort_master::TraceContext>,
+    ) -> Result<BatchResponse, ApiError> {
         if batch.jobs.len() > BATCH_JOBS_MAX {
             return Err(ApiError::new(
                 ErrorCode::BodyTooLarge,
@@ -1047,17 +1106,31 @@ impl Api {
         // Send every command before awaiting any, so the whole batch lands
         // in as few journal syncs as possible. Each job is a submission of
         // its own, with its own request id.
+        // The batch is one request, so one trace: its jobs carry its span.
+        let span = crate::telemetry::job_span!(
+            "cohort.submit",
+            otel.kind = "server",
+            jobs = batch.jobs.len()
+        );
+        crate::telemetry::adopt(&span, given.as_ref());
+        let trace = crate::telemetry::job_context(&span, given);
         let requests = self.request_ids.take(batch.jobs.len());
         let mut pending = Vec::with_capacity(batch.jobs.len());
         for (mut submit, request) in batch.jobs.into_iter().zip(requests) {
             let after = std::mem::take(&mut submit.after);
             let command = match self.submission(submit).await {
-                Ok(submission) => submit_command(submission, after, request),
+                Ok((spec, mut options)) => {
+                    options.trace = trace.map(Box::new);
+                    submit_command((spec, options), after, request)
+                }
                 Err(error) => Err(error),
             };
             pending.push(command.map(|command| {
+                use tracing::Instrument;
                 let master = self.master.clone();
-                tokio::spawn(async move { master.command(command).await })
+                tokio::spawn(
+                    async move { proxied(&master, command).await }.instrument(span.clone()),
+                )
             }));
         }
         let mut results = Vec::with_capacity(pending.len());
@@ -1066,7 +1139,7 @@ impl Api {
                 Err(error) => Err(error),
                 Ok(task) => match task.await {
                     Ok(Ok(reply)) => accepted(reply),
-                    Ok(Err(error)) => Err(error.into()),
+                    Ok(Err(error)) => Err(error),
                     Err(error) => Err(ApiError::new(ErrorCode::Internal, error.to_string())),
                 },
             };

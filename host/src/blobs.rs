@@ -51,6 +51,26 @@
 //! The check and the removal hold
 //! the index's lock, as does the presence check of an upload or a copy
 //! ([`BlobStore::keep_if_present`]), so a blob found present is present.
+//!
+//! # A worker's cache
+//!
+//! On a node that is a worker but not a back-end node, the store is a
+//! cache of the inputs its attempts fetched (and the outputs they wrote):
+//! [`BlobStore::evict_over`] removes the least recently used blobs (by
+//! the last time one was stored, found present, or read by an attempt:
+//! [`BlobStore::used`]) until the store is within `--blob-cache-bytes`,
+//! never a pinned one (an attempt's inputs are pinned while it runs, its
+//! outputs until copied). A back-end node's store is the cluster's
+//! replicated copy and is never evicted; only the master's collection
+//! deletes from it.
+//!
+//! # What the node says it holds
+//!
+//! [`BlobStore::holds`] is what the node's worker tells the master with
+//! every poll: the [`BlobPrefix`](cohort_master::BlobPrefix)es of the
+//! blobs it used last, at most [`HOLDS_MAX`], computed again only when a
+//! blob is stored or removed (so with more blobs than that, the list is
+//! of the most recently used when the set last changed).
 
 use crate::limits::{
     BLOB_IDLE_TIMEOUT, BLOB_READ_AHEAD, BLOB_READ_BYTES, BLOB_SYNC_BYTES, BLOB_WRITE_BYTES,
@@ -58,6 +78,8 @@ use crate::limits::{
 use crate::runtime::Digest;
 use crate::runtime::job_blobs::check_free;
 use bytes::Bytes;
+use cohort_master::BlobPrefix;
+use cohort_master::limits::HOLDS_MAX;
 use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
 use std::io::{IoSlice, Write};
@@ -142,7 +164,7 @@ pub struct BlobPin {
 
 impl Drop for BlobPin {
     fn drop(&mut self) {
-        let _index = self.store.index();
+        let index = self.store.index();
         let mut touched = self.store.touched();
         if let Some(count) = touched.pinned.get_mut(&self.digest) {
             *count -= 1;
@@ -150,7 +172,10 @@ impl Drop for BlobPin {
                 touched.pinned.remove(&self.digest);
             }
         }
-        touched.at.insert(self.digest, Instant::now());
+        // A pin taken before a fetch that failed leaves nothing behind.
+        if index.contains_key(&self.digest) {
+            touched.at.insert(self.digest, Instant::now());
+        }
     }
 }
 
@@ -171,6 +196,9 @@ struct Inner {
     touched: Mutex<Touched>,
     /// When the store opened: every blob counts as touched then.
     opened: Instant,
+    /// What [`BlobStore::holds`] answers, until a blob is stored or
+    /// removed (only ever locked while `index` is).
+    holds: Mutex<Option<Vec<BlobPrefix>>>,
 }
 
 impl BlobStore {
@@ -199,6 +227,7 @@ impl BlobStore {
                 index: Mutex::new(index),
                 touched: Mutex::default(),
                 opened: Instant::now(),
+                holds: Mutex::default(),
             }),
         })
     }
@@ -219,9 +248,104 @@ impl BlobStore {
     /// Forgets blob `digest` if its file is gone (removed by hand).
     pub fn forget_if_gone(&self, digest: &Digest) {
         let mut index = self.index();
-        if !self.path(digest).exists() {
-            index.remove(digest);
+        if !self.path(digest).exists() && index.remove(digest).is_some() {
+            self.changed();
         }
+    }
+
+    /// Notes that the set of blobs changed (the caller holds the index's
+    /// lock): [`holds`](Self::holds) is computed again.
+    fn changed(&self) {
+        *self.inner.holds.lock().expect("never poisoned") = None;
+    }
+
+    /// What this node tells the master it holds: the prefixes of the
+    /// blobs it used last, at most [`HOLDS_MAX`] (see the module notes).
+    pub fn holds(&self) -> Vec<BlobPrefix> {
+        let index = self.index();
+        let mut holds = self.inner.holds.lock().expect("never poisoned");
+        if let Some(holds) = holds.as_ref() {
+            return holds.clone();
+        }
+        let touched = self.touched();
+        let mut recent: Vec<(Instant, &Digest)> = (index.keys())
+            .map(|digest| {
+                let at = touched.at.get(digest).copied();
+                (at.unwrap_or(self.inner.opened), digest)
+            })
+            .collect();
+        drop(touched);
+        recent.sort_unstable_by(|a, b| b.cmp(a));
+        let digests: Vec<[u8; 32]> = (recent.iter().take(HOLDS_MAX))
+            .map(|(_, digest)| digest.to_bytes())
+            .collect();
+        let computed = cohort_master::locality::holds_of(&digests);
+        *holds = Some(computed.clone());
+        computed
+    }
+
+    /// Marks blob `digest` as used now (an attempt reads it): the cache
+    /// keeps the blobs used last.
+    pub fn used(&self, digest: &Digest) {
+        let index = self.index();
+        if index.contains_key(digest) {
+            self.touch(digest);
+        }
+    }
+
+    /// The bytes of every blob stored here.
+    pub fn bytes(&self) -> u64 {
+        self.index().values().sum()
+    }
+
+    /// Removes the least recently used blobs that are not pinned until
+    /// this store holds at most `bound` bytes (or only pinned ones are
+    /// left): how many it removed, and their bytes. Blocks on the file
+    /// system, like [`remove_idle`](Self::remove_idle).
+    pub fn evict_over(&self, bound: u64) -> Result<(u64, u64), BlobError> {
+        let mut aside = Vec::new();
+        {
+            let mut index = self.index();
+            let mut total: u64 = index.values().sum();
+            if total <= bound {
+                return Ok((0, 0));
+            }
+            let touched = self.touched();
+            let mut oldest: Vec<(Instant, Digest, u64)> = (index.iter())
+                .filter(|(digest, _)| !touched.pinned.contains_key(digest))
+                .map(|(digest, size)| {
+                    let at = touched.at.get(digest).copied();
+                    (at.unwrap_or(self.inner.opened), *digest, *size)
+                })
+                .collect();
+            drop(touched);
+            oldest.sort_unstable();
+            for (_, digest, size) in oldest {
+                if total <= bound {
+                    break;
+                }
+                let to = (self.inner.partial).join(format!("evicted-{digest}-{}", random_name()));
+                match std::fs::rename(self.path(&digest), &to) {
+                    Ok(()) => aside.push(to),
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(error) => return Err(BlobError::io(error)),
+                }
+                index.remove(&digest);
+                self.touched().at.remove(&digest);
+                self.changed();
+                total -= size;
+            }
+        }
+        let mut removed = (0, 0);
+        for path in aside {
+            let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+            match std::fs::remove_file(&path) {
+                Ok(()) => removed = (removed.0 + 1, removed.1 + size),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(BlobError::io(error)),
+            }
+        }
+        Ok(removed)
     }
 
     /// Every blob stored here, by digest.
@@ -243,6 +367,7 @@ impl BlobStore {
         let mut index = self.index();
         if index.contains_key(digest) && !self.path(digest).exists() {
             index.remove(digest);
+            self.changed();
         }
         let size = index.get(digest).copied();
         if size.is_some() {
@@ -256,6 +381,7 @@ impl BlobStore {
         let mut index = self.index();
         index.insert(digest, size);
         self.touch(&digest);
+        self.changed();
     }
 
     /// Keeps blob `digest` from this node's garbage collection until the
@@ -321,6 +447,7 @@ impl BlobStore {
             }
             index.remove(digest);
             self.touched().at.remove(digest);
+            self.changed();
         }
         match std::fs::remove_file(&aside) {
             Ok(()) => Ok(true),
@@ -1046,4 +1173,66 @@ mod tests {
         );
         assert!(store.remove_idle(&digest, Duration::ZERO).unwrap());
     }
+
+    #[tokio::test]
+    async fn a_cache_over_its_bound_evicts_the_least_recently_used_never_a_pinned_one() {
+        let (_dir, store) = store(1 << 20);
+        let mut digests = Vec::new();
+        for byte in [1u8, 2, 3, 4] {
+            digests.push(put(&store, &[byte; 100], None).await.unwrap().info.digest);
+        }
+        let [a, b, c, d] = digests[..] else {
+            unreachable!()
+        };
+        assert_eq!(store.bytes(), 400);
+        // Within the bound, nothing goes.
+        assert_eq!(store.evict_over(400).unwrap(), (0, 0));
+        // An attempt reads `a`, the oldest stored: now `b` is the least
+        // recently used, then `c`; `c` is pinned (an attempt runs on it).
+        store.used(&a);
+        let pin = store.pin(c);
+        assert_eq!(store.evict_over(250).unwrap(), (2, 200));
+        assert_eq!(store.size(&b), None, "least recently used");
+        assert_eq!(store.size(&d), None, "next, passing the pinned one");
+        assert!(store.file(&b).is_none());
+        assert_eq!((store.size(&a), store.size(&c)), (Some(100), Some(100)));
+        // Only pinned blobs left beyond the bound: they stay.
+        assert_eq!(store.evict_over(0).unwrap(), (1, 100));
+        assert_eq!(store.size(&c), Some(100));
+        drop(pin);
+        assert_eq!(store.evict_over(0).unwrap(), (1, 100));
+        assert_eq!(store.bytes(), 0);
+        assert!(store.holds().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_node_says_it_holds_what_it_stores_by_prefix() {
+        let (_dir, store) = store(1 << 20);
+        assert!(store.holds().is_empty());
+        let one = put(&store, b"one", None).await.unwrap().info.digest;
+        let two = put(&store, b"two", None).await.unwrap().info.digest;
+        let prefixes = |digests: &[Digest]| {
+            let bytes: Vec<[u8; 32]> = digests.iter().map(|d| d.to_bytes()).collect();
+            cohort_master::locality::holds_of(&bytes)
+        };
+        assert_eq!(store.holds(), prefixes(&[one, two]));
+        assert!(store.remove_idle(&one, Duration::ZERO).unwrap());
+        assert_eq!(store.holds(), prefixes(&[two]));
+    }
+}
+
+/// What this node's worker did with blobs, for `/metrics` (here, below
+/// the worker and the metrics, so both can reach them).
+pub mod counts {
+    use std::sync::atomic::AtomicU64;
+
+    /// Input blobs this node's attempts found in its store.
+    pub static INPUTS_LOCAL: AtomicU64 = AtomicU64::new(0);
+    /// Input blobs this node's attempts fetched from another node (or the
+    /// blob store).
+    pub static INPUTS_FETCHED: AtomicU64 = AtomicU64::new(0);
+    /// Blobs this node's cache evicted, and their bytes.
+    pub static CACHE_EVICTED: AtomicU64 = AtomicU64::new(0);
+    /// Bytes of the blobs this node's cache evicted.
+    pub static CACHE_EVICTED_BYTES: AtomicU64 = AtomicU64::new(0);
 }

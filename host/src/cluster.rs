@@ -15,6 +15,7 @@
 //!   no longer keeps (the master decides which).
 
 pub mod blob_gc;
+pub mod blob_s3;
 pub mod blob_transfer;
 pub mod history;
 pub mod link;

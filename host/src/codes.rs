@@ -234,6 +234,13 @@ error_codes! {
     /// it), or sends its most (downloads and copies fetched from it);
     /// retry after `Retry-After`.
     BlobsBusy = "blobs_busy", SERVICE_UNAVAILABLE, true;
+    /// The S3-compatible blob store (`--blob-store`) is unreachable, refused
+    /// the node's credentials or has no such bucket: nothing was kept.
+    BlobStoreUnavailable = "blob_store_unavailable", SERVICE_UNAVAILABLE, true;
+    /// The blob store's object for a blob does not hold the blob's bytes
+    /// (changed or damaged in the store): it is not served; uploading the
+    /// blob again repairs it.
+    BlobStoreCorrupt = "blob_store_corrupt", BAD_GATEWAY, false;
     /// The host failed (a bug or an exhausted machine).
     Internal = "internal", INTERNAL_SERVER_ERROR, false;
     /// The master does not read this message format (nodes of incompatible

@@ -15,7 +15,7 @@
 //! This module holds types and functions only: no I/O, no state, nothing
 //! that could pull another module of the crate in.
 
-use cohort_master::{Assignment, JobId, Millis, Rejection};
+use cohort_master::{Assignment, BlobPrefix, JobId, Millis, Rejection};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 // ---- the master as its callers see it
@@ -56,6 +56,10 @@ pub struct Poll {
     /// answer that never arrived, and is re-queued at once instead of at
     /// its lease's end.
     pub held: Vec<(JobId, u32)>,
+    /// The blobs its node holds, by digest prefix (the ones used last, at
+    /// most `HOLDS_MAX`): the master prefers to start a job where its
+    /// input blob is (`cohort_master::locality`).
+    pub holds: Vec<BlobPrefix>,
 }
 
 /// What a worker's poll brings back.

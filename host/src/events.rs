@@ -97,6 +97,13 @@ names! {
     /// Attempts still running past the grace period when the worker
     /// stopped were stopped: `count`, `grace_ms`.
     ATTEMPTS_STOPPED = "attempts_stopped";
+    /// This node compiled a job module into its compiled cache: `digest`,
+    /// `when` (`announced`: ahead of its first job here, when the module
+    /// was stored; `first_job`: for a job), `took_ms`.
+    MODULE_COMPILED = "module_compiled";
+    /// A stored module does not compile or link on this node; its jobs
+    /// fail with `code`: `digest`, `code`, `error`.
+    MODULE_UNUSABLE = "module_unusable";
     /// The node stops: `cause` (`SIGTERM`, `interrupt`, `leave`),
     /// `grace_ms`.
     STOPPING = "stopping";

@@ -10,7 +10,7 @@ use std::path::Path;
 /// those on earlier lines, and itself.
 const LAYERS: &[&[&str]] = &[
     &["contract", "limits", "codes", "events", "guests"],
-    &["runtime", "journal", "build"],
+    &["runtime", "journal", "build", "telemetry"],
     &["exec", "modules", "blobs", "fault"],
     &["security"],
     &["peer", "membership"],

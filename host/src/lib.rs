@@ -60,6 +60,7 @@ pub mod replay;
 pub mod replication;
 pub mod runtime;
 pub mod security;
+pub mod telemetry;
 pub mod worker;
 
 /// The section titled `heading` (`"\n## Title\n"`) of the document `file`

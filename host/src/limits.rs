@@ -298,6 +298,13 @@ pub const MODULE_CACHE_LEN_DEFAULT: usize = 64;
 /// (Cranelift compiles functions in parallel), so more would only multiply
 /// memory use; further loads wait their turn.
 pub(crate) const COMPILES_CONCURRENT_MAX: usize = 2;
+/// Modules waiting to be compiled ahead of their first job on a node
+/// (`ModuleStore::compile_ahead`); one announced beyond it is compiled at
+/// its first job instead.
+pub(crate) const COMPILE_AHEAD_QUEUE_MAX: usize = 64;
+/// Modules remembered as not compiling on a node, so that their jobs fail
+/// at once rather than compiling again; beyond it the memory is cleared.
+pub(crate) const UNUSABLE_MODULES_MAX: usize = 1024;
 /// How often the engine's epoch advances: the granularity of deadlines and
 /// the longest a job runs before yielding to the executor.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);

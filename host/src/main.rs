@@ -1,13 +1,22 @@
 //! The `cohort` command line.
 
 use clap::{Parser, Subcommand};
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 /// cohort: run WebAssembly jobs, safely sandboxed.
 #[derive(Debug, Parser)]
 #[command(name = "cohort", version, about, long_about = None)]
 struct Cli {
+    /// How log lines are written to stderr: `text` (`key=value`, for
+    /// people) or `json` (one object per line; see docs/operations.md).
+    #[arg(
+        long,
+        global = true,
+        env = "COHORT_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    log_format: cohort::telemetry::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -91,21 +100,13 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Node events are one `key=value` line each; colours only on a
-    // terminal, so a log file or a pipe gets plain lines to parse.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("COHORT_LOG").unwrap_or_else(|_| {
-                tracing_subscriber::EnvFilter::new(cohort::events::DEFAULT_FILTER)
-            }),
-        )
-        .init();
     let command = match cli.command {
         // A sandbox process runs one job at a time on its own thread, with
-        // no multi-threaded runtime of the node's.
+        // no multi-threaded runtime of the node's (and exports no spans).
         Command::Sandbox(args) => {
+            if let Err(error) = cohort::telemetry::init(cli.log_format, None, None) {
+                eprintln!("error: cannot set up logging: {error:#}");
+            }
             return match cohort::runtime::sandbox_child::serve(args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => {
@@ -126,7 +127,24 @@ fn main() -> ExitCode {
             return ExitCode::from(cohort::exec::ExitStatus::Internal as u8);
         }
     };
-    runtime.block_on(async {
+    // Node events are one line each (`key=value`, colours only on a
+    // terminal, or JSON); a node may also export traces, sent on this
+    // runtime.
+    let telemetry = {
+        let _entered = runtime.enter();
+        let (traces, instance) = match &command {
+            Command::Node(args) => (Some(&args.traces), cohort::node::known_node_id(args)),
+            _ => (None, None),
+        };
+        match cohort::telemetry::init(cli.log_format, traces, instance.as_deref()) {
+            Ok(telemetry) => telemetry,
+            Err(error) => {
+                eprintln!("error: cannot set up logging or tracing: {error:#}");
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let code = runtime.block_on(async {
         match command {
             Command::Sandbox(_) => unreachable!("a sandbox process returned above"),
             Command::Exec(args) => cohort::exec::run(args).await.into(),
@@ -161,7 +179,17 @@ fn main() -> ExitCode {
             Command::Secret(command) => cohort::cli::secrets::secret(command).await,
             Command::Blob(command) => cohort::cli::blobs::blob(command).await,
         }
+    });
+    // Spans still queued are sent while the runtime's workers still run
+    // (the exporter spawns its requests onto them), from a thread of
+    // their own that the shutdown may block.
+    let handle = runtime.handle().clone();
+    let _ = std::thread::spawn(move || {
+        let _entered = handle.enter();
+        telemetry.shutdown();
     })
+    .join();
+    code
 }
 
 async fn blocking(

@@ -48,6 +48,8 @@ pub fn render(
     );
     register_security(&mut registry);
     register_egress(&mut registry);
+    register_modules(&mut registry);
+    register_worker_blobs(&mut registry);
     let mut out = String::new();
     encode(&mut out, &registry)?;
     Ok(out)
@@ -95,6 +97,50 @@ fn register_jobs(registry: &mut Registry, stats: &Stats) {
         "blob_bytes_kept",
         "Bytes of the blobs the cluster keeps (each node holding a copy stores them)",
         gauge(stats.blob_bytes_kept),
+    );
+    registry.register(
+        "assignments_with_input_blob",
+        "Attempts the master started of jobs with an input blob",
+        counter(stats.input_assignments),
+    );
+    registry.register(
+        "assignments_local",
+        "Of those, attempts started on a worker that said its node held the input",
+        counter(stats.local_assignments),
+    );
+    registry.register(
+        "workers_holding_blobs",
+        "Workers whose last poll said their node holds blobs",
+        gauge(stats.workers_holding),
+    );
+}
+
+/// This node's worker's input blobs and its cache.
+fn register_worker_blobs(registry: &mut Registry) {
+    use crate::blobs::counts;
+    let inputs = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    for (place, count) in [
+        ("local", &counts::INPUTS_LOCAL),
+        ("fetched", &counts::INPUTS_FETCHED),
+    ] {
+        inputs
+            .get_or_create(&vec![("where".into(), place.into())])
+            .inc_by(load(count));
+    }
+    registry.register(
+        "worker_inputs",
+        "Input blobs of this node's attempts, by where they were: in its store, or fetched",
+        inputs,
+    );
+    registry.register(
+        "blob_cache_evicted",
+        "Blobs this node's cache removed as least recently used",
+        counter(load(&counts::CACHE_EVICTED)),
+    );
+    registry.register(
+        "blob_cache_evicted_bytes",
+        "Bytes of the blobs this node's cache removed",
+        counter(load(&counts::CACHE_EVICTED_BYTES)),
     );
 }
 
@@ -278,5 +324,47 @@ fn register_egress(registry: &mut Registry) {
         "egress_body_bytes",
         "Body bytes of the outbound HTTP calls of the jobs this node ran",
         bytes,
+    );
+}
+
+/// Job modules this node compiled, ahead of their first job here
+/// (`announced`) and for a job (`first_job`).
+static MODULES_COMPILED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// When a module was compiled, for `cohort_modules_compiled_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompiledWhen {
+    /// When it was stored on (or sent to) this node, before any job.
+    Announced,
+    /// For a job, which waited for it.
+    FirstJob,
+}
+
+impl CompiledWhen {
+    /// The label value (and the `module_compiled` event's `when`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CompiledWhen::Announced => "announced",
+            CompiledWhen::FirstJob => "first_job",
+        }
+    }
+}
+
+/// Counts a module compiled on this node.
+pub fn count_module_compiled(when: CompiledWhen) {
+    MODULES_COMPILED[when as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+fn register_modules(registry: &mut Registry) {
+    let compiled = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    for when in [CompiledWhen::Announced, CompiledWhen::FirstJob] {
+        compiled
+            .get_or_create(&vec![("when".into(), when.name().into())])
+            .inc_by(load(&MODULES_COMPILED[when as usize]));
+    }
+    registry.register(
+        "modules_compiled",
+        "Job modules this node compiled: when announced (ahead of their first job here) or for a job",
+        compiled,
     );
 }

@@ -1,17 +1,39 @@
 //! Uploaded job modules, stored content-addressed on the node's disk.
 //!
-//! `<data>/modules/<sha256>.wasm`. A module is validated against the job
-//! world (and compiled, which warms the runtime's caches) before it is
-//! stored, so a digest the store knows is always runnable. Files are
-//! written to a temporary name, synced and renamed: a crash leaves a whole
-//! module or none. Reading back checks the sha256, so a damaged file is
-//! reported instead of run.
+//! `<data>/modules/<sha256>.wasm`. A module is checked against the job
+//! world without compiling it (`runtime::module_check`: validated by
+//! wasmtime's own parser and features, its imports and `run` export
+//! checked) before it is stored, so a stored digest names a component of
+//! the job world. Files are written to a temporary name, synced and
+//! renamed: a crash leaves a whole module or none. Reading back checks the
+//! sha256, so a damaged file is reported instead of run.
+//!
+//! # Compiling
+//!
+//! Compiling (seconds for a language runtime's component) is not part of
+//! storing. On a node that runs jobs, [`compile_ahead`] starts one task
+//! that compiles each module newly stored here, one at a time, into the
+//! runtime's caches: the upload's node and every node the upload is sent
+//! to compile it in the background, after the upload was answered, so its
+//! first job finds it compiled. [`get`] compiles a module not compiled yet
+//! (a node that was not sent it: it joined later, or the queue was full);
+//! at most one compile of a digest runs at a time, and a job that finds
+//! one running waits for it instead of compiling again. A module that does
+//! not compile or link (what the check cannot see) is remembered with its
+//! error, so its later jobs fail at once, with its code.
+//!
+//! [`compile_ahead`]: ModuleStore::compile_ahead
+//! [`get`]: ModuleStore::get
 
+use crate::events::{self, emit};
+use crate::limits::{COMPILE_AHEAD_QUEUE_MAX, UNUSABLE_MODULES_MAX};
+use crate::metrics::{CompiledWhen, count_module_compiled};
 use crate::runtime::{Digest, Module, ModuleError, Runtime};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
+use tokio::sync::mpsc;
 
 /// A stored module's listing entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +53,14 @@ pub struct ModuleStore {
     /// [`Details`] already read, so a module is read and parsed for them
     /// once, not at every listing.
     described: Mutex<BTreeMap<Digest, Details>>,
+    /// One turn per digest being compiled: whoever holds it compiles, the
+    /// others wait and then find it compiled.
+    compiling: Mutex<BTreeMap<Digest, Arc<tokio::sync::Mutex<()>>>>,
+    /// Modules that did not compile or link here, with why.
+    unusable: Mutex<BTreeMap<Digest, ModuleError>>,
+    /// The queue of modules to compile ahead of their first job (only on
+    /// a node that runs jobs: see [`compile_ahead`](Self::compile_ahead)).
+    ahead: OnceLock<mpsc::Sender<Digest>>,
 }
 
 impl ModuleStore {
@@ -57,6 +87,9 @@ impl ModuleStore {
             runtime,
             index: Mutex::new(index),
             described: Mutex::default(),
+            compiling: Mutex::default(),
+            unusable: Mutex::default(),
+            ahead: OnceLock::new(),
         })
     }
 
@@ -64,32 +97,74 @@ impl ModuleStore {
         self.dir.join(format!("{digest}.wasm"))
     }
 
-    /// Validates and stores `wasm`; returns its digest and whether it was new.
+    /// Checks and stores `wasm` (durably: synced before this returns);
+    /// returns its digest and whether it was new. A new module is queued
+    /// to compile ahead of its first job when this node runs jobs.
     pub async fn put(&self, wasm: &[u8]) -> Result<(Digest, bool), ModuleError> {
-        let module = self.runtime.load(wasm).await?;
-        let digest = module.digest();
+        if wasm.len() > crate::limits::MODULE_BYTES_MAX {
+            return Err(ModuleError::TooLarge {
+                size: wasm.len(),
+                limit: crate::limits::MODULE_BYTES_MAX,
+            });
+        }
+        let bytes = Arc::new(wasm.to_vec());
+        let hashed = bytes.clone();
+        let digest = blocking("hash", move || Digest::of(&hashed)).await?;
         if self.contains(&digest) {
             return Ok((digest, false));
         }
         let path = self.path(&digest);
         let dir = self.dir.clone();
-        let bytes = wasm.to_vec();
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            let mut file = tempfile::NamedTempFile::new_in(&dir)?;
-            file.write_all(&bytes)?;
-            file.as_file().sync_all()?;
-            file.persist(&path).map_err(|e| e.error)?;
-            std::fs::File::open(&dir)?.sync_all()
+        let size = bytes.len() as u64;
+        blocking("store", move || -> Result<(), ModuleError> {
+            crate::runtime::module_check::check(&bytes)?;
+            let stored = (|| -> std::io::Result<()> {
+                let mut file = tempfile::NamedTempFile::new_in(&dir)?;
+                file.write_all(&bytes)?;
+                file.as_file().sync_all()?;
+                file.persist(&path).map_err(|e| e.error)?;
+                std::fs::File::open(&dir)?.sync_all()
+            })();
+            stored.map_err(|e| ModuleError::Internal(format!("cannot store the module: {e}")))
         })
-        .await
-        .map_err(|e| ModuleError::Internal(format!("store thread failed: {e}")))?
-        .map_err(|e| ModuleError::Internal(format!("cannot store the module: {e}")))?;
+        .await??;
         let info = ModuleInfo {
             digest,
-            bytes: wasm.len() as u64,
+            bytes: size,
         };
         self.lock().insert(digest, info);
+        self.announce(digest);
         Ok((digest, true))
+    }
+
+    /// Starts compiling, one at a time, every module stored here from now
+    /// on, ahead of its first job (a node that runs jobs calls this once).
+    pub fn compile_ahead(self: &Arc<Self>) {
+        let (queue, mut queued) = mpsc::channel(COMPILE_AHEAD_QUEUE_MAX);
+        if self.ahead.set(queue).is_err() {
+            return;
+        }
+        let store = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while let Some(digest) = queued.recv().await {
+                let Some(store) = store.upgrade() else {
+                    return;
+                };
+                // Failures are told by `compile` (an event) and again to
+                // each job of the module.
+                let _ = store.compile(&digest, CompiledWhen::Announced).await;
+            }
+        });
+    }
+
+    /// Queues a newly stored module to compile ahead (when this node does).
+    fn announce(&self, digest: Digest) {
+        let Some(queue) = self.ahead.get() else {
+            return;
+        };
+        if queue.try_send(digest).is_err() {
+            tracing::debug!(%digest, "compile queue full: the module compiles at its first job");
+        }
     }
 
     /// Whether the module is stored here.
@@ -143,14 +218,69 @@ impl ModuleStore {
         Ok(bytes)
     }
 
-    /// The module compiled and ready to run (from the runtime's caches when
-    /// it was loaded before).
+    /// The module compiled and ready to run: from the runtime's caches, or
+    /// compiled now (waiting for a compile of it already running).
     pub async fn get(&self, digest: &Digest) -> Result<Module, ModuleError> {
+        self.compile(digest, CompiledWhen::FirstJob).await
+    }
+
+    /// Compiles the stored module `digest` unless it is compiled, once at a
+    /// time per digest.
+    async fn compile(&self, digest: &Digest, when: CompiledWhen) -> Result<Module, ModuleError> {
         if let Some(module) = self.runtime.cached(digest).await {
             return Ok(module);
         }
-        let bytes = self.read(digest).await?;
-        self.runtime.load(&bytes).await
+        if let Some(error) = self.unusable().get(digest) {
+            return Err(error.clone());
+        }
+        let turn = self.compiling().entry(*digest).or_default().clone();
+        let _turn = turn.lock().await;
+        // Compiled, or found unusable, while this waited for its turn.
+        if let Some(module) = self.runtime.cached(digest).await {
+            return Ok(module);
+        }
+        if let Some(error) = self.unusable().get(digest) {
+            return Err(error.clone());
+        }
+        let started = std::time::Instant::now();
+        let loaded = match self.read(digest).await {
+            Ok(bytes) => self.runtime.load(&bytes).await,
+            Err(error) => Err(error),
+        };
+        match &loaded {
+            Ok(_) => {
+                count_module_compiled(when);
+                emit!(
+                    info,
+                    events::MODULE_COMPILED,
+                    %digest,
+                    when = when.name(),
+                    took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    "compiled a job module"
+                );
+            }
+            // The disk or a thread failed, not the module: try again later.
+            Err(ModuleError::Internal(error)) => {
+                tracing::warn!(%digest, %error, "cannot compile the module now");
+            }
+            Err(error) => {
+                emit!(
+                    warn,
+                    events::MODULE_UNUSABLE,
+                    %digest,
+                    code = error.code(),
+                    error = %error,
+                    "a stored module does not compile here; its jobs fail"
+                );
+                let mut unusable = self.unusable();
+                if unusable.len() >= UNUSABLE_MODULES_MAX {
+                    unusable.clear();
+                }
+                unusable.insert(*digest, error.clone());
+            }
+        }
+        self.compiling().remove(digest);
+        loaded
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Digest, ModuleInfo>> {
@@ -160,6 +290,26 @@ impl ModuleStore {
     fn described(&self) -> std::sync::MutexGuard<'_, BTreeMap<Digest, Details>> {
         self.described.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    fn compiling(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<Digest, Arc<tokio::sync::Mutex<()>>>> {
+        self.compiling.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn unusable(&self) -> std::sync::MutexGuard<'_, BTreeMap<Digest, ModuleError>> {
+        self.unusable.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Runs `work` on a blocking thread (`what` names it in the error).
+async fn blocking<T: Send + 'static>(
+    what: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ModuleError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ModuleError::Internal(format!("the module {what} thread failed: {e}")))
 }
 
 /// A module's description in the dashboard's list.

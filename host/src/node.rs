@@ -116,6 +116,24 @@ pub struct NodeArgs {
     /// to keep the blob it was sent.
     #[arg(long, env = "COHORT_BLOB_GRACE", value_parser = parse_blob_grace, default_value = "1h")]
     pub blob_grace: Duration,
+    /// On a node that runs jobs but is not a back-end node: the most bytes
+    /// of blobs its disk keeps as a cache of its jobs' inputs and outputs;
+    /// beyond it, the least recently used go (never one a running job
+    /// reads). Back-end nodes keep their replicated copies whatever this.
+    #[arg(long, env = "COHORT_BLOB_CACHE_BYTES", value_parser = job_limits::parse_bytes, default_value = "10GiB")]
+    pub blob_cache_bytes: u64,
+    /// Longest a ready job whose input blob another free worker holds is
+    /// left for that worker before any worker takes it (`0s`: no
+    /// waiting). See README, "Large inputs and outputs".
+    #[arg(long, env = "COHORT_LOCALITY_WAIT", value_parser = parse_locality_wait, default_value = "1s")]
+    pub locality_wait: Duration,
+    /// Keep blobs in an S3-compatible store, `s3://bucket/prefix`, instead
+    /// of on a majority of the back-end nodes (each node's disk then holds
+    /// a cache). Configured by the standard `AWS_*` variables
+    /// (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, ...); give every node the same.
+    #[arg(long, env = "COHORT_BLOB_STORE", value_name = "URL", value_parser = crate::cluster::blob_s3::StoreUrl::parse)]
+    pub blob_store: Option<crate::cluster::blob_s3::StoreUrl>,
     /// Attempts of a job that does not set `max_attempts`.
     #[arg(long, default_value_t = 3)]
     pub max_attempts: u32,
@@ -173,6 +191,10 @@ pub struct NodeArgs {
     /// the ports can use, join or disrupt the cluster. Not recommended.
     #[arg(long, env = "COHORT_INSECURE")]
     pub insecure: bool,
+    /// Trace export (`--otlp-endpoint`, `--trace-sample`; see
+    /// `cohort::telemetry`).
+    #[command(flatten)]
+    pub traces: crate::telemetry::TraceArgs,
     /// Fault injection for tests: a file listing addresses this node is cut
     /// off from (see `cohort::fault`).
     #[arg(long, hide = true)]
@@ -249,6 +271,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let listener = listen(&args).await?;
     let addr = listener.local_addr()?;
     let node_id = node_identity(&args.data_dir, args.node_id.as_deref(), addr)?;
+    crate::telemetry::set_node(&node_id);
     let http = format!("http://{addr}");
     let gossip_listen = args.gossip.unwrap_or(addr);
     let membership = join(&args, &node_id, &http, gossip_listen, &local).await?;
@@ -267,12 +290,23 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         .transpose()?;
     let blob_store = crate::blobs::BlobStore::open(data_dir, args.blob_bytes_max)
         .with_context(|| format!("cannot open the blob store in {}", data_dir.display()))?;
+    let remote = match args.blob_store.clone() {
+        Some(url) => {
+            let remote = crate::cluster::blob_s3::S3Store::connect(url)
+                .await
+                .map_err(anyhow::Error::msg)?;
+            crate::cluster::blob_s3::spawn_sweeper(link.clone(), remote.clone(), args.blob_grace);
+            Some(remote)
+        }
+        None => None,
+    };
     let blobs = crate::cluster::blob_transfer::BlobTransfer::new(
         view.clone(),
         peer.clone(),
         local.security.sealer.clone(),
         blob_store.clone(),
-    );
+    )
+    .with_remote(remote);
     crate::cluster::blob_gc::spawn(link.clone(), blob_store, args.blob_grace);
     let wiring = Wiring {
         node_id: node_id.clone(),
@@ -374,6 +408,11 @@ fn open_local(args: &NodeArgs) -> anyhow::Result<Local> {
         ModuleStore::open(data_dir, runtime.clone())
             .with_context(|| format!("cannot open the module store in {}", data_dir.display()))?,
     );
+    if slots > 0 {
+        // Modules stored here compile in the background, before their
+        // first job.
+        modules.compile_ahead();
+    }
     Ok(Local {
         partition: args
             .fault_partition
@@ -421,6 +460,7 @@ fn start_worker(
                 local.runtime.clone(),
                 progress.clone(),
                 WorkerBlobs {
+                    cache_bytes: (!args.roles.back_end).then_some(args.blob_cache_bytes),
                     transfer: wiring.blobs.clone(),
                     voters: {
                         let replication = wiring.replication.clone();
@@ -533,6 +573,17 @@ async fn join(
 }
 
 /// Keeps the node's copy of the API tokens fresh.
+/// `--locality-wait`: a duration of at most
+/// [`LOCALITY_WAIT_MS_MAX`](cohort_master::limits::LOCALITY_WAIT_MS_MAX).
+fn parse_locality_wait(text: &str) -> Result<Duration, String> {
+    let wait = job_limits::parse_duration(text)?;
+    let max = cohort_master::limits::LOCALITY_WAIT_MS_MAX;
+    if wait.as_millis() > u128::from(max) {
+        return Err(format!("at most {}s", max / 1000));
+    }
+    Ok(wait)
+}
+
 /// `--blob-grace`: a duration of at least
 /// [`BLOB_GRACE_MIN`](crate::cluster::blob_gc::BLOB_GRACE_MIN).
 fn parse_blob_grace(text: &str) -> Result<Duration, String> {
@@ -651,6 +702,7 @@ fn master_options(args: &NodeArgs) -> MasterOptions {
         config: cohort_master::Config {
             queue_max: args.queue_max,
             retention_ms: args.retention.as_millis() as u64,
+            locality_wait_ms: args.locality_wait.as_millis() as u64,
             ..cohort_master::Config::default()
         },
         core: args.master_core,
@@ -1325,6 +1377,16 @@ fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
 /// The file in the data directory that keeps the node's id.
 const NODE_ID_FILE: &str = "node-id";
 
+/// The node's id if it is known before the node listens (kept in its
+/// data directory, or given): what its exported traces name it by
+/// (`service.instance.id`).
+pub fn known_node_id(args: &NodeArgs) -> Option<String> {
+    std::fs::read_to_string(args.data_dir.join(NODE_ID_FILE))
+        .ok()
+        .map(|stored| stored.trim().to_string())
+        .or_else(|| args.node_id.clone())
+}
+
 /// The node's id: the one its data directory was first used with (the
 /// voter set in the journal names nodes by id, so a data directory keeps
 /// its identity across restarts, whatever port it listens on next), else
@@ -1402,6 +1464,18 @@ async fn watch_failure(link: &MasterLink) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_locality_wait_over_a_minute_is_refused() {
+        assert_eq!(parse_locality_wait("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_locality_wait("60s"), Ok(Duration::from_secs(60)));
+        assert!(
+            parse_locality_wait("61s")
+                .unwrap_err()
+                .contains("at most 60s")
+        );
+        assert!(parse_locality_wait("soon").is_err());
+    }
 
     #[test]
     fn a_blob_grace_under_ten_seconds_is_refused() {

@@ -10,6 +10,7 @@ pub mod job_limits;
 pub mod job_log;
 pub mod job_world;
 pub mod module;
+pub mod module_check;
 pub mod observer;
 pub mod sandbox;
 pub mod sandbox_child;

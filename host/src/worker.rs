@@ -7,7 +7,10 @@
 //! every slot is busy (with `free = 0`). Each assignment runs in its own
 //! task holding one slot: the module comes from the local module store, or
 //! is fetched from a back-end node (sha256 checked) and stored there first;
-//! it is compiled once and cached; it is run with the attempt's timeout and memory limit
+//! it is compiled once and cached, usually before its first job (the module
+//! store compiles each module stored here ahead: see `modules.rs`), else
+//! before the attempt starts: the attempt's timeout starts once it is
+//! compiled; it is run with the attempt's timeout and memory limit
 //! and the checkpoint of an earlier attempt, and the outcome is reported with
 //! the attempt's `(job id, attempt)`, so a report that arrives after the
 //! master gave up on the attempt is ignored there.
@@ -50,7 +53,7 @@
 //! [`PREFETCH_RUN_MAX`]: crate::limits::PREFETCH_RUN_MAX
 //! [`PREFETCH_PER_SLOT_MAX`]: crate::limits::PREFETCH_PER_SLOT_MAX
 
-mod blobs;
+pub mod blobs;
 pub use blobs::{Voters, WorkerBlobs};
 
 use crate::cluster::link::MasterLink;
@@ -62,8 +65,8 @@ use crate::limits::{
 };
 use crate::modules::ModuleStore;
 use crate::runtime::{
-    Digest, JobFailure, JobLimits, JobObserver, JobReport, JobRequest, Module, Progress,
-    RecordFuture, Recorder, Recording, Runtime, Unrecorded,
+    Digest, JobFailure, JobLimits, JobObserver, JobReport, JobRequest, Module, ModuleError,
+    Progress, RecordFuture, Recorder, Recording, Runtime, Unrecorded,
 };
 use cohort_master::{Assignment, Command, Failure, JobId, Outcome, RecordedCall, Reply, TapeMark};
 use std::collections::{HashMap, HashSet};
@@ -71,6 +74,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tracing::Instrument;
 
 /// A moving average with no sample yet.
 const UNKNOWN_US: u64 = u64::MAX;
@@ -257,6 +261,7 @@ impl Shared {
             wait_ms: POLL_WAIT.as_millis() as u64,
             progress: self.progress_reports(),
             held: self.held(),
+            holds: self.blobs.transfer.store().holds(),
         }
     }
 
@@ -490,9 +495,25 @@ struct Forwarder {
     id: JobId,
     progress: ProgressBoard,
     checkpoint: watch::Sender<Option<(Vec<u8>, Option<TapeMark>)>>,
+    /// The attempt's span: the job's own log lines are node log lines
+    /// within it (target `cohort::job_log`, off unless `COHORT_LOG` turns
+    /// it on), with the job's fields.
+    span: tracing::Span,
 }
 
 impl JobObserver for Forwarder {
+    fn log(&self, bytes: &[u8]) {
+        if self.span.is_disabled()
+            || !tracing::enabled!(target: "cohort::job_log", tracing::Level::INFO)
+        {
+            return;
+        }
+        let text = String::from_utf8_lossy(bytes);
+        for line in text.lines().filter(|line| !line.trim().is_empty()) {
+            tracing::info!(target: "cohort::job_log", parent: &self.span, text = line);
+        }
+    }
+
     fn progress(&self, fraction: f32, message: &str) {
         self.progress.set(
             self.id,
@@ -566,6 +587,29 @@ async fn run_in_slot(
     slot: OwnedSemaphorePermit,
 ) {
     let (id, attempt) = (assignment.id, assignment.attempt);
+    // The attempt's span joins its job's trace (the context the job
+    // carries from its submission); every line logged within has the
+    // job's fields.
+    let span = crate::telemetry::job_span!(
+        "cohort.attempt",
+        job_id = id,
+        attempt = attempt,
+        worker = shared.options.id.as_str()
+    );
+    crate::telemetry::adopt(&span, assignment.trace.as_ref());
+    run_in_slot_traced(shared, assignment, stopped, slot)
+        .instrument(span)
+        .await;
+}
+
+/// [`run_in_slot`] within the attempt's span.
+async fn run_in_slot_traced(
+    shared: &Shared,
+    assignment: Assignment,
+    stopped: oneshot::Receiver<()>,
+    slot: OwnedSemaphorePermit,
+) {
+    let (id, attempt) = (assignment.id, assignment.attempt);
     let Some(Ended {
         outcome,
         ran,
@@ -591,6 +635,13 @@ async fn run_in_slot(
     let duration_ms = ran.map_or(0, |ran| ran.as_millis() as u64);
     let start = log.len().saturating_sub(LOG_TAIL_BYTES);
     crate::metrics::count_egress(&calls, calls_dropped);
+    let reporting = crate::telemetry::job_span!(
+        "cohort.report",
+        outcome = match &outcome {
+            Outcome::Failed(failure) => failure.code.as_str(),
+            _ => "succeeded",
+        }
+    );
     let command = Command::Finish {
         id,
         attempt,
@@ -601,7 +652,9 @@ async fn run_in_slot(
         calls,
         calls_dropped,
     };
-    report_outcome(shared, command, id, attempt).await;
+    report_outcome(shared, command, id, attempt)
+        .instrument(reporting)
+        .await;
     shared
         .unreported
         .lock()
@@ -653,12 +706,25 @@ async fn attempt_outcome(
             calls_dropped: 0,
         })
     };
-    let compiled = match shared.fetcher.get(&shared.modules, &digest).await {
+    let fetching = crate::telemetry::job_span!("cohort.module", module = %digest);
+    let compiled = match (shared.fetcher.get(&shared.modules, &digest))
+        .instrument(fetching)
+        .await
+    {
         Ok(compiled) => compiled,
-        Err(error) => {
+        // Fetching or the disk failed: another attempt may do better.
+        Err(error @ ModuleError::Internal(_)) => {
             return not_run(Failure {
                 code: "module_unavailable".into(),
                 message: format!("module {digest}: {error}"),
+            });
+        }
+        // The module does not compile or link here: its own code, which
+        // is not retried.
+        Err(error) => {
+            return not_run(Failure {
+                code: error.code().into(),
+                message: format!("module {digest} cannot run: {error}"),
             });
         }
     };
@@ -691,6 +757,7 @@ async fn attempt_outcome(
         id,
         progress: shared.progress.clone(),
         checkpoint: checkpoints,
+        span: tracing::Span::current(),
     });
     let sender = tokio::spawn(send_checkpoints(shared.master.clone(), id, attempt, latest));
     let limits = JobLimits {
@@ -721,7 +788,10 @@ async fn attempt_outcome(
         },
         blobs: std::mem::take(&mut prepared.blobs),
     };
-    let report = run_job(shared, (id, attempt), compiled, request, stopped).await;
+    let running = crate::telemetry::job_span!("cohort.run");
+    let report = run_job(shared, (id, attempt), compiled, request, stopped)
+        .instrument(running)
+        .await;
     // The attempt is over: its outcome matters now, not a checkpoint still
     // waiting for its interval (one that races the outcome is ignored by
     // the master, whose attempt has ended).

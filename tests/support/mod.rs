@@ -257,7 +257,7 @@ pub fn pinned_venv(name: &str, requirements: &Path) -> PathBuf {
 }
 
 /// Waits for `child`, killing it past `timeout`.
-fn wait_bounded(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus {
+pub fn wait_bounded(child: &mut Child, timeout: Duration, what: &str) -> ExitStatus {
     let reaper = Reaper(child);
     eventually(&format!("{what} to exit"), timeout, || {
         reaper.0.try_wait().unwrap().ok_or("it still runs")
@@ -363,10 +363,21 @@ impl Node {
     /// Like [`start`](Self::start), but returns the node's stderr if it
     /// exits instead of serving.
     pub fn try_start(data_dir: &Path, extra: &[&str]) -> Result<Node, String> {
+        Self::try_start_env(data_dir, extra, &[])
+    }
+
+    /// Like [`try_start`](Self::try_start), with `env` set in the node's
+    /// environment.
+    pub fn try_start_env(
+        data_dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Node, String> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
             .args(["node", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(extra)
+            .envs(env.iter().copied())
             // The default filter: what an operator sees, events included.
             .env_remove("COHORT_LOG")
             .stdin(Stdio::null())

@@ -75,6 +75,8 @@ ERROR_CODES: Dict[str, Tuple[int, bool]] = {
     "headers_too_large": (431, False),
     "internal": (500, False),
     "unknown_version": (500, False),
+    "blob_store_corrupt": (502, False),
+    "blob_store_unavailable": (503, True),
     "blobs_busy": (503, True),
     "master_unavailable": (503, True),
     "outcome_unknown": (503, True),

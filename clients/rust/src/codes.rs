@@ -73,6 +73,8 @@ pub const ERROR_CODES: &[(&str, u16, bool)] = &[
     ("headers_too_large", 431, false),
     ("internal", 500, false),
     ("unknown_version", 500, false),
+    ("blob_store_corrupt", 502, false),
+    ("blob_store_unavailable", 503, true),
     ("blobs_busy", 503, true),
     ("master_unavailable", 503, true),
     ("outcome_unknown", 503, true),

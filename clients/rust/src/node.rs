@@ -226,6 +226,18 @@ impl Node {
         }
     }
 
+    /// This node's client sending the W3C `traceparent` of the caller's
+    /// span with every request (`00-<trace id>-<span id>-<flags>`): the
+    /// cluster's spans for a submission made through it (the proxy hop,
+    /// the master's decision and commit, every attempt) join that trace.
+    pub fn with_traceparent(&self, traceparent: &str) -> Result<Self, String> {
+        Ok(Self {
+            server: self.server.clone(),
+            transport: self.transport.clone().with_traceparent(traceparent)?,
+            timing: self.timing,
+        })
+    }
+
     /// This node's client with `timing` for its blob calls (tests).
     #[cfg(test)]
     pub(crate) fn with_timing(mut self, timing: Timing) -> Self {

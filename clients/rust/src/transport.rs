@@ -63,6 +63,9 @@ pub struct TransportError {
 pub struct Transport {
     http: HttpClient<HttpsConnector<HttpConnector>, Body>,
     token: Option<HeaderValue>,
+    /// The caller's W3C `traceparent`, sent with every request: the
+    /// node's spans for it join the caller's trace.
+    traceparent: Option<HeaderValue>,
 }
 
 impl std::fmt::Debug for Transport {
@@ -74,6 +77,16 @@ impl std::fmt::Debug for Transport {
 }
 
 impl Transport {
+    /// This transport sending `traceparent` (a W3C trace context, e.g.
+    /// `00-<trace id>-<span id>-01`) with every request; a value a header
+    /// cannot carry is refused (a malformed one is ignored by the nodes).
+    pub fn with_traceparent(mut self, traceparent: &str) -> Result<Self, String> {
+        let value = HeaderValue::from_str(traceparent)
+            .map_err(|_| "the traceparent has characters a header cannot carry".to_string())?;
+        self.traceparent = Some(value);
+        Ok(self)
+    }
+
     /// A client trusting `tls` for `https://` URLs (see [`crate::tls`]) and
     /// sending `token` as a bearer token with every request.
     pub fn new(tls: rustls::ClientConfig, token: Option<&str>) -> Result<Self, String> {
@@ -95,6 +108,7 @@ impl Transport {
         Ok(Self {
             http: HttpClient::builder(TokioExecutor::new()).build(https),
             token,
+            traceparent: None,
         })
     }
 
@@ -119,6 +133,9 @@ impl Transport {
             .header(hyper::header::CONTENT_TYPE, content_type);
         if let Some(token) = &self.token {
             request = request.header(AUTHORIZATION, token.clone());
+        }
+        if let Some(traceparent) = &self.traceparent {
+            request = request.header("traceparent", traceparent.clone());
         }
         let request = request
             .body(full(body))
@@ -197,6 +214,9 @@ impl Transport {
             map.extend(headers);
             if let Some(token) = &self.token {
                 map.insert(AUTHORIZATION, token.clone());
+            }
+            if let Some(traceparent) = &self.traceparent {
+                map.insert("traceparent", traceparent.clone());
             }
         }
         let request = request.body(body).map_err(|e| TransportError {

@@ -84,6 +84,8 @@ export const ERROR_CODES: ReadonlyMap<string, CodeRow> = new Map<string, CodeRow
   ["headers_too_large", { status: 431, retryable: false }],
   ["internal", { status: 500, retryable: false }],
   ["unknown_version", { status: 500, retryable: false }],
+  ["blob_store_corrupt", { status: 502, retryable: false }],
+  ["blob_store_unavailable", { status: 503, retryable: true }],
   ["blobs_busy", { status: 503, retryable: true }],
   ["master_unavailable", { status: 503, retryable: true }],
   ["outcome_unknown", { status: 503, retryable: true }],

@@ -16,7 +16,7 @@
 //! `jobs`).
 
 use crate::index::{ready_key, set_state};
-use crate::limits::{LOG_TAIL_BYTES_MAX, WORKER_ID_BYTES_MAX};
+use crate::limits::{HOLDS_MAX, LOG_TAIL_BYTES_MAX, WORKER_ID_BYTES_MAX};
 use crate::master::{Master, decided, reject};
 use crate::protocol::*;
 use crate::validation::validate_outputs;
@@ -28,13 +28,22 @@ impl Master {
         worker: &str,
         slots: u32,
         free: u32,
+        holds: &[BlobPrefix],
     ) -> Result<Decision, Rejection> {
         if worker.is_empty() || worker.len() > WORKER_ID_BYTES_MAX {
             return reject(codes::INVALID_JOB, "worker ids are 1 to 256 bytes");
         }
+        if holds.len() > HOLDS_MAX {
+            return reject(
+                codes::INVALID_JOB,
+                format!("a poll names at most {HOLDS_MAX} blobs held"),
+            );
+        }
+        let holds = crate::locality::bounded_holds(holds);
         let mut kinds = Vec::new();
         kinds.extend(self.worker_seen(now, worker, slots));
-        for id in self.startable(now, free as usize) {
+        kinds.extend(self.worker_holds(worker, &holds));
+        for id in self.assignable(now, worker, &holds, free as usize) {
             // A journal is decoded, not trusted: a job replaced under its
             // id may leave a place in line behind.
             let Some(job) = self.jobs.get(&id) else {
@@ -184,6 +193,7 @@ impl Master {
         }
         self.index
             .dequeue(ready_key(self.order, job, id), self.keyed.key(id));
+        self.left_line(id);
         self.key_started(id, at);
         let job = self.jobs.get_mut(&id).expect("present");
         set_state(&mut self.index.counts, job, JobState::Running);
@@ -200,6 +210,7 @@ impl Master {
         });
         self.index.leases.insert((lease_until, id));
         self.worker_runs(worker, id, at);
+        self.count_assignment(id, worker);
         self.attempts_total += 1;
         let job = &self.jobs[&id];
         let crate::grants::JobEgress {
@@ -222,6 +233,8 @@ impl Master {
             replay: self.replay_of(id, job.submitted_at),
             readable,
             blobs,
+            trace: (self.keyed.options.get(&id))
+                .and_then(|options| options.trace.as_deref().copied()),
         })));
     }
 
@@ -297,7 +310,7 @@ impl Master {
     }
 
     /// A backoff ended: the job joins the line again, at its end.
-    pub(crate) fn apply_released(&mut self, id: JobId, effects: &mut Vec<Effect>) {
+    pub(crate) fn apply_released(&mut self, id: JobId, at: Millis, effects: &mut Vec<Effect>) {
         let Some(job) = self.jobs.get_mut(&id) else {
             return;
         };
@@ -307,6 +320,7 @@ impl Master {
             self.next_seq += 1;
             self.index
                 .enqueue(ready_key(self.order, job, id), self.keyed.key(id));
+            self.joined_line(id, at);
             effects.push(Effect::WorkAvailable);
         }
     }

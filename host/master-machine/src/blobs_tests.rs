@@ -626,14 +626,17 @@ fn a_version_8_snapshot_restores_with_no_blobs_and_options_without_an_input_blob
         submit_with(1, spec(1, b""), limited("k", Some(2), None)),
     );
     run.ok(T + 1_002, poll("w1", 1));
-    let master = run.master;
+    let master = run.master.before_locality();
     assert_eq!(master.keyed.options.len(), 2);
     assert!(master.blobs.is_empty());
     // Version 8's layout: its options of four fields, and no blobs (nor
     // blobs kept: empty here, a byte each).
-    let snapshot = master.snapshot();
-    let keyed_now = postcard::to_allocvec(&master.keyed).unwrap();
-    let schedules_now = postcard::to_allocvec(&master.schedules).unwrap();
+    let snapshot = master.snapshot_v10();
+    // As version 10 wrote them: options without `trace`.
+    let (keyed_now, schedules_now) = crate::protocol::legacy::written_before_trace(|| {
+        let keyed = postcard::to_allocvec(&master.keyed).unwrap();
+        (keyed, postcard::to_allocvec(&master.schedules).unwrap())
+    });
     let rest = (
         &master.dags,
         &master.deployments,
@@ -702,9 +705,10 @@ fn format_7_events_decode_with_no_input_blob_and_never_hold_output_blobs() {
     };
     let now = encode(&submitted);
     assert_eq!(now[0], FORMAT_VERSION);
-    // Format 7 wrote the same bytes without the last field's `None`.
-    assert_eq!(now.last(), Some(&0));
-    let old = [&[FORMAT_VERSION_7][..], &now[1..now.len() - 1]].concat();
+    // Format 7 wrote the same bytes without the last two fields' `None`s
+    // (`input_blob`, `trace`).
+    assert_eq!(now[now.len() - 2..], [0, 0]);
+    let old = [&[FORMAT_VERSION_7][..], &now[1..now.len() - 2]].concat();
     assert_eq!(decode_event(&old), Ok(submitted.clone()));
     // Taken as this format, those bytes are short.
     let short = [&[FORMAT_VERSION][..], &old[1..]].concat();
@@ -1362,9 +1366,9 @@ fn a_version_9_snapshot_restores_keeping_the_blobs_its_jobs_and_schedules_name_a
     run.ok(T, submit_with(1, spec(1, b""), reading(2, 20)));
     run.ok(T + 1, poll("w1", 1));
     run.ok(T + 2, finish(1, 1, "w1", wrote(b"", two_outputs())));
-    let master = run.master.clone();
+    let master = run.master.before_locality();
     // Version 9 ended before the blobs kept.
-    let snapshot = master.snapshot();
+    let snapshot = master.snapshot_v10();
     let kept_now = postcard::to_allocvec(&master.registry.kept).unwrap();
     let mut old = snapshot[..snapshot.len() - kept_now.len()].to_vec();
     old[0] = 9;
@@ -1471,7 +1475,9 @@ fn format_8_events_never_hold_the_blob_registry() {
         },
     };
     for event in [submitted, wrote_blobs, scheduled] {
-        let old = [&[FORMAT_VERSION_8][..], &encode(&event)[1..]].concat();
+        // Format 8's options end before `trace`.
+        let then = crate::protocol::legacy::written_before_trace(|| encode(&event));
+        let old = [&[FORMAT_VERSION_8][..], &then[1..]].concat();
         assert_eq!(decode_event(&old), Ok(event));
     }
     // Commands of format 8 are refused.

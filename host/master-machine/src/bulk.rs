@@ -89,6 +89,7 @@ impl Master {
         &mut self,
         id: JobId,
         max_attempts: u32,
+        at: Millis,
         effects: &mut Vec<Effect>,
     ) {
         if self
@@ -122,6 +123,7 @@ impl Master {
         } else {
             self.index
                 .enqueue(ready_key(self.order, job, id), self.keyed.key(id));
+            self.joined_line(id, at);
             effects.push(Effect::WorkAvailable);
         }
     }

@@ -516,7 +516,7 @@ impl Master {
         while let Some((id, state)) = ended.pop() {
             let children = self.dags.children.get(&id).cloned().unwrap_or_default();
             if state == JobState::Succeeded {
-                self.release_children(children, effects);
+                self.release_children(children, at, effects);
                 continue;
             }
             for (job, code) in self.doomed_by(id, children, &mut cancelled_dags) {
@@ -536,7 +536,7 @@ impl Master {
 
     /// A parent of `children` succeeded: each waits for one parent less,
     /// and joins the line at none.
-    fn release_children(&mut self, children: Vec<JobId>, effects: &mut Vec<Effect>) {
+    fn release_children(&mut self, children: Vec<JobId>, at: Millis, effects: &mut Vec<Effect>) {
         for child in children {
             let Some(left) = self.dags.waiting.get_mut(&child) else {
                 continue;
@@ -549,6 +549,7 @@ impl Master {
                 {
                     self.index
                         .enqueue(ready_key(self.order, job, child), self.keyed.key(child));
+                    self.joined_line(child, at);
                     effects.push(Effect::WorkAvailable);
                 }
             }

@@ -155,7 +155,7 @@ fn job_state() -> impl Strategy<Value = JobState> {
 }
 
 prop_compose! {
-    fn config_value()(v in vec(n64(), 12), attempts_max in n32()) -> Config {
+    fn config_value()(v in vec(n64(), 13), attempts_max in n32()) -> Config {
         Config {
             queue_max: v[0],
             input_bytes_max: v[1],
@@ -170,6 +170,7 @@ prop_compose! {
             worker_ttl_ms: v[10],
             timeout_ms_max: v[11],
             attempts_max,
+            locality_wait_ms: v[12],
         }
     }
 }
@@ -214,6 +215,7 @@ prop_compose! {
         module in option::of(module_name()),
         egress in option::of(vec(grant(), 0..2)),
         input_blob in option::of(blob()),
+        trace in option::of(trace_context().prop_map(Box::new)),
     ) -> JobOptions {
         JobOptions {
             limit: limit.map(|(key, running_max, starts_per_second)| KeyLimit {
@@ -225,8 +227,24 @@ prop_compose! {
             module,
             egress,
             input_blob,
+            trace,
         }
     }
+}
+
+fn trace_context() -> impl Strategy<Value = TraceContext> {
+    (
+        any::<[u8; 16]>(),
+        any::<[u8; 8]>(),
+        any::<u8>(),
+        any::<bool>(),
+    )
+        .prop_map(|(trace_id, span_id, flags, link)| TraceContext {
+            trace_id,
+            span_id,
+            flags,
+            link,
+        })
 }
 
 prop_compose! {
@@ -495,8 +513,8 @@ fn command() -> impl Strategy<Value = Command> {
         4 => (job_spec(), request_id(), job_options())
             .prop_map(|(spec, request, options)| Command::Submit { spec, request, options }),
         1 => n64().prop_map(|id| Command::Cancel { id }),
-        4 => (text(), n32(), n32())
-            .prop_map(|(worker, slots, free)| Command::Poll { worker, slots, free }),
+        4 => (text(), n32(), n32(), holds())
+            .prop_map(|(worker, slots, free, holds)| Command::Poll { worker, slots, free, holds }),
         1 => (n64(), n32(), bytes(), option::of(tape_mark()))
             .prop_map(|(id, attempt, data, mark)| Command::Checkpoint { id, attempt, data, mark }),
         2 => (n64(), n32(), recorded_call())
@@ -667,7 +685,14 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         blob().prop_map(|blob| EventKind::BlobKept { blob }),
         digest().prop_map(|digest| EventKind::BlobDropped { digest }),
         vec(digest(), 0..4).prop_map(|digests| EventKind::BlobsCollected { digests }),
+        (text(), holds()).prop_map(|(worker, holds)| EventKind::WorkerHolds { worker, holds }),
     ]
+}
+
+/// What a worker says it holds: the prefixes of the digests the other
+/// strategies name, in any order, repeated or not.
+fn holds() -> impl Strategy<Value = Vec<BlobPrefix>> {
+    vec(digest(), 0..4).prop_map(|digests| digests.iter().map(crate::locality::prefix).collect())
 }
 
 fn tape_mark() -> impl Strategy<Value = TapeMark> {
@@ -797,11 +822,15 @@ prop_compose! {
         egress in vec(grant(), 0..2),
         secrets in vec((secret_name(), bytes()), 0..2),
         (mark, calls, submitted_at) in (tape_mark(), vec(recorded_call(), 0..2), n64()),
-        (readable, blobs) in (vec(secret_name(), 0..2), vec(named_blob(), 0..3)),
+        (readable, blobs, trace) in (
+            vec(secret_name(), 0..2),
+            vec(named_blob(), 0..3),
+            option::of(trace_context()),
+        ),
     ) -> Assignment {
         Assignment {
             id, attempt, worker, module, input, timeout_ms, memory_bytes, checkpoint, egress,
-            secrets, replay: Replay { mark, calls, submitted_at }, readable, blobs,
+            secrets, replay: Replay { mark, calls, submitted_at }, readable, blobs, trace,
         }
     }
 }
@@ -894,7 +923,7 @@ fn answer() -> impl Strategy<Value = Answer> {
                 }
             },
         );
-    let stats = (any::<[u64; JobState::COUNT]>(), vec(n64(), 7)).prop_map(|(jobs, v)| Stats {
+    let stats = (any::<[u64; JobState::COUNT]>(), vec(n64(), 10)).prop_map(|(jobs, v)| Stats {
         jobs,
         submitted_total: v[0],
         attempts_total: v[1],
@@ -903,6 +932,9 @@ fn answer() -> impl Strategy<Value = Answer> {
         result_bytes: v[4],
         blobs_kept: v[5],
         blob_bytes_kept: v[6],
+        input_assignments: v[7],
+        local_assignments: v[8],
+        workers_holding: v[9],
     });
     let worker =
         (text(), n32(), n32(), n64()).prop_map(|(id, slots, running, last_seen)| WorkerView {
@@ -1255,10 +1287,11 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // options, uniqueness holds and start times (0 each), schedules (0),
     // DAGs: the next id (1) and four maps (0 each), deployments: two
     // maps (0 each), egress: four maps (0 each), recorded calls (0),
-    // readable secrets (0), blobs (0) and blobs kept (0).
+    // readable secrets (0), blobs (0), blobs kept (0) and the locality:
+    // two maps and two counters (0 each).
     let tail = [
         [0; 11].as_slice(),
-        &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
     ]
     .concat();
     assert_eq!(empty[empty.len() - tail.len()..], tail);
@@ -1385,6 +1418,7 @@ fn a_job_replaced_under_its_id_with_another_key_polls_without_panic() {
         worker: "w".into(),
         slots: 4,
         free: 4,
+        holds: Vec::new(),
     };
     let decided = std::panic::catch_unwind(|| master.decide(4, &poll));
     assert!(decided.is_ok(), "the poll panicked");

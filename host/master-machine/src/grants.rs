@@ -689,7 +689,7 @@ mod tests {
         // before the recorded calls and readable secrets, version 8
         // before the blobs and version 9 before the blobs kept: four
         // empty maps here, four bytes).
-        let mut old = master.snapshot();
+        let mut old = master.snapshot_v10();
         old.truncate(old.len() - 4 - postcard::to_allocvec(&master.egress).unwrap().len());
         old[0] = 6;
         let restored = Master::restore(&old).unwrap();
@@ -716,7 +716,7 @@ mod tests {
         let old = [&[FORMAT_VERSION_5][..], &granted[1..]].concat();
         assert_eq!(decode_event(&old).unwrap_err().code, codes::UNDECODABLE);
         // Format 5's options end before `egress`: the same bytes less its
-        // absent value (and `input_blob`'s) decode with none.
+        // absent value (and `input_blob`'s and `trace`'s) decode with none.
         let submitted = Event {
             at: 1,
             kind: EventKind::Submitted {
@@ -730,8 +730,8 @@ mod tests {
             },
         };
         let now = encode(&submitted);
-        assert_eq!(now[now.len() - 2..], [0, 0]);
-        let old = [&[FORMAT_VERSION_5][..], &now[1..now.len() - 2]].concat();
+        assert_eq!(now[now.len() - 3..], [0, 0, 0]);
+        let old = [&[FORMAT_VERSION_5][..], &now[1..now.len() - 3]].concat();
         assert_eq!(decode_event(&old), Ok(submitted));
     }
 
@@ -817,7 +817,8 @@ mod tests {
             .egress
             .narrowed
             .insert(7, vec![grant("https://api.example.com/v1/charges")]);
-        let snapshot = master.snapshot();
+        let master = master.before_locality();
+        let snapshot = master.snapshot_v10();
         // Version 7 ended with the egress part, its grants without
         // `record`.
         #[derive(Serialize)]

@@ -196,6 +196,7 @@ impl Master {
             ..done_index
         };
         index.result_bytes += output_bytes;
+        self.retain_locality();
         for (&id, job) in &self.jobs {
             index.counts[job.state as usize] += 1;
             *index.modules.entry(job.spec.module).or_default() += 1;
@@ -236,6 +237,7 @@ impl Master {
                 .index
                 .dequeue(ready_key(self.order, job, id), self.keyed.key(id)),
         }
+        self.left_line(id);
     }
 }
 

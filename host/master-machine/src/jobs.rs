@@ -151,9 +151,10 @@ impl Master {
             result: None,
             checkpoint: None,
         };
-        if options.limit.is_some() || options.unique.is_some() {
+        if options.limit.is_some() || options.unique.is_some() || options.trace.is_some() {
             // The name is recorded with the deployments, and the input
-            // blob with the blobs, not here.
+            // blob with the blobs, not here; the trace context is kept
+            // here for the job's assignments.
             let keyed = JobOptions {
                 module: None,
                 input_blob: None,
@@ -173,6 +174,7 @@ impl Master {
         }
         self.index
             .enqueue(ready_key(self.order, &job, id), self.keyed.key(id));
+        self.joined_line(id, at);
         if let Some(key) = &job.spec.idempotency_key {
             self.index.keys.insert(key.clone(), id);
         }

@@ -31,6 +31,7 @@ mod index;
 mod jobs;
 mod keys;
 pub mod limits;
+pub mod locality;
 pub mod master;
 pub mod protocol;
 mod query;

@@ -232,6 +232,17 @@ pub const BLOBS_COLLECTED_MAX: usize = 1024;
 /// Most blobs one [`Query::Blobs`](crate::Query::Blobs) asks about.
 pub const BLOBS_ASKED_MAX: usize = 1024;
 
+// Data locality (see `crate::locality`).
+/// Most blobs a worker's poll says it holds ([`BlobPrefix`](crate::BlobPrefix)es of 8
+/// bytes: 4 KiB at most): the ones its node used last.
+pub const HOLDS_MAX: usize = 512;
+/// How far into the line of ready jobs a poll looks for jobs to start
+/// when it passes some over for locality: a job whose input the polling
+/// worker holds goes ahead of at most this many before it.
+pub const LOCALITY_SCAN_MAX: usize = 128;
+/// Longest `locality_wait_ms` a configuration may set.
+pub const LOCALITY_WAIT_MS_MAX: Millis = 60_000;
+
 // Snapshots.
 /// The most a part's buffer is allocated with before it is written (a
 /// part asked to be larger grows as it is written).

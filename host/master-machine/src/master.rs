@@ -89,7 +89,9 @@
 //! `uniqueness`, `requests`, [`crate::schedule`], [`crate::dag`],
 //! [`crate::deployments`] (module names), `grants` (egress grants,
 //! secrets and calls), [`crate::tapes`] (recorded calls),
-//! [`crate::blobs`] (the digests of the blobs jobs read and write), `bulk`,
+//! [`crate::blobs`] (the digests of the blobs jobs read and write),
+//! [`crate::locality`] (what workers hold, and which poll a job waits
+//! for), `bulk`,
 //! `tokens`, `query` and `scan` (reads), `index` (what is rebuilt, not
 //! kept), `done` (finished jobs packed), `snapshot` and `restore`, and
 //! `validation` (what commands may ask for).
@@ -111,6 +113,7 @@ use crate::done::Done;
 use crate::grants::Egress;
 use crate::index::Index;
 use crate::keys::Keyed;
+use crate::locality::Locality;
 use crate::protocol::*;
 use crate::requests::Requests;
 use crate::schedule::Schedule;
@@ -186,6 +189,9 @@ pub struct Master {
     /// The blobs the cluster keeps (see [`crate::blobs`]); written after
     /// the jobs' blobs in a snapshot.
     pub(crate) registry: Registry,
+    /// What workers hold and when blob jobs joined the line (see
+    /// [`crate::locality`]); written after the blobs kept in a snapshot.
+    pub(crate) locality: Locality,
     // Indexes, rebuilt from the jobs on restore (not in snapshots).
     pub(crate) index: Index,
     /// How runnable jobs are lined up: a property of the master build, not
@@ -240,6 +246,7 @@ impl Master {
             tapes: Tapes::default(),
             blobs: Blobs::default(),
             registry: Registry::default(),
+            locality: Locality::default(),
             index: Index::default(),
             order: Order::default(),
         }
@@ -301,7 +308,8 @@ impl Master {
                 worker,
                 slots,
                 free,
-            } => self.decide_poll(now, worker, *slots, *free),
+                holds,
+            } => self.decide_poll(now, worker, *slots, *free, holds),
             Command::Checkpoint {
                 id,
                 attempt,
@@ -463,11 +471,11 @@ impl Master {
                 self.apply_expired(*id, *attempt, code, at, effects)
             }
             EventKind::Cancelled { id } => self.cancel(*id, None, at, effects),
-            EventKind::Released { id } => self.apply_released(*id, effects),
+            EventKind::Released { id } => self.apply_released(*id, at, effects),
             EventKind::WorkerSeen { worker, slots } => self.apply_worker_seen(worker, *slots, at),
             EventKind::WorkerLost { worker } => self.apply_worker_lost(worker, at, effects),
             EventKind::Retried { id, max_attempts } => {
-                self.apply_retried(*id, *max_attempts, effects)
+                self.apply_retried(*id, *max_attempts, at, effects)
             }
             EventKind::Purged { id } => self.apply_purged(*id, at),
             EventKind::Deployed {
@@ -496,6 +504,7 @@ impl Master {
             EventKind::BlobKept { blob } => self.apply_blob_kept(blob, at),
             EventKind::BlobDropped { digest } => self.apply_blob_dropped(digest),
             EventKind::BlobsCollected { digests } => self.apply_blobs_collected(digests),
+            EventKind::WorkerHolds { worker, holds } => self.apply_worker_holds(worker, holds),
         }
     }
 

@@ -29,13 +29,19 @@
 //! ([`JobOptions::input_blob`] a fifth field of the options, the blob a
 //! job reads; [`Outcome::Wrote`], a success that wrote output blobs, at
 //! the end of its enum; an [`Assignment`] carries the [`NamedBlob`]s the
-//! attempt may read, views and [`Finished`] a job's blobs); 9 (now), the
+//! attempt may read, views and [`Finished`] a job's blobs); 9, the
 //! blobs the cluster keeps (`KeepBlob`, `DropBlob`, `BlobKept`,
 //! `BlobDropped`, `BlobsCollected`, `Query::Blobs` and its answer, at the
-//! end of their enums; see [`crate::blobs`]). Events are the
+//! end of their enums; see [`crate::blobs`]); 10 (now), data locality
+//! (`Poll` carries what the worker holds, `WorkerHolds` at the end of its
+//! enum, [`Config::locality_wait_ms`] a last field of the configuration,
+//! [`Stats`] three last fields; see [`crate::locality`]) and trace
+//! contexts ([`JobOptions::trace`], a sixth field of the options, handed
+//! to each attempt in its [`Assignment`]). Events are the
 //! only messages kept on disk, so [`decode_event`] still reads formats 1
-//! to 8 (whose `Submitted` lacks what came later, and whose options
-//! before 5 have two fields: they decode with `module: None`); every other
+//! to 9 (whose `Submitted` lacks what came later, whose options
+//! before 5 have two fields: they decode with `module: None`, and whose
+//! `Configured` has no `locality_wait_ms`: it decodes as 0); every other
 //! message of an older format is refused as an unknown version (nodes of
 //! one cluster run one format).
 //!
@@ -55,7 +61,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 9;
+pub const FORMAT_VERSION: u8 = 10;
+
+/// The ninth format: the current types without data locality (`Poll`'s
+/// `holds`, `WorkerHolds` at the end of its enum, [`Config`]'s last field
+/// `locality_wait_ms`); its events still decode ([`decode_event`]).
+pub const FORMAT_VERSION_9: u8 = 9;
 
 /// The eighth format: the current types without the blob registry
 /// (`KeepBlob`, `DropBlob`, their events, `Query::Blobs` and its answer,
@@ -102,6 +113,10 @@ pub type JobId = u64;
 /// A sha256: a module's, or a blob's.
 pub type Digest = [u8; 32];
 
+/// A blob's digest's first 8 bytes: how a worker says which blobs it
+/// holds ([`Command::Poll`]'s `holds`; see [`crate::locality`]).
+pub type BlobPrefix = [u8; 8];
+
 /// Milliseconds since the Unix epoch, as passed in by the host.
 pub type Millis = u64;
 
@@ -138,7 +153,9 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Rejection> {
 /// grants before format 7 had no `record` (they decode with `record:
 /// None`, the default). Every other event of an older format has the same
 /// bytes in this one. What was added since a format (an event kind, or
-/// [`Outcome::Wrote`]) is refused in its bytes, which never held it.
+/// [`Outcome::Wrote`]) is refused in its bytes, which never held it. A
+/// [`Config`] of a format before 10 has no `locality_wait_ms` (it decodes
+/// as 0: no waiting for locality, as then).
 pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
     let (format, body) = match bytes.split_first() {
         Some((&format, body)) if (FORMAT_VERSION_1..FORMAT_VERSION).contains(&format) => {
@@ -146,6 +163,11 @@ pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
         }
         _ => return decode(bytes),
     };
+    legacy::config(false, || decode_older(format, body))
+}
+
+/// [`decode_event`] of the bytes of an older `format`.
+fn decode_older(format: u8, body: &[u8]) -> Result<Event, Rejection> {
     let event = match format {
         FORMAT_VERSION_1 => older::event(body, older::FORMAT_1)?,
         FORMAT_VERSION_2 => older::event(body, older::FORMAT_2)?,
@@ -156,6 +178,7 @@ pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
                 FORMAT_VERSION_5 => 3,
                 FORMAT_VERSION_6 => 4,
                 FORMAT_VERSION_7 => 5,
+                FORMAT_VERSION_8 | FORMAT_VERSION_9 => 6,
                 _ => legacy::FIELDS_NOW,
             };
             legacy::options(fields, || postcard::from_bytes(body)).map_err(|error| {
@@ -168,7 +191,8 @@ pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
 
 /// `event`, unless it holds what came after `format`: a kind added since
 /// (deployments in 5, egress in 6, recorded calls and shared secrets in
-/// 7, the blob registry in 9) or a success with output blobs (8), which
+/// 7, the blob registry in 9, what workers hold in 10) or a success with
+/// output blobs (8), which
 /// bytes of that format never held.
 fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
     let (added, what) = match &event.kind {
@@ -190,7 +214,8 @@ fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
         } => (FORMAT_VERSION_8, "a success with output blobs"),
         EventKind::BlobKept { .. }
         | EventKind::BlobDropped { .. }
-        | EventKind::BlobsCollected { .. } => (FORMAT_VERSION_8 + 1, "a blob registry event"),
+        | EventKind::BlobsCollected { .. } => (FORMAT_VERSION_9, "a blob registry event"),
+        EventKind::WorkerHolds { .. } => (FORMAT_VERSION_9 + 1, "a locality event"),
         _ => return Ok(event),
     };
     if format >= added {
@@ -648,7 +673,11 @@ impl core::fmt::Display for Rejection {
 /// Tunables of the master. They are part of its state (set by the
 /// [`Command::Configure`] event), so replay uses the values that were in
 /// force when each event happened.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Its `Deserialize` is written by hand (in `legacy`): bytes of formats
+/// before 10 and snapshots before version 11 end before
+/// `locality_wait_ms`, and decode with it 0.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Config {
     /// Most jobs waiting to run (queued or backing off) at once.
     pub queue_max: u64,
@@ -677,6 +706,10 @@ pub struct Config {
     pub timeout_ms_max: u64,
     /// Largest `max_attempts` a job may ask for.
     pub attempts_max: u32,
+    /// Longest a ready job whose input blob another free worker holds is
+    /// passed over by the workers that do not hold it (0: never; see
+    /// [`crate::locality`]).
+    pub locality_wait_ms: u64,
 }
 
 impl Default for Config {
@@ -695,6 +728,7 @@ impl Default for Config {
             worker_ttl_ms: 10_000,
             timeout_ms_max: 3_600_000,
             attempts_max: 100,
+            locality_wait_ms: 1_000,
         }
     }
 }
@@ -722,13 +756,16 @@ pub struct JobSpec {
 /// shared by every job with the same key, uniqueness, and the module by
 /// its deployment name. None by default.
 ///
-/// Its `Deserialize` is written by hand (in `legacy`): bytes of formats
+/// Its `Serialize` and `Deserialize` are written by hand (in `legacy`;
+/// tests write older bytes with the first): bytes of formats
 /// before 5 (events) and of snapshots before version 6 hold the first two
 /// fields only, and decode with `module: None`; those of format 5 and
 /// snapshot version 6 the first three, and decode with `egress: None`;
 /// those of formats 6 and 7 and snapshot versions 7 and 8 the first four,
-/// and decode with `input_blob: None`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// and decode with `input_blob: None`; those of formats 8 and 9 and
+/// snapshot versions 9 and 10 the first five, and decode with `trace:
+/// None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobOptions {
     /// Limits on the jobs that share a key, enforced cluster-wide.
     pub limit: Option<KeyLimit>,
@@ -746,6 +783,30 @@ pub struct JobOptions {
     /// before submission, which checks that it exists; the master keeps
     /// its digest and size only, see [`crate::blobs`]).
     pub input_blob: Option<Blob>,
+    /// The W3C trace context the job's spans join (see [`TraceContext`]);
+    /// the host sets it, the master keeps it and hands it to each attempt.
+    /// Boxed: commands and events stay small when no job is traced.
+    pub trace: Option<Box<TraceContext>>,
+}
+
+/// A job's W3C trace context (`traceparent`, without `tracestate`): the
+/// span its submission made (or the one its client sent), kept with the
+/// job so that every attempt, on whichever worker and after whichever
+/// fail-over, reports into the trace of its submission. 26 bytes of
+/// fixed size; the master never reads it but to refuse zero ids
+/// (`validation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceContext {
+    /// The trace's id (not all zero).
+    pub trace_id: [u8; 16],
+    /// The parent span's id (not all zero).
+    pub span_id: [u8; 8],
+    /// The W3C trace flags (bit 0: sampled).
+    pub flags: u8,
+    /// The job's spans start a trace of their own that links to this
+    /// context instead of joining it (a schedule's firings link to the
+    /// request that created the schedule).
+    pub link: bool,
 }
 
 /// A blob as the master knows it: its digest and size, never its bytes.
@@ -771,27 +832,28 @@ pub struct NamedBlob {
 }
 
 /// The hand-written `Deserialize` of [`JobOptions`]: `limit`, `unique`,
-/// then `module`, `egress` and `input_blob` as far as the bytes being
-/// decoded have them (events of formats before 5 and snapshots before
-/// version 6: none; format 5 and version 6: `module` only; formats 6 and
-/// 7 and versions 7 and 8: not `input_blob`), which [`legacy::options`]
+/// then `module`, `egress`, `input_blob` and `trace` as far as the bytes
+/// being decoded have them (events of formats before 5 and snapshots
+/// before version 6: none; format 5 and version 6: `module` only; formats
+/// 6 and 7 and versions 7 and 8: not `input_blob`; formats 8 and 9 and
+/// versions 9 and 10: not `trace`), which [`legacy::options`]
 /// says for the decoding it wraps. Postcard lets a struct's visitor stop
 /// before its last field, so the older bytes decode as they are, with the
 /// later fields `None`.
 pub(crate) mod legacy {
-    use super::{Blob, HttpGrant, JobOptions, KeyLimit, Unique};
+    use super::{Blob, HttpGrant, JobOptions, KeyLimit, TraceContext, Unique};
     use serde::Deserialize;
     use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
     use std::cell::Cell;
 
-    /// What the bytes of this format hold: [`JobOptions`] with their five
-    /// fields, and [`HttpGrant`]s with their last, `record` (6).
-    pub(crate) const FIELDS_NOW: u8 = 6;
+    /// What the bytes of this format hold: [`JobOptions`] with their six
+    /// fields, and [`HttpGrant`]s with their last, `record` (7).
+    pub(crate) const FIELDS_NOW: u8 = 7;
 
     thread_local! {
         /// How many fields the [`JobOptions`] being decoded have: 2 to 4;
         /// 5: four, and grants have `record`; 6: five (`input_blob`), and
-        /// grants have `record`.
+        /// grants have `record`; 7: six (`trace`), and grants have `record`.
         static FIELDS_KEPT: Cell<u8> = const { Cell::new(FIELDS_NOW) };
     }
 
@@ -799,6 +861,110 @@ pub(crate) mod legacy {
     /// (bytes of format 7 and snapshots of version 8 on).
     pub(crate) fn grants_record() -> bool {
         FIELDS_KEPT.with(Cell::get) >= 5
+    }
+
+    thread_local! {
+        /// Whether the [`Config`](super::Config) being decoded has
+        /// `locality_wait_ms` (bytes of format 10 and snapshots of
+        /// version 11 on).
+        static CONFIG_LOCALITY: Cell<bool> = const { Cell::new(true) };
+    }
+
+    /// Runs `decode` with [`Config`](super::Config)s read with
+    /// `locality_wait_ms` or without it (then 0); puts back what was in
+    /// force after, even if `decode` panics.
+    pub(crate) fn config<T>(locality: bool, decode: impl FnOnce() -> T) -> T {
+        struct Restore(bool);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                CONFIG_LOCALITY.with(|cell| cell.set(self.0));
+            }
+        }
+        let _restore = Restore(CONFIG_LOCALITY.with(|cell| cell.replace(locality)));
+        decode()
+    }
+
+    /// The fields of [`Config`](super::Config), in order, each with how to
+    /// read it and where it goes: `locality_wait_ms`, the last, is not in
+    /// the bytes of formats before 10 (postcard writes a struct as its
+    /// fields one after the other, so older bytes end just before it).
+    macro_rules! config_fields {
+        ($($field:ident: $ty:ty),* $(,)?) => {
+            const CONFIG_FIELDS: &[&str] = &[$(stringify!($field)),*];
+
+            #[derive(Deserialize)]
+            #[serde(field_identifier, rename_all = "snake_case")]
+            #[allow(non_camel_case_types)]
+            enum ConfigField {
+                $($field,)*
+                #[serde(other)]
+                Other,
+            }
+
+            struct ConfigVisitor;
+
+            impl<'de> Visitor<'de> for ConfigVisitor {
+                type Value = super::Config;
+
+                fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    formatter.write_str("struct Config")
+                }
+
+                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<super::Config, A::Error> {
+                    let locality = CONFIG_LOCALITY.with(Cell::get);
+                    let mut config = super::Config::default();
+                    let mut at = 0;
+                    $(
+                        if stringify!($field) != "locality_wait_ms" || locality {
+                            config.$field = seq
+                                .next_element::<$ty>()?
+                                .ok_or_else(|| de::Error::invalid_length(at, &self))?;
+                        } else {
+                            config.$field = 0;
+                        }
+                        at += 1;
+                    )*
+                    let _ = at;
+                    Ok(config)
+                }
+
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<super::Config, A::Error> {
+                    let mut config = super::Config::default();
+                    while let Some(field) = map.next_key()? {
+                        match field {
+                            $(ConfigField::$field => config.$field = map.next_value()?,)*
+                            ConfigField::Other => {
+                                map.next_value::<de::IgnoredAny>()?;
+                            }
+                        }
+                    }
+                    Ok(config)
+                }
+            }
+        };
+    }
+
+    config_fields! {
+        queue_max: u64,
+        input_bytes_max: u64,
+        result_bytes_max: u64,
+        checkpoint_bytes_max: u64,
+        retention_ms: u64,
+        finished_max: u64,
+        results_bytes_total_max: u64,
+        backoff_base_ms: u64,
+        backoff_max_ms: u64,
+        lease_grace_ms: u64,
+        worker_ttl_ms: u64,
+        timeout_ms_max: u64,
+        attempts_max: u32,
+        locality_wait_ms: u64,
+    }
+
+    impl<'de> Deserialize<'de> for super::Config {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_struct("Config", CONFIG_FIELDS, ConfigVisitor)
+        }
     }
 
     /// Runs `decode` with [`JobOptions`] read as their first `fields`
@@ -817,7 +983,45 @@ pub(crate) mod legacy {
         decode()
     }
 
-    const FIELDS: &[&str] = &["limit", "unique", "module", "egress", "input_blob"];
+    const FIELDS: &[&str] = &["limit", "unique", "module", "egress", "input_blob", "trace"];
+
+    thread_local! {
+        /// Whether [`JobOptions`] are written with `trace` (always, but in
+        /// tests making the bytes of an older format: [`written_before_trace`]).
+        static TRACE_WRITTEN: Cell<bool> = const { Cell::new(true) };
+    }
+
+    /// Runs `encode` with [`JobOptions`] written as formats before 10 and
+    /// snapshots before version 11 hold them (without `trace`), for tests
+    /// that make such bytes.
+    #[cfg(test)]
+    pub(crate) fn written_before_trace<T>(encode: impl FnOnce() -> T) -> T {
+        struct Restore(bool);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                TRACE_WRITTEN.with(|cell| cell.set(self.0));
+            }
+        }
+        let _restore = Restore(TRACE_WRITTEN.with(|cell| cell.replace(false)));
+        encode()
+    }
+
+    impl serde::Serialize for JobOptions {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeStruct;
+            let trace = TRACE_WRITTEN.with(Cell::get);
+            let mut out = serializer.serialize_struct("JobOptions", 5 + usize::from(trace))?;
+            out.serialize_field("limit", &self.limit)?;
+            out.serialize_field("unique", &self.unique)?;
+            out.serialize_field("module", &self.module)?;
+            out.serialize_field("egress", &self.egress)?;
+            out.serialize_field("input_blob", &self.input_blob)?;
+            if trace {
+                out.serialize_field("trace", &self.trace)?;
+            }
+            out.end()
+        }
+    }
 
     #[derive(Deserialize)]
     #[serde(field_identifier, rename_all = "snake_case")]
@@ -827,6 +1031,7 @@ pub(crate) mod legacy {
         Module,
         Egress,
         InputBlob,
+        Trace,
         #[serde(other)]
         Other,
     }
@@ -860,12 +1065,17 @@ pub(crate) mod legacy {
                 true => seq.next_element::<Option<Blob>>()?.flatten(),
                 false => None,
             };
+            let trace = match fields >= 7 {
+                true => seq.next_element::<Option<Box<TraceContext>>>()?.flatten(),
+                false => None,
+            };
             Ok(JobOptions {
                 limit,
                 unique,
                 module,
                 egress,
                 input_blob,
+                trace,
             })
         }
 
@@ -878,6 +1088,7 @@ pub(crate) mod legacy {
                     Field::Module => options.module = map.next_value()?,
                     Field::Egress => options.egress = map.next_value()?,
                     Field::InputBlob => options.input_blob = map.next_value()?,
+                    Field::Trace => options.trace = map.next_value()?,
                     Field::Other => {
                         map.next_value::<de::IgnoredAny>()?;
                     }
@@ -1000,6 +1211,11 @@ pub enum Command {
         slots: u32,
         /// Jobs it can start now.
         free: u32,
+        /// The blobs its node holds, by [`BlobPrefix`] (at most
+        /// [`HOLDS_MAX`](crate::limits::HOLDS_MAX), the ones it used last;
+        /// empty: none). The master prefers to start a job where its input
+        /// blob is ([`crate::locality`]).
+        holds: Vec<BlobPrefix>,
     },
     /// A running attempt saved a checkpoint.
     Checkpoint {
@@ -1692,6 +1908,14 @@ pub enum EventKind {
         /// Their sha256s.
         digests: Vec<Digest>,
     },
+    /// A worker's poll said it holds other blobs than the master knew
+    /// (see [`crate::locality`]).
+    WorkerHolds {
+        /// The worker.
+        worker: String,
+        /// What it holds now, sorted (empty: nothing).
+        holds: Vec<BlobPrefix>,
+    },
 }
 
 /// The reply to a command's sender, sent once its events are durable.
@@ -1794,6 +2018,9 @@ pub struct Assignment {
     /// `parents`, outputs in the order the parent wrote them (see
     /// [`crate::blobs`]).
     pub blobs: Vec<NamedBlob>,
+    /// The job's trace context ([`JobOptions::trace`]), for the attempt's
+    /// spans.
+    pub trace: Option<TraceContext>,
 }
 
 /// A call whose response a job saw only once it was durable: what a later
@@ -2282,6 +2509,13 @@ pub struct Stats {
     pub blobs_kept: u64,
     /// Their bytes in all (on each node that holds a copy).
     pub blob_bytes_kept: u64,
+    /// Attempts started of jobs with an input blob.
+    pub input_assignments: u64,
+    /// Of those, the ones started on a worker that said it held the input
+    /// (see [`crate::locality`]).
+    pub local_assignments: u64,
+    /// Known workers whose last poll said their node holds blobs.
+    pub workers_holding: u64,
 }
 
 /// A known worker.

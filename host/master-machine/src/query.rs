@@ -219,6 +219,9 @@ impl Master {
             result_bytes: self.index.result_bytes,
             blobs_kept,
             blob_bytes_kept,
+            input_assignments: self.locality.input_assignments,
+            local_assignments: self.locality.local_assignments,
+            workers_holding: self.locality.holds.len() as u64,
         }
     }
 

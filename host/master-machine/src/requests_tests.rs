@@ -141,7 +141,7 @@ fn a_snapshot_keeps_the_request_ids_and_older_versions_have_none() {
     assert!(restored.requests.is_empty());
 
     // Version 2: the state and the tokens, no request ids.
-    let mut version_2 = master.encode_state(vec![2]);
+    let mut version_2 = master.encode_state_v10(vec![2]);
     version_2 = postcard::to_extend(&master.tokens, version_2).unwrap();
     let mut old = Master::restore(&version_2).unwrap();
     assert!(old.requests.is_empty());
@@ -223,7 +223,7 @@ fn events_of_format_2_replay_without_options() {
         codes::UNKNOWN_VERSION
     );
     // This format's `Submitted` is format 2's followed by the options
-    // (five absent fields).
+    // (six absent fields).
     let now = encode(&Event {
         at: 7,
         kind: EventKind::Submitted {
@@ -233,7 +233,7 @@ fn events_of_format_2_replay_without_options() {
             options: JobOptions::default(),
         },
     });
-    assert_eq!(now[1..now.len() - 5], submitted[1..]);
+    assert_eq!(now[1..now.len() - 6], submitted[1..]);
 }
 
 #[test]
@@ -262,7 +262,7 @@ fn a_snapshot_keeps_what_keys_hold_and_version_3_has_none() {
     assert_eq!(restored.startable(T + 2, 4), Vec::<JobId>::new());
 
     // Version 3: no options; the jobs run without limits.
-    let mut version_3 = master.encode_state(vec![3]);
+    let mut version_3 = master.encode_state_v10(vec![3]);
     version_3 = postcard::to_extend(&master.tokens, version_3).unwrap();
     version_3 = postcard::to_extend(&master.requests, version_3).unwrap();
     let mut old = Master::restore(&version_3).unwrap();
@@ -344,7 +344,7 @@ fn a_version_4_snapshot_restores_without_schedules_or_dags() {
         create_schedule("s", every, Overlap::Skip, 0),
     )
     .unwrap();
-    let mut version_4 = master.encode_state(vec![4]);
+    let mut version_4 = master.encode_state_v10(vec![4]);
     version_4 = postcard::to_extend(&master.tokens, version_4).unwrap();
     version_4 = postcard::to_extend(&master.requests, version_4).unwrap();
     version_4 = postcard::to_extend(&master.keyed, version_4).unwrap();

@@ -36,7 +36,9 @@ use crate::snapshot::{Head, SNAPSHOT_VERSION, Tail};
 /// schedules and DAGs (5), the deployments and the jobs submitted by a
 /// module name (6), the egress grants and calls (7), the recorded calls
 /// and the secrets jobs may read (8), the jobs' blobs (9), the blobs the
-/// cluster keeps (10; before it, those the jobs and schedules name).
+/// cluster keeps (10; before it, those the jobs and schedules name), what
+/// workers hold and when blob jobs joined the line (11; before it,
+/// nothing, and a [`Config`] without `locality_wait_ms`).
 /// The registry's counts of names are rebuilt at the end.
 #[derive(Debug, Default)]
 pub struct Restoring {
@@ -76,6 +78,7 @@ enum Stage {
     Tapes,
     Blobs,
     Kept,
+    Locality,
     End,
 }
 
@@ -189,16 +192,21 @@ impl Restoring {
     /// Decodes the next item from `bytes`: the bytes after it, or `None`
     /// if they end within it. [`JobOptions`] (in the keys and schedules)
     /// have no `module` before version 6, no `egress` before 7 and no
-    /// `input_blob` before 9, and grants no `record` before 8.
+    /// `input_blob` before 9 and no `trace` before 11, and grants no
+    /// `record` before 8.
     fn step<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<&'a [u8]>, Rejection> {
         let fields = match self.version {
             ..6 => 2,
             6 => 3,
             7 => 4,
             8 => 5,
+            9 | 10 => 6,
             _ => crate::protocol::legacy::FIELDS_NOW,
         };
-        crate::protocol::legacy::options(fields, || self.read_item(bytes))
+        let locality = self.version >= 11;
+        crate::protocol::legacy::config(locality, || {
+            crate::protocol::legacy::options(fields, || self.read_item(bytes))
+        })
     }
 
     /// [`step`](Self::step) in the format of the snapshot's version.
@@ -264,6 +272,11 @@ impl Restoring {
             Stage::Kept => {
                 let (kept, rest) = taken!(take(bytes));
                 self.kept = kept;
+                Ok(Some((self.after(10, Stage::Locality), rest)))
+            }
+            Stage::Locality => {
+                let (locality, rest) = taken!(take(bytes));
+                self.master.locality = crate::locality::bounded(locality);
                 Ok(Some((Stage::End, rest)))
             }
             Stage::End => return Ok(None),

@@ -59,6 +59,7 @@ pub const SCRIPTS: &[(&str, &str)] = &embed![
     "grants-travel-with-a-deployment-name-to-each-attempt-and-calls-are-recorded.txt",
     "recorded-calls-replayed-to-the-next-attempt.txt",
     "jobs-read-an-input-blob-and-dag-children-read-their-parents-output-blobs.txt",
+    "a-job-starts-where-its-input-blob-is-waiting-a-bounded-time-for-it.txt",
 ];
 
 /// Every script, read, with its file name.

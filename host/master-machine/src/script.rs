@@ -31,7 +31,8 @@
 //!
 //! * `submit seq=N [JOB] [OPTIONS]`: [`Command::Submit`] as request `seq`
 //!   (its origin is the one [`parse`] is given).
-//! * `poll worker=W free=N [slots=4]`
+//! * `poll worker=W free=N [slots=4] [holds=N,...]` (`holds`: the blobs
+//!   with the digests `[N; 32]` its node holds; see [`crate::locality`])
 //! * `finish id=N attempt=N worker=W ok=OUTPUT [blobs=NAME:N:SIZE,...]`
 //!   (the output blobs it wrote, each with the digest `[N; 32]`:
 //!   [`Outcome::Wrote`]) or `... failed=CODE [message="CODE happened"]`,
@@ -435,6 +436,12 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
             let mut command = poll(&args.need_text("worker")?, args.need_number("free")?);
             if let (Command::Poll { slots, .. }, Some(n)) = (&mut command, args.number("slots")?) {
                 *slots = n;
+            }
+            if let (Command::Poll { holds, .. }, Some(text)) = (&mut command, args.text("holds")?) {
+                let digests = (text.split(','))
+                    .map(|n| number::<u8>("holds", n).map(|n| [n; 32]))
+                    .collect::<Result<Vec<Digest>, _>>()?;
+                *holds = crate::locality::holds_of(&digests);
             }
             command
         }
@@ -847,6 +854,7 @@ fn options(args: &mut Args) -> Result<JobOptions, String> {
         module,
         egress,
         input_blob,
+        trace: None,
     })
 }
 
@@ -981,9 +989,14 @@ mod tests {
             Command::Poll {
                 worker: "w".into(),
                 slots: 2,
-                free: 1
+                free: 1,
+                holds: Vec::new(),
             }
         );
+        let Command::Poll { holds, .. } = command("> at 5 poll worker=w free=1 holds=9,3") else {
+            panic!("a poll")
+        };
+        assert_eq!(holds, vec![[3; 8], [9; 8]]);
     }
 
     #[test]

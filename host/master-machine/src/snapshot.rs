@@ -5,7 +5,7 @@
 //! the bytes a derived `Serialize` of the whole state wrote before
 //! finished jobs were packed, so every snapshot version reads the same
 //! way, and later parts (tokens, request ids, keys, schedules, DAGs,
-//! deployments, grants, recorded calls, blobs, blobs kept) were
+//! deployments, grants, recorded calls, blobs, blobs kept, locality) were
 //! appended one version at a time ([`SNAPSHOT_VERSION`]).
 //!
 //! Invariants: the parts of a snapshot written with a [`SnapshotCursor`]
@@ -30,7 +30,10 @@ use crate::workers::Worker;
 /// and the jobs submitted by a module name, then egress grants and calls,
 /// then recorded calls and the secrets jobs may read, then the jobs'
 /// blobs (digests and sizes; its [`JobOptions`] have `input_blob`), then
-/// the blobs the cluster keeps. Older snapshots are still read: version 9
+/// the blobs the cluster keeps, then what workers hold and when jobs with
+/// an input blob joined the line (and [`Config`] has `locality_wait_ms`).
+/// Older snapshots are still read: version 10 (no locality: none known,
+/// and a [`Config`] without `locality_wait_ms`, read as 0), version 9
 /// (no blobs kept but those its jobs and schedules name, which are kept
 /// as named), version 8 (no blobs; its [`JobOptions`], in
 /// the keys and the schedules, have no `input_blob`), version 7 (no
@@ -40,7 +43,7 @@ use crate::workers::Worker;
 /// the schedules, have no `module`), version 4 (no schedules or DAGs),
 /// version 3 (no keys), version 2 (tokens, no request ids) and version 1
 /// (the state alone, from before tokens existed).
-pub const SNAPSHOT_VERSION: u8 = 10;
+pub const SNAPSHOT_VERSION: u8 = 11;
 
 /// The fields of [`Master`] before its jobs, as its snapshot holds them.
 #[derive(Serialize)]
@@ -186,11 +189,53 @@ impl Master {
         });
     }
 
+    /// The snapshot as version 10 wrote it: without the locality, and
+    /// with a [`Config`] without `locality_wait_ms` (what tests of older
+    /// versions start from; see [`Master::before_locality`]).
+    #[cfg(test)]
+    pub(crate) fn snapshot_v10(&self) -> Vec<u8> {
+        // Its options have no `trace` either.
+        let now = crate::protocol::legacy::written_before_trace(|| self.snapshot());
+        let config = postcard::to_allocvec(&self.config).expect("postcard encoding into a Vec");
+        let wait = postcard::to_allocvec(&self.config.locality_wait_ms).expect("encoded");
+        let locality = postcard::to_allocvec(&self.locality).expect("encoded");
+        let head_end = 1 + config.len();
+        [
+            &[10][..],
+            &now[1..head_end - wait.len()],
+            &now[head_end..now.len() - locality.len()],
+        ]
+        .concat()
+    }
+
+    /// This master as a snapshot of version 10 or older restores it: no
+    /// locality known, and no waiting for it.
+    #[cfg(test)]
+    pub(crate) fn before_locality(&self) -> Master {
+        let mut master = self.clone();
+        master.config.locality_wait_ms = 0;
+        master.locality = Default::default();
+        master
+    }
+
     /// [`write_state`](Self::write_state) after `out`.
     #[cfg(test)]
     pub(crate) fn encode_state(&self, mut out: Vec<u8>) -> Vec<u8> {
         self.write_state(&mut out);
         out
+    }
+
+    /// [`encode_state`](Self::encode_state) as versions before 11 wrote
+    /// it: a [`Config`] without `locality_wait_ms`.
+    #[cfg(test)]
+    pub(crate) fn encode_state_v10(&self, out: Vec<u8>) -> Vec<u8> {
+        let start = out.len();
+        let mut bytes = self.encode_state(out);
+        let config = postcard::to_allocvec(&self.config).expect("postcard encoding into a Vec");
+        let wait = postcard::to_allocvec(&self.config.locality_wait_ms).expect("encoded");
+        let end = start + config.len();
+        bytes.drain(end - wait.len()..end);
+        bytes
     }
 
     /// Writes the snapshot from `cursor` on into `sink`, until it holds
@@ -202,7 +247,7 @@ impl Master {
     /// (a map: their count, then each id and request), the keys, the
     /// schedules, the DAGs, the deployments, the egress grants and
     /// calls, the recorded calls with the secrets jobs may read, the
-    /// jobs' blobs, and the blobs the cluster keeps.
+    /// jobs' blobs, the blobs the cluster keeps, and the locality.
     fn write_part(&self, sink: &mut impl Sink, cursor: &mut SnapshotCursor, bytes_max: usize) {
         let bytes_max = bytes_max.max(1);
         loop {
@@ -241,6 +286,7 @@ impl Master {
                     sink.put(&(&self.tapes, &self.egress.readable));
                     sink.put(&self.blobs);
                     sink.put(&self.registry.kept);
+                    sink.put(&self.locality);
                     *cursor = SnapshotCursor::End;
                 }
                 SnapshotCursor::End => return,
@@ -268,7 +314,7 @@ impl Master {
     /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs) ++
     /// postcard(deployments) ++ postcard(grants and calls) ++
     /// postcard((recorded calls, readable secrets)) ++ postcard(blobs) ++
-    /// postcard(kept blobs)`.
+    /// postcard(kept blobs) ++ postcard(locality)`.
     ///
     /// Measured first, then written into a buffer of that size: grown by
     /// doubling, the buffer of a snapshot of a million finished jobs took

@@ -48,6 +48,7 @@ pub fn limited(key: &str, running_max: Option<u32>, starts_per_second: Option<u3
         module: None,
         egress: None,
         input_blob: None,
+        trace: None,
     }
 }
 
@@ -62,15 +63,18 @@ pub fn unique(key: &str, window_ms: u64) -> JobOptions {
         module: None,
         egress: None,
         input_blob: None,
+        trace: None,
     }
 }
 
-/// A `Poll` from worker `w` with `free` free slots out of 4.
+/// A `Poll` from worker `w` with `free` free slots out of 4, holding no
+/// blob.
 pub fn poll(w: &str, free: u32) -> Command {
     Command::Poll {
         worker: w.into(),
         slots: 4,
         free,
+        holds: Vec::new(),
     }
 }
 

@@ -550,6 +550,7 @@ fn recorded_calls_survive_a_snapshot_and_a_version_7_one_restores_with_none() {
     let tapes = postcard::to_allocvec(&(&run.master.tapes, &run.master.egress.readable)).unwrap();
     let blobs = postcard::to_allocvec(&run.master.blobs).unwrap();
     let kept = postcard::to_allocvec(&run.master.registry.kept).unwrap();
+    let snapshot = run.master.snapshot_v10();
     let mut old = snapshot[..snapshot.len() - tapes.len() - blobs.len() - kept.len()].to_vec();
     old[0] = 7;
     let restored = Master::restore(&old).unwrap();
@@ -557,7 +558,7 @@ fn recorded_calls_survive_a_snapshot_and_a_version_7_one_restores_with_none() {
     assert_eq!(
         Master {
             tapes: Tapes::new(),
-            ..run.master.clone()
+            ..run.master.before_locality()
         },
         restored
     );

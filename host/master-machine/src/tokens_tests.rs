@@ -71,7 +71,7 @@ fn first_format_snapshots_still_restore_without_tokens() {
     let submit = crate::scenarios::submit(1, crate::scenarios::spec(1, b"x"));
     run(&mut master, 1, submit).unwrap();
     // Version 1 was `encode(&master)` when that wrote format byte 1.
-    let old_format = master.encode_state(vec![1]);
+    let old_format = master.encode_state_v10(vec![1]);
     let restored = Master::restore(&old_format).unwrap();
     assert_eq!(restored.stats(), master.stats());
     assert!(tokens(&restored).is_empty());

@@ -14,8 +14,8 @@
 
 use crate::limits::{
     ATTEMPTS_MAX_MAX, CONFIG_DURATION_MS_MAX, FILTER_IDS_MAX, FILTER_TEXT_BYTES_MAX,
-    IDEMPOTENCY_KEY_BYTES_MAX, KEY_BYTES_MAX, KEY_LIMIT_MAX, TOKEN_ID_BYTES_MAX,
-    TOKEN_NAME_BYTES_MAX, UNIQUE_WINDOW_MS_MAX,
+    IDEMPOTENCY_KEY_BYTES_MAX, KEY_BYTES_MAX, KEY_LIMIT_MAX, LOCALITY_WAIT_MS_MAX,
+    TOKEN_ID_BYTES_MAX, TOKEN_NAME_BYTES_MAX, UNIQUE_WINDOW_MS_MAX,
 };
 use std::collections::BTreeSet;
 
@@ -68,6 +68,13 @@ pub(crate) fn validate_options(options: &JobOptions) -> Result<(), Rejection> {
         }
         Ok(())
     };
+    // W3C: a context with a zero trace or span id is invalid; the host
+    // never sends one (it ignores such a `traceparent`).
+    if let Some(trace) = &options.trace
+        && (trace.trace_id == [0; 16] || trace.span_id == [0; 8])
+    {
+        return reject(codes::INVALID_JOB, "trace context with a zero id");
+    }
     if let Some(limit) = &options.limit {
         key("limit.key", &limit.key)?;
         if limit.running_max.is_none() && limit.starts_per_second.is_none() {
@@ -225,6 +232,12 @@ pub(crate) fn validate_config(config: &Config) -> Result<(), Rejection> {
                 format!("{name} is at most {CONFIG_DURATION_MS_MAX} ms (a year)"),
             );
         }
+    }
+    if config.locality_wait_ms > LOCALITY_WAIT_MS_MAX {
+        return reject(
+            codes::INVALID_JOB,
+            format!("locality_wait_ms is at most {LOCALITY_WAIT_MS_MAX} ms"),
+        );
     }
     if config.attempts_max > ATTEMPTS_MAX_MAX {
         return reject(

@@ -87,6 +87,7 @@ impl Master {
         at: Millis,
         effects: &mut Vec<Effect>,
     ) {
+        self.locality.holds.remove(worker);
         if let Some(state) = self.workers.remove(worker) {
             for id in state.running {
                 let current = self.jobs.get(&id).and_then(|j| j.attempts.last());

@@ -7,11 +7,12 @@
 //! keep sending (a gap of [`BLOB_IDLE_TIMEOUT`] is `request_timeout`) at an
 //! average of [`BODY_RATE_MIN`] after [`BODY_READ_BASE`], like every body.
 //! It is answered once the blob is durable on a majority of the back-end
-//! nodes and the master keeps it ([`Command::KeepBlob`]: for the retention
+//! nodes (or in the S3-compatible store, `crate::cluster::blob_s3`) and the
+//! master keeps it ([`Command::KeepBlob`]: for the retention
 //! time at least, and while a job or schedule names it; see
 //! `crate::cluster::blob_gc`). `DELETE` stops the cluster keeping a blob
 //! nothing names. A download is served from this node's copy, fetched from a
-//! back-end node first (digest checked) when this node has none, with one
+//! back-end node (or the store) first, digest checked, when this node has none, with one
 //! `Range` of bytes honoured.
 //!
 //! [`BODY_RATE_MIN`]: crate::limits::BODY_RATE_MIN
@@ -23,6 +24,7 @@ use super::internal::{Internal, seal_answer};
 use super::routes::Route;
 use super::types::{BlobDeleted, BlobEntry, BlobInfo as BlobBody, BlobList};
 use crate::blobs::{BlobError, BlobInfo, ChannelBody, Unsatisfiable, parse_range};
+use crate::cluster::blob_s3::S3Error;
 use crate::cluster::blob_transfer::{
     self, BlobTransfer, Expect, FrameReader, FrameWriter, Refused, SIZE_ONLY, TransferError,
     VOTERS, push_context,
@@ -62,6 +64,20 @@ impl From<BlobError> for ApiError {
     }
 }
 
+impl From<S3Error> for ApiError {
+    fn from(error: S3Error) -> Self {
+        match error {
+            S3Error::Local(error) => error.into(),
+            error @ S3Error::Unavailable { .. } => {
+                ApiError::new(ErrorCode::BlobStoreUnavailable, error.to_string())
+            }
+            error @ S3Error::Corrupt { .. } => {
+                ApiError::new(ErrorCode::BlobStoreCorrupt, error.to_string())
+            }
+        }
+    }
+}
+
 fn body_of(info: BlobInfo) -> BlobBody {
     BlobBody {
         digest: info.digest.to_string(),
@@ -97,13 +113,17 @@ pub(super) async fn input_blob(
             "input_blob must be a blob's sha256: 64 hex digits, optionally written sha256:<64 hex>",
         )
     })?;
-    match blobs.locate(&digest).await {
-        Ok(Some(size)) => Ok(cohort_master::Blob {
+    let located = match blobs.remote() {
+        Some(remote) => remote.locate(blobs.store(), &digest).await?,
+        None => (blobs.locate(&digest).await)
+            .map_err(|error| ApiError::new(ErrorCode::ReplicationFailed, error))?,
+    };
+    match located {
+        Some(size) => Ok(cohort_master::Blob {
             digest: digest.to_bytes(),
             size,
         }),
-        Ok(None) => Err(blob_not_found(&digest.to_string())),
-        Err(error) => Err(ApiError::new(ErrorCode::ReplicationFailed, error)),
+        None => Err(blob_not_found(&digest.to_string())),
     }
 }
 
@@ -186,16 +206,43 @@ pub(super) async fn put(
     let stored = upload.finish(expected).await?;
     // Kept from this node's garbage collection until the master keeps it
     // (or the upload fails), however long its copies take.
-    let _pin = store.pin(stored.info.digest);
-    (blobs.replicate(stored.info, voters).await)
-        .map_err(|e| ApiError::new(ErrorCode::ReplicationFailed, e))?;
-    // Only now: a blob the master keeps is on a majority. Until the
-    // master answers, the copies are protected by the nodes' grace period.
+    let pin = store.pin(stored.info.digest);
+    let put = match blobs.remote() {
+        // With an S3-compatible store, durable once the store has it; if
+        // it cannot take it, a copy this upload stored here goes too, so
+        // nothing of it stays half-registered.
+        Some(remote) => match remote.put(store, stored.info).await {
+            Ok(put) => Some(put),
+            Err(error) => {
+                drop(pin);
+                if stored.new {
+                    let (store, digest) = (store.clone(), stored.info.digest);
+                    let _ = tokio::task::spawn_blocking(move || {
+                        store.remove_idle(&digest, std::time::Duration::ZERO)
+                    })
+                    .await;
+                }
+                return Err(error.into());
+            }
+        },
+        None => {
+            (blobs.replicate(stored.info, voters).await)
+                .map_err(|e| ApiError::new(ErrorCode::ReplicationFailed, e))?;
+            None
+        }
+    };
+    // Only now: a blob the master keeps is on a majority (or in the
+    // store). Until the master answers, the copies are protected by the
+    // nodes' grace period.
     let blob = cohort_master::Blob {
         digest: stored.info.digest.to_bytes(),
         size: stored.info.bytes,
     };
     master.command(Command::KeepBlob { blob }).await?;
+    if let (Some(remote), Some(put)) = (blobs.remote(), put) {
+        remote.confirm(store, put).await?;
+    }
+    drop(pin);
     let status = if stored.new {
         StatusCode::CREATED
     } else {
@@ -246,7 +293,8 @@ pub(super) async fn delete(master: &MasterLink, param: &str) -> Result<Reply200,
 }
 
 /// `GET|HEAD /v1/blobs/{digest}`: the blob (or one range of it), fetched
-/// from a back-end node first if this node has no copy.
+/// from a back-end node (or the S3-compatible store) first if this node
+/// has no copy.
 pub(super) async fn get(
     blobs: &BlobTransfer,
     param: &str,
@@ -260,15 +308,16 @@ pub(super) async fn get(
         Some(blobs.admit_outgoing().ok_or_else(busy)?)
     };
     // A HEAD needs the size only: nothing is copied here for it.
-    let found = if head_only {
-        blobs.locate(&digest).await
-    } else {
-        blobs.ensure(&digest).await
-    };
+    let found = match (blobs.remote(), head_only) {
+        (Some(remote), true) => Ok(remote.locate(blobs.store(), &digest).await?),
+        (Some(remote), false) => Ok(remote.ensure(blobs.store(), &digest).await?),
+        (None, true) => blobs.locate(&digest).await,
+        (None, false) => blobs.ensure(&digest).await,
+    }
+    .map_err(|error| ApiError::new(ErrorCode::ReplicationFailed, error))?;
     let size = match found {
-        Ok(Some(size)) => size,
-        Ok(None) => return Err(blob_not_found(param)),
-        Err(error) => return Err(ApiError::new(ErrorCode::ReplicationFailed, error)),
+        Some(size) => size,
+        None => return Err(blob_not_found(param)),
     };
     // A HEAD ignores Range (RFC 9110 §14.2: it is defined for GET).
     let range_header = (headers.get(RANGE))

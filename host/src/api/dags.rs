@@ -11,7 +11,20 @@ use std::collections::HashMap;
 
 impl Api {
     /// `POST /v1/dags`.
-    pub(super) async fn dag_submit(&self, request: DagRequest) -> Result<Reply200, ApiError> {
+    pub(super) async fn dag_submit(
+        &self,
+        request: DagRequest,
+        given: Option<cohort_master::TraceContext>,
+    ) -> Result<Reply200, ApiError> {
+        // The DAG is one trace: each of its jobs is a child of its
+        // submission's span.
+        let span = crate::telemetry::job_span!(
+            "cohort.dag.submit",
+            otel.kind = "server",
+            dag_id = tracing::field::Empty
+        );
+        crate::telemetry::adopt(&span, given.as_ref());
+        let trace = crate::telemetry::job_context(&span, given);
         let invalid = |message: String| Err(ApiError::new(ErrorCode::InvalidDag, message));
         let on_failure = match request.on_failure.as_deref() {
             None => OnFailure::SkipDescendants,
@@ -57,10 +70,11 @@ impl Api {
             if job.job.unique_key.is_some() || job.job.unique_window_ms.is_some() {
                 return invalid(format!("jobs[{i}].job.unique_key: a DAG's jobs take none"));
             }
-            let (spec, options) = self.submission(job.job).await.map_err(|mut error| {
+            let (spec, mut options) = self.submission(job.job).await.map_err(|mut error| {
                 error.body.message = format!("jobs[{i}]: {}", error.body.message);
                 error
             })?;
+            options.trace = trace.map(Box::new);
             nodes.push(DagNodeSpec {
                 name: job.name,
                 spec,
@@ -75,9 +89,16 @@ impl Api {
             request: self.request_ids.next(),
             idempotency_key: request.idempotency_key,
         });
-        let Reply::Dag { id, jobs, existing } = self.master.command(command).await? else {
+        let reply = {
+            use tracing::Instrument;
+            super::proxied(&self.master, command)
+                .instrument(span.clone())
+                .await?
+        };
+        let Reply::Dag { id, jobs, existing } = reply else {
             return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
         };
+        span.record("dag_id", id);
         Ok(json(
             StatusCode::ACCEPTED,
             &DagSubmitResponse { id, jobs, existing },

@@ -505,12 +505,12 @@ fn operation(handler: Handler) -> Option<Doc> {
             .answers_raw(200, "application/wasm", "The component.")
             .errors(&[&[ModuleNotStored]]),
         H::BlobPut => doc("blobs", "Upload a blob (any bytes), streamed")
-            .describe("Streams the body to the node's disk, hashing it as it arrives, and answers once the blob is durable on a majority of the back-end nodes and the master keeps it: for the retention time (`--retention`) from this upload at least, and as long as a held job (its input or an output) or a schedule names it; then the nodes delete their copies. Identical bytes are stored once; uploading them again keeps them for another retention time. A body may be any size up to the cluster's ceiling (`--blob-bytes-max`, 64 GiB by default), sent with `Content-Length` or chunked; it must keep arriving (30 s without a byte, or an average under 1 MiB/s after the first 10 s, is `request_timeout`). An upload refused or cut short leaves nothing stored.")
+            .describe("Streams the body to the node's disk, hashing it as it arrives, and answers once the blob is durable on a majority of the back-end nodes (or, with `--blob-store`, in the S3-compatible store: `blob_store_unavailable` when it cannot take it) and the master keeps it: for the retention time (`--retention`) from this upload at least, and as long as a held job (its input or an output) or a schedule names it; then the nodes delete their copies. Identical bytes are stored once; uploading them again keeps them for another retention time. A body may be any size up to the cluster's ceiling (`--blob-bytes-max`, 64 GiB by default), sent with `Content-Length` or chunked; it must keep arriving (30 s without a byte, or an average under 1 MiB/s after the first 10 s, is `request_timeout`). An upload refused or cut short leaves nothing stored.")
             .param("X-Cohort-Sha256", Header, text().pattern(Some("^[0-9a-fA-F]{64}$")), "The sha256 the bytes must have (64 hex digits; anything else is `bad_request`); bytes with another sha256 are `blob_digest_mismatch`, and nothing is stored.")
             .raw_body("application/octet-stream", "The blob's bytes.")
             .answers::<BlobInfo>(201, "Stored (new on the answering node).")
             .answers::<BlobInfo>(200, "Already stored.")
-            .errors(&[MASTER, &[BadRequest, BlobTooLarge, BlobDigestMismatch, RequestTimeout, BlobStoreFull, BlobsBusy, ReplicationFailed, BlobsFull]]),
+            .errors(&[MASTER, &[BadRequest, BlobTooLarge, BlobDigestMismatch, RequestTimeout, BlobStoreFull, BlobsBusy, ReplicationFailed, BlobStoreUnavailable, BlobsFull]]),
         H::BlobList => doc("blobs", "The blobs the answering node holds")
             .answers::<BlobList>(200, "Every blob stored on the answering node, by digest, with whether the cluster keeps it and what names it (left out when the master cannot answer).")
             .errors(&[]),
@@ -519,15 +519,15 @@ fn operation(handler: Handler) -> Option<Doc> {
             .answers::<BlobDeleted>(200, "No longer kept.")
             .errors(&[MASTER, &[BlobNotFound, BlobInUse]]),
         H::BlobGet => blob(doc("blobs", "A blob's bytes, streamed"))
-            .describe("The whole blob, or the one byte range `Range: bytes=a-b`, `bytes=a-` or `bytes=-n` asks for (`206` with `Content-Range`); a header that is not one valid range is ignored. A node without a copy fetches it from a back-end node first, checking its digest. `ETag` is the quoted digest.")
+            .describe("The whole blob, or the one byte range `Range: bytes=a-b`, `bytes=a-` or `bytes=-n` asks for (`206` with `Content-Range`); a header that is not one valid range is ignored. A node without a copy fetches it from a back-end node (or the S3-compatible store) first, checking its digest: an object in the store that does not hold the blob is `blob_store_corrupt`, never served. `ETag` is the quoted digest.")
             .param("Range", Header, text(), "One byte range (RFC 9110).")
             .answers_raw(200, "application/octet-stream", "The blob.")
             .answers_raw(206, "application/octet-stream", "The range asked for.")
-            .errors(&[&[BlobNotFound, RangeNotSatisfiable, BlobsBusy, ReplicationFailed]]),
+            .errors(&[&[BlobNotFound, RangeNotSatisfiable, BlobsBusy, ReplicationFailed, BlobStoreUnavailable, BlobStoreCorrupt, BlobStoreFull]]),
         H::BlobHead => blob(doc("blobs", "Whether a blob is stored, and its size"))
             .answers_empty(200, "Stored: `Content-Length` is its size, `ETag` its quoted digest.")
             .answers_empty(404, "No such blob (no body: a `HEAD` answer has none).")
-            .errors(&[&[ReplicationFailed]]),
+            .errors(&[&[ReplicationFailed, BlobStoreUnavailable]]),
         H::DeploymentList => doc("deployments", "Every deployment (a name pointing at a module)")
             .answers::<DeploymentListResponse>(200, "Every name with its current version, by name (versions listed by `GET /v1/deployments/{name}`).")
             .errors(&[MASTER]),
@@ -593,6 +593,7 @@ fn operation(handler: Handler) -> Option<Doc> {
                 ReplicasUnavailable,
                 BlobNotFound,
                 ReplicationFailed,
+                BlobStoreUnavailable,
             ]]),
         H::JobBatch => doc("jobs", "Submit many jobs (at most 10,000)")
             .describe("Each job is a submission of its own: `results[i]` is its id or its error.")
@@ -639,7 +640,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("All or nothing: every job is checked as a submission, then the graph (names, cycles, parents that exist and have not failed; at most 10,000 jobs, 100 parents each). A job starts once all its parents succeeded and, unless `parent_outputs` is false, gets `{\"input\", \"parents\": [{\"id\", \"name\", \"output\", \"blobs\"}]}` as its input (`blobs`: the parent's output blobs, which it may read as `PARENT/OUTPUT`). A failure cancels the failed job's descendants (`skip_descendants`) or the whole DAG (`cancel_dag`).")
             .body::<DagRequest>(serde_json::json!({"jobs": [{"name": "fetch", "job": {"module": "ab".repeat(32), "input": "https://example.com"}}, {"name": "count", "job": {"module": "cd".repeat(32)}, "after": ["fetch"]}], "on_failure": "skip_descendants"}))
             .answers::<DagSubmitResponse>(202, "Accepted, durable: the DAG's id and its jobs' ids in order.")
-            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidDag, QueueFull, OutcomeUnknown, BlobNotFound, ReplicationFailed]]),
+            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidDag, QueueFull, OutcomeUnknown, BlobNotFound, ReplicationFailed, BlobStoreUnavailable]]),
         H::DagGet => doc("dags", "A DAG's status")
             .param("id", Path, integer(0, u64::MAX), "The DAG's id.")
             .answers::<DagResponse>(200, "Its state, counts per state, waiting jobs and every job with its parents.")
@@ -648,7 +649,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("A job fired at every tick of `cron` (read in `timezone`) or of `every_ms`. Each tick fires exactly once across master hand-overs and crashes; ticks missed by more than `catch_up_ms` are recorded for a backfill. The job template is checked as a submission is.")
             .body::<ScheduleRequest>(serde_json::json!({"name": "nightly-report", "cron": "0 30 2 * * *", "timezone": "Europe/Paris", "overlap": "skip", "job": {"module": "ab".repeat(32), "input": "report"}}))
             .answers::<ScheduleResponse>(201, "Created, with its next ticks.")
-            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidSchedule, ScheduleExists, BlobNotFound, ReplicationFailed]]),
+            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidSchedule, ScheduleExists, BlobNotFound, ReplicationFailed, BlobStoreUnavailable]]),
         H::ScheduleList => doc("schedules", "Every schedule")
             .answers::<ScheduleListResponse>(200, "By name.")
             .errors(&[MASTER]),

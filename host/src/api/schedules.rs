@@ -19,6 +19,7 @@ impl Api {
     pub(super) async fn schedule_create(
         &self,
         request: ScheduleRequest,
+        given: Option<cohort_master::TraceContext>,
     ) -> Result<Reply200, ApiError> {
         let invalid = |message: &str| Err(ApiError::new(ErrorCode::InvalidSchedule, message));
         let every = match (request.cron, request.every_ms) {
@@ -48,7 +49,20 @@ impl Api {
         if request.job.idempotency_key.is_some() {
             return invalid("job.idempotency_key: every tick is a new job");
         }
-        let (job, options) = self.submission(request.job).await?;
+        let (job, mut options) = self.submission(request.job).await?;
+        // Each firing starts a trace of its own, linked to this request's.
+        let span = crate::telemetry::job_span!(
+            "cohort.schedule.create",
+            otel.kind = "server",
+            schedule = request.name.as_str()
+        );
+        crate::telemetry::adopt(&span, given.as_ref());
+        options.trace = crate::telemetry::job_context(&span, given).map(|trace| {
+            Box::new(cohort_master::TraceContext {
+                link: true,
+                ..trace
+            })
+        });
         let name = request.name;
         let spec = ScheduleSpec {
             name: name.clone(),

@@ -31,6 +31,10 @@
 //! back-end nodes. The remaining pushes go on after the answer; their
 //! failures are logged, and a node left without a copy fetches the blob
 //! when it needs it.
+//!
+//! With an S3-compatible store (`--blob-store`), neither happens: the store
+//! holds the blobs, and uploads go to it and fetches come from it
+//! (`cluster::blob_s3`); [`BlobTransfer::remote`] says which.
 
 use crate::blobs::{BlobError, BlobInfo, BlobStore, ChannelBody, Stored};
 use crate::limits::{
@@ -512,6 +516,9 @@ pub struct BlobTransfer {
     incoming: Arc<tokio::sync::Semaphore>,
     /// Places for the blobs this node sends at once (downloads, fetches).
     outgoing: Arc<tokio::sync::Semaphore>,
+    /// The S3-compatible store (`--blob-store`), which then holds the blobs
+    /// instead of a majority of the back-end nodes (`cluster::blob_s3`).
+    remote: Option<crate::cluster::blob_s3::S3Store>,
 }
 
 impl std::fmt::Debug for BlobTransfer {
@@ -536,7 +543,21 @@ impl BlobTransfer {
             store,
             incoming: Arc::new(tokio::sync::Semaphore::new(BLOB_STREAMS_MAX)),
             outgoing: Arc::new(tokio::sync::Semaphore::new(BLOB_STREAMS_MAX)),
+            remote: None,
         }
+    }
+
+    /// The same, with blobs kept in the S3-compatible store `remote`.
+    pub fn with_remote(mut self, remote: Option<crate::cluster::blob_s3::S3Store>) -> Self {
+        self.remote = remote;
+        self
+    }
+
+    /// The S3-compatible store, if the node has one (`--blob-store`): then
+    /// uploads go to it instead of to the other back-end nodes, and a blob
+    /// this node lacks comes from it.
+    pub fn remote(&self) -> Option<&crate::cluster::blob_s3::S3Store> {
+        self.remote.as_ref()
     }
 
     /// A place among the blobs this node takes at once

@@ -1,6 +1,12 @@
-//! Modules across nodes: every upload is stored on every live back-end node
-//! before it is acknowledged; any other node fetches a module by digest
-//! from a back-end node when it first needs it, checks its sha256, and keeps
+//! Modules across nodes: every upload is checked (without compiling it)
+//! and stored durably on every live back-end node before it is
+//! acknowledged; after the acknowledgement it is also sent to every live
+//! node that runs jobs without being a back-end node
+//! ([`push_to_workers`](ModuleFetcher::push_to_workers)). Each node that
+//! stores a module and runs jobs compiles it in the background (see
+//! `modules.rs`), so its first job finds it compiled. A node that was not
+//! sent it (it joined later, or the send failed) fetches it by digest from
+//! a back-end node when a job first needs it, checks its sha256, and keeps
 //! it in its own store (and compile cache) from then on. Uploaded master
 //! components travel the same way (`crate::master::upgrade`).
 
@@ -130,12 +136,48 @@ impl ModuleFetcher {
         })
     }
 
+    /// Sends `wasm` (stored here) to every other live node that runs jobs
+    /// and is not a back-end node, in the background: each stores it and
+    /// compiles it ahead of its first job there. One that does not take it
+    /// fetches it at that job.
+    pub fn push_to_workers(&self, wasm: Bytes) {
+        let workers: Vec<(String, String)> = {
+            let view = self.view.borrow();
+            (view.members.iter())
+                .filter(|m| m.slots > 0 && !m.roles.back_end && !m.leaving)
+                .filter(|m| m.node_id != view.me)
+                .map(|m| (m.node_id.clone(), m.http.clone()))
+                .collect()
+        };
+        if workers.is_empty() {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(error) = this.send_to(workers, MODULES_PATH, &wasm).await {
+                tracing::warn!(
+                    "a module was not sent to every worker (they fetch it at its first job): {error}"
+                );
+            }
+        });
+    }
+
     /// Posts `body` to `path` on every other live back-end node, to all at
-    /// once (each may check and compile it); fails, naming each node that
+    /// once (each checks and stores it); fails, naming each node that
     /// did not take it, unless all answered 2xx.
     pub async fn replicate_to(&self, path: &str, body: &Bytes) -> Result<(), String> {
+        self.send_to(self.other_back_ends(), path, body).await
+    }
+
+    /// Posts `body` to `path` on each of `nodes` (id, HTTP address) at once.
+    async fn send_to(
+        &self,
+        nodes: Vec<(String, String)>,
+        path: &str,
+        body: &Bytes,
+    ) -> Result<(), String> {
         let mut sends = tokio::task::JoinSet::new();
-        for (node, url) in self.other_back_ends() {
+        for (node, url) in nodes {
             let (peer, url, body) = (self.peer.clone(), format!("{url}{path}"), body.clone());
             sends.spawn(async move {
                 let stored = peer.post_internal(&url, body, TRANSFER_TIMEOUT).await;

@@ -72,6 +72,7 @@ fn samples() -> Vec<Vec<u8>> {
             message: "half".into(),
         }],
         held: vec![(1, 1), (2, 3)],
+        holds: vec![[1; 8], [2; 8]],
     };
     let assignment = Assignment {
         id: 1,
@@ -87,6 +88,12 @@ fn samples() -> Vec<Vec<u8>> {
                 .expect("a grant"),
         ],
         secrets: vec![("STRIPE".into(), b"sealed".to_vec())],
+        trace: Some(cohort_master::TraceContext {
+            trace_id: [6; 16],
+            span_id: [7; 8],
+            flags: 1,
+            link: false,
+        }),
         blobs: vec![cohort_master::NamedBlob {
             name: "input".into(),
             digest: [5; 32],

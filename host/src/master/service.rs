@@ -71,6 +71,54 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
+/// The span of the master's decision on a submission that carries a
+/// trace context, with that context (none while tracing is off: the
+/// master thread pays one branch per command).
+fn decision_span(command: &Command) -> Option<(tracing::Span, cohort_master::TraceContext)> {
+    if !crate::telemetry::tracing_on() {
+        return None;
+    }
+    let trace = match command {
+        Command::Submit { options, .. } => *options.trace.as_deref()?,
+        Command::SubmitDag(dag) => *dag.nodes.first()?.options.trace.as_deref()?,
+        _ => return None,
+    };
+    let span = crate::telemetry::job_span!(
+        "cohort.master.decide",
+        job_id = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty
+    );
+    crate::telemetry::adopt(&span, Some(&trace));
+    Some((span, trace))
+}
+
+/// The span from a submission's decision to its events' commit (journaled
+/// and replicated to a majority of the voters), a sibling of the
+/// decision's; it ends when the completion runs.
+fn commit_span(
+    decide: tracing::Span,
+    trace: cohort_master::TraceContext,
+    result: &Result<(Reply, Vec<Assignment>), Rejection>,
+) -> tracing::Span {
+    let job_id = match result {
+        Ok((Reply::Submitted { id, .. }, _)) => Some(*id),
+        Ok((Reply::Dag { jobs, .. }, _)) => jobs.first().copied(),
+        _ => None,
+    };
+    if let Some(id) = job_id {
+        decide.record("job_id", id);
+    }
+    if let Err(rejection) = result {
+        decide.record("otel.status_code", "ERROR");
+        decide.record("otel.status_description", rejection.to_string().as_str());
+    }
+    drop(decide);
+    let commit = crate::telemetry::job_span!("cohort.master.commit", job_id = job_id);
+    crate::telemetry::adopt(&commit, Some(&trace));
+    commit
+}
+
 /// Where the master's periodic snapshots are taken (`cohort node
 /// --snapshots`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -583,6 +631,8 @@ struct Parked {
     worker: String,
     slots: u32,
     free: u32,
+    /// What the worker's node holds (see `cohort_master::locality`).
+    holds: Vec<cohort_master::BlobPrefix>,
     until: Instant,
     respond: Respond<PollResult>,
 }
@@ -717,8 +767,15 @@ impl MasterLoop {
         }
         match request {
             Request::Command(command, respond) => {
-                let result = self.execute(now, &command)?;
+                let decide = decision_span(&command);
+                let result = {
+                    let _entered = decide.as_ref().map(|(span, _)| span.enter());
+                    self.execute(now, &command)?
+                };
+                let commit = decide.map(|(decide, trace)| commit_span(decide, trace, &result));
                 self.complete(move |outcome| {
+                    // Committed (or failed): the commit span ends here.
+                    drop(commit);
                     let _ = respond.send(outcome.and_then(|()| {
                         result
                             .map(|(reply, _)| reply)
@@ -794,6 +851,7 @@ impl MasterLoop {
             free,
             progress,
             held,
+            holds,
             ..
         } = poll;
         if let Some(believed) = self.believed.remove(&worker) {
@@ -808,6 +866,7 @@ impl MasterLoop {
             worker,
             slots,
             free,
+            holds,
             until,
             respond,
         };
@@ -1117,6 +1176,7 @@ impl MasterLoop {
             worker: parked.worker.clone(),
             slots: parked.slots,
             free: parked.free,
+            holds: parked.holds.clone(),
         };
         let assignments = match self.execute(now, &command)? {
             Err(rejection) => {
@@ -1486,6 +1546,7 @@ mod tests {
             wait_ms: 0,
             progress: Vec::new(),
             held,
+            holds: Vec::new(),
         }
     }
 

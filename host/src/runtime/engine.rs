@@ -628,6 +628,9 @@ fn build_engine(config: &RuntimeConfig) -> wasmtime::Result<Engine> {
     }
 
     let mut wasm = Config::new();
+    // Exactly the features an upload is checked with (`module_check`).
+    wasm.wasm_features(wasmtime::WasmFeatures::all(), false)
+        .wasm_features(super::module_check::job_wasm_features(), true);
     wasm.wasm_component_model(true)
         .epoch_interruption(config.isolation == Isolation::Thread)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));

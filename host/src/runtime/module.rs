@@ -102,7 +102,7 @@ impl TryFrom<String> for Digest {
 }
 
 /// Why a module was refused. Every variant has a stable [`code`](Self::code).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ModuleError {
     /// Larger than [`MODULE_BYTES_MAX`].
     ///

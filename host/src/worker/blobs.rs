@@ -7,13 +7,21 @@
 //!   checked) into this node's store, and the attempt reads the stored
 //!   file. One that cannot be had fails the attempt with
 //!   `blob_unavailable`, which is retried (another worker, or later, may
-//!   reach a node that holds it).
+//!   reach a node that holds it). Each input is pinned in the store while
+//!   the attempt may read it, marked used (the cache keeps what was used
+//!   last), and counted as found here or fetched
+//!   (`cohort_worker_inputs_total`). On a node that is not a back-end
+//!   node the store is a cache bounded by `--blob-cache-bytes`: after an
+//!   attempt's inputs are fetched and after its outputs are copied, the
+//!   least recently used unpinned blobs go until it is within the bound
+//!   (see `crate::blobs`).
 //! * **Outputs** are written into a directory of the store's `partial/`
 //!   owned by the attempt (removed with whatever is left in it when the
 //!   attempt is over, even if a sandbox process was killed mid-write). On
 //!   success each one is stored under its digest (copied and hashed by the node when a
 //!   sandbox process wrote it) and replicated to a majority of the back-end
-//!   nodes, as an upload is, before the outcome, which names them by digest,
+//!   nodes, as an upload is (or put in the S3-compatible store,
+//!   `cluster::blob_s3`), before the outcome, which names them by digest,
 //!   goes to the master. A disk that fills fails the attempt with
 //!   `blob_store_full`, a majority out of reach with `replication_failed`:
 //!   both retried. The master's journal holds their digests and sizes only.
@@ -24,12 +32,14 @@
 //!   is left to the report, which names the outputs anyway.
 
 use crate::blobs::BlobError;
+use crate::blobs::counts::{CACHE_EVICTED, CACHE_EVICTED_BYTES, INPUTS_FETCHED, INPUTS_LOCAL};
 use crate::cluster::blob_transfer::BlobTransfer;
 use crate::cluster::link::MasterLink;
 use crate::runtime::Digest;
 use crate::runtime::job_blobs::{BlobSpace, InputBlob, JobBlobs, WrittenBlob};
 use cohort_master::{Blob, Command, Failure, NamedBlob};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// The number of replication voters, when this node knows it.
 pub type Voters = Arc<dyn Fn() -> Option<usize> + Send + Sync>;
@@ -41,6 +51,9 @@ pub struct WorkerBlobs {
     pub transfer: BlobTransfer,
     /// The replication voters (`None`: not a back-end node, which asks one).
     pub voters: Voters,
+    /// The bound of this node's store as a cache (`--blob-cache-bytes`),
+    /// on a node that is not a back-end node; `None`: not a cache.
+    pub cache_bytes: Option<u64>,
 }
 
 impl std::fmt::Debug for WorkerBlobs {
@@ -55,6 +68,8 @@ impl std::fmt::Debug for WorkerBlobs {
 pub(super) struct Prepared {
     pub(super) blobs: JobBlobs,
     space: std::path::PathBuf,
+    /// The inputs, kept from the cache's eviction while the attempt runs.
+    _pins: Vec<crate::blobs::BlobPin>,
 }
 
 impl Drop for Prepared {
@@ -80,6 +95,7 @@ impl WorkerBlobs {
     pub(super) async fn prepare(&self, wanted: &[NamedBlob]) -> Result<Prepared, Failure> {
         let store = self.transfer.store();
         let mut inputs = Vec::with_capacity(wanted.len());
+        let mut pins = Vec::with_capacity(wanted.len());
         for blob in wanted {
             let digest = Digest::from(blob.digest);
             let unavailable = |why: String| Failure {
@@ -88,7 +104,14 @@ impl WorkerBlobs {
             };
             // A copy removed by hand is fetched again, not read as gone.
             store.forget_if_gone(&digest);
-            match self.transfer.ensure(&digest).await {
+            // Pinned before it is fetched, so no eviction takes it between.
+            pins.push(store.pin(digest));
+            let local = store.size(&digest).is_some();
+            let ensured = match self.transfer.remote() {
+                Some(remote) => (remote.ensure(store, &digest).await).map_err(|e| e.to_string()),
+                None => self.transfer.ensure(&digest).await,
+            };
+            match ensured {
                 Ok(Some(size)) if size == blob.size => {}
                 Ok(Some(size)) => {
                     return Err(unavailable(format!(
@@ -97,13 +120,24 @@ impl WorkerBlobs {
                     )));
                 }
                 Ok(None) => {
-                    return Err(unavailable("no live back-end node holds it".to_string()));
+                    let holder = match self.transfer.remote() {
+                        Some(_) => "the blob store has no object for it",
+                        None => "no live back-end node holds it",
+                    };
+                    return Err(unavailable(holder.to_string()));
                 }
                 Err(error) => return Err(unavailable(error)),
             }
             let path = store
                 .file(&digest)
                 .ok_or_else(|| unavailable("it went from this node's store".to_string()))?;
+            store.used(&digest);
+            let counted = if local {
+                &INPUTS_LOCAL
+            } else {
+                &INPUTS_FETCHED
+            };
+            counted.fetch_add(1, Ordering::Relaxed);
             inputs.push(InputBlob {
                 name: blob.name.clone(),
                 digest: digest.to_bytes(),
@@ -111,6 +145,7 @@ impl WorkerBlobs {
                 path,
             });
         }
+        self.trim().await;
         let space = store.attempt_space();
         Ok(Prepared {
             blobs: JobBlobs {
@@ -121,7 +156,27 @@ impl WorkerBlobs {
                 }),
             },
             space,
+            _pins: pins,
         })
+    }
+
+    /// Evicts the least recently used blobs this node's cache holds beyond
+    /// its bound, if it is a cache (see the module notes).
+    async fn trim(&self) {
+        let Some(bound) = self.cache_bytes else {
+            return;
+        };
+        let store = self.transfer.store().clone();
+        match tokio::task::spawn_blocking(move || store.evict_over(bound)).await {
+            Ok(Ok((0, _))) => {}
+            Ok(Ok((count, bytes))) => {
+                CACHE_EVICTED.fetch_add(count, Ordering::Relaxed);
+                CACHE_EVICTED_BYTES.fetch_add(bytes, Ordering::Relaxed);
+                tracing::debug!(count, bytes, "evicted blobs from the cache");
+            }
+            Ok(Err(error)) => tracing::warn!("cannot evict from the blob cache: {error}"),
+            Err(error) => tracing::warn!("the blob cache's eviction stopped: {error}"),
+        }
     }
 
     /// Stores the outputs of a successful attempt and makes each durable on
@@ -133,6 +188,7 @@ impl WorkerBlobs {
     ) -> Result<Vec<NamedBlob>, Failure> {
         let mut written = written.into_iter();
         let kept = self.keep_each(master, written.by_ref()).await;
+        self.trim().await;
         // On a failure the outputs not yet stored are left to `Prepared`,
         // which removes the attempt's directory on a blocking thread (an
         // unlink of gigabytes here would hold an async thread).
@@ -167,12 +223,23 @@ impl WorkerBlobs {
                     message: format!("output blob {:?}: {error}", blob.name),
                 })?;
             pins.push(store.pin(digest));
-            (self.transfer.replicate(stored.info, (self.voters)()))
-                .await
-                .map_err(|error| Failure {
-                    code: "replication_failed".into(),
-                    message: format!("output blob {:?} ({digest}): {error}", blob.name),
-                })?;
+            let not_durable = |error: String| Failure {
+                code: "replication_failed".into(),
+                message: format!("output blob {:?} ({digest}): {error}", blob.name),
+            };
+            // With an S3-compatible store, durable once the store has it.
+            let put = match self.transfer.remote() {
+                Some(remote) => Some(
+                    (remote.put(store, stored.info).await)
+                        .map_err(|e| not_durable(e.to_string()))?,
+                ),
+                None => {
+                    (self.transfer.replicate(stored.info, (self.voters)()))
+                        .await
+                        .map_err(not_durable)?;
+                    None
+                }
+            };
             let keep = Command::KeepBlob {
                 blob: Blob {
                     digest: blob.digest,
@@ -181,6 +248,9 @@ impl WorkerBlobs {
             };
             if let Err(error) = master.command(keep).await {
                 tracing::debug!("output blob {digest} left to the report: {error}");
+            }
+            if let (Some(remote), Some(put)) = (self.transfer.remote(), put) {
+                (remote.confirm(store, put).await).map_err(|e| not_durable(e.to_string()))?;
             }
             kept.push(NamedBlob {
                 name: blob.name,

@@ -1,0 +1,404 @@
+//! Traces and JSON logs, end to end: real `cohort node` processes export
+//! over OTLP/HTTP to a receiver in this test, which decodes every request
+//! with the official OTLP definitions (`opentelemetry-proto`) and asserts
+//! on the decoded spans; and a node with `--log-format json` is read line
+//! by line.
+
+mod support;
+
+use cohort::client::Node as Api;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use prost::Message;
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::http::{Server, respond};
+use support::{
+    CONVERGE, EVENT_WAIT, converge, eventually, eventually_async, job, runtime, settle, start_with,
+    upload,
+};
+
+/// The client's context: its trace, and its span the submission's is a
+/// child of.
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN: &str = "00f067aa0ba902b7";
+
+/// How long the nodes' batch exporters may take to send a span (their
+/// schedule is 5 s).
+const EXPORTED: Duration = Duration::from_secs(60);
+
+/// One span as received, with the resource it came from.
+#[derive(Debug, Clone)]
+struct Received {
+    name: String,
+    trace_id: String,
+    span_id: String,
+    parent: String,
+    attributes: Vec<KeyValue>,
+    instance: Option<String>,
+}
+
+impl Received {
+    fn text(&self, key: &str) -> Option<String> {
+        attribute(&self.attributes, key).and_then(|value| match value {
+            any_value::Value::StringValue(text) => Some(text),
+            _ => None,
+        })
+    }
+
+    /// An integer attribute (a field recorded after the span started
+    /// arrives as its text).
+    fn int(&self, key: &str) -> Option<i64> {
+        attribute(&self.attributes, key).and_then(|value| match value {
+            any_value::Value::IntValue(n) => Some(n),
+            any_value::Value::StringValue(text) => text.parse().ok(),
+            _ => None,
+        })
+    }
+}
+
+fn attribute(attributes: &[KeyValue], key: &str) -> Option<any_value::Value> {
+    (attributes.iter())
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.clone())
+        .and_then(|AnyValue { value }| value)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An OTLP/HTTP receiver on an ephemeral loopback port: every request
+/// must be `POST /v1/traces` with a protobuf body that decodes.
+struct Receiver {
+    server: Server,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let server = Server::start(|_seen, writer, _stop| {
+            // An empty ExportTraceServiceResponse: all accepted.
+            respond(
+                writer,
+                "200 OK",
+                &[("content-type", "application/x-protobuf")],
+                b"",
+            )
+        });
+        Receiver { server }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.server.port())
+    }
+
+    /// Every span received so far.
+    fn spans(&self) -> Vec<Received> {
+        let mut spans = Vec::new();
+        for seen in self.server.seen() {
+            assert_eq!(
+                (seen.method.as_str(), seen.path.as_str()),
+                ("POST", "/v1/traces")
+            );
+            assert_eq!(seen.header("content-type"), Some("application/x-protobuf"));
+            let request = ExportTraceServiceRequest::decode(seen.body.as_slice())
+                .expect("an OTLP export request");
+            for resource in request.resource_spans {
+                let resource_attributes =
+                    resource.resource.map(|r| r.attributes).unwrap_or_default();
+                let instance = match attribute(&resource_attributes, "service.instance.id") {
+                    Some(any_value::Value::StringValue(id)) => Some(id),
+                    _ => None,
+                };
+                for scope in resource.scope_spans {
+                    for span in scope.spans {
+                        spans.push(Received {
+                            name: span.name,
+                            trace_id: hex(&span.trace_id),
+                            span_id: hex(&span.span_id),
+                            parent: hex(&span.parent_span_id),
+                            attributes: span.attributes,
+                            instance: instance.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        spans
+    }
+}
+
+/// Waits until the spans received satisfy `done`; returns them.
+fn received(
+    receiver: &Receiver,
+    what: &str,
+    done: impl Fn(&[Received]) -> Result<(), String>,
+) -> Vec<Received> {
+    eventually(what, EXPORTED, || {
+        let spans = receiver.spans();
+        match done(&spans) {
+            Ok(()) => Ok(spans),
+            Err(why) => Err(format!("{why}; received: {spans:#?}")),
+        }
+    })
+}
+
+#[test]
+#[ignore = "unfinished: the exported trace is not yet whole (issue 38); run with --ignored"]
+fn a_job_submitted_through_another_node_and_retried_after_its_worker_died_is_one_trace() {
+    let receiver = Receiver::start();
+    let endpoint = receiver.endpoint();
+    let traced = ["--otlp-endpoint", &endpoint, "--trace-sample", "1"];
+    let dir = tempfile::tempdir().unwrap();
+    let n1 = start_with(&dir, "n1", "back-end,front-end", None, &traced);
+    let n2 = start_with(&dir, "n2", "worker,front-end", Some(&n1), &traced);
+    let n3 = start_with(&dir, "n3", "worker", Some(&n1), &traced);
+    let mut nodes = [Some(n2), Some(n3)];
+    let rt = runtime();
+    let (id, victim) = rt.block_on(async {
+        converge(&n1, "both workers", |c| c.workers.len() == 2).await;
+        converge(&nodes[0].as_ref().unwrap(), "the master on n1", |c| {
+            c.master_node == "n1"
+        })
+        .await;
+        let primes = upload(&Api::new(&n1.url), "primes").await;
+        // Through n2, which does not host the master: the proxy hop.
+        let client = Api::new(&nodes[0].as_ref().unwrap().url)
+            .with_traceparent(&format!("00-{TRACE}-{CLIENT_SPAN}-01"))
+            .unwrap();
+        // Long enough to be caught running after its submission's spans
+        // were exported (n2 may be the worker that dies).
+        let long = cohort::api::types::SubmitRequest {
+            timeout_ms: Some(600_000),
+            ..job(&primes, r#"{"limit": 2000000000}"#)
+        };
+        let id = (client.submit(&long).await).unwrap().id;
+        let running = eventually_async("the job to run", CONVERGE, || async {
+            let job = client.job(id, 0).await.unwrap();
+            match (job.state.as_str(), job.attempts.last()) {
+                ("running", Some(attempt)) => Ok(attempt.worker.clone()),
+                _ => Err(format!("{job:?}")),
+            }
+        })
+        .await;
+        (id, running)
+    });
+    // The submission's spans on n2 are exported before its worker may die.
+    received(&receiver, "the submission's spans", |spans| {
+        let exported = |name: &str| spans.iter().any(|s| s.trace_id == TRACE && s.name == name);
+        match exported("cohort.submit") && exported("cohort.proxy") {
+            true => Ok(()),
+            false => Err("not yet".into()),
+        }
+    });
+    let job = rt.block_on(Api::new(&n1.url).job(id, 0)).unwrap();
+    assert_eq!(
+        job.state, "running",
+        "still running when its worker dies: {job:?}"
+    );
+    // kill -9 the worker running it: its attempt's spans die with it, and
+    // the master re-queues the job for the other worker.
+    let index = if victim == "n2" { 0 } else { 1 };
+    nodes[index].take().unwrap().kill();
+    let survivor = nodes[1 - index].as_ref().unwrap();
+    let job = rt.block_on(settle(&Api::new(&n1.url), id));
+    assert_eq!(job.state, "succeeded", "{job:?}");
+    assert_eq!(job.attempts.len(), 2, "{job:?}");
+    let survivor_name = survivor.name();
+    let spans = received(&receiver, "the job's trace", |spans| {
+        let ours: Vec<_> = spans.iter().filter(|s| s.trace_id == TRACE).collect();
+        let named = |name: &str| ours.iter().filter(|s| s.name == name).count();
+        let retried = ours
+            .iter()
+            .any(|s| s.name == "cohort.attempt" && s.int("attempt") == Some(2));
+        let reported = ours.iter().any(|s| {
+            s.name == "cohort.report" && s.text("node").as_deref() == Some(&survivor_name)
+        });
+        if named("cohort.submit") == 1
+            && named("cohort.proxy") == 1
+            && named("cohort.master.decide") == 1
+            && named("cohort.master.commit") == 1
+            && retried
+            && named("cohort.run") >= 1
+            && reported
+        {
+            Ok(())
+        } else {
+            Err("not every span of the job yet".into())
+        }
+    });
+    let ours: Vec<_> = spans.into_iter().filter(|s| s.trace_id == TRACE).collect();
+    let one = |name: &str| {
+        let found: Vec<_> = ours.iter().filter(|s| s.name == name).collect();
+        assert_eq!(found.len(), 1, "{name}: {ours:#?}");
+        found[0].clone()
+    };
+    // Submission on n2, a child of the client's span.
+    let submit = one("cohort.submit");
+    assert_eq!(submit.parent, CLIENT_SPAN);
+    assert_eq!(submit.text("node").as_deref(), Some("n2"));
+    assert_eq!(submit.instance.as_deref(), Some("n2"));
+    assert_eq!(submit.int("job_id"), Some(id as i64));
+    let proxy = one("cohort.proxy");
+    assert_eq!(proxy.parent, submit.span_id);
+    assert_eq!(proxy.text("master").as_deref(), Some("n1"));
+    // The master's decision and commit, on n1, under the submission.
+    for name in ["cohort.master.decide", "cohort.master.commit"] {
+        let span = one(name);
+        assert_eq!(span.parent, submit.span_id, "{name}");
+        assert_eq!(span.text("node").as_deref(), Some("n1"), "{name}");
+        assert_eq!(span.instance.as_deref(), Some("n1"), "{name}");
+        assert_eq!(span.int("job_id"), Some(id as i64), "{name}");
+    }
+    // The retried attempt on the survivor, under the submission, with its
+    // module, run and report under it.
+    let attempt = (ours.iter())
+        .find(|s| s.name == "cohort.attempt" && s.int("attempt") == Some(2))
+        .unwrap()
+        .clone();
+    assert_eq!(attempt.parent, submit.span_id);
+    assert_eq!(attempt.text("node"), Some(survivor_name.clone()));
+    assert_eq!(attempt.int("job_id"), Some(id as i64));
+    for name in ["cohort.module", "cohort.run", "cohort.report"] {
+        let under = (ours.iter())
+            .filter(|s| s.name == name && s.parent == attempt.span_id)
+            .count();
+        assert_eq!(under, 1, "{name} under the retried attempt: {ours:#?}");
+    }
+    let nodes: BTreeSet<_> = ours.iter().filter_map(|s| s.text("node")).collect();
+    assert!(nodes.len() >= 2, "spans from {nodes:?}");
+    drop(n1);
+}
+
+#[test]
+#[ignore = "unfinished: the exported trace is not yet whole (issue 38); run with --ignored"]
+fn without_tracing_nothing_is_exported_and_a_malformed_traceparent_starts_a_new_trace() {
+    let receiver = Receiver::start();
+    let endpoint = receiver.endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let quiet = start_with(&dir, "quiet", "back-end,worker,front-end", None, &[]);
+    let traced = start_with(
+        &dir,
+        "traced",
+        "back-end,worker,front-end",
+        None,
+        &["--otlp-endpoint", &endpoint],
+    );
+    let malformed = format!("00-{TRACE}-{CLIENT_SPAN}");
+    let rt = runtime();
+    let id = rt.block_on(async {
+        let mut ids = Vec::new();
+        for node in [&quiet, &traced] {
+            let client = Api::new(&node.url).with_traceparent(&malformed).unwrap();
+            let echo = upload(&client, "fixture_echo").await;
+            // Accepted as if it came without one.
+            let id = client.submit(&job(&echo, "hello")).await.unwrap().id;
+            assert_eq!(settle(&client, id).await.state, "succeeded");
+            ids.push(id);
+        }
+        ids[1]
+    });
+    // The traced node's submission is a root of a trace of its own.
+    let spans = received(
+        &receiver,
+        "the traced node's submission",
+        |spans| match spans.iter().any(|s| s.name == "cohort.submit") {
+            true => Ok(()),
+            false => Err("no submission yet".into()),
+        },
+    );
+    let submit = spans.iter().find(|s| s.name == "cohort.submit").unwrap();
+    assert_eq!(submit.parent, "", "{submit:?}");
+    assert_ne!(submit.trace_id, TRACE);
+    assert_eq!(submit.int("job_id"), Some(id as i64), "{submit:#?}");
+    // The quiet node, stopped cleanly (a node with an exporter flushes it
+    // then), sent nothing.
+    let mut quiet = quiet;
+    assert!(quiet.terminate().success());
+    let spans = receiver.spans();
+    assert!(
+        spans
+            .iter()
+            .all(|s| s.text("node").as_deref() == Some("traced")),
+        "{spans:#?}"
+    );
+}
+
+#[test]
+fn json_log_lines_parse_and_name_the_job_and_its_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["--log-format", "json", "node", "--listen", "127.0.0.1:0"])
+        .args(["--node-id", "solo", "--slots", "2", "--data-dir"])
+        .arg(dir.path())
+        .env(
+            "COHORT_LOG",
+            "warn,cohort::events=info,cohort::job_log=info",
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let mut pipe = child.stderr.take().unwrap();
+    let sink = stderr.clone();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = pipe.read_to_string(&mut text);
+        sink.lock().unwrap().push_str(&text);
+    });
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let url = line
+        .split("listening on ")
+        .nth(1)
+        .expect("the address")
+        .trim()
+        .to_string();
+    let trace = rt_submit(&url);
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = support::wait_bounded(&mut child, EVENT_WAIT, "the stopping node");
+    reader.join().unwrap();
+    let text = stderr.lock().unwrap().clone();
+    assert!(status.success(), "{status:?}: {text}");
+    let (id, trace_id) = trace;
+    let mut about_the_job = 0;
+    for line in text.lines() {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        for key in ["ts", "level", "target", "node"] {
+            assert!(value.get(key).is_some(), "{key} in {line}");
+        }
+        assert_eq!(value["node"], "solo", "{line}");
+        if value["target"] == "cohort::job_log" {
+            assert_eq!(value["job_id"], id, "{line}");
+            assert_eq!(value["attempt"], 1, "{line}");
+            assert_eq!(value["trace_id"], trace_id.as_str(), "{line}");
+            assert_eq!(value["span"], "cohort.attempt", "{line}");
+            about_the_job += 1;
+        }
+    }
+    assert!(about_the_job >= 1, "the job's log line: {text}");
+}
+
+/// Submits the legacy job (which logs one line) with a traceparent to the
+/// node at `url` and waits for it; its id and the trace id.
+fn rt_submit(url: &str) -> (u64, String) {
+    runtime().block_on(async {
+        let client = Api::new(url)
+            .with_traceparent(&format!("00-{TRACE}-{CLIENT_SPAN}-01"))
+            .unwrap();
+        let legacy = upload(&client, "fixture_legacy_job").await;
+        let id = client.submit(&job(&legacy, "old news")).await.unwrap().id;
+        let settled = settle(&client, id).await;
+        assert_eq!(settled.state, "succeeded", "{settled:?}");
+        (id, TRACE.to_string())
+    })
+}
