@@ -641,7 +641,7 @@ pub fn spawn_sweeper(link: MasterLink, store: S3Store, grace: Duration) {
                 (false, _) => None,
                 (true, since) => Some(since.unwrap_or_else(Instant::now)),
             };
-            if !hosting_since.is_some_and(|since| since.elapsed() >= RACE_SETTLED) {
+            if hosting_since.is_none_or(|since| since.elapsed() < RACE_SETTLED) {
                 continue;
             }
             match store.sweep(&link, grace).await {
