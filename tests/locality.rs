@@ -90,7 +90,7 @@ fn jobs_run_where_their_input_is_while_it_is_free_and_elsewhere_when_busy() {
         let job = settle(&client, first).await;
         assert_eq!((job.state.as_str(), ran_on(&job)), ("succeeded", "w1"), "{job:#?}");
         let digest = data.digest.trim_start_matches("sha256:").to_string();
-        assert_eq!(stored(&w1), [digest.clone()]);
+        assert_eq!(stored(&w1), std::slice::from_ref(&digest));
         assert_eq!(metric(&c1, "cohort_worker_inputs_total{where=\"fetched\"}").await, 1);
 
         // A second worker joins; the master learns from w1's polls that
