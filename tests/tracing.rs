@@ -160,7 +160,7 @@ fn a_job_submitted_through_another_node_and_retried_after_its_worker_died_is_one
     let rt = runtime();
     let (id, victim) = rt.block_on(async {
         converge(&n1, "both workers", |c| c.workers.len() == 2).await;
-        converge(&nodes[0].as_ref().unwrap(), "the master on n1", |c| {
+        converge(nodes[0].as_ref().unwrap(), "the master on n1", |c| {
             c.master_node == "n1"
         })
         .await;

@@ -41,7 +41,7 @@ enum Command {
     Demo(cohort::demo::DemoArgs),
     /// Run a node: the master, a worker and the HTTP API (until SIGTERM or
     /// Ctrl-C).
-    Node(cohort::node::NodeArgs),
+    Node(Box<cohort::node::NodeArgs>),
     /// Submit a job (uploading its module if given a file).
     Submit(cohort::cli::SubmitArgs),
     /// Show a job's state, attempts, progress and log tail.
@@ -155,7 +155,7 @@ fn main() -> ExitCode {
                 report(blocking(move || cohort::build::toolchain(command)).await)
             }
             Command::Demo(args) => report(cohort::demo::run(args).await),
-            Command::Node(args) => report(cohort::node::run(args).await),
+            Command::Node(args) => report(cohort::node::run(*args).await),
             Command::Submit(args) => cohort::cli::submit(args).await,
             Command::Status(args) => cohort::cli::status(args).await,
             Command::Result(args) => cohort::cli::result(args).await,
