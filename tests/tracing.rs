@@ -147,7 +147,6 @@ fn received(
 }
 
 #[test]
-#[ignore = "unfinished: the exported trace is not yet whole (issue 38); run with --ignored"]
 fn a_job_submitted_through_another_node_and_retried_after_its_worker_died_is_one_trace() {
     let receiver = Receiver::start();
     let endpoint = receiver.endpoint();
@@ -274,7 +273,6 @@ fn a_job_submitted_through_another_node_and_retried_after_its_worker_died_is_one
 }
 
 #[test]
-#[ignore = "unfinished: the exported trace is not yet whole (issue 38); run with --ignored"]
 fn without_tracing_nothing_is_exported_and_a_malformed_traceparent_starts_a_new_trace() {
     let receiver = Receiver::start();
     let endpoint = receiver.endpoint();

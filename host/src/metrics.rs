@@ -327,35 +327,8 @@ fn register_egress(registry: &mut Registry) {
     );
 }
 
-/// Job modules this node compiled, ahead of their first job here
-/// (`announced`) and for a job (`first_job`).
-static MODULES_COMPILED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-
-/// When a module was compiled, for `cohort_modules_compiled_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CompiledWhen {
-    /// When it was stored on (or sent to) this node, before any job.
-    Announced,
-    /// For a job, which waited for it.
-    FirstJob,
-}
-
-impl CompiledWhen {
-    /// The label value (and the `module_compiled` event's `when`).
-    pub fn name(self) -> &'static str {
-        match self {
-            CompiledWhen::Announced => "announced",
-            CompiledWhen::FirstJob => "first_job",
-        }
-    }
-}
-
-/// Counts a module compiled on this node.
-pub fn count_module_compiled(when: CompiledWhen) {
-    MODULES_COMPILED[when as usize].fetch_add(1, Ordering::Relaxed);
-}
-
 fn register_modules(registry: &mut Registry) {
+    use crate::modules::{CompiledWhen, MODULES_COMPILED};
     let compiled = Family::<Labels, Counter<u64, AtomicU64>>::default();
     for when in [CompiledWhen::Announced, CompiledWhen::FirstJob] {
         compiled

@@ -27,11 +27,11 @@
 
 use crate::events::{self, emit};
 use crate::limits::{COMPILE_AHEAD_QUEUE_MAX, UNUSABLE_MODULES_MAX};
-use crate::metrics::{CompiledWhen, count_module_compiled};
 use crate::runtime::{Digest, Module, ModuleError, Runtime};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::mpsc;
 
@@ -386,4 +386,32 @@ pub fn describe(wasm: &[u8]) -> (&'static str, Option<String>) {
         None => "cohort:job/job".to_string(),
     });
     (language, world)
+}
+
+/// Job modules this node compiled, ahead of their first job here
+/// (`announced`) and for a job (`first_job`).
+pub(crate) static MODULES_COMPILED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// When a module was compiled, for `cohort_modules_compiled_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompiledWhen {
+    /// When it was stored on (or sent to) this node, before any job.
+    Announced,
+    /// For a job, which waited for it.
+    FirstJob,
+}
+
+impl CompiledWhen {
+    /// The label value (and the `module_compiled` event's `when`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CompiledWhen::Announced => "announced",
+            CompiledWhen::FirstJob => "first_job",
+        }
+    }
+}
+
+/// Counts a module compiled on this node.
+pub fn count_module_compiled(when: CompiledWhen) {
+    MODULES_COMPILED[when as usize].fetch_add(1, Ordering::Relaxed);
 }

@@ -27,8 +27,8 @@ use super::module::{JOB_PACKAGE_VERSIONS, ModuleError, check_preamble};
 use crate::limits::MODULE_BYTES_MAX;
 use wasmparser::component_types::{ComponentDefinedType, ComponentEntityType, ComponentValType};
 use wasmparser::{
-    FuncValidatorAllocations, Parser, Payload, PrimitiveValType, ValidPayload, Validator,
-    WasmFeatures,
+    ComponentTypeRef, FuncValidatorAllocations, Parser, Payload, PrimitiveValType, TypeBounds,
+    ValidPayload, Validator, WasmFeatures,
 };
 use wasmparser_wasmtime as wasmparser;
 
@@ -136,7 +136,13 @@ fn validate_all(wasm: &[u8]) -> wasmparser::Result<Option<Outline>> {
             Payload::Version { .. } => depth += 1,
             Payload::ComponentImportSection(section) if depth == 1 => {
                 for import in section.clone() {
-                    imports.push(import?.name.name.to_string());
+                    let import = import?;
+                    // A type equal to one the component defines (a
+                    // record the world uses) is the component's own: no
+                    // linker provides it.
+                    if !matches!(import.ty, ComponentTypeRef::Type(TypeBounds::Eq(_))) {
+                        imports.push(import.name.name.to_string());
+                    }
                 }
             }
             Payload::ComponentExportSection(section) if depth == 1 => {
@@ -418,7 +424,11 @@ mod tests {
                 assert_eq!(refused.code(), "module_wrong_world", "{name}: {refused}");
             }
         }
-        let foreign = runtime.load(&importing("acme:db/query")).await.unwrap_err();
-        assert_eq!(foreign.code(), "module_unsupported_import", "{foreign}");
+        // What the linker lacks, the check refuses by its name, and the
+        // runtime refuses too.
+        let foreign = importing("acme:db/query");
+        let refused = check(&foreign).unwrap_err();
+        assert_eq!(refused.code(), "module_unsupported_import", "{refused}");
+        assert!(runtime.load(&foreign).await.is_err());
     }
 }
