@@ -1419,6 +1419,13 @@ fn a_front_end_seeing_one_back_end_of_three_does_not_acknowledge_an_upload() {
     rt.block_on(async {
         converge(&n1, "n2 and n3 gone", |c| live(c) == ["n1", "front"]).await;
         converge(&front, "n2 and n3 gone", |c| live(c) == ["n1", "front"]).await;
+        // The membership is still told without a quorum, with the reason
+        // the master can not say which workers it knows.
+        let told = converge(&n1, "the master unable to answer", |c| {
+            c.master_error.is_some()
+        })
+        .await;
+        assert!(told.workers.is_empty(), "{told:?}");
         // A back-end node knows the three voters: it refuses.
         let refused = c1.put_blob(late.all().into()).await.unwrap_err();
         assert_eq!(refused.code(), "replication_failed", "{refused}");

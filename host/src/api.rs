@@ -1077,7 +1077,6 @@ impl Api {
             otel.kind = "server",
             job_id = tracing::field::Empty
         );
-        crate::telemetry::adopt(&span, given.as_ref());
         let trace = crate::telemetry::job_context(&span, given);
         let request = self.request_ids.next();
         let after = std::mem::take(&mut submit.after);
@@ -1112,7 +1111,6 @@ impl Api {
             otel.kind = "server",
             jobs = batch.jobs.len()
         );
-        crate::telemetry::adopt(&span, given.as_ref());
         let trace = crate::telemetry::job_context(&span, given);
         let requests = self.request_ids.take(batch.jobs.len());
         let mut pending = Vec::with_capacity(batch.jobs.len());
@@ -1338,9 +1336,15 @@ impl Api {
         Ok(json(StatusCode::OK, &ModuleListResponse { modules }))
     }
 
-    /// `GET /v1/cluster`'s answer.
+    /// `GET /v1/cluster`'s answer. The membership is this node's own view;
+    /// only the workers come from the master, so a master that cannot
+    /// answer (no quorum, no master yet) empties them and says why rather
+    /// than hiding the membership an operator needs to see what is wrong.
     async fn cluster_body(&self) -> Result<ClusterResponse, ApiError> {
-        let workers = self.master.workers().await?;
+        let (workers, master_error) = match self.master.workers().await {
+            Ok(workers) => (workers, None),
+            Err(error) => (Vec::new(), Some(ApiError::from(error).body().clone())),
+        };
         let busy = |id: &str| workers.iter().find(|w| w.id == id).map_or(0, |w| w.running);
         let (master_node, master_epoch) = self.master.host().unwrap_or_default();
         let view = self.view.borrow().clone();
@@ -1402,6 +1406,7 @@ impl Api {
                 tls: self.security.tls.is_some(),
                 insecure: self.security.insecure,
             },
+            master_error,
         })
     }
 

@@ -775,6 +775,12 @@ pub async fn cluster(args: ServerArg) -> ExitCode {
             cluster.voters.join(", ")
         }
     );
+    if let Some(error) = &cluster.master_error {
+        println!(
+            "the master did not answer ({}: {}); busy counts are unknown",
+            error.code, error.message
+        );
+    }
     println!(
         "{:<20} {:<8} {:<28} {:<26} {:>9}",
         "NODE (oldest first)", "STATUS", "HTTP", "ROLES", "BUSY"

@@ -380,10 +380,11 @@ pub fn own_context(span: &tracing::Span) -> Option<TraceContext> {
     })
 }
 
-/// The context a job submitted in `span` (opened under the client's
-/// `given` context) carries: the span's own when exported, else what the
-/// client sent, as it came.
+/// Puts a submission's `span` under the client's `given` context
+/// ([`adopt`]) and answers the context the jobs it submits carry: the
+/// span's own when exported, else what the client sent, as it came.
 pub fn job_context(span: &tracing::Span, given: Option<TraceContext>) -> Option<TraceContext> {
+    adopt(span, given.as_ref());
     own_context(span).or(given)
 }
 

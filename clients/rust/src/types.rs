@@ -991,6 +991,12 @@ pub struct ClusterResponse {
     /// How the answering node protects itself.
     #[serde(default)]
     pub security: SecurityBody,
+    /// Why the master could not be asked which workers it knows (a lost
+    /// quorum, no master yet); `workers` is then empty. The node still
+    /// answers with the membership it sees, so a cluster that cannot
+    /// decide can be looked at. Absent when the master answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master_error: Option<ErrorBody>,
 }
 
 /// A node's security settings, in `GET /v1/cluster`.

@@ -23,7 +23,6 @@ impl Api {
             otel.kind = "server",
             dag_id = tracing::field::Empty
         );
-        crate::telemetry::adopt(&span, given.as_ref());
         let trace = crate::telemetry::job_context(&span, given);
         let invalid = |message: String| Err(ApiError::new(ErrorCode::InvalidDag, message));
         let on_failure = match request.on_failure.as_deref() {

@@ -479,7 +479,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             ]),
         H::Cluster => doc("cluster", "The nodes, the master, the workers and the voters")
             .answers::<ClusterResponse>(200, "The cluster as the answering node sees it.")
-            .errors(&[MASTER]),
+            .errors(&[]),
         H::VoterRemove => doc("cluster", "Remove a back-end node from the voter set")
             .param("node", Path, text(), "The node's id.")
             .answers::<RemovingResponse>(202, "Removed once earlier voter changes commit.")

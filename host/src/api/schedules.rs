@@ -56,7 +56,6 @@ impl Api {
             otel.kind = "server",
             schedule = request.name.as_str()
         );
-        crate::telemetry::adopt(&span, given.as_ref());
         options.trace = crate::telemetry::job_context(&span, given).map(|trace| {
             Box::new(cohort_master::TraceContext {
                 link: true,

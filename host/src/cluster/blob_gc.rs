@@ -76,6 +76,24 @@ pub struct Swept {
     pub bytes: u64,
 }
 
+/// Which of `digests` the master says the cluster does not keep, in
+/// order (`BLOBS_ASKED_MAX` at most). An answer that does not match the
+/// question is an error: nothing is deleted on it.
+pub(crate) async fn unkept(link: &MasterLink, digests: &[Digest]) -> Result<Vec<bool>, String> {
+    let asked = digests.iter().map(|digest| digest.to_bytes()).collect();
+    let status = (link.blobs(asked).await).map_err(|e| e.to_string())?;
+    if status.len() != digests.len() {
+        return Err(format!(
+            "the master answered {} statuses for {} blobs",
+            status.len(),
+            digests.len()
+        ));
+    }
+    Ok((digests.iter().zip(&status))
+        .map(|(digest, status)| status.digest == digest.to_bytes() && !status.kept)
+        .collect())
+}
+
 /// One sweep: deletes the blobs of `store` untouched for `grace` that the
 /// master says the cluster does not keep. Stops at the first answer it
 /// cannot use, keeping what it did not ask about.
@@ -87,17 +105,8 @@ pub async fn sweep(link: &MasterLink, store: &BlobStore, grace: Duration) -> Res
     };
     let mut swept = Swept::default();
     for asked in idle.chunks(BLOBS_ASKED_MAX) {
-        let digests = asked.iter().map(|digest| digest.to_bytes()).collect();
-        let status = (link.blobs(digests).await).map_err(|e| e.to_string())?;
-        if status.len() != asked.len() {
-            return Err(format!(
-                "the master answered {} statuses for {} blobs",
-                status.len(),
-                asked.len()
-            ));
-        }
-        let unkept: Vec<Digest> = (asked.iter().zip(&status))
-            .filter(|(digest, status)| status.digest == digest.to_bytes() && !status.kept)
+        let unkept: Vec<Digest> = (asked.iter().zip(unkept(link, asked).await?))
+            .filter(|(_, unkept)| *unkept)
             .map(|(digest, _)| *digest)
             .collect();
         if unkept.is_empty() {

@@ -79,7 +79,7 @@
 //! one; and the sweeper lists the whole prefix each sweep.
 
 use crate::blobs::{BlobError, BlobInfo, BlobStore};
-use crate::cluster::blob_gc::{Swept, sweep_every};
+use crate::cluster::blob_gc::{Swept, sweep_every, unkept};
 use crate::cluster::link::MasterLink;
 use crate::events::{self, emit};
 use crate::limits::BLOB_IDLE_TIMEOUT;
@@ -589,17 +589,9 @@ impl S3Store {
         grace: Duration,
         swept: &mut Swept,
     ) -> Result<(), String> {
-        let digests = asked.iter().map(|(digest, _)| digest.to_bytes()).collect();
-        let status = (link.blobs(digests).await).map_err(|e| e.to_string())?;
-        if status.len() != asked.len() {
-            return Err(format!(
-                "the master answered {} statuses for {} blobs",
-                status.len(),
-                asked.len()
-            ));
-        }
-        let unkept = (asked.iter().zip(&status))
-            .filter(|((digest, _), status)| status.digest == digest.to_bytes() && !status.kept)
+        let digests: Vec<Digest> = asked.iter().map(|(digest, _)| *digest).collect();
+        let unkept = (asked.iter().zip(unkept(link, &digests).await?))
+            .filter(|(_, unkept)| *unkept)
             .map(|(blob, _)| *blob);
         for (digest, size) in unkept {
             if swept.count >= SWEEP_DELETES_MAX {

@@ -48,7 +48,7 @@ use super::job::{self, JobReport, JobRequest, JobState};
 use super::job_limits::JobLimits;
 use super::job_world::JobPre;
 use super::module::{
-    self, Digest, DiskCache, JOB_PACKAGE_VERSIONS, Module, ModuleError, ModuleInner,
+    self, Digest, DiskCache, Module, ModuleError, ModuleInner, check_job_versions,
 };
 use super::sandbox::Sandboxes;
 use crate::limits::{
@@ -554,33 +554,15 @@ impl Runtime {
     }
 }
 
-/// Refuses a component that names a version of the `cohort:job` package
-/// this node does not run, or two versions, in its imports or exports: the
-/// message then says "rebuild", not merely "cannot link".
+/// The `cohort:job` versions `component` names, checked
+/// ([`check_job_versions`]).
 fn check_job_version(engine: &Engine, component: &Component) -> Result<(), ModuleError> {
     let ty = component.component_type();
     let names = ty
         .imports(engine)
         .map(|(name, _)| name)
         .chain(ty.exports(engine).map(|(name, _)| name));
-    let mut seen: Option<&str> = None;
-    for name in names {
-        let Some(rest) = name.strip_prefix("cohort:job/") else {
-            continue;
-        };
-        let version = rest.split_once('@').map(|(_, version)| version);
-        let known = version.filter(|v| JOB_PACKAGE_VERSIONS.contains(v));
-        match (known, seen) {
-            (Some(version), None) => seen = Some(version),
-            (Some(version), Some(first)) if version == first => {}
-            _ => {
-                return Err(ModuleError::JobVersion {
-                    found: name.to_string(),
-                });
-            }
-        }
-    }
-    Ok(())
+    check_job_versions(names)
 }
 
 /// The error for a component the linker cannot satisfy, naming the import

@@ -197,6 +197,33 @@ impl fmt::Debug for Module {
     }
 }
 
+/// Refuses a component that names a version of the `cohort:job` package
+/// this node does not run, or two versions, among `names` (its imports and
+/// exports): the message then says "rebuild", not merely "cannot link".
+/// The upload check and the runtime both ask it.
+pub(crate) fn check_job_versions<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+) -> Result<(), ModuleError> {
+    let mut seen: Option<&str> = None;
+    for name in names {
+        let Some(rest) = name.strip_prefix("cohort:job/") else {
+            continue;
+        };
+        let version = rest.split_once('@').map(|(_, version)| version);
+        let known = version.filter(|v| JOB_PACKAGE_VERSIONS.contains(v));
+        match (known, seen) {
+            (Some(version), None) => seen = Some(version),
+            (Some(version), Some(first)) if version == first => {}
+            _ => {
+                return Err(ModuleError::JobVersion {
+                    found: name.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks the 8-byte preamble, so that garbage and core modules get a clear
 /// message instead of a parser error deep inside the component.
 pub(crate) fn check_preamble(bytes: &[u8]) -> Result<(), ModuleError> {

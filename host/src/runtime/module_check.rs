@@ -11,7 +11,7 @@
 //!   ([`job_wasm_features`], which `engine.rs` also sets), function
 //!   bodies included;
 //! * every `cohort:job` import and export of one version this node runs
-//!   ([`JOB_PACKAGE_VERSIONS`]), as the runtime's link step checks;
+//!   ([`super::module::JOB_PACKAGE_VERSIONS`]), as the runtime's link step checks;
 //! * every import an interface the runtime's linker defines (WASI 0.2,
 //!   `wasi:http`, cohort's own), by name ([`PROVIDED`]);
 //! * a `run` export of the job world's type.
@@ -23,7 +23,7 @@
 //!
 //! [`Runtime::load`]: super::Runtime::load
 
-use super::module::{JOB_PACKAGE_VERSIONS, ModuleError, check_preamble};
+use super::module::{ModuleError, check_job_versions, check_preamble};
 use crate::limits::MODULE_BYTES_MAX;
 use wasmparser::component_types::{ComponentDefinedType, ComponentEntityType, ComponentValType};
 use wasmparser::{
@@ -97,7 +97,13 @@ pub fn check(wasm: &[u8]) -> Result<(), ModuleError> {
     }
     check_preamble(wasm)?;
     let outline = validate(wasm).map_err(ModuleError::Invalid)?;
-    check_job_version(&outline)?;
+    check_job_versions(
+        outline
+            .imports
+            .iter()
+            .chain(&outline.exports)
+            .map(String::as_str),
+    )?;
     for name in &outline.imports {
         check_import(name, outline.instance_imports.contains(name))?;
     }
@@ -253,29 +259,6 @@ fn kind(ty: &ComponentEntityType) -> &'static str {
         ComponentEntityType::Instance(_) => "instance",
         ComponentEntityType::Component(_) => "component",
     }
-}
-
-/// Refuses a component naming a version of `cohort:job` this node does not
-/// run, or two versions, in its imports or exports (as the runtime does).
-fn check_job_version(outline: &Outline) -> Result<(), ModuleError> {
-    let mut seen: Option<&str> = None;
-    for name in outline.imports.iter().chain(&outline.exports) {
-        let Some(rest) = name.strip_prefix("cohort:job/") else {
-            continue;
-        };
-        let version = rest.split_once('@').map(|(_, version)| version);
-        let known = version.filter(|v| JOB_PACKAGE_VERSIONS.contains(v));
-        match (known, seen) {
-            (Some(version), None) => seen = Some(version),
-            (Some(version), Some(first)) if version == first => {}
-            _ => {
-                return Err(ModuleError::JobVersion {
-                    found: name.clone(),
-                });
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Refuses an import the linker does not define: one outside
