@@ -26,8 +26,8 @@ use super::key::Purpose;
 use super::seal::{Freshness, OVERHEAD, Sealer};
 use crate::fault::{Partition, PartitionedSocket};
 use crate::limits::{
-    DATAGRAM_BYTES_MAX, GOSSIP_CODEC_WAIT, GOSSIP_RECEIVED_MAX, GOSSIP_RECV_ERROR_PAUSE,
-    GOSSIP_SENDING_MAX,
+    DATAGRAM_BYTES_MAX, GOSSIP_CODEC_WAIT, GOSSIP_REBIND_PAUSE, GOSSIP_REBIND_WAIT,
+    GOSSIP_RECEIVED_MAX, GOSSIP_RECV_ERROR_PAUSE, GOSSIP_SENDING_MAX,
 };
 use anyhow::Context;
 use async_trait::async_trait;
@@ -79,9 +79,7 @@ impl GossipTransport {
                 chitchat::transport::UdpSocket::open(listen_addr).await?,
             ))),
             Some(sealer) => {
-                let socket = tokio::net::UdpSocket::bind(listen_addr)
-                    .await
-                    .with_context(|| format!("cannot bind {listen_addr}/UDP for gossip"))?;
+                let socket = bind_public(listen_addr).await?;
                 let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
                 let chitchat = chitchat::transport::UdpSocket::open(loopback).await?;
                 let bridge = tokio::net::UdpSocket::bind(loopback).await?;
@@ -94,6 +92,28 @@ impl GossipTransport {
                     bridge,
                     buf: vec![0; DATAGRAM_BYTES_MAX].into_boxed_slice(),
                 })?))
+            }
+        }
+    }
+}
+
+/// The public gossip socket. A rejoin (`Membership::rejoin`) binds it
+/// again right after the previous socket's codec task was aborted, and
+/// that task releases the port only once the runtime reaches it: on a
+/// busy node, after the bind. So a port in use is tried again, for at
+/// most [`GOSSIP_REBIND_WAIT`].
+async fn bind_public(listen_addr: SocketAddr) -> anyhow::Result<tokio::net::UdpSocket> {
+    let started = std::time::Instant::now();
+    loop {
+        match tokio::net::UdpSocket::bind(listen_addr).await {
+            Err(error)
+                if error.kind() == std::io::ErrorKind::AddrInUse
+                    && started.elapsed() < GOSSIP_REBIND_WAIT =>
+            {
+                tokio::time::sleep(GOSSIP_REBIND_PAUSE).await;
+            }
+            bound => {
+                return bound.with_context(|| format!("cannot bind {listen_addr}/UDP for gossip"));
             }
         }
     }
@@ -309,5 +329,24 @@ impl Socket for SealedSocket {
             .recv()
             .await
             .ok_or_else(|| anyhow::anyhow!("the gossip codec stopped"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rejoin's bind meets the port still held by the aborted codec
+    /// task of the gossip before it; it binds once the port is free.
+    #[tokio::test]
+    async fn a_port_released_a_moment_later_is_bound_again() {
+        let held = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = held.local_addr().unwrap();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            drop(held);
+        });
+        let socket = bind_public(addr).await.unwrap();
+        assert_eq!(socket.local_addr().unwrap(), addr);
     }
 }
