@@ -129,7 +129,9 @@ class AsyncClient:
         retry_deadline_s: float = 60.0,
         request_timeout_s: float = 30.0,
     ) -> None:
-        settings = Settings.make(urls, token, ca_cert, linger_ms, batch_max, retry_deadline_s, request_timeout_s)
+        self._start(Settings.make(urls, token, ca_cert, linger_ms, batch_max, retry_deadline_s, request_timeout_s))
+
+    def _start(self, settings: Settings) -> None:
         self._plans = Plans(settings)
         self._http = httpx.AsyncClient(**settings.http_options())
         self._queue = BatchQueue(settings.linger_s, settings.batch_max)
@@ -148,6 +150,14 @@ class AsyncClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    def with_traceparent(self, traceparent: str) -> "AsyncClient":
+        """A new client with this one's options that sends ``traceparent``
+        with every request; as `Client.with_traceparent` (a plain call: it
+        sends nothing). Close each client."""
+        client = AsyncClient.__new__(AsyncClient)
+        client._start(self._plans.settings.with_traceparent(traceparent))
+        return client
 
     async def close(self) -> None:
         """Send every submission made so far, then stop; handles still

@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Deque, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Union
 
 import httpx
@@ -60,8 +60,23 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 # A deployment's name: 1 to 63 of a-z 0-9 . _ -, starting with a letter or
 # digit (never a digest: a digest has 64).
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+# A W3C trace context header (version 00): a trace id of 32 lowercase hex
+# digits and a parent span id of 16, neither all zeros, and 2 of flags.
+_TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
 _ID_SEGMENT = re.compile(r"/\d+(?=/|$)")
 _DIGEST_SEGMENT = re.compile(r"/[0-9a-f]{64}(?=/|$)")
+
+
+def check_traceparent(traceparent: str) -> str:
+    """``traceparent`` if it is a W3C trace context header of version 00
+    (``00-<32 hex trace id>-<16 hex span id>-<2 hex flags>``, lowercase,
+    neither id all zeros); else raise ``ValueError`` saying what one is."""
+    if isinstance(traceparent, str) and _TRACEPARENT.fullmatch(traceparent):
+        return traceparent
+    raise ValueError(
+        f"{traceparent!r} is not a W3C traceparent: one is 00-<trace id: 32 lowercase hex digits, "
+        "not all 0>-<span id: 16 lowercase hex digits, not all 0>-<flags: 2 hex digits>"
+    )
 
 
 def new_idempotency_key() -> str:
@@ -84,6 +99,8 @@ class Settings:
     batch_max: int
     retry_deadline_s: float
     request_timeout_s: float
+    #: The caller's W3C ``traceparent``, sent with every request.
+    traceparent: Optional[str] = None
 
     @classmethod
     def make(
@@ -123,6 +140,11 @@ class Settings:
             request_timeout_s=float(request_timeout_s),
         )
 
+    def with_traceparent(self, traceparent: str) -> "Settings":
+        """These settings sending ``traceparent`` (checked by
+        `check_traceparent`) with every request."""
+        return replace(self, traceparent=check_traceparent(traceparent))
+
     def http_options(self) -> Dict[str, Any]:
         """Keyword arguments for ``httpx.Client`` and ``httpx.AsyncClient``.
 
@@ -132,6 +154,8 @@ class Settings:
         headers = {"user-agent": f"cohort-client-python/{__version__}"}
         if self.token is not None:
             headers["authorization"] = f"Bearer {self.token}"
+        if self.traceparent is not None:
+            headers["traceparent"] = self.traceparent
         verify: Union[bool, ssl.SSLContext] = True
         if self.ca_cert is not None or any(u.startswith("https://") for u in self.urls):
             verify = ssl.create_default_context(cafile=self.ca_cert)

@@ -99,7 +99,9 @@ class Job(JobCore):
         "bytes"}``), and a job that succeeded having written output blobs
         lists them as ``outputs`` (``[{"name", "digest", "bytes"}]``, in the
         order it created them, as `outputs` gives them); each is absent
-        when there is none. The dict is the node's JSON, as it came."""
+        when there is none. ``trace_id`` (32 hex digits) is the W3C trace
+        the job is in (see `Client.with_traceparent`), absent when it is in
+        none. The dict is the node's JSON, as it came."""
         return self._client._run(self._client._plans.job_view("GET", self.id))
 
     def cancel(self) -> Dict[str, Any]:
@@ -132,7 +134,9 @@ class Client:
         retry_deadline_s: float = 60.0,
         request_timeout_s: float = 30.0,
     ) -> None:
-        settings = Settings.make(urls, token, ca_cert, linger_ms, batch_max, retry_deadline_s, request_timeout_s)
+        self._start(Settings.make(urls, token, ca_cert, linger_ms, batch_max, retry_deadline_s, request_timeout_s))
+
+    def _start(self, settings: Settings) -> None:
         self._plans = Plans(settings)
         self._http = httpx.Client(**settings.http_options())
         self._lock = threading.Lock()
@@ -155,6 +159,23 @@ class Client:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def with_traceparent(self, traceparent: str) -> "Client":
+        """A new client with this one's options that sends ``traceparent``, the
+        W3C trace context of the caller's span
+        (``00-<trace id>-<span id>-<flags>``), with every request: the
+        cluster's spans for its submissions (the proxy hop, the master's
+        decision and commit, every attempt on whichever worker) join that
+        trace, and the jobs' ``status()`` show its ``trace_id``.
+
+        Raises ``ValueError`` for a value that is not a version-00
+        traceparent (32 lowercase hex digits of trace id and 16 of span id,
+        neither all zeros, and 2 of flags). The new client has its own
+        batches, waiter and connections, and this one is left as it was:
+        close each (or use each with ``with``)."""
+        client = Client.__new__(Client)
+        client._start(self._plans.settings.with_traceparent(traceparent))
+        return client
 
     def close(self) -> None:
         """Send every submission made so far, then stop.

@@ -15,6 +15,8 @@ from .conftest import Node, StartNode, all_job_ids
 
 RESULT_TIMEOUT_S = 60.0
 TEST_TIMEOUT_S = 120.0
+#: A caller's trace id, sent in its traceparent.
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 def test_async_client_does_the_same(
@@ -62,6 +64,13 @@ def test_async_client_does_the_same(
             assert sorted([await twins[0].existing, await twins[1].existing]) == [False, True]
             assert await (await client.get(await first.id)).text(timeout=RESULT_TIMEOUT_S) == "once"
             assert (await second.status())["state"] == "succeeded"
+            # A client made with the caller's traceparent: its jobs are in the
+            # caller's trace, and the node shows its id.
+            async with client.with_traceparent(f"00-{TRACE}-00f067aa0ba902b7-01") as traced:
+                in_trace = await traced.submit(echo_wasm, "traced")
+                assert await in_trace.text(timeout=RESULT_TIMEOUT_S) == "traced"
+                assert (await in_trace.status())["trace_id"] == TRACE
+            assert "trace_id" not in await second.status()
 
         async with AsyncClient(idle.url) as client:
             queued = await client.submit(echo_wasm, b"never runs")
@@ -90,7 +99,7 @@ def test_async_client_does_the_same(
             assert same["id"] == again["id"] and same["existing"]
 
     asyncio.run(asyncio.wait_for(main(), TEST_TIMEOUT_S))
-    assert len(all_job_ids(node.url)) == jobs_count + 200 + 2 + 1 + 1 + 1
+    assert len(all_job_ids(node.url)) == jobs_count + 200 + 2 + 1 + 1 + 1 + 1
 
 
 def test_async_deployments(start_node: StartNode, dead_url: str, echo_wasm: str, trap_wasm: str) -> None:

@@ -17,6 +17,8 @@ from cohort_client import BlobEntry, BlobInfo, Client, CohortError, JobFailed, W
 from .conftest import Node, StartNode, all_job_ids
 
 RESULT_TIMEOUT_S = 60.0
+#: A caller's trace id, sent in its traceparent.
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 def test_a_loop_of_submissions_is_batched_and_awaited_together(node: Node, echo_wasm: str) -> None:
@@ -35,7 +37,7 @@ def test_a_loop_of_submissions_is_batched_and_awaited_together(node: Node, echo_
     assert "POST /v1/jobs" not in counts and "GET /v1/jobs/{id}" not in counts, counts
 
 
-def test_keys_and_uniqueness_reach_the_master(node: Node, echo_wasm: str) -> None:
+def test_keys_uniqueness_and_the_trace_context_reach_the_master(node: Node, echo_wasm: str) -> None:
     with Client(node.url) as client:
         limited = client.submit(echo_wasm, "a", concurrency_key="api", concurrency_limit=2, rate_limit=10)
         first = client.submit(echo_wasm, "b", unique_key="daily", unique_window_ms=3_600_000)
@@ -50,6 +52,18 @@ def test_keys_and_uniqueness_reach_the_master(node: Node, echo_wasm: str) -> Non
         with pytest.raises(CohortError) as refused:
             client.submit(echo_wasm, "d", rate_limit=5).result(timeout=RESULT_TIMEOUT_S)
         assert refused.value.code == "invalid_job" and "concurrency_key" in str(refused.value)
+
+        # A client made with the caller's traceparent puts its jobs in the
+        # caller's trace: the node shows the trace id (and, exporting no
+        # spans, none for a job submitted without one).
+        with client.with_traceparent(f"00-{TRACE}-00f067aa0ba902b7-01") as traced:
+            job = traced.submit(echo_wasm, "traced")
+            assert job.result(timeout=RESULT_TIMEOUT_S) == b"traced"
+            assert job.status()["trace_id"] == TRACE
+            assert "trace_id" not in limited.status()
+            # Every request carries it, a DAG's submission too.
+            dag = traced.submit_dag([{"name": "a", "module": echo_wasm, "input": "in a DAG"}])
+            assert client.get(dag["jobs"][0]).status()["trace_id"] == TRACE
 
 
 def test_schedules_and_dags(node: Node, echo_wasm: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import httpx
 import pytest
 
-from cohort_client import BlobInfo, CohortError, JobFailed, OutputBlob
+from cohort_client import AsyncClient, BlobInfo, Client, CohortError, JobFailed, OutputBlob
 from cohort_client._core import (
     Attempts,
     Backoff,
@@ -370,3 +370,50 @@ def test_a_handle_gives_the_output_blobs_of_a_job_that_succeeded_only() -> None:
     with pytest.raises(JobFailed) as failed:
         dead._settled_outputs()
     assert (failed.value.code, failed.value.state) == ("trap", "dead")
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_malformed_traceparent_is_refused() -> None:
+    settings = Settings.make("http://127.0.0.1:1", None, None, 1.0, 10, 1.0, 1.0)
+    for bad in [
+        "",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more",
+        "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+        "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e473-600f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e47zz-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+        " " + TRACEPARENT,
+        TRACEPARENT + "\n",
+        None,
+        42,
+    ]:
+        with pytest.raises(ValueError, match="not a W3C traceparent"):
+            settings.with_traceparent(bad)  # type: ignore[arg-type]
+    # The clients refuse it before they make anything.
+    with Client("http://127.0.0.1:1") as client, pytest.raises(ValueError, match="not a W3C traceparent"):
+        client.with_traceparent(TRACEPARENT.upper())
+    with pytest.raises(ValueError, match="not a W3C traceparent"):
+        AsyncClient("http://127.0.0.1:1").with_traceparent(TRACEPARENT[:-3])
+
+
+def test_a_traceparent_goes_with_every_request_of_the_new_client_only() -> None:
+    settings = Settings.make("http://127.0.0.1:1", "secret", None, 1.0, 10, 1.0, 1.0)
+    traced = settings.with_traceparent(TRACEPARENT)
+    assert traced.http_options()["headers"]["traceparent"] == TRACEPARENT
+    assert traced.http_options()["headers"]["authorization"] == "Bearer secret"
+    assert "traceparent" not in settings.http_options()["headers"]
+    assert (traced.urls, traced.token, traced.batch_max) == (settings.urls, settings.token, settings.batch_max)
+    # Unsampled (flags 00) and other flags are as valid.
+    assert settings.with_traceparent(TRACEPARENT[:-2] + "00").traceparent == TRACEPARENT[:-2] + "00"
+    with Client("http://127.0.0.1:1", token="secret") as client, client.with_traceparent(TRACEPARENT) as other:
+        assert other is not client
+        assert other._http.headers["traceparent"] == TRACEPARENT
+        assert other._http.headers["authorization"] == "Bearer secret"
+        assert "traceparent" not in client._http.headers

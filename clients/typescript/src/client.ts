@@ -65,6 +65,25 @@ const CALL_TRY_TIMEOUT_MS = 30_000;
 /** Longest one try of an upload may take: 30 s, plus 1 ms per KiB of module. */
 const uploadTimeoutMs = (bytes: number): number => 30_000 + bytes / 1024;
 
+/**
+ * A W3C trace context header of version 00: a trace id of 32 lowercase hex
+ * digits and a parent span id of 16, neither all zeros, and 2 of flags.
+ */
+const TRACEPARENT = /^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$/;
+
+/**
+ * `traceparent` if it is a W3C trace context header of version 00
+ * (`00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, lowercase,
+ * neither id all zeros); else a `RangeError` saying what one is.
+ */
+function checkTraceparent(traceparent: string): string {
+  if (typeof traceparent === "string" && TRACEPARENT.test(traceparent)) return traceparent;
+  throw new RangeError(
+    `${JSON.stringify(traceparent)} is not a W3C traceparent: one is 00-<trace id: 32 lowercase hex digits, ` +
+      "not all 0>-<span id: 16 lowercase hex digits, not all 0>-<flags: 2 hex digits>",
+  );
+}
+
 /** Options of {@link Client.map}: those of every submission, without an idempotency key. */
 export type MapOptions = Omit<SubmitOptions, "idempotencyKey">;
 
@@ -89,6 +108,8 @@ export class Client {
   private readonly submitting = new Set<Promise<unknown>>();
   /** How long blob calls wait. */
   private readonly blobTiming: BlobTiming;
+  /** The nodes and options it was made with, for {@link Client.withTraceparent}. */
+  private readonly made: { urls: readonly string[]; options: ClientOptions };
 
   /**
    * @param urls - the nodes' base URLs (`http://HOST:PORT` or `https://...`);
@@ -110,6 +131,27 @@ export class Client {
     const transport = new Transport(list, options.token, options.fetch ?? globalThis.fetch);
     this.context = { transport, waiter: new Waiter(transport, retryDeadlineMs), retryDeadlineMs };
     this.batcher = new Batcher(transport, lingerMs, batchMax);
+    this.made = { urls: list, options };
+  }
+
+  /**
+   * A new client with this one's nodes and options that sends `traceparent`,
+   * the W3C trace context of the caller's span
+   * (`00-<trace id>-<span id>-<flags>`), with every request: the cluster's
+   * spans for its submissions (the proxy hop, the master's decision and
+   * commit, every attempt on whichever worker) join that trace, and its
+   * jobs' {@link Job.status} show its `trace_id`.
+   *
+   * Throws a `RangeError` for a value that is not a version-00 traceparent
+   * (32 lowercase hex digits of trace id and 16 of span id, neither all
+   * zeros, and 2 of flags). The new client has its own batches, waiter and
+   * uploads; this one is left as it was. Close each.
+   */
+  withTraceparent(traceparent: string): Client {
+    checkTraceparent(traceparent);
+    const client = new Client(this.made.urls, this.made.options);
+    client.context.transport.setHeader("traceparent", traceparent);
+    return client;
   }
 
   /**

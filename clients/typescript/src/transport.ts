@@ -121,6 +121,11 @@ export class Transport {
     this.headers = token === undefined ? {} : { authorization: `Bearer ${token}` };
   }
 
+  /** Sends `name: value` with every request from now on (set before the first). */
+  setHeader(name: string, value: string): void {
+    this.headers[name] = value;
+  }
+
   /** Whether {@link close} was called. */
   get closed(): boolean {
     return this.closing.signal.aborted;

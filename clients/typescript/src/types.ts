@@ -338,6 +338,14 @@ export interface JobStatus {
    * them (as {@link Job.outputs} gives them); absent when there are none.
    */
   outputs?: OutputBlob[];
+  /**
+   * The W3C trace id (32 hex digits) its spans and log lines carry: the
+   * caller's, when it was submitted with a traceparent
+   * ({@link Client.withTraceparent}), else the one the node started for it;
+   * absent when it has none (no traceparent and no span export) and for a
+   * schedule's firings.
+   */
+  trace_id?: string;
 }
 
 /** One version of a deployment. */

@@ -1,5 +1,7 @@
 // 2,000 echo jobs through one client: every result is its own input, and
-// the submissions and the waiting cost far fewer requests than jobs.
+// the submissions and the waiting cost far fewer requests than jobs. Also
+// what a submission carries besides: inputs of each kind, and the caller's
+// trace context.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -84,6 +86,27 @@ test("an output too large to come inline is fetched with GET /v1/jobs/{id}/resul
     assert.deepEqual(await job.result(), input);
     assert.equal(counter.byPath.get(`/v1/jobs/${await job.id()}/result`), 1);
   } finally {
+    await client.close();
+  }
+});
+
+const TRACE = "4bf92f3577b34da6a3ce929d0e0e4736";
+
+test("a client made with a traceparent puts its jobs in the caller's trace: the node shows its trace id", { timeout: 30_000 }, async () => {
+  const client = new Client(node.url);
+  const traced = client.withTraceparent(`00-${TRACE}-00f067aa0ba902b7-01`);
+  try {
+    const job = traced.submit(echo, "traced");
+    const plain = client.submit(echo, "plain");
+    assert.equal(await job.text(), "traced");
+    assert.equal(await plain.text(), "plain");
+    assert.equal((await job.status()).trace_id, TRACE);
+    // A node that exports no spans gives a job submitted without one none.
+    assert.equal((await plain.status()).trace_id, undefined);
+    const dag = await traced.submitDag([{ name: "a", module: echo, input: "in a DAG" }]);
+    assert.equal((await client.get(dag.jobs[0]).status()).trace_id, TRACE);
+  } finally {
+    await traced.close();
     await client.close();
   }
 });
