@@ -125,7 +125,11 @@ fn a_job_in_a_sandbox_process_is_held_to_the_same_grants() {
 
 fn grants_and_refusals(node: &Node, _dir: &Path) {
     let rt = runtime();
-    let client = Api::new(&node.url);
+    // Submitted with a trace context to a node that exports no spans: the
+    // jobs' calls carry none (see `a_traced_jobs_calls_join_its_trace`).
+    let client = Api::new(&node.url)
+        .with_traceparent(&format!("00-{TRACE}-{CLIENT_SPAN}-01"))
+        .unwrap();
     // Over the 16 MiB response bound.
     let server = serving(17 << 20, None);
     let other = serving(0, None);
@@ -197,6 +201,7 @@ fn grants_and_refusals(node: &Node, _dir: &Path) {
             ("POST", "/ok")
         );
         assert_eq!(seen[0].host, format!("127.0.0.1:{p}"));
+        assert_eq!(seen[0].header("traceparent"), None, "{seen:?}");
         assert!(other.seen().is_empty());
         let first = &calls_of(&done)[0];
         assert_eq!((first.method.as_str(), first.status), ("POST", Some(200)));
@@ -281,6 +286,101 @@ fn grants_and_refusals(node: &Node, _dir: &Path) {
         assert_eq!(server.seen().len(), before);
         let shown = client.deployment("caller").await.unwrap();
         assert!(shown.grants.is_empty(), "{shown:?}");
+    });
+}
+
+/// A client's trace: its id, and its span a submission is a child of.
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN: &str = "00f067aa0ba902b7";
+
+/// A job on a node exporting traces calls out within its trace: each
+/// request carries the job's trace id with its attempt's span as parent
+/// (in place of a `traceparent` the job set, whose `tracestate` goes with
+/// it) and the submission's sampled flag; a job submitted without a
+/// context carries the trace its submission started. In a sandbox
+/// process, so the context crosses to the child with the job.
+#[test]
+fn a_traced_jobs_calls_join_its_trace() {
+    // Spans are accepted and thrown away (tests/tracing.rs reads them).
+    let spans = Server::start(|_seen, writer, _stop| {
+        let protobuf = [("content-type", "application/x-protobuf")];
+        respond(writer, "200 OK", &protobuf, b"")
+    });
+    let endpoint = format!("http://127.0.0.1:{}", spans.port());
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(
+        dir.path(),
+        &[
+            "--slots",
+            "1",
+            "--job-isolation",
+            "process",
+            "--otlp-endpoint",
+            &endpoint,
+            "--trace-sample",
+            "1",
+        ],
+    );
+    let server = serving(0, None);
+    let p = server.port();
+    deploy_caller(&node);
+    cli_ok(
+        &node,
+        &[
+            "grant",
+            "caller",
+            "--http",
+            &format!("http://127.0.0.1:{p}"),
+        ],
+    );
+    let url = format!("http://127.0.0.1:{p}/ok");
+    let mut own = call("GET", &url);
+    own["headers"] = json!([
+        [
+            "traceparent",
+            "00-11111111111111111111111111111111-2222222222222222-01"
+        ],
+        ["tracestate", "guest=1"]
+    ]);
+    // The fields of a `traceparent`: trace id, parent span id, flags.
+    let fields = |seen: &Seen| -> (String, String, String) {
+        let header =
+            (seen.header("traceparent")).unwrap_or_else(|| panic!("no traceparent: {seen:?}"));
+        match header.split('-').collect::<Vec<_>>()[..] {
+            ["00", trace, span, flags] => (trace.into(), span.into(), flags.into()),
+            _ => panic!("not a traceparent: {header}"),
+        }
+    };
+    let rt = runtime();
+    rt.block_on(async {
+        let sampled = Api::new(&node.url)
+            .with_traceparent(&format!("00-{TRACE}-{CLIENT_SPAN}-01"))
+            .unwrap();
+        let (done, _) = run_calls(&sampled, "caller", vec![call("GET", &url), own]).await;
+        assert_eq!(codes(&done), ["ok", "ok"]);
+        let seen = server.seen();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        let (trace, parent, flags) = fields(&seen[0]);
+        assert_eq!((trace.as_str(), flags.as_str()), (TRACE, "01"));
+        assert_ne!(parent, CLIENT_SPAN, "the attempt's span, not the client's");
+        // The job's own header gave way: one attempt, one parent.
+        assert_eq!(fields(&seen[1]), fields(&seen[0]));
+        assert_eq!(seen[1].header("tracestate"), None, "{seen:?}");
+
+        // Sampled out by the client: the called service is told so.
+        let unsampled = Api::new(&node.url)
+            .with_traceparent(&format!("00-{TRACE}-{CLIENT_SPAN}-00"))
+            .unwrap();
+        run_calls(&unsampled, "caller", vec![call("GET", &url)]).await;
+        let (trace, _, flags) = fields(&server.seen()[2]);
+        assert_eq!((trace.as_str(), flags.as_str()), (TRACE, "00"));
+
+        // No context sent: the submission started the job's trace.
+        let plain = Api::new(&node.url);
+        run_calls(&plain, "caller", vec![call("GET", &url)]).await;
+        let (trace, _, flags) = fields(&server.seen()[3]);
+        assert_ne!(trace, TRACE);
+        assert_eq!(flags, "01");
     });
 }
 

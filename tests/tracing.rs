@@ -286,6 +286,9 @@ fn without_tracing_nothing_is_exported_and_a_malformed_traceparent_starts_a_new_
         &["--otlp-endpoint", &endpoint],
     );
     let malformed = format!("00-{TRACE}-{CLIENT_SPAN}");
+    // Each is a cluster of its own: submit once its master is up.
+    quiet.wait_event("hosting", &[]);
+    traced.wait_event("hosting", &[]);
     let rt = runtime();
     let id = rt.block_on(async {
         let mut ids = Vec::new();

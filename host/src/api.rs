@@ -462,7 +462,7 @@ fn traced(headers: &hyper::HeaderMap) -> Option<cohort_master::TraceContext> {
 /// its own under the submission's.
 async fn proxied(master: &MasterLink, command: Command) -> Result<Reply, ApiError> {
     use tracing::Instrument;
-    let span = crate::telemetry::job_span!(
+    let span = crate::telemetry::job_step_span!(
         "cohort.proxy",
         otel.kind = "client",
         master = tracing::field::Empty
@@ -1302,6 +1302,9 @@ impl Api {
                 bytes: blob.size,
             }),
             outputs: view.outputs.into_iter().map(output_blob).collect(),
+            trace_id: (view.options.trace.as_deref())
+                .filter(|trace| !trace.link)
+                .map(crate::telemetry::trace_id_hex),
             progress: (view.state == JobState::Running)
                 .then(|| self.progress.get(view.id))
                 .flatten()

@@ -101,3 +101,22 @@ pub fn now_ms() -> Millis {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+/// The W3C header a submission's context comes in and outbound calls
+/// carry.
+pub const TRACEPARENT: &str = "traceparent";
+
+/// `context` as a `traceparent` header value.
+pub fn traceparent(context: &cohort_master::TraceContext) -> String {
+    let mut out = String::with_capacity(55);
+    out.push_str("00-");
+    for byte in context.trace_id {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out.push('-');
+    for byte in context.span_id {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out.push_str(&format!("-{:02x}", context.flags & 1));
+    out
+}

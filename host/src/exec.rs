@@ -191,6 +191,7 @@ async fn exec(args: ExecArgs) -> Result<ExitStatus, (ExitStatus, String)> {
         readable: Vec::new(),
         recording: Default::default(),
         blobs,
+        trace: None,
     };
     let mut report = runtime.run(&module, request).await;
     bar.finish_and_clear();

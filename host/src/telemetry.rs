@@ -8,7 +8,10 @@
 //! and `cohort.master.commit` (journaled and replicated to a majority),
 //! and each attempt is `cohort.attempt` on its worker, with
 //! `cohort.module.fetch`, `cohort.module.load`, `cohort.run` and
-//! `cohort.report` (the result) under it. The job carries its context
+//! `cohort.report` (the result) under it; the job's outbound calls
+//! carry the attempt's span as their W3C `traceparent` (see "Trace
+//! context" in [`crate::runtime::egress`]), so the services it calls join
+//! the trace. The job carries its context
 //! from the submission to every worker that runs it as
 //! [`cohort_master::TraceContext`] in its options (26 bytes kept with the
 //! job in the master, journaled, replicated and snapshotted), so a retry
@@ -49,9 +52,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// says, unless it names this target).
 pub const TARGET: &str = "cohort::trace";
 
-/// The W3C header a submission's context comes in and outbound calls
-/// carry.
-pub const TRACEPARENT: &str = "traceparent";
+pub use crate::contract::{TRACEPARENT, traceparent};
 
 /// How a node writes its log lines (`--log-format`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -88,6 +89,7 @@ fn parse_ratio(text: &str) -> Result<f64, String> {
 
 static TRACING: AtomicBool = AtomicBool::new(false);
 static SPANS: AtomicBool = AtomicBool::new(false);
+static JSON_LOGS: AtomicBool = AtomicBool::new(false);
 static NODE: OnceLock<String> = OnceLock::new();
 
 /// Whether spans are exported.
@@ -99,6 +101,21 @@ pub fn tracing_on() -> bool {
 /// JSON log lines.
 pub fn spans() -> bool {
     SPANS.load(Ordering::Relaxed)
+}
+
+/// Whether a job whose context is `context` gets spans past its
+/// submission (the master's decision and commit, its attempts and what
+/// they do). Not when the trace was sampled out and spans are only for
+/// export: parent-based sampling would drop them anyway, and making them
+/// is most of what tracing costs a job (so 1% sampling costs about what
+/// 1% of the jobs' spans cost, not what all of them do). JSON log lines
+/// keep every job's spans for their fields; a job without a context (it
+/// came through a node not tracing) gets its own.
+pub fn wanted(context: Option<&TraceContext>) -> bool {
+    spans()
+        && (JSON_LOGS.load(Ordering::Relaxed)
+            || !tracing_on()
+            || context.is_none_or(|c| c.flags & 1 == 1))
 }
 
 /// This node's id, once known (the `node` of log lines and span
@@ -129,6 +146,20 @@ macro_rules! job_span {
     };
 }
 pub(crate) use job_span;
+
+/// A [`job_span`] inside another: none when the span it is in is none
+/// (its job's trace was sampled out, see [`wanted`]), so a sampled-out
+/// job's steps never start traces of their own.
+macro_rules! job_step_span {
+    ($name:literal $(, $($fields:tt)*)?) => {
+        if ::tracing::Span::current().is_disabled() {
+            ::tracing::Span::none()
+        } else {
+            $crate::telemetry::job_span!($name $(, $($fields)*)?)
+        }
+    };
+}
+pub(crate) use job_step_span;
 
 /// What tracing a process was started with; [`Telemetry::shutdown`]
 /// flushes what is left to export.
@@ -203,6 +234,7 @@ pub fn init(
         provider.is_some() || format == LogFormat::Json,
         Ordering::Relaxed,
     );
+    JSON_LOGS.store(format == LogFormat::Json, Ordering::Relaxed);
     use tracing_subscriber::Layer;
     let fmt = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
@@ -309,21 +341,6 @@ fn hex<const N: usize>(text: &str) -> Option<[u8; N]> {
     Some(out)
 }
 
-/// `context` as a `traceparent` header value.
-pub fn traceparent(context: &TraceContext) -> String {
-    let mut out = String::with_capacity(55);
-    out.push_str("00-");
-    for byte in context.trace_id {
-        out.push_str(&format!("{byte:02x}"));
-    }
-    out.push('-');
-    for byte in context.span_id {
-        out.push_str(&format!("{byte:02x}"));
-    }
-    out.push_str(&format!("-{:02x}", context.flags & 1));
-    out
-}
-
 /// The trace id of `context` in hex, as log lines show it.
 pub fn trace_id_hex(context: &TraceContext) -> String {
     TraceId::from_bytes(context.trace_id).to_string()
@@ -377,6 +394,27 @@ pub fn own_context(span: &tracing::Span) -> Option<TraceContext> {
         span_id: span_context.span_id().to_bytes(),
         flags: span_context.trace_flags().to_u8(),
         link: false,
+    })
+}
+
+/// The context a job's outbound calls carry as their `traceparent`, on a
+/// node that exports spans, for a job with a context (`job`): its
+/// attempt's `span`, with the sampled flag parent-based sampling took
+/// from the job's; or, for a trace sampled out whose attempt has no span
+/// ([`wanted`]), the job's context as it is, so the called service learns
+/// the decision (`-00`) and samples the call out too, rather than
+/// starting a trace of its own. `None` otherwise: the calls carry none.
+pub fn outbound_context(span: &tracing::Span, job: Option<&TraceContext>) -> Option<TraceContext> {
+    let job = job?;
+    if !tracing_on() {
+        return None;
+    }
+    own_context(span).or_else(|| {
+        let sampled_out = job.flags & 1 == 0 && !job.link;
+        sampled_out.then_some(TraceContext {
+            link: false,
+            ..*job
+        })
     })
 }
 

@@ -590,14 +590,20 @@ async fn run_in_slot(
     // The attempt's span joins its job's trace (the context the job
     // carries from its submission); every line logged within has the
     // job's fields.
-    let span = crate::telemetry::job_span!(
-        "cohort.attempt",
-        job_id = id,
-        attempt = attempt,
-        worker = shared.options.id.as_str()
-    );
+    let span = if crate::telemetry::wanted(assignment.trace.as_ref()) {
+        crate::telemetry::job_span!(
+            "cohort.attempt",
+            job_id = id,
+            attempt = attempt,
+            worker = shared.options.id.as_str()
+        )
+    } else {
+        tracing::Span::none()
+    };
     crate::telemetry::adopt(&span, assignment.trace.as_ref());
-    run_in_slot_traced(shared, assignment, stopped, slot)
+    // What the job's outbound calls carry: this span as their parent.
+    let calls_trace = crate::telemetry::outbound_context(&span, assignment.trace.as_ref());
+    run_in_slot_traced(shared, (assignment, calls_trace), stopped, slot)
         .instrument(span)
         .await;
 }
@@ -605,7 +611,7 @@ async fn run_in_slot(
 /// [`run_in_slot`] within the attempt's span.
 async fn run_in_slot_traced(
     shared: &Shared,
-    assignment: Assignment,
+    (assignment, calls_trace): (Assignment, Option<cohort_master::TraceContext>),
     stopped: oneshot::Receiver<()>,
     slot: OwnedSemaphorePermit,
 ) {
@@ -616,7 +622,7 @@ async fn run_in_slot_traced(
         log,
         calls,
         calls_dropped,
-    }) = attempt_outcome(shared, assignment, stopped).await
+    }) = attempt_outcome(shared, (assignment, calls_trace), stopped).await
     else {
         tracing::debug!("job {id} attempt {attempt} stopped");
         drop(slot);
@@ -635,7 +641,7 @@ async fn run_in_slot_traced(
     let duration_ms = ran.map_or(0, |ran| ran.as_millis() as u64);
     let start = log.len().saturating_sub(LOG_TAIL_BYTES);
     crate::metrics::count_egress(&calls, calls_dropped);
-    let reporting = crate::telemetry::job_span!(
+    let reporting = crate::telemetry::job_step_span!(
         "cohort.report",
         outcome = match &outcome {
             Outcome::Failed(failure) => failure.code.as_str(),
@@ -675,10 +681,11 @@ struct Ended {
 
 /// Fetches the attempt's module and runs it: its outcome, how long it ran,
 /// its log and its calls; `None` if it was stopped (or its task failed)
-/// before an outcome.
+/// before an outcome. Its calls carry `calls_trace` (the attempt's span)
+/// as their parent.
 async fn attempt_outcome(
     shared: &Shared,
-    assignment: Assignment,
+    (assignment, calls_trace): (Assignment, Option<cohort_master::TraceContext>),
     mut stopped: oneshot::Receiver<()>,
 ) -> Option<Ended> {
     let Assignment {
@@ -706,7 +713,7 @@ async fn attempt_outcome(
             calls_dropped: 0,
         })
     };
-    let fetching = crate::telemetry::job_span!("cohort.module", module = %digest);
+    let fetching = crate::telemetry::job_step_span!("cohort.module", module = %digest);
     let compiled = match (shared.fetcher.get(&shared.modules, &digest))
         .instrument(fetching)
         .await
@@ -787,8 +794,9 @@ async fn attempt_outcome(
             })),
         },
         blobs: std::mem::take(&mut prepared.blobs),
+        trace: calls_trace,
     };
-    let running = crate::telemetry::job_span!("cohort.run");
+    let running = crate::telemetry::job_step_span!("cohort.run");
     let report = run_job(shared, (id, attempt), compiled, request, stopped)
         .instrument(running)
         .await;

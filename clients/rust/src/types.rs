@@ -506,6 +506,13 @@ pub struct JobResponse {
     /// them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outputs: Vec<OutputBlob>,
+    /// The W3C trace id (32 hex digits) its spans and log lines carry:
+    /// the caller's, when the submission came with a valid `traceparent`,
+    /// else the one the node started for it. Absent when it has none (no
+    /// `traceparent` and no export) and for a schedule's firings, whose
+    /// attempts start traces of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
 }
 
 /// `GET /healthz`.

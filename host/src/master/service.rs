@@ -83,6 +83,9 @@ fn decision_span(command: &Command) -> Option<(tracing::Span, cohort_master::Tra
         Command::SubmitDag(dag) => *dag.nodes.first()?.options.trace.as_deref()?,
         _ => return None,
     };
+    if !crate::telemetry::wanted(Some(&trace)) {
+        return None;
+    }
     let span = crate::telemetry::job_span!(
         "cohort.master.decide",
         job_id = tracing::field::Empty,

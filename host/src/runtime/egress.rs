@@ -66,6 +66,42 @@
 //! values are marked sensitive, and the attempt masks every secret's value
 //! in its log, progress and failure (see [`super::job_log`]).
 //!
+//! # Trace context
+//!
+//! When the job carries a trace context (its submission's, see
+//! [`crate::telemetry`]) and this node exports spans, every request sent
+//! carries a W3C `traceparent` with the job's trace id naming the
+//! attempt's span (`cohort.attempt`) as its parent, with that span's
+//! sampled flag: the called service joins the job's trace under the
+//! attempt that called it. A trace sampled out may have no attempt span
+//! (see [`crate::telemetry::wanted`]); then its calls carry the job's
+//! context as it is, flagged `-00`, so the service samples them out too
+//! instead of starting traces of its own for them (and its logs still
+//! name the job's trace id). The worker decides
+//! ([`telemetry::outbound_context`](crate::telemetry::outbound_context))
+//! and hands the context to the attempt
+//! ([`JobRequest::trace`](super::JobRequest)), so a job in a sandbox
+//! process carries it too. The rules:
+//!
+//! - **The host's context wins.** A `traceparent` the job set itself is
+//!   replaced, and a `tracestate` it set is dropped with it (a
+//!   `tracestate` belongs to the `traceparent` it came with; cohort keeps
+//!   none: a job's context is the 26 bytes of [`cohort_master::TraceContext`]).
+//!   The job cannot know its attempt's span, so its own header could only
+//!   split the call off the job's trace; an operator who turned tracing
+//!   on wants every call in it. Without a context to send (below), the
+//!   job's own headers go out as it wrote them.
+//! - **No context, no header.** A job submitted without one (through a
+//!   node not tracing, from a client sending none), or an attempt on a
+//!   node with tracing off, sends nothing of its own: the job's requests
+//!   are exactly what it wrote.
+//! - **Not the grant's business.** The header needs no grant and counts
+//!   against nothing a grant bounds: the byte bounds are of bodies, and a
+//!   recorded call is matched by method, URL and body digest, never by
+//!   headers, so the new span of a retried attempt neither diverges from
+//!   its record nor changes its idempotency key. A header a grant sets
+//!   under the same name is the operator's, and replaces the host's.
+//!
 //! # Bounds
 //!
 //! [`EgressLimits`] (defaults in [`crate::limits`], "Runtime: egress"):
@@ -105,7 +141,7 @@ use crate::limits::{
 use bytes::Bytes;
 use cohort_master::RecordedCall;
 use cohort_master::limits::{CALLS_RECORDED_MAX, RECORD_BODY_BYTES_MAX, RECORD_URL_BYTES_MAX};
-use cohort_master::{GrantHost, Piece, strict_ipv4, template};
+use cohort_master::{GrantHost, Piece, TraceContext, strict_ipv4, template};
 pub use cohort_master::{HttpCall, HttpGrant};
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Uri, Version};
@@ -820,6 +856,9 @@ pub(crate) struct JobEgress {
     /// The calls' ordinals and keys, and the recorded calls (see
     /// [`super::tape`]).
     tape: Tape,
+    /// The `traceparent` every request carries, naming the attempt's
+    /// span; `None`: the job's requests carry what the job wrote.
+    traceparent: Option<HeaderValue>,
 }
 
 /// A request's destination, taken apart.
@@ -923,6 +962,10 @@ impl Failure {
     }
 }
 
+/// The W3C trace context headers.
+const TRACEPARENT: HeaderName = HeaderName::from_static(crate::contract::TRACEPARENT);
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
 /// Headers that concern one connection, not the request: never forwarded.
 fn is_hop_by_hop(name: &HeaderName) -> bool {
     matches!(
@@ -958,7 +1001,19 @@ impl JobEgress {
             ledger,
             log,
             tape,
+            traceparent: None,
         }
+    }
+
+    /// This egress with its requests carrying `trace` as their parent (see
+    /// the module's note): the attempt's span, when the job has a trace
+    /// context and the node exports spans.
+    pub(crate) fn with_trace(mut self, trace: Option<&TraceContext>) -> Self {
+        self.traceparent = trace.map(|context| {
+            HeaderValue::from_str(&crate::contract::traceparent(context))
+                .expect("a traceparent is hex digits and dashes")
+        });
+        self
     }
 
     /// Sends `request` if the job's grants allow it (see the module's
@@ -1185,7 +1240,12 @@ impl JobEgress {
         let key = HeaderValue::from_str(&self.tape.idempotency_key(ordinal))
             .expect("hex digits are a header value");
         let (parts, body) = request.into_parts();
-        let outgoing = outgoing(parts, &target, body, set, key, &call, limits).map_err(fail)?;
+        let headers = Added {
+            trace: self.traceparent.clone(),
+            grants: set,
+            idempotency_key: key,
+        };
+        let outgoing = outgoing(parts, &target, body, headers, &call, limits).map_err(fail)?;
         let mut builder = hyper::client::conn::http1::Builder::new();
         builder.max_header_size(EGRESS_RESPONSE_HEAD_BYTES_MAX);
         let (mut sender, connection) = builder
@@ -1784,17 +1844,26 @@ fn grant_headers(
     Ok(headers)
 }
 
+/// The headers the host adds to a job's request, each replacing the
+/// job's of its name (the idempotency key only where the job set none).
+struct Added {
+    /// The attempt's `traceparent`, if it carries one.
+    trace: Option<HeaderValue>,
+    /// The headers of the grants that permit the address, rendered.
+    grants: Vec<(HeaderName, HeaderValue)>,
+    idempotency_key: HeaderValue,
+}
+
 /// The request as it goes on the wire: the path and query as its target,
 /// the `Host` header from the URI's authority, no hop-by-hop header, the
-/// grants' `headers` in place of the job's of those names, the body
-/// counted and bounded.
-#[allow(clippy::too_many_arguments)]
+/// attempt's `traceparent` in place of the job's trace context headers,
+/// the grants' headers in place of the job's (and the host's) of those
+/// names, the body counted and bounded.
 fn outgoing<B>(
     parts: http::request::Parts,
     target: &Target,
     body: B,
-    grant_headers: Vec<(HeaderName, HeaderValue)>,
-    idempotency_key: HeaderValue,
+    added: Added,
     call: &Arc<Call>,
     limits: EgressLimits,
 ) -> Result<http::Request<RequestBody>, Failure>
@@ -1837,12 +1906,18 @@ where
             headers.append(name.clone(), value.clone());
         }
     }
-    for (name, value) in grant_headers {
+    if let Some(traceparent) = added.trace {
+        // The job's `tracestate` went with its `traceparent`; the job's
+        // context keeps none to send.
+        headers.remove(TRACESTATE);
+        headers.insert(TRACEPARENT, traceparent);
+    }
+    for (name, value) in added.grants {
         headers.insert(name, value);
     }
     let key = HeaderName::from_static("idempotency-key");
     if !headers.contains_key(&key) {
-        headers.insert(key, idempotency_key);
+        headers.insert(key, added.idempotency_key);
     }
     headers.insert(header::HOST, host);
     Ok(request)

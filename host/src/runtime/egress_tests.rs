@@ -1403,6 +1403,93 @@ async fn every_call_carries_an_idempotency_key_the_same_in_every_attempt_unless_
     .await;
 }
 
+// ---- Trace context
+
+/// A job's context as the worker hands it to the attempt: the attempt
+/// span's ids and sampled flag.
+fn attempt_span(flags: u8) -> TraceContext {
+    TraceContext {
+        trace_id: [0x4b; 16],
+        span_id: [0x5c; 8],
+        flags,
+        link: false,
+    }
+}
+
+#[tokio::test]
+async fn calls_carry_the_attempts_traceparent_in_place_of_the_jobs_and_none_without_one() {
+    in_time(async {
+        let (port, mut heard) = server(Answer::Body(b"ok".to_vec()), None).await;
+        let url = format!("http://127.0.0.1:{port}/traced");
+        let stamp = "00-77777777777777777777777777777777-00f067aa0ba902b7-01";
+        let stamped = setting(
+            grant(&format!("http://127.0.0.1:{port}/stamped")),
+            &[("traceparent", stamp)],
+        );
+        let grants = || vec![stamped.clone(), grant(&format!("http://127.0.0.1:{port}"))];
+        let with_own = |url: &str| {
+            let mut own = get(url);
+            let guest = "00-11111111111111111111111111111111-2222222222222222-01";
+            own.headers_mut()
+                .insert("traceparent", HeaderValue::from_str(guest).unwrap());
+            own.headers_mut()
+                .insert("tracestate", HeaderValue::from_static("guest=1"));
+            own
+        };
+        let traced = |flags: u8| {
+            let attempt = Attempt::new(grants(), quick());
+            let egress = attempt
+                .egress
+                .clone()
+                .with_trace(Some(&attempt_span(flags)));
+            Attempt { egress, ..attempt }
+        };
+
+        // Sampled: the attempt's span is the parent; the job's own
+        // traceparent and its tracestate give way.
+        let attempt = traced(1);
+        assert_eq!(attempt.call(with_own(&url)).await.unwrap().0, 200);
+        let head = heard.recv().await.unwrap().head;
+        let expected = format!("traceparent: 00-{}-{}-01", "4b".repeat(16), "5c".repeat(8));
+        assert_eq!(header_lines(&head, "traceparent"), [expected], "{head}");
+        assert!(header_lines(&head, "tracestate").is_empty(), "{head}");
+        // Sampled out: the flag follows, so the service samples it out too.
+        let attempt = traced(0);
+        assert_eq!(attempt.call(get(&url)).await.unwrap().0, 200);
+        let head = heard.recv().await.unwrap().head;
+        let expected = format!("traceparent: 00-{}-{}-00", "4b".repeat(16), "5c".repeat(8));
+        assert_eq!(header_lines(&head, "traceparent"), [expected], "{head}");
+        // A grant's header of that name is the operator's, and wins.
+        let stamped_url = format!("http://127.0.0.1:{port}/stamped");
+        assert_eq!(attempt.call(get(&stamped_url)).await.unwrap().0, 200);
+        let head = heard.recv().await.unwrap().head;
+        assert_eq!(
+            header_lines(&head, "traceparent"),
+            [format!("traceparent: {stamp}")],
+            "{head}"
+        );
+        // Neither counts as a body byte.
+        let (calls, _) = attempt.record();
+        assert!(calls.iter().all(|call| call.sent_bytes == 0), "{calls:?}");
+
+        // Without a context: nothing added, the job's own headers go out
+        // as it wrote them.
+        let attempt = Attempt::new(grants(), quick());
+        assert_eq!(attempt.call(get(&url)).await.unwrap().0, 200);
+        let head = heard.recv().await.unwrap().head;
+        assert!(header_lines(&head, "traceparent").is_empty(), "{head}");
+        assert_eq!(attempt.call(with_own(&url)).await.unwrap().0, 200);
+        let head = heard.recv().await.unwrap().head;
+        assert_eq!(
+            header_lines(&head, "traceparent"),
+            ["traceparent: 00-11111111111111111111111111111111-2222222222222222-01"],
+            "{head}"
+        );
+        assert_eq!(header_lines(&head, "tracestate"), ["tracestate: guest=1"]);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_recorded_call_is_kept_before_the_job_sees_it_and_replayed_without_being_sent() {
     in_time(async {

@@ -47,6 +47,7 @@ use crate::limits::{
     ERROR_CODE_BYTES_MAX, ERROR_MESSAGE_BYTES_MAX, HOST_TIMEOUT_GRACE, PROGRESS_MESSAGE_BYTES_MAX,
     TABLE_ELEMENTS_MAX,
 };
+use cohort_master::TraceContext;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -83,6 +84,11 @@ pub struct JobRequest {
     /// The blobs the job may read and where it writes its own (see
     /// [`super::job_blobs`]); by default none.
     pub blobs: JobBlobs,
+    /// The trace context the job's outbound calls carry as their
+    /// `traceparent` (see [`super::egress`]): the attempt's span, when
+    /// the job has a context and the node exports spans (the job's own
+    /// context when its trace was sampled out); `None`: none.
+    pub trace: Option<TraceContext>,
 }
 
 /// The plaintext of secrets, by name. Its `Debug` names them and never
@@ -639,6 +645,7 @@ pub(crate) async fn execute(
         readable,
         recording,
         blobs,
+        trace,
     } = request;
     let blobs = Blobs::new(blobs);
     // What the job may read: the readable secrets, opened by this node
@@ -687,7 +694,8 @@ pub(crate) async fn execute(
             ledger.clone(),
             log.clone(),
             tape.clone(),
-        ),
+        )
+        .with_trace(trace.as_ref()),
         // Every job run by a worker numbers its calls from its checkpoint's
         // mark, so that its idempotency keys go on where they were (even if
         // its grants changed in between).

@@ -108,6 +108,8 @@ pub(super) struct Request {
     pub(super) records: bool,
     /// The blobs the job reads (files the child opens) and where it writes.
     pub(super) blobs: JobBlobs,
+    /// The context the job's calls carry (`JobRequest::trace`).
+    pub(super) trace: Option<cohort_master::TraceContext>,
 }
 
 /// What a child tells the node about the attempt it runs.
@@ -250,6 +252,7 @@ impl Sandboxes {
             readable,
             recording,
             blobs,
+            trace,
         } = request;
         let space = blobs.space.clone();
         let Recording {
@@ -298,6 +301,7 @@ impl Sandboxes {
             replay,
             records: recorder.is_some(),
             blobs,
+            trace,
         };
         let exchange = sandbox.exchange(&request, recorder.as_deref(), &mut seen);
         match tokio::time::timeout_at(deadline, exchange).await {
@@ -778,6 +782,12 @@ mod tests {
                     bytes_max: 1 << 30,
                 }),
             },
+            trace: Some(cohort_master::TraceContext {
+                trace_id: [1; 16],
+                span_id: [2; 8],
+                flags: 1,
+                link: false,
+            }),
         };
         let body = postcard::to_allocvec(&request).unwrap();
         let back: Request = decode(&body).unwrap();
@@ -789,6 +799,7 @@ mod tests {
         assert_eq!(back.secrets.get("API_KEY"), Some("s3cr3t-value"));
         assert_eq!(back.egress_limits, request.egress_limits);
         assert_eq!(back.blobs, request.blobs);
+        assert_eq!(back.trace, request.trace);
         assert!(!format!("{back:?}").contains("s3cr3t"), "{back:?}");
 
         let mut longer = body.clone();

@@ -249,6 +249,7 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
                             recorder,
                         },
                         blobs: request.blobs,
+                        trace: request.trace,
                     };
                     runtime
                         .run_with(&module, job, Some(request.egress_limits), Some(on_call))
