@@ -105,6 +105,12 @@ fn deploy_caller(node: &Node) {
     cli_ok(node, &["deploy", "caller", file.to_str().unwrap()]);
 }
 
+/// [`deploy_caller`], granted `origin`.
+fn deploy_granted(node: &Node, origin: &str) {
+    deploy_caller(node);
+    cli_ok(node, &["grant", "caller", "--http", origin]);
+}
+
 /// Grants, each refusal form, the Host header, bounds and timeouts,
 /// revokes, and the records and metrics, on a node running jobs in its
 /// threads.
@@ -323,16 +329,7 @@ fn a_traced_jobs_calls_join_its_trace() {
     );
     let server = serving(0, None);
     let p = server.port();
-    deploy_caller(&node);
-    cli_ok(
-        &node,
-        &[
-            "grant",
-            "caller",
-            "--http",
-            &format!("http://127.0.0.1:{p}"),
-        ],
-    );
+    deploy_granted(&node, &format!("http://127.0.0.1:{p}"));
     let url = format!("http://127.0.0.1:{p}/ok");
     let mut own = call("GET", &url);
     own["headers"] = json!([
@@ -589,16 +586,7 @@ fn a_submission_narrows_its_grants_and_never_widens_them() {
     let node = Node::start(dir.path(), &["--slots", "1"]);
     let server = serving(0, None);
     let p = server.port();
-    deploy_caller(&node);
-    cli_ok(
-        &node,
-        &[
-            "grant",
-            "caller",
-            "--http",
-            &format!("http://127.0.0.1:{p}"),
-        ],
-    );
+    deploy_granted(&node, &format!("http://127.0.0.1:{p}"));
     let rt = runtime();
     let client = Api::new(&node.url);
     let narrowed = |url: String, methods: &[&str], calls: &[Value]| {
