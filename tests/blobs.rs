@@ -27,8 +27,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use support::upload;
 use support::{
-    CONVERGE, EVENT_WAIT, Node, OBSERVE, converge, converge_via, cut_off, eventually,
-    eventually_async, gossip, infos, live, runtime, start, start_with,
+    CONVERGE, EVENT_WAIT, Node, OBSERVE, converge, converge_members, converge_via, cut_off,
+    eventually, eventually_async, gossip, infos, live, runtime, start, start_with,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 
@@ -1417,11 +1417,11 @@ fn a_front_end_seeing_one_back_end_of_three_does_not_acknowledge_an_upload() {
     n3.kill();
     let late = Pattern::new(62, 1 << 20);
     rt.block_on(async {
-        converge(&n1, "n2 and n3 gone", |c| live(c) == ["n1", "front"]).await;
-        converge(&front, "n2 and n3 gone", |c| live(c) == ["n1", "front"]).await;
+        converge_members(&n1, "n2 and n3 gone", |c| live(c) == ["n1", "front"]).await;
+        converge_members(&front, "n2 and n3 gone", |c| live(c) == ["n1", "front"]).await;
         // The membership is still told without a quorum, with the reason
         // the master can not say which workers it knows.
-        let told = converge(&n1, "the master unable to answer", |c| {
+        let told = converge_members(&n1, "the master unable to answer", |c| {
             c.master_error.is_some()
         })
         .await;

@@ -442,9 +442,16 @@ fn failing_jobs(args: &[&str]) {
         eventually_async(
             "the cancelled attempt to stop",
             SETTLE,
-            async || match client.cluster().await.unwrap().workers[0].running {
-                0 => Ok(()),
-                busy => Err(format!("the worker still runs {busy}")),
+            async || match client
+                .cluster()
+                .await
+                .unwrap()
+                .workers
+                .first()
+                .map(|w| w.running)
+            {
+                Some(0) => Ok(()),
+                busy => Err(format!("the worker still runs {busy:?}")),
             },
         )
         .await;

@@ -670,7 +670,27 @@ pub async fn converge(
 }
 
 /// [`converge`] asking through `client` (one that carries a token, say).
+/// The master must answer too (`master_error` absent): a converged
+/// cluster is one whose master knows its workers.
 pub async fn converge_via(
+    client: &Api,
+    what: &str,
+    done: impl Fn(&ClusterResponse) -> bool,
+) -> ClusterResponse {
+    converge_view(client, what, |c| c.master_error.is_none() && done(c)).await
+}
+
+/// [`converge`] on what `node` itself sees, whether or not a master
+/// answers (a cluster that lost its quorum, say).
+pub async fn converge_members(
+    node: &Node,
+    what: &str,
+    done: impl Fn(&ClusterResponse) -> bool,
+) -> ClusterResponse {
+    converge_view(&Api::new(&node.url), what, done).await
+}
+
+async fn converge_view(
     client: &Api,
     what: &str,
     done: impl Fn(&ClusterResponse) -> bool,
