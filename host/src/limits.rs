@@ -635,12 +635,6 @@ pub const DATAGRAM_BYTES_MAX: usize = 65_507;
 /// Pause after a gossip receive error that is not an ICMP report (one
 /// gossip round).
 pub(crate) const GOSSIP_RECV_ERROR_PAUSE: Duration = Duration::from_millis(100);
-/// Longest a node retries binding its sealed gossip port while it is in
-/// use: a rejoin binds it again just after aborting the task that held
-/// it, which releases it only once the runtime reaches that task.
-pub(crate) const GOSSIP_REBIND_WAIT: Duration = Duration::from_secs(2);
-/// Pause between two of those attempts.
-pub(crate) const GOSSIP_REBIND_PAUSE: Duration = Duration::from_millis(10);
 /// Longest wait for a datagram to cross the loopback codec.
 pub(crate) const GOSSIP_CODEC_WAIT: Duration = Duration::from_millis(100);
 /// Most opened envelopes waiting for chitchat; beyond, datagrams are

@@ -29,6 +29,7 @@ use crate::limits::{
     DEAD_NODE_GRACE, DELETED_KEY_GRACE, GOSSIP_HEARTBEAT_INTERVAL_MAX, GOSSIP_HEARTBEAT_SAMPLES,
     GOSSIP_INTERVAL, LEAVE_ROUNDS, PHI_THRESHOLD,
 };
+use crate::security::gossip::GossipTransport;
 use chitchat::{
     ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState, ProtocolVersion,
     spawn_chitchat,
@@ -247,6 +248,7 @@ pub struct MembershipConfig {
 
 struct Gossip {
     config: MembershipConfig,
+    transport: GossipTransport,
     /// Every key this node publishes now (restored after a rejoin).
     keys: std::sync::Mutex<BTreeMap<String, String>>,
     handle: tokio::sync::Mutex<Option<ChitchatHandle>>,
@@ -283,6 +285,7 @@ pub fn new_generation() -> u64 {
 /// Starts chitchat as `generation` with `keys`, feeding `view`.
 async fn spawn_gossip(
     config: &MembershipConfig,
+    transport: &GossipTransport,
     generation: u64,
     keys: Vec<(String, String)>,
     view: Arc<watch::Sender<View>>,
@@ -306,15 +309,7 @@ async fn spawn_gossip(
         extra_liveness_predicate: None,
         protocol_version: ProtocolVersion::V0,
     };
-    let handle = spawn_chitchat(
-        chitchat_config,
-        keys,
-        &crate::security::gossip::GossipTransport::new(
-            config.sealer.clone(),
-            config.partition.clone(),
-        ),
-    )
-    .await?;
+    let handle = spawn_chitchat(chitchat_config, keys, transport).await?;
     let chitchat = handle.chitchat();
     let mut live = chitchat.lock().await.live_nodes_watcher();
     let me = config.node_id.clone();
@@ -362,8 +357,12 @@ impl Membership {
             ..View::default()
         });
         let tx = Arc::new(tx);
+        // One transport for every join, so a rejoin's open finds the
+        // socket it replaces (see `GossipTransport`).
+        let transport = GossipTransport::new(config.sealer.clone(), config.partition.clone());
         let handle = spawn_gossip(
             &config,
+            &transport,
             generation,
             keys.clone().into_iter().collect(),
             tx.clone(),
@@ -374,6 +373,7 @@ impl Membership {
             view,
             backend: Backend::Gossip(Box::new(Gossip {
                 config,
+                transport,
                 keys: std::sync::Mutex::new(keys),
                 handle: tokio::sync::Mutex::new(Some(handle)),
                 view: tx,
@@ -442,7 +442,9 @@ impl Membership {
                         .filter(|m| m.node_id != self.me)
                         .map(|m| m.gossip.to_string()),
                 );
-                *handle = Some(spawn_gossip(&config, generation, keys, gossip.view.clone()).await?);
+                let view = gossip.view.clone();
+                *handle =
+                    Some(spawn_gossip(&config, &gossip.transport, generation, keys, view).await?);
             }
             Backend::Memory(cluster) => cluster.rejoin(&self.me, generation),
         }

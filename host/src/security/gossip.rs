@@ -26,8 +26,8 @@ use super::key::Purpose;
 use super::seal::{Freshness, OVERHEAD, Sealer};
 use crate::fault::{Partition, PartitionedSocket};
 use crate::limits::{
-    DATAGRAM_BYTES_MAX, GOSSIP_CODEC_WAIT, GOSSIP_REBIND_PAUSE, GOSSIP_REBIND_WAIT,
-    GOSSIP_RECEIVED_MAX, GOSSIP_RECV_ERROR_PAUSE, GOSSIP_SENDING_MAX,
+    DATAGRAM_BYTES_MAX, GOSSIP_CODEC_WAIT, GOSSIP_RECEIVED_MAX, GOSSIP_RECV_ERROR_PAUSE,
+    GOSSIP_SENDING_MAX,
 };
 use anyhow::Context;
 use async_trait::async_trait;
@@ -46,18 +46,28 @@ fn is_icmp_report(error: &std::io::Error) -> bool {
 }
 
 /// cohort's gossip transport: UDP, sealed when the node has a key, behind
-/// a fault test's partition when it has one.
+/// a fault test's partition when it has one. One per membership, kept
+/// across rejoins: a sealed socket's codec task owns the public port and
+/// releases it only when the runtime next reaches the aborted task, so the
+/// transport keeps the last one and a new open waits for it to end before
+/// binding the port again.
 #[derive(Debug, Clone, Default)]
 pub struct GossipTransport {
     sealer: Option<Arc<Sealer>>,
     partition: Option<Partition>,
+    /// The codec task of the sealed socket dropped last (aborted).
+    ended: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl GossipTransport {
     /// Seals with `sealer`, or sends plain gossip with `None`; drops what
     /// `partition` cuts off.
     pub fn new(sealer: Option<Arc<Sealer>>, partition: Option<Partition>) -> Self {
-        Self { sealer, partition }
+        Self {
+            sealer,
+            partition,
+            ended: Arc::default(),
+        }
     }
 }
 
@@ -79,41 +89,29 @@ impl GossipTransport {
                 chitchat::transport::UdpSocket::open(listen_addr).await?,
             ))),
             Some(sealer) => {
-                let socket = bind_public(listen_addr).await?;
+                let ended = self.ended.lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(ended) = ended {
+                    // Aborted: it ends at once, dropping the public port.
+                    let _ = ended.await;
+                }
+                let socket = tokio::net::UdpSocket::bind(listen_addr)
+                    .await
+                    .with_context(|| format!("cannot bind {listen_addr}/UDP for gossip"))?;
                 let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
                 let chitchat = chitchat::transport::UdpSocket::open(loopback).await?;
                 let bridge = tokio::net::UdpSocket::bind(loopback).await?;
-                Ok(Box::new(SealedSocket::start(Codec {
-                    socket,
-                    sealer: sealer.clone(),
-                    chitchat_addr: chitchat.local_addr()?,
-                    chitchat,
-                    bridge_addr: bridge.local_addr()?,
-                    bridge,
-                    buf: vec![0; DATAGRAM_BYTES_MAX].into_boxed_slice(),
-                })?))
-            }
-        }
-    }
-}
-
-/// The public gossip socket. A rejoin (`Membership::rejoin`) binds it
-/// again right after the previous socket's codec task was aborted, and
-/// that task releases the port only once the runtime reaches it: on a
-/// busy node, after the bind. So a port in use is tried again, for at
-/// most [`GOSSIP_REBIND_WAIT`].
-async fn bind_public(listen_addr: SocketAddr) -> anyhow::Result<tokio::net::UdpSocket> {
-    let started = std::time::Instant::now();
-    loop {
-        match tokio::net::UdpSocket::bind(listen_addr).await {
-            Err(error)
-                if error.kind() == std::io::ErrorKind::AddrInUse
-                    && started.elapsed() < GOSSIP_REBIND_WAIT =>
-            {
-                tokio::time::sleep(GOSSIP_REBIND_PAUSE).await;
-            }
-            bound => {
-                return bound.with_context(|| format!("cannot bind {listen_addr}/UDP for gossip"));
+                Ok(Box::new(SealedSocket::start(
+                    Codec {
+                        socket,
+                        sealer: sealer.clone(),
+                        chitchat_addr: chitchat.local_addr()?,
+                        chitchat,
+                        bridge_addr: bridge.local_addr()?,
+                        bridge,
+                        buf: vec![0; DATAGRAM_BYTES_MAX].into_boxed_slice(),
+                    },
+                    self.ended.clone(),
+                )?))
             }
         }
     }
@@ -152,17 +150,25 @@ struct SealedSocket {
     local_addr: SocketAddr,
     send_tx: tokio::sync::mpsc::Sender<(SocketAddr, ChitchatEnvelope)>,
     received_rx: tokio::sync::mpsc::Receiver<RecvOutcome>,
-    codec: tokio::task::JoinHandle<()>,
+    codec: Option<tokio::task::JoinHandle<()>>,
+    /// Where the aborted codec task is left for the next open to await.
+    ended: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 impl Drop for SealedSocket {
     fn drop(&mut self) {
-        self.codec.abort();
+        if let Some(codec) = self.codec.take() {
+            codec.abort();
+            *self.ended.lock().unwrap_or_else(|e| e.into_inner()) = Some(codec);
+        }
     }
 }
 
 impl SealedSocket {
-    fn start(codec: Codec) -> anyhow::Result<Self> {
+    fn start(
+        codec: Codec,
+        ended: Arc<std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    ) -> anyhow::Result<Self> {
         let local_addr = codec.socket.local_addr()?;
         let (send_tx, send_rx) = tokio::sync::mpsc::channel(GOSSIP_SENDING_MAX);
         let (received_tx, received_rx) = tokio::sync::mpsc::channel(GOSSIP_RECEIVED_MAX);
@@ -171,7 +177,8 @@ impl SealedSocket {
             local_addr,
             send_tx,
             received_rx,
-            codec,
+            codec: Some(codec),
+            ended,
         })
     }
 }
@@ -336,17 +343,23 @@ impl Socket for SealedSocket {
 mod tests {
     use super::*;
 
-    /// A rejoin's bind meets the port still held by the aborted codec
-    /// task of the gossip before it; it binds once the port is free.
-    #[tokio::test]
-    async fn a_port_released_a_moment_later_is_bound_again() {
-        let held = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        let addr = held.local_addr().unwrap();
-        tokio::spawn(async move {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            drop(held);
-        });
-        let socket = bind_public(addr).await.unwrap();
-        assert_eq!(socket.local_addr().unwrap(), addr);
+    /// A rejoin opens the sealed port again right after dropping the
+    /// socket on it, whose codec task still holds the port: the open
+    /// waits for that task, then binds.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_dropped_sealed_socket_port_is_opened_again_at_once() {
+        let keyring = super::super::key::Keyring::from_secrets(&[[7u8; 32]]).unwrap();
+        let sealer = Arc::new(Sealer::new(keyring, "gossip-test"));
+        let transport = GossipTransport::new(Some(sealer), None);
+        let addr = {
+            let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap()
+        };
+        for _ in 0..3 {
+            let socket = transport.open(addr).await.unwrap();
+            assert_eq!(socket.local_addr().unwrap(), addr);
+            // Dropped with its codec task not yet reached by the runtime.
+            drop(socket);
+        }
     }
 }
