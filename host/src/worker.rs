@@ -603,7 +603,7 @@ async fn run_in_slot(
     crate::telemetry::adopt(&span, assignment.trace.as_ref());
     // What the job's outbound calls carry: this span as their parent.
     let calls_trace = crate::telemetry::outbound_context(&span, assignment.trace.as_ref());
-    run_in_slot_traced(shared, (assignment, calls_trace), stopped, slot)
+    run_in_slot_traced(shared, assignment, calls_trace, stopped, slot)
         .instrument(span)
         .await;
 }
@@ -611,7 +611,8 @@ async fn run_in_slot(
 /// [`run_in_slot`] within the attempt's span.
 async fn run_in_slot_traced(
     shared: &Shared,
-    (assignment, calls_trace): (Assignment, Option<cohort_master::TraceContext>),
+    assignment: Assignment,
+    calls_trace: Option<cohort_master::TraceContext>,
     stopped: oneshot::Receiver<()>,
     slot: OwnedSemaphorePermit,
 ) {
@@ -622,7 +623,7 @@ async fn run_in_slot_traced(
         log,
         calls,
         calls_dropped,
-    }) = attempt_outcome(shared, (assignment, calls_trace), stopped).await
+    }) = attempt_outcome(shared, assignment, calls_trace, stopped).await
     else {
         tracing::debug!("job {id} attempt {attempt} stopped");
         drop(slot);
@@ -685,7 +686,8 @@ struct Ended {
 /// as their parent.
 async fn attempt_outcome(
     shared: &Shared,
-    (assignment, calls_trace): (Assignment, Option<cohort_master::TraceContext>),
+    assignment: Assignment,
+    calls_trace: Option<cohort_master::TraceContext>,
     mut stopped: oneshot::Receiver<()>,
 ) -> Option<Ended> {
     let Assignment {
