@@ -9,7 +9,7 @@ use cohort::client::{ClientError, Node as Api};
 use hyper::Method;
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::{
@@ -650,6 +650,67 @@ fn two_nodes_cannot_share_a_data_dir() {
         Err(stderr) => stderr,
     };
     assert!(stderr.contains("another cohort node is using"), "{stderr}");
+}
+
+/// `--cache-dir`: nodes sharing one compile the master into it once (the
+/// second loads the first's artifact, and neither writes compiled code into
+/// its data directory); a directory others may write to is refused, since
+/// compiled code loaded from it runs as native code.
+#[test]
+fn nodes_share_a_private_compile_cache() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let artifacts = || -> Vec<(PathBuf, u64)> {
+        let Ok(engines) = std::fs::read_dir(cache.join("compiled")) else {
+            return Vec::new();
+        };
+        let mut found: Vec<(PathBuf, u64)> = engines
+            .flat_map(|engine| std::fs::read_dir(engine.unwrap().path()).unwrap())
+            .map(|file| file.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == "cwasm"))
+            .map(|path| {
+                let inode = std::fs::metadata(&path).unwrap().ino();
+                (path, inode)
+            })
+            .collect();
+        found.sort();
+        found
+    };
+    let env = [("COHORT_CACHE_DIR", cache.to_str().unwrap())];
+    let start = |name: &str| {
+        Node::try_start_env(&dir.path().join(name), &["--slots", "0"], &env)
+            .unwrap_or_else(|stderr| panic!("{stderr}"))
+    };
+    let first = start("a");
+    first.wait_event("hosting", &[]);
+    let compiled = artifacts();
+    assert!(
+        !compiled.is_empty(),
+        "nothing compiled into {}",
+        cache.display()
+    );
+    let mode = std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the cache directory is the node user's alone");
+    let second = start("b");
+    second.wait_event("hosting", &[]);
+    assert_eq!(
+        artifacts(),
+        compiled,
+        "the second node compiled the master again"
+    );
+    for node in ["a", "b"] {
+        assert!(!dir.path().join(node).join("compiled").exists(), "{node}");
+    }
+    drop((first, second));
+
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let stderr = match Node::try_start_env(&dir.path().join("c"), &["--slots", "0"], &env) {
+        Ok(_) => panic!("a node compiled into a directory anyone may write to"),
+        Err(stderr) => stderr,
+    };
+    assert!(stderr.contains("--cache-dir"), "{stderr}");
+    assert!(stderr.contains("others may write to it"), "{stderr}");
 }
 
 /// The tests read node events from stderr lines (`support::parse_event`):

@@ -1175,6 +1175,7 @@ fn master_options(
 ) -> MasterOptions {
     MasterOptions {
         data_dir: dir.to_path_buf(),
+        cache_dir: dir.to_path_buf(),
         config: Config {
             queue_max: 2_000_000,
             ..Config::default()

@@ -348,7 +348,7 @@ pub fn cache_dir(explicit: Option<&Path>) -> Option<PathBuf> {
         Some(dir) => dir.to_path_buf(),
         None => default_cache_dir()?,
     };
-    match private_dir(&dir) {
+    match crate::runtime::module::private_dir(&dir) {
         Ok(()) => Some(dir),
         Err(why) => {
             eprintln!(
@@ -371,33 +371,6 @@ fn default_cache_dir() -> Option<PathBuf> {
         Some(cache) => Some(cache.join("cohort")),
         None => absolute("HOME").map(|home| home.join(".cache").join("cohort")),
     }
-}
-
-/// Creates `dir` (mode 0700) if missing; refuses one that is not a
-/// directory of this user's, or that others may write to.
-fn private_dir(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| e.to_string())?;
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    if !meta.is_dir() {
-        return Err("it is not a directory (or is a symbolic link)".into());
-    }
-    if meta.uid() != me {
-        return Err(format!("it belongs to user {}, not to {me}", meta.uid()));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "others may write to it (mode {:o}); chmod go-w it",
-            meta.mode() & 0o777
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -50,6 +50,12 @@ pub struct NodeArgs {
     /// Directory for the journal, snapshots, modules and compiled code.
     #[arg(long, env = "COHORT_DATA_DIR", default_value = "cohort-data")]
     pub data_dir: PathBuf,
+    /// Directory to cache compiled code in (`DIR/compiled/`; default: the
+    /// data directory). Nodes of one machine may share one, so each module
+    /// and the master are compiled once on it; it must be this user's and
+    /// writable by no one else, since compiled code runs as native code.
+    #[arg(long, env = "COHORT_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
     /// HTTP address to listen on (port 0 picks a free port; the address is
     /// printed on stdout).
     #[arg(long, env = "COHORT_LISTEN", default_value = "127.0.0.1:7070")]
@@ -345,7 +351,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
             local: local_master,
             running: None,
             view: view.clone(),
-            component: precompile_master(&args.data_dir),
+            component: precompile_master(cache_dir(&args)),
             fetcher: fetcher.clone(),
             standby: Arc::default(),
         };
@@ -382,10 +388,24 @@ struct Local {
     modules: Arc<ModuleStore>,
 }
 
+/// Where this node caches compiled code: `--cache-dir`, else the data
+/// directory.
+fn cache_dir(args: &NodeArgs) -> &std::path::Path {
+    args.cache_dir.as_deref().unwrap_or(&args.data_dir)
+}
+
 /// Checks the settings, and opens the runtime and the module store in the
 /// (locked) data directory.
 fn open_local(args: &NodeArgs) -> anyhow::Result<Local> {
     let data_dir = &args.data_dir;
+    if let Some(dir) = &args.cache_dir {
+        crate::runtime::module::private_dir(dir).map_err(|why| {
+            anyhow::anyhow!(
+                "cannot cache compiled code in {} (--cache-dir): {why}",
+                dir.display()
+            )
+        })?;
+    }
     anyhow::ensure!(
         args.retention.as_millis() <= u128::from(cohort_master::limits::CONFIG_DURATION_MS_MAX),
         "--retention is at most 365 days"
@@ -397,7 +417,7 @@ fn open_local(args: &NodeArgs) -> anyhow::Result<Local> {
         0
     };
     let runtime = Runtime::new(RuntimeConfig {
-        data_dir: Some(data_dir.clone()),
+        data_dir: Some(cache_dir(args).to_path_buf()),
         concurrent_jobs: slots.max(1),
         memory_bytes_max: args.job_memory_max,
         isolation: args.job_isolation,
@@ -494,7 +514,8 @@ fn build_api(
             replication: wiring.replication.clone(),
             modules: local.modules.clone(),
             tokens: local.security.tokens.clone(),
-            masters: crate::master::upgrade::MasterStore::new(&args.data_dir),
+            masters: crate::master::upgrade::MasterStore::new(&args.data_dir)
+                .caching_in(cache_dir(args)),
         }),
         leave,
         modules: local.modules.clone(),
@@ -646,13 +667,13 @@ fn follow_history(
 /// Back-end nodes compile the master component once, now, so taking the
 /// master over (hand-over or first start) does not wait for the compiler
 /// or compile it a second time.
-fn precompile_master(data_dir: &std::path::Path) -> Arc<OnceCell<MasterComponent>> {
+fn precompile_master(cache_dir: &std::path::Path) -> Arc<OnceCell<MasterComponent>> {
     let component = Arc::new(OnceCell::new());
     tokio::spawn({
         let component = component.clone();
-        let data_dir = data_dir.to_path_buf();
+        let cache_dir = cache_dir.to_path_buf();
         async move {
-            if let Err(error) = master_component(&component, data_dir).await {
+            if let Err(error) = master_component(&component, cache_dir).await {
                 tracing::warn!("cannot precompile the master component: {error:#}");
             }
         }
@@ -699,6 +720,7 @@ fn spawn_view_publisher(
 fn master_options(args: &NodeArgs) -> MasterOptions {
     MasterOptions {
         data_dir: args.data_dir.clone(),
+        cache_dir: cache_dir(args).to_path_buf(),
         config: cohort_master::Config {
             queue_max: args.queue_max,
             retention_ms: args.retention.as_millis() as u64,
@@ -838,13 +860,13 @@ fn millis(duration: Duration) -> u64 {
 }
 
 /// The node's master component: compiled (or loaded from the compile cache
-/// in `data_dir`) by the first caller, shared by every later one.
+/// in `cache_dir`) by the first caller, shared by every later one.
 async fn master_component(
     cell: &OnceCell<MasterComponent>,
-    data_dir: PathBuf,
+    cache_dir: PathBuf,
 ) -> anyhow::Result<&MasterComponent> {
     cell.get_or_try_init(|| async move {
-        tokio::task::spawn_blocking(move || MasterComponent::load(Some(&data_dir)))
+        tokio::task::spawn_blocking(move || MasterComponent::load(Some(&cache_dir)))
             .await
             .context("the compiler thread failed")?
     })
@@ -1007,8 +1029,8 @@ impl LocalMaster {
         let mut options = self.options.clone();
         options.live_workers = live_workers;
         if options.core == CoreKind::Wasm {
-            let data_dir = options.data_dir.clone();
-            options.component = Some(master_component(&self.component, data_dir).await?.clone());
+            let cache_dir = options.cache_dir.clone();
+            options.component = Some(master_component(&self.component, cache_dir).await?.clone());
         }
         let replication = self.replication.clone();
         // The builds a chunk of events switches to, fetched before it is
@@ -1118,7 +1140,7 @@ async fn keep_standby(
         }
         let mut options = options.clone();
         if options.core == CoreKind::Wasm {
-            match master_component(&component, options.data_dir.clone()).await {
+            match master_component(&component, options.cache_dir.clone()).await {
                 Ok(compiled) => options.component = Some(compiled.clone()),
                 Err(error) => {
                     tracing::warn!("cannot compile the master for a standby: {error:#}");

@@ -338,6 +338,9 @@ pub fn run_bounded(command: &mut Command, stdin: &[u8]) -> Output {
     }
 }
 
+/// Where the tests' nodes cache compiled code (inside `target/`).
+pub const NODE_CACHE: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/node-cache");
+
 /// A `cohort node` process on loopback; killed when dropped.
 pub struct Node {
     child: Child,
@@ -377,6 +380,10 @@ impl Node {
             .args(["node", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(extra)
+            // Every node of the test run compiles into one cache: each
+            // module and the master are compiled once on the machine, not
+            // once per node (a test's `env` may name another).
+            .env("COHORT_CACHE_DIR", NODE_CACHE)
             .envs(env.iter().copied())
             // The default filter: what an operator sees, events included.
             .env_remove("COHORT_LOG")

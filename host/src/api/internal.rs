@@ -240,7 +240,7 @@ pub(super) async fn seal_answer(sealer: &Sealer, nonce: &[u8; 24], answer: Reply
 pub async fn store_master(masters: &MasterStore, wasm: Bytes) -> Result<[u8; 32], ApiError> {
     let masters = masters.clone();
     tokio::task::spawn_blocking(move || {
-        crate::master::handover::check_component(&wasm, Some(masters.data_dir()))?;
+        crate::master::handover::check_component(&wasm, Some(masters.cache_dir()))?;
         masters.put(&wasm).map_err(|e| {
             cohort_master::Rejection::new(
                 ErrorCode::Internal.as_str(),

@@ -800,6 +800,7 @@ mod tests {
     async fn master(dir: &std::path::Path) -> MasterHandle {
         let options = MasterOptions {
             data_dir: dir.to_path_buf(),
+            cache_dir: dir.to_path_buf(),
             config: Config::default(),
             core: CoreKind::Native,
             snapshot_every: crate::limits::SNAPSHOT_EVERY_DEFAULT,

@@ -95,20 +95,20 @@ impl std::fmt::Debug for MasterComponent {
 
 impl MasterComponent {
     /// Compiles the embedded master component, reusing a compiled artifact
-    /// from `data_dir`'s compile cache when one matches this engine.
-    pub fn load(data_dir: Option<&Path>) -> anyhow::Result<Self> {
-        Self::compile(crate::guests::MASTER, data_dir)
+    /// from `cache_dir`'s compile cache when one matches this engine.
+    pub fn load(cache_dir: Option<&Path>) -> anyhow::Result<Self> {
+        Self::compile(crate::guests::MASTER, cache_dir)
     }
 
     /// Compiles `build`: the embedded master, or an uploaded one from
     /// `data_dir`'s master store (checked against its digest), through the
-    /// compile cache.
-    pub fn load_build(data_dir: &Path, build: Build) -> anyhow::Result<Self> {
+    /// compile cache in `cache_dir`.
+    pub fn load_build(data_dir: &Path, cache_dir: &Path, build: Build) -> anyhow::Result<Self> {
         let Build::Uploaded(digest) = build else {
-            return Self::load(Some(data_dir));
+            return Self::load(Some(cache_dir));
         };
         let wasm = MasterStore::new(data_dir).read(&digest)?;
-        Self::compile(&wasm, Some(data_dir))
+        Self::compile(&wasm, Some(cache_dir))
     }
 
     /// Compiles another build of the master (`cohort replay --compare`, an
@@ -118,10 +118,10 @@ impl MasterComponent {
         Self::compile(wasm, None)
     }
 
-    /// Compiles a master, through `data_dir`'s compile cache if given.
-    pub fn compile(wasm: &[u8], data_dir: Option<&Path>) -> anyhow::Result<Self> {
+    /// Compiles a master, through `cache_dir`'s compile cache if given.
+    pub fn compile(wasm: &[u8], cache_dir: Option<&Path>) -> anyhow::Result<Self> {
         let engine = Self::engine()?;
-        let component = match data_dir {
+        let component = match cache_dir {
             Some(dir) => load_cached(&engine, dir, wasm)?,
             None => Component::new(&engine, wasm)?,
         };
@@ -240,11 +240,13 @@ pub struct Linked {
 }
 
 /// The compiled master, from the node's compile cache (the same one job
-/// modules use: `<data>/compiled/<engine fingerprint>/<sha256>.cwasm`), or
+/// modules use: `<cache>/compiled/<engine fingerprint>/<sha256>.cwasm`), or
 /// compiled now and stored there.
-fn load_cached(engine: &Engine, data_dir: &Path, wasm: &[u8]) -> anyhow::Result<Component> {
-    let cache = DiskCache::open(data_dir, &engine_fingerprint(engine), None)?;
+fn load_cached(engine: &Engine, cache_dir: &Path, wasm: &[u8]) -> anyhow::Result<Component> {
+    let cache = DiskCache::open(cache_dir, &engine_fingerprint(engine), None)?;
     let digest = Digest::of(wasm);
+    // Nodes sharing the cache compile the master once (`DiskCache::compiling`).
+    let _machine = cache.compiling(&digest).ok();
     if let Ok(Some(bytes)) = cache.load(&digest) {
         // SAFETY: the cache holds only artifacts this code precompiled, under
         // a directory named by the engine's compatibility fingerprint, and

@@ -29,6 +29,9 @@ use std::sync::Arc;
 pub struct MasterOptions {
     /// Where the journal and snapshots live.
     pub data_dir: PathBuf,
+    /// Where compiled masters are cached (`<cache_dir>/compiled`): the
+    /// node's `--cache-dir`, by default `data_dir`.
+    pub cache_dir: PathBuf,
     /// The master's tunables.
     pub config: Config,
     /// Which backend runs the logic.
@@ -40,7 +43,7 @@ pub struct MasterOptions {
     /// its attempts re-queued.
     pub live_workers: Vec<String>,
     /// The master component already compiled (`None`: compile it, or load
-    /// it from `<data_dir>/compiled`).
+    /// it from `<cache_dir>/compiled`).
     pub component: Option<MasterComponent>,
     /// Take snapshots from a shadow instance on its own thread
     /// ([`super::shadow`]) rather than pausing the master for them.
@@ -79,8 +82,9 @@ impl<'a> Components<'a> {
         if let Some(component) = self.loaded.get(&build) {
             return Ok(component.clone());
         }
-        let component = MasterComponent::load_build(&self.options.data_dir, build)
-            .map_err(|e| StartError::Core(e.context(format!("loading master {build}"))))?;
+        let component =
+            MasterComponent::load_build(&self.options.data_dir, &self.options.cache_dir, build)
+                .map_err(|e| StartError::Core(e.context(format!("loading master {build}"))))?;
         self.loaded.insert(build, component.clone());
         Ok(component)
     }

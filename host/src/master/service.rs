@@ -241,6 +241,7 @@ pub struct MasterHandle {
     /// The builds in force, as the master thread last set them.
     builds: Arc<std::sync::Mutex<Builds>>,
     data_dir: PathBuf,
+    cache_dir: PathBuf,
     core: CoreKind,
 }
 
@@ -383,12 +384,13 @@ impl MasterHandle {
                 pause_ms: 0,
             });
         }
-        let data_dir = self.data_dir.clone();
-        let component =
-            tokio::task::spawn_blocking(move || MasterComponent::load_build(&data_dir, to))
-                .await
-                .map_err(|e| MasterError::Unavailable(format!("the compiler thread failed: {e}")))?
-                .map_err(|e| refused(ErrorCode::InvalidMaster, format!("{e:#}")))?;
+        let (data_dir, cache_dir) = (self.data_dir.clone(), self.cache_dir.clone());
+        let component = tokio::task::spawn_blocking(move || {
+            MasterComponent::load_build(&data_dir, &cache_dir, to)
+        })
+        .await
+        .map_err(|e| MasterError::Unavailable(format!("the compiler thread failed: {e}")))?
+        .map_err(|e| refused(ErrorCode::InvalidMaster, format!("{e:#}")))?;
         let rehearsal = self.ask(Request::Rehearse).await?;
         let token = rehearsal.token;
         let started = tokio::task::spawn_blocking(move || {
@@ -577,6 +579,7 @@ pub fn start_warm(
             replication,
             builds: shared_builds,
             data_dir: options.data_dir.clone(),
+            cache_dir: options.cache_dir.clone(),
             core: options.core,
         },
         report,
@@ -1497,6 +1500,7 @@ mod tests {
     fn options(dir: &std::path::Path, live_workers: &[&str]) -> MasterOptions {
         MasterOptions {
             data_dir: dir.to_path_buf(),
+            cache_dir: dir.to_path_buf(),
             config: Config::default(),
             core: CoreKind::Native,
             snapshot_every: crate::limits::SNAPSHOT_EVERY_DEFAULT,

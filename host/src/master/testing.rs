@@ -9,6 +9,7 @@ use cohort_master::{Command, Config, JobSpec, RequestId, encode};
 pub fn native_options(dir: &std::path::Path, snapshot_every: u64, shadow: bool) -> MasterOptions {
     MasterOptions {
         data_dir: dir.to_path_buf(),
+        cache_dir: dir.to_path_buf(),
         config: Config::default(),
         core: CoreKind::Native,
         snapshot_every,

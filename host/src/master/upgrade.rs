@@ -193,22 +193,32 @@ pub fn builds_needed<'a>(
 /// `<data>/masters/<sha256>.wasm`, written whole or not at all.
 #[derive(Debug, Clone)]
 pub struct MasterStore {
-    data_dir: PathBuf,
+    cache_dir: PathBuf,
     dir: PathBuf,
 }
 
 impl MasterStore {
-    /// The store of `data_dir` (created on first write).
+    /// The store of `data_dir` (created on first write), compiling into
+    /// `data_dir`'s compile cache.
     pub fn new(data_dir: &Path) -> Self {
         Self {
-            data_dir: data_dir.to_path_buf(),
+            cache_dir: data_dir.to_path_buf(),
             dir: data_dir.join("masters"),
         }
     }
 
-    /// The node's data directory (whose compile cache masters share).
-    pub fn data_dir(&self) -> &Path {
-        &self.data_dir
+    /// This store, compiling into the compile cache of `cache_dir` (the
+    /// node's `--cache-dir`).
+    pub fn caching_in(self, cache_dir: &Path) -> Self {
+        Self {
+            cache_dir: cache_dir.to_path_buf(),
+            ..self
+        }
+    }
+
+    /// Where masters checked on upload are compiled to (and cached).
+    pub fn cache_dir(&self) -> &Path {
+        &self.cache_dir
     }
 
     fn path(&self, digest: &[u8; 32]) -> PathBuf {

@@ -473,6 +473,21 @@ impl Runtime {
 
     /// Compiles, links and caches. Runs on a blocking thread.
     fn compile(&self, digest: Digest, wasm: &[u8]) -> Result<Module, ModuleError> {
+        // Processes sharing the disk cache compile a module once: wait for
+        // one compiling it, then load what it stored. Best effort: a lock
+        // that cannot be taken costs a second compile, nothing more.
+        let _machine = self.inner.disk_cache.as_ref().and_then(|disk| {
+            let locked = disk.compiling(&digest);
+            if let Err(error) = &locked {
+                tracing::debug!(%digest, %error, "compiling without the disk cache's lock");
+            }
+            locked.ok()
+        });
+        let stored =
+            (self.inner.disk_cache.as_ref()).is_some_and(|disk| disk.path(&digest).exists());
+        if let Some(module) = stored.then(|| self.load_artifact(digest)).flatten() {
+            return Ok(module);
+        }
         let component = Component::new(&self.inner.engine, wasm)
             .map_err(|e| ModuleError::Invalid(format!("{e:#}")))?;
         let module = self.link(digest, &component)?;

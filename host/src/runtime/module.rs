@@ -255,8 +255,14 @@ pub(crate) fn check_preamble(bytes: &[u8]) -> Result<(), ModuleError> {
 /// disk fails [`load`](Self::load) and is recompiled, never handed to
 /// wasmtime's `deserialize` (whose input must be an artifact it wrote).
 /// What keeps a *foreign* artifact out is the directory's owner: the node's
-/// own data directory, or for `cohort exec` a per-user directory checked
-/// to be the user's and writable by nobody else (`exec::cache_dir`).
+/// own data directory, or a directory named by `--cache-dir` (a node's, or
+/// `cohort exec`'s per-user one) checked by [`private_dir`] to be the
+/// user's and writable by nobody else.
+///
+/// Several processes may share one cache (the nodes of one machine, runs
+/// of `cohort exec`): [`compiling`](Self::compiling) takes a lock per
+/// module across processes, so a module is compiled once on the machine
+/// and the others load its artifact instead of compiling it too.
 /// With a byte bound, the least recently used artifacts (of every engine
 /// fingerprint under `compiled/`) are removed after a store that went over
 /// it; a load marks an artifact used.
@@ -294,6 +300,20 @@ impl DiskCache {
 
     pub(crate) fn path(&self, digest: &Digest) -> PathBuf {
         self.dir.join(format!("{digest}.cwasm"))
+    }
+
+    /// Waits for, then holds until dropped, the lock on compiling `digest`
+    /// into this cache, across every process sharing it. The holder checks
+    /// the cache again before compiling: another process may have stored
+    /// the artifact while this one waited.
+    pub(crate) fn compiling(&self, digest: &Digest) -> std::io::Result<std::fs::File> {
+        let file = std::fs::File::options()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(lock_path(&self.path(digest)))?;
+        file.lock()?;
+        Ok(file)
     }
 
     /// Writes `artifact` for `digest` atomically (readers see the whole
@@ -385,9 +405,43 @@ fn prune(root: &Path, bytes_max: u64, keep: &Path) {
             break;
         }
         if path != keep && std::fs::remove_file(&path).is_ok() {
+            let _ = std::fs::remove_file(lock_path(&path));
             total -= len;
         }
     }
+}
+
+/// The lock file of the artifact at `artifact` ([`DiskCache::compiling`]).
+fn lock_path(artifact: &Path) -> PathBuf {
+    artifact.with_extension("lock")
+}
+
+/// Creates `dir` (mode 0700) if missing; refuses one that is not a
+/// directory of this user's, or that others may write to: compiled code
+/// loaded from it runs as native code.
+pub(crate) fn private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| e.to_string())?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() {
+        return Err("it is not a directory (or is a symbolic link)".into());
+    }
+    if meta.uid() != me {
+        return Err(format!("it belongs to user {}, not to {me}", meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "others may write to it (mode {:o}); chmod go-w it",
+            meta.mode() & 0o777
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -416,6 +470,24 @@ mod tests {
             std::fs::write(cache.path(&digest), bytes).unwrap();
             assert!(cache.load(&digest).is_err());
         }
+    }
+
+    #[test]
+    fn one_process_at_a_time_compiles_a_module_into_a_shared_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path(), "fp", None).unwrap();
+        let (digest, other) = (Digest::of(b"module"), Digest::of(b"other"));
+        let held = cache.compiling(&digest).unwrap();
+        // Another open of the lock file (as another process makes) waits.
+        let elsewhere = std::fs::File::open(lock_path(&cache.path(&digest))).unwrap();
+        assert!(matches!(
+            elsewhere.try_lock(),
+            Err(std::fs::TryLockError::WouldBlock)
+        ));
+        // Another module's compile does not.
+        drop(cache.compiling(&other).unwrap());
+        drop(held);
+        elsewhere.try_lock().unwrap();
     }
 
     #[test]
