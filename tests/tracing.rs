@@ -1,12 +1,13 @@
 //! Traces and JSON logs, end to end: real `cohort node` processes export
 //! over OTLP/HTTP to a receiver in this test, which decodes every request
 //! with the official OTLP definitions (`opentelemetry-proto`) and asserts
-//! on the decoded spans; and a node with `--log-format json` is read line
-//! by line.
+//! on the decoded spans and job log records (`--otlp-job-logs`); and a
+//! node with `--log-format json` is read line by line.
 
 mod support;
 
 use cohort::client::Node as Api;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use prost::Message;
@@ -71,8 +72,38 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// One job log record as received.
+#[derive(Debug, Clone)]
+struct Record {
+    body: String,
+    severity_number: i32,
+    severity_text: String,
+    time_unix_nano: u64,
+    trace_id: String,
+    span_id: String,
+    attributes: Vec<KeyValue>,
+    instance: Option<String>,
+}
+
+impl Record {
+    fn text(&self, key: &str) -> Option<String> {
+        match attribute(&self.attributes, key) {
+            Some(any_value::Value::StringValue(text)) => Some(text),
+            _ => None,
+        }
+    }
+
+    fn int(&self, key: &str) -> Option<i64> {
+        match attribute(&self.attributes, key) {
+            Some(any_value::Value::IntValue(n)) => Some(n),
+            _ => None,
+        }
+    }
+}
+
 /// An OTLP/HTTP receiver on an ephemeral loopback port: every request
-/// must be `POST /v1/traces` with a protobuf body that decodes.
+/// must be `POST /v1/traces` or `POST /v1/logs` with a protobuf body that
+/// decodes.
 struct Receiver {
     server: Server,
 }
@@ -95,17 +126,67 @@ impl Receiver {
         format!("http://127.0.0.1:{}", self.server.port())
     }
 
+    /// The bodies of the requests to `path` so far (each request, to
+    /// whichever path, checked).
+    fn bodies(&self, path: &str) -> Vec<Vec<u8>> {
+        let mut bodies = Vec::new();
+        for seen in self.server.seen() {
+            assert_eq!(seen.method, "POST", "{}", seen.path);
+            assert!(
+                ["/v1/traces", "/v1/logs"].contains(&seen.path.as_str()),
+                "{}",
+                seen.path
+            );
+            assert_eq!(seen.header("content-type"), Some("application/x-protobuf"));
+            if seen.path == path {
+                bodies.push(seen.body);
+            }
+        }
+        bodies
+    }
+
+    /// Every job log record received so far.
+    fn records(&self) -> Vec<Record> {
+        let mut records = Vec::new();
+        for body in self.bodies("/v1/logs") {
+            let request = ExportLogsServiceRequest::decode(body.as_slice())
+                .expect("an OTLP logs export request");
+            for resource in request.resource_logs {
+                let resource_attributes =
+                    resource.resource.map(|r| r.attributes).unwrap_or_default();
+                let instance = match attribute(&resource_attributes, "service.instance.id") {
+                    Some(any_value::Value::StringValue(id)) => Some(id),
+                    _ => None,
+                };
+                for scope in resource.scope_logs {
+                    for record in scope.log_records {
+                        let body = match record.body.and_then(|AnyValue { value }| value) {
+                            Some(any_value::Value::StringValue(text)) => text,
+                            other => panic!("a text body, not {other:?}"),
+                        };
+                        records.push(Record {
+                            body,
+                            severity_number: record.severity_number,
+                            severity_text: record.severity_text,
+                            time_unix_nano: record.time_unix_nano,
+                            trace_id: hex(&record.trace_id),
+                            span_id: hex(&record.span_id),
+                            attributes: record.attributes,
+                            instance: instance.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        records
+    }
+
     /// Every span received so far.
     fn spans(&self) -> Vec<Received> {
         let mut spans = Vec::new();
-        for seen in self.server.seen() {
-            assert_eq!(
-                (seen.method.as_str(), seen.path.as_str()),
-                ("POST", "/v1/traces")
-            );
-            assert_eq!(seen.header("content-type"), Some("application/x-protobuf"));
-            let request = ExportTraceServiceRequest::decode(seen.body.as_slice())
-                .expect("an OTLP export request");
+        for body in self.bodies("/v1/traces") {
+            let request =
+                ExportTraceServiceRequest::decode(body.as_slice()).expect("an OTLP export request");
             for resource in request.resource_spans {
                 let resource_attributes =
                     resource.resource.map(|r| r.attributes).unwrap_or_default();
@@ -294,9 +375,11 @@ fn without_tracing_nothing_is_exported_and_a_malformed_traceparent_starts_a_new_
         let mut ids = Vec::new();
         for node in [&quiet, &traced] {
             let client = Api::new(&node.url).with_traceparent(&malformed).unwrap();
-            let echo = upload(&client, "fixture_echo").await;
+            // A job that logs a line (which no node forwards: neither has
+            // `--otlp-job-logs`).
+            let legacy = upload(&client, "fixture_legacy_job").await;
             // Accepted as if it came without one.
-            let id = client.submit(&job(&echo, "hello")).await.unwrap().id;
+            let id = client.submit(&job(&legacy, "hello")).await.unwrap().id;
             assert_eq!(settle(&client, id).await.state, "succeeded");
             ids.push(id);
         }
@@ -316,9 +399,12 @@ fn without_tracing_nothing_is_exported_and_a_malformed_traceparent_starts_a_new_
     assert_ne!(submit.trace_id, TRACE);
     assert_eq!(submit.int("job_id"), Some(id as i64), "{submit:#?}");
     // The quiet node, stopped cleanly (a node with an exporter flushes it
-    // then), sent nothing.
-    let mut quiet = quiet;
+    // then), sent nothing; the traced node, stopped too, sent spans but
+    // no log record: its job's line is not forwarded without
+    // `--otlp-job-logs`.
+    let (mut quiet, mut traced) = (quiet, traced);
     assert!(quiet.terminate().success());
+    assert!(traced.terminate().success());
     let spans = receiver.spans();
     assert!(
         spans
@@ -326,6 +412,82 @@ fn without_tracing_nothing_is_exported_and_a_malformed_traceparent_starts_a_new_
             .all(|s| s.text("node").as_deref() == Some("traced")),
         "{spans:#?}"
     );
+    assert!(
+        receiver.bodies("/v1/logs").is_empty(),
+        "{:#?}",
+        receiver.records()
+    );
+}
+
+#[test]
+fn a_jobs_log_lines_arrive_as_log_records_under_its_attempt_in_either_isolation() {
+    let receiver = Receiver::start();
+    let endpoint = receiver.endpoint();
+    let forwarding = ["--otlp-endpoint", &endpoint, "--otlp-job-logs"];
+    let dir = tempfile::tempdir().unwrap();
+    let roles = "back-end,worker,front-end";
+    // Two clusters of one node: jobs in the node's threads, and in
+    // sandbox processes (whose lines reach the node as frames).
+    let threads = start_with(&dir, "threads", roles, None, &forwarding);
+    let isolated = [&forwarding[..], &["--job-isolation", "process"]].concat();
+    let processes = start_with(&dir, "processes", roles, None, &isolated);
+    threads.wait_event("hosting", &[]);
+    processes.wait_event("hosting", &[]);
+    let rt = runtime();
+    let ids: Vec<(String, u64)> = rt.block_on(async {
+        let mut ids = Vec::new();
+        for node in [&threads, &processes] {
+            let client = Api::new(&node.url)
+                .with_traceparent(&format!("00-{TRACE}-{CLIENT_SPAN}-01"))
+                .unwrap();
+            let legacy = upload(&client, "fixture_legacy_job").await;
+            let id = client.submit(&job(&legacy, "hello")).await.unwrap().id;
+            assert_eq!(settle(&client, id).await.state, "succeeded");
+            ids.push((node.name(), id));
+        }
+        ids
+    });
+    let line = "legacy job: 5 bytes in";
+    let records = eventually("both jobs' log records", EXPORTED, || {
+        let records = receiver.records();
+        let from = |node: &str| {
+            (records.iter())
+                .any(|r| r.body == line && r.text("cohort.node").as_deref() == Some(node))
+        };
+        match from("threads") && from("processes") {
+            true => Ok(records),
+            false => Err(format!("not yet: {records:#?}")),
+        }
+    });
+    let spans = received(&receiver, "both attempts' spans", |spans| {
+        let attempts = (spans.iter())
+            .filter(|s| s.name == "cohort.attempt" && s.trace_id == TRACE)
+            .count();
+        match attempts {
+            2 => Ok(()),
+            _ => Err("not yet".into()),
+        }
+    });
+    for (node, id) in ids {
+        let record = (records.iter())
+            .find(|r| r.text("cohort.node").as_deref() == Some(node.as_str()))
+            .unwrap();
+        assert_eq!(record.body, line, "{record:#?}");
+        assert_eq!(record.int("cohort.job_id"), Some(id as i64), "{record:#?}");
+        assert_eq!(record.int("cohort.attempt"), Some(1), "{record:#?}");
+        assert!(record.text("cohort.module").is_some(), "{record:#?}");
+        // SEVERITY_NUMBER_INFO.
+        assert_eq!(record.severity_number, 9, "{record:#?}");
+        assert_eq!(record.severity_text, "INFO", "{record:#?}");
+        assert!(record.time_unix_nano > 0, "{record:#?}");
+        assert_eq!(record.instance.as_deref(), Some(node.as_str()));
+        // Under the job's trace, as its attempt's span logged it.
+        let attempt = (spans.iter())
+            .find(|s| s.name == "cohort.attempt" && s.text("node").as_deref() == Some(&node))
+            .unwrap_or_else(|| panic!("{node}'s attempt: {spans:#?}"));
+        assert_eq!(record.trace_id, TRACE, "{record:#?}");
+        assert_eq!(record.span_id, attempt.span_id, "{record:#?}");
+    }
 }
 
 #[test]

@@ -309,6 +309,11 @@ fn register_egress(registry: &mut Registry) {
             .inc_by(*count);
     }
     registry.register(
+        "job_logs_dropped",
+        "Job log lines not forwarded as OTLP log records: the export queue was full",
+        counter(crate::telemetry::logs::dropped()),
+    );
+    registry.register(
         "egress_calls",
         "Outbound HTTP calls of the jobs this node ran, by result (ok, or why not)",
         calls,

@@ -28,7 +28,14 @@
 //!
 //! **Logs.** `--log-format json` writes one JSON object per line
 //! ([`json`]); a line inside a job's span carries the span's `job_id`,
-//! `attempt`, `trace_id` and `node` as fields of its own.
+//! `attempt`, `trace_id` and `node` as fields of its own. With
+//! `--otlp-job-logs` on a node that exports traces, each line a job logs
+//! through its host's `log` is also an OTLP log record ([`logs`]): the
+//! runtime hands the line (masked, cut as the job's log keeps it) to the
+//! attempt's observer, in a sandbox process as a frame to its node, and
+//! the worker emits it with the job's id, attempt, module and the
+//! attempt's trace and span ids, through the SDK's batch processor (a
+//! bounded queue: a line past it is dropped and counted) to `/v1/logs`.
 //!
 //! Invariants: with tracing off and text logs no job span is created
 //! ([`spans`] is false), so the only per-job cost is the context a client
@@ -36,6 +43,7 @@
 //! submission starts a new root), never refused.
 
 pub mod json;
+pub mod logs;
 pub mod otlp;
 
 use cohort_master::TraceContext;
@@ -78,6 +86,12 @@ pub struct TraceArgs {
     /// `OTEL_TRACES_SAMPLER[_ARG]`, else 1].
     #[arg(long, value_name = "RATIO", value_parser = parse_ratio)]
     pub trace_sample: Option<f64>,
+    /// Also forward each line a job logs (its host's `log`) as an OTLP log
+    /// record to `/v1/logs` under the endpoint (or
+    /// `OTEL_EXPORTER_OTLP_LOGS_ENDPOINT`), with the job's id, attempt and
+    /// trace. Only while traces are exported.
+    #[arg(long, env = "COHORT_OTLP_JOB_LOGS")]
+    pub otlp_job_logs: bool,
 }
 
 fn parse_ratio(text: &str) -> Result<f64, String> {
@@ -165,12 +179,20 @@ pub(crate) use job_step_span;
 /// flushes what is left to export.
 pub struct Telemetry {
     provider: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+    /// Job log lines' records ([`logs`]), when forwarded.
+    job_logs: Option<opentelemetry_sdk::logs::SdkLoggerProvider>,
 }
 
 impl Telemetry {
-    /// Exports the spans still queued (bounded by the SDK's timeout) and
-    /// stops the exporter. Blocking: call it off the async workers.
+    /// Exports the spans and job log records still queued (bounded by the
+    /// SDK's timeout) and stops the exporters. Blocking: call it off the
+    /// async workers.
     pub fn shutdown(self) {
+        if let Some(provider) = self.job_logs
+            && let Err(error) = provider.shutdown()
+        {
+            eprintln!("warning: job log records not all exported: {error}");
+        }
         if let Some(provider) = self.provider
             && let Err(error) = provider.shutdown()
         {
@@ -209,13 +231,21 @@ pub fn init(
     if !std::env::var("COHORT_LOG").is_ok_and(|v| v.contains(TARGET)) {
         filter = filter.add_directive(format!("{TARGET}=info").parse()?);
     }
-    let provider = match traces.and_then(endpoint) {
-        Some(url) => Some(provider(
-            url,
-            traces.and_then(|t| t.trace_sample),
-            instance,
-        )?),
-        None => None,
+    let (provider, job_logs) = match traces.and_then(|t| Some((t, endpoint(t)?))) {
+        Some((traces, url)) => {
+            let client = otlp::Client::new(tokio::runtime::Handle::try_current()?)?;
+            let job_logs = match traces.otlp_job_logs {
+                true => Some(logs::start(
+                    url.as_deref(),
+                    resource(instance),
+                    client.clone(),
+                )?),
+                false => None,
+            };
+            let provider = provider(url, traces.trace_sample, instance, client)?;
+            (Some(provider), job_logs)
+        }
+        None => (None, None),
     };
     let otel = provider.as_ref().map(|provider| {
         use opentelemetry::trace::TracerProvider;
@@ -251,7 +281,7 @@ pub fn init(
         .with(fmt.with_filter(filter))
         .with(otel)
         .try_init()?;
-    Ok(Telemetry { provider })
+    Ok(Telemetry { provider, job_logs })
 }
 
 /// The SDK's provider: OTLP/HTTP protobuf to `url` (or the environment's
@@ -260,16 +290,33 @@ fn provider(
     url: Option<String>,
     ratio: Option<f64>,
     instance: Option<&str>,
+    client: otlp::Client,
 ) -> anyhow::Result<opentelemetry_sdk::trace::SdkTracerProvider> {
     use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-        .with_http_client(otlp::Client::new(tokio::runtime::Handle::try_current()?)?);
+        .with_http_client(client);
     if let Some(url) = url {
         exporter = exporter.with_endpoint(format!("{}/v1/traces", url.trim_end_matches('/')));
     }
     let exporter = exporter.build()?;
+    let mut builder = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_resource(resource(instance))
+        .with_batch_exporter(exporter);
+    if let Some(ratio) = ratio {
+        use opentelemetry_sdk::trace::Sampler;
+        builder = builder.with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            ratio,
+        ))));
+    }
+    Ok(builder.build())
+}
+
+/// What names this process in what it exports: `service.name` (unless
+/// `OTEL_SERVICE_NAME` does), `service.version` and, when known,
+/// `service.instance.id`.
+fn resource(instance: Option<&str>) -> opentelemetry_sdk::Resource {
     let mut resource = opentelemetry_sdk::Resource::builder();
     if std::env::var("OTEL_SERVICE_NAME").is_err() {
         resource = resource.with_service_name("cohort");
@@ -279,16 +326,7 @@ fn provider(
         resource =
             resource.with_attribute(KeyValue::new("service.instance.id", instance.to_string()));
     }
-    let mut builder = opentelemetry_sdk::trace::SdkTracerProvider::builder()
-        .with_resource(resource.build())
-        .with_batch_exporter(exporter);
-    if let Some(ratio) = ratio {
-        use opentelemetry_sdk::trace::Sampler;
-        builder = builder.with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-            ratio,
-        ))));
-    }
-    Ok(builder.build())
+    resource.build()
 }
 
 /// Parses a W3C `traceparent` (version `00`, or a later version read as

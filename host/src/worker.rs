@@ -499,6 +499,11 @@ struct Forwarder {
     /// within it (target `cohort::job_log`, off unless `COHORT_LOG` turns
     /// it on), with the job's fields.
     span: tracing::Span,
+    /// What the job's lines carry when forwarded as OTLP log records
+    /// (`--otlp-job-logs`, see [`crate::telemetry::logs`]).
+    attempt: u32,
+    module: String,
+    trace: Option<cohort_master::TraceContext>,
 }
 
 impl JobObserver for Forwarder {
@@ -512,6 +517,21 @@ impl JobObserver for Forwarder {
         for line in text.lines().filter(|line| !line.trim().is_empty()) {
             tracing::info!(target: "cohort::job_log", parent: &self.span, text = line);
         }
+    }
+
+    fn wants_lines(&self) -> bool {
+        crate::telemetry::logs::on()
+    }
+
+    fn log_line(&self, level: crate::runtime::observer::LineLevel, message: &str) {
+        crate::telemetry::logs::emit(&crate::telemetry::logs::Line {
+            job_id: self.id,
+            attempt: self.attempt,
+            module: &self.module,
+            trace: self.trace.as_ref(),
+            level: level.name(),
+            message,
+        });
     }
 
     fn progress(&self, fraction: f32, message: &str) {
@@ -762,11 +782,21 @@ async fn attempt_outcome(
         Err(failure) => return not_run(failure),
     };
     let (checkpoints, latest) = watch::channel(None);
+    let span = tracing::Span::current();
+    // The forwarded lines' trace: the attempt's span, or the job's context
+    // when the attempt has none (sampled out).
+    let trace = match crate::telemetry::logs::on() {
+        true => crate::telemetry::own_context(&span).or(calls_trace),
+        false => None,
+    };
     let forwarder = Arc::new(Forwarder {
         id,
         progress: shared.progress.clone(),
         checkpoint: checkpoints,
-        span: tracing::Span::current(),
+        span,
+        attempt,
+        module: digest.to_string(),
+        trace,
     });
     let sender = tokio::spawn(send_checkpoints(shared.master.clone(), id, attempt, latest));
     let limits = JobLimits {

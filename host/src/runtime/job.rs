@@ -41,7 +41,7 @@ use super::job_log::{JobLog, Mask, SharedLog};
 use super::job_world::cohort::job::{blobs, host, types};
 use super::job_world::legacy::cohort::job as legacy;
 use super::job_world::{Job, JobPre};
-use super::observer::JobObserver;
+use super::observer::{JobObserver, LineLevel};
 use super::tape::{Recording, Tape, TapeClock, TapeRandom};
 use crate::limits::{
     ERROR_CODE_BYTES_MAX, ERROR_MESSAGE_BYTES_MAX, HOST_TIMEOUT_GRACE, PROGRESS_MESSAGE_BYTES_MAX,
@@ -457,18 +457,30 @@ impl types::Host for JobState {}
 impl host::Host for JobState {
     fn log(&mut self, level: types::Level, message: String) -> wasmtime::Result<()> {
         let level = match level {
-            types::Level::Trace => "TRACE",
-            types::Level::Debug => "DEBUG",
-            types::Level::Info => "INFO",
-            types::Level::Warn => "WARN",
-            types::Level::Error => "ERROR",
+            types::Level::Trace => LineLevel::Trace,
+            types::Level::Debug => LineLevel::Debug,
+            types::Level::Info => LineLevel::Info,
+            types::Level::Warn => LineLevel::Warn,
+            types::Level::Error => LineLevel::Error,
         };
-        let mut line = Vec::with_capacity(level.len() + message.len() + 2);
-        line.extend_from_slice(level.as_bytes());
+        // The line on its own, for an observer that wants it: as much of it
+        // as the log has room for, masked.
+        let room = match &self.observer {
+            Some(observer) if observer.wants_lines() => self.log.room(),
+            _ => 0,
+        };
+        let name = level.name();
+        let mut line = Vec::with_capacity(name.len() + message.len() + 2);
+        line.extend_from_slice(name.as_bytes());
         line.push(b' ');
         line.extend_from_slice(message.as_bytes());
         line.push(b'\n');
         self.log.append(&line);
+        if room > 0
+            && let Some(observer) = &self.observer
+        {
+            observer.log_line(level, &bounded_text(message, self.mask.as_deref(), room));
+        }
         Ok(())
     }
 

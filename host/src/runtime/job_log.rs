@@ -296,6 +296,12 @@ impl SharedLog {
         self.lock().dropped_bytes()
     }
 
+    /// Bytes the log has room for before it is full.
+    pub fn room(&self) -> usize {
+        let log = self.lock();
+        log.cap_bytes.saturating_sub(log.kept.len())
+    }
+
     /// Takes the finished log out, leaving an empty one with the same cap.
     pub fn take(&self) -> Vec<u8> {
         let mut guard = self.lock();

@@ -8,6 +8,17 @@ pub trait JobObserver: Send + Sync + std::fmt::Debug {
     /// Bytes appended to the job's log (only bytes that were kept).
     fn log(&self, _bytes: &[u8]) {}
 
+    /// Whether [`log_line`](Self::log_line) is wanted: a job hands its
+    /// `log` lines over one by one only to an observer that says so.
+    fn wants_lines(&self) -> bool {
+        false
+    }
+
+    /// One line the job logged through its host's `log` (its bytes also
+    /// reach [`log`](Self::log)): masked as the log masks, cut at the room
+    /// the job's log had left, and not called once the log is full.
+    fn log_line(&self, _level: LineLevel, _message: &str) {}
+
     /// A progress report, `fraction` already clamped to `[0, 1]`.
     fn progress(&self, _fraction: f32, _message: &str) {}
 
@@ -15,4 +26,27 @@ pub trait JobObserver: Send + Sync + std::fmt::Debug {
     /// was in its record of calls when it was taken (`None`: the attempt
     /// records nothing).
     fn checkpoint(&self, _state: &[u8], _mark: Option<cohort_master::TapeMark>) {}
+}
+
+/// The level of a line a job logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum LineLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+impl LineLevel {
+    /// The level as the job's log shows it (`INFO`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Trace => "TRACE",
+            Self::Debug => "DEBUG",
+            Self::Info => "INFO",
+            Self::Warn => "WARN",
+            Self::Error => "ERROR",
+        }
+    }
 }

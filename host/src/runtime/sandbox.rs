@@ -66,7 +66,7 @@ use super::job_blobs::{JobBlobs, WrittenBlob};
 use super::job_limits::JobLimits;
 use super::job_log::{JobLog, Mask};
 use super::module::Digest;
-use super::observer::JobObserver;
+use super::observer::{JobObserver, LineLevel};
 use super::tape::{Recorder, Recording, Unrecorded};
 use crate::limits::{
     SANDBOX_FRAME_SLACK_BYTES, SANDBOX_KILL_GRACE, SANDBOX_REAPER_PERIOD_MAX,
@@ -110,6 +110,9 @@ pub(super) struct Request {
     pub(super) blobs: JobBlobs,
     /// The context the job's calls carry (`JobRequest::trace`).
     pub(super) trace: Option<cohort_master::TraceContext>,
+    /// Whether the node's observer wants the job's lines one by one
+    /// ([`Event::Line`]).
+    pub(super) lines: bool,
 }
 
 /// What a child tells the node about the attempt it runs.
@@ -117,6 +120,9 @@ pub(super) struct Request {
 pub(super) enum Event {
     /// Log bytes the job's log kept.
     Log(Vec<u8>),
+    /// One line the job logged, as [`JobObserver::log_line`] has it (only
+    /// when [`Request::lines`] asks).
+    Line(LineLevel, String),
     /// A progress report, already clamped and truncated.
     Progress(Progress),
     /// A checkpoint within the job's limit, and where the attempt was in
@@ -262,6 +268,7 @@ impl Sandboxes {
         } = recording;
         let deadline = tokio::time::Instant::now() + limits.timeout() + SANDBOX_KILL_GRACE;
         let mask = Mask::new(&secrets);
+        let lines = observer.as_ref().is_some_and(|o| o.wants_lines());
         let mut seen = Seen {
             log: JobLog::new(
                 usize::try_from(limits.log_bytes).unwrap_or(usize::MAX),
@@ -302,6 +309,7 @@ impl Sandboxes {
             records: recorder.is_some(),
             blobs,
             trace,
+            lines,
         };
         let exchange = sandbox.exchange(&request, recorder.as_deref(), &mut seen);
         match tokio::time::timeout_at(deadline, exchange).await {
@@ -458,6 +466,22 @@ impl Sandbox {
             let event: Event = decode(&body)?;
             match event {
                 Event::Log(bytes) => seen.log.append(&bytes),
+                Event::Line(level, message) => {
+                    if message.len() as u64 > limits.log_bytes {
+                        return Err(invalid(format!(
+                            "it relayed a {}-byte log line; this job's log holds {}",
+                            message.len(),
+                            limits.log_bytes
+                        )));
+                    }
+                    if let Some(observer) = &seen.observer {
+                        let message = match seen.mask.as_deref() {
+                            Some(mask) => mask.text(&message),
+                            None => message,
+                        };
+                        observer.log_line(level, &message);
+                    }
+                }
                 Event::Progress(progress) => {
                     if !progress.is_bounded() {
                         return Err(invalid(format!(
@@ -788,6 +812,7 @@ mod tests {
                 flags: 1,
                 link: false,
             }),
+            lines: true,
         };
         let body = postcard::to_allocvec(&request).unwrap();
         let back: Request = decode(&body).unwrap();
@@ -800,12 +825,19 @@ mod tests {
         assert_eq!(back.egress_limits, request.egress_limits);
         assert_eq!(back.blobs, request.blobs);
         assert_eq!(back.trace, request.trace);
+        assert!(back.lines);
         assert!(!format!("{back:?}").contains("s3cr3t"), "{back:?}");
 
         let mut longer = body.clone();
         longer.push(0);
         assert!(decode::<Request>(&longer).is_err());
         assert!(decode::<Event>(&[0xff, 0xff, 0xff]).is_err());
+
+        let line = postcard::to_allocvec(&Event::Line(LineLevel::Warn, "low disk".into())).unwrap();
+        let Event::Line(level, message) = decode(&line).unwrap() else {
+            panic!("a line event")
+        };
+        assert_eq!((level, message.as_str()), (LineLevel::Warn, "low disk"));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::egress::{CallSink, HttpCall};
 use super::engine::Runtime;
 use super::job::{JobFailure, JobReport, JobRequest, Progress};
 use super::module::Digest;
-use super::observer::JobObserver;
+use super::observer::{JobObserver, LineLevel};
 use super::sandbox::{Done, Event, Recorded, Request, decode, frame};
 use super::tape::{RecordFuture, Recorder, Recording, Unrecorded};
 use crate::limits::{MEMORY_BYTES_CEILING, SANDBOX_ORPHAN_CHECK, SANDBOX_REQUEST_BYTES_MAX};
@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,6 +58,9 @@ struct Forward {
     /// Standard output as a plain file: `std::io::Stdout` splits writes at
     /// newlines, and a frame is binary.
     out: Mutex<std::fs::File>,
+    /// Whether the job running now relays its lines one by one
+    /// (`Request::lines`).
+    lines: AtomicBool,
 }
 
 impl Forward {
@@ -76,6 +80,14 @@ impl JobObserver for Forward {
     // ends when the node kills this process or the watchdog sees it gone.
     fn log(&self, bytes: &[u8]) {
         let _ = self.send(&Event::Log(bytes.to_vec()));
+    }
+
+    fn wants_lines(&self) -> bool {
+        self.lines.load(Ordering::Relaxed)
+    }
+
+    fn log_line(&self, level: LineLevel, message: &str) {
+        let _ = self.send(&Event::Line(level, message.to_string()));
     }
 
     fn progress(&self, fraction: f32, message: &str) {
@@ -199,6 +211,7 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
     let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
     let forward = Arc::new(Forward {
         out: Mutex::new(std::fs::File::from(stdout)),
+        lines: AtomicBool::new(false),
     });
     let answers = Arc::new(Answers {
         stdin: Mutex::new(std::io::stdin()),
@@ -218,6 +231,7 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
         let Some(request) = request else { break };
         let digest = Digest::from(request.digest);
         let request_limits = request.limits;
+        forward.lines.store(request.lines, Ordering::Relaxed);
         let report = executor.block_on(async {
             match runtime.cached(&digest).await {
                 Some(module) => {
