@@ -51,8 +51,10 @@ fn toolchains() -> String {
     format!("{SCRATCH}/toolchains")
 }
 
+/// `cohort exec`'s compile cache: the one the tests' nodes share, so a
+/// module compiled by an exec here is not compiled again by a node.
 fn exec_cache() -> String {
-    format!("{SCRATCH}/exec-cache")
+    support::NODE_CACHE.to_owned()
 }
 
 /// Builds the project at `project` (relative to the repository root) once
