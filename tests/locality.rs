@@ -1,9 +1,9 @@
 //! Data locality end to end, against real `cohort node` processes on
 //! loopback: one back-end node and two worker-only nodes of one slot each.
-//! A job reading a blob one worker's cache holds runs there while it has
-//! a free slot, found local (the workers' `cohort_worker_inputs_total`,
-//! the master's `cohort_assignments_local_total`); while that worker is
-//! busy, a job reading the same blob runs on the other worker at once;
+//! A job reading a blob one worker's cache holds runs there, found local
+//! (the workers' `cohort_worker_inputs_total`, the master's
+//! `cohort_assignments_local_total`); while that worker stays busy, a job
+//! reading the same blob runs on the other worker once its wait is over;
 //! and a worker's cache beyond `--blob-cache-bytes` drops the blob it used
 //! least recently, never one a running job reads.
 //!
@@ -62,15 +62,16 @@ fn ran_on(job: &JobResponse) -> &str {
 }
 
 #[test]
-fn jobs_run_where_their_input_is_while_it_is_free_and_elsewhere_when_busy() {
+fn jobs_run_where_their_input_is_and_elsewhere_after_their_wait() {
     let dir = tempfile::tempdir().unwrap();
-    // The wait is long, so a job run elsewhere shows it was not waited for.
+    // Shorter than the busy job's pause, so a job waiting for its holder
+    // runs elsewhere while the holder is still busy.
     let back = node(
         &dir,
         "back",
         "back-end,front-end",
         None,
-        &["--locality-wait", "60s"],
+        &["--locality-wait", "3s"],
     );
     let cache = ["--blob-cache-bytes", "1536KiB"];
     let w1 = node(&dir, "w1", "worker,front-end", Some(&back), &cache);
@@ -115,12 +116,12 @@ fn jobs_run_where_their_input_is_while_it_is_free_and_elsewhere_when_busy() {
         assert_eq!(metric(&c2, "cohort_worker_inputs_total{where=\"fetched\"}").await, 0);
         assert!(metric(&client, "cohort_assignments_local_total").await >= 3);
 
-        // w1 busy with a slow copy of the blob: a job reading it runs on w2
-        // at once, not after the minute's wait.
+        // w1 busy with a slow copy of the blob: a job reading it waits for
+        // w1 up to its wait, then runs on w2 (w1 is busy far longer).
         let slow = SubmitRequest {
             timeout_ms: Some(600_000),
             ..SubmitRequest::new(&module)
-                .json(json!({"steps": [{"op": "copy", "from": "input", "to": "out", "pause_ms": 5000}]}))
+                .json(json!({"steps": [{"op": "copy", "from": "input", "to": "out", "pause_ms": 120_000}]}))
                 .input_blob(&data.digest)
         };
         let busy = client.submit(&slow).await.unwrap().id;

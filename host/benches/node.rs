@@ -201,7 +201,8 @@ fn main() {
 /// three worker-only nodes of two slots whose caches hold three blobs
 /// each: the share of inputs found in the worker's cache (the workers'
 /// `cohort_worker_inputs_total`), with locality (`--locality-wait 1s`,
-/// the default) and without (`0s`), alternated in one run
+/// the default, or `COHORT_BENCH_LOCALITY_WAIT`) and without (`0s`),
+/// alternated in one run
 /// (`COHORT_BENCH_ROUNDS`, default 2), each on a fresh cluster.
 async fn locality() {
     let env = |name: &str, default: u64| {
@@ -217,8 +218,9 @@ async fn locality() {
     );
     const BLOBS: u64 = 9;
     let cache = format!("{}MiB", 3 * mib);
+    let waited = std::env::var("COHORT_BENCH_LOCALITY_WAIT").unwrap_or_else(|_| "1s".into());
     for round in 1..=rounds {
-        for wait in ["1s", "0s"] {
+        for wait in [waited.as_str(), "0s"] {
             let back = start_node(&[
                 "--node-id",
                 "b",

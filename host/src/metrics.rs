@@ -100,12 +100,12 @@ fn register_jobs(registry: &mut Registry, stats: &Stats) {
     );
     registry.register(
         "assignments_with_input_blob",
-        "Attempts the master started of jobs with an input blob",
+        "Attempts the master started of jobs reading a blob (their input blob, or a DAG parent's output)",
         counter(stats.input_assignments),
     );
     registry.register(
         "assignments_local",
-        "Of those, attempts started on a worker that said its node held the input",
+        "Of those, attempts started on a worker that said its node held the blob",
         counter(stats.local_assignments),
     );
     registry.register(
