@@ -10,6 +10,7 @@ use cohort::client::Node as Api;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
@@ -58,6 +59,15 @@ impl Received {
             any_value::Value::StringValue(text) => text.parse().ok(),
             _ => None,
         })
+    }
+}
+
+/// The `service.instance.id` of an export's resource: the node that sent it.
+fn instance_of(resource: Option<Resource>) -> Option<String> {
+    let attributes = resource.map(|r| r.attributes).unwrap_or_default();
+    match attribute(&attributes, "service.instance.id") {
+        Some(any_value::Value::StringValue(id)) => Some(id),
+        _ => None,
     }
 }
 
@@ -152,12 +162,7 @@ impl Receiver {
             let request = ExportLogsServiceRequest::decode(body.as_slice())
                 .expect("an OTLP logs export request");
             for resource in request.resource_logs {
-                let resource_attributes =
-                    resource.resource.map(|r| r.attributes).unwrap_or_default();
-                let instance = match attribute(&resource_attributes, "service.instance.id") {
-                    Some(any_value::Value::StringValue(id)) => Some(id),
-                    _ => None,
-                };
+                let instance = instance_of(resource.resource);
                 for scope in resource.scope_logs {
                     for record in scope.log_records {
                         let body = match record.body.and_then(|AnyValue { value }| value) {
@@ -188,12 +193,7 @@ impl Receiver {
             let request =
                 ExportTraceServiceRequest::decode(body.as_slice()).expect("an OTLP export request");
             for resource in request.resource_spans {
-                let resource_attributes =
-                    resource.resource.map(|r| r.attributes).unwrap_or_default();
-                let instance = match attribute(&resource_attributes, "service.instance.id") {
-                    Some(any_value::Value::StringValue(id)) => Some(id),
-                    _ => None,
-                };
+                let instance = instance_of(resource.resource);
                 for scope in resource.scope_spans {
                     for span in scope.spans {
                         spans.push(Received {
