@@ -246,7 +246,7 @@ fn load_cached(engine: &Engine, cache_dir: &Path, wasm: &[u8]) -> anyhow::Result
     let cache = DiskCache::open(cache_dir, &engine_fingerprint(engine), None)?;
     let digest = Digest::of(wasm);
     // Nodes sharing the cache compile the master once (`DiskCache::compiling`).
-    let _machine = cache.compiling(&digest).ok();
+    let _machine = cache.compiling(&digest).ok().flatten();
     if let Ok(Some(bytes)) = cache.load(&digest) {
         // SAFETY: the cache holds only artifacts this code precompiled, under
         // a directory named by the engine's compatibility fingerprint, and

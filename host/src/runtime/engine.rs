@@ -478,10 +478,17 @@ impl Runtime {
         // that cannot be taken costs a second compile, nothing more.
         let _machine = self.inner.disk_cache.as_ref().and_then(|disk| {
             let locked = disk.compiling(&digest);
-            if let Err(error) = &locked {
-                tracing::debug!(%digest, %error, "compiling without the disk cache's lock");
+            match &locked {
+                Err(error) => {
+                    tracing::debug!(%digest, %error, "compiling without the disk cache's lock")
+                }
+                Ok(None) => tracing::warn!(
+                    %digest,
+                    "another process has held the lock on compiling this module for a minute; compiling it here too"
+                ),
+                Ok(Some(_)) => {}
             }
-            locked.ok()
+            locked.ok().flatten()
         });
         let stored =
             (self.inner.disk_cache.as_ref()).is_some_and(|disk| disk.path(&digest).exists());

@@ -275,6 +275,13 @@ pub(crate) struct DiskCache {
     bytes_max: Option<u64>,
 }
 
+/// Longest a compile waits for another process compiling the same module
+/// into a shared cache: far above a language runtime's compile on a busy
+/// machine, short enough that a stopped holder costs a minute, not a hang.
+const COMPILE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// How often a waiting compile looks at the lock again.
+const COMPILE_LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// The first bytes of a cache file's trailer.
 const TRAILER_MAGIC: &[u8; 4] = b"CWC1";
 /// Magic, CRC-32 (LE) and artifact length (LE).
@@ -305,15 +312,33 @@ impl DiskCache {
     /// Waits for, then holds until dropped, the lock on compiling `digest`
     /// into this cache, across every process sharing it. The holder checks
     /// the cache again before compiling: another process may have stored
-    /// the artifact while this one waited.
-    pub(crate) fn compiling(&self, digest: &Digest) -> std::io::Result<std::fs::File> {
+    /// the artifact while this one waited. `None` after [`COMPILE_LOCK_WAIT`]
+    /// (a holder stopped, say, with SIGSTOP): the caller compiles anyway.
+    pub(crate) fn compiling(&self, digest: &Digest) -> std::io::Result<Option<std::fs::File>> {
+        self.compiling_within(digest, COMPILE_LOCK_WAIT)
+    }
+
+    fn compiling_within(
+        &self,
+        digest: &Digest,
+        wait: std::time::Duration,
+    ) -> std::io::Result<Option<std::fs::File>> {
         let file = std::fs::File::options()
             .create(true)
             .write(true)
             .truncate(false)
             .open(lock_path(&self.path(digest)))?;
-        file.lock()?;
-        Ok(file)
+        let started = std::time::Instant::now();
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(Some(file)),
+                Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < wait => {
+                    std::thread::sleep(COMPILE_LOCK_POLL);
+                }
+                Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+                Err(std::fs::TryLockError::Error(error)) => return Err(error),
+            }
+        }
     }
 
     /// Writes `artifact` for `digest` atomically (readers see the whole
@@ -477,15 +502,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = DiskCache::open(dir.path(), "fp", None).unwrap();
         let (digest, other) = (Digest::of(b"module"), Digest::of(b"other"));
-        let held = cache.compiling(&digest).unwrap();
-        // Another open of the lock file (as another process makes) waits.
+        let held = cache.compiling(&digest).unwrap().expect("free");
+        // Another open of the lock file (as another process makes) waits,
+        // and gives up after its wait.
         let elsewhere = std::fs::File::open(lock_path(&cache.path(&digest))).unwrap();
         assert!(matches!(
             elsewhere.try_lock(),
             Err(std::fs::TryLockError::WouldBlock)
         ));
-        // Another module's compile does not.
-        drop(cache.compiling(&other).unwrap());
+        let short = std::time::Duration::from_millis(50);
+        assert!(cache.compiling_within(&digest, short).unwrap().is_none());
+        // Another module's compile does not wait.
+        assert!(cache.compiling_within(&other, short).unwrap().is_some());
         drop(held);
         elsewhere.try_lock().unwrap();
     }
