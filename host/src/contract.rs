@@ -120,3 +120,27 @@ pub fn traceparent(context: &cohort_master::TraceContext) -> String {
     out.push_str(&format!("-{:02x}", context.flags & 1));
     out
 }
+
+/// The level of a line a job logs: the runtime's (its log, a sandbox's
+/// frames) and what telemetry forwards it as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum LineLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+impl LineLevel {
+    /// The level as the job's log shows it (`INFO`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Trace => "TRACE",
+            Self::Debug => "DEBUG",
+            Self::Info => "INFO",
+            Self::Warn => "WARN",
+            Self::Error => "ERROR",
+        }
+    }
+}

@@ -529,7 +529,7 @@ impl JobObserver for Forwarder {
             attempt: self.attempt,
             module: &self.module,
             trace: self.trace.as_ref(),
-            level: level.name(),
+            level,
             message,
         });
     }

@@ -1,6 +1,8 @@
 //! Live notifications from a running job, for whoever started it: the CLI
 //! prints them, a worker forwards them to the master.
 
+pub use crate::contract::LineLevel;
+
 /// Receives a running job's log bytes, progress and checkpoints as they
 /// happen. Every method has a do-nothing default; implement what you need.
 /// Methods are called on the job's thread and must return quickly.
@@ -26,27 +28,4 @@ pub trait JobObserver: Send + Sync + std::fmt::Debug {
     /// was in its record of calls when it was taken (`None`: the attempt
     /// records nothing).
     fn checkpoint(&self, _state: &[u8], _mark: Option<cohort_master::TapeMark>) {}
-}
-
-/// The level of a line a job logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum LineLevel {
-    Trace,
-    Debug,
-    Info,
-    Warn,
-    Error,
-}
-
-impl LineLevel {
-    /// The level as the job's log shows it (`INFO`, ...).
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Trace => "TRACE",
-            Self::Debug => "DEBUG",
-            Self::Info => "INFO",
-            Self::Warn => "WARN",
-            Self::Error => "ERROR",
-        }
-    }
 }

@@ -16,6 +16,7 @@
 //! once the log is full), so a record is never longer than the job's
 //! `log_bytes`.
 
+use crate::contract::LineLevel;
 use cohort_master::TraceContext;
 use opentelemetry::logs::{AnyValue, LogRecord, Logger, LoggerProvider, Severity};
 use opentelemetry::trace::TraceFlags;
@@ -58,8 +59,7 @@ pub struct Line<'a> {
     pub module: &'a str,
     /// The attempt's span, or the job's context when the attempt has none.
     pub trace: Option<&'a TraceContext>,
-    /// `TRACE`, `DEBUG`, `INFO`, `WARN` or `ERROR`.
-    pub level: &'a str,
+    pub level: LineLevel,
     pub message: &'a str,
 }
 
@@ -82,22 +82,21 @@ pub fn emit(line: &Line<'_>) {
     logger.emit(record);
 }
 
-/// The severity of a job's level (unknown names are `INFO`).
-fn severity(level: &str) -> (Severity, &'static str) {
+/// The severity of a job's level.
+fn severity(level: LineLevel) -> Severity {
     match level {
-        "TRACE" => (Severity::Trace, "TRACE"),
-        "DEBUG" => (Severity::Debug, "DEBUG"),
-        "WARN" => (Severity::Warn, "WARN"),
-        "ERROR" => (Severity::Error, "ERROR"),
-        _ => (Severity::Info, "INFO"),
+        LineLevel::Trace => Severity::Trace,
+        LineLevel::Debug => Severity::Debug,
+        LineLevel::Info => Severity::Info,
+        LineLevel::Warn => Severity::Warn,
+        LineLevel::Error => Severity::Error,
     }
 }
 
 /// Writes `line`, logged `at`, into `record`.
 fn fill(record: &mut impl LogRecord, line: &Line<'_>, at: SystemTime) {
-    let (number, text) = severity(line.level);
-    record.set_severity_number(number);
-    record.set_severity_text(text);
+    record.set_severity_number(severity(line.level));
+    record.set_severity_text(line.level.name());
     record.set_timestamp(at);
     record.set_body(AnyValue::from(line.message.to_string()));
     record.add_attribute(
@@ -202,7 +201,7 @@ mod tests {
             attempt: 2,
             module: "ab12",
             trace: Some(&trace),
-            level: "WARN",
+            level: LineLevel::Warn,
             message: "disk almost full",
         };
         let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
@@ -249,16 +248,15 @@ mod tests {
 
     #[test]
     fn every_job_level_has_its_severity() {
-        for (level, number) in [
-            ("TRACE", Severity::Trace),
-            ("DEBUG", Severity::Debug),
-            ("INFO", Severity::Info),
-            ("WARN", Severity::Warn),
-            ("ERROR", Severity::Error),
+        for (level, number, name) in [
+            (LineLevel::Trace, Severity::Trace, "TRACE"),
+            (LineLevel::Debug, Severity::Debug, "DEBUG"),
+            (LineLevel::Info, Severity::Info, "INFO"),
+            (LineLevel::Warn, Severity::Warn, "WARN"),
+            (LineLevel::Error, Severity::Error, "ERROR"),
         ] {
-            assert_eq!(severity(level), (number, level));
+            assert_eq!((severity(level), level.name()), (number, name));
         }
-        assert_eq!(severity("LOUD"), (Severity::Info, "INFO"));
     }
 
     #[test]
