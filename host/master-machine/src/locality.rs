@@ -44,16 +44,16 @@
 //! attempts queued ahead of it, it would churn that worker's cache before it
 //! runs and evict what the next jobs find there. Without this rule the
 //! master's choices did not show: prefetching workers took whatever was in
-//! line, and a simulated cluster with caches (`locality_tests`) found 38% of
-//! inputs in the cache with the wait and 38% without; with it, and the
-//! wait for busy holders, 94% against 38%.
+//! line, and a simulated cluster with caches (`locality_tests`) found as
+//! many inputs in the cache with the wait as without; with it, and the
+//! wait for busy holders, far more (BENCHMARKS.md, "locality").
 //!
 //! The wait counts from joining the line, so a backlog that takes longer
 //! than the wait to drain is past it by the time it reaches the front and
 //! drains in line order: `--locality-wait` should cover the backlog a
-//! cluster keeps when locality matters (the bench: a 6 s backlog, 37%
-//! local with 1 s, 95% with 10 s, which also ran it in 3.6 s against
-//! 6.2 s). Counting from when a job reached the front instead needs that
+//! cluster keeps when locality matters (BENCHMARKS.md, "locality", has
+//! the bench with a wait shorter than its backlog and one that covers
+//! it). Counting from when a job reached the front instead needs that
 //! moment journaled; not done.
 //!
 //! Every other job is taken in line order, up to the free slots the poll
