@@ -62,8 +62,9 @@
 //! something may be passed over, a poll looks at the first
 //! [`LOCALITY_SCAN_MAX`] startable jobs of the line (or as many as its
 //! free slots, if more), so a poll stays cheap; when nothing may be (no
-//! other worker holds anything, or `locality_wait_ms` is 0) it looks
-//! at no more than it starts, as without locality.
+//! job with a data blob in line, no other worker holds anything, or
+//! `locality_wait_ms` is 0) it looks at no more than it starts, as
+//! without locality.
 //!
 //! **Bound.** A job is passed over only while it is younger than
 //! `locality_wait_ms` in the line: from then on every poll takes it in
@@ -248,8 +249,14 @@ impl Master {
         let wait = self.config.locality_wait_ms;
         let ttl = self.config.worker_ttl_ms;
         let live = |state: &crate::workers::Worker| now < state.last_seen.saturating_add(ttl);
+        // Only a job in line with a data blob (so in `ready_at`) is ever
+        // passed over or kept out of the prefetch room: without one, the
+        // poll is what it is without locality, whatever the workers hold.
+        if wait == 0 || free == 0 || self.locality.ready_at.is_empty() {
+            return self.startable(now, free);
+        }
         let alone = !(self.workers.iter()).any(|(other, state)| other != worker && live(state));
-        if wait == 0 || free == 0 || alone {
+        if alone {
             return self.startable(now, free);
         }
         // The other workers a job could wait for: live, holding something.
@@ -265,7 +272,7 @@ impl Master {
         });
         // Nothing to pass over, and no input to keep out of the prefetch
         // room: look at no more than is started, as without locality.
-        if others.is_empty() && (free <= slots || self.locality.ready_at.is_empty()) {
+        if others.is_empty() && free <= slots {
             return self.startable(now, free);
         }
         let place = |id: JobId| {
