@@ -35,6 +35,12 @@ pub const QUEUE_MAX: usize = 2048;
 /// Most records in one export request.
 pub const BATCH_MAX: usize = 512;
 
+/// Most bytes of a line a record carries: a longer line is cut (on a
+/// character boundary) and its record marked `cohort.truncated`. With
+/// [`QUEUE_MAX`], it bounds the queue's memory at 16 MiB however large
+/// the jobs' logs are.
+pub const BODY_BYTES_MAX: usize = 8 << 10;
+
 static LOGGER: OnceLock<SdkLogger> = OnceLock::new();
 /// Records handed to the SDK and not yet taken by an export.
 static QUEUED: AtomicUsize = AtomicUsize::new(0);
@@ -98,7 +104,14 @@ fn fill(record: &mut impl LogRecord, line: &Line<'_>, at: SystemTime) {
     record.set_severity_number(severity(line.level));
     record.set_severity_text(line.level.name());
     record.set_timestamp(at);
-    record.set_body(AnyValue::from(line.message.to_string()));
+    let mut cut = line.message.len().min(BODY_BYTES_MAX);
+    while !line.message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    record.set_body(AnyValue::from(line.message[..cut].to_string()));
+    if cut < line.message.len() {
+        record.add_attribute("cohort.truncated", true);
+    }
     record.add_attribute(
         "cohort.job_id",
         i64::try_from(line.job_id).unwrap_or(i64::MAX),
@@ -244,6 +257,28 @@ mod tests {
             at,
         );
         assert!(untraced.trace_context().is_none());
+        assert!(attribute("cohort.truncated").is_none());
+
+        // A line past the body's bound is cut on a character boundary and
+        // says so.
+        let long = format!("{}é", "x".repeat(BODY_BYTES_MAX - 1));
+        let mut cut = logger.create_log_record();
+        fill(
+            &mut cut,
+            &Line {
+                message: &long,
+                ..line
+            },
+            at,
+        );
+        assert_eq!(
+            cut.body(),
+            Some(&AnyValue::from("x".repeat(BODY_BYTES_MAX - 1)))
+        );
+        let truncated = (cut.attributes_iter())
+            .find(|(k, _)| *k == Key::from("cohort.truncated"))
+            .map(|(_, v)| v.clone());
+        assert_eq!(truncated, Some(AnyValue::Boolean(true)));
     }
 
     #[test]
