@@ -231,6 +231,12 @@ pub fn init(
     if !std::env::var("COHORT_LOG").is_ok_and(|v| v.contains(TARGET)) {
         filter = filter.add_directive(format!("{TARGET}=info").parse()?);
     }
+    if traces.is_some_and(|t| t.otlp_job_logs && endpoint(t).is_none()) {
+        eprintln!(
+            "warning: --otlp-job-logs forwards nothing while traces are not exported \
+             (--otlp-endpoint or OTEL_EXPORTER_OTLP_ENDPOINT)"
+        );
+    }
     let (provider, job_logs) = match traces.and_then(|t| Some((t, endpoint(t)?))) {
         Some((traces, url)) => {
             let client = otlp::Client::new(tokio::runtime::Handle::try_current()?)?;
