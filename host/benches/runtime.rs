@@ -89,7 +89,8 @@ const GUARD_PRIMES_RUNS: u32 = 7;
 
 fn main() {
     // `cargo bench` passes `--bench`; the filters are `languages`,
-    // `egress`, `kernels`, `streams` (each only that section) and `guard`: the CI
+    // `egress`, `kernels`, `streams` (each only that section), `overhead`
+    // (only 1 in-thread, ten times the samples: a profile's subject) and `guard`: the CI
     // regression guard, a short run that fails only on a ratio measured
     // in the same run.
     let guard = std::env::args().skip(1).any(|a| a == "guard");
@@ -104,6 +105,10 @@ fn main() {
     }
     if std::env::args().skip(1).any(|a| a == "streams") {
         streams();
+        return;
+    }
+    if std::env::args().skip(1).any(|a| a == "overhead") {
+        overhead(OVERHEAD_SAMPLES * 10, Isolation::Thread);
         return;
     }
     if std::env::args().skip(1).any(|a| a == "kernels") {
