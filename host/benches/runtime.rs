@@ -3,7 +3,9 @@
 //! 1. Per-job overhead of an empty job (the echo fixture with empty input):
 //!    instantiate from the pre-linked module, call `run`, drop the store,
 //!    one job at a time; p50/p99 in µs; in-thread, then in a sandbox
-//!    process (adding the round trip to it).
+//!    process (adding the round trip to it). `cargo bench --bench runtime
+//!    -- overhead` runs only the in-thread part, with ten times the jobs
+//!    (a profile's subject: `perf record` the bench's binary).
 //! 2. Throughput of empty jobs with one task per core.
 //! 3. `primes` as a Wasm job against the same sieve compiled natively.
 //! 4. `cargo bench --bench runtime -- kernels`: six CPU-bound kernels
