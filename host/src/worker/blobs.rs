@@ -76,9 +76,10 @@ impl Drop for Prepared {
     fn drop(&mut self) {
         let space = std::mem::take(&mut self.space);
         // Most attempts write no output, so their directory was never made
-        // (`JobBlobs::create` makes it at the first): one `lstat` here
-        // instead of a blocking thread's wake-up per attempt, which cost
-        // one node a third of its trivial jobs a second.
+        // (`JobBlobs::create`, or a sandbox process, makes it at the first):
+        // one `lstat` here instead of a blocking thread's wake-up per
+        // attempt, on the hot path of trivial jobs (BENCHMARKS.md,
+        // "ci-guard").
         if std::fs::symlink_metadata(&space)
             .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
         {
