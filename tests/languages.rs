@@ -675,10 +675,8 @@ fn python_and_typescript_jobs_resume_on_another_node_after_a_kill() {
             // Two of each keep both workers busy with both languages.
             for _ in 0..2 {
                 let request = SubmitRequest {
-                    // The lease starts at the assignment, so it also covers
-                    // compiling the component on a cold worker, which takes
-                    // far longer than usual on a loaded 2-CPU machine; this
-                    // test is about resuming, not about timeouts.
+                    // Runs of seconds on a loaded 2-CPU machine; this test
+                    // is about resuming, not about timeouts.
                     timeout_ms: Some(JOB_TIMEOUT_MS),
                     // Room for attempts lost to the load itself (three
                     // nodes compiling Python and JS components and running
@@ -722,11 +720,60 @@ fn python_and_typescript_jobs_resume_on_another_node_after_a_kill() {
     });
 }
 
+#[test]
+fn a_cold_worker_compiling_a_python_module_keeps_its_attempts_lease() {
+    let _machine = alone();
+    let dir = tempfile::tempdir().unwrap();
+    let python = std::fs::read(built("examples/primes-py")).unwrap();
+    // A lease of 1 s of timeout and 1 s of grace, and a worker with a
+    // compile cache of its own: compiling the Python component for its
+    // first attempt takes longer than the whole lease (seconds), so the
+    // attempt lives only if the worker renews it while compiling.
+    let n1 = support::start_with(
+        &dir,
+        "n1",
+        "back-end,front-end",
+        None,
+        &["--lease-grace", "1s"],
+    );
+    let cold = dir.path().join("cold-cache");
+    let n2 = support::start_with(
+        &dir,
+        "n2",
+        "worker",
+        Some(&n1),
+        &["--cache-dir", cold.to_str().unwrap()],
+    );
+    runtime().block_on(async {
+        converge(&n1, "the worker", |c| c.workers.len() == 1).await;
+        let client = Api::new(&n1.url);
+        let digest = client.upload(python).await.unwrap();
+        let request = SubmitRequest {
+            timeout_ms: Some(1_000),
+            max_attempts: Some(1),
+            ..support::job(&digest, r#"{"limit": 1000}"#)
+        };
+        let id = client.submit(&request).await.unwrap().id;
+        let expected = format!(r#"{{"limit":1000,"count":{}}}"#, primes::count_primes(1000));
+        let job = check_job(&client, id, expected.as_bytes()).await;
+        assert_eq!(job.attempts.len(), 1, "{job:?}");
+        // The attempt outlived the lease it was assigned with (so it was
+        // renewed), while the job itself ran within its timeout.
+        let attempt = &job.attempts[0];
+        let held = attempt.ended_at.unwrap() - attempt.started_at;
+        assert!(
+            held > 2_000 && attempt.duration_ms.unwrap() < 1_000,
+            "compiling took longer than the first lease (2 s) and the run under 1 s: held {held} ms, {attempt:?}"
+        );
+    });
+    drop(n2);
+}
+
 /// Limits that keep `primes` busy for several seconds in each language
 /// (so a kill lands mid-run), measured in BENCHMARKS.md.
 const PRIMES_PY_LONG: u64 = 2_000_000_000;
 const PRIMES_TS_LONG: u64 = 100_000_000;
-/// The kill test's job timeout: far above the longest compile seen.
+/// The kill test's job timeout: far above the longest run seen.
 const JOB_TIMEOUT_MS: u64 = 600_000;
 /// The kill test's attempts per job.
 const JOB_ATTEMPTS: u32 = 10;

@@ -171,6 +171,13 @@ pub(crate) const POLL_RETRY: Duration = Duration::from_millis(200);
 /// a job may checkpoint after every slice of work, and each recorded one is
 /// a journal write.
 pub(crate) const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
+/// How often a worker renews the lease of an attempt it is preparing or
+/// keeping the outputs of, beyond the first moment (see the worker's
+/// module docs): a quarter of the lease's grace, within these bounds, so
+/// that three renewals in a row may be lost or late before the lease runs
+/// out.
+pub(crate) const RENEW_EVERY_MIN: Duration = Duration::from_millis(100);
+pub(crate) const RENEW_EVERY_MAX: Duration = Duration::from_secs(1);
 /// Longest a stopping worker tries to tell the master it is gone.
 pub(crate) const GONE_REPORT_WAIT: Duration = Duration::from_secs(2);
 /// Longest an attempt's outcome report is retried while no master takes it.

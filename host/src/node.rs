@@ -133,6 +133,13 @@ pub struct NodeArgs {
     /// waiting). See README, "Large inputs and outputs".
     #[arg(long, env = "COHORT_LOCALITY_WAIT", value_parser = parse_locality_wait, default_value = "1s")]
     pub locality_wait: Duration,
+    /// How long past its timeout a running attempt whose worker has not
+    /// reported is presumed lost (on back-end nodes, for the master they
+    /// host): the lease's grace. Workers renew the lease while they fetch
+    /// an attempt's module and inputs or store its outputs, so the grace
+    /// covers a report's way back, not data transfers. 1 s to 1 h.
+    #[arg(long, env = "COHORT_LEASE_GRACE", value_parser = parse_lease_grace, default_value = "5s")]
+    pub lease_grace: Duration,
     /// Keep blobs in an S3-compatible store, `s3://bucket/prefix`, instead
     /// of on a majority of the back-end nodes (each node's disk then holds
     /// a cache). Configured by the standard `AWS_*` variables
@@ -605,6 +612,16 @@ fn parse_locality_wait(text: &str) -> Result<Duration, String> {
     Ok(wait)
 }
 
+/// `--lease-grace`: 1 s to 1 h (shorter would lose attempts to a slow
+/// report; longer leaves a hung attempt's job waiting for hours).
+fn parse_lease_grace(text: &str) -> Result<Duration, String> {
+    let grace = job_limits::parse_duration(text)?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&grace) {
+        return Err(format!("`{text}`: the lease grace is 1s to 1h"));
+    }
+    Ok(grace)
+}
+
 /// `--blob-grace`: a duration of at least
 /// [`BLOB_GRACE_MIN`](crate::cluster::blob_gc::BLOB_GRACE_MIN).
 fn parse_blob_grace(text: &str) -> Result<Duration, String> {
@@ -725,6 +742,7 @@ fn master_options(args: &NodeArgs) -> MasterOptions {
             queue_max: args.queue_max,
             retention_ms: args.retention.as_millis() as u64,
             locality_wait_ms: args.locality_wait.as_millis() as u64,
+            lease_grace_ms: args.lease_grace.as_millis() as u64,
             ..cohort_master::Config::default()
         },
         core: args.master_core,
@@ -1486,6 +1504,15 @@ async fn watch_failure(link: &MasterLink) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lease_grace_under_a_second_or_over_an_hour_is_refused() {
+        assert_eq!(parse_lease_grace("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_lease_grace("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_lease_grace("999ms").is_err());
+        assert!(parse_lease_grace("3601s").is_err());
+        assert!(parse_lease_grace("later").is_err());
+    }
 
     #[test]
     fn a_locality_wait_over_a_minute_is_refused() {

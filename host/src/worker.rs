@@ -45,6 +45,19 @@
 //!   busy worker while another worker is idle would cost far more than the
 //!   round trip saves. A waiting attempt is held (its lease runs, a stop
 //!   order drops it) and its timeout starts when it runs.
+//! * **Leases count the run, not the data.** An attempt's lease (its
+//!   timeout plus the master's grace, from its assignment) must not run
+//!   out while the worker fetches and compiles its module, fetches its
+//!   input blobs (gigabytes, perhaps) or stores its output blobs on a
+//!   majority of the back-ends. While an attempt is in one of those
+//!   phases, the worker renews its lease every quarter of the grace
+//!   (within [`RENEW_EVERY_MIN`]..[`RENEW_EVERY_MAX`]), all due attempts
+//!   in one `Renew`; each renewal starts the lease again. An attempt
+//!   prepared within that first quarter, as most are, sends nothing. A
+//!   worker that dies stops renewing, and the attempt is lost when the
+//!   last lease runs out, as before; a transfer that stalls fails the
+//!   attempt after `BLOB_IDLE_TIMEOUT` without bytes, so a renewed
+//!   attempt still ends.
 //! * **Shutdown**: stop polling, let running attempts finish within a grace
 //!   period, stop the rest, then tell the master this worker is gone so its
 //!   unfinished attempts are re-queued at once rather than at lease expiry.
@@ -52,6 +65,8 @@
 //! [`POLL_WAIT`]: crate::limits::POLL_WAIT
 //! [`PREFETCH_RUN_MAX`]: crate::limits::PREFETCH_RUN_MAX
 //! [`PREFETCH_PER_SLOT_MAX`]: crate::limits::PREFETCH_PER_SLOT_MAX
+//! [`RENEW_EVERY_MIN`]: crate::limits::RENEW_EVERY_MIN
+//! [`RENEW_EVERY_MAX`]: crate::limits::RENEW_EVERY_MAX
 
 pub mod blobs;
 pub use blobs::{Voters, WorkerBlobs};
@@ -61,7 +76,8 @@ use crate::cluster::module_fetch::ModuleFetcher;
 use crate::contract::{MasterError, Poll, PollResult, ProgressReport};
 use crate::limits::{
     CHECKPOINT_INTERVAL, GONE_REPORT_WAIT, LOG_TAIL_BYTES, POLL_RETRY, POLL_WAIT,
-    PREFETCH_PER_SLOT_MAX, PREFETCH_RUN_MAX, REPORT_RETRY_WAIT, REPORTING_MAX,
+    PREFETCH_PER_SLOT_MAX, PREFETCH_RUN_MAX, RENEW_EVERY_MAX, RENEW_EVERY_MIN, REPORT_RETRY_WAIT,
+    REPORTING_MAX,
 };
 use crate::modules::ModuleStore;
 use crate::runtime::{
@@ -72,7 +88,7 @@ use cohort_master::{Assignment, Command, Failure, JobId, Outcome, RecordedCall, 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tracing::Instrument;
 
@@ -158,12 +174,15 @@ pub struct Worker {
     stop_polling: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     shared: Arc<Shared>,
+    /// Renews leases ([`renew_leases`]); stopped with the worker.
+    renewer: tokio::task::JoinHandle<()>,
     /// Where guest code runs (see the module docs); shut down with the worker.
     jobs: Option<tokio::runtime::Runtime>,
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
+        self.renewer.abort();
         if let Some(jobs) = self.jobs.take() {
             jobs.shutdown_background();
         }
@@ -196,6 +215,11 @@ struct Shared {
     running: Mutex<HashMap<(JobId, u32), oneshot::Sender<()>>>,
     /// Finished attempts whose outcome is being reported.
     unreported: Mutex<HashSet<(JobId, u32)>>,
+    /// Attempts being prepared or keeping their outputs, with when their
+    /// lease is next renewed and how often ([`renew_leases`]).
+    renewing: Mutex<HashMap<(JobId, u32), (Instant, Duration)>>,
+    /// Signalled when an attempt starts being renewed.
+    renewing_changed: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -281,6 +305,81 @@ impl Shared {
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<(JobId, u32), oneshot::Sender<()>>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Renews the lease of attempt `(id, attempt)`, whose grace is
+    /// `grace_ms`, until the returned guard is dropped: while it is
+    /// prepared or keeps its outputs (see the module docs).
+    fn renewing(&self, id: JobId, attempt: u32, grace_ms: u64) -> Renewing<'_> {
+        let every = (Duration::from_millis(grace_ms) / 4).clamp(RENEW_EVERY_MIN, RENEW_EVERY_MAX);
+        self.renewals()
+            .insert((id, attempt), (Instant::now() + every, every));
+        self.renewing_changed.notify_one();
+        Renewing {
+            shared: self,
+            attempt: (id, attempt),
+        }
+    }
+
+    fn renewals(&self) -> std::sync::MutexGuard<'_, HashMap<(JobId, u32), (Instant, Duration)>> {
+        self.renewing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// An attempt whose lease is renewed while this lives ([`Shared::renewing`]).
+struct Renewing<'a> {
+    shared: &'a Shared,
+    attempt: (JobId, u32),
+}
+
+impl Drop for Renewing<'_> {
+    fn drop(&mut self) {
+        self.shared.renewals().remove(&self.attempt);
+    }
+}
+
+/// Renews the leases of the attempts being prepared or keeping their
+/// outputs, each once its renewal is due, all due at once in one
+/// [`Command::Renew`]; sleeps while there are none. An attempt that is
+/// prepared within its first renewal interval (most are) costs nothing.
+async fn renew_leases(shared: Arc<Shared>) {
+    loop {
+        let next = shared.renewals().values().map(|(due, _)| *due).min();
+        match next {
+            None => shared.renewing_changed.notified().await,
+            Some(due) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due.into()) => {}
+                    _ = shared.renewing_changed.notified() => continue,
+                }
+            }
+        }
+        let now = Instant::now();
+        let attempts: Vec<(JobId, u32)> = {
+            let mut renewals = shared.renewals();
+            let due: Vec<(JobId, u32)> = renewals
+                .iter()
+                .filter(|(_, (at, _))| *at <= now)
+                .map(|(attempt, _)| *attempt)
+                .collect();
+            for attempt in &due {
+                if let Some((at, every)) = renewals.get_mut(attempt) {
+                    *at = now + *every;
+                }
+            }
+            due
+        };
+        if attempts.is_empty() {
+            continue;
+        }
+        let renew = Command::Renew {
+            worker: shared.options.id.clone(),
+            attempts,
+        };
+        // Not retried: the next one is due within a quarter of the grace.
+        if let Err(error) = shared.master.command(renew).await {
+            tracing::debug!("leases not renewed: {error}");
+        }
+    }
 }
 
 /// Folds `sample` into the moving average `into` (microseconds) over about
@@ -333,12 +432,16 @@ impl Worker {
             progress,
             blobs,
             running: Mutex::new(HashMap::new()),
+            renewing: Mutex::default(),
+            renewing_changed: Default::default(),
         });
         let (stop_polling, stopped) = watch::channel(false);
         let task = tokio::spawn(poll_loop(shared.clone(), stopped));
+        let renewer = tokio::spawn(renew_leases(shared.clone()));
         Ok(Self {
             stop_polling,
             task,
+            renewer,
             shared,
             jobs: Some(jobs),
         })
@@ -723,8 +826,12 @@ async fn attempt_outcome(
         replay,
         readable,
         blobs,
+        lease_grace_ms,
         ..
     } = assignment;
+    // The lease counts the run, not fetching and compiling: renewed until
+    // the job starts.
+    let preparing = shared.renewing(id, attempt, lease_grace_ms);
     let digest = Digest::from(module);
     let not_run = |failure: Failure| {
         Some(Ended {
@@ -829,6 +936,7 @@ async fn attempt_outcome(
         trace: calls_trace,
     };
     let running = crate::telemetry::job_step_span!("cohort.run");
+    drop(preparing);
     let report = run_job(shared, (id, attempt), compiled, request, stopped)
         .instrument(running)
         .await;
@@ -840,10 +948,17 @@ async fn attempt_outcome(
     let report = report?;
     let outcome = match report.outcome {
         Ok(output) if report.outputs.is_empty() => Outcome::Succeeded(output),
-        Ok(result) => match shared.blobs.keep(&shared.master, report.outputs).await {
-            Ok(blobs) => Outcome::Wrote(cohort_master::Output { result, blobs }),
-            Err(failure) => Outcome::Failed(failure),
-        },
+        Ok(result) => {
+            // Storing the outputs on a majority of the back-ends is not
+            // the run either.
+            let keeping = shared.renewing(id, attempt, lease_grace_ms);
+            let kept = shared.blobs.keep(&shared.master, report.outputs).await;
+            drop(keeping);
+            match kept {
+                Ok(blobs) => Outcome::Wrote(cohort_master::Output { result, blobs }),
+                Err(failure) => Outcome::Failed(failure),
+            }
+        }
         Err(failure) => Outcome::Failed(failure_of(&failure)),
     };
     drop(prepared);

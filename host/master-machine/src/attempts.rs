@@ -5,7 +5,15 @@
 //! is recorded ([`Master::current_attempt`]); any other is answered
 //! `Ignored` and changes nothing, so each job has exactly one outcome. A
 //! running attempt holds a lease of `timeout_ms + lease_grace_ms`; when it
-//! lapses (see `tick`) or its worker is lost, the attempt fails. A failure
+//! lapses (see `tick`) or its worker is lost, the attempt fails. The
+//! lease covers the job's run, not the moving of its data: while a worker
+//! prepares an attempt (fetches or compiles its module, fetches its input
+//! blobs) or keeps its output blobs for longer than a moment, it renews
+//! the lease ([`Command::Renew`], at most once a second for all such
+//! attempts at once), and each renewal starts the lease again from the
+//! moment it is decided. A worker that stops renewing (it died, or hangs)
+//! loses the attempt as before, once the last lease it got runs out. A
+//! failure
 //! whose code is in [`RETRYABLE_CODES`] goes back to the queue after an
 //! exponential backoff until the job's `max_attempts`; then it is `dead`.
 //! Any other failure fails the job at once.
@@ -16,7 +24,7 @@
 //! `jobs`).
 
 use crate::index::{ready_key, set_state};
-use crate::limits::{HOLDS_MAX, LOG_TAIL_BYTES_MAX, WORKER_ID_BYTES_MAX};
+use crate::limits::{HOLDS_MAX, LOG_TAIL_BYTES_MAX, RENEWALS_MAX, WORKER_ID_BYTES_MAX};
 use crate::master::{Master, decided, reject};
 use crate::protocol::*;
 use crate::validation::validate_outputs;
@@ -59,6 +67,66 @@ impl Master {
             });
         }
         decided(now, kinds)
+    }
+
+    /// `worker`'s renewal of the leases of `attempts` (see the module
+    /// notes): one event for those still current and held by it.
+    pub(crate) fn decide_renew(
+        &self,
+        now: Millis,
+        worker: &str,
+        attempts: &[(JobId, u32)],
+    ) -> Result<Decision, Rejection> {
+        if worker.is_empty() || worker.len() > WORKER_ID_BYTES_MAX {
+            return reject(codes::INVALID_JOB, "worker ids are 1 to 256 bytes");
+        }
+        if attempts.len() > RENEWALS_MAX {
+            return reject(
+                codes::INVALID_JOB,
+                format!("a renewal names at most {RENEWALS_MAX} attempts"),
+            );
+        }
+        let mut leases: Vec<(JobId, u32, Millis)> = Vec::new();
+        for &(id, attempt) in attempts {
+            if self.current_attempt(id, attempt, Some(worker)).is_err()
+                || leases.iter().any(|&(renewed, ..)| renewed == id)
+            {
+                continue;
+            }
+            let job = &self.jobs[&id];
+            let lease_until = now
+                .saturating_add(job.spec.timeout_ms)
+                .saturating_add(self.config.lease_grace_ms);
+            leases.push((id, attempt, lease_until));
+        }
+        if leases.is_empty() {
+            return Ok(ignored(format!(
+                "no attempt of the {} named is running on {worker}",
+                attempts.len()
+            )));
+        }
+        decided(now, vec![EventKind::Renewed { leases }])
+    }
+
+    /// Renewed leases (see [`Master::decide_renew`]): a lease only moves
+    /// later, and only for the current attempt.
+    pub(crate) fn apply_renewed(&mut self, leases: &[(JobId, u32, Millis)]) {
+        for &(id, attempt, lease_until) in leases {
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            if job.state != JobState::Running
+                || job.attempts.last().map(|a| a.number) != Some(attempt)
+            {
+                continue;
+            }
+            let Some(old) = job.lease_until.filter(|&old| old < lease_until) else {
+                continue;
+            };
+            job.lease_until = Some(lease_until);
+            self.index.leases.remove(&(old, id));
+            self.index.leases.insert((lease_until, id));
+        }
     }
 
     pub(crate) fn decide_checkpoint(
@@ -235,6 +303,7 @@ impl Master {
             blobs,
             trace: (self.keyed.options.get(&id))
                 .and_then(|options| options.trace.as_deref().copied()),
+            lease_grace_ms: self.config.lease_grace_ms,
         })));
     }
 

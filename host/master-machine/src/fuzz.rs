@@ -539,6 +539,8 @@ fn command() -> impl Strategy<Value = Command> {
                 }
             ),
         1 => text().prop_map(|worker| Command::WorkerGone { worker }),
+        2 => (text(), vec((n64(), n32()), 0..4))
+            .prop_map(|(worker, attempts)| Command::Renew { worker, attempts }),
         2 => Just(Command::Tick),
         1 => token().prop_map(Command::CreateToken),
         1 => text().prop_map(|id| Command::RevokeToken { id }),
@@ -686,6 +688,7 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         digest().prop_map(|digest| EventKind::BlobDropped { digest }),
         vec(digest(), 0..4).prop_map(|digests| EventKind::BlobsCollected { digests }),
         (text(), holds()).prop_map(|(worker, holds)| EventKind::WorkerHolds { worker, holds }),
+        vec((n64(), n32(), n64()), 0..4).prop_map(|leases| EventKind::Renewed { leases }),
     ]
 }
 
@@ -822,15 +825,17 @@ prop_compose! {
         egress in vec(grant(), 0..2),
         secrets in vec((secret_name(), bytes()), 0..2),
         (mark, calls, submitted_at) in (tape_mark(), vec(recorded_call(), 0..2), n64()),
-        (readable, blobs, trace) in (
+        (readable, blobs, trace, lease_grace_ms) in (
             vec(secret_name(), 0..2),
             vec(named_blob(), 0..3),
             option::of(trace_context()),
+            n64(),
         ),
     ) -> Assignment {
         Assignment {
             id, attempt, worker, module, input, timeout_ms, memory_bytes, checkpoint, egress,
             secrets, replay: Replay { mark, calls, submitted_at }, readable, blobs, trace,
+            lease_grace_ms,
         }
     }
 }
@@ -1053,6 +1058,7 @@ fn garbage() -> impl Strategy<Value = Vec<u8>> {
         2 => Just(FORMAT_VERSION_4),
         2 => Just(FORMAT_VERSION_7),
         2 => Just(FORMAT_VERSION_8),
+        2 => Just(FORMAT_VERSION_10),
         4 => Just(crate::master::SNAPSHOT_VERSION),
         1 => any::<u8>(),
     ];

@@ -232,6 +232,11 @@ pub const BLOBS_COLLECTED_MAX: usize = 1024;
 /// Most blobs one [`Query::Blobs`](crate::Query::Blobs) asks about.
 pub const BLOBS_ASKED_MAX: usize = 1024;
 
+/// Most attempts one [`Command::Renew`](crate::Command::Renew) renews: a
+/// worker sends one for all the attempts it is preparing or keeping
+/// outputs for, at most one per slot.
+pub const RENEWALS_MAX: usize = 1024;
+
 // Data locality (see `crate::locality`).
 /// Most blobs a worker's poll says it holds ([`BlobPrefix`](crate::BlobPrefix)es of 8
 /// bytes: 4 KiB at most): the ones its node used last.

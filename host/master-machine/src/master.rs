@@ -334,6 +334,7 @@ impl Master {
                 (calls, *calls_dropped),
             ),
             Command::WorkerGone { worker } => self.decide_worker_gone(now, worker),
+            Command::Renew { worker, attempts } => self.decide_renew(now, worker, attempts),
             Command::Tick => self.decide_tick(now),
             Command::CreateToken(record) => self.decide_create_token(now, record),
             Command::RevokeToken { id } => self.decide_revoke_token(now, id),
@@ -505,6 +506,7 @@ impl Master {
             EventKind::BlobDropped { digest } => self.apply_blob_dropped(digest),
             EventKind::BlobsCollected { digests } => self.apply_blobs_collected(digests),
             EventKind::WorkerHolds { worker, holds } => self.apply_worker_holds(worker, holds),
+            EventKind::Renewed { leases } => self.apply_renewed(leases),
         }
     }
 

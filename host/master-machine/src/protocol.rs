@@ -32,16 +32,19 @@
 //! attempt may read, views and [`Finished`] a job's blobs); 9, the
 //! blobs the cluster keeps (`KeepBlob`, `DropBlob`, `BlobKept`,
 //! `BlobDropped`, `BlobsCollected`, `Query::Blobs` and its answer, at the
-//! end of their enums; see [`crate::blobs`]); 10 (now), data locality
+//! end of their enums; see [`crate::blobs`]); 10, data locality
 //! (`Poll` carries what the worker holds, `WorkerHolds` at the end of its
 //! enum, [`Config::locality_wait_ms`] a last field of the configuration,
 //! [`Stats`] three last fields; see [`crate::locality`]) and trace
 //! contexts ([`JobOptions::trace`], a sixth field of the options, handed
-//! to each attempt in its [`Assignment`]). Events are the
+//! to each attempt in its [`Assignment`]); 11 (now), lease renewals
+//! (`Renew` and `Renewed` at the end of their enums: a worker renews the
+//! lease of an attempt while it prepares it or keeps its outputs; see
+//! [`crate::attempts`]). Events are the
 //! only messages kept on disk, so [`decode_event`] still reads formats 1
-//! to 9 (whose `Submitted` lacks what came later, whose options
+//! to 10 (whose `Submitted` lacks what came later, whose options
 //! before 5 have two fields: they decode with `module: None`, and whose
-//! `Configured` has no `locality_wait_ms`: it decodes as 0); every other
+//! `Configured` before 10 has no `locality_wait_ms`: it decodes as 0); every other
 //! message of an older format is refused as an unknown version (nodes of
 //! one cluster run one format).
 //!
@@ -61,7 +64,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 10;
+pub const FORMAT_VERSION: u8 = 11;
+
+/// The tenth format: the current types without lease renewals (`Renew`
+/// and `Renewed` at the end of their enums, so its events decode as they
+/// are; [`decode_event`]).
+pub const FORMAT_VERSION_10: u8 = 10;
 
 /// The ninth format: the current types without data locality (`Poll`'s
 /// `holds`, `WorkerHolds` at the end of its enum, [`Config`]'s last field
@@ -163,7 +171,7 @@ pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
         }
         _ => return decode(bytes),
     };
-    legacy::config(false, || decode_older(format, body))
+    legacy::config(format >= FORMAT_VERSION_10, || decode_older(format, body))
 }
 
 /// [`decode_event`] of the bytes of an older `format`.
@@ -191,7 +199,8 @@ fn decode_older(format: u8, body: &[u8]) -> Result<Event, Rejection> {
 
 /// `event`, unless it holds what came after `format`: a kind added since
 /// (deployments in 5, egress in 6, recorded calls and shared secrets in
-/// 7, the blob registry in 9, what workers hold in 10) or a success with
+/// 7, the blob registry in 9, what workers hold in 10, lease renewals in
+/// 11) or a success with
 /// output blobs (8), which
 /// bytes of that format never held.
 fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
@@ -215,7 +224,8 @@ fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
         EventKind::BlobKept { .. }
         | EventKind::BlobDropped { .. }
         | EventKind::BlobsCollected { .. } => (FORMAT_VERSION_9, "a blob registry event"),
-        EventKind::WorkerHolds { .. } => (FORMAT_VERSION_9 + 1, "a locality event"),
+        EventKind::WorkerHolds { .. } => (FORMAT_VERSION_10, "a locality event"),
+        EventKind::Renewed { .. } => (FORMAT_VERSION, "a lease renewal"),
         _ => return Ok(event),
     };
     if format >= added {
@@ -1381,6 +1391,18 @@ pub enum Command {
         /// The blob's sha256.
         digest: Digest,
     },
+    /// `worker` is still preparing these attempts (fetching or compiling
+    /// their module, fetching their input blobs) or keeping their output
+    /// blobs: each running one's lease starts again from now (see
+    /// [`crate::attempts`]). Attempts that ended, moved on or are held by
+    /// another worker are skipped.
+    Renew {
+        /// The reporting worker.
+        worker: String,
+        /// `(job, attempt)`, at most
+        /// [`RENEWALS_MAX`](crate::limits::RENEWALS_MAX).
+        attempts: Vec<(JobId, u32)>,
+    },
 }
 
 /// A DAG's id: dense, assigned by the master from 1.
@@ -1916,6 +1938,11 @@ pub enum EventKind {
         /// What it holds now, sorted (empty: nothing).
         holds: Vec<BlobPrefix>,
     },
+    /// Running attempts' leases started again ([`Command::Renew`]).
+    Renewed {
+        /// `(job, attempt, lease_until)`: each attempt's new lease.
+        leases: Vec<(JobId, u32, Millis)>,
+    },
 }
 
 /// The reply to a command's sender, sent once its events are durable.
@@ -2021,6 +2048,11 @@ pub struct Assignment {
     /// The job's trace context ([`JobOptions::trace`]), for the attempt's
     /// spans.
     pub trace: Option<TraceContext>,
+    /// How long past `timeout_ms` the attempt's lease runs
+    /// ([`Config::lease_grace_ms`]): the worker renews it well within this
+    /// while it prepares the attempt or keeps its outputs
+    /// ([`Command::Renew`]).
+    pub lease_grace_ms: u64,
 }
 
 /// A call whose response a job saw only once it was durable: what a later

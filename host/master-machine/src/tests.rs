@@ -1,5 +1,6 @@
 //! Unit tests of the scheduling logic, natively.
 
+use crate::limits::{RENEWALS_MAX, WORKER_ID_BYTES_MAX};
 use crate::scenarios::{self, failed, finish, poll, spec};
 use crate::script::Script;
 use crate::*;
@@ -184,6 +185,106 @@ fn a_job_error_is_not_retried() {
             .code,
         "job_not_succeeded"
     );
+}
+
+#[test]
+fn a_renewed_lease_starts_again_and_only_its_worker_renews_it() {
+    let mut sim = Sim::new();
+    sim.ok(T, new_submit(spec(1, b"x")));
+    sim.ok(T, new_submit(spec(1, b"y")));
+    sim.ok(T + 1, poll("w1", 1));
+    sim.ok(T + 2, poll("w2", 1));
+    let renew = |worker: &str, attempts: Vec<(JobId, u32)>| Command::Renew {
+        worker: worker.into(),
+        attempts,
+    };
+    // w1 prepares job 1 for 5 s: renewed at T + 5_000, its lease runs to
+    // T + 11_000 (1 s timeout + 5 s grace from then). A renewal naming an
+    // attempt w1 does not hold (job 2 is w2's), an attempt that is not
+    // current and a job that does not exist changes nothing of theirs.
+    let reply = sim.ok(T + 5_000, renew("w1", vec![(1, 1), (2, 1), (1, 2), (9, 1)]));
+    assert_eq!(reply, Reply::Done);
+    assert_eq!(
+        sim.events.last().map(|e| &e.kind),
+        Some(&EventKind::Renewed {
+            leases: vec![(1, 1, T + 11_000)]
+        })
+    );
+    sim.ok(T + 6_003, Command::Tick);
+    assert_eq!(sim.job(1).state, JobState::Running);
+    assert_eq!(sim.job(2).state, JobState::Queued, "w2 did not renew");
+    // Nothing of it current: ignored, no event.
+    let events = sim.events.len();
+    let reply = sim.ok(T + 6_004, renew("w2", vec![(2, 1)]));
+    assert!(matches!(reply, Reply::Ignored { .. }), "{reply:?}");
+    assert_eq!(sim.events.len(), events);
+    // w1's heartbeats, asking for nothing more: it is not lost.
+    let heartbeat = Command::Poll {
+        worker: "w1".into(),
+        slots: 1,
+        free: 0,
+        holds: Vec::new(),
+    };
+    sim.ok(T + 8_000, heartbeat.clone());
+    sim.ok(T + 10_998, heartbeat);
+    sim.ok(T + 10_999, Command::Tick);
+    assert_eq!(sim.job(1).state, JobState::Running);
+    sim.ok(T + 11_000, Command::Tick);
+    assert_eq!(
+        sim.job(1).attempts[0].outcome.as_deref(),
+        Some("lease_expired")
+    );
+    // Bad input: a worker id out of bounds, too many attempts.
+    let long = "w".repeat(WORKER_ID_BYTES_MAX + 1);
+    assert_eq!(
+        sim.run(T + 11_002, renew(&long, vec![(1, 2)]))
+            .unwrap_err()
+            .code,
+        codes::INVALID_JOB
+    );
+    let many = (0..=RENEWALS_MAX as u64).map(|id| (id, 1)).collect();
+    assert_eq!(
+        sim.run(T + 11_003, renew("w1", many)).unwrap_err().code,
+        codes::INVALID_JOB
+    );
+}
+
+#[test]
+fn a_renewal_never_shortens_a_lease_and_format_10_bytes_never_held_one() {
+    let mut sim = Sim::new();
+    sim.ok(T, new_submit(spec(1, b"x")));
+    sim.ok(T + 1, poll("w1", 1));
+    // A journal is decoded, not trusted: an earlier lease is not taken.
+    sim.master.apply(&Event {
+        at: T + 2,
+        kind: EventKind::Renewed {
+            leases: vec![(1, 1, T + 10), (1, 2, T + 60_000)],
+        },
+    });
+    sim.ok(T + 6_001, Command::Tick);
+    assert_eq!(
+        sim.job(1).attempts[0].outcome.as_deref(),
+        Some("lease_expired")
+    );
+    let renewed = Event {
+        at: T,
+        kind: EventKind::Renewed {
+            leases: vec![(1, 1, T)],
+        },
+    };
+    assert_eq!(decode_event(&encode(&renewed)), Ok(renewed.clone()));
+    let old = [&[FORMAT_VERSION_10][..], &encode(&renewed)[1..]].concat();
+    assert_eq!(decode_event(&old).unwrap_err().code, codes::UNDECODABLE);
+    // A format-10 configuration still has its locality wait.
+    let configured = Event {
+        at: T,
+        kind: EventKind::Configured(Config {
+            locality_wait_ms: 7,
+            ..Config::default()
+        }),
+    };
+    let old = [&[FORMAT_VERSION_10][..], &encode(&configured)[1..]].concat();
+    assert_eq!(decode_event(&old), Ok(configured));
 }
 
 #[test]

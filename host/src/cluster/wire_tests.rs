@@ -117,12 +117,17 @@ fn samples() -> Vec<Vec<u8>> {
             submitted_at: 9,
         },
         readable: vec!["STRIPE".into()],
+        lease_grace_ms: 5_000,
     };
     let requests = [
         WireRequest::Command(Command::Submit {
             spec: spec(),
             request: RequestId { origin: 5, seq: 6 },
             options: cohort_master::scenarios::limited("k", Some(2), Some(5)),
+        }),
+        WireRequest::Command(Command::Renew {
+            worker: "w1".into(),
+            attempts: vec![(1, 2), (3, 1)],
         }),
         WireRequest::Command(Command::Finish {
             id: 1,
