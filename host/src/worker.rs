@@ -220,6 +220,9 @@ struct Shared {
     renewing: Mutex<HashMap<(JobId, u32), (Instant, Duration)>>,
     /// Signalled when an attempt starts being renewed.
     renewing_changed: tokio::sync::Notify,
+    /// One permit per slot: attempts whose job ended and whose output
+    /// blobs are being stored, past their slot (see [`attempt_outcome`]).
+    keeping: Arc<Semaphore>,
 }
 
 impl Shared {
@@ -304,6 +307,24 @@ impl Shared {
 
     fn running(&self) -> std::sync::MutexGuard<'_, HashMap<(JobId, u32), oneshot::Sender<()>>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The job of `attempt` stopped running after `ran`: it is held until
+    /// reported (moved from running to unreported at once) and its slot
+    /// is free for the next.
+    fn stopped_running(
+        &self,
+        attempt: (JobId, u32),
+        slot: OwnedSemaphorePermit,
+        ran: Option<Duration>,
+    ) {
+        self.unreported
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(attempt);
+        self.running().remove(&attempt);
+        drop(slot);
+        self.ran(ran);
     }
 
     /// Renews the lease of attempt `(id, attempt)`, whose grace is
@@ -416,6 +437,7 @@ impl Worker {
             // Pipes to sandbox processes (`--job-isolation process`).
             .enable_io()
             .build()?;
+        let slots = options.slots as usize;
         let shared = Arc::new(Shared {
             jobs: jobs.handle().clone(),
             slots: Arc::new(Semaphore::new(options.slots as usize)),
@@ -434,6 +456,7 @@ impl Worker {
             running: Mutex::new(HashMap::new()),
             renewing: Mutex::default(),
             renewing_changed: Default::default(),
+            keeping: Arc::new(Semaphore::new(slots)),
         });
         let (stop_polling, stopped) = watch::channel(false);
         let task = tokio::spawn(poll_loop(shared.clone(), stopped));
@@ -740,28 +763,24 @@ async fn run_in_slot_traced(
     slot: OwnedSemaphorePermit,
 ) {
     let (id, attempt) = (assignment.id, assignment.attempt);
+    let mut slot = Some(slot);
     let Some(Ended {
         outcome,
         ran,
         log,
         calls,
         calls_dropped,
-    }) = attempt_outcome(shared, assignment, calls_trace, stopped).await
+    }) = attempt_outcome(shared, assignment, calls_trace, stopped, &mut slot).await
     else {
         tracing::debug!("job {id} attempt {attempt} stopped");
         drop(slot);
         shared.ran(None);
         return;
     };
-    // Held until reported: moved from running to unreported at once.
-    shared
-        .unreported
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert((id, attempt));
-    shared.running().remove(&(id, attempt));
-    drop(slot);
-    shared.ran(ran);
+    // Unless it was freed before the outputs were stored.
+    if let Some(slot) = slot {
+        shared.stopped_running((id, attempt), slot, ran);
+    }
     let duration_ms = ran.map_or(0, |ran| ran.as_millis() as u64);
     let start = log.len().saturating_sub(LOG_TAIL_BYTES);
     crate::metrics::count_egress(&calls, calls_dropped);
@@ -807,11 +826,20 @@ struct Ended {
 /// its log and its calls; `None` if it was stopped (or its task failed)
 /// before an outcome. Its calls carry `calls_trace` (the attempt's span)
 /// as their parent.
+///
+/// A job that wrote output blobs gives up `slot` once it ran, before
+/// they are stored on a majority of the back-ends: storing gigabytes
+/// takes no CPU a slot stands for, and the next job may run meanwhile.
+/// At most one attempt per slot stores outputs at once
+/// ([`Shared::keeping`]), so a worker whose jobs write faster than its
+/// network carries them waits, holding its slot, rather than piling up
+/// outputs on its disk.
 async fn attempt_outcome(
     shared: &Shared,
     assignment: Assignment,
     calls_trace: Option<cohort_master::TraceContext>,
     mut stopped: oneshot::Receiver<()>,
+    slot: &mut Option<OwnedSemaphorePermit>,
 ) -> Option<Ended> {
     let Assignment {
         id,
@@ -951,9 +979,14 @@ async fn attempt_outcome(
         Ok(result) => {
             // Storing the outputs on a majority of the back-ends is not
             // the run either.
-            let keeping = shared.renewing(id, attempt, lease_grace_ms);
+            let renewing = shared.renewing(id, attempt, lease_grace_ms);
+            let keeping = (shared.keeping.clone().acquire_owned().await)
+                .expect("the keeping semaphore is never closed");
+            if let Some(slot) = slot.take() {
+                shared.stopped_running((id, attempt), slot, Some(report.duration));
+            }
             let kept = shared.blobs.keep(&shared.master, report.outputs).await;
-            drop(keeping);
+            drop((keeping, renewing));
             match kept {
                 Ok(blobs) => Outcome::Wrote(cohort_master::Output { result, blobs }),
                 Err(failure) => Outcome::Failed(failure),

@@ -38,15 +38,9 @@ impl Master {
         free: u32,
         holds: &[BlobPrefix],
     ) -> Result<Decision, Rejection> {
-        if worker.is_empty() || worker.len() > WORKER_ID_BYTES_MAX {
-            return reject(codes::INVALID_JOB, "worker ids are 1 to 256 bytes");
-        }
-        if holds.len() > HOLDS_MAX {
-            return reject(
-                codes::INVALID_JOB,
-                format!("a poll names at most {HOLDS_MAX} blobs held"),
-            );
-        }
+        check_worker(worker, holds.len() > HOLDS_MAX, || {
+            format!("a poll names at most {HOLDS_MAX} blobs held")
+        })?;
         let holds = crate::locality::bounded_holds(holds);
         let mut kinds = Vec::new();
         kinds.extend(self.worker_seen(now, worker, slots));
@@ -77,15 +71,9 @@ impl Master {
         worker: &str,
         attempts: &[(JobId, u32)],
     ) -> Result<Decision, Rejection> {
-        if worker.is_empty() || worker.len() > WORKER_ID_BYTES_MAX {
-            return reject(codes::INVALID_JOB, "worker ids are 1 to 256 bytes");
-        }
-        if attempts.len() > RENEWALS_MAX {
-            return reject(
-                codes::INVALID_JOB,
-                format!("a renewal names at most {RENEWALS_MAX} attempts"),
-            );
-        }
+        check_worker(worker, attempts.len() > RENEWALS_MAX, || {
+            format!("a renewal names at most {RENEWALS_MAX} attempts")
+        })?;
         let mut leases: Vec<(JobId, u32, Millis)> = Vec::new();
         for &(id, attempt) in attempts {
             if self.current_attempt(id, attempt, Some(worker)).is_err()
@@ -462,6 +450,22 @@ impl Master {
         };
         self.settle(id, state, at, effects);
     }
+}
+
+/// Refuses a worker's command with an id out of bounds, or whose list is
+/// `too_long` (then saying `why`).
+fn check_worker(
+    worker: &str,
+    too_long: bool,
+    why: impl FnOnce() -> String,
+) -> Result<(), Rejection> {
+    if worker.is_empty() || worker.len() > WORKER_ID_BYTES_MAX {
+        return reject(codes::INVALID_JOB, "worker ids are 1 to 256 bytes");
+    }
+    if too_long {
+        return reject(codes::INVALID_JOB, why());
+    }
+    Ok(())
 }
 
 fn ignored(reason: String) -> Decision {
