@@ -1078,6 +1078,7 @@ impl Api {
             job_id = tracing::field::Empty
         );
         let trace = crate::telemetry::job_context(&span, given);
+        let steps = crate::telemetry::steps_span(&span, trace.as_ref());
         let request = self.request_ids.next();
         let after = std::mem::take(&mut submit.after);
         let work = async {
@@ -1086,7 +1087,7 @@ impl Api {
             let command = submit_command((spec, options), after, request)?;
             accepted(proxied(&self.master, command).await?)
         };
-        let accepted = work.instrument(span.clone()).await?;
+        let accepted = work.instrument(steps).await?;
         span.record("job_id", accepted.id);
         Ok(accepted)
     }
@@ -1112,6 +1113,7 @@ impl Api {
             jobs = batch.jobs.len()
         );
         let trace = crate::telemetry::job_context(&span, given);
+        let steps = crate::telemetry::steps_span(&span, trace.as_ref());
         let requests = self.request_ids.take(batch.jobs.len());
         let mut pending = Vec::with_capacity(batch.jobs.len());
         for (mut submit, request) in batch.jobs.into_iter().zip(requests) {
@@ -1127,7 +1129,7 @@ impl Api {
                 use tracing::Instrument;
                 let master = self.master.clone();
                 tokio::spawn(
-                    async move { proxied(&master, command).await }.instrument(span.clone()),
+                    async move { proxied(&master, command).await }.instrument(steps.clone()),
                 )
             }));
         }

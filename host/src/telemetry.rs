@@ -121,8 +121,8 @@ pub fn spans() -> bool {
 /// submission (the master's decision and commit, its attempts and what
 /// they do). Not when the trace was sampled out and spans are only for
 /// export: parent-based sampling would drop them anyway, and making them
-/// is most of what tracing costs a job (so 1% sampling costs about what
-/// 1% of the jobs' spans cost, not what all of them do). JSON log lines
+/// was most of what tracing cost a job (what is left, at 1%, is in
+/// BENCHMARKS.md, "Tracing cost": the submission's own span). JSON log lines
 /// keep every job's spans for their fields; a job without a context (it
 /// came through a node not tracing) gets its own.
 pub fn wanted(context: Option<&TraceContext>) -> bool {
@@ -460,6 +460,18 @@ pub fn outbound_context(span: &tracing::Span, job: Option<&TraceContext>) -> Opt
             ..*job
         })
     })
+}
+
+/// What a submission's steps run in: its `span`, or none when the trace
+/// the jobs carry (`trace`) is sampled out ([`wanted`]), so that a
+/// sampled-out submission makes no span past its own (no proxy span, no
+/// span entered and left at every poll of each job of a batch).
+pub fn steps_span(span: &tracing::Span, trace: Option<&TraceContext>) -> tracing::Span {
+    if wanted(trace) {
+        span.clone()
+    } else {
+        tracing::Span::none()
+    }
 }
 
 /// Puts a submission's `span` under the client's `given` context

@@ -91,7 +91,7 @@ impl Api {
         let reply = {
             use tracing::Instrument;
             super::proxied(&self.master, command)
-                .instrument(span.clone())
+                .instrument(crate::telemetry::steps_span(&span, trace.as_ref()))
                 .await?
         };
         let Reply::Dag { id, jobs, existing } = reply else {
