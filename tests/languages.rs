@@ -765,6 +765,8 @@ fn a_cold_worker_compiling_a_python_module_keeps_its_attempts_lease() {
             held > 2_000 && attempt.duration_ms.unwrap() < 1_000,
             "compiling took longer than the first lease (2 s) and the run under 1 s: held {held} ms, {attempt:?}"
         );
+        let renewed = support::metric(&Api::new(&n2.url), "cohort_worker_leases_renewed_total").await;
+        assert!(renewed >= 1, "n2 renewed the lease: {renewed}");
     });
     drop(n2);
 }

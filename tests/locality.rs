@@ -16,7 +16,9 @@ use cohort::client::Node as Api;
 use cohort::client::types::{JobResponse, SubmitRequest};
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use support::{CONVERGE, Node, OBSERVE, converge, eventually_async, live, runtime, settle, upload};
+use support::{
+    CONVERGE, Node, OBSERVE, converge, eventually_async, live, metric, runtime, settle, upload,
+};
 
 /// A node of `roles` named `name`, one slot, joining `seed`.
 fn node(
@@ -49,13 +51,6 @@ fn stored(node: &Node) -> Vec<String> {
 }
 
 /// The value of the metric line starting with `name` on `client`'s node.
-async fn metric(client: &Api, name: &str) -> u64 {
-    let text = support::metrics(client).await;
-    (text.lines())
-        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// The worker that ran `job`'s last attempt.
 fn ran_on(job: &JobResponse) -> &str {
     job.attempts.last().map_or("", |a| a.worker.as_str())

@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use support::faults::{Burst, check_jobs, check_journals, exclusive};
 use support::{
-    Node, OBSERVE, converge_via, eventually, eventually_async, live, runtime, start_with, upload,
+    Node, OBSERVE, converge_via, eventually, eventually_async, live, metric, runtime, start_with,
+    upload,
 };
 
 /// Writes a key file holding `keys` (texts from `generate`) as `name`.
@@ -45,17 +46,6 @@ fn token(node: &Node, key: &Path, scopes: &str) -> String {
 
 fn client(node: &Node, token: &str) -> Api {
     Api::with_options(&node.url, Some(token), None).unwrap()
-}
-
-/// The value of the metric line starting with `series` (0 if absent).
-async fn metric(client: &Api, series: &str) -> u64 {
-    support::metrics(client)
-        .await
-        .lines()
-        .find(|line| line.starts_with(series))
-        .and_then(|line| line.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 fn refused(what: &str, reason: &str) -> String {

@@ -29,6 +29,10 @@ fn load(value: &AtomicU64) -> u64 {
     value.load(Ordering::Relaxed)
 }
 
+/// Attempt leases this node's worker had renewed while it prepared them
+/// or stored their outputs (each attempt of each accepted `Renew`).
+pub static LEASES_RENEWED: AtomicU64 = AtomicU64::new(0);
+
 /// Renders every metric.
 pub fn render(
     stats: &Stats,
@@ -131,6 +135,11 @@ fn register_worker_blobs(registry: &mut Registry) {
         "worker_inputs",
         "Input blobs of this node's attempts, by where they were: in its store, or fetched",
         inputs,
+    );
+    registry.register(
+        "worker_leases_renewed",
+        "Attempt leases this node's worker renewed while it fetched or compiled their module, fetched their inputs or stored their outputs",
+        counter(load(&LEASES_RENEWED)),
     );
     registry.register(
         "blob_cache_evicted",

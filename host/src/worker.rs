@@ -392,13 +392,17 @@ async fn renew_leases(shared: Arc<Shared>) {
         if attempts.is_empty() {
             continue;
         }
+        let count = attempts.len() as u64;
         let renew = Command::Renew {
             worker: shared.options.id.clone(),
             attempts,
         };
         // Not retried: the next one is due within a quarter of the grace.
-        if let Err(error) = shared.master.command(renew).await {
-            tracing::debug!("leases not renewed: {error}");
+        match shared.master.command(renew).await {
+            Ok(_) => {
+                crate::metrics::LEASES_RENEWED.fetch_add(count, Ordering::Relaxed);
+            }
+            Err(error) => tracing::debug!("leases not renewed: {error}"),
         }
     }
 }

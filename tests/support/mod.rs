@@ -200,6 +200,15 @@ pub async fn retrying<T, F: std::future::Future<Output = Result<T, ClientError>>
     .await
 }
 
+/// The value of the metric `name` (with its labels, if any) in the node's
+/// `/metrics`; 0 when absent.
+pub async fn metric(client: &Api, name: &str) -> u64 {
+    let text = metrics(client).await;
+    (text.lines())
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// The node's `/metrics` text.
 pub async fn metrics(client: &Api) -> String {
     let (_, body) = client
