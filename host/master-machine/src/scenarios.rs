@@ -60,6 +60,7 @@ pub const SCRIPTS: &[(&str, &str)] = &embed![
     "recorded-calls-replayed-to-the-next-attempt.txt",
     "jobs-read-an-input-blob-and-dag-children-read-their-parents-output-blobs.txt",
     "a-job-starts-where-its-input-blob-is-waiting-a-bounded-time-for-it.txt",
+    "a-worker-renews-the-lease-of-an-attempt-it-prepares.txt",
 ];
 
 /// Every script, read, with its file name.

@@ -39,6 +39,7 @@
 //!   with `[duration_ms=5] [log_tail="done\n"]`
 //! * `cancel id=N`, `checkpoint id=N attempt=N data=BYTES
 //!   [mark=CALLS,READS]`, `worker-gone worker=W`, `tick`
+//! * `renew worker=W attempts=ID:ATTEMPT,...`: [`Command::Renew`]
 //! * `record-call id=N attempt=N ordinal=N url=URL [method=POST]
 //!   [status=200] [body=BYTES] [clock=SECONDS]`: a recorded call
 //!   ([`Command::RecordCall`]; body digest zero, no headers)
@@ -483,6 +484,18 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
         "finish" => finished(&mut args)?,
         "worker-gone" => Command::WorkerGone {
             worker: args.need_text("worker")?,
+        },
+        // `attempts=ID:ATTEMPT,...`: the attempts whose leases it renews.
+        "renew" => Command::Renew {
+            worker: args.need_text("worker")?,
+            attempts: (args.need_text("attempts")?.split(','))
+                .map(|pair| {
+                    let (id, attempt) = pair
+                        .split_once(':')
+                        .ok_or("`attempts=` is `ID:ATTEMPT,...`")?;
+                    Ok((number("attempts", id)?, number("attempts", attempt)?))
+                })
+                .collect::<Result<_, String>>()?,
         },
         "configure" => return configure(args),
         "create-token" => {
