@@ -218,8 +218,12 @@ struct Shared {
     /// Attempts being prepared or keeping their outputs, with when their
     /// lease is next renewed and how often ([`renew_leases`]).
     renewing: Mutex<HashMap<(JobId, u32), (Instant, Duration)>>,
-    /// Signalled when an attempt starts being renewed.
+    /// Signalled when an attempt starts being renewed while
+    /// [`renew_leases`] waits for one (`renewer_idle`): a worker starting
+    /// thousands of attempts a second wakes it at most once per renewal
+    /// interval, not once per attempt.
     renewing_changed: tokio::sync::Notify,
+    renewer_idle: std::sync::atomic::AtomicBool,
     /// One permit per slot: attempts whose job ended and whose output
     /// blobs are being stored, past their slot (see [`attempt_outcome`]).
     keeping: Arc<Semaphore>,
@@ -334,7 +338,9 @@ impl Shared {
         let every = (Duration::from_millis(grace_ms) / 4).clamp(RENEW_EVERY_MIN, RENEW_EVERY_MAX);
         self.renewals()
             .insert((id, attempt), (Instant::now() + every, every));
-        self.renewing_changed.notify_one();
+        if self.renewer_idle.swap(false, Ordering::SeqCst) {
+            self.renewing_changed.notify_one();
+        }
         Renewing {
             shared: self,
             attempt: (id, attempt),
@@ -360,20 +366,29 @@ impl Drop for Renewing<'_> {
 
 /// Renews the leases of the attempts being prepared or keeping their
 /// outputs, each once its renewal is due, all due at once in one
-/// [`Command::Renew`]; sleeps while there are none. An attempt that is
-/// prepared within its first renewal interval (most are) costs nothing.
+/// [`Command::Renew`]; waits while there are none. An attempt that is
+/// prepared within its first renewal interval (most are) costs a map
+/// entry, and wakes this at most once an interval.
+///
+/// Sleeping until the earliest renewal due, it is not told of new
+/// attempts: theirs are due a whole interval after they start, no sooner
+/// than the ones it sleeps for (the interval comes from the grace, which
+/// is the cluster's, so all attempts share it).
 async fn renew_leases(shared: Arc<Shared>) {
     loop {
         let next = shared.renewals().values().map(|(due, _)| *due).min();
-        match next {
-            None => shared.renewing_changed.notified().await,
-            Some(due) => {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(due.into()) => {}
-                    _ = shared.renewing_changed.notified() => continue,
-                }
+        let Some(due) = next else {
+            // Idle first, then look again: an attempt added in between
+            // either is seen now or finds the flag and notifies (a
+            // notification before the wait is kept for it).
+            shared.renewer_idle.store(true, Ordering::SeqCst);
+            if shared.renewals().is_empty() {
+                shared.renewing_changed.notified().await;
             }
-        }
+            shared.renewer_idle.store(false, Ordering::SeqCst);
+            continue;
+        };
+        tokio::time::sleep_until(due.into()).await;
         let now = Instant::now();
         let attempts: Vec<(JobId, u32)> = {
             let mut renewals = shared.renewals();
@@ -460,6 +475,7 @@ impl Worker {
             running: Mutex::new(HashMap::new()),
             renewing: Mutex::default(),
             renewing_changed: Default::default(),
+            renewer_idle: Default::default(),
             keeping: Arc::new(Semaphore::new(slots)),
         });
         let (stop_polling, stopped) = watch::channel(false);
