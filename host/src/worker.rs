@@ -84,6 +84,7 @@ use crate::runtime::{
     Digest, JobFailure, JobLimits, JobObserver, JobReport, JobRequest, Module, ModuleError,
     Progress, RecordFuture, Recorder, Recording, Runtime, Unrecorded,
 };
+use cohort_master::limits::RENEWALS_MAX;
 use cohort_master::{Assignment, Command, Failure, JobId, Outcome, RecordedCall, Reply, TapeMark};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -226,7 +227,7 @@ struct Shared {
     renewer_idle: std::sync::atomic::AtomicBool,
     /// One permit per slot: attempts whose job ended and whose output
     /// blobs are being stored, past their slot (see [`attempt_outcome`]).
-    keeping: Arc<Semaphore>,
+    keeping: Semaphore,
 }
 
 impl Shared {
@@ -407,17 +408,21 @@ async fn renew_leases(shared: Arc<Shared>) {
         if attempts.is_empty() {
             continue;
         }
-        let count = attempts.len() as u64;
-        let renew = Command::Renew {
-            worker: shared.options.id.clone(),
-            attempts,
-        };
-        // Not retried: the next one is due within a quarter of the grace.
-        match shared.master.command(renew).await {
-            Ok(_) => {
-                crate::metrics::LEASES_RENEWED.fetch_add(count, Ordering::Relaxed);
+        // As many commands as the master takes attempts in one (a worker
+        // of thousands of slots may prepare more at once). Not retried:
+        // the next renewal is due within a quarter of the grace.
+        for attempts in attempts.chunks(RENEWALS_MAX) {
+            let renew = Command::Renew {
+                worker: shared.options.id.clone(),
+                attempts: attempts.to_vec(),
+            };
+            match shared.master.command(renew).await {
+                Ok(_) => {
+                    let count = attempts.len() as u64;
+                    crate::metrics::LEASES_RENEWED.fetch_add(count, Ordering::Relaxed);
+                }
+                Err(error) => tracing::debug!("leases not renewed: {error}"),
             }
-            Err(error) => tracing::debug!("leases not renewed: {error}"),
         }
     }
 }
@@ -476,7 +481,7 @@ impl Worker {
             renewing: Mutex::default(),
             renewing_changed: Default::default(),
             renewer_idle: Default::default(),
-            keeping: Arc::new(Semaphore::new(slots)),
+            keeping: Semaphore::new(slots),
         });
         let (stop_polling, stopped) = watch::channel(false);
         let task = tokio::spawn(poll_loop(shared.clone(), stopped));
@@ -1000,8 +1005,8 @@ async fn attempt_outcome(
             // Storing the outputs on a majority of the back-ends is not
             // the run either.
             let renewing = shared.renewing(id, attempt, lease_grace_ms);
-            let keeping = (shared.keeping.clone().acquire_owned().await)
-                .expect("the keeping semaphore is never closed");
+            let keeping =
+                (shared.keeping.acquire().await).expect("the keeping semaphore is never closed");
             if let Some(slot) = slot.take() {
                 shared.stopped_running((id, attempt), slot, Some(report.duration));
             }
