@@ -175,9 +175,15 @@ pub(crate) const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(500);
 /// keeping the outputs of, beyond the first moment (see the worker's
 /// module docs): a quarter of the lease's grace, within these bounds, so
 /// that three renewals in a row may be lost or late before the lease runs
-/// out.
+/// out. The floor only matters for a grace under [`LEASE_GRACE_MIN`]
+/// (one the master was given otherwise): it keeps a grace of 0 from
+/// renewing in a loop.
 pub(crate) const RENEW_EVERY_MIN: Duration = Duration::from_millis(100);
 pub(crate) const RENEW_EVERY_MAX: Duration = Duration::from_secs(1);
+/// Bounds of `--lease-grace`: shorter would lose attempts to a slow
+/// report; longer leaves a hung attempt's job waiting for hours.
+pub const LEASE_GRACE_MIN: Duration = Duration::from_secs(1);
+pub const LEASE_GRACE_MAX: Duration = Duration::from_secs(3600);
 /// Longest a stopping worker tries to tell the master it is gone.
 pub(crate) const GONE_REPORT_WAIT: Duration = Duration::from_secs(2);
 /// Longest an attempt's outcome report is retried while no master takes it.

@@ -612,12 +612,17 @@ fn parse_locality_wait(text: &str) -> Result<Duration, String> {
     Ok(wait)
 }
 
-/// `--lease-grace`: 1 s to 1 h (shorter would lose attempts to a slow
-/// report; longer leaves a hung attempt's job waiting for hours).
+/// `--lease-grace`: [`LEASE_GRACE_MIN`] to [`LEASE_GRACE_MAX`].
+///
+/// [`LEASE_GRACE_MIN`]: crate::limits::LEASE_GRACE_MIN
+/// [`LEASE_GRACE_MAX`]: crate::limits::LEASE_GRACE_MAX
 fn parse_lease_grace(text: &str) -> Result<Duration, String> {
+    use crate::limits::{LEASE_GRACE_MAX, LEASE_GRACE_MIN};
     let grace = job_limits::parse_duration(text)?;
-    if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&grace) {
-        return Err(format!("`{text}`: the lease grace is 1s to 1h"));
+    if !(LEASE_GRACE_MIN..=LEASE_GRACE_MAX).contains(&grace) {
+        return Err(format!(
+            "`{text}`: the lease grace is {LEASE_GRACE_MIN:?} to {LEASE_GRACE_MAX:?}"
+        ));
     }
     Ok(grace)
 }

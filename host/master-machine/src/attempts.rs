@@ -9,11 +9,11 @@
 //! lease covers the job's run, not the moving of its data: while a worker
 //! prepares an attempt (fetches or compiles its module, fetches its input
 //! blobs) or keeps its output blobs for longer than a moment, it renews
-//! the lease ([`Command::Renew`], at most once a second for all such
-//! attempts at once), and each renewal starts the lease again from the
-//! moment it is decided. A worker that stops renewing (it died, or hangs)
-//! loses the attempt as before, once the last lease it got runs out. A
-//! failure
+//! the lease ([`Command::Renew`], every quarter of the grace, for all
+//! such attempts at once), and each renewal starts the lease again from
+//! the moment it is decided. A worker that stops renewing (it died, or
+//! lost its way to the master) loses the attempt as before, once the last
+//! lease it got runs out. A failure
 //! whose code is in [`RETRYABLE_CODES`] goes back to the queue after an
 //! exponential backoff until the job's `max_attempts`; then it is `dead`.
 //! Any other failure fails the job at once.
@@ -74,11 +74,14 @@ impl Master {
         check_worker(worker, attempts.len() > RENEWALS_MAX, || {
             format!("a renewal names at most {RENEWALS_MAX} attempts")
         })?;
+        // An attempt named twice is renewed once (of two attempts of one
+        // job, only the current one is).
+        let mut named = attempts.to_vec();
+        named.sort_unstable();
+        named.dedup();
         let mut leases: Vec<(JobId, u32, Millis)> = Vec::new();
-        for &(id, attempt) in attempts {
-            if self.current_attempt(id, attempt, Some(worker)).is_err()
-                || leases.iter().any(|&(renewed, ..)| renewed == id)
-            {
+        for (id, attempt) in named {
+            if self.current_attempt(id, attempt, Some(worker)).is_err() {
                 continue;
             }
             let job = &self.jobs[&id];
