@@ -419,6 +419,86 @@ fn without_tracing_nothing_is_exported_and_a_malformed_traceparent_starts_a_new_
     );
 }
 
+/// Under `--trace-sample`, a submission without a context is sampled
+/// before its span is made: a job sampled out exports no span at all,
+/// though it carries a trace id; a job sampled in exports its whole trace,
+/// rooted at a submission marked `cohort.presampled` (sampled once, not
+/// again by the SDK); a client's sampled context is followed whatever the
+/// ratio.
+#[test]
+fn a_submission_is_sampled_before_its_span_and_only_once() {
+    const JOBS: usize = 32;
+    let receiver = Receiver::start();
+    let endpoint = receiver.endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let traced = ["--otlp-endpoint", &endpoint, "--trace-sample", "0.5"];
+    let mut node = start_with(&dir, "half", "back-end,worker,front-end", None, &traced);
+    node.wait_event("hosting", &[]);
+    let rt = runtime();
+    let (jobs, marked) = rt.block_on(async {
+        let client = Api::new(&node.url);
+        let legacy = upload(&client, "fixture_legacy_job").await;
+        let mut jobs = Vec::new();
+        for _ in 0..JOBS {
+            let id = client.submit(&job(&legacy, "hi")).await.unwrap().id;
+            let settled = settle(&client, id).await;
+            assert_eq!(settled.state, "succeeded", "{settled:?}");
+            let trace = (settled.trace_id.clone()).unwrap_or_else(|| panic!("{settled:?}"));
+            jobs.push((id, trace));
+        }
+        let sampled = Api::new(&node.url)
+            .with_traceparent(&format!("00-{TRACE}-{CLIENT_SPAN}-01"))
+            .unwrap();
+        let marked = sampled.submit(&job(&legacy, "hi")).await.unwrap().id;
+        assert_eq!(settle(&client, marked).await.state, "succeeded");
+        (jobs, marked)
+    });
+    // Stopped cleanly, the node flushes what it has to export.
+    assert!(node.terminate().success());
+    let spans = receiver.spans();
+    let traces: BTreeSet<_> = jobs.iter().map(|(_, trace)| trace.clone()).collect();
+    assert_eq!(traces.len(), JOBS, "a trace each: {jobs:?}");
+    let (mut kept, mut dropped) = (0, 0);
+    for (id, trace) in &jobs {
+        let ours: Vec<_> = spans.iter().filter(|s| &s.trace_id == trace).collect();
+        if ours.is_empty() {
+            dropped += 1;
+            continue;
+        }
+        kept += 1;
+        let named = |name: &str| ours.iter().filter(|s| s.name == name).count();
+        for name in [
+            "cohort.submit",
+            "cohort.attempt",
+            "cohort.run",
+            "cohort.report",
+        ] {
+            assert_eq!(named(name), 1, "job {id}, {name}: {ours:#?}");
+        }
+        let submit = ours.iter().find(|s| s.name == "cohort.submit").unwrap();
+        assert_eq!(submit.parent, "", "a root: {submit:?}");
+        assert_eq!(submit.int("job_id"), Some(*id as i64), "{submit:?}");
+        let presampled = attribute(&submit.attributes, "cohort.presampled");
+        assert_eq!(presampled, Some(any_value::Value::BoolValue(true)));
+    }
+    // Each trace is drawn once at 1/2: both outcomes among 32 (all one
+    // way has odds of 2^-31).
+    assert!(kept > 0 && dropped > 0, "{kept} kept, {dropped} dropped");
+    // Nothing else was exported but the client's sampled trace, whole,
+    // under its span and without the mark.
+    let others: Vec<_> = (spans.iter())
+        .filter(|s| !traces.contains(&s.trace_id))
+        .collect();
+    assert!(others.iter().all(|s| s.trace_id == TRACE), "{others:#?}");
+    let submit = (others.iter())
+        .find(|s| s.name == "cohort.submit")
+        .unwrap_or_else(|| panic!("the client's trace: {others:#?}"));
+    assert_eq!(submit.parent, CLIENT_SPAN);
+    assert_eq!(submit.int("job_id"), Some(marked as i64));
+    assert_eq!(attribute(&submit.attributes, "cohort.presampled"), None);
+    assert!(others.iter().any(|s| s.name == "cohort.run"), "{others:#?}");
+}
+
 #[test]
 fn a_jobs_log_lines_arrive_as_log_records_under_its_attempt_in_either_isolation() {
     let receiver = Receiver::start();

@@ -1072,12 +1072,12 @@ impl Api {
         given: Option<cohort_master::TraceContext>,
     ) -> Result<SubmitResponse, ApiError> {
         use tracing::Instrument;
-        let span = crate::telemetry::job_span!(
+        let (span, trace) = crate::telemetry::submission_span!(
+            given,
             "cohort.submit",
             otel.kind = "server",
             job_id = tracing::field::Empty
         );
-        let trace = crate::telemetry::job_context(&span, given);
         let steps = crate::telemetry::steps_span(&span, trace.as_ref());
         let request = self.request_ids.next();
         let after = std::mem::take(&mut submit.after);
@@ -1107,12 +1107,12 @@ impl Api {
         // in as few journal syncs as possible. Each job is a submission of
         // its own, with its own request id.
         // The batch is one request, so one trace: its jobs carry its span.
-        let span = crate::telemetry::job_span!(
+        let (span, trace) = crate::telemetry::submission_span!(
+            given,
             "cohort.submit",
             otel.kind = "server",
             jobs = batch.jobs.len()
         );
-        let trace = crate::telemetry::job_context(&span, given);
         let steps = crate::telemetry::steps_span(&span, trace.as_ref());
         let requests = self.request_ids.take(batch.jobs.len());
         let mut pending = Vec::with_capacity(batch.jobs.len());

@@ -26,6 +26,16 @@
 //! / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); sampling is parent-based
 //! (`--trace-sample RATIO`, or `OTEL_TRACES_SAMPLER[_ARG]`).
 //!
+//! **Sampling before the span.** A submission without a client context
+//! under `--trace-sample` is decided before its span is made ([`root`]),
+//! with the SDK's own rule on a new trace id: sampled out, it makes no
+//! span at all and its jobs carry that trace id with the sampled flag
+//! clear, so nothing after it makes one either ([`wanted`]); sampled in,
+//! its span carries `cohort.presampled`, which [`RootSampler`] takes as
+//! the decision made (no second draw, which would sample ratio² of
+//! them). Making the span and dropping it was what tracing at 1% still
+//! cost a submission.
+//!
 //! **Logs.** `--log-format json` writes one JSON object per line
 //! ([`json`]); a line inside a job's span carries the span's `job_id`,
 //! `attempt`, `trace_id` and `node` as fields of its own. With
@@ -105,6 +115,90 @@ static TRACING: AtomicBool = AtomicBool::new(false);
 static SPANS: AtomicBool = AtomicBool::new(false);
 static JSON_LOGS: AtomicBool = AtomicBool::new(false);
 static NODE: OnceLock<String> = OnceLock::new();
+/// The ratio of `--trace-sample` below 1, while spans are exported: the
+/// one [`root`] samples new submissions by.
+static ROOT_RATIO: OnceLock<f64> = OnceLock::new();
+
+/// The attribute of a submission's span sampled in by [`root`].
+pub const PRESAMPLED: &str = "cohort.presampled";
+
+/// How a submission starts its trace ([`root`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Root {
+    /// Sampled out: make no span; the jobs carry this context (a new
+    /// trace id, the sampled flag clear).
+    Out(TraceContext),
+    /// Sampled in: make the span with [`PRESAMPLED`], as a new root.
+    In,
+    /// Make the span as any other, under the client's context if it sent
+    /// one: sampling is not decided here.
+    Span(Option<TraceContext>),
+}
+
+/// Decides how a submission whose client sent `given` starts its trace:
+/// here, by `--trace-sample`'s ratio, only for a new root on a node that
+/// exports spans and writes text logs (JSON lines want every span for
+/// their fields); otherwise by the SDK's sampler as the span starts.
+pub fn root(given: Option<TraceContext>) -> Root {
+    let ratio = match ROOT_RATIO.get() {
+        Some(ratio) if given.is_none() && !JSON_LOGS.load(Ordering::Relaxed) => *ratio,
+        _ => return Root::Span(given),
+    };
+    use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
+    let ids = RandomIdGenerator::default();
+    let trace_id = ids.new_trace_id();
+    if sampled(ratio, trace_id) {
+        return Root::In;
+    }
+    Root::Out(TraceContext {
+        trace_id: trace_id.to_bytes(),
+        span_id: ids.new_span_id().to_bytes(),
+        flags: 0,
+        link: false,
+    })
+}
+
+/// The SDK's `TraceIdRatioBased` rule: the low 63 bits of the trace id
+/// under `ratio` of their range, so a service downstream sampling by the
+/// same ratio decides the same.
+fn sampled(ratio: f64, trace_id: TraceId) -> bool {
+    use opentelemetry_sdk::trace::{Sampler, SamplingDecision, ShouldSample};
+    let decision = Sampler::TraceIdRatioBased(ratio).should_sample(
+        None,
+        trace_id,
+        "",
+        &opentelemetry::trace::SpanKind::Server,
+        &[],
+        &[],
+    );
+    decision.decision == SamplingDecision::RecordAndSample
+}
+
+/// The node's sampler under `--trace-sample`: parent-based by the ratio,
+/// except that a span sampled in by [`root`] ([`PRESAMPLED`]) is sampled.
+#[derive(Debug, Clone)]
+struct RootSampler(opentelemetry_sdk::trace::Sampler);
+
+impl opentelemetry_sdk::trace::ShouldSample for RootSampler {
+    fn should_sample(
+        &self,
+        parent: Option<&opentelemetry::Context>,
+        trace_id: TraceId,
+        name: &str,
+        kind: &opentelemetry::trace::SpanKind,
+        attributes: &[KeyValue],
+        links: &[opentelemetry::trace::Link],
+    ) -> opentelemetry_sdk::trace::SamplingResult {
+        if attributes.iter().any(|a| a.key.as_str() == PRESAMPLED) {
+            return opentelemetry_sdk::trace::SamplingResult {
+                decision: opentelemetry_sdk::trace::SamplingDecision::RecordAndSample,
+                attributes: Vec::new(),
+                trace_state: TraceState::default(),
+            };
+        }
+        (self.0).should_sample(parent, trace_id, name, kind, attributes, links)
+    }
+}
 
 /// Whether spans are exported.
 pub fn tracing_on() -> bool {
@@ -121,8 +215,9 @@ pub fn spans() -> bool {
 /// submission (the master's decision and commit, its attempts and what
 /// they do). Not when the trace was sampled out and spans are only for
 /// export: parent-based sampling would drop them anyway, and making them
-/// was most of what tracing cost a job (what is left, at 1%, is in
-/// BENCHMARKS.md, "Tracing cost": the submission's own span). JSON log lines
+/// was most of what tracing cost a job (the submission's own span is
+/// not made either when [`root`] sampled it out; BENCHMARKS.md, "Tracing
+/// cost", has what is left). JSON log lines
 /// keep every job's spans for their fields; a job without a context (it
 /// came through a node not tracing) gets its own.
 pub fn wanted(context: Option<&TraceContext>) -> bool {
@@ -160,6 +255,31 @@ macro_rules! job_span {
     };
 }
 pub(crate) use job_span;
+
+/// A submission's span and the context its jobs carry, its trace started
+/// as [`root`] decides: `submission_span!(given, "name", fields...)`.
+macro_rules! submission_span {
+    ($given:expr, $name:literal $(, $($fields:tt)*)?) => {
+        match $crate::telemetry::root($given) {
+            $crate::telemetry::Root::Out(trace) => (::tracing::Span::none(), Some(trace)),
+            $crate::telemetry::Root::In => {
+                let span = $crate::telemetry::job_span!(
+                    $name,
+                    cohort.presampled = true
+                    $(, $($fields)*)?
+                );
+                let trace = $crate::telemetry::job_context(&span, None);
+                (span, trace)
+            }
+            $crate::telemetry::Root::Span(given) => {
+                let span = $crate::telemetry::job_span!($name $(, $($fields)*)?);
+                let trace = $crate::telemetry::job_context(&span, given);
+                (span, trace)
+            }
+        }
+    };
+}
+pub(crate) use submission_span;
 
 /// A [`job_span`] inside another: none when the span it is in is none
 /// (its job's trace was sampled out, see [`wanted`]), so a sampled-out
@@ -312,9 +432,11 @@ fn provider(
         .with_batch_exporter(exporter);
     if let Some(ratio) = ratio {
         use opentelemetry_sdk::trace::Sampler;
-        builder = builder.with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-            ratio,
-        ))));
+        let ratio_based = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio)));
+        builder = builder.with_sampler(RootSampler(ratio_based));
+        if ratio < 1.0 {
+            let _ = ROOT_RATIO.set(ratio);
+        }
     }
     Ok(builder.build())
 }
@@ -465,7 +587,9 @@ pub fn outbound_context(span: &tracing::Span, job: Option<&TraceContext>) -> Opt
 /// What a submission's steps run in: its `span`, or none when the trace
 /// the jobs carry (`trace`) is sampled out ([`wanted`]), so that a
 /// sampled-out submission makes no span past its own (no proxy span, no
-/// span entered and left at every poll of each job of a batch).
+/// span entered and left at every poll of each job of a batch). Its own
+/// is none too when [`root`] sampled it out; not when the client's
+/// context did, which its span joins.
 pub fn steps_span(span: &tracing::Span, trace: Option<&TraceContext>) -> tracing::Span {
     if wanted(trace) {
         span.clone()
@@ -519,5 +643,33 @@ mod tests {
         assert!(parse_ratio("1.5").is_err());
         assert!(parse_ratio("-0.1").is_err());
         assert!(parse_ratio("half").is_err());
+    }
+
+    #[test]
+    fn a_presampled_root_is_sampled_and_any_other_by_its_ratio() {
+        use opentelemetry_sdk::trace::{Sampler, SamplingDecision, ShouldSample};
+        let none = RootSampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            0.0,
+        ))));
+        let kind = opentelemetry::trace::SpanKind::Server;
+        let id = TraceId::from_bytes([7; 16]);
+        let presampled = [KeyValue::new(PRESAMPLED, true)];
+        let decide = |attributes: &[KeyValue]| {
+            none.should_sample(None, id, "cohort.submit", &kind, attributes, &[])
+                .decision
+        };
+        assert_eq!(decide(&presampled), SamplingDecision::RecordAndSample);
+        assert_eq!(decide(&[]), SamplingDecision::Drop);
+        // The SDK's rule on the low 63 bits of the trace id.
+        let low = |n: u64| {
+            let mut bytes = [0; 16];
+            bytes[8..].copy_from_slice(&(n << 1).to_be_bytes());
+            TraceId::from_bytes(bytes)
+        };
+        assert!(sampled(0.5, low(0)));
+        assert!(sampled(0.5, low((1 << 62) - 1)));
+        assert!(!sampled(0.5, low(1 << 62)));
+        assert!(!sampled(0.0, low(0)));
+        assert!(sampled(1.0, low(u64::MAX >> 1)));
     }
 }

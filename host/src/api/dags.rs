@@ -18,12 +18,12 @@ impl Api {
     ) -> Result<Reply200, ApiError> {
         // The DAG is one trace: each of its jobs is a child of its
         // submission's span.
-        let span = crate::telemetry::job_span!(
+        let (span, trace) = crate::telemetry::submission_span!(
+            given,
             "cohort.dag.submit",
             otel.kind = "server",
             dag_id = tracing::field::Empty
         );
-        let trace = crate::telemetry::job_context(&span, given);
         let invalid = |message: String| Err(ApiError::new(ErrorCode::InvalidDag, message));
         let on_failure = match request.on_failure.as_deref() {
             None => OnFailure::SkipDescendants,
