@@ -270,6 +270,290 @@ fn new_jobs_build_and_run_as_they_are_in_every_language() {
     assert!(stderr.contains("is not a job project"), "{stderr}");
 }
 
+/// `cohort build PROJECT -o OUT` with the tests' toolchains and `extra`
+/// arguments: its output, success or not.
+fn try_build(project: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "build",
+        project.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--toolchains",
+    ];
+    let toolchains = toolchains();
+    args.push(&toolchains);
+    args.extend_from_slice(extra);
+    cohort(&args, b"")
+}
+
+/// Copies the example at `example` (relative to the repository root)
+/// into `dir`, without what builds leave in it.
+fn copy_example(example: &str, dir: &Path) -> PathBuf {
+    let from = Path::new(ROOT).join(example);
+    let to = dir.join(from.file_name().unwrap());
+    std::fs::create_dir_all(&to).unwrap();
+    for entry in std::fs::read_dir(&from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+    to
+}
+
+/// A Python project of one `app.py` declaring `dependencies`.
+fn python_project(dir: &Path, name: &str, dependencies: &[&str], app: &str) -> PathBuf {
+    let project = dir.join(name);
+    std::fs::create_dir_all(&project).unwrap();
+    let dependencies: Vec<String> = dependencies.iter().map(|d| format!("{d:?}")).collect();
+    std::fs::write(
+        project.join("pyproject.toml"),
+        format!(
+            "[project]\nname = \"{name}\"\nversion = \"0.1.0\"\ndependencies = [{}]\n",
+            dependencies.join(", ")
+        ),
+    )
+    .unwrap();
+    std::fs::write(project.join("app.py"), app).unwrap();
+    project
+}
+
+/// What the build said on stderr, asserting it failed.
+fn build_error(output: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!output.status.success(), "the build succeeded: {stderr}");
+    stderr
+}
+
+/// A Python job's dependencies come from its `pyproject.toml`, from PyPI:
+/// the example with two of them builds from its committed lock
+/// (`--locked`) and runs; a rebuild with nothing changed is the same
+/// bytes; nothing is written into the project; a lock that no longer
+/// matches, or none, fails `--locked`; a package with only platform
+/// wheels (MarkupSafe, under jinja2), one that does not exist and a
+/// conflict are build errors naming them; and what the builder's own
+/// Python has installed (pip) is not bundled.
+#[test]
+fn python_dependencies_are_locked_installed_for_the_job_and_refused_by_name() {
+    let _machine = shared();
+    let dir = tempfile::tempdir().unwrap();
+    let project = copy_example("examples/due-dates-py", dir.path());
+    let lock = std::fs::read_to_string(project.join("cohort.lock")).unwrap();
+    let out = dir.path().join("due-dates.wasm");
+    let built = try_build(&project, &out, &["--locked"]);
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let input = br#"{"start": "2026-01-31", "months": 4, "amount": 250}"#;
+    let (code, stdout, stderr) = exec(&out, input, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let table = String::from_utf8(stdout).unwrap();
+    let dates: Vec<&str> = (table.lines().skip(2))
+        .map(|line| line.split_whitespace().nth(1).unwrap())
+        .collect();
+    assert_eq!(
+        dates,
+        ["2026-01-31", "2026-02-28", "2026-03-31", "2026-04-30"],
+        "{table}"
+    );
+    assert!(table.contains("Saturday"), "{table}");
+    let (code, _, stderr) = exec(&out, br#"{"start": "someday"}"#, &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("bad_input"), "{stderr}");
+    // The project holds what it held: no __pycache__, the lock as it was.
+    let mut left: Vec<String> = std::fs::read_dir(&project)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["README.md", "app.py", "cohort.lock", "pyproject.toml"]
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.join("cohort.lock")).unwrap(),
+        lock
+    );
+    // Unchanged: the same component.
+    let again = dir.path().join("again.wasm");
+    let rebuilt = try_build(&project, &again, &["--locked"]);
+    let said = String::from_utf8_lossy(&rebuilt.stderr);
+    assert!(
+        rebuilt.status.success() && said.contains("unchanged"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&again).unwrap());
+    // A dependency added: the lock no longer matches.
+    let manifest = std::fs::read_to_string(project.join("pyproject.toml")).unwrap();
+    let added = manifest.replace(
+        "\"tabulate>=0.9\",",
+        "\"tabulate>=0.9\",\n    \"humanize\",",
+    );
+    assert_ne!(added, manifest);
+    std::fs::write(project.join("pyproject.toml"), added).unwrap();
+    let stale = build_error(&try_build(&project, &out, &["--locked"]));
+    assert!(stale.contains("does not match"), "{stale}");
+    std::fs::remove_file(project.join("cohort.lock")).unwrap();
+    let missing = build_error(&try_build(&project, &out, &["--locked"]));
+    assert!(missing.contains("cohort.lock is missing"), "{missing}");
+    // An unknown optional group.
+    let group = build_error(&try_build(&project, &out, &["--extra", "plots"]));
+    assert!(
+        group.contains("no optional dependency group `plots`"),
+        "{group}"
+    );
+
+    let app = "from cohort_job import job\n\n@job\ndef run(data):\n    return data\n";
+    let native = python_project(dir.path(), "native", &["jinja2"], app);
+    let error = build_error(&try_build(&native, &out, &[]));
+    assert!(error.to_lowercase().contains("`markupsafe"), "{error}");
+    assert!(error.contains("only platform wheels"), "{error}");
+    assert!(
+        !native.join("cohort.lock").exists(),
+        "no lock of a failed resolution"
+    );
+    let nowhere = "cohort-test-no-such-package-4f1d";
+    let unknown = python_project(dir.path(), "unknown", &[nowhere], app);
+    let error = build_error(&try_build(&unknown, &out, &[]));
+    assert!(
+        error.contains(&format!("`{nowhere}` is not on the package index")),
+        "{error}"
+    );
+    let both = ["tabulate==0.9.0", "tabulate==0.10.0"];
+    let conflict = python_project(dir.path(), "conflict", &both, app);
+    let error = build_error(&try_build(&conflict, &out, &[]));
+    assert!(error.contains("the dependencies conflict"), "{error}");
+    // pip is in the builder's Python, not in the job's.
+    let undeclared = "import pip\n".to_string() + app;
+    let hermetic = python_project(dir.path(), "hermetic", &[], &undeclared);
+    let error = build_error(&try_build(&hermetic, &out, &[]));
+    assert!(error.contains("No module named 'pip'"), "{error}");
+}
+
+/// A JavaScript project of one `index.js` (`code`) declaring
+/// `dependencies` (name, version range).
+fn js_project(dir: &Path, name: &str, dependencies: &[(&str, &str)], code: &str) -> PathBuf {
+    let project = dir.join(name);
+    std::fs::create_dir_all(&project).unwrap();
+    let dependencies: serde_json::Map<String, Value> = (dependencies.iter())
+        .map(|(name, range)| (name.to_string(), json!(range)))
+        .collect();
+    let manifest = json!({"name": name, "type": "module", "dependencies": dependencies});
+    std::fs::write(project.join("package.json"), manifest.to_string()).unwrap();
+    std::fs::write(project.join("index.js"), code).unwrap();
+    project
+}
+
+/// A TypeScript job's dependencies come from its `package-lock.json`, as
+/// `npm ci` would install them but outside the project: the example with
+/// date-fns and zod builds `--locked` (type-checked against them) and
+/// runs; a rebuild with nothing changed is the same bytes; a lock that no
+/// longer matches, or none, fails `--locked`, and without it the lock is
+/// made anew; a Node.js built-in imported by the job or by a package, and
+/// a package the registry does not have, are build errors naming them.
+#[test]
+fn js_dependencies_come_from_the_lock_and_node_builtins_are_refused_by_name() {
+    let _machine = shared();
+    let dir = tempfile::tempdir().unwrap();
+    let project = copy_example("examples/due-dates-ts", dir.path());
+    // `src/` too.
+    let src = project.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let example_src = Path::new(ROOT).join("examples/due-dates-ts/src/index.ts");
+    std::fs::copy(example_src, src.join("index.ts")).unwrap();
+    let out = dir.path().join("due-dates.wasm");
+    let built = try_build(&project, &out, &["--locked"]);
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let input = br#"{"start": "2026-01-31", "months": 4, "amount": 250}"#;
+    let (code, stdout, stderr) = exec(&out, input, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let answer: Value = serde_json::from_slice(&stdout).unwrap();
+    let dates: Vec<&str> = (answer["due"].as_array().unwrap().iter())
+        .map(|due| due["date"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        dates,
+        ["2026-01-31", "2026-02-28", "2026-03-31", "2026-04-30"],
+        "{answer}"
+    );
+    assert_eq!(answer["due"][0]["weekday"], "Saturday");
+    // zod's message for a bad input.
+    let (code, _, stderr) = exec(&out, br#"{"start": "2026-01-31", "months": 0}"#, &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("bad_input") && stderr.contains("months"),
+        "{stderr}"
+    );
+    // Nothing installed into the project.
+    assert!(!project.join("node_modules").exists());
+    let again = dir.path().join("again.wasm");
+    let rebuilt = try_build(&project, &again, &["--locked"]);
+    let said = String::from_utf8_lossy(&rebuilt.stderr);
+    assert!(
+        rebuilt.status.success() && said.contains("unchanged"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&again).unwrap());
+    // The lock out of date, then missing: `--locked` refuses; without it,
+    // the lock is made again.
+    let manifest = std::fs::read_to_string(project.join("package.json")).unwrap();
+    let loosened = manifest.replace("\"zod\": \"^3.23.8\"", "\"zod\": \"^3.22.0\"");
+    assert_ne!(loosened, manifest);
+    std::fs::write(project.join("package.json"), &loosened).unwrap();
+    let stale = build_error(&try_build(&project, &out, &["--locked"]));
+    assert!(stale.contains("does not match"), "{stale}");
+    std::fs::write(project.join("package.json"), &manifest).unwrap();
+    std::fs::remove_file(project.join("package-lock.json")).unwrap();
+    let missing = build_error(&try_build(&project, &out, &["--locked"]));
+    assert!(
+        missing.contains("package-lock.json is missing"),
+        "{missing}"
+    );
+    let relocked = try_build(&project, &out, &[]);
+    assert!(
+        relocked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&relocked.stderr)
+    );
+    let lock = std::fs::read_to_string(project.join("package-lock.json")).unwrap();
+    assert!(lock.contains("node_modules/date-fns") && lock.contains("node_modules/zod"));
+
+    let own = js_project(
+        dir.path(),
+        "own-fs",
+        &[],
+        "import { readFileSync } from \"fs\";\nimport { job } from \"cohort-job\";\n\
+         export const run = job((input) => readFileSync(\"/etc/hostname\"));\n",
+    );
+    let error = build_error(&try_build(&own, &out, &[]));
+    assert!(error.contains("`fs` is a Node.js built-in"), "{error}");
+    assert!(error.contains("the job's own code (index.js:1:"), "{error}");
+    let imports_fs = js_project(
+        dir.path(),
+        "package-fs",
+        &[("fs-extra", "11.2.0")],
+        "import fse from \"fs-extra\";\nimport { job } from \"cohort-job\";\n\
+         export const run = job((input) => fse.readFileSync(\"/etc/hostname\"));\n",
+    );
+    let error = build_error(&try_build(&imports_fs, &out, &[]));
+    assert!(error.contains("is a Node.js built-in"), "{error}");
+    assert!(error.contains("imported by the package `"), "{error}");
+    let nowhere = "cohort-test-no-such-package-4f1d";
+    let unknown = js_project(dir.path(), "unknown", &[(nowhere, "^1.0.0")], "");
+    let error = build_error(&try_build(&unknown, &out, &[]));
+    assert!(
+        error.contains(&format!("`{nowhere}@^1.0.0` is not on the npm registry")),
+        "{error}"
+    );
+    assert!(!unknown.join("package-lock.json").exists());
+}
+
 #[test]
 fn wordcount_gives_the_same_bytes_in_rust_python_and_javascript() {
     let _machine = shared();

@@ -29,6 +29,10 @@
 //! * **Only the component's path on stdout.** The tools' own output goes to
 //!   stderr, so `cohort submit $(cohort build .)` works.
 
+mod cache;
+mod jsdeps;
+mod pydeps;
+
 use anyhow::{Context, bail};
 use sha2::Digest as _;
 use std::fs;
@@ -212,6 +216,15 @@ pub struct BuildArgs {
     /// Where the pinned Python and JS toolchains are installed.
     #[arg(long, env = "COHORT_TOOLCHAINS")]
     pub toolchains: Option<PathBuf>,
+    /// Build with the dependencies the lock pins and never resolve anew: a
+    /// missing or outdated lock is an error (Python: `cohort.lock`; Rust:
+    /// cargo's `--locked`).
+    #[arg(long)]
+    pub locked: bool,
+    /// Python: also install this group of `[project.optional-dependencies]`
+    /// (repeatable).
+    #[arg(long, value_name = "GROUP")]
+    pub extra: Vec<String>,
 }
 
 /// `cohort build`: prints the built component's path on stdout.
@@ -225,10 +238,13 @@ pub fn build(args: BuildArgs) -> anyhow::Result<()> {
         None => detect(&project)?,
     };
     let toolchains = toolchains_dir(args.toolchains.as_deref())?;
+    if !args.extra.is_empty() && lang != Lang::Python {
+        bail!("--extra names a group of a Python project's optional dependencies");
+    }
     let built = match lang {
-        Lang::Rust => build_rust(&project, args.output.as_deref())?,
-        Lang::Python => build_python(&project, args.output.as_deref(), &toolchains)?,
-        Lang::Js => build_js(&project, args.output.as_deref(), &toolchains)?,
+        Lang::Rust => build_rust(&project, args.output.as_deref(), args.locked)?,
+        Lang::Python => build_python(&project, &args, &toolchains)?,
+        Lang::Js => build_js(&project, &args, &toolchains)?,
     };
     println!("{}", built.display());
     Ok(())
@@ -261,7 +277,7 @@ pub fn detect(dir: &Path) -> anyhow::Result<Lang> {
 
 // ---------------------------------------------------------------- Rust
 
-fn build_rust(project: &Path, output: Option<&Path>) -> anyhow::Result<PathBuf> {
+fn build_rust(project: &Path, output: Option<&Path>, locked: bool) -> anyhow::Result<PathBuf> {
     ensure_rust_target()?;
     eprintln!("cohort build: cargo build --release --target {RUST_TARGET} ({RUST_SIMD_CONFIG})");
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
@@ -270,6 +286,7 @@ fn build_rust(project: &Path, output: Option<&Path>) -> anyhow::Result<PathBuf> 
         .args(["build", "--release", "--target", RUST_TARGET])
         .args(["--config", RUST_SIMD_CONFIG])
         .args(["--message-format", "json-render-diagnostics"])
+        .args(locked.then_some("--locked"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -358,6 +375,8 @@ struct PyProject {
 #[derive(Debug, serde::Deserialize)]
 struct PyProjectTable {
     name: Option<String>,
+    #[serde(flatten)]
+    declared: pydeps::Declared,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -372,17 +391,16 @@ struct PyCohort {
     module: Option<String>,
 }
 
-fn build_python(
-    project: &Path,
-    output: Option<&Path>,
-    toolchains: &Path,
-) -> anyhow::Result<PathBuf> {
+fn build_python(project: &Path, args: &BuildArgs, toolchains: &Path) -> anyhow::Result<PathBuf> {
     let pyproject: PyProject = read_manifest(project, Lang::Python, |text| {
         toml::from_str(text).map_err(anyhow::Error::from)
     })?;
-    let name = pyproject
-        .project
-        .and_then(|project| project.name)
+    let (name, declared) = match pyproject.project {
+        Some(table) => (table.name, table.declared),
+        None => (None, pydeps::Declared::default()),
+    };
+    let wanted = pydeps::wanted(&declared, &args.extra)?;
+    let name = name
         .or_else(|| dir_name(project))
         .context("the project has no name: set `[project] name` in pyproject.toml")?;
     let module = pyproject
@@ -403,11 +421,38 @@ fn build_python(
     }
     let tools = ensure_python(toolchains)?;
     let sdk = ensure_sdk(toolchains)?;
-    let out = output_path(project, &name, output)?;
+    let deps = pydeps::install(project, toolchains, &wanted, args.locked)?;
+    let out = output_path(project, &name, args.output.as_deref())?;
+    // Built from a copy: componentize-py's interpreter writes __pycache__
+    // where it imports from (see `cache`).
+    let scratch = tempfile::Builder::new()
+        .prefix(".building-")
+        .tempdir_in(toolchains)
+        .context("cannot create a scratch directory for the build")?;
+    let sources = scratch.path().join(&name);
+    let files = cache::copy_sources(project, &sources)?;
+    let inputs = [
+        "python",
+        PYTHON_REQUIREMENTS,
+        &sdk.to_string_lossy(),
+        &deps.to_string_lossy(),
+        &module,
+        &PYTHON_INTERFACE_NAMES.join(" "),
+    ];
+    let key = cache::key(&files, &inputs);
+    let built = cache::Cache::new(toolchains.join("python-builds"));
+    if built.get(&key, &out) {
+        eprintln!("cohort build: unchanged since an earlier build of the same sources and lock");
+        return Ok(out);
+    }
     eprintln!("cohort build: componentize-py (Python job `{name}`, module `{module}`)");
     let mut command = python_tool(&tools);
     command
-        .current_dir(project)
+        // componentize-py bundles the site-packages of `VIRTUAL_ENV`, else
+        // of the Python it finds: the job's own dependencies, never the
+        // builder's.
+        .env("VIRTUAL_ENV", &deps)
+        .current_dir(&sources)
         .arg("-d")
         .arg(sdk.join(PYTHON_WIT_DIR))
         .args(["-w", "job"]);
@@ -416,13 +461,14 @@ fn build_python(
     }
     run(command
         .args(["componentize", &module, "-p"])
-        .arg(project)
+        .arg(&sources)
         .arg("-p")
         .arg(sdk.join("python"))
         .arg("-o")
         .arg(&out)
         .stdout(to_stderr()))
     .context("componentize-py failed; its messages are above")?;
+    built.put(&key, &out);
     Ok(out)
 }
 
@@ -498,10 +544,12 @@ struct PackageJson {
     main: Option<String>,
 }
 
-fn build_js(project: &Path, output: Option<&Path>, toolchains: &Path) -> anyhow::Result<PathBuf> {
-    let package: PackageJson = read_manifest(project, Lang::Js, |text| {
+fn build_js(project: &Path, args: &BuildArgs, toolchains: &Path) -> anyhow::Result<PathBuf> {
+    let manifest: serde_json::Value = read_manifest(project, Lang::Js, |text| {
         serde_json::from_str(text).map_err(anyhow::Error::from)
     })?;
+    let package: PackageJson = serde_json::from_value(manifest.clone())
+        .with_context(|| format!("{} is not valid", project.join("package.json").display()))?;
     let name = package
         .name
         .map(|name| name.rsplit('/').next().unwrap_or(&name).to_string())
@@ -517,7 +565,8 @@ fn build_js(project: &Path, output: Option<&Path>, toolchains: &Path) -> anyhow:
     }
     let tools = ensure_js(toolchains)?;
     let sdk = ensure_sdk(toolchains)?;
-    let out = output_path(project, &name, output)?;
+    let deps = jsdeps::install(project, toolchains, &manifest, args.locked)?;
+    let out = output_path(project, &name, args.output.as_deref())?;
     let bin = tools.join("node_modules/.bin");
     let scratch = tempfile::Builder::new()
         .prefix(".cohort-build-")
@@ -527,10 +576,16 @@ fn build_js(project: &Path, output: Option<&Path>, toolchains: &Path) -> anyhow:
     if typescript && project.join("tsconfig.json").is_file() {
         // The project's own settings, with `cohort-job` resolved to the
         // SDK installed here (a checkout's relative path would not be).
+        // The job's dependencies, installed outside the project, are found
+        // through a catch-all path (after the project's own node_modules).
         let wrapper = scratch.path().join("tsconfig.json");
+        let mut paths = serde_json::json!({ "cohort-job": [sdk.join("js")] });
+        if let Some(modules) = &deps {
+            paths["*"] = serde_json::json!([modules.join("*"), modules.join("@types").join("*")]);
+        }
         let config = serde_json::json!({
             "extends": project.join("tsconfig.json"),
-            "compilerOptions": { "paths": { "cohort-job": [sdk.join("js")] } },
+            "compilerOptions": { "paths": paths },
         });
         fs::write(&wrapper, config.to_string())?;
         eprintln!("cohort build: tsc --noEmit (type check)");
@@ -551,8 +606,28 @@ fn build_js(project: &Path, output: Option<&Path>, toolchains: &Path) -> anyhow:
         project,
         &entry,
         &sdk.join("js"),
+        deps.as_deref(),
         &scratch.path().join(&bundle),
     )?;
+    // componentize-js does not give the same bytes twice; esbuild does. A
+    // bundle built before (with the same toolchain and world) is that
+    // build's component (see `cache`).
+    let code = fs::read(scratch.path().join(&bundle))
+        .with_context(|| format!("cannot read the bundle {bundle}"))?;
+    let digest: [u8; 32] = sha2::Sha256::digest(&code).into();
+    let files = [(bundle.clone(), digest)];
+    let inputs = [
+        "js",
+        JS_TOOLCHAIN_LOCK,
+        &sdk.to_string_lossy(),
+        if http { "http" } else { "no http" },
+    ];
+    let key = cache::key(&files, &inputs);
+    let built = cache::Cache::new(toolchains.join("js-builds"));
+    if built.get(&key, &out) {
+        eprintln!("cohort build: unchanged since an earlier build of the same bundle");
+        return Ok(out);
+    }
     eprintln!(
         "cohort build: componentize-js (JavaScript job `{name}`, {})",
         if http {
@@ -579,6 +654,7 @@ fn build_js(project: &Path, output: Option<&Path>, toolchains: &Path) -> anyhow:
         .arg(&out)
         .stdout(to_stderr()))
     .context("componentize-js failed; its messages are above")?;
+    built.put(&key, &out);
     Ok(out)
 }
 
@@ -590,27 +666,33 @@ fn bundle_js(
     project: &Path,
     entry: &Path,
     sdk_js: &Path,
+    node_modules: Option<&Path>,
     bundle: &Path,
 ) -> anyhow::Result<bool> {
     let esbuild = |extra: &[String]| {
-        run(Command::new(esbuild)
-            .current_dir(project)
-            .arg(entry)
-            .args([
-                "--bundle",
-                "--format=esm",
-                "--platform=neutral",
-                "--log-level=warning",
-            ])
-            // `neutral` reads no `main` field by default: npm dependencies
-            // that have only `main` would not resolve.
-            .arg("--main-fields=module,main")
-            .arg(format!("--alias:cohort-job={}", sdk_js.display()))
-            .arg("--external:cohort:job/*")
-            .arg(format!("--outfile={}", bundle.display()))
-            .args(extra)
-            .stdout(to_stderr()))
-        .context("esbuild could not bundle the job; its messages are above")
+        let mut command = Command::new(esbuild);
+        if let Some(modules) = node_modules {
+            command.env("NODE_PATH", modules);
+        }
+        run_esbuild(
+            command
+                .current_dir(project)
+                .arg(entry)
+                .args([
+                    "--bundle",
+                    "--format=esm",
+                    "--platform=neutral",
+                    "--log-level=warning",
+                ])
+                // `neutral` reads no `main` field by default: npm dependencies
+                // that have only `main` would not resolve.
+                .arg("--main-fields=module,main")
+                .arg(format!("--alias:cohort-job={}", sdk_js.display()))
+                .arg("--external:cohort:job/*")
+                .arg(format!("--outfile={}", bundle.display()))
+                .args(extra)
+                .stdout(to_stderr()),
+        )
     };
     // First without comments (esbuild keeps some, and names files in
     // others), to see whether the code, the job's own or its
@@ -631,6 +713,24 @@ fn bundle_js(
     let fetch_module = sdk_js.join(if http { "fetch.js" } else { "no-fetch.js" });
     esbuild(&[format!("--inject:{}", fetch_module.display())])?;
     Ok(http)
+}
+
+/// Runs esbuild, its messages passed on; a Node.js built-in it could not
+/// resolve is an error naming it and its importer ([`jsdeps::node_builtin`]).
+fn run_esbuild(command: &mut Command) -> anyhow::Result<()> {
+    let out = command
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .context("cannot run esbuild")?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    eprint!("{said}");
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(jsdeps::node_builtin(&said).unwrap_or_else(|| {
+        anyhow::anyhow!("esbuild could not bundle the job; its messages are above")
+    }))
 }
 
 /// Whether bundled JavaScript (without comments) names `fetch`: the word,
@@ -962,6 +1062,8 @@ fn scaffold_python(name: &str) -> Vec<(String, String)> {
 name = "{name}"
 version = "0.1.0"
 description = "A cohort job"
+# From PyPI, pure-Python or WASI wheels; `cohort build` pins them in cohort.lock.
+dependencies = []
 
 # `cohort build` makes a component of this module (with componentize-py).
 [tool.cohort]
