@@ -499,6 +499,7 @@ fn js_dependencies_come_from_the_lock_and_node_builtins_are_refused_by_name() {
         rebuilt.status.success() && said.contains("unchanged"),
         "{said}"
     );
+    assert!(said.contains("types checked before"), "{said}");
     assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&again).unwrap());
     // The lock out of date, then missing: `--locked` refuses; without it,
     // the lock is made again.

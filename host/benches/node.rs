@@ -339,8 +339,12 @@ async fn tracing_cost() {
         ),
     ];
     let mut results = vec![(Vec::new(), Vec::new()); modes.len()];
-    for _ in 0..rounds {
-        for (i, (label, args)) in modes.iter().enumerate() {
+    // Each round starts with the next mode, so that no mode always runs
+    // first (on a machine still cool) or last.
+    for round in 0..rounds {
+        for k in 0..modes.len() {
+            let i = (round + k) % modes.len();
+            let (label, args) = &modes[i];
             let rate = node_throughput(20_000, args).await;
             let node = start_node(args);
             let client = Api::new(&node.url);

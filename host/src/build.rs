@@ -588,14 +588,31 @@ fn build_js(project: &Path, args: &BuildArgs, toolchains: &Path) -> anyhow::Resu
             "compilerOptions": { "paths": paths },
         });
         fs::write(&wrapper, config.to_string())?;
-        eprintln!("cohort build: tsc --noEmit (type check)");
-        run(Command::new(bin.join("tsc"))
-            .current_dir(project)
-            .arg("--noEmit")
-            .arg("-p")
-            .arg(&wrapper)
-            .stdout(to_stderr()))
-        .context("the TypeScript type check failed; its messages are above")?;
+        // Types are erased from the bundle, so the check has its own key:
+        // every source file, the dependencies, the SDK and the toolchain (a
+        // project with its own node_modules, which the key leaves out, is
+        // always checked).
+        let files = cache::digest_sources(project)?;
+        let modules = deps
+            .as_deref()
+            .map(Path::to_string_lossy)
+            .unwrap_or_default();
+        let inputs = ["tsc", JS_TOOLCHAIN_LOCK, &sdk.to_string_lossy(), &modules];
+        let key = cache::key(&files, &inputs);
+        let checked = cache::Cache::new(toolchains.join("js-checked"));
+        if !project.join("node_modules").exists() && checked.marked(&key) {
+            eprintln!("cohort build: types checked before, the sources unchanged");
+        } else {
+            eprintln!("cohort build: tsc --noEmit (type check)");
+            run(Command::new(bin.join("tsc"))
+                .current_dir(project)
+                .arg("--noEmit")
+                .arg("-p")
+                .arg(&wrapper)
+                .stdout(to_stderr()))
+            .context("the TypeScript type check failed; its messages are above")?;
+            checked.mark(&key);
+        }
     }
     // Named after the job and built from inside the scratch directory, so
     // stack traces say `<name>.js:12:5`, not a temporary path.

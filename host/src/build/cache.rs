@@ -31,6 +31,9 @@ use std::path::{Path, PathBuf};
 /// The newest entries kept (a Python component is some 20 MB).
 pub const KEPT: usize = 16;
 
+/// The newest marks kept ([`Cache::mark`]: empty files).
+pub const MARKS_KEPT: usize = 256;
+
 /// The most files a project's copy holds: more is a virtualenv or a data
 /// set inside the project, not job sources.
 pub const SOURCE_FILES_MAX: usize = 10_000;
@@ -45,10 +48,22 @@ const SKIPPED: &[&str] = &["dist", "__pycache__", "node_modules"];
 /// directory); answers each file's path (relative, `/`-separated) and
 /// SHA-256, by path.
 pub fn copy_sources(project: &Path, into: &Path) -> anyhow::Result<Vec<(String, [u8; 32])>> {
+    fs::create_dir_all(into).with_context(|| format!("cannot create {}", into.display()))?;
+    sources(project, Some(into))
+}
+
+/// The project's sources' paths and SHA-256 digests, as [`copy_sources`]
+/// answers them, without a copy.
+pub fn digest_sources(project: &Path) -> anyhow::Result<Vec<(String, [u8; 32])>> {
+    sources(project, None)
+}
+
+/// The sources of `project`, copied into `into` when given.
+fn sources(project: &Path, into: Option<&Path>) -> anyhow::Result<Vec<(String, [u8; 32])>> {
     let mut files = Vec::new();
     let mut bytes = 0u64;
-    let mut pending = vec![(project.to_path_buf(), into.to_path_buf(), String::new())];
-    fs::create_dir_all(into).with_context(|| format!("cannot create {}", into.display()))?;
+    let into = into.map(Path::to_path_buf);
+    let mut pending = vec![(project.to_path_buf(), into, String::new())];
     while let Some((from, to, relative)) = pending.pop() {
         let entries =
             fs::read_dir(&from).with_context(|| format!("cannot read {}", from.display()))?;
@@ -78,9 +93,11 @@ pub fn copy_sources(project: &Path, into: &Path) -> anyhow::Result<Vec<(String, 
                 if entry.file_type()?.is_symlink() {
                     continue;
                 }
-                let target = to.join(name);
-                fs::create_dir(&target)
-                    .with_context(|| format!("cannot create {}", target.display()))?;
+                let target = to.as_ref().map(|to| to.join(name));
+                if let Some(target) = &target {
+                    fs::create_dir(target)
+                        .with_context(|| format!("cannot create {}", target.display()))?;
+                }
                 pending.push((path, target, inner));
             } else if kind.is_file() {
                 bytes += kind.len();
@@ -95,8 +112,10 @@ pub fn copy_sources(project: &Path, into: &Path) -> anyhow::Result<Vec<(String, 
                 }
                 let contents =
                     fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-                fs::write(to.join(name), &contents)
-                    .with_context(|| format!("cannot copy {}", path.display()))?;
+                if let Some(to) = &to {
+                    fs::write(to.join(name), &contents)
+                        .with_context(|| format!("cannot copy {}", path.display()))?;
+                }
                 files.push((inner, Sha256::digest(&contents).into()));
             }
         }
@@ -187,18 +206,53 @@ impl Cache {
         }
     }
 
+    /// Whether [`Cache::mark`] marked `key`: a step (a type check) that
+    /// passed for these inputs before.
+    pub fn marked(&self, key: &str) -> bool {
+        let mark = self.dir.join(format!("{key}.ok"));
+        mark.is_file()
+            && fs::File::options()
+                .append(true)
+                .open(&mark)
+                .and_then(|file| file.set_modified(std::time::SystemTime::now()))
+                .is_ok()
+    }
+
+    /// Marks `key` as passed, keeping the [`MARKS_KEPT`] newest marks.
+    pub fn mark(&self, key: &str) {
+        let marked = (|| -> std::io::Result<()> {
+            fs::create_dir_all(&self.dir)?;
+            fs::write(self.dir.join(format!("{key}.ok")), b"")?;
+            self.drop_oldest("ok", MARKS_KEPT, &[])
+        })();
+        if let Err(error) = marked {
+            eprintln!(
+                "cohort build: warning: cannot keep a mark in {}: {error}",
+                self.dir.display()
+            );
+        }
+    }
+
     fn evict(&self) -> std::io::Result<()> {
+        self.drop_oldest("sha256", KEPT, &["wasm"])
+    }
+
+    /// Removes the files with extension `ext` past the `kept` newest, each
+    /// with its siblings of the extensions `with`.
+    fn drop_oldest(&self, ext: &str, kept: usize, with: &[&str]) -> std::io::Result<()> {
         let mut entries: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
         for entry in fs::read_dir(&self.dir)? {
             let path = entry?.path();
-            if path.extension().is_some_and(|ext| ext == "sha256") {
+            if path.extension().is_some_and(|e| e == ext) {
                 entries.push((fs::metadata(&path)?.modified()?, path));
             }
         }
         entries.sort_unstable_by_key(|(modified, _)| std::cmp::Reverse(*modified));
-        for (_, digest) in entries.into_iter().skip(KEPT) {
-            let _ = fs::remove_file(digest.with_extension("wasm"));
-            let _ = fs::remove_file(digest);
+        for (_, path) in entries.into_iter().skip(kept) {
+            for sibling in with {
+                let _ = fs::remove_file(path.with_extension(sibling));
+            }
+            let _ = fs::remove_file(path);
         }
         Ok(())
     }
@@ -273,5 +327,8 @@ mod tests {
             })
             .count();
         assert_eq!(kept, KEPT);
+        assert!(!cache.marked("checked"));
+        cache.mark("checked");
+        assert!(cache.marked("checked"));
     }
 }
