@@ -287,18 +287,39 @@ fn try_build(project: &Path, out: &Path, extra: &[&str]) -> std::process::Output
 }
 
 /// Copies the example at `example` (relative to the repository root)
-/// into `dir`, without what builds leave in it.
+/// into `dir`, without what builds leave in it (`dist`, `__pycache__`,
+/// `node_modules`).
 fn copy_example(example: &str, dir: &Path) -> PathBuf {
-    let from = Path::new(ROOT).join(example);
-    let to = dir.join(from.file_name().unwrap());
-    std::fs::create_dir_all(&to).unwrap();
-    for entry in std::fs::read_dir(&from).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_type().unwrap().is_file() {
-            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name();
+            if ["dist", "__pycache__", "node_modules"].contains(&name.to_str().unwrap()) {
+                continue;
+            }
+            match entry.file_type().unwrap().is_dir() {
+                true => copy(&entry.path(), &to.join(&name)),
+                false => drop(std::fs::copy(entry.path(), to.join(&name)).unwrap()),
+            }
         }
     }
+    let from = Path::new(ROOT).join(example);
+    let to = dir.join(from.file_name().unwrap());
+    copy(&from, &to);
     to
+}
+
+/// [`try_build`], asserting success.
+fn build_ok(project: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let built = try_build(project, out, extra);
+    let stderr = String::from_utf8_lossy(&built.stderr);
+    assert!(
+        built.status.success(),
+        "cohort build {}: {stderr}",
+        project.display()
+    );
+    built
 }
 
 /// A Python project of one `app.py` declaring `dependencies`.
@@ -340,12 +361,7 @@ fn python_dependencies_are_locked_installed_for_the_job_and_refused_by_name() {
     let project = copy_example("examples/due-dates-py", dir.path());
     let lock = std::fs::read_to_string(project.join("cohort.lock")).unwrap();
     let out = dir.path().join("due-dates.wasm");
-    let built = try_build(&project, &out, &["--locked"]);
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    build_ok(&project, &out, &["--locked"]);
     let input = br#"{"start": "2026-01-31", "months": 4, "amount": 250}"#;
     let (code, stdout, stderr) = exec(&out, input, &[]);
     assert_eq!(code, 0, "{stderr}");
@@ -378,12 +394,9 @@ fn python_dependencies_are_locked_installed_for_the_job_and_refused_by_name() {
     );
     // Unchanged: the same component.
     let again = dir.path().join("again.wasm");
-    let rebuilt = try_build(&project, &again, &["--locked"]);
+    let rebuilt = build_ok(&project, &again, &["--locked"]);
     let said = String::from_utf8_lossy(&rebuilt.stderr);
-    assert!(
-        rebuilt.status.success() && said.contains("unchanged"),
-        "{said}"
-    );
+    assert!(said.contains("unchanged"), "{said}");
     assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&again).unwrap());
     // A dependency added: the lock no longer matches.
     let manifest = std::fs::read_to_string(project.join("pyproject.toml")).unwrap();
@@ -458,18 +471,8 @@ fn js_dependencies_come_from_the_lock_and_node_builtins_are_refused_by_name() {
     let _machine = shared();
     let dir = tempfile::tempdir().unwrap();
     let project = copy_example("examples/due-dates-ts", dir.path());
-    // `src/` too.
-    let src = project.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let example_src = Path::new(ROOT).join("examples/due-dates-ts/src/index.ts");
-    std::fs::copy(example_src, src.join("index.ts")).unwrap();
     let out = dir.path().join("due-dates.wasm");
-    let built = try_build(&project, &out, &["--locked"]);
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    build_ok(&project, &out, &["--locked"]);
     let input = br#"{"start": "2026-01-31", "months": 4, "amount": 250}"#;
     let (code, stdout, stderr) = exec(&out, input, &[]);
     assert_eq!(code, 0, "{stderr}");
@@ -493,12 +496,9 @@ fn js_dependencies_come_from_the_lock_and_node_builtins_are_refused_by_name() {
     // Nothing installed into the project.
     assert!(!project.join("node_modules").exists());
     let again = dir.path().join("again.wasm");
-    let rebuilt = try_build(&project, &again, &["--locked"]);
+    let rebuilt = build_ok(&project, &again, &["--locked"]);
     let said = String::from_utf8_lossy(&rebuilt.stderr);
-    assert!(
-        rebuilt.status.success() && said.contains("unchanged"),
-        "{said}"
-    );
+    assert!(said.contains("unchanged"), "{said}");
     assert!(said.contains("types checked before"), "{said}");
     assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&again).unwrap());
     // The lock out of date, then missing: `--locked` refuses; without it,
@@ -516,12 +516,7 @@ fn js_dependencies_come_from_the_lock_and_node_builtins_are_refused_by_name() {
         missing.contains("package-lock.json is missing"),
         "{missing}"
     );
-    let relocked = try_build(&project, &out, &[]);
-    assert!(
-        relocked.status.success(),
-        "{}",
-        String::from_utf8_lossy(&relocked.stderr)
-    );
+    build_ok(&project, &out, &[]);
     let lock = std::fs::read_to_string(project.join("package-lock.json")).unwrap();
     assert!(lock.contains("node_modules/date-fns") && lock.contains("node_modules/zod"));
 

@@ -425,10 +425,7 @@ fn build_python(project: &Path, args: &BuildArgs, toolchains: &Path) -> anyhow::
     let out = output_path(project, &name, args.output.as_deref())?;
     // Built from a copy: componentize-py's interpreter writes __pycache__
     // where it imports from (see `cache`).
-    let scratch = tempfile::Builder::new()
-        .prefix(".building-")
-        .tempdir_in(toolchains)
-        .context("cannot create a scratch directory for the build")?;
+    let scratch = scratch_in(toolchains, ".building-", "the build")?;
     let sources = scratch.path().join(&name);
     let files = cache::copy_sources(project, &sources)?;
     let inputs = [
@@ -811,6 +808,22 @@ fn ensure_sdk(toolchains: &Path) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// A new scratch directory in `toolchains` (created if need be), named
+/// `prefix...`, removed when dropped; `what` it is for says the error.
+fn scratch_in(toolchains: &Path, prefix: &str, what: &str) -> anyhow::Result<tempfile::TempDir> {
+    fs::create_dir_all(toolchains)
+        .with_context(|| format!("cannot create {}", toolchains.display()))?;
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(toolchains)
+        .with_context(|| {
+            format!(
+                "cannot create a scratch directory for {what} in {}",
+                toolchains.display()
+            )
+        })
+}
+
 /// Creates `dir` with `install` unless it is there already. Works in a
 /// scratch directory renamed into place, under a lock, so an interrupted
 /// install leaves nothing half-made and concurrent builds install once.
@@ -823,8 +836,7 @@ fn install_once(
     if dir.is_dir() {
         return Ok(());
     }
-    fs::create_dir_all(toolchains)
-        .with_context(|| format!("cannot create {}", toolchains.display()))?;
+    let scratch = scratch_in(toolchains, ".installing-", what)?;
     let lock = fs::File::create(toolchains.join(".install.lock"))
         .with_context(|| format!("cannot create a lock file in {}", toolchains.display()))?;
     lock.lock()
@@ -833,15 +845,6 @@ fn install_once(
         return Ok(()); // Installed while this one waited.
     }
     eprintln!("cohort build: installing {what} into {}", dir.display());
-    let scratch = tempfile::Builder::new()
-        .prefix(".installing-")
-        .tempdir_in(toolchains)
-        .with_context(|| {
-            format!(
-                "cannot create a scratch directory in {}",
-                toolchains.display()
-            )
-        })?;
     install(scratch.path())?;
     fs::rename(scratch.path(), dir)
         .with_context(|| format!("cannot move the install into {}", dir.display()))?;

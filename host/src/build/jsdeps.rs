@@ -26,7 +26,7 @@
 //!   its message into one that names the built-in and the package (or the
 //!   job's own file) that imports it.
 
-use super::{install_once, npm, short_hash};
+use super::{install_once, npm, scratch_in, short_hash};
 use anyhow::{Context, bail};
 use serde_json::Value;
 use std::fs;
@@ -123,12 +123,7 @@ fn lock_matches(manifest: &Value, lock: &str) -> bool {
 /// installed and the project gets only the new lock); answers it.
 fn relock(project: &Path, toolchains: &Path, lock_path: &Path) -> anyhow::Result<String> {
     eprintln!("cohort build: resolving the npm dependencies (npm install --package-lock-only)");
-    fs::create_dir_all(toolchains)
-        .with_context(|| format!("cannot create {}", toolchains.display()))?;
-    let scratch = tempfile::Builder::new()
-        .prefix(".locking-")
-        .tempdir_in(toolchains)
-        .context("cannot create a scratch directory for npm")?;
+    let scratch = scratch_in(toolchains, ".locking-", "npm")?;
     fs::copy(
         project.join("package.json"),
         scratch.path().join("package.json"),

@@ -32,7 +32,7 @@
 //!   the SDK and what its lock pins: the same project builds the same on
 //!   every machine.
 
-use super::{install_once, python, short_hash};
+use super::{install_once, python, scratch_in, short_hash};
 use anyhow::{Context, bail};
 use std::collections::BTreeMap;
 use std::fs;
@@ -255,12 +255,7 @@ fn resolve(toolchains: &Path, wanted: &Wanted) -> anyhow::Result<String> {
         "cohort build: resolving the Python dependencies ({})",
         wanted.requirements.join(", ")
     );
-    fs::create_dir_all(toolchains)
-        .with_context(|| format!("cannot create {}", toolchains.display()))?;
-    let scratch = tempfile::Builder::new()
-        .prefix(".resolving-")
-        .tempdir_in(toolchains)
-        .context("cannot create a scratch directory for pip")?;
+    let scratch = scratch_in(toolchains, ".resolving-", "pip")?;
     let requirements = scratch.path().join("requirements.txt");
     fs::write(&requirements, wanted.requirements.join("\n") + "\n")?;
     let report = scratch.path().join("report.json");
