@@ -411,6 +411,17 @@ fn python_dependencies_are_locked_installed_for_the_job_and_refused_by_name() {
     std::fs::remove_file(project.join("cohort.lock")).unwrap();
     let missing = build_error(&try_build(&project, &out, &["--locked"]));
     assert!(missing.contains("cohort.lock is missing"), "{missing}");
+    // Without --locked the lock is made again, with what was added; the
+    // next build installs nothing more and is the same component.
+    build_ok(&project, &out, &[]);
+    let relocked = std::fs::read_to_string(project.join("cohort.lock")).unwrap();
+    assert!(relocked.contains("\nhumanize=="), "{relocked}");
+    let rebuilt = build_ok(&project, &again, &["--locked"]);
+    let said = String::from_utf8_lossy(&rebuilt.stderr);
+    assert!(
+        said.contains("unchanged") && !said.contains("installing"),
+        "{said}"
+    );
     // An unknown optional group.
     let group = build_error(&try_build(&project, &out, &["--extra", "plots"]));
     assert!(
@@ -548,6 +559,56 @@ fn js_dependencies_come_from_the_lock_and_node_builtins_are_refused_by_name() {
         "{error}"
     );
     assert!(!unknown.join("package-lock.json").exists());
+}
+
+/// A package index or registry that cannot be reached (a loopback port
+/// nothing listens on) fails the build saying so, for Python and for
+/// JavaScript, and leaves no lock behind.
+#[test]
+fn an_index_that_cannot_be_reached_fails_the_build_saying_so() {
+    let _machine = shared();
+    let dir = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let out = dir.path().join("out.wasm");
+    let toolchains = toolchains();
+    let build = |project: &Path, env: &[(&str, String)]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cohort"));
+        command
+            .args([
+                "build",
+                project.to_str().unwrap(),
+                "-o",
+                out.to_str().unwrap(),
+            ])
+            .args(["--toolchains", &toolchains]);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        build_error(&run_bounded(&mut command, b""))
+    };
+    let app = "from cohort_job import job\n\n@job\ndef run(data):\n    return data\n";
+    let python = python_project(dir.path(), "offline-py", &["tabulate"], app);
+    let index = format!("http://127.0.0.1:{port}/simple");
+    let error = build(&python, &[("PIP_INDEX_URL", index)]);
+    assert!(
+        error.contains("the package index cannot be reached"),
+        "{error}"
+    );
+    assert!(!python.join("cohort.lock").exists());
+    let js = js_project(dir.path(), "offline-js", &[("zod", "^3.23.8")], "");
+    let registry = format!("http://127.0.0.1:{port}/");
+    let env = [
+        ("npm_config_registry", registry),
+        ("npm_config_fetch_retries", "0".to_string()),
+    ];
+    let error = build(&js, &env);
+    assert!(
+        error.contains("the npm registry cannot be reached"),
+        "{error}"
+    );
+    assert!(!js.join("package-lock.json").exists());
 }
 
 #[test]

@@ -217,8 +217,8 @@ pub struct BuildArgs {
     #[arg(long, env = "COHORT_TOOLCHAINS")]
     pub toolchains: Option<PathBuf>,
     /// Build with the dependencies the lock pins and never resolve anew: a
-    /// missing or outdated lock is an error (Python: `cohort.lock`; Rust:
-    /// cargo's `--locked`).
+    /// missing or outdated lock is an error (Python: `cohort.lock`;
+    /// JavaScript: `package-lock.json`; Rust: cargo's `--locked`).
     #[arg(long)]
     pub locked: bool,
     /// Python: also install this group of `[project.optional-dependencies]`

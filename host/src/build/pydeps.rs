@@ -185,10 +185,12 @@ pub fn install(
         ),
         _ => {
             let pins = resolve(toolchains, wanted)?;
-            write_lock(&lock_path, &pins)
+            // The lock as written, so that this build and the next, which
+            // reads it, install into the same directory.
+            let lock = write_lock(&lock_path, &pins)
                 .with_context(|| format!("cannot write {}", lock_path.display()))?;
             eprintln!("cohort build: wrote {}", lock_path.display());
-            pins
+            lock
         }
     };
     let dir = toolchains.join(format!(
@@ -232,15 +234,16 @@ fn manifest_hash(lock: &str) -> Option<&str> {
         .map(str::trim)
 }
 
-/// A lock's text: its header, then `pins` (whose first line, when it has
-/// one, is the manifest line).
-fn write_lock(path: &Path, pins: &str) -> std::io::Result<()> {
+/// Writes a lock: its header, then `pins` (whose first line, when it has
+/// one, is the manifest line); answers its text.
+fn write_lock(path: &Path, pins: &str) -> std::io::Result<String> {
     let text = format!(
         "{LOCK_TITLE}\n# from [project] dependencies; `cohort build` rewrites it when they change\n{pins}"
     );
     let scratch = path.with_extension("lock.writing");
-    fs::write(&scratch, text)?;
-    fs::rename(&scratch, path)
+    fs::write(&scratch, &text)?;
+    fs::rename(&scratch, path)?;
+    Ok(text)
 }
 
 /// Resolves `wanted` with pip (`--dry-run --report`) and answers the pins
