@@ -265,7 +265,7 @@ macro_rules! submission_span {
             $crate::telemetry::Root::In => {
                 let span = $crate::telemetry::job_span!(
                     $name,
-                    cohort.presampled = true
+                    { $crate::telemetry::PRESAMPLED } = true
                     $(, $($fields)*)?
                 );
                 let trace = $crate::telemetry::job_context(&span, None);
@@ -386,6 +386,11 @@ pub fn init(
             )
     });
     TRACING.store(provider.is_some(), Ordering::Relaxed);
+    if provider.is_some()
+        && let Some(ratio) = traces.and_then(|t| t.trace_sample).filter(|r| *r < 1.0)
+    {
+        let _ = ROOT_RATIO.set(ratio);
+    }
     SPANS.store(
         provider.is_some() || format == LogFormat::Json,
         Ordering::Relaxed,
@@ -434,9 +439,6 @@ fn provider(
         use opentelemetry_sdk::trace::Sampler;
         let ratio_based = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio)));
         builder = builder.with_sampler(RootSampler(ratio_based));
-        if ratio < 1.0 {
-            let _ = ROOT_RATIO.set(ratio);
-        }
     }
     Ok(builder.build())
 }

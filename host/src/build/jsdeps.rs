@@ -48,18 +48,8 @@ pub fn install(
     manifest: &Value,
     locked: bool,
 ) -> anyhow::Result<Option<PathBuf>> {
-    let declared: Vec<(&str, &Value)> = DECLARING
-        .iter()
-        .filter_map(|field| Some((*field, manifest.get(*field)?)))
-        .filter(|(_, deps)| deps.as_object().is_some_and(|deps| !deps.is_empty()))
-        .collect();
-    if declared.is_empty() {
+    if !declares_any(manifest)? {
         return Ok(None);
-    }
-    for (field, deps) in &declared {
-        if !deps.is_object() || deps.as_object().unwrap().values().any(|v| !v.is_string()) {
-            bail!("package.json: \"{field}\" is not an object of package names and versions");
-        }
     }
     let lock_path = project.join(LOCK_FILE);
     let lock = match fs::read_to_string(&lock_path) {
@@ -98,6 +88,23 @@ pub fn install(
         .with_context(|| format!("installing what {} pins failed", lock_path.display()))
     })?;
     Ok(Some(dir.join("node_modules")))
+}
+
+/// Whether `manifest` declares any dependency. Every declaring field it
+/// has must be an object of package names to version strings, empty or
+/// not: a field npm would refuse is an error here, not a field skipped.
+fn declares_any(manifest: &Value) -> anyhow::Result<bool> {
+    let mut any = false;
+    for field in DECLARING {
+        let Some(deps) = manifest.get(*field) else {
+            continue;
+        };
+        match deps.as_object() {
+            Some(deps) if deps.values().all(Value::is_string) => any |= !deps.is_empty(),
+            _ => bail!("package.json: \"{field}\" is not an object of package names and versions"),
+        }
+    }
+    Ok(any)
 }
 
 /// npm without its advice: no audit, no funding notes, errors only.
@@ -238,6 +245,22 @@ mod tests {
             json!({"name": "j", "dependencies": {"zod": "^3.23.8"}, "devDependencies": {"x": "1"}});
         assert!(!lock_matches(&more, &lock.to_string()));
         assert!(!lock_matches(&manifest, "not json"));
+    }
+
+    #[test]
+    fn every_declaring_field_is_checked_before_any_is_used() {
+        assert!(!declares_any(&json!({"name": "j"})).unwrap());
+        assert!(!declares_any(&json!({"dependencies": {}, "devDependencies": {}})).unwrap());
+        assert!(declares_any(&json!({"devDependencies": {"zod": "^3"}})).unwrap());
+        for bad in [
+            json!({"dependencies": ["zod"]}),
+            json!({"dependencies": "zod"}),
+            json!({"dependencies": {"zod": "^3"}, "optionalDependencies": {"x": 1}}),
+            json!({"devDependencies": null}),
+        ] {
+            let error = declares_any(&bad).unwrap_err().to_string();
+            assert!(error.contains("is not an object of package names and versions"), "{error}");
+        }
     }
 
     #[test]
