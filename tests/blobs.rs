@@ -270,6 +270,16 @@ fn holds(node: &Node, digest: &str) -> bool {
     blobs_dir(node).join(digest).is_file()
 }
 
+/// Waits (bounded) until the node holds blob `digest`: after a range of
+/// it was read through a node without a copy, which goes on copying.
+fn wait_holds(node: &Node, digest: &str) {
+    eventually(
+        &format!("{} to hold {digest}", node.name()),
+        EVENT_WAIT,
+        || holds(node, digest).then_some(()).ok_or("not yet"),
+    );
+}
+
 /// Waits (bounded) until nothing is left in the node's `blobs/partial/`.
 fn wait_no_partial(node: &Node) {
     eventually(
@@ -1004,7 +1014,7 @@ fn with_the_cluster_key_an_upload_is_answered_once_a_majority_holds_it() {
         assert!(!holds(&n4, &info.digest));
         let range = (5 << 20, Some((5 << 20) + 99_999));
         check_download(&c4, &blob, &info.digest, Some(range)).await;
-        assert!(holds(&n4, &info.digest));
+        wait_holds(&n4, &info.digest);
         let up = Pattern::new(23, 2 << 20);
         let stored = c4.put_blob(up.all().into()).await.unwrap();
         assert_eq!(stored, up.info());
@@ -1109,7 +1119,7 @@ fn an_upload_is_answered_only_once_a_majority_of_back_ends_holds_it() {
     // n2, asked for it, fetches it from a back-end node that has it.
     rt.block_on(async {
         check_download(&c2, &one, &info.digest, Some((1000, Some(1999)))).await;
-        assert!(holds(&n2, &info.digest));
+        wait_holds(&n2, &info.digest);
         check_download(&c2, &one, &info.digest, None).await;
     });
 
@@ -1142,8 +1152,9 @@ fn an_upload_is_answered_only_once_a_majority_of_back_ends_holds_it() {
 }
 
 /// A front-end-only node holds no blob until asked: it fetches one from
-/// the back-end node (its digest checked) and serves it, ranges included;
-/// an upload through it lands on the back-end node before it is answered.
+/// the back-end node (its digest checked) and serves it as the copy is
+/// made, ranges included; an upload through it lands on the back-end node
+/// before it is answered.
 #[test]
 fn a_front_end_fetches_blobs_from_the_back_end_and_uploads_land_there() {
     let _machine = alone();
@@ -1168,13 +1179,13 @@ fn a_front_end_fetches_blobs_from_the_back_end_and_uploads_land_there() {
             Some(info.clone())
         );
         assert!(!holds(&front, &info.digest));
-        // A range: fetched whole, then served.
+        // A range: served once the copy reaches it; the copy goes on.
         let middle = (3 << 20, Some((3 << 20) + 65_535));
         assert_eq!(
             check_download(&cf, &blob, &info.digest, Some(middle)).await,
             65_536
         );
-        assert!(holds(&front, &info.digest));
+        wait_holds(&front, &info.digest);
         assert_eq!(
             infos(cf.list_blobs().await.unwrap()),
             std::slice::from_ref(&info)
@@ -1195,6 +1206,70 @@ fn a_front_end_fetches_blobs_from_the_back_end_and_uploads_land_there() {
         assert_eq!(error.code(), "blob_not_found", "{error}");
     });
     wait_no_partial(&front);
+
+    // A whole blob the front-end lacks is served while it copies it. A
+    // reader that took its first MiB and stops holds the copy back (it
+    // waits for the download), so the copy is not done; read to its end,
+    // the copy was stored before the last byte came.
+    let large = Pattern::new(43, 64 << 20);
+    let big = (rt.block_on(cb.put_blob_file(&large.file(dir.path(), "large")))).unwrap();
+    rt.block_on(async {
+        let mut reader = cf.get_blob(&big.digest, None).await.unwrap();
+        let mut buf = vec![0; 1 << 20];
+        let mut at = 0;
+        let mut read_to = async |to: u64, at: &mut u64| {
+            while *at < to {
+                let n = reader.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the download ended at {at} of {}", large.len);
+                large.check(*at, &buf[..n], "the large blob through the front-end");
+                *at += n as u64;
+            }
+        };
+        read_to(1 << 20, &mut at).await;
+        assert!(
+            !holds(&front, &big.digest),
+            "the front-end's copy ran ahead of its download"
+        );
+        read_to(large.len, &mut at).await;
+        assert_eq!(at, large.len);
+        assert!(
+            holds(&front, &big.digest),
+            "stored before its last byte is served"
+        );
+    });
+
+    // A copy that does not have its digest (the back-end's file damaged
+    // on its disk) ends the download short of its length: the client
+    // gets an error, never the whole wrong bytes, and the front-end keeps
+    // nothing.
+    let damaged = Pattern::new(44, 8 << 20);
+    let bad = (rt.block_on(cb.put_blob_file(&damaged.file(dir.path(), "damaged")))).unwrap();
+    let file = blobs_dir(&back).join(&bad.digest);
+    let mut permissions = std::fs::metadata(&file).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    permissions.set_readonly(false);
+    std::fs::set_permissions(&file, permissions).unwrap();
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[5 << 20] ^= 0xff;
+    std::fs::write(&file, &bytes).unwrap();
+    let got: Result<u64, String> = rt.block_on(async {
+        let mut reader = cf
+            .get_blob(&bad.digest, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut buf = vec![0; 1 << 20];
+        let mut at = 0;
+        loop {
+            match reader.read(&mut buf).await {
+                Ok(0) => return Ok(at),
+                Ok(n) => at += n as u64,
+                Err(error) => return Err(format!("at {at}: {error}")),
+            }
+        }
+    });
+    assert!(got.is_err(), "a damaged copy was served whole: {got:?}");
+    wait_no_partial(&front);
+    assert!(!holds(&front, &bad.digest));
 
     // Uploaded through the front-end (chunked): on the back-end when
     // answered.

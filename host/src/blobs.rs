@@ -36,6 +36,20 @@
 //! Across nodes (replication on upload, fetching a blob this node lacks) see
 //! `cluster::blob_transfer`.
 //!
+//! # Relaying a copy
+//!
+//! A download from a node that has no copy of the blob is served while
+//! the node copies it ([`Relay`]): once more than [`RELAY_AFTER_BYTES`]
+//! of the copy came, each chunk the copy writes is passed on to the
+//! download, but the last one only once the whole copy has the digest it
+//! should and is stored. (A smaller blob is served from the stored copy,
+//! so its errors keep their codes.) A download of the whole blob therefore
+//! never ends with bytes that fail their digest: a copy that breaks off or
+//! does not match ends it short of its length, which the client sees as an
+//! error. A range ends as soon as its bytes came (a client cannot check a
+//! range's digest either way). A download that stops reading for
+//! [`BLOB_IDLE_TIMEOUT`] is let go and the copy goes on at its own pace.
+//!
 //! # Deleting
 //!
 //! A blob leaves this store only through [`BlobStore::remove_idle`], which
@@ -74,6 +88,7 @@
 
 use crate::limits::{
     BLOB_IDLE_TIMEOUT, BLOB_READ_AHEAD, BLOB_READ_BYTES, BLOB_SYNC_BYTES, BLOB_WRITE_BYTES,
+    RELAY_AFTER_BYTES,
 };
 use crate::runtime::Digest;
 use crate::runtime::job_blobs::check_free;
@@ -86,7 +101,7 @@ use std::io::{IoSlice, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// Why a blob could not be stored or read.
 #[derive(Debug, thiserror::Error)]
@@ -545,6 +560,7 @@ impl BlobStore {
             batch: Vec::new(),
             batched: 0,
             bytes: 0,
+            relay: None,
         })
     }
 
@@ -690,6 +706,88 @@ pub struct Upload {
     /// Bytes in `batch`.
     batched: usize,
     bytes: u64,
+    /// The download served from this copy as it is made, if any.
+    relay: Option<Relay>,
+}
+
+/// The download a copy into the store passes its chunks on to (see
+/// "Relaying a copy" above). It is told the blob's size once more than
+/// [`RELAY_AFTER_BYTES`] of the copy came, then given every chunk as it is
+/// written, the latest held back until the copy is stored. A copy no
+/// larger never tells it: the download is answered from the stored copy,
+/// or with the copy's own error.
+#[derive(Debug)]
+pub struct Relay {
+    size: Option<oneshot::Sender<u64>>,
+    blob: u64,
+    chunks: Option<mpsc::Sender<Bytes>>,
+    /// What came and was not passed on yet: until the size is told, all
+    /// of it; then the latest chunk.
+    held: Vec<Bytes>,
+    held_bytes: u64,
+}
+
+impl Relay {
+    /// A relay, the blob's size once it is told (never if the relay is
+    /// dropped first), and the chunks.
+    pub fn new() -> (Self, oneshot::Receiver<u64>, mpsc::Receiver<Bytes>) {
+        let (size, told) = oneshot::channel();
+        let (chunks, rx) = mpsc::channel(BLOB_READ_AHEAD);
+        let relay = Self {
+            size: Some(size),
+            blob: 0,
+            chunks: Some(chunks),
+            held: Vec::new(),
+            held_bytes: 0,
+        };
+        (relay, told, rx)
+    }
+
+    /// Passes on what was held back but `chunk`, once the size is told,
+    /// and holds `chunk` back.
+    async fn pass(&mut self, chunk: Bytes) {
+        if self.chunks.is_none() {
+            return;
+        }
+        self.held_bytes += chunk.len() as u64;
+        self.held.push(chunk);
+        if let Some(size) = self.size.take_if(|_| self.held_bytes > RELAY_AFTER_BYTES) {
+            let _ = size.send(self.blob);
+        }
+        if self.size.is_some() {
+            return;
+        }
+        let last = self.held.pop().expect("a chunk was just held");
+        for chunk in std::mem::take(&mut self.held) {
+            self.send(chunk).await;
+        }
+        self.held_bytes = last.len() as u64;
+        self.held.push(last);
+    }
+
+    /// Sends `chunk`; a download gone, or taking nothing for
+    /// [`BLOB_IDLE_TIMEOUT`], is let go.
+    async fn send(&mut self, chunk: Bytes) {
+        let Some(chunks) = &self.chunks else {
+            return;
+        };
+        if !matches!(
+            tokio::time::timeout(BLOB_IDLE_TIMEOUT, chunks.send(chunk)).await,
+            Ok(Ok(()))
+        ) {
+            self.chunks = None;
+        }
+    }
+
+    /// The copy is stored: what was held back goes too, if the size was
+    /// told (if not, the download reads the stored copy).
+    async fn release(mut self) {
+        if self.size.is_none() {
+            for chunk in std::mem::take(&mut self.held) {
+                self.send(chunk).await;
+            }
+        }
+    }
 }
 
 /// What writes an upload's file: moved to a blocking thread for each
@@ -776,6 +874,13 @@ impl Writer {
 }
 
 impl Upload {
+    /// Serves the copy of a blob of `size` bytes this upload makes to
+    /// `relay` as it is made.
+    pub fn relay(&mut self, mut relay: Relay, size: u64) {
+        relay.blob = size;
+        self.relay = Some(relay);
+    }
+
     /// Bytes taken so far.
     pub fn bytes(&self) -> u64 {
         self.bytes
@@ -793,6 +898,9 @@ impl Upload {
         self.bytes += chunk.len() as u64;
         if chunk.is_empty() {
             return Ok(());
+        }
+        if let Some(relay) = &mut self.relay {
+            relay.pass(chunk.clone()).await;
         }
         if self.batched + chunk.len() > BLOB_WRITE_BYTES {
             self.flush().await?;
@@ -855,7 +963,11 @@ impl Upload {
             digest,
             bytes: self.bytes,
         };
+        let relay = self.relay.take();
         if self.store.keep_if_present(&digest).is_some() {
+            if let Some(relay) = relay {
+                relay.release().await;
+            }
             return Ok(Stored { info, new: false });
         }
         let (path, dir) = (self.store.path(&digest), self.store.inner.dir.clone());
@@ -870,6 +982,9 @@ impl Upload {
         .map_err(|e| BlobError::Io(format!("the writer stopped: {e}")))?
         .map_err(BlobError::io)?;
         self.store.stored(digest, self.bytes);
+        if let Some(relay) = relay {
+            relay.release().await;
+        }
         Ok(Stored { info, new: true })
     }
 }
@@ -880,6 +995,8 @@ impl Upload {
 #[derive(Debug)]
 pub struct ChannelBody {
     rx: mpsc::Receiver<Bytes>,
+    /// A first chunk, taken before the body was made.
+    first: Option<Bytes>,
     left: Option<u64>,
 }
 
@@ -887,7 +1004,31 @@ impl ChannelBody {
     /// A body of the chunks `rx` receives; `length`, when known, is its
     /// exact size (HTTP's `Content-Length`).
     pub fn new(rx: mpsc::Receiver<Bytes>, length: Option<u64>) -> Self {
-        Self { rx, left: length }
+        Self {
+            rx,
+            first: None,
+            left: length,
+        }
+    }
+
+    /// A body of bytes `start..=end` of the chunks `rx` receives (a blob
+    /// relayed whole), made once its first bytes have come, so that the
+    /// wait for them is a wait for the answer, not a gap in a flowing
+    /// body; it ends once it has them. `None`: the chunks ended first.
+    pub async fn window(mut rx: mpsc::Receiver<Bytes>, (start, end): (u64, u64)) -> Option<Self> {
+        let mut skip = start;
+        let first = loop {
+            let chunk = rx.recv().await?;
+            if skip < chunk.len() as u64 {
+                break chunk.slice(skip as usize..);
+            }
+            skip -= chunk.len() as u64;
+        };
+        Some(Self {
+            rx,
+            first: Some(first),
+            left: Some(end + 1 - start),
+        })
     }
 }
 
@@ -899,14 +1040,30 @@ impl hyper::body::Body for ChannelBody {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
-        self.rx.poll_recv(cx).map(|chunk| {
-            chunk.map(|chunk| {
-                if let Some(left) = &mut self.left {
-                    *left = left.saturating_sub(chunk.len() as u64);
-                }
-                Ok(hyper::body::Frame::data(chunk))
-            })
-        })
+        use std::task::Poll;
+        loop {
+            if self.left == Some(0) {
+                return Poll::Ready(None);
+            }
+            let mut chunk = match self.first.take() {
+                Some(first) => first,
+                None => match std::task::ready!(self.rx.poll_recv(cx)) {
+                    Some(chunk) => chunk,
+                    None => return Poll::Ready(None),
+                },
+            };
+            if let Some(left) = &mut self.left {
+                chunk.truncate((*left).min(chunk.len() as u64) as usize);
+                *left -= chunk.len() as u64;
+            }
+            if !chunk.is_empty() {
+                return Poll::Ready(Some(Ok(hyper::body::Frame::data(chunk))));
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == Some(0)
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
@@ -1064,6 +1221,85 @@ mod tests {
         let empty = put(&store, b"", None).await.unwrap();
         assert_eq!(empty.info.bytes, 0);
         assert!(read(&store, &empty.info.digest, None).await.is_empty());
+    }
+
+    /// Copies `bytes` in chunks of 100,000 with a relay, into `store`
+    /// (checked against `expected`), reading the relay as it goes: the
+    /// size told (if it was) and the bytes relayed, and the copy's result.
+    async fn relayed(
+        store: &BlobStore,
+        bytes: &[u8],
+        expected: Digest,
+    ) -> (Option<u64>, Vec<u8>, Result<Stored, BlobError>) {
+        let (relay, size, mut rx) = Relay::new();
+        let copy = async {
+            let mut upload = store.upload()?;
+            upload.relay(relay, bytes.len() as u64);
+            for chunk in bytes.chunks(100_000) {
+                upload.write(Bytes::copy_from_slice(chunk)).await?;
+            }
+            upload.finish(Some(expected)).await
+        };
+        let read = async {
+            let mut out = Vec::new();
+            while let Some(chunk) = rx.recv().await {
+                out.extend_from_slice(&chunk);
+            }
+            (size.await.ok(), out)
+        };
+        let (copied, (size, out)) = tokio::join!(copy, read);
+        (size, out, copied)
+    }
+
+    #[tokio::test]
+    async fn a_relay_serves_a_copy_past_its_first_mib_and_its_last_chunk_once_stored() {
+        let (_dir, store) = store(1 << 30);
+        let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 241) as u8).collect();
+        let (size, out, copied) = relayed(&store, &big, Digest::of(&big)).await;
+        assert_eq!(size, Some(big.len() as u64));
+        assert!(out == big, "relayed {} bytes of {}", out.len(), big.len());
+        assert!(copied.unwrap().new);
+        // A copy that fails its digest relays all but its last chunk.
+        let other: Vec<u8> = big.iter().map(|b| b ^ 1).collect();
+        let (size, out, copied) = relayed(&store, &other, Digest::of(&big)).await;
+        assert_eq!(size, Some(big.len() as u64));
+        assert_eq!(out.len(), big.len() - 100_000);
+        assert!(matches!(copied, Err(BlobError::DigestMismatch { .. })));
+        // A blob of at most RELAY_AFTER_BYTES is never relayed: its
+        // download reads the stored copy, or gets the copy's error.
+        let small = vec![7u8; RELAY_AFTER_BYTES as usize];
+        let (size, out, copied) = relayed(&store, &small, Digest::of(&small)).await;
+        assert_eq!((size, out.len()), (None, 0));
+        assert!(copied.is_ok());
+        let (size, out, copied) = relayed(&store, &small, Digest::of(b"other")).await;
+        assert_eq!((size, out.len()), (None, 0));
+        assert!(copied.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_window_of_relayed_chunks_starts_and_ends_where_its_range_does() {
+        use http_body_util::BodyExt;
+        let chunks = || {
+            let (tx, rx) = mpsc::channel(8);
+            for chunk in [&b"abcd"[..], b"efgh", b"ijkl"] {
+                tx.try_send(Bytes::from_static(chunk)).unwrap();
+            }
+            (tx, rx)
+        };
+        for ((start, end), want) in [
+            ((0, 11), "abcdefghijkl"),
+            ((5, 9), "fghij"),
+            ((11, 11), "l"),
+        ] {
+            let (_tx, rx) = chunks();
+            let body = ChannelBody::window(rx, (start, end)).await.unwrap();
+            // It ends with its range, though the sender is still there.
+            let got = body.collect().await.unwrap().to_bytes();
+            assert_eq!(got, want.as_bytes());
+        }
+        let (tx, rx) = chunks();
+        drop(tx);
+        assert!(ChannelBody::window(rx, (12, 20)).await.is_none());
     }
 
     #[tokio::test]

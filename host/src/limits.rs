@@ -268,6 +268,11 @@ pub(crate) const BLOB_SYNC_BYTES: u64 = 64 << 20;
 /// would leave less is refused (`blob_store_full`), so blobs never take
 /// the room the journal needs.
 pub const BLOB_DISK_RESERVE_BYTES: u64 = 1 << 30;
+/// A download through a node without a copy of its blob is answered once
+/// more than this many bytes of the node's copy came, and relayed as the
+/// rest comes; a blob no larger is answered from the stored copy, checked
+/// (its errors with their codes): 1 MiB.
+pub const RELAY_AFTER_BYTES: u64 = 1 << 20;
 /// Bytes read from a blob's file per chunk of a response.
 pub(crate) const BLOB_READ_BYTES: usize = 256 << 10;
 /// Chunks of a response read ahead of the network.

@@ -43,13 +43,15 @@ RESUMES_WITHOUT_PROGRESS_MAX = 3
 #: its last byte arrived: once an upload's body has been sent, its answer
 #: is waited for ``request_timeout_s`` plus one second per this many bytes
 #: sent (a 64 GiB blob: 4096 s more). A resumed download, whose blob's
-#: size is known, allows as much for the node to fetch the blob first.
+#: size is known, allows as much for a node without a copy to copy the
+#: blob up to the range it resumes at.
 BLOB_COPY_BYTES_PER_S = 16 << 20
 #: How much longer than ``request_timeout_s`` a download waits for its
 #: answer's head when the blob's size is not known (its first request): 10
-#: minutes. A node without a copy fetches the whole blob from another
-#: before it answers. Once the body flows, ``request_timeout_s`` is again
-#: the longest wait for each next bytes.
+#: minutes. A node without a copy answers once its copy from another has
+#: the first MiB, or all of a smaller blob, a range once the copy also
+#: reaches the range's first byte. Once the body flows, ``request_timeout_s`` is again the longest wait for each
+#: next bytes.
 BLOB_FETCH_WAIT_S = 600.0
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")

@@ -611,7 +611,8 @@ class Plans:
     def blob_body(self, digest: str, byte_range: Optional[str], size: Optional[int] = None) -> Plan[httpx.Response]:
         """``GET /v1/blobs/{digest}`` (with a ``Range`` header), the answer's
         body left unread: the readers' request. A node without a copy
-        fetches the whole blob before it answers, so the head is waited for
+        answers once its copy has the first MiB, or all of a smaller blob
+        (a range: once the copy also reaches it), so the head is waited for
         longer: `_blobs.fetch_allowance_s` of the blob's ``size`` (when
         known: a resumed download)."""
         headers = {"accept-encoding": "identity"}

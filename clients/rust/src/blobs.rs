@@ -17,11 +17,15 @@
 //! blob to others. So once an upload's body has all gone, its answer is
 //! waited for the usual timeout (120 s) plus one second per
 //! [`BLOB_COPY_BYTES_PER_SEC`] bytes sent (16 MiB/s: a 64 GiB blob gets
-//! 4096 s more). A node without a copy of a blob answers a download only
-//! once it has fetched the whole blob from another, so the answer's head
-//! is waited for the usual timeout plus [`BLOB_FETCH_WAIT`] (10 minutes:
-//! the client does not know the blob's size beforehand); once the body
-//! flows, [`BLOB_IDLE_TIMEOUT`] applies. While an upload's body is going,
+//! 4096 s more). A node without a copy of a blob copies it from another:
+//! it answers a download of a blob of at most 1 MiB once the copy is
+//! checked and stored, a larger one once the first MiB came, then sends
+//! the bytes as they arrive (the last ones only once its copy has the
+//! digest), and a range only once the copy also reaches the range's
+//! first byte. So the answer's head is waited for the usual timeout plus
+//! [`BLOB_FETCH_WAIT`] (10 minutes, for a slow copy or a range
+//! deep in a large blob: the client does not know the blob's size
+//! beforehand); once the body flows, [`BLOB_IDLE_TIMEOUT`] applies. While an upload's body is going,
 //! the usual timeout runs from each chunk the connection takes.
 //!
 //! Digests are hex in any case: the caller's is lowercased before it is
@@ -64,9 +68,11 @@ pub const BLOB_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const BLOB_COPY_BYTES_PER_SEC: u64 = 16 << 20;
 
 /// How much longer than the usual timeout a download waits for its
-/// answer's head (10 minutes): a node without a copy of the blob first
-/// fetches it whole from another, and the client does not know the blob's
-/// size to allow [`BLOB_COPY_BYTES_PER_SEC`] for it. Once the body flows,
+/// answer's head (10 minutes): a node without a copy of the blob answers
+/// once its copy from another is stored (a blob of at most 1 MiB) or has
+/// its first MiB, a range once the copy also reaches the range's first
+/// byte, and the client does not know the blob's size to allow
+/// [`BLOB_COPY_BYTES_PER_SEC`] for it. Once the body flows,
 /// [`BLOB_IDLE_TIMEOUT`] applies instead.
 pub const BLOB_FETCH_WAIT: Duration = Duration::from_secs(600);
 
@@ -290,7 +296,8 @@ impl Node {
     ///
     /// Returns once the answer's head has come (waited for up to the
     /// usual timeout plus [`BLOB_FETCH_WAIT`]: a node without a copy
-    /// fetches the blob first); the [`BlobReader`] knows
+    /// answers once its copy has the first MiB, or all of a smaller blob;
+    /// a range, once the copy also reaches it); the [`BlobReader`] knows
     /// the blob's size and the range served (check
     /// [`range`](BlobReader::range): a node may serve the whole blob
     /// instead of a range), and fails if the body breaks off, stalls for
@@ -314,7 +321,8 @@ impl Node {
             headers.insert(RANGE, value);
         }
         let path = format!("/v1/blobs/{digest}");
-        // A node without a copy fetches the whole blob before it answers.
+        // A node without a copy answers once its copy has the first MiB, or
+        // all of a smaller blob (a range: once the copy also reaches it).
         let wait = HeadWait::new(self.timing.request).with_extra(self.timing.fetch);
         let response = self
             .open(Method::GET, &path, headers, full(Bytes::new()), wait)

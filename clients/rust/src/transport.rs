@@ -283,7 +283,9 @@ pub struct HeadWait {
     /// the connection takes.
     pub timeout: Duration,
     /// Once the whole body has been sent: this much more, whatever its
-    /// size (a download the node may first fetch whole from another).
+    /// size (a download through a node without a copy, which copies
+    /// the first MiB of the blob, or up to the range asked, before it
+    /// answers).
     pub extra: Duration,
     /// Once the whole body has been sent: one second more per this many
     /// bytes of it (an upload the node copies to other nodes before it

@@ -36,8 +36,9 @@ export interface ClientOptions {
     /**
      * How much longer than `tryTimeoutMs` a download waits for its answer's
      * head when the blob's size is not known, in ms (default
-     * `BLOB_FETCH_WAIT_MS`, 10 minutes): a node without a copy fetches the
-     * whole blob before it answers.
+     * `BLOB_FETCH_WAIT_MS`, 10 minutes): a node without a copy answers
+     * once its copy has the first MiB, or all of a smaller blob, a range
+     * once the copy also reaches it.
      */
     fetchWaitMs?: number;
   };

@@ -23,7 +23,7 @@ use super::http::{Body, Reply200, body_deadline, error_response, json, parse_dig
 use super::internal::{Internal, seal_answer};
 use super::routes::Route;
 use super::types::{BlobDeleted, BlobEntry, BlobInfo as BlobBody, BlobList};
-use crate::blobs::{BlobError, BlobInfo, ChannelBody, Unsatisfiable, parse_range};
+use crate::blobs::{BlobError, BlobInfo, ChannelBody, Relay, Unsatisfiable, parse_range};
 use crate::cluster::blob_s3::S3Error;
 use crate::cluster::blob_transfer::{
     self, BlobTransfer, Expect, FrameReader, FrameWriter, Refused, SIZE_ONLY, TransferError,
@@ -292,9 +292,10 @@ pub(super) async fn delete(master: &MasterLink, param: &str) -> Result<Reply200,
     Ok(json(StatusCode::OK, &body))
 }
 
-/// `GET|HEAD /v1/blobs/{digest}`: the blob (or one range of it), fetched
-/// from a back-end node (or the S3-compatible store) first if this node
-/// has no copy.
+/// `GET|HEAD /v1/blobs/{digest}`: the blob (or one range of it). A node
+/// with no copy fetches one from a back-end node (or the S3-compatible
+/// store) for a `GET`, and serves it as the copy is made
+/// ([`crate::blobs::Relay`]); a `HEAD` copies nothing.
 pub(super) async fn get(
     blobs: &BlobTransfer,
     param: &str,
@@ -307,17 +308,17 @@ pub(super) async fn get(
     } else {
         Some(blobs.admit_outgoing().ok_or_else(busy)?)
     };
-    // A HEAD needs the size only: nothing is copied here for it.
-    let found = match (blobs.remote(), head_only) {
-        (Some(remote), true) => Ok(remote.locate(blobs.store(), &digest).await?),
-        (Some(remote), false) => Ok(remote.ensure(blobs.store(), &digest).await?),
-        (None, true) => blobs.locate(&digest).await,
-        (None, false) => blobs.ensure(&digest).await,
-    }
-    .map_err(|error| ApiError::new(ErrorCode::ReplicationFailed, error))?;
-    let size = match found {
-        Some(size) => size,
-        None => return Err(blob_not_found(param)),
+    let found = match (blobs.store().size(&digest), place) {
+        (Some(size), place) => Some((size, Source::Store(place))),
+        (None, None) => match blobs.remote() {
+            Some(remote) => remote.locate(blobs.store(), &digest).await?,
+            None => blobs.locate(&digest).await.map_err(replication_failed)?,
+        }
+        .map(|size| (size, Source::Store(None))),
+        (None, Some(place)) => relayed(blobs, digest, place).await?,
+    };
+    let Some((size, source)) = found else {
+        return Err(blob_not_found(param));
     };
     // A HEAD ignores Range (RFC 9110 §14.2: it is defined for GET).
     let range_header = (headers.get(RANGE))
@@ -341,12 +342,23 @@ pub(super) async fn get(
         }
     };
     let length = range.map_or(size, |(start, end)| end + 1 - start);
-    let body = match place {
-        None => Full::new(Bytes::new()).boxed(),
-        Some(place) => {
+    let body = match source {
+        Source::Store(None) => Full::new(Bytes::new()).boxed(),
+        Source::Store(Some(place)) => {
             let chunks = blobs.store().reader(&digest, range, Some(place))?;
             ChannelBody::new(chunks, Some(length)).boxed()
         }
+        Source::Relay(chunks) => match range {
+            Some(range) => match ChannelBody::window(chunks, range).await {
+                Some(body) => body.boxed(),
+                None => {
+                    return Err(replication_failed(format!(
+                        "the copy of blob {digest} broke off before the range asked"
+                    )));
+                }
+            },
+            None => ChannelBody::new(chunks, Some(size)).boxed(),
+        },
     };
     let mut response = Response::new(body);
     let headers = response.headers_mut();
@@ -367,6 +379,60 @@ pub(super) async fn get(
         *response.status_mut() = StatusCode::PARTIAL_CONTENT;
     }
     Ok(response)
+}
+
+/// Where a download's bytes come from.
+enum Source {
+    /// This node's copy (read with the download's place; none for a HEAD).
+    Store(Option<tokio::sync::OwnedSemaphorePermit>),
+    /// A copy being made ([`crate::blobs::Relay`]).
+    Relay(tokio::sync::mpsc::Receiver<Bytes>),
+}
+
+fn replication_failed(error: String) -> ApiError {
+    ApiError::new(ErrorCode::ReplicationFailed, error)
+}
+
+/// Copies blob `digest`, which this node lacks, from a back-end node (or
+/// the S3-compatible store) in a task of its own that holds `place`, and
+/// answers its size and its chunks as soon as the copy starts; or its
+/// size once the copy is stored, when none started that could be relayed
+/// (another download copied it meanwhile, or the node that answered first
+/// broke off and another was asked), to be read from the store with
+/// `place` again. `Ok(None)`: nowhere is it stored. The task goes on when
+/// the download goes, so the node keeps its copy.
+async fn relayed(
+    blobs: &BlobTransfer,
+    digest: Digest,
+    place: tokio::sync::OwnedSemaphorePermit,
+) -> Result<Option<(u64, Source)>, ApiError> {
+    let (relay, size, chunks) = Relay::new();
+    let transfer = blobs.clone();
+    let copying = tokio::spawn(async move {
+        let copied = match transfer.remote() {
+            Some(remote) => (remote.ensure_relayed(transfer.store(), &digest, Some(relay)))
+                .await
+                .map_err(ApiError::from),
+            None => {
+                (transfer.ensure_relayed(&digest, Some(relay)).await).map_err(replication_failed)
+            }
+        };
+        if let Err(error) = &copied {
+            let error = &error.body().message;
+            tracing::warn!(%digest, error, "a blob this node lacks could not be copied for a download");
+        }
+        (copied, place)
+    });
+    match size.await {
+        Ok(size) => Ok(Some((size, Source::Relay(chunks)))),
+        Err(_) => match copying.await {
+            Ok((copied, place)) => Ok(copied?.map(|size| (size, Source::Store(Some(place))))),
+            Err(error) => Err(ApiError::new(
+                ErrorCode::Internal,
+                format!("the copy of blob {digest} stopped: {error}"),
+            )),
+        },
+    }
 }
 
 /// `POST /internal/v1/blobs`: a blob pushed by the node that took its
@@ -393,6 +459,7 @@ pub async fn receive_push(
         freshness: Freshness::Once,
         digest: None,
         admit: &|| blobs.admit_incoming(),
+        relay: None,
     };
     let reader = FrameReader::new(sealer.cloned());
     let received = blob_transfer::receive(body, reader, blobs.store(), expect).await;

@@ -259,7 +259,10 @@ mod tests {
             json!({"devDependencies": null}),
         ] {
             let error = declares_any(&bad).unwrap_err().to_string();
-            assert!(error.contains("is not an object of package names and versions"), "{error}");
+            assert!(
+                error.contains("is not an object of package names and versions"),
+                "{error}"
+            );
         }
     }
 

@@ -78,7 +78,7 @@
 //! does); a duplicate upload is answered [`RACE_SETTLED`] later than a new
 //! one; and the sweeper lists the whole prefix each sweep.
 
-use crate::blobs::{BlobError, BlobInfo, BlobStore};
+use crate::blobs::{BlobError, BlobInfo, BlobStore, Relay};
 use crate::cluster::blob_gc::{Swept, sweep_every, unkept};
 use crate::cluster::link::MasterLink;
 use crate::events::{self, emit};
@@ -407,6 +407,17 @@ impl S3Store {
     /// Makes sure blob `digest` is in `local`, streaming its object into it
     /// (sha256 checked) when it is not. `Ok(None)`: no such object.
     pub async fn ensure(&self, local: &BlobStore, digest: &Digest) -> Result<Option<u64>, S3Error> {
+        self.ensure_relayed(local, digest, None).await
+    }
+
+    /// The same, serving the copy to `relay` as it is made (see
+    /// [`crate::blobs::Relay`]).
+    pub async fn ensure_relayed(
+        &self,
+        local: &BlobStore,
+        digest: &Digest,
+        relay: Option<Relay>,
+    ) -> Result<Option<u64>, S3Error> {
         if let Some(size) = local.size(digest) {
             return Ok(Some(size));
         }
@@ -420,6 +431,9 @@ impl S3Store {
             return Err(BlobError::TooLarge { ceiling }.into());
         }
         let mut upload = local.upload()?;
+        if let Some(relay) = relay {
+            upload.relay(relay, got.meta.size);
+        }
         let mut chunks = got.into_stream();
         loop {
             let next = tokio::time::timeout(BLOB_IDLE_TIMEOUT, chunks.next()).await;

@@ -36,7 +36,7 @@
 //! holds the blobs, and uploads go to it and fetches come from it
 //! (`cluster::blob_s3`); [`BlobTransfer::remote`] says which.
 
-use crate::blobs::{BlobError, BlobInfo, BlobStore, ChannelBody, Stored};
+use crate::blobs::{BlobError, BlobInfo, BlobStore, ChannelBody, Relay, Stored};
 use crate::limits::{
     BLOB_FRAME_BYTES, BLOB_FRAMES_AHEAD, BLOB_IDLE_TIMEOUT, BLOB_PUSHES_MAX, BLOB_STREAMS_MAX,
     TRANSFER_TIMEOUT,
@@ -316,6 +316,9 @@ pub struct Expect<'a> {
     /// opened (so nobody without the key holds one); `None` from it
     /// refuses the stream as busy.
     pub admit: &'a (dyn Fn() -> Option<tokio::sync::OwnedSemaphorePermit> + Sync),
+    /// The download to serve the copy to as it is made, if any
+    /// ([`crate::blobs::Relay`]).
+    pub relay: Option<Relay>,
 }
 
 /// Why a stream was refused, with the head's nonce once the head was
@@ -409,6 +412,9 @@ where
         return Err(refused(TransferError::Busy));
     };
     let mut upload = store.upload().map_err(|e| refused(e.into()))?;
+    if let Some(relay) = expect.relay {
+        upload.relay(relay, head.bytes);
+    }
     loop {
         match reader.chunk().map_err(refused)? {
             Some((data, last)) => {
@@ -692,13 +698,23 @@ impl BlobTransfer {
     /// Makes sure blob `digest` is stored here, fetching it from the first
     /// other live back-end node that has it. `Ok(None)`: none has it.
     pub async fn ensure(&self, digest: &Digest) -> Result<Option<u64>, String> {
+        self.ensure_relayed(digest, None).await
+    }
+
+    /// The same, serving the copy to `relay` as it is made (when a node
+    /// that has the blob starts sending it; see [`crate::blobs::Relay`]).
+    pub async fn ensure_relayed(
+        &self,
+        digest: &Digest,
+        mut relay: Option<Relay>,
+    ) -> Result<Option<u64>, String> {
         if let Some(size) = self.store.size(digest) {
             return Ok(Some(size));
         }
         let (others, _) = self.back_ends();
         let mut errors = Vec::new();
         for (node, url) in others {
-            match self.fetch(&url, digest).await {
+            match self.fetch(&url, digest, &mut relay).await {
                 Ok(Some(size)) => return Ok(Some(size)),
                 Ok(None) => {}
                 Err(error) => errors.push(format!("{node}: {error}")),
@@ -771,8 +787,14 @@ impl BlobTransfer {
         }
     }
 
-    /// Fetches blob `digest` from the node at `url` into the store.
-    async fn fetch(&self, url: &str, digest: &Digest) -> Result<Option<u64>, String> {
+    /// Fetches blob `digest` from the node at `url` into the store,
+    /// serving it to `relay` (taken once the node answers with the blob).
+    async fn fetch(
+        &self,
+        url: &str,
+        digest: &Digest,
+        relay: &mut Option<Relay>,
+    ) -> Result<Option<u64>, String> {
         let fetched = self
             .peer
             .fetch_frames(
@@ -804,6 +826,7 @@ impl BlobTransfer {
             freshness: Freshness::Bound,
             digest: Some(*digest),
             admit: &|| self.admit_incoming(),
+            relay: relay.take(),
         };
         let (stored, _) = receive(body, reader, &self.store, expect)
             .await
@@ -845,6 +868,7 @@ mod tests {
                 let places = Arc::new(tokio::sync::Semaphore::new(1));
                 places.try_acquire_owned().ok()
             },
+            relay: None,
         }
     }
 
@@ -980,6 +1004,7 @@ mod tests {
                 freshness: Freshness::Bound,
                 digest: asked,
                 admit: &admit,
+                relay: None,
             };
             let reader = FrameReader::new(Some(s.clone()));
             let got = receive(body(frames.clone()), reader, &store, expect).await;
