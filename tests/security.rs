@@ -3,7 +3,8 @@
 //! forged, replayed and stale datagrams are dropped and counted; each token
 //! scope allows exactly what the README says; TLS serves HTTP/1.1 and
 //! HTTP/2 and refuses plain HTTP and garbage; a node refuses to listen
-//! beyond loopback without a key; the key rotates under load with no
+//! beyond loopback without a key (and one without a key says it checks no
+//! token it makes); the key rotates under load with no
 //! acknowledged job lost; and the bad inputs a user would try get JSON
 //! errors with stable codes.
 
@@ -610,6 +611,24 @@ fn beyond_loopback_a_node_needs_a_key_or_says_insecure() {
     node.wait_stderr("--insecure");
     let cluster = runtime().block_on(Api::new(&node.url).cluster()).unwrap();
     assert!(cluster.security.insecure && !cluster.security.cluster_key);
+    // A token made on a node without a key is kept, but that node checks
+    // none, and says so.
+    let out = eventually("a token", support::EVENT_WAIT, || {
+        let out = node.cli(&["token", "create", "--scope", "read"], b"");
+        match out.status.success() {
+            true => Ok(out),
+            false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+        }
+    });
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("cohort_"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("has no cluster key and checks no token"),
+        "{stderr}"
+    );
+    let out = node.cli(&["token", "create", "--scope", "read", "--json"], b"");
+    let created: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(created["checked"], false, "{created}");
 }
 
 /// Sends `head` and `body_part`, then idles; the raw answer.

@@ -934,6 +934,15 @@ pub async fn token(command: TokenCommand) -> ExitCode {
     }
     match (op, minted) {
         (TokenOp::Create(request), Some(token)) => {
+            let checked = serde_json::from_slice::<crate::api::auth::TokenCreatedResponse>(&answer)
+                .map_or(true, |created| created.checked);
+            if !checked {
+                eprintln!(
+                    "warning: the node that answered has no cluster key and checks no token: it lets every request \
+                     in, with or without this one. The token is kept; nodes started with \
+                     --cluster-key check it."
+                );
+            }
             if !auth.server.json {
                 eprintln!(
                     "token {} ({}) created; it is shown only now:",

@@ -309,6 +309,8 @@ pub fn token_at(server: &str, key: &Path, scopes: &str) -> String {
         }
         let token = String::from_utf8(out.stdout).unwrap().trim().to_string();
         assert!(token.starts_with("cohort_"), "{token}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("checks no token"), "{stderr}");
         Ok(token)
     })
 }

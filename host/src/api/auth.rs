@@ -77,6 +77,25 @@ pub struct TokenBody {
     pub created_at: u64,
 }
 
+/// `201` to `POST /v1/tokens`: the token as listed, and whether the node
+/// that answered checks tokens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TokenCreatedResponse {
+    /// Id.
+    pub id: String,
+    /// What it is for.
+    pub name: String,
+    /// Scopes.
+    pub scopes: Vec<String>,
+    /// When it was made (ms since the Unix epoch; 0 until listed).
+    pub created_at: u64,
+    /// Whether the answering node checks tokens. `false` on a node
+    /// without a cluster key (on loopback, or beyond it with
+    /// `--insecure`): it lets every request in, with or without a token. The token is kept all
+    /// the same, and nodes started with the key check it.
+    pub checked: bool,
+}
+
 /// `GET /v1/tokens`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenListResponse {
@@ -159,11 +178,12 @@ pub(crate) async fn token_op(
             }
             Ok(json(
                 StatusCode::CREATED,
-                &TokenBody {
+                &TokenCreatedResponse {
                     id: record.id,
                     name: record.name,
                     scopes: record.scopes,
                     created_at: 0,
+                    checked: tokens.is_some(),
                 },
             ))
         }

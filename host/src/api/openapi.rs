@@ -17,7 +17,9 @@
 //! * a test checks that the committed copy is current (`COHORT_BLESS=1`
 //!   rewrites it).
 
-use super::auth::{ScopeName, TokenBody, TokenCreateRequest, TokenListResponse};
+use super::auth::{
+    ScopeName, TokenBody, TokenCreateRequest, TokenCreatedResponse, TokenListResponse,
+};
 use super::error::{ErrorCode, error_body};
 use super::routes::{Access, Handler, ROUTES, Verb};
 use super::types::*;
@@ -698,7 +700,7 @@ fn operation(handler: Handler) -> Option<Doc> {
         H::TokenCreate => doc("tokens", "Add a token made by the caller")
             .describe("`cohort token create` makes the token and sends its id, scopes and the SHA-256 of its secret; the node never sees the secret.")
             .body::<TokenCreateRequest>(serde_json::json!({"id": "3f9c01d2a4b7", "name": "ci", "scopes": ["submit"], "sha256": "0".repeat(64)}))
-            .answers::<TokenBody>(201, "Created.")
+            .answers::<TokenCreatedResponse>(201, "Created.")
             .errors(&[MASTER, &[BadJson, InvalidToken, TokenExists]]),
         H::TokenRevoke => doc("tokens", "Revoke a token")
             .param("id", Path, text(), "The token's id.")
@@ -817,6 +819,7 @@ fn components() -> utoipa::openapi::Components {
         SecurityBody,
         TokenCreateRequest,
         TokenBody,
+        TokenCreatedResponse,
         TokenListResponse,
         ScopeName,
         HealthResponse,
