@@ -86,6 +86,13 @@
 //!   same with its sha256 checked (`get_blob_to_file`, `cohort blob get -o`),
 //!   and 1 KiB from its middle (`Range`); over 2 rounds.
 //!
+//! * relay: a blob of `COHORT_BENCH_RELAY_MIB` MiB (default 1024) uploaded
+//!   to a back-end node, then downloaded (sha256 checked, to a file)
+//!   through a front-end-only node that has no copy: the answer's first
+//!   byte and the whole download; then again from the copy it made. With
+//!   `COHORT_BENCH_BEFORE=PATH` (another build's `cohort`), each of the 3
+//!   rounds runs that build's nodes too, alternating which goes first.
+//!
 //! `COHORT_BENCH_BIN=PATH` runs the nodes from another `cohort` binary (an
 //! older commit's, for before/after in one run; the in-process sections,
 //! commit and recovery, use this build's library either way).
@@ -186,6 +193,9 @@ fn main() {
     }
     if wanted("blobs") {
         rt.block_on(blobs());
+    }
+    if wanted("relay") {
+        rt.block_on(relay());
     }
     if wanted("tracing") {
         rt.block_on(tracing_cost());
@@ -530,6 +540,137 @@ async fn blobs() {
     }
 }
 
+/// A download through a node without a copy (see the module's notes).
+async fn relay() {
+    let mib: u64 = std::env::var("COHORT_BENCH_RELAY_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let bytes = mib << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("source");
+    write_pseudo_random(&source, bytes);
+    let copy = dir.path().join("copy");
+    let rate = |took: Duration| bytes as f64 / took.as_secs_f64() / f64::from(1u32 << 20);
+    let this = std::ffi::OsString::from(env!("CARGO_BIN_EXE_cohort"));
+    let mut builds = vec![("this build", this)];
+    if let Some(before) = std::env::var_os("COHORT_BENCH_BEFORE") {
+        builds.push(("before", before));
+    }
+    for round in 1..=3 {
+        builds.rotate_left(1);
+        for (build, binary) in &builds {
+            let back = start_node_from(binary, &["--node-id", "back"]);
+            let front = start_node_from(
+                binary,
+                &[
+                    "--node-id",
+                    "front",
+                    "--roles",
+                    "front-end",
+                    "--seed",
+                    &gossip_of(&back),
+                ],
+            );
+            let (b, f) = (Api::new(&back.url), Api::new(&front.url));
+            while live_nodes(&f).await.len() < 2 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let file = tokio::fs::File::open(&source).await.unwrap();
+            let info = b.put_blob_stream(file).await.unwrap();
+            assert_eq!(info.bytes, bytes);
+            // The front-end knows where it is (a HEAD copies nothing).
+            while f.head_blob(&info.digest).await.ok().flatten().is_none() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            // The first byte of the body of another blob (one byte more),
+            // to a plain HTTP/1.1 GET (one write, read to the body's first
+            // byte), dropped after it; its copy is let finish.
+            let file = tokio::fs::File::open(&source).await.unwrap();
+            let other = (b.put_blob_stream(tokio::io::AsyncReadExt::chain(file, &b"+"[..])))
+                .await
+                .unwrap();
+            while f.head_blob(&other.digest).await.ok().flatten().is_none() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let first_byte = tokio::task::spawn_blocking({
+                let (url, digest) = (front.url.clone(), other.digest.clone());
+                move || first_body_byte(&url, &format!("/v1/blobs/{digest}"))
+            })
+            .await
+            .unwrap();
+            wait_partial_gone(&front).await;
+            let started = Instant::now();
+            let _ = std::fs::remove_file(&copy);
+            let mut reader = f.get_blob(&info.digest, None).await.unwrap();
+            {
+                use tokio::io::AsyncReadExt;
+                let mut one = [0u8; 1];
+                reader.read_exact(&mut one).await.unwrap();
+            }
+            let out = tokio::fs::File::create(&copy).await.unwrap();
+            let mut out = tokio::io::BufWriter::with_capacity(1 << 20, out);
+            tokio::io::copy(&mut reader, &mut out).await.unwrap();
+            tokio::io::AsyncWriteExt::flush(&mut out).await.unwrap();
+            let relayed = started.elapsed();
+            assert_eq!(std::fs::metadata(&copy).unwrap().len(), bytes - 1);
+            let started = Instant::now();
+            f.get_blob_to_file(&info.digest, &copy).await.unwrap();
+            let held = started.elapsed();
+            println!(
+                "relay round {round}, {build}: {mib} MiB through a node without a copy: first byte {:.1} ms, whole {:.2} s ({:.0} MiB/s); from its copy then, checked: {:.2} s ({:.0} MiB/s)",
+                first_byte.as_secs_f64() * 1e3,
+                relayed.as_secs_f64(),
+                rate(relayed),
+                held.as_secs_f64(),
+                rate(held),
+            );
+        }
+    }
+}
+
+/// How long a plain HTTP/1.1 GET of `path` from the node at `url` takes
+/// to its body's first byte.
+fn first_body_byte(url: &str, path: &str) -> Duration {
+    use std::io::{Read, Write};
+    let address = url.trim_start_matches("http://");
+    let started = Instant::now();
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    stream.set_nodelay(true).unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "the answer ended in its head: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+        if let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+            assert!(
+                seen.starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&seen)
+            );
+            if seen.len() > end + 4 {
+                return started.elapsed();
+            }
+        }
+    }
+}
+
+/// Waits until the node at `node` has no blob copy under way (its
+/// `blobs/partial/` empty): a download let go leaves its copy going.
+async fn wait_partial_gone(node: &NodeProcess) {
+    let partial = node._dir.path().join("blobs/partial");
+    while std::fs::read_dir(&partial).is_ok_and(|mut d| d.next().is_some()) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Writes `bytes` of a fast pseudo-random sequence (xorshift) to `path`.
 fn write_pseudo_random(path: &std::path::Path, bytes: u64) {
     use std::io::Write;
@@ -711,11 +852,16 @@ impl Drop for NodeProcess {
 }
 
 fn start_node(extra: &[&str]) -> NodeProcess {
-    let dir = tempfile::tempdir().unwrap();
     // Another build's binary (say, the commit before a change) for
     // before/after in one run.
     let binary =
         std::env::var_os("COHORT_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_cohort").into());
+    start_node_from(&binary, extra)
+}
+
+/// A node of the `cohort` at `binary`, with `extra` flags.
+fn start_node_from(binary: &std::ffi::OsStr, extra: &[&str]) -> NodeProcess {
+    let dir = tempfile::tempdir().unwrap();
     let mut child = Process::new(binary)
         .args(["node", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
