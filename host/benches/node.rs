@@ -447,10 +447,18 @@ impl OtlpSink {
     }
 }
 
-/// Blob throughput and first-byte latency against `cp` and `cat` of the
-/// same file on the same disk, in the same run (see the module's notes).
-async fn blobs() {
-    let mib: u64 = std::env::var("COHORT_BENCH_BLOB_MIB")
+/// A file of pseudo-random bytes for the blob sections, of the MiB that
+/// `variable` says (default 1024), and where to copy it.
+struct BlobFile {
+    mib: u64,
+    bytes: u64,
+    _dir: tempfile::TempDir,
+    source: std::path::PathBuf,
+    copy: std::path::PathBuf,
+}
+
+fn blob_file(variable: &str) -> BlobFile {
+    let mib: u64 = std::env::var(variable)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1024);
@@ -459,7 +467,29 @@ async fn blobs() {
     let source = dir.path().join("source");
     write_pseudo_random(&source, bytes);
     let copy = dir.path().join("copy");
-    let rate = |took: Duration| bytes as f64 / took.as_secs_f64() / f64::from(1u32 << 20);
+    BlobFile {
+        mib,
+        bytes,
+        _dir: dir,
+        source,
+        copy,
+    }
+}
+
+impl BlobFile {
+    /// MiB/s of moving the file's bytes in `took`.
+    fn rate(&self, took: Duration) -> f64 {
+        self.bytes as f64 / took.as_secs_f64() / f64::from(1u32 << 20)
+    }
+}
+
+/// Blob throughput and first-byte latency against `cp` and `cat` of the
+/// same file on the same disk, in the same run (see the module's notes).
+async fn blobs() {
+    let file = blob_file("COHORT_BENCH_BLOB_MIB");
+    let (mib, bytes) = (file.mib, file.bytes);
+    let (source, copy) = (file.source.clone(), file.copy.clone());
+    let rate = |took: Duration| file.rate(took);
     let timed = |program: &str, args: &[&str]| {
         let started = Instant::now();
         let status = Process::new(program).args(args).status().unwrap();
@@ -542,16 +572,10 @@ async fn blobs() {
 
 /// A download through a node without a copy (see the module's notes).
 async fn relay() {
-    let mib: u64 = std::env::var("COHORT_BENCH_RELAY_MIB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1024);
-    let bytes = mib << 20;
-    let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("source");
-    write_pseudo_random(&source, bytes);
-    let copy = dir.path().join("copy");
-    let rate = |took: Duration| bytes as f64 / took.as_secs_f64() / f64::from(1u32 << 20);
+    let file = blob_file("COHORT_BENCH_RELAY_MIB");
+    let (mib, bytes) = (file.mib, file.bytes);
+    let (source, copy) = (file.source.clone(), file.copy.clone());
+    let rate = |took: Duration| file.rate(took);
     let this = std::ffi::OsString::from(env!("CARGO_BIN_EXE_cohort"));
     let mut builds = vec![("this build", this)];
     if let Some(before) = std::env::var_os("COHORT_BENCH_BEFORE") {
