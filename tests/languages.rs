@@ -273,6 +273,16 @@ fn new_jobs_build_and_run_as_they_are_in_every_language() {
 /// `cohort build PROJECT -o OUT` with the tests' toolchains and `extra`
 /// arguments: its output, success or not.
 fn try_build(project: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    try_build_with(project, out, extra, &[])
+}
+
+/// [`try_build`] with the environment variables `env` set too.
+fn try_build_with(
+    project: &Path,
+    out: &Path,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
     let mut args = vec![
         "build",
         project.to_str().unwrap(),
@@ -283,7 +293,7 @@ fn try_build(project: &Path, out: &Path, extra: &[&str]) -> std::process::Output
     let toolchains = toolchains();
     args.push(&toolchains);
     args.extend_from_slice(extra);
-    cohort(&args, b"")
+    support::cohort_with_env(&args, env, b"")
 }
 
 /// Copies the example at `example` (relative to the repository root)
@@ -567,31 +577,22 @@ fn js_dependencies_come_from_the_lock_and_node_builtins_are_refused_by_name() {
 #[test]
 fn an_index_that_cannot_be_reached_fails_the_build_saying_so() {
     let _machine = shared();
+    // The toolchains come from the real index and registry first: only
+    // the job's dependencies are asked of the closed ones.
+    built("tests/fixtures/echo-py");
+    built("tests/fixtures/echo-js");
     let dir = tempfile::tempdir().unwrap();
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closed.local_addr().unwrap().port();
     drop(closed);
     let out = dir.path().join("out.wasm");
-    let toolchains = toolchains();
-    let build = |project: &Path, env: &[(&str, String)]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cohort"));
-        command
-            .args([
-                "build",
-                project.to_str().unwrap(),
-                "-o",
-                out.to_str().unwrap(),
-            ])
-            .args(["--toolchains", &toolchains]);
-        for (name, value) in env {
-            command.env(name, value);
-        }
-        build_error(&run_bounded(&mut command, b""))
+    let build = |project: &Path, env: &[(&str, &str)]| {
+        build_error(&try_build_with(project, &out, &[], env))
     };
     let app = "from cohort_job import job\n\n@job\ndef run(data):\n    return data\n";
     let python = python_project(dir.path(), "offline-py", &["tabulate"], app);
     let index = format!("http://127.0.0.1:{port}/simple");
-    let error = build(&python, &[("PIP_INDEX_URL", index)]);
+    let error = build(&python, &[("PIP_INDEX_URL", &index)]);
     assert!(
         error.contains("the package index cannot be reached"),
         "{error}"
@@ -600,8 +601,8 @@ fn an_index_that_cannot_be_reached_fails_the_build_saying_so() {
     let js = js_project(dir.path(), "offline-js", &[("zod", "^3.23.8")], "");
     let registry = format!("http://127.0.0.1:{port}/");
     let env = [
-        ("npm_config_registry", registry),
-        ("npm_config_fetch_retries", "0".to_string()),
+        ("npm_config_registry", registry.as_str()),
+        ("npm_config_fetch_retries", "0"),
     ];
     let error = build(&js, &env);
     assert!(

@@ -689,7 +689,7 @@ fn first_body_byte(url: &str, path: &str) -> Duration {
 /// Waits until the node at `node` has no blob copy under way (its
 /// `blobs/partial/` empty): a download let go leaves its copy going.
 async fn wait_partial_gone(node: &NodeProcess) {
-    let partial = node._dir.path().join("blobs/partial");
+    let partial = node.dir.path().join("blobs/partial");
     while std::fs::read_dir(&partial).is_ok_and(|mut d| d.next().is_some()) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -858,7 +858,8 @@ async fn schedule_jitter() {
 struct NodeProcess {
     child: Child,
     url: String,
-    _dir: tempfile::TempDir,
+    /// Its data directory, removed with it.
+    dir: tempfile::TempDir,
 }
 
 impl NodeProcess {
@@ -909,11 +910,7 @@ fn start_node_from(binary: &std::ffi::OsStr, extra: &[&str]) -> NodeProcess {
         }
     };
     std::thread::spawn(move || for _ in lines {});
-    NodeProcess {
-        child,
-        url,
-        _dir: dir,
-    }
+    NodeProcess { child, url, dir }
 }
 
 /// Longest a fresh node may take to accept its first job.

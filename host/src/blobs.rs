@@ -680,9 +680,7 @@ impl BlobStore {
                     let length = (end - offset).min(BLOB_READ_BYTES as u64) as usize;
                     next = Some(read(offset, length));
                 }
-                let sent = tokio::time::timeout(BLOB_IDLE_TIMEOUT, tx.send(chunk));
-                if !matches!(sent.await, Ok(Ok(()))) {
-                    // The reader went away, or stopped reading.
+                if !send_or_let_go(&tx, chunk).await {
                     return;
                 }
             }
@@ -724,6 +722,7 @@ pub struct Relay {
     /// What came and was not passed on yet: until the size is told, all
     /// of it; then the latest chunk.
     held: Vec<Bytes>,
+    /// Bytes that came before the size was told.
     held_bytes: u64,
 }
 
@@ -761,20 +760,14 @@ impl Relay {
         for chunk in std::mem::take(&mut self.held) {
             self.send(chunk).await;
         }
-        self.held_bytes = last.len() as u64;
         self.held.push(last);
     }
 
-    /// Sends `chunk`; a download gone, or taking nothing for
-    /// [`BLOB_IDLE_TIMEOUT`], is let go.
+    /// Sends `chunk` ([`send_or_let_go`]).
     async fn send(&mut self, chunk: Bytes) {
-        let Some(chunks) = &self.chunks else {
-            return;
-        };
-        if !matches!(
-            tokio::time::timeout(BLOB_IDLE_TIMEOUT, chunks.send(chunk)).await,
-            Ok(Ok(()))
-        ) {
+        if let Some(chunks) = &self.chunks
+            && !send_or_let_go(chunks, chunk).await
+        {
             self.chunks = None;
         }
     }
@@ -788,6 +781,16 @@ impl Relay {
             }
         }
     }
+}
+
+/// Sends `chunk` to a download's channel: `false` once the download is
+/// gone, or has taken nothing for [`BLOB_IDLE_TIMEOUT`] (a reader that
+/// stopped reading is let go).
+async fn send_or_let_go(tx: &mpsc::Sender<Bytes>, chunk: Bytes) -> bool {
+    matches!(
+        tokio::time::timeout(BLOB_IDLE_TIMEOUT, tx.send(chunk)).await,
+        Ok(Ok(()))
+    )
 }
 
 /// What writes an upload's file: moved to a blocking thread for each

@@ -938,9 +938,9 @@ pub async fn token(command: TokenCommand) -> ExitCode {
                 .map_or(true, |created| created.checked);
             if !checked {
                 eprintln!(
-                    "warning: the node that answered has no cluster key and checks no token: it lets every request \
-                     in, with or without this one. The token is kept; nodes started with \
-                     --cluster-key check it."
+                    "warning: the node that answered has no cluster key and checks no token: \
+                     it lets every request in, with or without this one. The token is kept; \
+                     nodes started with --cluster-key check it."
                 );
             }
             if !auth.server.json {

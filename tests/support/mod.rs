@@ -319,11 +319,17 @@ pub fn token_at(server: &str, key: &Path, scopes: &str) -> String {
 /// `cohort exec` caches compiled modules under the build's own temporary
 /// directory, never the user's cache.
 pub fn cohort(args: &[&str], stdin: &[u8]) -> Output {
+    cohort_with_env(args, &[], stdin)
+}
+
+/// [`cohort`] with the environment variables `env` set too.
+pub fn cohort_with_env(args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_cohort"));
     command.args(args).env_remove("COHORT_CACHE_DIR").env(
         "XDG_CACHE_HOME",
         Path::new(env!("CARGO_TARGET_TMPDIR")).join("xdg-cache"),
     );
+    command.envs(env.iter().copied());
     run_bounded(&mut command, stdin)
 }
 

@@ -81,18 +81,14 @@ pub struct TokenBody {
 /// that answered checks tokens.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenCreatedResponse {
-    /// Id.
-    pub id: String,
-    /// What it is for.
-    pub name: String,
-    /// Scopes.
-    pub scopes: Vec<String>,
-    /// When it was made (ms since the Unix epoch; 0 until listed).
-    pub created_at: u64,
+    /// The token (`created_at` 0 until listed).
+    #[serde(flatten)]
+    pub token: TokenBody,
     /// Whether the answering node checks tokens. `false` on a node
     /// without a cluster key (on loopback, or beyond it with
-    /// `--insecure`): it lets every request in, with or without a token. The token is kept all
-    /// the same, and nodes started with the key check it.
+    /// `--insecure`): it lets every request in, with or without a token.
+    /// The token is kept all the same, and nodes started with the key
+    /// check it.
     pub checked: bool,
 }
 
@@ -179,10 +175,12 @@ pub(crate) async fn token_op(
             Ok(json(
                 StatusCode::CREATED,
                 &TokenCreatedResponse {
-                    id: record.id,
-                    name: record.name,
-                    scopes: record.scopes,
-                    created_at: 0,
+                    token: TokenBody {
+                        id: record.id,
+                        name: record.name,
+                        scopes: record.scopes,
+                        created_at: 0,
+                    },
                     checked: tokens.is_some(),
                 },
             ))
