@@ -691,6 +691,35 @@ fn bad_uploads_and_requests_are_refused_and_leave_nothing_behind() {
     // A header that is no digest at all: a bad request.
     let garbled = put_raw(&node, b"some bytes", &[("x-cohort-sha256", "not-hex")]);
     garbled.assert_error(400, "bad_request");
+    // The same in a chunked body's trailer (as the Rust client and the
+    // CLI send it, hashed beside the sending): bytes that are not the
+    // trailer's, a trailer that is no digest, and a trailer that
+    // contradicts the header.
+    let mine = sha256(b"some bytes");
+    let trailed = |header: Option<&str>, trailer: &str| {
+        let mut raw = Raw::connect(&node);
+        let mut headers = vec![
+            ("transfer-encoding", "chunked"),
+            ("trailer", "x-cohort-sha256"),
+        ];
+        headers.extend(header.map(|digest| ("x-cohort-sha256", digest)));
+        raw.head("PUT", "/v1/blobs", &headers);
+        let body = format!("a\r\nsome bytes\r\n0\r\nx-cohort-sha256: {trailer}\r\n\r\n");
+        raw.stream.write_all(body.as_bytes()).unwrap();
+        raw.reply("PUT")
+    };
+    let mismatch = trailed(None, &other);
+    mismatch.assert_error(422, "blob_digest_mismatch");
+    trailed(None, "not-hex").assert_error(400, "bad_request");
+    let contradicted = trailed(Some(&mine), &other);
+    let body = contradicted.assert_error(400, "bad_request");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("another digest than the header"),
+        "{contradicted}"
+    );
     wait_no_partial(&node);
     nothing_stored("after digest mismatches");
 
@@ -819,11 +848,17 @@ fn bad_uploads_and_requests_are_refused_and_leave_nothing_behind() {
         assert_eq!(reply.header("allow"), Some(allow), "{method} {path}");
     }
 
+    // Bytes that are their trailer's are stored.
+    let good = trailed(Some(&mine), &mine);
+    assert_eq!(good.status, 201, "{good}");
+    assert_eq!(good.json()["digest"], mine.as_str(), "{good}");
+
     // The node still serves, and holds exactly what was accepted.
     assert_eq!(call(&node, "GET", "/healthz", &[], b"").status, 200);
     let mut expected = vec![
         big_info(&ceiling_digest, MIB),
         big_info(&small_digest, 1000),
+        big_info(&mine, 10),
     ];
     expected = sorted(expected);
     assert_eq!(list_raw(&node), expected);

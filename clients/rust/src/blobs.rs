@@ -2,10 +2,12 @@
 //! nodes (`PUT /v1/blobs`, `GET`/`HEAD /v1/blobs/{digest}`) and never held
 //! whole in memory unless the caller gives it whole ([`Node::put_blob`]).
 //!
-//! An upload names the digest it expects when it knows it beforehand (the
-//! `X-Cohort-Sha256` header), so a node refuses bytes that changed on the
-//! way; every upload checks the digest and size the node answers against
-//! what it sent. A download checks its length against the headers, and
+//! Every upload names the digest of its bytes, so a node refuses bytes
+//! that changed on the way (`blob_digest_mismatch`): bytes given whole in
+//! the `X-Cohort-Sha256` header, a file or a stream in the trailer of the
+//! same name, hashed on a thread beside the sending so the bytes are read
+//! once. Every upload also checks the digest and size the node answers
+//! against what it sent. A download checks its length against the headers, and
 //! [`Node::get_blob_to_file`] its digest too, before the file appears.
 //!
 //! [`Node`] talks to one node; [`Client`] fails over between nodes as
@@ -37,11 +39,11 @@ use crate::transport::{Body, BoxError, HeadWait, full};
 use crate::types::{BlobDeleted, BlobEntry, BlobInfo, BlobList};
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
-use http_body::{Body as _, Frame, SizeHint};
+use http_body::{Body as _, Frame};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{
-    CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, HeaderMap, HeaderValue, RANGE,
+    CONTENT_LENGTH, CONTENT_RANGE, CONTENT_TYPE, ETAG, HeaderMap, HeaderValue, RANGE, TRAILER,
 };
 use hyper::{Method, Response, StatusCode};
 use sha2::{Digest as _, Sha256};
@@ -52,7 +54,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio_util::sync::PollSender;
 
 /// Bytes read from a file or a reader at a time, to hash it or to send it.
 pub const BLOB_CHUNK_BYTES: usize = 256 << 10;
@@ -85,6 +88,17 @@ const ANSWER_MAX: usize = 64 << 10;
 /// In-memory blobs past this size are hashed on a blocking thread.
 const HASH_INLINE_MAX: usize = 1 << 20;
 
+/// Chunks of a streamed upload sent but not yet hashed, at most (1 MiB).
+const HASH_AHEAD: usize = 4;
+
+/// Where an upload names the sha256 its bytes must have.
+enum Named<'a> {
+    /// Known before the bytes are sent: the `X-Cohort-Sha256` header.
+    Before(&'a str),
+    /// Hashed as they are sent: the `X-Cohort-Sha256` trailer.
+    After,
+}
+
 impl Node {
     /// Stores `bytes` as a blob; returns its digest and size. The bytes'
     /// sha256 is sent with them (`X-Cohort-Sha256`) and the answer checked
@@ -113,7 +127,7 @@ impl Node {
             digest: digest.to_owned(),
             bytes: bytes.len() as u64,
         };
-        let answer = self.put(full(bytes), Some(digest)).await?;
+        let answer = self.put(full(bytes), Named::Before(digest)).await?;
         self.check_stored(answer, &sent)
     }
 
@@ -121,20 +135,11 @@ impl Node {
     /// [`BLOB_CHUNK_BYTES`] (never whole in memory); returns its digest
     /// and size.
     ///
-    /// Reads the file twice: first to hash it, so the node is told which
-    /// bytes to expect (`X-Cohort-Sha256`) and refuses them if the file
-    /// changed in between (`blob_digest_mismatch`), then to send it.
+    /// Reads the file once, hashing it beside the sending: the digest goes
+    /// last, as the `X-Cohort-Sha256` trailer, and the node refuses the
+    /// upload if what it received has another (`blob_digest_mismatch`).
+    /// A file that grows or shrinks while it is sent fails the upload.
     pub async fn put_blob_file(&self, path: &Path) -> Result<BlobInfo, ClientError> {
-        let hashed = hash_file(path).await?;
-        self.put_file_hashed(path, &hashed).await
-    }
-
-    /// [`put_blob_file`](Self::put_blob_file) of a file already hashed.
-    pub(crate) async fn put_file_hashed(
-        &self,
-        path: &Path,
-        hashed: &BlobInfo,
-    ) -> Result<BlobInfo, ClientError> {
         let file = tokio::fs::File::open(path)
             .await
             .map_err(|e| unreadable(path, e))?;
@@ -143,24 +148,14 @@ impl Node {
             .await
             .map_err(|e| unreadable(path, e))?
             .len();
-        if len != hashed.bytes {
-            return Err(ClientError::Protocol(format!(
-                "{} changed while it was uploaded: {len} bytes, not the {} it was hashed with",
-                path.display(),
-                hashed.bytes
-            )));
-        }
-        // Hashed already: the node checks the bytes against that digest.
-        let upload = Upload::unhashed(file, len);
-        let answer = self.put(upload.body(), Some(&hashed.digest)).await?;
-        self.check_stored(answer, hashed)
+        self.put_upload(&Upload::new(file, Some(len))).await
     }
 
     /// Stores what `reader` gives until its end as a blob, streamed as the
     /// connection takes it (sent chunked: its length is not known
-    /// beforehand, nor is its digest, so the node cannot be told which
-    /// bytes to expect); returns the blob's digest and size, checked
-    /// against the sha256 of what was read.
+    /// beforehand) and hashed beside the sending, its digest sent last as
+    /// for [`put_blob_file`](Self::put_blob_file); returns the blob's
+    /// digest and size, checked against the sha256 of what was read.
     ///
     /// The reader is read once: a failed upload cannot be resent (see
     /// [`Client::put_blob_stream`]).
@@ -177,7 +172,7 @@ impl Node {
         &self,
         upload: &Upload<R>,
     ) -> Result<BlobInfo, ClientError> {
-        let answer = self.put(upload.body(), None).await?;
+        let answer = self.put(upload.body(), Named::After).await?;
         match upload.sent() {
             Some(sent) => self.check_stored(answer, &sent),
             None => Err(ClientError::Protocol(format!(
@@ -187,17 +182,22 @@ impl Node {
         }
     }
 
-    /// `PUT /v1/blobs` with `body`, naming `digest` if given.
-    async fn put(&self, body: Body, digest: Option<&str>) -> Result<BlobInfo, ClientError> {
+    /// `PUT /v1/blobs` with `body`, naming its digest as `named` says.
+    async fn put(&self, body: Body, named: Named<'_>) -> Result<BlobInfo, ClientError> {
         let mut headers = HeaderMap::new();
         headers.insert(
             CONTENT_TYPE,
             HeaderValue::from_static("application/octet-stream"),
         );
-        if let Some(digest) = digest {
-            let value = HeaderValue::from_str(digest)
-                .map_err(|_| ClientError::Protocol(format!("{digest:?} is not a digest")))?;
-            headers.insert(SHA256_HEADER, value);
+        match named {
+            Named::Before(digest) => {
+                let value = HeaderValue::from_str(digest)
+                    .map_err(|_| ClientError::Protocol(format!("{digest:?} is not a digest")))?;
+                headers.insert(SHA256_HEADER, value);
+            }
+            Named::After => {
+                headers.insert(TRAILER, HeaderValue::from_static(SHA256_HEADER));
+            }
         }
         let timing = self.timing;
         // The node answers once it has copied the blob to others.
@@ -381,17 +381,12 @@ impl Client {
     /// Stores the file at `path` as a blob, streamed (never whole in
     /// memory); returns its digest and size.
     ///
-    /// Reads the file once to hash it, then once more per try to send it:
-    /// a failed try is resent, from the start of the file, to the next
-    /// node as [`call`](Self::call) retries, and a file that changed since
-    /// it was hashed is refused. See [`Node::put_blob_file`].
+    /// Reads the file once per try, hashing it as it is sent: a failed try
+    /// is resent, from the start of the file, to the next node as
+    /// [`call`](Self::call) retries. See [`Node::put_blob_file`].
     pub async fn put_blob_file(&self, path: &Path) -> Result<BlobInfo, ClientError> {
-        let hashed = hash_file(path).await?;
-        self.call(|node| {
-            let hashed = hashed.clone();
-            async move { node.put_file_hashed(path, &hashed).await }
-        })
-        .await
+        self.call(|node| async move { node.put_blob_file(path).await })
+            .await
     }
 
     /// Stores what `reader` gives until its end as a blob, streamed once;
@@ -694,7 +689,15 @@ impl AsyncRead for BlobReader {
 
 /// What an upload reads from, shared by the bodies of its tries: a try
 /// that never read from the reader leaves it whole for the next, and only
-/// the latest try's body may read it. Hashes and counts what it reads.
+/// the latest try's body may read it.
+///
+/// Each try's body hands every chunk it sends to a hashing thread beside
+/// it, so the bytes are read once and hashing does not slow the sending,
+/// and ends with the sha256 of what it sent as its `X-Cohort-Sha256`
+/// trailer (declared in the request's `Trailer` header): the node refuses
+/// the upload if what it received has another digest
+/// (`blob_digest_mismatch`), and the client checks the node's answer
+/// against the same digest.
 struct Upload<R> {
     source: Arc<Mutex<Source<R>>>,
 }
@@ -711,40 +714,28 @@ struct Source<R> {
     reader: R,
     /// Exactly how many bytes the reader must give (a file's length).
     expected: Option<u64>,
-    /// The hash of what was read; `None` when the digest is known
-    /// beforehand (a file hashed first), which the node checks instead.
-    hasher: Option<Sha256>,
     read: u64,
     /// Whether the reader was read from (or failed).
     touched: bool,
     ended: bool,
+    /// What was read, once the reader ended and its hash came.
+    sent: Option<BlobInfo>,
     /// The latest try: only its body reads.
     tries: u64,
 }
 
 impl<R: AsyncRead + Send + Unpin + 'static> Upload<R> {
     /// An upload of what `reader` gives (exactly `expected` bytes, if
-    /// given: the body's length is then sent as its `Content-Length`).
+    /// given: a reader that gives more or fewer fails the body).
     fn new(reader: R, expected: Option<u64>) -> Self {
-        Self::with_hasher(reader, expected, Some(Sha256::new()))
-    }
-
-    /// An upload of exactly `length` bytes from `reader` whose digest is
-    /// known (and sent): not hashed again as it is read, and
-    /// [`sent`](Self::sent) is `None`.
-    fn unhashed(reader: R, length: u64) -> Self {
-        Self::with_hasher(reader, Some(length), None)
-    }
-
-    fn with_hasher(reader: R, expected: Option<u64>, hasher: Option<Sha256>) -> Self {
         Self {
             source: Arc::new(Mutex::new(Source {
                 reader,
                 expected,
-                hasher,
                 read: 0,
                 touched: false,
                 ended: false,
+                sent: None,
                 tries: 0,
             })),
         }
@@ -755,6 +746,7 @@ impl<R: AsyncRead + Send + Unpin + 'static> Upload<R> {
     }
 
     /// The body of a new try; an earlier try's body fails from now on.
+    /// Must be called within a Tokio runtime (its hashing thread).
     fn body(&self) -> Body {
         let mut source = self.source();
         source.tries += 1;
@@ -762,7 +754,7 @@ impl<R: AsyncRead + Send + Unpin + 'static> Upload<R> {
             source: self.source.clone(),
             try_number: source.tries,
             buffer: BytesMut::new(),
-            size: source.expected,
+            hashing: Hashing::start(),
         }
         .boxed()
     }
@@ -773,25 +765,45 @@ impl<R: AsyncRead + Send + Unpin + 'static> Upload<R> {
         self.source().touched
     }
 
-    /// What was read, once the reader ended (`None` before, and for an
-    /// upload that does not hash).
+    /// What was read, once the reader ended and was hashed (`None`
+    /// before).
     fn sent(&self) -> Option<BlobInfo> {
-        let source = self.source();
-        let whole = source.ended || source.expected == Some(source.read);
-        let hasher = source.hasher.as_ref().filter(|_| whole)?;
-        Some(BlobInfo {
-            digest: hex(&hasher.clone().finalize()),
-            bytes: source.read,
-        })
+        self.source().sent.clone()
     }
 }
 
-/// One try's body of an [`Upload`].
+/// The sha256 of a body's chunks, computed on a blocking thread as they
+/// are sent: at most [`HASH_AHEAD`] chunks wait for it, so a hash that
+/// falls behind holds the sending back instead of filling memory.
+struct Hashing {
+    chunks: PollSender<Bytes>,
+    /// `None` once the digest was taken.
+    digest: Option<tokio::task::JoinHandle<String>>,
+}
+
+impl Hashing {
+    fn start() -> Self {
+        let (chunks, mut taken) = tokio::sync::mpsc::channel::<Bytes>(HASH_AHEAD);
+        let digest = tokio::task::spawn_blocking(move || {
+            let mut hasher = Sha256::new();
+            while let Some(chunk) = taken.blocking_recv() {
+                hasher.update(&chunk);
+            }
+            hex(&hasher.finalize())
+        });
+        Self {
+            chunks: PollSender::new(chunks),
+            digest: Some(digest),
+        }
+    }
+}
+
+/// One try's body of an [`Upload`]: its chunks, then the digest trailer.
 struct UploadBody<R> {
     source: Arc<Mutex<Source<R>>>,
     try_number: u64,
     buffer: BytesMut,
-    size: Option<u64>,
+    hashing: Hashing,
 }
 
 impl<R: AsyncRead + Send + Unpin + 'static> http_body::Body for UploadBody<R> {
@@ -809,22 +821,38 @@ impl<R: AsyncRead + Send + Unpin + 'static> http_body::Body for UploadBody<R> {
                 "a later try of the upload took its reader over".into()
             )));
         }
-        if source.ended {
-            return Poll::Ready(None);
-        }
-        this.buffer.reserve(BLOB_CHUNK_BYTES);
-        let read =
-            tokio_util::io::poll_read_buf(Pin::new(&mut source.reader), cx, &mut this.buffer);
-        let n = match read {
-            Poll::Pending => return Poll::Pending,
-            Poll::Ready(Err(error)) => {
-                source.touched = true;
-                return Poll::Ready(Some(Err(Box::new(error))));
+        if !source.ended {
+            // Room for the next chunk beside the hash before it is read.
+            if let Err(error) = std::task::ready!(this.hashing.chunks.poll_reserve(cx)) {
+                return Poll::Ready(Some(Err(
+                    format!("the upload's hashing stopped: {error}").into()
+                )));
             }
-            Poll::Ready(Ok(n)) => n as u64,
-        };
-        source.touched = true;
-        if n == 0 {
+            this.buffer.reserve(BLOB_CHUNK_BYTES);
+            let read =
+                tokio_util::io::poll_read_buf(Pin::new(&mut source.reader), cx, &mut this.buffer);
+            let n = match std::task::ready!(read) {
+                Err(error) => {
+                    source.touched = true;
+                    return Poll::Ready(Some(Err(Box::new(error))));
+                }
+                Ok(n) => n as u64,
+            };
+            source.touched = true;
+            if n > 0 {
+                if let Some(expected) = source.expected.filter(|&e| source.read + n > e) {
+                    return Poll::Ready(Some(Err(format!(
+                        "the source has more than the {expected} bytes it had"
+                    )
+                    .into())));
+                }
+                let chunk = this.buffer.split().freeze();
+                if this.hashing.chunks.send_item(chunk.clone()).is_err() {
+                    return Poll::Ready(Some(Err("the upload's hashing stopped".into())));
+                }
+                source.read += n;
+                return Poll::Ready(Some(Ok(Frame::data(chunk))));
+            }
             if let Some(expected) = source.expected.filter(|&e| e != source.read) {
                 let read = source.read;
                 return Poll::Ready(Some(Err(format!(
@@ -833,27 +861,37 @@ impl<R: AsyncRead + Send + Unpin + 'static> http_body::Body for UploadBody<R> {
                 .into())));
             }
             source.ended = true;
+            // No more chunks (nor the slot reserved for one): the hash
+            // finishes with what it has.
+            this.hashing.chunks.close();
+            this.hashing.chunks.abort_send();
+        }
+        let Some(digest) = this.hashing.digest.as_mut() else {
             return Poll::Ready(None);
-        }
-        if let Some(expected) = source.expected.filter(|&e| source.read + n > e) {
-            return Poll::Ready(Some(Err(format!(
-                "the source has more than the {expected} bytes it had"
-            )
-            .into())));
-        }
-        let chunk = this.buffer.split().freeze();
-        if let Some(hasher) = &mut source.hasher {
-            hasher.update(&chunk);
-        }
-        source.read += n;
-        Poll::Ready(Some(Ok(Frame::data(chunk))))
+        };
+        let digest = match std::task::ready!(Pin::new(digest).poll(cx)) {
+            Ok(digest) => digest,
+            Err(error) => {
+                return Poll::Ready(Some(Err(
+                    format!("the upload's hashing failed: {error}").into()
+                )));
+            }
+        };
+        this.hashing.digest = None;
+        let mut trailers = HeaderMap::new();
+        trailers.insert(
+            SHA256_HEADER,
+            HeaderValue::from_str(&digest).expect("hex is a header value"),
+        );
+        source.sent = Some(BlobInfo {
+            digest,
+            bytes: source.read,
+        });
+        Poll::Ready(Some(Ok(Frame::trailers(trailers))))
     }
 
-    fn size_hint(&self) -> SizeHint {
-        match self.size {
-            Some(size) => SizeHint::with_exact(size),
-            None => SizeHint::default(),
-        }
+    fn is_end_stream(&self) -> bool {
+        self.hashing.digest.is_none()
     }
 }
 
@@ -1052,30 +1090,6 @@ impl Drop for Partial {
 
 /// The digest and size of the file at `path`, read in chunks of
 /// [`BLOB_CHUNK_BYTES`].
-async fn hash_file(path: &Path) -> Result<BlobInfo, ClientError> {
-    let mut file = tokio::fs::File::open(path)
-        .await
-        .map_err(|e| unreadable(path, e))?;
-    let mut buffer = vec![0u8; BLOB_CHUNK_BYTES];
-    let mut hasher = Sha256::new();
-    let mut bytes = 0u64;
-    loop {
-        let n = file
-            .read(&mut buffer)
-            .await
-            .map_err(|e| unreadable(path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-        bytes += n as u64;
-    }
-    Ok(BlobInfo {
-        digest: hex(&hasher.finalize()),
-        bytes,
-    })
-}
-
 /// The sha256 of `bytes` in hex; off the async threads when it is long.
 async fn sha256_of(bytes: Bytes) -> String {
     if bytes.len() <= HASH_INLINE_MAX {
@@ -1171,7 +1185,7 @@ fn unwritable(path: &Path, error: std::io::Error) -> ClientError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::AsyncWriteExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
     fn sha256(bytes: &[u8]) -> String {
@@ -1269,19 +1283,18 @@ mod tests {
         let data = vec![7u8; BLOB_CHUNK_BYTES * 2 + 5];
         let upload = Upload::new(std::io::Cursor::new(data.clone()), Some(data.len() as u64));
         let body = upload.body();
-        assert_eq!(body.size_hint().exact(), Some(data.len() as u64));
         assert!(!upload.touched(), "nothing is read before the body is");
         assert_eq!(upload.sent(), None);
-        let sent = body.collect().await.unwrap().to_bytes();
-        assert_eq!(sent, data);
+        let collected = body.collect().await.unwrap();
+        let trailers = collected.trailers().cloned().expect("the digest trailer");
+        assert_eq!(collected.to_bytes(), data);
         assert!(upload.touched());
-        assert_eq!(
-            upload.sent(),
-            Some(BlobInfo {
-                digest: sha256(&data),
-                bytes: data.len() as u64
-            })
-        );
+        let sent = BlobInfo {
+            digest: sha256(&data),
+            bytes: data.len() as u64,
+        };
+        assert_eq!(trailers[SHA256_HEADER], sent.digest.as_str());
+        assert_eq!(upload.sent(), Some(sent));
 
         // A file that shrank, or grew, since its length was taken.
         let short = Upload::new(std::io::Cursor::new(vec![1u8; 10]), Some(11));
@@ -1369,7 +1382,7 @@ mod tests {
             }
             more(socket, &mut data).await;
         };
-        let head = String::from_utf8(data[..head_end].to_vec())
+        let mut head = String::from_utf8(data[..head_end].to_vec())
             .unwrap()
             .to_ascii_lowercase();
         let mut body = data.split_off(head_end);
@@ -1377,33 +1390,47 @@ mod tests {
             .lines()
             .find_map(|l| l.strip_prefix("content-length:"))
             .map(|v| v.trim().parse::<usize>().unwrap());
-        let chunked = head.contains("transfer-encoding: chunked");
-        loop {
-            let whole = match length {
-                Some(n) => body.len() >= n,
-                None => !chunked || body.ends_with(b"0\r\n\r\n"),
-            };
-            if whole {
-                break;
+        if head.contains("transfer-encoding: chunked") {
+            loop {
+                if let Some((decoded, trailers)) = dechunk(&body) {
+                    // The trailers read as more of the head.
+                    head.push_str(&trailers.to_ascii_lowercase());
+                    return (head, decoded);
+                }
+                more(socket, &mut body).await;
             }
+        }
+        while body.len() < length.unwrap_or(0) {
             more(socket, &mut body).await;
         }
-        if chunked {
-            let mut decoded = Vec::new();
-            let mut rest = &body[..];
-            loop {
-                let line = rest.windows(2).position(|w| w == b"\r\n").unwrap();
-                let size = std::str::from_utf8(&rest[..line]).unwrap();
-                let size = usize::from_str_radix(size.trim(), 16).unwrap();
-                if size == 0 {
-                    break;
-                }
-                decoded.extend_from_slice(&rest[line + 2..line + 2 + size]);
-                rest = &rest[line + 2 + size + 2..];
-            }
-            body = decoded;
-        }
         (head, body)
+    }
+
+    /// A chunked body's bytes and its trailer lines, once all of it is in
+    /// `body` (`None` before).
+    fn dechunk(body: &[u8]) -> Option<(Vec<u8>, String)> {
+        let mut decoded = Vec::new();
+        let mut rest = body;
+        loop {
+            let line = rest.windows(2).position(|w| w == b"\r\n")?;
+            let size = std::str::from_utf8(&rest[..line]).unwrap();
+            let size = usize::from_str_radix(size.trim(), 16).unwrap();
+            rest = &rest[line + 2..];
+            if size == 0 {
+                let end = rest.windows(2).position(|w| w == b"\r\n")?;
+                if end == 0 {
+                    return Some((decoded, String::new()));
+                }
+                let end = rest.windows(4).position(|w| w == b"\r\n\r\n")?;
+                let trailers = String::from_utf8(rest[..end + 2].to_vec()).unwrap();
+                return Some((decoded, trailers));
+            }
+            if rest.len() < size + 2 {
+                return None;
+            }
+            decoded.extend_from_slice(&rest[..size]);
+            rest = &rest[size + 2..];
+        }
     }
 
     /// A node on a local port that answers one request with `answer`
@@ -1603,7 +1630,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_file_is_sent_with_its_length_and_digest() {
+    async fn a_file_is_sent_once_with_its_digest_last() {
         let dir = scratch_dir();
         let path = dir.join("in.bin");
         let data: Vec<u8> = (0..BLOB_CHUNK_BYTES * 3 + 17).map(|i| i as u8).collect();
@@ -1615,19 +1642,31 @@ mod tests {
         assert_eq!(info.digest, digest);
         let (head, body) = served.await.unwrap();
         assert!(
-            head.contains(&format!("\r\ncontent-length: {}\r\n", data.len())),
+            head.contains("\r\ntransfer-encoding: chunked\r\n"),
             "{head}"
         );
+        assert!(head.contains("\r\ntrailer: x-cohort-sha256\r\n"), "{head}");
+        // After the body: the trailer.
         assert!(
-            head.contains(&format!("\r\nx-cohort-sha256: {digest}\r\n")),
+            head.ends_with(&format!("\r\n\r\nx-cohort-sha256: {digest}\r\n")),
             "{head}"
         );
         assert!(body == data, "the file's bytes");
+
+        // A node that stored something else.
+        let other = format!(
+            r#"{{"digest":"{}","bytes":{}}}"#,
+            sha256(b"other"),
+            data.len()
+        );
+        let (node, _served) = answer_once(answer("201 Created", &[], &other)).await;
+        let error = node.put_blob_file(&path).await.unwrap_err();
+        assert_eq!(error.code(), "protocol");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test]
-    async fn a_stream_goes_chunked_without_a_digest_and_is_checked_against_what_was_read() {
+    async fn a_stream_goes_chunked_with_its_digest_last_and_is_checked_against_what_was_read() {
         let digest = sha256(b"streamed");
         let stored = format!(r#"{{"digest":"{digest}","bytes":8}}"#);
         let (node, served) = answer_once(answer("201 Created", &[], &stored)).await;
@@ -1635,13 +1674,22 @@ mod tests {
             .put_blob_stream(std::io::Cursor::new(b"streamed".to_vec()))
             .await
             .unwrap();
-        assert_eq!(info, BlobInfo { digest, bytes: 8 });
+        assert_eq!(
+            info,
+            BlobInfo {
+                digest: digest.clone(),
+                bytes: 8
+            }
+        );
         let (head, body) = served.await.unwrap();
         assert!(
             head.contains("\r\ntransfer-encoding: chunked\r\n"),
             "{head}"
         );
-        assert!(!head.contains("x-cohort-sha256"), "{head}");
+        assert!(
+            head.ends_with(&format!("\r\n\r\nx-cohort-sha256: {digest}\r\n")),
+            "{head}"
+        );
         assert_eq!(body, b"streamed");
     }
 

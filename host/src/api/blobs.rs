@@ -147,21 +147,7 @@ pub(super) async fn put(
     if declared.is_some_and(|length| length > ceiling) {
         return Err(too_large());
     }
-    let expected = match headers.get(SHA256_HEADER) {
-        None => None,
-        Some(value) => Some(
-            value
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<Digest>().ok())
-                .ok_or_else(|| {
-                    ApiError::new(
-                        ErrorCode::BadRequest,
-                        format!("{SHA256_HEADER} is not a sha256 (64 hex digits)"),
-                    )
-                })?,
-        ),
-    };
+    let mut expected = named_digest(headers, "header")?;
     let mut upload = store.upload()?;
     let started = Instant::now();
     loop {
@@ -187,11 +173,14 @@ pub(super) async fn put(
                     ),
                 ));
             }
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    upload.write(data).await?;
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => upload.write(data).await?,
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        expected = trailed_digest(expected, &trailers)?;
+                    }
                 }
-            }
+            },
         }
         if started.elapsed() > body_deadline(upload.bytes() + BLOB_WRITE_BYTES as u64) {
             return Err(slow(upload.bytes()));
@@ -249,6 +238,36 @@ pub(super) async fn put(
         StatusCode::OK
     };
     Ok(json(status, &body_of(stored.info)))
+}
+
+/// The digest `fields` (an upload's headers or trailers) name its bytes
+/// by (`X-Cohort-Sha256`), if they name one.
+fn named_digest(fields: &HeaderMap, what: &str) -> Result<Option<Digest>, ApiError> {
+    let Some(value) = fields.get(SHA256_HEADER) else {
+        return Ok(None);
+    };
+    let digest = (value.to_str().ok()).and_then(|v| v.trim().parse::<Digest>().ok());
+    digest.map(Some).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::BadRequest,
+            format!("the {SHA256_HEADER} {what} is not a sha256 (64 hex digits)"),
+        )
+    })
+}
+
+/// The digest an upload's bytes must have once its `trailers` came: the
+/// trailer's, which must not contradict the header's (`header`).
+fn trailed_digest(
+    header: Option<Digest>,
+    trailers: &HeaderMap,
+) -> Result<Option<Digest>, ApiError> {
+    match (header, named_digest(trailers, "trailer")?) {
+        (Some(header), Some(trailer)) if header != trailer => Err(ApiError::new(
+            ErrorCode::BadRequest,
+            format!("the {SHA256_HEADER} trailer names another digest than the header"),
+        )),
+        (header, trailer) => Ok(trailer.or(header)),
+    }
 }
 
 /// `GET /v1/blobs`: the blobs this node holds, each with what the master
