@@ -3,11 +3,11 @@
 //! whole in memory unless the caller gives it whole ([`Node::put_blob`]).
 //!
 //! Every upload names the digest of its bytes, so a node refuses bytes
-//! that changed on the way (`blob_digest_mismatch`): bytes given whole in
-//! the `X-Cohort-Sha256` header, a file or a stream in the trailer of the
-//! same name, hashed on a thread beside the sending so the bytes are read
-//! once. Every upload also checks the digest and size the node answers
-//! against what it sent. A download checks its length against the headers, and
+//! that changed on the way (`blob_digest_mismatch`): bytes given whole,
+//! and a file (hashed first), in the `X-Cohort-Sha256` header; a stream,
+//! hashed as it is sent, in the trailer of the same name. Every upload
+//! also checks the digest and size the node answers against what it
+//! sent. A download checks its length against the headers, and
 //! [`Node::get_blob_to_file`] its digest too, before the file appears.
 //!
 //! [`Node`] talks to one node; [`Client`] fails over between nodes as
@@ -39,7 +39,7 @@ use crate::transport::{Body, BoxError, HeadWait, full};
 use crate::types::{BlobDeleted, BlobEntry, BlobInfo, BlobList};
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
-use http_body::{Body as _, Frame};
+use http_body::{Body as _, Frame, SizeHint};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{
@@ -54,8 +54,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, ReadBuf};
-use tokio_util::sync::PollSender;
+use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
 
 /// Bytes read from a file or a reader at a time, to hash it or to send it.
 pub const BLOB_CHUNK_BYTES: usize = 256 << 10;
@@ -87,9 +86,6 @@ const ANSWER_MAX: usize = 64 << 10;
 
 /// In-memory blobs past this size are hashed on a blocking thread.
 const HASH_INLINE_MAX: usize = 1 << 20;
-
-/// Chunks of a streamed upload sent but not yet hashed, at most (1 MiB).
-const HASH_AHEAD: usize = 4;
 
 /// Where an upload names the sha256 its bytes must have.
 enum Named<'a> {
@@ -135,11 +131,20 @@ impl Node {
     /// [`BLOB_CHUNK_BYTES`] (never whole in memory); returns its digest
     /// and size.
     ///
-    /// Reads the file once, hashing it beside the sending: the digest goes
-    /// last, as the `X-Cohort-Sha256` trailer, and the node refuses the
-    /// upload if what it received has another (`blob_digest_mismatch`).
-    /// A file that grows or shrinks while it is sent fails the upload.
+    /// Reads the file twice: first to hash it, so the node is told which
+    /// bytes to expect (`X-Cohort-Sha256`) and refuses them if the file
+    /// changed in between (`blob_digest_mismatch`), then to send it.
     pub async fn put_blob_file(&self, path: &Path) -> Result<BlobInfo, ClientError> {
+        let hashed = hash_file(path).await?;
+        self.put_file_hashed(path, &hashed).await
+    }
+
+    /// [`put_blob_file`](Self::put_blob_file) of a file already hashed.
+    pub(crate) async fn put_file_hashed(
+        &self,
+        path: &Path,
+        hashed: &BlobInfo,
+    ) -> Result<BlobInfo, ClientError> {
         let file = tokio::fs::File::open(path)
             .await
             .map_err(|e| unreadable(path, e))?;
@@ -148,14 +153,26 @@ impl Node {
             .await
             .map_err(|e| unreadable(path, e))?
             .len();
-        self.put_upload(&Upload::new(file, Some(len))).await
+        if len != hashed.bytes {
+            return Err(ClientError::Protocol(format!(
+                "{} changed while it was uploaded: {len} bytes, not the {} it was hashed with",
+                path.display(),
+                hashed.bytes
+            )));
+        }
+        // Hashed already: the node checks the bytes against that digest.
+        let upload = Upload::unhashed(file, len);
+        let answer = self
+            .put(upload.body(), Named::Before(&hashed.digest))
+            .await?;
+        self.check_stored(answer, hashed)
     }
 
     /// Stores what `reader` gives until its end as a blob, streamed as the
     /// connection takes it (sent chunked: its length is not known
-    /// beforehand) and hashed beside the sending, its digest sent last as
-    /// for [`put_blob_file`](Self::put_blob_file); returns the blob's
-    /// digest and size, checked against the sha256 of what was read.
+    /// beforehand) and hashed as it is sent, its sha256 sent last as the
+    /// `X-Cohort-Sha256` trailer for the node to check; returns the blob's
+    /// digest and size, checked against the same sha256.
     ///
     /// The reader is read once: a failed upload cannot be resent (see
     /// [`Client::put_blob_stream`]).
@@ -381,12 +398,17 @@ impl Client {
     /// Stores the file at `path` as a blob, streamed (never whole in
     /// memory); returns its digest and size.
     ///
-    /// Reads the file once per try, hashing it as it is sent: a failed try
-    /// is resent, from the start of the file, to the next node as
-    /// [`call`](Self::call) retries. See [`Node::put_blob_file`].
+    /// Reads the file once to hash it, then once more per try to send it:
+    /// a failed try is resent, from the start of the file, to the next
+    /// node as [`call`](Self::call) retries, and a file that changed since
+    /// it was hashed is refused. See [`Node::put_blob_file`].
     pub async fn put_blob_file(&self, path: &Path) -> Result<BlobInfo, ClientError> {
-        self.call(|node| async move { node.put_blob_file(path).await })
-            .await
+        let hashed = hash_file(path).await?;
+        self.call(|node| {
+            let hashed = hashed.clone();
+            async move { node.put_file_hashed(path, &hashed).await }
+        })
+        .await
     }
 
     /// Stores what `reader` gives until its end as a blob, streamed once;
@@ -691,13 +713,14 @@ impl AsyncRead for BlobReader {
 /// that never read from the reader leaves it whole for the next, and only
 /// the latest try's body may read it.
 ///
-/// Each try's body hands every chunk it sends to a hashing thread beside
-/// it, so the bytes are read once and hashing does not slow the sending,
-/// and ends with the sha256 of what it sent as its `X-Cohort-Sha256`
+/// An upload whose digest is not known beforehand (a stream) hashes what
+/// each try sends and ends it with that sha256 as its `X-Cohort-Sha256`
 /// trailer (declared in the request's `Trailer` header): the node refuses
 /// the upload if what it received has another digest
 /// (`blob_digest_mismatch`), and the client checks the node's answer
-/// against the same digest.
+/// against the same digest. The hash is taken on the thread that sends,
+/// where the chunk is in cache: on 2 cores a thread of its own beside the
+/// sending measured slower (BENCHMARKS.md, "blob-upload").
 struct Upload<R> {
     source: Arc<Mutex<Source<R>>>,
 }
@@ -714,11 +737,15 @@ struct Source<R> {
     reader: R,
     /// Exactly how many bytes the reader must give (a file's length).
     expected: Option<u64>,
+    /// Whether each try hashes what it sends and ends with the trailer;
+    /// `false` when the digest is known beforehand (a file hashed first,
+    /// named in the header), and the body's length is then declared.
+    hashes: bool,
     read: u64,
     /// Whether the reader was read from (or failed).
     touched: bool,
     ended: bool,
-    /// What was read, once the reader ended and its hash came.
+    /// What was read, once the reader ended (an upload that hashes).
     sent: Option<BlobInfo>,
     /// The latest try: only its body reads.
     tries: u64,
@@ -726,12 +753,25 @@ struct Source<R> {
 
 impl<R: AsyncRead + Send + Unpin + 'static> Upload<R> {
     /// An upload of what `reader` gives (exactly `expected` bytes, if
-    /// given: a reader that gives more or fewer fails the body).
+    /// given: a reader that gives more or fewer fails the body), hashed
+    /// as it is sent, its digest sent last as the trailer.
     fn new(reader: R, expected: Option<u64>) -> Self {
+        Self::with(reader, expected, true)
+    }
+
+    /// An upload of exactly `length` bytes from `reader` whose digest is
+    /// known (and sent in the header): not hashed again as it is read,
+    /// sent with its `Content-Length`, and [`sent`](Self::sent) is `None`.
+    fn unhashed(reader: R, length: u64) -> Self {
+        Self::with(reader, Some(length), false)
+    }
+
+    fn with(reader: R, expected: Option<u64>, hashes: bool) -> Self {
         Self {
             source: Arc::new(Mutex::new(Source {
                 reader,
                 expected,
+                hashes,
                 read: 0,
                 touched: false,
                 ended: false,
@@ -746,15 +786,16 @@ impl<R: AsyncRead + Send + Unpin + 'static> Upload<R> {
     }
 
     /// The body of a new try; an earlier try's body fails from now on.
-    /// Must be called within a Tokio runtime (its hashing thread).
     fn body(&self) -> Body {
         let mut source = self.source();
         source.tries += 1;
+        let hasher = source.hashes.then(Sha256::new);
         UploadBody {
             source: self.source.clone(),
             try_number: source.tries,
             buffer: BytesMut::new(),
-            hashing: Hashing::start(),
+            size: source.expected.filter(|_| hasher.is_none()),
+            hasher,
         }
         .boxed()
     }
@@ -765,45 +806,25 @@ impl<R: AsyncRead + Send + Unpin + 'static> Upload<R> {
         self.source().touched
     }
 
-    /// What was read, once the reader ended and was hashed (`None`
-    /// before).
+    /// What was read, once the reader ended (`None` before, and for an
+    /// upload that does not hash).
     fn sent(&self) -> Option<BlobInfo> {
         self.source().sent.clone()
     }
 }
 
-/// The sha256 of a body's chunks, computed on a blocking thread as they
-/// are sent: at most [`HASH_AHEAD`] chunks wait for it, so a hash that
-/// falls behind holds the sending back instead of filling memory.
-struct Hashing {
-    chunks: PollSender<Bytes>,
-    /// `None` once the digest was taken.
-    digest: Option<tokio::task::JoinHandle<String>>,
-}
-
-impl Hashing {
-    fn start() -> Self {
-        let (chunks, mut taken) = tokio::sync::mpsc::channel::<Bytes>(HASH_AHEAD);
-        let digest = tokio::task::spawn_blocking(move || {
-            let mut hasher = Sha256::new();
-            while let Some(chunk) = taken.blocking_recv() {
-                hasher.update(&chunk);
-            }
-            hex(&hasher.finalize())
-        });
-        Self {
-            chunks: PollSender::new(chunks),
-            digest: Some(digest),
-        }
-    }
-}
-
-/// One try's body of an [`Upload`]: its chunks, then the digest trailer.
+/// One try's body of an [`Upload`]: its chunks, then (when it hashes) the
+/// digest trailer.
 struct UploadBody<R> {
     source: Arc<Mutex<Source<R>>>,
     try_number: u64,
     buffer: BytesMut,
-    hashing: Hashing,
+    /// The declared length (an upload that does not hash: a trailer
+    /// needs a chunked body).
+    size: Option<u64>,
+    /// The sha256 of what this try sent; `None` once its trailer went,
+    /// and for an upload that does not hash.
+    hasher: Option<Sha256>,
 }
 
 impl<R: AsyncRead + Send + Unpin + 'static> http_body::Body for UploadBody<R> {
@@ -822,12 +843,6 @@ impl<R: AsyncRead + Send + Unpin + 'static> http_body::Body for UploadBody<R> {
             )));
         }
         if !source.ended {
-            // Room for the next chunk beside the hash before it is read.
-            if let Err(error) = std::task::ready!(this.hashing.chunks.poll_reserve(cx)) {
-                return Poll::Ready(Some(Err(
-                    format!("the upload's hashing stopped: {error}").into()
-                )));
-            }
             this.buffer.reserve(BLOB_CHUNK_BYTES);
             let read =
                 tokio_util::io::poll_read_buf(Pin::new(&mut source.reader), cx, &mut this.buffer);
@@ -847,8 +862,8 @@ impl<R: AsyncRead + Send + Unpin + 'static> http_body::Body for UploadBody<R> {
                     .into())));
                 }
                 let chunk = this.buffer.split().freeze();
-                if this.hashing.chunks.send_item(chunk.clone()).is_err() {
-                    return Poll::Ready(Some(Err("the upload's hashing stopped".into())));
+                if let Some(hasher) = &mut this.hasher {
+                    hasher.update(&chunk);
                 }
                 source.read += n;
                 return Poll::Ready(Some(Ok(Frame::data(chunk))));
@@ -861,23 +876,11 @@ impl<R: AsyncRead + Send + Unpin + 'static> http_body::Body for UploadBody<R> {
                 .into())));
             }
             source.ended = true;
-            // No more chunks (nor the slot reserved for one): the hash
-            // finishes with what it has.
-            this.hashing.chunks.close();
-            this.hashing.chunks.abort_send();
         }
-        let Some(digest) = this.hashing.digest.as_mut() else {
+        let Some(hasher) = this.hasher.take() else {
             return Poll::Ready(None);
         };
-        let digest = match std::task::ready!(Pin::new(digest).poll(cx)) {
-            Ok(digest) => digest,
-            Err(error) => {
-                return Poll::Ready(Some(Err(
-                    format!("the upload's hashing failed: {error}").into()
-                )));
-            }
-        };
-        this.hashing.digest = None;
+        let digest = hex(&hasher.finalize());
         let mut trailers = HeaderMap::new();
         trailers.insert(
             SHA256_HEADER,
@@ -890,8 +893,11 @@ impl<R: AsyncRead + Send + Unpin + 'static> http_body::Body for UploadBody<R> {
         Poll::Ready(Some(Ok(Frame::trailers(trailers))))
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.hashing.digest.is_none()
+    fn size_hint(&self) -> SizeHint {
+        match self.size {
+            Some(size) => SizeHint::with_exact(size),
+            None => SizeHint::default(),
+        }
     }
 }
 
@@ -1090,6 +1096,30 @@ impl Drop for Partial {
 
 /// The digest and size of the file at `path`, read in chunks of
 /// [`BLOB_CHUNK_BYTES`].
+async fn hash_file(path: &Path) -> Result<BlobInfo, ClientError> {
+    let mut file = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| unreadable(path, e))?;
+    let mut buffer = vec![0u8; BLOB_CHUNK_BYTES];
+    let mut hasher = Sha256::new();
+    let mut bytes = 0u64;
+    loop {
+        let n = file
+            .read(&mut buffer)
+            .await
+            .map_err(|e| unreadable(path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+        bytes += n as u64;
+    }
+    Ok(BlobInfo {
+        digest: hex(&hasher.finalize()),
+        bytes,
+    })
+}
+
 /// The sha256 of `bytes` in hex; off the async threads when it is long.
 async fn sha256_of(bytes: Bytes) -> String {
     if bytes.len() <= HASH_INLINE_MAX {
@@ -1630,7 +1660,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_file_is_sent_once_with_its_digest_last() {
+    async fn a_file_is_sent_with_its_length_and_digest() {
         let dir = scratch_dir();
         let path = dir.join("in.bin");
         let data: Vec<u8> = (0..BLOB_CHUNK_BYTES * 3 + 17).map(|i| i as u8).collect();
@@ -1642,26 +1672,15 @@ mod tests {
         assert_eq!(info.digest, digest);
         let (head, body) = served.await.unwrap();
         assert!(
-            head.contains("\r\ntransfer-encoding: chunked\r\n"),
+            head.contains(&format!("\r\ncontent-length: {}\r\n", data.len())),
             "{head}"
         );
-        assert!(head.contains("\r\ntrailer: x-cohort-sha256\r\n"), "{head}");
-        // After the body: the trailer.
         assert!(
-            head.ends_with(&format!("\r\n\r\nx-cohort-sha256: {digest}\r\n")),
+            head.contains(&format!("\r\nx-cohort-sha256: {digest}\r\n")),
             "{head}"
         );
+        assert!(!head.contains("trailer"), "hashed first: {head}");
         assert!(body == data, "the file's bytes");
-
-        // A node that stored something else.
-        let other = format!(
-            r#"{{"digest":"{}","bytes":{}}}"#,
-            sha256(b"other"),
-            data.len()
-        );
-        let (node, _served) = answer_once(answer("201 Created", &[], &other)).await;
-        let error = node.put_blob_file(&path).await.unwrap_err();
-        assert_eq!(error.code(), "protocol");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1686,11 +1705,20 @@ mod tests {
             head.contains("\r\ntransfer-encoding: chunked\r\n"),
             "{head}"
         );
+        assert!(head.contains("\r\ntrailer: x-cohort-sha256\r\n"), "{head}");
+        // After the body: the trailer.
         assert!(
             head.ends_with(&format!("\r\n\r\nx-cohort-sha256: {digest}\r\n")),
             "{head}"
         );
         assert_eq!(body, b"streamed");
+
+        // A node that stored something else.
+        let other = format!(r#"{{"digest":"{}","bytes":8}}"#, sha256(b"other"));
+        let (node, _served) = answer_once(answer("201 Created", &[], &other)).await;
+        let reader = std::io::Cursor::new(b"streamed".to_vec());
+        let error = node.put_blob_stream(reader).await.unwrap_err();
+        assert_eq!(error.code(), "protocol");
     }
 
     /// The head's timeout runs from the body's last move: a slow upload
