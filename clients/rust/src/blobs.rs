@@ -718,9 +718,9 @@ impl AsyncRead for BlobReader {
 /// trailer (declared in the request's `Trailer` header): the node refuses
 /// the upload if what it received has another digest
 /// (`blob_digest_mismatch`), and the client checks the node's answer
-/// against the same digest. The hash is taken on the thread that sends,
-/// where the chunk is in cache: on 2 cores a thread of its own beside the
-/// sending measured slower (BENCHMARKS.md, "blob-upload").
+/// against the same digest. The hash is taken on the thread that sends:
+/// a thread of its own beside the sending gained nothing on 2 cores
+/// (BENCHMARKS.md, "blob-upload").
 struct Upload<R> {
     source: Arc<Mutex<Source<R>>>,
 }
