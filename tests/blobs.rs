@@ -691,10 +691,10 @@ fn bad_uploads_and_requests_are_refused_and_leave_nothing_behind() {
     // A header that is no digest at all: a bad request.
     let garbled = put_raw(&node, b"some bytes", &[("x-cohort-sha256", "not-hex")]);
     garbled.assert_error(400, "bad_request");
-    // The same in a chunked body's trailer (as the Rust client and the
-    // CLI send it, hashed beside the sending): bytes that are not the
-    // trailer's, a trailer that is no digest, and a trailer that
-    // contradicts the header.
+    // The same in a chunked body's trailer (as the Rust client and
+    // `cohort blob put -` send a stream's digest): bytes that are not the
+    // trailer's, a trailer that is no digest, a trailer that contradicts
+    // the header, and a trailer section past hyper's 16 KiB.
     let mine = sha256(b"some bytes");
     let trailed = |header: Option<&str>, trailer: &str| {
         let mut raw = Raw::connect(&node);
@@ -720,6 +720,8 @@ fn bad_uploads_and_requests_are_refused_and_leave_nothing_behind() {
             .contains("another digest than the header"),
         "{contradicted}"
     );
+    let padded = format!("{mine}\r\nx-padding: {}", "p".repeat(20 << 10));
+    trailed(None, &padded).assert_error(400, "bad_request");
     wait_no_partial(&node);
     nothing_stored("after digest mismatches");
 

@@ -48,10 +48,10 @@ RESUMES_WITHOUT_PROGRESS_MAX = 3
 BLOB_COPY_BYTES_PER_S = 16 << 20
 #: How much longer than ``request_timeout_s`` a download waits for its
 #: answer's head when the blob's size is not known (its first request): 10
-#: minutes. A node without a copy answers once its copy from another has
-#: the first MiB, or all of a smaller blob, a range once the copy also
-#: reaches the range's first byte. Once the body flows, ``request_timeout_s`` is again the longest wait for each
-#: next bytes.
+#: minutes. A node without a copy answers once its copy from another has the
+#: first MiB, or all of a smaller blob, a range once the copy also reaches
+#: the range's first byte. Once the body flows, ``request_timeout_s`` is
+#: again the longest wait for each next bytes.
 BLOB_FETCH_WAIT_S = 600.0
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")

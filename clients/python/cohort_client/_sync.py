@@ -364,13 +364,13 @@ class Client:
         cluster has no such blob, ``range_not_satisfiable`` (416) for a
         ``start`` past its end. ``digest`` is hex in either case.
 
-        A node without a copy of the blob answers once its copy from
-        another has the first MiB, or all of a smaller blob, and a range
-        once the copy also reaches the range's first byte: the answer's
-        head is waited for ``request_timeout_s`` plus `BLOB_FETCH_WAIT_S` (10 minutes; plus
-        one second per `BLOB_COPY_BYTES_PER_S` bytes of the blob instead
-        when a broken download resumes, its size known); then each read
-        waits ``request_timeout_s`` at most."""
+        A node without a copy of the blob answers once its copy from another
+        has the first MiB, or all of a smaller blob, and a range once the
+        copy also reaches the range's first byte: the answer's head is
+        waited for ``request_timeout_s`` plus `BLOB_FETCH_WAIT_S` (10
+        minutes; plus one second per `BLOB_COPY_BYTES_PER_S` bytes of the
+        blob instead when a broken download resumes, its size known); then
+        each read waits ``request_timeout_s`` at most."""
         first = _blobs.range_header(start, end)
         digest = _blobs.blob_digest(digest)
         window = ReadWindow(digest)

@@ -15,20 +15,20 @@
 //! them but [`Client::put_blob_stream`] once it has read from its reader.
 //!
 //! A node answers an upload only once the blob is durable on a majority of
-//! the back-end nodes: after the last byte arrives it copies the whole
-//! blob to others. So once an upload's body has all gone, its answer is
-//! waited for the usual timeout (120 s) plus one second per
+//! the back-end nodes: after the last byte arrives it copies the whole blob
+//! to others. So once an upload's body has all gone, its answer is waited
+//! for the usual timeout (120 s) plus one second per
 //! [`BLOB_COPY_BYTES_PER_SEC`] bytes sent (16 MiB/s: a 64 GiB blob gets
-//! 4096 s more). A node without a copy of a blob copies it from another:
-//! it answers a download of a blob of at most 1 MiB once the copy is
-//! checked and stored, a larger one once the first MiB came, then sends
-//! the bytes as they arrive (the last ones only once its copy has the
-//! digest), and a range only once the copy also reaches the range's
-//! first byte. So the answer's head is waited for the usual timeout plus
-//! [`BLOB_FETCH_WAIT`] (10 minutes, for a slow copy or a range
-//! deep in a large blob: the client does not know the blob's size
-//! beforehand); once the body flows, [`BLOB_IDLE_TIMEOUT`] applies. While an upload's body is going,
-//! the usual timeout runs from each chunk the connection takes.
+//! 4096 s more). A node without a copy of a blob copies it from another: it
+//! answers a download of a blob of at most 1 MiB once the copy is checked
+//! and stored, a larger one once the first MiB came, then sends the bytes
+//! as they arrive (the last ones only once its copy has the digest), and a
+//! range only once the copy also reaches the range's first byte. So the
+//! answer's head is waited for the usual timeout plus [`BLOB_FETCH_WAIT`]
+//! (10 minutes, for a slow copy or a range deep in a large blob: the client
+//! does not know the blob's size beforehand); once the body flows,
+//! [`BLOB_IDLE_TIMEOUT`] applies. While an upload's body is going, the
+//! usual timeout runs from each chunk the connection takes.
 //!
 //! Digests are hex in any case: the caller's is lowercased before it is
 //! used (in the path, and against the `ETag` and the bytes received).

@@ -25,17 +25,16 @@ export const SHA256_HEADER = "x-cohort-sha256";
  * waited for the try timeout plus one second per this many bytes sent (a
  * 64 GiB blob: 4096 s more). A resumed download, whose blob's size is
  * known, allows as much for a node without a copy to copy the blob up to
- * the range it resumes at. See
- * {@link ClientOptions.blobTimeouts}.
+ * the range it resumes at. See {@link ClientOptions.blobTimeouts}.
  */
 export const BLOB_COPY_BYTES_PER_SEC = 16 * 1024 * 1024;
 /**
  * How much longer than the try timeout a download waits for its answer's
- * head when the blob's size is not known (its first request): 10 minutes.
- * A node without a copy answers once its copy from another has the first
- * MiB, or all of a smaller blob, a range once the copy also reaches the
- * range's first byte. Once the body
- * flows, the try timeout is again the longest wait for each next chunk.
+ * head when the blob's size is not known (its first request): 10 minutes. A
+ * node without a copy answers once its copy from another has the first MiB,
+ * or all of a smaller blob, a range once the copy also reaches the range's
+ * first byte. Once the body flows, the try timeout is again the longest
+ * wait for each next chunk.
  */
 export const BLOB_FETCH_WAIT_MS = 600_000;
 /** The try timeout of blob calls: the longest wait for progress (a chunk, or the answer's head). */

@@ -586,12 +586,13 @@ export class Client {
    * Rejects with `blob_not_found` (404), `range_not_satisfiable` (416) for
    * a `start` past the end. `digest` is hex in either case.
    *
-   * A node without a copy of the blob answers once its copy from another
-   * has the first MiB, or all of a smaller blob, and a range once the copy
-   * also reaches the range's first byte: the answer's head is waited for
-   * the try timeout plus {@link BLOB_FETCH_WAIT_MS} (10 minutes; plus the blob's size at
-   * {@link BLOB_COPY_BYTES_PER_SEC} instead when a broken download resumes,
-   * its size known); then each chunk is waited for the try timeout at most.
+   * A node without a copy of the blob answers once its copy from another has
+   * the first MiB, or all of a smaller blob, and a range once the copy also
+   * reaches the range's first byte: the answer's head is waited for the try
+   * timeout plus {@link BLOB_FETCH_WAIT_MS} (10 minutes; plus the blob's size
+   * at {@link BLOB_COPY_BYTES_PER_SEC} instead when a broken download
+   * resumes, its size known); then each chunk is waited for the try timeout
+   * at most.
    */
   async getBlob(digest: string, range: BlobRange = {}): Promise<BlobStream> {
     const first = rangeHeader(range);
