@@ -227,3 +227,139 @@ fn a_back_end_gone_for_good_is_removed_from_the_voters_by_the_operator() {
         check_job(&client, id, br#"{"limit":100,"count":25}"#).await;
     });
 }
+
+/// Worker pools: a job asking for labels or memory starts only on a
+/// worker that has them; until one is known it is `unplaceable` (its view
+/// and `cohort_jobs_unplaceable` say so) and runs as soon as one joins;
+/// when that worker is killed, its job waits again, unplaceable, and
+/// runs on it once it is back.
+#[test]
+fn jobs_run_only_on_workers_with_their_labels_and_memory_and_wait_for_one() {
+    use cohort::client::types::SubmitRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let back = start(&dir, "back", "back-end,front-end", None);
+    let small = [
+        "--labels",
+        "zone=eu",
+        "--job-memory",
+        "64MiB",
+        "--job-memory-max",
+        "128MiB",
+    ];
+    let cpu = support::start_with(&dir, "cpu", "worker,front-end", Some(&back), &small);
+    let gpu_flags = ["--labels", "zone=eu,gpu=a100"];
+    let rt = runtime();
+    let client = &Api::new(&back.url);
+    let unplaceable = async || support::metric(client, "cohort_jobs_unplaceable").await;
+    rt.block_on(async {
+        converge(&back, "two nodes", |c| {
+            live(c).len() == 2 && c.workers.len() == 1
+        })
+        .await;
+        let echo = upload(client, "fixture_echo").await;
+        let on_gpu = client
+            .submit(&job(&echo, "gpu").label("gpu", "a100"))
+            .await
+            .unwrap()
+            .id;
+        let big = SubmitRequest {
+            memory_bytes: Some(1 << 30),
+            ..job(&echo, "big")
+        };
+        let big = client.submit(&big).await.unwrap().id;
+        // What the cpu worker can run runs, though the others are ahead
+        // of it in line.
+        let plain = client.submit(&job(&echo, "plain")).await.unwrap().id;
+        let done = settle(client, plain).await;
+        assert_eq!(
+            (done.state.as_str(), done.attempts[0].worker.as_str()),
+            ("succeeded", "cpu")
+        );
+        for id in [on_gpu, big] {
+            let view = client.job(id, 0).await.unwrap();
+            assert_eq!(
+                (view.state.as_str(), view.unplaceable),
+                ("queued", true),
+                "{view:#?}"
+            );
+        }
+        assert_eq!(client.job(on_gpu, 0).await.unwrap().labels["gpu"], "a100");
+        assert_eq!(unplaceable().await, 2);
+
+        // A worker with the label and the memory joins: both run there.
+        let mut gpu = support::start_with(&dir, "gpu", "worker,front-end", Some(&back), &gpu_flags);
+        for id in [on_gpu, big] {
+            let done = settle(client, id).await;
+            assert_eq!(
+                (done.state.as_str(), done.attempts[0].worker.as_str()),
+                ("succeeded", "gpu")
+            );
+        }
+        assert_eq!(unplaceable().await, 0);
+        let cluster = converge(&back, "both workers", |c| c.workers.len() == 2).await;
+        let said = |id: &str| cluster.workers.iter().find(|w| w.id == id).unwrap().clone();
+        assert_eq!(said("gpu").labels.len(), 2);
+        assert_eq!(said("cpu").memory_max, Some(128 << 20));
+
+        // Killed while it runs a job for its pool: the job waits again, in
+        // line and unplaceable, and runs once the worker is back.
+        let spin = upload(client, "fixture_spin").await;
+        let held = SubmitRequest {
+            max_attempts: Some(5),
+            ..job(&spin, "sleep").label("gpu", "a100")
+        };
+        let held = client.submit(&held).await.unwrap().id;
+        let running = async |attempt: usize| {
+            let waiting = format!("job {held}'s attempt {attempt} to run on gpu");
+            support::eventually_async(&waiting, support::OBSERVE, async || {
+                match client.job(held, 0).await {
+                    Ok(job) if job.state == "running" && job.attempts.len() == attempt => Ok(job),
+                    seen => Err(format!("{seen:?}")),
+                }
+            })
+            .await
+        };
+        assert_eq!(running(1).await.attempts[0].worker, "gpu");
+        gpu.kill();
+        support::eventually_async(
+            "the job to wait, unplaceable",
+            support::OBSERVE,
+            async || match client.job(held, 0).await {
+                Ok(job) if job.unplaceable && job.state == "queued" => Ok(job),
+                seen => Err(format!("{seen:?}")),
+            },
+        )
+        .await;
+        assert_eq!(unplaceable().await, 1);
+        let gpu = support::start_with(&dir, "gpu", "worker,front-end", Some(&back), &gpu_flags);
+        assert_eq!(running(2).await.attempts[1].worker, "gpu");
+        assert_eq!(unplaceable().await, 0);
+        client.cancel(held).await.unwrap();
+
+        // Labels that cannot be are refused, by the API and the CLI.
+        let bad = job(&echo, "x").label("GPU", "a100");
+        match client.submit(&bad).await {
+            Err(cohort::client::ClientError::Api {
+                status,
+                code,
+                message,
+                ..
+            }) => {
+                assert_eq!((status, code.as_str()), (422, "invalid_job"));
+                assert!(message.contains("label key"), "{message}");
+            }
+            other => panic!("refused, not {other:?}"),
+        }
+        let out = back.cli(&["submit", &echo, "--labels", "gpu"], b"");
+        assert!(!out.status.success());
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("is not KEY=VALUE"), "{said}");
+        let out = back.cli(&["submit", &echo, "--labels", "gpu=a100", "--wait"], b"");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        drop((cpu, gpu));
+    });
+}

@@ -549,10 +549,15 @@ fn options(submit: &SubmitRequest) -> Result<JobOptions, ApiError> {
                 .map_err(|why| ApiError::new(ErrorCode::InvalidGrant, format!("egress: {why}")))?,
         ),
     };
+    let labels: Vec<(String, String)> = submit.labels.clone().into_iter().collect();
+    if let Err(why) = cohort_master::check_labels(&labels) {
+        return invalid(format!("labels: {why}"));
+    }
     Ok(JobOptions {
         limit,
         unique,
         module: None,
+        labels,
         egress,
         // Set by the submission once the blob is found in the cluster.
         input_blob: None,
@@ -1299,6 +1304,8 @@ impl Api {
             dag_name: view.dag.map(|(_, name)| name),
             parents: view.parents,
             waiting: view.waiting,
+            labels: view.options.labels.into_iter().collect(),
+            unplaceable: view.unplaceable,
             input_blob: view.input_blob.map(|blob| BlobInfo {
                 digest: Digest::from(blob.digest).to_string(),
                 bytes: blob.size,
@@ -1392,6 +1399,8 @@ impl Api {
                     slots: w.slots,
                     running: w.running,
                     last_seen: w.last_seen,
+                    labels: w.pool.labels.into_iter().collect(),
+                    memory_max: w.pool.memory_max,
                 })
                 .collect(),
             voters: self

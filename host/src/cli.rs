@@ -92,9 +92,14 @@ pub struct SubmitArgs {
     /// Time limit of one attempt, e.g. `30s` [default: the node's].
     #[arg(long, value_parser = job_limits::parse_duration)]
     pub timeout: Option<Duration>,
-    /// Memory limit of one attempt, e.g. `64MiB` [default: the node's].
+    /// Memory limit of one attempt, e.g. `64MiB` [default: the node's];
+    /// the job starts only on a worker whose --job-memory-max allows it.
     #[arg(long, value_parser = job_limits::parse_bytes)]
     pub memory: Option<u64>,
+    /// Labels a worker must have to run the job, e.g. `gpu=a100,zone=eu`
+    /// (see `cohort node --labels`).
+    #[arg(long, value_parser = crate::labels::parse_labels, value_name = "KEY=VALUE,...")]
+    pub labels: Option<crate::labels::Labels>,
     /// Attempts before the job is dead-lettered [default: the node's].
     #[arg(long)]
     pub max_attempts: Option<u32>,
@@ -297,6 +302,9 @@ pub async fn submit(args: SubmitArgs) -> ExitCode {
             unique_key: args.unique_key.clone(),
             unique_window_ms: args.unique_for.map(|t| t.as_millis() as u64),
             input_blob: args.input_blob.clone(),
+            labels: (args.labels.iter())
+                .flat_map(|labels| labels.0.clone())
+                .collect(),
             ..request
         }
     };

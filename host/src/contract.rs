@@ -60,6 +60,9 @@ pub struct Poll {
     /// most `HOLDS_MAX`): the master prefers to start a job where its
     /// input blob is (`cohort_master::locality`).
     pub holds: Vec<BlobPrefix>,
+    /// Its labels and the most memory it gives one attempt: the master
+    /// starts a job only where they fit (`cohort_master::pools`).
+    pub pool: cohort_master::WorkerPool,
 }
 
 /// What a worker's poll brings back.

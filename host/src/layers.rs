@@ -9,7 +9,7 @@ use std::path::Path;
 /// The crate's top-level modules, bottom layer first. A module may use
 /// those on earlier lines, and itself.
 const LAYERS: &[&[&str]] = &[
-    &["contract", "limits", "codes", "events", "guests"],
+    &["contract", "limits", "codes", "events", "guests", "labels"],
     &["runtime", "journal", "build", "telemetry"],
     &["exec", "modules", "blobs", "fault"],
     &["security"],

@@ -47,6 +47,7 @@ pub mod exec;
 pub mod fault;
 pub mod guests;
 pub mod journal;
+pub mod labels;
 #[cfg(test)]
 mod layers;
 pub mod limits;

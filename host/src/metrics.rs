@@ -117,6 +117,11 @@ fn register_jobs(registry: &mut Registry, stats: &Stats) {
         "Workers whose last poll said their node holds blobs",
         gauge(stats.workers_holding),
     );
+    registry.register(
+        "jobs_unplaceable",
+        "Jobs in line that no worker the master knows has the labels and memory for",
+        gauge(stats.unplaceable),
+    );
 }
 
 /// This node's worker's input blobs and its cache.

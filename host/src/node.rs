@@ -91,9 +91,16 @@ pub struct NodeArgs {
     /// Memory limit of an attempt when a job does not set one.
     #[arg(long, value_parser = job_limits::parse_bytes, default_value = "256MiB")]
     pub job_memory: u64,
-    /// Largest memory limit a job may ask for on this node.
+    /// Largest memory limit a job may ask for on this node: a front-end
+    /// refuses a submission asking for more; a worker is given only jobs
+    /// asking for at most this.
     #[arg(long, value_parser = job_limits::parse_bytes, default_value = "4GiB")]
     pub job_memory_max: u64,
+    /// This worker's labels, e.g. `gpu=a100,zone=eu`: a job that asks for
+    /// labels (`cohort submit --labels`) starts only on a worker that has
+    /// all of them.
+    #[arg(long, env = "COHORT_LABELS", value_parser = crate::labels::parse_labels, default_value = "", value_name = "KEY=VALUE,...")]
+    pub labels: crate::labels::Labels,
     /// Where this node's jobs run: `thread` (on the node's threads; compiled
     /// code checks epochs to keep deadlines) or `process` (each running job
     /// in a pooled sandbox process, killed at its deadline; CPU-bound code
@@ -480,6 +487,10 @@ fn start_worker(
                         ..JobLimits::default()
                     },
                     sealer: local.security.sealer.clone(),
+                    pool: cohort_master::WorkerPool {
+                        labels: args.labels.0.clone(),
+                        memory_max: Some(args.job_memory_max),
+                    },
                 },
                 wiring.link.clone(),
                 local.modules.clone(),

@@ -132,6 +132,9 @@ pub struct WorkerOptions {
     /// The cluster key's sealer, which opens the secrets an attempt's
     /// grants name (none: a node without a key, where secrets cannot be).
     pub sealer: Option<Arc<crate::security::Sealer>>,
+    /// Its labels and the most memory it gives one attempt, said with
+    /// every poll (`cohort_master::pools`).
+    pub pool: cohort_master::WorkerPool,
 }
 
 /// The plaintext of an attempt's sealed `secrets`, by name. One that does
@@ -294,6 +297,7 @@ impl Shared {
             progress: self.progress_reports(),
             held: self.held(),
             holds: self.blobs.transfer.store().holds(),
+            pool: self.options.pool.clone(),
         }
     }
 

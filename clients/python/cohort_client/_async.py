@@ -15,6 +15,7 @@ from typing import (
     Generator,
     Iterable,
     List,
+    Mapping,
     Optional,
     Sequence,
     Set,
@@ -104,7 +105,8 @@ class AsyncJob(JobCore):
 
     async def status(self) -> Dict[str, Any]:
         """The job as ``GET /v1/jobs/{id}`` shows it; as `Job.status`
-        (``input_blob`` and ``outputs`` included)."""
+        (``input_blob``, ``outputs``, ``labels`` and ``unplaceable``
+        included)."""
         return await self._client._run(self._client._plans.job_view("GET", await self.id))
 
     async def cancel(self) -> Dict[str, Any]:
@@ -204,9 +206,10 @@ class AsyncClient:
         unique_window_ms: Optional[int] = None,
         after: Optional[Sequence[int]] = None,
         egress: Optional[Any] = None,
+        labels: Optional[Mapping[str, str]] = None,
     ) -> AsyncJob:
         """Queue a job and return its handle at once; as `Client.submit`
-        (``input_blob`` included)."""
+        (``input_blob`` and ``labels`` included)."""
         key, body = await self._run(
             self._plans.submission(
                 module,
@@ -224,6 +227,7 @@ class AsyncClient:
                 unique_window_ms=unique_window_ms,
                 after=after,
                 egress=egress,
+                labels=labels,
             )
         )
         if self._closing:
@@ -249,9 +253,10 @@ class AsyncClient:
         memory_bytes: Optional[int] = None,
         max_attempts: Optional[int] = None,
         priority: Optional[int] = None,
+        labels: Optional[Mapping[str, str]] = None,
     ) -> List[bytes]:
         """Run ``module`` on every input; the outputs, in order; as
-        `Client.map` (``input_blob`` included)."""
+        `Client.map` (``input_blob`` and ``labels`` included)."""
         named = await self._run(self._plans.named(module))
         jobs = [
             await self.submit(
@@ -262,6 +267,7 @@ class AsyncClient:
                 memory_bytes=memory_bytes,
                 max_attempts=max_attempts,
                 priority=priority,
+                labels=labels,
             )
             for item in inputs
         ]

@@ -781,6 +781,7 @@ def job_body(
     unique_window_ms: Optional[int] = None,
     after: Optional[Sequence[int]] = None,
     egress: Optional[Union[Grant, Sequence[Grant]]] = None,
+    labels: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, Any]:
     """A job as ``POST /v1/jobs`` takes it (``module``: a digest or a
     deployment's name): bytes go as ``input_base64``, text as ``input``, any
@@ -788,7 +789,9 @@ def job_body(
     as the digest of the blob the job reads as a stream, beside any
     inline input. ``egress`` narrows what the job may call to these grants
     (URL strings or dicts), each within a grant of the deployment it is
-    submitted by. Options left ``None`` are left out."""
+    submitted by. ``labels`` (``{"gpu": "a100"}``) go as the object of the
+    labels a worker must have to run the job (the node checks them). Options
+    left ``None`` are left out, and ``labels`` when empty too."""
     body: Dict[str, Any] = {"module": module}
     if isinstance(input, (bytes, bytearray, memoryview)):
         body["input_base64"] = base64.b64encode(input).decode("ascii")
@@ -809,6 +812,7 @@ def job_body(
         ("unique_window_ms", unique_window_ms),
         ("after", list(after) if after else None),
         ("egress", grants_body(egress, None, False)["http"] if egress is not None else None),
+        ("labels", dict(labels) if labels else None),
     )
     for name, value in options:
         if value is not None:

@@ -261,6 +261,7 @@ class Plans:
         priority: Optional[int] = None,
         concurrency_key: Optional[str] = None,
         concurrency_limit: Optional[int] = None,
+        labels: Optional[Mapping[str, str]] = None,
     ) -> Plan[Dict[str, Any]]:
         """Create a schedule that submits ``module`` with ``input`` at every
         tick of ``cron`` (read in ``timezone``, default UTC) or every
@@ -269,7 +270,8 @@ class Plans:
         next ticks (``upcoming``). Each tick fires exactly once. ``module``
         is as `submit`'s: a deployment's name is resolved at each tick;
         ``input_blob`` too: every job fired reads that blob (which must be
-        stored when the schedule is created)."""
+        stored when the schedule is created); ``labels`` too: every job
+        fired starts only on a worker with them."""
         named = yield from self.named(module)
         job = _core.job_body(
             named,
@@ -280,6 +282,7 @@ class Plans:
             priority=priority,
             concurrency_key=concurrency_key,
             concurrency_limit=concurrency_limit,
+            labels=labels,
         )
         timing = {
             "cron": cron,

@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TypeVar, Union, cast
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, TypeVar, Union, cast
 
 import httpx
 
@@ -101,7 +101,10 @@ class Job(JobCore):
         order it created them, as `outputs` gives them); each is absent
         when there is none. ``trace_id`` (32 hex digits) is the W3C trace
         the job is in (see `Client.with_traceparent`), absent when it is in
-        none. The dict is the node's JSON, as it came."""
+        none. ``labels`` are those it was submitted with (absent when none),
+        and ``unplaceable`` is true while it waits in line and no worker the
+        master knows has its labels and memory: it waits for one to join.
+        The dict is the node's JSON, as it came."""
         return self._client._run(self._client._plans.job_view("GET", self.id))
 
     def cancel(self) -> Dict[str, Any]:
@@ -236,6 +239,7 @@ class Client:
         unique_window_ms: Optional[int] = None,
         after: Optional[Sequence[int]] = None,
         egress: Optional[Any] = None,
+        labels: Optional[Mapping[str, str]] = None,
     ) -> Job:
         """Submit a job and return its handle at once.
 
@@ -255,6 +259,16 @@ class Client:
         ``egress`` (URL strings or grant dicts) narrows what the job may
         call to grants within its deployment name's (``invalid_grant`` if
         wider).
+
+        ``labels`` (``{"gpu": "a100", "zone": "eu"}``) are what a worker
+        must have to run the job: it starts only on a worker started with
+        all of them (``cohort node --labels gpu=a100,zone=eu``) and, if it
+        asks for ``memory_bytes``, whose ``--job-memory-max`` (when set) is
+        at least that; until the master knows such a worker, the job waits
+        in line (its `status` shows ``unplaceable``). At most 16; keys 1 to
+        63 bytes of ``a-z 0-9 . _ - /``, starting with a letter or digit,
+        values 1 to 63 bytes of letters, digits and ``. _ -``
+        (``invalid_job``, 422, if not). Sent only when not empty.
 
         ``input_blob`` is a blob stored in the cluster (`put_blob` and its
         kin) that the job reads as a stream, as its input blob ``input``
@@ -283,6 +297,7 @@ class Client:
                 unique_window_ms=unique_window_ms,
                 after=after,
                 egress=egress,
+                labels=labels,
             )
         )
         job = Job(self, key)
@@ -308,10 +323,12 @@ class Client:
         memory_bytes: Optional[int] = None,
         max_attempts: Optional[int] = None,
         priority: Optional[int] = None,
+        labels: Optional[Mapping[str, str]] = None,
     ) -> List[bytes]:
         """Run ``module`` on every input; the outputs, in order. Raises the
         first failure met. ``timeout`` (seconds) bounds the whole wait.
-        ``input_blob``, when given, is every job's (see `submit`)."""
+        ``input_blob`` and ``labels``, when given, are every job's (see
+        `submit`)."""
         named = self._run(self._plans.named(module))
         jobs = [
             self.submit(
@@ -322,6 +339,7 @@ class Client:
                 memory_bytes=memory_bytes,
                 max_attempts=max_attempts,
                 priority=priority,
+                labels=labels,
             )
             for item in inputs
         ]

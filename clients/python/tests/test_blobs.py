@@ -3,7 +3,7 @@ thread that speaks ``/v1/blobs`` (no cohort node), so that the tests see the
 bytes on the wire: chunked uploads, streamed downloads, ranges, a download
 cut midway, a node answering the wrong bytes; and jobs given an input blob,
 whose output blobs come back (``/v1/jobs/batch``, ``/v1/jobs/wait``,
-``GET /v1/jobs/{id}``)."""
+``GET /v1/jobs/{id}``), and the labels a submission carries."""
 
 from __future__ import annotations
 
@@ -728,3 +728,36 @@ def test_the_async_client_sends_an_input_blob_and_gets_its_outputs(fake: FakeNod
     assert [job.get("input_blob") for job in sent] == [digest, None, digest, digest]
     assert "input_blob" not in sent[1]
 
+
+
+def test_labels_go_as_an_object_only_when_given_by_submit_and_map(fake: FakeNode) -> None:
+    gpu = {"gpu": "a100", "zone": "eu"}
+    with Client(fake.url) as client:
+        labelled = client.submit(MODULE, "labelled", labels=gpu, memory_bytes=64 << 20)
+        plain = client.submit(MODULE, "plain")
+        empty = client.submit(MODULE, "empty", labels={})
+        assert [job.text(RESULT_TIMEOUT_S) for job in (labelled, plain, empty)] == ["labelled", "plain", "empty"]
+        assert client.map(MODULE, ["map 1", "map 2"], labels={"gpu": "a100"}) == [b"map 1", b"map 2"]
+
+    async def main() -> None:
+        async with AsyncClient(fake.url) as client:
+            job = await client.submit(MODULE, "async", labels=gpu)
+            bare = await client.submit(MODULE, "async plain")
+            assert await job.text(RESULT_TIMEOUT_S) == "async" and await bare.text(RESULT_TIMEOUT_S) == "async plain"
+            assert await client.map(MODULE, ["async map"], labels=gpu) == [b"async map"]
+
+    asyncio.run(main())
+    sent = {job["input"]: job for job in fake.jobs.values()}
+    assert {input: job.get("labels") for input, job in sent.items()} == {
+        "labelled": gpu,
+        "plain": None,
+        "empty": None,
+        "map 1": {"gpu": "a100"},
+        "map 2": {"gpu": "a100"},
+        "async": gpu,
+        "async plain": None,
+        "async map": gpu,
+    }
+    # None given, or none in them: no `labels` key at all.
+    assert all("labels" not in sent[input] for input in ("plain", "empty", "async plain"))
+    assert sent["labelled"]["memory_bytes"] == 64 << 20

@@ -2,6 +2,7 @@
 //! crate serves them) and the clients.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// A job's id: assigned by the master, increasing. (Fields below spell
 /// it `u64`, as they do [`Millis`], so the OpenAPI schemas are plain
@@ -325,6 +326,15 @@ pub struct SubmitRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(max_items = 32))]
     pub egress: Option<Vec<HttpGrantBody>>,
+    /// Labels a worker must have to run the job, each `key: value` (at
+    /// most 16; keys 1 to 63 bytes of `a-z`, `0-9`, `.`, `_`, `-`, `/`,
+    /// starting with a letter or digit; values 1 to 63 bytes of letters,
+    /// digits, `.`, `_`, `-`): the job starts only on a worker started
+    /// with all of them (`cohort node --labels`), and, if it asks for
+    /// `memory_bytes`, whose `--job-memory-max` is at least that. Until
+    /// such a worker is known, the job is `unplaceable`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl SubmitRequest {
@@ -365,6 +375,13 @@ impl SubmitRequest {
     /// job reads as a stream; any inline input stays.
     pub fn input_blob(mut self, digest: impl Into<String>) -> Self {
         self.input_blob = Some(digest.into());
+        self
+    }
+
+    /// Asking for a worker with the label `key=value` (see
+    /// [`labels`](Self::labels)).
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
         self
     }
 }
@@ -499,6 +516,13 @@ pub struct JobResponse {
     /// Still waiting for a parent (its state is `queued`).
     #[serde(default)]
     pub waiting: bool,
+    /// The labels a worker must have to run it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// In line (`queued`), and no worker the master knows has its labels
+    /// and memory: it waits for one to join.
+    #[serde(default)]
+    pub unplaceable: bool,
     /// The blob it reads as its input blob, when it was given one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_blob: Option<BlobInfo>,
@@ -976,6 +1000,13 @@ pub struct WorkerBody {
     pub running: u32,
     /// Last heard from.
     pub last_seen: u64,
+    /// Its labels (`cohort node --labels`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// The most memory it gives one attempt (`--job-memory-max`), when it
+    /// said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_max: Option<u64>,
 }
 
 /// `GET /v1/cluster`.
@@ -1505,7 +1536,8 @@ mod decode_tests {
         ProptestConfig::with_cases(512)
     }
 
-    const FIELDS: [&str; 10] = [
+    const FIELDS: [&str; 11] = [
+        "labels",
         "module",
         "input",
         "input_base64",

@@ -98,6 +98,17 @@ export interface SubmitOptions {
    * with `headers` or `record`: it takes those of the grant covering it).
    */
   egress?: string | HttpGrant | readonly (string | HttpGrant)[];
+  /**
+   * Labels a worker must have to run the job (`{ gpu: "a100", zone: "eu" }`):
+   * it starts only on a worker started with all of them (`cohort node
+   * --labels gpu=a100,zone=eu`) and, if it asks for `memoryBytes`, whose
+   * `--job-memory-max` (when set) is at least that; until the master knows
+   * such a worker, the job waits in line ({@link JobStatus.unplaceable}). At
+   * most 16; keys 1 to 63 bytes of `a-z 0-9 . _ - /`, starting with a letter
+   * or digit, values 1 to 63 bytes of letters, digits and `. _ -`
+   * (`invalid_job`, 422, if not). Sent only when not empty.
+   */
+  labels?: Readonly<Record<string, string>>;
 }
 
 /** When and how a schedule fires ({@link Client.createSchedule}). */
@@ -332,6 +343,13 @@ export interface JobStatus {
   /** Its uniqueness key and window. */
   unique_key?: string | null;
   unique_window_ms?: number | null;
+  /** The labels a worker must have to run it (`labels`); absent when it asks for none. */
+  labels?: Record<string, string>;
+  /**
+   * In line (`queued`), and no worker the master knows has its labels and
+   * memory: it waits for one to join. Absent from nodes older than labels.
+   */
+  unplaceable?: boolean;
   /** The blob it reads as its input blob (`inputBlob`); absent when it was given none. */
   input_blob?: BlobInfo;
   /**

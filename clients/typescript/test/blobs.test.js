@@ -3,7 +3,7 @@
 // wire: streamed uploads, streamed downloads, ranges, a download cut
 // midway, a node answering the wrong bytes; and jobs given an input blob,
 // whose output blobs come back (/v1/jobs/batch, /v1/jobs/wait,
-// GET /v1/jobs/{id}). No node needed.
+// GET /v1/jobs/{id}), and the labels a submission carries. No node needed.
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
@@ -634,6 +634,50 @@ test("schedules, DAGs and map send an input blob in their jobs", { timeout: 30_0
     );
     assert.deepEqual([...node.jobs.values()].map((job) => job.input_blob), [info.digest, info.digest]);
   });
+});
+
+test("labels go as an object only when given: by submit, map, schedules and DAGs", { timeout: 30_000 }, async () => {
+  const gpu = { gpu: "a100", zone: "eu" };
+  await withNodes(1, {}, async (client, node) => {
+    const jobs = [
+      client.submit(MODULE, "labelled", { labels: gpu, memoryBytes: 64 * MiB }),
+      client.submit(MODULE, "plain"),
+      client.submit(MODULE, "empty", { labels: {} }),
+    ];
+    assert.deepEqual(await Promise.all(jobs.map((job) => job.text(10_000))), ["labelled", "plain", "empty"]);
+    const outputs = await client.map(MODULE, ["map 1", "map 2"], { labels: { gpu: "a100" } });
+    assert.deepEqual(outputs.map((output) => Buffer.from(output).toString()), ["map 1", "map 2"]);
+    // Each job's submission as it came, by its input.
+    const sent = new Map([...node.jobs.values()].map((job) => [job.input, job]));
+    assert.deepEqual(Object.fromEntries([...sent].map(([input, job]) => [input, job.labels])), {
+      labelled: gpu,
+      plain: undefined,
+      empty: undefined,
+      "map 1": { gpu: "a100" },
+      "map 2": { gpu: "a100" },
+    });
+    // None given, or none in them: no `labels` key at all.
+    assert.ok(!("labels" in sent.get("plain")) && !("labels" in sent.get("empty")));
+    assert.equal(sent.get("labelled").memory_bytes, 64 * MiB);
+  });
+  const sent = [];
+  const fetch = async (url, init) => {
+    sent.push(JSON.parse(init.body));
+    const reply = new URL(url).pathname === "/v1/dags" ? { id: 1, jobs: [1, 2], existing: false } : { name: "gpu", upcoming: [] };
+    return new Response(JSON.stringify(reply), { status: 200, headers: { "content-type": "application/json" } });
+  };
+  const client = new Client("http://a", { fetch });
+  try {
+    await client.createSchedule("gpu", MODULE, undefined, { everyMs: 60_000, job: { labels: gpu } });
+    await client.submitDag([
+      { name: "train", module: MODULE, options: { labels: gpu } },
+      { name: "report", module: MODULE, after: ["train"] },
+    ]);
+  } finally {
+    await client.close();
+  }
+  assert.deepEqual(sent[0].job, { module: MODULE, labels: gpu });
+  assert.deepEqual(sent[1].jobs.map((entry) => entry.job), [{ module: MODULE, labels: gpu }, { module: MODULE }]);
 });
 
 test("a wait's output blobs are checked; a job that did not succeed has its failure, not outputs", async () => {

@@ -26,6 +26,7 @@
 use crate::index::{ready_key, set_state};
 use crate::limits::{HOLDS_MAX, LOG_TAIL_BYTES_MAX, RENEWALS_MAX, WORKER_ID_BYTES_MAX};
 use crate::master::{Master, decided, reject};
+use crate::pools::needs;
 use crate::protocol::*;
 use crate::validation::validate_outputs;
 
@@ -36,16 +37,20 @@ impl Master {
         worker: &str,
         slots: u32,
         free: u32,
-        holds: &[BlobPrefix],
+        (holds, pool): (&[BlobPrefix], &WorkerPool),
     ) -> Result<Decision, Rejection> {
         check_worker(worker, holds.len() > HOLDS_MAX, || {
             format!("a poll names at most {HOLDS_MAX} blobs held")
         })?;
+        if let Err(why) = crate::pools::check_labels(&pool.labels) {
+            return reject(codes::INVALID_JOB, format!("a worker's labels: {why}"));
+        }
         let holds = crate::locality::bounded_holds(holds);
         let mut kinds = Vec::new();
         kinds.extend(self.worker_seen(now, worker, slots));
         kinds.extend(self.worker_holds(worker, &holds));
-        for id in self.assignable(now, worker, &holds, free as usize) {
+        kinds.extend(self.worker_pool(worker, pool));
+        for id in self.assignable(now, worker, (&holds, pool), free as usize) {
             // A journal is decoded, not trusted: a job replaced under its
             // id may leave a place in line behind.
             let Some(job) = self.jobs.get(&id) else {
@@ -378,8 +383,8 @@ impl Master {
             self.index.delayed.remove(&(not_before, id));
             job.seq = self.next_seq;
             self.next_seq += 1;
-            self.index
-                .enqueue(ready_key(self.order, job, id), self.keyed.key(id));
+            let needs = needs(&self.keyed, id, &job.spec);
+            (self.index).enqueue(ready_key(self.order, job, id), self.keyed.key(id), needs);
             self.joined_line(id, at);
             effects.push(Effect::WorkAvailable);
         }

@@ -18,6 +18,7 @@ use std::ops::Bound;
 
 use crate::index::{ready_key, set_state};
 use crate::master::Master;
+use crate::pools::needs;
 use crate::protocol::*;
 use crate::query::filter_matches;
 use crate::scan::{Facts, Held};
@@ -121,8 +122,8 @@ impl Master {
         if unfinished > 0 {
             self.dags.waiting.insert(id, unfinished);
         } else {
-            self.index
-                .enqueue(ready_key(self.order, job, id), self.keyed.key(id));
+            let needs = needs(&self.keyed, id, &job.spec);
+            (self.index).enqueue(ready_key(self.order, job, id), self.keyed.key(id), needs);
             self.joined_line(id, at);
             effects.push(Effect::WorkAvailable);
         }

@@ -55,6 +55,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::index::ready_key;
 use crate::master::{Job, Master, reject};
+use crate::pools::needs;
 use crate::protocol::*;
 use crate::validation::{validate_options, validate_spec};
 
@@ -547,8 +548,9 @@ impl Master {
                 if let Some(job) = self.jobs.get(&child)
                     && job.state == JobState::Queued
                 {
-                    self.index
-                        .enqueue(ready_key(self.order, job, child), self.keyed.key(child));
+                    let needs = needs(&self.keyed, child, &job.spec);
+                    let place = ready_key(self.order, job, child);
+                    (self.index).enqueue(place, self.keyed.key(child), needs);
                     self.joined_line(child, at);
                     effects.push(Effect::WorkAvailable);
                 }

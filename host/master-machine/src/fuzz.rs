@@ -216,6 +216,7 @@ prop_compose! {
         egress in option::of(vec(grant(), 0..2)),
         input_blob in option::of(blob()),
         trace in option::of(trace_context().prop_map(Box::new)),
+        labels in labels(),
     ) -> JobOptions {
         JobOptions {
             limit: limit.map(|(key, running_max, starts_per_second)| KeyLimit {
@@ -228,8 +229,21 @@ prop_compose! {
             egress,
             input_blob,
             trace,
+            labels,
         }
     }
+}
+
+/// Labels as a job asks for them or a worker has them: mostly valid and
+/// matching each other, sometimes not (unsorted, repeated, bad bytes).
+fn labels() -> impl Strategy<Value = Vec<(String, String)>> {
+    let key = prop_oneof![3 => Just("gpu".to_owned()), 2 => Just("zone".to_owned()), 1 => text()];
+    let value = prop_oneof![3 => Just("a100".to_owned()), 2 => Just("eu".to_owned()), 1 => text()];
+    vec((key, value), 0..3)
+}
+
+fn worker_pool() -> impl Strategy<Value = WorkerPool> {
+    (labels(), option::of(n64())).prop_map(|(labels, memory_max)| WorkerPool { labels, memory_max })
 }
 
 fn trace_context() -> impl Strategy<Value = TraceContext> {
@@ -513,8 +527,9 @@ fn command() -> impl Strategy<Value = Command> {
         4 => (job_spec(), request_id(), job_options())
             .prop_map(|(spec, request, options)| Command::Submit { spec, request, options }),
         1 => n64().prop_map(|id| Command::Cancel { id }),
-        4 => (text(), n32(), n32(), holds())
-            .prop_map(|(worker, slots, free, holds)| Command::Poll { worker, slots, free, holds }),
+        4 => (text(), n32(), n32(), holds(), worker_pool()).prop_map(
+            |(worker, slots, free, holds, pool)| Command::Poll { worker, slots, free, holds, pool }
+        ),
         1 => (n64(), n32(), bytes(), option::of(tape_mark()))
             .prop_map(|(id, attempt, data, mark)| Command::Checkpoint { id, attempt, data, mark }),
         2 => (n64(), n32(), recorded_call())
@@ -689,6 +704,7 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         vec(digest(), 0..4).prop_map(|digests| EventKind::BlobsCollected { digests }),
         (text(), holds()).prop_map(|(worker, holds)| EventKind::WorkerHolds { worker, holds }),
         vec((n64(), n32(), n64()), 0..4).prop_map(|leases| EventKind::Renewed { leases }),
+        (text(), worker_pool()).prop_map(|(worker, pool)| EventKind::WorkerPool { worker, pool }),
     ]
 }
 
@@ -882,7 +898,8 @@ prop_compose! {
             (option::of((n64(), text())), vec(n64(), 0..3), any::<bool>()),
         (module_name, module_version) in (option::of(module_name()), option::of(n32())),
         calls in vec((n32(), vec(http_call(), 0..2), n32()), 0..2),
-        (input_blob, outputs) in (option::of(blob()), vec(named_blob(), 0..3)),
+        (input_blob, outputs, unplaceable) in
+            (option::of(blob()), vec(named_blob(), 0..3), any::<bool>()),
     ) -> JobView {
         let calls = calls
             .into_iter()
@@ -892,7 +909,7 @@ prop_compose! {
             id, module, state, priority, max_attempts, timeout_ms, idempotency_key,
             submitted_at, finished_at, not_before, attempts, error,
             result_bytes, input_bytes, has_checkpoint, options, dag, parents, waiting,
-            module_name, module_version, calls, input_blob, outputs,
+            module_name, module_version, calls, input_blob, outputs, unplaceable,
         }
     }
 }
@@ -928,7 +945,7 @@ fn answer() -> impl Strategy<Value = Answer> {
                 }
             },
         );
-    let stats = (any::<[u64; JobState::COUNT]>(), vec(n64(), 10)).prop_map(|(jobs, v)| Stats {
+    let stats = (any::<[u64; JobState::COUNT]>(), vec(n64(), 11)).prop_map(|(jobs, v)| Stats {
         jobs,
         submitted_total: v[0],
         attempts_total: v[1],
@@ -940,14 +957,17 @@ fn answer() -> impl Strategy<Value = Answer> {
         input_assignments: v[7],
         local_assignments: v[8],
         workers_holding: v[9],
+        unplaceable: v[10],
     });
-    let worker =
-        (text(), n32(), n32(), n64()).prop_map(|(id, slots, running, last_seen)| WorkerView {
+    let worker = (text(), n32(), n32(), n64(), worker_pool()).prop_map(
+        |(id, slots, running, last_seen, pool)| WorkerView {
             id,
             slots,
             running,
             last_seen,
-        });
+            pool,
+        },
+    );
     prop_oneof![
         job_view().prop_map(|view| Answer::Job(Box::new(view))),
         bytes().prop_map(Answer::Result),
@@ -1059,6 +1079,7 @@ fn garbage() -> impl Strategy<Value = Vec<u8>> {
         2 => Just(FORMAT_VERSION_7),
         2 => Just(FORMAT_VERSION_8),
         2 => Just(FORMAT_VERSION_10),
+        2 => Just(FORMAT_VERSION_11),
         4 => Just(crate::master::SNAPSHOT_VERSION),
         1 => any::<u8>(),
     ];
@@ -1293,11 +1314,11 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // options, uniqueness holds and start times (0 each), schedules (0),
     // DAGs: the next id (1) and four maps (0 each), deployments: two
     // maps (0 each), egress: four maps (0 each), recorded calls (0),
-    // readable secrets (0), blobs (0), blobs kept (0) and the locality:
-    // two maps and two counters (0 each).
+    // readable secrets (0), blobs (0), blobs kept (0), the locality:
+    // two maps and two counters (0 each), and the pools (0).
     let tail = [
         [0; 11].as_slice(),
-        &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
     ]
     .concat();
     assert_eq!(empty[empty.len() - tail.len()..], tail);
@@ -1425,6 +1446,7 @@ fn a_job_replaced_under_its_id_with_another_key_polls_without_panic() {
         slots: 4,
         free: 4,
         holds: Vec::new(),
+        pool: WorkerPool::default(),
     };
     let decided = std::panic::catch_unwind(|| master.decide(4, &poll));
     assert!(decided.is_ok(), "the poll panicked");

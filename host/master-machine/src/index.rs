@@ -8,14 +8,17 @@
 //! ordered ([`Order`]) is a property of the master build, which is why two
 //! builds that differ only there can read each other's snapshots.
 //!
-//! Invariant: `ready` holds every runnable job without a key limit and
-//! exactly the first of each limited key's line; a job that waits for DAG
+//! Invariant: the common line `ready` and the lines of `needs_ready` hold
+//! together every runnable job without a key limit and exactly the first
+//! of each limited key's line, each in `needs_ready` under its needs if it
+//! has any (see `pools`), in `ready` if not; a job that waits for DAG
 //! parents or a backoff is in no line. This module does not decide which
 //! ready job may start (see `keys`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::master::{Job, Master};
+use crate::pools::{Needs, needs};
 use crate::protocol::*;
 
 /// How the master lines runnable jobs up for workers: the one scheduling
@@ -42,8 +45,15 @@ pub(crate) type Place = (i64, u64, JobId);
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Index {
     /// Runnable jobs without a key limit, and the first in line of each
-    /// limited key.
+    /// limited key, that need nothing of a worker.
     pub(crate) ready: BTreeSet<Place>,
+    /// The same for jobs with needs, per needs (see `pools`).
+    pub(crate) needs_ready: BTreeMap<Needs, BTreeSet<Place>>,
+    /// The needs of every runnable job that has any (in a line of
+    /// `needs_ready` or waiting in its key's).
+    pub(crate) needs_of: BTreeMap<JobId, Needs>,
+    /// How many runnable jobs have each needs.
+    pub(crate) needs_count: BTreeMap<Needs, u64>,
     /// Runnable jobs per limited key, in line.
     pub(crate) key_ready: BTreeMap<String, BTreeSet<Place>>,
     /// Running attempts per limited key.
@@ -80,11 +90,16 @@ impl Index {
         self.result_bytes += job.result.as_ref().map_or(0, |r| r.len() as u64);
     }
 
-    /// Puts a runnable job in line: in [`ready`](Self::ready), or in its
-    /// key's line (and in `ready` if it is now that line's first).
-    pub(crate) fn enqueue(&mut self, place: Place, key: Option<&str>) {
+    /// Puts a runnable job that needs `needs` in line: in
+    /// [`ready`](Self::ready) or its needs' line, or in its key's line
+    /// (and in one of those if it is now that line's first).
+    pub(crate) fn enqueue(&mut self, place: Place, key: Option<&str>, needs: Option<Needs>) {
+        if let Some(needs) = needs {
+            *self.needs_count.entry(needs.clone()).or_default() += 1;
+            self.needs_of.insert(place.2, needs);
+        }
         let Some(key) = key else {
-            self.ready.insert(place);
+            self.line_up(place);
             return;
         };
         let line = self.key_ready.entry(key.to_owned()).or_default();
@@ -92,30 +107,71 @@ impl Index {
         line.insert(place);
         if first.is_none_or(|first| place < first) {
             if let Some(first) = first {
-                self.ready.remove(&first);
+                self.line_out(first);
             }
-            self.ready.insert(place);
+            self.line_up(place);
         }
     }
 
     /// Takes a job out of line (the next of its key's line moves up).
     pub(crate) fn dequeue(&mut self, place: Place, key: Option<&str>) {
-        let Some(key) = key else {
-            self.ready.remove(&place);
-            return;
-        };
-        let Some(line) = self.key_ready.get_mut(key) else {
-            return;
-        };
-        line.remove(&place);
-        if self.ready.remove(&place)
-            && let Some(&next) = line.first()
+        if let Some(key) = key {
+            if let Some(line) = self.key_ready.get_mut(key) {
+                line.remove(&place);
+                let next = line.first().copied();
+                if line.is_empty() {
+                    self.key_ready.remove(key);
+                }
+                if self.line_out(place)
+                    && let Some(next) = next
+                {
+                    self.line_up(next);
+                }
+            }
+        } else {
+            self.line_out(place);
+        }
+        if let Some(needs) = self.needs_of.remove(&place.2)
+            && let Some(count) = self.needs_count.get_mut(&needs)
         {
-            self.ready.insert(next);
+            *count -= 1;
+            if *count == 0 {
+                self.needs_count.remove(&needs);
+            }
         }
+    }
+
+    /// Puts `place` in the line of its job's needs (or the common one).
+    fn line_up(&mut self, place: Place) {
+        match self.needs_of.get(&place.2) {
+            None => self.ready.insert(place),
+            Some(needs) => (self.needs_ready.entry(needs.clone()).or_default()).insert(place),
+        };
+    }
+
+    /// Takes `place` out of the line of its job's needs (or the common
+    /// one); whether it was there.
+    fn line_out(&mut self, place: Place) -> bool {
+        let Some(needs) = self.needs_of.get(&place.2) else {
+            return self.ready.remove(&place);
+        };
+        let Some(line) = self.needs_ready.get_mut(needs) else {
+            return false;
+        };
+        let was = line.remove(&place);
         if line.is_empty() {
-            self.key_ready.remove(key);
+            self.needs_ready.remove(needs);
         }
+        was
+    }
+
+    /// Empties every line.
+    fn clear_lines(&mut self) {
+        self.ready.clear();
+        self.key_ready.clear();
+        self.needs_ready.clear();
+        self.needs_of.clear();
+        self.needs_count.clear();
     }
 }
 
@@ -124,14 +180,14 @@ impl Master {
     /// rebuilt at once).
     pub fn with_order(mut self, order: Order) -> Self {
         self.order = order;
-        self.index.ready.clear();
-        self.index.key_ready.clear();
+        self.index.clear_lines();
         for (&id, job) in &self.jobs {
             if job.state == JobState::Queued
                 && job.not_before.is_none()
                 && !self.dags.waiting.contains_key(&id)
             {
-                (self.index).enqueue(ready_key(order, job, id), self.keyed.key(id));
+                let needs = needs(&self.keyed, id, &job.spec);
+                (self.index).enqueue(ready_key(order, job, id), self.keyed.key(id), needs);
             }
         }
         self
@@ -197,6 +253,7 @@ impl Master {
         };
         index.result_bytes += output_bytes;
         self.retain_locality();
+        self.retain_pools();
         for (&id, job) in &self.jobs {
             index.counts[job.state as usize] += 1;
             *index.modules.entry(job.spec.module).or_default() += 1;
@@ -209,7 +266,10 @@ impl Master {
                     Some(at) => {
                         index.delayed.insert((at, id));
                     }
-                    None => index.enqueue(ready_key(self.order, job, id), self.keyed.key(id)),
+                    None => {
+                        let needs = needs(&self.keyed, id, &job.spec);
+                        index.enqueue(ready_key(self.order, job, id), self.keyed.key(id), needs)
+                    }
                 },
                 JobState::Running => {
                     if let Some(until) = job.lease_until {

@@ -17,6 +17,7 @@
 use crate::index::{ready_key, set_state};
 use crate::limits::REQUESTS_MAX;
 use crate::master::{Job, Master, decided, reject};
+use crate::pools::needs;
 use crate::protocol::*;
 use crate::validation::{validate_options, validate_spec};
 
@@ -151,10 +152,14 @@ impl Master {
             result: None,
             checkpoint: None,
         };
-        if options.limit.is_some() || options.unique.is_some() || options.trace.is_some() {
+        let kept = options.limit.is_some()
+            || options.unique.is_some()
+            || options.trace.is_some()
+            || !options.labels.is_empty();
+        if kept {
             // The name is recorded with the deployments, and the input
             // blob with the blobs, not here; the trace context is kept
-            // here for the job's assignments.
+            // here for the job's assignments, the labels for placement.
             let keyed = JobOptions {
                 module: None,
                 input_blob: None,
@@ -172,8 +177,8 @@ impl Master {
         if let Some(unique) = &options.unique {
             self.hold_unique(&unique.key, id, at.saturating_add(unique.window_ms), at);
         }
-        self.index
-            .enqueue(ready_key(self.order, &job, id), self.keyed.key(id));
+        let needs = needs(&self.keyed, id, &job.spec);
+        (self.index).enqueue(ready_key(self.order, &job, id), self.keyed.key(id), needs);
         self.joined_line(id, at);
         if let Some(key) = &job.spec.idempotency_key {
             self.index.keys.insert(key.clone(), id);

@@ -22,6 +22,7 @@ use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
+use crate::index::Place;
 use crate::master::Master;
 use crate::protocol::*;
 use crate::uniqueness::Hold;
@@ -53,20 +54,28 @@ impl Keyed {
 }
 
 impl Master {
-    /// Up to `free` ready jobs that may start at `now`, in line: a limited
-    /// key's jobs only while the key is under its limits, counting the
-    /// starts this decision makes. A key whose first job may not start is
-    /// passed over whole, so a poll looks at no more than one job per
-    /// waiting key beyond those it starts.
-    pub(crate) fn startable(&self, now: Millis, free: usize) -> Vec<JobId> {
+    /// Up to `free` ready jobs that may start at `now` on a worker with
+    /// `pool`, in line: only jobs whose needs the pool fits (see
+    /// `pools`), and a limited key's jobs only while the key is under its
+    /// limits, counting the starts this decision makes. A key whose first
+    /// job may not start is passed over whole, so a poll looks at no more
+    /// than one job per waiting key beyond those it starts, and never at a
+    /// job of a line its pool does not fit.
+    pub(crate) fn startable(&self, now: Millis, free: usize, pool: &WorkerPool) -> Vec<JobId> {
         let mut out = Vec::new();
-        let mut lines = self.index.ready.iter().copied().peekable();
+        let mut lines = Lines::new(
+            std::iter::once(&self.index.ready).chain(
+                (self.index.needs_ready.iter())
+                    .filter(|(needs, _)| needs.fit(pool))
+                    .map(|(_, line)| line),
+            ),
+        );
         // The next of a key's jobs, once the one before it was taken.
         let mut moved_up = BTreeSet::new();
         let mut started: BTreeMap<&str, u32> = BTreeMap::new();
         while out.len() < free {
             let place = match (lines.peek(), moved_up.first()) {
-                (Some(first), Some(up)) if up < first => moved_up.pop_first(),
+                (Some(first), Some(up)) if up < &first => moved_up.pop_first(),
                 (Some(_), _) => lines.next(),
                 (None, _) => moved_up.pop_first(),
             };
@@ -74,6 +83,10 @@ impl Master {
                 break;
             };
             let id = place.2;
+            // A key's next job moved up from a line the pool may not fit.
+            if (self.index.needs_of.get(&id)).is_some_and(|needs| !needs.fit(pool)) {
+                continue;
+            }
             let Some(limit) = self.keyed.limit(id) else {
                 out.push(id);
                 continue;
@@ -165,5 +178,44 @@ impl Master {
         }
         let latest = *starts.back().expect("just pushed");
         self.index.latest_start.insert((latest, key));
+    }
+}
+
+/// Several lines of places walked as one, in order: a poll's merge of the
+/// common line and the needs' lines its pool fits (few: one per distinct
+/// needs of the jobs waiting).
+struct Lines<'a> {
+    heads:
+        Vec<std::iter::Peekable<std::iter::Copied<std::collections::btree_set::Iter<'a, Place>>>>,
+}
+
+impl<'a> Lines<'a> {
+    fn new(lines: impl Iterator<Item = &'a BTreeSet<Place>>) -> Self {
+        Lines {
+            heads: lines.map(|line| line.iter().copied().peekable()).collect(),
+        }
+    }
+
+    /// The line whose next place comes first.
+    fn first(&mut self) -> Option<usize> {
+        let mut best: Option<(usize, Place)> = None;
+        for (at, head) in self.heads.iter_mut().enumerate() {
+            if let Some(&place) = head.peek()
+                && best.is_none_or(|(_, first)| place < first)
+            {
+                best = Some((at, place));
+            }
+        }
+        best.map(|(at, _)| at)
+    }
+
+    fn peek(&mut self) -> Option<Place> {
+        let at = self.first()?;
+        self.heads[at].peek().copied()
+    }
+
+    fn next(&mut self) -> Option<Place> {
+        let at = self.first()?;
+        self.heads[at].next()
     }
 }

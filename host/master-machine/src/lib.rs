@@ -33,6 +33,7 @@ mod keys;
 pub mod limits;
 pub mod locality;
 pub mod master;
+pub mod pools;
 pub mod protocol;
 mod query;
 mod requests;
@@ -63,6 +64,7 @@ pub use egress::{
     valid_secret_name,
 };
 pub use master::{Master, Order};
+pub use pools::check_labels;
 pub use protocol::*;
 pub use tapes::check_call;
 

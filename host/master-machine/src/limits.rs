@@ -248,6 +248,12 @@ pub const LOCALITY_SCAN_MAX: usize = 128;
 /// Longest `locality_wait_ms` a configuration may set.
 pub const LOCALITY_WAIT_MS_MAX: Millis = 60_000;
 
+// Worker pools (see `crate::pools`).
+/// Most labels a worker has or a job asks for.
+pub const LABELS_MAX: usize = 16;
+/// Longest label key or value, in bytes.
+pub const LABEL_BYTES_MAX: usize = 63;
+
 // Snapshots.
 /// The most a part's buffer is allocated with before it is written (a
 /// part asked to be larger grows as it is written).

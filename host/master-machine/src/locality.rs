@@ -236,14 +236,14 @@ impl Master {
         (self.locality.ready_at).retain(|id, _| kept.binary_search(id).is_ok());
     }
 
-    /// Up to `free` ready jobs to start on `worker`, which holds `holds`,
-    /// at `now`: the line's startable jobs in order, but those passed over
-    /// for locality (see the module notes).
+    /// Up to `free` ready jobs to start on `worker`, which holds `holds`
+    /// and has `pool`, at `now`: the line's startable jobs in order, but
+    /// those passed over for locality (see the module notes).
     pub(crate) fn assignable(
         &self,
         now: Millis,
         worker: &str,
-        holds: &[BlobPrefix],
+        (holds, pool): (&[BlobPrefix], &WorkerPool),
         free: usize,
     ) -> Vec<JobId> {
         let wait = self.config.locality_wait_ms;
@@ -253,11 +253,11 @@ impl Master {
         // passed over or kept out of the prefetch room: without one, the
         // poll is what it is without locality, whatever the workers hold.
         if wait == 0 || free == 0 || self.locality.ready_at.is_empty() {
-            return self.startable(now, free);
+            return self.startable(now, free, pool);
         }
         let alone = !(self.workers.iter()).any(|(other, state)| other != worker && live(state));
         if alone {
-            return self.startable(now, free);
+            return self.startable(now, free, pool);
         }
         // The other workers a job could wait for: live, holding something.
         let others: Vec<&[BlobPrefix]> = (self.locality.holds.iter())
@@ -273,7 +273,7 @@ impl Master {
         // Nothing to pass over, and no input to keep out of the prefetch
         // room: look at no more than is started, as without locality.
         if others.is_empty() && free <= slots {
-            return self.startable(now, free);
+            return self.startable(now, free, pool);
         }
         let place = |id: JobId| {
             let Some(data) = self.data_blob_of(id) else {
@@ -290,18 +290,20 @@ impl Master {
             }
         };
         let mut taken = 0;
-        (self.startable(now, free.max(LOCALITY_SCAN_MAX)).into_iter())
-            .filter(|&id| {
-                let take = match place(id) {
-                    Place::Here => true,
-                    Place::Elsewhere => false,
-                    Place::InASlot => taken < slots,
-                };
-                taken += usize::from(take);
-                take
-            })
-            .take(free)
-            .collect()
+        (self
+            .startable(now, free.max(LOCALITY_SCAN_MAX), pool)
+            .into_iter())
+        .filter(|&id| {
+            let take = match place(id) {
+                Place::Here => true,
+                Place::Elsewhere => false,
+                Place::InASlot => taken < slots,
+            };
+            taken += usize::from(take);
+            take
+        })
+        .take(free)
+        .collect()
     }
 }
 

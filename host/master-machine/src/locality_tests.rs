@@ -81,6 +81,7 @@ fn poll_holding(worker: &str, slots: u32, free: u32, held: &[u8]) -> Command {
         slots,
         free,
         holds: holds_of(&digests),
+        pool: WorkerPool::default(),
     }
 }
 
@@ -235,6 +236,7 @@ fn what_workers_hold_is_journaled_per_change_and_forgotten_with_them() {
         slots: 1,
         free: 1,
         holds: vec![[0; 8]; HOLDS_MAX + 1],
+        pool: WorkerPool::default(),
     };
     let before = run.master.clone();
     let refused = run.run(T, too_many).unwrap_err();
@@ -429,7 +431,7 @@ proptest! {
                     if let Some(kind) = before.worker_holds(names[w], said) {
                         before.apply(&Event { at: now, kind });
                     }
-                    let line = before.startable(now, LOCALITY_SCAN_MAX.max(free as usize));
+                    let line = before.startable(now, LOCALITY_SCAN_MAX.max(free as usize), &WorkerPool::default());
                     let started: Vec<JobId> = (run.ok(now, holds).iter())
                         .filter_map(|event| match event.kind {
                             EventKind::Assigned { id, .. } => Some(id),

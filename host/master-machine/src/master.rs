@@ -114,6 +114,7 @@ use crate::grants::Egress;
 use crate::index::Index;
 use crate::keys::Keyed;
 use crate::locality::Locality;
+use crate::pools::Pools;
 use crate::protocol::*;
 use crate::requests::Requests;
 use crate::schedule::Schedule;
@@ -192,6 +193,9 @@ pub struct Master {
     /// What workers hold and when blob jobs joined the line (see
     /// [`crate::locality`]); written after the blobs kept in a snapshot.
     pub(crate) locality: Locality,
+    /// Workers' labels and memory (see [`crate::pools`]); written after
+    /// what workers hold in a snapshot.
+    pub(crate) pools: Pools,
     // Indexes, rebuilt from the jobs on restore (not in snapshots).
     pub(crate) index: Index,
     /// How runnable jobs are lined up: a property of the master build, not
@@ -247,6 +251,7 @@ impl Master {
             blobs: Blobs::default(),
             registry: Registry::default(),
             locality: Locality::default(),
+            pools: Pools::default(),
             index: Index::default(),
             order: Order::default(),
         }
@@ -309,7 +314,8 @@ impl Master {
                 slots,
                 free,
                 holds,
-            } => self.decide_poll(now, worker, *slots, *free, holds),
+                pool,
+            } => self.decide_poll(now, worker, *slots, *free, (holds, pool)),
             Command::Checkpoint {
                 id,
                 attempt,
@@ -506,6 +512,7 @@ impl Master {
             EventKind::BlobDropped { digest } => self.apply_blob_dropped(digest),
             EventKind::BlobsCollected { digests } => self.apply_blobs_collected(digests),
             EventKind::WorkerHolds { worker, holds } => self.apply_worker_holds(worker, holds),
+            EventKind::WorkerPool { worker, pool } => self.apply_worker_pool(worker, pool),
             EventKind::Renewed { leases } => self.apply_renewed(leases),
         }
     }

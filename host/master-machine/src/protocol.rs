@@ -37,12 +37,16 @@
 //! enum, [`Config::locality_wait_ms`] a last field of the configuration,
 //! [`Stats`] three last fields; see [`crate::locality`]) and trace
 //! contexts ([`JobOptions::trace`], a sixth field of the options, handed
-//! to each attempt in its [`Assignment`]); 11 (now), lease renewals
+//! to each attempt in its [`Assignment`]); 11, lease renewals
 //! (`Renew` and `Renewed` at the end of their enums: a worker renews the
 //! lease of an attempt while it prepares it or keeps its outputs; see
-//! [`crate::attempts`]). Events are the
+//! [`crate::attempts`]); 12 (now), worker pools (`Poll` carries the
+//! worker's [`WorkerPool`], `WorkerPool` at the end of its enum,
+//! [`JobOptions::labels`] a seventh field of the options, views and
+//! [`Stats`] say which jobs no known worker can run; see
+//! [`crate::pools`]). Events are the
 //! only messages kept on disk, so [`decode_event`] still reads formats 1
-//! to 10 (whose `Submitted` lacks what came later, whose options
+//! to 11 (whose `Submitted` lacks what came later, whose options
 //! before 5 have two fields: they decode with `module: None`, and whose
 //! `Configured` before 10 has no `locality_wait_ms`: it decodes as 0); every other
 //! message of an older format is refused as an unknown version (nodes of
@@ -64,7 +68,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 11;
+pub const FORMAT_VERSION: u8 = 12;
+
+/// The eleventh format: the current types without worker pools (`Poll`'s
+/// `pool`, `WorkerPool` at the end of its enum, [`JobOptions::labels`],
+/// the options' last field); its events still decode ([`decode_event`]).
+pub const FORMAT_VERSION_11: u8 = 11;
 
 /// The tenth format: the current types without lease renewals (`Renew`
 /// and `Renewed` at the end of their enums, so its events decode as they
@@ -187,6 +196,7 @@ fn decode_older(format: u8, body: &[u8]) -> Result<Event, Rejection> {
                 FORMAT_VERSION_6 => 4,
                 FORMAT_VERSION_7 => 5,
                 FORMAT_VERSION_8 | FORMAT_VERSION_9 => 6,
+                FORMAT_VERSION_10 | FORMAT_VERSION_11 => 7,
                 _ => legacy::FIELDS_NOW,
             };
             legacy::options(fields, || postcard::from_bytes(body)).map_err(|error| {
@@ -200,7 +210,7 @@ fn decode_older(format: u8, body: &[u8]) -> Result<Event, Rejection> {
 /// `event`, unless it holds what came after `format`: a kind added since
 /// (deployments in 5, egress in 6, recorded calls and shared secrets in
 /// 7, the blob registry in 9, what workers hold in 10, lease renewals in
-/// 11) or a success with
+/// 11, worker pools in 12) or a success with
 /// output blobs (8), which
 /// bytes of that format never held.
 fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
@@ -225,7 +235,8 @@ fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
         | EventKind::BlobDropped { .. }
         | EventKind::BlobsCollected { .. } => (FORMAT_VERSION_9, "a blob registry event"),
         EventKind::WorkerHolds { .. } => (FORMAT_VERSION_10, "a locality event"),
-        EventKind::Renewed { .. } => (FORMAT_VERSION, "a lease renewal"),
+        EventKind::Renewed { .. } => (FORMAT_VERSION_11, "a lease renewal"),
+        EventKind::WorkerPool { .. } => (FORMAT_VERSION, "a worker pool event"),
         _ => return Ok(event),
     };
     if format >= added {
@@ -774,7 +785,8 @@ pub struct JobSpec {
 /// those of formats 6 and 7 and snapshot versions 7 and 8 the first four,
 /// and decode with `input_blob: None`; those of formats 8 and 9 and
 /// snapshot versions 9 and 10 the first five, and decode with `trace:
-/// None`.
+/// None`; those of formats 10 and 11 and snapshot version 11 the first
+/// six, and decode with no `labels`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobOptions {
     /// Limits on the jobs that share a key, enforced cluster-wide.
@@ -797,6 +809,25 @@ pub struct JobOptions {
     /// the host sets it, the master keeps it and hands it to each attempt.
     /// Boxed: commands and events stay small when no job is traced.
     pub trace: Option<Box<TraceContext>>,
+    /// The labels a worker must have to run the job, each `(key, value)`,
+    /// sorted by key, keys unique (empty: any worker; see
+    /// [`crate::pools`]).
+    pub labels: Vec<(String, String)>,
+}
+
+/// What a worker offers jobs, from its node's flags: its labels and the
+/// most memory it gives one attempt. The master starts a job only on a
+/// worker whose pool has every label the job asks for and room for the
+/// memory it asks (see [`crate::pools`]). The default, no labels and no
+/// memory said, is what the master assumes of a worker it was never told
+/// of (journals before format 12).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerPool {
+    /// `(key, value)`, sorted by key, keys unique.
+    pub labels: Vec<(String, String)>,
+    /// The most memory one attempt may have on the worker (`None`: not
+    /// said; any job's request fits).
+    pub memory_max: Option<u64>,
 }
 
 /// A job's W3C trace context (`traceparent`, without `tracestate`): the
@@ -842,11 +873,12 @@ pub struct NamedBlob {
 }
 
 /// The hand-written `Deserialize` of [`JobOptions`]: `limit`, `unique`,
-/// then `module`, `egress`, `input_blob` and `trace` as far as the bytes
-/// being decoded have them (events of formats before 5 and snapshots
-/// before version 6: none; format 5 and version 6: `module` only; formats
-/// 6 and 7 and versions 7 and 8: not `input_blob`; formats 8 and 9 and
-/// versions 9 and 10: not `trace`), which [`legacy::options`]
+/// then `module`, `egress`, `input_blob`, `trace` and `labels` as far as
+/// the bytes being decoded have them (events of formats before 5 and
+/// snapshots before version 6: none; format 5 and version 6: `module`
+/// only; formats 6 and 7 and versions 7 and 8: not `input_blob`; formats 8
+/// and 9 and versions 9 and 10: not `trace`; formats 10 and 11 and version
+/// 11: not `labels`), which [`legacy::options`]
 /// says for the decoding it wraps. Postcard lets a struct's visitor stop
 /// before its last field, so the older bytes decode as they are, with the
 /// later fields `None`.
@@ -856,14 +888,15 @@ pub(crate) mod legacy {
     use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
     use std::cell::Cell;
 
-    /// What the bytes of this format hold: [`JobOptions`] with their six
-    /// fields, and [`HttpGrant`]s with their last, `record` (7).
-    pub(crate) const FIELDS_NOW: u8 = 7;
+    /// What the bytes of this format hold: [`JobOptions`] with their seven
+    /// fields, and [`HttpGrant`]s with their last, `record` (8).
+    pub(crate) const FIELDS_NOW: u8 = 8;
 
     thread_local! {
         /// How many fields the [`JobOptions`] being decoded have: 2 to 4;
         /// 5: four, and grants have `record`; 6: five (`input_blob`), and
-        /// grants have `record`; 7: six (`trace`), and grants have `record`.
+        /// grants have `record`; 7: six (`trace`), and grants have `record`;
+        /// 8: seven (`labels`), and grants have `record`.
         static FIELDS_KEPT: Cell<u8> = const { Cell::new(FIELDS_NOW) };
     }
 
@@ -993,34 +1026,60 @@ pub(crate) mod legacy {
         decode()
     }
 
-    const FIELDS: &[&str] = &["limit", "unique", "module", "egress", "input_blob", "trace"];
+    const FIELDS: &[&str] = &[
+        "limit",
+        "unique",
+        "module",
+        "egress",
+        "input_blob",
+        "trace",
+        "labels",
+    ];
 
     thread_local! {
-        /// Whether [`JobOptions`] are written with `trace` (always, but in
-        /// tests making the bytes of an older format: [`written_before_trace`]).
-        static TRACE_WRITTEN: Cell<bool> = const { Cell::new(true) };
+        /// How [`JobOptions`] are written, counted as [`FIELDS_KEPT`]
+        /// counts: [`FIELDS_NOW`] always, but in tests making the bytes of
+        /// an older format ([`written_before_trace`],
+        /// [`written_before_labels`]).
+        static FIELDS_WRITTEN: Cell<u8> = const { Cell::new(FIELDS_NOW) };
+    }
+
+    /// Runs `encode` with [`JobOptions`] written as `fields` counts them.
+    #[cfg(test)]
+    fn written_as<T>(fields: u8, encode: impl FnOnce() -> T) -> T {
+        struct Restore(u8);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                FIELDS_WRITTEN.with(|cell| cell.set(self.0));
+            }
+        }
+        let _restore = Restore(FIELDS_WRITTEN.with(|cell| cell.replace(fields)));
+        encode()
     }
 
     /// Runs `encode` with [`JobOptions`] written as formats before 10 and
-    /// snapshots before version 11 hold them (without `trace`), for tests
-    /// that make such bytes.
+    /// snapshots before version 11 hold them (without `trace` and
+    /// `labels`), for tests that make such bytes.
     #[cfg(test)]
     pub(crate) fn written_before_trace<T>(encode: impl FnOnce() -> T) -> T {
-        struct Restore(bool);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                TRACE_WRITTEN.with(|cell| cell.set(self.0));
-            }
-        }
-        let _restore = Restore(TRACE_WRITTEN.with(|cell| cell.replace(false)));
-        encode()
+        written_as(6, encode)
+    }
+
+    /// Runs `encode` with [`JobOptions`] written as formats 10 and 11 and
+    /// snapshot version 11 hold them (without `labels`), for tests that
+    /// make such bytes.
+    #[cfg(test)]
+    pub(crate) fn written_before_labels<T>(encode: impl FnOnce() -> T) -> T {
+        written_as(7, encode)
     }
 
     impl serde::Serialize for JobOptions {
         fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
             use serde::ser::SerializeStruct;
-            let trace = TRACE_WRITTEN.with(Cell::get);
-            let mut out = serializer.serialize_struct("JobOptions", 5 + usize::from(trace))?;
+            let written = FIELDS_WRITTEN.with(Cell::get);
+            let (trace, labels) = (written >= 7, written >= 8);
+            let len = 5 + usize::from(trace) + usize::from(labels);
+            let mut out = serializer.serialize_struct("JobOptions", len)?;
             out.serialize_field("limit", &self.limit)?;
             out.serialize_field("unique", &self.unique)?;
             out.serialize_field("module", &self.module)?;
@@ -1028,6 +1087,9 @@ pub(crate) mod legacy {
             out.serialize_field("input_blob", &self.input_blob)?;
             if trace {
                 out.serialize_field("trace", &self.trace)?;
+            }
+            if labels {
+                out.serialize_field("labels", &self.labels)?;
             }
             out.end()
         }
@@ -1042,6 +1104,7 @@ pub(crate) mod legacy {
         Egress,
         InputBlob,
         Trace,
+        Labels,
         #[serde(other)]
         Other,
     }
@@ -1079,6 +1142,10 @@ pub(crate) mod legacy {
                 true => seq.next_element::<Option<Box<TraceContext>>>()?.flatten(),
                 false => None,
             };
+            let labels = match fields >= 8 {
+                true => (seq.next_element::<Vec<(String, String)>>()?).unwrap_or_default(),
+                false => Vec::new(),
+            };
             Ok(JobOptions {
                 limit,
                 unique,
@@ -1086,6 +1153,7 @@ pub(crate) mod legacy {
                 egress,
                 input_blob,
                 trace,
+                labels,
             })
         }
 
@@ -1099,6 +1167,7 @@ pub(crate) mod legacy {
                     Field::Egress => options.egress = map.next_value()?,
                     Field::InputBlob => options.input_blob = map.next_value()?,
                     Field::Trace => options.trace = map.next_value()?,
+                    Field::Labels => options.labels = map.next_value()?,
                     Field::Other => {
                         map.next_value::<de::IgnoredAny>()?;
                     }
@@ -1118,7 +1187,10 @@ pub(crate) mod legacy {
 impl JobOptions {
     /// True when the options ask for nothing.
     pub fn is_empty(&self) -> bool {
-        self.limit.is_none() && self.unique.is_none() && self.module.is_none()
+        self.limit.is_none()
+            && self.unique.is_none()
+            && self.module.is_none()
+            && self.labels.is_empty()
     }
 }
 
@@ -1226,6 +1298,9 @@ pub enum Command {
         /// empty: none). The master prefers to start a job where its input
         /// blob is ([`crate::locality`]).
         holds: Vec<BlobPrefix>,
+        /// Its labels and the most memory it gives one attempt (see
+        /// [`crate::pools`]).
+        pool: WorkerPool,
     },
     /// A running attempt saved a checkpoint.
     Checkpoint {
@@ -1943,6 +2018,14 @@ pub enum EventKind {
         /// `(job, attempt, lease_until)`: each attempt's new lease.
         leases: Vec<(JobId, u32, Millis)>,
     },
+    /// A worker's poll named another pool than the master knew (see
+    /// [`crate::pools`]).
+    WorkerPool {
+        /// The worker.
+        worker: String,
+        /// Its labels and memory now.
+        pool: WorkerPool,
+    },
 }
 
 /// The reply to a command's sender, sent once its events are durable.
@@ -2482,6 +2565,9 @@ pub struct JobView {
     pub input_blob: Option<Blob>,
     /// The output blobs it wrote, once succeeded.
     pub outputs: Vec<NamedBlob>,
+    /// Queued, and no known worker has the labels and memory it asks for
+    /// (see [`crate::pools`]): it waits for such a worker to join.
+    pub unplaceable: bool,
 }
 
 /// The outbound calls of one attempt.
@@ -2548,6 +2634,9 @@ pub struct Stats {
     pub local_assignments: u64,
     /// Known workers whose last poll said their node holds blobs.
     pub workers_holding: u64,
+    /// Runnable jobs that no known worker has the labels and memory for
+    /// (see [`crate::pools`]).
+    pub unplaceable: u64,
 }
 
 /// A known worker.
@@ -2561,6 +2650,8 @@ pub struct WorkerView {
     pub running: u32,
     /// When it was last heard from.
     pub last_seen: Millis,
+    /// Its labels and memory.
+    pub pool: WorkerPool,
 }
 
 /// The answer to a [`Query`].

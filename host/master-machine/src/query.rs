@@ -222,6 +222,7 @@ impl Master {
             input_assignments: self.locality.input_assignments,
             local_assignments: self.locality.local_assignments,
             workers_holding: self.locality.holds.len() as u64,
+            unplaceable: self.unplaceable_count(),
         }
     }
 
@@ -254,6 +255,7 @@ impl Master {
             calls: self.calls_of(id),
             input_blob: self.input_blob_of(id).cloned(),
             outputs: self.outputs_of(id).to_vec(),
+            unplaceable: self.unplaceable(id),
         }
     }
 }

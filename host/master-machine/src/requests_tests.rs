@@ -223,7 +223,7 @@ fn events_of_format_2_replay_without_options() {
         codes::UNKNOWN_VERSION
     );
     // This format's `Submitted` is format 2's followed by the options
-    // (six absent fields).
+    // (six absent fields and no labels).
     let now = encode(&Event {
         at: 7,
         kind: EventKind::Submitted {
@@ -233,7 +233,7 @@ fn events_of_format_2_replay_without_options() {
             options: JobOptions::default(),
         },
     });
-    assert_eq!(now[1..now.len() - 6], submitted[1..]);
+    assert_eq!(now[1..now.len() - 7], submitted[1..]);
 }
 
 #[test]
@@ -259,7 +259,10 @@ fn a_snapshot_keeps_what_keys_hold_and_version_3_has_none() {
             existing: true
         })
     );
-    assert_eq!(restored.startable(T + 2, 4), Vec::<JobId>::new());
+    assert_eq!(
+        restored.startable(T + 2, 4, &WorkerPool::default()),
+        Vec::<JobId>::new()
+    );
 
     // Version 3: no options; the jobs run without limits.
     let mut version_3 = master.encode_state_v10(vec![3]);
@@ -267,7 +270,7 @@ fn a_snapshot_keeps_what_keys_hold_and_version_3_has_none() {
     version_3 = postcard::to_extend(&master.requests, version_3).unwrap();
     let mut old = Master::restore(&version_3).unwrap();
     assert_eq!(old.keyed, Keyed::default());
-    assert_eq!(old.startable(T + 2, 4), vec![2]);
+    assert_eq!(old.startable(T + 2, 4, &WorkerPool::default()), vec![2]);
     assert_eq!(run(&mut old, T + 2, again), submitted(3));
 }
 

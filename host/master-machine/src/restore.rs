@@ -79,6 +79,7 @@ enum Stage {
     Blobs,
     Kept,
     Locality,
+    Pools,
     End,
 }
 
@@ -192,8 +193,8 @@ impl Restoring {
     /// Decodes the next item from `bytes`: the bytes after it, or `None`
     /// if they end within it. [`JobOptions`] (in the keys and schedules)
     /// have no `module` before version 6, no `egress` before 7 and no
-    /// `input_blob` before 9 and no `trace` before 11, and grants no
-    /// `record` before 8.
+    /// `input_blob` before 9, no `trace` before 11 and no `labels` before
+    /// 12, and grants no `record` before 8.
     fn step<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<&'a [u8]>, Rejection> {
         let fields = match self.version {
             ..6 => 2,
@@ -201,6 +202,7 @@ impl Restoring {
             7 => 4,
             8 => 5,
             9 | 10 => 6,
+            11 => 7,
             _ => crate::protocol::legacy::FIELDS_NOW,
         };
         let locality = self.version >= 11;
@@ -277,6 +279,13 @@ impl Restoring {
             Stage::Locality => {
                 let (locality, rest) = taken!(take(bytes));
                 self.master.locality = crate::locality::bounded(locality);
+                Ok(Some((self.after(11, Stage::Pools), rest)))
+            }
+            Stage::Pools => {
+                let (pools, rest) = taken!(take::<crate::pools::Pools>(bytes));
+                for (worker, pool) in &pools {
+                    self.master.apply_worker_pool(worker, pool);
+                }
                 Ok(Some((Stage::End, rest)))
             }
             Stage::End => return Ok(None),

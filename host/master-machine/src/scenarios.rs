@@ -61,6 +61,7 @@ pub const SCRIPTS: &[(&str, &str)] = &embed![
     "jobs-read-an-input-blob-and-dag-children-read-their-parents-output-blobs.txt",
     "a-job-starts-where-its-input-blob-is-waiting-a-bounded-time-for-it.txt",
     "a-worker-renews-the-lease-of-an-attempt-it-prepares.txt",
+    "jobs-start-only-on-a-worker-with-their-labels-and-memory.txt",
 ];
 
 /// Every script, read, with its file name.

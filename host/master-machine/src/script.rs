@@ -31,8 +31,10 @@
 //!
 //! * `submit seq=N [JOB] [OPTIONS]`: [`Command::Submit`] as request `seq`
 //!   (its origin is the one [`parse`] is given).
-//! * `poll worker=W free=N [slots=4] [holds=N,...]` (`holds`: the blobs
-//!   with the digests `[N; 32]` its node holds; see [`crate::locality`])
+//! * `poll worker=W free=N [slots=4] [holds=N,...] [labels=KEY:VALUE,...]
+//!   [memory_max=N]` (`holds`: the blobs with the digests `[N; 32]` its
+//!   node holds, see [`crate::locality`]; `labels` and `memory_max`: its
+//!   [`WorkerPool`], see [`crate::pools`])
 //! * `finish id=N attempt=N worker=W ok=OUTPUT [blobs=NAME:N:SIZE,...]`
 //!   (the output blobs it wrote, each with the digest `[N; 32]`:
 //!   [`Outcome::Wrote`]) or `... failed=CODE [message="CODE happened"]`,
@@ -72,8 +74,9 @@
 //! digest `[N; 32]`; `module=NAME`, not a number, names a deployment:
 //! [`JobOptions::module`], with the digest `[1; 32]` the master replaces);
 //! `OPTIONS` are `[limit=KEY [running_max=N] [starts_per_second=N]]
-//! [unique=KEY window_ms=N] [input_blob=N:SIZE]` (`input_blob`: the blob
-//! with the digest `[N; 32]`).
+//! [unique=KEY window_ms=N] [input_blob=N:SIZE] [labels=KEY:VALUE,...]`
+//! (`input_blob`: the blob with the digest `[N; 32]`; `labels`: the
+//! labels a worker must have, [`JobOptions::labels`]).
 
 use crate::protocol::*;
 use crate::steps::{blob, dag_node, failed, finish, named_blob, poll, schedule_spec, spec};
@@ -443,6 +446,12 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
                     .map(|n| number::<u8>("holds", n).map(|n| [n; 32]))
                     .collect::<Result<Vec<Digest>, _>>()?;
                 *holds = crate::locality::holds_of(&digests);
+            }
+            if let Command::Poll { pool, .. } = &mut command {
+                if let Some(text) = args.text("labels")? {
+                    pool.labels = labels_value("labels", &text)?;
+                }
+                pool.memory_max = args.number("memory_max")?;
             }
             command
         }
@@ -868,7 +877,25 @@ fn options(args: &mut Args) -> Result<JobOptions, String> {
         egress,
         input_blob,
         trace: None,
+        labels: (args.text("labels")?)
+            .map(|text| labels_value("labels", &text))
+            .transpose()?
+            .unwrap_or_default(),
     })
+}
+
+/// The labels `KEY:VALUE,...` given as `key`, sorted by key.
+fn labels_value(key: &str, text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut labels = (text.split(','))
+        .map(|pair| {
+            let (k, v) = pair
+                .split_once(':')
+                .ok_or_else(|| format!("`{key}=` is `KEY:VALUE,...`"))?;
+            Ok((k.to_owned(), v.to_owned()))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    labels.sort();
+    Ok(labels)
 }
 
 /// The blob `N:SIZE` given as `key`: the digest `[N; 32]`, `SIZE` bytes.
@@ -1004,6 +1031,20 @@ mod tests {
                 slots: 2,
                 free: 1,
                 holds: Vec::new(),
+                pool: WorkerPool::default(),
+            }
+        );
+        let Command::Poll { pool, .. } =
+            command("> at 5 poll worker=w free=1 labels=zone:eu,gpu:a100 memory_max=9")
+        else {
+            panic!("a poll")
+        };
+        let labels = vec![("gpu".into(), "a100".into()), ("zone".into(), "eu".into())];
+        assert_eq!(
+            pool,
+            WorkerPool {
+                labels,
+                memory_max: Some(9)
             }
         );
         let Command::Poll { holds, .. } = command("> at 5 poll worker=w free=1 holds=9,3") else {

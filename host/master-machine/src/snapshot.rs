@@ -5,7 +5,8 @@
 //! the bytes a derived `Serialize` of the whole state wrote before
 //! finished jobs were packed, so every snapshot version reads the same
 //! way, and later parts (tokens, request ids, keys, schedules, DAGs,
-//! deployments, grants, recorded calls, blobs, blobs kept, locality) were
+//! deployments, grants, recorded calls, blobs, blobs kept, locality,
+//! pools) were
 //! appended one version at a time ([`SNAPSHOT_VERSION`]).
 //!
 //! Invariants: the parts of a snapshot written with a [`SnapshotCursor`]
@@ -31,8 +32,10 @@ use crate::workers::Worker;
 /// then recorded calls and the secrets jobs may read, then the jobs'
 /// blobs (digests and sizes; its [`JobOptions`] have `input_blob`), then
 /// the blobs the cluster keeps, then what workers hold and when jobs with
-/// an input blob joined the line (and [`Config`] has `locality_wait_ms`).
-/// Older snapshots are still read: version 10 (no locality: none known,
+/// an input blob joined the line (and [`Config`] has `locality_wait_ms`),
+/// then workers' pools (and [`JobOptions`] have `labels`).
+/// Older snapshots are still read: version 11 (no pools: every worker has
+/// the default, and options have no labels), version 10 (no locality: none known,
 /// and a [`Config`] without `locality_wait_ms`, read as 0), version 9
 /// (no blobs kept but those its jobs and schedules name, which are kept
 /// as named), version 8 (no blobs; its [`JobOptions`], in
@@ -43,7 +46,7 @@ use crate::workers::Worker;
 /// the schedules, have no `module`), version 4 (no schedules or DAGs),
 /// version 3 (no keys), version 2 (tokens, no request ids) and version 1
 /// (the state alone, from before tokens existed).
-pub const SNAPSHOT_VERSION: u8 = 11;
+pub const SNAPSHOT_VERSION: u8 = 12;
 
 /// The fields of [`Master`] before its jobs, as its snapshot holds them.
 #[derive(Serialize)]
@@ -199,23 +202,46 @@ impl Master {
         let config = postcard::to_allocvec(&self.config).expect("postcard encoding into a Vec");
         let wait = postcard::to_allocvec(&self.config.locality_wait_ms).expect("encoded");
         let locality = postcard::to_allocvec(&self.locality).expect("encoded");
+        let pools = postcard::to_allocvec(&self.pools).expect("encoded");
         let head_end = 1 + config.len();
         [
             &[10][..],
             &now[1..head_end - wait.len()],
-            &now[head_end..now.len() - locality.len()],
+            &now[head_end..now.len() - locality.len() - pools.len()],
         ]
         .concat()
     }
 
     /// This master as a snapshot of version 10 or older restores it: no
-    /// locality known, and no waiting for it.
+    /// locality known, and no waiting for it (and no pools).
     #[cfg(test)]
     pub(crate) fn before_locality(&self) -> Master {
-        let mut master = self.clone();
+        let mut master = self.before_pools();
         master.config.locality_wait_ms = 0;
         master.locality = Default::default();
         master
+    }
+
+    /// The snapshot as version 11 wrote it: without the pools, and with
+    /// [`JobOptions`] without `labels` (see [`Master::before_pools`]).
+    #[cfg(test)]
+    pub(crate) fn snapshot_v11(&self) -> Vec<u8> {
+        let now = crate::protocol::legacy::written_before_labels(|| self.snapshot());
+        let pools = postcard::to_allocvec(&self.pools).expect("encoded");
+        [&[11][..], &now[1..now.len() - pools.len()]].concat()
+    }
+
+    /// This master as a snapshot of version 11 or older restores it: every
+    /// worker in the default pool, and no job asking for labels.
+    #[cfg(test)]
+    pub(crate) fn before_pools(&self) -> Master {
+        let mut master = self.clone();
+        master.pools = Default::default();
+        for options in master.keyed.options.values_mut() {
+            options.labels.clear();
+        }
+        let order = master.order;
+        master.with_order(order)
     }
 
     /// [`write_state`](Self::write_state) after `out`.
@@ -247,7 +273,8 @@ impl Master {
     /// (a map: their count, then each id and request), the keys, the
     /// schedules, the DAGs, the deployments, the egress grants and
     /// calls, the recorded calls with the secrets jobs may read, the
-    /// jobs' blobs, the blobs the cluster keeps, and the locality.
+    /// jobs' blobs, the blobs the cluster keeps, the locality, and the
+    /// workers' pools.
     fn write_part(&self, sink: &mut impl Sink, cursor: &mut SnapshotCursor, bytes_max: usize) {
         let bytes_max = bytes_max.max(1);
         loop {
@@ -287,6 +314,7 @@ impl Master {
                     sink.put(&self.blobs);
                     sink.put(&self.registry.kept);
                     sink.put(&self.locality);
+                    sink.put(&self.pools);
                     *cursor = SnapshotCursor::End;
                 }
                 SnapshotCursor::End => return,
@@ -314,7 +342,7 @@ impl Master {
     /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs) ++
     /// postcard(deployments) ++ postcard(grants and calls) ++
     /// postcard((recorded calls, readable secrets)) ++ postcard(blobs) ++
-    /// postcard(kept blobs) ++ postcard(locality)`.
+    /// postcard(kept blobs) ++ postcard(locality) ++ postcard(pools)`.
     ///
     /// Measured first, then written into a buffer of that size: grown by
     /// doubling, the buffer of a snapshot of a million finished jobs took

@@ -49,6 +49,7 @@ pub fn limited(key: &str, running_max: Option<u32>, starts_per_second: Option<u3
         egress: None,
         input_blob: None,
         trace: None,
+        labels: Vec::new(),
     }
 }
 
@@ -64,6 +65,7 @@ pub fn unique(key: &str, window_ms: u64) -> JobOptions {
         egress: None,
         input_blob: None,
         trace: None,
+        labels: Vec::new(),
     }
 }
 
@@ -75,6 +77,7 @@ pub fn poll(w: &str, free: u32) -> Command {
         slots: 4,
         free,
         holds: Vec::new(),
+        pool: WorkerPool::default(),
     }
 }
 

@@ -224,6 +224,7 @@ fn a_renewed_lease_starts_again_and_only_its_worker_renews_it() {
         slots: 1,
         free: 0,
         holds: Vec::new(),
+        pool: WorkerPool::default(),
     };
     sim.ok(T + 8_000, heartbeat.clone());
     sim.ok(T + 10_998, heartbeat);
@@ -1024,7 +1025,10 @@ fn keys_limit_running_attempts_and_starts_per_second() {
     // only r's two are counted as running.
     let running: Vec<_> = sim.master.index.key_running.iter().collect();
     assert_eq!(running, [(&"r".to_string(), &2)]);
-    assert_eq!(sim.master.startable(T + 1_004, 8), Vec::<JobId>::new());
+    assert_eq!(
+        sim.master.startable(T + 1_004, 8, &WorkerPool::default()),
+        Vec::<JobId>::new()
+    );
 }
 
 #[test]

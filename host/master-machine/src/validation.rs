@@ -75,6 +75,9 @@ pub(crate) fn validate_options(options: &JobOptions) -> Result<(), Rejection> {
     {
         return reject(codes::INVALID_JOB, "trace context with a zero id");
     }
+    if let Err(why) = crate::pools::check_labels(&options.labels) {
+        return reject(codes::INVALID_JOB, format!("labels: {why}"));
+    }
     if let Some(limit) = &options.limit {
         key("limit.key", &limit.key)?;
         if limit.running_max.is_none() && limit.starts_per_second.is_none() {

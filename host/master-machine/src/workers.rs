@@ -88,6 +88,7 @@ impl Master {
         effects: &mut Vec<Effect>,
     ) {
         self.locality.holds.remove(worker);
+        self.pools.remove(worker);
         if let Some(state) = self.workers.remove(worker) {
             for id in state.running {
                 let current = self.jobs.get(&id).and_then(|j| j.attempts.last());
@@ -118,6 +119,7 @@ impl Master {
                 slots: w.slots,
                 running: w.running.len() as u32,
                 last_seen: w.last_seen,
+                pool: self.pool_of(id).clone(),
             })
             .collect()
     }

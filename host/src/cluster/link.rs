@@ -73,8 +73,9 @@ pub const MASTER_PATH: &str = "/internal/v1/master";
 /// A master operation on the wire.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum WireRequest {
-    /// `MasterHandle::command`.
-    Command(Command),
+    /// `MasterHandle::command` (boxed: a submission is far larger than
+    /// the other requests; postcard writes a box as what it holds).
+    Command(Box<Command>),
     /// `MasterHandle::query`.
     Query(Query),
     /// `MasterHandle::poll`.
@@ -118,7 +119,7 @@ impl WireRequest {
     /// send it again as a new request. Every other request is harmless to
     /// repeat or repeated by its sender anyway (reports, polls).
     fn outcome_matters(&self) -> bool {
-        matches!(self, WireRequest::Command(Command::Submit { .. }))
+        matches!(self, WireRequest::Command(command) if matches!(**command, Command::Submit { .. }))
     }
 
     fn wait(&self) -> Duration {
@@ -162,7 +163,7 @@ pub async fn serve_local(
     request: WireRequest,
 ) -> Result<WireResponse, MasterError> {
     Ok(match request {
-        WireRequest::Command(command) => WireResponse::Reply(master.command(command).await?),
+        WireRequest::Command(command) => WireResponse::Reply(master.command(*command).await?),
         WireRequest::Query(query) => WireResponse::Answer(master.query(query).await?),
         WireRequest::Poll(poll) => WireResponse::Poll(master.poll(poll).await?),
         WireRequest::Progress { id } => WireResponse::Progress(master.progress(id).await?),
@@ -370,7 +371,7 @@ impl MasterLink {
 
     /// Runs a command.
     pub async fn command(&self, command: Command) -> Result<Reply, MasterError> {
-        match self.call(WireRequest::Command(command)).await? {
+        match self.call(WireRequest::Command(Box::new(command))).await? {
             WireResponse::Reply(reply) => Ok(reply),
             other => Err(unexpected(other)),
         }
@@ -552,7 +553,7 @@ impl MasterLink {
     /// both.
     async fn remote(&self, url: &str, request: &WireRequest) -> Result<WireResponse, MasterError> {
         match request {
-            WireRequest::Command(command) => self.coalesced(url, command.clone()).await,
+            WireRequest::Command(command) => self.coalesced(url, (**command).clone()).await,
             _ => self.exchange(url, request).await,
         }
     }
@@ -623,7 +624,10 @@ impl MasterLink {
                 else {
                     continue;
                 };
-                let _ = respond.send(self.exchange(&url, &WireRequest::Command(command)).await);
+                let _ = respond.send(
+                    self.exchange(&url, &WireRequest::Command(Box::new(command)))
+                        .await,
+                );
                 continue;
             }
             let (commands, responders): (Vec<Command>, Vec<_>) =

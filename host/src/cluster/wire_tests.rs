@@ -73,6 +73,10 @@ fn samples() -> Vec<Vec<u8>> {
         }],
         held: vec![(1, 1), (2, 3)],
         holds: vec![[1; 8], [2; 8]],
+        pool: cohort_master::WorkerPool {
+            labels: vec![("gpu".into(), "a100".into())],
+            memory_max: Some(1 << 30),
+        },
     };
     let assignment = Assignment {
         id: 1,
@@ -120,16 +124,16 @@ fn samples() -> Vec<Vec<u8>> {
         lease_grace_ms: 5_000,
     };
     let requests = [
-        WireRequest::Command(Command::Submit {
+        WireRequest::Command(Box::new(Command::Submit {
             spec: spec(),
             request: RequestId { origin: 5, seq: 6 },
             options: cohort_master::scenarios::limited("k", Some(2), Some(5)),
-        }),
-        WireRequest::Command(Command::Renew {
+        })),
+        WireRequest::Command(Box::new(Command::Renew {
             worker: "w1".into(),
             attempts: vec![(1, 2), (3, 1)],
-        }),
-        WireRequest::Command(Command::Finish {
+        })),
+        WireRequest::Command(Box::new(Command::Finish {
             id: 1,
             attempt: 1,
             worker: "w1".into(),
@@ -146,7 +150,7 @@ fn samples() -> Vec<Vec<u8>> {
                 ms: 5,
             }],
             calls_dropped: 1,
-        }),
+        })),
         WireRequest::Query(Query::Jobs {
             filter: cohort_master::JobFilter {
                 state: Some(JobState::Running),

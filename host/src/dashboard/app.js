@@ -657,6 +657,10 @@ async function drawJob(body, job, still, previews) {
       ['error', job.error ? `${job.error.code}: ${job.error.message}` : '—'],
       ['progress', job.progress ? `${Math.round(job.progress.fraction * 100)}% ${job.progress.message}` : '—'],
       ['checkpoint', job.has_checkpoint ? 'saved (a retry resumes from it)' : 'none'],
+      ['worker labels', Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ') || 'any'],
+      ['placement', el('span', { 'data-testid': 'job-placement' }, job.unplaceable
+        ? 'waiting: no worker has its labels and memory'
+        : '—')],
     ].map(([k, v]) => [el('dt', {}, k), el('dd', {}, v)]));
   const input = el('div', { 'data-testid': 'job-input' });
   const output = el('div', { 'data-testid': 'job-output' });

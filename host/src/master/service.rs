@@ -170,7 +170,8 @@ pub struct MasterCounters {
 type Respond<T> = oneshot::Sender<Result<T, MasterError>>;
 
 enum Request {
-    Command(Command, Respond<Reply>),
+    /// Boxed: a submission is far larger than the other requests.
+    Command(Box<Command>, Respond<Reply>),
     Query(Query, Respond<Answer>),
     Poll(Poll, Instant, Respond<PollResult>),
     Progress(JobId, oneshot::Sender<Option<ProgressReport>>),
@@ -264,7 +265,8 @@ impl MasterHandle {
 
     /// Runs a command; the reply comes once its events are durable.
     pub async fn command(&self, command: Command) -> Result<Reply, MasterError> {
-        self.ask(|respond| Request::Command(command, respond)).await
+        self.ask(|respond| Request::Command(Box::new(command), respond))
+            .await
     }
 
     /// Runs commands in order, all of them queued before any reply is
@@ -274,7 +276,7 @@ impl MasterHandle {
         let mut answers = Vec::with_capacity(commands.len());
         for command in commands {
             let (respond, answer) = oneshot::channel();
-            let sent = self.tx.send(Request::Command(command, respond)).await;
+            let sent = (self.tx.send(Request::Command(Box::new(command), respond))).await;
             answers.push(sent.ok().map(|()| answer));
         }
         let mut replies = Vec::with_capacity(answers.len());
@@ -639,6 +641,8 @@ struct Parked {
     free: u32,
     /// What the worker's node holds (see `cohort_master::locality`).
     holds: Vec<cohort_master::BlobPrefix>,
+    /// Its labels and memory (see `cohort_master::pools`).
+    pool: cohort_master::WorkerPool,
     until: Instant,
     respond: Respond<PollResult>,
 }
@@ -858,6 +862,7 @@ impl MasterLoop {
             progress,
             held,
             holds,
+            pool,
             ..
         } = poll;
         if let Some(believed) = self.believed.remove(&worker) {
@@ -873,6 +878,7 @@ impl MasterLoop {
             slots,
             free,
             holds,
+            pool,
             until,
             respond,
         };
@@ -1183,6 +1189,7 @@ impl MasterLoop {
             slots: parked.slots,
             free: parked.free,
             holds: parked.holds.clone(),
+            pool: parked.pool.clone(),
         };
         let assignments = match self.execute(now, &command)? {
             Err(rejection) => {
@@ -1554,6 +1561,7 @@ mod tests {
             progress: Vec::new(),
             held,
             holds: Vec::new(),
+            pool: Default::default(),
         }
     }
 
