@@ -37,6 +37,9 @@
 //! * tracing: one node's throughput and one-at-a-time p99 with tracing
 //!   off, at 1% and at 100% sampling, exporting over OTLP/HTTP to a local
 //!   sink; alternated in one run, ratios against off.
+//! * pools: the native master's polls of one worker starting 10,000 plain
+//!   jobs while 100,000 jobs for a pool it does not fit wait ahead of
+//!   them, against no such flood, and the `Stats` query counting them.
 //! * guard (only when named: `cargo bench --bench node -- guard`; CI runs
 //!   it): one node's throughput over 20,000 jobs divided by the rate of
 //!   single journal appends with fsync on the same disk, in the same run;
@@ -202,6 +205,91 @@ fn main() {
     }
     if wanted("locality") {
         rt.block_on(locality());
+    }
+    if wanted("pools") {
+        pools();
+    }
+}
+
+/// Worker pools: how long a worker's polls take when the line ahead of
+/// the jobs it may run holds a flood of jobs for a pool it does not fit
+/// (`COHORT_BENCH_POOL_FLOOD` jobs asking for `gpu=a100`, default
+/// 100,000, at a higher priority), against no flood: the native master
+/// (decide and apply, no journal) starting 10,000 plain jobs on one
+/// worker, 16 a poll, 3 rounds; and the `Stats` query (which counts the
+/// unplaceable jobs) with the flood in line.
+fn pools() {
+    use cohort_master::{Master, Query, WorkerPool};
+    let flood: u64 = std::env::var("COHORT_BENCH_POOL_FLOOD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    const PLAIN: u64 = 10_000;
+    const T: u64 = 1_000_000;
+    let run = |master: &mut Master, now: u64, command: &Command| {
+        let decision = master.decide(now, command).expect("accepted");
+        let assigned = (decision.events.iter())
+            .filter(|event| matches!(event.kind, EventKind::Assigned { .. }))
+            .count();
+        for event in &decision.events {
+            master.apply(event);
+        }
+        assigned as u64
+    };
+    let poll = Command::Poll {
+        worker: "cpu".into(),
+        slots: 16,
+        free: 16,
+        holds: Vec::new(),
+        pool: WorkerPool {
+            labels: vec![("zone".into(), "eu".into())],
+            memory_max: Some(4 << 30),
+        },
+    };
+    println!("pools: {flood} jobs for a pool no worker fits, ahead of {PLAIN} plain ones");
+    for round in 1..=3 {
+        for flooded in [0, flood] {
+            let mut master = Master::new();
+            let gpu = JobOptions {
+                labels: vec![("gpu".into(), "a100".into())],
+                ..JobOptions::default()
+            };
+            let jobs = (0..flooded).map(|n| (n, 1, gpu.clone()));
+            let plain = (flooded..flooded + PLAIN).map(|n| (n, 0, JobOptions::default()));
+            for (n, priority, options) in jobs.chain(plain) {
+                let submit = Command::Submit {
+                    spec: JobSpec {
+                        priority,
+                        ..spec(n)
+                    },
+                    request: RequestId { origin: 1, seq: n },
+                    options,
+                };
+                run(&mut master, T, &submit);
+            }
+            let started = Instant::now();
+            let (mut assigned, mut polls) = (0, 0u64);
+            while assigned < PLAIN {
+                assigned += run(&mut master, T + 1, &poll);
+                polls += 1;
+            }
+            let took = started.elapsed();
+            let started = Instant::now();
+            let stats = match master.query(T + 1, &Query::Stats) {
+                Ok(cohort_master::Answer::Stats(stats)) => stats,
+                other => panic!("stats, not {other:?}"),
+            };
+            let stats_took = started.elapsed();
+            assert_eq!(stats.unplaceable, flooded);
+            println!(
+                "  round {round}, flood {flooded}: {polls} polls in {:.1} ms, {:.2} µs a poll; \
+                 stats {:.1} µs ({} unplaceable)",
+                took.as_secs_f64() * 1e3,
+                took.as_secs_f64() * 1e6 / polls as f64,
+                stats_took.as_secs_f64() * 1e6,
+                stats.unplaceable,
+            );
+        }
     }
 }
 
