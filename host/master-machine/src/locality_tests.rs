@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::limits::{HOLDS_MAX, LOCALITY_SCAN_MAX};
 use crate::scenarios::{blob, finish, spec, submit, submit_with};
-use crate::testing::restore_in_parts;
+use crate::testing::{decide_and_apply, restore_in_parts};
 
 const T: Millis = 1_000_000;
 
@@ -28,12 +28,7 @@ impl Run {
     }
 
     fn run(&mut self, now: Millis, command: Command) -> Result<Vec<Event>, Rejection> {
-        let decision = self.master.decide(now, &command)?;
-        for event in &decision.events {
-            self.master.apply(event);
-            self.events.push(event.clone());
-        }
-        Ok(decision.events)
+        decide_and_apply(&mut self.master, &mut self.events, now, &command)
     }
 
     fn ok(&mut self, now: Millis, command: Command) -> Vec<Event> {

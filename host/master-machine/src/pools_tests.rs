@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::scenarios::{limited, spec, submit, submit_with};
-use crate::testing::restore_in_parts;
+use crate::testing::{decide_and_apply, restore_in_parts};
 
 const T: Millis = 1_000_000;
 const GIB: u64 = 1 << 30;
@@ -37,12 +37,7 @@ struct Run {
 
 impl Run {
     fn run(&mut self, now: Millis, command: Command) -> Result<Vec<Event>, Rejection> {
-        let decision = self.master.decide(now, &command)?;
-        for event in &decision.events {
-            self.master.apply(event);
-            self.events.push(event.clone());
-        }
-        Ok(decision.events)
+        decide_and_apply(&mut self.master, &mut self.events, now, &command)
     }
 
     /// The jobs a poll by `worker` with `pool` and `free` slots starts.

@@ -99,3 +99,19 @@ pub fn run(
     }
     Ok(decision.reply)
 }
+
+/// Runs `command` at `now` as the host does: decided, then each event
+/// applied and appended to `journal`; the events.
+pub fn decide_and_apply(
+    master: &mut crate::Master,
+    journal: &mut Vec<crate::Event>,
+    now: crate::Millis,
+    command: &crate::Command,
+) -> Result<Vec<crate::Event>, crate::Rejection> {
+    let decision = master.decide(now, command)?;
+    for event in &decision.events {
+        master.apply(event);
+        journal.push(event.clone());
+    }
+    Ok(decision.events)
+}
