@@ -91,8 +91,14 @@ async fn jobs_in_every_state(client: &Api) -> Jobs {
         .id;
     wait_state(client, running, "running").await;
     add("running", running, &spin);
+    // The first asks for a label the node's worker does not have: it
+    // waits, unplaceable, whatever the slot does.
     for input in ["q1", "q2", "q3"] {
-        let id = client.submit(&submit(&echo, input, None)).await.unwrap().id;
+        let mut request = submit(&echo, input, None);
+        if input == "q1" {
+            request = request.label("gpu", "a100");
+        }
+        let id = client.submit(&request).await.unwrap().id;
         add("queued", id, &echo);
     }
     let cancelled = by_state["queued"][2];
@@ -309,6 +315,9 @@ fn the_overview_its_event_stream_inputs_and_modules_describe_the_node() {
         let queued = jobs.by_state["queued"][0];
         let input = get(&client, &format!("/v1/jobs/{queued}/input")).await;
         assert_eq!(&input[..], b"q1");
+        // It asks for a label no worker has: it says so, and is counted.
+        assert!(client.job(queued, 0).await.unwrap().unplaceable);
+        assert_eq!(support::metric(&client, "cohort_jobs_unplaceable").await, 1);
         // Modules: what each is, and how many jobs use it.
         let modules = client.modules().await.unwrap().modules;
         let echo = modules.iter().find(|m| m.digest == jobs.echo).unwrap();

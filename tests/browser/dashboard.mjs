@@ -148,6 +148,19 @@ async function pages() {
   });
   check(true, 'retry moves the failed job out of failed');
 
+  // The first queued job asks for a label no worker has: its page says it
+  // waits for one; the second waits for the slot, and says nothing.
+  for (const [id, waits] of [[jobs.queued[0], true], [jobs.queued[1], false]]) {
+    await page.goto(`${URL_}/#/jobs/${id}`);
+    await page.waitForSelector('[data-testid="job-placement"]');
+    const placement = await text(page, '[data-testid="job-placement"]');
+    check(placement.includes('no worker has its labels') === waits, `job ${id}'s placement says "${placement}"`);
+  }
+  check((await page.textContent('#view')).includes('gpu=a100') === false, 'the second queued job asks for no label');
+  await page.goto(`${URL_}/#/jobs/${jobs.queued[0]}`);
+  await page.waitForSelector('[data-testid="job-placement"]');
+  check((await page.textContent('#view')).includes('gpu=a100'), 'the first queued job shows the label it asks for');
+
   // Bulk cancel of the queued jobs, with its preview.
   await page.goto(`${URL_}/#/jobs?state=queued`);
   await ready(page, 'jobs');

@@ -26,7 +26,6 @@
 use crate::index::{ready_key, set_state};
 use crate::limits::{HOLDS_MAX, LOG_TAIL_BYTES_MAX, RENEWALS_MAX, WORKER_ID_BYTES_MAX};
 use crate::master::{Master, decided, reject};
-use crate::pools::needs;
 use crate::protocol::*;
 use crate::validation::validate_outputs;
 
@@ -383,7 +382,7 @@ impl Master {
             self.index.delayed.remove(&(not_before, id));
             job.seq = self.next_seq;
             self.next_seq += 1;
-            let needs = needs(&self.keyed, id, &job.spec);
+            let needs = self.keyed.needs(id, &job.spec);
             (self.index).enqueue(ready_key(self.order, job, id), self.keyed.key(id), needs);
             self.joined_line(id, at);
             effects.push(Effect::WorkAvailable);

@@ -18,7 +18,6 @@ use std::ops::Bound;
 
 use crate::index::{ready_key, set_state};
 use crate::master::Master;
-use crate::pools::needs;
 use crate::protocol::*;
 use crate::query::filter_matches;
 use crate::scan::{Facts, Held};
@@ -122,7 +121,7 @@ impl Master {
         if unfinished > 0 {
             self.dags.waiting.insert(id, unfinished);
         } else {
-            let needs = needs(&self.keyed, id, &job.spec);
+            let needs = self.keyed.needs(id, &job.spec);
             (self.index).enqueue(ready_key(self.order, job, id), self.keyed.key(id), needs);
             self.joined_line(id, at);
             effects.push(Effect::WorkAvailable);

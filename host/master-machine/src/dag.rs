@@ -55,7 +55,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::index::ready_key;
 use crate::master::{Job, Master, reject};
-use crate::pools::needs;
 use crate::protocol::*;
 use crate::validation::{validate_options, validate_spec};
 
@@ -548,7 +547,7 @@ impl Master {
                 if let Some(job) = self.jobs.get(&child)
                     && job.state == JobState::Queued
                 {
-                    let needs = needs(&self.keyed, child, &job.spec);
+                    let needs = self.keyed.needs(child, &job.spec);
                     let place = ready_key(self.order, job, child);
                     (self.index).enqueue(place, self.keyed.key(child), needs);
                     self.joined_line(child, at);

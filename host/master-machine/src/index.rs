@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::master::{Job, Master};
-use crate::pools::{Needs, needs};
+use crate::pools::Needs;
 use crate::protocol::*;
 
 /// How the master lines runnable jobs up for workers: the one scheduling
@@ -186,7 +186,7 @@ impl Master {
                 && job.not_before.is_none()
                 && !self.dags.waiting.contains_key(&id)
             {
-                let needs = needs(&self.keyed, id, &job.spec);
+                let needs = self.keyed.needs(id, &job.spec);
                 (self.index).enqueue(ready_key(order, job, id), self.keyed.key(id), needs);
             }
         }
@@ -267,7 +267,7 @@ impl Master {
                         index.delayed.insert((at, id));
                     }
                     None => {
-                        let needs = needs(&self.keyed, id, &job.spec);
+                        let needs = self.keyed.needs(id, &job.spec);
                         index.enqueue(ready_key(self.order, job, id), self.keyed.key(id), needs)
                     }
                 },

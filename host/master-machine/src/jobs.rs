@@ -17,7 +17,6 @@
 use crate::index::{ready_key, set_state};
 use crate::limits::REQUESTS_MAX;
 use crate::master::{Job, Master, decided, reject};
-use crate::pools::needs;
 use crate::protocol::*;
 use crate::validation::{validate_options, validate_spec};
 
@@ -177,7 +176,7 @@ impl Master {
         if let Some(unique) = &options.unique {
             self.hold_unique(&unique.key, id, at.saturating_add(unique.window_ms), at);
         }
-        let needs = needs(&self.keyed, id, &job.spec);
+        let needs = self.keyed.needs(id, &job.spec);
         (self.index).enqueue(ready_key(self.order, &job, id), self.keyed.key(id), needs);
         self.joined_line(id, at);
         if let Some(key) = &job.spec.idempotency_key {

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::index::Place;
 use crate::master::Master;
+use crate::pools::Needs;
 use crate::protocol::*;
 use crate::uniqueness::Hold;
 
@@ -50,6 +51,13 @@ impl Keyed {
     /// The key of job `id`'s limit.
     pub(crate) fn key(&self, id: JobId) -> Option<&str> {
         self.limit(id).map(|limit| limit.key.as_str())
+    }
+
+    /// What job `id`, with `spec`, asks of a worker, if anything: the
+    /// labels kept with its options and its memory (see `pools`).
+    pub(crate) fn needs(&self, id: JobId, spec: &JobSpec) -> Option<Needs> {
+        let labels = (self.options.get(&id)).map_or(&[][..], |options| &options.labels);
+        Needs::of(labels, spec.memory_bytes)
     }
 }
 

@@ -9,8 +9,10 @@
 //! from the one it knew (`WorkerPool`), keeps it per worker, drops it with
 //! the worker (`WorkerLost`) and writes it in snapshots (from version 12),
 //! so a master that takes over places jobs as the one before did. A
-//! worker it was never told of (a journal before format 12) has the
-//! default pool: no labels, memory not said.
+//! pool a journal or snapshot holds is decoded, not trusted: labels that
+//! do not check are dropped as it is applied, and only a known worker
+//! keeps one. A worker it was never told of (a journal before format 12)
+//! has the default pool: no labels, memory not said.
 //!
 //! A job asks with [`JobOptions::labels`] (each `key=value` must be one of
 //! the worker's labels) and its spec's `memory_bytes` (at most the
@@ -31,6 +33,13 @@
 //! line is in the line of its own needs; when a later one moves up and
 //! the poller cannot run it, the key waits for another poll.
 //!
+//! **Bound.** A poll checks its pool against each distinct `Needs` waiting
+//! and merges the heads of the lines it fits, so its cost grows with the
+//! number of distinct needs in line (the labels sets and memory sizes jobs
+//! ask for), not with the jobs that have them: a few pools and memory
+//! sizes cost a few comparisons; jobs each asking for another memory size
+//! cost a check per size at every poll.
+//!
 //! Room is counted in slots, as for every job; memory is a ceiling per
 //! attempt, not summed across a worker's running attempts.
 //!
@@ -47,7 +56,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::keys::Keyed;
 use crate::limits::{LABEL_BYTES_MAX, LABELS_MAX};
 use crate::master::Master;
 use crate::protocol::*;
@@ -128,18 +136,11 @@ static NO_POOL: WorkerPool = WorkerPool {
 /// default pool has no entry.
 pub(crate) type Pools = BTreeMap<String, WorkerPool>;
 
-/// What job `id` with `spec` asks of a worker, if anything (its labels
-/// are kept with its options in `keyed`).
-pub(crate) fn needs(keyed: &Keyed, id: JobId, spec: &JobSpec) -> Option<Needs> {
-    let labels = (keyed.options.get(&id)).map_or(&[][..], |options| &options.labels);
-    Needs::of(labels, spec.memory_bytes)
-}
-
 impl Master {
     /// What job `id` asks of a worker, if anything.
     #[cfg(test)]
     pub(crate) fn needs_of(&self, id: JobId) -> Option<Needs> {
-        needs(&self.keyed, id, &self.jobs.get(&id)?.spec)
+        self.keyed.needs(id, &self.jobs.get(&id)?.spec)
     }
 
     /// `worker`'s pool (the default if never told).
@@ -158,13 +159,13 @@ impl Master {
 
     /// Applies a `WorkerPool`. A journal is decoded, not trusted: labels
     /// that do not check are dropped, so placement never reads unsorted
-    /// ones.
+    /// ones, and only a known worker has a pool.
     pub(crate) fn apply_worker_pool(&mut self, worker: &str, pool: &WorkerPool) {
         let mut pool = pool.clone();
         if check_labels(&pool.labels).is_err() {
             pool.labels.clear();
         }
-        if pool == NO_POOL {
+        if pool == NO_POOL || !self.workers.contains_key(worker) {
             self.pools.remove(worker);
         } else {
             self.pools.insert(worker.to_owned(), pool);

@@ -279,21 +279,29 @@ fn pools_are_journaled_once_per_change_and_kept_by_snapshots() {
 }
 
 #[test]
-fn a_hostile_journal_or_snapshot_cannot_plant_unchecked_labels() {
+fn a_hostile_journal_cannot_plant_unchecked_labels_or_a_pool_without_a_worker() {
     let mut master = Master::new();
-    let bad = pool(&[("zone", "eu"), ("gpu", "a100")], Some(GIB));
-    master.apply(&Event {
+    let said = |worker: &str, pool: WorkerPool| Event {
         at: T,
         kind: EventKind::WorkerPool {
+            worker: worker.into(),
+            pool,
+        },
+    };
+    master.apply(&said("ghost", pool(&[("gpu", "a100")], None)));
+    assert!(master.pools.is_empty(), "no pool for a worker never seen");
+    master.apply(&Event {
+        at: T,
+        kind: EventKind::WorkerSeen {
             worker: "w".into(),
-            pool: bad,
+            slots: 1,
         },
     });
-    assert_eq!(
-        master.pool_of("w"),
-        &pool(&[], Some(GIB)),
-        "unsorted labels dropped"
-    );
+    let bad = pool(&[("zone", "eu"), ("gpu", "a100")], Some(GIB));
+    master.apply(&said("w", bad));
+    let unsorted_dropped = pool(&[], Some(GIB));
+    assert_eq!(master.pool_of("w"), &unsorted_dropped);
+    assert_eq!(Master::restore(&master.snapshot()).unwrap(), master);
 }
 
 #[test]
