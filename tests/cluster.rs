@@ -360,6 +360,13 @@ fn jobs_run_only_on_workers_with_their_labels_and_memory_and_wait_for_one() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // So are a node's, before it starts.
+        let bad = ["--labels", "zone=eu,GPU=a"];
+        let refused = support::Node::try_start(&dir.path().join("bad"), &bad);
+        let said = refused
+            .err()
+            .expect("a node with a bad label does not start");
+        assert!(said.contains("label key \"GPU\""), "{said}");
         drop((cpu, gpu));
     });
 }
