@@ -41,14 +41,18 @@ impl Master {
         check_worker(worker, holds.len() > HOLDS_MAX, || {
             format!("a poll names at most {HOLDS_MAX} blobs held")
         })?;
-        if let Err(why) = crate::pools::check_labels(&pool.labels) {
+        // A pool is checked when it is new: the one the master knows was.
+        let said = self.worker_pool(worker, pool);
+        if said.is_some()
+            && let Err(why) = crate::pools::check_labels(&pool.labels)
+        {
             return reject(codes::INVALID_JOB, format!("a worker's labels: {why}"));
         }
         let holds = crate::locality::bounded_holds(holds);
         let mut kinds = Vec::new();
         kinds.extend(self.worker_seen(now, worker, slots));
         kinds.extend(self.worker_holds(worker, &holds));
-        kinds.extend(self.worker_pool(worker, pool));
+        kinds.extend(said);
         for id in self.assignable(now, worker, (&holds, pool), free as usize) {
             // A journal is decoded, not trusted: a job replaced under its
             // id may leave a place in line behind.
