@@ -212,6 +212,10 @@ fn grants_and_refusals(node: &Node, _dir: &Path) {
         let first = &calls_of(&done)[0];
         assert_eq!((first.method.as_str(), first.status), ("POST", Some(200)));
         assert_eq!(first.received_bytes, 5);
+        // The attempt's usage counts its outbound body bytes, both ways.
+        let usage = done.attempts[0].usage.expect("metered");
+        assert_eq!(usage.egress_bytes, first.sent_bytes + first.received_bytes);
+        assert_eq!(done.usage.egress_bytes, usage.egress_bytes);
 
         // A job cannot set the Host header: wasi:http refuses it before
         // the node sees the request.

@@ -78,6 +78,10 @@ fn examples_run_through_the_cli_and_the_api() {
         text.contains("counted 3 words"),
         "the log tail is shown: {text}"
     );
+    // And what it cost: each attempt, and the job's attempts together.
+    let cost = costs_printed(&text);
+    assert_eq!(cost.len(), 2, "the attempt's and the job's: {text}");
+    assert_eq!(cost[0], cost[1], "one attempt: {text}");
     let out = node.cli(&["jobs", "--json"], b"");
     let page: JobListResponse = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(page.jobs.len(), 2);
@@ -150,6 +154,24 @@ fn examples_run_through_the_cli_and_the_api() {
 }
 
 /// Sends `request` as raw bytes and reads the response status and body.
+/// The costs `cohort status` prints (`CPU 0.123 ms, peak memory 1088
+/// KiB, outbound 0 bytes`), each checked for its shape.
+fn costs_printed(text: &str) -> Vec<String> {
+    (text.match_indices("CPU "))
+        .map(|(at, _)| {
+            let cost = &text[at..];
+            let cost = &cost[..cost.find(" bytes").expect("outbound bytes") + 6];
+            let words: Vec<&str> = cost.split(' ').collect();
+            assert_eq!(words.len(), 10, "{cost:?}");
+            let cpu: f64 = words[1].parse().expect("CPU ms");
+            assert!(cpu > 0.0 && words[2] == "ms,", "{cost:?}");
+            assert!(words[5].parse::<u64>().expect("KiB") > 0, "{cost:?}");
+            assert_eq!(&words[7..], ["outbound", "0", "bytes"], "{cost:?}");
+            cost.to_owned()
+        })
+        .collect()
+}
+
 fn raw_exchange(url: &str, request: &str) -> (u16, String) {
     use std::io::Read;
     let addr = url.trim_start_matches("http://");
@@ -411,12 +433,34 @@ fn failing_jobs(args: &[&str]) {
             ids.push(client.submit(request).await.unwrap().id);
         }
         let fine = client.submit(&job(&echo, "still here")).await.unwrap();
+        let mut ended = Vec::new();
         for (id, (_, state, code)) in ids.into_iter().zip(&cases) {
             let job = settle(&client, id).await;
             assert_eq!(job.state, *state, "{job:?}");
             assert_eq!(job.error.as_ref().unwrap().code, *code, "{job:?}");
+            ended.push(job);
         }
-        assert_eq!(settle(&client, fine.id).await.state, "succeeded");
+        let fine = settle(&client, fine.id).await;
+        assert_eq!(fine.state, "succeeded");
+
+        // Every attempt says what it cost, as its sandbox measured it: one
+        // spinning until its timeout used CPU, one sleeping until its
+        // timeout little; the job's usage is its attempts' together.
+        let cost = |job: &JobResponse| job.attempts[0].usage.expect("metered");
+        let (spun, slept) = (cost(&ended[1]), cost(&ended[2]));
+        assert!(spun.cpu_us >= 40_000, "spinning for 300 ms used {spun:?}");
+        assert!(
+            slept.cpu_us < spun.cpu_us,
+            "sleeping used {slept:?}, spinning {spun:?}"
+        );
+        assert!(
+            cost(&fine).cpu_us > 0 && cost(&fine).memory_peak_bytes > 0,
+            "{fine:?}"
+        );
+        assert_eq!(cost(&fine).egress_bytes, 0);
+        for job in ended.iter().chain([&fine]) {
+            assert_eq!(job.usage, cost(job), "one attempt: the job's usage is its");
+        }
 
         // A retryable failure is retried with backoff, then dead-lettered.
         let mut retried = job(&trap, "");
@@ -426,6 +470,24 @@ fn failing_jobs(args: &[&str]) {
         assert_eq!(dead.state, "dead");
         assert_eq!(dead.attempts.len(), 2);
         assert!(dead.attempts[1].started_at >= dead.attempts[0].ended_at.unwrap() + 500);
+        let each: Vec<_> = dead.attempts.iter().map(|a| a.usage.unwrap()).collect();
+        assert_eq!(dead.usage.cpu_us, each[0].cpu_us + each[1].cpu_us);
+        assert_eq!(
+            dead.usage.memory_peak_bytes,
+            each[0].memory_peak_bytes.max(each[1].memory_peak_bytes)
+        );
+        // The node counts the CPU of every attempt it ran and reported.
+        let text = support::metrics(&client).await;
+        let cpu: f64 = (text.lines())
+            .find_map(|line| {
+                line.strip_prefix("cohort_job_cpu_seconds_total ")?
+                    .parse()
+                    .ok()
+            })
+            .expect("cohort_job_cpu_seconds_total");
+        assert!(cpu >= spun.cpu_us as f64 / 1e6, "{cpu} s counted");
+        let attempts = support::metric(&client, "cohort_job_attempts_metered_total").await;
+        assert_eq!(attempts, 9, "the 7 jobs above and the retried one's 2");
 
         // A running job is cancelled: the attempt stops and frees its slot.
         let mut long = job(&spin, "");

@@ -1298,6 +1298,12 @@ fn write_finished(dir: &std::path::Path, jobs: u64) {
                 outcome: cohort_master::Outcome::Succeeded(n.to_le_bytes().to_vec()),
                 duration_ms: 0,
                 log_tail: String::new(),
+                // What an empty job's attempt reports.
+                usage: Some(cohort_master::Usage {
+                    cpu_us: 5,
+                    memory_peak_bytes: 1 << 20,
+                    egress_bytes: 0,
+                }),
             },
         );
     }

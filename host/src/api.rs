@@ -1245,6 +1245,9 @@ impl Api {
     }
 
     fn job_response(&self, view: JobView) -> JobResponse {
+        let usage = (view.attempts.iter())
+            .filter_map(|attempt| attempt.usage)
+            .fold(cohort_master::Usage::default(), cohort_master::Usage::plus);
         JobResponse {
             id: view.id,
             module: Digest::from(view.module).to_string(),
@@ -1280,9 +1283,11 @@ impl Api {
                                 .collect()
                         }),
                         calls_dropped: calls.map_or(0, |c| c.dropped),
+                        usage: a.usage.map(usage_body),
                     }
                 })
                 .collect(),
+            usage: usage_body(usage),
             error: view.error.map(|f| ErrorBody {
                 code: f.code,
                 message: f.message,
@@ -1495,5 +1500,15 @@ impl Api {
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             text,
         ))
+    }
+}
+
+/// An attempt's or a job's [`Usage`](cohort_master::Usage) as the API
+/// shows it.
+fn usage_body(usage: cohort_master::Usage) -> Usage {
+    Usage {
+        cpu_us: usage.cpu_us,
+        memory_peak_bytes: usage.memory_peak_bytes,
+        egress_bytes: usage.egress_bytes,
     }
 }

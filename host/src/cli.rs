@@ -533,7 +533,7 @@ pub async fn status(args: JobArgs) -> ExitCode {
     );
     for attempt in &job.attempts {
         println!(
-            "    #{} on {}: {}{}{}",
+            "    #{} on {}: {}{}{}{}",
             attempt.number,
             attempt.worker,
             attempt.outcome.as_deref().unwrap_or("running"),
@@ -542,11 +542,18 @@ pub async fn status(args: JobArgs) -> ExitCode {
                 .map(|d| format!(" after {d} ms"))
                 .unwrap_or_default(),
             attempt
+                .usage
+                .map(|u| format!(", {}", cost(&u)))
+                .unwrap_or_default(),
+            attempt
                 .message
                 .as_deref()
                 .map(|m| format!(" ({m})"))
                 .unwrap_or_default()
         );
+    }
+    if job.attempts.iter().any(|a| a.usage.is_some()) {
+        println!("  cost        {}", cost(&job.usage));
     }
     if let Some(progress) = &job.progress {
         println!(
@@ -579,6 +586,17 @@ pub async fn status(args: JobArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// What attempts cost, in a line: `CPU 1.234 ms, peak memory 1088 KiB,
+/// outbound 0 bytes`.
+fn cost(usage: &Usage) -> String {
+    format!(
+        "CPU {:.3} ms, peak memory {} KiB, outbound {} bytes",
+        usage.cpu_us as f64 / 1000.0,
+        usage.memory_peak_bytes >> 10,
+        usage.egress_bytes
+    )
 }
 
 /// `cohort result`.

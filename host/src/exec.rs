@@ -294,9 +294,10 @@ fn finish(args: &ExecArgs, report: JobReport) -> Result<ExitStatus, (ExitStatus,
             };
             written.map_err(|message| (ExitStatus::Internal, message))?;
             eprintln!(
-                "[cohort] ok: {} bytes out in {:.1} ms, peak memory {} KiB",
+                "[cohort] ok: {} bytes out in {:.1} ms, CPU {:.1} ms, peak memory {} KiB",
                 output.len(),
                 report.duration.as_secs_f64() * 1000.0,
+                report.cpu.as_secs_f64() * 1000.0,
                 report.memory_peak_bytes >> 10
             );
         }

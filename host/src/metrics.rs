@@ -52,6 +52,7 @@ pub fn render(
     );
     register_security(&mut registry);
     register_egress(&mut registry);
+    register_usage(&mut registry);
     register_modules(&mut registry);
     register_worker_blobs(&mut registry);
     let mut out = String::new();
@@ -312,6 +313,32 @@ pub fn count_egress(calls: &[cohort_master::HttpCall], dropped: u32) {
     if dropped > 0 {
         *counts.calls.entry("unrecorded").or_default() += u64::from(dropped);
     }
+}
+
+/// CPU time, in microseconds, of the attempts this node ran, counted
+/// when each is reported, and how many were.
+static USAGE_CPU_US: AtomicU64 = AtomicU64::new(0);
+static USAGE_ATTEMPTS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts what an attempt this node ran cost.
+pub fn count_usage(usage: &cohort_master::Usage) {
+    USAGE_CPU_US.fetch_add(usage.cpu_us, Ordering::Relaxed);
+    USAGE_ATTEMPTS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn register_usage(registry: &mut Registry) {
+    let cpu = Counter::<f64, AtomicU64>::default();
+    cpu.inc_by(load(&USAGE_CPU_US) as f64 / 1e6);
+    registry.register(
+        "job_cpu_seconds",
+        "CPU time the attempts this node ran used, metered in their sandboxes",
+        cpu,
+    );
+    registry.register(
+        "job_attempts_metered",
+        "Attempts this node ran and reported, with what they cost",
+        counter(load(&USAGE_ATTEMPTS)),
+    );
 }
 
 fn register_egress(registry: &mut Registry) {

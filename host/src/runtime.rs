@@ -2,6 +2,7 @@
 //!
 //! See [`engine`] for the design notes.
 
+pub(crate) mod cpu;
 pub mod egress;
 pub mod engine;
 pub mod job;

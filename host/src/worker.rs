@@ -799,6 +799,7 @@ async fn run_in_slot_traced(
         log,
         calls,
         calls_dropped,
+        usage,
     }) = attempt_outcome(shared, assignment, calls_trace, stopped, &mut slot).await
     else {
         tracing::debug!("job {id} attempt {attempt} stopped");
@@ -813,6 +814,7 @@ async fn run_in_slot_traced(
     let duration_ms = ran.map_or(0, |ran| ran.as_millis() as u64);
     let start = log.len().saturating_sub(LOG_TAIL_BYTES);
     crate::metrics::count_egress(&calls, calls_dropped);
+    crate::metrics::count_usage(&usage);
     let reporting = crate::telemetry::job_step_span!(
         "cohort.report",
         outcome = match &outcome {
@@ -829,6 +831,7 @@ async fn run_in_slot_traced(
         log_tail: String::from_utf8_lossy(&log[start..]).into_owned(),
         calls,
         calls_dropped,
+        usage,
     };
     report_outcome(shared, command, id, attempt)
         .instrument(reporting)
@@ -849,6 +852,8 @@ struct Ended {
     /// Its outbound calls, the first ones, and how many more it made.
     calls: Vec<cohort_master::HttpCall>,
     calls_dropped: u32,
+    /// What it cost (nothing for an attempt that never ran).
+    usage: cohort_master::Usage,
 }
 
 /// Fetches the attempt's module and runs it: its outcome, how long it ran,
@@ -897,6 +902,7 @@ async fn attempt_outcome(
             log: Vec::new(),
             calls: Vec::new(),
             calls_dropped: 0,
+            usage: cohort_master::Usage::default(),
         })
     };
     let fetching = crate::telemetry::job_step_span!("cohort.module", module = %digest);
@@ -1030,6 +1036,11 @@ async fn attempt_outcome(
         log: report.log,
         calls: report.calls,
         calls_dropped: report.calls_dropped,
+        usage: cohort_master::Usage {
+            cpu_us: u64::try_from(report.cpu.as_micros()).unwrap_or(u64::MAX),
+            memory_peak_bytes: report.memory_peak_bytes,
+            egress_bytes: report.egress_bytes,
+        },
     })
 }
 

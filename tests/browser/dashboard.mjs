@@ -140,6 +140,12 @@ async function pages() {
   check(await page.locator('[data-testid="attempt-calls"]').count() === 0, 'an attempt without HTTP calls shows no calls');
   check((await page.textContent('#view')).includes('job_error'), 'the job shows its error code');
   check((await text(page, '[data-testid="job-input"] pre')).length > 0, 'the job shows its input');
+  // What its attempts cost, each and all together, as the worker metered it.
+  const attemptUsage = await text(page, '[data-testid="attempt-usage"]');
+  check(/^CPU \d+(\.\d+)? (µs|ms|s), peak memory [\d.]+ (B|KiB|MiB), outbound 0 B$/.test(attemptUsage),
+    `an attempt shows what it cost: "${attemptUsage}"`);
+  const jobUsage = await text(page, '[data-testid="job-usage"]');
+  check(jobUsage.startsWith('CPU ') && !jobUsage.includes('CPU 0 µs'), `the job shows what its attempts cost: "${jobUsage}"`);
   await shot(page, 'job.png');
   await page.click('[data-testid="job-retry"]');
   await page.waitForFunction(() => {

@@ -228,6 +228,40 @@ async fn a_job_blocked_in_a_host_call_still_times_out() {
     assert_times_out(b"sleep").await;
 }
 
+/// An attempt is charged the CPU time it used, not the time it took: one
+/// spinning in Wasm uses CPU for much of its run, one blocked in a host
+/// call (WASI's clock) almost none, though both run until their timeout.
+/// (Measured in the sandbox process too, under process isolation.)
+#[tokio::test]
+async fn an_attempt_is_charged_the_cpu_it_used_not_the_time_it_took() {
+    let rt = runtime();
+    let limits = JobLimits {
+        timeout_ms: 400,
+        ..JobLimits::default()
+    };
+    let spun = run(&rt, "fixture_spin", b"", limits).await;
+    let slept = run(&rt, "fixture_spin", b"sleep", limits).await;
+    for report in [&spun, &slept] {
+        assert_eq!(failure(report), &JobFailure::Timeout { limit_ms: 400 });
+        assert!(
+            report.cpu <= report.duration + Duration::from_millis(50),
+            "one thread runs an attempt: {:?} of CPU in {:?}",
+            report.cpu,
+            report.duration
+        );
+    }
+    assert!(
+        spun.cpu >= Duration::from_millis(40) && spun.cpu > slept.cpu * 4,
+        "spinning used {:?} of CPU, sleeping {:?}",
+        spun.cpu,
+        slept.cpu
+    );
+    assert!(slept.cpu < Duration::from_millis(100), "{:?}", slept.cpu);
+    let echoed = run(&rt, "fixture_echo", b"hello", JobLimits::default()).await;
+    assert!(echoed.cpu > Duration::ZERO, "every run is charged something");
+    assert!(echoed.memory_peak_bytes > 0);
+}
+
 #[tokio::test]
 async fn unbounded_allocation_hits_the_memory_limit() {
     let rt = runtime();

@@ -184,17 +184,18 @@ pub async fn check_jobs(client: &Api, ledger: &Ledger) {
     }
 }
 
-/// Checks that acknowledged job `id` settles, succeeded exactly once and
-/// returned `expected`; returns it.
+/// Checks that acknowledged job `id` settles, succeeded exactly once (an
+/// attempt that says what it cost, kept through every fault) and returned
+/// `expected`; returns it.
 pub async fn check_job(client: &Api, id: u64, expected: &[u8]) -> JobResponse {
     let job = settle(client, id).await;
     assert_eq!(job.state, "succeeded", "acknowledged job {id}: {job:?}");
-    let successes = job
-        .attempts
-        .iter()
+    let successes: Vec<_> = (job.attempts.iter())
         .filter(|a| a.outcome.as_deref() == Some("succeeded"))
-        .count();
-    assert_eq!(successes, 1, "one outcome for job {id}: {job:?}");
+        .collect();
+    assert_eq!(successes.len(), 1, "one outcome for job {id}: {job:?}");
+    let usage = successes[0].usage.expect("a reported attempt's usage");
+    assert!(usage.memory_peak_bytes > 0, "job {id} ran: {job:?}");
     let result = super::retrying(Instant::now(), || client.result(id)).await;
     assert_eq!(&result[..], expected, "job {id}'s result");
     job

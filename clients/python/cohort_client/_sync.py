@@ -104,6 +104,9 @@ class Job(JobCore):
         none. ``labels`` are those it was submitted with (absent when none),
         and ``unplaceable`` is true while it waits in line and no worker the
         master knows has its labels and memory: it waits for one to join.
+        ``usage`` (``{"cpu_us", "memory_peak_bytes", "egress_bytes"}``) is
+        what its attempts cost together, as their sandboxes measured it, and
+        each attempt that reported has its own (absent while it runs).
         The dict is the node's JSON, as it came."""
         return self._client._run(self._client._plans.job_view("GET", self.id))
 

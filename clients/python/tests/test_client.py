@@ -272,6 +272,9 @@ def test_inputs_outputs_and_handles(node: Node, echo_wasm: str) -> None:
         assert status["state"] == "succeeded"
         assert status["priority"] == 5 and status["timeout_ms"] == 10_000
         assert status["idempotency_key"] == as_bytes.idempotency_key
+        # What it cost: its one attempt's usage is the job's.
+        assert status["usage"]["cpu_us"] > 0 and status["usage"]["memory_peak_bytes"] >= 100 << 10
+        assert status["attempts"][0]["usage"] == status["usage"]
 
         again = client.get(as_json.id)
         assert again.json(timeout=RESULT_TIMEOUT_S) == {"numbers": [1, 2, 3]}

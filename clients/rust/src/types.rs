@@ -38,6 +38,28 @@ pub struct Attempt {
     /// How many more calls it made than `calls` lists.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub calls_dropped: u32,
+    /// What it cost, as its worker's sandbox measured it. Absent while it
+    /// runs, for an attempt that ended without its worker's report (lost
+    /// with its worker, its lease expired), and for attempts reported
+    /// before the cluster measured them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// What attempts cost: CPU time, peak memory and outbound bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Usage {
+    /// CPU time the attempt's threads used running it (its Wasm and the
+    /// host calls it made inline), in microseconds; for a job, the sum
+    /// over its attempts.
+    pub cpu_us: u64,
+    /// The most linear memory its instance held at once, in bytes; for a
+    /// job, the highest of its attempts'.
+    pub memory_peak_bytes: u64,
+    /// Body bytes of its outbound HTTP calls, sent and received, every
+    /// call counted (recorded or not); for a job, the sum.
+    pub egress_bytes: u64,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -479,6 +501,10 @@ pub struct JobResponse {
     pub not_before: Option<u64>,
     /// Every attempt so far.
     pub attempts: Vec<Attempt>,
+    /// What its attempts cost, all together: the attempts that say (see
+    /// [`Attempt::usage`]). Zero before any has.
+    #[serde(default)]
+    pub usage: Usage,
     /// Why it failed, when it did.
     pub error: Option<ErrorBody>,
     /// Result size once succeeded.

@@ -35,4 +35,5 @@ export type {
   SecretInfo,
   SecretResult,
   SubmitOptions,
+  Usage,
 } from "./types.js";

@@ -198,6 +198,21 @@ export interface AttemptStatus {
   calls?: CallRecord[];
   /** How many more calls it made than `calls` lists; absent when none. */
   calls_dropped?: number;
+  /**
+   * What it cost, as its worker's sandbox measured it; absent while it
+   * runs and for an attempt that ended without its worker's report.
+   */
+  usage?: Usage;
+}
+
+/** What attempts cost (for a job: its attempts together). */
+export interface Usage {
+  /** CPU time used running it (its Wasm and the host calls it made), in microseconds; summed for a job. */
+  cpu_us: number;
+  /** The most linear memory its instance held at once, in bytes; the highest for a job. */
+  memory_peak_bytes: number;
+  /** Body bytes of its outbound HTTP calls, sent and received; summed for a job. */
+  egress_bytes: number;
 }
 
 /** One outbound HTTP(S) call of an attempt (never its path, query, headers or body). */
@@ -350,6 +365,8 @@ export interface JobStatus {
    * memory: it waits for one to join. Absent from nodes older than labels.
    */
   unplaceable?: boolean;
+  /** What its attempts cost, all together. Absent from nodes older than usage. */
+  usage?: Usage;
   /** The blob it reads as its input blob (`inputBlob`); absent when it was given none. */
   input_blob?: BlobInfo;
   /**

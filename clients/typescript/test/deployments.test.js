@@ -31,6 +31,9 @@ test("a deploy names a module; jobs run what the name points at when accepted; r
   assert.equal(await job.text(), "by name");
   const status = await job.status();
   assert.deepEqual([status.module, status.module_name, status.module_version], [digest, "ts-echo", 1]);
+  // What it cost: its one attempt's usage is the job's.
+  assert.ok(status.usage.cpu_us > 0 && status.usage.memory_peak_bytes > 0, JSON.stringify(status.usage));
+  assert.deepEqual(status.attempts[0].usage, status.usage);
   const outputs = await client.map("ts-echo", ["a", "b"]);
   assert.deepEqual(outputs.map((output) => new TextDecoder().decode(output)), ["a", "b"]);
   const dag = await client.submitDag([{ name: "a", module: "ts-echo", input: "in a DAG" }]);

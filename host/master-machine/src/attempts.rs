@@ -169,13 +169,13 @@ impl Master {
     }
 
     /// The report of attempt `attempt` of job `id` from `worker`: its
-    /// outcome, run time, log tail and `(calls, calls dropped)`.
+    /// outcome, `(run time, cost)`, log tail and `(calls, calls dropped)`.
     pub(crate) fn decide_finish(
         &self,
         now: Millis,
         (id, attempt, worker): (JobId, u32, &str),
         outcome: &Outcome,
-        duration_ms: u64,
+        (duration_ms, usage): (u64, Usage),
         log_tail: &str,
         (calls, calls_dropped): (&[HttpCall], u32),
     ) -> Result<Decision, Rejection> {
@@ -205,6 +205,7 @@ impl Master {
             outcome,
             duration_ms,
             log_tail: tail(log_tail, LOG_TAIL_BYTES_MAX).into(),
+            usage: Some(usage),
         });
         decided(now, kinds)
     }
@@ -273,6 +274,7 @@ impl Master {
             outcome: None,
             message: None,
             duration_ms: None,
+            usage: None,
             log_tail: String::new(),
         });
         self.index.leases.insert((lease_until, id));
@@ -315,13 +317,11 @@ impl Master {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn apply_finished(
         &mut self,
-        id: JobId,
-        attempt: u32,
+        (id, attempt): (JobId, u32),
         outcome: &Outcome,
-        duration_ms: u64,
+        (duration_ms, usage): (u64, Option<Usage>),
         log_tail: &str,
         at: Millis,
         effects: &mut Vec<Effect>,
@@ -339,6 +339,7 @@ impl Master {
         let current = job.attempts.last_mut().expect("checked by end_attempt");
         current.duration_ms = Some(duration_ms);
         current.log_tail = log_tail.to_owned();
+        current.usage = usage;
         match outcome {
             Outcome::Failed(failure) => self.fail_attempt(id, failure.clone(), at, effects),
             Outcome::Succeeded(_) | Outcome::Wrote(_) => {
@@ -497,3 +498,7 @@ fn tail(text: &str, max: usize) -> &str {
     }
     &text[start..]
 }
+
+#[cfg(test)]
+#[path = "usage_tests.rs"]
+mod usage_tests;

@@ -466,6 +466,7 @@ fn reports_with_outputs_out_of_bounds_are_refused_and_change_nothing() {
             outcome: wrote(b"", many[..OUTPUTS_MAX + 1].to_vec()),
             duration_ms: 1,
             log_tail: String::new(),
+            usage: None,
         },
     });
     assert!(effects.is_empty());
@@ -733,6 +734,7 @@ fn format_7_events_decode_with_no_input_blob_and_never_hold_output_blobs() {
             outcome,
             duration_ms: 1,
             log_tail: String::new(),
+            usage: None,
         },
     };
     let plain = finished(Outcome::Succeeded(b"r".to_vec()));
@@ -1463,6 +1465,7 @@ fn format_8_events_never_hold_the_blob_registry() {
             outcome: wrote(b"r", two_outputs()),
             duration_ms: 1,
             log_tail: String::new(),
+            usage: None,
         },
     };
     let mut schedule = schedule_spec("s", Every::Interval { ms: 1_000 }, Overlap::Skip, 0);

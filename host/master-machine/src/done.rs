@@ -158,6 +158,8 @@ struct PackedAttempt<'a> {
     _message: Option<&'a str>,
     _duration_ms: Option<u64>,
     _log_tail: &'a str,
+    /// [`Usage`]: CPU, memory peak, egress.
+    _usage: Option<(u64, u64, u64)>,
 }
 
 /// [`Failure`] read in place.

@@ -536,12 +536,12 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(id, attempt, call)| Command::RecordCall { id, attempt, call }),
         4 => (
             (n64(), n32(), text(), outcome(), n64(), text()),
-            (vec(http_call(), 0..3), n32()),
+            (vec(http_call(), 0..3), n32(), usage()),
         )
             .prop_map(
                 |(
                     (id, attempt, worker, outcome, duration_ms, log_tail),
-                    (calls, calls_dropped),
+                    (calls, calls_dropped, usage),
                 )| Command::Finish {
                     id,
                     attempt,
@@ -551,6 +551,7 @@ fn command() -> impl Strategy<Value = Command> {
                     log_tail,
                     calls,
                     calls_dropped,
+                    usage,
                 }
             ),
         1 => text().prop_map(|worker| Command::WorkerGone { worker }),
@@ -618,13 +619,14 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
             attempt,
             data
         }),
-        (n64(), n32(), outcome(), n64(), text()).prop_map(
-            |(id, attempt, outcome, duration_ms, log_tail)| EventKind::Finished {
+        (n64(), n32(), outcome(), n64(), text(), option::of(usage())).prop_map(
+            |(id, attempt, outcome, duration_ms, log_tail, usage)| EventKind::Finished {
                 id,
                 attempt,
                 outcome,
                 duration_ms,
                 log_tail,
+                usage,
             }
         ),
         (n64(), n32(), text()).prop_map(|(id, attempt, code)| EventKind::Expired {
@@ -879,8 +881,17 @@ prop_compose! {
         message in option::of(text()),
         duration_ms in option::of(n64()),
         log_tail in text(),
+        usage in option::of(usage()),
     ) -> Attempt {
-        Attempt { number, worker, started_at, ended_at, outcome, message, duration_ms, log_tail }
+        Attempt {
+            number, worker, started_at, ended_at, outcome, message, duration_ms, log_tail, usage,
+        }
+    }
+}
+
+prop_compose! {
+    fn usage()(cpu_us in n64(), memory_peak_bytes in n64(), egress_bytes in n64()) -> Usage {
+        Usage { cpu_us, memory_peak_bytes, egress_bytes }
     }
 }
 
@@ -1080,6 +1091,7 @@ fn garbage() -> impl Strategy<Value = Vec<u8>> {
         2 => Just(FORMAT_VERSION_8),
         2 => Just(FORMAT_VERSION_10),
         2 => Just(FORMAT_VERSION_11),
+        2 => Just(FORMAT_VERSION_12),
         4 => Just(crate::master::SNAPSHOT_VERSION),
         1 => any::<u8>(),
     ];

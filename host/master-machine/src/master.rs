@@ -331,11 +331,12 @@ impl Master {
                 log_tail,
                 calls,
                 calls_dropped,
+                usage,
             } => self.decide_finish(
                 now,
                 (*id, *attempt, worker),
                 outcome,
-                *duration_ms,
+                (*duration_ms, *usage),
                 log_tail,
                 (calls, *calls_dropped),
             ),
@@ -473,7 +474,15 @@ impl Master {
                 outcome,
                 duration_ms,
                 log_tail,
-            } => self.apply_finished(*id, *attempt, outcome, *duration_ms, log_tail, at, effects),
+                usage,
+            } => self.apply_finished(
+                (*id, *attempt),
+                outcome,
+                (*duration_ms, *usage),
+                log_tail,
+                at,
+                effects,
+            ),
             EventKind::Expired { id, attempt, code } => {
                 self.apply_expired(*id, *attempt, code, at, effects)
             }

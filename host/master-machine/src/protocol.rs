@@ -40,13 +40,15 @@
 //! to each attempt in its [`Assignment`]); 11, lease renewals
 //! (`Renew` and `Renewed` at the end of their enums: a worker renews the
 //! lease of an attempt while it prepares it or keeps its outputs; see
-//! [`crate::attempts`]); 12 (now), worker pools (`Poll` carries the
+//! [`crate::attempts`]); 12, worker pools (`Poll` carries the
 //! worker's [`WorkerPool`], `WorkerPool` at the end of its enum,
 //! [`JobOptions::labels`] a seventh field of the options, views and
 //! [`Stats`] say which jobs no known worker can run; see
-//! [`crate::pools`]). Events are the
+//! [`crate::pools`]); 13 (now), what attempts cost (`Finish` carries the
+//! attempt's [`Usage`], a last field, and so do `Finished`, which decodes
+//! from older bytes with none, and every [`Attempt`]). Events are the
 //! only messages kept on disk, so [`decode_event`] still reads formats 1
-//! to 11 (whose `Submitted` lacks what came later, whose options
+//! to 12 (whose `Submitted` lacks what came later, whose options
 //! before 5 have two fields: they decode with `module: None`, and whose
 //! `Configured` before 10 has no `locality_wait_ms`: it decodes as 0); every other
 //! message of an older format is refused as an unknown version (nodes of
@@ -68,7 +70,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 12;
+pub const FORMAT_VERSION: u8 = 13;
+
+/// The twelfth format: the current types without what attempts cost
+/// (`Finish`'s and `Finished`'s last field, `usage`); its events still
+/// decode ([`decode_event`]), their attempts with no [`Usage`].
+pub const FORMAT_VERSION_12: u8 = 12;
 
 /// The eleventh format: the current types without worker pools (`Poll`'s
 /// `pool`, `WorkerPool` at the end of its enum, [`JobOptions::labels`],
@@ -197,6 +204,7 @@ fn decode_older(format: u8, body: &[u8]) -> Result<Event, Rejection> {
                 FORMAT_VERSION_7 => 5,
                 FORMAT_VERSION_8 | FORMAT_VERSION_9 => 6,
                 FORMAT_VERSION_10 | FORMAT_VERSION_11 => 7,
+                FORMAT_VERSION_12 => 8,
                 _ => legacy::FIELDS_NOW,
             };
             legacy::options(fields, || postcard::from_bytes(body)).map_err(|error| {
@@ -236,7 +244,7 @@ fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
         | EventKind::BlobsCollected { .. } => (FORMAT_VERSION_9, "a blob registry event"),
         EventKind::WorkerHolds { .. } => (FORMAT_VERSION_10, "a locality event"),
         EventKind::Renewed { .. } => (FORMAT_VERSION_11, "a lease renewal"),
-        EventKind::WorkerPool { .. } => (FORMAT_VERSION, "a worker pool event"),
+        EventKind::WorkerPool { .. } => (FORMAT_VERSION_12, "a worker pool event"),
         _ => return Ok(event),
     };
     if format >= added {
@@ -889,14 +897,16 @@ pub(crate) mod legacy {
     use std::cell::Cell;
 
     /// What the bytes of this format hold: [`JobOptions`] with their seven
-    /// fields, and [`HttpGrant`]s with their last, `record` (8).
-    pub(crate) const FIELDS_NOW: u8 = 8;
+    /// fields, [`HttpGrant`]s with their last, `record`, and attempts
+    /// with their [`Usage`](super::Usage) (9).
+    pub(crate) const FIELDS_NOW: u8 = 9;
 
     thread_local! {
         /// How many fields the [`JobOptions`] being decoded have: 2 to 4;
         /// 5: four, and grants have `record`; 6: five (`input_blob`), and
         /// grants have `record`; 7: six (`trace`), and grants have `record`;
-        /// 8: seven (`labels`), and grants have `record`.
+        /// 8: seven (`labels`), and grants have `record`; 9: the same, and
+        /// attempts (`Finished`, [`Attempt`](super::Attempt)) have `usage`.
         static FIELDS_KEPT: Cell<u8> = const { Cell::new(FIELDS_NOW) };
     }
 
@@ -1066,11 +1076,62 @@ pub(crate) mod legacy {
     }
 
     /// Runs `encode` with [`JobOptions`] written as formats 10 and 11 and
-    /// snapshot version 11 hold them (without `labels`), for tests that
-    /// make such bytes.
+    /// snapshot version 11 hold them (without `labels`, and attempts
+    /// without `usage`), for tests that make such bytes.
     #[cfg(test)]
     pub(crate) fn written_before_labels<T>(encode: impl FnOnce() -> T) -> T {
         written_as(7, encode)
+    }
+
+    /// Runs `encode` with attempts written as format 12 and snapshot
+    /// version 12 hold them (without `usage`), for tests that make such
+    /// bytes.
+    #[cfg(test)]
+    pub(crate) fn written_before_usage<T>(encode: impl FnOnce() -> T) -> T {
+        written_as(8, encode)
+    }
+
+    /// Whether bytes are being written as this format writes them (always,
+    /// but in tests making older bytes).
+    pub(crate) fn writing_now() -> bool {
+        FIELDS_WRITTEN.with(Cell::get) == FIELDS_NOW
+    }
+
+    /// Writes an attempt's `usage`: as itself, or (making the bytes of a
+    /// format before 13 in tests) as nothing: postcard writes a unit as no
+    /// bytes.
+    pub(crate) fn write_usage<S: serde::Serializer>(
+        usage: &Option<super::Usage>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match FIELDS_WRITTEN.with(Cell::get) >= 9 {
+            true => serde::Serialize::serialize(usage, serializer),
+            false => serializer.serialize_unit(),
+        }
+    }
+
+    /// Reads an attempt's `usage`, or (in bytes of a format before 13 and
+    /// snapshots before version 13, which do not have it) reads nothing: a
+    /// unit is no bytes to postcard.
+    pub(crate) fn read_usage<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<super::Usage>, D::Error> {
+        if FIELDS_KEPT.with(Cell::get) >= 9 {
+            return Option::<super::Usage>::deserialize(deserializer);
+        }
+        struct Absent;
+        impl<'de> Visitor<'de> for Absent {
+            type Value = Option<super::Usage>;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("nothing")
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+        }
+        deserializer.deserialize_unit(Absent)
     }
 
     impl serde::Serialize for JobOptions {
@@ -1334,6 +1395,8 @@ pub enum Command {
         calls: Vec<HttpCall>,
         /// How many more calls it made.
         calls_dropped: u32,
+        /// What the attempt cost, as its sandbox measured it.
+        usage: Usage,
     },
     /// A worker is known to be gone (membership, shutdown): re-queue its work.
     WorkerGone {
@@ -1769,6 +1832,13 @@ pub enum EventKind {
         duration_ms: u64,
         /// End of its log.
         log_tail: String,
+        /// What it cost (`None` in the bytes of formats before 13).
+        #[serde(
+            default,
+            serialize_with = "legacy::write_usage",
+            deserialize_with = "legacy::read_usage"
+        )]
+        usage: Option<Usage>,
     },
     /// The current attempt was given up on without a report.
     Expired {
@@ -2512,6 +2582,41 @@ pub struct Attempt {
     pub duration_ms: Option<u64>,
     /// End of its log.
     pub log_tail: String,
+    /// What it cost, as its worker's sandbox measured it (`None` until it
+    /// ends, for an attempt that ended without a report, and for one
+    /// reported in a format before 13).
+    #[serde(
+        default,
+        serialize_with = "legacy::write_usage",
+        deserialize_with = "legacy::read_usage"
+    )]
+    pub usage: Option<Usage>,
+}
+
+/// What one attempt cost, measured by the worker that ran it: the CPU
+/// time of the threads while they ran the job (its Wasm and the host
+/// calls it made, not the node's own work around it), the most linear
+/// memory its instance held at once, and the body bytes of its outbound
+/// calls, sent and received (every call, recorded or not).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// CPU time, in microseconds.
+    pub cpu_us: u64,
+    /// Peak linear memory, in bytes.
+    pub memory_peak_bytes: u64,
+    /// Outbound body bytes, both ways.
+    pub egress_bytes: u64,
+}
+
+impl Usage {
+    /// `self` and `other` as one: times and bytes added, the higher peak.
+    pub fn plus(self, other: Usage) -> Usage {
+        Usage {
+            cpu_us: self.cpu_us.saturating_add(other.cpu_us),
+            memory_peak_bytes: self.memory_peak_bytes.max(other.memory_peak_bytes),
+            egress_bytes: self.egress_bytes.saturating_add(other.egress_bytes),
+        }
+    }
 }
 
 /// A job as the API shows it.

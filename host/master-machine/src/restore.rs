@@ -194,7 +194,8 @@ impl Restoring {
     /// if they end within it. [`JobOptions`] (in the keys and schedules)
     /// have no `module` before version 6, no `egress` before 7 and no
     /// `input_blob` before 9, no `trace` before 11 and no `labels` before
-    /// 12, and grants no `record` before 8.
+    /// 12, grants no `record` before 8, and attempts no `usage` before
+    /// 13.
     fn step<'a>(&mut self, bytes: &'a [u8]) -> Result<Option<&'a [u8]>, Rejection> {
         let fields = match self.version {
             ..6 => 2,
@@ -203,6 +204,7 @@ impl Restoring {
             8 => 5,
             9 | 10 => 6,
             11 => 7,
+            12 => 8,
             _ => crate::protocol::legacy::FIELDS_NOW,
         };
         let locality = self.version >= 11;
@@ -336,8 +338,13 @@ impl Restoring {
         self.last = Some(id);
         if job.state.is_terminal() {
             self.done.add_done(id, &job);
-            let record = &record[..record.len() - rest.len()];
-            self.master.done.insert(id, Done::of(&job, record));
+            // Records of older versions are packed again: a packed record
+            // is this version's bytes (their attempts have `usage`).
+            let done = match self.version >= 13 {
+                true => Done::of(&job, &record[..record.len() - rest.len()]),
+                false => Done::pack(&job),
+            };
+            self.master.done.insert(id, done);
         } else {
             self.master.jobs.insert(id, Box::new(job));
         }

@@ -38,7 +38,7 @@
 //! * `finish id=N attempt=N worker=W ok=OUTPUT [blobs=NAME:N:SIZE,...]`
 //!   (the output blobs it wrote, each with the digest `[N; 32]`:
 //!   [`Outcome::Wrote`]) or `... failed=CODE [message="CODE happened"]`,
-//!   with `[duration_ms=5] [log_tail="done\n"]`
+//!   with `[duration_ms=5] [log_tail="done\n"] [cpu_us=3000]`
 //! * `cancel id=N`, `checkpoint id=N attempt=N data=BYTES
 //!   [mark=CALLS,READS]`, `worker-gone worker=W`, `tick`
 //! * `renew worker=W attempts=ID:ATTEMPT,...`: [`Command::Renew`]
@@ -668,11 +668,15 @@ fn finished(args: &mut Args) -> Result<Command, String> {
         log_tail,
         calls,
         calls_dropped,
+        usage,
         ..
     } = &mut command
     {
         if let Some(ms) = args.number("duration_ms")? {
             *duration_ms = ms;
+        }
+        if let Some(us) = args.number("cpu_us")? {
+            usage.cpu_us = us;
         }
         if let Some(tail) = args.text("log_tail")? {
             *log_tail = tail;
@@ -1012,10 +1016,11 @@ mod tests {
             outcome,
             duration_ms,
             log_tail,
+            usage,
             ..
         } = command(
             "> at 5 finish id=1 attempt=1 worker=w failed=x message=\"m\" duration_ms=3 \
-             log_tail=\"\"",
+             log_tail=\"\" cpu_us=4",
         )
         else {
             panic!("a report")
@@ -1023,7 +1028,7 @@ mod tests {
         let code = "x".to_string();
         let message = "m".to_string();
         assert_eq!(outcome, Outcome::Failed(Failure { code, message }));
-        assert_eq!((duration_ms, log_tail.as_str()), (3, ""));
+        assert_eq!((duration_ms, log_tail.as_str(), usage.cpu_us), (3, "", 4));
         assert_eq!(
             command("> at 5 poll worker=w free=1 slots=2"),
             Command::Poll {

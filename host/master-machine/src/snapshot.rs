@@ -33,8 +33,10 @@ use crate::workers::Worker;
 /// blobs (digests and sizes; its [`JobOptions`] have `input_blob`), then
 /// the blobs the cluster keeps, then what workers hold and when jobs with
 /// an input blob joined the line (and [`Config`] has `locality_wait_ms`),
-/// then workers' pools (and [`JobOptions`] have `labels`).
-/// Older snapshots are still read: version 11 (no pools: every worker has
+/// then workers' pools (and [`JobOptions`] have `labels`); since version
+/// 13, jobs' attempts have their [`Usage`].
+/// Older snapshots are still read: version 12 (attempts without usage),
+/// version 11 (no pools: every worker has
 /// the default, and options have no labels), version 10 (no locality: none known,
 /// and a [`Config`] without `locality_wait_ms`, read as 0), version 9
 /// (no blobs kept but those its jobs and schedules name, which are kept
@@ -46,7 +48,7 @@ use crate::workers::Worker;
 /// the schedules, have no `module`), version 4 (no schedules or DAGs),
 /// version 3 (no keys), version 2 (tokens, no request ids) and version 1
 /// (the state alone, from before tokens existed).
-pub const SNAPSHOT_VERSION: u8 = 12;
+pub const SNAPSHOT_VERSION: u8 = 13;
 
 /// The fields of [`Master`] before its jobs, as its snapshot holds them.
 #[derive(Serialize)]
@@ -173,7 +175,12 @@ impl Master {
             sink.put(&id);
             match held {
                 Held::Live(job) => sink.put(job),
-                Held::Done(done) => sink.raw(done.record()),
+                Held::Done(done) if crate::protocol::legacy::writing_now() => {
+                    sink.raw(done.record())
+                }
+                // Tests making an older version's bytes write its records
+                // as that version did.
+                Held::Done(done) => sink.put(&done.unpack().expect("a packed job decodes")),
             }
             if sink.len() >= bytes_max {
                 return Some(id);
@@ -231,11 +238,40 @@ impl Master {
         [&[11][..], &now[1..now.len() - pools.len()]].concat()
     }
 
+    /// The snapshot as version 12 wrote it: attempts without their usage
+    /// (see [`Master::before_usage`]).
+    #[cfg(test)]
+    pub(crate) fn snapshot_v12(&self) -> Vec<u8> {
+        let now = crate::protocol::legacy::written_before_usage(|| self.snapshot());
+        [&[12][..], &now[1..]].concat()
+    }
+
+    /// This master as a snapshot of version 12 or older restores it: no
+    /// attempt says what it cost.
+    #[cfg(test)]
+    pub(crate) fn before_usage(&self) -> Master {
+        let mut master = self.clone();
+        for job in master.jobs.values_mut() {
+            for attempt in &mut job.attempts {
+                attempt.usage = None;
+            }
+        }
+        for done in master.done.values_mut() {
+            let mut job = done.unpack().expect("a packed job decodes");
+            for attempt in &mut job.attempts {
+                attempt.usage = None;
+            }
+            *done = crate::done::Done::pack(&job);
+        }
+        master
+    }
+
     /// This master as a snapshot of version 11 or older restores it: every
-    /// worker in the default pool, and no job asking for labels.
+    /// worker in the default pool, and no job asking for labels (and no
+    /// attempt's usage).
     #[cfg(test)]
     pub(crate) fn before_pools(&self) -> Master {
-        let mut master = self.clone();
+        let mut master = self.before_usage();
         master.pools = Default::default();
         for options in master.keyed.options.values_mut() {
             options.labels.clear();
@@ -252,11 +288,12 @@ impl Master {
     }
 
     /// [`encode_state`](Self::encode_state) as versions before 11 wrote
-    /// it: a [`Config`] without `locality_wait_ms`.
+    /// it: a [`Config`] without `locality_wait_ms` (and attempts without
+    /// their usage).
     #[cfg(test)]
     pub(crate) fn encode_state_v10(&self, out: Vec<u8>) -> Vec<u8> {
         let start = out.len();
-        let mut bytes = self.encode_state(out);
+        let mut bytes = crate::protocol::legacy::written_before_usage(|| self.encode_state(out));
         let config = postcard::to_allocvec(&self.config).expect("postcard encoding into a Vec");
         let wait = postcard::to_allocvec(&self.config.locality_wait_ms).expect("encoded");
         let end = start + config.len();

@@ -92,6 +92,11 @@ pub fn finish(id: JobId, attempt: u32, w: &str, outcome: Outcome) -> Command {
         log_tail: "done\n".into(),
         calls: Vec::new(),
         calls_dropped: 0,
+        usage: Usage {
+            cpu_us: 3_000,
+            memory_peak_bytes: 1 << 20,
+            egress_bytes: 0,
+        },
     }
 }
 

@@ -855,6 +855,7 @@ fn components() -> utoipa::openapi::Components {
         GrantsResponse,
         HttpGrantBody,
         CallRecord,
+        Usage,
         SecretRequest,
         SecretResponse,
         SecretBody,

@@ -150,6 +150,11 @@ fn samples() -> Vec<Vec<u8>> {
                 ms: 5,
             }],
             calls_dropped: 1,
+            usage: cohort_master::Usage {
+                cpu_us: 1_234,
+                memory_peak_bytes: 65_536,
+                egress_bytes: 46,
+            },
         })),
         WireRequest::Query(Query::Jobs {
             filter: cohort_master::JobFilter {

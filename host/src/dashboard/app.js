@@ -657,6 +657,7 @@ async function drawJob(body, job, still, previews) {
       ['error', job.error ? `${job.error.code}: ${job.error.message}` : '—'],
       ['progress', job.progress ? `${Math.round(job.progress.fraction * 100)}% ${job.progress.message}` : '—'],
       ['checkpoint', job.has_checkpoint ? 'saved (a retry resumes from it)' : 'none'],
+      ['cost', el('span', { 'data-testid': 'job-usage' }, usage(job.usage))],
       ['worker labels', Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ') || 'any'],
       ['placement', el('span', { 'data-testid': 'job-placement' }, job.unplaceable
         ? 'waiting: no worker has its labels and memory'
@@ -671,6 +672,7 @@ async function drawJob(body, job, still, previews) {
       el('h2', {}, `Attempt ${a.number} on ${a.worker}: ${a.outcome || 'running'}`),
       el('p', { class: 'muted' }, `${time(a.started_at)} → ${time(a.ended_at) || 'now'}`,
         a.duration_ms !== null ? ` (ran ${duration(a.duration_ms)})` : '', a.message ? ` — ${a.message}` : ''),
+      a.usage ? el('p', { class: 'muted', 'data-testid': 'attempt-usage' }, usage(a.usage)) : null,
       a.log_tail ? el('pre', {}, a.log_tail) : el('p', { class: 'muted' }, 'No log.'),
       attemptCalls(a)))),
     el('h2', {}, `Input (${bytes(job.input_bytes)})`), input,
@@ -681,6 +683,14 @@ async function drawJob(body, job, still, previews) {
   } else {
     output.append(el('p', { class: 'muted' }, `None: the job is ${job.state}.`));
   }
+}
+
+// What an attempt (or all of a job's together) cost: CPU time, peak
+// memory, outbound bytes.
+function usage(u) {
+  if (!u) return '—';
+  const cpu = u.cpu_us < 1000 ? `${u.cpu_us} µs` : duration(Math.round(u.cpu_us / 1000));
+  return `CPU ${cpu}, peak memory ${bytes(u.memory_peak_bytes)}, outbound ${bytes(u.egress_bytes)}`;
 }
 
 // An attempt's outbound HTTP calls, in order: where each went and how it

@@ -1176,6 +1176,7 @@ impl MasterLoop {
                 log_tail: String::new(),
                 calls: Vec::new(),
                 calls_dropped: 0,
+                usage: cohort_master::Usage::default(),
             };
             let _ = self.execute(now, &command)?;
         }

@@ -713,6 +713,11 @@ impl Ledger {
         }
     }
 
+    /// Body bytes the attempt's calls sent and received, all together.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.lock().bytes
+    }
+
     /// The record as the report takes it: the first calls (one still
     /// running as `egress_unfinished`) and how many more were made.
     pub(crate) fn close(&self) -> (Vec<HttpCall>, u32) {

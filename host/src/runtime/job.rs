@@ -211,6 +211,10 @@ pub struct JobReport {
     pub duration: Duration,
     /// The most linear memory the instance held at once, in bytes.
     pub memory_peak_bytes: u64,
+    /// CPU time its threads used running it (see `runtime::cpu`).
+    pub cpu: Duration,
+    /// Body bytes its outbound calls sent and received, all of them.
+    pub egress_bytes: u64,
     /// The first [`CALLS_RECORDED_MAX`] outbound calls the job made, sent or
     /// refused, in the order it made them.
     ///
@@ -745,8 +749,12 @@ pub(crate) async fn execute(
         });
     }
 
-    let call = call_run(&mut store, pre, &input);
-    let result = tokio::time::timeout(limits.timeout() + HOST_TIMEOUT_GRACE, call).await;
+    let mut cpu = Duration::ZERO;
+    let result = {
+        let call = std::pin::pin!(call_run(&mut store, pre, &input));
+        let call = super::cpu::Metered::new(call, &mut cpu);
+        tokio::time::timeout(limits.timeout() + HOST_TIMEOUT_GRACE, call).await
+    };
     let duration = started.elapsed();
 
     let state = store.data();
@@ -797,6 +805,7 @@ pub(crate) async fn execute(
     // Before the store (and the responses it holds) goes: a call still
     // running now is recorded as unfinished, however its drop goes.
     let (calls, calls_dropped) = ledger.close();
+    let egress_bytes = ledger.bytes();
     drop(store);
     log.flush();
     JobReport {
@@ -807,6 +816,8 @@ pub(crate) async fn execute(
         checkpoint: latest.checkpoint,
         duration,
         memory_peak_bytes,
+        cpu,
+        egress_bytes,
         calls,
         calls_dropped,
         outputs,

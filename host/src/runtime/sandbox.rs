@@ -152,6 +152,13 @@ pub(super) struct Done {
     log_dropped_bytes: u64,
     duration_us: u64,
     memory_peak_bytes: u64,
+    /// CPU time the attempt used, metered in the child.
+    cpu_us: u64,
+    egress_bytes: u64,
+    /// The CPU time the child has used so far, all its threads: what the
+    /// next attempt, should it end without the child's word, is charged
+    /// from.
+    process_cpu_us: u64,
     /// The attempt's record of calls, in the order they were made.
     calls: Vec<HttpCall>,
     calls_dropped: u32,
@@ -197,6 +204,9 @@ struct Sandbox {
     process: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
+    /// The CPU time the child said it had used, all its threads, when it
+    /// last reported an attempt (zero before its first).
+    cpu_reported: Duration,
 }
 
 /// What the node saw of an attempt, relayed as it ran: the report of one
@@ -213,6 +223,8 @@ struct Seen {
     mask: Option<Arc<Mask>>,
     /// Calls relayed as they ended (in the order they ended).
     calls: Vec<HttpCall>,
+    /// CPU time charged to an attempt that ends without the child's word.
+    cpu: Duration,
 }
 
 impl Sandboxes {
@@ -280,6 +292,7 @@ impl Sandboxes {
             observer,
             mask,
             calls: Vec::new(),
+            cpu: Duration::ZERO,
         };
         let mut sandbox = match self.take() {
             Ok(sandbox) => sandbox,
@@ -314,13 +327,15 @@ impl Sandboxes {
         let exchange = sandbox.exchange(&request, recorder.as_deref(), &mut seen);
         match tokio::time::timeout_at(deadline, exchange).await {
             Ok(Ok(done)) => {
+                sandbox.cpu_reported = Duration::from_micros(done.process_cpu_us);
                 self.put_back(sandbox);
                 seen.done(done, &limits, space.as_ref())
             }
             Ok(Err(error)) => {
+                let cpu = sandbox.cpu_since_reported();
                 let status = sandbox.kill().await;
                 tracing::warn!(%digest, %error, status, "a sandbox process failed; it was stopped");
-                seen.failed(
+                seen.charged(cpu).failed(
                     JobFailure::Internal {
                         message: format!(
                             "the sandbox process running the job failed: {error} (it {status})"
@@ -330,8 +345,9 @@ impl Sandboxes {
                 )
             }
             Err(_deadline) => {
+                let cpu = sandbox.cpu_since_reported();
                 sandbox.kill().await;
-                seen.failed(
+                seen.charged(cpu).failed(
                     JobFailure::Timeout {
                         limit_ms: limits.timeout_ms,
                     },
@@ -385,6 +401,7 @@ impl Sandboxes {
             process,
             stdin,
             stdout: BufReader::new(stdout),
+            cpu_reported: Duration::ZERO,
         })
     }
 
@@ -555,6 +572,15 @@ impl Sandbox {
     }
 
     /// Kills the child and says how it ended.
+    /// The CPU time the child used since its last report (read from the
+    /// kernel, not the child): what an attempt that ends without the
+    /// child's word (killed at its deadline, or failed) is charged, read
+    /// before the child is stopped. `None` if it cannot be read.
+    fn cpu_since_reported(&self) -> Option<Duration> {
+        let used = super::cpu::process_cpu(self.process.id()?)?;
+        Some(used.saturating_sub(self.cpu_reported))
+    }
+
     async fn kill(mut self) -> String {
         let _ = self.process.start_kill();
         match self.process.wait().await {
@@ -594,14 +620,26 @@ impl Seen {
             done.calls_dropped,
         );
         report.outputs = outputs;
+        report.cpu = Duration::from_micros(done.cpu_us);
+        report.egress_bytes = done.egress_bytes;
         report
+    }
+
+    /// `self`, charged `cpu` (what its child used, when known) should it
+    /// end without the child's word.
+    fn charged(mut self, cpu: Option<Duration>) -> Self {
+        self.cpu = cpu.unwrap_or_default();
+        self
     }
 
     /// The report of an attempt that ended without the child's word: the
     /// calls it relayed (those still running, and any beyond the record,
-    /// are unknown).
+    /// are unknown), and the CPU it was [`charged`](Self::charged).
     fn failed(self, failure: JobFailure, started: Instant) -> JobReport {
-        self.report(Err(failure), started.elapsed(), 0, 0)
+        let cpu = self.cpu;
+        let mut report = self.report(Err(failure), started.elapsed(), 0, 0);
+        report.cpu = cpu;
+        report
     }
 
     fn report(
@@ -620,6 +658,9 @@ impl Seen {
             checkpoint: self.checkpoint,
             duration,
             memory_peak_bytes,
+            // What the child metered, once it reports, or was charged.
+            cpu: Duration::ZERO,
+            egress_bytes: 0,
             calls: self.calls,
             calls_dropped,
             outputs: Vec::new(),
@@ -692,6 +733,10 @@ impl Done {
             log_dropped_bytes: report.log_dropped_bytes,
             duration_us: u64::try_from(report.duration.as_micros()).unwrap_or(u64::MAX),
             memory_peak_bytes: report.memory_peak_bytes,
+            cpu_us: u64::try_from(report.cpu.as_micros()).unwrap_or(u64::MAX),
+            egress_bytes: report.egress_bytes,
+            process_cpu_us: u64::try_from(super::cpu::own_process_cpu().as_micros())
+                .unwrap_or(u64::MAX),
             calls: report.calls,
             calls_dropped: report.calls_dropped,
             // Left for the node, which removes them unless it stores them.
@@ -853,6 +898,8 @@ mod tests {
             checkpoint: Some(vec![1]),
             duration: Duration::from_millis(5),
             memory_peak_bytes: 6,
+            cpu: Duration::from_micros(4_321),
+            egress_bytes: 9,
             calls: vec![call("egress_denied")],
             calls_dropped: 7,
             outputs: Vec::new(),
@@ -870,6 +917,7 @@ mod tests {
             observer: None,
             mask: None,
             calls: vec![call("egress_timeout")],
+            cpu: Duration::ZERO,
         };
         seen.log.append(b"log");
         let back = seen.done(done, &JobLimits::default(), None);
@@ -888,6 +936,10 @@ mod tests {
         );
         assert_eq!(back.duration, Duration::from_millis(5));
         assert_eq!(back.memory_peak_bytes, 6);
+        assert_eq!(
+            (back.cpu, back.egress_bytes),
+            (Duration::from_micros(4_321), 9)
+        );
         // The child's record replaces the calls it relayed.
         assert_eq!(back.calls, [call("egress_denied")]);
         assert_eq!(back.calls_dropped, 7);
@@ -904,6 +956,7 @@ mod tests {
             observer: None,
             mask,
             calls: Vec::new(),
+            cpu: Duration::ZERO,
         };
         // A value split across two frames.
         seen.log.append(b"got s3cr3t");
@@ -917,6 +970,9 @@ mod tests {
             log_dropped_bytes: 0,
             duration_us: 1,
             memory_peak_bytes: 1,
+            cpu_us: 1,
+            egress_bytes: 0,
+            process_cpu_us: 1,
             calls: Vec::new(),
             calls_dropped: 0,
             outputs: Vec::new(),

@@ -281,6 +281,8 @@ pub fn serve(args: SandboxArgs) -> anyhow::Result<()> {
                     checkpoint: None,
                     duration: Duration::ZERO,
                     memory_peak_bytes: 0,
+                    cpu: Duration::ZERO,
+                    egress_bytes: 0,
                     calls: Vec::new(),
                     calls_dropped: 0,
                     outputs: Vec::new(),
