@@ -329,7 +329,11 @@ impl Sandboxes {
             Ok(Ok(done)) => {
                 sandbox.cpu_reported = Duration::from_micros(done.process_cpu_us);
                 self.put_back(sandbox);
-                seen.done(done, &limits, space.as_ref())
+                let mut report = seen.done(done, &limits, space.as_ref());
+                // Metered on one thread: never more than the attempt took,
+                // whatever the child says.
+                report.cpu = report.cpu.min(started.elapsed());
+                report
             }
             Ok(Err(error)) => {
                 let cpu = sandbox.cpu_since_reported();
