@@ -27,6 +27,17 @@ fn exec_runs_a_job_from_a_file_and_from_stdin() {
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, br#"{"limit":100000,"count":9592}"#);
     assert!(stderr.contains("[cohort] ok"), "{stderr}");
+    // What it cost: the CPU its run used, never more than it took.
+    let ok = stderr
+        .lines()
+        .find(|l| l.starts_with("[cohort] ok"))
+        .unwrap();
+    let number_before = |unit: &str| -> f64 {
+        let head = &ok[..ok.find(unit).unwrap_or_else(|| panic!("{unit} in {ok}"))];
+        head.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let (took, cpu) = (number_before(" ms, CPU"), number_before(" ms, peak"));
+    assert!(cpu > 0.0 && cpu <= took + 1.0, "{ok}");
 
     // The same job in a sandbox process: the same output, and its progress
     // relayed to this process's stderr.

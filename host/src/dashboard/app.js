@@ -657,7 +657,8 @@ async function drawJob(body, job, still, previews) {
       ['error', job.error ? `${job.error.code}: ${job.error.message}` : '—'],
       ['progress', job.progress ? `${Math.round(job.progress.fraction * 100)}% ${job.progress.message}` : '—'],
       ['checkpoint', job.has_checkpoint ? 'saved (a retry resumes from it)' : 'none'],
-      ['cost', el('span', { 'data-testid': 'job-usage' }, usage(job.usage))],
+      ['cost', el('span', { 'data-testid': 'job-usage' },
+        usage(job.attempts.some((a) => a.usage) ? job.usage : null))],
       ['worker labels', Object.entries(job.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ') || 'any'],
       ['placement', el('span', { 'data-testid': 'job-placement' }, job.unplaceable
         ? 'waiting: no worker has its labels and memory'
