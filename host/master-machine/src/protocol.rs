@@ -179,7 +179,8 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Rejection> {
 /// bytes in this one. What was added since a format (an event kind, or
 /// [`Outcome::Wrote`]) is refused in its bytes, which never held it. A
 /// [`Config`] of a format before 10 has no `locality_wait_ms` (it decodes
-/// as 0: no waiting for locality, as then).
+/// as 0: no waiting for locality, as then), and a `Finished` of a format
+/// before 13 no `usage` (it decodes as `None`: not measured).
 pub fn decode_event(bytes: &[u8]) -> Result<Event, Rejection> {
     let (format, body) = match bytes.split_first() {
         Some((&format, body)) if (FORMAT_VERSION_1..FORMAT_VERSION).contains(&format) => {
