@@ -575,7 +575,6 @@ impl Sandbox {
         }
     }
 
-    /// Kills the child and says how it ended.
     /// The CPU time the child used since its last report (read from the
     /// kernel, not the child): what an attempt that ends without the
     /// child's word (killed at its deadline, or failed) is charged, read
@@ -585,6 +584,7 @@ impl Sandbox {
         Some(used.saturating_sub(self.cpu_reported))
     }
 
+    /// Kills the child and says how it ended.
     async fn kill(mut self) -> String {
         let _ = self.process.start_kill();
         match self.process.wait().await {
