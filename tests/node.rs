@@ -153,7 +153,6 @@ fn examples_run_through_the_cli_and_the_api() {
     });
 }
 
-/// Sends `request` as raw bytes and reads the response status and body.
 /// The costs `cohort status` prints (`CPU 0.123 ms, peak memory 1088
 /// KiB, outbound 0 bytes`), each checked for its shape.
 fn costs_printed(text: &str) -> Vec<String> {
@@ -172,6 +171,7 @@ fn costs_printed(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// Sends `request` as raw bytes and reads the response status and body.
 fn raw_exchange(url: &str, request: &str) -> (u16, String) {
     use std::io::Read;
     let addr = url.trim_start_matches("http://");
@@ -477,14 +477,7 @@ fn failing_jobs(args: &[&str]) {
             each[0].memory_peak_bytes.max(each[1].memory_peak_bytes)
         );
         // The node counts the CPU of every attempt it ran and reported.
-        let text = support::metrics(&client).await;
-        let cpu: f64 = (text.lines())
-            .find_map(|line| {
-                line.strip_prefix("cohort_job_cpu_seconds_total ")?
-                    .parse()
-                    .ok()
-            })
-            .expect("cohort_job_cpu_seconds_total");
+        let cpu = support::metric_f64(&client, "cohort_job_cpu_seconds_total").await;
         assert!(cpu >= spun.cpu_us as f64 / 1e6, "{cpu} s counted");
         let attempts = support::metric(&client, "cohort_job_attempts_metered_total").await;
         assert_eq!(attempts, 9, "the 7 jobs above and the retried one's 2");

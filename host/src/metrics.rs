@@ -336,7 +336,7 @@ fn register_usage(registry: &mut Registry) {
     );
     registry.register(
         "job_attempts_metered",
-        "Attempts this node ran and reported, with what they cost",
+        "Attempts this node reported with what they cost (one that never started, zero)",
         counter(load(&USAGE_ATTEMPTS)),
     );
 }

@@ -203,10 +203,17 @@ pub async fn retrying<T, F: std::future::Future<Output = Result<T, ClientError>>
 /// The value of the metric `name` (with its labels, if any) in the node's
 /// `/metrics`; 0 when absent.
 pub async fn metric(client: &Api, name: &str) -> u64 {
-    let text = metrics(client).await;
-    (text.lines())
-        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or(0)
+    metric_in(&metrics(client).await, name).unwrap_or(0)
+}
+
+/// [`metric`] of a metric that is not a whole number (seconds, say).
+pub async fn metric_f64(client: &Api, name: &str) -> f64 {
+    metric_in(&metrics(client).await, name).unwrap_or(0.0)
+}
+
+/// The value of the metric `name` in `/metrics` text, if it is there.
+fn metric_in<T: std::str::FromStr>(text: &str, name: &str) -> Option<T> {
+    (text.lines()).find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
 }
 
 /// The node's `/metrics` text.

@@ -1092,8 +1092,9 @@ pub(crate) mod legacy {
         written_as(8, encode)
     }
 
-    /// Whether bytes are being written as this format writes them (always,
-    /// but in tests making older bytes).
+    /// Whether bytes are being written as this format writes them (not in
+    /// tests making older bytes).
+    #[cfg(test)]
     pub(crate) fn writing_now() -> bool {
         FIELDS_WRITTEN.with(Cell::get) == FIELDS_NOW
     }

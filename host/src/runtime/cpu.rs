@@ -11,9 +11,10 @@
 //! to another thread (a blob read on the blocking pool, an outbound
 //! request's connection) is the node's, not counted.
 //!
-//! Reading that clock is a system call (about 0.3 µs on this VM: two per
-//! poll added 1.3 µs to an empty job of 6.7, BENCHMARKS.md
-//! "cost-accounting"). So an attempt's first [`PRECISE_AFTER`] of polls is
+//! Reading that clock is a system call (Linux has no vDSO for it), and
+//! reading it around every poll made an empty job measurably slower
+//! (BENCHMARKS.md, "cost-accounting"). So an attempt's first
+//! [`PRECISE_AFTER`] of polls is
 //! timed with the monotonic clock instead (read without a system call),
 //! which for a poll that only computes is the same figure, and the
 //! thread's CPU clock takes over once the attempt has been charged that

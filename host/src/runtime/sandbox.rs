@@ -223,8 +223,6 @@ struct Seen {
     mask: Option<Arc<Mask>>,
     /// Calls relayed as they ended (in the order they ended).
     calls: Vec<HttpCall>,
-    /// CPU time charged to an attempt that ends without the child's word.
-    cpu: Duration,
 }
 
 impl Sandboxes {
@@ -292,7 +290,6 @@ impl Sandboxes {
             observer,
             mask,
             calls: Vec::new(),
-            cpu: Duration::ZERO,
         };
         let mut sandbox = match self.take() {
             Ok(sandbox) => sandbox,
@@ -305,6 +302,7 @@ impl Sandboxes {
                         ),
                     },
                     started,
+                    None,
                 );
             }
         };
@@ -325,40 +323,36 @@ impl Sandboxes {
             lines,
         };
         let exchange = sandbox.exchange(&request, recorder.as_deref(), &mut seen);
-        match tokio::time::timeout_at(deadline, exchange).await {
+        let mut report = match tokio::time::timeout_at(deadline, exchange).await {
             Ok(Ok(done)) => {
                 sandbox.cpu_reported = Duration::from_micros(done.process_cpu_us);
                 self.put_back(sandbox);
-                let mut report = seen.done(done, &limits, space.as_ref());
-                // Metered on one thread: never more than the attempt took,
-                // whatever the child says.
-                report.cpu = report.cpu.min(started.elapsed());
-                report
+                seen.done(done, &limits, space.as_ref())
             }
             Ok(Err(error)) => {
                 let cpu = sandbox.cpu_since_reported();
                 let status = sandbox.kill().await;
                 tracing::warn!(%digest, %error, status, "a sandbox process failed; it was stopped");
-                seen.charged(cpu).failed(
-                    JobFailure::Internal {
-                        message: format!(
-                            "the sandbox process running the job failed: {error} (it {status})"
-                        ),
-                    },
-                    started,
-                )
+                let failure = JobFailure::Internal {
+                    message: format!(
+                        "the sandbox process running the job failed: {error} (it {status})"
+                    ),
+                };
+                seen.failed(failure, started, cpu)
             }
             Err(_deadline) => {
                 let cpu = sandbox.cpu_since_reported();
                 sandbox.kill().await;
-                seen.charged(cpu).failed(
-                    JobFailure::Timeout {
-                        limit_ms: limits.timeout_ms,
-                    },
-                    started,
-                )
+                let failure = JobFailure::Timeout {
+                    limit_ms: limits.timeout_ms,
+                };
+                seen.failed(failure, started, cpu)
             }
-        }
+        };
+        // Metered on one thread: never more than the attempt took, whatever
+        // the child says (or the kernel counted for it since it started).
+        report.cpu = report.cpu.min(started.elapsed());
+        report
     }
 
     fn take(&self) -> std::io::Result<Sandbox> {
@@ -629,20 +623,13 @@ impl Seen {
         report
     }
 
-    /// `self`, charged `cpu` (what its child used, when known) should it
-    /// end without the child's word.
-    fn charged(mut self, cpu: Option<Duration>) -> Self {
-        self.cpu = cpu.unwrap_or_default();
-        self
-    }
-
     /// The report of an attempt that ended without the child's word: the
     /// calls it relayed (those still running, and any beyond the record,
-    /// are unknown), and the CPU it was [`charged`](Self::charged).
-    fn failed(self, failure: JobFailure, started: Instant) -> JobReport {
-        let cpu = self.cpu;
+    /// are unknown), charged `cpu` (what the kernel counted for its child,
+    /// when known).
+    fn failed(self, failure: JobFailure, started: Instant, cpu: Option<Duration>) -> JobReport {
         let mut report = self.report(Err(failure), started.elapsed(), 0, 0);
-        report.cpu = cpu;
+        report.cpu = cpu.unwrap_or_default();
         report
     }
 
@@ -921,7 +908,6 @@ mod tests {
             observer: None,
             mask: None,
             calls: vec![call("egress_timeout")],
-            cpu: Duration::ZERO,
         };
         seen.log.append(b"log");
         let back = seen.done(done, &JobLimits::default(), None);
@@ -960,7 +946,6 @@ mod tests {
             observer: None,
             mask,
             calls: Vec::new(),
-            cpu: Duration::ZERO,
         };
         // A value split across two frames.
         seen.log.append(b"got s3cr3t");
