@@ -1850,7 +1850,11 @@ async fn security() {
             };
             let nodes = start_three(extra);
             let token = secured.then(|| {
-                cohort::security::token::mint("bench", &[cohort::security::token::Scope::Admin])
+                cohort::security::token::mint(
+                    "bench",
+                    &[cohort::security::token::Scope::Admin],
+                    None,
+                )
             });
             if let Some(minted) = &token {
                 add_token(&nodes[0].url, &key, &minted.record).await;
@@ -1891,6 +1895,7 @@ async fn add_token(url: &str, key: &std::path::Path, record: &cohort_master::Tok
         name: record.name.clone(),
         scopes: record.scopes.clone(),
         sha256: cohort::runtime::Digest::from(record.hash).to_string(),
+        namespace: None,
     });
     loop {
         let answer = peer

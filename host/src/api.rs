@@ -79,11 +79,12 @@ use crate::modules::ModuleStore;
 use crate::runtime::Digest;
 use crate::security::Sealer;
 use crate::security::counters::{self, what};
-use crate::security::token::TokenTable;
+use crate::security::token::{Holder, TokenTable};
 use crate::worker::ProgressBoard;
 pub use auth::refresh_tokens;
 use base64::Engine as _;
 use bytes::Bytes;
+use cohort_master::namespaces::name_of;
 use cohort_master::{Command, JobOptions, JobSpec, JobState, JobView, KeyLimit, Reply, Unique};
 pub use error::{ApiError, ErrorCode};
 pub use http::body_deadline;
@@ -563,7 +564,29 @@ fn options(submit: &SubmitRequest) -> Result<JobOptions, ApiError> {
         input_blob: None,
         // Set by the submission from its span (`telemetry`).
         trace: None,
+        // Set by the submission from the caller's token.
+        namespace: None,
     })
+}
+
+/// The namespace a job submitted by a caller confined to `within` (or a
+/// cluster-wide one: `None`) and naming `asked` belongs to, as the master
+/// keeps it (`None`: the default one). A confined caller names its own
+/// namespace or none.
+fn job_namespace(within: Option<&str>, asked: Option<&str>) -> Result<Option<String>, ApiError> {
+    let name = match (within, asked) {
+        (Some(mine), Some(asked)) if mine != asked => {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                format!("namespace: this token reaches namespace {mine} only, not {asked}"),
+            ));
+        }
+        (Some(name), _) | (None, Some(name)) => name,
+        (None, None) => return Ok(None),
+    };
+    cohort_master::namespaces::check_name(name)
+        .map_err(|why| ApiError::new(ErrorCode::InvalidNamespace, why))?;
+    Ok((name != cohort_master::namespaces::DEFAULT).then(|| name.to_owned()))
 }
 
 fn job_id(text: &str) -> Result<u64, ApiError> {
@@ -612,7 +635,7 @@ impl Api {
                     let miss = found.err().unwrap_or(Miss::NotFound);
                     whole(error_response(no_route(miss, &method, &path)))
                 }
-                Ok(scopes) => {
+                Ok(holder) => {
                     let found = found.expect("a route");
                     if found.route.handler == Handler::Events {
                         self.events()
@@ -626,7 +649,7 @@ impl Api {
                             .unwrap_or_else(|error| whole(error_response(error)))
                     } else {
                         whole(
-                            self.dispatch(found, request, scopes)
+                            self.dispatch(found, request, holder)
                                 .await
                                 .unwrap_or_else(error_response),
                         )
@@ -643,13 +666,14 @@ impl Api {
         response
     }
 
-    /// The scopes of the request's token; refreshes the node's copy of the
-    /// tokens once if the token is unknown here (it may be new).
+    /// The scopes and namespace of the request's token; refreshes the
+    /// node's copy of the tokens once if the token is unknown here (it may
+    /// be new).
     async fn authenticate(
         &self,
         table: &TokenTable,
         request: &Request<Incoming>,
-    ) -> Result<crate::security::token::Scopes, ApiError> {
+    ) -> Result<Holder, ApiError> {
         use crate::security::token::{Refusal, bearer};
         let header = request
             .headers()
@@ -677,14 +701,16 @@ impl Api {
     /// Whether this request may be served here: TLS when TLS is on, a
     /// token with the route's scope when tokens are on (a request without
     /// a route needs one too: see [`routes`]), and a front-end node unless
-    /// every node serves the route. Returns the token's scopes when one was
-    /// checked.
+    /// every node serves the route; a token confined to a namespace only
+    /// reaches the routes of a namespace's jobs (`in_namespace`), and is
+    /// refused any other as one without the scope is. Returns what the
+    /// token holds when one was checked.
     async fn admit(
         &self,
         request: &Request<Incoming>,
         secure: bool,
         found: &Result<routes::Found<'_>, Miss>,
-    ) -> Result<Option<crate::security::token::Scopes>, ApiError> {
+    ) -> Result<Option<Holder>, ApiError> {
         if self.security.tls.is_some() && !secure {
             counters::refused(what::CONNECTION, "plain_http_on_tls");
             return Err(ApiError::new(
@@ -697,8 +723,21 @@ impl Api {
         if let Some(table) = &self.security.tokens
             && let Some(scope) = routes::scope(method, found)
         {
-            let scopes = self.authenticate(table, request).await?;
-            checked = Some(scopes);
+            let holder = self.authenticate(table, request).await?;
+            if let Some(namespace) = &holder.namespace
+                && !found.is_ok_and(|found| found.route.in_namespace)
+            {
+                counters::refused(what::TOKEN, "namespace");
+                return Err(ApiError::new(
+                    ErrorCode::Forbidden,
+                    format!(
+                        "{method} {} is cluster-wide; this token reaches namespace {namespace}'s jobs only",
+                        request.uri().path(),
+                    ),
+                ));
+            }
+            let scopes = holder.scopes;
+            checked = Some(holder);
             if !scopes.allow(scope) {
                 counters::refused(what::TOKEN, "scope");
                 return Err(ApiError::new(
@@ -733,7 +772,7 @@ impl Api {
         &self,
         found: routes::Found<'_>,
         request: Request<Incoming>,
-        scopes: Option<crate::security::token::Scopes>,
+        holder: Option<Holder>,
     ) -> Result<Reply200, ApiError> {
         let route = found.route;
         let (parts, incoming) = request.into_parts();
@@ -752,6 +791,8 @@ impl Api {
         // holds that, so an empty one is only ever a route without.
         let param = found.param.unwrap_or_default();
         let params = || params(&parts.uri);
+        // The namespace a confined token reaches (`None`: cluster-wide).
+        let within = holder.as_ref().and_then(|h| h.namespace.as_deref());
         match route.handler {
             Handler::Healthz => self.health(),
             Handler::OpenApi => Ok(bytes("application/json", openapi::document())),
@@ -786,24 +827,24 @@ impl Api {
             }
             Handler::JobSubmit => {
                 let given = traced(&parts.headers);
-                let accepted = self.submit(parse_json(&body)?, given).await?;
+                let accepted = self.submit(within, parse_json(&body)?, given).await?;
                 Ok(json(StatusCode::ACCEPTED, &accepted))
             }
             Handler::JobBatch => {
                 let given = traced(&parts.headers);
-                let accepted = self.submit_batch(parse_json(&body)?, given).await?;
+                let accepted = self.submit_batch(within, parse_json(&body)?, given).await?;
                 Ok(json(StatusCode::ACCEPTED, &accepted))
             }
             Handler::JobWait => {
-                let finished = self.wait_finished(parse_json(&body)?).await?;
+                let finished = self.wait_finished(within, parse_json(&body)?).await?;
                 Ok(json(StatusCode::OK, &finished))
             }
-            Handler::JobList => self.list(&params()).await,
-            Handler::JobBulk => self.bulk(parse_json(&body)?).await,
-            Handler::JobGet => self.job_get(job_id(param)?, &params()).await,
-            Handler::JobCancel => self.job_cancel(job_id(param)?).await,
-            Handler::JobResult => self.job_result(job_id(param)?, &params()).await,
-            Handler::JobInput => self.input(job_id(param)?).await,
+            Handler::JobList => self.list(within, &params()).await,
+            Handler::JobBulk => self.bulk(within, parse_json(&body)?).await,
+            Handler::JobGet => self.job_get(within, job_id(param)?, &params()).await,
+            Handler::JobCancel => self.job_cancel(within, job_id(param)?).await,
+            Handler::JobResult => self.job_result(within, job_id(param)?, &params()).await,
+            Handler::JobInput => self.input(within, job_id(param)?).await,
             Handler::DagSubmit => {
                 self.dag_submit(parse_json(&body)?, traced(&parts.headers))
                     .await
@@ -822,7 +863,7 @@ impl Api {
             Handler::Overview => Ok(json(StatusCode::OK, &self.overview().await?)),
             // Streamed: `handle` answers it before dispatching.
             Handler::Events => Err(ApiError::new(ErrorCode::Internal, "a streamed route")),
-            Handler::Whoami => Ok(self.whoami(&parts.headers, scopes)),
+            Handler::Whoami => Ok(self.whoami(&parts.headers, holder)),
             Handler::Cluster => self.cluster().await,
             Handler::VoterRemove => self.remove_voter(param).await,
             Handler::MasterBuild => self.master_build().await,
@@ -888,10 +929,15 @@ impl Api {
         Ok(bytes("application/wasm", wasm))
     }
 
-    /// `DELETE /v1/jobs/{id}`: cancels the job; answers its record.
-    async fn job_cancel(&self, id: u64) -> Result<Reply200, ApiError> {
+    /// `DELETE /v1/jobs/{id}`: cancels the job (of namespace `within`
+    /// only, if the caller is confined to one); answers its record.
+    async fn job_cancel(&self, within: Option<&str>, id: u64) -> Result<Reply200, ApiError> {
+        if within.is_some() {
+            // Another namespace's job is no job to this caller.
+            self.master.job(within, id).await?;
+        }
         self.master.command(Command::Cancel { id }).await?;
-        let view = self.master.job(id).await?;
+        let view = self.master.job(within, id).await?;
         Ok(json(StatusCode::OK, &self.job_response(view)))
     }
 
@@ -899,11 +945,12 @@ impl Api {
     /// if asked to wait.
     async fn job_result(
         &self,
+        within: Option<&str>,
         id: u64,
         params: &HashMap<String, String>,
     ) -> Result<Reply200, ApiError> {
-        self.wait(id, params).await?;
-        let result = self.master.result(id).await?;
+        self.wait(within, id, params).await?;
+        let result = self.master.result(within, id).await?;
         Ok(bytes("application/octet-stream", result))
     }
 
@@ -937,11 +984,12 @@ impl Api {
     /// the progress of its running attempt.
     async fn job_get(
         &self,
+        within: Option<&str>,
         id: u64,
         params: &HashMap<String, String>,
     ) -> Result<Reply200, ApiError> {
-        self.wait(id, params).await?;
-        let view = self.master.job(id).await?;
+        self.wait(within, id, params).await?;
+        let view = self.master.job(within, id).await?;
         let mut response = self.job_response(view);
         if response.state == "running" && response.progress.is_none() {
             // Running on another node: its worker's last poll brought it.
@@ -979,11 +1027,22 @@ impl Api {
         ))
     }
 
-    async fn wait(&self, id: u64, params: &HashMap<String, String>) -> Result<(), ApiError> {
+    /// Waits up to `wait_ms` (a query parameter) for job `id` to settle;
+    /// a caller confined to namespace `within` waits only for one of its
+    /// own (another's is `job_not_found` at once).
+    async fn wait(
+        &self,
+        within: Option<&str>,
+        id: u64,
+        params: &HashMap<String, String>,
+    ) -> Result<(), ApiError> {
         let wait_ms = number::<u64>(params, "wait_ms")?
             .unwrap_or(0)
             .min(WAIT_MS_MAX);
         if wait_ms > 0 {
+            if within.is_some() {
+                self.master.job(within, id).await?;
+            }
             self.master
                 .wait_settled(id, Duration::from_millis(wait_ms))
                 .await?;
@@ -993,8 +1052,13 @@ impl Api {
 
     /// What to run and what the master is asked beyond it, checked field
     /// by field (errors name the JSON field).
-    async fn submission(&self, submit: SubmitRequest) -> Result<(JobSpec, JobOptions), ApiError> {
+    async fn submission(
+        &self,
+        within: Option<&str>,
+        submit: SubmitRequest,
+    ) -> Result<(JobSpec, JobOptions), ApiError> {
         let mut options = options(&submit)?;
+        options.namespace = job_namespace(within, submit.namespace.as_deref())?;
         // A deployment's name is resolved by the master when it accepts the
         // job (the placeholder digest is replaced); a name always points
         // at a module stored in the cluster.
@@ -1073,6 +1137,7 @@ impl Api {
 
     async fn submit(
         &self,
+        within: Option<&str>,
         mut submit: SubmitRequest,
         given: Option<cohort_master::TraceContext>,
     ) -> Result<SubmitResponse, ApiError> {
@@ -1087,7 +1152,7 @@ impl Api {
         let request = self.request_ids.next();
         let after = std::mem::take(&mut submit.after);
         let work = async {
-            let (spec, mut options) = self.submission(submit).await?;
+            let (spec, mut options) = self.submission(within, submit).await?;
             options.trace = trace.map(Box::new);
             let command = submit_command((spec, options), after, request)?;
             accepted(proxied(&self.master, command).await?)
@@ -1099,6 +1164,7 @@ impl Api {
 
     async fn submit_batch(
         &self,
+        within: Option<&str>,
         batch: BatchRequest,
         given: Option<cohort_master::TraceContext>,
     ) -> Result<BatchResponse, ApiError> {
@@ -1123,7 +1189,7 @@ impl Api {
         let mut pending = Vec::with_capacity(batch.jobs.len());
         for (mut submit, request) in batch.jobs.into_iter().zip(requests) {
             let after = std::mem::take(&mut submit.after);
-            let command = match self.submission(submit).await {
+            let command = match self.submission(within, submit).await {
                 Ok((spec, mut options)) => {
                     options.trace = trace.map(Box::new);
                     submit_command((spec, options), after, request)
@@ -1156,7 +1222,11 @@ impl Api {
         Ok(BatchResponse { results })
     }
 
-    async fn wait_finished(&self, wait: WaitRequest) -> Result<WaitResponse, ApiError> {
+    async fn wait_finished(
+        &self,
+        within: Option<&str>,
+        wait: WaitRequest,
+    ) -> Result<WaitResponse, ApiError> {
         if wait.ids.len() > cohort_master::limits::FINISHED_IDS_MAX {
             return Err(ApiError::new(
                 ErrorCode::BodyTooLarge,
@@ -1172,6 +1242,7 @@ impl Api {
         let waiting = Duration::from_millis(wait.wait_ms.min(WAIT_MS_MAX));
         let jobs = (self.master)
             .finished(
+                within,
                 wait.ids,
                 WAIT_OUTPUT_BYTES_MAX,
                 WAIT_OUTPUTS_BYTES_MAX,
@@ -1198,7 +1269,13 @@ impl Api {
         })
     }
 
-    async fn list(&self, params: &HashMap<String, String>) -> Result<Reply200, ApiError> {
+    /// `GET /v1/jobs`: a page of the jobs the parameters ask for (of
+    /// namespace `within` only, if the caller is confined to one).
+    async fn list(
+        &self,
+        within: Option<&str>,
+        params: &HashMap<String, String>,
+    ) -> Result<Reply200, ApiError> {
         let filter = dashboard::filter_from_params(params)?;
         let newest_first = match params.get("order").map(String::as_str) {
             None | Some("oldest") => false,
@@ -1219,7 +1296,9 @@ impl Api {
             ));
         }
         let after = number(params, "cursor")?;
-        let page = self.master.jobs(filter, after, limit, newest_first).await?;
+        let page = (self.master)
+            .jobs(within, filter, after, limit, newest_first)
+            .await?;
         let (jobs, next) = (page.jobs, page.next);
         Ok(json(
             StatusCode::OK,
@@ -1237,6 +1316,7 @@ impl Api {
                         error_code: j.error_code,
                         module_name: j.module_name,
                         module_version: j.module_version,
+                        namespace: name_of(j.namespace.as_deref()).to_owned(),
                     })
                     .collect(),
                 next_cursor: next.map(|n| n.to_string()),
@@ -1310,6 +1390,7 @@ impl Api {
             parents: view.parents,
             waiting: view.waiting,
             labels: view.options.labels.into_iter().collect(),
+            namespace: name_of(view.options.namespace.as_deref()).to_owned(),
             unplaceable: view.unplaceable,
             input_blob: view.input_blob.map(|blob| BlobInfo {
                 digest: Digest::from(blob.digest).to_string(),

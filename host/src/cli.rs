@@ -100,6 +100,10 @@ pub struct SubmitArgs {
     /// (see `cohort node --labels`).
     #[arg(long, value_parser = crate::labels::parse_labels, value_name = "KEY=VALUE,...")]
     pub labels: Option<crate::labels::Labels>,
+    /// The namespace the job belongs to [default: the token's, if it is
+    /// confined to one, else `default`].
+    #[arg(long, env = "COHORT_NAMESPACE")]
+    pub namespace: Option<String>,
     /// Attempts before the job is dead-lettered [default: the node's].
     #[arg(long)]
     pub max_attempts: Option<u32>,
@@ -196,6 +200,10 @@ pub struct JobsArgs {
     /// Continue after this cursor (printed by the previous page).
     #[arg(long)]
     pub cursor: Option<String>,
+    /// Only jobs of this namespace (a token confined to one lists its own
+    /// only).
+    #[arg(long, env = "COHORT_NAMESPACE")]
+    pub namespace: Option<String>,
     #[command(flatten)]
     #[allow(missing_docs)]
     pub server: ServerArg,
@@ -305,6 +313,7 @@ pub async fn submit(args: SubmitArgs) -> ExitCode {
             labels: (args.labels.iter())
                 .flat_map(|labels| labels.0.clone())
                 .collect(),
+            namespace: args.namespace.clone(),
             ..request
         }
     };
@@ -523,6 +532,7 @@ pub async fn status(args: JobArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     println!("job {}: {}", job.id, job.state);
+    println!("  namespace   {}", job.namespace);
     println!("  module      {}", job.module);
     println!(
         "  attempts    {} of {} (timeout {} ms, priority {})",
@@ -648,6 +658,7 @@ pub async fn jobs(args: JobsArgs) -> ExitCode {
         newest_first: args.newest,
         limit: Some(args.limit),
         cursor: args.cursor.clone(),
+        namespace: args.namespace.clone(),
     };
     let query = &query;
     let page = match client
@@ -662,13 +673,13 @@ pub async fn jobs(args: JobsArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     println!(
-        "{:>10}  {:<10}  {:>8}  SUBMITTED (ms)",
-        "ID", "STATE", "ATTEMPTS"
+        "{:>10}  {:<10}  {:>8}  {:<16}  SUBMITTED (ms)",
+        "ID", "STATE", "ATTEMPTS", "NAMESPACE"
     );
     for job in &page.jobs {
         println!(
-            "{:>10}  {:<10}  {:>8}  {}",
-            job.id, job.state, job.attempts, job.submitted_at
+            "{:>10}  {:<10}  {:>8}  {:<16}  {}",
+            job.id, job.state, job.attempts, job.namespace, job.submitted_at
         );
     }
     if let Some(cursor) = page.next_cursor {
@@ -913,6 +924,11 @@ pub struct TokenCreateArgs {
     /// What the token is for.
     #[arg(long, default_value = "")]
     name: String,
+    /// Confine the token to this namespace: it reaches that namespace's
+    /// jobs only (submit, list, read, wait, cancel), and no cluster-wide
+    /// route. Without it the token is cluster-wide.
+    #[arg(long)]
+    namespace: Option<String>,
 }
 
 /// `cohort token revoke`.
@@ -939,12 +955,18 @@ pub async fn token(command: TokenCommand) -> ExitCode {
                     }
                 }
             }
-            let minted = mint(&args.name, &scopes);
+            if let Some(name) = &args.namespace
+                && let Err(why) = cohort_master::namespaces::check_name(name)
+            {
+                return fail(why);
+            }
+            let minted = mint(&args.name, &scopes, args.namespace.as_deref());
             let op = TokenOp::Create(TokenCreateRequest {
                 id: minted.record.id.clone(),
                 name: minted.record.name.clone(),
                 scopes: minted.record.scopes.clone(),
                 sha256: crate::runtime::Digest::from(minted.record.hash).to_string(),
+                namespace: minted.record.namespace.clone(),
             });
             (args.auth, op, Some(minted.token))
         }
@@ -970,10 +992,14 @@ pub async fn token(command: TokenCommand) -> ExitCode {
                 );
             }
             if !auth.server.json {
+                let reach = match &request.namespace {
+                    Some(namespace) => format!("namespace {namespace}"),
+                    None => "cluster-wide".to_owned(),
+                };
                 eprintln!(
-                    "token {} ({}) created; it is shown only now:",
+                    "token {} ({}, {reach}) created; it is shown only now:",
                     request.id,
-                    request.scopes.join(",")
+                    request.scopes.join(","),
                 );
                 println!("{token}");
             } else {
@@ -983,12 +1009,16 @@ pub async fn token(command: TokenCommand) -> ExitCode {
         (TokenOp::List, _) if !auth.server.json => {
             match serde_json::from_slice::<crate::api::auth::TokenListResponse>(&answer) {
                 Ok(list) => {
-                    println!("{:<14} {:<20} {:<20} CREATED", "ID", "SCOPES", "NAME");
+                    println!(
+                        "{:<14} {:<20} {:<20} {:<20} CREATED",
+                        "ID", "SCOPES", "NAMESPACE", "NAME"
+                    );
                     for token in list.tokens {
                         println!(
-                            "{:<14} {:<20} {:<20} {}",
+                            "{:<14} {:<20} {:<20} {:<20} {}",
                             token.id,
                             token.scopes.join(","),
+                            token.namespace.as_deref().unwrap_or("*"),
                             token.name,
                             token.created_at
                         );

@@ -193,6 +193,9 @@ error_codes! {
     /// A deployment name that is not 1 to 63 characters of `a-z 0-9 . _ -`
     /// starting with a letter or digit.
     InvalidModuleName = "invalid_module_name", UNPROCESSABLE_ENTITY, false;
+    /// A namespace name that is not 1 to 63 of `a-z 0-9 -` starting with a
+    /// letter or digit.
+    InvalidNamespace = "invalid_namespace", UNPROCESSABLE_ENTITY, false;
     /// A grant that is no `scheme://host[:port][/path]` pattern of http or
     /// https, or methods that are no HTTP methods.
     InvalidGrant = "invalid_grant", UNPROCESSABLE_ENTITY, false;

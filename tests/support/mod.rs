@@ -297,20 +297,25 @@ impl Drop for Reaper<'_> {
 /// `https://`) by proving the cluster key in `key`; retried while the
 /// master comes up, for at most [`EVENT_WAIT`].
 pub fn token_at(server: &str, key: &Path, scopes: &str) -> String {
+    token_with(server, key, scopes, &[])
+}
+
+/// [`token_at`] with `extra` arguments to `cohort token create` (e.g.
+/// `--namespace NAME`).
+pub fn token_with(server: &str, key: &Path, scopes: &str, extra: &[&str]) -> String {
     eventually("a token", EVENT_WAIT, || {
-        let out = cohort(
-            &[
-                "token",
-                "create",
-                "--server",
-                server,
-                "--cluster-key",
-                key.to_str().unwrap(),
-                "--scope",
-                scopes,
-            ],
-            b"",
-        );
+        let mut args = vec![
+            "token",
+            "create",
+            "--server",
+            server,
+            "--cluster-key",
+            key.to_str().unwrap(),
+            "--scope",
+            scopes,
+        ];
+        args.extend(extra);
+        let out = cohort(&args, b"");
         if !out.status.success() {
             return Err(String::from_utf8_lossy(&out.stderr).into_owned());
         }

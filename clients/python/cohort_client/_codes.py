@@ -57,6 +57,7 @@ ERROR_CODES: Dict[str, Tuple[int, bool]] = {
     "invalid_job": (422, False),
     "invalid_master": (422, False),
     "invalid_module_name": (422, False),
+    "invalid_namespace": (422, False),
     "invalid_schedule": (422, False),
     "invalid_secret": (422, False),
     "master_nondeterministic_import": (422, False),

@@ -55,6 +55,7 @@ pub const ERROR_CODES: &[(&str, u16, bool)] = &[
     ("invalid_job", 422, false),
     ("invalid_master", 422, false),
     ("invalid_module_name", 422, false),
+    ("invalid_namespace", 422, false),
     ("invalid_schedule", 422, false),
     ("invalid_secret", 422, false),
     ("master_nondeterministic_import", 422, false),

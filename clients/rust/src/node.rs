@@ -701,6 +701,9 @@ pub struct JobQuery {
     pub limit: Option<u32>,
     /// The previous page's `next_cursor`.
     pub cursor: Option<String>,
+    /// Only jobs of this namespace (a token confined to one sees its own
+    /// only, whatever this says).
+    pub namespace: Option<String>,
 }
 
 impl JobQuery {
@@ -718,6 +721,7 @@ impl JobQuery {
             ("state", &f.state),
             ("module", &f.module),
             ("error", &f.error),
+            ("namespace", &self.namespace),
         ] {
             if let Some(value) = value {
                 query.append_pair(name, value);
@@ -756,10 +760,11 @@ mod query_tests {
             newest_first: true,
             limit: Some(5),
             cursor: Some("9".into()),
+            namespace: Some("team-a".into()),
         };
         assert_eq!(
             query.encode(),
-            "state=failed&error=disk+full+%26+50%25&priority=-2&limit=5&order=newest&cursor=9"
+            "state=failed&error=disk+full+%26+50%25&namespace=team-a&priority=-2&limit=5&order=newest&cursor=9"
         );
     }
 }

@@ -357,6 +357,13 @@ pub struct SubmitRequest {
     /// such a worker is known, the job is `unplaceable`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The namespace the job belongs to (default: the token's, if it is
+    /// confined to one, else `default`; 1 to 63 of `a-z`, `0-9`, `-`,
+    /// starting with a letter or digit). A token confined to a namespace
+    /// may name only its own (`403 forbidden`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[a-z0-9][a-z0-9-]{0,62}$"))]
+    pub namespace: Option<String>,
 }
 
 impl SubmitRequest {
@@ -545,6 +552,9 @@ pub struct JobResponse {
     /// The labels a worker must have to run it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The namespace it belongs to.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
     /// In line (`queued`), and no worker the master knows has its labels
     /// and memory: it waits for one to join.
     #[serde(default)]
@@ -706,6 +716,14 @@ pub struct JobSummaryBody {
     /// That name's version when the job was accepted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module_version: Option<u32>,
+    /// The namespace it belongs to.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+}
+
+/// The namespace of a job a node of an older version answered about.
+fn default_namespace() -> String {
+    "default".to_owned()
 }
 
 /// `GET /v1/jobs`.
@@ -835,6 +853,10 @@ pub struct WhoamiResponse {
     pub token: Option<String>,
     /// What the caller may do: `read`, `submit`, `admin`.
     pub scopes: Vec<String>,
+    /// The namespace the caller's token is confined to (absent:
+    /// cluster-wide).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// The master in [`OverviewResponse`].

@@ -66,6 +66,7 @@ export const ERROR_CODES: ReadonlyMap<string, CodeRow> = new Map<string, CodeRow
   ["invalid_job", { status: 422, retryable: false }],
   ["invalid_master", { status: 422, retryable: false }],
   ["invalid_module_name", { status: 422, retryable: false }],
+  ["invalid_namespace", { status: 422, retryable: false }],
   ["invalid_schedule", { status: 422, retryable: false }],
   ["invalid_secret", { status: 422, retryable: false }],
   ["master_nondeterministic_import", { status: 422, retryable: false }],

@@ -82,7 +82,7 @@ impl Master {
         named
             .filter(move |(_, held)| action.applies_to(held.state()))
             .filter_map(|(id, held)| Some((id, held.facts()?)))
-            .filter(move |(id, job)| filter_matches(filter, *id, job, &self.deployments))
+            .filter(move |(id, job)| filter_matches(filter, *id, job, self))
     }
 
     pub(crate) fn apply_retried(

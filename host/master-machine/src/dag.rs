@@ -287,13 +287,13 @@ impl Master {
             return existing(node.dag, true);
         }
         if let Some(key) = &spec.idempotency_key {
-            if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX {
+            if key.is_empty() || key.len() > IDEMPOTENCY_KEY_BYTES_MAX || key.contains('\0') {
                 return reject(
                     codes::INVALID_DAG,
-                    format!("idempotency_key: 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes"),
+                    format!("idempotency_key: 1 to {IDEMPOTENCY_KEY_BYTES_MAX} bytes, no NUL"),
                 );
             }
-            if let Some(&dag) = self.dags.keys.get(key) {
+            if let Some(&dag) = self.dags.keys.get(&dag_key(spec)) {
                 return existing(dag, false);
             }
         }
@@ -304,7 +304,13 @@ impl Master {
     /// that are existing jobs (held, and not ended but by success).
     fn check_dag_jobs(&self, spec: &DagSpec) -> Result<(), Rejection> {
         let invalid = |message: String| Err(Rejection::new(codes::INVALID_DAG, message));
+        let namespace = dag_namespace(spec);
         for (i, node) in spec.nodes.iter().enumerate() {
+            if node.options.namespace.as_deref() != namespace {
+                return invalid(format!(
+                    "jobs[{i}].namespace: a DAG's jobs share one namespace"
+                ));
+            }
             if node.spec.idempotency_key.is_some() {
                 return invalid(format!(
                     "jobs[{i}].idempotency_key: a DAG's jobs take none (give the DAG one)"
@@ -314,6 +320,7 @@ impl Master {
                 return invalid(format!("jobs[{i}].unique_key: a DAG's jobs take none"));
             }
             validate_spec(&self.config, &node.spec)
+                .and_then(|()| crate::namespaces::validate(&node.options))
                 .and_then(|()| validate_options(&node.options))
                 .and_then(|()| self.check_narrowed(&node.options))
                 .and_then(|()| self.check_input_blob(&node.options))
@@ -321,6 +328,10 @@ impl Master {
                 .map_err(|r| Rejection::new(r.code, format!("jobs[{i}]: {}", r.message)))?;
             for parent in &node.after {
                 let DagRef::Job(id) = *parent else { continue };
+                // Another namespace's job is no job to this DAG.
+                if !(self.namespaces).holds(crate::namespaces::name_of(namespace), id) {
+                    return invalid(format!("jobs[{i}].after: no job {id}"));
+                }
                 let job = self.job(id).map_err(|r| {
                     Rejection::new(
                         codes::INVALID_DAG,
@@ -388,7 +399,7 @@ impl Master {
                 on_failure: spec.on_failure,
                 nodes,
                 request: Some(spec.request),
-                idempotency_key: spec.idempotency_key.clone(),
+                idempotency_key: spec.idempotency_key.as_ref().map(|_| dag_key(spec)),
             },
         });
         Decision {
@@ -693,6 +704,22 @@ impl Master {
             waiting,
             jobs,
         })))
+    }
+}
+
+/// The namespace of a DAG's jobs: its first's (every job must share it).
+fn dag_namespace(spec: &DagSpec) -> Option<&str> {
+    (spec.nodes.first()).and_then(|node| node.options.namespace.as_deref())
+}
+
+/// The key a DAG's idempotency key is kept under: itself in the default
+/// namespace, `NAMESPACE\0KEY` in another, so that each namespace's keys
+/// are its own (keys hold no NUL, namespace names neither).
+fn dag_key(spec: &DagSpec) -> String {
+    let key = spec.idempotency_key.as_deref().unwrap_or_default();
+    match dag_namespace(spec) {
+        Some(namespace) => format!("{namespace}\0{key}"),
+        None => key.to_owned(),
     }
 }
 

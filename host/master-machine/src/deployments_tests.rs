@@ -566,10 +566,10 @@ fn events_of_format_4_decode_with_no_module() {
         },
     };
     assert_eq!(decode_event(&submitted), Ok(expected.clone()));
-    // Later formats write the third to seventh fields.
+    // Later formats write the third to eighth fields.
     let now = encode(&expected);
-    assert_eq!(now[1..now.len() - 5], submitted[1..]);
-    assert_eq!(now[now.len() - 5..], [0, 0, 0, 0, 0]);
+    assert_eq!(now[1..now.len() - 6], submitted[1..]);
+    assert_eq!(now[now.len() - 6..], [0, 0, 0, 0, 0, 0]);
     // A DAG's job is a `Submitted` without a request, then the DAG.
     let node = (
         8u64,

@@ -217,6 +217,7 @@ prop_compose! {
         input_blob in option::of(blob()),
         trace in option::of(trace_context().prop_map(Box::new)),
         labels in labels(),
+        namespace in option::of(namespace()),
     ) -> JobOptions {
         JobOptions {
             limit: limit.map(|(key, running_max, starts_per_second)| KeyLimit {
@@ -230,8 +231,20 @@ prop_compose! {
             input_blob,
             trace,
             labels,
+            namespace,
         }
     }
+}
+
+/// Namespace names: mostly a few valid ones, so jobs and tokens meet,
+/// sometimes the default's name or anything.
+fn namespace() -> BoxedStrategy<String> {
+    prop_oneof![
+        4 => prop::sample::select(vec!["team-a", "b"]).prop_map(String::from),
+        1 => Just(crate::namespaces::DEFAULT.to_owned()),
+        1 => text(),
+    ]
+    .boxed()
 }
 
 /// Labels as a job asks for them or a worker has them: mostly valid and
@@ -393,8 +406,9 @@ prop_compose! {
         scopes in vec(text(), 0..4),
         hash in any::<[u8; 32]>(),
         created_at in n64(),
+        namespace in option::of(namespace()),
     ) -> TokenRecord {
-        TokenRecord { id, name, scopes, hash, created_at }
+        TokenRecord { id, name, scopes, hash, created_at, namespace }
     }
 }
 
@@ -407,6 +421,7 @@ prop_compose! {
             option::of(n64()), option::of(n64()), option::of(text()), option::of(vec(n64(), 0..4)),
         ),
         module_name in option::of(text()),
+        namespace in option::of(namespace()),
     ) -> JobFilter {
         JobFilter {
             state,
@@ -417,6 +432,7 @@ prop_compose! {
             error,
             ids,
             module_name,
+            namespace,
         }
     }
 }
@@ -785,7 +801,19 @@ prop_compose! {
     }
 }
 
+/// Queries, some asked within a namespace.
 fn query() -> impl Strategy<Value = Query> {
+    let plain = plain_query().boxed();
+    prop_oneof![
+        4 => plain.clone(),
+        1 => (namespace(), plain).prop_map(|(namespace, query)| Query::InNamespace {
+            namespace,
+            query: Box::new(query),
+        }),
+    ]
+}
+
+fn plain_query() -> impl Strategy<Value = Query> {
     prop_oneof![
         n64().prop_map(|id| Query::Job { id }),
         n64().prop_map(|id| Query::Result { id }),
@@ -934,13 +962,17 @@ fn answer() -> impl Strategy<Value = Answer> {
             any::<i32>(),
             option::of(text()),
         ),
-        (option::of(text()), option::of(any::<u32>())),
+        (
+            option::of(text()),
+            option::of(any::<u32>()),
+            option::of(namespace()),
+        ),
     )
         .prop_map(
             |(
                 (id, state, attempts, submitted_at),
                 (finished_at, module, priority, error_code),
-                (module_name, module_version),
+                (module_name, module_version, namespace),
             )| {
                 JobSummary {
                     id,
@@ -953,6 +985,7 @@ fn answer() -> impl Strategy<Value = Answer> {
                     error_code,
                     module_name,
                     module_version,
+                    namespace,
                 }
             },
         );
@@ -1092,6 +1125,7 @@ fn garbage() -> impl Strategy<Value = Vec<u8>> {
         2 => Just(FORMAT_VERSION_10),
         2 => Just(FORMAT_VERSION_11),
         2 => Just(FORMAT_VERSION_12),
+        2 => Just(FORMAT_VERSION_13),
         4 => Just(crate::master::SNAPSHOT_VERSION),
         1 => any::<u8>(),
     ];
@@ -1327,10 +1361,13 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // DAGs: the next id (1) and four maps (0 each), deployments: two
     // maps (0 each), egress: four maps (0 each), recorded calls (0),
     // readable secrets (0), blobs (0), blobs kept (0), the locality:
-    // two maps and two counters (0 each), and the pools (0).
+    // two maps and two counters (0 each), the pools (0) and the
+    // namespaces' jobs (0).
     let tail = [
         [0; 11].as_slice(),
-        &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        &[
+            1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ],
     ]
     .concat();
     assert_eq!(empty[empty.len() - tail.len()..], tail);

@@ -68,7 +68,11 @@ pub(crate) struct Index {
     pub(crate) leases: BTreeSet<(Millis, JobId)>,
     /// Finished jobs: (finished_at, id).
     pub(crate) finished: BTreeSet<(Millis, JobId)>,
-    pub(crate) keys: BTreeMap<String, JobId>,
+    /// Idempotency keys by (namespace, key) (see `namespaces`).
+    pub(crate) keys: BTreeMap<(Option<String>, String), JobId>,
+    /// Finished jobs' idempotency keys read from a snapshot before the
+    /// namespaces that come after them (empty once the index is built).
+    pub(crate) done_keys: Vec<(JobId, String)>,
     pub(crate) counts: [u64; JobState::COUNT],
     pub(crate) result_bytes: u64,
     /// Jobs held per module.
@@ -83,8 +87,9 @@ impl Index {
     pub(crate) fn add_done(&mut self, id: JobId, job: &Job) {
         self.counts[job.state as usize] += 1;
         *self.modules.entry(job.spec.module).or_default() += 1;
+        // Keyed once the namespaces are known (`rebuild_index`).
         if let Some(key) = &job.spec.idempotency_key {
-            self.keys.insert(key.clone(), id);
+            self.done_keys.push((id, key.clone()));
         }
         self.finished.insert((job.finished_at.unwrap_or(0), id));
         self.result_bytes += job.result.as_ref().map_or(0, |r| r.len() as u64);
@@ -209,6 +214,7 @@ impl Master {
         let held = |id: &JobId| jobs.contains_key(id) || self.done.contains_key(id);
         self.keyed.options.retain(|id, _| held(id));
         self.deployments.jobs.retain(|id, _| held(id));
+        self.namespaces.jobs.retain(|id, _| held(id));
         // Records of calls belong to unfinished jobs only (a settled job's
         // is dropped), so a retried job never replays one it left behind.
         self.tapes.retain(|id, _| jobs.contains_key(id));
@@ -252,13 +258,18 @@ impl Master {
             ..done_index
         };
         index.result_bytes += output_bytes;
+        for (id, key) in std::mem::take(&mut index.done_keys) {
+            let namespace = self.namespaces.of(id).map(str::to_owned);
+            index.keys.insert((namespace, key), id);
+        }
         self.retain_locality();
         self.retain_pools();
         for (&id, job) in &self.jobs {
             index.counts[job.state as usize] += 1;
             *index.modules.entry(job.spec.module).or_default() += 1;
             if let Some(key) = &job.spec.idempotency_key {
-                index.keys.insert(key.clone(), id);
+                let namespace = self.namespaces.of(id).map(str::to_owned);
+                index.keys.insert((namespace, key.clone()), id);
             }
             match job.state {
                 JobState::Queued if self.dags.waiting.contains_key(&id) => {}

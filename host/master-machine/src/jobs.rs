@@ -42,6 +42,7 @@ impl Master {
         let spec = &*self.resolved_spec(spec, options)?;
         let config = &self.config;
         validate_spec(config, spec)?;
+        crate::namespaces::validate(options)?;
         if let Some(id) = self.idempotent_job(spec, options)? {
             return answered(id, true);
         }
@@ -89,7 +90,8 @@ impl Master {
         let Some(key) = &spec.idempotency_key else {
             return Ok(None);
         };
-        let Some(&id) = self.index.keys.get(key) else {
+        let scoped = (options.namespace.clone(), key.clone());
+        let Some(&id) = self.index.keys.get(&scoped) else {
             return Ok(None);
         };
         let job = self.find(id).expect("an idempotency key's job is held");
@@ -162,11 +164,13 @@ impl Master {
             let keyed = JobOptions {
                 module: None,
                 input_blob: None,
+                namespace: None,
                 ..options.clone()
             };
             self.keyed.options.insert(id, keyed);
         }
         self.record_input_blob(id, options.input_blob.as_ref(), at);
+        self.namespaces.record(id, options.namespace.as_deref());
         self.record_narrowed(id, options);
         match &options.module {
             Some(name) => self.deployments.record_job(id, name, &job.spec.module),
@@ -180,7 +184,8 @@ impl Master {
         (self.index).enqueue(ready_key(self.order, &job, id), self.keyed.key(id), needs);
         self.joined_line(id, at);
         if let Some(key) = &job.spec.idempotency_key {
-            self.index.keys.insert(key.clone(), id);
+            let scoped = (options.namespace.clone(), key.clone());
+            self.index.keys.insert(scoped, id);
         }
         self.index.counts[JobState::Queued as usize] += 1;
         *self.index.modules.entry(job.spec.module).or_default() += 1;
@@ -303,8 +308,10 @@ impl Master {
             self.index.result_bytes -= job.result.as_ref().map_or(0, |r| r.len() as u64);
             self.forget_blobs(id, at);
             if let Some(key) = &job.spec.idempotency_key {
-                self.index.keys.remove(key);
+                let namespace = self.namespaces.of(id).map(str::to_owned);
+                self.index.keys.remove(&(namespace, key.clone()));
             }
+            self.namespaces.jobs.remove(&id);
             self.keyed.options.remove(&id);
             self.deployments.jobs.remove(&id);
             self.egress.calls.remove(&id);

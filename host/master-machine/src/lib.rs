@@ -33,6 +33,7 @@ mod keys;
 pub mod limits;
 pub mod locality;
 pub mod master;
+pub mod namespaces;
 pub mod pools;
 pub mod protocol;
 mod query;

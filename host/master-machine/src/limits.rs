@@ -49,6 +49,10 @@ pub const REQUESTS_MAX: usize = 1_000_000;
 // Keys: limits, rates and uniqueness.
 /// Longest concurrency, rate or uniqueness key.
 pub const KEY_BYTES_MAX: usize = 256;
+
+/// Longest namespace name, in bytes (a DNS label's length: names travel in
+/// URLs, headers and metric labels).
+pub const NAMESPACES_NAME_BYTES_MAX: usize = 63;
 /// Largest `running_max` and `starts_per_second` a key limit may ask for.
 pub const KEY_LIMIT_MAX: u32 = 10_000;
 /// The window a key's `starts_per_second` counts starts in.

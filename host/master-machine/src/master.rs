@@ -196,6 +196,9 @@ pub struct Master {
     /// Workers' labels and memory (see [`crate::pools`]); written after
     /// what workers hold in a snapshot.
     pub(crate) pools: Pools,
+    /// The jobs of namespaces other than the default (see
+    /// [`crate::namespaces`]); written after the pools in a snapshot.
+    pub(crate) namespaces: crate::namespaces::Namespaces,
     // Indexes, rebuilt from the jobs on restore (not in snapshots).
     pub(crate) index: Index,
     /// How runnable jobs are lined up: a property of the master build, not
@@ -252,6 +255,7 @@ impl Master {
             registry: Registry::default(),
             locality: Locality::default(),
             pools: Pools::default(),
+            namespaces: Default::default(),
             index: Index::default(),
             order: Order::default(),
         }

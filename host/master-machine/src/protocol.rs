@@ -44,11 +44,14 @@
 //! worker's [`WorkerPool`], `WorkerPool` at the end of its enum,
 //! [`JobOptions::labels`] a seventh field of the options, views and
 //! [`Stats`] say which jobs no known worker can run; see
-//! [`crate::pools`]); 13 (now), what attempts cost (`Finish` carries the
+//! [`crate::pools`]); 13, what attempts cost (`Finish` carries the
 //! attempt's [`Usage`], a last field, and so do `Finished`, which decodes
-//! from older bytes with none, and every [`Attempt`]). Events are the
+//! from older bytes with none, and every [`Attempt`]); 14 (now),
+//! namespaces ([`JobOptions::namespace`], an eighth field of the options,
+//! and [`TokenRecord::namespace`], a last field of a token; see
+//! [`crate::namespaces`]). Events are the
 //! only messages kept on disk, so [`decode_event`] still reads formats 1
-//! to 12 (whose `Submitted` lacks what came later, whose options
+//! to 13 (whose `Submitted` lacks what came later, whose options
 //! before 5 have two fields: they decode with `module: None`, and whose
 //! `Configured` before 10 has no `locality_wait_ms`: it decodes as 0); every other
 //! message of an older format is refused as an unknown version (nodes of
@@ -70,7 +73,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 13;
+pub const FORMAT_VERSION: u8 = 14;
+
+/// The thirteenth format: the current types without namespaces
+/// ([`JobOptions::namespace`], the options' last field, and
+/// [`TokenRecord::namespace`], a token's); its events still decode
+/// ([`decode_event`]), in the default namespace.
+pub const FORMAT_VERSION_13: u8 = 13;
 
 /// The twelfth format: the current types without what attempts cost
 /// (`Finish`'s and `Finished`'s last field, `usage`); its events still
@@ -206,6 +215,7 @@ fn decode_older(format: u8, body: &[u8]) -> Result<Event, Rejection> {
                 FORMAT_VERSION_8 | FORMAT_VERSION_9 => 6,
                 FORMAT_VERSION_10 | FORMAT_VERSION_11 => 7,
                 FORMAT_VERSION_12 => 8,
+                FORMAT_VERSION_13 => 9,
                 _ => legacy::FIELDS_NOW,
             };
             legacy::options(fields, || postcard::from_bytes(body)).map_err(|error| {
@@ -435,6 +445,10 @@ pub enum Code {
     /// The cluster keeps as many blobs as it may
     /// ([`BLOBS_KEPT_MAX`](crate::limits::BLOBS_KEPT_MAX)).
     BlobsFull,
+    /// A namespace name that is not 1 to 63 of `a-z 0-9 -` starting with
+    /// a letter or digit, or a cluster-wide query asked within a namespace
+    /// (see [`crate::namespaces`]).
+    InvalidNamespace,
     /// A code this build does not know.
     Other(String),
 }
@@ -480,6 +494,7 @@ impl Code {
         Code::BlobNotFound,
         Code::BlobInUse,
         Code::BlobsFull,
+        Code::InvalidNamespace,
     ];
 
     /// The code on the wire (stable).
@@ -523,6 +538,7 @@ impl Code {
             Code::BlobNotFound => "blob_not_found",
             Code::BlobInUse => "blob_in_use",
             Code::BlobsFull => "blobs_full",
+            Code::InvalidNamespace => "invalid_namespace",
             Code::Other(code) => code,
         }
     }
@@ -652,6 +668,8 @@ pub mod codes {
     pub const BLOB_IN_USE: Code = Code::BlobInUse;
     /// [`Code::BlobsFull`].
     pub const BLOBS_FULL: Code = Code::BlobsFull;
+    /// [`Code::InvalidNamespace`].
+    pub const INVALID_NAMESPACE: Code = Code::InvalidNamespace;
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -822,6 +840,9 @@ pub struct JobOptions {
     /// sorted by key, keys unique (empty: any worker; see
     /// [`crate::pools`]).
     pub labels: Vec<(String, String)>,
+    /// The namespace the job belongs to (`None`: the default one, which is
+    /// never written by its name; see [`crate::namespaces`]).
+    pub namespace: Option<String>,
 }
 
 /// What a worker offers jobs, from its node's flags: its labels and the
@@ -900,14 +921,15 @@ pub(crate) mod legacy {
     /// What the bytes of this format hold: [`JobOptions`] with their seven
     /// fields, [`HttpGrant`]s with their last, `record`, and attempts
     /// with their [`Usage`](super::Usage) (9).
-    pub(crate) const FIELDS_NOW: u8 = 9;
+    pub(crate) const FIELDS_NOW: u8 = 10;
 
     thread_local! {
         /// How many fields the [`JobOptions`] being decoded have: 2 to 4;
         /// 5: four, and grants have `record`; 6: five (`input_blob`), and
         /// grants have `record`; 7: six (`trace`), and grants have `record`;
         /// 8: seven (`labels`), and grants have `record`; 9: the same, and
-        /// attempts (`Finished`, [`Attempt`](super::Attempt)) have `usage`.
+        /// attempts (`Finished`, [`Attempt`](super::Attempt)) have `usage`;
+        /// 10: eight (`namespace`), and tokens have `namespace`.
         static FIELDS_KEPT: Cell<u8> = const { Cell::new(FIELDS_NOW) };
     }
 
@@ -1045,6 +1067,7 @@ pub(crate) mod legacy {
         "input_blob",
         "trace",
         "labels",
+        "namespace",
     ];
 
     thread_local! {
@@ -1092,6 +1115,14 @@ pub(crate) mod legacy {
         written_as(8, encode)
     }
 
+    /// Runs `encode` with options and tokens written as format 13 and
+    /// snapshot version 13 hold them (without `namespace`), for tests that
+    /// make such bytes.
+    #[cfg(test)]
+    pub(crate) fn written_before_namespaces<T>(encode: impl FnOnce() -> T) -> T {
+        written_as(9, encode)
+    }
+
     /// Whether bytes are being written as this format writes them (not in
     /// tests making older bytes).
     #[cfg(test)]
@@ -1136,12 +1167,48 @@ pub(crate) mod legacy {
         deserializer.deserialize_unit(Absent)
     }
 
+    /// Writes a token's `namespace`: as itself, or (making the bytes of a
+    /// format before 14 in tests) as nothing.
+    pub(crate) fn write_namespace<S: serde::Serializer>(
+        namespace: &Option<String>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match FIELDS_WRITTEN.with(Cell::get) >= 10 {
+            true => serde::Serialize::serialize(namespace, serializer),
+            false => serializer.serialize_unit(),
+        }
+    }
+
+    /// Reads a token's `namespace`, or (in bytes of a format before 14 and
+    /// snapshots before version 14) reads nothing: every older token is
+    /// cluster-wide.
+    pub(crate) fn read_namespace<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<String>, D::Error> {
+        if FIELDS_KEPT.with(Cell::get) >= 10 {
+            return Option::<String>::deserialize(deserializer);
+        }
+        struct Absent;
+        impl<'de> Visitor<'de> for Absent {
+            type Value = Option<String>;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("nothing")
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+        }
+        deserializer.deserialize_unit(Absent)
+    }
+
     impl serde::Serialize for JobOptions {
         fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
             use serde::ser::SerializeStruct;
             let written = FIELDS_WRITTEN.with(Cell::get);
-            let (trace, labels) = (written >= 7, written >= 8);
-            let len = 5 + usize::from(trace) + usize::from(labels);
+            let (trace, labels, namespace) = (written >= 7, written >= 8, written >= 10);
+            let len = 5 + usize::from(trace) + usize::from(labels) + usize::from(namespace);
             let mut out = serializer.serialize_struct("JobOptions", len)?;
             out.serialize_field("limit", &self.limit)?;
             out.serialize_field("unique", &self.unique)?;
@@ -1153,6 +1220,9 @@ pub(crate) mod legacy {
             }
             if labels {
                 out.serialize_field("labels", &self.labels)?;
+            }
+            if namespace {
+                out.serialize_field("namespace", &self.namespace)?;
             }
             out.end()
         }
@@ -1168,6 +1238,7 @@ pub(crate) mod legacy {
         InputBlob,
         Trace,
         Labels,
+        Namespace,
         #[serde(other)]
         Other,
     }
@@ -1209,6 +1280,10 @@ pub(crate) mod legacy {
                 true => (seq.next_element::<Vec<(String, String)>>()?).unwrap_or_default(),
                 false => Vec::new(),
             };
+            let namespace = match fields >= 10 {
+                true => seq.next_element::<Option<String>>()?.flatten(),
+                false => None,
+            };
             Ok(JobOptions {
                 limit,
                 unique,
@@ -1217,6 +1292,7 @@ pub(crate) mod legacy {
                 input_blob,
                 trace,
                 labels,
+                namespace,
             })
         }
 
@@ -1231,6 +1307,7 @@ pub(crate) mod legacy {
                     Field::InputBlob => options.input_blob = map.next_value()?,
                     Field::Trace => options.trace = map.next_value()?,
                     Field::Labels => options.labels = map.next_value()?,
+                    Field::Namespace => options.namespace = map.next_value()?,
                     Field::Other => {
                         map.next_value::<de::IgnoredAny>()?;
                     }
@@ -1254,6 +1331,7 @@ impl JobOptions {
             && self.unique.is_none()
             && self.module.is_none()
             && self.labels.is_empty()
+            && self.namespace.is_none()
     }
 }
 
@@ -1760,6 +1838,9 @@ pub struct JobFilter {
     pub ids: Option<Vec<JobId>>,
     /// Submitted by this deployment name (whichever version).
     pub module_name: Option<String>,
+    /// In this namespace (`default` for the default one; see
+    /// [`crate::namespaces`]).
+    pub namespace: Option<String>,
 }
 
 /// An API token as the master keeps it: only the SHA-256 of its secret.
@@ -1775,6 +1856,14 @@ pub struct TokenRecord {
     pub hash: [u8; 32],
     /// When it was created (set by the master when it decides).
     pub created_at: Millis,
+    /// The namespace it is confined to (`None`: cluster-wide; see
+    /// [`crate::namespaces`]). Read as `None` from the bytes of a format
+    /// before 14, which have no such field.
+    #[serde(
+        serialize_with = "legacy::write_namespace",
+        deserialize_with = "legacy::read_namespace"
+    )]
+    pub namespace: Option<String>,
 }
 
 /// Something that happened, in the journal. `at` is the decision time.
@@ -2461,6 +2550,43 @@ pub enum Query {
         /// The blobs asked about.
         digests: Vec<Digest>,
     },
+    /// `query` as a caller confined to `namespace` may see it (see
+    /// [`crate::namespaces`]): one job (`Job`, `Result`, `Input`) only if
+    /// it is the namespace's, and otherwise `job_not_found`, whether it
+    /// belongs to another namespace, was removed, or never was; listings
+    /// and bulk counts (`Jobs`, `Bulk`) of the namespace's jobs only;
+    /// `Finished` with every job of another namespace unknown. Any other
+    /// query is refused (`invalid_namespace`): it is cluster-wide.
+    InNamespace {
+        /// The caller's namespace (`default` for the default one).
+        namespace: String,
+        /// What it asks.
+        query: Box<Query>,
+    },
+}
+
+impl Query {
+    /// This query as a caller confined to `namespace` asks it
+    /// ([`Query::InNamespace`]); as it is for a cluster-wide one (`None`).
+    pub fn within(self, namespace: Option<&str>) -> Query {
+        match namespace {
+            Some(namespace) => Query::InNamespace {
+                namespace: namespace.to_owned(),
+                query: Box::new(self),
+            },
+            None => self,
+        }
+    }
+
+    /// The jobs a [`Query::Finished`] asks about, asked within a
+    /// namespace or not; `None` for any other query.
+    pub fn finished_ids(&self) -> Option<&[JobId]> {
+        match self {
+            Query::Finished { ids, .. } => Some(ids),
+            Query::InNamespace { query, .. } => query.finished_ids(),
+            _ => None,
+        }
+    }
 }
 
 /// What the cluster knows of a blob ([`Query::Blobs`]).
@@ -2712,6 +2838,8 @@ pub struct JobSummary {
     pub module_name: Option<String>,
     /// That name's version when the job was accepted.
     pub module_version: Option<u32>,
+    /// Its namespace (`None`: the default one).
+    pub namespace: Option<String>,
 }
 
 /// Counters over the whole master.

@@ -16,7 +16,6 @@
 use crate::limits::{FINISHED_IDS_MAX, LIST_LIMIT_MAX, LIST_SCAN_MAX, RECENT_SCAN_MAX};
 use std::ops::Bound;
 
-use crate::deployments::Deployments;
 use crate::master::{Job, Master, reject};
 use crate::protocol::*;
 use crate::scan::Facts;
@@ -58,6 +57,9 @@ impl Master {
                 output_max,
                 output_total,
             } => self.finished(ids, *output_max, *output_total),
+            Query::InNamespace { namespace, query } => {
+                self.query_in_namespace(now, namespace, query)
+            }
         }
     }
 
@@ -100,8 +102,10 @@ impl Master {
             let Some(job) = held.facts() else {
                 continue;
             };
-            if filter_matches(filter, id, &job, &self.deployments) {
-                jobs.push(summary(id, &job, self.deployments.of_job(id)));
+            if filter_matches(filter, id, &job, self) {
+                let mut summary = summary(id, &job, self.deployments.of_job(id));
+                summary.namespace = self.namespaces.of(id).map(str::to_owned);
+                jobs.push(summary);
                 if jobs.len() == limit {
                     break;
                 }
@@ -230,6 +234,7 @@ impl Master {
         let named = self.deployments.of_job(id);
         let mut options = self.keyed.options.get(&id).cloned().unwrap_or_default();
         options.module = named.map(|(name, _)| name.to_owned());
+        options.namespace = self.namespaces.of(id).map(str::to_owned);
         JobView {
             id,
             module: job.spec.module,
@@ -274,16 +279,13 @@ fn summary(id: JobId, job: &Facts, named: Option<(&str, Option<u32>)>) -> JobSum
         error_code: job.error.map(|(code, _)| code.to_owned()),
         module_name: named.map(|(name, _)| name.to_owned()),
         module_version: named.and_then(|(_, version)| version),
+        namespace: None,
     }
 }
 
 /// Whether job `id` meets every condition of `filter`.
-pub(crate) fn filter_matches(
-    filter: &JobFilter,
-    id: JobId,
-    job: &Facts,
-    deployments: &Deployments,
-) -> bool {
+pub(crate) fn filter_matches(filter: &JobFilter, id: JobId, job: &Facts, master: &Master) -> bool {
+    let deployments = &master.deployments;
     let contains = |haystack: &str, needle: &str| {
         haystack
             .as_bytes()
@@ -302,6 +304,7 @@ pub(crate) fn filter_matches(
                 .of_job(id)
                 .is_some_and(|(name, _)| name == wanted)
         })
+        && (filter.namespace.as_deref()).is_none_or(|name| master.namespaces.holds(name, id))
         && filter.error.as_deref().is_none_or(|text| {
             job.error
                 .is_some_and(|(code, message)| contains(code, text) || contains(message, text))

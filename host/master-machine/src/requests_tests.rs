@@ -223,7 +223,7 @@ fn events_of_format_2_replay_without_options() {
         codes::UNKNOWN_VERSION
     );
     // This format's `Submitted` is format 2's followed by the options
-    // (six absent fields and no labels).
+    // (six absent fields, no labels and no namespace).
     let now = encode(&Event {
         at: 7,
         kind: EventKind::Submitted {
@@ -233,7 +233,7 @@ fn events_of_format_2_replay_without_options() {
             options: JobOptions::default(),
         },
     });
-    assert_eq!(now[1..now.len() - 7], submitted[1..]);
+    assert_eq!(now[1..now.len() - 8], submitted[1..]);
 }
 
 #[test]

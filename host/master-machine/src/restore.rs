@@ -38,7 +38,9 @@ use crate::snapshot::{Head, SNAPSHOT_VERSION, Tail};
 /// and the secrets jobs may read (8), the jobs' blobs (9), the blobs the
 /// cluster keeps (10; before it, those the jobs and schedules name), what
 /// workers hold and when blob jobs joined the line (11; before it,
-/// nothing, and a [`Config`] without `locality_wait_ms`).
+/// nothing, and a [`Config`] without `locality_wait_ms`), the workers'
+/// pools (12), the jobs' namespaces (14; before it, every job is in the
+/// default one).
 /// The registry's counts of names are rebuilt at the end.
 #[derive(Debug, Default)]
 pub struct Restoring {
@@ -80,6 +82,7 @@ enum Stage {
     Kept,
     Locality,
     Pools,
+    Namespaces,
     End,
 }
 
@@ -205,6 +208,7 @@ impl Restoring {
             9 | 10 => 6,
             11 => 7,
             12 => 8,
+            13 => 9,
             _ => crate::protocol::legacy::FIELDS_NOW,
         };
         let locality = self.version >= 11;
@@ -288,6 +292,11 @@ impl Restoring {
                 for (worker, pool) in &pools {
                     self.master.apply_worker_pool(worker, pool);
                 }
+                Ok(Some((self.after(13, Stage::Namespaces), rest)))
+            }
+            Stage::Namespaces => {
+                let (namespaces, rest) = taken!(take(bytes));
+                self.master.namespaces = namespaces;
                 Ok(Some((Stage::End, rest)))
             }
             Stage::End => return Ok(None),

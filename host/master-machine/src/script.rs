@@ -885,6 +885,7 @@ fn options(args: &mut Args) -> Result<JobOptions, String> {
             .map(|text| labels_value("labels", &text))
             .transpose()?
             .unwrap_or_default(),
+        namespace: args.text("namespace")?,
     })
 }
 

@@ -34,8 +34,11 @@ use crate::workers::Worker;
 /// the blobs the cluster keeps, then what workers hold and when jobs with
 /// an input blob joined the line (and [`Config`] has `locality_wait_ms`),
 /// then workers' pools (and [`JobOptions`] have `labels`); since version
-/// 13, jobs' attempts have their [`Usage`].
-/// Older snapshots are still read: version 12 (attempts without usage),
+/// 13, jobs' attempts have their [`Usage`]; since version 14, the jobs of
+/// namespaces other than the default follow (and [`JobOptions`] and
+/// tokens have `namespace`).
+/// Older snapshots are still read: version 13 (every job and token in the
+/// default namespace or cluster-wide), version 12 (attempts without usage),
 /// version 11 (no pools: every worker has
 /// the default, and options have no labels), version 10 (no locality: none known,
 /// and a [`Config`] without `locality_wait_ms`, read as 0), version 9
@@ -48,7 +51,7 @@ use crate::workers::Worker;
 /// the schedules, have no `module`), version 4 (no schedules or DAGs),
 /// version 3 (no keys), version 2 (tokens, no request ids) and version 1
 /// (the state alone, from before tokens existed).
-pub const SNAPSHOT_VERSION: u8 = 13;
+pub const SNAPSHOT_VERSION: u8 = 14;
 
 /// The fields of [`Master`] before its jobs, as its snapshot holds them.
 #[derive(Serialize)]
@@ -211,11 +214,12 @@ impl Master {
         let wait = postcard::to_allocvec(&self.config.locality_wait_ms).expect("encoded");
         let locality = postcard::to_allocvec(&self.locality).expect("encoded");
         let pools = postcard::to_allocvec(&self.pools).expect("encoded");
+        let namespaces = postcard::to_allocvec(&self.namespaces).expect("encoded");
         let head_end = 1 + config.len();
         [
             &[10][..],
             &now[1..head_end - wait.len()],
-            &now[head_end..now.len() - locality.len() - pools.len()],
+            &now[head_end..now.len() - locality.len() - pools.len() - namespaces.len()],
         ]
         .concat()
     }
@@ -236,7 +240,12 @@ impl Master {
     pub(crate) fn snapshot_v11(&self) -> Vec<u8> {
         let now = crate::protocol::legacy::written_before_labels(|| self.snapshot());
         let pools = postcard::to_allocvec(&self.pools).expect("encoded");
-        [&[11][..], &now[1..now.len() - pools.len()]].concat()
+        let namespaces = postcard::to_allocvec(&self.namespaces).expect("encoded");
+        [
+            &[11][..],
+            &now[1..now.len() - pools.len() - namespaces.len()],
+        ]
+        .concat()
     }
 
     /// The snapshot as version 12 wrote it: attempts without their usage
@@ -244,14 +253,45 @@ impl Master {
     #[cfg(test)]
     pub(crate) fn snapshot_v12(&self) -> Vec<u8> {
         let now = crate::protocol::legacy::written_before_usage(|| self.snapshot());
-        [&[12][..], &now[1..]].concat()
+        let namespaces = postcard::to_allocvec(&self.namespaces).expect("encoded");
+        [&[12][..], &now[1..now.len() - namespaces.len()]].concat()
+    }
+
+    /// The snapshot as version 13 wrote it: no namespaces (see
+    /// [`Master::before_namespaces`]).
+    #[cfg(test)]
+    pub(crate) fn snapshot_v13(&self) -> Vec<u8> {
+        let now = crate::protocol::legacy::written_before_namespaces(|| self.snapshot());
+        let namespaces = postcard::to_allocvec(&self.namespaces).expect("encoded");
+        [&[13][..], &now[1..now.len() - namespaces.len()]].concat()
+    }
+
+    /// This master as a snapshot of version 13 or older restores it: every
+    /// job in the default namespace, every token cluster-wide.
+    #[cfg(test)]
+    pub(crate) fn before_namespaces(&self) -> Master {
+        let mut master = self.clone();
+        master.namespaces = Default::default();
+        for token in master.tokens.values_mut() {
+            token.namespace = None;
+        }
+        // Every key in the default namespace, a live job's over a finished
+        // one's (as a restore keys them).
+        let keys = std::mem::take(&mut master.index.keys);
+        let (done, live): (Vec<_>, Vec<_>) =
+            (keys.into_iter()).partition(|(_, id)| master.done.contains_key(id));
+        for ((_, key), id) in done.into_iter().chain(live) {
+            master.index.keys.insert((None, key), id);
+        }
+        let order = master.order;
+        master.with_order(order)
     }
 
     /// This master as a snapshot of version 12 or older restores it: no
     /// attempt says what it cost.
     #[cfg(test)]
     pub(crate) fn before_usage(&self) -> Master {
-        let mut master = self.clone();
+        let mut master = self.before_namespaces();
         for job in master.jobs.values_mut() {
             for attempt in &mut job.attempts {
                 attempt.usage = None;
@@ -311,8 +351,8 @@ impl Master {
     /// (a map: their count, then each id and request), the keys, the
     /// schedules, the DAGs, the deployments, the egress grants and
     /// calls, the recorded calls with the secrets jobs may read, the
-    /// jobs' blobs, the blobs the cluster keeps, the locality, and the
-    /// workers' pools.
+    /// jobs' blobs, the blobs the cluster keeps, the locality, the
+    /// workers' pools, and the jobs' namespaces.
     fn write_part(&self, sink: &mut impl Sink, cursor: &mut SnapshotCursor, bytes_max: usize) {
         let bytes_max = bytes_max.max(1);
         loop {
@@ -353,6 +393,7 @@ impl Master {
                     sink.put(&self.registry.kept);
                     sink.put(&self.locality);
                     sink.put(&self.pools);
+                    sink.put(&self.namespaces);
                     *cursor = SnapshotCursor::End;
                 }
                 SnapshotCursor::End => return,
@@ -380,7 +421,8 @@ impl Master {
     /// postcard(keys) ++ postcard(schedules) ++ postcard(DAGs) ++
     /// postcard(deployments) ++ postcard(grants and calls) ++
     /// postcard((recorded calls, readable secrets)) ++ postcard(blobs) ++
-    /// postcard(kept blobs) ++ postcard(locality) ++ postcard(pools)`.
+    /// postcard(kept blobs) ++ postcard(locality) ++ postcard(pools) ++
+    /// postcard(namespaces)`.
     ///
     /// Measured first, then written into a buffer of that size: grown by
     /// doubling, the buffer of a snapshot of a million finished jobs took

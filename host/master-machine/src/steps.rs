@@ -50,6 +50,7 @@ pub fn limited(key: &str, running_max: Option<u32>, starts_per_second: Option<u3
         input_blob: None,
         trace: None,
         labels: Vec::new(),
+        namespace: None,
     }
 }
 
@@ -66,6 +67,7 @@ pub fn unique(key: &str, window_ms: u64) -> JobOptions {
         input_blob: None,
         trace: None,
         labels: Vec::new(),
+        namespace: None,
     }
 }
 
@@ -184,5 +186,6 @@ pub fn token(id: &str, scopes: &[&str]) -> TokenRecord {
         scopes: scopes.iter().map(|s| s.to_string()).collect(),
         hash: [7; 32],
         created_at: 0,
+        namespace: None,
     }
 }

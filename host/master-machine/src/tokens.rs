@@ -26,6 +26,10 @@ impl Master {
         record: &TokenRecord,
     ) -> Result<Decision, Rejection> {
         validate_token(record)?;
+        if let Some(name) = &record.namespace {
+            crate::namespaces::check_name(name)
+                .or_else(|why| reject(codes::INVALID_NAMESPACE, why))?;
+        }
         if self.tokens.contains_key(&record.id) {
             return reject(
                 codes::TOKEN_EXISTS,

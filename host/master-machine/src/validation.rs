@@ -153,6 +153,9 @@ pub(crate) fn validate_filter(filter: &JobFilter) -> Result<(), Rejection> {
             format!("module_name: {name:?} is no deployment name"),
         );
     }
+    if let Some(name) = &filter.namespace {
+        crate::namespaces::check_name(name).or_else(|why| reject(codes::INVALID_FILTER, why))?;
+    }
     Ok(())
 }
 

@@ -49,6 +49,13 @@ pub struct TokenCreateRequest {
     /// SHA-256 of the token's secret part, hex.
     #[schema(pattern = "^(sha256:)?[0-9a-fA-F]{64}$")]
     pub sha256: String,
+    /// The namespace the token is confined to: it then reaches that
+    /// namespace's jobs only, and no cluster-wide route (absent:
+    /// cluster-wide). Always written: the sealed route reads it as
+    /// postcard, which has no absent fields.
+    #[serde(default)]
+    #[schema(pattern = "^[a-z0-9][a-z0-9-]{0,62}$")]
+    pub namespace: Option<String>,
 }
 
 /// A scope's name, as tokens carry it (in the OpenAPI document; the
@@ -75,6 +82,9 @@ pub struct TokenBody {
     pub scopes: Vec<String>,
     /// When it was made (ms since the Unix epoch).
     pub created_at: u64,
+    /// The namespace it is confined to (absent: cluster-wide).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 /// `201` to `POST /v1/tokens`: the token as listed, and whether the node
@@ -139,6 +149,7 @@ pub(crate) async fn token_op(
                             name: r.name,
                             scopes: r.scopes,
                             created_at: r.created_at,
+                            namespace: r.namespace,
                         })
                         .collect(),
                 },
@@ -167,6 +178,7 @@ pub(crate) async fn token_op(
                 scopes: request.scopes,
                 hash,
                 created_at: 0,
+                namespace: request.namespace,
             };
             master.command(Command::CreateToken(record.clone())).await?;
             if let Some(table) = tokens {
@@ -180,6 +192,7 @@ pub(crate) async fn token_op(
                         name: record.name,
                         scopes: record.scopes,
                         created_at: 0,
+                        namespace: record.namespace,
                     },
                     checked: tokens.is_some(),
                 },

@@ -69,10 +69,11 @@ impl Api {
             if job.job.unique_key.is_some() || job.job.unique_window_ms.is_some() {
                 return invalid(format!("jobs[{i}].job.unique_key: a DAG's jobs take none"));
             }
-            let (spec, mut options) = self.submission(job.job).await.map_err(|mut error| {
-                error.body.message = format!("jobs[{i}]: {}", error.body.message);
-                error
-            })?;
+            let (spec, mut options) =
+                self.submission(None, job.job).await.map_err(|mut error| {
+                    error.body.message = format!("jobs[{i}]: {}", error.body.message);
+                    error
+                })?;
             options.trace = trace.map(Box::new);
             nodes.push(DagNodeSpec {
                 name: job.name,

@@ -31,7 +31,7 @@ use super::{Api, ApiError, ErrorCode, ModuleRef, Reply200, bytes, json, module_r
 use crate::limits::{
     EVENT_STREAMS_MAX, EVENTS_BUFFERED, EVENTS_INTERVAL, FILTER_TEXT_CHARS_MAX, RECENT_MS,
 };
-use crate::security::token::{self, Scope, Scopes};
+use crate::security::token::{self, Holder, Scope, Scopes};
 use bytes::Bytes;
 use cohort_master::{BulkAction, Command, JobFilter, JobState, Reply};
 use hyper::body::Frame;
@@ -83,9 +83,9 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
     form-action 'none'";
 
 /// A listing's filter from the query string (`state`, `module`,
-/// `priority`, `from`, `to`, `error`).
+/// `priority`, `from`, `to`, `error`, `namespace`).
 pub(super) fn filter_from_params(params: &HashMap<String, String>) -> Result<JobFilter, ApiError> {
-    filter_from_body(JobFilterBody {
+    let filter = filter_from_body(JobFilterBody {
         state: params.get("state").cloned(),
         module: params.get("module").cloned(),
         priority: number(params, "priority")?,
@@ -93,6 +93,15 @@ pub(super) fn filter_from_params(params: &HashMap<String, String>) -> Result<Job
         to: number(params, "to")?,
         error: params.get("error").cloned(),
         ids: None,
+    })?;
+    let namespace = params.get("namespace").cloned();
+    if let Some(name) = &namespace {
+        cohort_master::namespaces::check_name(name)
+            .map_err(|why| ApiError::new(ErrorCode::InvalidNamespace, why))?;
+    }
+    Ok(JobFilter {
+        namespace,
+        ..filter
     })
 }
 
@@ -142,13 +151,16 @@ fn filter_from_body(body: JobFilterBody) -> Result<JobFilter, ApiError> {
         error: body.error,
         ids: body.ids,
         module_name,
+        namespace: None,
     })
 }
 
 impl Api {
-    /// `GET /v1/whoami`, given the scopes the request's token was checked
-    /// for (`None`: the node needs no tokens, so everything is allowed).
-    pub(super) fn whoami(&self, headers: &hyper::HeaderMap, scopes: Option<Scopes>) -> Reply200 {
+    /// `GET /v1/whoami`, given what the request's token was checked to
+    /// hold (`None`: the node needs no tokens, so everything is allowed,
+    /// cluster-wide).
+    pub(super) fn whoami(&self, headers: &hyper::HeaderMap, holder: Option<Holder>) -> Reply200 {
+        let scopes = holder.as_ref().map(|holder| holder.scopes);
         let token = headers
             .get(hyper::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -167,12 +179,18 @@ impl Api {
                     .into_iter()
                     .map(String::from)
                     .collect(),
+                namespace: holder.and_then(|holder| holder.namespace),
             },
         )
     }
 
-    /// `POST /v1/jobs/bulk`.
-    pub(super) async fn bulk(&self, request: BulkRequest) -> Result<Reply200, ApiError> {
+    /// `POST /v1/jobs/bulk`, over namespace `within`'s jobs only if the
+    /// caller is confined to one.
+    pub(super) async fn bulk(
+        &self,
+        within: Option<&str>,
+        request: BulkRequest,
+    ) -> Result<Reply200, ApiError> {
         let action = match request.action.as_str() {
             // `attempts` is the retry's alone; a cancel ignores it.
             "cancel" => BulkAction::Cancel,
@@ -186,9 +204,12 @@ impl Api {
                 ));
             }
         };
-        let filter = filter_from_body(request.filter)?;
+        let filter = JobFilter {
+            namespace: within.map(str::to_owned),
+            ..filter_from_body(request.filter)?
+        };
         let answer = if request.dry_run {
-            let matched = self.master.bulk_count(action, filter).await?;
+            let matched = self.master.bulk_count(within, action, filter).await?;
             BulkResponse {
                 matched: Some(matched),
                 changed: None,
@@ -209,9 +230,10 @@ impl Api {
         Ok(json(StatusCode::OK, &answer))
     }
 
-    /// `GET /v1/jobs/{id}/input`.
-    pub(super) async fn input(&self, id: u64) -> Result<Reply200, ApiError> {
-        let input = self.master.input(id).await?;
+    /// `GET /v1/jobs/{id}/input` (a job of namespace `within` only, if
+    /// the caller is confined to one).
+    pub(super) async fn input(&self, within: Option<&str>, id: u64) -> Result<Reply200, ApiError> {
+        let input = self.master.input(within, id).await?;
         Ok(bytes("application/octet-stream", input))
     }
 
@@ -349,6 +371,7 @@ mod tests {
             ("from", "5"),
             ("to", "9"),
             ("error", "trap"),
+            ("namespace", "team-a"),
         ]))
         .unwrap();
         assert_eq!(
@@ -362,8 +385,11 @@ mod tests {
                 error: Some("trap".into()),
                 ids: None,
                 module_name: None,
+                namespace: Some("team-a".into()),
             }
         );
+        let error = filter_from_params(&params(&[("namespace", "Team A")])).unwrap_err();
+        assert_eq!(error.body.code, "invalid_namespace");
         // A deployment's name filters by the name jobs were submitted by.
         let named = filter_from_params(&params(&[("module", "send-email")])).unwrap();
         assert_eq!(

@@ -587,6 +587,7 @@ fn operation(handler: Handler) -> Option<Doc> {
                 ModuleNameNotFound,
                 InvalidGrant,
                 InvalidJob,
+                InvalidNamespace,
                 IdempotencyConflict,
                 QueueFull,
                 UniqueKeysFull,
@@ -625,11 +626,12 @@ fn operation(handler: Handler) -> Option<Doc> {
             .param("from", Query, integer(0, u64::MAX), "Only jobs submitted at or after (ms since the Unix epoch).")
             .param("to", Query, integer(0, u64::MAX), "Only jobs submitted at or before.")
             .param("error", Query, text().max_length(Some(FILTER_TEXT_CHARS_MAX)), "Only jobs whose error code or message holds this text (ASCII case ignored).")
+            .param("namespace", Query, text().pattern(Some("^[a-z0-9][a-z0-9-]{0,62}$")), "Only jobs of this namespace (a token confined to one lists its own only, whatever this says).")
             .param("order", Query, one_of(&["oldest", "newest"]), "`oldest` first (by id, the default) or `newest` first.")
             .param("limit", Query, integer(1, 1000), "Most jobs (default 100).")
             .param("cursor", Query, integer(0, u64::MAX), "The `next_cursor` of the previous page.")
             .answers::<JobListResponse>(200, "A page, and the cursor of the next.")
-            .errors(&[MASTER, &[BadRequest]]),
+            .errors(&[MASTER, &[BadRequest, InvalidNamespace]]),
         H::JobBulk => doc("jobs", "Cancel or retry every job a filter matches")
             .describe("One master command: the changes commit together (at most 10,000 jobs per request; send it again for the rest). `cancel` changes jobs not finished; `retry` queues failed, dead and cancelled jobs again with `attempts` more attempts. With `dry_run`, only counts.")
             .body::<BulkRequest>(serde_json::json!({"action": "retry", "filter": {"state": "dead", "error": "timeout"}, "dry_run": true}))
@@ -642,7 +644,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("All or nothing: every job is checked as a submission, then the graph (names, cycles, parents that exist and have not failed; at most 10,000 jobs, 100 parents each). A job starts once all its parents succeeded and, unless `parent_outputs` is false, gets `{\"input\", \"parents\": [{\"id\", \"name\", \"output\", \"blobs\"}]}` as its input (`blobs`: the parent's output blobs, which it may read as `PARENT/OUTPUT`). A failure cancels the failed job's descendants (`skip_descendants`) or the whole DAG (`cancel_dag`).")
             .body::<DagRequest>(serde_json::json!({"jobs": [{"name": "fetch", "job": {"module": "ab".repeat(32), "input": "https://example.com"}}, {"name": "count", "job": {"module": "cd".repeat(32)}, "after": ["fetch"]}], "on_failure": "skip_descendants"}))
             .answers::<DagSubmitResponse>(202, "Accepted, durable: the DAG's id and its jobs' ids in order.")
-            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidDag, QueueFull, OutcomeUnknown, BlobNotFound, ReplicationFailed, BlobStoreUnavailable]]),
+            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidNamespace, InvalidDag, QueueFull, OutcomeUnknown, BlobNotFound, ReplicationFailed, BlobStoreUnavailable]]),
         H::DagGet => doc("dags", "A DAG's status")
             .param("id", Path, integer(0, u64::MAX), "The DAG's id.")
             .answers::<DagResponse>(200, "Its state, counts per state, waiting jobs and every job with its parents.")
@@ -651,7 +653,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("A job fired at every tick of `cron` (read in `timezone`) or of `every_ms`. Each tick fires exactly once across master hand-overs and crashes; ticks missed by more than `catch_up_ms` are recorded for a backfill. The job template is checked as a submission is.")
             .body::<ScheduleRequest>(serde_json::json!({"name": "nightly-report", "cron": "0 30 2 * * *", "timezone": "Europe/Paris", "overlap": "skip", "job": {"module": "ab".repeat(32), "input": "report"}}))
             .answers::<ScheduleResponse>(201, "Created, with its next ticks.")
-            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidSchedule, ScheduleExists, BlobNotFound, ReplicationFailed, BlobStoreUnavailable]]),
+            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidNamespace, InvalidSchedule, ScheduleExists, BlobNotFound, ReplicationFailed, BlobStoreUnavailable]]),
         H::ScheduleList => doc("schedules", "Every schedule")
             .answers::<ScheduleListResponse>(200, "By name.")
             .errors(&[MASTER]),
@@ -683,7 +685,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .answers_raw(200, "text/event-stream", "`event: overview` lines, each with its `data:`.")
             .errors(&[&[TooManyConnections]]),
         H::Whoami => doc("tokens", "What the caller's token may do")
-            .answers::<WhoamiResponse>(200, "Whether tokens are needed, the token's id and its scopes.")
+            .answers::<WhoamiResponse>(200, "Whether tokens are needed, the token's id, its scopes and the namespace it is confined to.")
             .errors(&[]),
         H::DashboardPage => doc("dashboard", "The dashboard (HTML)")
             .answers_raw(200, "text/html", "The page; it asks the API for its data.")
@@ -701,7 +703,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("`cohort token create` makes the token and sends its id, scopes and the SHA-256 of its secret; the node never sees the secret.")
             .body::<TokenCreateRequest>(serde_json::json!({"id": "3f9c01d2a4b7", "name": "ci", "scopes": ["submit"], "sha256": "0".repeat(64)}))
             .answers::<TokenCreatedResponse>(201, "Created.")
-            .errors(&[MASTER, &[BadJson, InvalidToken, TokenExists]]),
+            .errors(&[MASTER, &[BadJson, InvalidToken, InvalidNamespace, TokenExists]]),
         H::TokenRevoke => doc("tokens", "Revoke a token")
             .param("id", Path, text(), "The token's id.")
             .answers::<RevokedResponse>(200, "Revoked.")

@@ -2,7 +2,9 @@
 //! and node-to-node, written once.
 //!
 //! An entry says how a route is called (method and path), who may call it
-//! (no token, a token scope, or a body sealed with the cluster key), which
+//! (no token, a token scope, or a body sealed with the cluster key), whether
+//! a token confined to a namespace may call it (`in_namespace`: the routes
+//! of a namespace's own jobs; every other route is cluster-wide), which
 //! nodes serve it (any node, or front-end nodes only), the largest body it
 //! reads and the code of one over it, and which handler answers it.
 //! Everything else is derived from the table: authentication and scope
@@ -178,6 +180,10 @@ pub struct Route {
     pub body_bytes_max: usize,
     /// The code of a body over [`Self::body_bytes_max`].
     pub too_large: ErrorCode,
+    /// Whether a token confined to a namespace may call it (its handler
+    /// then sees that namespace's jobs only); otherwise the route is
+    /// cluster-wide, for cluster-wide tokens only.
+    pub in_namespace: bool,
     pub handler: Handler,
 }
 
@@ -195,6 +201,7 @@ const fn route(
         serves,
         body_bytes_max: 0,
         too_large: ErrorCode::BodyTooLarge,
+        in_namespace: false,
         handler,
     }
 }
@@ -209,6 +216,12 @@ impl Route {
     /// A body over the bound is `code` rather than `body_too_large`.
     const fn too_large(mut self, code: ErrorCode) -> Self {
         self.too_large = code;
+        self
+    }
+
+    /// A token confined to a namespace may call the route.
+    const fn in_namespace(mut self) -> Self {
+        self.in_namespace = true;
         self
     }
 }
@@ -251,21 +264,21 @@ pub const ROUTES: &[Route] = &[
     // Blobs: streamed both ways (their handlers read and write the bodies
     // themselves, bounded by the blob ceiling and an idle timeout).
     // Uploading data for jobs is part of submitting them.
-    route(Put,    "/v1/blobs",                         Token(Submit), FrontEnd, H::BlobPut),
+    route(Put,    "/v1/blobs",                         Token(Submit), FrontEnd, H::BlobPut).in_namespace(),
     route(Get,    "/v1/blobs",                         Token(Read),   FrontEnd, H::BlobList),
-    route(Get,    "/v1/blobs/{digest}",                Token(Read),   FrontEnd, H::BlobGet),
-    route(Head,   "/v1/blobs/{digest}",                Token(Read),   FrontEnd, H::BlobHead),
+    route(Get,    "/v1/blobs/{digest}",                Token(Read),   FrontEnd, H::BlobGet).in_namespace(),
+    route(Head,   "/v1/blobs/{digest}",                Token(Read),   FrontEnd, H::BlobHead).in_namespace(),
     // Whoever may upload may stop the cluster keeping what nothing names.
     route(Delete, "/v1/blobs/{digest}",                Token(Submit), FrontEnd, H::BlobDelete),
-    route(Post,   "/v1/jobs",                          Token(Submit), FrontEnd, H::JobSubmit).body(JOB_BODY_BYTES_MAX),
-    route(Post,   "/v1/jobs/batch",                    Token(Submit), FrontEnd, H::JobBatch).body(BATCH_BODY_BYTES_MAX),
-    route(Post,   "/v1/jobs/wait",                     Token(Read),   FrontEnd, H::JobWait).body(WAIT_BODY_BYTES_MAX),
-    route(Get,    "/v1/jobs",                          Token(Read),   FrontEnd, H::JobList),
-    route(Post,   "/v1/jobs/bulk",                     Token(Admin),  FrontEnd, H::JobBulk).body(CONTROL_BODY_BYTES_MAX),
-    route(Get,    "/v1/jobs/{id}",                     Token(Read),   FrontEnd, H::JobGet),
-    route(Delete, "/v1/jobs/{id}",                     Token(Admin),  FrontEnd, H::JobCancel),
-    route(Get,    "/v1/jobs/{id}/result",              Token(Read),   FrontEnd, H::JobResult),
-    route(Get,    "/v1/jobs/{id}/input",               Token(Read),   FrontEnd, H::JobInput),
+    route(Post,   "/v1/jobs",                          Token(Submit), FrontEnd, H::JobSubmit).body(JOB_BODY_BYTES_MAX).in_namespace(),
+    route(Post,   "/v1/jobs/batch",                    Token(Submit), FrontEnd, H::JobBatch).body(BATCH_BODY_BYTES_MAX).in_namespace(),
+    route(Post,   "/v1/jobs/wait",                     Token(Read),   FrontEnd, H::JobWait).body(WAIT_BODY_BYTES_MAX).in_namespace(),
+    route(Get,    "/v1/jobs",                          Token(Read),   FrontEnd, H::JobList).in_namespace(),
+    route(Post,   "/v1/jobs/bulk",                     Token(Admin),  FrontEnd, H::JobBulk).body(CONTROL_BODY_BYTES_MAX).in_namespace(),
+    route(Get,    "/v1/jobs/{id}",                     Token(Read),   FrontEnd, H::JobGet).in_namespace(),
+    route(Delete, "/v1/jobs/{id}",                     Token(Admin),  FrontEnd, H::JobCancel).in_namespace(),
+    route(Get,    "/v1/jobs/{id}/result",              Token(Read),   FrontEnd, H::JobResult).in_namespace(),
+    route(Get,    "/v1/jobs/{id}/input",               Token(Read),   FrontEnd, H::JobInput).in_namespace(),
     route(Post,   "/v1/dags",                          Token(Submit), FrontEnd, H::DagSubmit).body(BATCH_BODY_BYTES_MAX),
     route(Get,    "/v1/dags/{id}",                     Token(Read),   FrontEnd, H::DagGet),
     // A schedule submits jobs: managing one is submitting.
@@ -278,7 +291,7 @@ pub const ROUTES: &[Route] = &[
     route(Post,   "/v1/schedules/{name}/backfill",     Token(Submit), FrontEnd, H::ScheduleBackfill).body(CONTROL_BODY_BYTES_MAX),
     route(Get,    "/v1/overview",                      Token(Read),   AnyNode,  H::Overview),
     route(Get,    "/v1/events",                        Token(Read),   AnyNode,  H::Events),
-    route(Get,    "/v1/whoami",                        Token(Read),   AnyNode,  H::Whoami),
+    route(Get,    "/v1/whoami",                        Token(Read),   AnyNode,  H::Whoami).in_namespace(),
     route(Get,    "/v1/cluster",                       Token(Read),   AnyNode,  H::Cluster),
     route(Delete, "/v1/cluster/voters/{node}",         Token(Admin),  FrontEnd, H::VoterRemove),
     route(Get,    "/v1/master",                        Token(Read),   FrontEnd, H::MasterBuild),

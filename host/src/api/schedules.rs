@@ -49,7 +49,7 @@ impl Api {
         if request.job.idempotency_key.is_some() {
             return invalid("job.idempotency_key: every tick is a new job");
         }
-        let (job, mut options) = self.submission(request.job).await?;
+        let (job, mut options) = self.submission(None, request.job).await?;
         // Each firing starts a trace of its own, linked to this request's.
         let span = crate::telemetry::job_span!(
             "cohort.schedule.create",

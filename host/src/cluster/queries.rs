@@ -61,19 +61,32 @@ queries! {
         Query::Deployment { name } => Answer::Deployment(view) => *view;
     /// Every secret's name, time and users (never a value).
     secrets() -> Vec<SecretView> = Query::Secrets => Answer::Secrets(views) => views;
-    /// One job's record.
-    job(id: JobId) -> JobView = Query::Job { id } => Answer::Job(view) => *view;
-    /// One job's result bytes.
-    result(id: JobId) -> Vec<u8> = Query::Result { id } => Answer::Result(bytes) => bytes;
-    /// One job's input bytes.
-    input(id: JobId) -> Vec<u8> = Query::Input { id } => Answer::Input(bytes) => bytes;
-    /// A page of the jobs `filter` matches (see [`Query::Jobs`]).
-    jobs(filter: JobFilter, after: Option<JobId>, limit: u32, newest_first: bool) -> JobPage =
-        Query::Jobs { filter, after, limit, newest_first } =>
+    /// One job's record, as a caller confined to namespace `within` (or a
+    /// cluster-wide one) sees it: another namespace's job is
+    /// `job_not_found` ([`Query::InNamespace`]).
+    job(within: Option<&str>, id: JobId) -> JobView =
+        Query::Job { id }.within(within) => Answer::Job(view) => *view;
+    /// One job's result bytes (seen from `within`, as [`job`](Self::job)).
+    result(within: Option<&str>, id: JobId) -> Vec<u8> =
+        Query::Result { id }.within(within) => Answer::Result(bytes) => bytes;
+    /// One job's input bytes (seen from `within`, as [`job`](Self::job)).
+    input(within: Option<&str>, id: JobId) -> Vec<u8> =
+        Query::Input { id }.within(within) => Answer::Input(bytes) => bytes;
+    /// A page of the jobs `filter` matches (see [`Query::Jobs`]), of
+    /// namespace `within` only if it is given.
+    jobs(
+        within: Option<&str>,
+        filter: JobFilter,
+        after: Option<JobId>,
+        limit: u32,
+        newest_first: bool
+    ) -> JobPage =
+        Query::Jobs { filter, after, limit, newest_first }.within(within) =>
         Answer::Jobs { jobs, next } => JobPage { jobs, next };
-    /// How many jobs a bulk `action` over `filter` would change now.
-    bulk_count(action: BulkAction, filter: JobFilter) -> u64 =
-        Query::Bulk { action, filter } => Answer::Count(count) => count;
+    /// How many jobs a bulk `action` over `filter` would change now (of
+    /// namespace `within` only if it is given).
+    bulk_count(within: Option<&str>, action: BulkAction, filter: JobFilter) -> u64 =
+        Query::Bulk { action, filter }.within(within) => Answer::Count(count) => count;
     /// Jobs finished in the last `window_ms`.
     recent(window_ms: u64) -> Recent = Query::Recent { window_ms } => Answer::Recent(recent) => recent;
     /// Jobs the master holds per module.
@@ -99,9 +112,11 @@ queries! {
 
 impl MasterLink {
     /// The finished jobs among `ids` (outputs inline within the bounds),
-    /// waiting up to `wait` for the first to finish if none has.
+    /// waiting up to `wait` for the first to finish if none has; seen from
+    /// namespace `within` if it is given (another's jobs are unknown).
     pub async fn finished(
         &self,
+        within: Option<&str>,
         ids: Vec<JobId>,
         output_max: u64,
         output_total: u64,
@@ -111,7 +126,8 @@ impl MasterLink {
             ids,
             output_max,
             output_total,
-        };
+        }
+        .within(within);
         match self.wait_finished(query, wait).await? {
             Answer::Finished(jobs) => Ok(jobs),
             other => Err(mismatch("finished", &other)),

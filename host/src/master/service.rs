@@ -343,7 +343,7 @@ impl MasterHandle {
             Ok(Ok(())) => {
                 // Jobs submitted together finish together: the next ones
                 // come in this answer rather than one request each.
-                if matches!(&query, Query::Finished { ids, .. } if ids.len() > 1) {
+                if query.finished_ids().is_some_and(|ids| ids.len() > 1) {
                     tokio::time::sleep_until(
                         deadline.min(tokio::time::Instant::now() + WAIT_GATHER),
                     )
@@ -921,13 +921,13 @@ impl MasterLoop {
         respond: Respond<Answer>,
         notify: oneshot::Sender<()>,
     ) -> anyhow::Result<()> {
-        let Query::Finished { ids, .. } = &query else {
+        let Some(ids) = query.finished_ids() else {
             let _ = respond.send(Err(MasterError::Unavailable(
                 "a wait for finished jobs needs Query::Finished".into(),
             )));
             return Ok(());
         };
-        let ids = ids.clone();
+        let ids = ids.to_vec();
         let answer = self.query(now, &query)?.map_err(MasterError::Rejected);
         if matches!(&answer, Ok(Answer::Finished(jobs)) if jobs.is_empty()) {
             self.watchers.add(ids, notify);

@@ -9,6 +9,11 @@
 //! * **Scopes**: `read` (every `GET` of the API and `/metrics`), `submit`
 //!   (submit jobs), `admin` (everything: upload modules, cancel, make the
 //!   node leave, manage tokens). `admin` implies the others.
+//! * **Namespace**: a token may be confined to one namespace (`cohort token
+//!   create --namespace NAME`): it then reaches that namespace's jobs only,
+//!   whatever its scopes, and no cluster-wide route (see `api::routes`
+//!   and `cohort_master::namespaces`). A token without one is
+//!   cluster-wide.
 //!
 //! Every node keeps a [`TokenTable`], a copy of the master's records. It is
 //! refreshed every [`TOKEN_REFRESH_EVERY`] and whenever a request names an id it
@@ -109,6 +114,16 @@ impl Scopes {
     }
 }
 
+/// What a checked token holds: its scopes and the namespace it is
+/// confined to (`None`: cluster-wide).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holder {
+    /// What it may do.
+    pub scopes: Scopes,
+    /// Where (`None`: everywhere).
+    pub namespace: Option<String>,
+}
+
 /// A token just made: the text to give the user once, and the record for
 /// the master.
 #[derive(Debug)]
@@ -119,8 +134,9 @@ pub struct Minted {
     pub record: TokenRecord,
 }
 
-/// Makes a new token with `scopes` and `name`.
-pub fn mint(name: &str, scopes: &[Scope]) -> Minted {
+/// Makes a new token with `scopes` and `name`, confined to `namespace` if
+/// one is given.
+pub fn mint(name: &str, scopes: &[Scope], namespace: Option<&str>) -> Minted {
     let mut id = [0u8; ID_HEX / 2];
     let mut secret = [0u8; SECRET_HEX / 2];
     super::random(&mut id);
@@ -135,6 +151,7 @@ pub fn mint(name: &str, scopes: &[Scope]) -> Minted {
             scopes: scopes.iter().map(|s| s.name().to_string()).collect(),
             hash: hash(&secret),
             created_at: 0,
+            namespace: namespace.map(str::to_owned),
         },
     }
 }
@@ -205,7 +222,19 @@ pub fn bearer(header: Option<&str>) -> Result<&str, Refusal> {
 #[derive(Debug, Clone)]
 struct Entry {
     hash: [u8; 32],
-    scopes: Scopes,
+    holder: Holder,
+}
+
+impl Entry {
+    fn of(record: &TokenRecord) -> Self {
+        Entry {
+            hash: record.hash,
+            holder: Holder {
+                scopes: Scopes::from_names(&record.scopes),
+                namespace: record.namespace.clone(),
+            },
+        }
+    }
 }
 
 /// A node's copy of the tokens.
@@ -229,17 +258,8 @@ impl Default for TokenTable {
 impl TokenTable {
     /// Replaces the copy with the master's records.
     pub fn replace(&self, records: &[TokenRecord]) {
-        let entries = records
-            .iter()
-            .map(|r| {
-                (
-                    r.id.clone(),
-                    Entry {
-                        hash: r.hash,
-                        scopes: Scopes::from_names(&r.scopes),
-                    },
-                )
-            })
+        let entries = (records.iter())
+            .map(|r| (r.id.clone(), Entry::of(r)))
             .collect();
         *self.entries.write().unwrap_or_else(|e| e.into_inner()) = entries;
     }
@@ -249,13 +269,7 @@ impl TokenTable {
         self.entries
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                record.id.clone(),
-                Entry {
-                    hash: record.hash,
-                    scopes: Scopes::from_names(&record.scopes),
-                },
-            );
+            .insert(record.id.clone(), Entry::of(record));
     }
 
     /// Forgets one token (revoked here).
@@ -266,13 +280,13 @@ impl TokenTable {
             .remove(id);
     }
 
-    /// The scopes of `token`.
-    pub fn check(&self, token: &str) -> Result<Scopes, Refusal> {
+    /// The scopes and namespace of `token`.
+    pub fn check(&self, token: &str) -> Result<Holder, Refusal> {
         let (id, secret) = split(token).ok_or(Refusal::Malformed)?;
         let entries = self.entries.read().unwrap_or_else(|e| e.into_inner());
         let entry = entries.get(id).ok_or(Refusal::Unknown)?;
         if bool::from(hash(secret).ct_eq(&entry.hash)) {
-            Ok(entry.scopes)
+            Ok(entry.holder.clone())
         } else {
             Err(Refusal::WrongSecret)
         }
@@ -307,14 +321,14 @@ mod tests {
     #[test]
     fn minted_tokens_check_with_their_scopes_and_nothing_else_does() {
         let table = TokenTable::default();
-        let reader = mint("dashboard", &[Scope::Read]);
-        let admin = mint("ops", &[Scope::Admin]);
+        let reader = mint("dashboard", &[Scope::Read], None);
+        let admin = mint("ops", &[Scope::Admin], None);
         table.replace(&[reader.record.clone(), admin.record.clone()]);
-        let scopes = table.check(&reader.token).unwrap();
+        let scopes = table.check(&reader.token).unwrap().scopes;
         assert!(scopes.allow(Scope::Read));
         assert!(!scopes.allow(Scope::Submit));
         assert!(!scopes.allow(Scope::Admin));
-        let scopes = table.check(&admin.token).unwrap();
+        let scopes = table.check(&admin.token).unwrap().scopes;
         assert!(
             scopes.allow(Scope::Read) && scopes.allow(Scope::Submit) && scopes.allow(Scope::Admin)
         );
@@ -324,7 +338,9 @@ mod tests {
         assert_eq!(table.check(&forged).unwrap_err(), Refusal::WrongSecret);
         // Not minted, or revoked.
         assert_eq!(
-            table.check(&mint("x", &[Scope::Read]).token).unwrap_err(),
+            table
+                .check(&mint("x", &[Scope::Read], None).token)
+                .unwrap_err(),
             Refusal::Unknown
         );
         table.remove(&reader.record.id);

@@ -1,0 +1,273 @@
+//! Namespaces: a job's namespace is kept from its submission until it is
+//! forgotten, through the journal, packing, snapshots and restores in
+//! parts; a caller confined to one sees its jobs only and learns nothing
+//! of the others'; idempotency keys are per namespace; bytes of format 13
+//! and snapshots of version 13 decode with every job in the default
+//! namespace and every token cluster-wide.
+
+use super::*;
+use crate::steps::{finish, poll, spec, submit_with, token};
+use crate::testing::{decide_and_apply, restore_in_parts};
+
+const T: Millis = 1_000_000;
+
+fn in_namespace(name: Option<&str>) -> JobOptions {
+    JobOptions {
+        namespace: name.map(str::to_owned),
+        ..JobOptions::default()
+    }
+}
+
+fn keyed(key: &str) -> JobSpec {
+    JobSpec {
+        idempotency_key: Some(key.into()),
+        ..spec(1, b"x")
+    }
+}
+
+fn within(namespace: &str, query: Query) -> Query {
+    Query::InNamespace {
+        namespace: namespace.into(),
+        query: Box::new(query),
+    }
+}
+
+fn listed(master: &Master, query: Query) -> Vec<JobId> {
+    match master.query(T, &query) {
+        Ok(Answer::Jobs { jobs, .. }) => jobs.iter().map(|job| job.id).collect(),
+        other => panic!("a listing, not {other:?}"),
+    }
+}
+
+fn all_jobs() -> Query {
+    Query::Jobs {
+        filter: JobFilter::default(),
+        after: None,
+        limit: 100,
+        newest_first: false,
+    }
+}
+
+/// Job 1 in `team-a` (keyed `k`, finished), job 2 in the default
+/// namespace (keyed `k` too), job 3 in `b`, a token confined to `team-a`.
+fn ran() -> (Master, Vec<Event>) {
+    let (mut master, mut journal) = (Master::new(), Vec::new());
+    let mut run = |master: &mut Master, now: Millis, command: Command| {
+        decide_and_apply(master, &mut journal, now, &command).expect("accepted")
+    };
+    run(
+        &mut master,
+        T,
+        submit_with(1, keyed("k"), in_namespace(Some("team-a"))),
+    );
+    run(
+        &mut master,
+        T,
+        submit_with(2, keyed("k"), in_namespace(None)),
+    );
+    run(
+        &mut master,
+        T,
+        submit_with(3, spec(1, b"y"), in_namespace(Some("b"))),
+    );
+    run(&mut master, T, poll("w", 1));
+    let ok = Outcome::Succeeded(b"r".to_vec());
+    run(&mut master, T + 1, finish(1, 1, "w", ok));
+    let confined = TokenRecord {
+        namespace: Some("team-a".into()),
+        ..token("t1", &["read"])
+    };
+    run(&mut master, T + 2, Command::CreateToken(confined));
+    (master, journal)
+}
+
+#[test]
+fn idempotency_keys_belong_to_their_namespace() {
+    let (master, _) = ran();
+    assert!(master.done.contains_key(&1), "job 1 is packed");
+    let again = |master: &Master, namespace: Option<&str>| {
+        let command = submit_with(9, keyed("k"), in_namespace(namespace));
+        match master.decide(T + 3, &command).expect("accepted").reply {
+            Reply::Submitted { id, existing } => (id, existing),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(again(&master, Some("team-a")), (1, true));
+    assert_eq!(again(&master, None), (2, true));
+    assert_eq!(again(&master, Some("b")), (4, false), "b's own job");
+    // The same after a restore, whole or in parts: finished jobs' keys
+    // come back in their namespace.
+    for restored in [
+        Master::restore(&master.snapshot()).unwrap(),
+        restore_in_parts(&master.snapshot(), 7).unwrap(),
+    ] {
+        assert_eq!(restored, master);
+        assert_eq!(again(&restored, Some("team-a")), (1, true));
+        assert_eq!(again(&restored, None), (2, true));
+    }
+}
+
+#[test]
+fn a_confined_caller_sees_its_namespace_and_nothing_of_the_others() {
+    let (master, _) = ran();
+    let not_found = |query: Query| {
+        let refused = master.query(T, &query).unwrap_err();
+        assert_eq!(refused.code, codes::JOB_NOT_FOUND, "{query:?}");
+        refused.message
+    };
+    for id in [2, 3] {
+        for query in [Query::Job { id }, Query::Result { id }, Query::Input { id }] {
+            // The message of a job that never was.
+            assert_eq!(not_found(within("team-a", query)), format!("no job {id}"));
+        }
+    }
+    assert_eq!(
+        not_found(within("team-a", Query::Job { id: 99 })),
+        "no job 99"
+    );
+    match master.query(T, &within("team-a", Query::Job { id: 1 })) {
+        Ok(Answer::Job(view)) => assert_eq!(view.options.namespace.as_deref(), Some("team-a")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(listed(&master, within("team-a", all_jobs())), [1]);
+    assert_eq!(listed(&master, within(DEFAULT, all_jobs())), [2]);
+    assert_eq!(listed(&master, all_jobs()), [1, 2, 3], "cluster-wide");
+    // A filter naming another namespace is overruled, not obeyed.
+    let theirs = Query::Jobs {
+        filter: JobFilter {
+            namespace: Some("b".into()),
+            ..JobFilter::default()
+        },
+        after: None,
+        limit: 100,
+        newest_first: false,
+    };
+    assert_eq!(listed(&master, theirs.clone()), [3]);
+    assert_eq!(listed(&master, within("team-a", theirs)), [1]);
+    let finished = Query::Finished {
+        ids: vec![3, 1, 2],
+        output_max: 100,
+        output_total: 100,
+    };
+    match master.query(T, &within("team-a", finished)) {
+        Ok(Answer::Finished(finished)) => {
+            let seen: Vec<_> = finished
+                .iter()
+                .map(|f| (f.id, f.state, f.error.as_ref().map(|e| e.code.clone())))
+                .collect();
+            let unknown = Some("job_not_found".to_owned());
+            assert_eq!(
+                seen,
+                [
+                    (3, None, unknown.clone()),
+                    (1, Some(JobState::Succeeded), None),
+                    (2, None, unknown),
+                ]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let refused = master
+        .query(T, &within("team-a", Query::Stats))
+        .unwrap_err();
+    assert_eq!(refused.code, codes::INVALID_NAMESPACE);
+    let refused = master.query(T, &within("Team A", all_jobs())).unwrap_err();
+    assert_eq!(refused.code, codes::INVALID_NAMESPACE);
+}
+
+#[test]
+fn namespaces_survive_the_journal_snapshots_and_forgetting() {
+    let (master, journal) = ran();
+    let mut replayed = Master::new();
+    for event in &journal {
+        replayed.apply(&decode_event(&encode(event)).expect("decodes"));
+    }
+    assert_eq!(replayed, master);
+    let snapshot = master.snapshot();
+    assert_eq!(snapshot[0], crate::master::SNAPSHOT_VERSION);
+    assert_eq!(Master::restore(&snapshot).unwrap(), master);
+    assert_eq!(restore_in_parts(&snapshot, 5).unwrap(), master);
+    assert_eq!(master.tokens["t1"].namespace.as_deref(), Some("team-a"));
+    // Forgotten after retention: its namespace and key go with it.
+    let mut forgetting = master.clone();
+    let mut journal = Vec::new();
+    let later = T + forgetting.config.retention_ms + 10;
+    decide_and_apply(&mut forgetting, &mut journal, later, &Command::Tick).expect("ticks");
+    assert!(!forgetting.done.contains_key(&1));
+    assert_eq!(forgetting.namespaces.of(1), None);
+    assert!(
+        !forgetting
+            .index
+            .keys
+            .contains_key(&(Some("team-a".into()), "k".into()))
+    );
+    assert_eq!(Master::restore(&forgetting.snapshot()).unwrap(), forgetting);
+}
+
+#[test]
+fn a_snapshot_of_version_13_restores_everything_in_the_default_namespace() {
+    let (master, _) = ran();
+    let old = Master::restore(&master.snapshot_v13()).unwrap();
+    assert_eq!(old, master.before_namespaces());
+    assert_eq!(listed(&old, within(DEFAULT, all_jobs())), [1, 2, 3]);
+    assert_eq!(old.tokens["t1"].namespace, None, "cluster-wide");
+    assert_eq!(Master::restore(&old.snapshot()).unwrap(), old);
+}
+
+#[test]
+fn events_of_format_13_decode_in_the_default_namespace() {
+    let (_, journal) = ran();
+    let old_bytes = |event: &Event| {
+        let old = crate::protocol::legacy::written_before_namespaces(|| encode(event));
+        [&[FORMAT_VERSION_13][..], &old[1..]].concat()
+    };
+    let mut old_master = Master::new();
+    for event in &journal {
+        let decoded = decode_event(&old_bytes(event)).expect("decodes");
+        match &decoded.kind {
+            EventKind::Submitted { options, .. } => assert_eq!(options.namespace, None),
+            EventKind::TokenCreated(token) => assert_eq!(token.namespace, None),
+            _ => {}
+        }
+        old_master.apply(&decoded);
+    }
+    assert_eq!(listed(&old_master, within(DEFAULT, all_jobs())), [1, 2, 3]);
+    // Bytes of this format that lack the namespace are refused, not misread.
+    let created = journal
+        .iter()
+        .find(|e| matches!(e.kind, EventKind::TokenCreated(_)))
+        .unwrap();
+    let cut = [&[FORMAT_VERSION][..], &old_bytes(created)[1..]].concat();
+    assert_eq!(decode_event(&cut).unwrap_err().code, codes::UNDECODABLE);
+}
+
+#[test]
+fn bad_namespace_names_are_refused() {
+    let master = Master::new();
+    let long = "a".repeat(64);
+    for name in [DEFAULT, "", "Team", "-a", "a_b", "a b", long.as_str()] {
+        let command = submit_with(1, spec(1, b"x"), in_namespace(Some(name)));
+        let refused = master.decide(T, &command).unwrap_err();
+        assert_eq!(refused.code, codes::INVALID_NAMESPACE, "{name:?}");
+        if name != DEFAULT {
+            let confined = TokenRecord {
+                namespace: Some(name.into()),
+                ..token("t1", &["read"])
+            };
+            let refused = master
+                .decide(T, &Command::CreateToken(confined))
+                .unwrap_err();
+            assert_eq!(refused.code, codes::INVALID_NAMESPACE, "{name:?}");
+        }
+    }
+    for name in ["a", "team-a", "0", &"a".repeat(63)] {
+        let command = submit_with(1, spec(1, b"x"), in_namespace(Some(name)));
+        assert!(master.decide(T, &command).is_ok(), "{name:?}");
+    }
+    // A token may be confined to the default namespace by its name.
+    let confined = TokenRecord {
+        namespace: Some(DEFAULT.into()),
+        ..token("t1", &["read"])
+    };
+    assert!(master.decide(T, &Command::CreateToken(confined)).is_ok());
+}

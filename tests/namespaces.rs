@@ -1,0 +1,270 @@
+//! Namespaces, tried against a real `cohort node` with a cluster key:
+//! tokens confined to a namespace submit into it, see its jobs only and
+//! learn nothing of another's (the same `404 job_not_found` as for a job
+//! that never was, over the API, the Rust client and the CLI); they reach
+//! no cluster-wide route; idempotency keys are per namespace; a
+//! cluster-wide token sees and filters every namespace; bad names get
+//! `invalid_namespace`; and all of it survives a kill -9 of the node.
+
+mod support;
+
+use cohort::client::types::{BulkRequest, JobFilterBody, SubmitRequest};
+use cohort::client::{ClientError, JobQuery, Node as Api};
+use cohort::security::key::generate;
+use std::collections::BTreeMap;
+use std::path::Path;
+use support::{Node, runtime, start_with, upload};
+
+const ROLES: &str = "back-end,worker,front-end";
+
+fn secure(dir: &tempfile::TempDir, key: &Path) -> Node {
+    start_with(
+        dir,
+        "n1",
+        ROLES,
+        None,
+        &["--cluster-key", key.to_str().unwrap()],
+    )
+}
+
+fn client(node: &Node, token: &str) -> Api {
+    Api::with_options(&node.url, Some(token), None).unwrap()
+}
+
+/// `(status, code, message)` of a refused call.
+fn refusal<T: std::fmt::Debug>(result: Result<T, ClientError>) -> (u16, String, String) {
+    match result {
+        Err(ClientError::Api {
+            status,
+            code,
+            message,
+            ..
+        }) => (status, code, message),
+        other => panic!("a refusal, not {other:?}"),
+    }
+}
+
+/// A job that waits in line: no worker has the label it asks for.
+fn waiting(module: &str, input: &str) -> SubmitRequest {
+    SubmitRequest {
+        labels: BTreeMap::from([("pool".into(), "none".into())]),
+        ..support::job(module, input)
+    }
+}
+
+async fn listed(api: &Api, namespace: Option<&str>) -> Vec<(u64, String)> {
+    let query = JobQuery {
+        namespace: namespace.map(String::from),
+        ..JobQuery::default()
+    };
+    let page = api.list(&query).await.unwrap();
+    page.jobs.into_iter().map(|j| (j.id, j.namespace)).collect()
+}
+
+#[test]
+fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, generate()).unwrap();
+    let mut node = secure(&dir, &key);
+    let token = |scopes: &str, namespace: Option<&str>| {
+        let extra: Vec<&str> = namespace.map_or(vec![], |n| vec!["--namespace", n]);
+        support::token_with(&node.url, &key, scopes, &extra)
+    };
+    let admin = token("admin", None);
+    let team_a = token("admin", Some("team-a"));
+    let team_b = token("submit,read", Some("team-b"));
+    let rt = runtime();
+    let (a_jobs, b_job) = rt.block_on(async {
+        let root = client(&node, &admin);
+        let (a, b) = (client(&node, &team_a), client(&node, &team_b));
+        let echo = upload(&root, "fixture_echo").await;
+
+        // Each token submits into its namespace; a cluster-wide one
+        // chooses (the default one when it names none).
+        let a1 = a.submit(&waiting(&echo, "a1")).await.unwrap().id;
+        let b1 = b.submit(&waiting(&echo, "b1")).await.unwrap().id;
+        let root_default = root.submit(&waiting(&echo, "r")).await.unwrap().id;
+        let root_in_a = SubmitRequest {
+            namespace: Some("team-a".into()),
+            ..waiting(&echo, "r-a")
+        };
+        let a2 = root.submit(&root_in_a).await.unwrap().id;
+        assert_eq!(a.job(a1, 0).await.unwrap().namespace, "team-a");
+        assert_eq!(root.job(b1, 0).await.unwrap().namespace, "team-b");
+        assert_eq!(root.job(root_default, 0).await.unwrap().namespace, "default");
+        assert_eq!(a.job(a2, 0).await.unwrap().namespace, "team-a");
+
+        // Another namespace's job is no job: the same answer, word for
+        // word, as an id that never was, on every job route.
+        let never = b1 + 1_000;
+        for (id, other) in [(b1, never), (root_default, never + 1)] {
+            let seen = refusal(a.job(id, 0).await);
+            let unseen = refusal(a.job(other, 0).await);
+            assert_eq!(seen.0, 404, "{seen:?}");
+            assert_eq!(seen.1, "job_not_found");
+            assert_eq!(seen.2.replace(&id.to_string(), "N"), unseen.2.replace(&other.to_string(), "N"));
+            assert_eq!(refusal(a.job(id, 50).await).1, "job_not_found", "waiting");
+            assert_eq!(refusal(a.result(id).await).1, "job_not_found");
+            assert_eq!(refusal(a.cancel(id).await).1, "job_not_found");
+            let input = a
+                .call(hyper::Method::GET, &format!("/v1/jobs/{id}/input"), "", Default::default())
+                .await;
+            assert_eq!(refusal(input).1, "job_not_found");
+        }
+        assert_eq!(root.job(b1, 0).await.unwrap().state, "queued", "not cancelled");
+        let waited = a.wait(&[b1, a1], 0).await.unwrap();
+        let states: Vec<_> = waited.jobs.iter().map(|j| (j.id, j.state.as_str())).collect();
+        assert_eq!(states, [(b1, "unknown")], "a's own job still waits");
+        assert_eq!(waited.jobs[0].error.as_ref().unwrap().code, "job_not_found");
+
+        // Listings: a confined token lists its own, whatever it asks for;
+        // a cluster-wide one lists all, or one namespace.
+        let own = vec![(a1, "team-a".to_string()), (a2, "team-a".to_string())];
+        assert_eq!(listed(&a, None).await, own);
+        assert_eq!(listed(&a, Some("team-b")).await, own);
+        assert_eq!(listed(&root, Some("team-a")).await, own);
+        assert_eq!(listed(&root, Some("default")).await, [(root_default, "default".into())]);
+        assert_eq!(listed(&root, None).await.len(), 4);
+
+        // Submitting into another namespace is refused; so is waiting for
+        // another's job as a parent, as for a job that never was.
+        let elsewhere = SubmitRequest {
+            namespace: Some("team-b".into()),
+            ..support::job(&echo, "x")
+        };
+        let (status, code, _) = refusal(a.submit(&elsewhere).await);
+        assert_eq!((status, code.as_str()), (403, "forbidden"));
+        let after = |id| SubmitRequest {
+            after: vec![id],
+            ..support::job(&echo, "x")
+        };
+        let (seen, unseen) = (refusal(a.submit(&after(b1)).await), refusal(a.submit(&after(never)).await));
+        assert_eq!((seen.0, seen.1.as_str()), (422, "invalid_dag"));
+        assert_eq!(seen.2.replace(&b1.to_string(), "N"), unseen.2.replace(&never.to_string(), "N"));
+
+        // Idempotency keys are each namespace's own.
+        let keyed = |input| SubmitRequest {
+            idempotency_key: Some("nightly".into()),
+            ..waiting(&echo, input)
+        };
+        let a_keyed = a.submit(&keyed("x")).await.unwrap();
+        let b_keyed = b.submit(&keyed("x")).await.unwrap();
+        assert_ne!(a_keyed.id, b_keyed.id);
+        assert_eq!(a.submit(&keyed("x")).await.unwrap().id, a_keyed.id);
+
+        // A bulk cancel of a confined admin token changes its own jobs.
+        let cancel = BulkRequest {
+            action: "cancel".into(),
+            filter: JobFilterBody::default(),
+            dry_run: false,
+            attempts: None,
+        };
+        assert_eq!(a.bulk(&cancel).await.unwrap().changed, Some(3));
+        assert_eq!(root.job(b1, 0).await.unwrap().state, "queued");
+        assert_eq!(root.job(b_keyed.id, 0).await.unwrap().state, "queued");
+
+        // Cluster-wide routes are not a confined token's, whatever its
+        // scopes; `whoami` says where it reaches.
+        for (method, path) in [
+            (hyper::Method::GET, "/metrics"),
+            (hyper::Method::GET, "/v1/overview"),
+            (hyper::Method::GET, "/v1/events"),
+            (hyper::Method::GET, "/v1/cluster"),
+            (hyper::Method::GET, "/v1/modules"),
+            (hyper::Method::GET, "/v1/tokens"),
+            (hyper::Method::GET, "/v1/schedules"),
+            (hyper::Method::POST, "/v1/dags"),
+            (hyper::Method::GET, "/v1/no/such/route"),
+        ] {
+            let (status, code, message) =
+                refusal(a.call(method.clone(), path, "application/json", Default::default()).await);
+            assert_eq!((status, code.as_str()), (403, "forbidden"), "{method} {path}");
+            assert!(message.contains("team-a"), "{message}");
+        }
+        let whoami = a.whoami().await.unwrap();
+        assert_eq!(whoami.namespace.as_deref(), Some("team-a"));
+        assert_eq!(root.whoami().await.unwrap().namespace, None);
+
+        // Bad names.
+        let bad = SubmitRequest {
+            namespace: Some("Team A".into()),
+            ..support::job(&echo, "x")
+        };
+        assert_eq!(refusal(root.submit(&bad).await).1, "invalid_namespace");
+        let bad_listing = root
+            .call(hyper::Method::GET, "/v1/jobs?namespace=-a", "", Default::default())
+            .await;
+        assert_eq!(refusal(bad_listing).1, "invalid_namespace");
+        let bad_token = br#"{"id":"0123456789ab","scopes":["read"],"sha256":"00000000000000000000000000000000000000000000000000000000000000aa","namespace":"A_B"}"#;
+        let created = root
+            .call(hyper::Method::POST, "/v1/tokens", "application/json", bad_token.to_vec().into())
+            .await;
+        assert_eq!(refusal(created).1, "invalid_namespace");
+        (vec![a1, a2, a_keyed.id], b1)
+    });
+
+    // The CLI: a confined token's listing, status and submission.
+    let cli = |args: &[&str]| node.cli(args, b"");
+    let out = cli(&["jobs", "--token", &team_a]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        listing.contains("team-a") && !listing.contains("team-b"),
+        "{listing}"
+    );
+    let out = cli(&["status", &b_job.to_string(), "--token", &team_a]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("job_not_found"));
+    let out = cli(&["status", &a_jobs[0].to_string(), "--token", &team_a]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("namespace   team-a"));
+    let out = cli(&["token", "list", "--token", &admin]);
+    let tokens = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        tokens.contains("NAMESPACE") && tokens.contains("team-b"),
+        "{tokens}"
+    );
+    let out = cohort_token_create(&node, &key, "Bad Name");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("namespace"));
+
+    // Killed and started again: the journal keeps every job's namespace
+    // and every token's.
+    node.kill();
+    node = secure(&dir, &key);
+    rt.block_on(async {
+        let a = client(&node, &team_a);
+        let query = JobQuery::default();
+        let seen = support::retrying(std::time::Instant::now(), || a.list(&query)).await;
+        let ids: Vec<u64> = seen.jobs.iter().map(|j| j.id).collect();
+        assert_eq!(ids, a_jobs);
+        assert_eq!(refusal(a.job(b_job, 0).await).1, "job_not_found");
+        assert_eq!(
+            client(&node, &team_b)
+                .job(b_job, 0)
+                .await
+                .unwrap()
+                .namespace,
+            "team-b"
+        );
+    });
+}
+
+fn cohort_token_create(node: &Node, key: &Path, namespace: &str) -> std::process::Output {
+    let key = key.to_str().unwrap();
+    let args = [
+        "token",
+        "create",
+        "--cluster-key",
+        key,
+        "--scope",
+        "read",
+        "--namespace",
+        namespace,
+    ];
+    node.cli(&args, b"")
+}
