@@ -8,7 +8,7 @@
 
 mod support;
 
-use cohort::client::types::{BulkRequest, JobFilterBody, SubmitRequest};
+use cohort::client::types::{BulkRequest, DagJobRequest, DagRequest, JobFilterBody, SubmitRequest};
 use cohort::client::{ClientError, JobQuery, Node as Api};
 use cohort::security::key::generate;
 use std::collections::BTreeMap;
@@ -143,6 +143,23 @@ fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
         assert_eq!((seen.0, seen.1.as_str()), (422, "invalid_dag"));
         assert_eq!(seen.2.replace(&b1.to_string(), "N"), unseen.2.replace(&never.to_string(), "N"));
 
+        // A DAG of a confined token is its namespace's, and its status
+        // another namespace's `dag_not_found`, as a DAG that never was.
+        let request = DagRequest {
+            jobs: vec![DagJobRequest {
+                name: "only".into(),
+                job: waiting(&echo, "dag"),
+                ..DagJobRequest::default()
+            }],
+            ..DagRequest::default()
+        };
+        let dag = a.submit_dag(&request).await.unwrap();
+        assert_eq!(a.job(dag.jobs[0], 0).await.unwrap().namespace, "team-a");
+        assert_eq!(a.dag(dag.id).await.unwrap().jobs.len(), 1);
+        let (seen, unseen) = (refusal(b.dag(dag.id).await), refusal(b.dag(dag.id + 100).await));
+        assert_eq!((seen.0, seen.1.as_str()), (404, "dag_not_found"));
+        assert_eq!(seen.2.replace(&dag.id.to_string(), "N"), unseen.2.replace(&(dag.id + 100).to_string(), "N"));
+
         // Idempotency keys are each namespace's own.
         let keyed = |input| SubmitRequest {
             idempotency_key: Some("nightly".into()),
@@ -160,7 +177,7 @@ fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
             dry_run: false,
             attempts: None,
         };
-        assert_eq!(a.bulk(&cancel).await.unwrap().changed, Some(3));
+        assert_eq!(a.bulk(&cancel).await.unwrap().changed, Some(4), "a1, a2, the DAG's, the keyed one");
         assert_eq!(root.job(b1, 0).await.unwrap().state, "queued");
         assert_eq!(root.job(b_keyed.id, 0).await.unwrap().state, "queued");
 
@@ -174,7 +191,6 @@ fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
             (hyper::Method::GET, "/v1/modules"),
             (hyper::Method::GET, "/v1/tokens"),
             (hyper::Method::GET, "/v1/schedules"),
-            (hyper::Method::POST, "/v1/dags"),
             (hyper::Method::GET, "/v1/no/such/route"),
         ] {
             let (status, code, message) =
@@ -201,7 +217,7 @@ fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
             .call(hyper::Method::POST, "/v1/tokens", "application/json", bad_token.to_vec().into())
             .await;
         assert_eq!(refusal(created).1, "invalid_namespace");
-        (vec![a1, a2, a_keyed.id], b1)
+        (vec![a1, a2, dag.jobs[0], a_keyed.id], b1)
     });
 
     // The CLI: a confined token's listing, status and submission.

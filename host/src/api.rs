@@ -846,10 +846,10 @@ impl Api {
             Handler::JobResult => self.job_result(within, job_id(param)?, &params()).await,
             Handler::JobInput => self.input(within, job_id(param)?).await,
             Handler::DagSubmit => {
-                self.dag_submit(parse_json(&body)?, traced(&parts.headers))
+                self.dag_submit(within, parse_json(&body)?, traced(&parts.headers))
                     .await
             }
-            Handler::DagGet => self.dag_status(job_id(param)?).await,
+            Handler::DagGet => self.dag_status(within, job_id(param)?).await,
             Handler::ScheduleList => self.schedule_list().await,
             Handler::ScheduleCreate => {
                 self.schedule_create(parse_json(&body)?, traced(&parts.headers))

@@ -146,6 +146,8 @@ async function pages() {
     `an attempt shows what it cost: "${attemptUsage}"`);
   const jobUsage = await text(page, '[data-testid="job-usage"]');
   check(jobUsage.startsWith('CPU ') && !jobUsage.includes('CPU 0 µs'), `the job shows what its attempts cost: "${jobUsage}"`);
+  const jobNamespace = await text(page, '[data-testid="job-namespace"]');
+  check(jobNamespace === 'default', `the job shows its namespace: "${jobNamespace}"`);
   await shot(page, 'job.png');
   await page.click('[data-testid="job-retry"]');
   await page.waitForFunction(() => {

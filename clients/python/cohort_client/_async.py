@@ -207,9 +207,10 @@ class AsyncClient:
         after: Optional[Sequence[int]] = None,
         egress: Optional[Any] = None,
         labels: Optional[Mapping[str, str]] = None,
+        namespace: Optional[str] = None,
     ) -> AsyncJob:
         """Queue a job and return its handle at once; as `Client.submit`
-        (``input_blob`` and ``labels`` included)."""
+        (``input_blob``, ``labels`` and ``namespace`` included)."""
         key, body = await self._run(
             self._plans.submission(
                 module,
@@ -228,6 +229,7 @@ class AsyncClient:
                 after=after,
                 egress=egress,
                 labels=labels,
+                namespace=namespace,
             )
         )
         if self._closing:
@@ -254,6 +256,7 @@ class AsyncClient:
         max_attempts: Optional[int] = None,
         priority: Optional[int] = None,
         labels: Optional[Mapping[str, str]] = None,
+        namespace: Optional[str] = None,
     ) -> List[bytes]:
         """Run ``module`` on every input; the outputs, in order; as
         `Client.map` (``input_blob`` and ``labels`` included)."""
@@ -268,6 +271,7 @@ class AsyncClient:
                 max_attempts=max_attempts,
                 priority=priority,
                 labels=labels,
+                namespace=namespace,
             )
             for item in inputs
         ]

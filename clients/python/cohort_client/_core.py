@@ -782,6 +782,7 @@ def job_body(
     after: Optional[Sequence[int]] = None,
     egress: Optional[Union[Grant, Sequence[Grant]]] = None,
     labels: Optional[Mapping[str, str]] = None,
+    namespace: Optional[str] = None,
 ) -> Dict[str, Any]:
     """A job as ``POST /v1/jobs`` takes it (``module``: a digest or a
     deployment's name): bytes go as ``input_base64``, text as ``input``, any
@@ -790,8 +791,9 @@ def job_body(
     inline input. ``egress`` narrows what the job may call to these grants
     (URL strings or dicts), each within a grant of the deployment it is
     submitted by. ``labels`` (``{"gpu": "a100"}``) go as the object of the
-    labels a worker must have to run the job (the node checks them). Options
-    left ``None`` are left out, and ``labels`` when empty too."""
+    labels a worker must have to run the job (the node checks them).
+    ``namespace`` names the job's namespace. Options left ``None`` are left
+    out, and ``labels`` when empty too."""
     body: Dict[str, Any] = {"module": module}
     if isinstance(input, (bytes, bytearray, memoryview)):
         body["input_base64"] = base64.b64encode(input).decode("ascii")
@@ -813,6 +815,7 @@ def job_body(
         ("after", list(after) if after else None),
         ("egress", grants_body(egress, None, False)["http"] if egress is not None else None),
         ("labels", dict(labels) if labels else None),
+        ("namespace", namespace),
     )
     for name, value in options:
         if value is not None:

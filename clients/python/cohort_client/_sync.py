@@ -243,6 +243,7 @@ class Client:
         after: Optional[Sequence[int]] = None,
         egress: Optional[Any] = None,
         labels: Optional[Mapping[str, str]] = None,
+        namespace: Optional[str] = None,
     ) -> Job:
         """Submit a job and return its handle at once.
 
@@ -273,6 +274,13 @@ class Client:
         values 1 to 63 bytes of letters, digits and ``. _ -``
         (``invalid_job``, 422, if not). Sent only when not empty.
 
+        ``namespace`` is the job's namespace (1 to 63 of ``a-z 0-9 -``;
+        ``invalid_namespace``, 422, if not). Left out, the job goes in the
+        token's namespace when the token is confined to one, else in
+        ``default``; a confined token may name only its own (``forbidden``,
+        403). A confined token sees its namespace's jobs only: another's
+        is ``job_not_found`` (404), as if it never was.
+
         ``input_blob`` is a blob stored in the cluster (`put_blob` and its
         kin) that the job reads as a stream, as its input blob ``input``
         (the job SDKs' ``blobs.open("input")``), beside any inline
@@ -301,6 +309,7 @@ class Client:
                 after=after,
                 egress=egress,
                 labels=labels,
+                namespace=namespace,
             )
         )
         job = Job(self, key)
@@ -327,11 +336,12 @@ class Client:
         max_attempts: Optional[int] = None,
         priority: Optional[int] = None,
         labels: Optional[Mapping[str, str]] = None,
+        namespace: Optional[str] = None,
     ) -> List[bytes]:
         """Run ``module`` on every input; the outputs, in order. Raises the
         first failure met. ``timeout`` (seconds) bounds the whole wait.
-        ``input_blob`` and ``labels``, when given, are every job's (see
-        `submit`)."""
+        ``input_blob``, ``labels`` and ``namespace``, when given, are every
+        job's (see `submit`)."""
         named = self._run(self._plans.named(module))
         jobs = [
             self.submit(
@@ -343,6 +353,7 @@ class Client:
                 max_attempts=max_attempts,
                 priority=priority,
                 labels=labels,
+                namespace=namespace,
             )
             for item in inputs
         ]

@@ -3,7 +3,8 @@ thread that speaks ``/v1/blobs`` (no cohort node), so that the tests see the
 bytes on the wire: chunked uploads, streamed downloads, ranges, a download
 cut midway, a node answering the wrong bytes; and jobs given an input blob,
 whose output blobs come back (``/v1/jobs/batch``, ``/v1/jobs/wait``,
-``GET /v1/jobs/{id}``), and the labels a submission carries."""
+``GET /v1/jobs/{id}``), and the labels and namespace a submission
+carries."""
 
 from __future__ import annotations
 
@@ -761,3 +762,28 @@ def test_labels_go_as_an_object_only_when_given_by_submit_and_map(fake: FakeNode
     # None given, or none in them: no `labels` key at all.
     assert all("labels" not in sent[input] for input in ("plain", "empty", "async plain"))
     assert sent["labelled"]["memory_bytes"] == 64 << 20
+
+
+def test_a_namespace_goes_only_when_given_by_submit_and_map(fake: FakeNode) -> None:
+    with Client(fake.url) as client:
+        named = client.submit(MODULE, "named", namespace="team-a")
+        plain = client.submit(MODULE, "plain")
+        assert [job.text(RESULT_TIMEOUT_S) for job in (named, plain)] == ["named", "plain"]
+        assert client.map(MODULE, ["map"], namespace="team-b") == [b"map"]
+
+    async def main() -> None:
+        async with AsyncClient(fake.url) as client:
+            job = await client.submit(MODULE, "async", namespace="team-a")
+            assert await job.text(RESULT_TIMEOUT_S) == "async"
+            assert await client.map(MODULE, ["async map"], namespace="team-b") == [b"async map"]
+
+    asyncio.run(main())
+    sent = {job["input"]: job for job in fake.jobs.values()}
+    assert {input: job.get("namespace") for input, job in sent.items()} == {
+        "named": "team-a",
+        "plain": None,
+        "map": "team-b",
+        "async": "team-a",
+        "async map": "team-b",
+    }
+    assert "namespace" not in sent["plain"]

@@ -413,6 +413,12 @@ impl SubmitRequest {
         self.labels.insert(key.into(), value.into());
         self
     }
+
+    /// In namespace `name` (see [`namespace`](Self::namespace)).
+    pub fn in_namespace(mut self, name: impl Into<String>) -> Self {
+        self.namespace = Some(name.into());
+        self
+    }
 }
 
 /// An output blob a job wrote: what `GET /v1/blobs/{digest}` serves.

@@ -794,6 +794,7 @@ function submissionFields(input: unknown, options: SubmitOptions, key: string | 
   if (options.after !== undefined) fields.after = options.after;
   if (options.egress !== undefined) fields.egress = grantList(options.egress);
   if (options.labels !== undefined && Object.keys(options.labels).length > 0) fields.labels = { ...options.labels };
+  if (options.namespace !== undefined) fields.namespace = options.namespace;
   if (key !== null) fields.idempotency_key = key;
   return fields;
 }

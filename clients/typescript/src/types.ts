@@ -109,6 +109,14 @@ export interface SubmitOptions {
    * (`invalid_job`, 422, if not). Sent only when not empty.
    */
   labels?: Readonly<Record<string, string>>;
+  /**
+   * The job's namespace (1 to 63 of `a-z 0-9 -`; `invalid_namespace`, 422,
+   * if not). Left out, the job goes in the token's namespace when the token
+   * is confined to one, else in `default`; a confined token may name only
+   * its own (`forbidden`, 403), and sees its namespace's jobs only: another's
+   * is `job_not_found` (404), as if it never was.
+   */
+  namespace?: string;
 }
 
 /** When and how a schedule fires ({@link Client.createSchedule}). */
@@ -360,6 +368,8 @@ export interface JobStatus {
   unique_window_ms?: number | null;
   /** The labels a worker must have to run it (`labels`); absent when it asks for none. */
   labels?: Record<string, string>;
+  /** The namespace it belongs to (`default` unless it was given one). Absent from nodes older than namespaces. */
+  namespace?: string;
   /**
    * In line (`queued`), and no worker the master knows has its labels and
    * memory: it waits for one to join. Absent from nodes older than labels.

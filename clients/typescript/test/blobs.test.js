@@ -3,7 +3,7 @@
 // wire: streamed uploads, streamed downloads, ranges, a download cut
 // midway, a node answering the wrong bytes; and jobs given an input blob,
 // whose output blobs come back (/v1/jobs/batch, /v1/jobs/wait,
-// GET /v1/jobs/{id}), and the labels a submission carries. No node needed.
+// GET /v1/jobs/{id}), and the labels and namespace a submission carries. No node needed.
 
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
@@ -678,6 +678,22 @@ test("labels go as an object only when given: by submit, map, schedules and DAGs
   }
   assert.deepEqual(sent[0].job, { module: MODULE, labels: gpu });
   assert.deepEqual(sent[1].jobs.map((entry) => entry.job), [{ module: MODULE, labels: gpu }, { module: MODULE }]);
+});
+
+test("a namespace goes only when given: by submit and map", { timeout: 30_000 }, async () => {
+  await withNodes(1, {}, async (client, node) => {
+    const jobs = [client.submit(MODULE, "named", { namespace: "team-a" }), client.submit(MODULE, "plain")];
+    assert.deepEqual(await Promise.all(jobs.map((job) => job.text(10_000))), ["named", "plain"]);
+    const outputs = await client.map(MODULE, ["map"], { namespace: "team-b" });
+    assert.deepEqual(outputs.map((output) => Buffer.from(output).toString()), ["map"]);
+    const sent = new Map([...node.jobs.values()].map((job) => [job.input, job]));
+    assert.deepEqual(Object.fromEntries([...sent].map(([input, job]) => [input, job.namespace])), {
+      named: "team-a",
+      plain: undefined,
+      map: "team-b",
+    });
+    assert.ok(!("namespace" in sent.get("plain")));
+  });
 });
 
 test("a wait's output blobs are checked; a job that did not succeed has its failure, not outputs", async () => {

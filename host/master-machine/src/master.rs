@@ -91,7 +91,9 @@
 //! secrets and calls), [`crate::tapes`] (recorded calls),
 //! [`crate::blobs`] (the digests of the blobs jobs read and write),
 //! [`crate::locality`] (what workers hold, and which poll a job waits
-//! for), `bulk`,
+//! for), [`crate::pools`] (which worker fits a job),
+//! [`crate::namespaces`] (whose a job is, and what a confined caller
+//! sees), `bulk`,
 //! `tokens`, `query` and `scan` (reads), `index` (what is rebuilt, not
 //! kept), `done` (finished jobs packed), `snapshot` and `restore`, and
 //! `validation` (what commands may ask for).

@@ -5,15 +5,16 @@
 //! ([`JobOptions::namespace`]); `None` is the default namespace, named
 //! [`DEFAULT`] on the API and never written by its name, so a cluster
 //! that uses none stores nothing more. A job of another namespace is
-//! recorded in [`Namespaces::jobs`], from its submission until it is
+//! recorded in `Namespaces::jobs`, from its submission until it is
 //! forgotten (retention), whether it is running or finished, so a
 //! finished job is as confined as a running one; the map is replicated
 //! in every snapshot (version 14 on) and rebuilt from the journal like
 //! the rest.
 //!
 //! A token may be confined to one namespace ([`TokenRecord::namespace`]);
-//! the host then asks its job queries through [`Query::InNamespace`],
-//! answered here: a job of another namespace is `job_not_found`, with
+//! the host then asks its job and DAG queries through
+//! [`Query::InNamespace`], answered here: a job of another namespace is
+//! `job_not_found` (a DAG `dag_not_found`), with
 //! the message of a job that never was, and so is a removed one, so a
 //! confined caller cannot tell another team's job from no job. Listings,
 //! bulk counts and waits see the namespace's jobs only.
@@ -121,6 +122,16 @@ impl Master {
             Query::Job { id } | Query::Result { id } | Query::Input { id } => {
                 visible(*id)?;
                 self.query(now, query)
+            }
+            Query::Dag { id } => {
+                // A DAG's jobs share its namespace: any it still holds says
+                // which (a DAG goes with its last job).
+                let held = (self.dags.dags.get(id))
+                    .and_then(|dag| dag.jobs.iter().find(|&&job| self.find(job).is_some()));
+                match held {
+                    Some(&job) if self.namespaces.holds(namespace, job) => self.query(now, query),
+                    _ => reject(codes::DAG_NOT_FOUND, format!("no DAG {id}")),
+                }
             }
             Query::Jobs {
                 filter,

@@ -271,3 +271,87 @@ fn bad_namespace_names_are_refused() {
     };
     assert!(master.decide(T, &Command::CreateToken(confined)).is_ok());
 }
+
+/// A DAG of one job `name` in `namespace`, after `after`, keyed `key`.
+fn dag(seq: u64, namespace: Option<&str>, after: Vec<DagRef>, key: Option<&str>) -> Command {
+    let mut node = crate::steps::dag_node("job", after);
+    node.options.namespace = namespace.map(str::to_owned);
+    let mut command = crate::steps::submit_dag(seq, vec![node], OnFailure::SkipDescendants);
+    if let Command::SubmitDag(spec) = &mut command {
+        spec.idempotency_key = key.map(str::to_owned);
+    }
+    command
+}
+
+#[test]
+fn a_dag_is_one_namespaces_and_its_parents_and_keys_too() {
+    let (mut master, mut journal) = ran();
+    let refused = |master: &Master, command: &Command| master.decide(T, command).unwrap_err();
+    // A parent of another namespace is no job to the DAG: the same words
+    // as an id that never was.
+    let theirs = refused(
+        &master,
+        &dag(20, Some("team-a"), vec![DagRef::Job(3)], None),
+    );
+    let never = refused(
+        &master,
+        &dag(21, Some("team-a"), vec![DagRef::Job(99)], None),
+    );
+    assert_eq!(theirs.code, codes::INVALID_DAG);
+    assert_eq!(theirs.message, "jobs[0].after: no job 3");
+    assert_eq!(never.message, "jobs[0].after: no job 99");
+    // Its own namespace's parent is fine (job 1 succeeded).
+    let own = dag(22, Some("team-a"), vec![DagRef::Job(1)], None);
+    decide_and_apply(&mut master, &mut journal, T + 3, &own).expect("accepted");
+    // Its status is team A's alone.
+    let status = |namespace: &str| master.query(T, &within(namespace, Query::Dag { id: 1 }));
+    assert!(matches!(status("team-a"), Ok(Answer::Dag(_))));
+    let refused_status = status("b").unwrap_err();
+    assert_eq!(
+        (refused_status.code, refused_status.message.as_str()),
+        (codes::DAG_NOT_FOUND, "no DAG 1")
+    );
+    let never = master
+        .query(T, &within("b", Query::Dag { id: 99 }))
+        .unwrap_err();
+    assert_eq!(never.message, "no DAG 99");
+    // Every job of a DAG in one namespace.
+    let mut mixed = dag(23, Some("team-a"), vec![], None);
+    if let Command::SubmitDag(spec) = &mut mixed {
+        let mut other = crate::steps::dag_node("other", vec![]);
+        other.options.namespace = Some("b".into());
+        spec.nodes.push(other);
+    }
+    let refused_mixed = refused(&master, &mixed);
+    assert_eq!(refused_mixed.code, codes::INVALID_DAG, "{refused_mixed:?}");
+    // DAG keys are each namespace's own, through a restore.
+    let reply = |master: &mut Master, journal: &mut Vec<Event>, command: &Command| {
+        let decision = master.decide(T + 4, command).expect("accepted");
+        for event in &decision.events {
+            master.apply(event);
+            journal.push(event.clone());
+        }
+        match decision.reply {
+            Reply::Dag { id, existing, .. } => (id, existing),
+            other => panic!("{other:?}"),
+        }
+    };
+    let (a_dag, _) = reply(
+        &mut master,
+        &mut journal,
+        &dag(24, Some("team-a"), vec![], Some("d")),
+    );
+    let (default_dag, existing) =
+        reply(&mut master, &mut journal, &dag(25, None, vec![], Some("d")));
+    assert!(a_dag != default_dag && !existing);
+    let mut restored = Master::restore(&master.snapshot()).unwrap();
+    assert_eq!(restored, master);
+    let again = reply(
+        &mut restored,
+        &mut journal,
+        &dag(26, Some("team-a"), vec![], Some("d")),
+    );
+    assert_eq!(again, (a_dag, true));
+    let bad_key = refused(&master, &dag(27, None, vec![], Some("a\0b")));
+    assert_eq!(bad_key.code, codes::INVALID_DAG);
+}

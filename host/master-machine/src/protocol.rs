@@ -2553,7 +2553,8 @@ pub enum Query {
     /// `query` as a caller confined to `namespace` may see it (see
     /// [`crate::namespaces`]): one job (`Job`, `Result`, `Input`) only if
     /// it is the namespace's, and otherwise `job_not_found`, whether it
-    /// belongs to another namespace, was removed, or never was; listings
+    /// belongs to another namespace, was removed, or never was; a DAG
+    /// (`Dag`) likewise, `dag_not_found`; listings
     /// and bulk counts (`Jobs`, `Bulk`) of the namespace's jobs only;
     /// `Finished` with every job of another namespace unknown. Any other
     /// query is refused (`invalid_namespace`): it is cluster-wide.

@@ -62,6 +62,7 @@ pub const SCRIPTS: &[(&str, &str)] = &embed![
     "a-job-starts-where-its-input-blob-is-waiting-a-bounded-time-for-it.txt",
     "a-worker-renews-the-lease-of-an-attempt-it-prepares.txt",
     "jobs-start-only-on-a-worker-with-their-labels-and-memory.txt",
+    "idempotency-keys-belong-to-a-namespace-and-names-are-checked.txt",
 ];
 
 /// Every script, read, with its file name.

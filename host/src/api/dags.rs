@@ -10,9 +10,11 @@ use hyper::StatusCode;
 use std::collections::HashMap;
 
 impl Api {
-    /// `POST /v1/dags`.
+    /// `POST /v1/dags`: every job in the caller's namespace if it is
+    /// confined to one.
     pub(super) async fn dag_submit(
         &self,
+        within: Option<&str>,
         request: DagRequest,
         given: Option<cohort_master::TraceContext>,
     ) -> Result<Reply200, ApiError> {
@@ -70,10 +72,12 @@ impl Api {
                 return invalid(format!("jobs[{i}].job.unique_key: a DAG's jobs take none"));
             }
             let (spec, mut options) =
-                self.submission(None, job.job).await.map_err(|mut error| {
-                    error.body.message = format!("jobs[{i}]: {}", error.body.message);
-                    error
-                })?;
+                self.submission(within, job.job)
+                    .await
+                    .map_err(|mut error| {
+                        error.body.message = format!("jobs[{i}]: {}", error.body.message);
+                        error
+                    })?;
             options.trace = trace.map(Box::new);
             nodes.push(DagNodeSpec {
                 name: job.name,
@@ -106,8 +110,12 @@ impl Api {
     }
 
     /// `GET /v1/dags/{id}`.
-    pub(super) async fn dag_status(&self, id: DagId) -> Result<Reply200, ApiError> {
-        let view = self.master.dag(id).await?;
+    pub(super) async fn dag_status(
+        &self,
+        within: Option<&str>,
+        id: DagId,
+    ) -> Result<Reply200, ApiError> {
+        let view = self.master.dag(within, id).await?;
         let count = |state: JobState| view.counts[state as usize];
         let unfinished = count(JobState::Queued) + count(JobState::Running);
         let total: u64 = view.counts.iter().sum();

@@ -279,8 +279,8 @@ pub const ROUTES: &[Route] = &[
     route(Delete, "/v1/jobs/{id}",                     Token(Admin),  FrontEnd, H::JobCancel).in_namespace(),
     route(Get,    "/v1/jobs/{id}/result",              Token(Read),   FrontEnd, H::JobResult).in_namespace(),
     route(Get,    "/v1/jobs/{id}/input",               Token(Read),   FrontEnd, H::JobInput).in_namespace(),
-    route(Post,   "/v1/dags",                          Token(Submit), FrontEnd, H::DagSubmit).body(BATCH_BODY_BYTES_MAX),
-    route(Get,    "/v1/dags/{id}",                     Token(Read),   FrontEnd, H::DagGet),
+    route(Post,   "/v1/dags",                          Token(Submit), FrontEnd, H::DagSubmit).body(BATCH_BODY_BYTES_MAX).in_namespace(),
+    route(Get,    "/v1/dags/{id}",                     Token(Read),   FrontEnd, H::DagGet).in_namespace(),
     // A schedule submits jobs: managing one is submitting.
     route(Get,    "/v1/schedules",                     Token(Read),   FrontEnd, H::ScheduleList),
     route(Post,   "/v1/schedules",                     Token(Submit), FrontEnd, H::ScheduleCreate).body(JOB_BODY_BYTES_MAX),

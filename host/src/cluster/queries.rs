@@ -102,8 +102,10 @@ queries! {
     /// One schedule.
     schedule(name: String) -> ScheduleView =
         Query::Schedule { name } => Answer::Schedule(view) => *view;
-    /// A DAG's status.
-    dag(id: DagId) -> DagView = Query::Dag { id } => Answer::Dag(view) => *view;
+    /// A DAG's status (seen from `within`, as [`job`](Self::job):
+    /// another namespace's DAG is `dag_not_found`).
+    dag(within: Option<&str>, id: DagId) -> DagView =
+        Query::Dag { id }.within(within) => Answer::Dag(view) => *view;
     /// Whether the cluster keeps each of `digests` (at most
     /// [`BLOBS_ASKED_MAX`](cohort_master::limits::BLOBS_ASKED_MAX)), and what names it.
     blobs(digests: Vec<Digest>) -> Vec<BlobStatus> =

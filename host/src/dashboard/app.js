@@ -645,6 +645,7 @@ async function drawJob(body, job, still, previews) {
   }
   const facts = el('dl', { class: 'facts' },
     [['state', el('span', { 'data-testid': 'job-state' }, badge(job.state))],
+      ['namespace', el('span', { 'data-testid': 'job-namespace' }, job.namespace || 'default')],
       ['module', el('a', { class: 'mono', href: `#/jobs?module=${job.module}` }, job.module)],
       ['deployment', job.module_name
         ? el('span', { 'data-testid': 'job-deployment' }, `${job.module_name} (version ${job.module_version})`)
