@@ -75,7 +75,7 @@ fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
     let team_a = token("admin", Some("team-a"));
     let team_b = token("submit,read", Some("team-b"));
     let rt = runtime();
-    let (a_jobs, b_job) = rt.block_on(async {
+    let (a_jobs, b_job, counted) = rt.block_on(async {
         let root = client(&node, &admin);
         let (a, b) = (client(&node, &team_a), client(&node, &team_b));
         let echo = upload(&root, "fixture_echo").await;
@@ -217,7 +217,28 @@ fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
             .call(hyper::Method::POST, "/v1/tokens", "application/json", bad_token.to_vec().into())
             .await;
         assert_eq!(refusal(created).1, "invalid_namespace");
-        (vec![a1, a2, dag.jobs[0], a_keyed.id], b1)
+        // Each namespace's counts and costs: all of them for a
+        // cluster-wide token, its own for a confined one, and in /metrics.
+        let ran = b.submit(&support::job(&echo, "runs")).await.unwrap().id;
+        support::settle(&root, ran).await;
+        let all = root.namespaces().await.unwrap().namespaces;
+        let names: Vec<&str> = all.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["default", "team-a", "team-b"]);
+        let team_b = &all[2];
+        assert_eq!((team_b.jobs["queued"], team_b.jobs["succeeded"]), (2, 1));
+        assert_eq!((team_b.submitted_total, team_b.attempts_metered), (3, 1));
+        assert_eq!(all[1].jobs["cancelled"], 4);
+        let own = a.namespaces().await.unwrap().namespaces;
+        assert_eq!(own, [all[1].clone()]);
+        let metrics = support::metrics(&root).await;
+        for series in [
+            "cohort_namespace_jobs{namespace=\"team-a\",state=\"cancelled\"} 4",
+            "cohort_namespace_jobs_submitted_total{namespace=\"team-b\"} 3",
+            "cohort_namespace_attempts_metered_total{namespace=\"team-b\"} 1",
+        ] {
+            assert!(metrics.contains(series), "{series} in:\n{metrics}");
+        }
+        (vec![a1, a2, dag.jobs[0], a_keyed.id], b1, all)
     });
 
     // The CLI: a confined token's listing, status and submission.
@@ -244,6 +265,12 @@ fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
         tokens.contains("NAMESPACE") && tokens.contains("team-b"),
         "{tokens}"
     );
+    let out = cli(&["namespaces", "--token", &team_b]);
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        table.contains("team-b") && !table.contains("team-a"),
+        "{table}"
+    );
     let out = cohort_token_create(&node, &key, "Bad Name");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("namespace"));
@@ -267,6 +294,8 @@ fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
                 .namespace,
             "team-b"
         );
+        let root = client(&node, &admin);
+        assert_eq!(root.namespaces().await.unwrap().namespaces, counted);
     });
 }
 

@@ -56,6 +56,7 @@ pub mod deployments;
 pub mod error;
 pub mod http;
 pub mod internal;
+pub mod namespaces;
 pub mod openapi;
 pub mod request_ids;
 pub mod routes;
@@ -864,6 +865,7 @@ impl Api {
             // Streamed: `handle` answers it before dispatching.
             Handler::Events => Err(ApiError::new(ErrorCode::Internal, "a streamed route")),
             Handler::Whoami => Ok(self.whoami(&parts.headers, holder)),
+            Handler::Namespaces => self.namespaces(within).await,
             Handler::Cluster => self.cluster().await,
             Handler::VoterRemove => self.remove_voter(param).await,
             Handler::MasterBuild => self.master_build().await,
@@ -1567,6 +1569,7 @@ impl Api {
 
     async fn metrics(&self) -> Result<Reply200, ApiError> {
         let stats = self.master.stats().await?;
+        let namespaces = self.master.namespaces(None).await?;
         let local = self.master.local();
         let idle = crate::master::service::MasterCounters::default();
         let counters = local.as_ref().map_or(&idle, |m| m.counters());
@@ -1575,8 +1578,9 @@ impl Api {
             .as_ref()
             .map(|r| r.status())
             .unwrap_or_default();
-        let text = crate::metrics::render(&stats, counters, &replication, &self.responses)
-            .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+        let text =
+            crate::metrics::render(&stats, &namespaces, counters, &replication, &self.responses)
+                .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
         Ok(bytes(
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             text,

@@ -732,6 +732,48 @@ pub async fn bulk(args: BulkArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `cohort namespaces`: each namespace's jobs by state and what its
+/// attempts cost.
+pub async fn namespaces(args: ServerArg) -> ExitCode {
+    let client = match args.client() {
+        Ok(client) => client,
+        Err(error) => return fail(error),
+    };
+    let list = match client
+        .call(|node| async move { node.namespaces().await })
+        .await
+    {
+        Ok(list) => list,
+        Err(error) => return fail(error),
+    };
+    if args.json {
+        print_json(&list);
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "{:<20} {:>8} {:>8} {:>10} {:>10} {:>14} {:>14}",
+        "NAMESPACE", "QUEUED", "RUNNING", "FINISHED", "SUBMITTED", "CPU (s)", "OUTBOUND (B)"
+    );
+    for namespace in list.namespaces {
+        let count = |state: &str| namespace.jobs.get(state).copied().unwrap_or(0);
+        let finished: u64 = ["succeeded", "failed", "cancelled", "dead"]
+            .map(count)
+            .iter()
+            .sum();
+        println!(
+            "{:<20} {:>8} {:>8} {:>10} {:>10} {:>14.3} {:>14}",
+            namespace.name,
+            count("queued"),
+            count("running"),
+            finished,
+            namespace.submitted_total,
+            namespace.cpu_us as f64 / 1e6,
+            namespace.egress_bytes
+        );
+    }
+    ExitCode::SUCCESS
+}
+
 /// `cohort cluster [remove NODE]`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClusterArgs {

@@ -56,6 +56,8 @@ enum Command {
     Bulk(cohort::cli::BulkArgs),
     /// Show the cluster: nodes, the master, workers.
     Cluster(cohort::cli::ClusterArgs),
+    /// Each namespace's jobs and what they cost.
+    Namespaces(cohort::cli::ServerArg),
     /// Create, list, pause, resume, delete and backfill schedules.
     Schedule(cohort::cli::ScheduleArgs),
     /// Submit a DAG of jobs from a JSON file, or show one's status.
@@ -163,6 +165,7 @@ fn main() -> ExitCode {
             Command::Cancel(args) => cohort::cli::cancel(args).await,
             Command::Bulk(args) => cohort::cli::bulk(args).await,
             Command::Cluster(args) => cohort::cli::cluster_command(args).await,
+            Command::Namespaces(args) => cohort::cli::namespaces(args).await,
             Command::Schedule(args) => cohort::cli::schedule(args).await,
             Command::Dag(args) => cohort::cli::dag(args).await,
             Command::Master(args) => cohort::cli::master(args).await,

@@ -3,7 +3,7 @@
 
 use crate::master::service::MasterCounters;
 use crate::replication::ReplicationStatus;
-use cohort_master::{JobState, Stats};
+use cohort_master::{JobState, NamespaceView, Stats};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -36,12 +36,14 @@ pub static LEASES_RENEWED: AtomicU64 = AtomicU64::new(0);
 /// Renders every metric.
 pub fn render(
     stats: &Stats,
+    namespaces: &[NamespaceView],
     counters: &MasterCounters,
     replication: &ReplicationStatus,
     responses: &Family<Labels, Counter<u64, AtomicU64>>,
 ) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::with_prefix("cohort");
     register_jobs(&mut registry, stats);
+    register_namespaces(&mut registry, namespaces);
     register_journal(&mut registry, counters, replication);
     register_master(&mut registry, counters);
     register_replication(&mut registry, replication);
@@ -324,6 +326,61 @@ static USAGE_ATTEMPTS: AtomicU64 = AtomicU64::new(0);
 pub fn count_usage(usage: &cohort_master::Usage) {
     USAGE_CPU_US.fetch_add(usage.cpu_us, Ordering::Relaxed);
     USAGE_ATTEMPTS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Each namespace's jobs and totals, from the master (one series per
+/// namespace, and per state it holds jobs in; at most
+/// [`NAMESPACES_MAX`](cohort_master::limits::NAMESPACES_MAX) namespaces).
+fn register_namespaces(registry: &mut Registry, namespaces: &[NamespaceView]) {
+    let jobs = Family::<Labels, Gauge>::default();
+    let submitted = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    let metered = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    let cpu = Family::<Labels, Counter<f64, AtomicU64>>::default();
+    let egress = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    for view in namespaces {
+        let name = || vec![("namespace".to_string(), view.name.clone())];
+        for state in JobState::ALL {
+            let count = view.jobs[state as usize];
+            if count > 0 {
+                let mut labels = name();
+                labels.push(("state".into(), state.name().into()));
+                jobs.get_or_create(&labels).set(count as i64);
+            }
+        }
+        let totals = &view.totals;
+        submitted.get_or_create(&name()).inc_by(totals.submitted);
+        metered
+            .get_or_create(&name())
+            .inc_by(totals.attempts_metered);
+        cpu.get_or_create(&name())
+            .inc_by(totals.cpu_us as f64 / 1e6);
+        egress.get_or_create(&name()).inc_by(totals.egress_bytes);
+    }
+    registry.register(
+        "namespace_jobs",
+        "Jobs each namespace holds, by state",
+        jobs,
+    );
+    registry.register(
+        "namespace_jobs_submitted",
+        "Jobs each namespace submitted since its first",
+        submitted,
+    );
+    registry.register(
+        "namespace_attempts_metered",
+        "Attempts of each namespace whose worker said what they cost",
+        metered,
+    );
+    registry.register(
+        "namespace_cpu_seconds",
+        "CPU time each namespace's attempts used, metered in their sandboxes, cluster-wide",
+        cpu,
+    );
+    registry.register(
+        "namespace_egress_bytes",
+        "Outbound body bytes of each namespace's attempts, both ways, cluster-wide",
+        egress,
+    );
 }
 
 fn register_usage(registry: &mut Registry) {

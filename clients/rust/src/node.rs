@@ -688,6 +688,12 @@ impl Node {
     pub async fn whoami(&self) -> Result<WhoamiResponse, ClientError> {
         self.json(Method::GET, "/v1/whoami", None).await
     }
+
+    /// Each namespace's jobs and what they cost (a token confined to a
+    /// namespace: its own).
+    pub async fn namespaces(&self) -> Result<NamespaceListResponse, ClientError> {
+        self.json(Method::GET, "/v1/namespaces", None).await
+    }
 }
 
 /// Which page of `GET /v1/jobs` to ask for.

@@ -907,6 +907,33 @@ pub struct HistoryBody {
     pub message: String,
 }
 
+/// `GET /v1/namespaces`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NamespaceListResponse {
+    /// Every namespace that held a job since the cluster counts them, by
+    /// name (a token confined to one: that one, once it held a job).
+    pub namespaces: Vec<NamespaceBody>,
+}
+
+/// A namespace: the jobs it holds and what it submitted and spent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NamespaceBody {
+    /// Its name (`default` for the default one).
+    pub name: String,
+    /// The jobs it holds, by state (every state, 0 included).
+    pub jobs: std::collections::BTreeMap<String, u64>,
+    /// Jobs it submitted since its first (purged ones included).
+    pub submitted_total: u64,
+    /// Its attempts whose worker said what they cost.
+    pub attempts_metered: u64,
+    /// Their CPU time, in microseconds.
+    pub cpu_us: u64,
+    /// Their outbound body bytes, both ways.
+    pub egress_bytes: u64,
+}
+
 /// `GET /v1/overview`, and each `overview` event of `GET /v1/events`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

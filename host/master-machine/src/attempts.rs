@@ -264,7 +264,12 @@ impl Master {
         self.left_line(id);
         self.key_started(id, at);
         let job = self.jobs.get_mut(&id).expect("present");
-        set_state(&mut self.index.counts, job, JobState::Running);
+        set_state(
+            &mut self.index,
+            self.namespaces.of(id),
+            job,
+            JobState::Running,
+        );
         job.lease_until = Some(lease_until);
         job.attempts.push(Attempt {
             number: attempt,
@@ -340,6 +345,9 @@ impl Master {
         current.duration_ms = Some(duration_ms);
         current.log_tail = log_tail.to_owned();
         current.usage = usage;
+        if let Some(usage) = usage {
+            self.namespaces.charge(id, usage);
+        }
         match outcome {
             Outcome::Failed(failure) => self.fail_attempt(id, failure.clone(), at, effects),
             Outcome::Succeeded(_) | Outcome::Wrote(_) => {
@@ -448,7 +456,12 @@ impl Master {
                 .saturating_mul(1u64 << (made - 1).min(32))
                 .min(config.backoff_max_ms);
             let not_before = at.saturating_add(backoff);
-            set_state(&mut self.index.counts, job, JobState::Queued);
+            set_state(
+                &mut self.index,
+                self.namespaces.of(id),
+                job,
+                JobState::Queued,
+            );
             job.not_before = Some(not_before);
             self.index.delayed.insert((not_before, id));
             self.retries_total += 1;

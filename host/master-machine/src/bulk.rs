@@ -109,7 +109,12 @@ impl Master {
         self.index
             .finished
             .remove(&(job.finished_at.take().unwrap_or(0), id));
-        set_state(&mut self.index.counts, job, JobState::Queued);
+        set_state(
+            &mut self.index,
+            self.namespaces.of(id),
+            job,
+            JobState::Queued,
+        );
         job.spec.max_attempts = max_attempts;
         job.error = None;
         job.seq = self.next_seq;

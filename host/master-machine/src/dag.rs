@@ -305,6 +305,7 @@ impl Master {
     fn check_dag_jobs(&self, spec: &DagSpec) -> Result<(), Rejection> {
         let invalid = |message: String| Err(Rejection::new(codes::INVALID_DAG, message));
         let namespace = dag_namespace(spec);
+        self.namespaces.check_room(namespace)?;
         for (i, node) in spec.nodes.iter().enumerate() {
             if node.options.namespace.as_deref() != namespace {
                 return invalid(format!(

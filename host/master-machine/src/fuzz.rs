@@ -836,6 +836,7 @@ fn plain_query() -> impl Strategy<Value = Query> {
         Just(Query::Secrets),
         module_name().prop_map(|name| Query::Deployment { name }),
         vec(digest(), 0..4).prop_map(|digests| Query::Blobs { digests }),
+        Just(Query::Namespaces),
     ]
 }
 
@@ -1046,6 +1047,32 @@ fn answer() -> impl Strategy<Value = Answer> {
         deployment_view().prop_map(|view| Answer::Deployment(Box::new(view))),
         vec(finished(), 0..3).prop_map(Answer::Finished),
         vec(blob_status(), 0..3).prop_map(Answer::Blobs),
+        vec(
+            (
+                namespace(),
+                any::<[u64; JobState::COUNT]>(),
+                any::<[u64; 4]>()
+            ),
+            0..3
+        )
+        .prop_map(|views| Answer::Namespaces(
+            (views.into_iter())
+                .map(
+                    |(name, jobs, [submitted, attempts_metered, cpu_us, egress_bytes])| {
+                        NamespaceView {
+                            name,
+                            jobs,
+                            totals: crate::namespaces::NamespaceTotals {
+                                submitted,
+                                attempts_metered,
+                                cpu_us,
+                                egress_bytes,
+                            },
+                        }
+                    }
+                )
+                .collect()
+        )),
     ]
 }
 
@@ -1362,11 +1389,11 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // maps (0 each), egress: four maps (0 each), recorded calls (0),
     // readable secrets (0), blobs (0), blobs kept (0), the locality:
     // two maps and two counters (0 each), the pools (0) and the
-    // namespaces' jobs (0).
+    // namespaces: their jobs and their totals (0 each).
     let tail = [
         [0; 11].as_slice(),
         &[
-            1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         ],
     ]
     .concat();

@@ -70,6 +70,9 @@ pub(crate) struct Index {
     pub(crate) finished: BTreeSet<(Millis, JobId)>,
     /// Idempotency keys by (namespace, key) (see `namespaces`).
     pub(crate) keys: BTreeMap<(Option<String>, String), JobId>,
+    /// Jobs per state of each namespace but the default one (whose counts
+    /// are the cluster's less these).
+    pub(crate) namespace_counts: BTreeMap<String, [u64; JobState::COUNT]>,
     /// Finished jobs' idempotency keys read from a snapshot before the
     /// namespaces that come after them (empty once the index is built).
     pub(crate) done_keys: Vec<(JobId, String)>,
@@ -258,6 +261,15 @@ impl Master {
             ..done_index
         };
         index.result_bytes += output_bytes;
+        for (id, name) in &self.namespaces.jobs {
+            let state = match (self.jobs.get(id), self.done.get(id)) {
+                (Some(job), _) => job.state,
+                (None, Some(done)) => done.state(),
+                (None, None) => continue,
+            };
+            let counts = index.namespace_counts.entry(name.clone()).or_default();
+            counts[state as usize] += 1;
+        }
         for (id, key) in std::mem::take(&mut index.done_keys) {
             let namespace = self.namespaces.of(id).map(str::to_owned);
             index.keys.insert((namespace, key), id);
@@ -319,8 +331,35 @@ pub(crate) fn ready_key(order: Order, job: &Job, id: JobId) -> Place {
     }
 }
 
-pub(crate) fn set_state(counts: &mut [u64; JobState::COUNT], job: &mut Job, state: JobState) {
-    counts[job.state as usize] -= 1;
-    counts[state as usize] += 1;
+/// Moves `job`, of `namespace` (`None`: the default one), to `state`,
+/// counting it out of its state and into the new one, in the cluster's
+/// counts and its namespace's.
+pub(crate) fn set_state(
+    index: &mut Index,
+    namespace: Option<&str>,
+    job: &mut Job,
+    state: JobState,
+) {
+    index.counts[job.state as usize] -= 1;
+    index.counts[state as usize] += 1;
+    if let Some(counts) = namespace.and_then(|name| index.namespace_counts.get_mut(name)) {
+        counts[job.state as usize] -= 1;
+        counts[state as usize] += 1;
+    }
     job.state = state;
+}
+
+impl Index {
+    /// Counts a job of `namespace` into (`by` 1) or out of (`by` -1) `state`.
+    pub(crate) fn count_in_namespace(&mut self, namespace: Option<&str>, state: JobState, by: i8) {
+        let Some(name) = namespace else { return };
+        let counts = self.namespace_counts.entry(name.to_owned()).or_default();
+        match by {
+            1 => counts[state as usize] += 1,
+            _ => counts[state as usize] -= 1,
+        }
+        if counts.iter().all(|&n| n == 0) {
+            self.namespace_counts.remove(name);
+        }
+    }
 }

@@ -43,6 +43,7 @@ impl Master {
         let config = &self.config;
         validate_spec(config, spec)?;
         crate::namespaces::validate(options)?;
+        self.namespaces.check_room(options.namespace.as_deref())?;
         if let Some(id) = self.idempotent_job(spec, options)? {
             return answered(id, true);
         }
@@ -188,6 +189,8 @@ impl Master {
             self.index.keys.insert(scoped, id);
         }
         self.index.counts[JobState::Queued as usize] += 1;
+        (self.index).count_in_namespace(options.namespace.as_deref(), JobState::Queued, 1);
+        self.namespaces.submitted(options.namespace.as_deref());
         *self.index.modules.entry(job.spec.module).or_default() += 1;
         // An id is never submitted twice but by a hostile journal, whose
         // second copy replaces the first (finished or not) on every replica.
@@ -279,7 +282,7 @@ impl Master {
         effects: &mut Vec<Effect>,
     ) {
         let job = self.jobs.get_mut(&id).expect("caller checked");
-        set_state(&mut self.index.counts, job, state);
+        set_state(&mut self.index, self.namespaces.of(id), job, state);
         job.finished_at = Some(at);
         job.checkpoint = None;
         self.tapes.remove(&id);
@@ -296,6 +299,7 @@ impl Master {
     pub(crate) fn apply_purged(&mut self, id: JobId, at: Millis) {
         if let Some(job) = self.done.remove(&id).and_then(|done| done.unpack()) {
             self.index.counts[job.state as usize] -= 1;
+            (self.index).count_in_namespace(self.namespaces.of(id), job.state, -1);
             if let Some(count) = self.index.modules.get_mut(&job.spec.module) {
                 *count -= 1;
                 if *count == 0 {

@@ -53,6 +53,10 @@ pub const KEY_BYTES_MAX: usize = 256;
 /// Longest namespace name, in bytes (a DNS label's length: names travel in
 /// URLs, headers and metric labels).
 pub const NAMESPACES_NAME_BYTES_MAX: usize = 63;
+
+/// Most namespaces the master keeps totals for (each a few dozen bytes);
+/// a job in a namespace beyond them is refused.
+pub const NAMESPACES_MAX: usize = 10_000;
 /// Largest `running_max` and `starts_per_second` a key limit may ask for.
 pub const KEY_LIMIT_MAX: u32 = 10_000;
 /// The window a key's `starts_per_second` counts starts in.

@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::limits::NAMESPACES_NAME_BYTES_MAX;
+use crate::limits::{NAMESPACES_MAX, NAMESPACES_NAME_BYTES_MAX};
 use crate::master::{Master, reject};
 use crate::protocol::*;
 
@@ -59,10 +59,29 @@ pub fn name_of(namespace: Option<&str>) -> &str {
     namespace.unwrap_or(DEFAULT)
 }
 
-/// The jobs of namespaces other than the default one, by id.
+/// The jobs of namespaces other than the default one, by id, and what
+/// each namespace ever submitted and spent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Namespaces {
     pub(crate) jobs: BTreeMap<JobId, String>,
+    /// Each namespace's totals since its first job, by name (the default
+    /// one's as `default`); at most
+    /// [`NAMESPACES_MAX`](crate::limits::NAMESPACES_MAX) names.
+    pub(crate) totals: BTreeMap<String, NamespaceTotals>,
+}
+
+/// What a namespace submitted and what its attempts cost, counted as they
+/// are journaled (a job purged later still counts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceTotals {
+    /// Jobs submitted (a DAG's and a schedule's included).
+    pub submitted: u64,
+    /// Attempts whose worker said what they cost.
+    pub attempts_metered: u64,
+    /// Their CPU time, in microseconds.
+    pub cpu_us: u64,
+    /// Their outbound body bytes, both ways.
+    pub egress_bytes: u64,
 }
 
 impl Namespaces {
@@ -83,6 +102,41 @@ impl Namespaces {
     /// Whether job `id` is in the namespace the API names `name`.
     pub(crate) fn holds(&self, name: &str, id: JobId) -> bool {
         name_of(self.of(id)) == name
+    }
+
+    /// Counts a job submitted in `namespace`.
+    pub(crate) fn submitted(&mut self, namespace: Option<&str>) {
+        let name = name_of(namespace);
+        // Bounded by the decision, which refuses a new name past the
+        // bound; a hostile journal may only add to the names it has.
+        if self.totals.len() < NAMESPACES_MAX || self.totals.contains_key(name) {
+            self.totals.entry(name.to_owned()).or_default().submitted += 1;
+        }
+    }
+
+    /// Charges job `id`'s namespace for an attempt that cost `usage`.
+    pub(crate) fn charge(&mut self, id: JobId, usage: Usage) {
+        let name = name_of(self.jobs.get(&id).map(String::as_str));
+        if let Some(totals) = self.totals.get_mut(name) {
+            totals.attempts_metered += 1;
+            totals.cpu_us = totals.cpu_us.saturating_add(usage.cpu_us);
+            totals.egress_bytes = totals.egress_bytes.saturating_add(usage.egress_bytes);
+        }
+    }
+
+    /// Whether a job may be submitted in `namespace`: refused when it is a
+    /// new name and the master knows as many as it may.
+    pub(crate) fn check_room(&self, namespace: Option<&str>) -> Result<(), Rejection> {
+        let name = name_of(namespace);
+        if self.totals.len() >= NAMESPACES_MAX && !self.totals.contains_key(name) {
+            return reject(
+                codes::INVALID_NAMESPACE,
+                format!(
+                    "namespace {name:?}: the cluster has {NAMESPACES_MAX} namespaces, the most it keeps"
+                ),
+            );
+        }
+        Ok(())
     }
 }
 
@@ -189,11 +243,39 @@ impl Master {
                 finished.sort_by_key(|f| order.get(&f.id).copied());
                 Ok(Answer::Finished(finished))
             }
+            Query::Namespaces => {
+                let mut views = self.namespaces_view();
+                views.retain(|view| view.name == namespace);
+                Ok(Answer::Namespaces(views))
+            }
             _ => reject(
                 codes::INVALID_NAMESPACE,
                 "this query is cluster-wide: a namespace's caller cannot ask it",
             ),
         }
+    }
+
+    /// Every namespace that ever held a job, by name ([`Query::Namespaces`]):
+    /// the default one's counts are the cluster's less the others'.
+    pub(crate) fn namespaces_view(&self) -> Vec<NamespaceView> {
+        let mut default_jobs = self.index.counts;
+        for counts in self.index.namespace_counts.values() {
+            for (total, n) in default_jobs.iter_mut().zip(counts) {
+                *total = total.saturating_sub(*n);
+            }
+        }
+        (self.namespaces.totals.iter())
+            .map(|(name, totals)| NamespaceView {
+                name: name.clone(),
+                jobs: match name.as_str() {
+                    DEFAULT => default_jobs,
+                    _ => (self.index.namespace_counts.get(name))
+                        .copied()
+                        .unwrap_or_default(),
+                },
+                totals: *totals,
+            })
+            .collect()
     }
 }
 

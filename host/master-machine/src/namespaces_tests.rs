@@ -6,6 +6,7 @@
 //! namespace and every token cluster-wide.
 
 use super::*;
+use crate::namespaces::NamespaceTotals;
 use crate::steps::{finish, poll, spec, submit_with, token};
 use crate::testing::{decide_and_apply, restore_in_parts};
 
@@ -354,4 +355,55 @@ fn a_dag_is_one_namespaces_and_its_parents_and_keys_too() {
     assert_eq!(again, (a_dag, true));
     let bad_key = refused(&master, &dag(27, None, vec![], Some("a\0b")));
     assert_eq!(bad_key.code, codes::INVALID_DAG);
+}
+
+#[test]
+fn each_namespace_counts_its_jobs_and_what_they_cost() {
+    let (master, journal) = ran();
+    let views = |master: &Master, query: Query| match master.query(T, &query) {
+        Ok(Answer::Namespaces(views)) => views,
+        other => panic!("{other:?}"),
+    };
+    let state = |view: &NamespaceView, state: JobState| view.jobs[state as usize];
+    let all = views(&master, Query::Namespaces);
+    let names: Vec<&str> = all.iter().map(|v| v.name.as_str()).collect();
+    assert_eq!(names, ["b", DEFAULT, "team-a"]);
+    // Job 1 (team A) succeeded, charged its attempt; 2 (default) and 3
+    // (b) wait in line.
+    let [b, default, team_a] = [&all[0], &all[1], &all[2]];
+    assert_eq!(state(team_a, JobState::Succeeded), 1);
+    assert_eq!(
+        team_a.totals,
+        NamespaceTotals {
+            submitted: 1,
+            attempts_metered: 1,
+            cpu_us: 3_000,
+            egress_bytes: 0,
+        }
+    );
+    assert_eq!(
+        (state(default, JobState::Queued), default.totals.submitted),
+        (1, 1)
+    );
+    assert_eq!((state(b, JobState::Queued), b.totals.cpu_us), (1, 0));
+    let summed: u64 = all.iter().flat_map(|v| v.jobs).sum();
+    assert_eq!(summed, master.index.counts.iter().sum::<u64>());
+    // A confined caller sees its own.
+    let own = views(&master, within("team-a", Query::Namespaces));
+    assert_eq!(own, std::slice::from_ref(team_a));
+    // Replayed and restored alike (the counts are rebuilt, the totals kept).
+    let mut replayed = Master::new();
+    for event in &journal {
+        replayed.apply(event);
+    }
+    assert_eq!(views(&replayed, Query::Namespaces), all);
+    let restored = restore_in_parts(&master.snapshot(), 9).unwrap();
+    assert_eq!(views(&restored, Query::Namespaces), all);
+    // Purged: the job leaves its counts, not its totals.
+    let mut forgetting = master.clone();
+    let later = T + forgetting.config.retention_ms + 10;
+    decide_and_apply(&mut forgetting, &mut Vec::new(), later, &Command::Tick).expect("ticks");
+    let after = views(&forgetting, Query::Namespaces);
+    assert_eq!(state(&after[2], JobState::Succeeded), 0);
+    assert_eq!(after[2].totals, team_a.totals);
 }

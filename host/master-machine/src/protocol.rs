@@ -2550,12 +2550,17 @@ pub enum Query {
         /// The blobs asked about.
         digests: Vec<Digest>,
     },
+    /// Every namespace that ever held a job, by name: the jobs it holds
+    /// per state, what it submitted and what its attempts cost (see
+    /// [`crate::namespaces`]).
+    Namespaces,
     /// `query` as a caller confined to `namespace` may see it (see
     /// [`crate::namespaces`]): one job (`Job`, `Result`, `Input`) only if
     /// it is the namespace's, and otherwise `job_not_found`, whether it
     /// belongs to another namespace, was removed, or never was; a DAG
     /// (`Dag`) likewise, `dag_not_found`; listings
     /// and bulk counts (`Jobs`, `Bulk`) of the namespace's jobs only;
+    /// `Namespaces` of that namespace only;
     /// `Finished` with every job of another namespace unknown. Any other
     /// query is refused (`invalid_namespace`): it is cluster-wide.
     InNamespace {
@@ -2935,6 +2940,19 @@ pub enum Answer {
     Secrets(Vec<SecretView>),
     /// For [`Query::Blobs`], in the order asked.
     Blobs(Vec<BlobStatus>),
+    /// For [`Query::Namespaces`], by name.
+    Namespaces(Vec<NamespaceView>),
+}
+
+/// A namespace as [`Query::Namespaces`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceView {
+    /// Its name (`default` for the default one).
+    pub name: String,
+    /// The jobs it holds, per state (as [`Stats::jobs`]).
+    pub jobs: [u64; JobState::COUNT],
+    /// What it submitted and spent since its first job.
+    pub totals: crate::namespaces::NamespaceTotals,
 }
 
 /// Jobs finished lately ([`Query::Recent`]).

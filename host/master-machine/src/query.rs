@@ -57,6 +57,7 @@ impl Master {
                 output_max,
                 output_total,
             } => self.finished(ids, *output_max, *output_total),
+            Query::Namespaces => Ok(Answer::Namespaces(self.namespaces_view())),
             Query::InNamespace { namespace, query } => {
                 self.query_in_namespace(now, namespace, query)
             }

@@ -272,6 +272,7 @@ impl Master {
     pub(crate) fn before_namespaces(&self) -> Master {
         let mut master = self.clone();
         master.namespaces = Default::default();
+        master.index.namespace_counts.clear();
         for token in master.tokens.values_mut() {
             token.namespace = None;
         }

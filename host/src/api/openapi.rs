@@ -684,6 +684,10 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("An `overview` event (an OverviewResponse) every second, or an `error` event (an ErrorBody) when the master cannot answer, until the client goes or the node stops. At most 64 streams per node.")
             .answers_raw(200, "text/event-stream", "`event: overview` lines, each with its `data:`.")
             .errors(&[&[TooManyConnections]]),
+        H::Namespaces => doc("namespaces", "Each namespace's jobs and what they cost")
+            .describe("Every namespace that held a job since the cluster counts them: the jobs it holds by state, and, since its first job, what it submitted and what its attempts cost as their workers metered them (CPU, outbound bytes). A token confined to a namespace sees that one alone.")
+            .answers::<NamespaceListResponse>(200, "By name.")
+            .errors(&[MASTER]),
         H::Whoami => doc("tokens", "What the caller's token may do")
             .answers::<WhoamiResponse>(200, "Whether tokens are needed, the token's id, its scopes and the namespace it is confined to.")
             .errors(&[]),
@@ -835,6 +839,8 @@ fn components() -> utoipa::openapi::Components {
         BulkResponse,
         WhoamiResponse,
         OverviewResponse,
+        NamespaceListResponse,
+        NamespaceBody,
         MasterBody,
         LatencyBody,
         ReplicaBody,

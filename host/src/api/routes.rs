@@ -148,6 +148,7 @@ pub enum Handler {
     Overview,
     Events,
     Whoami,
+    Namespaces,
     Cluster,
     VoterRemove,
     MasterBuild,
@@ -292,6 +293,8 @@ pub const ROUTES: &[Route] = &[
     route(Get,    "/v1/overview",                      Token(Read),   AnyNode,  H::Overview),
     route(Get,    "/v1/events",                        Token(Read),   AnyNode,  H::Events),
     route(Get,    "/v1/whoami",                        Token(Read),   AnyNode,  H::Whoami).in_namespace(),
+    // Each namespace's jobs and costs; a confined token sees its own.
+    route(Get,    "/v1/namespaces",                    Token(Read),   FrontEnd, H::Namespaces).in_namespace(),
     route(Get,    "/v1/cluster",                       Token(Read),   AnyNode,  H::Cluster),
     route(Delete, "/v1/cluster/voters/{node}",         Token(Admin),  FrontEnd, H::VoterRemove),
     route(Get,    "/v1/master",                        Token(Read),   FrontEnd, H::MasterBuild),

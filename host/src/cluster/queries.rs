@@ -11,8 +11,8 @@ use super::link::MasterLink;
 use crate::contract::MasterError;
 use cohort_master::{
     Answer, BlobStatus, BulkAction, DagId, DagView, DeploymentView, Digest, Finished, JobFilter,
-    JobId, JobSummary, JobView, Query, Recent, ScheduleView, SecretView, Stats, TokenRecord,
-    WorkerView,
+    JobId, JobSummary, JobView, NamespaceView, Query, Recent, ScheduleView, SecretView, Stats,
+    TokenRecord, WorkerView,
 };
 use std::time::Duration;
 
@@ -102,6 +102,10 @@ queries! {
     /// One schedule.
     schedule(name: String) -> ScheduleView =
         Query::Schedule { name } => Answer::Schedule(view) => *view;
+    /// Every namespace's jobs and totals (of namespace `within` only, if
+    /// it is given).
+    namespaces(within: Option<&str>) -> Vec<NamespaceView> =
+        Query::Namespaces.within(within) => Answer::Namespaces(views) => views;
     /// A DAG's status (seen from `within`, as [`job`](Self::job):
     /// another namespace's DAG is `dag_not_found`).
     dag(within: Option<&str>, id: DagId) -> DagView =
