@@ -713,15 +713,11 @@ fn dag_namespace(spec: &DagSpec) -> Option<&str> {
     (spec.nodes.first()).and_then(|node| node.options.namespace.as_deref())
 }
 
-/// The key a DAG's idempotency key is kept under: itself in the default
-/// namespace, `NAMESPACE\0KEY` in another, so that each namespace's keys
-/// are its own (keys hold no NUL, namespace names neither).
+/// The key a DAG's idempotency key is kept under (see
+/// [`scoped_key`](crate::namespaces::scoped_key)).
 fn dag_key(spec: &DagSpec) -> String {
     let key = spec.idempotency_key.as_deref().unwrap_or_default();
-    match dag_namespace(spec) {
-        Some(namespace) => format!("{namespace}\0{key}"),
-        None => key.to_owned(),
-    }
+    crate::namespaces::scoped_key(dag_namespace(spec), key).into_owned()
 }
 
 #[cfg(test)]

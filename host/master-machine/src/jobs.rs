@@ -179,7 +179,8 @@ impl Master {
             None => drop(self.deployments.jobs.remove(&id)),
         }
         if let Some(unique) = &options.unique {
-            self.hold_unique(&unique.key, id, at.saturating_add(unique.window_ms), at);
+            let key = crate::namespaces::scoped_key(options.namespace.as_deref(), &unique.key);
+            self.hold_unique(&key, id, at.saturating_add(unique.window_ms), at);
         }
         let needs = self.keyed.needs(id, &job.spec);
         (self.index).enqueue(ready_key(self.order, &job, id), self.keyed.key(id), needs);

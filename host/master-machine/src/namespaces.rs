@@ -19,10 +19,11 @@
 //! confined caller cannot tell another team's job from no job. Listings,
 //! bulk counts and waits see the namespace's jobs only.
 //!
-//! Idempotency keys belong to their namespace: two teams using the same
-//! key get two jobs, and neither learns of the other's. Key limits and
-//! uniqueness keys stay cluster-wide on purpose: they guard a shared
-//! resource (one database's connections), whoever submits.
+//! Idempotency and uniqueness keys belong to their namespace: two teams
+//! using the same key get two jobs, and neither learns of the other's.
+//! Key limits (concurrency and rate keys) stay cluster-wide on purpose:
+//! they guard a shared resource (one database's connections), whoever
+//! submits.
 //!
 //! Job ids stay one dense sequence for the cluster: an id says how many
 //! jobs the cluster took before it, not whose they were.
@@ -51,6 +52,17 @@ pub fn check_name(name: &str) -> Result<(), String> {
         false => Err(format!(
             "namespace {name:?}: 1 to {NAMESPACES_NAME_BYTES_MAX} of a-z, 0-9 and -, not starting with -"
         )),
+    }
+}
+
+/// The key a namespace's idempotency key of a DAG, or uniqueness key, is
+/// kept under: itself in the default namespace, `NAMESPACE\0KEY` in
+/// another, so that each namespace's keys are its own (keys hold no NUL,
+/// namespace names neither).
+pub(crate) fn scoped_key<'a>(namespace: Option<&str>, key: &'a str) -> std::borrow::Cow<'a, str> {
+    match namespace {
+        Some(namespace) => format!("{namespace}\0{key}").into(),
+        None => key.into(),
     }
 }
 

@@ -407,3 +407,46 @@ fn each_namespace_counts_its_jobs_and_what_they_cost() {
     assert_eq!(state(&after[2], JobState::Succeeded), 0);
     assert_eq!(after[2].totals, team_a.totals);
 }
+
+#[test]
+fn uniqueness_keys_belong_to_their_namespace() {
+    let mut master = Master::new();
+    let unique = |namespace: Option<&str>, key: &str| JobOptions {
+        unique: Some(Unique {
+            key: key.into(),
+            window_ms: 60_000,
+        }),
+        ..in_namespace(namespace)
+    };
+    let mut submit = |master: &mut Master, seq, options| {
+        let decision = master
+            .decide(T, &submit_with(seq, spec(1, b"x"), options))
+            .expect("accepted");
+        for event in &decision.events {
+            master.apply(event);
+        }
+        match decision.reply {
+            Reply::Submitted { id, existing } => (id, existing),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        submit(&mut master, 1, unique(Some("team-a"), "nightly")),
+        (1, false)
+    );
+    // Another namespace's hold is not this one's answer.
+    assert_eq!(submit(&mut master, 2, unique(None, "nightly")), (2, false));
+    assert_eq!(
+        submit(&mut master, 3, unique(Some("b"), "nightly")),
+        (3, false)
+    );
+    assert_eq!(
+        submit(&mut master, 4, unique(Some("team-a"), "nightly")),
+        (1, true)
+    );
+    assert_eq!(Master::restore(&master.snapshot()).unwrap(), master);
+    let refused = master
+        .decide(T, &submit_with(5, spec(1, b"x"), unique(None, "a\0b")))
+        .unwrap_err();
+    assert_eq!(refused.code, codes::INVALID_JOB);
+}

@@ -37,7 +37,10 @@ impl Master {
         let Some(unique) = &options.unique else {
             return Ok(None);
         };
-        match self.keyed.uniques.get(&unique.key) {
+        // A namespace's uniqueness keys are its own: another's job is
+        // never the answer.
+        let key = crate::namespaces::scoped_key(options.namespace.as_deref(), &unique.key);
+        match self.keyed.uniques.get(&*key) {
             Some(hold) if hold.until > now => Ok(Some(hold.job)),
             // An ended hold is replaced; otherwise one more must fit,
             // or one must end now (and be forgotten on the way).

@@ -60,10 +60,12 @@ pub(crate) fn validate_spec(config: &Config, spec: &JobSpec) -> Result<(), Rejec
 
 pub(crate) fn validate_options(options: &JobOptions) -> Result<(), Rejection> {
     let key = |field: &str, key: &str| {
-        if key.is_empty() || key.len() > KEY_BYTES_MAX {
+        // No NUL: a namespace's uniqueness keys are kept as
+        // `NAMESPACE\0KEY` (see `namespaces::scoped_key`).
+        if key.is_empty() || key.len() > KEY_BYTES_MAX || key.contains('\0') {
             return reject(
                 codes::INVALID_JOB,
-                format!("{field} must be 1 to {KEY_BYTES_MAX} bytes"),
+                format!("{field} must be 1 to {KEY_BYTES_MAX} bytes, without NUL"),
             );
         }
         Ok(())
