@@ -418,7 +418,7 @@ fn uniqueness_keys_belong_to_their_namespace() {
         }),
         ..in_namespace(namespace)
     };
-    let mut submit = |master: &mut Master, seq, options| {
+    let submit = |master: &mut Master, seq, options| {
         let decision = master
             .decide(T, &submit_with(seq, spec(1, b"x"), options))
             .expect("accepted");
