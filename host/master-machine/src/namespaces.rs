@@ -119,10 +119,17 @@ impl Namespaces {
     /// Counts a job submitted in `namespace`.
     pub(crate) fn submitted(&mut self, namespace: Option<&str>) {
         let name = name_of(namespace);
-        // Bounded by the decision, which refuses a new name past the
-        // bound; a hostile journal may only add to the names it has.
-        if self.totals.len() < NAMESPACES_MAX || self.totals.contains_key(name) {
-            self.totals.entry(name.to_owned()).or_default().submitted += 1;
+        // A known name costs no allocation: this runs for every job.
+        if let Some(totals) = self.totals.get_mut(name) {
+            totals.submitted += 1;
+        } else if self.totals.len() < NAMESPACES_MAX {
+            // Bounded by the decision, which refuses a new name past the
+            // bound; a hostile journal may only add to the names it has.
+            let totals = NamespaceTotals {
+                submitted: 1,
+                ..NamespaceTotals::default()
+            };
+            self.totals.insert(name.to_owned(), totals);
         }
     }
 

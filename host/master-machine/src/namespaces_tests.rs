@@ -8,7 +8,7 @@
 use super::*;
 use crate::namespaces::NamespaceTotals;
 use crate::steps::{finish, poll, spec, submit_with, token};
-use crate::testing::{decide_and_apply, restore_in_parts};
+use crate::testing::{assert_journal_and_snapshot_agree, decide_and_apply, restore_in_parts};
 
 const T: Millis = 1_000_000;
 
@@ -179,15 +179,7 @@ fn a_confined_caller_sees_its_namespace_and_nothing_of_the_others() {
 #[test]
 fn namespaces_survive_the_journal_snapshots_and_forgetting() {
     let (master, journal) = ran();
-    let mut replayed = Master::new();
-    for event in &journal {
-        replayed.apply(&decode_event(&encode(event)).expect("decodes"));
-    }
-    assert_eq!(replayed, master);
-    let snapshot = master.snapshot();
-    assert_eq!(snapshot[0], crate::master::SNAPSHOT_VERSION);
-    assert_eq!(Master::restore(&snapshot).unwrap(), master);
-    assert_eq!(restore_in_parts(&snapshot, 5).unwrap(), master);
+    assert_journal_and_snapshot_agree(&master, &journal);
     assert_eq!(master.tokens["t1"].namespace.as_deref(), Some("team-a"));
     // Forgotten after retention: its namespace and key go with it.
     let mut forgetting = master.clone();

@@ -1130,77 +1130,77 @@ pub(crate) mod legacy {
         FIELDS_WRITTEN.with(Cell::get) == FIELDS_NOW
     }
 
-    /// Writes an attempt's `usage`: as itself, or (making the bytes of a
-    /// format before 13 in tests) as nothing: postcard writes a unit as no
-    /// bytes.
+    /// Writes `value`, a field the bytes have since `since` (as
+    /// [`FIELDS_WRITTEN`] counts), or (making older bytes in tests)
+    /// nothing: postcard writes a unit as no bytes.
+    fn write_since<T: serde::Serialize, S: serde::Serializer>(
+        since: u8,
+        value: &Option<T>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match FIELDS_WRITTEN.with(Cell::get) >= since {
+            true => serde::Serialize::serialize(value, serializer),
+            false => serializer.serialize_unit(),
+        }
+    }
+
+    /// Reads a field the bytes have since `since` (as [`FIELDS_KEPT`]
+    /// counts), or (in older bytes, which do not have it) reads nothing and
+    /// gives `None`: a unit is no bytes to postcard.
+    fn read_since<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+        since: u8,
+        deserializer: D,
+    ) -> Result<Option<T>, D::Error> {
+        if FIELDS_KEPT.with(Cell::get) >= since {
+            return Option::<T>::deserialize(deserializer);
+        }
+        struct Absent<T>(std::marker::PhantomData<T>);
+        impl<'de, T> Visitor<'de> for Absent<T> {
+            type Value = Option<T>;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                formatter.write_str("nothing")
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(None)
+            }
+        }
+        deserializer.deserialize_unit(Absent(std::marker::PhantomData))
+    }
+
+    /// Writes an attempt's `usage` (bytes of format 13 and snapshot
+    /// version 13 on: [`write_since`]).
     pub(crate) fn write_usage<S: serde::Serializer>(
         usage: &Option<super::Usage>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        match FIELDS_WRITTEN.with(Cell::get) >= 9 {
-            true => serde::Serialize::serialize(usage, serializer),
-            false => serializer.serialize_unit(),
-        }
+        write_since(9, usage, serializer)
     }
 
-    /// Reads an attempt's `usage`, or (in bytes of a format before 13 and
-    /// snapshots before version 13, which do not have it) reads nothing: a
-    /// unit is no bytes to postcard.
+    /// Reads an attempt's `usage`: `None` from bytes of a format before 13
+    /// and snapshots before version 13 ([`read_since`]).
     pub(crate) fn read_usage<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Option<super::Usage>, D::Error> {
-        if FIELDS_KEPT.with(Cell::get) >= 9 {
-            return Option::<super::Usage>::deserialize(deserializer);
-        }
-        struct Absent;
-        impl<'de> Visitor<'de> for Absent {
-            type Value = Option<super::Usage>;
-
-            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
-                formatter.write_str("nothing")
-            }
-
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-        }
-        deserializer.deserialize_unit(Absent)
+        read_since(9, deserializer)
     }
 
-    /// Writes a token's `namespace`: as itself, or (making the bytes of a
-    /// format before 14 in tests) as nothing.
+    /// Writes a token's `namespace` (bytes of format 14 and snapshot
+    /// version 14 on: [`write_since`]).
     pub(crate) fn write_namespace<S: serde::Serializer>(
         namespace: &Option<String>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
-        match FIELDS_WRITTEN.with(Cell::get) >= 10 {
-            true => serde::Serialize::serialize(namespace, serializer),
-            false => serializer.serialize_unit(),
-        }
+        write_since(10, namespace, serializer)
     }
 
-    /// Reads a token's `namespace`, or (in bytes of a format before 14 and
-    /// snapshots before version 14) reads nothing: every older token is
-    /// cluster-wide.
+    /// Reads a token's `namespace`: `None` (cluster-wide) from bytes of a
+    /// format before 14 and snapshots before version 14 ([`read_since`]).
     pub(crate) fn read_namespace<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Option<String>, D::Error> {
-        if FIELDS_KEPT.with(Cell::get) >= 10 {
-            return Option::<String>::deserialize(deserializer);
-        }
-        struct Absent;
-        impl<'de> Visitor<'de> for Absent {
-            type Value = Option<String>;
-
-            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
-                formatter.write_str("nothing")
-            }
-
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(None)
-            }
-        }
-        deserializer.deserialize_unit(Absent)
+        read_since(10, deserializer)
     }
 
     impl serde::Serialize for JobOptions {

@@ -100,6 +100,31 @@ pub fn run(
     Ok(decision.reply)
 }
 
+/// Checks that `master` is what its `journal` replays to (each event
+/// encoded and decoded on the way) and what its snapshot restores to,
+/// whole and in parts.
+///
+/// # Panics
+///
+/// If one of them differs.
+pub fn assert_journal_and_snapshot_agree(master: &crate::Master, journal: &[crate::Event]) {
+    let mut replayed = crate::Master::new();
+    for event in journal {
+        let bytes = crate::encode(event);
+        replayed.apply(&crate::decode_event(&bytes).expect("an encoded event decodes"));
+    }
+    assert_eq!(&replayed, master, "the journal replays to the master");
+    let snapshot = master.snapshot();
+    assert_eq!(snapshot[0], crate::master::SNAPSHOT_VERSION);
+    let restored = crate::Master::restore(&snapshot).expect("its snapshot restores");
+    assert_eq!(&restored, master, "the snapshot restores to the master");
+    let in_parts = restore_in_parts(&snapshot, 5).expect("its snapshot restores in parts");
+    assert_eq!(
+        &in_parts, master,
+        "the snapshot restores in parts to the master"
+    );
+}
+
 /// Runs `command` at `now` as the host does: decided, then each event
 /// applied and appended to `journal`; the events.
 pub fn decide_and_apply(

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::steps::{finish, poll, spec, submit};
-use crate::testing::{decide_and_apply, restore_in_parts};
+use crate::testing::{assert_journal_and_snapshot_agree, decide_and_apply};
 
 const T: Millis = 1_000_000;
 
@@ -72,15 +72,7 @@ fn every_attempt_keeps_what_it_cost_through_the_journal_and_snapshots() {
     assert_eq!(usages(&master, 2), [Some(cost(2_500, 1 << 20, 30))]);
     assert_eq!(usages(&master, 3), [None], "still running");
     assert!(master.done.contains_key(&2), "job 2 is packed");
-    let mut replayed = Master::new();
-    for event in &journal {
-        replayed.apply(&decode_event(&encode(event)).expect("decodes"));
-    }
-    assert_eq!(replayed, master);
-    let snapshot = master.snapshot();
-    assert_eq!(snapshot[0], crate::master::SNAPSHOT_VERSION);
-    assert_eq!(Master::restore(&snapshot).unwrap(), master);
-    assert_eq!(restore_in_parts(&snapshot, 5).unwrap(), master);
+    assert_journal_and_snapshot_agree(&master, &journal);
 }
 
 #[test]
