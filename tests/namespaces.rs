@@ -235,6 +235,8 @@ fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
             "cohort_namespace_jobs{namespace=\"team-a\",state=\"cancelled\"} 4",
             "cohort_namespace_jobs_submitted_total{namespace=\"team-b\"} 3",
             "cohort_namespace_attempts_metered_total{namespace=\"team-b\"} 1",
+            // Each cluster-wide route a confined token tried, above.
+            "cohort_security_refused_total{what=\"token\",reason=\"namespace\"} 8",
         ] {
             assert!(metrics.contains(series), "{series} in:\n{metrics}");
         }
