@@ -139,6 +139,9 @@ error_codes! {
     /// A new blob beyond the most the cluster keeps for uploads
     /// (1,000,000): delete some, or wait for their collection.
     BlobsFull = "blobs_full", CONFLICT, true;
+    /// A job in a namespace new to the cluster, which keeps as many as it
+    /// may (10,000).
+    NamespacesFull = "namespaces_full", CONFLICT, false;
     /// A new secret beyond the cluster's limit of secrets (1,000).
     SecretsFull = "secrets_full", CONFLICT, false;
     /// Secrets on a node without a cluster key: nothing would protect them

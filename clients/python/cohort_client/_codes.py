@@ -36,6 +36,7 @@ ERROR_CODES: Dict[str, Tuple[int, bool]] = {
     "job_not_succeeded": (409, False),
     "module_name_in_use": (409, False),
     "module_names_full": (409, False),
+    "namespaces_full": (409, False),
     "nothing_to_roll_back": (409, False),
     "schedule_exists": (409, False),
     "secret_in_use": (409, False),

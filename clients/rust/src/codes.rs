@@ -34,6 +34,7 @@ pub const ERROR_CODES: &[(&str, u16, bool)] = &[
     ("job_not_succeeded", 409, false),
     ("module_name_in_use", 409, false),
     ("module_names_full", 409, false),
+    ("namespaces_full", 409, false),
     ("nothing_to_roll_back", 409, false),
     ("schedule_exists", 409, false),
     ("secret_in_use", 409, false),

@@ -45,6 +45,7 @@ export const ERROR_CODES: ReadonlyMap<string, CodeRow> = new Map<string, CodeRow
   ["job_not_succeeded", { status: 409, retryable: false }],
   ["module_name_in_use", { status: 409, retryable: false }],
   ["module_names_full", { status: 409, retryable: false }],
+  ["namespaces_full", { status: 409, retryable: false }],
   ["nothing_to_roll_back", { status: 409, retryable: false }],
   ["schedule_exists", { status: 409, retryable: false }],
   ["secret_in_use", { status: 409, retryable: false }],

@@ -350,14 +350,22 @@ pub(crate) fn set_state(
 }
 
 impl Index {
-    /// Counts a job of `namespace` into (`by` 1) or out of (`by` -1) `state`.
-    pub(crate) fn count_in_namespace(&mut self, namespace: Option<&str>, state: JobState, by: i8) {
-        let Some(name) = namespace else { return };
-        let counts = self.namespace_counts.entry(name.to_owned()).or_default();
-        match by {
-            1 => counts[state as usize] += 1,
-            _ => counts[state as usize] -= 1,
+    /// Counts a new job of `namespace` (`None`: the default one, counted
+    /// as the cluster's less the others') in `state`.
+    pub(crate) fn count_in(&mut self, namespace: Option<&str>, state: JobState) {
+        if let Some(name) = namespace {
+            self.namespace_counts.entry(name.to_owned()).or_default()[state as usize] += 1;
         }
+    }
+
+    /// Counts a forgotten job of `namespace` out of `state`; a namespace
+    /// left with none is dropped.
+    pub(crate) fn count_out(&mut self, namespace: Option<&str>, state: JobState) {
+        let Some(name) = namespace else { return };
+        let Some(counts) = self.namespace_counts.get_mut(name) else {
+            return;
+        };
+        counts[state as usize] = counts[state as usize].saturating_sub(1);
         if counts.iter().all(|&n| n == 0) {
             self.namespace_counts.remove(name);
         }

@@ -171,7 +171,10 @@ impl Master {
             self.keyed.options.insert(id, keyed);
         }
         self.record_input_blob(id, options.input_blob.as_ref(), at);
-        self.namespaces.record(id, options.namespace.as_deref());
+        // A decision never names the default namespace; a journal, decoded,
+        // not trusted, might.
+        let namespace = crate::namespaces::canonical(options.namespace.as_deref());
+        self.namespaces.record(id, namespace);
         self.record_narrowed(id, options);
         match &options.module {
             Some(name) => self.deployments.record_job(id, name, &job.spec.module),
@@ -179,19 +182,19 @@ impl Master {
             None => drop(self.deployments.jobs.remove(&id)),
         }
         if let Some(unique) = &options.unique {
-            let key = crate::namespaces::scoped_key(options.namespace.as_deref(), &unique.key);
+            let key = crate::namespaces::scoped_key(namespace, &unique.key);
             self.hold_unique(&key, id, at.saturating_add(unique.window_ms), at);
         }
         let needs = self.keyed.needs(id, &job.spec);
         (self.index).enqueue(ready_key(self.order, &job, id), self.keyed.key(id), needs);
         self.joined_line(id, at);
         if let Some(key) = &job.spec.idempotency_key {
-            let scoped = (options.namespace.clone(), key.clone());
+            let scoped = (namespace.map(str::to_owned), key.clone());
             self.index.keys.insert(scoped, id);
         }
         self.index.counts[JobState::Queued as usize] += 1;
-        (self.index).count_in_namespace(options.namespace.as_deref(), JobState::Queued, 1);
-        self.namespaces.submitted(options.namespace.as_deref());
+        (self.index).count_in(namespace, JobState::Queued);
+        self.namespaces.submitted(namespace);
         *self.index.modules.entry(job.spec.module).or_default() += 1;
         // An id is never submitted twice but by a hostile journal, whose
         // second copy replaces the first (finished or not) on every replica.
@@ -300,7 +303,7 @@ impl Master {
     pub(crate) fn apply_purged(&mut self, id: JobId, at: Millis) {
         if let Some(job) = self.done.remove(&id).and_then(|done| done.unpack()) {
             self.index.counts[job.state as usize] -= 1;
-            (self.index).count_in_namespace(self.namespaces.of(id), job.state, -1);
+            (self.index).count_out(self.namespaces.of(id), job.state);
             if let Some(count) = self.index.modules.get_mut(&job.spec.module) {
                 *count -= 1;
                 if *count == 0 {

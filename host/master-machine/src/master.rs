@@ -218,6 +218,12 @@ pub(crate) fn reject<T>(code: Code, message: impl Into<String>) -> Result<T, Rej
     Err(Rejection::new(code, message))
 }
 
+/// The refusal of a job id the master does not hold (never was, or, to
+/// a caller confined to another namespace, not its own: the same words).
+pub(crate) fn no_job(id: JobId) -> Rejection {
+    Rejection::new(codes::JOB_NOT_FOUND, format!("no job {id}"))
+}
+
 /// A decision of `kinds`, each an event at `now`, with the plain reply.
 pub(crate) fn decided(now: Millis, kinds: Vec<EventKind>) -> Result<Decision, Rejection> {
     Ok(Decision {
@@ -300,7 +306,7 @@ impl Master {
                 codes::JOB_EXPIRED,
                 format!("job {id} finished and its record was removed after the retention time"),
             ),
-            None => reject(codes::JOB_NOT_FOUND, format!("no job {id}")),
+            None => Err(no_job(id)),
         }
     }
 

@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{NAMESPACES_MAX, NAMESPACES_NAME_BYTES_MAX};
-use crate::master::{Master, reject};
+use crate::master::{Master, no_job, reject};
 use crate::protocol::*;
 
 /// The default namespace's name on the API.
@@ -64,6 +64,23 @@ pub(crate) fn scoped_key<'a>(namespace: Option<&str>, key: &'a str) -> std::borr
         Some(namespace) => format!("{namespace}\0{key}").into(),
         None => key.into(),
     }
+}
+
+/// `namespace` as the master keeps it: the default one as `None`, also
+/// when a journal spells it out.
+pub(crate) fn canonical(namespace: Option<&str>) -> Option<&str> {
+    namespace.filter(|&name| name != DEFAULT)
+}
+
+/// Keeps what a restored snapshot holds within the master's bounds: at
+/// most [`NAMESPACES_MAX`] namespaces' totals, and no job recorded in the
+/// default namespace by name.
+pub(crate) fn bounded(mut namespaces: Namespaces) -> Namespaces {
+    while namespaces.totals.len() > NAMESPACES_MAX {
+        namespaces.totals.pop_last();
+    }
+    namespaces.jobs.retain(|_, name| name.as_str() != DEFAULT);
+    namespaces
 }
 
 /// A job's namespace as the API names it.
@@ -149,7 +166,7 @@ impl Namespaces {
         let name = name_of(namespace);
         if self.totals.len() >= NAMESPACES_MAX && !self.totals.contains_key(name) {
             return reject(
-                codes::INVALID_NAMESPACE,
+                codes::NAMESPACES_FULL,
                 format!(
                     "namespace {name:?}: the cluster has {NAMESPACES_MAX} namespaces, the most it keeps"
                 ),
@@ -183,9 +200,11 @@ impl Master {
         query: &Query,
     ) -> Result<Answer, Rejection> {
         check_name(namespace).or_else(|why| reject(codes::INVALID_NAMESPACE, why))?;
-        let visible = |id: JobId| match self.find(id) {
-            Some(_) if self.namespaces.holds(namespace, id) => Ok(()),
-            _ => reject(codes::JOB_NOT_FOUND, format!("no job {id}")),
+        // Whether a job is held, not the job: a finished one stays packed.
+        let seen = |id: JobId| self.holds(id) && self.namespaces.holds(namespace, id);
+        let visible = |id: JobId| match seen(id) {
+            true => Ok(()),
+            false => Err(no_job(id)),
         };
         let scoped = |filter: &JobFilter| JobFilter {
             namespace: Some(namespace.to_owned()),
@@ -200,7 +219,7 @@ impl Master {
                 // A DAG's jobs share its namespace: any it still holds says
                 // which (a DAG goes with its last job).
                 let held = (self.dags.dags.get(id))
-                    .and_then(|dag| dag.jobs.iter().find(|&&job| self.find(job).is_some()));
+                    .and_then(|dag| dag.jobs.iter().find(|&&job| self.holds(job)));
                 match held {
                     Some(&job) if self.namespaces.holds(namespace, job) => self.query(now, query),
                     _ => reject(codes::DAG_NOT_FOUND, format!("no DAG {id}")),
@@ -233,7 +252,7 @@ impl Master {
                 output_total,
             } => {
                 let (mine, others): (Vec<JobId>, Vec<JobId>) =
-                    ids.iter().partition(|&&id| visible(id).is_ok());
+                    ids.iter().partition(|&&id| seen(id));
                 let Answer::Finished(mut finished) = self.query(
                     now,
                     &Query::Finished {
@@ -248,10 +267,7 @@ impl Master {
                 finished.extend(others.into_iter().map(|id| Finished {
                     id,
                     state: None,
-                    error: Some(Failure {
-                        code: codes::JOB_NOT_FOUND.as_str().to_owned(),
-                        message: format!("no job {id}"),
-                    }),
+                    error: Some(Failure::from(no_job(id))),
                     output: None,
                     output_bytes: None,
                     outputs: Vec::new(),

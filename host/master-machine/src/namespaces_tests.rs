@@ -442,3 +442,63 @@ fn uniqueness_keys_belong_to_their_namespace() {
         .unwrap_err();
     assert_eq!(refused.code, codes::INVALID_JOB);
 }
+
+#[test]
+fn a_journal_naming_the_default_namespace_is_read_as_the_default() {
+    // No decision writes it; a journal is decoded, not trusted.
+    let mut master = Master::new();
+    master.apply(&Event {
+        at: T,
+        kind: EventKind::Submitted {
+            id: 1,
+            spec: keyed("k"),
+            request: None,
+            options: in_namespace(Some(DEFAULT)),
+        },
+    });
+    assert_eq!(master.namespaces.of(1), None);
+    assert!(master.index.namespace_counts.is_empty());
+    assert!(master.index.keys.contains_key(&(None, "k".to_owned())));
+    let views: Vec<_> = master
+        .namespaces_view()
+        .into_iter()
+        .map(|v| (v.name, v.jobs[0]))
+        .collect();
+    assert_eq!(views, [(DEFAULT.to_owned(), 1)]);
+    assert_eq!(Master::restore(&master.snapshot()).unwrap(), master);
+    // A snapshot naming it is read the same way.
+    let mut hostile = master.clone();
+    hostile.namespaces.jobs.insert(1, DEFAULT.to_owned());
+    assert_eq!(Master::restore(&hostile.snapshot()).unwrap(), master);
+}
+
+#[test]
+fn namespaces_are_bounded() {
+    let mut master = Master::new();
+    let names: Vec<String> = (0..crate::limits::NAMESPACES_MAX)
+        .map(|n| format!("n{n}"))
+        .collect();
+    for name in &names {
+        master.namespaces.submitted(Some(name));
+    }
+    let new = submit_with(1, spec(1, b"x"), in_namespace(Some("one-more")));
+    assert_eq!(
+        master.decide(T, &new).unwrap_err().code,
+        codes::NAMESPACES_FULL
+    );
+    // A known one still takes jobs, and so does the default one only once
+    // it is known: it counts like any other.
+    let known = submit_with(2, spec(1, b"x"), in_namespace(Some("n7")));
+    assert!(master.decide(T, &known).is_ok());
+    let default = submit_with(3, spec(1, b"x"), in_namespace(None));
+    assert_eq!(
+        master.decide(T, &default).unwrap_err().code,
+        codes::NAMESPACES_FULL
+    );
+    // A journal past the bound adds no name.
+    master.namespaces.submitted(Some("from-a-journal"));
+    assert_eq!(
+        master.namespaces.totals.len(),
+        crate::limits::NAMESPACES_MAX
+    );
+}

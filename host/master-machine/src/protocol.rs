@@ -449,6 +449,9 @@ pub enum Code {
     /// a letter or digit, or a cluster-wide query asked within a namespace
     /// (see [`crate::namespaces`]).
     InvalidNamespace,
+    /// A job in a namespace new to the master, which keeps as many as it
+    /// may ([`NAMESPACES_MAX`](crate::limits::NAMESPACES_MAX)).
+    NamespacesFull,
     /// A code this build does not know.
     Other(String),
 }
@@ -495,6 +498,7 @@ impl Code {
         Code::BlobInUse,
         Code::BlobsFull,
         Code::InvalidNamespace,
+        Code::NamespacesFull,
     ];
 
     /// The code on the wire (stable).
@@ -539,6 +543,7 @@ impl Code {
             Code::BlobInUse => "blob_in_use",
             Code::BlobsFull => "blobs_full",
             Code::InvalidNamespace => "invalid_namespace",
+            Code::NamespacesFull => "namespaces_full",
             Code::Other(code) => code,
         }
     }
@@ -670,6 +675,8 @@ pub mod codes {
     pub const BLOBS_FULL: Code = Code::BlobsFull;
     /// [`Code::InvalidNamespace`].
     pub const INVALID_NAMESPACE: Code = Code::InvalidNamespace;
+    /// [`Code::NamespacesFull`].
+    pub const NAMESPACES_FULL: Code = Code::NamespacesFull;
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -1404,6 +1411,17 @@ pub struct Failure {
     pub code: String,
     /// Explanation.
     pub message: String,
+}
+
+impl From<Rejection> for Failure {
+    /// A refusal as a job's failure (an unknown job in
+    /// [`Answer::Finished`]).
+    fn from(rejection: Rejection) -> Self {
+        Failure {
+            code: rejection.code.as_str().to_owned(),
+            message: rejection.message,
+        }
+    }
 }
 
 /// Input to [`decide`](crate::Master::decide).

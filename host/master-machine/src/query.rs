@@ -181,10 +181,7 @@ impl Master {
                     finished.push(Finished {
                         id,
                         state: None,
-                        error: Some(Failure {
-                            code: unknown.code.as_str().to_string(),
-                            message: unknown.message,
-                        }),
+                        error: Some(Failure::from(unknown)),
                         output: None,
                         output_bytes: None,
                         outputs: Vec::new(),

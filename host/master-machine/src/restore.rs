@@ -296,7 +296,7 @@ impl Restoring {
             }
             Stage::Namespaces => {
                 let (namespaces, rest) = taken!(take(bytes));
-                self.master.namespaces = namespaces;
+                self.master.namespaces = crate::namespaces::bounded(namespaces);
                 Ok(Some((Stage::End, rest)))
             }
             Stage::End => return Ok(None),

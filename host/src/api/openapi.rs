@@ -588,6 +588,7 @@ fn operation(handler: Handler) -> Option<Doc> {
                 InvalidGrant,
                 InvalidJob,
                 InvalidNamespace,
+                NamespacesFull,
                 IdempotencyConflict,
                 QueueFull,
                 UniqueKeysFull,
@@ -644,7 +645,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("All or nothing: every job is checked as a submission, then the graph (names, cycles, parents that exist and have not failed; at most 10,000 jobs, 100 parents each). A job starts once all its parents succeeded and, unless `parent_outputs` is false, gets `{\"input\", \"parents\": [{\"id\", \"name\", \"output\", \"blobs\"}]}` as its input (`blobs`: the parent's output blobs, which it may read as `PARENT/OUTPUT`). A failure cancels the failed job's descendants (`skip_descendants`) or the whole DAG (`cancel_dag`).")
             .body::<DagRequest>(serde_json::json!({"jobs": [{"name": "fetch", "job": {"module": "ab".repeat(32), "input": "https://example.com"}}, {"name": "count", "job": {"module": "cd".repeat(32)}, "after": ["fetch"]}], "on_failure": "skip_descendants"}))
             .answers::<DagSubmitResponse>(202, "Accepted, durable: the DAG's id and its jobs' ids in order.")
-            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidNamespace, InvalidDag, QueueFull, OutcomeUnknown, BlobNotFound, ReplicationFailed, BlobStoreUnavailable]]),
+            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidNamespace, NamespacesFull, InvalidDag, QueueFull, OutcomeUnknown, BlobNotFound, ReplicationFailed, BlobStoreUnavailable]]),
         H::DagGet => doc("dags", "A DAG's status")
             .param("id", Path, integer(0, u64::MAX), "The DAG's id.")
             .answers::<DagResponse>(200, "Its state, counts per state, waiting jobs and every job with its parents.")

@@ -505,6 +505,40 @@ mod tests {
     }
 
     #[test]
+    fn a_confined_token_reaches_its_namespaces_jobs_dags_and_blobs_by_digest_only() {
+        let mut reached: Vec<String> = (ROUTES.iter())
+            .filter(|route| route.in_namespace)
+            .map(|route| format!("{} {}", route.verb.as_str(), route.path))
+            .collect();
+        reached.sort();
+        assert_eq!(
+            reached,
+            [
+                "DELETE /v1/jobs/{id}",
+                "GET /v1/blobs/{digest}",
+                "GET /v1/dags/{id}",
+                "GET /v1/jobs",
+                "GET /v1/jobs/{id}",
+                "GET /v1/jobs/{id}/input",
+                "GET /v1/jobs/{id}/result",
+                "GET /v1/namespaces",
+                "GET /v1/whoami",
+                "HEAD /v1/blobs/{digest}",
+                "POST /v1/dags",
+                "POST /v1/jobs",
+                "POST /v1/jobs/batch",
+                "POST /v1/jobs/bulk",
+                "POST /v1/jobs/wait",
+                "PUT /v1/blobs",
+            ]
+        );
+        // Every one needs a token: none is open or sealed.
+        for route in ROUTES.iter().filter(|route| route.in_namespace) {
+            assert!(matches!(route.access, Access::Token(_)), "{}", route.path);
+        }
+    }
+
+    #[test]
     fn scopes_of_routes() {
         let scope = |m: Method, path: &str| {
             let segments = segments(path);
