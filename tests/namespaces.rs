@@ -5,10 +5,16 @@
 //! no cluster-wide route; idempotency keys are per namespace; a
 //! cluster-wide token sees and filters every namespace; bad names get
 //! `invalid_namespace`; and all of it survives a kill -9 of the node.
+//! Quotas, set by a cluster-wide admin (API and CLI): past one a
+//! namespace's submission is `429 quota_exceeded` with `Retry-After` and
+//! no other namespace is held back; a namespace at its quota of running
+//! attempts leaves free slots to the others; quotas survive a kill -9.
 
 mod support;
 
-use cohort::client::types::{BulkRequest, DagJobRequest, DagRequest, JobFilterBody, SubmitRequest};
+use cohort::client::types::{
+    BulkRequest, DagJobRequest, DagRequest, JobFilterBody, QuotasBody, SubmitRequest,
+};
 use cohort::client::{ClientError, JobQuery, Node as Api};
 use cohort::security::key::generate;
 use std::collections::BTreeMap;
@@ -314,4 +320,228 @@ fn cohort_token_create(node: &Node, key: &Path, namespace: &str) -> std::process
         namespace,
     ];
     node.cli(&args, b"")
+}
+
+/// The jobs namespace `name` holds in `state`, as the node counts them.
+async fn held(api: &Api, name: &str, state: &str) -> u64 {
+    let list = api.namespaces().await.unwrap();
+    let namespace = list.namespaces.iter().find(|n| n.name == name);
+    namespace.map_or(0, |n| n.jobs.get(state).copied().unwrap_or(0))
+}
+
+#[test]
+fn quotas_refuse_past_their_bound_hold_back_running_attempts_and_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, generate()).unwrap();
+    let mut node = secure(&dir, &key);
+    let admin = support::token_with(&node.url, &key, "admin", &[]);
+    let team_a = support::token_with(&node.url, &key, "admin", &["--namespace", "team-a"]);
+    let rt = runtime();
+    // Quotas are the cluster's to give: a team's admin cannot set its own.
+    let (status, code, _) = refusal(rt.block_on(async {
+        let quotas = QuotasBody {
+            waiting_max: Some(1000),
+            ..QuotasBody::default()
+        };
+        client(&node, &team_a).set_quotas("team-a", &quotas).await
+    }));
+    assert_eq!((status, code.as_str()), (403, "forbidden"));
+    // Bad quotas and names, refused by the node and by the CLI first.
+    rt.block_on(async {
+        let root = client(&node, &admin);
+        let zero = QuotasBody {
+            running_max: Some(0),
+            ..QuotasBody::default()
+        };
+        let (status, code, message) = refusal(root.set_quotas("team-a", &zero).await);
+        assert_eq!((status, code.as_str()), (422, "invalid_quota"), "{message}");
+        assert!(message.contains("running_max"), "{message}");
+        let fine = QuotasBody {
+            running_max: Some(1),
+            ..QuotasBody::default()
+        };
+        let (status, code, _) = refusal(root.set_quotas("Team_A", &fine).await);
+        assert_eq!((status, code.as_str()), (422, "invalid_namespace"));
+    });
+    let with_token = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--token", admin.as_str()]);
+        node.cli(&all, b"")
+    };
+    let absurd = with_token(&[
+        "quota",
+        "set",
+        "team-a",
+        "--submissions-per-second",
+        "9999999",
+    ]);
+    assert!(!absurd.status.success());
+    assert!(String::from_utf8_lossy(&absurd.stderr).contains("submissions_per_second"));
+    // Team a may hold two jobs waiting; team b may run one attempt.
+    let set = with_token(&["quota", "set", "team-a", "--waiting-max", "2"]);
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&set.stdout).trim(),
+        "namespace team-a: waiting<=2"
+    );
+    let set = with_token(&["quota", "set", "team-b", "--running-max", "1"]);
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    rt.block_on(async {
+        let root = client(&node, &admin);
+        let a = client(&node, &team_a);
+        let spin = upload(&root, "fixture_spin").await;
+        a.submit(&waiting(&spin, "a1")).await.unwrap();
+        a.submit(&waiting(&spin, "a2")).await.unwrap();
+        let refused = a.submit(&waiting(&spin, "a3")).await;
+        let Err(ClientError::Api {
+            status,
+            code,
+            message,
+            retry_after,
+            ..
+        }) = refused
+        else {
+            panic!("a refusal, not {refused:?}");
+        };
+        assert_eq!(
+            (status, code.as_str()),
+            (429, "quota_exceeded"),
+            "{message}"
+        );
+        assert!(message.contains("team-a"), "{message}");
+        assert!(retry_after.is_some(), "429 carries Retry-After");
+        // The default namespace and another one are not held back.
+        root.submit(&waiting(&spin, "d1")).await.unwrap();
+        let elsewhere = SubmitRequest {
+            namespace: Some("team-c".into()),
+            ..waiting(&spin, "c1")
+        };
+        root.submit(&elsewhere).await.unwrap();
+        // Team b's three attempts run one at a time (each times out after
+        // a while), though the node has slots for more: a job of another
+        // namespace submitted after them starts meanwhile.
+        let sleeper = || SubmitRequest {
+            namespace: Some("team-b".into()),
+            timeout_ms: Some(1500),
+            max_attempts: Some(1),
+            ..support::job(&spin, "sleep")
+        };
+        let mut b_jobs = Vec::new();
+        for _ in 0..3 {
+            b_jobs.push(root.submit(&sleeper()).await.unwrap().id);
+        }
+        support::eventually_async("team b running one", support::SETTLE, || async {
+            match (
+                held(&root, "team-b", "running").await,
+                held(&root, "team-b", "queued").await,
+            ) {
+                (1, 2) => Ok(()),
+                other => Err(format!("(running, queued) {other:?}")),
+            }
+        })
+        .await;
+        let other = root
+            .submit(&SubmitRequest {
+                timeout_ms: Some(1500),
+                max_attempts: Some(1),
+                ..support::job(&spin, "sleep")
+            })
+            .await
+            .unwrap()
+            .id;
+        support::eventually_async(
+            "another namespace's job running",
+            support::SETTLE,
+            || async {
+                let job = root.job(other, 0).await.unwrap();
+                let b_running = held(&root, "team-b", "running").await;
+                assert!(b_running <= 1, "team b runs {b_running} attempts");
+                match job.state.as_str() {
+                    "queued" => Err("queued".to_owned()),
+                    _ => Ok(()),
+                }
+            },
+        )
+        .await;
+        // All of team b's jobs end, never two running at once.
+        support::eventually_async("team b's jobs ended", support::SETTLE, || async {
+            let running = held(&root, "team-b", "running").await;
+            assert!(running <= 1, "team b runs {running} attempts");
+            match (running, held(&root, "team-b", "queued").await) {
+                (0, 0) => Ok(()),
+                other => Err(format!("(running, queued) {other:?}")),
+            }
+        })
+        .await;
+        let starts: Vec<(u64, u64)> = {
+            let mut starts = Vec::new();
+            for id in &b_jobs {
+                let job = root.job(*id, 0).await.unwrap();
+                let attempt = &job.attempts[0];
+                starts.push((
+                    attempt.started_at,
+                    attempt.started_at + attempt.duration_ms.unwrap(),
+                ));
+            }
+            starts
+        };
+        for pair in starts.windows(2) {
+            assert!(pair[1].0 >= pair[0].1, "attempts overlapped: {starts:?}");
+        }
+    });
+    // The quotas are journaled: after a kill -9 they are listed and hold.
+    node.kill();
+    node = secure(&dir, &key);
+    rt.block_on(async {
+        let root = client(&node, &admin);
+        let list = support::retrying(std::time::Instant::now(), || root.namespaces()).await;
+        let quotas: Vec<(String, QuotasBody)> = (list.namespaces.iter())
+            .filter(|n| n.quotas != QuotasBody::default())
+            .map(|n| (n.name.clone(), n.quotas))
+            .collect();
+        let expected = [
+            (
+                "team-a".to_owned(),
+                QuotasBody {
+                    waiting_max: Some(2),
+                    ..QuotasBody::default()
+                },
+            ),
+            (
+                "team-b".to_owned(),
+                QuotasBody {
+                    running_max: Some(1),
+                    ..QuotasBody::default()
+                },
+            ),
+        ];
+        assert_eq!(quotas, expected);
+        let a = client(&node, &team_a);
+        let spin = upload(&root, "fixture_spin").await;
+        let (status, code, _) = refusal(a.submit(&waiting(&spin, "a3")).await);
+        assert_eq!((status, code.as_str()), (429, "quota_exceeded"));
+        // Cleared, the namespace submits again.
+        let clear = node.cli(&["quota", "clear", "team-a", "--token", &admin], b"");
+        assert!(
+            clear.status.success(),
+            "{}",
+            String::from_utf8_lossy(&clear.stderr)
+        );
+        a.submit(&waiting(&spin, "a3")).await.unwrap();
+        let metrics = support::metrics(&root).await;
+        assert!(
+            metrics
+                .contains("cohort_namespace_quota{namespace=\"team-b\",quota=\"running_max\"} 1"),
+            "{metrics}"
+        );
+    });
 }

@@ -866,6 +866,7 @@ impl Api {
             Handler::Events => Err(ApiError::new(ErrorCode::Internal, "a streamed route")),
             Handler::Whoami => Ok(self.whoami(&parts.headers, holder)),
             Handler::Namespaces => self.namespaces(within).await,
+            Handler::NamespaceQuotas => self.namespace_quotas(param, parse_json(&body)?).await,
             Handler::Cluster => self.cluster().await,
             Handler::VoterRemove => self.remove_voter(param).await,
             Handler::MasterBuild => self.master_build().await,

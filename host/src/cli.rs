@@ -6,6 +6,7 @@
 
 pub mod blobs;
 pub mod deployments;
+pub mod quotas;
 pub mod secrets;
 
 use crate::api::types::*;
@@ -732,8 +733,8 @@ pub async fn bulk(args: BulkArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `cohort namespaces`: each namespace's jobs by state and what its
-/// attempts cost.
+/// `cohort namespaces`: each namespace's jobs by state, what its
+/// attempts cost, the result bytes it keeps and its quotas.
 pub async fn namespaces(args: ServerArg) -> ExitCode {
     let client = match args.client() {
         Ok(client) => client,
@@ -751,8 +752,15 @@ pub async fn namespaces(args: ServerArg) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     println!(
-        "{:<20} {:>8} {:>8} {:>10} {:>10} {:>14} {:>14}",
-        "NAMESPACE", "QUEUED", "RUNNING", "FINISHED", "SUBMITTED", "CPU (s)", "OUTBOUND (B)"
+        "{:<20} {:>8} {:>8} {:>10} {:>10} {:>14} {:>14} {:>14}  QUOTAS",
+        "NAMESPACE",
+        "QUEUED",
+        "RUNNING",
+        "FINISHED",
+        "SUBMITTED",
+        "CPU (s)",
+        "OUTBOUND (B)",
+        "RESULTS (B)"
     );
     for namespace in list.namespaces {
         let count = |state: &str| namespace.jobs.get(state).copied().unwrap_or(0);
@@ -761,14 +769,16 @@ pub async fn namespaces(args: ServerArg) -> ExitCode {
             .iter()
             .sum();
         println!(
-            "{:<20} {:>8} {:>8} {:>10} {:>10} {:>14.3} {:>14}",
+            "{:<20} {:>8} {:>8} {:>10} {:>10} {:>14.3} {:>14} {:>14}  {}",
             namespace.name,
             count("queued"),
             count("running"),
             finished,
             namespace.submitted_total,
             namespace.cpu_us as f64 / 1e6,
-            namespace.egress_bytes
+            namespace.egress_bytes,
+            namespace.result_bytes,
+            quotas::describe(&namespace.quotas)
         );
     }
     ExitCode::SUCCESS

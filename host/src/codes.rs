@@ -199,6 +199,10 @@ error_codes! {
     /// A namespace name that is not 1 to 63 of `a-z 0-9 -` starting with a
     /// letter or digit.
     InvalidNamespace = "invalid_namespace", UNPROCESSABLE_ENTITY, false;
+    /// A quota that is 0 or past its bound (jobs waiting or running at
+    /// most 1,000,000,000, submissions a second 1,000,000, result bytes
+    /// 1 PiB).
+    InvalidQuota = "invalid_quota", UNPROCESSABLE_ENTITY, false;
     /// A grant that is no `scheme://host[:port][/path]` pattern of http or
     /// https, or methods that are no HTTP methods.
     InvalidGrant = "invalid_grant", UNPROCESSABLE_ENTITY, false;
@@ -216,6 +220,9 @@ error_codes! {
     InvalidDag = "invalid_dag", UNPROCESSABLE_ENTITY, false;
     /// The job queue is at its bound.
     QueueFull = "queue_full", TOO_MANY_REQUESTS, true;
+    /// The namespace is at one of its quotas (jobs waiting, submissions a
+    /// second, result bytes kept); retry after `Retry-After`.
+    QuotaExceeded = "quota_exceeded", TOO_MANY_REQUESTS, true;
     /// The master holds its most uniqueness keys; they free up as their
     /// windows end.
     UniqueKeysFull = "unique_keys_full", TOO_MANY_REQUESTS, true;

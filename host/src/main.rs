@@ -56,7 +56,7 @@ enum Command {
     Bulk(cohort::cli::BulkArgs),
     /// Show the cluster: nodes, the master, workers.
     Cluster(cohort::cli::ClusterArgs),
-    /// Each namespace's jobs and what they cost.
+    /// Each namespace's jobs, what they cost and its quotas.
     Namespaces(cohort::cli::ServerArg),
     /// Create, list, pause, resume, delete and backfill schedules.
     Schedule(cohort::cli::ScheduleArgs),
@@ -87,6 +87,10 @@ enum Command {
     /// Set, list or delete the secrets grants' headers name.
     #[command(subcommand)]
     Secret(cohort::cli::secrets::SecretCommand),
+    /// Set or clear a namespace's quotas: most jobs waiting and running,
+    /// submissions a second, result bytes kept.
+    #[command(subcommand)]
+    Quota(cohort::cli::quotas::QuotaCommand),
     /// Upload, download or list blobs: large data, streamed, named by its
     /// sha256.
     #[command(subcommand)]
@@ -180,6 +184,7 @@ fn main() -> ExitCode {
             Command::Grant(args) => cohort::cli::deployments::grant(args).await,
             Command::Revoke(args) => cohort::cli::deployments::revoke(args).await,
             Command::Secret(command) => cohort::cli::secrets::secret(command).await,
+            Command::Quota(command) => cohort::cli::quotas::quota(command).await,
             Command::Blob(command) => cohort::cli::blobs::blob(command).await,
         }
     });

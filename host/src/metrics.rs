@@ -337,6 +337,8 @@ fn register_namespaces(registry: &mut Registry, namespaces: &[NamespaceView]) {
     let metered = Family::<Labels, Counter<u64, AtomicU64>>::default();
     let cpu = Family::<Labels, Counter<f64, AtomicU64>>::default();
     let egress = Family::<Labels, Counter<u64, AtomicU64>>::default();
+    let result_bytes = Family::<Labels, Gauge>::default();
+    let quotas = Family::<Labels, Gauge>::default();
     for view in namespaces {
         let name = || vec![("namespace".to_string(), view.name.clone())];
         for state in JobState::ALL {
@@ -355,6 +357,25 @@ fn register_namespaces(registry: &mut Registry, namespaces: &[NamespaceView]) {
         cpu.get_or_create(&name())
             .inc_by(totals.cpu_us as f64 / 1e6);
         egress.get_or_create(&name()).inc_by(totals.egress_bytes);
+        let kept = i64::try_from(view.result_bytes).unwrap_or(i64::MAX);
+        result_bytes.get_or_create(&name()).set(kept);
+        let set = [
+            ("waiting_max", view.quotas.waiting_max),
+            ("running_max", view.quotas.running_max.map(u64::from)),
+            (
+                "submissions_per_second",
+                view.quotas.submissions_per_second.map(u64::from),
+            ),
+            ("result_bytes_max", view.quotas.result_bytes_max),
+        ];
+        for (quota, value) in set {
+            if let Some(value) = value {
+                let mut labels = name();
+                labels.push(("quota".into(), quota.into()));
+                let value = i64::try_from(value).unwrap_or(i64::MAX);
+                quotas.get_or_create(&labels).set(value);
+            }
+        }
     }
     registry.register(
         "namespace_jobs",
@@ -380,6 +401,16 @@ fn register_namespaces(registry: &mut Registry, namespaces: &[NamespaceView]) {
         "namespace_egress_bytes",
         "Outbound body bytes of each namespace's attempts, both ways, cluster-wide",
         egress,
+    );
+    registry.register(
+        "namespace_result_bytes",
+        "Bytes of results each namespace's held jobs keep",
+        result_bytes,
+    );
+    registry.register(
+        "namespace_quota",
+        "Each namespace's quotas, by quota (only those set)",
+        quotas,
     );
 }
 

@@ -694,6 +694,18 @@ impl Node {
     pub async fn namespaces(&self) -> Result<NamespaceListResponse, ClientError> {
         self.json(Method::GET, "/v1/namespaces", None).await
     }
+
+    /// Sets namespace `name`'s quotas, all four at once (an admin token
+    /// that is not confined to a namespace; `QuotasBody::default()`: none).
+    pub async fn set_quotas(
+        &self,
+        name: &str,
+        quotas: &QuotasBody,
+    ) -> Result<QuotasResponse, ClientError> {
+        let path = format!("/v1/namespaces/{name}/quotas");
+        let body = serde_json::to_vec(quotas).expect("quotas serialize");
+        self.json(Method::POST, &path, Some(body)).await
+    }
 }
 
 /// Which page of `GET /v1/jobs` to ask for.

@@ -932,6 +932,53 @@ pub struct NamespaceBody {
     pub cpu_us: u64,
     /// Their outbound body bytes, both ways.
     pub egress_bytes: u64,
+    /// The bytes of results its held jobs keep (inline outputs and output
+    /// blobs).
+    #[serde(default)]
+    pub result_bytes: u64,
+    /// Its quotas (none set: `{}`).
+    #[serde(default)]
+    pub quotas: QuotasBody,
+}
+
+/// A namespace's quotas: each one left out is no quota. `PUT
+/// /v1/namespaces/{name}/quotas` sets all four at once (`{}`: none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct QuotasBody {
+    /// Most jobs waiting (queued, backing off or waiting for parents); a
+    /// submission past it is `429 quota_exceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1_000_000_000))]
+    pub waiting_max: Option<u64>,
+    /// Most attempts running at once; more wait in line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1_000_000_000))]
+    pub running_max: Option<u32>,
+    /// Most jobs submitted a second (a bucket of one second's worth); past
+    /// it, `429 quota_exceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1_000_000))]
+    pub submissions_per_second: Option<u32>,
+    /// Most bytes of results its held jobs keep; while they keep as many,
+    /// a submission is `429 quota_exceeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 1_125_899_906_842_624_u64)
+    )]
+    pub result_bytes_max: Option<u64>,
+}
+
+/// `POST /v1/namespaces/{name}/quotas`: the quotas the namespace has now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QuotasResponse {
+    /// The namespace.
+    pub namespace: String,
+    /// Its quotas.
+    pub quotas: QuotasBody,
 }
 
 /// `GET /v1/overview`, and each `overview` event of `GET /v1/events`.

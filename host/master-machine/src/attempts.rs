@@ -353,7 +353,7 @@ impl Master {
             Outcome::Succeeded(_) | Outcome::Wrote(_) => {
                 let (result, outputs) = outcome.succeeded().expect("a success");
                 current.outcome = Some("succeeded".into());
-                self.index.result_bytes += result.len() as u64;
+                (self.index).add_results(self.namespaces.of(id), result.len() as u64, true);
                 job.result = Some(result.to_vec());
                 self.record_outputs(id, outputs, at);
                 self.settle(id, JobState::Succeeded, at, effects);
@@ -396,7 +396,8 @@ impl Master {
             job.seq = self.next_seq;
             self.next_seq += 1;
             let needs = self.keyed.needs(id, &job.spec);
-            (self.index).enqueue(ready_key(self.order, job, id), self.keyed.key(id), needs);
+            let (key, namespace) = (self.keyed.key(id), self.namespaces.of(id));
+            (self.index).enqueue(ready_key(self.order, job, id), key, needs, namespace);
             self.joined_line(id, at);
             effects.push(Effect::WorkAvailable);
         }

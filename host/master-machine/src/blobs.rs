@@ -365,8 +365,8 @@ impl Master {
         // Only a hostile journal submits an id twice; what the first held
         // is no longer counted.
         if let Some(replaced) = replaced {
-            self.index.result_bytes =
-                (self.index.result_bytes).saturating_sub(output_bytes(&replaced.outputs));
+            let namespace = self.namespaces.of(id);
+            (self.index).sub_results(namespace, output_bytes(&replaced.outputs));
             self.release_all(&replaced, at);
         }
     }
@@ -389,9 +389,9 @@ impl Master {
         for output in &before {
             self.registry.release(output.digest, at);
         }
-        let index = &mut self.index;
-        index.result_bytes = index.result_bytes.saturating_sub(output_bytes(&before));
-        index.result_bytes += output_bytes(outputs);
+        let (index, namespace) = (&mut self.index, self.namespaces.of(id));
+        index.sub_results(namespace, output_bytes(&before));
+        index.add_results(namespace, output_bytes(outputs), true);
         if job.is_empty() {
             self.blobs.remove(&id);
         }
@@ -400,8 +400,8 @@ impl Master {
     /// Forgets a purged job's blobs: they are named once fewer.
     pub(crate) fn forget_blobs(&mut self, id: JobId, at: Millis) {
         if let Some(job) = self.blobs.remove(&id) {
-            self.index.result_bytes =
-                (self.index.result_bytes).saturating_sub(output_bytes(&job.outputs));
+            let namespace = self.namespaces.of(id);
+            (self.index).sub_results(namespace, output_bytes(&job.outputs));
             self.release_all(&job, at);
         }
     }

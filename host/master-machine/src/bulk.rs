@@ -127,7 +127,8 @@ impl Master {
             self.dags.waiting.insert(id, unfinished);
         } else {
             let needs = self.keyed.needs(id, &job.spec);
-            (self.index).enqueue(ready_key(self.order, job, id), self.keyed.key(id), needs);
+            let (key, namespace) = (self.keyed.key(id), self.namespaces.of(id));
+            (self.index).enqueue(ready_key(self.order, job, id), key, needs, namespace);
             self.joined_line(id, at);
             effects.push(Effect::WorkAvailable);
         }

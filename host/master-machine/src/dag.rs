@@ -260,6 +260,7 @@ impl Master {
                 ),
             );
         }
+        self.check_quotas(now, dag_namespace(spec), n)?;
         Ok(self.dag_decision(now, spec))
     }
 
@@ -561,7 +562,8 @@ impl Master {
                 {
                     let needs = self.keyed.needs(child, &job.spec);
                     let place = ready_key(self.order, job, child);
-                    (self.index).enqueue(place, self.keyed.key(child), needs);
+                    let namespace = self.namespaces.of(child);
+                    (self.index).enqueue(place, self.keyed.key(child), needs, namespace);
                     self.joined_line(child, at);
                     effects.push(Effect::WorkAvailable);
                 }

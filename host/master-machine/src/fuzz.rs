@@ -255,6 +255,23 @@ fn labels() -> impl Strategy<Value = Vec<(String, String)>> {
     vec((key, value), 0..3)
 }
 
+fn quotas() -> impl Strategy<Value = Quotas> {
+    (
+        option::of(prop_oneof![n64(), 0..4u64]),
+        option::of(prop_oneof![n32(), 0..4u32]),
+        option::of(prop_oneof![n32(), 0..4u32]),
+        option::of(prop_oneof![n64(), 0..4096u64]),
+    )
+        .prop_map(
+            |(waiting_max, running_max, submissions_per_second, result_bytes_max)| Quotas {
+                waiting_max,
+                running_max,
+                submissions_per_second,
+                result_bytes_max,
+            },
+        )
+}
+
 fn worker_pool() -> impl Strategy<Value = WorkerPool> {
     (labels(), option::of(n64())).prop_map(|(labels, memory_max)| WorkerPool { labels, memory_max })
 }
@@ -574,6 +591,8 @@ fn command() -> impl Strategy<Value = Command> {
         2 => (text(), vec((n64(), n32()), 0..4))
             .prop_map(|(worker, attempts)| Command::Renew { worker, attempts }),
         2 => Just(Command::Tick),
+        1 => (namespace(), quotas())
+            .prop_map(|(namespace, quotas)| Command::SetQuotas { namespace, quotas }),
         1 => token().prop_map(Command::CreateToken),
         1 => text().prop_map(|id| Command::RevokeToken { id }),
         1 => (bulk_action(), job_filter())
@@ -723,6 +742,8 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         (text(), holds()).prop_map(|(worker, holds)| EventKind::WorkerHolds { worker, holds }),
         vec((n64(), n32(), n64()), 0..4).prop_map(|leases| EventKind::Renewed { leases }),
         (text(), worker_pool()).prop_map(|(worker, pool)| EventKind::WorkerPool { worker, pool }),
+        (namespace(), quotas())
+            .prop_map(|(namespace, quotas)| EventKind::QuotasSet { namespace, quotas }),
     ]
 }
 
@@ -1051,17 +1072,25 @@ fn answer() -> impl Strategy<Value = Answer> {
             (
                 namespace(),
                 any::<[u64; JobState::COUNT]>(),
-                any::<[u64; 4]>()
+                any::<[u64; 4]>(),
+                (quotas(), any::<u64>()),
             ),
             0..3
         )
         .prop_map(|views| Answer::Namespaces(
             (views.into_iter())
                 .map(
-                    |(name, jobs, [submitted, attempts_metered, cpu_us, egress_bytes])| {
+                    |(
+                        name,
+                        jobs,
+                        [submitted, attempts_metered, cpu_us, egress_bytes],
+                        (quotas, result_bytes),
+                    )| {
                         NamespaceView {
                             name,
                             jobs,
+                            quotas,
+                            result_bytes,
                             totals: crate::namespaces::NamespaceTotals {
                                 submitted,
                                 attempts_metered,
@@ -1153,6 +1182,7 @@ fn garbage() -> impl Strategy<Value = Vec<u8>> {
         2 => Just(FORMAT_VERSION_11),
         2 => Just(FORMAT_VERSION_12),
         2 => Just(FORMAT_VERSION_13),
+        2 => Just(FORMAT_VERSION_14),
         4 => Just(crate::master::SNAPSHOT_VERSION),
         1 => any::<u8>(),
     ];
@@ -1388,12 +1418,13 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // DAGs: the next id (1) and four maps (0 each), deployments: two
     // maps (0 each), egress: four maps (0 each), recorded calls (0),
     // readable secrets (0), blobs (0), blobs kept (0), the locality:
-    // two maps and two counters (0 each), the pools (0) and the
-    // namespaces: their jobs and their totals (0 each).
+    // two maps and two counters (0 each), the pools (0), the
+    // namespaces: their jobs and their totals (0 each), and the quotas:
+    // quotas and buckets (0 each).
     let tail = [
         [0; 11].as_slice(),
         &[
-            1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         ],
     ]
     .concat();

@@ -8,11 +8,14 @@
 //! ordered ([`Order`]) is a property of the master build, which is why two
 //! builds that differ only there can read each other's snapshots.
 //!
-//! Invariant: the common line `ready` and the lines of `needs_ready` hold
+//! Invariant: the common line `ready` and the other [`Line`]s hold
 //! together every runnable job without a key limit and exactly the first
-//! of each limited key's line, each in `needs_ready` under its needs if it
-//! has any (see `pools`), in `ready` if not; a job that waits for DAG
-//! parents or a backoff is in no line. This module does not decide which
+//! of each limited key's line, each in the line of its namespace and needs
+//! (see `pools`) if it has either, in `ready` if not (the default
+//! namespace's jobs that need nothing of a worker); a job that waits for
+//! DAG parents or a backoff is in no line. A line per namespace lets a
+//! poll pass over a namespace at its quota of running attempts without
+//! walking its jobs (see `quotas`). This module does not decide which
 //! ready job may start (see `keys`).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,13 +45,27 @@ pub enum Order {
 /// A runnable job's place in line: (-priority, seq, id).
 pub(crate) type Place = (i64, u64, JobId);
 
+/// A line of runnable jobs other than the common one: the jobs of one
+/// namespace (`None`: the default one) with the same needs (`None`:
+/// none).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Line {
+    pub(crate) namespace: Option<String>,
+    pub(crate) needs: Option<Needs>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Index {
     /// Runnable jobs without a key limit, and the first in line of each
-    /// limited key, that need nothing of a worker.
+    /// limited key, of the default namespace that need nothing of a
+    /// worker.
     pub(crate) ready: BTreeSet<Place>,
-    /// The same for jobs with needs, per needs (see `pools`).
-    pub(crate) needs_ready: BTreeMap<Needs, BTreeSet<Place>>,
+    /// The same for the jobs of other namespaces or with needs, per
+    /// namespace and needs (see `pools`, `quotas`).
+    pub(crate) lines: BTreeMap<Line, BTreeSet<Place>>,
+    /// The namespace of every runnable job of a namespace other than the
+    /// default one (in a line or waiting in its key's).
+    pub(crate) namespace_of: BTreeMap<JobId, String>,
     /// The needs of every runnable job that has any (in a line of
     /// `needs_ready` or waiting in its key's).
     pub(crate) needs_of: BTreeMap<JobId, Needs>,
@@ -78,6 +95,12 @@ pub(crate) struct Index {
     pub(crate) done_keys: Vec<(JobId, String)>,
     pub(crate) counts: [u64; JobState::COUNT],
     pub(crate) result_bytes: u64,
+    /// Result bytes kept per namespace but the default one (whose are the
+    /// cluster's less these).
+    pub(crate) namespace_result_bytes: BTreeMap<String, u64>,
+    /// Finished jobs' result bytes read from a snapshot before the
+    /// namespaces that come after them (empty once the index is built).
+    pub(crate) done_results: Vec<(JobId, u64)>,
     /// Jobs held per module.
     pub(crate) modules: BTreeMap<Digest, u64>,
     /// The schedule that fired each unfinished job a schedule fired.
@@ -95,13 +118,27 @@ impl Index {
             self.done_keys.push((id, key.clone()));
         }
         self.finished.insert((job.finished_at.unwrap_or(0), id));
-        self.result_bytes += job.result.as_ref().map_or(0, |r| r.len() as u64);
+        let bytes = job.result.as_ref().map_or(0, |r| r.len() as u64);
+        self.result_bytes += bytes;
+        // Counted per namespace once the namespaces are known.
+        if bytes > 0 {
+            self.done_results.push((id, bytes));
+        }
     }
 
-    /// Puts a runnable job that needs `needs` in line: in
-    /// [`ready`](Self::ready) or its needs' line, or in its key's line
-    /// (and in one of those if it is now that line's first).
-    pub(crate) fn enqueue(&mut self, place: Place, key: Option<&str>, needs: Option<Needs>) {
+    /// Puts a runnable job of `namespace` that needs `needs` in line: in
+    /// [`ready`](Self::ready) or its [`Line`], or in its key's line (and in
+    /// one of those if it is now that line's first).
+    pub(crate) fn enqueue(
+        &mut self,
+        place: Place,
+        key: Option<&str>,
+        needs: Option<Needs>,
+        namespace: Option<&str>,
+    ) {
+        if let Some(name) = namespace {
+            self.namespace_of.insert(place.2, name.to_owned());
+        }
         if let Some(needs) = needs {
             *self.needs_count.entry(needs.clone()).or_default() += 1;
             self.needs_of.insert(place.2, needs);
@@ -139,6 +176,7 @@ impl Index {
         } else {
             self.line_out(place);
         }
+        self.namespace_of.remove(&place.2);
         if let Some(needs) = self.needs_of.remove(&place.2)
             && let Some(count) = self.needs_count.get_mut(&needs)
         {
@@ -149,26 +187,37 @@ impl Index {
         }
     }
 
-    /// Puts `place` in the line of its job's needs (or the common one).
+    /// The line of `place`'s job: `None` for the common one.
+    fn line_of(&self, place: Place) -> Option<Line> {
+        let namespace = self.namespace_of.get(&place.2);
+        let needs = self.needs_of.get(&place.2);
+        (namespace.is_some() || needs.is_some()).then(|| Line {
+            namespace: namespace.cloned(),
+            needs: needs.cloned(),
+        })
+    }
+
+    /// Puts `place` in the line of its job's namespace and needs (or the
+    /// common one).
     fn line_up(&mut self, place: Place) {
-        match self.needs_of.get(&place.2) {
+        match self.line_of(place) {
             None => self.ready.insert(place),
-            Some(needs) => (self.needs_ready.entry(needs.clone()).or_default()).insert(place),
+            Some(line) => self.lines.entry(line).or_default().insert(place),
         };
     }
 
-    /// Takes `place` out of the line of its job's needs (or the common
-    /// one); whether it was there.
+    /// Takes `place` out of the line of its job's namespace and needs (or
+    /// the common one); whether it was there.
     fn line_out(&mut self, place: Place) -> bool {
-        let Some(needs) = self.needs_of.get(&place.2) else {
+        let Some(key) = self.line_of(place) else {
             return self.ready.remove(&place);
         };
-        let Some(line) = self.needs_ready.get_mut(needs) else {
+        let Some(line) = self.lines.get_mut(&key) else {
             return false;
         };
         let was = line.remove(&place);
         if line.is_empty() {
-            self.needs_ready.remove(needs);
+            self.lines.remove(&key);
         }
         was
     }
@@ -177,7 +226,8 @@ impl Index {
     fn clear_lines(&mut self) {
         self.ready.clear();
         self.key_ready.clear();
-        self.needs_ready.clear();
+        self.lines.clear();
+        self.namespace_of.clear();
         self.needs_of.clear();
         self.needs_count.clear();
     }
@@ -195,7 +245,8 @@ impl Master {
                 && !self.dags.waiting.contains_key(&id)
             {
                 let needs = self.keyed.needs(id, &job.spec);
-                (self.index).enqueue(ready_key(order, job, id), self.keyed.key(id), needs);
+                let (key, namespace) = (self.keyed.key(id), self.namespaces.of(id));
+                (self.index).enqueue(ready_key(order, job, id), key, needs, namespace);
             }
         }
         self
@@ -261,6 +312,13 @@ impl Master {
             ..done_index
         };
         index.result_bytes += output_bytes;
+        for (id, bytes) in std::mem::take(&mut index.done_results) {
+            index.add_results(self.namespaces.of(id), bytes, false);
+        }
+        for (id, blobs) in &self.blobs {
+            let bytes = crate::blobs::output_bytes(&blobs.outputs);
+            index.add_results(self.namespaces.of(*id), bytes, false);
+        }
         for (id, name) in &self.namespaces.jobs {
             let state = match (self.jobs.get(id), self.done.get(id)) {
                 (Some(job), _) => job.state,
@@ -291,7 +349,8 @@ impl Master {
                     }
                     None => {
                         let needs = self.keyed.needs(id, &job.spec);
-                        index.enqueue(ready_key(self.order, job, id), self.keyed.key(id), needs)
+                        let (key, namespace) = (self.keyed.key(id), self.namespaces.of(id));
+                        index.enqueue(ready_key(self.order, job, id), key, needs, namespace)
                     }
                 },
                 JobState::Running => {
@@ -368,6 +427,58 @@ impl Index {
         counts[state as usize] = counts[state as usize].saturating_sub(1);
         if counts.iter().all(|&n| n == 0) {
             self.namespace_counts.remove(name);
+        }
+    }
+
+    /// How many jobs of `namespace` (`None`: the default one) are in
+    /// `state`; the default one's cost a look at every other namespace.
+    pub(crate) fn in_state(&self, namespace: Option<&str>, state: JobState) -> u64 {
+        match namespace {
+            Some(name) => self
+                .namespace_counts
+                .get(name)
+                .map_or(0, |c| c[state as usize]),
+            None => (self.namespace_counts.values()).fold(self.counts[state as usize], |n, c| {
+                n.saturating_sub(c[state as usize])
+            }),
+        }
+    }
+
+    /// Counts `bytes` more of results kept by a job of `namespace`, in the
+    /// cluster's total too when `total`.
+    pub(crate) fn add_results(&mut self, namespace: Option<&str>, bytes: u64, total: bool) {
+        if total {
+            self.result_bytes += bytes;
+        }
+        if let Some(name) = namespace
+            && bytes > 0
+        {
+            *self
+                .namespace_result_bytes
+                .entry(name.to_owned())
+                .or_default() += bytes;
+        }
+    }
+
+    /// Counts `bytes` of results a job of `namespace` kept out.
+    pub(crate) fn sub_results(&mut self, namespace: Option<&str>, bytes: u64) {
+        self.result_bytes = self.result_bytes.saturating_sub(bytes);
+        let Some(name) = namespace else { return };
+        if let Some(kept) = self.namespace_result_bytes.get_mut(name) {
+            *kept = kept.saturating_sub(bytes);
+            if *kept == 0 {
+                self.namespace_result_bytes.remove(name);
+            }
+        }
+    }
+
+    /// The bytes of results the jobs of `namespace` (`None`: the default
+    /// one) keep.
+    pub(crate) fn result_bytes_in(&self, namespace: Option<&str>) -> u64 {
+        match namespace {
+            Some(name) => self.namespace_result_bytes.get(name).copied().unwrap_or(0),
+            None => (self.namespace_result_bytes.values())
+                .fold(self.result_bytes, |n, bytes| n.saturating_sub(*bytes)),
         }
     }
 }

@@ -47,6 +47,7 @@ impl Master {
         if let Some(id) = self.idempotent_job(spec, options)? {
             return answered(id, true);
         }
+        self.check_quotas(now, options.namespace.as_deref(), 1)?;
         validate_options(options)?;
         self.check_narrowed(options)?;
         self.check_input_blob(options)?;
@@ -186,7 +187,8 @@ impl Master {
             self.hold_unique(&key, id, at.saturating_add(unique.window_ms), at);
         }
         let needs = self.keyed.needs(id, &job.spec);
-        (self.index).enqueue(ready_key(self.order, &job, id), self.keyed.key(id), needs);
+        let place = ready_key(self.order, &job, id);
+        (self.index).enqueue(place, self.keyed.key(id), needs, namespace);
         self.joined_line(id, at);
         if let Some(key) = &job.spec.idempotency_key {
             let scoped = (namespace.map(str::to_owned), key.clone());
@@ -195,6 +197,7 @@ impl Master {
         self.index.counts[JobState::Queued as usize] += 1;
         (self.index).count_in(namespace, JobState::Queued);
         self.namespaces.submitted(namespace);
+        self.quotas.draw(namespace, at);
         *self.index.modules.entry(job.spec.module).or_default() += 1;
         // An id is never submitted twice but by a hostile journal, whose
         // second copy replaces the first (finished or not) on every replica.
@@ -313,7 +316,8 @@ impl Master {
             self.index
                 .finished
                 .remove(&(job.finished_at.unwrap_or(0), id));
-            self.index.result_bytes -= job.result.as_ref().map_or(0, |r| r.len() as u64);
+            let bytes = job.result.as_ref().map_or(0, |r| r.len() as u64);
+            (self.index).sub_results(self.namespaces.of(id), bytes);
             self.forget_blobs(id, at);
             if let Some(key) = &job.spec.idempotency_key {
                 let namespace = self.namespaces.of(id).map(str::to_owned);

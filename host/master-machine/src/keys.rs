@@ -64,23 +64,28 @@ impl Keyed {
 impl Master {
     /// Up to `free` ready jobs that may start at `now` on a worker with
     /// `pool`, in line: only jobs whose needs the pool fits (see
-    /// `pools`), and a limited key's jobs only while the key is under its
-    /// limits, counting the starts this decision makes. A key whose first
-    /// job may not start is passed over whole, so a poll looks at no more
-    /// than one job per waiting key beyond those it starts, and never at a
-    /// job of a line its pool does not fit.
+    /// `pools`), only jobs of a namespace under its quota of running
+    /// attempts (see `quotas`), and a limited key's jobs only while the
+    /// key is under its limits, counting the starts this decision makes. A
+    /// key whose first job may not start is passed over whole, and so is
+    /// a namespace at its quota, so a poll looks at no more than one job
+    /// per waiting key and namespace beyond those it starts, and never at
+    /// a job of a line its pool does not fit.
     pub(crate) fn startable(&self, now: Millis, free: usize, pool: &WorkerPool) -> Vec<JobId> {
         let mut out = Vec::new();
         let mut lines = Lines::new(
-            std::iter::once(&self.index.ready).chain(
-                (self.index.needs_ready.iter())
-                    .filter(|(needs, _)| needs.fit(pool))
-                    .map(|(_, line)| line),
+            std::iter::once((None, &self.index.ready)).chain(
+                (self.index.lines.iter())
+                    .filter(|(line, _)| line.needs.as_ref().is_none_or(|needs| needs.fit(pool)))
+                    .filter(|(line, _)| self.has_room(line.namespace.as_deref(), 0))
+                    .map(|(line, places)| (line.namespace.as_deref(), places)),
             ),
         );
         // The next of a key's jobs, once the one before it was taken.
         let mut moved_up = BTreeSet::new();
         let mut started: BTreeMap<&str, u32> = BTreeMap::new();
+        // Attempts this decision starts per namespace with a running quota.
+        let mut running: BTreeMap<Option<&str>, u32> = BTreeMap::new();
         while out.len() < free {
             let place = match (lines.peek(), moved_up.first()) {
                 (Some(first), Some(up)) if up < &first => moved_up.pop_first(),
@@ -95,8 +100,21 @@ impl Master {
             if (self.index.needs_of.get(&id)).is_some_and(|needs| !needs.fit(pool)) {
                 continue;
             }
+            let namespace = self.index.namespace_of.get(&id).map(String::as_str);
+            let quota = self.quotas.running_max(namespace);
+            if quota.is_some() {
+                let count = running.get(&namespace).copied().unwrap_or(0);
+                if !self.has_room(namespace, count) {
+                    // Its other lines are passed over whole.
+                    lines.drop_namespace(namespace);
+                    continue;
+                }
+            }
             let Some(limit) = self.keyed.limit(id) else {
                 out.push(id);
+                if quota.is_some() {
+                    *running.entry(namespace).or_default() += 1;
+                }
                 continue;
             };
             let count = started.entry(limit.key.as_str()).or_default();
@@ -105,6 +123,9 @@ impl Master {
             }
             *count += 1;
             out.push(id);
+            if quota.is_some() {
+                *running.entry(namespace).or_default() += 1;
+            }
             // A journal is decoded, not trusted: a job replaced under its
             // id may name a key whose line is gone; it then moves no one up.
             let line = self.index.key_ready.get(&limit.key);
@@ -114,6 +135,17 @@ impl Master {
             }
         }
         out
+    }
+
+    /// Whether `namespace` may start one more attempt with `started` more
+    /// already started by the decision being made: under its quota of
+    /// running attempts, or without one.
+    fn has_room(&self, namespace: Option<&str>, started: u32) -> bool {
+        let Some(max) = self.quotas.running_max(namespace) else {
+            return true;
+        };
+        let running = self.index.in_state(namespace, JobState::Running);
+        running.saturating_add(u64::from(started)) < u64::from(max)
     }
 
     /// Whether one more attempt of `limit`'s key may start at `now`, with
@@ -190,24 +222,30 @@ impl Master {
 }
 
 /// Several lines of places walked as one, in order: a poll's merge of the
-/// common line and the needs' lines its pool fits (few: one per distinct
-/// needs of the jobs waiting).
+/// common line and the lines its pool fits of namespaces with room (one
+/// per namespace and distinct needs of the jobs waiting).
 struct Lines<'a> {
-    heads:
-        Vec<std::iter::Peekable<std::iter::Copied<std::collections::btree_set::Iter<'a, Place>>>>,
+    /// Each line's namespace and what is left of it.
+    heads: Vec<(Option<&'a str>, Head<'a>)>,
 }
 
+/// What is left of a line.
+type Head<'a> =
+    std::iter::Peekable<std::iter::Copied<std::collections::btree_set::Iter<'a, Place>>>;
+
 impl<'a> Lines<'a> {
-    fn new(lines: impl Iterator<Item = &'a BTreeSet<Place>>) -> Self {
+    fn new(lines: impl Iterator<Item = (Option<&'a str>, &'a BTreeSet<Place>)>) -> Self {
         Lines {
-            heads: lines.map(|line| line.iter().copied().peekable()).collect(),
+            heads: lines
+                .map(|(namespace, line)| (namespace, line.iter().copied().peekable()))
+                .collect(),
         }
     }
 
     /// The line whose next place comes first.
     fn first(&mut self) -> Option<usize> {
         let mut best: Option<(usize, Place)> = None;
-        for (at, head) in self.heads.iter_mut().enumerate() {
+        for (at, (_, head)) in self.heads.iter_mut().enumerate() {
             if let Some(&place) = head.peek()
                 && best.is_none_or(|(_, first)| place < first)
             {
@@ -219,11 +257,16 @@ impl<'a> Lines<'a> {
 
     fn peek(&mut self) -> Option<Place> {
         let at = self.first()?;
-        self.heads[at].peek().copied()
+        self.heads[at].1.peek().copied()
     }
 
     fn next(&mut self) -> Option<Place> {
         let at = self.first()?;
-        self.heads[at].next()
+        self.heads[at].1.next()
+    }
+
+    /// Walks no more of `namespace`'s lines.
+    fn drop_namespace(&mut self, namespace: Option<&str>) {
+        self.heads.retain(|(of, _)| *of != namespace);
     }
 }

@@ -37,6 +37,7 @@ pub mod namespaces;
 pub mod pools;
 pub mod protocol;
 mod query;
+pub mod quotas;
 mod requests;
 mod restore;
 mod scan;

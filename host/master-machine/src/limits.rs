@@ -57,6 +57,17 @@ pub const NAMESPACES_NAME_BYTES_MAX: usize = 63;
 /// Most namespaces the master keeps totals for (each a few dozen bytes);
 /// a job in a namespace beyond them is refused.
 pub const NAMESPACES_MAX: usize = 10_000;
+
+/// Largest quota of jobs waiting or attempts running a namespace may be
+/// given (see [`crate::quotas`]): past any queue a cluster holds.
+pub const QUOTA_JOBS_MAX: u64 = 1_000_000_000;
+
+/// Largest quota of submissions a second (see [`crate::quotas`]): far
+/// past what one master decides.
+pub const QUOTA_RATE_MAX: u64 = 1_000_000;
+
+/// Largest quota of result bytes kept (see [`crate::quotas`]): 1 PiB.
+pub const QUOTA_BYTES_MAX: u64 = 1 << 50;
 /// Largest `running_max` and `starts_per_second` a key limit may ask for.
 pub const KEY_LIMIT_MAX: u32 = 10_000;
 /// The window a key's `starts_per_second` counts starts in.

@@ -93,7 +93,7 @@
 //! [`crate::locality`] (what workers hold, and which poll a job waits
 //! for), [`crate::pools`] (which worker fits a job),
 //! [`crate::namespaces`] (whose a job is, and what a confined caller
-//! sees), `bulk`,
+//! sees), [`crate::quotas`] (how much one namespace may hold), `bulk`,
 //! `tokens`, `query` and `scan` (reads), `index` (what is rebuilt, not
 //! kept), `done` (finished jobs packed), `snapshot` and `restore`, and
 //! `validation` (what commands may ask for).
@@ -201,6 +201,9 @@ pub struct Master {
     /// The jobs of namespaces other than the default (see
     /// [`crate::namespaces`]); written after the pools in a snapshot.
     pub(crate) namespaces: crate::namespaces::Namespaces,
+    /// Namespaces' quotas (see [`crate::quotas`]); written after the
+    /// namespaces in a snapshot.
+    pub(crate) quotas: crate::quotas::QuotaBook,
     // Indexes, rebuilt from the jobs on restore (not in snapshots).
     pub(crate) index: Index,
     /// How runnable jobs are lined up: a property of the master build, not
@@ -264,6 +267,7 @@ impl Master {
             locality: Locality::default(),
             pools: Pools::default(),
             namespaces: Default::default(),
+            quotas: Default::default(),
             index: Index::default(),
             order: Order::default(),
         }
@@ -354,6 +358,9 @@ impl Master {
             ),
             Command::WorkerGone { worker } => self.decide_worker_gone(now, worker),
             Command::Renew { worker, attempts } => self.decide_renew(now, worker, attempts),
+            Command::SetQuotas { namespace, quotas } => {
+                self.decide_set_quotas(now, namespace, quotas)
+            }
             Command::Tick => self.decide_tick(now),
             Command::CreateToken(record) => self.decide_create_token(now, record),
             Command::RevokeToken { id } => self.decide_revoke_token(now, id),
@@ -535,6 +542,9 @@ impl Master {
             EventKind::WorkerHolds { worker, holds } => self.apply_worker_holds(worker, holds),
             EventKind::WorkerPool { worker, pool } => self.apply_worker_pool(worker, pool),
             EventKind::Renewed { leases } => self.apply_renewed(leases),
+            EventKind::QuotasSet { namespace, quotas } => {
+                self.apply_quotas_set(namespace, quotas, at)
+            }
         }
     }
 

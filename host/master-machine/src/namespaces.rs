@@ -160,6 +160,21 @@ impl Namespaces {
         }
     }
 
+    /// Whether the master knows the namespace the API names `name`, making
+    /// it known when there is room (a namespace given quotas before its
+    /// first job).
+    pub(crate) fn known(&mut self, name: &str) -> bool {
+        if self.totals.contains_key(name) {
+            return true;
+        }
+        if self.totals.len() >= NAMESPACES_MAX {
+            return false;
+        }
+        self.totals
+            .insert(name.to_owned(), NamespaceTotals::default());
+        true
+    }
+
     /// Whether a job may be submitted in `namespace`: refused when it is a
     /// new name and the master knows as many as it may.
     pub(crate) fn check_room(&self, namespace: Option<&str>) -> Result<(), Rejection> {
@@ -309,6 +324,9 @@ impl Master {
                         .unwrap_or_default(),
                 },
                 totals: *totals,
+                quotas: self.quotas.of(name),
+                result_bytes: (self.index)
+                    .result_bytes_in((name != DEFAULT).then_some(name.as_str())),
             })
             .collect()
     }

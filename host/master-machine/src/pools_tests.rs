@@ -215,7 +215,7 @@ fn a_flood_for_one_pool_does_not_hold_up_another() {
     let plain_pool = pool(&[], None);
     assert_eq!(run.poll(T + 1, "cpu", 1, &plain_pool), [plain]);
     // The flood is one line; a poll that fits no needs never walks it.
-    assert_eq!(run.master.index.needs_ready.len(), 1);
+    assert_eq!(run.master.index.lines.len(), 1);
     assert_eq!(run.master.index.needs_of.len(), gpu_only.len());
     assert!(run.master.index.ready.is_empty());
 }

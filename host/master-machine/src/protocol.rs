@@ -46,12 +46,14 @@
 //! [`Stats`] say which jobs no known worker can run; see
 //! [`crate::pools`]); 13, what attempts cost (`Finish` carries the
 //! attempt's [`Usage`], a last field, and so do `Finished`, which decodes
-//! from older bytes with none, and every [`Attempt`]); 14 (now),
+//! from older bytes with none, and every [`Attempt`]); 14,
 //! namespaces ([`JobOptions::namespace`], an eighth field of the options,
 //! and [`TokenRecord::namespace`], a last field of a token; see
-//! [`crate::namespaces`]). Events are the
+//! [`crate::namespaces`]); 15 (now), quotas per namespace (`SetQuotas`
+//! and `QuotasSet` at the end of their enums, a [`NamespaceView`]'s
+//! `quotas` and `result_bytes`; see [`crate::quotas`]). Events are the
 //! only messages kept on disk, so [`decode_event`] still reads formats 1
-//! to 13 (whose `Submitted` lacks what came later, whose options
+//! to 14 (whose `Submitted` lacks what came later, whose options
 //! before 5 have two fields: they decode with `module: None`, and whose
 //! `Configured` before 10 has no `locality_wait_ms`: it decodes as 0); every other
 //! message of an older format is refused as an unknown version (nodes of
@@ -73,7 +75,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 14;
+pub const FORMAT_VERSION: u8 = 15;
+
+/// The fourteenth format: the current types without quotas
+/// (`SetQuotas`, `QuotasSet`, at the end of their enums, and what a
+/// [`NamespaceView`] says of them); its events still decode
+/// ([`decode_event`]).
+pub const FORMAT_VERSION_14: u8 = 14;
 
 /// The thirteenth format: the current types without namespaces
 /// ([`JobOptions::namespace`], the options' last field, and
@@ -229,7 +237,7 @@ fn decode_older(format: u8, body: &[u8]) -> Result<Event, Rejection> {
 /// `event`, unless it holds what came after `format`: a kind added since
 /// (deployments in 5, egress in 6, recorded calls and shared secrets in
 /// 7, the blob registry in 9, what workers hold in 10, lease renewals in
-/// 11, worker pools in 12) or a success with
+/// 11, worker pools in 12, quotas in 15) or a success with
 /// output blobs (8), which
 /// bytes of that format never held.
 fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
@@ -256,6 +264,7 @@ fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
         EventKind::WorkerHolds { .. } => (FORMAT_VERSION_10, "a locality event"),
         EventKind::Renewed { .. } => (FORMAT_VERSION_11, "a lease renewal"),
         EventKind::WorkerPool { .. } => (FORMAT_VERSION_12, "a worker pool event"),
+        EventKind::QuotasSet { .. } => (FORMAT_VERSION, "a quota event"),
         _ => return Ok(event),
     };
     if format >= added {
@@ -452,6 +461,12 @@ pub enum Code {
     /// A job in a namespace new to the master, which keeps as many as it
     /// may ([`NAMESPACES_MAX`](crate::limits::NAMESPACES_MAX)).
     NamespacesFull,
+    /// A quota that is 0 or past its bound (see [`crate::quotas`]).
+    InvalidQuota,
+    /// The namespace is at one of its quotas: too many jobs waiting, too
+    /// many submissions in the last second, or too many result bytes kept
+    /// (see [`crate::quotas`]); retry later.
+    QuotaExceeded,
     /// A code this build does not know.
     Other(String),
 }
@@ -499,6 +514,8 @@ impl Code {
         Code::BlobsFull,
         Code::InvalidNamespace,
         Code::NamespacesFull,
+        Code::InvalidQuota,
+        Code::QuotaExceeded,
     ];
 
     /// The code on the wire (stable).
@@ -544,6 +561,8 @@ impl Code {
             Code::BlobsFull => "blobs_full",
             Code::InvalidNamespace => "invalid_namespace",
             Code::NamespacesFull => "namespaces_full",
+            Code::InvalidQuota => "invalid_quota",
+            Code::QuotaExceeded => "quota_exceeded",
             Code::Other(code) => code,
         }
     }
@@ -677,6 +696,10 @@ pub mod codes {
     pub const INVALID_NAMESPACE: Code = Code::InvalidNamespace;
     /// [`Code::NamespacesFull`].
     pub const NAMESPACES_FULL: Code = Code::NamespacesFull;
+    /// [`Code::InvalidQuota`].
+    pub const INVALID_QUOTA: Code = Code::InvalidQuota;
+    /// [`Code::QuotaExceeded`].
+    pub const QUOTA_EXCEEDED: Code = Code::QuotaExceeded;
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -1639,6 +1662,14 @@ pub enum Command {
         /// [`RENEWALS_MAX`](crate::limits::RENEWALS_MAX).
         attempts: Vec<(JobId, u32)>,
     },
+    /// Set namespace `namespace`'s quotas (all `None`: none), replacing
+    /// the ones it had (see [`crate::quotas`]).
+    SetQuotas {
+        /// The namespace (`default` for the default one).
+        namespace: String,
+        /// Its quotas.
+        quotas: Quotas,
+    },
 }
 
 /// A DAG's id: dense, assigned by the master from 1.
@@ -2204,6 +2235,13 @@ pub enum EventKind {
         worker: String,
         /// Its labels and memory now.
         pool: WorkerPool,
+    },
+    /// A namespace's quotas were set ([`Command::SetQuotas`]).
+    QuotasSet {
+        /// The namespace (`default` for the default one).
+        namespace: String,
+        /// Its quotas (all `None`: none).
+        quotas: Quotas,
     },
 }
 
@@ -2971,6 +3009,27 @@ pub struct NamespaceView {
     pub jobs: [u64; JobState::COUNT],
     /// What it submitted and spent since its first job.
     pub totals: crate::namespaces::NamespaceTotals,
+    /// Its quotas (none set: unbounded but for the cluster's own limits).
+    pub quotas: Quotas,
+    /// The bytes of results its held jobs keep (inline results and named
+    /// outputs, as [`Stats::result_bytes`] counts them).
+    pub result_bytes: u64,
+}
+
+/// A namespace's quotas (see [`crate::quotas`]); `None` is no quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quotas {
+    /// Most jobs waiting (queued, whether runnable, backing off or
+    /// waiting for parents); a submission past it is `quota_exceeded`.
+    pub waiting_max: Option<u64>,
+    /// Most attempts running at once: more wait in line.
+    pub running_max: Option<u32>,
+    /// Most jobs submitted a second (a token bucket holding one second's
+    /// worth); a submission past it is `quota_exceeded`.
+    pub submissions_per_second: Option<u32>,
+    /// Most bytes of results its held jobs keep; while they keep as many,
+    /// a submission is `quota_exceeded`.
+    pub result_bytes_max: Option<u64>,
 }
 
 /// Jobs finished lately ([`Query::Recent`]).

@@ -40,7 +40,7 @@ use crate::snapshot::{Head, SNAPSHOT_VERSION, Tail};
 /// workers hold and when blob jobs joined the line (11; before it,
 /// nothing, and a [`Config`] without `locality_wait_ms`), the workers'
 /// pools (12), the jobs' namespaces (14; before it, every job is in the
-/// default one).
+/// default one), the namespaces' quotas (15; before it, none).
 /// The registry's counts of names are rebuilt at the end.
 #[derive(Debug, Default)]
 pub struct Restoring {
@@ -83,6 +83,7 @@ enum Stage {
     Locality,
     Pools,
     Namespaces,
+    Quotas,
     End,
 }
 
@@ -297,6 +298,13 @@ impl Restoring {
             Stage::Namespaces => {
                 let (namespaces, rest) = taken!(take(bytes));
                 self.master.namespaces = crate::namespaces::bounded(namespaces);
+                Ok(Some((self.after(14, Stage::Quotas), rest)))
+            }
+            Stage::Quotas => {
+                let (quotas, rest) = taken!(take(bytes));
+                let totals = &self.master.namespaces.totals;
+                self.master.quotas =
+                    crate::quotas::bounded(quotas, |name| totals.contains_key(name));
                 Ok(Some((Stage::End, rest)))
             }
             Stage::End => return Ok(None),

@@ -63,6 +63,7 @@ pub const SCRIPTS: &[(&str, &str)] = &embed![
     "a-worker-renews-the-lease-of-an-attempt-it-prepares.txt",
     "jobs-start-only-on-a-worker-with-their-labels-and-memory.txt",
     "idempotency-keys-belong-to-a-namespace-and-names-are-checked.txt",
+    "quotas-hold-one-namespace-back-and-no-other.txt",
 ];
 
 /// Every script, read, with its file name.

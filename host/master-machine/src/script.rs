@@ -67,6 +67,9 @@
 //! * `keep-blob blob=N:SIZE`: an upload of the blob with the digest
 //!   `[N; 32]` ([`Command::KeepBlob`]), `drop-blob digest=N`
 //!   ([`Command::DropBlob`])
+//! * `set-quotas namespace=NAME [waiting_max=N] [running_max=N]
+//!   [submissions_per_second=N] [result_bytes_max=N]`
+//!   ([`Command::SetQuotas`]; each left out is no quota)
 //! * `json COMMAND`: any [`Command`] as serde JSON, for the rare ones.
 //!
 //! `JOB` is `[module=1] [input=""] [timeout_ms=1000] [memory_bytes=N]
@@ -605,13 +608,22 @@ fn build(verb: &str, items: Vec<Arg>) -> Result<Command, String> {
         "drop-blob" => Command::DropBlob {
             digest: [args.need_number("digest")?; 32],
         },
+        "set-quotas" => Command::SetQuotas {
+            namespace: args.need_text("namespace")?,
+            quotas: Quotas {
+                waiting_max: args.number("waiting_max")?,
+                running_max: args.number("running_max")?,
+                submissions_per_second: args.number("submissions_per_second")?,
+                result_bytes_max: args.number("result_bytes_max")?,
+            },
+        },
         _ => {
             return Err(
                 "unknown command: one of submit, poll, finish, cancel, checkpoint, \
                  worker-gone, tick, configure, create-token, revoke-token, create-schedule, \
                  pause-schedule, resume-schedule, delete-schedule, backfill, submit-dag, \
                  deploy, rollback, undeploy, grant, revoke, set-secret, delete-secret, \
-                 record-call, keep-blob, drop-blob, json"
+                 record-call, keep-blob, drop-blob, set-quotas, json"
                     .into(),
             );
         }

@@ -36,8 +36,9 @@ use crate::workers::Worker;
 /// then workers' pools (and [`JobOptions`] have `labels`); since version
 /// 13, jobs' attempts have their [`Usage`]; since version 14, the jobs of
 /// namespaces other than the default follow (and [`JobOptions`] and
-/// tokens have `namespace`).
-/// Older snapshots are still read: version 13 (every job and token in the
+/// tokens have `namespace`); since version 15, the namespaces' quotas
+/// follow.
+/// Older snapshots are still read: version 14 (no quotas), version 13 (every job and token in the
 /// default namespace or cluster-wide), version 12 (attempts without usage),
 /// version 11 (no pools: every worker has
 /// the default, and options have no labels), version 10 (no locality: none known,
@@ -51,7 +52,7 @@ use crate::workers::Worker;
 /// the schedules, have no `module`), version 4 (no schedules or DAGs),
 /// version 3 (no keys), version 2 (tokens, no request ids) and version 1
 /// (the state alone, from before tokens existed).
-pub const SNAPSHOT_VERSION: u8 = 14;
+pub const SNAPSHOT_VERSION: u8 = 15;
 
 /// The fields of [`Master`] before its jobs, as its snapshot holds them.
 #[derive(Serialize)]
@@ -214,12 +215,15 @@ impl Master {
         let wait = postcard::to_allocvec(&self.config.locality_wait_ms).expect("encoded");
         let locality = postcard::to_allocvec(&self.locality).expect("encoded");
         let pools = postcard::to_allocvec(&self.pools).expect("encoded");
-        let namespaces = postcard::to_allocvec(&self.namespaces).expect("encoded");
+        let namespaces = postcard::to_allocvec(&self.namespaces)
+            .expect("encoded")
+            .len()
+            + postcard::to_allocvec(&self.quotas).expect("encoded").len();
         let head_end = 1 + config.len();
         [
             &[10][..],
             &now[1..head_end - wait.len()],
-            &now[head_end..now.len() - locality.len() - pools.len() - namespaces.len()],
+            &now[head_end..now.len() - locality.len() - pools.len() - namespaces],
         ]
         .concat()
     }
@@ -240,12 +244,11 @@ impl Master {
     pub(crate) fn snapshot_v11(&self) -> Vec<u8> {
         let now = crate::protocol::legacy::written_before_labels(|| self.snapshot());
         let pools = postcard::to_allocvec(&self.pools).expect("encoded");
-        let namespaces = postcard::to_allocvec(&self.namespaces).expect("encoded");
-        [
-            &[11][..],
-            &now[1..now.len() - pools.len() - namespaces.len()],
-        ]
-        .concat()
+        let namespaces = postcard::to_allocvec(&self.namespaces)
+            .expect("encoded")
+            .len()
+            + postcard::to_allocvec(&self.quotas).expect("encoded").len();
+        [&[11][..], &now[1..now.len() - pools.len() - namespaces]].concat()
     }
 
     /// The snapshot as version 12 wrote it: attempts without their usage
@@ -253,8 +256,11 @@ impl Master {
     #[cfg(test)]
     pub(crate) fn snapshot_v12(&self) -> Vec<u8> {
         let now = crate::protocol::legacy::written_before_usage(|| self.snapshot());
-        let namespaces = postcard::to_allocvec(&self.namespaces).expect("encoded");
-        [&[12][..], &now[1..now.len() - namespaces.len()]].concat()
+        let namespaces = postcard::to_allocvec(&self.namespaces)
+            .expect("encoded")
+            .len()
+            + postcard::to_allocvec(&self.quotas).expect("encoded").len();
+        [&[12][..], &now[1..now.len() - namespaces]].concat()
     }
 
     /// The snapshot as version 13 wrote it: no namespaces (see
@@ -262,16 +268,38 @@ impl Master {
     #[cfg(test)]
     pub(crate) fn snapshot_v13(&self) -> Vec<u8> {
         let now = crate::protocol::legacy::written_before_namespaces(|| self.snapshot());
-        let namespaces = postcard::to_allocvec(&self.namespaces).expect("encoded");
-        [&[13][..], &now[1..now.len() - namespaces.len()]].concat()
+        let namespaces = postcard::to_allocvec(&self.namespaces)
+            .expect("encoded")
+            .len()
+            + postcard::to_allocvec(&self.quotas).expect("encoded").len();
+        [&[13][..], &now[1..now.len() - namespaces]].concat()
+    }
+
+    /// The snapshot as version 14 wrote it: no quotas (see
+    /// [`Master::before_quotas`]).
+    #[cfg(test)]
+    pub(crate) fn snapshot_v14(&self) -> Vec<u8> {
+        let now = self.snapshot();
+        let quotas = postcard::to_allocvec(&self.quotas).expect("encoded");
+        [&[14][..], &now[1..now.len() - quotas.len()]].concat()
+    }
+
+    /// This master as a snapshot of version 14 or older restores it: no
+    /// namespace has quotas.
+    #[cfg(test)]
+    pub(crate) fn before_quotas(&self) -> Master {
+        let mut master = self.clone();
+        master.quotas = Default::default();
+        master
     }
 
     /// This master as a snapshot of version 13 or older restores it: every
     /// job in the default namespace, every token cluster-wide.
     #[cfg(test)]
     pub(crate) fn before_namespaces(&self) -> Master {
-        let mut master = self.clone();
+        let mut master = self.before_quotas();
         master.namespaces = Default::default();
+        master.index.namespace_result_bytes.clear();
         master.index.namespace_counts.clear();
         for token in master.tokens.values_mut() {
             token.namespace = None;
@@ -353,7 +381,7 @@ impl Master {
     /// schedules, the DAGs, the deployments, the egress grants and
     /// calls, the recorded calls with the secrets jobs may read, the
     /// jobs' blobs, the blobs the cluster keeps, the locality, the
-    /// workers' pools, and the jobs' namespaces.
+    /// workers' pools, the jobs' namespaces, and the namespaces' quotas.
     fn write_part(&self, sink: &mut impl Sink, cursor: &mut SnapshotCursor, bytes_max: usize) {
         let bytes_max = bytes_max.max(1);
         loop {
@@ -395,6 +423,7 @@ impl Master {
                     sink.put(&self.locality);
                     sink.put(&self.pools);
                     sink.put(&self.namespaces);
+                    sink.put(&self.quotas);
                     *cursor = SnapshotCursor::End;
                 }
                 SnapshotCursor::End => return,
@@ -423,7 +452,7 @@ impl Master {
     /// postcard(deployments) ++ postcard(grants and calls) ++
     /// postcard((recorded calls, readable secrets)) ++ postcard(blobs) ++
     /// postcard(kept blobs) ++ postcard(locality) ++ postcard(pools) ++
-    /// postcard(namespaces)`.
+    /// postcard(namespaces) ++ postcard(quotas)`.
     ///
     /// Measured first, then written into a buffer of that size: grown by
     /// doubling, the buffer of a snapshot of a million finished jobs took

@@ -1,9 +1,12 @@
-//! `GET /v1/namespaces`: each namespace's jobs and what they cost, as the
-//! master counts them (see `cohort_master::namespaces`).
+//! `GET /v1/namespaces`: each namespace's jobs, what they cost and its
+//! quotas, as the master counts them (see `cohort_master::namespaces`);
+//! `POST /v1/namespaces/{name}/quotas` sets a namespace's quotas (see
+//! `cohort_master::quotas`).
 
-use super::types::{NamespaceBody, NamespaceListResponse};
+use super::types::{NamespaceBody, NamespaceListResponse, QuotasBody, QuotasResponse};
 use super::{Api, ApiError, Reply200, json};
-use cohort_master::JobState;
+use crate::codes::ErrorCode;
+use cohort_master::{Command, JobState, Quotas, Reply};
 use hyper::StatusCode;
 
 impl Api {
@@ -21,8 +24,51 @@ impl Api {
                 attempts_metered: view.totals.attempts_metered,
                 cpu_us: view.totals.cpu_us,
                 egress_bytes: view.totals.egress_bytes,
+                result_bytes: view.result_bytes,
+                quotas: quotas_body(view.quotas),
             })
             .collect();
         Ok(json(StatusCode::OK, &NamespaceListResponse { namespaces }))
+    }
+
+    /// `POST /v1/namespaces/{name}/quotas`: all four at once, each left out
+    /// none.
+    pub(super) async fn namespace_quotas(
+        &self,
+        name: &str,
+        body: QuotasBody,
+    ) -> Result<Reply200, ApiError> {
+        cohort_master::namespaces::check_name(name)
+            .map_err(|why| ApiError::new(ErrorCode::InvalidNamespace, why))?;
+        let quotas = Quotas {
+            waiting_max: body.waiting_max,
+            running_max: body.running_max,
+            submissions_per_second: body.submissions_per_second,
+            result_bytes_max: body.result_bytes_max,
+        };
+        cohort_master::quotas::check(&quotas)
+            .map_err(|why| ApiError::new(ErrorCode::InvalidQuota, why))?;
+        let command = Command::SetQuotas {
+            namespace: name.to_owned(),
+            quotas,
+        };
+        let Reply::Done = self.master.command(command).await? else {
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
+        };
+        let response = QuotasResponse {
+            namespace: name.to_owned(),
+            quotas: body,
+        };
+        Ok(json(StatusCode::OK, &response))
+    }
+}
+
+/// A namespace's quotas as the API shows them.
+fn quotas_body(quotas: Quotas) -> QuotasBody {
+    QuotasBody {
+        waiting_max: quotas.waiting_max,
+        running_max: quotas.running_max,
+        submissions_per_second: quotas.submissions_per_second,
+        result_bytes_max: quotas.result_bytes_max,
     }
 }

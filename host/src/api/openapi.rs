@@ -591,6 +591,7 @@ fn operation(handler: Handler) -> Option<Doc> {
                 NamespacesFull,
                 IdempotencyConflict,
                 QueueFull,
+                QuotaExceeded,
                 UniqueKeysFull,
                 InvalidDag,
                 OutcomeUnknown,
@@ -645,7 +646,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("All or nothing: every job is checked as a submission, then the graph (names, cycles, parents that exist and have not failed; at most 10,000 jobs, 100 parents each). A job starts once all its parents succeeded and, unless `parent_outputs` is false, gets `{\"input\", \"parents\": [{\"id\", \"name\", \"output\", \"blobs\"}]}` as its input (`blobs`: the parent's output blobs, which it may read as `PARENT/OUTPUT`). A failure cancels the failed job's descendants (`skip_descendants`) or the whole DAG (`cancel_dag`).")
             .body::<DagRequest>(serde_json::json!({"jobs": [{"name": "fetch", "job": {"module": "ab".repeat(32), "input": "https://example.com"}}, {"name": "count", "job": {"module": "cd".repeat(32)}, "after": ["fetch"]}], "on_failure": "skip_descendants"}))
             .answers::<DagSubmitResponse>(202, "Accepted, durable: the DAG's id and its jobs' ids in order.")
-            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidNamespace, NamespacesFull, InvalidDag, QueueFull, OutcomeUnknown, BlobNotFound, ReplicationFailed, BlobStoreUnavailable]]),
+            .errors(&[MASTER, &[BadJson, BadRequest, BodyTooLarge, InputTooLarge, ModuleNotFound, InvalidModuleName, ModuleNameNotFound, InvalidGrant, InvalidJob, InvalidNamespace, NamespacesFull, InvalidDag, QueueFull, QuotaExceeded, OutcomeUnknown, BlobNotFound, ReplicationFailed, BlobStoreUnavailable]]),
         H::DagGet => doc("dags", "A DAG's status")
             .param("id", Path, integer(0, u64::MAX), "The DAG's id.")
             .answers::<DagResponse>(200, "Its state, counts per state, waiting jobs and every job with its parents.")
@@ -689,6 +690,12 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("Every namespace that held a job since the cluster counts them: the jobs it holds by state, and, since its first job, what it submitted and what its attempts cost as their workers metered them (CPU, outbound bytes). A token confined to a namespace sees that one alone.")
             .answers::<NamespaceListResponse>(200, "By name.")
             .errors(&[MASTER]),
+        H::NamespaceQuotas => doc("namespaces", "Set a namespace's quotas")
+            .describe("Sets all four at once; each one left out is no quota (`{}`: none). Past `waiting_max`, `submissions_per_second` or `result_bytes_max`, a submission in the namespace is `429 quota_exceeded` with `Retry-After`; past `running_max`, its jobs wait in line. A namespace given quotas is listed before its first job. Cluster-wide: a token confined to a namespace cannot set quotas, not even its own.")
+            .param("name", Path, text().pattern(Some("^[a-z0-9][a-z0-9-]{0,62}$")), "The namespace (`default` for the default one).")
+            .body::<QuotasBody>(serde_json::json!({"waiting_max": 10000, "running_max": 8, "submissions_per_second": 100, "result_bytes_max": 1_073_741_824_u64}))
+            .answers::<QuotasResponse>(200, "The quotas it has now.")
+            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidNamespace, InvalidQuota, NamespacesFull]]),
         H::Whoami => doc("tokens", "What the caller's token may do")
             .answers::<WhoamiResponse>(200, "Whether tokens are needed, the token's id, its scopes and the namespace it is confined to.")
             .errors(&[]),
@@ -842,6 +849,8 @@ fn components() -> utoipa::openapi::Components {
         OverviewResponse,
         NamespaceListResponse,
         NamespaceBody,
+        QuotasBody,
+        QuotasResponse,
         MasterBody,
         LatencyBody,
         ReplicaBody,

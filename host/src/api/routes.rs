@@ -149,6 +149,7 @@ pub enum Handler {
     Events,
     Whoami,
     Namespaces,
+    NamespaceQuotas,
     Cluster,
     VoterRemove,
     MasterBuild,
@@ -295,6 +296,8 @@ pub const ROUTES: &[Route] = &[
     route(Get,    "/v1/whoami",                        Token(Read),   AnyNode,  H::Whoami).in_namespace(),
     // Each namespace's jobs and costs; a confined token sees its own.
     route(Get,    "/v1/namespaces",                    Token(Read),   FrontEnd, H::Namespaces).in_namespace(),
+    // Quotas are the cluster's to give: no namespace's token sets its own.
+    route(Post,   "/v1/namespaces/{name}/quotas",      Token(Admin),  FrontEnd, H::NamespaceQuotas).body(CONTROL_BODY_BYTES_MAX),
     route(Get,    "/v1/cluster",                       Token(Read),   AnyNode,  H::Cluster),
     route(Delete, "/v1/cluster/voters/{node}",         Token(Admin),  FrontEnd, H::VoterRemove),
     route(Get,    "/v1/master",                        Token(Read),   FrontEnd, H::MasterBuild),
