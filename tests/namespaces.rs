@@ -9,11 +9,14 @@
 //! namespace's submission is `429 quota_exceeded` with `Retry-After` and
 //! no other namespace is held back; a namespace at its quota of running
 //! attempts leaves free slots to the others; quotas survive a kill -9.
+//! Fair shares on a 3-node cluster: two namespaces whose jobs cost ten
+//! times apart, weighted 1 and 2, get CPU time about 1 : 2 whichever
+//! came first, before and after a kill -9 of the master's node.
 
 mod support;
 
 use cohort::client::types::{
-    BulkRequest, DagJobRequest, DagRequest, JobFilterBody, QuotasBody, SubmitRequest,
+    BatchRequest, BulkRequest, DagJobRequest, DagRequest, JobFilterBody, QuotasBody, SubmitRequest,
 };
 use cohort::client::{ClientError, JobQuery, Node as Api};
 use cohort::security::key::generate;
@@ -544,4 +547,107 @@ fn quotas_refuse_past_their_bound_hold_back_running_attempts_and_survive_a_resta
             "{metrics}"
         );
     });
+}
+
+/// CPU seconds each of namespaces `a` and `b` used, as the master counts.
+async fn cpu(api: &Api) -> (f64, f64) {
+    let list = api.namespaces().await.unwrap();
+    let of = |name: &str| {
+        let namespace = list.namespaces.iter().find(|n| n.name == name);
+        namespace.map_or(0.0, |n| n.cpu_us as f64 / 1e6)
+    };
+    (of("a"), of("b"))
+}
+
+/// Waits until `a` and `b` used `seconds` more CPU together than at
+/// `from`; the share of it `b` got per second `a` got.
+async fn ratio_over(api: &Api, from: (f64, f64), seconds: f64) -> f64 {
+    let what = format!("{seconds} CPU seconds more after {from:?}");
+    let now = support::eventually_async(&what, support::SETTLE, || async {
+        let now = cpu(api).await;
+        match now.0 + now.1 - from.0 - from.1 >= seconds {
+            true => Ok(now),
+            false => Err(format!("{now:?}")),
+        }
+    })
+    .await;
+    let (a, b) = (now.0 - from.0, now.1 - from.1);
+    assert!(a > 0.0, "a got no CPU: {from:?} to {now:?}");
+    b / a
+}
+
+#[test]
+fn weighted_namespaces_share_the_cpu_by_cost_through_a_kill_of_the_masters_node() {
+    let dir = tempfile::tempdir().unwrap();
+    // n1 hosts the master and runs no job; n2 and n3 run them (4 slots
+    // each) and keep a majority of the back-ends when n1 dies.
+    let mut n1 = support::start(&dir, "n1", "back-end,front-end", None);
+    let n2 = support::start(&dir, "n2", "back-end,worker,front-end", Some(&n1));
+    let n3 = support::start(&dir, "n3", "back-end,worker,front-end", Some(&n1));
+    let rt = runtime();
+    rt.block_on(async {
+        support::converge(&n1, "the workers, the master on n1", |c| {
+            c.workers.len() == 2 && c.master_node == "n1"
+        })
+        .await;
+        let api = Api::new(&n1.url);
+        let spin = upload(&api, "fixture_spin").await;
+        api.set_weight("b", 2).await.unwrap();
+        let (status, code, _) = refusal(api.set_weight("b", 0).await);
+        assert_eq!((status, code.as_str()), (422, "invalid_weight"));
+        // Team a first, with a backlog that would hold every slot for a
+        // while; then team b, whose jobs cost a tenth of a's.
+        let spinning = |namespace: &str, timeout_ms: u64, n: usize| BatchRequest {
+            jobs: (0..n)
+                .map(|_| SubmitRequest {
+                    namespace: Some(namespace.into()),
+                    timeout_ms: Some(timeout_ms),
+                    max_attempts: Some(1),
+                    ..support::job(&spin, "spin")
+                })
+                .collect(),
+        };
+        api.submit_batch(&spinning("a", 500, 150)).await.unwrap();
+        api.submit_batch(&spinning("b", 50, 2400)).await.unwrap();
+        // Until a's first attempts end, the master can only guess what
+        // they cost (its first guess low, a takes more than its share at
+        // first, and pays it back once they are metered): the shares are
+        // measured from the start, over many attempts of each, as the
+        // bound says a share is exact to about one attempt per slot.
+        let before = ratio_over(&api, (0.0, 0.0), 8.0).await;
+        assert!(
+            (1.4..=2.9).contains(&before),
+            "b/a {before:.2}, not about 2"
+        );
+        eprintln!("CPU b/a before the kill: {before:.2}");
+    });
+    // The master's node dies; n2 takes over with the journal, and with it
+    // the namespaces' accounts.
+    n1.kill();
+    rt.block_on(async {
+        let api = Api::new(&n2.url);
+        support::converge(&n2, "the master on another node", |c| {
+            c.master_node != "n1" && !c.master_node.is_empty()
+        })
+        .await;
+        let weights = api.namespaces().await.unwrap();
+        let b = weights.namespaces.iter().find(|n| n.name == "b").unwrap();
+        assert_eq!(b.weight, 2);
+        let from = cpu(&api).await;
+        let after = ratio_over(&api, from, 8.0).await;
+        assert!(
+            (1.4..=2.9).contains(&after),
+            "b/a {after:.2} after the kill, not about 2"
+        );
+        eprintln!("CPU b/a after the kill: {after:.2}");
+        // Done: cancel what is left, so the nodes stop at once.
+        let cancel = BulkRequest {
+            action: "cancel".into(),
+            filter: JobFilterBody::default(),
+            dry_run: false,
+            attempts: None,
+        };
+        support::retrying(std::time::Instant::now(), || api.bulk(&cancel)).await;
+    });
+    drop(n3);
 }

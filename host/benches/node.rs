@@ -40,6 +40,16 @@
 //! * pools: the native master's polls of one worker starting 10,000 plain
 //!   jobs while 100,000 jobs for a pool it does not fit wait ahead of
 //!   them, against no such flood, and the `Stats` query counting them.
+//! * shares: the native master (decide and apply, no journal) in
+//!   simulated time, one worker of 16 slots: namespace a floods 100,000
+//!   jobs of 1 ms, then b submits 1,000: b's waits (p50, p99) with the
+//!   two in their own namespaces (fair shares) against all in the default
+//!   one (first come, first served), with their simulated makespan; two
+//!   backlogged namespaces weighted 1 and 2 whose jobs cost 10 ms and
+//!   1 ms: the CPU each got over 30 simulated seconds, shared by measured
+//!   CPU and, on the same jobs, with every attempt reported as costing
+//!   the same (job-count sharing); and wall-clock decisions per second
+//!   for 100,000 jobs over 1 namespace against over 1,000.
 //! * guard (only when named: `cargo bench --bench node -- guard`; CI runs
 //!   it): one node's throughput over 20,000 jobs divided by the rate of
 //!   single journal appends with fsync on the same disk, in the same run;
@@ -208,6 +218,227 @@ fn main() {
     }
     if wanted("pools") {
         pools();
+    }
+    if wanted("shares") {
+        shares();
+    }
+}
+
+/// One worker's slots in simulated time over the native master: runs
+/// attempts for as long as each job's namespace says, reporting the CPU
+/// it says (`reported`), until `until` or no job is left.
+struct SharesSim {
+    master: cohort_master::Master,
+    now: u64,
+    seq: u64,
+    slots: u32,
+    /// Per namespace: (simulated duration and CPU of an attempt, in µs;
+    /// the CPU reported for it).
+    cost: std::collections::BTreeMap<String, (u64, u64)>,
+    /// Running attempts: (end in µs, job, namespace).
+    running: std::collections::BTreeSet<(u64, u64, String)>,
+    /// When each job was submitted and started, in µs.
+    submitted: std::collections::BTreeMap<u64, (String, u64)>,
+    waits: std::collections::BTreeMap<String, Vec<u64>>,
+    cpu: std::collections::BTreeMap<String, u64>,
+    decisions: u64,
+}
+
+impl SharesSim {
+    fn new(slots: u32, cost: &[(&str, u64, u64)]) -> Self {
+        SharesSim {
+            master: cohort_master::Master::new(),
+            now: 1_000_000_000,
+            seq: 0,
+            slots,
+            cost: (cost.iter())
+                .map(|&(name, us, reported)| (name.to_owned(), (us, reported)))
+                .collect(),
+            running: Default::default(),
+            submitted: Default::default(),
+            waits: Default::default(),
+            cpu: Default::default(),
+            decisions: 0,
+        }
+    }
+
+    fn run(&mut self, command: &Command) -> Vec<Event> {
+        self.decisions += 1;
+        let decision = (self.master)
+            .decide(self.now / 1000, command)
+            .expect("accepted");
+        for event in &decision.events {
+            self.master.apply(event);
+        }
+        decision.events
+    }
+
+    /// `n` jobs of `namespace` (`None`: the default one), counted as
+    /// `label`'s.
+    fn submit(&mut self, namespace: Option<&str>, label: &str, n: u64) {
+        for _ in 0..n {
+            self.seq += 1;
+            let options = JobOptions {
+                namespace: namespace.map(str::to_owned),
+                ..JobOptions::default()
+            };
+            let submit = Command::Submit {
+                spec: spec(self.seq),
+                request: RequestId {
+                    origin: 1,
+                    seq: self.seq,
+                },
+                options,
+            };
+            for event in self.run(&submit) {
+                if let EventKind::Submitted { id, .. } = event.kind {
+                    self.submitted.insert(id, (label.to_owned(), self.now));
+                }
+            }
+        }
+    }
+
+    fn fill(&mut self) {
+        let free = self.slots - self.running.len() as u32;
+        if free == 0 {
+            return;
+        }
+        let poll = Command::Poll {
+            worker: "w".into(),
+            slots: self.slots,
+            free,
+            holds: Vec::new(),
+            pool: cohort_master::WorkerPool::default(),
+        };
+        for event in self.run(&poll) {
+            if let EventKind::Assigned { id, .. } = event.kind {
+                let (label, at) = self.submitted[&id].clone();
+                let (us, _) = self.cost[&label];
+                self.waits
+                    .entry(label.clone())
+                    .or_default()
+                    .push(self.now - at);
+                self.running.insert((self.now + us, id, label));
+            }
+        }
+    }
+
+    /// Ends the attempt that ends first; false if none runs.
+    fn end_one(&mut self) -> bool {
+        let Some((end, id, label)) = self.running.pop_first() else {
+            return false;
+        };
+        self.now = self.now.max(end);
+        let (us, reported) = self.cost[&label];
+        *self.cpu.entry(label).or_default() += us;
+        let finish = Command::Finish {
+            id,
+            attempt: 1,
+            worker: "w".into(),
+            outcome: cohort_master::Outcome::Succeeded(Vec::new()),
+            duration_ms: us / 1000,
+            log_tail: String::new(),
+            calls: Vec::new(),
+            calls_dropped: 0,
+            usage: cohort_master::Usage {
+                cpu_us: reported,
+                memory_peak_bytes: 0,
+                egress_bytes: 0,
+            },
+        };
+        self.run(&finish);
+        true
+    }
+
+    /// Runs until simulated `until` µs from now, or until no job is left.
+    fn run_for(&mut self, until: u64) {
+        let until = self.now + until;
+        loop {
+            self.fill();
+            if self.now >= until || !self.end_one() {
+                return;
+            }
+        }
+    }
+}
+
+/// Fair shares, in simulated time over the native master (see the notes
+/// at the top).
+fn shares() {
+    let percentile = |waits: &mut Vec<u64>, p: f64| {
+        waits.sort_unstable();
+        let at = ((waits.len() as f64 * p).ceil() as usize).clamp(1, waits.len()) - 1;
+        waits[at] as f64 / 1000.0
+    };
+    println!("shares: a floods 100,000 jobs of 1 ms, then b submits 1,000 (16 slots)");
+    for fair in [false, true] {
+        let mut sim = SharesSim::new(16, &[("a", 1_000, 1_000), ("b", 1_000, 1_000)]);
+        let (a, b) = match fair {
+            true => (Some("a"), Some("b")),
+            false => (None, None),
+        };
+        sim.submit(a, "a", 100_000);
+        sim.submit(b, "b", 1_000);
+        let start = sim.now;
+        sim.run_for(u64::MAX / 2);
+        let waits = sim.waits.get_mut("b").unwrap();
+        println!(
+            "  {}: b's wait p50 {:.1} ms, p99 {:.1} ms; all done in {:.2} s simulated",
+            if fair {
+                "fair shares (own namespaces)"
+            } else {
+                "one namespace (first come)"
+            },
+            percentile(waits, 0.5),
+            percentile(waits, 0.99),
+            (sim.now - start) as f64 / 1e6,
+        );
+    }
+    println!(
+        "shares: a (weight 1, 10 ms a job) and b (weight 2, 1 ms a job), 16 slots, 30 s simulated"
+    );
+    for (label, a_reported, b_reported) in
+        [("by measured CPU", 10_000, 1_000), ("by job count", 1, 1)]
+    {
+        let mut sim = SharesSim::new(16, &[("a", 10_000, a_reported), ("b", 1_000, b_reported)]);
+        sim.run(&Command::SetWeight {
+            namespace: "b".into(),
+            weight: 2,
+        });
+        sim.submit(Some("a"), "a", 60_000);
+        sim.submit(Some("b"), "b", 600_000);
+        sim.run_for(30_000_000);
+        let (a, b) = (sim.cpu["a"] as f64, sim.cpu["b"] as f64);
+        println!(
+            "  {label}: CPU a {:.1} s, b {:.1} s: b/a {:.3} (weights ask 2)",
+            a / 1e6,
+            b / 1e6,
+            b / a
+        );
+    }
+    println!("shares: decisions a second, 100,000 jobs submitted, started and finished");
+    for round in 1..=3 {
+        for namespaces in [1u64, 1_000] {
+            let mut sim = SharesSim::new(16, &[]);
+            let names: Vec<String> = (0..namespaces).map(|n| format!("ns{n}")).collect();
+            for name in &names {
+                sim.cost.insert(name.clone(), (1_000, 1_000));
+            }
+            let started = Instant::now();
+            for n in 0..100_000u64 {
+                let name = &names[(n % namespaces) as usize];
+                sim.submit(Some(name), &name.clone(), 1);
+            }
+            sim.run_for(u64::MAX / 2);
+            let took = started.elapsed().as_secs_f64();
+            println!(
+                "  round {round}, {namespaces} namespaces: {} decisions in {:.2} s: {:.0} a second, {:.0} jobs a second",
+                sim.decisions,
+                took,
+                sim.decisions as f64 / took,
+                100_000.0 / took
+            );
+        }
     }
 }
 

@@ -867,6 +867,7 @@ impl Api {
             Handler::Whoami => Ok(self.whoami(&parts.headers, holder)),
             Handler::Namespaces => self.namespaces(within).await,
             Handler::NamespaceQuotas => self.namespace_quotas(param, parse_json(&body)?).await,
+            Handler::NamespaceWeight => self.namespace_weight(param, parse_json(&body)?).await,
             Handler::Cluster => self.cluster().await,
             Handler::VoterRemove => self.remove_voter(param).await,
             Handler::MasterBuild => self.master_build().await,

@@ -752,8 +752,9 @@ pub async fn namespaces(args: ServerArg) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     println!(
-        "{:<20} {:>8} {:>8} {:>10} {:>10} {:>14} {:>14} {:>14}  QUOTAS",
+        "{:<20} {:>6} {:>8} {:>8} {:>10} {:>10} {:>14} {:>14} {:>14}  QUOTAS",
         "NAMESPACE",
+        "WEIGHT",
         "QUEUED",
         "RUNNING",
         "FINISHED",
@@ -769,8 +770,9 @@ pub async fn namespaces(args: ServerArg) -> ExitCode {
             .iter()
             .sum();
         println!(
-            "{:<20} {:>8} {:>8} {:>10} {:>10} {:>14.3} {:>14} {:>14}  {}",
+            "{:<20} {:>6} {:>8} {:>8} {:>10} {:>10} {:>14.3} {:>14} {:>14}  {}",
             namespace.name,
+            namespace.weight,
             count("queued"),
             count("running"),
             finished,

@@ -203,6 +203,8 @@ error_codes! {
     /// most 1,000,000,000, submissions a second 1,000,000, result bytes
     /// 1 PiB).
     InvalidQuota = "invalid_quota", UNPROCESSABLE_ENTITY, false;
+    /// A namespace's weight that is not 1 to 10,000.
+    InvalidWeight = "invalid_weight", UNPROCESSABLE_ENTITY, false;
     /// A grant that is no `scheme://host[:port][/path]` pattern of http or
     /// https, or methods that are no HTTP methods.
     InvalidGrant = "invalid_grant", UNPROCESSABLE_ENTITY, false;

@@ -91,6 +91,9 @@ enum Command {
     /// submissions a second, result bytes kept.
     #[command(subcommand)]
     Quota(cohort::cli::quotas::QuotaCommand),
+    /// Set a namespace's weight for its fair share of the workers,
+    /// measured in the CPU its attempts use.
+    Weight(cohort::cli::quotas::WeightArgs),
     /// Upload, download or list blobs: large data, streamed, named by its
     /// sha256.
     #[command(subcommand)]
@@ -185,6 +188,7 @@ fn main() -> ExitCode {
             Command::Revoke(args) => cohort::cli::deployments::revoke(args).await,
             Command::Secret(command) => cohort::cli::secrets::secret(command).await,
             Command::Quota(command) => cohort::cli::quotas::quota(command).await,
+            Command::Weight(args) => cohort::cli::quotas::weight(args).await,
             Command::Blob(command) => cohort::cli::blobs::blob(command).await,
         }
     });

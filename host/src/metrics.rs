@@ -339,6 +339,7 @@ fn register_namespaces(registry: &mut Registry, namespaces: &[NamespaceView]) {
     let egress = Family::<Labels, Counter<u64, AtomicU64>>::default();
     let result_bytes = Family::<Labels, Gauge>::default();
     let quotas = Family::<Labels, Gauge>::default();
+    let weights = Family::<Labels, Gauge>::default();
     for view in namespaces {
         let name = || vec![("namespace".to_string(), view.name.clone())];
         for state in JobState::ALL {
@@ -357,6 +358,7 @@ fn register_namespaces(registry: &mut Registry, namespaces: &[NamespaceView]) {
         cpu.get_or_create(&name())
             .inc_by(totals.cpu_us as f64 / 1e6);
         egress.get_or_create(&name()).inc_by(totals.egress_bytes);
+        weights.get_or_create(&name()).set(i64::from(view.weight));
         let kept = i64::try_from(view.result_bytes).unwrap_or(i64::MAX);
         result_bytes.get_or_create(&name()).set(kept);
         let set = [
@@ -411,6 +413,11 @@ fn register_namespaces(registry: &mut Registry, namespaces: &[NamespaceView]) {
         "namespace_quota",
         "Each namespace's quotas, by quota (only those set)",
         quotas,
+    );
+    registry.register(
+        "namespace_weight",
+        "Each namespace's weight for its fair share of the workers",
+        weights,
     );
 }
 

@@ -62,6 +62,7 @@ ERROR_CODES: Dict[str, Tuple[int, bool]] = {
     "invalid_quota": (422, False),
     "invalid_schedule": (422, False),
     "invalid_secret": (422, False),
+    "invalid_weight": (422, False),
     "master_nondeterministic_import": (422, False),
     "master_replay_diverged": (422, False),
     "master_snapshot_unreadable": (422, False),

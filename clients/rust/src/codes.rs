@@ -60,6 +60,7 @@ pub const ERROR_CODES: &[(&str, u16, bool)] = &[
     ("invalid_quota", 422, false),
     ("invalid_schedule", 422, false),
     ("invalid_secret", 422, false),
+    ("invalid_weight", 422, false),
     ("master_nondeterministic_import", 422, false),
     ("master_replay_diverged", 422, false),
     ("master_snapshot_unreadable", 422, false),

@@ -706,6 +706,14 @@ impl Node {
         let body = serde_json::to_vec(quotas).expect("quotas serialize");
         self.json(Method::POST, &path, Some(body)).await
     }
+
+    /// Sets namespace `name`'s weight for its fair share of the workers
+    /// (an admin token that is not confined to a namespace).
+    pub async fn set_weight(&self, name: &str, weight: u32) -> Result<WeightResponse, ClientError> {
+        let path = format!("/v1/namespaces/{name}/weight");
+        let body = serde_json::to_vec(&WeightBody { weight }).expect("a weight serializes");
+        self.json(Method::POST, &path, Some(body)).await
+    }
 }
 
 /// Which page of `GET /v1/jobs` to ask for.

@@ -939,6 +939,35 @@ pub struct NamespaceBody {
     /// Its quotas (none set: `{}`).
     #[serde(default)]
     pub quotas: QuotasBody,
+    /// Its weight for its fair share of the workers (1 unless set).
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `POST /v1/namespaces/{name}/weight`: a namespace's weight for its
+/// fair share of the workers, measured in the CPU its attempts use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct WeightBody {
+    /// 1 (the default) to 10,000: namespaces that compete for workers get
+    /// CPU time in proportion to their weights.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10_000))]
+    pub weight: u32,
+}
+
+/// `POST /v1/namespaces/{name}/weight`: the weight the namespace has now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WeightResponse {
+    /// The namespace.
+    pub namespace: String,
+    /// Its weight.
+    pub weight: u32,
 }
 
 /// A namespace's quotas: each one left out is no quota. `PUT

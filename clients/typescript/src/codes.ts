@@ -71,6 +71,7 @@ export const ERROR_CODES: ReadonlyMap<string, CodeRow> = new Map<string, CodeRow
   ["invalid_quota", { status: 422, retryable: false }],
   ["invalid_schedule", { status: 422, retryable: false }],
   ["invalid_secret", { status: 422, retryable: false }],
+  ["invalid_weight", { status: 422, retryable: false }],
   ["master_nondeterministic_import", { status: 422, retryable: false }],
   ["master_replay_diverged", { status: 422, retryable: false }],
   ["master_snapshot_unreadable", { status: 422, retryable: false }],

@@ -263,6 +263,7 @@ impl Master {
             .dequeue(ready_key(self.order, job, id), self.keyed.key(id));
         self.left_line(id);
         self.key_started(id, at);
+        (self.shares).started(crate::namespaces::name_of(self.namespaces.of(id)));
         let job = self.jobs.get_mut(&id).expect("present");
         set_state(
             &mut self.index,
@@ -347,6 +348,9 @@ impl Master {
         current.usage = usage;
         if let Some(usage) = usage {
             self.namespaces.charge(id, usage);
+            let namespace = self.namespaces.of(id);
+            (self.shares).charge(crate::namespaces::name_of(namespace), usage.cpu_us);
+            self.index.touch(namespace);
         }
         match outcome {
             Outcome::Failed(failure) => self.fail_attempt(id, failure.clone(), at, effects),

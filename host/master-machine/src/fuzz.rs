@@ -593,6 +593,8 @@ fn command() -> impl Strategy<Value = Command> {
         2 => Just(Command::Tick),
         1 => (namespace(), quotas())
             .prop_map(|(namespace, quotas)| Command::SetQuotas { namespace, quotas }),
+        1 => (namespace(), prop_oneof![n32(), 0..4u32])
+            .prop_map(|(namespace, weight)| Command::SetWeight { namespace, weight }),
         1 => token().prop_map(Command::CreateToken),
         1 => text().prop_map(|id| Command::RevokeToken { id }),
         1 => (bulk_action(), job_filter())
@@ -744,6 +746,8 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
         (text(), worker_pool()).prop_map(|(worker, pool)| EventKind::WorkerPool { worker, pool }),
         (namespace(), quotas())
             .prop_map(|(namespace, quotas)| EventKind::QuotasSet { namespace, quotas }),
+        (namespace(), prop_oneof![n32(), 0..4u32])
+            .prop_map(|(namespace, weight)| EventKind::WeightSet { namespace, weight }),
     ]
 }
 
@@ -1073,7 +1077,7 @@ fn answer() -> impl Strategy<Value = Answer> {
                 namespace(),
                 any::<[u64; JobState::COUNT]>(),
                 any::<[u64; 4]>(),
-                (quotas(), any::<u64>()),
+                (quotas(), any::<u64>(), any::<u32>()),
             ),
             0..3
         )
@@ -1084,13 +1088,14 @@ fn answer() -> impl Strategy<Value = Answer> {
                         name,
                         jobs,
                         [submitted, attempts_metered, cpu_us, egress_bytes],
-                        (quotas, result_bytes),
+                        (quotas, result_bytes, weight),
                     )| {
                         NamespaceView {
                             name,
                             jobs,
                             quotas,
                             result_bytes,
+                            weight,
                             totals: crate::namespaces::NamespaceTotals {
                                 submitted,
                                 attempts_metered,
@@ -1419,12 +1424,13 @@ fn snapshot_claiming_jobs(claim: &[u8]) -> Vec<u8> {
     // maps (0 each), egress: four maps (0 each), recorded calls (0),
     // readable secrets (0), blobs (0), blobs kept (0), the locality:
     // two maps and two counters (0 each), the pools (0), the
-    // namespaces: their jobs and their totals (0 each), and the quotas:
-    // quotas and buckets (0 each).
+    // namespaces: their jobs and their totals (0 each), the quotas:
+    // quotas and buckets (0 each), and the shares: weights, virtual times
+    // and the clock (0 each).
     let tail = [
         [0; 11].as_slice(),
         &[
-            1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         ],
     ]
     .concat();

@@ -66,6 +66,12 @@ pub(crate) struct Index {
     /// The namespace of every runnable job of a namespace other than the
     /// default one (in a line or waiting in its key's).
     pub(crate) namespace_of: BTreeMap<JobId, String>,
+    /// The share key of every namespace with a job in line (see
+    /// `shares`), kept up to date at the end of every `apply`.
+    pub(crate) share_keys: BTreeMap<Option<String>, u128>,
+    /// Namespaces whose share key or lines may have changed in the
+    /// `apply` under way (empty between them).
+    pub(crate) dirty: BTreeSet<Option<String>>,
     /// The needs of every runnable job that has any (in a line of
     /// `needs_ready` or waiting in its key's).
     pub(crate) needs_of: BTreeMap<JobId, Needs>,
@@ -87,9 +93,11 @@ pub(crate) struct Index {
     pub(crate) finished: BTreeSet<(Millis, JobId)>,
     /// Idempotency keys by (namespace, key) (see `namespaces`).
     pub(crate) keys: BTreeMap<(Option<String>, String), JobId>,
-    /// Jobs per state of each namespace but the default one (whose counts
-    /// are the cluster's less these).
+    /// Jobs per state of each namespace but the default one.
     pub(crate) namespace_counts: BTreeMap<String, [u64; JobState::COUNT]>,
+    /// Jobs per state of the default namespace (the cluster's less the
+    /// others').
+    pub(crate) default_counts: [u64; JobState::COUNT],
     /// Finished jobs' idempotency keys read from a snapshot before the
     /// namespaces that come after them (empty once the index is built).
     pub(crate) done_keys: Vec<(JobId, String)>,
@@ -197,12 +205,43 @@ impl Index {
         })
     }
 
+    /// Notes that namespace `namespace`'s share key or lines may have
+    /// changed (see [`Master::rekey`]).
+    pub(crate) fn touch(&mut self, namespace: Option<&str>) {
+        if !self.dirty.contains(&namespace.map(str::to_owned)) {
+            self.dirty.insert(namespace.map(str::to_owned));
+        }
+    }
+
+    /// Whether namespace `namespace` has a job in line.
+    pub(crate) fn in_line(&self, namespace: Option<&str>) -> bool {
+        if namespace.is_none() && !self.ready.is_empty() {
+            return true;
+        }
+        let first = Line {
+            namespace: namespace.map(str::to_owned),
+            needs: None,
+        };
+        (self.lines.range(first..).next())
+            .is_some_and(|(line, _)| line.namespace.as_deref() == namespace)
+    }
+
     /// Puts `place` in the line of its job's namespace and needs (or the
     /// common one).
     fn line_up(&mut self, place: Place) {
         match self.line_of(place) {
-            None => self.ready.insert(place),
-            Some(line) => self.lines.entry(line).or_default().insert(place),
+            None => {
+                if self.ready.is_empty() {
+                    self.touch(None);
+                }
+                self.ready.insert(place)
+            }
+            Some(line) => {
+                if !self.lines.contains_key(&line) {
+                    self.touch(line.namespace.as_deref());
+                }
+                self.lines.entry(line).or_default().insert(place)
+            }
         };
     }
 
@@ -210,7 +249,11 @@ impl Index {
     /// the common one); whether it was there.
     fn line_out(&mut self, place: Place) -> bool {
         let Some(key) = self.line_of(place) else {
-            return self.ready.remove(&place);
+            let was = self.ready.remove(&place);
+            if self.ready.is_empty() {
+                self.touch(None);
+            }
+            return was;
         };
         let Some(line) = self.lines.get_mut(&key) else {
             return false;
@@ -218,6 +261,7 @@ impl Index {
         let was = line.remove(&place);
         if line.is_empty() {
             self.lines.remove(&key);
+            self.touch(key.namespace.as_deref());
         }
         was
     }
@@ -228,6 +272,8 @@ impl Index {
         self.key_ready.clear();
         self.lines.clear();
         self.namespace_of.clear();
+        self.share_keys.clear();
+        self.dirty.clear();
         self.needs_of.clear();
         self.needs_count.clear();
     }
@@ -249,6 +295,7 @@ impl Master {
                 (self.index).enqueue(ready_key(order, job, id), key, needs, namespace);
             }
         }
+        self.rekey_all();
         self
     }
 
@@ -365,7 +412,14 @@ impl Master {
                 _ => {}
             }
         }
+        index.default_counts = index.counts;
+        for counts in index.namespace_counts.values() {
+            for (total, n) in index.default_counts.iter_mut().zip(counts) {
+                *total = total.saturating_sub(*n);
+            }
+        }
         self.index = index;
+        self.rekey_all();
     }
 
     /// Removes a queued job from the ready or delayed set.
@@ -401,26 +455,40 @@ pub(crate) fn set_state(
 ) {
     index.counts[job.state as usize] -= 1;
     index.counts[state as usize] += 1;
-    if let Some(counts) = namespace.and_then(|name| index.namespace_counts.get_mut(name)) {
-        counts[job.state as usize] -= 1;
+    if job.state == JobState::Running || state == JobState::Running {
+        index.touch(namespace);
+    }
+    let counts = match namespace {
+        None => Some(&mut index.default_counts),
+        Some(name) => index.namespace_counts.get_mut(name),
+    };
+    if let Some(counts) = counts {
+        counts[job.state as usize] = counts[job.state as usize].saturating_sub(1);
         counts[state as usize] += 1;
     }
     job.state = state;
 }
 
 impl Index {
-    /// Counts a new job of `namespace` (`None`: the default one, counted
-    /// as the cluster's less the others') in `state`.
+    /// Counts a new job of `namespace` (`None`: the default one) in
+    /// `state`.
     pub(crate) fn count_in(&mut self, namespace: Option<&str>, state: JobState) {
-        if let Some(name) = namespace {
-            self.namespace_counts.entry(name.to_owned()).or_default()[state as usize] += 1;
+        match namespace {
+            None => self.default_counts[state as usize] += 1,
+            Some(name) => {
+                self.namespace_counts.entry(name.to_owned()).or_default()[state as usize] += 1
+            }
         }
     }
 
     /// Counts a forgotten job of `namespace` out of `state`; a namespace
     /// left with none is dropped.
     pub(crate) fn count_out(&mut self, namespace: Option<&str>, state: JobState) {
-        let Some(name) = namespace else { return };
+        let Some(name) = namespace else {
+            let count = &mut self.default_counts[state as usize];
+            *count = count.saturating_sub(1);
+            return;
+        };
         let Some(counts) = self.namespace_counts.get_mut(name) else {
             return;
         };
@@ -431,16 +499,11 @@ impl Index {
     }
 
     /// How many jobs of `namespace` (`None`: the default one) are in
-    /// `state`; the default one's cost a look at every other namespace.
+    /// `state`.
     pub(crate) fn in_state(&self, namespace: Option<&str>, state: JobState) -> u64 {
         match namespace {
-            Some(name) => self
-                .namespace_counts
-                .get(name)
-                .map_or(0, |c| c[state as usize]),
-            None => (self.namespace_counts.values()).fold(self.counts[state as usize], |n, c| {
-                n.saturating_sub(c[state as usize])
-            }),
+            Some(name) => (self.namespace_counts.get(name)).map_or(0, |c| c[state as usize]),
+            None => self.default_counts[state as usize],
         }
     }
 

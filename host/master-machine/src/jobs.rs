@@ -195,6 +195,12 @@ impl Master {
             self.index.keys.insert(scoped, id);
         }
         self.index.counts[JobState::Queued as usize] += 1;
+        let idle = self.index.in_state(namespace, JobState::Queued) == 0
+            && self.index.in_state(namespace, JobState::Running) == 0;
+        if idle {
+            (self.shares).woken(crate::namespaces::name_of(namespace));
+            self.index.touch(namespace);
+        }
         (self.index).count_in(namespace, JobState::Queued);
         self.namespaces.submitted(namespace);
         self.quotas.draw(namespace, at);

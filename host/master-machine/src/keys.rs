@@ -63,34 +63,62 @@ impl Keyed {
 
 impl Master {
     /// Up to `free` ready jobs that may start at `now` on a worker with
-    /// `pool`, in line: only jobs whose needs the pool fits (see
-    /// `pools`), only jobs of a namespace under its quota of running
-    /// attempts (see `quotas`), and a limited key's jobs only while the
-    /// key is under its limits, counting the starts this decision makes. A
-    /// key whose first job may not start is passed over whole, and so is
-    /// a namespace at its quota, so a poll looks at no more than one job
-    /// per waiting key and namespace beyond those it starts, and never at
-    /// a job of a line its pool does not fit.
+    /// `pool`: each time from the namespace with the smallest share key
+    /// (see `shares`), and within it in line; only jobs whose needs the
+    /// pool fits (see `pools`), only jobs of a namespace under its quota
+    /// of running attempts (see `quotas`), and a limited key's jobs only
+    /// while the key is under its limits, counting the starts this
+    /// decision makes. A key whose first job may not start is passed over
+    /// whole, and so is a namespace at its quota, so a poll looks at no
+    /// more than one job per waiting key and namespace beyond those it
+    /// starts, and never at a job of a line its pool does not fit.
     pub(crate) fn startable(&self, now: Millis, free: usize, pool: &WorkerPool) -> Vec<JobId> {
         let mut out = Vec::new();
-        let mut lines = Lines::new(
-            std::iter::once((None, &self.index.ready)).chain(
-                (self.index.lines.iter())
-                    .filter(|(line, _)| line.needs.as_ref().is_none_or(|needs| needs.fit(pool)))
-                    .filter(|(line, _)| self.has_room(line.namespace.as_deref(), 0))
-                    .map(|(line, places)| (line.namespace.as_deref(), places)),
-            ),
-        );
+        // The lines and the namespaces' share keys, both in namespace
+        // order, walked together: no lookup per line.
+        let mut keys = self.index.share_keys.iter().peekable();
+        let mut key_of_line = |namespace: Option<&str>| {
+            while keys.next_if(|(of, _)| of.as_deref() < namespace).is_some() {}
+            match keys.peek() {
+                Some((of, key)) if of.as_deref() == namespace => **key,
+                _ => self.share_key(namespace),
+            }
+        };
+        let default = key_of_line(None);
+        let mut heads = vec![(None, default, &self.index.ready)];
+        for (line, places) in &self.index.lines {
+            let namespace = line.namespace.as_deref();
+            let key = key_of_line(namespace);
+            let fits = line.needs.as_ref().is_none_or(|needs| needs.fit(pool));
+            if fits && self.has_room(namespace, 0) {
+                heads.push((namespace, key, places));
+            }
+        }
+        let mut lines = Lines::new(heads);
+        // The keys of the namespaces this decision started jobs of.
+        let mut raised: BTreeMap<Option<&str>, u128> = BTreeMap::new();
         // The next of a key's jobs, once the one before it was taken.
-        let mut moved_up = BTreeSet::new();
+        let mut moved_up: BTreeSet<Place> = BTreeSet::new();
         let mut started: BTreeMap<&str, u32> = BTreeMap::new();
         // Attempts this decision starts per namespace with a running quota.
         let mut running: BTreeMap<Option<&str>, u32> = BTreeMap::new();
         while out.len() < free {
-            let place = match (lines.peek(), moved_up.first()) {
-                (Some(first), Some(up)) if up < &first => moved_up.pop_first(),
+            let namespace_of = |id: &JobId| self.index.namespace_of.get(id).map(String::as_str);
+            let key_of = |namespace: Option<&str>| match raised.get(&namespace) {
+                Some(&key) => key,
+                None => match self.index.share_keys.get(&namespace.map(str::to_owned)) {
+                    Some(&key) => key,
+                    None => self.share_key(namespace),
+                },
+            };
+            let up = (moved_up.iter())
+                .map(|&place| (key_of(namespace_of(&place.2)), place))
+                .min();
+            let place = match (lines.peek(), up) {
+                (Some(first), Some(up)) if up < first => moved_up.take(&up.1),
                 (Some(_), _) => lines.next(),
-                (None, _) => moved_up.pop_first(),
+                (None, Some(up)) => moved_up.take(&up.1),
+                (None, None) => None,
             };
             let Some(place) = place else {
                 break;
@@ -100,7 +128,7 @@ impl Master {
             if (self.index.needs_of.get(&id)).is_some_and(|needs| !needs.fit(pool)) {
                 continue;
             }
-            let namespace = self.index.namespace_of.get(&id).map(String::as_str);
+            let namespace = namespace_of(&id);
             let quota = self.quotas.running_max(namespace);
             if quota.is_some() {
                 let count = running.get(&namespace).copied().unwrap_or(0);
@@ -110,29 +138,28 @@ impl Master {
                     continue;
                 }
             }
-            let Some(limit) = self.keyed.limit(id) else {
-                out.push(id);
-                if quota.is_some() {
-                    *running.entry(namespace).or_default() += 1;
+            if let Some(limit) = self.keyed.limit(id) {
+                let count = started.entry(limit.key.as_str()).or_default();
+                if !self.under_limit(limit, now, *count) {
+                    continue;
                 }
-                continue;
-            };
-            let count = started.entry(limit.key.as_str()).or_default();
-            if !self.under_limit(limit, now, *count) {
-                continue;
+                *count += 1;
+                // A journal is decoded, not trusted: a job replaced under
+                // its id may name a key whose line is gone; it then moves
+                // no one up.
+                let line = self.index.key_ready.get(&limit.key);
+                let after = (Bound::Excluded(place), Bound::Unbounded);
+                if let Some(&next) = line.and_then(|line| line.range(after).next()) {
+                    moved_up.insert(next);
+                }
             }
-            *count += 1;
             out.push(id);
             if quota.is_some() {
                 *running.entry(namespace).or_default() += 1;
             }
-            // A journal is decoded, not trusted: a job replaced under its
-            // id may name a key whose line is gone; it then moves no one up.
-            let line = self.index.key_ready.get(&limit.key);
-            let after = (Bound::Excluded(place), Bound::Unbounded);
-            if let Some(&next) = line.and_then(|line| line.range(after).next()) {
-                moved_up.insert(next);
-            }
+            let key = key_of(namespace).saturating_add(self.share_step(namespace));
+            raised.insert(namespace, key);
+            lines.raise(namespace, key);
         }
         out
     }
@@ -221,12 +248,14 @@ impl Master {
     }
 }
 
-/// Several lines of places walked as one, in order: a poll's merge of the
-/// common line and the lines its pool fits of namespaces with room (one
-/// per namespace and distinct needs of the jobs waiting).
+/// Several lines of places walked as one: the line whose namespace has
+/// the smallest share key first, and among a namespace's lines, the
+/// first place in line (a poll's merge of the common line and the lines
+/// its pool fits of namespaces with room: one per namespace and distinct
+/// needs of the jobs waiting).
 struct Lines<'a> {
-    /// Each line's namespace and what is left of it.
-    heads: Vec<(Option<&'a str>, Head<'a>)>,
+    /// Each line's namespace, the namespace's key and what is left of it.
+    heads: Vec<(Option<&'a str>, u128, Head<'a>)>,
 }
 
 /// What is left of a line.
@@ -234,39 +263,47 @@ type Head<'a> =
     std::iter::Peekable<std::iter::Copied<std::collections::btree_set::Iter<'a, Place>>>;
 
 impl<'a> Lines<'a> {
-    fn new(lines: impl Iterator<Item = (Option<&'a str>, &'a BTreeSet<Place>)>) -> Self {
+    fn new(lines: Vec<(Option<&'a str>, u128, &'a BTreeSet<Place>)>) -> Self {
         Lines {
-            heads: lines
-                .map(|(namespace, line)| (namespace, line.iter().copied().peekable()))
+            heads: (lines.into_iter())
+                .map(|(namespace, key, line)| (namespace, key, line.iter().copied().peekable()))
                 .collect(),
         }
     }
 
-    /// The line whose next place comes first.
-    fn first(&mut self) -> Option<usize> {
-        let mut best: Option<(usize, Place)> = None;
-        for (at, (_, head)) in self.heads.iter_mut().enumerate() {
+    /// The line to take from next, and its namespace's key and its place.
+    fn first(&mut self) -> Option<(usize, (u128, Place))> {
+        let mut best: Option<(usize, (u128, Place))> = None;
+        for (at, (_, key, head)) in self.heads.iter_mut().enumerate() {
             if let Some(&place) = head.peek()
-                && best.is_none_or(|(_, first)| place < first)
+                && best.is_none_or(|(_, first)| (*key, place) < first)
             {
-                best = Some((at, place));
+                best = Some((at, (*key, place)));
             }
         }
-        best.map(|(at, _)| at)
+        best
     }
 
-    fn peek(&mut self) -> Option<Place> {
-        let at = self.first()?;
-        self.heads[at].1.peek().copied()
+    fn peek(&mut self) -> Option<(u128, Place)> {
+        self.first().map(|(_, key)| key)
     }
 
     fn next(&mut self) -> Option<Place> {
-        let at = self.first()?;
-        self.heads[at].1.next()
+        let (at, _) = self.first()?;
+        self.heads[at].2.next()
+    }
+
+    /// `namespace`'s key is `key` now.
+    fn raise(&mut self, namespace: Option<&str>, key: u128) {
+        for (of, of_key, _) in &mut self.heads {
+            if *of == namespace {
+                *of_key = key;
+            }
+        }
     }
 
     /// Walks no more of `namespace`'s lines.
     fn drop_namespace(&mut self, namespace: Option<&str>) {
-        self.heads.retain(|(of, _)| *of != namespace);
+        self.heads.retain(|(of, _, _)| *of != namespace);
     }
 }

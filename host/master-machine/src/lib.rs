@@ -44,6 +44,7 @@ mod scan;
 pub mod scenarios;
 pub mod schedule;
 pub mod script;
+pub mod shares;
 mod snapshot;
 pub mod steps;
 pub mod tapes;

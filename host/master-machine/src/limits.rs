@@ -68,6 +68,10 @@ pub const QUOTA_RATE_MAX: u64 = 1_000_000;
 
 /// Largest quota of result bytes kept (see [`crate::quotas`]): 1 PiB.
 pub const QUOTA_BYTES_MAX: u64 = 1 << 50;
+
+/// Largest weight a namespace may have for its fair share (see
+/// [`crate::shares`]).
+pub const WEIGHT_MAX: u32 = 10_000;
 /// Largest `running_max` and `starts_per_second` a key limit may ask for.
 pub const KEY_LIMIT_MAX: u32 = 10_000;
 /// The window a key's `starts_per_second` counts starts in.

@@ -93,7 +93,8 @@
 //! [`crate::locality`] (what workers hold, and which poll a job waits
 //! for), [`crate::pools`] (which worker fits a job),
 //! [`crate::namespaces`] (whose a job is, and what a confined caller
-//! sees), [`crate::quotas`] (how much one namespace may hold), `bulk`,
+//! sees), [`crate::quotas`] (how much one namespace may hold),
+//! [`crate::shares`] (each namespace's fair share of the workers), `bulk`,
 //! `tokens`, `query` and `scan` (reads), `index` (what is rebuilt, not
 //! kept), `done` (finished jobs packed), `snapshot` and `restore`, and
 //! `validation` (what commands may ask for).
@@ -204,6 +205,9 @@ pub struct Master {
     /// Namespaces' quotas (see [`crate::quotas`]); written after the
     /// namespaces in a snapshot.
     pub(crate) quotas: crate::quotas::QuotaBook,
+    /// Namespaces' weights and virtual times (see [`crate::shares`]);
+    /// written after the quotas in a snapshot.
+    pub(crate) shares: crate::shares::Shares,
     // Indexes, rebuilt from the jobs on restore (not in snapshots).
     pub(crate) index: Index,
     /// How runnable jobs are lined up: a property of the master build, not
@@ -268,6 +272,7 @@ impl Master {
             pools: Pools::default(),
             namespaces: Default::default(),
             quotas: Default::default(),
+            shares: Default::default(),
             index: Index::default(),
             order: Order::default(),
         }
@@ -361,6 +366,9 @@ impl Master {
             Command::SetQuotas { namespace, quotas } => {
                 self.decide_set_quotas(now, namespace, quotas)
             }
+            Command::SetWeight { namespace, weight } => {
+                self.decide_set_weight(now, namespace, *weight)
+            }
             Command::Tick => self.decide_tick(now),
             Command::CreateToken(record) => self.decide_create_token(now, record),
             Command::RevokeToken { id } => self.decide_revoke_token(now, id),
@@ -415,6 +423,9 @@ impl Master {
     pub fn apply_into(&mut self, event: &Event, effects: &mut Vec<Effect>) {
         let from = effects.len();
         self.apply_event(event, effects);
+        if !self.index.dirty.is_empty() {
+            self.rekey();
+        }
         for effect in &effects[from..] {
             if let Effect::Settled { id, .. } = *effect {
                 self.pack(id);
@@ -545,6 +556,7 @@ impl Master {
             EventKind::QuotasSet { namespace, quotas } => {
                 self.apply_quotas_set(namespace, quotas, at)
             }
+            EventKind::WeightSet { namespace, weight } => self.apply_weight_set(namespace, *weight),
         }
     }
 

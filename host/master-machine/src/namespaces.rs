@@ -308,12 +308,7 @@ impl Master {
     /// Every namespace that ever held a job, by name ([`Query::Namespaces`]):
     /// the default one's counts are the cluster's less the others'.
     pub(crate) fn namespaces_view(&self) -> Vec<NamespaceView> {
-        let mut default_jobs = self.index.counts;
-        for counts in self.index.namespace_counts.values() {
-            for (total, n) in default_jobs.iter_mut().zip(counts) {
-                *total = total.saturating_sub(*n);
-            }
-        }
+        let default_jobs = self.index.default_counts;
         (self.namespaces.totals.iter())
             .map(|(name, totals)| NamespaceView {
                 name: name.clone(),
@@ -327,6 +322,7 @@ impl Master {
                 quotas: self.quotas.of(name),
                 result_bytes: (self.index)
                     .result_bytes_in((name != DEFAULT).then_some(name.as_str())),
+                weight: self.shares.weight(name),
             })
             .collect()
     }

@@ -49,9 +49,10 @@
 //! from older bytes with none, and every [`Attempt`]); 14,
 //! namespaces ([`JobOptions::namespace`], an eighth field of the options,
 //! and [`TokenRecord::namespace`], a last field of a token; see
-//! [`crate::namespaces`]); 15 (now), quotas per namespace (`SetQuotas`
-//! and `QuotasSet` at the end of their enums, a [`NamespaceView`]'s
-//! `quotas` and `result_bytes`; see [`crate::quotas`]). Events are the
+//! [`crate::namespaces`]); 15 (now), quotas and fair shares per
+//! namespace (`SetQuotas`, `SetWeight`, `QuotasSet` and `WeightSet` at
+//! the end of their enums, a [`NamespaceView`]'s `quotas`,
+//! `result_bytes` and `weight`; see [`crate::quotas`], [`crate::shares`]). Events are the
 //! only messages kept on disk, so [`decode_event`] still reads formats 1
 //! to 14 (whose `Submitted` lacks what came later, whose options
 //! before 5 have two fields: they decode with `module: None`, and whose
@@ -77,9 +78,10 @@ use serde::{Deserialize, Serialize};
 /// Version byte in front of every encoded message and event.
 pub const FORMAT_VERSION: u8 = 15;
 
-/// The fourteenth format: the current types without quotas
-/// (`SetQuotas`, `QuotasSet`, at the end of their enums, and what a
-/// [`NamespaceView`] says of them); its events still decode
+/// The fourteenth format: the current types without quotas and weights
+/// (`SetQuotas`, `SetWeight`, `QuotasSet`, `WeightSet`, at the end of
+/// their enums, and what a [`NamespaceView`] says of them); its events
+/// still decode
 /// ([`decode_event`]).
 pub const FORMAT_VERSION_14: u8 = 14;
 
@@ -237,7 +239,7 @@ fn decode_older(format: u8, body: &[u8]) -> Result<Event, Rejection> {
 /// `event`, unless it holds what came after `format`: a kind added since
 /// (deployments in 5, egress in 6, recorded calls and shared secrets in
 /// 7, the blob registry in 9, what workers hold in 10, lease renewals in
-/// 11, worker pools in 12, quotas in 15) or a success with
+/// 11, worker pools in 12, quotas and weights in 15) or a success with
 /// output blobs (8), which
 /// bytes of that format never held.
 fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
@@ -264,7 +266,9 @@ fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
         EventKind::WorkerHolds { .. } => (FORMAT_VERSION_10, "a locality event"),
         EventKind::Renewed { .. } => (FORMAT_VERSION_11, "a lease renewal"),
         EventKind::WorkerPool { .. } => (FORMAT_VERSION_12, "a worker pool event"),
-        EventKind::QuotasSet { .. } => (FORMAT_VERSION, "a quota event"),
+        EventKind::QuotasSet { .. } | EventKind::WeightSet { .. } => {
+            (FORMAT_VERSION, "a quota or weight event")
+        }
         _ => return Ok(event),
     };
     if format >= added {
@@ -467,6 +471,9 @@ pub enum Code {
     /// many submissions in the last second, or too many result bytes kept
     /// (see [`crate::quotas`]); retry later.
     QuotaExceeded,
+    /// A namespace's weight that is not 1 to
+    /// [`WEIGHT_MAX`](crate::limits::WEIGHT_MAX) (see [`crate::shares`]).
+    InvalidWeight,
     /// A code this build does not know.
     Other(String),
 }
@@ -516,6 +523,7 @@ impl Code {
         Code::NamespacesFull,
         Code::InvalidQuota,
         Code::QuotaExceeded,
+        Code::InvalidWeight,
     ];
 
     /// The code on the wire (stable).
@@ -563,6 +571,7 @@ impl Code {
             Code::NamespacesFull => "namespaces_full",
             Code::InvalidQuota => "invalid_quota",
             Code::QuotaExceeded => "quota_exceeded",
+            Code::InvalidWeight => "invalid_weight",
             Code::Other(code) => code,
         }
     }
@@ -700,6 +709,8 @@ pub mod codes {
     pub const INVALID_QUOTA: Code = Code::InvalidQuota;
     /// [`Code::QuotaExceeded`].
     pub const QUOTA_EXCEEDED: Code = Code::QuotaExceeded;
+    /// [`Code::InvalidWeight`].
+    pub const INVALID_WEIGHT: Code = Code::InvalidWeight;
 
     /// Every code a rejection may carry (the host maps each onto its API
     /// error codes, and its tests check that none is missing).
@@ -1670,6 +1681,14 @@ pub enum Command {
         /// Its quotas.
         quotas: Quotas,
     },
+    /// Set namespace `namespace`'s weight for its fair share of the
+    /// workers (see [`crate::shares`]; 1: the default).
+    SetWeight {
+        /// The namespace (`default` for the default one).
+        namespace: String,
+        /// Its weight, 1 to [`WEIGHT_MAX`](crate::limits::WEIGHT_MAX).
+        weight: u32,
+    },
 }
 
 /// A DAG's id: dense, assigned by the master from 1.
@@ -2242,6 +2261,13 @@ pub enum EventKind {
         namespace: String,
         /// Its quotas (all `None`: none).
         quotas: Quotas,
+    },
+    /// A namespace's weight was set ([`Command::SetWeight`]).
+    WeightSet {
+        /// The namespace (`default` for the default one).
+        namespace: String,
+        /// Its weight.
+        weight: u32,
     },
 }
 
@@ -3014,6 +3040,9 @@ pub struct NamespaceView {
     /// The bytes of results its held jobs keep (inline results and named
     /// outputs, as [`Stats::result_bytes`] counts them).
     pub result_bytes: u64,
+    /// Its weight for its fair share of the workers (see
+    /// [`crate::shares`]; 1 unless set).
+    pub weight: u32,
 }
 
 /// A namespace's quotas (see [`crate::quotas`]); `None` is no quota.

@@ -152,8 +152,9 @@ fn a_namespace_at_its_running_quota_starts_no_more_and_others_start() {
     }
     run.submit(T, None).expect("the default's");
     run.submit(T, Some("b")).expect("b's");
-    // Jobs 1 and 2 of `a` (its first two), the default's 6, b's 7.
-    assert_eq!(run.started(T, "w1"), [1, 2, 6, 7]);
+    // Jobs 1 and 2 of `a` (its first two), the default's 6, b's 7, each
+    // namespace in its turn.
+    assert_eq!(run.started(T, "w1"), [1, 6, 7, 2]);
     assert_eq!(run.started(T + 1, "w2"), Vec::<JobId>::new(), "a is at 2");
     // One of a's ends: one more of a's starts, not two.
     let ok = Outcome::Succeeded(b"r".to_vec());
@@ -218,7 +219,7 @@ fn a_namespace_keeping_its_most_result_bytes_is_refused_until_they_go() {
     run.submit(T, Some("a")).expect("first");
     run.submit(T, Some("a")).expect("second");
     run.submit(T, None).expect("the default's");
-    assert_eq!(run.started(T, "w"), [1, 2, 3]);
+    assert_eq!(run.started(T, "w"), [1, 3, 2]);
     let ok = |result: &[u8]| Outcome::Succeeded(result.to_vec());
     run.run(T + 1, finish(1, 1, "w", ok(b"ab")))
         .expect("finished");

@@ -40,7 +40,8 @@ use crate::snapshot::{Head, SNAPSHOT_VERSION, Tail};
 /// workers hold and when blob jobs joined the line (11; before it,
 /// nothing, and a [`Config`] without `locality_wait_ms`), the workers'
 /// pools (12), the jobs' namespaces (14; before it, every job is in the
-/// default one), the namespaces' quotas (15; before it, none).
+/// default one), the namespaces' quotas and shares (15; before it, no
+/// quotas, every weight 1 and every virtual time 0).
 /// The registry's counts of names are rebuilt at the end.
 #[derive(Debug, Default)]
 pub struct Restoring {
@@ -84,6 +85,7 @@ enum Stage {
     Pools,
     Namespaces,
     Quotas,
+    Shares,
     End,
 }
 
@@ -305,6 +307,13 @@ impl Restoring {
                 let totals = &self.master.namespaces.totals;
                 self.master.quotas =
                     crate::quotas::bounded(quotas, |name| totals.contains_key(name));
+                Ok(Some((Stage::Shares, rest)))
+            }
+            Stage::Shares => {
+                let (shares, rest) = taken!(take(bytes));
+                let totals = &self.master.namespaces.totals;
+                self.master.shares =
+                    crate::shares::bounded(shares, |name| totals.contains_key(name));
                 Ok(Some((Stage::End, rest)))
             }
             Stage::End => return Ok(None),

@@ -37,8 +37,9 @@ use crate::workers::Worker;
 /// 13, jobs' attempts have their [`Usage`]; since version 14, the jobs of
 /// namespaces other than the default follow (and [`JobOptions`] and
 /// tokens have `namespace`); since version 15, the namespaces' quotas
-/// follow.
-/// Older snapshots are still read: version 14 (no quotas), version 13 (every job and token in the
+/// and their fair shares' weights and virtual times follow.
+/// Older snapshots are still read: version 14 (no quotas, every weight
+/// 1 and every namespace at virtual time 0), version 13 (every job and token in the
 /// default namespace or cluster-wide), version 12 (attempts without usage),
 /// version 11 (no pools: every worker has
 /// the default, and options have no labels), version 10 (no locality: none known,
@@ -218,7 +219,8 @@ impl Master {
         let namespaces = postcard::to_allocvec(&self.namespaces)
             .expect("encoded")
             .len()
-            + postcard::to_allocvec(&self.quotas).expect("encoded").len();
+            + postcard::to_allocvec(&self.quotas).expect("encoded").len()
+            + postcard::to_allocvec(&self.shares).expect("encoded").len();
         let head_end = 1 + config.len();
         [
             &[10][..],
@@ -247,7 +249,8 @@ impl Master {
         let namespaces = postcard::to_allocvec(&self.namespaces)
             .expect("encoded")
             .len()
-            + postcard::to_allocvec(&self.quotas).expect("encoded").len();
+            + postcard::to_allocvec(&self.quotas).expect("encoded").len()
+            + postcard::to_allocvec(&self.shares).expect("encoded").len();
         [&[11][..], &now[1..now.len() - pools.len() - namespaces]].concat()
     }
 
@@ -259,7 +262,8 @@ impl Master {
         let namespaces = postcard::to_allocvec(&self.namespaces)
             .expect("encoded")
             .len()
-            + postcard::to_allocvec(&self.quotas).expect("encoded").len();
+            + postcard::to_allocvec(&self.quotas).expect("encoded").len()
+            + postcard::to_allocvec(&self.shares).expect("encoded").len();
         [&[12][..], &now[1..now.len() - namespaces]].concat()
     }
 
@@ -271,7 +275,8 @@ impl Master {
         let namespaces = postcard::to_allocvec(&self.namespaces)
             .expect("encoded")
             .len()
-            + postcard::to_allocvec(&self.quotas).expect("encoded").len();
+            + postcard::to_allocvec(&self.quotas).expect("encoded").len()
+            + postcard::to_allocvec(&self.shares).expect("encoded").len();
         [&[13][..], &now[1..now.len() - namespaces]].concat()
     }
 
@@ -280,16 +285,18 @@ impl Master {
     #[cfg(test)]
     pub(crate) fn snapshot_v14(&self) -> Vec<u8> {
         let now = self.snapshot();
-        let quotas = postcard::to_allocvec(&self.quotas).expect("encoded");
-        [&[14][..], &now[1..now.len() - quotas.len()]].concat()
+        let quotas = postcard::to_allocvec(&self.quotas).expect("encoded").len()
+            + postcard::to_allocvec(&self.shares).expect("encoded").len();
+        [&[14][..], &now[1..now.len() - quotas]].concat()
     }
 
     /// This master as a snapshot of version 14 or older restores it: no
-    /// namespace has quotas.
+    /// namespace has quotas, every weight is 1 and every virtual time 0.
     #[cfg(test)]
     pub(crate) fn before_quotas(&self) -> Master {
         let mut master = self.clone();
         master.quotas = Default::default();
+        master.shares = Default::default();
         master
     }
 
@@ -300,6 +307,7 @@ impl Master {
         let mut master = self.before_quotas();
         master.namespaces = Default::default();
         master.index.namespace_result_bytes.clear();
+        master.index.default_counts = master.index.counts;
         master.index.namespace_counts.clear();
         for token in master.tokens.values_mut() {
             token.namespace = None;
@@ -381,7 +389,8 @@ impl Master {
     /// schedules, the DAGs, the deployments, the egress grants and
     /// calls, the recorded calls with the secrets jobs may read, the
     /// jobs' blobs, the blobs the cluster keeps, the locality, the
-    /// workers' pools, the jobs' namespaces, and the namespaces' quotas.
+    /// workers' pools, the jobs' namespaces, and the namespaces' quotas and
+    /// shares.
     fn write_part(&self, sink: &mut impl Sink, cursor: &mut SnapshotCursor, bytes_max: usize) {
         let bytes_max = bytes_max.max(1);
         loop {
@@ -424,6 +433,7 @@ impl Master {
                     sink.put(&self.pools);
                     sink.put(&self.namespaces);
                     sink.put(&self.quotas);
+                    sink.put(&self.shares);
                     *cursor = SnapshotCursor::End;
                 }
                 SnapshotCursor::End => return,
@@ -452,7 +462,7 @@ impl Master {
     /// postcard(deployments) ++ postcard(grants and calls) ++
     /// postcard((recorded calls, readable secrets)) ++ postcard(blobs) ++
     /// postcard(kept blobs) ++ postcard(locality) ++ postcard(pools) ++
-    /// postcard(namespaces) ++ postcard(quotas)`.
+    /// postcard(namespaces) ++ postcard(quotas) ++ postcard(shares)`.
     ///
     /// Measured first, then written into a buffer of that size: grown by
     /// doubling, the buffer of a snapshot of a million finished jobs took

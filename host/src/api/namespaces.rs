@@ -1,9 +1,12 @@
 //! `GET /v1/namespaces`: each namespace's jobs, what they cost and its
 //! quotas, as the master counts them (see `cohort_master::namespaces`);
 //! `POST /v1/namespaces/{name}/quotas` sets a namespace's quotas (see
-//! `cohort_master::quotas`).
+//! `cohort_master::quotas`); `POST /v1/namespaces/{name}/weight` its
+//! weight for its fair share (see `cohort_master::shares`).
 
-use super::types::{NamespaceBody, NamespaceListResponse, QuotasBody, QuotasResponse};
+use super::types::{
+    NamespaceBody, NamespaceListResponse, QuotasBody, QuotasResponse, WeightBody, WeightResponse,
+};
 use super::{Api, ApiError, Reply200, json};
 use crate::codes::ErrorCode;
 use cohort_master::{Command, JobState, Quotas, Reply};
@@ -26,6 +29,7 @@ impl Api {
                 egress_bytes: view.totals.egress_bytes,
                 result_bytes: view.result_bytes,
                 quotas: quotas_body(view.quotas),
+                weight: view.weight,
             })
             .collect();
         Ok(json(StatusCode::OK, &NamespaceListResponse { namespaces }))
@@ -58,6 +62,30 @@ impl Api {
         let response = QuotasResponse {
             namespace: name.to_owned(),
             quotas: body,
+        };
+        Ok(json(StatusCode::OK, &response))
+    }
+
+    /// `POST /v1/namespaces/{name}/weight`.
+    pub(super) async fn namespace_weight(
+        &self,
+        name: &str,
+        body: WeightBody,
+    ) -> Result<Reply200, ApiError> {
+        cohort_master::namespaces::check_name(name)
+            .map_err(|why| ApiError::new(ErrorCode::InvalidNamespace, why))?;
+        cohort_master::shares::check_weight(body.weight)
+            .map_err(|why| ApiError::new(ErrorCode::InvalidWeight, why))?;
+        let command = Command::SetWeight {
+            namespace: name.to_owned(),
+            weight: body.weight,
+        };
+        let Reply::Done = self.master.command(command).await? else {
+            return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
+        };
+        let response = WeightResponse {
+            namespace: name.to_owned(),
+            weight: body.weight,
         };
         Ok(json(StatusCode::OK, &response))
     }

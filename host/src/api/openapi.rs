@@ -696,6 +696,12 @@ fn operation(handler: Handler) -> Option<Doc> {
             .body::<QuotasBody>(serde_json::json!({"waiting_max": 10000, "running_max": 8, "submissions_per_second": 100, "result_bytes_max": 1_073_741_824_u64}))
             .answers::<QuotasResponse>(200, "The quotas it has now.")
             .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidNamespace, InvalidQuota, NamespacesFull]]),
+        H::NamespaceWeight => doc("namespaces", "Set a namespace's weight")
+            .describe("When namespaces compete for workers, each gets running capacity in proportion to its weight, measured in the CPU time its attempts use as their sandboxes meter it (start-time fair queuing; see ARCHITECTURE.md, \"Fair shares\"). 1 unless set; a namespace alone takes every slot. Cluster-wide: a token confined to a namespace cannot set weights.")
+            .param("name", Path, text().pattern(Some("^[a-z0-9][a-z0-9-]{0,62}$")), "The namespace (`default` for the default one).")
+            .body::<WeightBody>(serde_json::json!({"weight": 2}))
+            .answers::<WeightResponse>(200, "The weight it has now.")
+            .errors(&[MASTER, &[BadJson, BodyTooLarge, InvalidNamespace, InvalidWeight, NamespacesFull]]),
         H::Whoami => doc("tokens", "What the caller's token may do")
             .answers::<WhoamiResponse>(200, "Whether tokens are needed, the token's id, its scopes and the namespace it is confined to.")
             .errors(&[]),
@@ -851,6 +857,8 @@ fn components() -> utoipa::openapi::Components {
         NamespaceBody,
         QuotasBody,
         QuotasResponse,
+        WeightBody,
+        WeightResponse,
         MasterBody,
         LatencyBody,
         ReplicaBody,

@@ -150,6 +150,7 @@ pub enum Handler {
     Whoami,
     Namespaces,
     NamespaceQuotas,
+    NamespaceWeight,
     Cluster,
     VoterRemove,
     MasterBuild,
@@ -298,6 +299,7 @@ pub const ROUTES: &[Route] = &[
     route(Get,    "/v1/namespaces",                    Token(Read),   FrontEnd, H::Namespaces).in_namespace(),
     // Quotas are the cluster's to give: no namespace's token sets its own.
     route(Post,   "/v1/namespaces/{name}/quotas",      Token(Admin),  FrontEnd, H::NamespaceQuotas).body(CONTROL_BODY_BYTES_MAX),
+    route(Post,   "/v1/namespaces/{name}/weight",      Token(Admin),  FrontEnd, H::NamespaceWeight).body(CONTROL_BODY_BYTES_MAX),
     route(Get,    "/v1/cluster",                       Token(Read),   AnyNode,  H::Cluster),
     route(Delete, "/v1/cluster/voters/{node}",         Token(Admin),  FrontEnd, H::VoterRemove),
     route(Get,    "/v1/master",                        Token(Read),   FrontEnd, H::MasterBuild),

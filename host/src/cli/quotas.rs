@@ -1,7 +1,9 @@
 //! `cohort quota set|clear NAMESPACE`: how much of the cluster a namespace
 //! may hold (`cohort_master::quotas`). `set` gives all four quotas at
 //! once, as the API does: a flag left out is no quota, so what the
-//! command line says is what the namespace has.
+//! command line says is what the namespace has. `cohort weight NAMESPACE
+//! N`: its weight for its fair share of the workers
+//! (`cohort_master::shares`).
 
 use super::{ServerArg, fail, print_json};
 use crate::client::QuotasBody;
@@ -48,6 +50,43 @@ pub struct QuotaNameArgs {
     pub server: ServerArg,
     /// The namespace (`default` for the default one).
     pub namespace: String,
+}
+
+/// `cohort weight`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WeightArgs {
+    #[command(flatten)]
+    #[allow(missing_docs)]
+    pub server: ServerArg,
+    /// The namespace (`default` for the default one).
+    pub namespace: String,
+    /// 1 (the default) to 10,000: namespaces competing for workers get CPU
+    /// time in proportion to their weights.
+    pub weight: u32,
+}
+
+/// Runs `cohort weight`.
+pub async fn weight(args: WeightArgs) -> ExitCode {
+    if let Err(why) = cohort_master::namespaces::check_name(&args.namespace) {
+        return fail(why);
+    }
+    if let Err(why) = cohort_master::shares::check_weight(args.weight) {
+        return fail(why);
+    }
+    let client = match args.server.client() {
+        Ok(client) => client,
+        Err(error) => return fail(error),
+    };
+    let (namespace, weight) = (&args.namespace, args.weight);
+    match client
+        .call(|node| async move { node.set_weight(namespace, weight).await })
+        .await
+    {
+        Ok(set) if args.server.json => print_json(&set),
+        Ok(set) => println!("namespace {}: weight {}", set.namespace, set.weight),
+        Err(error) => return fail(error),
+    }
+    ExitCode::SUCCESS
 }
 
 /// Runs a `cohort quota` command.
