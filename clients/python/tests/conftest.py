@@ -91,11 +91,12 @@ def _start(binary: str, data_dir: Path, node_id: str, args: Sequence[str]) -> No
             return Node(process, node_id, found.group(2), found.group(1), log)
 
 
-def _await_cluster(node: Node, need_workers: bool) -> None:
+def _await_cluster(node: Node, need_workers: bool, token: Optional[str] = None) -> None:
     """Until the node's ``GET /v1/cluster`` names a master (and a worker)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     last = "no answer"
-    with httpx.Client(timeout=5.0) as http:
+    headers = {} if token is None else {"authorization": f"Bearer {token}"}
+    with httpx.Client(timeout=5.0, headers=headers) as http:
         while time.monotonic() < deadline:
             try:
                 cluster = http.get(f"{node.url}/v1/cluster").json()
@@ -114,18 +115,26 @@ StartNode = Callable[..., Node]
 
 @pytest.fixture
 def start_node(tmp_path: Path) -> Iterator[StartNode]:
-    """Start cohort nodes: ``start_node("p1", seed=None, roles=None, slots=None)``.
+    """Start cohort nodes: ``start_node("p1", seed=None, roles=None, slots=None,
+    extra=(), ready=True)``.
 
-    Each returns once the node serves and its cluster has a master and, unless
-    ``slots=0``, a worker. Every node is killed at teardown.
+    Each returns once the node serves and, when ``ready``, its cluster has a
+    master and, unless ``slots=0``, a worker (a node with a cluster key
+    answers that only to a token: see `keyed_node`). Every node is killed at
+    teardown.
     """
     binary = required_env("COHORT_BIN")
     nodes: List[Node] = []
 
     def start(
-        node_id: str, seed: Optional[Node] = None, roles: Optional[str] = None, slots: Optional[int] = None
+        node_id: str,
+        seed: Optional[Node] = None,
+        roles: Optional[str] = None,
+        slots: Optional[int] = None,
+        extra: Sequence[str] = (),
+        ready: bool = True,
     ) -> Node:
-        args: List[str] = []
+        args: List[str] = list(extra)
         if seed is not None:
             args += ["--seed", seed.gossip]
         if roles is not None:
@@ -136,12 +145,58 @@ def start_node(tmp_path: Path) -> Iterator[StartNode]:
         data_dir.mkdir()
         node = _start(binary, data_dir, node_id, args)
         nodes.append(node)
-        _await_cluster(node, need_workers=slots != 0)
+        if ready:
+            _await_cluster(node, need_workers=slots != 0)
         return node
 
     yield start
     for node in nodes:
         node.kill()
+
+
+def cohort(*args: str) -> str:
+    """Runs ``cohort ARGS``; its stdout (fails the test with its stderr)."""
+    done = subprocess.run(
+        [required_env("COHORT_BIN"), *args], capture_output=True, text=True, timeout=START_TIMEOUT_S
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"cohort {' '.join(args)} exited {done.returncode}: {done.stderr}")
+    return done.stdout
+
+
+class KeyedNode:
+    """A node started with a cluster key, and tokens made with it."""
+
+    def __init__(self, node: Node, key: Path) -> None:
+        self.node = node
+        self.url = node.url
+        self.key = key
+
+    def token(self, scopes: str, namespace: Optional[str] = None) -> str:
+        """A token with ``scopes``, confined to ``namespace`` if given; tried
+        again while the master comes up."""
+        args = ["token", "create", "--server", self.url, "--cluster-key", str(self.key), "--scope", scopes]
+        if namespace is not None:
+            args += ["--namespace", namespace]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                return cohort(*args).strip()
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(POLL_S)
+
+
+@pytest.fixture
+def keyed_node(start_node: StartNode, tmp_path: Path) -> KeyedNode:
+    """One node with every role and a cluster key: tokens are checked."""
+    key = tmp_path / "cluster.key"
+    cohort("keygen", str(key))
+    node = start_node("k1", extra=["--cluster-key", str(key)], ready=False)
+    keyed = KeyedNode(node, key)
+    _await_cluster(node, need_workers=True, token=keyed.token("read"))
+    return keyed
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 
 from cohort_client import BlobEntry, BlobInfo, Client, CohortError, JobFailed, WaitTimeout
 
-from .conftest import Node, StartNode, all_job_ids
+from .conftest import KeyedNode, Node, StartNode, all_job_ids
 
 RESULT_TIMEOUT_S = 60.0
 #: A caller's trace id, sent in its traceparent.
@@ -608,3 +608,43 @@ def test_a_blob_nothing_names_is_deleted_and_one_a_job_or_schedule_names_is_not(
         assert {blob.digest: blob for blob in client.list_blobs()}[loose.digest].kept is True
         counts = client.request_counts()
     assert counts["DELETE /v1/blobs/{digest}"] == 6, counts
+
+
+def test_a_namespaces_token_sees_its_own_jobs_and_nothing_of_anothers(keyed_node: KeyedNode, echo_wasm: str) -> None:
+    admin = keyed_node.token("admin")
+    team_a = keyed_node.token("submit,read", namespace="py-team-a")
+    team_b = keyed_node.token("submit,read", namespace="py-team-b")
+    url = keyed_node.url
+    with Client(url, token=admin) as root, Client(url, token=team_a) as a, Client(url, token=team_b) as b:
+        # Modules are cluster-wide: uploaded by a cluster-wide token; a
+        # confined one may not, and names the module by its digest.
+        digest = root.upload(echo_wasm)
+        assert a.upload(echo_wasm) == digest
+        with pytest.raises(CohortError) as forbidden:
+            a.secrets()
+        assert (forbidden.value.code, forbidden.value.status) == ("forbidden", 403)
+
+        mine = a.submit(digest, b"team a's")
+        assert mine.result(timeout=RESULT_TIMEOUT_S) == b"team a's"
+        assert mine.status()["namespace"] == "py-team-a"
+
+        # Team b learns nothing of it: the answer of a job that never was.
+        with pytest.raises(CohortError) as unknown:
+            b.get(mine.id).status()
+        assert (unknown.value.code, unknown.value.status) == ("job_not_found", 404)
+        # Waited for among others, it is unknown too (a wait's answer, no status of its own).
+        with pytest.raises(CohortError) as unknown:
+            b.get(mine.id).result(timeout=RESULT_TIMEOUT_S)
+        assert unknown.value.code == "job_not_found"
+        with pytest.raises(CohortError) as elsewhere:
+            b.submit(digest, b"x", namespace="py-team-a").id
+        assert (elsewhere.value.code, elsewhere.value.status) == ("forbidden", 403)
+        theirs = b.submit(digest, b"team b's")
+        assert theirs.result(timeout=RESULT_TIMEOUT_S) == b"team b's"
+        assert theirs.status()["namespace"] == "py-team-b"
+
+        # A cluster-wide token sees both, and names a namespace itself.
+        assert root.get(mine.id).status()["namespace"] == "py-team-a"
+        named = root.submit(digest, b"by the admin", namespace="py-team-a")
+        assert named.result(timeout=RESULT_TIMEOUT_S) == b"by the admin"
+        assert a.get(named.id).status()["namespace"] == "py-team-a"

@@ -67,8 +67,10 @@ process.on("exit", () => {
  * @param {string} [options.seed] - the gossip address of a node to join
  * @param {string[]} [options.args] - more flags (e.g. `--slots 0`)
  * @param {number} [options.workers] - workers to wait for (default 1; 0 for a node that runs nothing)
+ * @param {boolean} [options.ready] - wait for the master and workers (default true; a node with a
+ *   cluster key answers `GET /v1/cluster` only to a token: wait with {@link waitReady} once there is one)
  */
-export async function startNode({ nodeId, seed, args = [], workers = 1 }) {
+export async function startNode({ nodeId, seed, args = [], workers = 1, ready = true }) {
   const dataDir = await mkdtemp(join(tmpdir(), `cohort-ts-${nodeId}-`));
   const flags = ["node", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--node-id", nodeId, ...args];
   if (seed !== undefined) flags.push("--seed", seed);
@@ -106,7 +108,7 @@ export async function startNode({ nodeId, seed, args = [], workers = 1 }) {
     if (match === null) throw new Error(`node ${nodeId} printed an unexpected line: ${line}`);
     node.gossip = match[1];
     node.url = match[2];
-    await waitReady(node.url, workers, START_TIMEOUT_MS);
+    if (ready) await waitReady(node.url, workers, START_TIMEOUT_MS);
   } catch (error) {
     await node.stop();
     throw new Error(`node ${nodeId} did not start: ${error.message}\n--- its stderr ---\n${stderr}`);
@@ -139,13 +141,17 @@ function listeningLine(child, stderr) {
   });
 }
 
-/** Polls `GET /v1/cluster` on `url` until it names a master and lists at least `workers` workers. */
-export async function waitReady(url, workers, timeoutMs = START_TIMEOUT_MS) {
+/**
+ * Polls `GET /v1/cluster` on `url` (with `token`, if given) until it names a master and lists at
+ * least `workers` workers.
+ */
+export async function waitReady(url, workers, timeoutMs = START_TIMEOUT_MS, token = undefined) {
   const deadline = Date.now() + timeoutMs;
   let last = "no answer yet";
+  const headers = token === undefined ? {} : { authorization: `Bearer ${token}` };
   for (;;) {
     try {
-      const response = await fetch(`${url}/v1/cluster`, { signal: AbortSignal.timeout(2_000) });
+      const response = await fetch(`${url}/v1/cluster`, { headers, signal: AbortSignal.timeout(2_000) });
       const cluster = await response.json();
       if (cluster.master_node != null && (cluster.workers ?? []).length >= workers) return cluster;
       last = JSON.stringify({ master_node: cluster.master_node, workers: cluster.workers });
@@ -154,6 +160,42 @@ export async function waitReady(url, workers, timeoutMs = START_TIMEOUT_MS) {
     }
     if (Date.now() > deadline) throw new Error(`cluster at ${url} not ready within ${timeoutMs} ms: ${last}`);
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+  }
+}
+
+/** Runs `cohort ...args`; its stdout, or an error with its stderr. */
+export function cohort(args) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.setEncoding("utf8").on("data", (chunk) => (stdout += chunk));
+    child.stderr.setEncoding("utf8").on("data", (chunk) => (stderr += chunk));
+    const timer = setTimeout(() => child.kill("SIGKILL"), START_TIMEOUT_MS);
+    child.once("error", reject);
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      if (code === 0) resolve(stdout);
+      else reject(new Error(`cohort ${args.join(" ")} exited ${code}: ${stderr}`));
+    });
+  });
+}
+
+/**
+ * A token with `scopes` (e.g. `"submit,read"`), confined to `namespace` if given, made through the
+ * node at `url` by proving the cluster key in the file `key`; tried again while the master comes up.
+ */
+export async function token(url, key, scopes, namespace = undefined) {
+  const args = ["token", "create", "--server", url, "--cluster-key", key, "--scope", scopes];
+  if (namespace !== undefined) args.push("--namespace", namespace);
+  const deadline = Date.now() + START_TIMEOUT_MS;
+  for (;;) {
+    try {
+      return (await cohort(args)).trim();
+    } catch (error) {
+      if (Date.now() > deadline) throw error;
+      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    }
   }
 }
 
