@@ -566,12 +566,27 @@ fn every_page_works_in_a_real_browser_with_tokens() {
     );
     let admin = support::token_at(&node.url, &key, "admin");
     let read = support::token_at(&node.url, &key, "read");
+    let team = support::token_with(&node.url, &key, "read", &["--namespace", "team-a"]);
     // Before the jobs below: one of them holds the node's one slot.
     let egress = egress_job(&node, &admin);
-    let jobs = runtime().block_on(async {
+    let (jobs, team_job) = runtime().block_on(async {
         let client = Api::with_options(&node.url, Some(&admin), None).unwrap();
-        jobs_in_every_state(&client).await
+        let jobs = jobs_in_every_state(&client).await;
+        // A team's one job, queued behind the job that holds the slot.
+        let request = SubmitRequest {
+            namespace: Some("team-a".into()),
+            ..support::job(&jobs.echo, "team a's")
+        };
+        let team_job = client.submit(&request).await.unwrap().id;
+        client.set_weight("team-a", 3).await.unwrap();
+        let quotas = cohort::client::types::QuotasBody {
+            waiting_max: Some(100),
+            ..Default::default()
+        };
+        client.set_quotas("team-a", &quotas).await.unwrap();
+        (jobs, team_job)
     });
+    let team = serde_json::json!({"token": team, "job": team_job}).to_string();
     let out = drive(
         &node,
         "pages",
@@ -580,6 +595,7 @@ fn every_page_works_in_a_real_browser_with_tokens() {
             ("COHORT_READ_TOKEN", read),
             ("COHORT_JOBS", jobs.json()),
             ("COHORT_EGRESS", egress.json()),
+            ("COHORT_TEAM", team),
         ],
     );
     println!("{out}");

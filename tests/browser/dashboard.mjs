@@ -8,6 +8,9 @@
 //                    times, printed as one JSON line)
 //   COHORT_TOKEN     an admin token ('' when the node has no tokens)
 //   COHORT_READ_TOKEN  a read-only token ('' to skip that part)
+//   COHORT_TEAM      {"token": a read token confined to namespace "team-a",
+//                    "job": its one job (queued), weight 3, quotas
+//                    waiting_max 100}; '' to skip that part
 //   COHORT_JOBS      {"queued": [ids], ..., "module": "<echo digest>"}
 //   COHORT_EGRESS    {"job": id, "deployment": name, "grant": url,
 //                    "origin": url, "denied": url}: a deployment granted
@@ -98,6 +101,29 @@ async function pages() {
   check((await text(page, '[data-testid="overview-master"]')).includes('epoch'), 'overview shows the master and its epoch');
   await page.waitForFunction(() => document.querySelector('[data-testid="live"]').textContent === 'live');
   check(true, 'the event stream is live');
+
+  // Namespaces: each with its weight, jobs and quotas; a name lists its jobs.
+  const team = env('COHORT_TEAM') ? JSON.parse(env('COHORT_TEAM')) : null;
+  if (team) {
+    await page.click('[data-testid="nav-namespaces"]');
+    await ready(page, 'namespaces');
+    const row = 'tr[data-namespace="team-a"]';
+    check((await text(page, `${row} [data-testid="namespace-weight"]`)) === '3'
+      && (await text(page, `${row} [data-testid="namespace-queued"]`)) === '1'
+      && (await text(page, `${row} [data-testid="namespace-submitted"]`)) === '1',
+    `team-a shows its weight and its one queued job: "${await text(page, row)}"`);
+    check((await text(page, `${row} [data-testid="namespace-quotas"]`)) === 'waiting ≤ 100',
+      `team-a shows its quota: "${await text(page, `${row} [data-testid="namespace-quotas"]`)}"`);
+    check(await page.locator('tr[data-namespace="default"]').count() === 1, 'the default namespace is listed');
+    await shot(page, 'namespaces.png');
+    await page.click(`${row} a`);
+    await page.waitForFunction(() => window.location.hash.includes('namespace=team-a'));
+    await ready(page, 'jobs');
+    const listed = await page.locator('[data-testid="jobs-table"] tr[data-job]').evaluateAll((trs) => trs.map((tr) => Number(tr.dataset.job)));
+    check(JSON.stringify(listed) === JSON.stringify([team.job]), `team-a's link lists its job alone: ${JSON.stringify(listed)}`);
+    await page.goto(`${URL_}/#/`);
+    await ready(page, 'overview');
+  }
 
   // A live update: a job submitted elsewhere shows without a reload.
   const before = Number(await text(page, '[data-testid="count-queued"]'))
@@ -262,6 +288,34 @@ async function pages() {
     await page.goto(`${URL_}/#/jobs/${jobs.dead[0]}`);
     await page.waitForSelector('[data-testid="job-state"]');
     check(await page.locator('[data-testid="job-retry"], [data-testid="job-cancel"]').count() === 0, 'read scope: no retry or cancel');
+  }
+  // A token confined to a namespace: its namespace's page, its jobs, and
+  // nothing of another's.
+  if (team) {
+    await page.click('[data-testid="logout"]');
+    await page.waitForSelector('[data-testid="login-token"]', { state: 'visible' });
+    await page.fill('[data-testid="login-token"]', team.token);
+    await page.click('[data-testid="login-submit"]');
+    await page.waitForSelector('[data-testid="logout"]', { state: 'visible' });
+    check((await text(page, '[data-testid="whoami"]')).includes('namespace team-a'), 'the confined token is shown with its namespace');
+    await page.goto(`${URL_}/#/namespaces`);
+    await ready(page, 'namespaces');
+    const rows = await page.locator('[data-testid="namespaces-table"] tr[data-namespace]').evaluateAll((trs) => trs.map((tr) => tr.dataset.namespace));
+    check(JSON.stringify(rows) === '["team-a"]', `the confined token sees its namespace alone: ${JSON.stringify(rows)}`);
+    check(await page.locator('[data-testid="nav-overview"]:visible, [data-testid="nav-modules"]:visible').count() === 0,
+      'no cluster-wide page is offered to it');
+    await page.goto(`${URL_}/#/jobs`);
+    await ready(page, 'jobs');
+    const mine = await page.locator('[data-testid="jobs-table"] tr[data-job]').evaluateAll((trs) => trs.map((tr) => Number(tr.dataset.job)));
+    check(JSON.stringify(mine) === JSON.stringify([team.job]), `its jobs list holds its job alone: ${JSON.stringify(mine)}`);
+    await page.goto(`${URL_}/#/jobs/${team.job}`);
+    await page.waitForSelector('[data-testid="job-state"]');
+    check((await text(page, '[data-testid="job-namespace"]')) === 'team-a', 'its job shows its namespace');
+    await page.goto(`${URL_}/#/jobs/${jobs.dead[0]}`);
+    await page.waitForSelector('[data-testid="error"]:visible');
+    check((await text(page, '[data-testid="error"]')).startsWith('job_not_found'),
+      `another namespace's job is a job that does not exist: "${await text(page, '[data-testid="error"]')}"`);
+    await shot(page, 'namespace-confined.png');
   }
   const refused = consoleLines.filter((line) => line.includes('Content Security Policy'));
   check(refused.length === 0, `nothing the page does breaks its content security policy ${JSON.stringify(refused)}`);

@@ -10,6 +10,11 @@
 //
 // Server text is only ever put in the page as text (textContent, never
 // innerHTML), whatever it holds.
+//
+// A token confined to a namespace reaches its namespace's jobs and DAGs
+// and the namespaces page alone (every other route is 403 to it): for it
+// the page opens on its namespace, shows no overview or modules, and
+// reads no event stream (its pages do not refresh by themselves).
 'use strict';
 
 const STATES = ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'dead'];
@@ -24,7 +29,7 @@ const $ = (selector) => document.querySelector(selector);
 
 // ---------------------------------------------------------------- the API
 
-const auth = { token: sessionStorage.getItem(TOKEN_KEY) || '', scopes: [], required: false };
+const auth = { token: sessionStorage.getItem(TOKEN_KEY) || '', scopes: [], required: false, namespace: null };
 
 class ApiError extends Error {
   constructor(status, code, message) {
@@ -164,8 +169,13 @@ async function whoami() {
   const who = await getJson('/v1/whoami');
   auth.scopes = who.scopes;
   auth.required = who.tokens_required;
+  auth.namespace = who.namespace || null;
   $('#whoami').textContent = who.tokens_required
-    ? `token ${who.token || '?'} (${who.scopes.join(', ')})` : 'no tokens needed';
+    ? `token ${who.token || '?'} (${who.scopes.join(', ')}${auth.namespace ? `, namespace ${auth.namespace}` : ''})`
+    : 'no tokens needed';
+  // A confined token's pages: its namespace's, none cluster-wide.
+  for (const name of ['overview', 'modules']) $(`[data-testid="nav-${name}"]`).hidden = auth.namespace !== null;
+  $('[data-testid="live"]').hidden = auth.namespace !== null;
   $('#logout').hidden = !who.tokens_required;
   $('#login').hidden = true;
 }
@@ -178,7 +188,8 @@ async function start() {
     return;
   }
   clearError();
-  startStream();
+  if (auth.namespace === null) startStream();
+  else stopStream();
   render();
 }
 
@@ -305,7 +316,8 @@ async function render() {
     link.classList.toggle('active', target === '/' ? parts.length === 0 : path.startsWith(target));
   }
   let view;
-  if (parts.length === 0) view = overviewView;
+  if (parts.length === 0) view = auth.namespace === null ? overviewView : namespacesView;
+  else if (parts[0] === 'namespaces') view = namespacesView;
   else if (parts[0] === 'jobs' && parts.length === 1) view = jobsView;
   else if (parts[0] === 'jobs' && parts.length === 2) view = (r, p, still) => jobView(r, parts[1], still);
   else if (parts[0] === 'modules') view = modulesView;
@@ -421,7 +433,7 @@ const latencyChart = () => chart('chart-latency', [
 
 // ------------------------------------------------------------------- jobs
 
-const FILTERS = ['state', 'module', 'priority', 'from', 'to', 'error'];
+const FILTERS = ['state', 'module', 'namespace', 'priority', 'from', 'to', 'error'];
 
 // The filter as the API takes it, from the URL.
 function filterOf(params) {
@@ -449,12 +461,13 @@ function filterForm(params) {
     'data-testid': `filter-${name}`, name, size, placeholder, value: params.get(name) || '',
   });
   const module = text('module', 20, 'sha256 or name');
+  const namespace = text('namespace', 12, 'any');
   const priority = el('input', { 'data-testid': 'filter-priority', name: 'priority', type: 'number', value: params.get('priority') || '', class: 'narrow' });
   const from = el('input', { 'data-testid': 'filter-from', type: 'datetime-local', value: localInput(params.get('from')) });
   const to = el('input', { 'data-testid': 'filter-to', type: 'datetime-local', value: localInput(params.get('to')) });
   const error = text('error', 18, 'text in the error');
   const form = el('form', { class: 'filters' },
-    field('State', state), field('Module', module), field('Priority', priority),
+    field('State', state), field('Module', module), field('Namespace', namespace), field('Priority', priority),
     field('Submitted from', from), field('to', to), field('Error', error),
     el('button', { type: 'submit', class: 'primary', 'data-testid': 'filter-apply' }, 'Apply'));
   form.addEventListener('submit', (event) => {
@@ -463,6 +476,7 @@ function filterForm(params) {
     const put = (name, value) => { if (value !== '' && value !== null) next.set(name, value); };
     put('state', state.value);
     put('module', module.value.trim());
+    put('namespace', namespace.value.trim());
     put('priority', priority.value);
     put('from', from.value ? String(new Date(from.value).getTime()) : '');
     put('to', to.value ? String(new Date(to.value).getTime() + 59999) : '');
@@ -691,8 +705,43 @@ async function drawJob(body, job, still, previews) {
 // memory, outbound bytes.
 function usage(u) {
   if (!u) return '—';
-  const cpu = u.cpu_us < 1000 ? `${u.cpu_us} µs` : duration(Math.round(u.cpu_us / 1000));
-  return `CPU ${cpu}, peak memory ${bytes(u.memory_peak_bytes)}, outbound ${bytes(u.egress_bytes)}`;
+  return `CPU ${cpuTime(u.cpu_us)}, peak memory ${bytes(u.memory_peak_bytes)}, outbound ${bytes(u.egress_bytes)}`;
+}
+
+// CPU time given in microseconds.
+const cpuTime = (us) => (us < 1000 ? `${us} µs` : duration(Math.round(us / 1000)));
+
+// ------------------------------------------------------------- namespaces
+
+// A namespace's quotas in a few words.
+function quotaText(q) {
+  const words = [];
+  if (q.waiting_max != null) words.push(`waiting ≤ ${q.waiting_max}`);
+  if (q.running_max != null) words.push(`running ≤ ${q.running_max}`);
+  if (q.submissions_per_second != null) words.push(`${q.submissions_per_second} submissions/s`);
+  if (q.result_bytes_max != null) words.push(`results ≤ ${bytes(q.result_bytes_max)}`);
+  return words.length ? words.join(', ') : 'none';
+}
+
+// Each namespace (a confined token: its own): its jobs, what its attempts
+// cost, its weight for its fair share of the workers, its quotas.
+async function namespacesView(root, _params, still) {
+  const { namespaces } = await getJson('/v1/namespaces');
+  if (!still()) return;
+  const heads = ['namespace', 'weight', 'queued', 'running', 'finished', 'submitted', 'CPU', 'outbound', 'results kept', 'quotas'];
+  root.append(el('h1', {}, 'Namespaces'), el('table', { 'data-testid': 'namespaces-table' },
+    el('tr', {}, heads.map((h) => el('th', {}, h))),
+    namespaces.length ? namespaces.map((n) => el('tr', { 'data-namespace': n.name },
+      el('td', {}, el('a', { href: `#/jobs?namespace=${encodeURIComponent(n.name)}`, title: 'its jobs' }, n.name)),
+      el('td', { 'data-testid': 'namespace-weight' }, n.weight ?? 1),
+      el('td', { 'data-testid': 'namespace-queued' }, n.jobs.queued ?? 0),
+      el('td', {}, n.jobs.running ?? 0),
+      el('td', {}, FINISHED.reduce((sum, state) => sum + (n.jobs[state] ?? 0), 0)),
+      el('td', { 'data-testid': 'namespace-submitted' }, n.submitted_total),
+      el('td', { 'data-testid': 'namespace-cpu' }, cpuTime(n.cpu_us)),
+      el('td', {}, bytes(n.egress_bytes)), el('td', {}, bytes(n.result_bytes ?? 0)),
+      el('td', { 'data-testid': 'namespace-quotas' }, quotaText(n.quotas || {}))))
+      : el('tr', {}, el('td', { colspan: heads.length, class: 'muted' }, 'No namespace has held a job yet.'))));
 }
 
 // An attempt's outbound HTTP calls, in order: where each went and how it
