@@ -690,6 +690,13 @@ def deployment_path(name: str, action: Optional[str] = None) -> str:
     return path if action is None else f"{path}/{action}"
 
 
+def namespace_path(name: str, what: str) -> str:
+    """The route of namespace ``name``'s ``what`` (``quotas``, ``weight``)."""
+    from urllib.parse import quote
+
+    return "/v1/namespaces/" + quote(name, safe="") + "/" + what
+
+
 def secret_path(name: str) -> str:
     """The route of secret ``name``."""
     from urllib.parse import quote

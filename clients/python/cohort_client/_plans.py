@@ -514,6 +514,48 @@ class Plans:
         error, look at `secrets`)."""
         yield from self.json("DELETE", _core.secret_path(name), deadline=time.monotonic())
 
+    def namespaces(self) -> Plan[List[Dict[str, Any]]]:
+        """Every namespace, by name (a token confined to one: its own):
+        ``name``, ``jobs`` (by state), ``submitted_total``,
+        ``attempts_metered``, ``cpu_us``, ``egress_bytes`` (what its
+        attempts cost), ``result_bytes`` (kept by its jobs), ``quotas`` and
+        ``weight``."""
+        answer = yield from self.json("GET", "/v1/namespaces")
+        return list(answer["namespaces"])
+
+    def set_quotas(
+        self,
+        namespace: str,
+        *,
+        waiting_max: Optional[int] = None,
+        running_max: Optional[int] = None,
+        submissions_per_second: Optional[int] = None,
+        result_bytes_max: Optional[int] = None,
+    ) -> Plan[Dict[str, Any]]:
+        """Set ``namespace``'s quotas, all four at once: each one not given
+        is no quota (a cluster-wide admin token). Past ``waiting_max``,
+        ``submissions_per_second`` or ``result_bytes_max``, a submission in
+        the namespace is ``quota_exceeded`` (429, retryable); past
+        ``running_max``, its jobs wait. ``invalid_quota`` (422) for 0 or a
+        value past its bound. Returns ``{"namespace", "quotas"}``; safe to
+        repeat, so retried."""
+        given = {
+            "waiting_max": waiting_max,
+            "running_max": running_max,
+            "submissions_per_second": submissions_per_second,
+            "result_bytes_max": result_bytes_max,
+        }
+        body = {name: value for name, value in given.items() if value is not None}
+        return (yield from self.json("POST", _core.namespace_path(namespace, "quotas"), body))
+
+    def set_weight(self, namespace: str, weight: int) -> Plan[Dict[str, Any]]:
+        """Set ``namespace``'s weight (1, the default, to 10,000; a
+        cluster-wide admin token): namespaces competing for workers get CPU
+        time in proportion to their weights. ``invalid_weight`` (422)
+        otherwise. Returns ``{"namespace", "weight"}``; safe to repeat, so
+        retried."""
+        return (yield from self.json("POST", _core.namespace_path(namespace, "weight"), {"weight": weight}))
+
     def put_blob(self, data: bytes) -> Plan[BlobInfo]:
         """Store ``data`` as a blob (``PUT /v1/blobs``, submit scope); its
         digest (the sha256 of its bytes) and size. Sent with its sha256

@@ -648,3 +648,22 @@ def test_a_namespaces_token_sees_its_own_jobs_and_nothing_of_anothers(keyed_node
         named = root.submit(digest, b"by the admin", namespace="py-team-a")
         assert named.result(timeout=RESULT_TIMEOUT_S) == b"by the admin"
         assert a.get(named.id).status()["namespace"] == "py-team-a"
+
+        # Weights and quotas are the cluster's to give; each namespace's
+        # figures are its own to read.
+        assert root.set_weight("py-team-a", 2) == {"namespace": "py-team-a", "weight": 2}
+        assert root.set_quotas("py-team-a", waiting_max=100) == {
+            "namespace": "py-team-a",
+            "quotas": {"waiting_max": 100},
+        }
+        with pytest.raises(CohortError) as refused:
+            a.set_weight("py-team-a", 5)
+        assert (refused.value.code, refused.value.status) == ("forbidden", 403)
+        with pytest.raises(CohortError) as invalid:
+            root.set_quotas("py-team-a", running_max=0)
+        assert (invalid.value.code, invalid.value.status) == ("invalid_quota", 422)
+        seen = {n["name"]: n for n in root.namespaces()}
+        assert {"py-team-a", "py-team-b"} <= set(seen)
+        assert (seen["py-team-a"]["weight"], seen["py-team-a"]["quotas"]) == (2, {"waiting_max": 100})
+        assert seen["py-team-a"]["submitted_total"] == 2
+        assert [n["name"] for n in a.namespaces()] == ["py-team-a"]

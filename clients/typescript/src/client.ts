@@ -48,6 +48,8 @@ import type {
   PutBlobOptions,
   ScheduleOptions,
   ScheduleStatus,
+  NamespaceInfo,
+  Quotas,
   SecretInfo,
   SecretResult,
   SubmitOptions,
@@ -418,6 +420,36 @@ export class Client {
    */
   setSecret(name: string, value: string): Promise<SecretResult> {
     return this.call<SecretResult>("POST", secretPath(name), { value });
+  }
+
+  /**
+   * Every namespace, by name (a token confined to one: its own): its jobs
+   * by state, what its attempts cost, the result bytes its jobs keep, its
+   * quotas and its weight.
+   */
+  async namespaces(): Promise<NamespaceInfo[]> {
+    return (await this.call<{ namespaces: NamespaceInfo[] }>("GET", "/v1/namespaces")).namespaces;
+  }
+
+  /**
+   * Sets namespace `name`'s quotas, all four at once: each one left out is
+   * no quota (a cluster-wide admin token). Past a quota a submission in the
+   * namespace is `quota_exceeded` (429, retryable), or (`running_max`) its
+   * jobs wait. Rejects with `invalid_quota` (422) for 0 or a value past its
+   * bound. Safe to repeat, so retried.
+   */
+  setQuotas(name: string, quotas: Quotas): Promise<{ namespace: string; quotas: Quotas }> {
+    return this.call("POST", `/v1/namespaces/${encodeURIComponent(name)}/quotas`, quotas);
+  }
+
+  /**
+   * Sets namespace `name`'s weight, 1 (the default) to 10,000 (a
+   * cluster-wide admin token): namespaces competing for workers get CPU
+   * time in proportion to their weights. Rejects with `invalid_weight`
+   * (422) otherwise. Safe to repeat, so retried.
+   */
+  setWeight(name: string, weight: number): Promise<{ namespace: string; weight: number }> {
+    return this.call("POST", `/v1/namespaces/${encodeURIComponent(name)}/weight`, { weight });
   }
 
   /** Every secret, by name (admin scope): when it was last set and which deployments' grants name it or jobs may read it; never a value. */

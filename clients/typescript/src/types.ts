@@ -288,6 +288,43 @@ export interface SecretResult {
   created: boolean;
 }
 
+/**
+ * A namespace's quotas (`POST /v1/namespaces/{name}/quotas`): each one left
+ * out is no quota.
+ */
+export interface Quotas {
+  /** Most jobs waiting; past it a submission is `quota_exceeded` (429). */
+  waiting_max?: number;
+  /** Most attempts running at once; more wait in line. */
+  running_max?: number;
+  /** Most jobs submitted a second; past it, `quota_exceeded` (429). */
+  submissions_per_second?: number;
+  /** Most bytes of results its jobs keep; while they keep as many, `quota_exceeded` (429). */
+  result_bytes_max?: number;
+}
+
+/** A namespace as {@link Client.namespaces} lists it. */
+export interface NamespaceInfo {
+  /** Its name (`default` for the default one). */
+  name: string;
+  /** The jobs it holds, by state. */
+  jobs: Record<string, number>;
+  /** Jobs it submitted since its first. */
+  submitted_total: number;
+  /** Its attempts whose worker said what they cost. */
+  attempts_metered: number;
+  /** Their CPU time, in microseconds. */
+  cpu_us: number;
+  /** Their outbound body bytes, both ways. */
+  egress_bytes: number;
+  /** The bytes of results its jobs keep. */
+  result_bytes: number;
+  /** Its quotas (`{}`: none). */
+  quotas: Quotas;
+  /** Its weight for its fair share of the workers. */
+  weight: number;
+}
+
 /** A secret as {@link Client.secrets} lists it: never its value. */
 export interface SecretInfo {
   /** Its name. */

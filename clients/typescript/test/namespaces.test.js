@@ -61,6 +61,20 @@ test("a namespace's token sees its own jobs and nothing of another's", { timeout
     const named = root.submit(digest, "by the admin", { namespace: "ts-team-a" });
     assert.equal(await named.text(), "by the admin");
     assert.equal((await a.get(await named.id()).status()).namespace, "ts-team-a");
+
+    // Weights and quotas are the cluster's to give; each namespace's
+    // figures are its own to read.
+    assert.deepEqual(await root.setWeight("ts-team-a", 2), { namespace: "ts-team-a", weight: 2 });
+    assert.deepEqual(await root.setQuotas("ts-team-a", { waiting_max: 100 }), {
+      namespace: "ts-team-a",
+      quotas: { waiting_max: 100 },
+    });
+    await assert.rejects(a.setWeight("ts-team-a", 5), { code: "forbidden", status: 403 });
+    await assert.rejects(root.setQuotas("ts-team-a", { running_max: 0 }), { code: "invalid_quota", status: 422 });
+    const seen = Object.fromEntries((await root.namespaces()).map((n) => [n.name, n]));
+    assert.deepEqual([seen["ts-team-a"].weight, seen["ts-team-a"].quotas], [2, { waiting_max: 100 }]);
+    assert.equal(seen["ts-team-a"].submitted_total, 2);
+    assert.deepEqual((await a.namespaces()).map((n) => n.name), ["ts-team-a"]);
   } finally {
     await Promise.all([root.close(), a.close(), b.close()]);
   }

@@ -44,12 +44,7 @@ impl Api {
     ) -> Result<Reply200, ApiError> {
         cohort_master::namespaces::check_name(name)
             .map_err(|why| ApiError::new(ErrorCode::InvalidNamespace, why))?;
-        let quotas = Quotas {
-            waiting_max: body.waiting_max,
-            running_max: body.running_max,
-            submissions_per_second: body.submissions_per_second,
-            result_bytes_max: body.result_bytes_max,
-        };
+        let quotas = quotas_of(&body);
         cohort_master::quotas::check(&quotas)
             .map_err(|why| ApiError::new(ErrorCode::InvalidQuota, why))?;
         let command = Command::SetQuotas {
@@ -88,6 +83,16 @@ impl Api {
             weight: body.weight,
         };
         Ok(json(StatusCode::OK, &response))
+    }
+}
+
+/// A namespace's quotas as the master keeps them, from the API's body.
+pub(crate) fn quotas_of(body: &QuotasBody) -> Quotas {
+    Quotas {
+        waiting_max: body.waiting_max,
+        running_max: body.running_max,
+        submissions_per_second: body.submissions_per_second,
+        result_bytes_max: body.result_bytes_max,
     }
 }
 

@@ -109,7 +109,7 @@ pub async fn quota(command: QuotaCommand) -> ExitCode {
     if let Err(why) = cohort_master::namespaces::check_name(&namespace) {
         return fail(why);
     }
-    if let Err(why) = cohort_master::quotas::check(&quotas_of(&quotas)) {
+    if let Err(why) = cohort_master::quotas::check(&crate::api::namespaces::quotas_of(&quotas)) {
         return fail(why);
     }
     let client = match server.client() {
@@ -126,15 +126,6 @@ pub async fn quota(command: QuotaCommand) -> ExitCode {
         Err(error) => return fail(error),
     }
     ExitCode::SUCCESS
-}
-
-fn quotas_of(body: &QuotasBody) -> cohort_master::Quotas {
-    cohort_master::Quotas {
-        waiting_max: body.waiting_max,
-        running_max: body.running_max,
-        submissions_per_second: body.submissions_per_second,
-        result_bytes_max: body.result_bytes_max,
-    }
 }
 
 /// A namespace's quotas in a few words (`no quotas` when none).
