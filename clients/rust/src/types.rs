@@ -956,6 +956,7 @@ fn one() -> u32 {
 pub struct WeightBody {
     /// 1 (the default) to 10,000: namespaces that compete for workers get
     /// CPU time in proportion to their weights.
+    #[serde(with = "whole::one")]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 10_000))]
     pub weight: u32,
 }
@@ -978,21 +979,37 @@ pub struct WeightResponse {
 pub struct QuotasBody {
     /// Most jobs waiting (queued, backing off or waiting for parents); a
     /// submission past it is `429 quota_exceeded`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1_000_000_000))]
     pub waiting_max: Option<u64>,
     /// Most attempts running at once; more wait in line.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1_000_000_000))]
     pub running_max: Option<u32>,
     /// Most jobs submitted a second (a bucket of one second's worth); past
     /// it, `429 quota_exceeded`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 1_000_000))]
     pub submissions_per_second: Option<u32>,
     /// Most bytes of results its held jobs keep; while they keep as many,
     /// a submission is `429 quota_exceeded`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "whole::option"
+    )]
     #[cfg_attr(
         feature = "openapi",
         schema(minimum = 1, maximum = 1_125_899_906_842_624_u64)

@@ -179,5 +179,31 @@ pub(crate) fn no_route(miss: Miss, method: &Method, path: &str) -> ApiError {
 }
 
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    // Every body is an object: serde would also read a struct from an
+    // array of its fields in order, which no client means.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::new(
+            ErrorCode::BadJson,
+            "the body is a JSON object",
+        ));
+    }
     serde_json::from_slice(body).map_err(|e| ApiError::new(ErrorCode::BadJson, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::types::QuotasBody;
+
+    #[test]
+    fn a_body_is_a_json_object_and_its_whole_floats_are_integers() {
+        let parsed: QuotasBody = parse_json(b" {\"waiting_max\": 10.0}").unwrap();
+        assert_eq!(parsed.waiting_max, Some(10));
+        for body in [&b"[null, null]"[..], b"[]", b"null", b"7", b"", b"\"{}\""] {
+            let error = parse_json::<QuotasBody>(body).unwrap_err();
+            assert_eq!(error.body.code, "bad_json", "{body:?}");
+        }
+        let fraction = parse_json::<QuotasBody>(b"{\"running_max\": 1.5}").unwrap_err();
+        assert_eq!(fraction.body.code, "bad_json");
+    }
 }
