@@ -490,10 +490,9 @@ fn quotas_refuse_past_their_bound_hold_back_running_attempts_and_survive_a_resta
             for id in &b_jobs {
                 let job = root.job(*id, 0).await.unwrap();
                 let attempt = &job.attempts[0];
-                starts.push((
-                    attempt.started_at,
-                    attempt.started_at + attempt.duration_ms.unwrap(),
-                ));
+                // The master's times: the end is its report, or its lease's
+                // expiry (a sleep in a host call may outlast its timeout).
+                starts.push((attempt.started_at, attempt.ended_at.unwrap()));
             }
             starts
         };

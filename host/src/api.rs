@@ -585,8 +585,7 @@ fn job_namespace(within: Option<&str>, asked: Option<&str>) -> Result<Option<Str
         (Some(name), _) | (None, Some(name)) => name,
         (None, None) => return Ok(None),
     };
-    cohort_master::namespaces::check_name(name)
-        .map_err(|why| ApiError::new(ErrorCode::InvalidNamespace, why))?;
+    namespaces::check_namespace(name)?;
     Ok((name != cohort_master::namespaces::DEFAULT).then(|| name.to_owned()))
 }
 

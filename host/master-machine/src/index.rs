@@ -72,8 +72,8 @@ pub(crate) struct Index {
     /// Namespaces whose share key or lines may have changed in the
     /// `apply` under way (empty between them).
     pub(crate) dirty: BTreeSet<Option<String>>,
-    /// The needs of every runnable job that has any (in a line of
-    /// `needs_ready` or waiting in its key's).
+    /// The needs of every runnable job that has any (in a [`Line`] or
+    /// waiting in its key's).
     pub(crate) needs_of: BTreeMap<JobId, Needs>,
     /// How many runnable jobs have each needs.
     pub(crate) needs_count: BTreeMap<Needs, u64>,
@@ -208,9 +208,7 @@ impl Index {
     /// Notes that namespace `namespace`'s share key or lines may have
     /// changed (see [`Master::rekey`]).
     pub(crate) fn touch(&mut self, namespace: Option<&str>) {
-        if !self.dirty.contains(&namespace.map(str::to_owned)) {
-            self.dirty.insert(namespace.map(str::to_owned));
-        }
+        self.dirty.insert(namespace.map(str::to_owned));
     }
 
     /// Whether namespace `namespace` has a job in line.

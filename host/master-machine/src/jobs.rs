@@ -47,13 +47,15 @@ impl Master {
         if let Some(id) = self.idempotent_job(spec, options)? {
             return answered(id, true);
         }
-        self.check_quotas(now, options.namespace.as_deref(), 1)?;
         validate_options(options)?;
         self.check_narrowed(options)?;
         self.check_input_blob(options)?;
         if let Some(id) = self.unique_holder(now, options)? {
             return answered(id, true);
         }
+        // Past the answers that make no job: a namespace at a quota still
+        // gets the job its key names.
+        self.check_quotas(now, options.namespace.as_deref(), 1)?;
         if self.queued() >= config.queue_max {
             return reject(
                 codes::QUEUE_FULL,

@@ -3,7 +3,7 @@
 //! [`RATE_WINDOW_MS`](crate::limits::RATE_WINDOW_MS).
 //!
 //! Each limited key has its own line of ready jobs, and only its first is
-//! in the shared `ready` line (`Index::enqueue`), so a poll looks at one
+//! in a line a poll walks (`Index::enqueue`), so a poll looks at one
 //! job per waiting key ([`Master::startable`]) however long the key's line.
 //! Start times are state, not index: a purged job's starts still count
 //! for their window. [`Keyed`] also holds every job's options and the

@@ -54,8 +54,9 @@
 //! `starts_per_second` started in any [`RATE_WINDOW_MS`](crate::limits::RATE_WINDOW_MS)) and a uniqueness
 //! key ([`Unique`]: a submission whose key a job submitted less than
 //! `window_ms` earlier holds gets that job). Each limited key has its own
-//! line of ready jobs; `ready` holds only the unkeyed jobs and the first of
-//! each line (`Index::enqueue`), so a poll looks at one job per waiting
+//! line of ready jobs; the lines a poll walks (`ready` and the lines per
+//! namespace and needs) hold only the unkeyed jobs and the first of each
+//! key's line (`Index::enqueue`), so a poll looks at one job per waiting
 //! key (`Master::startable`). Start times and uniqueness holds are state
 //! (they outlive their jobs); the events that add them also forget up to
 //! `FORGET_PER_EVENT` ended ones, so no `apply` does unbounded work.

@@ -175,6 +175,17 @@ impl Namespaces {
         true
     }
 
+    /// Whether namespace `name` may be given a setting (quotas, a weight):
+    /// a name that can be one, and, when the setting is kept (`kept`: not
+    /// the default's none), room for it if the master does not know it.
+    pub(crate) fn check_setting(&self, name: &str, kept: bool) -> Result<(), Rejection> {
+        check_name(name).or_else(|why| reject(codes::INVALID_NAMESPACE, why))?;
+        match kept && !self.totals.contains_key(name) {
+            true => self.check_room(Some(name)),
+            false => Ok(()),
+        }
+    }
+
     /// Whether a job may be submitted in `namespace`: refused when it is a
     /// new name and the master knows as many as it may.
     pub(crate) fn check_room(&self, namespace: Option<&str>) -> Result<(), Rejection> {
@@ -320,8 +331,7 @@ impl Master {
                 },
                 totals: *totals,
                 quotas: self.quotas.of(name),
-                result_bytes: (self.index)
-                    .result_bytes_in((name != DEFAULT).then_some(name.as_str())),
+                result_bytes: (self.index).result_bytes_in(canonical(Some(name))),
                 weight: self.shares.weight(name),
             })
             .collect()

@@ -23,9 +23,11 @@
 //! # Placement
 //!
 //! A runnable job that asks for anything has [`Needs`]; the index lines
-//! such jobs up per distinct `Needs` (`Index::needs_ready`) instead of in
-//! the common line, and a poll walks, merged in line order, the common
-//! line and the lines of the `Needs` its pool fits (`Master::startable`).
+//! such jobs up per namespace and distinct `Needs` (`Index::lines`)
+//! instead of in the common line, and a poll merges the common line and
+//! the lines of the `Needs` its pool fits (`Master::startable`; between
+//! namespaces by their fair shares, see `shares`, within one in line
+//! order).
 //! So jobs no poller can run are never walked past: a flood of jobs for a
 //! pool that has no worker costs a poll of another worker nothing, and
 //! line order (priority, then first come) holds among the jobs a worker

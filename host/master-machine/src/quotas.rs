@@ -51,7 +51,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::limits::{NAMESPACES_MAX, QUOTA_BYTES_MAX, QUOTA_JOBS_MAX, QUOTA_RATE_MAX};
 use crate::master::{Master, decided, reject};
-use crate::namespaces::{DEFAULT, check_name, name_of};
+use crate::namespaces::{canonical, check_name, name_of};
 use crate::protocol::*;
 
 /// Every namespace's quotas, by name (the default one's as `default`).
@@ -203,13 +203,8 @@ impl Master {
         namespace: &str,
         quotas: &Quotas,
     ) -> Result<Decision, Rejection> {
-        check_name(namespace).or_else(|why| reject(codes::INVALID_NAMESPACE, why))?;
         check(quotas).or_else(|why| reject(codes::INVALID_QUOTA, why))?;
-        let known = self.namespaces.totals.contains_key(namespace);
-        if !known && !quotas.is_none() {
-            let name = (namespace != DEFAULT).then_some(namespace);
-            self.namespaces.check_room(name)?;
-        }
+        (self.namespaces).check_setting(namespace, !quotas.is_none())?;
         decided(
             now,
             vec![EventKind::QuotasSet {
@@ -243,11 +238,11 @@ impl Master {
         if self.quotas.set.is_empty() {
             return Ok(());
         }
-        let name = name_of(crate::namespaces::canonical(namespace));
+        let namespace = canonical(namespace);
+        let name = name_of(namespace);
         let Some(quotas) = self.quotas.set.get(name) else {
             return Ok(());
         };
-        let namespace = crate::namespaces::canonical(namespace);
         if let Some(max) = quotas.waiting_max {
             let waiting = self.index.in_state(namespace, JobState::Queued);
             if waiting.saturating_add(n) > max {

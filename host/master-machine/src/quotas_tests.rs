@@ -4,6 +4,7 @@
 //! `invalid_quota`; a snapshot of version 14 restores with none.
 
 use super::*;
+use crate::namespaces::DEFAULT;
 use crate::steps::{dag_node, finish, poll, spec, submit_dag, submit_with};
 use crate::testing::{assert_journal_and_snapshot_agree, decide_and_apply};
 
@@ -110,7 +111,18 @@ fn a_namespace_at_its_waiting_quota_is_refused_and_no_other_is() {
     };
     run.run(T, set("a", quotas)).expect("set");
     run.submit(T, Some("a")).expect("first");
-    run.submit(T, Some("a")).expect("second");
+    let held = JobOptions {
+        namespace: Some("a".into()),
+        ..crate::steps::unique("u", 60_000)
+    };
+    run.run(T, submit_with(50, spec(1, b"x"), held.clone()))
+        .expect("second, holding a uniqueness key");
+    // At its quota, the namespace still gets the job its key names: no
+    // job is made.
+    let again = run
+        .run(T, submit_with(51, spec(1, b"x"), held))
+        .expect("answered");
+    assert!(again.is_empty(), "no event: {again:?}");
     let refused = run.submit(T, Some("a")).expect_err("third");
     assert_eq!(refused.code, codes::QUOTA_EXCEEDED);
     assert!(

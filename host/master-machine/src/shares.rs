@@ -101,7 +101,16 @@ impl Shares {
         let clock = self.clock;
         match self.vtime.get_mut(name) {
             Some(vtime) => *vtime = (*vtime).max(clock),
-            None => drop(self.vtime.insert(name.to_owned(), clock)),
+            None => self.account(name, clock),
+        }
+    }
+
+    /// Opens namespace `name`'s account at virtual time `vtime`, within the
+    /// bound of namespaces (a decision never makes more; a hostile journal
+    /// might).
+    fn account(&mut self, name: &str, vtime: u128) {
+        if self.vtime.len() < NAMESPACES_MAX {
+            self.vtime.insert(name.to_owned(), vtime);
         }
     }
 
@@ -114,9 +123,10 @@ impl Shares {
     /// An attempt of namespace `name` used `cpu_us` of CPU.
     pub(crate) fn charge(&mut self, name: &str, cpu_us: u64) {
         let cost = u128::from(cpu_us) * SCALE / u128::from(self.weight(name));
-        let clock = self.clock;
-        let vtime = self.vtime.entry(name.to_owned()).or_insert(clock);
-        *vtime = vtime.saturating_add(cost);
+        match self.vtime.get_mut(name) {
+            Some(vtime) => *vtime = vtime.saturating_add(cost),
+            None => self.account(name, self.clock.saturating_add(cost)),
+        }
     }
 }
 
@@ -147,12 +157,8 @@ impl Master {
         namespace: &str,
         weight: u32,
     ) -> Result<Decision, Rejection> {
-        check_name(namespace).or_else(|why| reject(codes::INVALID_NAMESPACE, why))?;
         check_weight(weight).or_else(|why| reject(codes::INVALID_WEIGHT, why))?;
-        if !self.namespaces.totals.contains_key(namespace) && weight != 1 {
-            let name = (namespace != crate::namespaces::DEFAULT).then_some(namespace);
-            self.namespaces.check_room(name)?;
-        }
+        (self.namespaces).check_setting(namespace, weight != 1)?;
         decided(
             now,
             vec![EventKind::WeightSet {
@@ -172,8 +178,8 @@ impl Master {
         } else if self.namespaces.known(namespace) {
             self.shares.weights.insert(namespace.to_owned(), weight);
         }
-        let touched = (namespace != crate::namespaces::DEFAULT).then_some(namespace);
-        self.index.touch(touched);
+        self.index
+            .touch(crate::namespaces::canonical(Some(namespace)));
     }
 
     /// What one attempt of `namespace` is expected to cost, in

@@ -94,11 +94,7 @@ impl Sim {
         let cpu_us = self.cost[&name];
         *self.used.entry(name).or_default() += cpu_us;
         self.now += 1;
-        let mut report = finish(id, 1, "w", Outcome::Succeeded(b"r".to_vec()));
-        if let Command::Finish { usage, .. } = &mut report {
-            usage.cpu_us = cpu_us;
-        }
-        self.run(report).expect("finished");
+        self.run(costing(id, "w", cpu_us)).expect("finished");
     }
 
     /// `rounds` times: fill the slots, end the oldest attempt.
@@ -114,6 +110,15 @@ impl Sim {
     fn used(&self, name: &str) -> u64 {
         self.used.get(name).copied().unwrap_or(0)
     }
+}
+
+/// A success of job `id`'s first attempt on `worker`, metered at `cpu_us`.
+fn costing(id: JobId, worker: &str, cpu_us: u64) -> Command {
+    let mut report = finish(id, 1, worker, Outcome::Succeeded(b"r".to_vec()));
+    if let Command::Finish { usage, .. } = &mut report {
+        usage.cpu_us = cpu_us;
+    }
+    report
 }
 
 fn weight(namespace: &str, weight: u32) -> Command {
@@ -213,10 +218,7 @@ fn a_restored_master_hands_out_slots_as_the_one_before() {
         // End what started, as metered, on both.
         for event in events {
             if let EventKind::Assigned { id, .. } = event.kind {
-                let mut report = finish(id, 1, "w2", Outcome::Succeeded(b"r".to_vec()));
-                if let Command::Finish { usage, .. } = &mut report {
-                    usage.cpu_us = 7_000;
-                }
+                let report = costing(id, "w2", 7_000);
                 for event in sim.master.decide(sim.now, &report).unwrap().events {
                     sim.master.apply(&event);
                     restored.apply(&event);

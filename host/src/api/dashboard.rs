@@ -96,8 +96,7 @@ pub(super) fn filter_from_params(params: &HashMap<String, String>) -> Result<Job
     })?;
     let namespace = params.get("namespace").cloned();
     if let Some(name) = &namespace {
-        cohort_master::namespaces::check_name(name)
-            .map_err(|why| ApiError::new(ErrorCode::InvalidNamespace, why))?;
+        super::namespaces::check_namespace(name)?;
     }
     Ok(JobFilter {
         namespace,

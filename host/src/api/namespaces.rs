@@ -42,18 +42,15 @@ impl Api {
         name: &str,
         body: QuotasBody,
     ) -> Result<Reply200, ApiError> {
-        cohort_master::namespaces::check_name(name)
-            .map_err(|why| ApiError::new(ErrorCode::InvalidNamespace, why))?;
+        check_namespace(name)?;
         let quotas = quotas_of(&body);
         cohort_master::quotas::check(&quotas)
             .map_err(|why| ApiError::new(ErrorCode::InvalidQuota, why))?;
-        let command = Command::SetQuotas {
+        self.setting(Command::SetQuotas {
             namespace: name.to_owned(),
             quotas,
-        };
-        let Reply::Done = self.master.command(command).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
-        };
+        })
+        .await?;
         let response = QuotasResponse {
             namespace: name.to_owned(),
             quotas: body,
@@ -67,23 +64,35 @@ impl Api {
         name: &str,
         body: WeightBody,
     ) -> Result<Reply200, ApiError> {
-        cohort_master::namespaces::check_name(name)
-            .map_err(|why| ApiError::new(ErrorCode::InvalidNamespace, why))?;
+        check_namespace(name)?;
         cohort_master::shares::check_weight(body.weight)
             .map_err(|why| ApiError::new(ErrorCode::InvalidWeight, why))?;
-        let command = Command::SetWeight {
+        self.setting(Command::SetWeight {
             namespace: name.to_owned(),
             weight: body.weight,
-        };
-        let Reply::Done = self.master.command(command).await? else {
-            return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
-        };
+        })
+        .await?;
         let response = WeightResponse {
             namespace: name.to_owned(),
             weight: body.weight,
         };
         Ok(json(StatusCode::OK, &response))
     }
+
+    /// Sends a namespace's setting (quotas, a weight) to the master, which
+    /// answers it `Done` once durable.
+    async fn setting(&self, command: Command) -> Result<(), ApiError> {
+        match self.master.command(command).await? {
+            Reply::Done => Ok(()),
+            _ => Err(ApiError::new(ErrorCode::Internal, "unexpected reply")),
+        }
+    }
+}
+
+/// Refuses a name that cannot be a namespace's (`invalid_namespace`).
+pub(crate) fn check_namespace(name: &str) -> Result<(), ApiError> {
+    cohort_master::namespaces::check_name(name)
+        .map_err(|why| ApiError::new(ErrorCode::InvalidNamespace, why))
 }
 
 /// A namespace's quotas as the master keeps them, from the API's body.
