@@ -67,8 +67,13 @@ pub(crate) struct Index {
     /// default one (in a line or waiting in its key's).
     pub(crate) namespace_of: BTreeMap<JobId, String>,
     /// The share key of every namespace with a job in line (see
-    /// `shares`), kept up to date at the end of every `apply`.
-    pub(crate) share_keys: BTreeMap<Option<String>, u128>,
+    /// `shares`) and its first place in any of its lines, kept up to date
+    /// at the end of every `apply`.
+    pub(crate) share_keys: BTreeMap<Option<String>, (u128, Place)>,
+    /// The same ordered by key, then first place: a poll opens the
+    /// namespaces in this order and stops once no namespace left could
+    /// come before the jobs it has (see `Master::startable`).
+    pub(crate) by_key: BTreeSet<((u128, Place), Option<String>)>,
     /// Namespaces whose share key or lines may have changed in the
     /// `apply` under way (empty between them).
     pub(crate) dirty: BTreeSet<Option<String>>,
@@ -211,17 +216,56 @@ impl Index {
         self.dirty.insert(namespace.map(str::to_owned));
     }
 
-    /// Whether namespace `namespace` has a job in line.
-    pub(crate) fn in_line(&self, namespace: Option<&str>) -> bool {
-        if namespace.is_none() && !self.ready.is_empty() {
-            return true;
+    /// Sets namespace `namespace`'s share key and first place (`None`:
+    /// it has no job in line), in both orders.
+    pub(crate) fn set_share_key(&mut self, namespace: Option<String>, key: Option<(u128, Place)>) {
+        let old = match key {
+            Some(key) => self.share_keys.insert(namespace.clone(), key),
+            None => self.share_keys.remove(&namespace),
+        };
+        if old == key {
+            return;
         }
-        let first = Line {
+        if let Some(old) = old {
+            self.by_key.remove(&(old, namespace.clone()));
+        }
+        if let Some(key) = key {
+            self.by_key.insert((key, namespace));
+        }
+    }
+
+    /// Namespace `namespace`'s first place in any of its lines, if it has
+    /// a job in line.
+    pub(crate) fn first_in_line(&self, namespace: Option<&str>) -> Option<Place> {
+        let mut first = match namespace {
+            None => self.ready.first().copied(),
+            Some(_) => None,
+        };
+        let from = Line {
             namespace: namespace.map(str::to_owned),
             needs: None,
         };
-        (self.lines.range(first..).next())
-            .is_some_and(|(line, _)| line.namespace.as_deref() == namespace)
+        for (line, places) in self.lines.range(from..) {
+            if line.namespace.as_deref() != namespace {
+                break;
+            }
+            if let Some(&place) = places.first() {
+                first = Some(first.map_or(place, |first| first.min(place)));
+            }
+        }
+        first
+    }
+
+    /// Notes that `place` of `namespace` entered or left a line: the
+    /// namespace's first place may change only if it has none known (it
+    /// has no job in line, or the `apply` under way already touched it)
+    /// or `place` is at or before it.
+    fn moved(&mut self, namespace: Option<&str>, place: Place) {
+        let namespace = namespace.map(str::to_owned);
+        let known = self.share_keys.get(&namespace);
+        if known.is_none_or(|&(_, first)| place <= first) {
+            self.dirty.insert(namespace);
+        }
     }
 
     /// Puts `place` in the line of its job's namespace and needs (or the
@@ -229,15 +273,11 @@ impl Index {
     fn line_up(&mut self, place: Place) {
         match self.line_of(place) {
             None => {
-                if self.ready.is_empty() {
-                    self.touch(None);
-                }
+                self.moved(None, place);
                 self.ready.insert(place)
             }
             Some(line) => {
-                if !self.lines.contains_key(&line) {
-                    self.touch(line.namespace.as_deref());
-                }
+                self.moved(line.namespace.as_deref(), place);
                 self.lines.entry(line).or_default().insert(place)
             }
         };
@@ -247,11 +287,8 @@ impl Index {
     /// the common one); whether it was there.
     fn line_out(&mut self, place: Place) -> bool {
         let Some(key) = self.line_of(place) else {
-            let was = self.ready.remove(&place);
-            if self.ready.is_empty() {
-                self.touch(None);
-            }
-            return was;
+            self.moved(None, place);
+            return self.ready.remove(&place);
         };
         let Some(line) = self.lines.get_mut(&key) else {
             return false;
@@ -259,8 +296,8 @@ impl Index {
         let was = line.remove(&place);
         if line.is_empty() {
             self.lines.remove(&key);
-            self.touch(key.namespace.as_deref());
         }
+        self.moved(key.namespace.as_deref(), place);
         was
     }
 
@@ -271,6 +308,7 @@ impl Index {
         self.lines.clear();
         self.namespace_of.clear();
         self.share_keys.clear();
+        self.by_key.clear();
         self.dirty.clear();
         self.needs_of.clear();
         self.needs_count.clear();

@@ -17,12 +17,13 @@
 //! `validation`).
 
 use crate::limits::{FORGET_PER_EVENT, KEY_LIMIT_MAX, RATE_WINDOW_MS};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
-use crate::index::Place;
+use crate::index::{Index, Line, Place};
 use crate::master::Master;
 use crate::pools::Needs;
 use crate::protocol::*;
@@ -74,45 +75,23 @@ impl Master {
     /// starts, and never at a job of a line its pool does not fit.
     pub(crate) fn startable(&self, now: Millis, free: usize, pool: &WorkerPool) -> Vec<JobId> {
         let mut out = Vec::new();
-        // The lines and the namespaces' share keys, both in namespace
-        // order, walked together: no lookup per line.
-        let mut keys = self.index.share_keys.iter().peekable();
-        let mut key_of_line = |namespace: Option<&str>| {
-            while keys.next_if(|(of, _)| of.as_deref() < namespace).is_some() {}
-            match keys.peek() {
-                Some((of, key)) if of.as_deref() == namespace => **key,
-                _ => self.share_key(namespace),
-            }
-        };
-        let default = key_of_line(None);
-        let mut heads = vec![(None, default, &self.index.ready)];
-        for (line, places) in &self.index.lines {
-            let namespace = line.namespace.as_deref();
-            let key = key_of_line(namespace);
-            let fits = line.needs.as_ref().is_none_or(|needs| needs.fit(pool));
-            if fits && self.has_room(namespace, 0) {
-                heads.push((namespace, key, places));
-            }
-        }
-        let mut lines = Lines::new(heads);
-        // The keys of the namespaces this decision started jobs of.
-        let mut raised: BTreeMap<Option<&str>, u128> = BTreeMap::new();
+        let mut lines = Lines::new(&self.index, pool, |namespace| self.has_room(namespace, 0));
         // The next of a key's jobs, once the one before it was taken.
         let mut moved_up: BTreeSet<Place> = BTreeSet::new();
         let mut started: BTreeMap<&str, u32> = BTreeMap::new();
         // Attempts this decision starts per namespace with a running quota.
         let mut running: BTreeMap<Option<&str>, u32> = BTreeMap::new();
+        let namespace_of = |id: &JobId| self.index.namespace_of.get(id).map(String::as_str);
         while out.len() < free {
-            let namespace_of = |id: &JobId| self.index.namespace_of.get(id).map(String::as_str);
-            let key_of = |namespace: Option<&str>| match raised.get(&namespace) {
-                Some(&key) => key,
+            let key_of = |lines: &Lines<_>, namespace: Option<&str>| match lines.key(namespace) {
+                Some(key) => key,
                 None => match self.index.share_keys.get(&namespace.map(str::to_owned)) {
-                    Some(&key) => key,
+                    Some(&(key, _)) => key,
                     None => self.share_key(namespace),
                 },
             };
             let up = (moved_up.iter())
-                .map(|&place| (key_of(namespace_of(&place.2)), place))
+                .map(|&place| (key_of(&lines, namespace_of(&place.2)), place))
                 .min();
             let place = match (lines.peek(), up) {
                 (Some(first), Some(up)) if up < first => moved_up.take(&up.1),
@@ -157,8 +136,7 @@ impl Master {
             if quota.is_some() {
                 *running.entry(namespace).or_default() += 1;
             }
-            let key = key_of(namespace).saturating_add(self.share_step(namespace));
-            raised.insert(namespace, key);
+            let key = key_of(&lines, namespace).saturating_add(self.share_step(namespace));
             lines.raise(namespace, key);
         }
         out
@@ -253,57 +231,143 @@ impl Master {
 /// first place in line (a poll's merge of the common line and the lines
 /// its pool fits of namespaces with room: one per namespace and distinct
 /// needs of the jobs waiting).
-struct Lines<'a> {
-    /// Each line's namespace, the namespace's key and what is left of it.
-    heads: Vec<(Option<&'a str>, u128, Head<'a>)>,
+///
+/// Namespaces are opened lazily, in the order of the keys the index keeps
+/// ([`Index::by_key`]): one is opened only once no line already open has a
+/// smaller key, so a poll that starts `n` jobs opens the namespaces whose
+/// keys are below the `n`th job's, not every namespace with a job in line.
+/// Keys only rise during a decision (each start adds its step), so a
+/// line's entry in the heap whose key has gone stale is put back at its
+/// namespace's key when it comes up.
+struct Lines<'a, R> {
+    index: &'a Index,
+    pool: &'a WorkerPool,
+    /// Whether a namespace has room for one more attempt (see `quotas`).
+    room: R,
+    /// The namespaces not opened yet, smallest key first.
+    order:
+        std::iter::Peekable<std::collections::btree_set::Iter<'a, ((u128, Place), Option<String>)>>,
+    /// Each open line's namespace and what is left of it after its place
+    /// in `next`.
+    heads: Vec<(Option<&'a str>, Head<'a>)>,
+    /// The key of every namespace opened or raised by this decision.
+    keys: BTreeMap<Option<&'a str>, u128>,
+    /// Namespaces whose lines are walked no more.
+    dropped: BTreeSet<Option<&'a str>>,
+    /// The first place of every open line, at its namespace's key when
+    /// pushed, smallest first.
+    next: BinaryHeap<Reverse<(u128, Place, usize)>>,
 }
 
 /// What is left of a line.
-type Head<'a> =
-    std::iter::Peekable<std::iter::Copied<std::collections::btree_set::Iter<'a, Place>>>;
+type Head<'a> = std::iter::Copied<std::collections::btree_set::Iter<'a, Place>>;
 
-impl<'a> Lines<'a> {
-    fn new(lines: Vec<(Option<&'a str>, u128, &'a BTreeSet<Place>)>) -> Self {
+impl<'a, R: Fn(Option<&str>) -> bool> Lines<'a, R> {
+    fn new(index: &'a Index, pool: &'a WorkerPool, room: R) -> Self {
         Lines {
-            heads: (lines.into_iter())
-                .map(|(namespace, key, line)| (namespace, key, line.iter().copied().peekable()))
-                .collect(),
+            index,
+            pool,
+            room,
+            order: index.by_key.iter().peekable(),
+            heads: Vec::new(),
+            keys: BTreeMap::new(),
+            dropped: BTreeSet::new(),
+            next: BinaryHeap::new(),
         }
     }
 
-    /// The line to take from next, and its namespace's key and its place.
-    fn first(&mut self) -> Option<(usize, (u128, Place))> {
-        let mut best: Option<(usize, (u128, Place))> = None;
-        for (at, (_, key, head)) in self.heads.iter_mut().enumerate() {
-            if let Some(&place) = head.peek()
-                && best.is_none_or(|(_, first)| (*key, place) < first)
-            {
-                best = Some((at, (*key, place)));
+    /// Opens `namespace`'s lines that the pool fits, if it has room; its
+    /// key is `key` unless this decision raised it already.
+    fn open(&mut self, namespace: Option<&'a str>, key: u128) {
+        let key = *self.keys.entry(namespace).or_insert(key);
+        if self.dropped.contains(&namespace) || !(self.room)(namespace) {
+            return;
+        }
+        let index = self.index;
+        if namespace.is_none() {
+            self.push(None, key, &index.ready);
+        }
+        let first = Line {
+            namespace: namespace.map(str::to_owned),
+            needs: None,
+        };
+        for (line, places) in index.lines.range(first..) {
+            if line.namespace.as_deref() != namespace {
+                break;
+            }
+            if line.needs.as_ref().is_none_or(|needs| needs.fit(self.pool)) {
+                self.push(namespace, key, places);
             }
         }
-        best
     }
 
+    fn push(&mut self, namespace: Option<&'a str>, key: u128, line: &'a BTreeSet<Place>) {
+        let mut head = line.iter().copied();
+        if let Some(place) = head.next() {
+            self.next.push(Reverse((key, place, self.heads.len())));
+            self.heads.push((namespace, head));
+        }
+    }
+
+    /// The first place of all lines and its namespace's key.
     fn peek(&mut self) -> Option<(u128, Place)> {
-        self.first().map(|(_, key)| key)
-    }
-
-    fn next(&mut self) -> Option<Place> {
-        let (at, _) = self.first()?;
-        self.heads[at].2.next()
-    }
-
-    /// `namespace`'s key is `key` now.
-    fn raise(&mut self, namespace: Option<&str>, key: u128) {
-        for (of, of_key, _) in &mut self.heads {
-            if *of == namespace {
-                *of_key = key;
+        loop {
+            if let Some(&Reverse((key, place, at))) = self.next.peek() {
+                let namespace = self.heads[at].0;
+                if self.dropped.contains(&namespace) {
+                    self.next.pop();
+                    continue;
+                }
+                let now = self.keys.get(&namespace).copied().unwrap_or(key);
+                if now != key {
+                    self.next.pop();
+                    self.next.push(Reverse((now, place, at)));
+                    continue;
+                }
+            }
+            let top = self
+                .next
+                .peek()
+                .map(|&Reverse((key, place, _))| (key, place));
+            match self.order.peek() {
+                Some(&&((key, first), ref namespace))
+                    if top.is_none_or(|top| (key, first) <= top) =>
+                {
+                    self.order.next();
+                    self.open(namespace.as_deref(), key);
+                }
+                _ => {
+                    return self
+                        .next
+                        .peek()
+                        .map(|&Reverse((key, place, _))| (key, place));
+                }
             }
         }
+    }
+
+    /// Takes the first place of all lines.
+    fn next(&mut self) -> Option<Place> {
+        self.peek()?;
+        let Reverse((key, place, at)) = self.next.pop()?;
+        if let Some(after) = self.heads[at].1.next() {
+            self.next.push(Reverse((key, after, at)));
+        }
+        Some(place)
+    }
+
+    /// `namespace`'s key in this decision, if it was opened or raised.
+    fn key(&self, namespace: Option<&str>) -> Option<u128> {
+        self.keys.get(&namespace).copied()
+    }
+
+    /// `namespace`'s key is `key` now (never lower than it was).
+    fn raise(&mut self, namespace: Option<&'a str>, key: u128) {
+        self.keys.insert(namespace, key);
     }
 
     /// Walks no more of `namespace`'s lines.
-    fn drop_namespace(&mut self, namespace: Option<&str>) {
-        self.heads.retain(|(of, _, _)| *of != namespace);
+    fn drop_namespace(&mut self, namespace: Option<&'a str>) {
+        self.dropped.insert(namespace);
     }
 }

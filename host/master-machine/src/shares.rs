@@ -215,13 +215,8 @@ impl Master {
     pub(crate) fn rekey(&mut self) {
         for namespace in std::mem::take(&mut self.index.dirty) {
             let name = namespace.as_deref();
-            match self.index.in_line(name) {
-                true => {
-                    let key = self.share_key(name);
-                    self.index.share_keys.insert(namespace, key);
-                }
-                false => drop(self.index.share_keys.remove(&namespace)),
-            }
+            let key = (self.index.first_in_line(name)).map(|first| (self.share_key(name), first));
+            self.index.set_share_key(namespace, key);
         }
     }
 
@@ -229,6 +224,7 @@ impl Master {
     /// afresh (a rebuilt index).
     pub(crate) fn rekey_all(&mut self) {
         self.index.share_keys.clear();
+        self.index.by_key.clear();
         let mut dirty: BTreeSet<Option<String>> = (self.index.lines.keys())
             .map(|line| line.namespace.clone())
             .collect();
