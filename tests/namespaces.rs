@@ -5,6 +5,9 @@
 //! no cluster-wide route; idempotency keys are per namespace; a
 //! cluster-wide token sees and filters every namespace; bad names get
 //! `invalid_namespace`; and all of it survives a kill -9 of the node.
+//! Schedules are their jobs' namespace's: a confined token creates,
+//! lists, reads, pauses, backfills and deletes its own only (another's is
+//! `schedule_not_found`), and its schedule fires jobs into its namespace.
 //! Quotas, set by a cluster-wide admin (API and CLI): past one a
 //! namespace's submission is `429 quota_exceeded` with `Retry-After` and
 //! no other namespace is held back; a namespace at its quota of running
@@ -16,7 +19,8 @@
 mod support;
 
 use cohort::client::types::{
-    BatchRequest, BulkRequest, DagJobRequest, DagRequest, JobFilterBody, QuotasBody, SubmitRequest,
+    BackfillRequest, BatchRequest, BulkRequest, DagJobRequest, DagRequest, JobFilterBody,
+    QuotasBody, ScheduleRequest, SubmitRequest,
 };
 use cohort::client::{ClientError, JobQuery, Node as Api};
 use cohort::security::key::generate;
@@ -199,7 +203,7 @@ fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
             (hyper::Method::GET, "/v1/cluster"),
             (hyper::Method::GET, "/v1/modules"),
             (hyper::Method::GET, "/v1/tokens"),
-            (hyper::Method::GET, "/v1/schedules"),
+            (hyper::Method::GET, "/v1/deployments"),
             (hyper::Method::GET, "/v1/no/such/route"),
         ] {
             let (status, code, message) =
@@ -307,6 +311,105 @@ fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
         );
         let root = client(&node, &admin);
         assert_eq!(root.namespaces().await.unwrap().namespaces, counted);
+    });
+}
+
+#[test]
+fn a_namespaces_schedules_are_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("key");
+    std::fs::write(&key, generate()).unwrap();
+    let node = secure(&dir, &key);
+    let token = |scopes: &str, namespace: &str| {
+        support::token_with(&node.url, &key, scopes, &["--namespace", namespace])
+    };
+    let admin = support::token_with(&node.url, &key, "admin", &[]);
+    let (team_a, team_b) = (token("submit,read", "team-a"), token("admin", "team-b"));
+    runtime().block_on(async {
+        let root = client(&node, &admin);
+        let (a, b) = (client(&node, &team_a), client(&node, &team_b));
+        let echo = upload(&root, "fixture_echo").await;
+        let schedule = |name: &str, namespace: Option<&str>| ScheduleRequest {
+            name: name.into(),
+            every_ms: Some(1_000),
+            job: SubmitRequest {
+                namespace: namespace.map(str::to_owned),
+                ..support::job(&echo, name)
+            },
+            ..ScheduleRequest::default()
+        };
+        // Created by a confined token: its namespace's, whatever the job
+        // says of none; naming another namespace is forbidden.
+        let made = a.create_schedule(&schedule("beat", None)).await.unwrap();
+        assert_eq!(made.namespace, "team-a");
+        let elsewhere = a.create_schedule(&schedule("x", Some("team-b"))).await;
+        assert_eq!(refusal(elsewhere).1, "forbidden");
+        root.create_schedule(&schedule("root-beat", Some("team-b")))
+            .await
+            .unwrap();
+        root.pause_schedule("root-beat", true).await.unwrap();
+
+        // Listed and read by its namespace and by a cluster-wide token.
+        let names = |list: Vec<cohort::client::types::ScheduleResponse>| -> Vec<(String, String)> {
+            list.into_iter().map(|s| (s.name, s.namespace)).collect()
+        };
+        let mine = names(a.schedules().await.unwrap().schedules);
+        assert_eq!(mine, [("beat".to_owned(), "team-a".to_owned())]);
+        let theirs = names(b.schedules().await.unwrap().schedules);
+        assert_eq!(theirs, [("root-beat".to_owned(), "team-b".to_owned())]);
+        assert_eq!(root.schedules().await.unwrap().schedules.len(), 2);
+        assert_eq!(a.schedule("beat").await.unwrap().namespace, "team-a");
+
+        // Another namespace's schedule is no schedule: the same answer,
+        // word for word, as a name that never was, on every route.
+        let never = refusal(b.schedule("never").await);
+        assert_eq!((never.0, never.1.as_str()), (404, "schedule_not_found"));
+        let other = refusal(b.schedule("beat").await);
+        assert_eq!(
+            other,
+            (404, "schedule_not_found".into(), "no schedule beat".into())
+        );
+        assert_eq!(refusal(b.pause_schedule("beat", true).await), other);
+        assert_eq!(refusal(b.pause_schedule("beat", false).await), other);
+        assert_eq!(
+            refusal(b.backfill("beat", &BackfillRequest::default()).await),
+            other
+        );
+        assert_eq!(refusal(b.delete_schedule("beat").await), other);
+        assert_eq!(
+            refusal(a.delete_schedule("root-beat").await).1,
+            "schedule_not_found"
+        );
+        // Names are the cluster's: one another namespace holds is taken.
+        let taken = refusal(b.create_schedule(&schedule("beat", None)).await);
+        assert_eq!((taken.0, taken.1.as_str()), (409, "schedule_exists"));
+
+        // It fires jobs into its namespace, which only it (and a
+        // cluster-wide token) reads.
+        let fired = loop {
+            if let Some(job) = a.schedule("beat").await.unwrap().last_job {
+                break job;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        assert_eq!(a.job(fired, 0).await.unwrap().namespace, "team-a");
+        assert_eq!(refusal(b.job(fired, 0).await).1, "job_not_found");
+
+        // Its own namespace pauses, resumes, backfills and deletes it.
+        assert!(a.pause_schedule("beat", true).await.unwrap().paused);
+        assert!(!a.pause_schedule("beat", false).await.unwrap().paused);
+        let empty = BackfillRequest {
+            from: Some(0),
+            to: Some(1),
+        };
+        assert_eq!(
+            a.backfill("beat", &empty).await.unwrap().ids,
+            Vec::<u64>::new()
+        );
+        assert!(a.delete_schedule("beat").await.unwrap().deleted);
+        assert_eq!(refusal(a.schedule("beat").await).1, "schedule_not_found");
+        assert!(b.delete_schedule("root-beat").await.unwrap().deleted);
+        assert!(root.schedules().await.unwrap().schedules.is_empty());
     });
 }
 

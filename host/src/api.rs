@@ -850,16 +850,18 @@ impl Api {
                     .await
             }
             Handler::DagGet => self.dag_status(within, job_id(param)?).await,
-            Handler::ScheduleList => self.schedule_list().await,
+            Handler::ScheduleList => self.schedule_list(within).await,
             Handler::ScheduleCreate => {
-                self.schedule_create(parse_json(&body)?, traced(&parts.headers))
+                self.schedule_create(within, parse_json(&body)?, traced(&parts.headers))
                     .await
             }
-            Handler::ScheduleGet => self.schedule_get(param).await,
-            Handler::ScheduleDelete => self.schedule_delete(param).await,
-            Handler::SchedulePause => self.schedule_pause(param, true).await,
-            Handler::ScheduleResume => self.schedule_pause(param, false).await,
-            Handler::ScheduleBackfill => self.schedule_backfill(param, parse_json(&body)?).await,
+            Handler::ScheduleGet => self.schedule_get(within, param).await,
+            Handler::ScheduleDelete => self.schedule_delete(within, param).await,
+            Handler::SchedulePause => self.schedule_pause(within, param, true).await,
+            Handler::ScheduleResume => self.schedule_pause(within, param, false).await,
+            Handler::ScheduleBackfill => {
+                (self.schedule_backfill(within, param, parse_json(&body)?)).await
+            }
             Handler::Overview => Ok(json(StatusCode::OK, &self.overview().await?)),
             // Streamed: `handle` answers it before dispatching.
             Handler::Events => Err(ApiError::new(ErrorCode::Internal, "a streamed route")),

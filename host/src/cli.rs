@@ -1409,6 +1409,9 @@ fn timing(schedule: &crate::client::ScheduleResponse) -> String {
 
 fn print_schedule(schedule: &crate::client::ScheduleResponse) {
     println!("schedule {}: {}", schedule.name, timing(schedule));
+    if schedule.namespace != cohort_master::namespaces::DEFAULT {
+        println!("  namespace {}", schedule.namespace);
+    }
     println!(
         "  {}, overlap {}, catch-up {} ms, module {}",
         if schedule.paused { "paused" } else { "active" },

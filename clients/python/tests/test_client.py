@@ -70,6 +70,7 @@ def test_schedules_and_dags(node: Node, echo_wasm: str) -> None:
     with Client(node.url) as client:
         created = client.create_schedule("py-beat", echo_wasm, "tick", every_ms=1000, overlap="allow_all")
         assert created["every_ms"] == 1000 and created["overlap"] == "allow_all"
+        assert created["namespace"] == "default"
         assert created["upcoming"][0] == created["created_at"] + 1000
         assert [s["name"] for s in client.schedules()] == ["py-beat"]
         # The first tick fires: its job is in the schedule's record.

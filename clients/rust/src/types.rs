@@ -1308,8 +1308,12 @@ pub struct MissedRange {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ScheduleResponse {
-    /// Its name.
+    /// Its name (unique in the cluster).
     pub name: String,
+    /// The namespace its jobs belong to (a token confined to a namespace
+    /// sees its own namespace's schedules only).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
     /// Its cron expression, for a cron schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,

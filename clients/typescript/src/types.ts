@@ -137,7 +137,10 @@ export interface ScheduleOptions {
 
 /** A schedule as `GET /v1/schedules/{name}` shows it. */
 export interface ScheduleStatus {
+  /** Its name, unique in the cluster. */
   name: string;
+  /** The namespace its jobs are in (a confined token sees its own only). */
+  namespace: string;
   cron?: string;
   timezone?: string;
   every_ms?: number;

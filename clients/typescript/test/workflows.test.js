@@ -21,6 +21,7 @@ after(async () => {
 test("a schedule fires, pauses, resumes and is deleted; bad timings name their field", { timeout: 30_000 }, async () => {
   const made = await client.createSchedule("ts-beat", echo, "tick", { everyMs: 1000, overlap: "allow_all" });
   assert.equal(made.upcoming[0], made.created_at + 1000);
+  assert.equal(made.namespace, "default");
   assert.deepEqual((await client.schedules()).map((s) => s.name), ["ts-beat"]);
   let shown = await client.schedule("ts-beat");
   while (shown.fired_total === 0) {

@@ -488,6 +488,14 @@ fn every() -> impl Strategy<Value = Every> {
 }
 
 /// Schedule names from a small set, so commands and events meet.
+fn schedule_action() -> impl Strategy<Value = ScheduleAction> {
+    prop_oneof![
+        any::<bool>().prop_map(|paused| ScheduleAction::Pause { paused }),
+        Just(ScheduleAction::Delete),
+        (n64(), n64()).prop_map(|(from, to)| ScheduleAction::Backfill { from, to }),
+    ]
+}
+
 fn schedule_name() -> impl Strategy<Value = String> {
     prop_oneof![
         prop::sample::select(vec!["a", "b"]).prop_map(String::from),
@@ -595,6 +603,9 @@ fn command() -> impl Strategy<Value = Command> {
             .prop_map(|(namespace, quotas)| Command::SetQuotas { namespace, quotas }),
         1 => (namespace(), prop_oneof![n32(), 0..4u32])
             .prop_map(|(namespace, weight)| Command::SetWeight { namespace, weight }),
+        1 => (option::of(namespace()), schedule_name(), schedule_action()).prop_map(
+            |(namespace, name, action)| Command::ScheduleIn { namespace, name, action }
+        ),
         1 => token().prop_map(Command::CreateToken),
         1 => text().prop_map(|id| Command::RevokeToken { id }),
         1 => (bulk_action(), job_filter())
@@ -1188,6 +1199,7 @@ fn garbage() -> impl Strategy<Value = Vec<u8>> {
         2 => Just(FORMAT_VERSION_12),
         2 => Just(FORMAT_VERSION_13),
         2 => Just(FORMAT_VERSION_14),
+        2 => Just(FORMAT_VERSION_15),
         4 => Just(crate::master::SNAPSHOT_VERSION),
         1 => any::<u8>(),
     ];

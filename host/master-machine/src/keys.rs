@@ -245,8 +245,7 @@ struct Lines<'a, R> {
     /// Whether a namespace has room for one more attempt (see `quotas`).
     room: R,
     /// The namespaces not opened yet, smallest key first.
-    order:
-        std::iter::Peekable<std::collections::btree_set::Iter<'a, ((u128, Place), Option<String>)>>,
+    order: std::iter::Peekable<std::collections::btree_set::Iter<'a, ByKey>>,
     /// Each open line's namespace and what is left of it after its place
     /// in `next`.
     heads: Vec<(Option<&'a str>, Head<'a>)>,
@@ -258,6 +257,10 @@ struct Lines<'a, R> {
     /// pushed, smallest first.
     next: BinaryHeap<Reverse<(u128, Place, usize)>>,
 }
+
+/// An entry of [`Index::by_key`]: a namespace's key and first place, and
+/// the namespace.
+type ByKey = ((u128, Place), Option<String>);
 
 /// What is left of a line.
 type Head<'a> = std::iter::Copied<std::collections::btree_set::Iter<'a, Place>>;

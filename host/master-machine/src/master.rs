@@ -379,6 +379,11 @@ impl Master {
             }
             Command::DeleteSchedule { name } => self.decide_delete_schedule(now, name),
             Command::Backfill { name, from, to } => self.decide_backfill(now, name, *from, *to),
+            Command::ScheduleIn {
+                namespace,
+                name,
+                action,
+            } => self.decide_schedule_in(now, namespace.as_deref(), name, action),
             Command::SubmitDag(spec) => self.decide_dag(now, spec),
             Command::Deploy { name, digest } => self.decide_deploy(now, name, digest),
             Command::Rollback { name, to } => self.decide_rollback(now, name, *to),

@@ -49,12 +49,14 @@
 //! from older bytes with none, and every [`Attempt`]); 14,
 //! namespaces ([`JobOptions::namespace`], an eighth field of the options,
 //! and [`TokenRecord::namespace`], a last field of a token; see
-//! [`crate::namespaces`]); 15 (now), quotas and fair shares per
+//! [`crate::namespaces`]); 15, quotas and fair shares per
 //! namespace (`SetQuotas`, `SetWeight`, `QuotasSet` and `WeightSet` at
 //! the end of their enums, a [`NamespaceView`]'s `quotas`,
-//! `result_bytes` and `weight`; see [`crate::quotas`], [`crate::shares`]). Events are the
+//! `result_bytes` and `weight`; see [`crate::quotas`], [`crate::shares`]);
+//! 16 (now), schedules acted on within a namespace (`ScheduleIn` at the
+//! end of its enum). Events are the
 //! only messages kept on disk, so [`decode_event`] still reads formats 1
-//! to 14 (whose `Submitted` lacks what came later, whose options
+//! to 15 (whose `Submitted` lacks what came later, whose options
 //! before 5 have two fields: they decode with `module: None`, and whose
 //! `Configured` before 10 has no `locality_wait_ms`: it decodes as 0); every other
 //! message of an older format is refused as an unknown version (nodes of
@@ -76,7 +78,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 15;
+pub const FORMAT_VERSION: u8 = 16;
+
+/// The fifteenth format: the current types without schedules acted on
+/// within a namespace (`ScheduleIn`, at the end of its enum, so its
+/// events decode as they are; [`decode_event`]).
+pub const FORMAT_VERSION_15: u8 = 15;
 
 /// The fourteenth format: the current types without quotas and weights
 /// (`SetQuotas`, `SetWeight`, `QuotasSet`, `WeightSet`, at the end of
@@ -1688,6 +1695,40 @@ pub enum Command {
         namespace: String,
         /// Its weight, 1 to [`WEIGHT_MAX`](crate::limits::WEIGHT_MAX).
         weight: u32,
+    },
+    /// `action` on schedule `name` for a caller confined to namespace
+    /// `namespace` (`None`: the default one): decided as the command it
+    /// stands for only if the schedule's jobs are that namespace's; a
+    /// schedule of another namespace is `schedule_not_found`, as a
+    /// missing one is. The check and the act are one decision, so a
+    /// schedule deleted and created again under the same name by another
+    /// namespace in between is never acted on.
+    ScheduleIn {
+        /// The caller's namespace.
+        namespace: Option<String>,
+        /// The schedule's name.
+        name: String,
+        /// What to do with it.
+        action: ScheduleAction,
+    },
+}
+
+/// What [`Command::ScheduleIn`] does with a schedule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ScheduleAction {
+    /// As [`Command::PauseSchedule`].
+    Pause {
+        /// Pause (`true`) or resume (`false`).
+        paused: bool,
+    },
+    /// As [`Command::DeleteSchedule`].
+    Delete,
+    /// As [`Command::Backfill`].
+    Backfill {
+        /// First time (inclusive).
+        from: Millis,
+        /// End (exclusive).
+        to: Millis,
     },
 }
 

@@ -289,6 +289,27 @@ impl Master {
             .ok_or_else(|| Rejection::new(codes::SCHEDULE_NOT_FOUND, format!("no schedule {name}")))
     }
 
+    /// [`Command::ScheduleIn`]: `action` on schedule `name` if its jobs
+    /// are namespace `namespace`'s; another namespace's is not found.
+    pub(crate) fn decide_schedule_in(
+        &self,
+        now: Millis,
+        namespace: Option<&str>,
+        name: &str,
+        action: &ScheduleAction,
+    ) -> Result<Decision, Rejection> {
+        let schedule = self.schedule(name)?;
+        let of = crate::namespaces::canonical(schedule.spec.options.namespace.as_deref());
+        if of != crate::namespaces::canonical(namespace) {
+            return reject(codes::SCHEDULE_NOT_FOUND, format!("no schedule {name}"));
+        }
+        match *action {
+            ScheduleAction::Pause { paused } => self.decide_pause_schedule(now, name, paused),
+            ScheduleAction::Delete => self.decide_delete_schedule(now, name),
+            ScheduleAction::Backfill { from, to } => self.decide_backfill(now, name, from, to),
+        }
+    }
+
     pub(crate) fn decide_create_schedule(
         &self,
         now: Millis,

@@ -237,6 +237,76 @@ fn pause_resume_and_delete() {
     sim.ok(T + 9_000, create_schedule("s", SECOND, Overlap::Skip, 0));
 }
 
+/// A schedule of namespace `namespace` (`None`: the default one).
+fn schedule_of(name: &str, namespace: Option<&str>) -> Command {
+    let mut spec = crate::steps::schedule_spec(name, SECOND, Overlap::AllowAll, 60_000);
+    spec.options.namespace = namespace.map(str::to_owned);
+    Command::CreateSchedule(spec)
+}
+
+fn within(namespace: Option<&str>, name: &str, action: ScheduleAction) -> Command {
+    Command::ScheduleIn {
+        namespace: namespace.map(str::to_owned),
+        name: name.into(),
+        action,
+    }
+}
+
+#[test]
+fn a_schedule_is_acted_on_within_its_namespace_only() {
+    let mut sim = Sim::new();
+    sim.ok(T, schedule_of("a", Some("team-a")));
+    sim.ok(T, schedule_of("d", None));
+    let pause = ScheduleAction::Pause { paused: true };
+    // Another namespace's schedule is not found, as a missing one is;
+    // nothing is decided.
+    for (namespace, name) in [(Some("team-b"), "a"), (None, "a"), (Some("team-a"), "d")] {
+        for action in [
+            pause.clone(),
+            ScheduleAction::Delete,
+            ScheduleAction::Backfill { from: T, to: T + 1 },
+        ] {
+            let refused = sim.run(T + 1, within(namespace, name, action)).unwrap_err();
+            assert_eq!(
+                refused.code,
+                codes::SCHEDULE_NOT_FOUND,
+                "{namespace:?} {name}"
+            );
+            assert_eq!(refused.message, format!("no schedule {name}"));
+        }
+    }
+    let missing = sim.run(T + 1, within(Some("team-a"), "x", pause.clone()));
+    assert_eq!(missing.unwrap_err().message, "no schedule x");
+    assert!(!view(&sim, "a").paused && !view(&sim, "d").paused);
+    // Its own, by name or as `default`.
+    sim.ok(T + 1, within(Some("team-a"), "a", pause.clone()));
+    sim.ok(T + 1, within(Some("default"), "d", pause));
+    assert!(view(&sim, "a").paused && view(&sim, "d").paused);
+    sim.ok(
+        T + 2,
+        within(Some("team-a"), "a", ScheduleAction::Pause { paused: false }),
+    );
+    sim.ok(T + 5_000, Command::Tick);
+    let job = fired(&sim.events)[0].2;
+    assert_eq!(sim.master.namespaces.of(job), Some("team-a"));
+    // Deleted and created again by another namespace under the same name:
+    // the first namespace's command finds no schedule of its own.
+    sim.ok(
+        T + 6_000,
+        within(Some("team-a"), "a", ScheduleAction::Delete),
+    );
+    sim.ok(T + 6_000, schedule_of("a", Some("team-b")));
+    let refused = sim.run(
+        T + 6_001,
+        within(Some("team-a"), "a", ScheduleAction::Delete),
+    );
+    assert_eq!(refused.unwrap_err().code, codes::SCHEDULE_NOT_FOUND);
+    assert_eq!(
+        view(&sim, "a").spec.options.namespace.as_deref(),
+        Some("team-b")
+    );
+}
+
 #[test]
 fn bad_schedules_are_refused_and_create_nothing() {
     let mut sim = Sim::new();

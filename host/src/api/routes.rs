@@ -4,7 +4,8 @@
 //! An entry says how a route is called (method and path), who may call it
 //! (no token, a token scope, or a body sealed with the cluster key), whether
 //! a token confined to a namespace may call it (`in_namespace`: the routes
-//! of a namespace's own jobs; every other route is cluster-wide), which
+//! of a namespace's own jobs, DAGs and schedules, and blobs by digest;
+//! every other route is cluster-wide), which
 //! nodes serve it (any node, or front-end nodes only), the largest body it
 //! reads and the code of one over it, and which handler answers it.
 //! Everything else is derived from the table: authentication and scope
@@ -284,14 +285,15 @@ pub const ROUTES: &[Route] = &[
     route(Get,    "/v1/jobs/{id}/input",               Token(Read),   FrontEnd, H::JobInput).in_namespace(),
     route(Post,   "/v1/dags",                          Token(Submit), FrontEnd, H::DagSubmit).body(BATCH_BODY_BYTES_MAX).in_namespace(),
     route(Get,    "/v1/dags/{id}",                     Token(Read),   FrontEnd, H::DagGet).in_namespace(),
-    // A schedule submits jobs: managing one is submitting.
-    route(Get,    "/v1/schedules",                     Token(Read),   FrontEnd, H::ScheduleList),
-    route(Post,   "/v1/schedules",                     Token(Submit), FrontEnd, H::ScheduleCreate).body(JOB_BODY_BYTES_MAX),
-    route(Get,    "/v1/schedules/{name}",              Token(Read),   FrontEnd, H::ScheduleGet),
-    route(Delete, "/v1/schedules/{name}",              Token(Submit), FrontEnd, H::ScheduleDelete),
-    route(Post,   "/v1/schedules/{name}/pause",        Token(Submit), FrontEnd, H::SchedulePause),
-    route(Post,   "/v1/schedules/{name}/resume",       Token(Submit), FrontEnd, H::ScheduleResume),
-    route(Post,   "/v1/schedules/{name}/backfill",     Token(Submit), FrontEnd, H::ScheduleBackfill).body(CONTROL_BODY_BYTES_MAX),
+    // A schedule submits jobs: managing one is submitting. A confined
+    // token's schedules are its namespace's (see `api::schedules`).
+    route(Get,    "/v1/schedules",                     Token(Read),   FrontEnd, H::ScheduleList).in_namespace(),
+    route(Post,   "/v1/schedules",                     Token(Submit), FrontEnd, H::ScheduleCreate).body(JOB_BODY_BYTES_MAX).in_namespace(),
+    route(Get,    "/v1/schedules/{name}",              Token(Read),   FrontEnd, H::ScheduleGet).in_namespace(),
+    route(Delete, "/v1/schedules/{name}",              Token(Submit), FrontEnd, H::ScheduleDelete).in_namespace(),
+    route(Post,   "/v1/schedules/{name}/pause",        Token(Submit), FrontEnd, H::SchedulePause).in_namespace(),
+    route(Post,   "/v1/schedules/{name}/resume",       Token(Submit), FrontEnd, H::ScheduleResume).in_namespace(),
+    route(Post,   "/v1/schedules/{name}/backfill",     Token(Submit), FrontEnd, H::ScheduleBackfill).body(CONTROL_BODY_BYTES_MAX).in_namespace(),
     route(Get,    "/v1/overview",                      Token(Read),   AnyNode,  H::Overview),
     route(Get,    "/v1/events",                        Token(Read),   AnyNode,  H::Events),
     route(Get,    "/v1/whoami",                        Token(Read),   AnyNode,  H::Whoami).in_namespace(),
@@ -510,7 +512,7 @@ mod tests {
     }
 
     #[test]
-    fn a_confined_token_reaches_its_namespaces_jobs_dags_and_blobs_by_digest_only() {
+    fn a_confined_token_reaches_its_namespaces_jobs_dags_schedules_and_blobs_by_digest_only() {
         let mut reached: Vec<String> = (ROUTES.iter())
             .filter(|route| route.in_namespace)
             .map(|route| format!("{} {}", route.verb.as_str(), route.path))
@@ -520,6 +522,7 @@ mod tests {
             reached,
             [
                 "DELETE /v1/jobs/{id}",
+                "DELETE /v1/schedules/{name}",
                 "GET /v1/blobs/{digest}",
                 "GET /v1/dags/{id}",
                 "GET /v1/jobs",
@@ -527,6 +530,8 @@ mod tests {
                 "GET /v1/jobs/{id}/input",
                 "GET /v1/jobs/{id}/result",
                 "GET /v1/namespaces",
+                "GET /v1/schedules",
+                "GET /v1/schedules/{name}",
                 "GET /v1/whoami",
                 "HEAD /v1/blobs/{digest}",
                 "POST /v1/dags",
@@ -534,6 +539,10 @@ mod tests {
                 "POST /v1/jobs/batch",
                 "POST /v1/jobs/bulk",
                 "POST /v1/jobs/wait",
+                "POST /v1/schedules",
+                "POST /v1/schedules/{name}/backfill",
+                "POST /v1/schedules/{name}/pause",
+                "POST /v1/schedules/{name}/resume",
                 "PUT /v1/blobs",
             ]
         );

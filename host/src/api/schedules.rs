@@ -3,6 +3,15 @@
 //! template is checked exactly as a submission is, module included) and
 //! the master decides the rest: names, timings, time zones and the ticks
 //! themselves (see `cohort_master::schedule`).
+//!
+//! A schedule is its jobs' namespace's. A token confined to a namespace
+//! (`within`) creates schedules whose jobs are its namespace's, lists and
+//! reads only those, and acts on one through `Command::ScheduleIn`, which
+//! the master decides only if the schedule is still that namespace's: the
+//! check and the act are one decision. Another namespace's schedule is
+//! `schedule_not_found`, as a missing one is. Names are unique in the
+//! cluster (a name another namespace holds is `409 schedule_exists`), as
+//! concurrency keys are: docs/security.md says so.
 
 use super::types::{
     BackfillRequest, BackfillResponse, MissedRange, ScheduleDeletedResponse, ScheduleListResponse,
@@ -11,13 +20,14 @@ use super::types::{
 use super::{Api, ApiError, ErrorCode, Reply200, json};
 use crate::limits::CATCH_UP_MS_DEFAULT;
 use crate::runtime::Digest;
-use cohort_master::{Command, Every, Overlap, Reply, ScheduleSpec, ScheduleView};
+use cohort_master::{Command, Every, Overlap, Reply, ScheduleAction, ScheduleSpec, ScheduleView};
 use hyper::StatusCode;
 
 impl Api {
     /// `POST /v1/schedules`.
     pub(super) async fn schedule_create(
         &self,
+        within: Option<&str>,
         request: ScheduleRequest,
         given: Option<cohort_master::TraceContext>,
     ) -> Result<Reply200, ApiError> {
@@ -49,7 +59,7 @@ impl Api {
         if request.job.idempotency_key.is_some() {
             return invalid("job.idempotency_key: every tick is a new job");
         }
-        let (job, mut options) = self.submission(None, request.job).await?;
+        let (job, mut options) = self.submission(within, request.job).await?;
         // Each firing starts a trace of its own, linked to this request's.
         let span = crate::telemetry::job_span!(
             "cohort.schedule.create",
@@ -72,51 +82,65 @@ impl Api {
             catch_up_ms: request.catch_up_ms.unwrap_or(CATCH_UP_MS_DEFAULT),
         };
         self.master.command(Command::CreateSchedule(spec)).await?;
-        let view = self.schedule_view(&name).await?;
+        let view = self.schedule_view(within, &name).await?;
         Ok(json(StatusCode::CREATED, &response(view)))
     }
 
     /// `GET /v1/schedules`.
-    pub(super) async fn schedule_list(&self) -> Result<Reply200, ApiError> {
+    pub(super) async fn schedule_list(&self, within: Option<&str>) -> Result<Reply200, ApiError> {
         let views = self.master.schedules().await?;
-        let schedules = views.into_iter().map(response).collect();
+        let schedules = (views.into_iter())
+            .filter(|view| reaches(within, view))
+            .map(response)
+            .collect();
         Ok(json(StatusCode::OK, &ScheduleListResponse { schedules }))
     }
 
     /// `GET /v1/schedules/{name}`.
-    pub(super) async fn schedule_get(&self, name: &str) -> Result<Reply200, ApiError> {
-        Ok(json(
-            StatusCode::OK,
-            &response(self.schedule_view(name).await?),
-        ))
+    pub(super) async fn schedule_get(
+        &self,
+        within: Option<&str>,
+        name: &str,
+    ) -> Result<Reply200, ApiError> {
+        let view = self.schedule_view(within, name).await?;
+        Ok(json(StatusCode::OK, &response(view)))
     }
 
     /// `POST /v1/schedules/{name}/pause` and `/resume`.
     pub(super) async fn schedule_pause(
         &self,
+        within: Option<&str>,
         name: &str,
         paused: bool,
     ) -> Result<Reply200, ApiError> {
-        let name = name.to_owned();
-        (self.master)
-            .command(Command::PauseSchedule {
-                name: name.clone(),
+        let command = match within {
+            None => Command::PauseSchedule {
+                name: name.to_owned(),
                 paused,
-            })
-            .await?;
-        self.schedule_get(&name).await
+            },
+            Some(_) => confined(within, name, ScheduleAction::Pause { paused }),
+        };
+        self.master.command(command).await?;
+        self.schedule_get(within, name).await
     }
 
     /// `DELETE /v1/schedules/{name}`.
-    pub(super) async fn schedule_delete(&self, name: &str) -> Result<Reply200, ApiError> {
-        let name = name.to_owned();
-        (self.master)
-            .command(Command::DeleteSchedule { name: name.clone() })
-            .await?;
+    pub(super) async fn schedule_delete(
+        &self,
+        within: Option<&str>,
+        name: &str,
+    ) -> Result<Reply200, ApiError> {
+        let command = match within {
+            None => Command::DeleteSchedule {
+                name: name.to_owned(),
+            },
+            Some(_) => confined(within, name, ScheduleAction::Delete),
+        };
+        self.master.command(command).await?;
         Ok(json(
             StatusCode::OK,
             &ScheduleDeletedResponse {
-                name,
+                name: name.to_owned(),
                 deleted: true,
             },
         ))
@@ -125,13 +149,18 @@ impl Api {
     /// `POST /v1/schedules/{name}/backfill`.
     pub(super) async fn schedule_backfill(
         &self,
+        within: Option<&str>,
         name: &str,
         request: BackfillRequest,
     ) -> Result<Reply200, ApiError> {
-        let command = Command::Backfill {
-            name: name.to_owned(),
-            from: request.from.unwrap_or(0),
-            to: request.to.unwrap_or(u64::MAX),
+        let (from, to) = (request.from.unwrap_or(0), request.to.unwrap_or(u64::MAX));
+        let command = match within {
+            None => Command::Backfill {
+                name: name.to_owned(),
+                from,
+                to,
+            },
+            Some(_) => confined(within, name, ScheduleAction::Backfill { from, to }),
         };
         let Reply::Backfilled { ids } = self.master.command(command).await? else {
             return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
@@ -139,13 +168,48 @@ impl Api {
         Ok(json(StatusCode::ACCEPTED, &BackfillResponse { ids }))
     }
 
-    async fn schedule_view(&self, name: &str) -> Result<ScheduleView, ApiError> {
-        Ok(self.master.schedule(name.into()).await?)
+    /// Schedule `name`, if `within` reaches it (another namespace's is not
+    /// found, as a missing one is).
+    async fn schedule_view(
+        &self,
+        within: Option<&str>,
+        name: &str,
+    ) -> Result<ScheduleView, ApiError> {
+        let view = self.master.schedule(name.into()).await?;
+        match reaches(within, &view) {
+            true => Ok(view),
+            false => Err(ApiError::new(
+                ErrorCode::ScheduleNotFound,
+                format!("no schedule {name}"),
+            )),
+        }
+    }
+}
+
+/// Whether a caller confined to `within` (`None`: cluster-wide) reaches
+/// schedule `view`: its jobs are that namespace's.
+fn reaches(within: Option<&str>, view: &ScheduleView) -> bool {
+    within.is_none_or(|within| namespace_of(&view.spec) == within)
+}
+
+/// The namespace of a schedule's jobs, by name (`default`).
+fn namespace_of(spec: &ScheduleSpec) -> &str {
+    cohort_master::namespaces::name_of(spec.options.namespace.as_deref())
+}
+
+/// `action` on schedule `name` within namespace `within`, decided by the
+/// master only if the schedule is that namespace's.
+fn confined(within: Option<&str>, name: &str, action: ScheduleAction) -> Command {
+    Command::ScheduleIn {
+        namespace: within.map(str::to_owned),
+        name: name.to_owned(),
+        action,
     }
 }
 
 fn response(view: ScheduleView) -> ScheduleResponse {
     let spec = view.spec;
+    let namespace = namespace_of(&spec).to_owned();
     let (cron, timezone, every_ms) = match spec.every {
         Every::Cron {
             expression,
@@ -154,6 +218,7 @@ fn response(view: ScheduleView) -> ScheduleResponse {
         Every::Interval { ms } => (None, None, Some(ms)),
     };
     ScheduleResponse {
+        namespace,
         name: spec.name,
         cron,
         timezone,
