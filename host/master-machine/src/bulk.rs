@@ -77,7 +77,7 @@ impl Master {
                     .into_iter()
                     .filter_map(|&id| Some((id, self.held(id)?))),
             ),
-            None => self.scan(Bound::Unbounded, false),
+            None => self.scan_namespace(filter.namespace.as_deref(), Bound::Unbounded, false),
         };
         named
             .filter(move |(_, held)| action.applies_to(held.state()))

@@ -74,6 +74,10 @@ pub(crate) struct Index {
     /// namespaces in this order and stops once no namespace left could
     /// come before the jobs it has (see `Master::startable`).
     pub(crate) by_key: BTreeSet<((u128, Place), Option<String>)>,
+    /// The jobs held (unfinished or finished) of each namespace other than
+    /// the default one, by id: a listing or a bulk change of one
+    /// namespace walks these, not every job the cluster holds.
+    pub(crate) namespace_jobs: BTreeMap<String, BTreeSet<JobId>>,
     /// Namespaces whose share key or lines may have changed in the
     /// `apply` under way (empty between them).
     pub(crate) dirty: BTreeSet<Option<String>>,
@@ -410,6 +414,7 @@ impl Master {
             };
             let counts = index.namespace_counts.entry(name.clone()).or_default();
             counts[state as usize] += 1;
+            (index.namespace_jobs.entry(name.clone()).or_default()).insert(*id);
         }
         for (id, key) in std::mem::take(&mut index.done_keys) {
             let namespace = self.namespaces.of(id).map(str::to_owned);

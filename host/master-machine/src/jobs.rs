@@ -177,7 +177,7 @@ impl Master {
         // A decision never names the default namespace; a journal, decoded,
         // not trusted, might.
         let namespace = crate::namespaces::canonical(options.namespace.as_deref());
-        self.namespaces.record(id, namespace);
+        self.namespaces.record(&mut self.index, id, namespace);
         self.record_narrowed(id, options);
         match &options.module {
             Some(name) => self.deployments.record_job(id, name, &job.spec.module),
@@ -331,7 +331,7 @@ impl Master {
                 let namespace = self.namespaces.of(id).map(str::to_owned);
                 self.index.keys.remove(&(namespace, key.clone()));
             }
-            self.namespaces.jobs.remove(&id);
+            self.namespaces.forget(&mut self.index, id);
             self.keyed.options.remove(&id);
             self.deployments.jobs.remove(&id);
             self.egress.calls.remove(&id);

@@ -28,10 +28,11 @@
 //! Job ids stay one dense sequence for the cluster: an id says how many
 //! jobs the cluster took before it, not whose they were.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::index::Index;
 use crate::limits::{NAMESPACES_MAX, NAMESPACES_NAME_BYTES_MAX};
 use crate::master::{Master, no_job, reject};
 use crate::protocol::*;
@@ -114,12 +115,34 @@ pub struct NamespaceTotals {
 }
 
 impl Namespaces {
-    /// Records job `id`'s namespace (the default one is not recorded).
-    pub(crate) fn record(&mut self, id: JobId, namespace: Option<&str>) {
-        match namespace {
-            Some(name) => drop(self.jobs.insert(id, name.to_owned())),
-            // A journal's id submitted twice replaces the first's record.
-            None => drop(self.jobs.remove(&id)),
+    /// Records job `id`'s namespace (the default one is not recorded),
+    /// and the job among `index`'s jobs of its namespace.
+    pub(crate) fn record(&mut self, index: &mut Index, id: JobId, namespace: Option<&str>) {
+        // A journal's id submitted twice replaces the first's record.
+        self.forget(index, id);
+        if let Some(name) = namespace {
+            self.jobs.insert(id, name.to_owned());
+            match index.namespace_jobs.get_mut(name) {
+                Some(ids) => drop(ids.insert(id)),
+                None => drop(
+                    index
+                        .namespace_jobs
+                        .insert(name.to_owned(), BTreeSet::from([id])),
+                ),
+            }
+        }
+    }
+
+    /// Forgets job `id`'s namespace (a purged job), in `index` too.
+    pub(crate) fn forget(&mut self, index: &mut Index, id: JobId) {
+        let Some(name) = self.jobs.remove(&id) else {
+            return;
+        };
+        if let Some(ids) = index.namespace_jobs.get_mut(&name) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                index.namespace_jobs.remove(&name);
+            }
         }
     }
 

@@ -502,3 +502,76 @@ fn namespaces_are_bounded() {
         crate::limits::NAMESPACES_MAX
     );
 }
+
+/// A namespace's listing and bulk count walk its own jobs, from the index,
+/// not the cluster's: two jobs of `team-a` around more jobs of other
+/// namespaces than a listing looks at come in one page with no cursor,
+/// both ways, for a confined caller and a cluster-wide filter.
+#[test]
+fn a_small_namespace_among_many_jobs_lists_in_one_page() {
+    let mut master = Master::new();
+    let mut journal = Vec::new();
+    let mut seq = 0;
+    let mut submit = |master: &mut Master, namespace: Option<&str>| {
+        seq += 1;
+        let command = submit_with(seq, spec(1, b"x"), in_namespace(namespace));
+        decide_and_apply(master, &mut journal, T, &command).expect("taken");
+        journal.clear();
+    };
+    submit(&mut master, Some("team-a"));
+    for n in 0..crate::limits::LIST_SCAN_MAX + 10 {
+        submit(&mut master, [None, Some("team-b")][n % 2]);
+    }
+    submit(&mut master, Some("team-a"));
+    let last = master.jobs.keys().next_back().copied().expect("jobs");
+    for newest_first in [false, true] {
+        let query = Query::Jobs {
+            filter: JobFilter::default(),
+            after: None,
+            limit: 10,
+            newest_first,
+        };
+        let mut expected = vec![1, last];
+        if newest_first {
+            expected.reverse();
+        }
+        match master.query(T, &within("team-a", query.clone())) {
+            Ok(Answer::Jobs { jobs, next }) => {
+                let ids: Vec<JobId> = jobs.iter().map(|job| job.id).collect();
+                assert_eq!(
+                    (ids, next),
+                    (expected.clone(), None),
+                    "newest first: {newest_first}"
+                );
+            }
+            other => panic!("a listing, not {other:?}"),
+        }
+        let Query::Jobs { filter, .. } = &query else {
+            unreachable!()
+        };
+        let named = Query::Jobs {
+            filter: JobFilter {
+                namespace: Some("team-a".into()),
+                ..filter.clone()
+            },
+            after: Some(1),
+            limit: 10,
+            newest_first: false,
+        };
+        assert_eq!(listed(&master, named), [last]);
+    }
+    // A bulk change of the namespace counts its own jobs.
+    let count = Query::Bulk {
+        action: BulkAction::Cancel,
+        filter: JobFilter {
+            namespace: Some("team-a".into()),
+            ..JobFilter::default()
+        },
+    };
+    assert!(matches!(master.query(T, &count), Ok(Answer::Count(2))));
+    // A namespace with no job lists nothing.
+    assert_eq!(
+        listed(&master, within("team-c", all_jobs())),
+        Vec::<JobId>::new()
+    );
+}

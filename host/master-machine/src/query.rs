@@ -91,7 +91,7 @@ impl Master {
         validate_filter(filter)?;
         let limit = limit.clamp(1, LIST_LIMIT_MAX) as usize;
         let past = after.map_or(Bound::Unbounded, Bound::Excluded);
-        let mut scan = self.scan(past, newest_first);
+        let mut scan = self.scan_namespace(filter.namespace.as_deref(), past, newest_first);
         let mut jobs = Vec::new();
         let mut last = None;
         for (id, held) in scan.by_ref().take(LIST_SCAN_MAX) {

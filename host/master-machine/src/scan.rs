@@ -104,6 +104,30 @@ impl Master {
         }
     }
 
+    /// The jobs held that a filter naming namespace `namespace` (if any)
+    /// may match, as [`scan`](Self::scan) orders them: only that
+    /// namespace's jobs, from the index, when it is not the default one
+    /// (whose jobs are all the others: every job is walked).
+    pub(crate) fn scan_namespace(
+        &self,
+        namespace: Option<&str>,
+        past: Bound<JobId>,
+        newest_first: bool,
+    ) -> Box<dyn Iterator<Item = (JobId, Held<'_>)> + '_> {
+        let name = match namespace {
+            Some(name) if name != crate::namespaces::DEFAULT => name,
+            _ => return self.scan(past, newest_first),
+        };
+        let Some(ids) = self.index.namespace_jobs.get(name) else {
+            return Box::new(std::iter::empty());
+        };
+        let held = |&id: &JobId| Some((id, self.held(id)?));
+        match newest_first {
+            true => Box::new(ids.range((Bound::Unbounded, past)).rev().filter_map(held)),
+            false => Box::new(ids.range((past, Bound::Unbounded)).filter_map(held)),
+        }
+    }
+
     /// Every job held, finished or not, by id: from the first after `past`
     /// up, or from the last before it down (`newest_first`).
     pub(crate) fn scan(

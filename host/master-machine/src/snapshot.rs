@@ -309,6 +309,7 @@ impl Master {
         master.index.namespace_result_bytes.clear();
         master.index.default_counts = master.index.counts;
         master.index.namespace_counts.clear();
+        master.index.namespace_jobs.clear();
         for token in master.tokens.values_mut() {
             token.namespace = None;
         }
