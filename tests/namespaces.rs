@@ -199,7 +199,7 @@ fn a_namespaces_token_sees_its_own_jobs_and_nothing_of_the_others() {
         for (method, path) in [
             (hyper::Method::GET, "/metrics"),
             (hyper::Method::GET, "/v1/overview"),
-            (hyper::Method::GET, "/v1/events"),
+            (hyper::Method::GET, "/v1/secrets"),
             (hyper::Method::GET, "/v1/cluster"),
             (hyper::Method::GET, "/v1/modules"),
             (hyper::Method::GET, "/v1/tokens"),

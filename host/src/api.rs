@@ -638,7 +638,8 @@ impl Api {
                 Ok(holder) => {
                     let found = found.expect("a route");
                     if found.route.handler == Handler::Events {
-                        self.events()
+                        let within = holder.as_ref().and_then(|h| h.namespace.clone());
+                        self.events(within)
                             .unwrap_or_else(|error| whole(error_response(error)))
                     } else if matches!(
                         found.route.handler,

@@ -308,6 +308,16 @@ async function pages() {
     await ready(page, 'jobs');
     const mine = await page.locator('[data-testid="jobs-table"] tr[data-job]').evaluateAll((trs) => trs.map((tr) => Number(tr.dataset.job)));
     check(JSON.stringify(mine) === JSON.stringify([team.job]), `its jobs list holds its job alone: ${JSON.stringify(mine)}`);
+    // Its event stream carries its namespace's counts: a job of its
+    // namespace submitted elsewhere shows without a reload, and one of
+    // another namespace does not.
+    await page.waitForFunction(() => document.querySelector('[data-testid="live"]').textContent === 'live');
+    check(true, "the confined token's event stream is live");
+    await api('/v1/jobs', { method: 'POST', body: JSON.stringify({ module: jobs.module, input: 'elsewhere' }) });
+    const added = await api('/v1/jobs', { method: 'POST', body: JSON.stringify({ module: jobs.module, input: 'team live', namespace: 'team-a' }) });
+    await page.waitForFunction((id) => document.querySelector(`[data-testid="jobs-table"] tr[data-job="${id}"]`) !== null, added.id);
+    const now = await page.locator('[data-testid="jobs-table"] tr[data-job]').evaluateAll((trs) => trs.map((tr) => Number(tr.dataset.job)));
+    check(JSON.stringify(now) === JSON.stringify([added.id, team.job]), `a new job of its namespace shows without a reload, no other: ${JSON.stringify(now)}`);
     await page.goto(`${URL_}/#/jobs/${team.job}`);
     await page.waitForSelector('[data-testid="job-state"]');
     check((await text(page, '[data-testid="job-namespace"]')) === 'team-a', 'its job shows its namespace');

@@ -12,7 +12,9 @@
 //!   what this node saw happen ([`crate::cluster::history`]).
 //! * `GET /v1/events` streams the same overview as server-sent events,
 //!   one every [`EVENTS_INTERVAL`], so every open page updates without
-//!   polling each part. A node serves at most [`EVENT_STREAMS_MAX`]
+//!   polling each part. A token confined to a namespace gets its
+//!   namespace's counts and costs instead (`namespaces` events, what
+//!   `GET /v1/namespaces` answers it): nothing cluster-wide. A node serves at most [`EVENT_STREAMS_MAX`]
 //!   streams at once (then `429`), and ends them when it stops.
 //! * `POST /v1/jobs/bulk` cancels or retries every job a filter matches,
 //!   as one master command ([`Command::Bulk`]): its events commit
@@ -286,7 +288,10 @@ impl Api {
 
     /// `GET /v1/events`: an overview every [`EVENTS_INTERVAL`] until the
     /// client goes or the node stops.
-    pub(super) fn events(self: &Arc<Self>) -> Result<Response<super::Body>, ApiError> {
+    pub(super) fn events(
+        self: &Arc<Self>,
+        within: Option<String>,
+    ) -> Result<Response<super::Body>, ApiError> {
         let Ok(permit) = self.event_streams.clone().try_acquire_owned() else {
             return Err(ApiError::new(
                 ErrorCode::TooManyConnections,
@@ -306,10 +311,15 @@ impl Api {
                     _ = closing.changed() => return,
                     _ = tx.closed() => return,
                 }
-                let event = match api.overview().await {
-                    Ok(overview) => sse("overview", &overview),
-                    Err(error) => sse("error", &error.body),
+                let event = match &within {
+                    None => api
+                        .overview()
+                        .await
+                        .map(|overview| sse("overview", &overview)),
+                    Some(namespace) => (api.namespace_list(Some(namespace)).await)
+                        .map(|list| sse("namespaces", &list)),
                 };
+                let event = event.unwrap_or_else(|error| sse("error", &error.body));
                 if tx.send(event).await.is_err() {
                     return;
                 }

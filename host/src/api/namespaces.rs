@@ -16,6 +16,16 @@ impl Api {
     /// `GET /v1/namespaces`: every namespace's, or namespace `within`'s
     /// alone for a caller confined to it.
     pub(super) async fn namespaces(&self, within: Option<&str>) -> Result<Reply200, ApiError> {
+        Ok(json(StatusCode::OK, &self.namespace_list(within).await?))
+    }
+
+    /// What `GET /v1/namespaces` answers a caller confined to `within`
+    /// (`None`: cluster-wide); a confined token's event stream sends it
+    /// too.
+    pub(super) async fn namespace_list(
+        &self,
+        within: Option<&str>,
+    ) -> Result<NamespaceListResponse, ApiError> {
         let views = self.master.namespaces(within).await?;
         let namespaces = (views.into_iter())
             .map(|view| NamespaceBody {
@@ -32,7 +42,7 @@ impl Api {
                 weight: view.weight,
             })
             .collect();
-        Ok(json(StatusCode::OK, &NamespaceListResponse { namespaces }))
+        Ok(NamespaceListResponse { namespaces })
     }
 
     /// `POST /v1/namespaces/{name}/quotas`: all four at once, each left out

@@ -683,8 +683,8 @@ fn operation(handler: Handler) -> Option<Doc> {
             .answers::<OverviewResponse>(200, "Jobs by state, counters, recent latency, nodes, workers, replica lag and what the answering node saw happen.")
             .errors(&[MASTER]),
         H::Events => doc("cluster", "The overview as server-sent events")
-            .describe("An `overview` event (an OverviewResponse) every second, or an `error` event (an ErrorBody) when the master cannot answer, until the client goes or the node stops. At most 64 streams per node.")
-            .answers_raw(200, "text/event-stream", "`event: overview` lines, each with its `data:`.")
+            .describe("An `overview` event (an OverviewResponse) every second, or an `error` event (an ErrorBody) when the master cannot answer, until the client goes or the node stops. A token confined to a namespace gets a `namespaces` event (a NamespaceListResponse: its namespace's counts and costs, as `GET /v1/namespaces` answers it) instead, nothing cluster-wide. At most 64 streams per node.")
+            .answers_raw(200, "text/event-stream", "`event: overview` (a confined token: `event: namespaces`) lines, each with its `data:`.")
             .errors(&[&[TooManyConnections]]),
         H::Namespaces => doc("namespaces", "Each namespace's jobs and what they cost")
             .describe("Every namespace that held a job since the cluster counts them: the jobs it holds by state, and, since its first job, what it submitted and what its attempts cost as their workers metered them (CPU, outbound bytes). A token confined to a namespace sees that one alone.")

@@ -4,8 +4,9 @@
 //! An entry says how a route is called (method and path), who may call it
 //! (no token, a token scope, or a body sealed with the cluster key), whether
 //! a token confined to a namespace may call it (`in_namespace`: the routes
-//! of a namespace's own jobs, DAGs and schedules, and blobs by digest;
-//! every other route is cluster-wide), which
+//! of a namespace's own jobs, DAGs and schedules, its counts and their
+//! event stream, and blobs by digest; every other route is cluster-wide),
+//! which
 //! nodes serve it (any node, or front-end nodes only), the largest body it
 //! reads and the code of one over it, and which handler answers it.
 //! Everything else is derived from the table: authentication and scope
@@ -295,7 +296,7 @@ pub const ROUTES: &[Route] = &[
     route(Post,   "/v1/schedules/{name}/resume",       Token(Submit), FrontEnd, H::ScheduleResume).in_namespace(),
     route(Post,   "/v1/schedules/{name}/backfill",     Token(Submit), FrontEnd, H::ScheduleBackfill).body(CONTROL_BODY_BYTES_MAX).in_namespace(),
     route(Get,    "/v1/overview",                      Token(Read),   AnyNode,  H::Overview),
-    route(Get,    "/v1/events",                        Token(Read),   AnyNode,  H::Events),
+    route(Get,    "/v1/events",                        Token(Read),   AnyNode,  H::Events).in_namespace(),
     route(Get,    "/v1/whoami",                        Token(Read),   AnyNode,  H::Whoami).in_namespace(),
     // Each namespace's jobs and costs; a confined token sees its own.
     route(Get,    "/v1/namespaces",                    Token(Read),   FrontEnd, H::Namespaces).in_namespace(),
@@ -525,6 +526,7 @@ mod tests {
                 "DELETE /v1/schedules/{name}",
                 "GET /v1/blobs/{digest}",
                 "GET /v1/dags/{id}",
+                "GET /v1/events",
                 "GET /v1/jobs",
                 "GET /v1/jobs/{id}",
                 "GET /v1/jobs/{id}/input",

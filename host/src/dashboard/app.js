@@ -13,8 +13,9 @@
 //
 // A token confined to a namespace reaches its namespace's jobs and DAGs
 // and the namespaces page alone (every other route is 403 to it): for it
-// the page opens on its namespace, shows no overview or modules, and
-// reads no event stream (its pages do not refresh by themselves).
+// the page opens on its namespace and shows no overview or modules; its
+// event stream carries its namespace's counts (`namespaces` events), which
+// refresh its pages as the overview refreshes a cluster-wide token's.
 'use strict';
 
 const STATES = ['queued', 'running', 'succeeded', 'failed', 'cancelled', 'dead'];
@@ -175,7 +176,6 @@ async function whoami() {
     : 'no tokens needed';
   // A confined token's pages: its namespace's, none cluster-wide.
   for (const name of ['overview', 'modules']) $(`[data-testid="nav-${name}"]`).hidden = auth.namespace !== null;
-  $('[data-testid="live"]').hidden = auth.namespace !== null;
   $('#logout').hidden = !who.tokens_required;
   $('#login').hidden = true;
 }
@@ -188,8 +188,7 @@ async function start() {
     return;
   }
   clearError();
-  if (auth.namespace === null) startStream();
-  else stopStream();
+  startStream();
   render();
 }
 
@@ -268,6 +267,15 @@ function receive(block) {
   for (const line of block.split('\n')) {
     if (line.startsWith('event: ')) name = line.slice(7);
     else if (line.startsWith('data: ')) data += line.slice(6);
+  }
+  if (name === 'namespaces') {
+    // A confined token's stream: its namespace's counts, nothing
+    // cluster-wide; its pages listen to them as to an overview's.
+    const { namespaces } = JSON.parse(data);
+    const counts = { jobs: namespaces.length ? namespaces[0].jobs : {}, namespaces };
+    live.last = counts;
+    for (const listener of live.listeners) listener(counts);
+    return;
   }
   if (name !== 'overview') return;
   const overview = JSON.parse(data);
@@ -726,10 +734,27 @@ function quotaText(q) {
 // Each namespace (a confined token: its own): its jobs, what its attempts
 // cost, its weight for its fair share of the workers, its quotas.
 async function namespacesView(root, _params, still) {
-  const { namespaces } = await getJson('/v1/namespaces');
-  if (!still()) return;
+  const body = el('div');
+  root.append(el('h1', {}, 'Namespaces'), body);
+  const load = async () => {
+    const { namespaces } = await getJson('/v1/namespaces');
+    if (still()) drawNamespaces(body, namespaces);
+  };
+  await load();
+  // Drawn again when the stream shows the counts changed.
+  let counts = live.last ? JSON.stringify(live.last.jobs) : null;
+  live.listeners.add((next) => {
+    const now = JSON.stringify(next.jobs);
+    if (now !== counts && still()) {
+      counts = now;
+      load().catch(showError);
+    }
+  });
+}
+
+function drawNamespaces(body, namespaces) {
   const heads = ['namespace', 'weight', 'queued', 'running', 'finished', 'submitted', 'CPU', 'outbound', 'results kept', 'quotas'];
-  root.append(el('h1', {}, 'Namespaces'), el('table', { 'data-testid': 'namespaces-table' },
+  body.replaceChildren(el('table', { 'data-testid': 'namespaces-table' },
     el('tr', {}, heads.map((h) => el('th', {}, h))),
     namespaces.length ? namespaces.map((n) => el('tr', { 'data-namespace': n.name },
       el('td', {}, el('a', { href: `#/jobs?namespace=${encodeURIComponent(n.name)}`, title: 'its jobs' }, n.name)),
