@@ -113,13 +113,7 @@ impl Api {
         name: &str,
         paused: bool,
     ) -> Result<Reply200, ApiError> {
-        let command = match within {
-            None => Command::PauseSchedule {
-                name: name.to_owned(),
-                paused,
-            },
-            Some(_) => confined(within, name, ScheduleAction::Pause { paused }),
-        };
+        let command = act(within, name, ScheduleAction::Pause { paused });
         self.master.command(command).await?;
         self.schedule_get(within, name).await
     }
@@ -130,13 +124,9 @@ impl Api {
         within: Option<&str>,
         name: &str,
     ) -> Result<Reply200, ApiError> {
-        let command = match within {
-            None => Command::DeleteSchedule {
-                name: name.to_owned(),
-            },
-            Some(_) => confined(within, name, ScheduleAction::Delete),
-        };
-        self.master.command(command).await?;
+        self.master
+            .command(act(within, name, ScheduleAction::Delete))
+            .await?;
         Ok(json(
             StatusCode::OK,
             &ScheduleDeletedResponse {
@@ -154,14 +144,7 @@ impl Api {
         request: BackfillRequest,
     ) -> Result<Reply200, ApiError> {
         let (from, to) = (request.from.unwrap_or(0), request.to.unwrap_or(u64::MAX));
-        let command = match within {
-            None => Command::Backfill {
-                name: name.to_owned(),
-                from,
-                to,
-            },
-            Some(_) => confined(within, name, ScheduleAction::Backfill { from, to }),
-        };
+        let command = act(within, name, ScheduleAction::Backfill { from, to });
         let Reply::Backfilled { ids } = self.master.command(command).await? else {
             return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
         };
@@ -197,13 +180,20 @@ fn namespace_of(spec: &ScheduleSpec) -> &str {
     cohort_master::namespaces::name_of(spec.options.namespace.as_deref())
 }
 
-/// `action` on schedule `name` within namespace `within`, decided by the
-/// master only if the schedule is that namespace's.
-fn confined(within: Option<&str>, name: &str, action: ScheduleAction) -> Command {
-    Command::ScheduleIn {
-        namespace: within.map(str::to_owned),
-        name: name.to_owned(),
-        action,
+/// The command doing `action` on schedule `name` for a caller confined to
+/// `within`: one the master decides only if the schedule is that
+/// namespace's, or, cluster-wide (`None`), the plain one.
+fn act(within: Option<&str>, name: &str, action: ScheduleAction) -> Command {
+    let name = name.to_owned();
+    match (within, action) {
+        (Some(namespace), action) => Command::ScheduleIn {
+            namespace: Some(namespace.to_owned()),
+            name,
+            action,
+        },
+        (None, ScheduleAction::Pause { paused }) => Command::PauseSchedule { name, paused },
+        (None, ScheduleAction::Delete) => Command::DeleteSchedule { name },
+        (None, ScheduleAction::Backfill { from, to }) => Command::Backfill { name, from, to },
     }
 }
 
