@@ -1210,6 +1210,44 @@ fn a_front_end_fetches_blobs_from_the_back_end_and_uploads_land_there() {
     assert!(!holds(&front, &info.digest));
     assert_eq!(list_raw(&front), []);
     rt.block_on(async {
+        // The cluster's listing, through the node with no copy, shows it:
+        // the master's registry, a page at a time.
+        let kept = cf.kept_blobs(None, None).await.unwrap();
+        assert_eq!(infos(kept.blobs.clone()), std::slice::from_ref(&info));
+        assert_eq!(
+            (kept.blobs[0].kept, kept.blobs[0].refs, kept.next),
+            (Some(true), Some(0), None)
+        );
+        assert!(kept.blobs[0].collect_at.is_some());
+        let past = cf.kept_blobs(Some(&info.digest), Some(1)).await.unwrap();
+        assert!(past.blobs.is_empty() && past.next.is_none());
+        for query in [
+            "scope=everywhere",
+            "scope=cluster&limit=0",
+            "scope=cluster&after=xyz",
+        ] {
+            let path = format!("/v1/blobs?{query}");
+            let refused = cf
+                .call(hyper::Method::GET, &path, "", Default::default())
+                .await;
+            match refused {
+                Err(cohort::client::ClientError::Api {
+                    status: 400, code, ..
+                }) => assert_eq!(code, "bad_request"),
+                other => panic!("{query}: {other:?}"),
+            }
+        }
+        let listed = front.cli(&["blob", "ls", "--cluster"], b"");
+        let out = String::from_utf8_lossy(&listed.stdout);
+        assert!(
+            listed.status.success() && out.contains(&info.digest),
+            "{out}"
+        );
+        let node_only = front.cli(&["blob", "ls"], b"");
+        assert_eq!(
+            String::from_utf8_lossy(&node_only.stdout).trim(),
+            "no blobs"
+        );
         // A HEAD asks a back-end node for the size, and copies nothing.
         assert_eq!(
             cf.head_blob(&info.digest).await.unwrap(),

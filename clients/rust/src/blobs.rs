@@ -304,6 +304,25 @@ impl Node {
         Ok(list.blobs)
     }
 
+    /// A page of the blobs the cluster keeps, by digest, wherever their
+    /// copies are (`GET /v1/blobs?scope=cluster`): the first `limit` (1
+    /// to 1,000; the node's default 100 when `None`) after digest `after`.
+    /// The list's `next` is the `after` of the next page.
+    pub async fn kept_blobs(
+        &self,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<BlobList, ClientError> {
+        let mut path = "/v1/blobs?scope=cluster".to_string();
+        if let Some(after) = after {
+            path.push_str(&format!("&after={}", blob_digest(after)?));
+        }
+        if let Some(limit) = limit {
+            path.push_str(&format!("&limit={limit}"));
+        }
+        self.json(Method::GET, &path, None).await
+    }
+
     /// Blob `digest`'s bytes, streamed: all of them, or with `range`
     /// `(start, end)` the bytes `start..=end` (HTTP's `Range: bytes=A-B`,
     /// `end` inclusive and cut to the blob's end by the node), or with
@@ -450,6 +469,16 @@ impl Client {
     /// Every blob the node asked lists.
     pub async fn list_blobs(&self) -> Result<Vec<BlobEntry>, ClientError> {
         self.call(|node| async move { node.list_blobs().await })
+            .await
+    }
+
+    /// A page of the blobs the cluster keeps (see [`Node::kept_blobs`]).
+    pub async fn kept_blobs(
+        &self,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<BlobList, ClientError> {
+        self.call(|node| async move { node.kept_blobs(after, limit).await })
             .await
     }
 

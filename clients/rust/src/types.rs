@@ -1121,8 +1121,13 @@ impl BlobEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BlobList {
-    /// Every blob the answering node stores, by digest.
+    /// Every blob the answering node stores, by digest; with
+    /// `scope=cluster`, a page of the blobs the cluster keeps.
     pub blobs: Vec<BlobEntry>,
+    /// With `scope=cluster`, the `after` of the next page (absent: this
+    /// was the last, or a node's listing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// `DELETE /v1/blobs/{digest}`: the cluster no longer keeps the blob.

@@ -89,6 +89,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
@@ -538,6 +539,37 @@ impl Master {
             })
             .collect();
         Ok(Answer::Blobs(status))
+    }
+
+    /// Answers [`Query::KeptBlobs`]: the first `limit` kept blobs after
+    /// `after`, by digest.
+    pub(crate) fn kept_blobs(&self, after: Option<&Digest>, limit: u32) -> Answer {
+        let limit = limit.clamp(1, crate::limits::LIST_LIMIT_MAX) as usize;
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut kept = self
+            .registry
+            .kept
+            .range::<Digest, _>((from, Bound::Unbounded));
+        let retention = self.config.retention_ms;
+        let blobs: Vec<KeptBlob> = (kept.by_ref().take(limit))
+            .map(|(digest, kept)| {
+                let refs = self.registry.refs(digest);
+                KeptBlob {
+                    status: BlobStatus {
+                        digest: *digest,
+                        kept: true,
+                        refs,
+                        collect_at: (refs == 0).then(|| kept.idle_since.saturating_add(retention)),
+                    },
+                    size: kept.size,
+                }
+            })
+            .collect();
+        let next = match kept.next() {
+            Some(_) => blobs.last().map(|blob| blob.status.digest),
+            None => None,
+        };
+        Answer::KeptBlobs { blobs, next }
     }
 
     /// Every blob held jobs and schedules name, once per name (what the

@@ -1491,3 +1491,68 @@ fn format_8_events_never_hold_the_blob_registry() {
         codes::UNKNOWN_VERSION
     );
 }
+
+/// The kept blobs are listed by digest a page at a time, each with its
+/// size, how many names it has and when it goes unless named; the last
+/// page says there is no next; a limit out of range is brought into it.
+#[test]
+fn the_kept_blobs_are_listed_by_digest_a_page_at_a_time() {
+    let mut run = Run::new();
+    for n in [3, 1, 2] {
+        run.ok(T, keep(n, u64::from(n) * 10));
+    }
+    run.ok(T, submit_with(1, spec(1, b"x"), reading(2, 20)));
+    let page = |after: Option<u8>, limit: u32| match run.master.query(
+        T,
+        &Query::KeptBlobs {
+            after: after.map(|n| blob(n, 0).digest),
+            limit,
+        },
+    ) {
+        Ok(Answer::KeptBlobs { blobs, next }) => (blobs, next),
+        other => panic!("a page, not {other:?}"),
+    };
+    let retention = run.master.config.retention_ms;
+    let (first, next) = page(None, 2);
+    let digests = |blobs: &[KeptBlob]| blobs.iter().map(|b| b.status.digest).collect::<Vec<_>>();
+    let mut all = [blob(1, 0).digest, blob(2, 0).digest, blob(3, 0).digest];
+    all.sort();
+    assert_eq!(digests(&first), all[..2]);
+    assert_eq!(next, Some(all[1]));
+    let (one, more) = page(None, 0);
+    assert_eq!(
+        (digests(&one), more),
+        (all[..1].to_vec(), Some(all[0])),
+        "a limit of 0 is one"
+    );
+    let after = |digest| match run.master.query(
+        T,
+        &Query::KeptBlobs {
+            after: Some(digest),
+            limit: 5_000,
+        },
+    ) {
+        Ok(Answer::KeptBlobs { blobs, next }) => (blobs, next),
+        other => panic!("a page, not {other:?}"),
+    };
+    let (second, none) = after(all[1]);
+    assert_eq!((digests(&second), none), (all[2..].to_vec(), None));
+    // Each with its size and names: the blob a job reads is named and
+    // not collected; the others go after retention.
+    let (every, _) = after([0; 32]);
+    for kept in &every {
+        let n = [1, 2, 3]
+            .into_iter()
+            .find(|&n| blob(n, 0).digest == kept.status.digest)
+            .unwrap();
+        assert_eq!(kept.size, u64::from(n) * 10);
+        assert!(kept.status.kept);
+        match n {
+            2 => assert_eq!((kept.status.refs, kept.status.collect_at), (1, None)),
+            _ => assert_eq!(
+                (kept.status.refs, kept.status.collect_at),
+                (0, Some(T + retention))
+            ),
+        }
+    }
+}

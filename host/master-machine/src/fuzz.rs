@@ -873,6 +873,7 @@ fn plain_query() -> impl Strategy<Value = Query> {
         module_name().prop_map(|name| Query::Deployment { name }),
         vec(digest(), 0..4).prop_map(|digests| Query::Blobs { digests }),
         Just(Query::Namespaces),
+        (option::of(digest()), n32()).prop_map(|(after, limit)| Query::KeptBlobs { after, limit }),
     ]
 }
 
@@ -1118,6 +1119,14 @@ fn answer() -> impl Strategy<Value = Answer> {
                 )
                 .collect()
         )),
+        (vec((blob_status(), n64()), 0..3), option::of(digest())).prop_map(|(blobs, next)| {
+            Answer::KeptBlobs {
+                blobs: (blobs.into_iter())
+                    .map(|(status, size)| KeptBlob { status, size })
+                    .collect(),
+                next,
+            }
+        }),
     ]
 }
 

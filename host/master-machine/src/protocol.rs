@@ -53,8 +53,9 @@
 //! namespace (`SetQuotas`, `SetWeight`, `QuotasSet` and `WeightSet` at
 //! the end of their enums, a [`NamespaceView`]'s `quotas`,
 //! `result_bytes` and `weight`; see [`crate::quotas`], [`crate::shares`]);
-//! 16 (now), schedules acted on within a namespace (`ScheduleIn` at the
-//! end of its enum). Events are the
+//! 16 (now), schedules acted on within a namespace (`ScheduleIn`) and a
+//! listing of the blobs the cluster keeps (`Query::KeptBlobs` and its
+//! answer), at the end of their enums. Events are the
 //! only messages kept on disk, so [`decode_event`] still reads formats 1
 //! to 15 (whose `Submitted` lacks what came later, whose options
 //! before 5 have two fields: they decode with `module: None`, and whose
@@ -81,7 +82,8 @@ use serde::{Deserialize, Serialize};
 pub const FORMAT_VERSION: u8 = 16;
 
 /// The fifteenth format: the current types without schedules acted on
-/// within a namespace (`ScheduleIn`, at the end of its enum, so its
+/// within a namespace and the listing of kept blobs (`ScheduleIn`,
+/// `Query::KeptBlobs` and its answer, at the end of their enums, so its
 /// events decode as they are; [`decode_event`]).
 pub const FORMAT_VERSION_15: u8 = 15;
 
@@ -2692,6 +2694,15 @@ pub enum Query {
         /// What it asks.
         query: Box<Query>,
     },
+    /// A page of the blobs the cluster keeps, by digest: the first
+    /// `limit` (1 to [`LIST_LIMIT_MAX`](crate::limits::LIST_LIMIT_MAX))
+    /// after `after` (see [`crate::blobs`]).
+    KeptBlobs {
+        /// The last digest of the page before (`None`: from the first).
+        after: Option<Digest>,
+        /// The most blobs to answer.
+        limit: u32,
+    },
 }
 
 impl Query {
@@ -3065,6 +3076,23 @@ pub enum Answer {
     Blobs(Vec<BlobStatus>),
     /// For [`Query::Namespaces`], by name.
     Namespaces(Vec<NamespaceView>),
+    /// For [`Query::KeptBlobs`]: the page, by digest, and the digest the
+    /// next page starts after (`None`: this was the last).
+    KeptBlobs {
+        /// Each kept blob's status and size.
+        blobs: Vec<KeptBlob>,
+        /// Where the next page starts.
+        next: Option<Digest>,
+    },
+}
+
+/// A blob the cluster keeps, as [`Query::KeptBlobs`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptBlob {
+    /// What [`Query::Blobs`] says of it (`kept` always true).
+    pub status: BlobStatus,
+    /// Its size in bytes.
+    pub size: u64,
 }
 
 /// A namespace as [`Query::Namespaces`] shows it.

@@ -61,6 +61,7 @@ impl Master {
             Query::InNamespace { namespace, query } => {
                 self.query_in_namespace(now, namespace, query)
             }
+            Query::KeptBlobs { after, limit } => Ok(self.kept_blobs(after.as_ref(), *limit)),
         }
     }
 

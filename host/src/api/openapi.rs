@@ -513,9 +513,13 @@ fn operation(handler: Handler) -> Option<Doc> {
             .answers::<BlobInfo>(201, "Stored (new on the answering node).")
             .answers::<BlobInfo>(200, "Already stored.")
             .errors(&[MASTER, &[BadRequest, BlobTooLarge, BlobDigestMismatch, RequestTimeout, BlobStoreFull, BlobsBusy, ReplicationFailed, BlobStoreUnavailable, BlobsFull]]),
-        H::BlobList => doc("blobs", "The blobs the answering node holds")
-            .answers::<BlobList>(200, "Every blob stored on the answering node, by digest, with whether the cluster keeps it and what names it (left out when the master cannot answer).")
-            .errors(&[]),
+        H::BlobList => doc("blobs", "The blobs the answering node holds, or the cluster keeps")
+            .describe("`scope=node` (the default): every blob stored on the answering node. `scope=cluster`: a page of the blobs the cluster keeps, from the master's registry, wherever their copies are; `next` is the `after` of the next page.")
+            .param("scope", Query, one_of(&["node", "cluster"]), "`node` (the default) or `cluster`.")
+            .param("after", Query, text().pattern(Some("^[0-9a-fA-F]{64}$")), "With `scope=cluster`: the `next` of the page before.")
+            .param("limit", Query, integer(1, 1000), "With `scope=cluster`: most blobs (default 100).")
+            .answers::<BlobList>(200, "By digest, each with whether the cluster keeps it and what names it (left out, for a node's listing, when the master cannot answer).")
+            .errors(&[MASTER, &[BadRequest]]),
         H::BlobDelete => blob(doc("blobs", "Stop keeping a blob"))
             .describe("The cluster stops keeping the blob at once; every node deletes its copy once its grace period (`--blob-grace`) has passed since it last stored the blob. Refused while a held job (its input, or an output it wrote) or a schedule names the blob: those keep it until the retention time after they are gone.")
             .answers::<BlobDeleted>(200, "No longer kept.")

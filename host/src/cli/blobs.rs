@@ -70,6 +70,11 @@ pub struct BlobListArgs {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub server: ServerArg,
+    /// Every blob the cluster keeps, wherever its copies are (the
+    /// master's registry, a page at a time), not the copies the answering
+    /// node holds.
+    #[arg(long)]
+    pub cluster: bool,
 }
 
 /// A byte range as `--range` gives it.
@@ -216,7 +221,11 @@ async fn list(args: BlobListArgs) -> ExitCode {
         Ok(client) => client,
         Err(code) => return code,
     };
-    match client.list_blobs().await {
+    let listed = match args.cluster {
+        false => client.list_blobs().await,
+        true => kept(&client).await,
+    };
+    match listed {
         Ok(blobs) if args.server.json => print_json(&blobs),
         Ok(blobs) if blobs.is_empty() => println!("no blobs"),
         Ok(blobs) => {
@@ -249,6 +258,22 @@ async fn list(args: BlobListArgs) -> ExitCode {
         Err(error) => return fail(error),
     }
     ExitCode::SUCCESS
+}
+
+/// Every blob the cluster keeps, page after page.
+async fn kept(
+    client: &Client,
+) -> Result<Vec<cohort_client::types::BlobEntry>, cohort_client::ClientError> {
+    let mut blobs = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = client.kept_blobs(after.as_deref(), Some(1_000)).await?;
+        blobs.extend(page.blobs);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return Ok(blobs),
+        }
+    }
 }
 
 /// Now, in ms since the Unix epoch.

@@ -11,8 +11,8 @@ use super::link::MasterLink;
 use crate::contract::MasterError;
 use cohort_master::{
     Answer, BlobStatus, BulkAction, DagId, DagView, DeploymentView, Digest, Finished, JobFilter,
-    JobId, JobSummary, JobView, NamespaceView, Query, Recent, ScheduleView, SecretView, Stats,
-    TokenRecord, WorkerView,
+    JobId, JobSummary, JobView, KeptBlob, NamespaceView, Query, Recent, ScheduleView, SecretView,
+    Stats, TokenRecord, WorkerView,
 };
 use std::time::Duration;
 
@@ -114,6 +114,10 @@ queries! {
     /// [`BLOBS_ASKED_MAX`](cohort_master::limits::BLOBS_ASKED_MAX)), and what names it.
     blobs(digests: Vec<Digest>) -> Vec<BlobStatus> =
         Query::Blobs { digests } => Answer::Blobs(status) => status;
+    /// A page of the blobs the cluster keeps, by digest, and where the
+    /// next starts ([`Query::KeptBlobs`]).
+    kept_blobs(after: Option<Digest>, limit: u32) -> (Vec<KeptBlob>, Option<Digest>) =
+        Query::KeptBlobs { after, limit } => Answer::KeptBlobs { blobs, next } => (blobs, next);
 }
 
 impl MasterLink {
