@@ -820,14 +820,7 @@ impl Api {
             Handler::SecretList => self.secret_list().await,
             Handler::SecretSet => self.secret_set(param, parse_json(&body)?).await,
             Handler::SecretDelete => self.secret_delete(param).await,
-            Handler::BlobList => match params().get("scope").map(String::as_str) {
-                None | Some("node") => Ok(blobs::list(&self.blobs, &self.master).await),
-                Some("cluster") => blobs::list_kept(&self.master, &params()).await,
-                Some(other) => Err(ApiError::new(
-                    ErrorCode::BadRequest,
-                    format!("scope: node (the default) or cluster, not {other:?}"),
-                )),
-            },
+            Handler::BlobList => blobs::list(&self.blobs, &self.master, &params()).await,
             Handler::BlobDelete => blobs::delete(&self.master, param).await,
             // Streamed: `handle` answers them before dispatching.
             Handler::BlobPut | Handler::BlobGet | Handler::BlobHead => {

@@ -270,55 +270,66 @@ fn trailed_digest(
     }
 }
 
-/// `GET /v1/blobs`: the blobs this node holds, each with what the master
-/// says of it (left out when the master cannot answer: the listing is
-/// this node's, and answers without it).
-/// `GET /v1/blobs?scope=cluster`: a page of the blobs the cluster keeps,
-/// by digest, from the master's registry (`after` the last digest of the
-/// page before, at most `limit`, 1 to 1,000, default 100), wherever their
-/// copies are.
-pub(super) async fn list_kept(
+/// `GET /v1/blobs`: the copies the answering node holds (`scope=node`,
+/// the default), or a page of the blobs the cluster keeps
+/// (`scope=cluster`: by digest, from the master's registry, `after` the
+/// last digest of the page before, at most `limit`, 1 to 1,000, default
+/// 100), wherever their copies are. `after` and `limit` are checked
+/// either way and page the cluster's listing only.
+pub(super) async fn list(
+    blobs: &BlobTransfer,
     master: &MasterLink,
     params: &std::collections::HashMap<String, String>,
 ) -> Result<Reply200, ApiError> {
+    let bad = |message: String| Err(ApiError::new(ErrorCode::BadRequest, message));
     let after = match params.get("after") {
         None => None,
-        Some(text) => Some(
-            parse_digest(text, ErrorCode::BadRequest)
-                .map_err(|_| {
-                    ApiError::new(
-                        ErrorCode::BadRequest,
-                        format!("after: a blob's sha256 (64 hex digits), got {text:?}"),
-                    )
-                })?
-                .to_bytes(),
-        ),
+        Some(text) => match parse_digest(text, ErrorCode::BadRequest) {
+            Ok(digest) => Some(digest.to_bytes()),
+            Err(_) => {
+                return bad(format!(
+                    "after: a blob's sha256 (64 hex digits), got {text:?}"
+                ));
+            }
+        },
     };
-    let limit = super::number::<u32>(params, "limit")?.unwrap_or(KEPT_PAGE_DEFAULT);
-    if !(1..=cohort_master::limits::LIST_LIMIT_MAX).contains(&limit) {
-        return Err(ApiError::new(
-            ErrorCode::BadRequest,
-            format!("limit: 1 to {}", cohort_master::limits::LIST_LIMIT_MAX),
-        ));
+    let limit = super::number::<u32>(params, "limit")?;
+    let max = cohort_master::limits::LIST_LIMIT_MAX;
+    if limit.is_some_and(|limit| !(1..=max).contains(&limit)) {
+        return bad(format!("limit: 1 to {max}"));
     }
-    let (kept, next) = master.kept_blobs(after, limit).await?;
-    let blobs = (kept.into_iter())
-        .map(|kept| BlobEntry {
-            digest: Digest::from(kept.status.digest).to_string(),
-            bytes: kept.size,
-            kept: Some(true),
-            refs: Some(kept.status.refs),
-            collect_at: kept.status.collect_at,
-        })
-        .collect();
-    let next = next.map(|digest| Digest::from(digest).to_string());
-    Ok(json(StatusCode::OK, &BlobList { blobs, next }))
+    match params.get("scope").map(String::as_str) {
+        // A node's listing is whole: `after` and `limit`, checked, page
+        // nothing.
+        None | Some("node") => Ok(node_list(blobs, master).await),
+        Some("cluster") => {
+            let limit = limit.unwrap_or(KEPT_PAGE_DEFAULT);
+            let (kept, next) = master.kept_blobs(after, limit).await?;
+            let blobs = (kept.into_iter())
+                .map(|kept| BlobEntry {
+                    digest: Digest::from(kept.status.digest).to_string(),
+                    bytes: kept.size,
+                    kept: Some(true),
+                    refs: Some(kept.status.refs),
+                    collect_at: kept.status.collect_at,
+                })
+                .collect();
+            let next = next.map(|digest| Digest::from(digest).to_string());
+            Ok(json(StatusCode::OK, &BlobList { blobs, next }))
+        }
+        Some(other) => bad(format!(
+            "scope: node (the default) or cluster, not {other:?}"
+        )),
+    }
 }
 
 /// How many kept blobs a page lists when the request does not say.
 const KEPT_PAGE_DEFAULT: u32 = 100;
 
-pub(super) async fn list(blobs: &BlobTransfer, master: &MasterLink) -> Reply200 {
+/// The copies the answering node holds, each with what the master says
+/// of it (left out when the master cannot answer: the listing is this
+/// node's, and answers without it).
+async fn node_list(blobs: &BlobTransfer, master: &MasterLink) -> Reply200 {
     let stored = blobs.store().list();
     let mut entries = Vec::with_capacity(stored.len());
     for chunk in stored.chunks(BLOBS_ASKED_MAX) {

@@ -516,8 +516,8 @@ fn operation(handler: Handler) -> Option<Doc> {
         H::BlobList => doc("blobs", "The blobs the answering node holds, or the cluster keeps")
             .describe("`scope=node` (the default): every blob stored on the answering node. `scope=cluster`: a page of the blobs the cluster keeps, from the master's registry, wherever their copies are; `next` is the `after` of the next page.")
             .param("scope", Query, one_of(&["node", "cluster"]), "`node` (the default) or `cluster`.")
-            .param("after", Query, text().pattern(Some("^[0-9a-fA-F]{64}$")), "With `scope=cluster`: the `next` of the page before.")
-            .param("limit", Query, integer(1, 1000), "With `scope=cluster`: most blobs (default 100).")
+            .param("after", Query, text().pattern(Some("^[0-9a-fA-F]{64}$")), "The `next` of the page before (`scope=cluster`; a node's listing is whole).")
+            .param("limit", Query, integer(1, 1000), "Most blobs (`scope=cluster`; default 100).")
             .answers::<BlobList>(200, "By digest, each with whether the cluster keeps it and what names it (left out, for a node's listing, when the master cannot answer).")
             .errors(&[MASTER, &[BadRequest]]),
         H::BlobDelete => blob(doc("blobs", "Stop keeping a blob"))
