@@ -16,7 +16,7 @@ error type, `CohortError`.
 """
 
 from ._async import AsyncBlobReader, AsyncClient, AsyncJob
-from ._blobs import BlobEntry, BlobInfo
+from ._blobs import BlobEntry, BlobInfo, BlobPage
 from ._core import OutputBlob, __version__
 from ._sync import BlobReader, Client, Job
 from .errors import CohortError, JobFailed, WaitTimeout
@@ -27,6 +27,7 @@ __all__ = [
     "AsyncJob",
     "BlobEntry",
     "BlobInfo",
+    "BlobPage",
     "BlobReader",
     "Client",
     "CohortError",

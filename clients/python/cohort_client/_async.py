@@ -306,6 +306,7 @@ class AsyncClient:
     put_blob_stream = awaiting(Plans.put_blob_stream)
     head_blob = awaiting(Plans.head_blob)
     list_blobs = awaiting(Plans.list_blobs)
+    kept_blobs = awaiting(Plans.kept_blobs)
     delete_blob = awaiting(Plans.delete_blob)
 
     def open_blob(self, digest: str, start: Optional[int] = None, end: Optional[int] = None) -> "BlobOpening":

@@ -214,6 +214,26 @@ def blob_info_of(body: bytes, expected: Optional[BlobInfo] = None) -> BlobInfo:
     return info
 
 
+@dataclass(frozen=True)
+class BlobPage:
+    """A page of the blobs the cluster keeps (``GET
+    /v1/blobs?scope=cluster``), by digest."""
+
+    #: The blobs, each kept (``kept`` is ``True``).
+    blobs: List[BlobEntry]
+    #: The ``after`` of the next page; ``None`` on the last.
+    next: Optional[str] = None
+
+
+def blob_page_of(body: bytes) -> BlobPage:
+    """The page of ``GET /v1/blobs?scope=cluster``'s answer."""
+    data = load_json(body)
+    following = data.get("next") if isinstance(data, dict) else None
+    if following is not None and not isinstance(following, str):
+        raise bad_answer("a page of blobs whose next is not a digest")
+    return BlobPage(blob_list_of(body), following)
+
+
 def blob_list_of(body: bytes) -> List[BlobEntry]:
     """The blobs of ``GET /v1/blobs``'s answer."""
     data = load_json(body)

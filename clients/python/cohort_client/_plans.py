@@ -22,6 +22,7 @@ import functools
 import inspect
 import os
 import time
+from urllib.parse import urlencode
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -41,7 +42,7 @@ from typing import (
 import httpx
 
 from . import _blobs, _core
-from ._blobs import BlobEntry, BlobInfo, BodySource, FileBody, StreamBody
+from ._blobs import BlobEntry, BlobInfo, BlobPage, BodySource, FileBody, StreamBody
 from ._core import (
     Attempts,
     Backoff,
@@ -639,6 +640,20 @@ class Plans:
         ``None`` when the node could not ask the master."""
         response = yield from self.call("GET", "/v1/blobs")
         return _blobs.blob_list_of(response.content)
+
+    def kept_blobs(self, after: Optional[str] = None, limit: Optional[int] = None) -> Plan[BlobPage]:
+        """A page of the blobs the cluster keeps, wherever their copies are
+        (``GET /v1/blobs?scope=cluster``, read scope), by digest: the
+        first ``limit`` (1 to 1,000; the node's default 100 when ``None``)
+        after digest ``after``. The page's ``next`` is the ``after`` of the
+        next one (``None`` on the last)."""
+        query = {"scope": "cluster"}
+        if after is not None:
+            query["after"] = _blobs.blob_digest(after)
+        if limit is not None:
+            query["limit"] = str(limit)
+        response = yield from self.call("GET", "/v1/blobs?" + urlencode(query))
+        return _blobs.blob_page_of(response.content)
 
     def delete_blob(self, digest: str) -> Plan[None]:
         """Stop the cluster keeping blob ``digest`` (``DELETE

@@ -388,6 +388,7 @@ class Client:
     put_blob_stream = blocking(Plans.put_blob_stream)
     head_blob = blocking(Plans.head_blob)
     list_blobs = blocking(Plans.list_blobs)
+    kept_blobs = blocking(Plans.kept_blobs)
     delete_blob = blocking(Plans.delete_blob)
 
     def open_blob(self, digest: str, start: Optional[int] = None, end: Optional[int] = None) -> "BlobReader":

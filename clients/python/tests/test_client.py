@@ -442,6 +442,12 @@ def test_blobs_go_up_and_come_back_whole_and_by_range(node: Node, tmp_path: Path
         for blob in listed:
             assert (blob.kept, blob.refs) == (True, 0), blob
             assert blob.collect_at is not None and now_ms < blob.collect_at <= now_ms + 3_600_000 + 60_000, blob
+        # The cluster's listing, a page at a time, by digest.
+        first = client.kept_blobs(limit=2)
+        by_digest = sorted(listed, key=lambda b: b.digest)
+        assert (first.blobs, first.next) == (by_digest[:2], by_digest[1].digest), first
+        last = client.kept_blobs(after=first.next.upper())
+        assert (last.blobs, last.next) == (by_digest[2:], None), last
 
         # Whole, a middle range, a suffix (the last bytes), an end past the blob's.
         with client.open_blob(from_file.digest) as reader:

@@ -33,6 +33,7 @@ import { Job, type JobContext } from "./job.js";
 import { Transport, type StreamedAnswer } from "./transport.js";
 import type {
   BlobEntry,
+  BlobPage,
   BlobInfo,
   BlobRange,
   BlobStream,
@@ -591,6 +592,27 @@ export class Client {
     const answer = await this.call<{ blobs?: unknown }>("GET", "/v1/blobs");
     if (!Array.isArray(answer.blobs)) throw new CohortError("bad_response", "a list of blobs without blobs");
     return answer.blobs.map(blobEntryOf);
+  }
+
+  /**
+   * A page of the blobs the cluster keeps, wherever their copies are
+   * (`GET /v1/blobs?scope=cluster`, read scope), by digest: the first
+   * `limit` (1 to 1,000; the node's default 100 when left out) after digest
+   * `after`. The page's `next` is the `after` of the next one (absent on
+   * the last).
+   */
+  async keptBlobs(options: { after?: string; limit?: number } = {}): Promise<BlobPage> {
+    const query = new URLSearchParams({ scope: "cluster" });
+    if (options.after !== undefined) query.set("after", options.after);
+    if (options.limit !== undefined) query.set("limit", String(options.limit));
+    const answer = await this.call<{ blobs?: unknown; next?: unknown }>("GET", `/v1/blobs?${query}`);
+    if (!Array.isArray(answer.blobs)) throw new CohortError("bad_response", "a page of blobs without blobs");
+    if (answer.next !== undefined && typeof answer.next !== "string") {
+      throw new CohortError("bad_response", "a page of blobs whose next is not a digest");
+    }
+    const page: BlobPage = { blobs: answer.blobs.map(blobEntryOf) };
+    if (answer.next !== undefined) page.next = answer.next;
+    return page;
   }
 
   /**

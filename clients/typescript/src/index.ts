@@ -13,6 +13,7 @@ export { Job } from "./job.js";
 export type {
   AttemptStatus,
   BlobEntry,
+  BlobPage,
   BlobInfo,
   BlobRange,
   BlobStream,

@@ -502,6 +502,14 @@ export interface BlobEntry extends BlobInfo {
   collect_at?: number;
 }
 
+/** A page of the blobs the cluster keeps ({@link Client.keptBlobs}), by digest. */
+export interface BlobPage {
+  /** The blobs, each kept. */
+  blobs: BlobEntry[];
+  /** The `after` of the next page; absent on the last. */
+  next?: string;
+}
+
 /**
  * A blob a job wrote (the job SDKs' `blobs.create(name)`), kept by the
  * cluster once the job succeeded ({@link Job.outputs}): download it with

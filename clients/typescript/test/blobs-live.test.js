@@ -103,6 +103,11 @@ test("blobs go up as bytes, a file and a stream, and come back whole, by range a
   const listed = await client.listBlobs();
   const infos = listed.map(({ digest, bytes }) => ({ digest, bytes }));
   assert.deepEqual(infos.sort(byDigest), [stored, fromFile, fromStream].sort(byDigest));
+  // The cluster's listing, a page at a time, by digest.
+  const page = await client.keptBlobs({ limit: 2 });
+  const sorted = [...listed].sort(byDigest);
+  assert.deepEqual(page, { blobs: sorted.slice(0, 2), next: sorted[1].digest });
+  assert.deepEqual(await client.keptBlobs({ after: page.next }), { blobs: sorted.slice(2) });
   // Kept by the cluster, named by nothing: collected after the retention
   // time (1 h by default) from the last upload.
   const now = Date.now();
