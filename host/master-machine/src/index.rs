@@ -238,6 +238,19 @@ impl Index {
         }
     }
 
+    /// Namespace `namespace`'s lines (not the common one), by needs.
+    pub(crate) fn lines_of<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+    ) -> impl Iterator<Item = (&'a Line, &'a BTreeSet<Place>)> + 'a {
+        let from = Line {
+            namespace: namespace.map(str::to_owned),
+            needs: None,
+        };
+        (self.lines.range(from..))
+            .take_while(move |(line, _)| line.namespace.as_deref() == namespace)
+    }
+
     /// Namespace `namespace`'s first place in any of its lines, if it has
     /// a job in line.
     pub(crate) fn first_in_line(&self, namespace: Option<&str>) -> Option<Place> {
@@ -245,14 +258,7 @@ impl Index {
             None => self.ready.first().copied(),
             Some(_) => None,
         };
-        let from = Line {
-            namespace: namespace.map(str::to_owned),
-            needs: None,
-        };
-        for (line, places) in self.lines.range(from..) {
-            if line.namespace.as_deref() != namespace {
-                break;
-            }
+        for (_, places) in self.lines_of(namespace) {
             if let Some(&place) = places.first() {
                 first = Some(first.map_or(place, |first| first.min(place)));
             }

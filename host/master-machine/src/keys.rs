@@ -23,7 +23,7 @@ use std::ops::Bound;
 
 use serde::{Deserialize, Serialize};
 
-use crate::index::{Index, Line, Place};
+use crate::index::{Index, Place};
 use crate::master::Master;
 use crate::pools::Needs;
 use crate::protocol::*;
@@ -290,14 +290,7 @@ impl<'a, R: Fn(Option<&str>) -> bool> Lines<'a, R> {
         if namespace.is_none() {
             self.push(None, key, &index.ready);
         }
-        let first = Line {
-            namespace: namespace.map(str::to_owned),
-            needs: None,
-        };
-        for (line, places) in index.lines.range(first..) {
-            if line.namespace.as_deref() != namespace {
-                break;
-            }
+        for (line, places) in index.lines_of(namespace) {
             if line.needs.as_ref().is_none_or(|needs| needs.fit(self.pool)) {
                 self.push(namespace, key, places);
             }

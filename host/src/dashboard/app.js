@@ -517,12 +517,17 @@ async function jobsView(root, params, still) {
     drawPager(pager, params, page);
   };
   await load();
-  // The page reloads when an overview shows the counts changed.
+  reloadOnCounts(load, still);
+}
+
+// Calls `load` again whenever the stream (an overview, or a confined
+// token's namespace) shows the job counts changed, while the page stays.
+function reloadOnCounts(load, still) {
   let counts = live.last ? JSON.stringify(live.last.jobs) : null;
-  live.listeners.add((overview) => {
-    const next = JSON.stringify(overview.jobs);
-    if (next !== counts && still()) {
-      counts = next;
+  live.listeners.add((next) => {
+    const now = JSON.stringify(next.jobs);
+    if (now !== counts && still()) {
+      counts = now;
       load().catch(showError);
     }
   });
@@ -741,15 +746,7 @@ async function namespacesView(root, _params, still) {
     if (still()) drawNamespaces(body, namespaces);
   };
   await load();
-  // Drawn again when the stream shows the counts changed.
-  let counts = live.last ? JSON.stringify(live.last.jobs) : null;
-  live.listeners.add((next) => {
-    const now = JSON.stringify(next.jobs);
-    if (now !== counts && still()) {
-      counts = now;
-      load().catch(showError);
-    }
-  });
+  reloadOnCounts(load, still);
 }
 
 function drawNamespaces(body, namespaces) {
