@@ -232,10 +232,12 @@ impl Master {
 /// its pool fits of namespaces with room: one per namespace and distinct
 /// needs of the jobs waiting).
 ///
-/// Namespaces are opened lazily, in the order of the keys the index keeps
-/// ([`Index::by_key`]): one is opened only once no line already open has a
-/// smaller key, so a poll that starts `n` jobs opens the namespaces whose
-/// keys are below the `n`th job's, not every namespace with a job in line.
+/// Namespaces are opened lazily, in the order of the keys and first
+/// places the index keeps ([`Index::by_key`]): one is opened only once no
+/// line already open comes before its key and first place (none of its
+/// lines can offer anything earlier), so a poll that starts `n` jobs opens
+/// the namespaces that come before the `n`th job, not every namespace with
+/// a job in line, and namespaces whose keys tie are not all opened.
 /// Keys only rise during a decision (each start adds its step), so a
 /// line's entry in the heap whose key has gone stale is put back at its
 /// namespace's key when it comes up.

@@ -332,6 +332,17 @@ impl Master {
                 views.retain(|view| view.name == namespace);
                 Ok(Answer::Namespaces(views))
             }
+            Query::Schedules => {
+                let views = (self.schedules.values())
+                    .filter(|schedule| schedule.is_of(namespace))
+                    .map(|schedule| schedule.view())
+                    .collect();
+                Ok(Answer::Schedules(views))
+            }
+            Query::Schedule { name } => {
+                let schedule = self.schedule_in(namespace, name)?;
+                Ok(Answer::Schedule(Box::new(schedule.view())))
+            }
             _ => reject(
                 codes::INVALID_NAMESPACE,
                 "this query is cluster-wide: a namespace's caller cannot ask it",

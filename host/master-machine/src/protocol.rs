@@ -2685,7 +2685,9 @@ pub enum Query {
     /// belongs to another namespace, was removed, or never was; a DAG
     /// (`Dag`) likewise, `dag_not_found`; listings
     /// and bulk counts (`Jobs`, `Bulk`) of the namespace's jobs only;
-    /// `Namespaces` of that namespace only;
+    /// `Namespaces` of that namespace only; `Schedules` and `Schedule`
+    /// of the schedules whose jobs are the namespace's (another's is
+    /// `schedule_not_found`);
     /// `Finished` with every job of another namespace unknown. Any other
     /// query is refused (`invalid_namespace`): it is cluster-wide.
     InNamespace {

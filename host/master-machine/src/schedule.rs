@@ -155,6 +155,12 @@ impl Schedule {
         ticks
     }
 
+    /// Whether its jobs are namespace `namespace`'s (by name, `default`
+    /// for the default one).
+    pub(crate) fn is_of(&self, namespace: &str) -> bool {
+        crate::namespaces::name_of(self.spec.options.namespace.as_deref()) == namespace
+    }
+
     pub(crate) fn view(&self) -> ScheduleView {
         let mut upcoming = Vec::new();
         if !self.paused {
@@ -298,15 +304,21 @@ impl Master {
         name: &str,
         action: &ScheduleAction,
     ) -> Result<Decision, Rejection> {
-        let schedule = self.schedule(name)?;
-        let of = crate::namespaces::canonical(schedule.spec.options.namespace.as_deref());
-        if of != crate::namespaces::canonical(namespace) {
-            return reject(codes::SCHEDULE_NOT_FOUND, format!("no schedule {name}"));
-        }
+        self.schedule_in(crate::namespaces::name_of(namespace), name)?;
         match *action {
             ScheduleAction::Pause { paused } => self.decide_pause_schedule(now, name, paused),
             ScheduleAction::Delete => self.decide_delete_schedule(now, name),
             ScheduleAction::Backfill { from, to } => self.decide_backfill(now, name, from, to),
+        }
+    }
+
+    /// Schedule `name` if its jobs are namespace `namespace`'s (by name,
+    /// `default` for the default one); another namespace's is not found,
+    /// as a missing one is.
+    pub(crate) fn schedule_in(&self, namespace: &str, name: &str) -> Result<&Schedule, Rejection> {
+        match self.schedule(name)? {
+            schedule if schedule.is_of(namespace) => Ok(schedule),
+            _ => reject(codes::SCHEDULE_NOT_FOUND, format!("no schedule {name}")),
         }
     }
 

@@ -275,6 +275,28 @@ fn a_schedule_is_acted_on_within_its_namespace_only() {
             assert_eq!(refused.message, format!("no schedule {name}"));
         }
     }
+    // Read within a namespace: its own schedules only (the master answers).
+    let read = |namespace: &str, query: Query| {
+        let query = query.within(Some(namespace));
+        sim.master.query(T + 1, &query)
+    };
+    match read("team-a", Query::Schedules) {
+        Ok(Answer::Schedules(views)) => {
+            let names: Vec<&str> = views.iter().map(|v| v.spec.name.as_str()).collect();
+            assert_eq!(names, ["a"]);
+        }
+        other => panic!("schedules: {other:?}"),
+    }
+    match read("default", Query::Schedules) {
+        Ok(Answer::Schedules(views)) => assert_eq!(views.len(), 1, "d alone"),
+        other => panic!("schedules: {other:?}"),
+    }
+    let other = read("team-b", Query::Schedule { name: "a".into() }).unwrap_err();
+    assert_eq!(
+        (other.code, other.message.as_str()),
+        (codes::SCHEDULE_NOT_FOUND, "no schedule a")
+    );
+    assert!(read("team-a", Query::Schedule { name: "a".into() }).is_ok());
     let missing = sim.run(T + 1, within(Some("team-a"), "x", pause.clone()));
     assert_eq!(missing.unwrap_err().message, "no schedule x");
     assert!(!view(&sim, "a").paused && !view(&sim, "d").paused);

@@ -6,7 +6,8 @@
 //!
 //! A schedule is its jobs' namespace's. A token confined to a namespace
 //! (`within`) creates schedules whose jobs are its namespace's, lists and
-//! reads only those, and acts on one through `Command::ScheduleIn`, which
+//! reads only those (`Query::InNamespace`: the master answers), and acts
+//! on one through `Command::ScheduleIn`, which
 //! the master decides only if the schedule is still that namespace's: the
 //! check and the act are one decision. Another namespace's schedule is
 //! `schedule_not_found`, as a missing one is. Names are unique in the
@@ -88,11 +89,8 @@ impl Api {
 
     /// `GET /v1/schedules`.
     pub(super) async fn schedule_list(&self, within: Option<&str>) -> Result<Reply200, ApiError> {
-        let views = self.master.schedules().await?;
-        let schedules = (views.into_iter())
-            .filter(|view| reaches(within, view))
-            .map(response)
-            .collect();
+        let views = self.master.schedules(within).await?;
+        let schedules = views.into_iter().map(response).collect();
         Ok(json(StatusCode::OK, &ScheduleListResponse { schedules }))
     }
 
@@ -151,28 +149,15 @@ impl Api {
         Ok(json(StatusCode::ACCEPTED, &BackfillResponse { ids }))
     }
 
-    /// Schedule `name`, if `within` reaches it (another namespace's is not
-    /// found, as a missing one is).
+    /// Schedule `name`, if `within` reaches it (the master answers
+    /// another namespace's as not found, as a missing one).
     async fn schedule_view(
         &self,
         within: Option<&str>,
         name: &str,
     ) -> Result<ScheduleView, ApiError> {
-        let view = self.master.schedule(name.into()).await?;
-        match reaches(within, &view) {
-            true => Ok(view),
-            false => Err(ApiError::new(
-                ErrorCode::ScheduleNotFound,
-                format!("no schedule {name}"),
-            )),
-        }
+        Ok(self.master.schedule(within, name.into()).await?)
     }
-}
-
-/// Whether a caller confined to `within` (`None`: cluster-wide) reaches
-/// schedule `view`: its jobs are that namespace's.
-fn reaches(within: Option<&str>, view: &ScheduleView) -> bool {
-    within.is_none_or(|within| namespace_of(&view.spec) == within)
 }
 
 /// The namespace of a schedule's jobs, by name (`default`).

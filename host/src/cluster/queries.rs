@@ -97,11 +97,14 @@ queries! {
     workers() -> Vec<WorkerView> = Query::Workers => Answer::Workers(workers) => workers;
     /// The API tokens (hashes only).
     tokens() -> Vec<TokenRecord> = Query::Tokens => Answer::Tokens(records) => records;
-    /// Every schedule, by name.
-    schedules() -> Vec<ScheduleView> = Query::Schedules => Answer::Schedules(views) => views;
-    /// One schedule.
-    schedule(name: String) -> ScheduleView =
-        Query::Schedule { name } => Answer::Schedule(view) => *view;
+    /// Every schedule, by name (of namespace `within` only, if it is
+    /// given).
+    schedules(within: Option<&str>) -> Vec<ScheduleView> =
+        Query::Schedules.within(within) => Answer::Schedules(views) => views;
+    /// One schedule (seen from `within`: another namespace's is
+    /// `schedule_not_found`).
+    schedule(within: Option<&str>, name: String) -> ScheduleView =
+        Query::Schedule { name }.within(within) => Answer::Schedule(view) => *view;
     /// Every namespace's jobs and totals (of namespace `within` only, if
     /// it is given).
     namespaces(within: Option<&str>) -> Vec<NamespaceView> =
