@@ -276,7 +276,7 @@ fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
         EventKind::Renewed { .. } => (FORMAT_VERSION_11, "a lease renewal"),
         EventKind::WorkerPool { .. } => (FORMAT_VERSION_12, "a worker pool event"),
         EventKind::QuotasSet { .. } | EventKind::WeightSet { .. } => {
-            (FORMAT_VERSION, "a quota or weight event")
+            (FORMAT_VERSION_15, "a quota or weight event")
         }
         _ => return Ok(event),
     };

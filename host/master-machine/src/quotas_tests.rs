@@ -275,6 +275,11 @@ fn a_snapshot_of_version_14_restores_with_no_quotas_and_events_of_format_14_deco
         ..Quotas::default()
     };
     run.run(T, set("a", quotas)).expect("set");
+    let weight = Command::SetWeight {
+        namespace: "a".into(),
+        weight: 3,
+    };
+    run.run(T, weight).expect("weighted");
     let old = Master::restore(&run.master.snapshot_v14()).unwrap();
     assert_eq!(old, run.master.before_quotas());
     assert_eq!(Master::restore(&old.snapshot()).unwrap(), old);
@@ -283,11 +288,15 @@ fn a_snapshot_of_version_14_restores_with_no_quotas_and_events_of_format_14_deco
     for event in &run.journal {
         let bytes = [&[FORMAT_VERSION_14][..], &encode(event)[1..]].concat();
         match &event.kind {
-            EventKind::QuotasSet { .. } => {
+            EventKind::QuotasSet { .. } | EventKind::WeightSet { .. } => {
                 assert_eq!(decode_event(&bytes).unwrap_err().code, codes::UNDECODABLE)
             }
             _ => assert_eq!(&decode_event(&bytes).unwrap(), event),
         }
+        // Format 15, where quotas came, decodes every one of them: a
+        // journal written before a later format is read after it.
+        let bytes = [&[FORMAT_VERSION_15][..], &encode(event)[1..]].concat();
+        assert_eq!(&decode_event(&bytes).unwrap(), event);
     }
 }
 
