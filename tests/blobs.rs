@@ -14,7 +14,7 @@
 mod support;
 
 use cohort::client::Node as Api;
-use cohort::client::types::{BlobInfo, SubmitRequest};
+use cohort::client::types::{BlobInfo, ScheduleRequest, SubmitRequest};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use std::fmt;
@@ -1719,4 +1719,79 @@ fn blobs_are_collected_after_retention_across_a_take_over() {
         let accepted = c2.submit(&submit).await.unwrap();
         assert!(!accepted.existing, "{accepted:?}");
     });
+}
+
+/// An admin purges a blob finished jobs name: refused while a schedule
+/// gives it to its jobs, then the job that read it is purged, the one that
+/// wrote it (itself) forgets it, and the node deletes its copy after its
+/// grace; through the API and `cohort blob rm --purge`.
+#[test]
+fn a_blob_finished_jobs_name_is_purged_and_its_copy_deleted() {
+    let _machine = shared();
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_with(&dir, "n1", ALL, None, &["--blob-grace", "10s"]);
+    let client = Api::new(&node.url);
+    let rt = runtime();
+    let (input, output) = rt.block_on(async {
+        let wordcount = upload(&client, "wordcount").await;
+        let text = support::text::sample(16 << 10);
+        let input = client.put_blob(text.into()).await.unwrap();
+        let submit = SubmitRequest::new(&wordcount).input_blob(&input.digest);
+        let id = client.submit(&submit).await.unwrap().id;
+        let job = support::settle(&client, id).await;
+        assert_eq!((job.state.as_str(), job.outputs.len()), ("succeeded", 1));
+        let output = job.outputs[0].digest.clone();
+
+        // A schedule gives the input to its jobs: not purged.
+        let schedule = ScheduleRequest {
+            name: "nightly".into(),
+            every_ms: Some(3_600_000),
+            job: submit.clone(),
+            ..ScheduleRequest::default()
+        };
+        client.create_schedule(&schedule).await.unwrap();
+        let refused = client.purge_blob(&input.digest).await.unwrap_err();
+        assert_eq!(refused.code(), "blob_in_use", "{refused}");
+        assert!(
+            refused.to_string().contains("schedule \"nightly\""),
+            "{refused}"
+        );
+        client.delete_schedule("nightly").await.unwrap();
+        // A plain delete is still refused: a held job names it.
+        let refused = client.delete_blob(&input.digest).await.unwrap_err();
+        assert_eq!(refused.code(), "blob_in_use", "{refused}");
+
+        // Purged: the job that read it goes with it.
+        let purged = client.purge_blob(&input.digest).await.unwrap();
+        assert_eq!(
+            (purged.purged, purged.jobs, purged.digest.as_str()),
+            (true, 1, input.digest.as_str())
+        );
+        let gone = client.job(id, 0).await.unwrap_err();
+        assert_eq!(gone.code(), "job_expired", "{gone}");
+        let again = client.purge_blob(&input.digest).await.unwrap_err();
+        assert_eq!(again.code(), "blob_not_found", "{again}");
+        let resubmitted = client.submit(&submit).await.unwrap_err();
+        assert_eq!(resubmitted.code(), "blob_not_found", "{resubmitted}");
+        // Nothing names its output now: it is purged through the CLI.
+        let out = node.cli(&["blob", "rm", "--purge", &output], b"");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{said}");
+        assert!(said.contains("no longer kept; 0 finished job(s)"), "{said}");
+        let out = node.cli(&["blob", "rm", "--purge", &output], b"");
+        assert!(!out.status.success());
+        let reply = call(&node, "POST", "/v1/blobs/not-a-digest/purge", &[], b"");
+        reply.assert_error(404, "blob_not_found");
+        (input.digest, output)
+    });
+    // The node deletes its copies once its grace has passed.
+    for digest in [&input, &output] {
+        eventually(&format!("{digest} deleted"), OBSERVE, || {
+            if holds(&node, digest) {
+                Err("still held")
+            } else {
+                Ok(())
+            }
+        });
+    }
 }

@@ -822,6 +822,7 @@ impl Api {
             Handler::SecretDelete => self.secret_delete(param).await,
             Handler::BlobList => blobs::list(&self.blobs, &self.master, &params()).await,
             Handler::BlobDelete => blobs::delete(&self.master, param).await,
+            Handler::BlobPurge => blobs::purge(&self.master, param).await,
             // Streamed: `handle` answers them before dispatching.
             Handler::BlobPut | Handler::BlobGet | Handler::BlobHead => {
                 Err(ApiError::new(ErrorCode::Internal, "a streamed route"))

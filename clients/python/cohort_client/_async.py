@@ -308,6 +308,7 @@ class AsyncClient:
     list_blobs = awaiting(Plans.list_blobs)
     kept_blobs = awaiting(Plans.kept_blobs)
     delete_blob = awaiting(Plans.delete_blob)
+    purge_blob = awaiting(Plans.purge_blob)
 
     def open_blob(self, digest: str, start: Optional[int] = None, end: Optional[int] = None) -> "BlobOpening":
         """Blob ``digest`` as an `AsyncBlobReader`, as `Client.open_blob`:

@@ -668,6 +668,21 @@ class Plans:
         answer would say ``blob_not_found``."""
         yield from self.json("DELETE", _blobs.blob_path(digest), deadline=time.monotonic())
 
+    def purge_blob(self, digest: str) -> Plan[int]:
+        """Stop the cluster keeping blob ``digest`` even though finished jobs
+        name it (``POST /v1/blobs/{digest}/purge``, admin scope): those that
+        read it as their input are purged with it, those that wrote it no
+        longer list it among their outputs; returns how many finished jobs
+        named it. ``blob_in_use`` (409) while a job that has not finished
+        reads it or a schedule gives it to its jobs (cancel or delete those
+        first), ``blob_not_found`` (404) if the cluster keeps no such blob.
+        Sent once, to one node, and never retried, as `delete_blob` is."""
+        answer = yield from self.json("POST", _blobs.blob_path(digest) + "/purge", deadline=time.monotonic())
+        jobs = answer.get("jobs") if isinstance(answer, dict) else None
+        if not isinstance(jobs, int) or isinstance(jobs, bool):
+            raise CohortError("bad_response", f"a purge's answer without its count of jobs: {answer!r}")
+        return jobs
+
     def blob_body(self, digest: str, byte_range: Optional[str], size: Optional[int] = None) -> Plan[httpx.Response]:
         """``GET /v1/blobs/{digest}`` (with a ``Range`` header), the answer's
         body left unread: the readers' request. A node without a copy

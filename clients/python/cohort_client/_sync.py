@@ -390,6 +390,7 @@ class Client:
     list_blobs = blocking(Plans.list_blobs)
     kept_blobs = blocking(Plans.kept_blobs)
     delete_blob = blocking(Plans.delete_blob)
+    purge_blob = blocking(Plans.purge_blob)
 
     def open_blob(self, digest: str, start: Optional[int] = None, end: Optional[int] = None) -> "BlobReader":
         """Blob ``digest`` as a readable binary file (`BlobReader`: ``with

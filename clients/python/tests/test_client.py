@@ -613,6 +613,14 @@ def test_a_blob_nothing_names_is_deleted_and_one_a_job_or_schedule_names_is_not(
         # Uploaded again, kept again.
         assert client.put_blob(b"nothing names these bytes") == loose
         assert {blob.digest: blob for blob in client.list_blobs()}[loose.digest].kept is True
+        # Purged, the blob a finished job read goes with that job.
+        assert client.purge_blob(named.digest) == 1
+        with pytest.raises(CohortError) as gone:
+            job.status()
+        assert gone.value.code == "job_expired"
+        with pytest.raises(CohortError) as gone:
+            client.purge_blob(named.digest)
+        assert (gone.value.code, gone.value.status) == ("blob_not_found", 404)
         counts = client.request_counts()
     assert counts["DELETE /v1/blobs/{digest}"] == 6, counts
 

@@ -36,7 +36,7 @@
 use crate::client::Client;
 use crate::node::{ClientError, Node};
 use crate::transport::{Body, BoxError, HeadWait, full};
-use crate::types::{BlobDeleted, BlobEntry, BlobInfo, BlobList};
+use crate::types::{BlobDeleted, BlobEntry, BlobInfo, BlobList, BlobPurged};
 use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use http_body::{Body as _, Frame, SizeHint};
@@ -294,6 +294,18 @@ impl Node {
         self.json(Method::DELETE, &path, None).await
     }
 
+    /// Stops the cluster keeping blob `digest` even though finished jobs
+    /// name it (`POST /v1/blobs/{digest}/purge`, an admin token): those
+    /// that read it are purged, those that wrote it forget it. Refused
+    /// `blob_in_use` while an unfinished job reads it or a schedule gives
+    /// it to its jobs, `blob_not_found` when the cluster keeps no such
+    /// blob.
+    pub async fn purge_blob(&self, digest: &str) -> Result<BlobPurged, ClientError> {
+        let digest = blob_digest(digest)?;
+        let path = format!("/v1/blobs/{digest}/purge");
+        self.json(Method::POST, &path, None).await
+    }
+
     /// Every blob the node lists, with whether the cluster keeps it.
     pub async fn list_blobs(&self) -> Result<Vec<BlobEntry>, ClientError> {
         let (_, body) = self
@@ -463,6 +475,12 @@ impl Client {
     /// Stops the cluster keeping blob `digest`. See [`Node::delete_blob`].
     pub async fn delete_blob(&self, digest: &str) -> Result<BlobDeleted, ClientError> {
         self.call(|node| async move { node.delete_blob(digest).await })
+            .await
+    }
+
+    /// Purges blob `digest`. See [`Node::purge_blob`].
+    pub async fn purge_blob(&self, digest: &str) -> Result<BlobPurged, ClientError> {
+        self.call(|node| async move { node.purge_blob(digest).await })
             .await
     }
 

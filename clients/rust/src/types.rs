@@ -1130,6 +1130,21 @@ pub struct BlobList {
     pub next: Option<String>,
 }
 
+/// `POST /v1/blobs/{digest}/purge`: the cluster no longer keeps the blob,
+/// and the finished jobs that named it forgot it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BlobPurged {
+    /// The blob's sha256, 64 lowercase hex digits.
+    pub digest: String,
+    /// Always true: the nodes delete their copies within their grace
+    /// period (`--blob-grace`).
+    pub purged: bool,
+    /// How many finished jobs named it: those that read it as their input
+    /// were purged, the others no longer list it among their outputs.
+    pub jobs: u64,
+}
+
 /// `DELETE /v1/blobs/{digest}`: the cluster no longer keeps the blob.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

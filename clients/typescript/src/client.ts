@@ -631,6 +631,24 @@ export class Client {
   }
 
   /**
+   * Stops the cluster keeping blob `digest` even though finished jobs name
+   * it (`POST /v1/blobs/{digest}/purge`, admin scope): those that read it
+   * as their input are purged with it, those that wrote it no longer list
+   * it among their outputs. Resolves to how many finished jobs named it.
+   * Rejects with `blob_in_use` (409) while a job that has not finished
+   * reads it or a schedule gives it to its jobs (cancel or delete those
+   * first), `blob_not_found` (404) if the cluster keeps no such blob. Sent
+   * once, to one node, and never retried, as {@link Client.deleteBlob} is.
+   */
+  async purgeBlob(digest: string): Promise<number> {
+    const answer = await this.call<{ jobs?: unknown }>("POST", `${blobPath(digest)}/purge`, undefined, Date.now());
+    if (typeof answer.jobs !== "number") {
+      throw new CohortError("bad_response", "a purge's answer without its count of jobs");
+    }
+    return answer.jobs;
+  }
+
+  /**
    * Reads blob `digest`, or the bytes of `range` (as `slice` takes them:
    * `end` excluded; a negative `start` for the last bytes), as they arrive:
    * resolves once the node answers, to a {@link BlobStream} with the

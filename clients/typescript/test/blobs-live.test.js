@@ -270,4 +270,8 @@ test("a blob nothing names is deleted; one a job or a schedule names is not", { 
   assert.deepEqual(await client.putBlob(Buffer.from("nothing names these bytes (ts)")), loose);
   listed = new Map((await client.listBlobs()).map((blob) => [blob.digest, blob]));
   assert.equal(listed.get(loose.digest).kept, true);
+  // Purged, the blob a finished job read goes with that job.
+  assert.equal(await client.purgeBlob(named.digest), 1);
+  await assert.rejects(job.status(), { code: "job_expired", status: 404 });
+  await assert.rejects(client.purgeBlob(named.digest), { code: "blob_not_found", status: 404 });
 });

@@ -60,7 +60,15 @@
 //! then a tick stops keeping it (`BlobsCollected`, at most
 //! [`BLOBS_COLLECTED_MAX`] a tick). `DELETE /v1/blobs/{digest}`
 //! ([`Command::DropBlob`]) stops keeping a blob nothing names at once, and
-//! is refused (`blob_in_use`) while something does.
+//! is refused (`blob_in_use`) while something does. An admin's purge
+//! ([`Command::PurgeBlob`], `POST /v1/blobs/{digest}/purge`) also stops
+//! keeping one that only finished jobs name: those that read it as their
+//! input are purged, as at retention (so none is retried without it), and
+//! those that wrote it drop it from their outputs, all in one event
+//! (`BlobPurged`). It is refused (`blob_in_use`, naming the holder) while
+//! an unfinished job reads it, as its input or as an output of a parent,
+//! or a schedule gives it to its jobs: the caller cancels or deletes
+//! those first, so no job that has not run yet loses its data.
 //!
 //! A submission, DAG or schedule may name as its input only a blob the
 //! cluster keeps (`blob_not_found` otherwise; its size must be the kept
@@ -484,6 +492,118 @@ impl Master {
             );
         }
         decided(now, vec![EventKind::BlobDropped { digest: *digest }])
+    }
+
+    /// [`Command::PurgeBlob`]: refused while a live name holds the blob
+    /// (`blob_in_use`, naming it); answers how many jobs forget it.
+    pub(crate) fn decide_purge_blob(
+        &self,
+        now: Millis,
+        digest: &Digest,
+    ) -> Result<Decision, Rejection> {
+        if !self.registry.keeps(digest) {
+            return reject(
+                codes::BLOB_NOT_FOUND,
+                format!("the cluster keeps no blob sha256:{}", digest_text(digest)),
+            );
+        }
+        if let Some(holder) = self.live_name_of(digest) {
+            return reject(
+                codes::BLOB_IN_USE,
+                format!(
+                    "blob sha256:{} cannot be purged: {holder}",
+                    digest_text(digest)
+                ),
+            );
+        }
+        let changed = self.namers_of(digest).count() as u64;
+        let mut decision = decided(now, vec![EventKind::BlobPurged { digest: *digest }])?;
+        decision.reply = Reply::Bulk { changed };
+        Ok(decision)
+    }
+
+    /// What keeps a purge of `digest` from going ahead, in words: the
+    /// first unfinished job that reads it (its input, or an output of a
+    /// parent it reads the outputs of), or the first schedule whose jobs
+    /// would.
+    fn live_name_of(&self, digest: &Digest) -> Option<String> {
+        let unfinished = |id: &JobId| self.jobs.contains_key(id);
+        for (id, job) in &self.blobs {
+            if job
+                .input
+                .as_ref()
+                .is_some_and(|input| input.digest == *digest)
+                && unfinished(id)
+            {
+                return Some(format!(
+                    "job {id}, not finished, reads it as its input: cancel it first"
+                ));
+            }
+            if !job.outputs.iter().any(|output| output.digest == *digest) {
+                continue;
+            }
+            let children = self.dags.children.get(id).map_or(&[][..], Vec::as_slice);
+            let reader = children.iter().find(|child| {
+                unfinished(child) && self.dags.nodes.get(child).is_some_and(|node| node.outputs)
+            });
+            if let Some(child) = reader {
+                return Some(format!(
+                    "job {child}, not finished, reads it as an output of job {id}: cancel it first"
+                ));
+            }
+        }
+        (self.schedules.iter())
+            .find(|(_, schedule)| {
+                let input = schedule.spec.options.input_blob.as_ref();
+                input.is_some_and(|input| input.digest == *digest)
+            })
+            .map(|(name, _)| format!("schedule {name:?} gives it to its jobs: delete it first"))
+    }
+
+    /// The jobs whose blobs name `digest`.
+    fn namers_of<'a>(&'a self, digest: &'a Digest) -> impl Iterator<Item = JobId> + 'a {
+        (self.blobs.iter())
+            .filter(|(_, job)| job.named().any(|named| named == *digest))
+            .map(|(&id, _)| id)
+    }
+
+    /// [`EventKind::BlobPurged`]. A journal is decoded, not trusted: an
+    /// unfinished job's input or a schedule's that names the blob keeps
+    /// it kept and named (the decision refused that case).
+    pub(crate) fn apply_blob_purged(&mut self, digest: &Digest, at: Millis) {
+        let readers: Vec<JobId> = (self.blobs.iter())
+            .filter(|(id, job)| {
+                job.input
+                    .as_ref()
+                    .is_some_and(|input| input.digest == *digest)
+                    && !self.jobs.contains_key(id)
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in readers {
+            self.apply_purged(id, at);
+        }
+        let writers: Vec<JobId> = (self.blobs.iter())
+            .filter(|(_, job)| job.outputs.iter().any(|output| output.digest == *digest))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in writers {
+            let job = self.blobs.get_mut(&id).expect("listed");
+            let before = output_bytes(&job.outputs);
+            let count = job.outputs.len();
+            job.outputs.retain(|output| output.digest != *digest);
+            let dropped = count - job.outputs.len();
+            let after = output_bytes(&job.outputs);
+            if job.is_empty() {
+                self.blobs.remove(&id);
+            }
+            let namespace = self.namespaces.of(id);
+            (self.index).sub_results(namespace, before - after);
+            for _ in 0..dropped {
+                self.registry.release(*digest, at);
+            }
+        }
+        self.registry.forget(digest);
     }
 
     /// The blobs a tick at `now` stops keeping, as one event.

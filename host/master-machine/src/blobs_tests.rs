@@ -15,7 +15,7 @@ use crate::scenarios::{
     blob, dag_node, failed, finish, limited, named_blob, poll, schedule_spec, spec, submit,
     submit_dag, submit_with, wrote,
 };
-use crate::testing::restore_in_parts;
+use crate::testing::{assert_journal_and_snapshot_agree, restore_in_parts};
 
 const T: Millis = 1_000_000;
 
@@ -1555,4 +1555,80 @@ fn the_kept_blobs_are_listed_by_digest_a_page_at_a_time() {
             ),
         }
     }
+}
+
+#[test]
+fn purging_a_blob_forgets_it_in_finished_jobs_and_waits_for_unfinished_readers_and_schedules() {
+    let mut run = Run::new();
+    let purge = |n| Command::PurgeBlob { digest: [n; 32] };
+    let in_use = |run: &mut Run, now, n| {
+        let before = run.master.clone();
+        let refused = run.run(now, purge(n)).unwrap_err();
+        assert_eq!(run.master, before, "a refusal changes nothing");
+        assert_eq!(refused.code, codes::BLOB_IN_USE, "{refused}");
+        refused.message
+    };
+    assert_eq!(run.refused(T, purge(1)), codes::BLOB_NOT_FOUND);
+    run.ok(T, keep(1, 10));
+    run.ok(T, keep(5, 50));
+    // Job 1 reads blob 1; job 2 will write it and blob 2; job 3 reads
+    // blob 5, which stays.
+    run.ok(T, submit_with(1, spec(1, b""), reading(1, 10)));
+    run.ok(T, submit(2, spec(1, b"")));
+    run.ok(T, submit_with(3, spec(1, b""), reading(5, 50)));
+    let said = in_use(&mut run, T, 1);
+    assert!(
+        said.contains("job 1, not finished, reads it as its input"),
+        "{said}"
+    );
+    run.ok(T + 1, poll("w1", 3));
+    run.ok(T + 2, finish(1, 1, "w1", ok(b"r")));
+    let outputs = vec![named_blob("x", 1, 10), named_blob("y", 2, 20)];
+    run.ok(T + 2, finish(2, 1, "w1", wrote(b"2", outputs)));
+    // A DAG's job that reads job 2's outputs, not finished yet.
+    let child = vec![node("c", vec![DagRef::Job(2)])];
+    run.ok(T + 3, submit_dag(4, child, OnFailure::SkipDescendants));
+    let said = in_use(&mut run, T + 3, 1);
+    assert!(
+        said.contains("reads it as an output of job 2: cancel it first"),
+        "{said}"
+    );
+    run.ok(T + 4, Command::Cancel { id: 4 });
+    // A schedule that gives it to its jobs.
+    let mut schedule = schedule_spec("s", Every::Interval { ms: 1_000 }, Overlap::AllowAll, 0);
+    schedule.options = reading(1, 10);
+    run.ok(T + 4, Command::CreateSchedule(schedule));
+    let said = in_use(&mut run, T + 4, 1);
+    assert!(
+        said.contains("schedule \"s\" gives it to its jobs"),
+        "{said}"
+    );
+    run.ok(T + 5, Command::DeleteSchedule { name: "s".into() });
+    assert_eq!(run.status(&[1]), [kept(1, 2, None)]);
+    // Purged: job 1, which read it, goes as at retention; job 2 keeps
+    // its other output; the cluster keeps it no longer.
+    assert_eq!(run.ok(T + 6, purge(1)), Reply::Bulk { changed: 2 });
+    assert_eq!(
+        run.events.last().map(|e| &e.kind),
+        Some(&EventKind::BlobPurged { digest: [1; 32] })
+    );
+    assert!(!run.keeps(1) && run.keeps(2) && run.keeps(5));
+    assert!(run.master.find(1).is_none(), "its reader is purged");
+    assert_eq!(run.view(2).outputs, [named_blob("y", 2, 20)]);
+    assert_eq!(run.status(&[2, 5]), [kept(2, 1, None), kept(5, 1, None)]);
+    assert_eq!(run.refused(T + 6, purge(1)), codes::BLOB_NOT_FOUND);
+    let refused = run.run(T + 6, submit_with(9, spec(1, b""), reading(1, 10)));
+    assert_eq!(refused.unwrap_err().code, codes::BLOB_NOT_FOUND);
+    assert_journal_and_snapshot_agree(&run.master, &run.events);
+    // Uploaded again, it is kept again, named by nothing.
+    run.ok(T + 7, keep(1, 10));
+    assert_eq!(run.status(&[1]), [kept(1, 0, Some(T + 7 + retention()))]);
+    // A journal's purge of a blob an unfinished job reads (which the
+    // decision refuses) leaves that job's name and the blob kept.
+    run.master.apply(&Event {
+        at: T + 8,
+        kind: EventKind::BlobPurged { digest: [5; 32] },
+    });
+    assert_eq!(run.view(3).input_blob, Some(blob(5, 50)));
+    assert_eq!(run.status(&[5]), [kept(5, 1, None)]);
 }

@@ -630,6 +630,7 @@ fn command() -> impl Strategy<Value = Command> {
         1 => secret_name().prop_map(|name| Command::DeleteSecret { name }),
         3 => blob().prop_map(|blob| Command::KeepBlob { blob }),
         1 => digest().prop_map(|digest| Command::DropBlob { digest }),
+        1 => digest().prop_map(|digest| Command::PurgeBlob { digest }),
     ]
 }
 
@@ -759,6 +760,7 @@ fn event_kind() -> impl Strategy<Value = EventKind> {
             .prop_map(|(namespace, quotas)| EventKind::QuotasSet { namespace, quotas }),
         (namespace(), prop_oneof![n32(), 0..4u32])
             .prop_map(|(namespace, weight)| EventKind::WeightSet { namespace, weight }),
+        digest().prop_map(|digest| EventKind::BlobPurged { digest }),
     ]
 }
 
@@ -1209,6 +1211,7 @@ fn garbage() -> impl Strategy<Value = Vec<u8>> {
         2 => Just(FORMAT_VERSION_13),
         2 => Just(FORMAT_VERSION_14),
         2 => Just(FORMAT_VERSION_15),
+        2 => Just(FORMAT_VERSION_16),
         4 => Just(crate::master::SNAPSHOT_VERSION),
         1 => any::<u8>(),
     ];

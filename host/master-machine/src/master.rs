@@ -314,7 +314,9 @@ impl Master {
             Some(job) => Ok(job),
             None if id > 0 && id < self.next_id => reject(
                 codes::JOB_EXPIRED,
-                format!("job {id} finished and its record was removed after the retention time"),
+                format!(
+                    "job {id} finished and its record was removed (after the retention time, or with its input blob)"
+                ),
             ),
             None => Err(no_job(id)),
         }
@@ -405,6 +407,7 @@ impl Master {
             }
             Command::KeepBlob { blob } => self.decide_keep_blob(now, blob),
             Command::DropBlob { digest } => self.decide_drop_blob(now, digest),
+            Command::PurgeBlob { digest } => self.decide_purge_blob(now, digest),
         }
     }
 
@@ -555,6 +558,7 @@ impl Master {
             }
             EventKind::BlobKept { blob } => self.apply_blob_kept(blob, at),
             EventKind::BlobDropped { digest } => self.apply_blob_dropped(digest),
+            EventKind::BlobPurged { digest } => self.apply_blob_purged(digest, at),
             EventKind::BlobsCollected { digests } => self.apply_blobs_collected(digests),
             EventKind::WorkerHolds { worker, holds } => self.apply_worker_holds(worker, holds),
             EventKind::WorkerPool { worker, pool } => self.apply_worker_pool(worker, pool),

@@ -53,11 +53,13 @@
 //! namespace (`SetQuotas`, `SetWeight`, `QuotasSet` and `WeightSet` at
 //! the end of their enums, a [`NamespaceView`]'s `quotas`,
 //! `result_bytes` and `weight`; see [`crate::quotas`], [`crate::shares`]);
-//! 16 (now), schedules acted on within a namespace (`ScheduleIn`) and a
+//! 16, schedules acted on within a namespace (`ScheduleIn`) and a
 //! listing of the blobs the cluster keeps (`Query::KeptBlobs` and its
-//! answer), at the end of their enums. Events are the
+//! answer), at the end of their enums; 17 (now), purging a blob that
+//! finished jobs name (`PurgeBlob`, `BlobPurged`, at the end of their
+//! enums; see [`crate::blobs`]). Events are the
 //! only messages kept on disk, so [`decode_event`] still reads formats 1
-//! to 15 (whose `Submitted` lacks what came later, whose options
+//! to 16 (whose `Submitted` lacks what came later, whose options
 //! before 5 have two fields: they decode with `module: None`, and whose
 //! `Configured` before 10 has no `locality_wait_ms`: it decodes as 0); every other
 //! message of an older format is refused as an unknown version (nodes of
@@ -79,7 +81,12 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every encoded message and event.
-pub const FORMAT_VERSION: u8 = 16;
+pub const FORMAT_VERSION: u8 = 17;
+
+/// The sixteenth format: the current types without purging a named blob
+/// (`PurgeBlob`, `BlobPurged`, at the end of their enums); its events
+/// still decode ([`decode_event`]).
+pub const FORMAT_VERSION_16: u8 = 16;
 
 /// The fifteenth format: the current types without schedules acted on
 /// within a namespace and the listing of kept blobs (`ScheduleIn`,
@@ -248,9 +255,9 @@ fn decode_older(format: u8, body: &[u8]) -> Result<Event, Rejection> {
 /// `event`, unless it holds what came after `format`: a kind added since
 /// (deployments in 5, egress in 6, recorded calls and shared secrets in
 /// 7, the blob registry in 9, what workers hold in 10, lease renewals in
-/// 11, worker pools in 12, quotas and weights in 15) or a success with
-/// output blobs (8), which
-/// bytes of that format never held.
+/// 11, worker pools in 12, quotas and weights in 15, blob purges in 17)
+/// or a success with output blobs (8), which bytes of that format never
+/// held.
 fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
     let (added, what) = match &event.kind {
         EventKind::Deployed { .. } | EventKind::Undeployed { .. } => {
@@ -278,6 +285,9 @@ fn of_format(event: Event, format: u8) -> Result<Event, Rejection> {
         EventKind::QuotasSet { .. } | EventKind::WeightSet { .. } => {
             (FORMAT_VERSION_15, "a quota or weight event")
         }
+        // The format after 16: a constant, not `FORMAT_VERSION`, which
+        // moves on with the next format.
+        EventKind::BlobPurged { .. } => (FORMAT_VERSION_16 + 1, "a blob purge"),
         _ => return Ok(event),
     };
     if format >= added {
@@ -1713,6 +1723,16 @@ pub enum Command {
         /// What to do with it.
         action: ScheduleAction,
     },
+    /// Stop keeping blob `digest` now even though finished jobs name it:
+    /// those that read it as their input are purged, as at retention, and
+    /// those that wrote it no longer list it among their outputs (see
+    /// [`crate::blobs`]). Refused (`blob_in_use`) while an unfinished job
+    /// reads it, as its input or as a parent's output, or a schedule
+    /// names it. Answered with [`Reply::Bulk`]: how many jobs forgot it.
+    PurgeBlob {
+        /// The blob's sha256.
+        digest: Digest,
+    },
 }
 
 /// What [`Command::ScheduleIn`] does with a schedule.
@@ -2311,6 +2331,13 @@ pub enum EventKind {
         namespace: String,
         /// Its weight.
         weight: u32,
+    },
+    /// Blob `digest` was purged ([`Command::PurgeBlob`]): the finished
+    /// jobs that read it as their input are purged, the others that name
+    /// it as an output forget it, and the cluster no longer keeps it.
+    BlobPurged {
+        /// The blob's sha256.
+        digest: Digest,
     },
 }
 

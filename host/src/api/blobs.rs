@@ -22,7 +22,7 @@ use super::error::{ApiError, ErrorCode};
 use super::http::{Body, Reply200, body_deadline, error_response, json, parse_digest};
 use super::internal::{Internal, seal_answer};
 use super::routes::Route;
-use super::types::{BlobDeleted, BlobEntry, BlobInfo as BlobBody, BlobList};
+use super::types::{BlobDeleted, BlobEntry, BlobInfo as BlobBody, BlobList, BlobPurged};
 use crate::blobs::{BlobError, BlobInfo, ChannelBody, Relay, Unsatisfiable, parse_range};
 use crate::cluster::blob_s3::S3Error;
 use crate::cluster::blob_transfer::{
@@ -37,8 +37,8 @@ use crate::security::Sealer;
 use crate::security::counters::{self, what};
 use crate::security::seal::Freshness;
 use bytes::Bytes;
-use cohort_master::Command;
 use cohort_master::limits::BLOBS_ASKED_MAX;
+use cohort_master::{Command, Reply};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{
@@ -369,6 +369,25 @@ pub(super) async fn delete(master: &MasterLink, param: &str) -> Result<Reply200,
     let body = BlobDeleted {
         digest: digest.to_string(),
         deleted: true,
+    };
+    Ok(json(StatusCode::OK, &body))
+}
+
+/// `POST /v1/blobs/{digest}/purge`: the cluster stops keeping the blob
+/// even though finished jobs name it (refused while an unfinished job or a
+/// schedule does; see `cohort_master::blobs`).
+pub(super) async fn purge(master: &MasterLink, param: &str) -> Result<Reply200, ApiError> {
+    let digest = parse_digest(param, ErrorCode::BlobNotFound).map_err(|_| blob_not_found(param))?;
+    let command = Command::PurgeBlob {
+        digest: digest.to_bytes(),
+    };
+    let Reply::Bulk { changed } = master.command(command).await? else {
+        return Err(ApiError::new(ErrorCode::Internal, "unexpected reply"));
+    };
+    let body = BlobPurged {
+        digest: digest.to_string(),
+        purged: true,
+        jobs: changed,
     };
     Ok(json(StatusCode::OK, &body))
 }

@@ -524,6 +524,10 @@ fn operation(handler: Handler) -> Option<Doc> {
             .describe("The cluster stops keeping the blob at once; every node deletes its copy once its grace period (`--blob-grace`) has passed since it last stored the blob. Refused while a held job (its input, or an output it wrote) or a schedule names the blob: those keep it until the retention time after they are gone.")
             .answers::<BlobDeleted>(200, "No longer kept.")
             .errors(&[MASTER, &[BlobNotFound, BlobInUse]]),
+        H::BlobPurge => blob(doc("blobs", "Purge a blob that finished jobs name"))
+            .describe("As `DELETE /v1/blobs/{digest}`, for a blob that finished jobs still name: the finished jobs that read it as their input are purged (as at retention: their records, results and output blobs go), and those that wrote it no longer list it among their outputs. Refused while a job that has not finished reads it (as its input, or as an output of a parent) or a schedule gives it to its jobs: cancel or delete those first; the message names the first.")
+            .answers::<BlobPurged>(200, "No longer kept; `jobs` finished jobs forgot it.")
+            .errors(&[MASTER, &[BlobNotFound, BlobInUse]]),
         H::BlobGet => blob(doc("blobs", "A blob's bytes, streamed"))
             .describe("The whole blob, or the one byte range `Range: bytes=a-b`, `bytes=a-` or `bytes=-n` asks for (`206` with `Content-Range`); a header that is not one valid range is ignored. A node without a copy fetches it from a back-end node (or the S3-compatible store) first, checking its digest: an object in the store that does not hold the blob is `blob_store_corrupt`, never served. `ETag` is the quoted digest.")
             .param("Range", Header, text(), "One byte range (RFC 9110).")
@@ -837,6 +841,7 @@ fn components() -> utoipa::openapi::Components {
         BlobEntry,
         BlobList,
         BlobDeleted,
+        BlobPurged,
         ClusterResponse,
         NodeBody,
         WorkerBody,

@@ -129,6 +129,7 @@ pub enum Handler {
     BlobGet,
     BlobHead,
     BlobDelete,
+    BlobPurge,
     JobSubmit,
     JobBatch,
     JobWait,
@@ -275,6 +276,8 @@ pub const ROUTES: &[Route] = &[
     route(Head,   "/v1/blobs/{digest}",                Token(Read),   FrontEnd, H::BlobHead).in_namespace(),
     // Whoever may upload may stop the cluster keeping what nothing names.
     route(Delete, "/v1/blobs/{digest}",                Token(Submit), FrontEnd, H::BlobDelete),
+    // Taking a blob from finished jobs' records: admin, as cancelling is.
+    route(Post,   "/v1/blobs/{digest}/purge",          Token(Admin),  FrontEnd, H::BlobPurge),
     route(Post,   "/v1/jobs",                          Token(Submit), FrontEnd, H::JobSubmit).body(JOB_BODY_BYTES_MAX).in_namespace(),
     route(Post,   "/v1/jobs/batch",                    Token(Submit), FrontEnd, H::JobBatch).body(BATCH_BODY_BYTES_MAX).in_namespace(),
     route(Post,   "/v1/jobs/wait",                     Token(Read),   FrontEnd, H::JobWait).body(WAIT_BODY_BYTES_MAX).in_namespace(),
@@ -580,6 +583,7 @@ mod tests {
             (Method::POST, "/v1/modules"),
             (Method::DELETE, "/v1/jobs/3"),
             (Method::POST, "/v1/jobs/bulk"),
+            (Method::POST, "/v1/blobs/ab/purge"),
             (Method::POST, "/v1/node/leave"),
             (Method::POST, "/v1/tokens"),
             (Method::DELETE, "/v1/tokens/abc"),
@@ -613,6 +617,7 @@ mod tests {
                             | H::SchedulePause
                             | H::ScheduleResume
                             | H::MasterRollback
+                            | H::BlobPurge
                             | H::InternalBlobPut
                     ),
                 "{}: POST routes read bodies, others none (but the bodiless POSTs and the \

@@ -21,8 +21,9 @@ pub enum BlobCommand {
     /// List the blobs the node holds, with whether the cluster keeps each
     /// and until when.
     Ls(BlobListArgs),
-    /// Stop the cluster keeping a blob no held job or schedule names; the
-    /// nodes delete their copies after their grace period (`--blob-grace`).
+    /// Stop the cluster keeping a blob no held job or schedule names
+    /// (`--purge`: one finished jobs name too); the nodes delete their
+    /// copies after their grace period (`--blob-grace`).
     Rm(BlobRmArgs),
 }
 
@@ -34,6 +35,11 @@ pub struct BlobRmArgs {
     pub server: ServerArg,
     /// The blob's sha256 (64 hex digits).
     pub digest: String,
+    /// Also when finished jobs name it (an admin token): those that read
+    /// it are purged, those that wrote it forget it. Refused while an
+    /// unfinished job reads it or a schedule gives it to its jobs.
+    #[arg(long)]
+    pub purge: bool,
 }
 
 /// `cohort blob put`.
@@ -287,7 +293,19 @@ async fn remove(args: BlobRmArgs) -> ExitCode {
         Ok(client) => client,
         Err(code) => return code,
     };
-    match client.delete_blob(args.digest.trim()).await {
+    let digest = args.digest.trim();
+    if args.purge {
+        match client.purge_blob(digest).await {
+            Ok(purged) if args.server.json => print_json(&purged),
+            Ok(purged) => println!(
+                "{}: no longer kept; {} finished job(s) forgot it",
+                purged.digest, purged.jobs
+            ),
+            Err(error) => return fail(error),
+        }
+        return ExitCode::SUCCESS;
+    }
+    match client.delete_blob(digest).await {
         Ok(deleted) if args.server.json => print_json(&deleted),
         Ok(deleted) => println!("{}: no longer kept", deleted.digest),
         Err(error) => return fail(error),
