@@ -2176,6 +2176,10 @@ async fn cluster_throughput(clients: &[Api]) -> f64 {
 /// master that moved or an epoch that changed is a false take-over (no
 /// fault was injected). Prints the epochs and masters seen, the rate held,
 /// failed submissions and the worst submission round trip per minute.
+/// `COHORT_SOAK_HOGS=N` runs N busy-looping processes beside the nodes for
+/// the whole soak (a machine shared with other work); with
+/// `COHORT_BENCH_NODE_LOGS=DIR`, the nodes' logs say what held a thread
+/// past the lease ("busy for longer than the lease").
 async fn soak() {
     let env = |name: &str, default: u64| {
         std::env::var(name)
@@ -2191,6 +2195,7 @@ async fn soak() {
     let nodes = three_nodes(&args).await;
     let clients: Vec<Api> = nodes.iter().map(|n| Api::new(&n.url)).collect();
     let module = clients[0].upload(echo_wasm()).await.unwrap();
+    let hogs = Hogs::start(env("COHORT_SOAK_HOGS", 0));
     // Batches of `BATCH` every `BATCH / rate` seconds, round robin.
     const BATCH: usize = 100;
     let every = Duration::from_secs_f64(BATCH as f64 / rate as f64);
@@ -2274,10 +2279,38 @@ async fn soak() {
     let failed = failed.load(std::sync::atomic::Ordering::Relaxed);
     let done = started.elapsed();
     println!(
-        "soak ({secs} s at {rate} jobs/s asked, 3 nodes, no fault): {submitted} submitted ({:.0} jobs/s held), {failed} failed; epochs seen {epochs:?}, masters seen {masters:?}: {} take-overs",
+        "soak ({secs} s at {rate} jobs/s asked, 3 nodes, no fault, {} busy loops beside): {submitted} submitted ({:.0} jobs/s held), {failed} failed; epochs seen {epochs:?}, masters seen {masters:?}: {} take-overs",
+        hogs.0.len(),
         submitted as f64 / done.as_secs_f64(),
         epochs.len().saturating_sub(1)
     );
+}
+
+/// Busy-looping processes, killed when dropped: other work on the machine.
+struct Hogs(Vec<Child>);
+
+impl Hogs {
+    fn start(count: u64) -> Self {
+        Self(
+            (0..count)
+                .map(|_| {
+                    Process::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("sh starts")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for hog in &mut self.0 {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
+    }
 }
 
 /// Three nodes with the master on n1, a client of n3 (the youngest) and a

@@ -680,7 +680,7 @@ class Plans:
         answer = yield from self.json("POST", _blobs.blob_path(digest) + "/purge", deadline=time.monotonic())
         jobs = answer.get("jobs") if isinstance(answer, dict) else None
         if not isinstance(jobs, int) or isinstance(jobs, bool):
-            raise CohortError("bad_response", f"a purge's answer without its count of jobs: {answer!r}")
+            raise CohortError("bad_answer", f"a purge's answer without its count of jobs: {answer!r}")
         return jobs
 
     def blob_body(self, digest: str, byte_range: Optional[str], size: Optional[int] = None) -> Plan[httpx.Response]:

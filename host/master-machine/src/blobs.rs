@@ -468,18 +468,24 @@ impl Master {
         decided(now, vec![EventKind::BlobKept { blob: blob.clone() }])
     }
 
+    /// Refuses a blob the cluster does not keep (`blob_not_found`).
+    fn check_kept(&self, digest: &Digest) -> Result<(), Rejection> {
+        if self.registry.keeps(digest) {
+            return Ok(());
+        }
+        reject(
+            codes::BLOB_NOT_FOUND,
+            format!("the cluster keeps no blob sha256:{}", digest_text(digest)),
+        )
+    }
+
     /// [`Command::DropBlob`].
     pub(crate) fn decide_drop_blob(
         &self,
         now: Millis,
         digest: &Digest,
     ) -> Result<Decision, Rejection> {
-        if !self.registry.keeps(digest) {
-            return reject(
-                codes::BLOB_NOT_FOUND,
-                format!("the cluster keeps no blob sha256:{}", digest_text(digest)),
-            );
-        }
+        self.check_kept(digest)?;
         let refs = self.registry.refs(digest);
         if refs > 0 {
             return reject(
@@ -501,12 +507,7 @@ impl Master {
         now: Millis,
         digest: &Digest,
     ) -> Result<Decision, Rejection> {
-        if !self.registry.keeps(digest) {
-            return reject(
-                codes::BLOB_NOT_FOUND,
-                format!("the cluster keeps no blob sha256:{}", digest_text(digest)),
-            );
-        }
+        self.check_kept(digest)?;
         if let Some(holder) = self.live_name_of(digest) {
             return reject(
                 codes::BLOB_IN_USE,
