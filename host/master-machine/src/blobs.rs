@@ -66,9 +66,11 @@
 //! input are purged, as at retention (so none is retried without it), and
 //! those that wrote it drop it from their outputs, all in one event
 //! (`BlobPurged`). It is refused (`blob_in_use`, naming the holder) while
-//! an unfinished job reads it, as its input or as an output of a parent,
-//! or a schedule gives it to its jobs: the caller cancels or deletes
-//! those first, so no job that has not run yet loses its data.
+//! an unfinished job reads it as its input, or reads the outputs of a job
+//! that names it (a DAG's child, which would lose that output or, its
+//! parent purged, the parent's result), or a schedule gives it to its
+//! jobs: the caller cancels or deletes those first, so no job that has
+//! not run yet loses its data.
 //!
 //! A submission, DAG or schedule may name as its input only a blob the
 //! cluster keeps (`blob_not_found` otherwise; its size must be the kept
@@ -524,24 +526,21 @@ impl Master {
     }
 
     /// What keeps a purge of `digest` from going ahead, in words: the
-    /// first unfinished job that reads it (its input, or an output of a
-    /// parent it reads the outputs of), or the first schedule whose jobs
-    /// would.
+    /// first unfinished job that reads it as its input; or that reads the
+    /// outputs of a job that names it (which would lose that output, or,
+    /// purged for reading it, its result); or the first schedule whose
+    /// jobs would read it.
     fn live_name_of(&self, digest: &Digest) -> Option<String> {
         let unfinished = |id: &JobId| self.jobs.contains_key(id);
         for (id, job) in &self.blobs {
-            if job
-                .input
-                .as_ref()
-                .is_some_and(|input| input.digest == *digest)
-                && unfinished(id)
-            {
+            if !job.named().any(|named| named == *digest) {
+                continue;
+            }
+            let reads = job.input.as_ref().is_some_and(|i| i.digest == *digest);
+            if reads && unfinished(id) {
                 return Some(format!(
                     "job {id}, not finished, reads it as its input: cancel it first"
                 ));
-            }
-            if !job.outputs.iter().any(|output| output.digest == *digest) {
-                continue;
             }
             let children = self.dags.children.get(id).map_or(&[][..], Vec::as_slice);
             let reader = children.iter().find(|child| {
@@ -549,7 +548,8 @@ impl Master {
             });
             if let Some(child) = reader {
                 return Some(format!(
-                    "job {child}, not finished, reads it as an output of job {id}: cancel it first"
+                    "job {child}, not finished, reads the outputs of job {id}, which names it: \
+                     cancel it first"
                 ));
             }
         }

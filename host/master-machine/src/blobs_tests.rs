@@ -1590,10 +1590,20 @@ fn purging_a_blob_forgets_it_in_finished_jobs_and_waits_for_unfinished_readers_a
     run.ok(T + 3, submit_dag(4, child, OnFailure::SkipDescendants));
     let said = in_use(&mut run, T + 3, 1);
     assert!(
-        said.contains("reads it as an output of job 2: cancel it first"),
+        said.contains("job 4, not finished, reads the outputs of job 2, which names it"),
         "{said}"
     );
     run.ok(T + 4, Command::Cancel { id: 4 });
+    // One that reads the outputs of job 1, which read it: purging job 1
+    // would take its result from it.
+    let child = vec![node("d", vec![DagRef::Job(1)])];
+    run.ok(T + 4, submit_dag(5, child, OnFailure::SkipDescendants));
+    let said = in_use(&mut run, T + 4, 1);
+    assert!(
+        said.contains("job 5, not finished, reads the outputs of job 1"),
+        "{said}"
+    );
+    run.ok(T + 4, Command::Cancel { id: 5 });
     // A schedule that gives it to its jobs.
     let mut schedule = schedule_spec("s", Every::Interval { ms: 1_000 }, Overlap::AllowAll, 0);
     schedule.options = reading(1, 10);

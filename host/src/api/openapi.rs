@@ -525,7 +525,7 @@ fn operation(handler: Handler) -> Option<Doc> {
             .answers::<BlobDeleted>(200, "No longer kept.")
             .errors(&[MASTER, &[BlobNotFound, BlobInUse]]),
         H::BlobPurge => blob(doc("blobs", "Purge a blob that finished jobs name"))
-            .describe("As `DELETE /v1/blobs/{digest}`, for a blob that finished jobs still name: the finished jobs that read it as their input are purged (as at retention: their records, results and output blobs go), and those that wrote it no longer list it among their outputs. Refused while a job that has not finished reads it (as its input, or as an output of a parent) or a schedule gives it to its jobs: cancel or delete those first; the message names the first.")
+            .describe("As `DELETE /v1/blobs/{digest}`, for a blob that finished jobs still name: the finished jobs that read it as their input are purged (as at retention: their records, results and output blobs go), and those that wrote it no longer list it among their outputs. Refused while a job that has not finished reads it as its input, or reads the outputs of a job that names it (a DAG's child), or a schedule gives it to its jobs: cancel or delete those first; the message names the first.")
             .answers::<BlobPurged>(200, "No longer kept; `jobs` finished jobs forgot it.")
             .errors(&[MASTER, &[BlobNotFound, BlobInUse]]),
         H::BlobGet => blob(doc("blobs", "A blob's bytes, streamed"))
