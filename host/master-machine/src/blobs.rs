@@ -572,24 +572,14 @@ impl Master {
     /// unfinished job's input or a schedule's that names the blob keeps
     /// it kept and named (the decision refused that case).
     pub(crate) fn apply_blob_purged(&mut self, digest: &Digest, at: Millis) {
-        let readers: Vec<JobId> = (self.blobs.iter())
-            .filter(|(id, job)| {
-                job.input
-                    .as_ref()
-                    .is_some_and(|input| input.digest == *digest)
-                    && !self.jobs.contains_key(id)
-            })
-            .map(|(&id, _)| id)
-            .collect();
-        for id in readers {
-            self.apply_purged(id, at);
-        }
-        let writers: Vec<JobId> = (self.blobs.iter())
-            .filter(|(_, job)| job.outputs.iter().any(|output| output.digest == *digest))
-            .map(|(&id, _)| id)
-            .collect();
-        for id in writers {
+        let namers: Vec<JobId> = self.namers_of(digest).collect();
+        for id in namers {
             let job = self.blobs.get_mut(&id).expect("listed");
+            let reads = job.input.as_ref().is_some_and(|i| i.digest == *digest);
+            if reads && !self.jobs.contains_key(&id) {
+                self.apply_purged(id, at);
+                continue;
+            }
             let before = output_bytes(&job.outputs);
             let count = job.outputs.len();
             job.outputs.retain(|output| output.digest != *digest);

@@ -1585,25 +1585,18 @@ fn purging_a_blob_forgets_it_in_finished_jobs_and_waits_for_unfinished_readers_a
     run.ok(T + 2, finish(1, 1, "w1", ok(b"r")));
     let outputs = vec![named_blob("x", 1, 10), named_blob("y", 2, 20)];
     run.ok(T + 2, finish(2, 1, "w1", wrote(b"2", outputs)));
-    // A DAG's job that reads job 2's outputs, not finished yet.
-    let child = vec![node("c", vec![DagRef::Job(2)])];
-    run.ok(T + 3, submit_dag(4, child, OnFailure::SkipDescendants));
-    let said = in_use(&mut run, T + 3, 1);
-    assert!(
-        said.contains("job 4, not finished, reads the outputs of job 2, which names it"),
-        "{said}"
-    );
-    run.ok(T + 4, Command::Cancel { id: 4 });
-    // One that reads the outputs of job 1, which read it: purging job 1
-    // would take its result from it.
-    let child = vec![node("d", vec![DagRef::Job(1)])];
-    run.ok(T + 4, submit_dag(5, child, OnFailure::SkipDescendants));
-    let said = in_use(&mut run, T + 4, 1);
-    assert!(
-        said.contains("job 5, not finished, reads the outputs of job 1"),
-        "{said}"
-    );
-    run.ok(T + 4, Command::Cancel { id: 5 });
+    // A DAG's job, not finished yet, that reads the outputs of job 2,
+    // which wrote it, or of job 1, which read it (purged, job 1 would
+    // take its result from the child): each holds it until cancelled.
+    for (parent, child) in [(2, 4), (1, 5)] {
+        let dag = vec![node("c", vec![DagRef::Job(parent)])];
+        run.ok(T + 3, submit_dag(child, dag, OnFailure::SkipDescendants));
+        let said = in_use(&mut run, T + 3, 1);
+        let words =
+            format!("job {child}, not finished, reads the outputs of job {parent}, which names it");
+        assert!(said.contains(&words), "{said}");
+        run.ok(T + 4, Command::Cancel { id: child });
+    }
     // A schedule that gives it to its jobs.
     let mut schedule = schedule_spec("s", Every::Interval { ms: 1_000 }, Overlap::AllowAll, 0);
     schedule.options = reading(1, 10);
